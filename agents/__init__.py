@@ -1,0 +1,1 @@
+"""Algorithms and their networks, built from :mod:`toolkit` and :mod:`kernels`."""

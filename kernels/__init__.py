@@ -1,0 +1,37 @@
+"""Pure ops: Triton kernels and their torch references.
+
+Imports torch (and numpy) at package import; triton only when a Triton path first runs.
+See :mod:`kernels.backend` for how an op picks its implementation.
+"""
+
+from kernels.backend import (
+    KernelFallbackWarning,
+    KernelOp,
+    Selection,
+    forced_backend,
+    interpreting,
+    registry,
+    triton_available,
+)
+
+__all__ = [
+    "KernelFallbackWarning",
+    "KernelOp",
+    "Selection",
+    "forced_backend",
+    "interpreting",
+    "load_all",
+    "registry",
+    "triton_available",
+]
+
+# Modules that register ops; `load_all()` imports them so `registry()` is complete.
+_OP_MODULES: tuple[str, ...] = ()
+
+
+def load_all() -> None:
+    """Import every op module so that :func:`registry` lists all ops."""
+    import importlib
+
+    for name in _OP_MODULES:
+        importlib.import_module(name)

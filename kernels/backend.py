@@ -1,0 +1,246 @@
+"""Kernel dispatch: which implementation of an op runs for given tensors.
+
+Every op in :mod:`kernels` owns one :class:`KernelOp`. The rules, in order:
+
+1. ``TRITONRL_BACKEND=torch`` forces the torch reference everywhere.
+2. Triton not importable: the torch reference runs (one warning per process); forcing
+   ``triton`` then raises.
+3. CUDA tensors: the Triton kernel (its bf16 or f32 variant follows the tensors' dtype). If it
+   fails on a device (pre-Ampere GPUs are outside Triton's official support), that op falls back
+   to its torch reference on that device for the rest of the process and warns once with the
+   reason; with ``TRITONRL_BACKEND=triton`` the failure is raised instead.
+4. CPU tensors: the torch reference, unless ``TRITONRL_BACKEND=triton`` and the Triton interpreter
+   is on (``TRITON_INTERPRET=1`` set before triton is imported): that is how kernel parity is
+   tested without a GPU.
+
+``op.select(device)`` answers which implementation would run and why; ``op.last_backend`` and
+``op.counts`` record what actually ran, so tests can assert the path. Nothing here imports triton
+or queries CUDA at import time.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import logging
+import os
+import warnings
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import torch
+
+__all__ = [
+    "BACKEND_ENV",
+    "KernelFallbackWarning",
+    "KernelOp",
+    "Selection",
+    "forced_backend",
+    "interpreting",
+    "registry",
+    "triton_available",
+]
+
+BACKEND_ENV = "TRITONRL_BACKEND"
+_BACKENDS = ("auto", "triton", "torch")
+_log = logging.getLogger("tritonrl.kernels")
+T = TypeVar("T")
+
+
+class KernelFallbackWarning(RuntimeWarning):
+    """A Triton path could not run and the torch reference ran instead."""
+
+
+def forced_backend() -> str:
+    """The value of ``TRITONRL_BACKEND`` (``auto`` when unset).
+
+    Raises:
+        ValueError: the variable holds anything but auto, triton or torch.
+    """
+    raw = os.environ.get(BACKEND_ENV, "auto")
+    value = raw.strip().lower() or "auto"
+    if value not in _BACKENDS:
+        raise ValueError(
+            f"{BACKEND_ENV}={raw!r} is not a backend; allowed values: {', '.join(_BACKENDS)}"
+        )
+    return value
+
+
+def interpreting() -> bool:
+    """True when Triton runs kernels in its CPU interpreter (``TRITON_INTERPRET=1``)."""
+    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "yes", "on")
+
+
+@functools.lru_cache(maxsize=1)
+def _triton_import_error() -> str | None:
+    try:
+        import triton  # noqa: F401
+        import triton.language  # noqa: F401
+    except Exception as exc:  # ImportError, or a broken install
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+_warned_missing = False
+
+
+def triton_available() -> bool:
+    """Whether triton imports. The first negative answer warns once per process."""
+    global _warned_missing
+    err = _triton_import_error()
+    if err is not None and not _warned_missing:
+        _warned_missing = True
+        warnings.warn(
+            f"triton is not available ({err}); every op runs its torch reference",
+            KernelFallbackWarning,
+            stacklevel=3,
+        )
+    return err is None
+
+
+def _reset_for_tests() -> None:
+    """Forget the triton probe and the one-time warnings (tests only)."""
+    global _warned_missing
+    _triton_import_error.cache_clear()
+    _warned_missing = False
+    for op in _REGISTRY.values():
+        op.reset()
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which implementation an op uses on a device, and why."""
+
+    backend: str  # "triton" or "torch"
+    reason: str
+
+
+_REGISTRY: dict[str, KernelOp] = {}
+
+
+def registry() -> dict[str, KernelOp]:
+    """All ops registered so far, by name (ops register when their module is imported)."""
+    return dict(_REGISTRY)
+
+
+class KernelOp:
+    """One op's implementations and the rule that picks one.
+
+    Args:
+        name: the op's public name (unique).
+        torch_impl: the torch reference: the CPU path and the test oracle.
+        triton_impl: the Triton host function, or ``"module:attr"`` imported on first use so
+            that triton is only imported when a Triton path actually runs.
+
+    Both implementations take the same arguments and return the same kind of result.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        torch_impl: Callable[..., Any],
+        triton_impl: Callable[..., Any] | str,
+    ) -> None:
+        if name in _REGISTRY:
+            raise ValueError(f"kernel op {name!r} is registered twice")
+        self.name = name
+        self.torch_impl = torch_impl
+        self._triton_impl = triton_impl
+        self.failed: dict[str, str] = {}
+        self.last_backend: str | None = None
+        self.counts: Counter[str] = Counter()
+        _REGISTRY[name] = self
+
+    def reset(self) -> None:
+        """Forget failures and counters (tests)."""
+        self.failed.clear()
+        self.counts.clear()
+        self.last_backend = None
+
+    @property
+    def triton_impl(self) -> Callable[..., Any]:
+        impl = self._triton_impl
+        if isinstance(impl, str):
+            module, _, attr = impl.partition(":")
+            impl = getattr(importlib.import_module(module), attr)
+            self._triton_impl = impl
+        return impl
+
+    def select(self, device: torch.device | str) -> Selection:
+        """Which implementation runs for tensors on ``device``, and why.
+
+        Raises:
+            ValueError: ``TRITONRL_BACKEND`` holds an unknown value.
+            RuntimeError: ``TRITONRL_BACKEND=triton`` where Triton cannot run.
+        """
+        dev = torch.device(device)
+        forced = forced_backend()
+        if forced == "torch":
+            return Selection("torch", f"forced by {BACKEND_ENV}=torch")
+        if not triton_available():
+            if forced == "triton":
+                raise RuntimeError(
+                    f"{BACKEND_ENV}=triton but triton cannot be imported "
+                    f"({_triton_import_error()}); install triton or unset {BACKEND_ENV}"
+                )
+            return Selection("torch", "triton is not installed")
+        if dev.type == "cuda":
+            key = str(dev)
+            if key in self.failed and forced != "triton":
+                return Selection("torch", f"Triton failed on {key} earlier: {self.failed[key]}")
+            return Selection("triton", "CUDA device" + (" (forced)" if forced == "triton" else ""))
+        if forced == "triton":
+            if dev.type == "cpu" and interpreting():
+                return Selection("triton", "forced, CPU tensors under the Triton interpreter")
+            raise RuntimeError(
+                f"{BACKEND_ENV}=triton but op {self.name!r} got {dev.type} tensors; Triton runs "
+                "on CUDA, or on CPU only under its interpreter (set TRITON_INTERPRET=1 before "
+                "triton is imported)"
+            )
+        return Selection("torch", f"{dev.type} device: torch reference")
+
+    def __call__(self, device: torch.device | str, *args: Any, **kwargs: Any) -> Any:
+        """Run the implementation selected for ``device`` on ``args``/``kwargs``."""
+        sel = self.select(device)
+        if sel.backend == "torch":
+            return self._ran("torch", self.torch_impl(*args, **kwargs))
+        return self.guard(
+            device,
+            lambda: self.triton_impl(*args, **kwargs),
+            lambda: self.torch_impl(*args, **kwargs),
+        )
+
+    def guard(
+        self, device: torch.device | str, triton_call: Callable[[], T], fallback: Callable[[], T]
+    ) -> T:
+        """Run ``triton_call``; if it raises on CUDA in auto mode, warn once and run ``fallback``.
+
+        Ops use this for their Triton backward too, with a fallback through the reference.
+        """
+        try:
+            return self._ran("triton", triton_call())
+        except Exception as exc:
+            dev = torch.device(device)
+            if forced_backend() == "triton" or dev.type != "cuda":
+                raise
+            key = str(dev)
+            reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            if key not in self.failed:
+                self.failed[key] = reason
+                msg = (
+                    f"Triton kernel {self.name!r} failed on {key} ({reason}); using the torch "
+                    f"reference on that device from now on"
+                )
+                _log.warning(msg)
+                warnings.warn(msg, KernelFallbackWarning, stacklevel=3)
+            return self._ran("torch", fallback())
+
+    def _ran(self, backend: str, result: T) -> T:
+        self.last_backend = backend
+        self.counts[backend] += 1
+        return result
+
+    def __repr__(self) -> str:
+        return f"KernelOp({self.name!r})"

@@ -1,0 +1,36 @@
+"""Shared assertions for kernel tests."""
+
+from __future__ import annotations
+
+import torch
+
+# bf16 keeps 8 bits of mantissa: one rounding costs up to 2**-8 relative.
+BF16_EPS = 2.0**-8
+
+
+def assert_bf16_close(
+    out: torch.Tensor,
+    ref_f32: torch.Tensor,
+    torch_bf16: torch.Tensor,
+    *,
+    k: float = 2.0,
+    atol: float = 1e-3,
+    name: str = "output",
+) -> None:
+    """Bound a bf16 kernel's error by what bf16 itself costs (STYLE item 7).
+
+    ``max|out - ref| <= k * max|torch_bf16 - ref| + atol``: the kernel may not be worse than
+    ``k`` times plain torch computing the same thing in bf16. ``atol`` covers outputs where torch
+    bf16 happens to be exact.
+    """
+    ref = ref_f32.float()
+    err = (out.float() - ref).abs().max().item()
+    base = (torch_bf16.float() - ref).abs().max().item()
+    assert err <= k * base + atol, (
+        f"{name}: kernel error {err:.3e} > {k} x torch-bf16 error {base:.3e} + {atol:.1e}"
+    )
+
+
+def nan_like(t: torch.Tensor) -> torch.Tensor:
+    """A fresh buffer like ``t`` filled with NaN, so unwritten elements fail comparisons."""
+    return torch.full_like(t, float("nan"))

@@ -1,0 +1,138 @@
+"""Dispatch rules of kernels.backend: forced backends, missing triton, fallback on failure."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+
+import pytest
+import torch
+
+from kernels import backend
+from kernels.backend import KernelFallbackWarning, KernelOp
+
+
+def _ref(x: torch.Tensor) -> torch.Tensor:
+    return x + 1
+
+
+_calls: list[str] = []
+
+
+def _triton_ok(x: torch.Tensor) -> torch.Tensor:
+    _calls.append("triton")
+    return x + 1
+
+
+def _triton_broken(x: torch.Tensor) -> torch.Tensor:
+    raise RuntimeError("PassManager::run failed (simulated compile failure)\nmore detail")
+
+
+OK = KernelOp("test_dispatch_ok", torch_impl=_ref, triton_impl=_triton_ok)
+BROKEN = KernelOp("test_dispatch_broken", torch_impl=_ref, triton_impl=_triton_broken)
+
+
+@pytest.fixture(autouse=True)
+def _clean(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv("TRITONRL_BACKEND", raising=False)
+    OK.reset()
+    BROKEN.reset()
+    _calls.clear()
+    yield
+    backend._reset_for_tests()
+
+
+def test_registry_lists_ops() -> None:
+    assert backend.registry()["test_dispatch_ok"] is OK
+    with pytest.raises(ValueError, match="registered twice"):
+        KernelOp("test_dispatch_ok", torch_impl=_ref, triton_impl=_triton_ok)
+
+
+def test_cpu_auto_uses_torch() -> None:
+    sel = OK.select("cpu")
+    assert sel.backend == "torch" and "cpu" in sel.reason
+    x = torch.zeros(3)
+    assert torch.equal(OK(x.device, x), torch.ones(3))
+    assert OK.last_backend == "torch" and OK.counts["torch"] == 1 and not _calls
+
+
+def test_cuda_auto_uses_triton() -> None:
+    # select() never queries CUDA, so the rule is testable on a CPU-only machine.
+    assert OK.select("cuda:0").backend == "triton"
+    x = torch.zeros(2)
+    OK("cuda:0", x)
+    assert OK.last_backend == "triton" and _calls == ["triton"]
+
+
+def test_forced_torch_everywhere(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRITONRL_BACKEND", "torch")
+    assert OK.select("cuda:0") == backend.Selection("torch", "forced by TRITONRL_BACKEND=torch")
+    OK("cuda:0", torch.zeros(1))
+    assert OK.last_backend == "torch" and not _calls
+
+
+def test_forced_triton_on_cpu_needs_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRITONRL_BACKEND", "triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(RuntimeError, match="TRITON_INTERPRET"):
+        OK.select("cpu")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    if backend.triton_available():
+        assert OK.select("cpu").backend == "triton"
+
+
+def test_bad_backend_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRITONRL_BACKEND", "cuda")
+    with pytest.raises(ValueError, match="auto, triton, torch"):
+        OK.select("cpu")
+
+
+def test_missing_triton_warns_once_and_uses_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "triton", None)  # makes `import triton` raise ImportError
+    backend._reset_for_tests()
+    with pytest.warns(KernelFallbackWarning, match="triton is not available"):
+        assert OK.select("cuda:0").backend == "torch"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a second warning would raise here
+        assert OK.select("cuda:0").reason == "triton is not installed"
+        OK("cuda:0", torch.zeros(1))
+    assert OK.last_backend == "torch" and not _calls
+    monkeypatch.setenv("TRITONRL_BACKEND", "triton")
+    with pytest.raises(RuntimeError, match="cannot be imported"):
+        OK.select("cuda:0")
+
+
+def test_compile_failure_falls_back_once() -> None:
+    x = torch.zeros(2)
+    with pytest.warns(KernelFallbackWarning, match="test_dispatch_broken.*PassManager"):
+        y = BROKEN("cuda:0", x)
+    assert torch.equal(y, torch.ones(2)) and BROKEN.last_backend == "torch"
+    assert "PassManager" in BROKEN.failed["cuda:0"]
+    # From now on that device selects torch without trying again, and without warning again.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sel = BROKEN.select("cuda:0")
+        assert sel.backend == "torch" and "failed on cuda:0 earlier" in sel.reason
+        BROKEN("cuda:0", x)
+    # Another device is tried on its own.
+    assert BROKEN.select("cuda:1").backend == "triton"
+
+
+def test_compile_failure_raises_when_triton_forced(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRITONRL_BACKEND", "triton")
+    with pytest.raises(RuntimeError, match="PassManager"):
+        BROKEN("cuda:0", torch.zeros(1))
+    assert not BROKEN.failed
+
+
+def test_failure_on_cpu_is_not_hidden(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Under the interpreter a failing kernel is a bug to see, never a silent fallback.
+    with pytest.raises(RuntimeError):
+        BROKEN.guard("cpu", lambda: _triton_broken(torch.zeros(1)), lambda: torch.zeros(1))
+
+
+def test_lazy_triton_impl_resolves_module_path() -> None:
+    op = KernelOp("test_dispatch_lazy", torch_impl=_ref, triton_impl="math:fabs")
+    import math
+
+    assert op.triton_impl is math.fabs

@@ -1,0 +1,159 @@
+"""The benchmark frame: timing helpers and the one table ``python -m toolkit bench`` prints.
+
+A benchmark is a file ``benchmarks/<name>.py`` with ``run(quick: bool = False) -> list[Row]``.
+Each row is one measurement of one implementation on one case; ``ratio`` compares it with the
+row's baseline in the same run (``> 1`` means faster than the baseline). Speed is measured here,
+side by side in one process, never asserted inside a test.
+
+On CPU the timings pin torch to one thread (the machines this project is developed on have two
+cores, and torch's thread pool collapses when anything else runs); the header says so.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+__all__ = ["Row", "discover", "env_header", "format_table", "main", "time_fn"]
+
+
+@dataclass
+class Row:
+    """One measurement. ``value`` is in ``unit``; ``ratio`` is speed relative to the baseline."""
+
+    benchmark: str
+    case: str
+    impl: str
+    value: float
+    unit: str
+    ratio: float | None = None
+    note: str = ""
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+def time_fn(
+    fn: Callable[[], object],
+    device: torch.device | str = "cpu",
+    *,
+    warmup: int = 3,
+    min_time: float = 0.2,
+    max_reps: int = 10_000,
+) -> dict[str, float]:
+    """Median, first and third quartile of one call of ``fn``, in seconds.
+
+    On CUDA this uses ``triton.testing.do_bench`` (which flushes the L2 cache between runs);
+    on CPU it repeats ``fn`` until ``min_time`` has passed.
+    """
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        from triton.testing import do_bench
+
+        q20, q50, q80 = do_bench(fn, quantiles=[0.25, 0.5, 0.75], return_mode="median")
+        return {"median": q50 / 1e3, "q1": q20 / 1e3, "q3": q80 / 1e3}
+    for _ in range(warmup):
+        fn()
+    times: list[float] = []
+    start = time.perf_counter()
+    while (time.perf_counter() - start < min_time or len(times) < 5) and len(times) < max_reps:
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    q = statistics.quantiles(times, n=4) if len(times) >= 2 else [times[0]] * 3
+    return {"median": statistics.median(times), "q1": q[0], "q3": q[2]}
+
+
+def env_header() -> str:
+    """Machine, versions, commit and thread settings, printed above every table."""
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5
+        ).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        commit = "unknown"
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except Exception:
+        triton_version = "not installed"
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none (CPU only)"
+    return (
+        f"tritonrl bench | commit {commit} | torch {torch.__version__} | triton {triton_version}"
+        f" | GPU {gpu} | torch CPU threads {torch.get_num_threads()}"
+    )
+
+
+def format_table(rows: Sequence[Row]) -> str:
+    """Rows as an aligned text table."""
+    header = ("benchmark", "case", "impl", "value", "unit", "ratio", "note")
+    body = [
+        (
+            r.benchmark, r.case, r.impl, f"{r.value:.4g}", r.unit,
+            "" if r.ratio is None else f"{r.ratio:.2f}x", r.note,
+        )
+        for r in rows
+    ]
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *body, strict=True)]
+    def line(cells):
+        return "  ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True))
+    out = [line(header), line(["-" * w for w in widths])]
+    out.extend(line(b) for b in body)
+    return "\n".join(s.rstrip() for s in out)
+
+
+def discover(directory: Path) -> list[Path]:
+    """Benchmark files in ``directory``: ``*.py`` not starting with an underscore."""
+    return sorted(p for p in directory.glob("*.py") if not p.name.startswith("_"))
+
+
+def _load(path: Path):
+    spec = importlib.util.spec_from_file_location(f"tritonrl_bench_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load benchmark {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def main(directory: str | Path = "benchmarks", only: Sequence[str] = (), quick: bool = False) -> int:
+    """Run every benchmark in ``directory`` (or those named in ``only``) and print one table.
+
+    Returns the process exit code: 1 if any benchmark raised (its rows are missing then).
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        print(f"error: no benchmark folder at {directory.resolve()}", file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available():
+        torch.set_num_threads(1)
+    print(env_header())
+    rows: list[Row] = []
+    failed = []
+    for path in discover(directory):
+        if only and path.stem not in only:
+            continue
+        print(f"running {path.stem} ...", flush=True)
+        try:
+            rows.extend(_load(path).run(quick=quick))
+        except Exception:
+            failed.append(path.stem)
+            traceback.print_exc()
+    print(format_table(rows))
+    if failed:
+        print(f"benchmarks that failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(os.environ.get("TRITONRL_BENCH_DIR", "benchmarks")))

@@ -1,0 +1,90 @@
+"""``python -m toolkit``: the command line.
+
+Subcommands: ``info`` (versions, devices, dtypes, which kernel path each op takes) and
+``bench`` (every benchmark under ``benchmarks/`` in one table).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+import torch
+
+__all__ = ["info", "main"]
+
+
+def _devices() -> list[torch.device]:
+    devices = [torch.device("cpu")]
+    if torch.cuda.is_available():
+        devices += [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
+    return devices
+
+
+def info() -> str:
+    """A report of versions, devices with their training dtype, and each op's implementation."""
+    import kernels
+    from kernels.backend import interpreting, triton_available
+    from toolkit.precision import explain
+
+    kernels.load_all()
+    lines = [f"torch {torch.__version__}"]
+    if triton_available():
+        import triton
+
+        lines.append(f"triton {triton.__version__}" + (" (interpreter)" if interpreting() else ""))
+    else:
+        lines.append("triton not installed: every op runs its torch reference")
+    lines.append("devices:")
+    for dev in _devices():
+        try:
+            d = explain(dev)
+            cap = "" if d.capability is None else f", capability {d.capability[0]}.{d.capability[1]}"
+            lines.append(f"  {d.device} ({d.name}{cap}): {str(d.dtype).removeprefix('torch.')}"
+                         f" [{d.source}] {d.reason}")
+        except Exception as exc:  # a forced dtype the device cannot do: report, don't crash
+            lines.append(f"  {dev}: error: {exc}")
+        for name, op in sorted(kernels.registry().items()):
+            try:
+                sel = op.select(dev)
+                lines.append(f"    op {name}: {sel.backend} ({sel.reason})")
+            except Exception as exc:
+                lines.append(f"    op {name}: error: {exc}")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m toolkit``; returns the exit code."""
+    parser = argparse.ArgumentParser(prog="python -m toolkit", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("info", help="versions, devices, training dtypes and kernel paths")
+    p_bench = sub.add_parser("bench", help="run the benchmarks under benchmarks/ as one table")
+    p_bench.add_argument("names", nargs="*", help="benchmark file stems (default: all)")
+    p_bench.add_argument("--dir", default="benchmarks", help="benchmark folder")
+    p_bench.add_argument("--quick", action="store_true", help="fewer cases, for smoke runs")
+    _register_extra(sub)
+    args = parser.parse_args(argv)
+    if args.command == "info":
+        print(info())
+        return 0
+    if args.command == "bench":
+        from toolkit.bench import main as bench_main
+
+        return bench_main(args.dir, args.names, quick=args.quick)
+    return args.run(args)
+
+
+def _register_extra(sub: argparse._SubParsersAction) -> None:
+    """Subcommands added by later modules (training); each sets ``run`` on its parser."""
+    try:
+        from toolkit.train import add_parser
+    except ImportError as exc:
+        if exc.name != "toolkit.train":
+            raise
+        return
+    add_parser(sub)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
