@@ -47,12 +47,20 @@ def pytest_configure(config: pytest.Config) -> None:
     else:
         # Must happen before triton is imported anywhere in this process.
         os.environ.setdefault("TRITON_INTERPRET", "1")
+        import torch
+
+        # Two-core machines: torch's thread pool collapses beside any other busy process.
+        # Every CPU test (learning tests included) runs with one torch thread.
+        torch.set_num_threads(1)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     import torch
 
-    lines = [f"torch {torch.__version__}, TRITON_INTERPRET={os.environ.get('TRITON_INTERPRET')}"]
+    lines = [
+        f"torch {torch.__version__}, TRITON_INTERPRET={os.environ.get('TRITON_INTERPRET')}, "
+        f"torch threads {torch.get_num_threads()}"
+    ]
     if config.getoption("--gpu"):
         lines.append(f"GPU: {torch.cuda.get_device_name(0)}")
     return lines
