@@ -1,0 +1,88 @@
+"""Factored (branching) Q for MultiDiscrete action spaces (Tavakoli et al., 2018, "BDQ").
+
+An action is ``D`` sub-actions ``a = (a_1, ..., a_D)`` with ``a_d`` in ``{0..n_d-1}``. A flat Q
+head would need ``prod(n_d)`` outputs; the branching head needs ``sum(n_d) + 1``: one shared torso
+and state value ``V(s)``, one advantage head per dimension, and
+
+    Q_d(s, a_d) = V(s) + A_d(s, a_d) - mean_{a'} A_d(s, a')
+
+Each branch acts greedily on its own ``Q_d``; the TD target is shared by all branches,
+``y = r + discount * mean_d Q_target,d(s', argmax Q_d(s'))``
+(:func:`agents.td.branching_td_target`), and the loss averages the branches' errors.
+
+Branches with fewer sub-actions than the largest are padded; padding entries hold ``-inf`` in
+the Q values so no argmax picks them and no gather reads them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+__all__ = ["BranchingHead", "branching_q"]
+
+
+class BranchingHead(nn.Module):
+    """State value and per-dimension advantages for ``nvec`` sub-action counts.
+
+    ``forward(h [B, in_features]) -> (value [B, 1], advantages [B, D, n_max])``, both in the
+    parameter dtype; :func:`branching_q` combines them into f32 Q values at the loss boundary.
+    With ``noisy=True`` both layers are ``NoisyLinear`` (exploration without epsilon).
+
+    Raises:
+        ValueError: empty ``nvec`` or a count below 2.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        nvec: Sequence[int],
+        *,
+        noisy: bool = False,
+        sigma0: float = 0.5,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        counts = [int(n) for n in nvec]
+        if not counts or min(counts) < 2:
+            raise ValueError(f"nvec={list(nvec)} must be non-empty sub-action counts >= 2")
+        self.nvec = counts
+        self.n_max = max(counts)
+        kw = {"device": device, "dtype": dtype}
+        if noisy:
+            from agents.heads import NoisyLinear
+
+            self.value = NoisyLinear(in_features, 1, sigma0=sigma0, **kw)
+            self.advantage = NoisyLinear(in_features, len(counts) * self.n_max, sigma0=sigma0, **kw)
+        else:
+            self.value = nn.Linear(in_features, 1, **kw)
+            self.advantage = nn.Linear(in_features, len(counts) * self.n_max, **kw)
+        # [D, n_max] True where the sub-action exists
+        mask = torch.arange(self.n_max, device=device) < torch.tensor(counts, device=device).unsqueeze(1)
+        self.register_buffer("mask", mask, persistent=False)
+        self.noisy = noisy
+
+    def forward(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.value(h), self.advantage(h).view(h.shape[0], len(self.nvec), self.n_max)
+
+    def reset_noise(self, generator: torch.Generator | None = None) -> None:
+        """Draw fresh noise for the noisy layers (no-op without noise)."""
+        if self.noisy:
+            self.value.reset_noise(generator)
+            self.advantage.reset_noise(generator)
+
+
+def branching_q(value: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``Q_d = V + A_d - mean(A_d)`` over each branch's real sub-actions, in f32.
+
+    Shapes: ``value [B, 1]``, ``advantages [B, D, n_max]`` (any float dtype: they are upcast here,
+    at the loss boundary), ``mask [D, n_max]`` bool -> ``[B, D, n_max]`` f32 with ``-inf`` at the
+    padding.
+    """
+    adv = advantages.float().masked_fill(~mask, 0.0)
+    mean = adv.sum(-1, keepdim=True) / mask.sum(-1, keepdim=True)
+    q = value.float().unsqueeze(-1) + adv - mean
+    return q.masked_fill(~mask, float("-inf"))

@@ -1,0 +1,148 @@
+"""TD targets and losses of the DQN family, as pure f32 functions.
+
+Every function takes network outputs that were already upcast to f32 (the one allowed cast, at
+the loss boundary) and replay data in f32: ``reward`` is the n-step discounted return
+``sum_{i<k} gamma^i r_{t+i}`` and ``discount`` is ``gamma^k`` (``0`` where the episode
+terminated inside the window), both as the replay buffer returns them. So one formula covers
+1-step and n-step targets: ``y = reward + discount * bootstrap``.
+
+| function | what |
+| --- | --- |
+| :func:`greedy_actions` | ``argmax_a`` of the online (double Q) or target values |
+| :func:`scalar_td_target` | ``r + discount * Q_target(s', a*)`` |
+| :func:`c51_project` | the projected categorical target of C51 (Bellemare et al., 2017) |
+| :func:`c51_loss` | cross-entropy of the projected target against the online log-probs |
+| :func:`quantile_huber_loss` | QR-DQN's quantile Huber loss (Dabney et al., 2018) |
+| :func:`branching_td_target` | the mean-operator target of branching (factored) Q |
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = [
+    "branching_td_target",
+    "c51_loss",
+    "c51_project",
+    "greedy_actions",
+    "huber",
+    "quantile_huber_loss",
+    "quantile_midpoints",
+    "scalar_td_target",
+]
+
+
+def greedy_actions(q_next_target: torch.Tensor, q_next_online: torch.Tensor | None = None) -> torch.Tensor:
+    """Bootstrap actions ``a* = argmax_a Q(s', a)`` over the last dim.
+
+    Double Q (van Hasselt et al., 2016): pass ``q_next_online`` and the online network selects
+    while the target network evaluates. Shapes ``[..., A] -> [...]`` int64.
+    """
+    return (q_next_target if q_next_online is None else q_next_online).argmax(-1)
+
+
+def scalar_td_target(
+    reward: torch.Tensor,
+    discount: torch.Tensor,
+    q_next_target: torch.Tensor,
+    q_next_online: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``y = reward + discount * Q_target(s', a*)``; ``a*`` by :func:`greedy_actions`.
+
+    Shapes: ``reward``, ``discount`` ``[B]`` f32; ``q_next_*`` ``[B, A]`` f32 -> ``[B]`` f32,
+    without gradient.
+    """
+    with torch.no_grad():
+        a = greedy_actions(q_next_target, q_next_online)
+        return reward + discount * q_next_target.gather(-1, a.unsqueeze(-1)).squeeze(-1)
+
+
+def c51_project(
+    next_probs: torch.Tensor, reward: torch.Tensor, discount: torch.Tensor, support: torch.Tensor
+) -> torch.Tensor:
+    """Project the distribution of ``reward + discount * Z(s', a*)`` back onto ``support``.
+
+    Each shifted atom ``Tz_j`` (clamped to ``[v_min, v_max]``) lands at fractional position
+    ``b_j = (Tz_j - v_min) / dz`` and gives its mass to atom ``i`` in proportion to
+    ``max(0, 1 - |b_j - i|)``: the two neighbours of ``b_j`` split it linearly, and a ``b_j`` that
+    falls exactly on an atom gives it all (the hat functions sum to one on the grid, so no mass
+    is lost, including in the ``floor(b) == ceil(b)`` case).
+
+    Shapes: ``next_probs [B, Z]`` (rows sum to 1), ``reward``/``discount [B]``, ``support [Z]``
+    (evenly spaced, increasing), all f32 -> ``[B, Z]`` f32, rows summing to 1, no gradient.
+    """
+    with torch.no_grad():
+        z = support.numel()
+        v_min, v_max = support[0], support[-1]
+        dz = (v_max - v_min) / (z - 1)
+        tz = (reward.unsqueeze(-1) + discount.unsqueeze(-1) * support).clamp(v_min, v_max)  # [B, Z]
+        b = (tz - v_min) / dz  # [B, Z] in [0, Z-1]
+        grid = torch.arange(z, device=support.device, dtype=support.dtype)
+        weight = (1.0 - (b.unsqueeze(-1) - grid).abs()).clamp_min(0.0)  # [B, Z_src, Z_dst]
+        return torch.bmm(next_probs.unsqueeze(1), weight).squeeze(1)
+
+
+def c51_loss(log_probs: torch.Tensor, target_probs: torch.Tensor) -> torch.Tensor:
+    """Per-sample cross-entropy ``-sum_i m_i log p_i``: ``[B, Z], [B, Z] -> [B]`` f32.
+
+    It differs from KL(m || p) only by the target's entropy, which has no gradient; Rainbow
+    uses it as the priority too.
+    """
+    return -(target_probs * log_probs).sum(-1)
+
+
+def huber(u: torch.Tensor, kappa: float = 1.0) -> torch.Tensor:
+    """Elementwise Huber ``0.5 u^2`` for ``|u| <= kappa``, else ``kappa (|u| - 0.5 kappa)``."""
+    a = u.abs()
+    return torch.where(a <= kappa, 0.5 * u * u, kappa * (a - 0.5 * kappa))
+
+
+def quantile_midpoints(n: int, *, device: torch.device | str | None = None) -> torch.Tensor:
+    """QR-DQN's fixed quantile fractions ``tau_i = (2i + 1) / (2n)``: ``[n]`` f32."""
+    return (torch.arange(n, device=device, dtype=torch.float32) + 0.5) / n
+
+
+def quantile_huber_loss(
+    quantiles: torch.Tensor, target: torch.Tensor, taus: torch.Tensor, kappa: float = 1.0
+) -> torch.Tensor:
+    """Quantile Huber loss per sample.
+
+    ``u_ij = target_j - quantiles_i``; ``rho_ij = |tau_i - 1{u_ij < 0}| * huber(u_ij) / kappa``;
+    the loss is ``sum_i mean_j rho_ij``. With ``kappa == 0`` the Huber term is replaced by
+    ``|u|`` (the plain quantile regression loss).
+
+    Shapes: ``quantiles [B, N]`` (online, with gradient), ``target [B, M]`` (no gradient),
+    ``taus [N]``, all f32 -> ``[B]`` f32.
+
+    Raises:
+        ValueError: ``kappa < 0``.
+    """
+    if kappa < 0:
+        raise ValueError(f"kappa={kappa} must be >= 0")
+    u = target.detach().unsqueeze(1) - quantiles.unsqueeze(2)  # [B, N, M]
+    if kappa == 0:
+        loss = u.abs()
+    else:
+        loss = huber(u, kappa) / kappa
+    weight = (taus.view(1, -1, 1) - (u.detach() < 0).to(u.dtype)).abs()
+    return (weight * loss).mean(2).sum(1)
+
+
+def branching_td_target(
+    reward: torch.Tensor,
+    discount: torch.Tensor,
+    q_next_target: torch.Tensor,
+    q_next_online: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Factored-action target: ``y = r + discount * mean_d Q_target,d(s', a*_d)`` (Tavakoli et al., 2018).
+
+    Each action dimension ``d`` picks its own greedy sub-action; the bootstrap is their mean, one
+    target shared by all branches. Invalid (padding) sub-actions must hold ``-inf`` in the
+    selecting tensor.
+
+    Shapes: ``reward``, ``discount [B]``; ``q_next_* [B, D, n]`` f32 -> ``[B]`` f32, no gradient.
+    """
+    with torch.no_grad():
+        a = greedy_actions(q_next_target, q_next_online)  # [B, D]
+        boot = q_next_target.gather(-1, a.unsqueeze(-1)).squeeze(-1).mean(-1)
+        return reward + discount * boot

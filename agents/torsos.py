@@ -1,0 +1,279 @@
+"""Torso building blocks for value networks: observation -> feature vector.
+
+Every block creates its parameters in the dtype it is given (the agent passes
+``training_dtype(device)``) and never casts inside ``forward``: the observation arrives already in
+that dtype (it was cast once, when it entered the replay buffer or ``act``).
+
+- ``"mlp"``: input ``[B, *obs_shape]`` (flattened); ``depth`` x (linear, [RMSNorm], ReLU).
+- ``"resmlp"``: input ``[B, *obs_shape]`` (flattened); an input projection, then ``depth``
+  pre-norm residual blocks.
+- ``"attention"``: input ``[B, K, D]`` (the last ``K`` observations); per-step embedding plus a
+  learned position, ``depth`` causal pre-norm self-attention blocks, the newest step's features.
+
+``norm="rmsnorm"`` adds RMSNorm; ``spectral_norm=True`` makes every hidden linear layer a
+:class:`SpectralLinear` (weight divided by its largest singular value, estimated by one power
+iteration per training forward), which bounds each layer's Lipschitz constant.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = [
+    "AttentionTorso",
+    "MLPTorso",
+    "ResidualMLPTorso",
+    "SpectralLinear",
+    "TORSO_KINDS",
+    "build_torso",
+]
+
+TORSO_KINDS = ("mlp", "resmlp", "attention")
+NORMS = ("none", "rmsnorm")
+
+
+class SpectralLinear(nn.Module):
+    """``y = x W^T / sigma(W) + b`` with ``sigma`` the largest singular value of ``W``.
+
+    ``sigma`` is estimated by power iteration: one step per forward in training mode (the
+    left singular vector estimate ``u`` is a buffer, so it improves across calls and is saved in
+    the state dict); eval mode reuses the stored ``u`` without updating it. Gradients flow through
+    ``sigma`` (as in Miyato et al., 2018), not through the power iteration.
+
+    Shapes: ``x [..., in_features] -> [..., out_features]``, in the parameter dtype.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        *,
+        bias: bool = True,
+        eps: float = 1e-6,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        lin = nn.Linear(in_features, out_features, bias=bias, device=device, dtype=dtype)
+        self.weight = lin.weight
+        self.bias = lin.bias
+        self.eps = eps
+        u = torch.randn(out_features, device=device, dtype=torch.float32)
+        self.register_buffer("u", F.normalize(u, dim=0, eps=eps).to(self.weight.dtype))
+        self.in_features, self.out_features = in_features, out_features
+
+    def sigma(self) -> torch.Tensor:
+        """The current estimate of the largest singular value (a 0-d tensor with grad to W)."""
+        w = self.weight
+        if self.training:
+            with torch.no_grad():
+                v = F.normalize(w.t() @ self.u, dim=0, eps=self.eps)
+                self.u.copy_(F.normalize(w @ v, dim=0, eps=self.eps))
+        u = self.u
+        v = F.normalize(w.t() @ u, dim=0, eps=self.eps).detach()
+        return torch.dot(u, w @ v)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight / self.sigma(), self.bias)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}"
+
+
+def _linear(
+    n_in: int, n_out: int, spectral: bool, device: torch.device | str | None, dtype: torch.dtype | None
+) -> nn.Module:
+    if spectral:
+        return SpectralLinear(n_in, n_out, device=device, dtype=dtype)
+    return nn.Linear(n_in, n_out, device=device, dtype=dtype)
+
+
+def _norm(kind: str, width: int, device, dtype) -> nn.Module:
+    if kind == "rmsnorm":
+        return nn.RMSNorm(width, eps=1e-6, device=device, dtype=dtype)
+    return nn.Identity()
+
+
+class MLPTorso(nn.Module):
+    """``depth`` x (linear, optional RMSNorm, ReLU) on the flattened observation.
+
+    ``forward(x [B, *obs_shape]) -> [B, width]``.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        *,
+        width: int = 128,
+        depth: int = 2,
+        norm: str = "none",
+        spectral_norm: bool = False,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        layers: list[nn.Module] = [nn.Flatten(1)]
+        n_in = in_features
+        for _ in range(depth):
+            layers += [_linear(n_in, width, spectral_norm, device, dtype), _norm(norm, width, device, dtype),
+                       nn.ReLU()]
+            n_in = width
+        self.net = nn.Sequential(*layers)
+        self.out_features = n_in
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class _ResidualBlock(nn.Module):
+    """``x + W2 relu(W1 norm(x))``: a pre-norm residual MLP block; ``W2`` starts at zero scale."""
+
+    def __init__(self, width: int, norm: str, spectral: bool, device, dtype) -> None:
+        super().__init__()
+        self.norm = _norm(norm, width, device, dtype)
+        self.fc1 = _linear(width, width, spectral, device, dtype)
+        self.fc2 = _linear(width, width, spectral, device, dtype)
+        if not spectral:  # identity at init: the block starts as a skip connection
+            with torch.no_grad():
+                self.fc2.weight.mul_(0.1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.fc2(F.relu(self.fc1(self.norm(x))))
+
+
+class ResidualMLPTorso(nn.Module):
+    """Input projection to ``width``, ``depth`` residual blocks, final norm and ReLU.
+
+    ``forward(x [B, *obs_shape]) -> [B, width]``.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        *,
+        width: int = 128,
+        depth: int = 2,
+        norm: str = "rmsnorm",
+        spectral_norm: bool = False,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        self.flatten = nn.Flatten(1)
+        self.proj = _linear(in_features, width, spectral_norm, device, dtype)
+        self.blocks = nn.Sequential(
+            *[_ResidualBlock(width, norm, spectral_norm, device, dtype) for _ in range(depth)]
+        )
+        self.out_norm = _norm(norm, width, device, dtype)
+        self.out_features = width
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(self.out_norm(self.blocks(self.proj(self.flatten(x)))))
+
+
+class _AttentionBlock(nn.Module):
+    """Pre-norm causal multi-head self-attention, then a pre-norm MLP, both residual."""
+
+    def __init__(self, width: int, heads: int, norm: str, spectral: bool, device, dtype) -> None:
+        super().__init__()
+        self.heads = heads
+        # RMSNorm is the transformer norm here even with norm="none": attention needs it.
+        self.norm1 = _norm("rmsnorm" if norm == "none" else norm, width, device, dtype)
+        self.qkv = _linear(width, 3 * width, spectral, device, dtype)
+        self.out = _linear(width, width, spectral, device, dtype)
+        self.norm2 = _norm("rmsnorm" if norm == "none" else norm, width, device, dtype)
+        self.fc1 = _linear(width, 2 * width, spectral, device, dtype)
+        self.fc2 = _linear(2 * width, width, spectral, device, dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x [B, K, W]
+        b, k, w = x.shape
+        q, key, v = self.qkv(self.norm1(x)).view(b, k, 3, self.heads, w // self.heads).unbind(2)
+        # [B, H, K, W/H] each; causal so step t only sees steps <= t
+        att = F.scaled_dot_product_attention(
+            q.transpose(1, 2), key.transpose(1, 2), v.transpose(1, 2), is_causal=True
+        )
+        x = x + self.out(att.transpose(1, 2).reshape(b, k, w))
+        return x + self.fc2(F.relu(self.fc1(self.norm2(x))))
+
+
+class AttentionTorso(nn.Module):
+    """Self-attention over a short observation history.
+
+    Input ``[B, K, D]``: the last ``K`` observations, oldest first (e.g. from gymnasium's
+    ``FrameStackObservation``). Each step is embedded to ``width``, a learned position embedding
+    is added, ``depth`` causal pre-norm attention blocks run, and the newest step's features are
+    the output ``[B, width]``.
+
+    Raises:
+        ValueError: ``width`` is not divisible by ``heads``.
+    """
+
+    def __init__(
+        self,
+        history: int,
+        obs_features: int,
+        *,
+        width: int = 64,
+        depth: int = 1,
+        heads: int = 2,
+        norm: str = "rmsnorm",
+        spectral_norm: bool = False,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        if width % heads:
+            raise ValueError(f"attention width={width} must be divisible by heads={heads}")
+        self.embed = _linear(obs_features, width, spectral_norm, device, dtype)
+        self.pos = nn.Parameter(torch.randn(history, width, device=device, dtype=dtype) / math.sqrt(width))
+        self.blocks = nn.Sequential(
+            *[_AttentionBlock(width, heads, norm, spectral_norm, device, dtype) for _ in range(depth)]
+        )
+        self.out_norm = _norm("rmsnorm" if norm == "none" else norm, width, device, dtype)
+        self.out_features = width
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x [B, K, D]
+        h = self.blocks(self.embed(x) + self.pos)
+        return F.relu(self.out_norm(h[:, -1]))
+
+
+def build_torso(
+    obs_shape: tuple[int, ...],
+    kind: str = "mlp",
+    *,
+    width: int = 128,
+    depth: int = 2,
+    norm: str = "none",
+    spectral_norm: bool = False,
+    heads: int = 2,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | None = None,
+) -> nn.Module:
+    """A torso for observations of shape ``obs_shape``; its feature size is ``.out_features``.
+
+    Raises:
+        ValueError: unknown ``kind`` or ``norm``; ``"attention"`` with an observation that is not
+            ``[K, D]`` (a history of ``K`` flat observations); a non-positive width or depth.
+    """
+    if kind not in TORSO_KINDS:
+        raise ValueError(f"torso kind={kind!r} is unknown; choose one of {', '.join(TORSO_KINDS)}")
+    if norm not in NORMS:
+        raise ValueError(f"torso norm={norm!r} is unknown; choose one of {', '.join(NORMS)}")
+    if width < 1 or depth < 1:
+        raise ValueError(f"torso width={width} and depth={depth} must be >= 1")
+    if kind == "attention":
+        if len(obs_shape) != 2:
+            raise ValueError(
+                f"the attention torso needs observations of shape [history, features], got "
+                f"obs_shape={tuple(obs_shape)} (stack past observations, e.g. FrameStackObservation)"
+            )
+        return AttentionTorso(obs_shape[0], obs_shape[1], width=width, depth=depth, heads=heads, norm=norm,
+                              spectral_norm=spectral_norm, device=device, dtype=dtype)
+    n_in = math.prod(obs_shape)
+    cls = MLPTorso if kind == "mlp" else ResidualMLPTorso
+    return cls(n_in, width=width, depth=depth, norm=norm, spectral_norm=spectral_norm,
+               device=device, dtype=dtype)
