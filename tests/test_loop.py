@@ -1,0 +1,202 @@
+"""The shared loop, the vector env wrapper, the registry and the metric logger (with a toy agent)."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from toolkit.envs import evaluate, make_vec_env, space_from_json, space_to_json
+from toolkit.logger import MetricLogger, ProgressBar, plot_learning_curve, read_csv
+from toolkit.loop import LoopConfig, run_training
+from toolkit.onpolicy import OnPolicySchedule
+from toolkit.registry import apply_overrides
+
+
+class ToyAgent:
+    """Random actions from torch's global RNG; a counter that 'learns' (enough to test resume)."""
+
+    def __init__(self, n_actions: int) -> None:
+        self.n = n_actions
+        self.seen = torch.zeros(())
+        self.reward_sum = torch.zeros(())
+        self.updates = 0
+
+    def act(self, obs: torch.Tensor, explore: bool = True) -> torch.Tensor:
+        if not explore:
+            return torch.zeros(obs.shape[0], dtype=torch.long)
+        return torch.randint(0, self.n, (obs.shape[0],))
+
+    def observe(self, obs, action, reward, next_obs, terminated, truncated) -> None:
+        self.seen += obs.shape[0]
+        self.reward_sum += reward.sum() + next_obs.sum() * 1e-3
+
+    def update(self) -> dict[str, torch.Tensor]:
+        self.updates += 1
+        return {"losses/toy": self.reward_sum / self.seen, "losses/noise": torch.rand(())}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"seen": self.seen, "reward_sum": self.reward_sum, "updates": self.updates}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.seen = state["seen"].clone()
+        self.reward_sum = state["reward_sum"].clone()
+        self.updates = state["updates"]
+
+
+def test_transitions_keep_the_true_final_observation():
+    env = make_vec_env("CartPole-v1", 3, seed=0)
+    obs = env.obs
+    ends = 0
+    for _ in range(60):
+        tr = env.step(torch.ones(3, dtype=torch.long))  # always push right: episodes end fast
+        done = tr.terminated | tr.truncated
+        # Where nothing ended, next_obs is the observation to act on; where something ended, the
+        # final observation is out of bounds (terminated) and the new one is a fresh reset (|x| small).
+        assert torch.equal(tr.next_obs[~done], tr.obs[~done])
+        if done.any():
+            ends += int(done.sum())
+            final = tr.next_obs[done]
+            assert (final[:, 2].abs() > 0.2).all() or (final[:, 0].abs() > 2.4).all()
+            assert (tr.obs[done].abs() <= 0.05).all()
+            assert len(tr.episode_returns) == int(done.sum())
+        obs = tr.obs
+    assert ends > 3 and obs.dtype == torch.float32 and tr.terminated.dtype == torch.bool
+
+
+def test_truncation_is_reported_separately():
+    env = make_vec_env("Pendulum-v1", 2, seed=0)
+    for _ in range(200):
+        tr = env.step(torch.zeros(2, 1))
+    assert tr.truncated.all() and not tr.terminated.any()
+    assert tr.episode_lengths == [200, 200]
+    assert not torch.equal(tr.next_obs, tr.obs)
+
+
+def test_env_state_round_trip_continues_exactly():
+    env = make_vec_env("CartPoleNoVel-v1", 4, seed=3)
+    assert env.obs.shape == (4, 2)
+    for _ in range(5):
+        env.step(torch.randint(0, 2, (4,)))
+    state = env.get_state()
+    actions = [torch.randint(0, 2, (4,)) for _ in range(40)]
+    first = [env.step(a) for a in actions]
+    env.set_state(state)
+    second = [env.step(a) for a in actions]
+    for x, y in zip(first, second, strict=True):
+        assert torch.equal(x.next_obs, y.next_obs) and torch.equal(x.obs, y.obs)
+        assert x.episode_returns == y.episode_returns
+    other = make_vec_env("CartPole-v1", 4, seed=3)
+    with pytest.raises(ValueError, match="CartPoleNoVel-v1"):
+        other.set_state(state)
+
+
+def test_bad_env_arguments():
+    with pytest.raises(ValueError, match="unknown environment id 'CartPol-v9'"):
+        make_vec_env("CartPol-v9", 1, 0)
+    with pytest.raises(ValueError, match="num_envs"):
+        make_vec_env("CartPole-v1", 0, 0)
+    env = make_vec_env("CartPole-v1", 2, 0)
+    with pytest.raises(ValueError, match="leading size 3"):
+        env.step(torch.zeros(3, dtype=torch.long))
+
+
+def test_space_json_round_trip():
+    env = make_vec_env("Pendulum-v1", 1, 0)
+    for space in (env.single_action_space, env.single_observation_space):
+        assert space_from_json(space_to_json(space)) == space
+
+
+def test_evaluate_counts_one_episode_per_env():
+    out = evaluate(lambda obs: torch.ones(obs.shape[0], dtype=torch.long), "CartPole-v1", 4, seed=0)
+    assert len(out["returns"]) == 4 and all(5 <= r <= 20 for r in out["returns"])
+    assert out["mean_return"] == pytest.approx(np.mean(out["returns"]))
+
+
+def test_metric_logger_means_and_columns(tmp_path):
+    log = MetricLogger(tmp_path, tensorboard=False)
+    log.log(10, {"a": torch.tensor(1.0), "b": 2.0})
+    log.log(10, {"a": torch.tensor(3.0)})
+    assert log.flush(10) == {"a": 2.0, "b": 2.0}
+    log.log(20, {"c": torch.tensor([5.0])})
+    log.flush(20)
+    rows = read_csv(tmp_path / "metrics.csv")
+    assert rows == [{"global_step": 10, "a": 2.0, "b": 2.0}, {"global_step": 20, "c": 5.0}]
+    with pytest.raises(TypeError, match="'bad' must be a scalar"):
+        log.log(30, {"bad": torch.ones(2)})
+    log.close()
+
+
+def test_progress_bar_draws_to_its_stream():
+    out = io.StringIO()
+    bar = ProgressBar(100, stream=out, interval=0.0)
+    bar.update(50, "return 3.0")
+    bar.close()
+    assert "50/100" in out.getvalue() and "return 3.0" in out.getvalue()
+
+
+def test_overrides_convert_types():
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class Cfg:
+        lr: float = 1.0
+        n: int = 2
+        flag: bool = False
+        hidden: tuple[int, ...] = (64,)
+        clip: float | None = None
+
+    raw = {"lr": "1e-3", "n": "4096", "flag": "true", "hidden": "32,32", "clip": "none"}
+    cfg = apply_overrides(Cfg(), raw)
+    assert cfg == Cfg(lr=1e-3, n=4096, flag=True, hidden=(32, 32), clip=None)
+    with pytest.raises(ValueError, match="unknown config key 'lrr'"):
+        apply_overrides(Cfg(), {"lrr": "1"})
+    with pytest.raises(ValueError, match="n='abc' is not a valid int"):
+        apply_overrides(Cfg(), {"n": "abc"})
+
+
+def _run(run_dir, **kw):
+    env = make_vec_env("CartPole-v1", 4, seed=7)
+    agent = ToyAgent(2)
+    cfg = LoopConfig(total_steps=400, seed=7, run_dir=str(run_dir), log_every=64, eval_every=160,
+                     eval_episodes=2, checkpoint_every=96, tensorboard=False, **kw)
+    return agent, run_training(agent, env, OnPolicySchedule(8), cfg)
+
+
+def _rows_without_sps(path):
+    with open(path, newline="") as f:
+        return [{k: v for k, v in r.items() if k != "charts/SPS"} for r in csv.DictReader(f)]
+
+
+def test_resume_reproduces_the_uninterrupted_run(tmp_path):
+    full_agent, full = _run(tmp_path / "full")
+    stopped_agent, stopped = _run(tmp_path / "resumed", stop_at=200)
+    assert stopped["interrupted"] and stopped["global_step"] == 200
+    # Something would diverge if the RNG were not restored: advance it before resuming.
+    torch.rand(100)
+    resumed_agent, resumed = _run(tmp_path / "resumed", resume=True)
+    assert resumed["global_step"] == full["global_step"] == 400
+    assert torch.equal(resumed_agent.reward_sum, full_agent.reward_sum)
+    assert resumed_agent.updates == full_agent.updates == 400 // 32
+    assert _rows_without_sps(tmp_path / "full" / "metrics.csv") == \
+        _rows_without_sps(tmp_path / "resumed" / "metrics.csv")
+    assert resumed["evaluations"] == full["evaluations"]
+    assert (tmp_path / "full" / "curve.png").stat().st_size > 1000
+
+
+def test_target_return_stops_early(tmp_path):
+    env = make_vec_env("CartPole-v1", 2, seed=0)
+    summary = run_training(ToyAgent(2), env, OnPolicySchedule(4),
+                           LoopConfig(total_steps=10_000, eval_every=16, eval_episodes=2, target_return=1.0))
+    assert summary["reached_target_at"] == 16 and summary["global_step"] == 16
+
+
+def test_plot_learning_curve_needs_a_metric(tmp_path):
+    (tmp_path / "m.csv").write_text("global_step,x\n1,2\n")
+    with pytest.raises(ValueError, match="none of"):
+        plot_learning_curve(tmp_path / "m.csv", tmp_path / "c.png")

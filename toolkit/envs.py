@@ -1,0 +1,406 @@
+"""Vector environments with autoreset handled in one place, greedy evaluation, extra env ids.
+
+:func:`make_vec_env` builds a gymnasium ``SyncVectorEnv`` in *same-step* autoreset mode and wraps
+it in :class:`VecEnv`, which speaks torch and reports **real transitions**: each
+:meth:`VecEnv.step` returns the observation to act on next (already reset where an episode
+ended) and, separately, the true next observation of the transition (the final observation
+where an episode ended), with ``terminated`` and ``truncated`` kept apart. An agent bootstraps
+from ``next_obs`` where ``truncated`` and never where ``terminated``; nothing downstream needs
+to know how gymnasium resets.
+
+Observations and rewards come out as f32 tensors, terminations as bool tensors, on the
+``device`` given (default CPU). Discrete actions go in as int64 ``[E]``, MultiDiscrete as int64
+``[E, K]``, Box actions as float ``[E, D]`` (clipped to the space's bounds here, once).
+
+:meth:`VecEnv.get_state` / :meth:`VecEnv.set_state` capture the sub-environments' plain state
+(numbers, arrays, numpy generators, episode counters), which is what classic-control and similar
+pure-Python environments hold, so a training run resumes exactly.
+
+Extra ids registered on import (for tests of memory): ``CartPoleNoVel-v1`` (CartPole with the
+cart and pole velocities hidden: observation ``[x, theta]``) and ``PendulumNoVel-v1`` (Pendulum
+without the angular velocity: ``[cos, sin]``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium import spaces
+
+__all__ = [
+    "EXTRA_ENV_IDS",
+    "Transition",
+    "VecEnv",
+    "evaluate",
+    "make_vec_env",
+    "space_from_json",
+    "space_to_json",
+]
+
+
+# ----------------------------------------------------------------------------- extra env ids
+
+
+class _SelectObs(gym.ObservationWrapper):
+    """Keep only the observation entries at ``indices`` (a partially observed variant)."""
+
+    def __init__(self, env: gym.Env, indices: Sequence[int]) -> None:
+        super().__init__(env)
+        self._indices = np.asarray(indices, dtype=np.int64)
+        box = env.observation_space
+        self.observation_space = spaces.Box(box.low[self._indices], box.high[self._indices], dtype=box.dtype)
+
+    def observation(self, observation: np.ndarray) -> np.ndarray:
+        return observation[self._indices]
+
+
+def _cartpole_novel(**kwargs: Any) -> gym.Env:
+    from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+
+    return _SelectObs(CartPoleEnv(**kwargs), [0, 2])
+
+
+def _pendulum_novel(**kwargs: Any) -> gym.Env:
+    from gymnasium.envs.classic_control.pendulum import PendulumEnv
+
+    return _SelectObs(PendulumEnv(**kwargs), [0, 1])
+
+
+EXTRA_ENV_IDS: dict[str, dict[str, Any]] = {
+    "CartPoleNoVel-v1": {"entry_point": _cartpole_novel, "max_episode_steps": 500, "reward_threshold": 475.0},
+    "PendulumNoVel-v1": {"entry_point": _pendulum_novel, "max_episode_steps": 200},
+}
+
+
+def _register_extra() -> None:
+    for env_id, kwargs in EXTRA_ENV_IDS.items():
+        if env_id not in gym.registry:
+            gym.register(id=env_id, **kwargs)
+
+
+_register_extra()
+
+
+# ----------------------------------------------------------------------------- spaces
+
+
+def space_to_json(space: gym.Space) -> dict[str, Any]:
+    """A JSON description of a Discrete, MultiDiscrete or Box space (for checkpoints).
+
+    Raises:
+        TypeError: another kind of space.
+    """
+    if isinstance(space, spaces.Discrete):
+        return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
+    if isinstance(space, spaces.MultiDiscrete):
+        return {"type": "MultiDiscrete", "nvec": space.nvec.tolist()}
+    if isinstance(space, spaces.Box):
+        return {"type": "Box", "shape": list(space.shape), "low": space.low.tolist(),
+                "high": space.high.tolist(), "dtype": str(space.dtype)}
+    raise TypeError(f"space {space!r} is not supported (Discrete, MultiDiscrete, Box)")
+
+
+def space_from_json(d: dict[str, Any]) -> gym.Space:
+    """Inverse of :func:`space_to_json`.
+
+    Raises:
+        ValueError: an unknown or malformed description.
+    """
+    kind = d.get("type") if isinstance(d, dict) else None
+    if kind == "Discrete":
+        return spaces.Discrete(int(d["n"]), start=int(d.get("start", 0)))
+    if kind == "MultiDiscrete":
+        return spaces.MultiDiscrete(np.asarray(d["nvec"], dtype=np.int64))
+    if kind == "Box":
+        return spaces.Box(np.asarray(d["low"], dtype=d["dtype"]), np.asarray(d["high"], dtype=d["dtype"]),
+                          shape=tuple(d["shape"]), dtype=d["dtype"])
+    raise ValueError(f"unknown space description {d!r}")
+
+
+# ----------------------------------------------------------------------------- vector env
+
+
+@dataclass
+class Transition:
+    """One vector step. ``E`` is the number of environments.
+
+    Attributes:
+        obs: ``[E, *obs_shape]`` f32: the observation to act on next (a reset observation
+            where an episode just ended).
+        reward: ``[E]`` f32.
+        next_obs: ``[E, *obs_shape]`` f32: the true next observation of this transition (the
+            final observation where an episode ended; equal to ``obs`` elsewhere).
+        terminated: ``[E]`` bool: the episode reached a terminal state (do not bootstrap).
+        truncated: ``[E]`` bool: the episode was cut (time limit): bootstrap from ``next_obs``.
+        episode_returns: returns of the episodes that ended at this step (python floats).
+        episode_lengths: their lengths, in the same order.
+    """
+
+    obs: torch.Tensor
+    reward: torch.Tensor
+    next_obs: torch.Tensor
+    terminated: torch.Tensor
+    truncated: torch.Tensor
+    episode_returns: list[float] = field(default_factory=list)
+    episode_lengths: list[int] = field(default_factory=list)
+
+
+_SKIP_ATTRS = {"env", "spec", "_saved_kwargs", "_cached_spec", "metadata", "_metadata", "render_mode",
+               "screen", "clock"}
+
+
+def _capture_layer(layer: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, value in vars(layer).items():
+        if name in _SKIP_ATTRS or isinstance(value, (gym.Space, gym.Env)):
+            continue
+        if isinstance(value, np.random.Generator):
+            out[name] = {"__generator__": value.bit_generator.state}
+        elif value is None or isinstance(value, (bool, int, float, str, np.ndarray, np.generic)):
+            out[name] = value
+        elif isinstance(value, (tuple, list)) and all(isinstance(v, (int, float, np.generic)) for v in value):
+            out[name] = {"__seq__": type(value).__name__, "items": [float(v) if isinstance(v, float) else v
+                                                                   for v in value]}
+    return out
+
+
+def _restore_layer(layer: Any, state: dict[str, Any]) -> None:
+    for name, value in state.items():
+        if isinstance(value, dict) and "__generator__" in value:
+            gen = getattr(layer, name, None)
+            if not isinstance(gen, np.random.Generator):
+                gen = np.random.Generator(np.random.PCG64())
+                setattr(layer, name, gen)
+            gen.bit_generator.state = value["__generator__"]
+        elif isinstance(value, dict) and "__seq__" in value:
+            items = value["items"]
+            setattr(layer, name, tuple(items) if value["__seq__"] == "tuple" else list(items))
+        elif isinstance(value, np.ndarray):
+            setattr(layer, name, value.copy())
+        else:
+            setattr(layer, name, value)
+
+
+def _layers(env: gym.Env) -> list[Any]:
+    """The wrapper chain down to the base env, without the passive checker (it only checks once)."""
+    layers = [env]
+    while hasattr(layers[-1], "env"):
+        layers.append(layers[-1].env)
+    return [layer for layer in layers if not isinstance(layer, gym.wrappers.PassiveEnvChecker)]
+
+
+class VecEnv:
+    """A gymnasium vector env behind a torch interface with real transitions (see the module doc).
+
+    Build it with :func:`make_vec_env`. ``obs`` holds the observation to act on next.
+    """
+
+    def __init__(self, vec: gym.vector.VectorEnv, env_id: str, seed: int, device: torch.device | str = "cpu"
+                 ) -> None:
+        self.vec = vec
+        self.env_id = env_id
+        self.seed = seed
+        self.device = torch.device(device)
+        self.num_envs = vec.num_envs
+        self.single_observation_space = vec.single_observation_space
+        self.single_action_space = vec.single_action_space
+        self._returns = np.zeros(self.num_envs, dtype=np.float64)
+        self._lengths = np.zeros(self.num_envs, dtype=np.int64)
+        self.obs: torch.Tensor | None = None
+        space = self.single_action_space
+        self._box = isinstance(space, spaces.Box)
+        if self._box:
+            self._low, self._high = space.low, space.high
+
+    def _tensor(self, x: np.ndarray, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return torch.as_tensor(np.asarray(x), dtype=dtype).to(self.device)
+
+    def reset(self) -> torch.Tensor:
+        """Reset every environment with seeds ``seed, seed + 1, ...``; returns ``obs`` [E, *obs_shape] f32."""
+        obs, _ = self.vec.reset(seed=[self.seed + i for i in range(self.num_envs)])
+        self._returns[:] = 0.0
+        self._lengths[:] = 0
+        self.obs = self._tensor(obs)
+        return self.obs
+
+    def step(self, actions: torch.Tensor | np.ndarray) -> Transition:
+        """Step every environment once; finished ones reset in the same call (see :class:`Transition`).
+
+        Raises:
+            RuntimeError: called before :meth:`reset`.
+            ValueError: ``actions`` has the wrong leading size.
+        """
+        if self.obs is None:
+            raise RuntimeError("VecEnv.step called before reset()")
+        a = actions.detach().cpu().numpy() if isinstance(actions, torch.Tensor) else np.asarray(actions)
+        if a.shape[0] != self.num_envs:
+            raise ValueError(f"actions has leading size {a.shape[0]}, expected num_envs={self.num_envs}")
+        if self._box:
+            a = np.clip(a.astype(self._low.dtype, copy=False), self._low, self._high)
+        obs, reward, terminated, truncated, info = self.vec.step(a)
+        done = terminated | truncated
+        next_obs = obs
+        if done.any():
+            next_obs = obs.copy()
+            for i in np.flatnonzero(done):
+                next_obs[i] = info["final_obs"][i]
+        self._returns += reward
+        self._lengths += 1
+        ep_returns = [float(self._returns[i]) for i in np.flatnonzero(done)]
+        ep_lengths = [int(self._lengths[i]) for i in np.flatnonzero(done)]
+        self._returns[done] = 0.0
+        self._lengths[done] = 0
+        self.obs = self._tensor(obs)
+        return Transition(
+            obs=self.obs,
+            reward=self._tensor(reward),
+            next_obs=self.obs if next_obs is obs else self._tensor(next_obs),
+            terminated=self._tensor(terminated, torch.bool),
+            truncated=self._tensor(truncated, torch.bool),
+            episode_returns=ep_returns,
+            episode_lengths=ep_lengths,
+        )
+
+    def get_state(self) -> dict[str, Any]:
+        """Everything needed to continue exactly: sub-env plain state, episode counters, ``obs``."""
+        return {
+            "env_id": self.env_id,
+            "num_envs": self.num_envs,
+            "envs": [[_capture_layer(layer) for layer in _layers(e)] for e in self.vec.envs],
+            "returns": self._returns.copy(),
+            "lengths": self._lengths.copy(),
+            "obs": None if self.obs is None else self.obs.cpu(),
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`get_state` output.
+
+        Raises:
+            ValueError: the state belongs to another env id or number of environments.
+        """
+        if state.get("env_id") != self.env_id or state.get("num_envs") != self.num_envs:
+            raise ValueError(f"env state is for {state.get('env_id')!r} x {state.get('num_envs')}, "
+                             f"this is {self.env_id!r} x {self.num_envs}")
+        for e, layer_states in zip(self.vec.envs, state["envs"], strict=True):
+            for layer, s in zip(_layers(e), layer_states, strict=True):
+                _restore_layer(layer, s)
+        self._returns[:] = np.asarray(state["returns"], dtype=np.float64)
+        self._lengths[:] = np.asarray(state["lengths"], dtype=np.int64)
+        self.obs = None if state["obs"] is None else state["obs"].to(self.device, torch.float32)
+
+    def close(self) -> None:
+        """Close the environments."""
+        self.vec.close()
+
+
+def _check_env_id(env_id: str) -> None:
+    if not isinstance(env_id, str) or env_id not in gym.registry:
+        stem = env_id.lower().split("-")[0] if isinstance(env_id, str) else "\0"
+        close = [k for k in gym.registry if stem in k.lower()]
+        hint = f" (did you mean {', '.join(sorted(close)[:5])}?)" if close else ""
+        raise ValueError(f"unknown environment id {env_id!r}{hint}")
+
+
+def make_vec_env(
+    env_id: str,
+    num_envs: int,
+    seed: int,
+    *,
+    capture_video: bool = False,
+    wrappers: Sequence[Callable[[gym.Env], gym.Env]] = (),
+    device: torch.device | str = "cpu",
+    video_dir: str | None = None,
+) -> VecEnv:
+    """Build ``num_envs`` copies of ``env_id`` as a :class:`VecEnv` (reset with seeds ``seed + i``).
+
+    Args:
+        env_id: a gymnasium id, or one of :data:`EXTRA_ENV_IDS`.
+        num_envs: number of environments (>= 1).
+        seed: base seed; environment ``i`` is reset with ``seed + i``.
+        capture_video: record environment 0 with ``gymnasium.wrappers.RecordVideo`` into
+            ``video_dir`` (needs ``moviepy``).
+        wrappers: callables applied, in order, to each single environment.
+        device: where the returned tensors live.
+
+    Raises:
+        ValueError: unknown ``env_id`` or ``num_envs < 1``.
+    """
+    _check_env_id(env_id)
+    if not isinstance(num_envs, int) or num_envs < 1:
+        raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
+
+    def thunk(i: int) -> Callable[[], gym.Env]:
+        def make() -> gym.Env:
+            if capture_video and i == 0:
+                env = gym.make(env_id, render_mode="rgb_array", disable_env_checker=True)
+                env = gym.wrappers.RecordVideo(env, video_dir or "videos")
+            else:
+                env = gym.make(env_id, disable_env_checker=True)
+            for w in wrappers:
+                env = w(env)
+            return env
+
+        return make
+
+    vec = gym.vector.SyncVectorEnv([thunk(i) for i in range(num_envs)],
+                                   autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    env = VecEnv(vec, env_id, seed, device)
+    env.reset()
+    return env
+
+
+def evaluate(
+    policy: Callable[[torch.Tensor], torch.Tensor],
+    env_id: str,
+    episodes: int,
+    seed: int,
+    *,
+    device: torch.device | str = "cpu",
+    wrappers: Sequence[Callable[[gym.Env], gym.Env]] = (),
+) -> dict[str, Any]:
+    """Run ``episodes`` episodes (one per environment, in parallel) with ``policy`` and report returns.
+
+    ``policy(obs [N, *obs_shape] f32) -> actions`` should be greedy. If it has a
+    ``reset(mask: Tensor[N] bool)`` method (a recurrent policy's own memory), that is called with
+    all ``True`` first; environments that finish are not counted again.
+
+    Returns:
+        ``{"mean_return", "std_return", "mean_length", "returns": [...], "lengths": [...]}``.
+
+    Raises:
+        ValueError: unknown ``env_id`` or ``episodes < 1``.
+    """
+    if not isinstance(episodes, int) or episodes < 1:
+        raise ValueError(f"episodes must be a positive int, got {episodes!r}")
+    env = make_vec_env(env_id, episodes, seed, wrappers=wrappers, device=device)
+    reset = getattr(policy, "reset", None)
+    if reset is not None:
+        reset(torch.ones(episodes, dtype=torch.bool, device=device))
+    returns = np.zeros(episodes)
+    lengths = np.zeros(episodes, dtype=np.int64)
+    active = np.ones(episodes, dtype=bool)
+    obs = env.obs
+    try:
+        with torch.no_grad():
+            while active.any():
+                tr = env.step(policy(obs))
+                r = tr.reward.cpu().numpy()
+                done = (tr.terminated | tr.truncated).cpu().numpy()
+                returns[active] += r[active]
+                lengths[active] += 1
+                active &= ~done
+                obs = tr.obs
+    finally:
+        env.close()
+    return {
+        "mean_return": float(returns.mean()),
+        "std_return": float(returns.std()),
+        "mean_length": float(lengths.mean()),
+        "returns": returns.tolist(),
+        "lengths": lengths.tolist(),
+    }

@@ -1,0 +1,230 @@
+"""Metric logging that syncs the device once per log interval, a learning-curve plot, a progress bar.
+
+:class:`MetricLogger` keeps running sums of every metric as tensors on their device
+(``log`` does no ``.item()``); ``flush(step)`` stacks them, moves them to the CPU in one
+transfer, and writes one CSV row (``metrics.csv`` in the run folder) and TensorBoard scalars.
+Metric names follow CleanRL: ``charts/episodic_return``, ``charts/episodic_length``,
+``charts/SPS``, ``losses/value_loss``, ``eval/mean_return``.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import IO
+
+import torch
+
+__all__ = ["MetricLogger", "ProgressBar", "plot_learning_curve", "read_csv"]
+
+
+class MetricLogger:
+    """Accumulate metrics (means over each interval) and write them at ``flush``.
+
+    Args:
+        run_dir: the folder that receives ``metrics.csv`` and TensorBoard event files.
+        csv: write ``metrics.csv``. When the file exists (a resumed run) rows are appended.
+        tensorboard: write TensorBoard scalars (needs the ``tensorboard`` package; without it a
+            warning line is printed once and only the CSV is written).
+    """
+
+    def __init__(self, run_dir: str | Path, *, csv: bool = True, tensorboard: bool = True) -> None:
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.csv_path = self.run_dir / "metrics.csv" if csv else None
+        self._sums: dict[str, torch.Tensor | float] = {}
+        self._counts: dict[str, int] = {}
+        self._columns: list[str] = []
+        if self.csv_path is not None and self.csv_path.exists():
+            self._columns = _header_columns(self.csv_path)
+        self._writer = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._writer = SummaryWriter(str(self.run_dir))
+            except ImportError:
+                print("tensorboard is not installed: logging to metrics.csv only", file=sys.stderr)
+        self.last: dict[str, float] = {}
+
+    def log(self, step: int, metrics: Mapping[str, torch.Tensor | float]) -> None:
+        """Add one value per metric to the current interval (tensors stay on their device).
+
+        ``step`` is accepted for symmetry with :meth:`flush`; the interval's values are written
+        at the step given to ``flush``.
+
+        Raises:
+            TypeError: a value is neither a number nor a one-element tensor.
+        """
+        del step
+        for name, value in metrics.items():
+            if isinstance(value, torch.Tensor):
+                if value.numel() != 1:
+                    raise TypeError(f"metric {name!r} must be a scalar, got shape {tuple(value.shape)}")
+                value = value.detach().reshape(()).float()
+            elif not isinstance(value, (int, float)):
+                raise TypeError(f"metric {name!r} must be a number or tensor, got {type(value).__name__}")
+            prev = self._sums.get(name)
+            self._sums[name] = value if prev is None else prev + value
+            self._counts[name] = self._counts.get(name, 0) + 1
+
+    def flush(self, step: int) -> dict[str, float]:
+        """Write the means of this interval at ``step`` (one device sync) and start a new interval.
+
+        Returns:
+            the written means, as floats (also kept in ``self.last``).
+        """
+        if not self._sums:
+            return {}
+        names = list(self._sums)
+        tensors = [self._sums[n] for n in names]
+        devices = {t.device for t in tensors if isinstance(t, torch.Tensor)}
+        values: dict[str, float] = {}
+        for dev in devices:  # one transfer per device
+            idx = [i for i, t in enumerate(tensors) if isinstance(t, torch.Tensor) and t.device == dev]
+            host = torch.stack([tensors[i] for i in idx]).cpu().tolist()
+            values.update({names[i]: v for i, v in zip(idx, host, strict=True)})
+        for i, t in enumerate(tensors):
+            if not isinstance(t, torch.Tensor):
+                values[names[i]] = float(t)
+        means = {n: values[n] / self._counts[n] for n in names}
+        self._sums.clear()
+        self._counts.clear()
+        if self._writer is not None:
+            for n, v in means.items():
+                self._writer.add_scalar(n, v, step)
+        if self.csv_path is not None:
+            self._write_row(step, means)
+        self.last.update(means)
+        return means
+
+    def _write_row(self, step: int, means: Mapping[str, float]) -> None:
+        new = [n for n in means if n not in self._columns]
+        if new:  # a new column: rewrite the file with the wider header
+            old_rows = read_csv(self.csv_path) if self.csv_path.exists() else []
+            self._columns += new
+            with open(self.csv_path, "w", newline="") as f:
+                w = csv.writer(f)
+                w.writerow(["global_step", *self._columns])
+                for row in old_rows:
+                    w.writerow([int(row["global_step"])] + [_fmt(row.get(c)) for c in self._columns])
+        with open(self.csv_path, "a", newline="") as f:
+            csv.writer(f).writerow([step] + [_fmt(means.get(c)) for c in self._columns])
+
+    def close(self) -> None:
+        """Flush nothing further; close TensorBoard files."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+
+def _header_columns(path: Path) -> list[str]:
+    with open(path, newline="") as f:
+        return next(csv.reader(f), ["global_step"])[1:]
+
+
+def _fmt(v: float | None) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return ""
+    return repr(float(v))
+
+
+def read_csv(path: str | Path) -> list[dict[str, float]]:
+    """Rows of a ``metrics.csv`` as dicts of floats (empty cells are left out)."""
+    with open(path, newline="") as f:
+        return [{k: float(v) for k, v in row.items() if v not in ("", None)} for row in csv.DictReader(f)]
+
+
+def plot_learning_curve(csv_path: str | Path, png_path: str | Path, *,
+                        metrics: tuple[str, ...] = ("charts/episodic_return", "eval/mean_return"),
+                        title: str | None = None) -> Path:
+    """Plot the named metrics of a ``metrics.csv`` against ``global_step`` into a PNG (matplotlib Agg).
+
+    Returns:
+        the PNG path.
+
+    Raises:
+        ValueError: none of ``metrics`` appears in the file.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = read_csv(csv_path)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    plotted = 0
+    for name in metrics:
+        pts = [(r["global_step"], r[name]) for r in rows if name in r]
+        if pts:
+            ax.plot(*zip(*pts, strict=True), label=name, marker="o" if len(pts) < 30 else None)
+            plotted += 1
+    if not plotted:
+        plt.close(fig)
+        raise ValueError(f"none of {list(metrics)} is in {csv_path}")
+    ax.set_xlabel("environment steps")
+    ax.set_ylabel("return")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    if title:
+        ax.set_title(title)
+    fig.tight_layout()
+    png_path = Path(png_path)
+    fig.savefig(png_path, dpi=100)
+    plt.close(fig)
+    return png_path
+
+
+class ProgressBar:
+    """A one-line textual progress bar on stderr (redrawn at most every ``interval`` seconds).
+
+    Args:
+        total: the step count at 100%.
+        initial: the step to start from (a resumed run).
+        stream: where to draw (default ``sys.stderr``); ``enabled=False`` draws nothing.
+    """
+
+    def __init__(self, total: int, *, initial: int = 0, stream: IO[str] | None = None,
+                 enabled: bool = True, interval: float = 0.5, width: int = 28) -> None:
+        self.total = max(int(total), 1)
+        self.n = initial
+        self.stream = stream if stream is not None else sys.stderr
+        self.enabled = enabled
+        self.interval = interval
+        self.width = width
+        self._start = time.perf_counter()
+        self._start_n = initial
+        self._last_draw = 0.0
+        self.postfix = ""
+
+    def update(self, n: int, postfix: str | None = None) -> None:
+        """Set the current step to ``n`` (and the text after the bar) and redraw if due."""
+        self.n = n
+        if postfix is not None:
+            self.postfix = postfix
+        now = time.perf_counter()
+        if self.enabled and now - self._last_draw >= self.interval:
+            self._last_draw = now
+            self._draw(now)
+
+    def _draw(self, now: float) -> None:
+        frac = min(self.n / self.total, 1.0)
+        filled = int(frac * self.width)
+        rate = (self.n - self._start_n) / max(now - self._start, 1e-9)
+        eta = (self.total - self.n) / rate if rate > 0 else float("inf")
+        eta_s = "?" if math.isinf(eta) else f"{int(eta) // 60}:{int(eta) % 60:02d}"
+        bar = "#" * filled + "-" * (self.width - filled)
+        self.stream.write(f"\r[{bar}] {self.n}/{self.total} {rate:,.0f} steps/s eta {eta_s} {self.postfix}"
+                          "\033[K")
+        self.stream.flush()
+
+    def close(self) -> None:
+        """Draw the final state and end the line."""
+        if self.enabled:
+            self._draw(time.perf_counter())
+            self.stream.write("\n")
+            self.stream.flush()

@@ -1,0 +1,65 @@
+"""The on-policy schedule of the shared loop: collect a rollout of T vector steps, then update once.
+
+``update()`` of an on-policy agent (PPO) runs its epochs over the rollout it has stored through
+``observe``; this schedule only decides when. ::
+
+    run_training(agent, env, OnPolicySchedule(agent.config.num_steps), LoopConfig(total_steps=...))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+__all__ = ["OnPolicySchedule", "schedule_for"]
+
+
+class OnPolicySchedule:
+    """Call ``agent.update()`` after every ``rollout_steps`` vector steps.
+
+    Args:
+        rollout_steps: vector steps per rollout (``T``; the rollout holds ``T * num_envs`` transitions).
+
+    Raises:
+        ValueError: ``rollout_steps < 1``.
+    """
+
+    def __init__(self, rollout_steps: int) -> None:
+        if not isinstance(rollout_steps, int) or rollout_steps < 1:
+            raise ValueError(f"rollout_steps must be a positive int, got {rollout_steps!r}")
+        self.rollout_steps = rollout_steps
+        self.vector_steps = 0
+        self.updates = 0
+
+    def after_step(self, agent: Any, step: int) -> list[Mapping[str, torch.Tensor]]:
+        """Count one vector step; at the end of a rollout run ``agent.update()`` and return its metrics."""
+        del step
+        self.vector_steps += 1
+        if self.vector_steps % self.rollout_steps:
+            return []
+        self.updates += 1
+        return [agent.update()]
+
+    def state_dict(self) -> dict[str, Any]:
+        """The counters."""
+        return {"rollout_steps": self.rollout_steps, "vector_steps": self.vector_steps,
+                "updates": self.updates}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore the counters.
+
+        Raises:
+            ValueError: the state was saved with another rollout length.
+        """
+        if int(state["rollout_steps"]) != self.rollout_steps:
+            raise ValueError(f"schedule state has rollout_steps={state['rollout_steps']}, this schedule "
+                             f"has {self.rollout_steps}")
+        self.vector_steps = int(state["vector_steps"])
+        self.updates = int(state["updates"])
+
+
+def schedule_for(agent: Any) -> OnPolicySchedule:
+    """The schedule the CLI uses for an on-policy agent: its rollout length ``agent.config.num_steps``."""
+    return OnPolicySchedule(int(agent.config.num_steps))

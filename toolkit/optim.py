@@ -1,0 +1,157 @@
+"""Optimizers that keep bf16 training from losing its updates.
+
+A bf16 parameter has 8 bits of mantissa: an Adam step of ``lr = 3e-4`` on a weight of size 1 is
+below half a unit in the last place, and rounding to nearest throws it away. Training in bf16
+therefore keeps **f32 master weights**: the optimizer (its moments included) works on f32
+copies, and after each step the bf16 parameters receive the rounded master values.
+
+:class:`MasterWeightOptimizer` wraps any ``torch.optim`` optimizer class that way. Parameters that
+already are f32 are optimized in place (no copy, no cost), so one code path serves every device::
+
+    opt = MasterWeightOptimizer(model.parameters(), torch.optim.Adam, lr=3e-4, eps=1e-5)
+    opt.zero_grad()
+    loss.backward()
+    grad_norm = opt.clip_grad_norm_(0.5)   # on the f32 master gradients; returns the f32 norm
+    opt.step()                             # f32 update, then bf16 <- round(master)
+    opt.set_lr(1e-4)
+
+``state_dict()`` holds the inner optimizer's state plus the f32 masters, so a checkpoint resumes
+exactly; ``load_state_dict`` accepts a state saved with a different parameter dtype (masters
+become the parameters' values when the new parameters are f32; they are rebuilt from the
+parameters when the saved state had none).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import torch
+
+__all__ = ["MasterWeightOptimizer"]
+
+
+class MasterWeightOptimizer:
+    """Wrap ``optimizer_cls`` so low-precision parameters are updated through f32 master copies.
+
+    Args:
+        params: the parameters (an iterable of tensors requiring grad; one param group).
+        optimizer_cls: a ``torch.optim.Optimizer`` subclass (Adam, AdamW, SGD, ...).
+        **kwargs: passed to ``optimizer_cls`` (``lr``, ``eps``, ...).
+
+    Raises:
+        ValueError: ``params`` is empty or holds a parameter that does not require grad.
+    """
+
+    def __init__(self, params: Iterable[torch.nn.Parameter], optimizer_cls: type[torch.optim.Optimizer]
+                 = torch.optim.Adam, **kwargs: Any) -> None:
+        self.params = list(params)
+        if not self.params:
+            raise ValueError("params is empty: nothing to optimize")
+        for i, p in enumerate(self.params):
+            if not p.requires_grad:
+                raise ValueError(f"params[{i}] (shape {tuple(p.shape)}) does not require grad")
+        # f32 parameters are their own master; others get an f32 copy.
+        self.masters = [
+            p if p.dtype == torch.float32 else p.detach().float().requires_grad_(True) for p in self.params
+        ]
+        self.optimizer = optimizer_cls(self.masters, **kwargs)
+
+    @property
+    def has_masters(self) -> bool:
+        """True when at least one parameter is optimized through an f32 copy."""
+        return any(m is not p for m, p in zip(self.masters, self.params, strict=True))
+
+    @property
+    def param_groups(self) -> list[dict]:
+        """The inner optimizer's param groups (to read or set ``lr``)."""
+        return self.optimizer.param_groups
+
+    def set_lr(self, lr: float) -> None:
+        """Set the learning rate of every param group."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+    def zero_grad(self) -> None:
+        """Drop the gradients of the parameters and of the masters."""
+        for p, m in zip(self.params, self.masters, strict=True):
+            p.grad = None
+            m.grad = None
+
+    def _gather_grads(self) -> None:
+        for p, m in zip(self.params, self.masters, strict=True):
+            if m is not p:
+                m.grad = None if p.grad is None else p.grad.float()
+
+    def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
+        """Clip the global gradient norm (computed in f32 on the master gradients) to ``max_norm``.
+
+        Returns:
+            the norm before clipping, an f32 scalar tensor on the parameters' device (no sync).
+        """
+        self._gather_grads()
+        return torch.nn.utils.clip_grad_norm_(self.masters, max_norm)
+
+    def step(self) -> None:
+        """One optimizer step on the f32 masters, then round them into the parameters."""
+        self._gather_grads()
+        self.optimizer.step()
+        with torch.no_grad():
+            for p, m in zip(self.params, self.masters, strict=True):
+                if m is not p:
+                    p.copy_(m)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Inner optimizer state plus the f32 masters (``None`` where the parameter is f32)."""
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "masters": [None if m is p else m.detach().clone() for m, p in zip(self.masters, self.params,
+                                                                             strict=True)],
+        }
+
+    def check_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Raise ``ValueError`` unless ``state`` fits these parameters; changes nothing."""
+        try:
+            inner = state["optimizer"]
+            masters = state["masters"]
+            groups = inner["param_groups"]
+            per_param = inner["state"]
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"optimizer state is missing {exc}") from None
+        if len(masters) != len(self.params):
+            raise ValueError(f"optimizer state has {len(masters)} parameters, expected {len(self.params)}")
+        n_saved = sum(len(g["params"]) for g in groups)
+        if n_saved != len(self.params) or len(groups) != len(self.optimizer.param_groups):
+            raise ValueError(f"optimizer state has {n_saved} parameters in {len(groups)} groups, expected "
+                             f"{len(self.params)} in {len(self.optimizer.param_groups)}")
+        ids = [i for g in groups for i in g["params"]]
+        for i, (saved_id, p) in enumerate(zip(ids, self.params, strict=True)):
+            m = masters[i]
+            if m is not None and tuple(m.shape) != tuple(p.shape):
+                raise ValueError(f"optimizer master {i} has shape {tuple(m.shape)}, "
+                                 f"expected {tuple(p.shape)}")
+            for key, value in per_param.get(saved_id, {}).items():
+                if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape != p.shape:
+                    raise ValueError(f"optimizer state {key!r} of parameter {i} has shape "
+                                     f"{tuple(value.shape)}, expected {tuple(p.shape)}")
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Load a state from :meth:`state_dict`, possibly saved with another parameter dtype.
+
+        Call it after the parameters themselves were loaded. Saved masters replace the current
+        masters (or the f32 parameters themselves, which then get the exact f32 values); without
+        saved masters the masters are rebuilt from the parameters.
+
+        Raises:
+            ValueError: the state does not fit (checked before anything changes).
+        """
+        self.check_state_dict(state)
+        inner = state["optimizer"]
+        # Moments are cast to the masters' dtype (f32) by torch's load_state_dict.
+        self.optimizer.load_state_dict(inner)
+        with torch.no_grad():
+            for p, m, saved in zip(self.params, self.masters, state["masters"], strict=True):
+                source = saved if saved is not None else p
+                m.copy_(source.to(device=m.device, dtype=m.dtype))
+                if m is not p:
+                    p.copy_(m)

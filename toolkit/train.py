@@ -1,0 +1,172 @@
+"""``python -m toolkit train``: train a registered agent preset on a gymnasium environment.
+
+::
+
+    python -m toolkit train --agent ppo --env CartPole-v1 --steps 100000 --eval-every 10000
+    python -m toolkit train --agent ppo-continuous --env Pendulum-v1 --set lr=1e-3 --set gamma=0.9
+    python -m toolkit train --agent ppo --env CartPole-v1 --run-dir runs/a --resume
+
+Each run writes ``metrics.csv``, TensorBoard files, ``checkpoint.safetensors`` and ``curve.png``
+into ``--run-dir`` (default ``runs/<agent>-<env>-s<seed>``). ``--resume`` continues from that
+checkpoint exactly; without ``--resume`` an existing checkpoint is never overwritten.
+
+Bad input (unknown agent or environment, a config key that does not exist, an action space the
+agent cannot drive, a checkpoint from another agent or environment) prints one ``error:`` line
+and exits with status 2, before anything is written.
+
+The schedule comes from ``toolkit.<kind>.schedule_for(agent)``, ``kind`` being the preset's
+``"onpolicy"`` or ``"offpolicy"``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = ["add_parser", "run"]
+
+DEFAULT_AGENT = "rainbow"
+DEFAULT_ENV = "CartPole-v1"
+
+
+class UsageError(ValueError):
+    """A command-line mistake: reported as one line, exit status 2."""
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add the ``train`` subcommand to ``python -m toolkit``'s parser."""
+    p = subparsers.add_parser("train", help="train an agent preset on a gymnasium environment",
+                              description=__doc__.splitlines()[0])
+    p.add_argument("--agent", default=DEFAULT_AGENT, help=f"agent preset (default {DEFAULT_AGENT}); "
+                   "`--agent list` lists them")
+    p.add_argument("--env", default=DEFAULT_ENV, help=f"gymnasium environment id (default {DEFAULT_ENV})")
+    p.add_argument("--steps", type=int, default=None, help="environment steps (default: the preset's)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default cpu)")
+    p.add_argument("--num-envs", type=int, default=None, help="parallel environments (default: the preset's)")
+    p.add_argument("--run-dir", default=None, help="output folder (default runs/<agent>-<env>-s<seed>)")
+    p.add_argument("--resume", action="store_true", help="continue from the run dir's checkpoint")
+    p.add_argument("--checkpoint-every", type=int, default=0,
+                   help="env steps between checkpoints (0: at the end only)")
+    p.add_argument("--eval-every", type=int, default=0,
+                   help="env steps between greedy evaluations (0: at the end only)")
+    p.add_argument("--eval-episodes", type=int, default=10)
+    p.add_argument("--log-every", type=int, default=2048, help="env steps between metric flushes")
+    p.add_argument("--target-return", type=float, default=None, help="stop once an evaluation reaches this")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override an agent config field (repeatable)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-tensorboard", action="store_true", help="metrics.csv only")
+    p.set_defaults(run=run)
+    return p
+
+
+def _parse_overrides(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--set expects KEY=VALUE, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(name)
+    except RuntimeError:
+        raise UsageError(f"--device {name!r} is not a device (cpu, cuda, cuda:N, auto)") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"--device {name!r}: CUDA is not available on this machine")
+    return dev
+
+
+def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any]:
+    from toolkit.checkpoint import CheckpointError, load_checkpoint
+    from toolkit.envs import make_vec_env
+    from toolkit.loop import CHECKPOINT_NAME, LoopConfig
+    from toolkit.registry import get_agent, list_agents
+
+    if args.agent == "list":
+        raise UsageError("known agents: " + "; ".join(f"{s.name} ({s.kind}): {s.description}"
+                                                       for s in list_agents()))
+    try:
+        spec = get_agent(args.agent)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    overrides = _parse_overrides(args.overrides)
+    device = _device(args.device)
+    steps = args.steps if args.steps is not None else spec.default_steps
+    if steps < 1:
+        raise UsageError(f"--steps must be >= 1, got {steps}")
+    num_envs = args.num_envs if args.num_envs is not None else spec.default_num_envs
+    if num_envs < 1:
+        raise UsageError(f"--num-envs must be >= 1, got {num_envs}")
+    run_dir = Path(args.run_dir or f"runs/{args.agent}-{args.env.replace('/', '_')}-s{args.seed}")
+    ckpt = run_dir / CHECKPOINT_NAME
+    meta = (("agent", args.agent), ("env", args.env), ("num_envs", str(num_envs)))
+    if ckpt.exists():
+        if not args.resume:
+            raise UsageError(f"{run_dir} already holds a checkpoint: pass --resume to continue it, or "
+                             "choose another --run-dir")
+        try:
+            saved = dict(load_checkpoint(ckpt).get("meta", {}))
+        except CheckpointError as exc:
+            raise UsageError(str(exc)) from None
+        for key, value in meta:
+            if saved.get(key) != value:
+                raise UsageError(f"{ckpt} was made with {key}={saved.get(key)!r}, "
+                                 f"this run has {key}={value!r}")
+    try:
+        env = make_vec_env(args.env, num_envs, args.seed, device=device)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        agent = spec.factory(env.single_observation_space, env.single_action_space, num_envs=num_envs,
+                             device=device, seed=args.seed, total_steps=steps, overrides=overrides)
+    except (ValueError, TypeError) as exc:
+        env.close()
+        raise UsageError(f"agent {args.agent!r} on {args.env}: {exc}") from None
+    schedule = importlib.import_module(f"toolkit.{spec.kind}").schedule_for(agent)
+    cfg = LoopConfig(
+        total_steps=steps, seed=args.seed, run_dir=str(run_dir), log_every=args.log_every,
+        eval_every=args.eval_every, eval_episodes=args.eval_episodes, target_return=args.target_return,
+        checkpoint_every=args.checkpoint_every, resume=args.resume, progress=not args.no_progress,
+        tensorboard=not args.no_tensorboard, meta=meta,
+    )
+    return spec, agent, env, schedule, cfg
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the ``train`` subcommand; returns the exit status (0 ok, 2 usage error)."""
+    from toolkit.checkpoint import CheckpointError
+    from toolkit.loop import run_training
+
+    try:
+        spec, agent, env, schedule, cfg = _build(args)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        summary = run_training(agent, env, schedule, cfg)
+    except CheckpointError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        env.close()
+    final = summary["final_eval"]
+    line = f"{spec.name} on {args.env}: {summary['global_step']} steps in {summary['wall_s']:.1f} s"
+    if final is not None:
+        line += f", greedy evaluation {final['mean_return']:.1f} +- {final['std_return']:.1f}"
+    if summary["reached_target_at"] is not None:
+        line += f", target reached at step {summary['reached_target_at']}"
+    print(line)
+    print(f"run folder: {cfg.run_dir} (metrics.csv, curve.png, {Path(summary['checkpoint'] or '').name})")
+    return 0
