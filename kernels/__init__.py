@@ -26,7 +26,10 @@ __all__ = [
 ]
 
 # Modules that register ops; `load_all()` imports them so `registry()` is complete.
-_OP_MODULES: tuple[str, ...] = ()
+_OP_MODULES: tuple[str, ...] = (
+    "kernels.noisy_head.linear",
+    "kernels.noisy_head.dueling",
+)
 
 
 def load_all() -> None:

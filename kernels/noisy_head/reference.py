@@ -1,0 +1,133 @@
+"""Torch references of the noisy-linear and noisy dueling / distributional head ops.
+
+These are the specification, the CPU path and the test oracle. They never build the noisy weight
+``W_mu + W_sigma * outer(eps_out, eps_in)``: the sigma term is a second product of the
+noise-scaled input, ``((x * eps_in) @ W_sigma.T + b_sigma) * eps_out``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["NoisyParams", "noisy_dueling_ref", "noisy_linear_ref", "reference_grads"]
+
+
+class NoisyParams(NamedTuple):
+    """One noisy layer's tensors. ``[O, I]`` weights (or ``[G, O, I]`` for G layers sharing an input).
+
+    Attributes:
+        weight_mu: ``[O, I]`` (or ``[G, O, I]``).
+        weight_sigma: like ``weight_mu``; ``None`` for a layer without noise.
+        bias_mu: ``[O]`` (or ``[G, O]``), or ``None`` for a layer without bias.
+        bias_sigma: like ``bias_mu``; ``None`` without bias or without noise.
+        eps_in: ``[I]`` (or ``[G, I]``) factorised input noise, already passed through
+            ``f(u) = sign(u) sqrt(|u|)``; ``None`` without noise.
+        eps_out: ``[O]`` (or ``[G, O]``) output noise, likewise.
+    """
+
+    weight_mu: torch.Tensor
+    weight_sigma: torch.Tensor | None = None
+    bias_mu: torch.Tensor | None = None
+    bias_sigma: torch.Tensor | None = None
+    eps_in: torch.Tensor | None = None
+    eps_out: torch.Tensor | None = None
+
+
+def noisy_linear_ref(
+    x: torch.Tensor,
+    weight_mu: torch.Tensor,
+    weight_sigma: torch.Tensor | None,
+    bias_mu: torch.Tensor | None,
+    bias_sigma: torch.Tensor | None,
+    eps_in: torch.Tensor | None,
+    eps_out: torch.Tensor | None,
+    noise: bool = True,
+    relu: bool = False,
+) -> torch.Tensor:
+    """``y = x @ W_mu.T + b_mu + ((x * eps_in) @ W_sigma.T + b_sigma) * eps_out`` (optional ReLU).
+
+    ``noise=False`` keeps only the mu terms. x ``[B, I]``; 2-D weights give ``[B, O]``, 3-D
+    weights ``[G, O, I]`` give ``[B, G, O]`` (G independent layers on the same input).
+    Computed in the inputs' dtype.
+    """
+    if weight_mu.dim() == 3:
+        def pick(t: torch.Tensor | None, g: int) -> torch.Tensor | None:
+            return None if t is None else t[g]
+
+        params = (weight_mu, weight_sigma, bias_mu, bias_sigma, eps_in, eps_out)
+        outs = [
+            noisy_linear_ref(x, *(pick(t, g) for t in params), noise=noise, relu=relu)  # type: ignore[misc]
+            for g in range(weight_mu.shape[0])
+        ]
+        return torch.stack(outs, dim=1)
+    y = F.linear(x, weight_mu, bias_mu)
+    if noise:
+        y = y + F.linear(x * eps_in, weight_sigma, bias_sigma) * eps_out
+    return torch.relu(y) if relu else y
+
+
+def noisy_dueling_ref(
+    x: torch.Tensor,
+    advantage: NoisyParams,
+    value: NoisyParams | None,
+    num_actions: int,
+    atoms: int,
+    noise: bool,
+    log_softmax: bool,
+    support: torch.Tensor | None,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """The last layer of a dueling / distributional head and its combine, in f32.
+
+    ``x`` is ``[B, I]`` (both streams read it) or ``[B, 2, I]`` (``x[:, 0]`` feeds the value
+    stream, ``x[:, 1]`` the advantage stream). The advantage stream has ``A * Z`` outputs, the
+    value stream ``Z``. With ``value``: ``Q = V + A - mean_a A``; without: ``Q = A``. Both stream
+    outputs are upcast to f32 (the loss boundary) before the combine.
+
+    Returns ``[B, A, Z]`` f32: log-probabilities over z when ``log_softmax`` and ``Z > 1``, raw
+    values otherwise; with ``support`` ``[Z]`` also ``q = sum_z exp(log_p) * support``,
+    ``[B, A]`` f32.
+    """
+    b = x.shape[0]
+    xv, xa = (x[:, 0], x[:, 1]) if x.dim() == 3 else (x, x)
+    adv = noisy_linear_ref(xa, *advantage, noise=noise).float().view(b, num_actions, atoms)
+    if value is not None:
+        val = noisy_linear_ref(xv, *value, noise=noise).float().view(b, 1, atoms)
+        q = val + adv - adv.mean(dim=1, keepdim=True)
+    else:
+        q = adv
+    if log_softmax and atoms > 1:
+        q = torch.log_softmax(q, dim=-1)
+    if support is None:
+        return q
+    return q, (q.exp() * support.float()).sum(dim=-1)
+
+
+def reference_grads(
+    fn: Callable[..., torch.Tensor | tuple[torch.Tensor, ...]],
+    inputs: Sequence[torch.Tensor | None],
+    needs: Sequence[bool],
+    grad_outputs: Sequence[torch.Tensor | None],
+) -> tuple[torch.Tensor | None, ...]:
+    """Gradients of ``fn(*inputs)`` by torch autograd: the fallback of a Triton backward.
+
+    Returns one entry per input: its gradient where ``needs`` says so, else ``None``.
+    """
+    with torch.enable_grad():
+        leaves = [
+            None if t is None else t.detach().requires_grad_(bool(n) and t.is_floating_point())
+            for t, n in zip(inputs, needs, strict=True)
+        ]
+        outs = fn(*leaves)
+        outs = outs if isinstance(outs, tuple) else (outs,)
+        pairs = [(o, g) for o, g in zip(outs, grad_outputs, strict=True) if g is not None]
+        wanted = [t for t in leaves if t is not None and t.requires_grad]
+        grads = iter(
+            torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs], allow_unused=True)
+            if wanted
+            else ()
+        )
+    return tuple(next(grads) if (t is not None and t.requires_grad) else None for t in leaves)
