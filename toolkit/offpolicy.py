@@ -1,0 +1,112 @@
+"""The off-policy schedule of the shared loop: learning starts, train frequency, gradient steps.
+
+The loop (:func:`toolkit.loop.run_training`) stores every vector step through
+``agent.observe``; this schedule decides when the agent learns:
+
+- nothing before ``learning_starts`` environment steps (summed over the vector envs);
+- then, each time the global step crosses a multiple of ``train_freq``, ``gradient_steps`` calls
+  of ``agent.update()``. With ``E`` environments a vector step advances the global step by ``E``,
+  so several rounds can fall due at once; the update-to-data ratio stays
+  ``gradient_steps / train_freq`` whatever ``E`` is.
+
+Target-network updates (hard every ``target_update_every`` learner updates, or Polyak with
+``tau < 1``) happen inside ``agent.update()``, so an agent driven by hand behaves the same. ::
+
+    env = make_vec_env("CartPole-v1", 4, seed=1)
+    agent = DQNAgent(env.single_observation_space, env.single_action_space, preset("rainbow"), num_envs=4)
+    run_training(agent, env, schedule_for(agent), LoopConfig(total_steps=50_000, eval_every=5_000,
+                                                             target_return=475))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+__all__ = ["OffPolicySchedule", "schedule_for"]
+
+
+class OffPolicySchedule:
+    """``gradient_steps`` calls of ``agent.update()`` per ``train_freq`` env steps after ``learning_starts``.
+
+    Args:
+        learning_starts: environment steps (all envs) before the first update.
+        train_freq: environment steps between two rounds of updates.
+        gradient_steps: updates per round.
+        return_metrics: ``"last"`` returns the metrics of the last update of each round (one
+            accumulation per round in the logger), ``"all"`` every update's.
+
+    Raises:
+        ValueError: a negative ``learning_starts``, ``train_freq`` or ``gradient_steps`` below 1,
+            or an unknown ``return_metrics``.
+    """
+
+    def __init__(self, learning_starts: int, train_freq: int, gradient_steps: int = 1, *,
+                 return_metrics: str = "last") -> None:
+        if int(learning_starts) < 0:
+            raise ValueError(f"learning_starts must be >= 0, got {learning_starts!r}")
+        if int(train_freq) < 1:
+            raise ValueError(f"train_freq must be >= 1, got {train_freq!r}")
+        if int(gradient_steps) < 1:
+            raise ValueError(f"gradient_steps must be >= 1, got {gradient_steps!r}")
+        if return_metrics not in ("last", "all"):
+            raise ValueError(f"return_metrics must be 'last' or 'all', got {return_metrics!r}")
+        self.learning_starts = int(learning_starts)
+        self.train_freq = int(train_freq)
+        self.gradient_steps = int(gradient_steps)
+        self.return_metrics = return_metrics
+        self.last_step = 0
+        self.rounds = 0
+        self.updates = 0
+
+    def rounds_due(self, prev: int, step: int) -> int:
+        """Multiples ``k * train_freq`` in ``(prev, step]`` that are ``>= learning_starts``."""
+        lo = max(prev, self.learning_starts - 1)
+        return max(0, step // self.train_freq - lo // self.train_freq) if step > lo else 0
+
+    def after_step(self, agent: Any, step: int) -> list[Mapping[str, torch.Tensor]]:
+        """Run the updates due now that the global env step is ``step``; return their metrics."""
+        rounds = self.rounds_due(self.last_step, step)
+        self.last_step = step
+        out: list[Mapping[str, torch.Tensor]] = []
+        for _ in range(rounds):
+            metrics: Mapping[str, torch.Tensor] = {}
+            for _ in range(self.gradient_steps):
+                metrics = agent.update()
+                self.updates += 1
+                if self.return_metrics == "all":
+                    out.append(metrics)
+            self.rounds += 1
+            if self.return_metrics == "last":
+                out.append(metrics)
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        """Settings and counters."""
+        return {"learning_starts": self.learning_starts, "train_freq": self.train_freq,
+                "gradient_steps": self.gradient_steps, "last_step": self.last_step, "rounds": self.rounds,
+                "updates": self.updates}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` output.
+
+        Raises:
+            ValueError: the state was saved with other settings.
+        """
+        for key in ("learning_starts", "train_freq", "gradient_steps"):
+            if int(state[key]) != getattr(self, key):
+                raise ValueError(f"schedule state has {key}={state[key]}, this schedule has "
+                                 f"{getattr(self, key)}")
+        self.last_step = int(state["last_step"])
+        self.rounds = int(state["rounds"])
+        self.updates = int(state["updates"])
+
+
+def schedule_for(agent: Any) -> OffPolicySchedule:
+    """The schedule of an off-policy agent from its config (``learning_starts``, ``train_freq``,
+    ``gradient_steps``); learning never starts before the buffer holds one batch."""
+    cfg = agent.config
+    starts = max(int(cfg.learning_starts), int(getattr(cfg, "batch_size", 0)))
+    return OffPolicySchedule(starts, int(cfg.train_freq), int(cfg.gradient_steps))
