@@ -74,7 +74,8 @@ def check_noisy_params(
             if getattr(p, n) is None:
                 raise ValueError(f"{prefix}{n} is required when noise=True")
         if (p.bias_mu is None) != (p.bias_sigma is None):
-            raise ValueError(f"{prefix}bias_mu and {prefix}bias_sigma must be given together")
+            missing = "bias_sigma" if p.bias_sigma is None else "bias_mu"
+            raise ValueError(f"{prefix}{missing} is missing: bias_mu and bias_sigma come together")
     shapes = {
         "weight_mu": w.shape,
         "weight_sigma": w.shape,

@@ -1,0 +1,216 @@
+"""Q-network heads: NoisyNet linear layers and the dueling / distributional (Rainbow) head.
+
+Both run on the fused ops of :mod:`kernels.noisy_head`: Triton on CUDA, the torch reference on
+CPU. Parameters live in ``dtype or training_dtype(device)``; the head's output is f32 straight
+from the op's epilogue (the loss boundary), so no forward casts anything.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from kernels.noisy_head import NoisyParams, expected_q, noisy_dueling, noisy_linear
+from toolkit.precision import training_dtype
+
+__all__ = ["DuelingHead", "NoisyLinear", "scaled_noise"]
+
+
+def scaled_noise(
+    shape: tuple[int, ...], generator: torch.Generator | None = None, device: torch.device | str | None = None
+) -> torch.Tensor:
+    """``f(u) = sign(u) * sqrt(|u|)`` of standard normal ``u`` (f32), drawn on the generator's device."""
+    dev = generator.device if generator is not None else device
+    u = torch.randn(shape, generator=generator, device=dev, dtype=torch.float32)
+    return u.sign() * u.abs().sqrt()
+
+
+class NoisyLinear(nn.Module):
+    """Linear layer with factorised Gaussian noise (NoisyNet), on the fused :func:`noisy_linear` op.
+
+    ``y = x @ W_mu.T + b_mu + ((x * eps_in) @ W_sigma.T + b_sigma) * eps_out``. Noise is on in
+    ``train()`` and off in ``eval()``; :meth:`reset_noise` draws new ``eps_in [I]``,
+    ``eps_out [O]``. Init: ``mu ~ U[-1/sqrt(I), 1/sqrt(I)]``, ``sigma = sigma0 / sqrt(I)``.
+
+    Args:
+        in_features, out_features: I and O.
+        sigma0: initial noise scale.
+        bias: learn ``b_mu``, ``b_sigma``.
+        activation: ``None`` or ``"relu"`` (fused into the op).
+        groups: G independent layers reading the same input: weights ``[G, O, I]``, output
+            ``[B, G, O]`` (the dueling head's two hidden streams in one launch).
+        noisy: ``False`` gives a plain linear layer (no sigma parameters, same op).
+        device, dtype: parameters are created in ``dtype or training_dtype(device)``.
+
+    Forward: x ``[B, I]`` in the parameters' dtype and device -> ``[B, O]`` (``[B, G, O]``).
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        *,
+        sigma0: float = 0.5,
+        bias: bool = True,
+        activation: str | None = None,
+        groups: int = 1,
+        noisy: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        for name, v in (("in_features", in_features), ("out_features", out_features), ("groups", groups)):
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive int, got {v!r}")
+        if activation not in (None, "relu"):
+            raise ValueError(f"activation must be None or 'relu', got {activation!r}")
+        self.in_features, self.out_features, self.groups = in_features, out_features, groups
+        self.sigma0, self.activation, self.noisy = float(sigma0), activation, noisy
+        kw = {"device": device, "dtype": dtype or training_dtype(device)}
+        lead = (groups,) if groups > 1 else ()
+        self.weight_mu = nn.Parameter(torch.empty(*lead, out_features, in_features, **kw))
+        w_sigma = nn.Parameter(torch.empty_like(self.weight_mu)) if noisy else None
+        b_mu = nn.Parameter(torch.empty(*lead, out_features, **kw)) if bias else None
+        b_sigma = nn.Parameter(torch.empty(*lead, out_features, **kw)) if (bias and noisy) else None
+        self.register_parameter("weight_sigma", w_sigma)
+        self.register_parameter("bias_mu", b_mu)
+        self.register_parameter("bias_sigma", b_sigma)
+        self.register_buffer("eps_in", torch.zeros(*lead, in_features, **kw) if noisy else None)
+        self.register_buffer("eps_out", torch.zeros(*lead, out_features, **kw) if noisy else None)
+        self.reset_parameters()
+        self.reset_noise()
+
+    def reset_parameters(self) -> None:
+        """NoisyNet init: ``mu ~ U[-1/sqrt(I), 1/sqrt(I)]``, ``sigma = sigma0 / sqrt(I)``."""
+        bound = 1.0 / math.sqrt(self.in_features)
+        with torch.no_grad():
+            for p in (self.weight_mu, self.bias_mu):
+                if p is not None:
+                    p.uniform_(-bound, bound)
+            for p in (self.weight_sigma, self.bias_sigma):
+                if p is not None:
+                    p.fill_(self.sigma0 * bound)
+
+    @torch.no_grad()
+    def reset_noise(self, generator: torch.Generator | None = None) -> None:
+        """Draw new factorised noise ``eps_in``, ``eps_out`` (``f(u) = sign(u) sqrt(|u|)``, u ~ N(0, 1)).
+
+        With a ``generator`` the draw is reproducible (it may live on another device than the
+        layer). Does nothing for ``noisy=False``.
+        """
+        if not self.noisy:
+            return
+        for buf in (self.eps_in, self.eps_out):
+            buf.copy_(scaled_noise(tuple(buf.shape), generator, buf.device))
+
+    def params(self) -> NoisyParams:
+        """The layer's tensors in the order the ops take them."""
+        return NoisyParams(
+            self.weight_mu, self.weight_sigma, self.bias_mu, self.bias_sigma, self.eps_in, self.eps_out
+        )
+
+    @property
+    def noise_on(self) -> bool:
+        """Whether the sigma terms are added now (noisy layer in training mode)."""
+        return self.noisy and self.training
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return noisy_linear(x, *self.params(), noise=self.noise_on, activation=self.activation)
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, groups={self.groups}, "
+            f"noisy={self.noisy}, sigma0={self.sigma0}, bias={self.bias_mu is not None}, "
+            f"activation={self.activation}, dtype={self.weight_mu.dtype}"
+        )
+
+
+class DuelingHead(nn.Module):
+    """Dueling / distributional Q head (Rainbow) on noisy layers: at most two launches forward.
+
+    ``h -> [hidden: both streams' noisy layers + ReLU, one launch] -> value (Z) and advantage
+    (A * Z) noisy layers + Q = V + A - mean_a A + log-softmax, one launch``.
+
+    Args:
+        in_features: width of the input features h.
+        num_actions: A.
+        atoms: Z (1: scalar Q; >1: C51 distributions or QR quantiles).
+        hidden: optional per-stream hidden width (noisy layer + fused ReLU).
+        noisy: NoisyNet layers (``False``: plain linear layers through the same ops).
+        dueling: value and advantage streams (``False``: Q straight from one stream).
+        log_softmax: for ``atoms > 1``, log-probabilities over atoms (C51); ``False``: raw values
+            (QR-DQN quantiles).
+        sigma0: initial noise scale of every noisy layer.
+        device, dtype: parameters in ``dtype or training_dtype(device)``.
+
+    Forward: ``h [B, in_features]`` (parameters' dtype) -> f32 ``Q [B, A]`` when ``atoms == 1``,
+    log-probabilities ``[B, A, Z]`` when ``atoms > 1`` and ``log_softmax``, raw ``[B, A, Z]``
+    otherwise. ``forward(h, support)`` also returns the expected Q-values ``[B, A]`` f32,
+    computed in the same launch.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        num_actions: int,
+        *,
+        atoms: int = 1,
+        hidden: int | None = None,
+        noisy: bool = True,
+        dueling: bool = True,
+        log_softmax: bool = True,
+        sigma0: float = 0.5,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        if not isinstance(atoms, int) or atoms < 1:
+            raise ValueError(f"atoms must be a positive int, got {atoms!r}")
+        if not isinstance(num_actions, int) or num_actions < 1:
+            raise ValueError(f"num_actions must be a positive int, got {num_actions!r}")
+        self.in_features, self.num_actions, self.atoms = in_features, num_actions, atoms
+        self.noisy, self.dueling, self.log_softmax = noisy, dueling, log_softmax
+        kw = {"sigma0": sigma0, "noisy": noisy, "device": device, "dtype": dtype or training_dtype(device)}
+        self.hidden = (
+            NoisyLinear(in_features, hidden, groups=2 if dueling else 1, activation="relu", **kw)
+            if hidden is not None
+            else None
+        )
+        width = hidden if hidden is not None else in_features
+        self.value = NoisyLinear(width, atoms, **kw) if dueling else None
+        self.advantage = NoisyLinear(width, num_actions * atoms, **kw)
+
+    def forward(
+        self, h: torch.Tensor, support: torch.Tensor | None = None
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Q ``[B, A]``, or ``[B, A, Z]`` log-probabilities / raw values, f32 (see the class doc).
+
+        With ``support`` ``[Z]`` (f32; needs ``atoms > 1`` and ``log_softmax``): returns
+        ``(log_probs, expected_q)``.
+
+        Raises:
+            TypeError, ValueError: from :func:`kernels.noisy_head.noisy_dueling` (dtype, shapes).
+        """
+        x = self.hidden(h) if self.hidden is not None else h
+        res = noisy_dueling(
+            x, self.advantage.params(), self.value.params() if self.value is not None else None,
+            num_actions=self.num_actions, atoms=self.atoms, noise=self.noisy and self.training,
+            log_softmax=self.log_softmax, support=support,
+        )
+        if self.atoms == 1:
+            assert isinstance(res, torch.Tensor)
+            return res.view(res.shape[0], self.num_actions)
+        return res
+
+    def expected_q(self, log_probs: torch.Tensor, support: torch.Tensor) -> torch.Tensor:
+        """``[B, A]`` f32 expected Q-values ``sum_z exp(log_probs) * support`` of a C51 output."""
+        return expected_q(log_probs, support)
+
+    @torch.no_grad()
+    def reset_noise(self, generator: torch.Generator | None = None) -> None:
+        """New noise in every noisy layer (hidden, value, advantage, in that order)."""
+        for layer in (self.hidden, self.value, self.advantage):
+            if layer is not None:
+                layer.reset_noise(generator)
