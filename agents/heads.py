@@ -35,14 +35,16 @@ class NoisyLinear(nn.Module):
     ``eps_out [O]``. Init: ``mu ~ U[-1/sqrt(I), 1/sqrt(I)]``, ``sigma = sigma0 / sqrt(I)``.
 
     Args:
-        in_features, out_features: I and O.
+        in_features: I.
+        out_features: O.
         sigma0: initial noise scale.
         bias: learn ``b_mu``, ``b_sigma``.
         activation: ``None`` or ``"relu"`` (fused into the op).
         groups: G independent layers reading the same input: weights ``[G, O, I]``, output
             ``[B, G, O]`` (the dueling head's two hidden streams in one launch).
         noisy: ``False`` gives a plain linear layer (no sigma parameters, same op).
-        device, dtype: parameters are created in ``dtype or training_dtype(device)``.
+        device: where the parameters live.
+        dtype: parameter dtype; ``None``: ``training_dtype(device)``.
 
     Forward: x ``[B, I]`` in the parameters' dtype and device -> ``[B, O]`` (``[B, G, O]``).
     """
@@ -143,7 +145,8 @@ class DuelingHead(nn.Module):
         log_softmax: for ``atoms > 1``, log-probabilities over atoms (C51); ``False``: raw values
             (QR-DQN quantiles).
         sigma0: initial noise scale of every noisy layer.
-        device, dtype: parameters in ``dtype or training_dtype(device)``.
+        device: where the parameters live.
+        dtype: parameter dtype; ``None``: ``training_dtype(device)``.
 
     Forward: ``h [B, in_features]`` (parameters' dtype) -> f32 ``Q [B, A]`` when ``atoms == 1``,
     log-probabilities ``[B, A, Z]`` when ``atoms > 1`` and ``log_softmax``, raw ``[B, A, Z]``

@@ -54,7 +54,8 @@ def noisy_dueling(
             ``x[:, 1]`` the advantage stream (the output of a grouped hidden layer).
         advantage: the advantage layer, ``weight_mu [A * Z, I]`` (row ``a * Z + z``).
         value: the value layer, ``weight_mu [Z, I]``; ``None`` for a plain (non-dueling) head.
-        num_actions, atoms: A and Z.
+        num_actions: A.
+        atoms: Z.
         noise: add the sigma terms of both layers (``False``: evaluation, mu terms only).
         log_softmax: log-probabilities over the atoms (only when ``atoms > 1``).
         support: ``[Z]`` atom values (f32, same device); also return the expected Q-values
@@ -128,7 +129,8 @@ def expected_q(log_probs: torch.Tensor, support: torch.Tensor) -> torch.Tensor:
         ``[B, A]`` f32.
 
     Raises:
-        TypeError: non-f32 inputs. ValueError: shapes or devices that do not fit.
+        TypeError: non-f32 inputs.
+        ValueError: shapes or devices that do not fit.
     """
     for name, t in (("log_probs", log_probs), ("support", support)):
         if not isinstance(t, torch.Tensor):

@@ -217,18 +217,22 @@ def _noisy_dueling_bwd_kernel(
 def _config(num_actions: int, atoms: int, dtype: torch.dtype) -> dict[str, int]:
     """Tile sizes from the dims that change code (actions, atoms, dtype): never the batch size.
 
-    ZB = atoms rounded up to a power of two; BA actions per tile so that a tile has 16..256
-    columns; BM rows per program shrinks as tiles widen (bounded registers).
+    ZB = atoms rounded up to a power of two; BA actions per tile so that a tile has 16..128
+    columns (more only when ZB alone is wider); BM rows per program shrinks as tiles widen
+    (bounded registers); BK keeps one weight tile near 8 KiB so that both weight tiles of a
+    pipelined loop stay well inside shared memory.
     """
     zb = triton.next_power_of_2(atoms)
-    ba = max(1, min(triton.next_power_of_2(num_actions), 256 // zb), 16 // zb)
+    ba = max(1, min(triton.next_power_of_2(num_actions), 128 // zb), 16 // zb)
     width = ba * zb
+    size = 4 if dtype == torch.float32 else 2
     bm = 64 if width <= 64 else (32 if width <= 128 else 16)
     if dtype == torch.float32:
         bm = min(bm, 32)
     return {
-        "BM": bm, "BK": 32 if dtype == torch.float32 else 64, "BA": ba, "ZB": zb,
+        "BM": bm, "BK": max(16, min(64, 8192 // (width * size))), "BA": ba, "ZB": zb,
         "VB": max(16, zb), "NT": triton.cdiv(num_actions, ba),
+        "num_warps": 8 if width >= 256 else 4, "num_stages": 2 if width * size >= 1024 else 3,
     }
 
 

@@ -120,11 +120,13 @@ def noisy_linear(
 
     Args:
         x: ``[B, I]``, float32 / bfloat16 / float16, any strides.
-        weight_mu, weight_sigma: ``[O, I]``, or ``[G, O, I]`` for G independent layers reading the
-            same x (output ``[B, G, O]``). ``weight_sigma`` may be ``None`` when ``noise=False``.
-        bias_mu, bias_sigma: ``[O]`` (``[G, O]``) or both ``None``.
-        eps_in, eps_out: ``[I]`` and ``[O]`` (``[G, I]``, ``[G, O]``) noise, already transformed by
-            ``f(u) = sign(u) sqrt(|u|)``.
+        weight_mu: ``[O, I]``, or ``[G, O, I]`` for G independent layers reading the same x
+            (output ``[B, G, O]``).
+        weight_sigma: like ``weight_mu``; may be ``None`` when ``noise=False``.
+        bias_mu: ``[O]`` (``[G, O]``) or ``None`` (no bias).
+        bias_sigma: like ``bias_mu``; given exactly when ``bias_mu`` is (with ``noise=True``).
+        eps_in: ``[I]`` (``[G, I]``) input noise, already transformed by ``f(u) = sign(u) sqrt(|u|)``.
+        eps_out: ``[O]`` (``[G, O]``) output noise, likewise.
         noise: add the sigma terms.
         activation: ``None`` or ``"relu"`` (fused).
 
