@@ -29,6 +29,7 @@ __all__ = [
 _OP_MODULES: tuple[str, ...] = (
     "kernels.noisy_head.linear",
     "kernels.noisy_head.dueling",
+    "kernels.mamba2",
 )
 
 

@@ -1,0 +1,11 @@
+"""The Mamba2 selective state-space scan (DESIGN section 3).
+
+- :func:`mamba2_scan`: chunked SSD scan over sequences with episode resets, forward and backward
+  (Triton in ``chunk.py`` on CUDA, the torch chunked reference in ``reference.py`` on CPU);
+- :func:`mamba2_step`: the single-step update for acting (Triton in ``step.py``);
+- ``naive.py``: the sequential recurrence, used only as the test oracle.
+"""
+
+from kernels.mamba2.api import MAMBA2_SCAN, MAMBA2_STEP, mamba2_scan, mamba2_step
+
+__all__ = ["MAMBA2_SCAN", "MAMBA2_STEP", "mamba2_scan", "mamba2_step"]

@@ -1,0 +1,294 @@
+"""The public Mamba2 ops: validation and dispatch. Imports no triton (the kernels load lazily).
+
+- :func:`mamba2_scan`: the chunked selective scan over a sequence, differentiable (Triton forward
+  and backward on CUDA, the torch chunked reference with autograd on CPU);
+- :func:`mamba2_step`: one recurrence step for acting, updating an f32 state in place.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from kernels.backend import KernelOp
+from kernels.mamba2.reference import mamba2_scan_ref, mamba2_step_ref
+
+__all__ = ["MAMBA2_SCAN", "MAMBA2_STEP", "mamba2_scan", "mamba2_step"]
+
+MAMBA2_SCAN = KernelOp(
+    "mamba2_scan", torch_impl=mamba2_scan_ref, triton_impl="kernels.mamba2.chunk:mamba2_scan_triton"
+)
+MAMBA2_STEP = KernelOp(
+    "mamba2_step", torch_impl=mamba2_step_ref, triton_impl="kernels.mamba2.step:mamba2_step_triton"
+)
+
+_DATA_DTYPES = (torch.float32, torch.bfloat16)
+_MAX_CHUNK = 256
+
+
+def _tensor(name: str, t: object) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    return t
+
+
+def _shape(name: str, t: torch.Tensor, expected: tuple[int, ...], what: str) -> None:
+    if tuple(t.shape) != expected:
+        raise ValueError(f"{name} must have shape {what} = {expected}, got {tuple(t.shape)}")
+
+
+def _dtype(name: str, t: torch.Tensor, allowed: tuple[torch.dtype, ...]) -> None:
+    if t.dtype not in allowed:
+        names = ", ".join(str(d).removeprefix("torch.") for d in dict.fromkeys(allowed))
+        raise TypeError(f"{name} must have dtype {names}; got {str(t.dtype).removeprefix('torch.')}")
+
+
+def _device(name: str, t: torch.Tensor, device: torch.device) -> None:
+    if t.device != device:
+        raise ValueError(f"{name} is on {t.device} but x is on {device}: all inputs share one device")
+
+
+def _check_params(
+    x: torch.Tensor,
+    nheads: int,
+    headdim: int,
+    A: torch.Tensor,
+    D: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    dt_limit: tuple[float, float],
+) -> None:
+    param_dtypes = (torch.float32, x.dtype)
+    _tensor("A", A)
+    _shape("A", A, (nheads,), "[H]")
+    _dtype("A", A, param_dtypes)
+    _device("A", A, x.device)
+    if D is not None:
+        _tensor("D", D)
+        if tuple(D.shape) not in ((nheads,), (nheads, headdim)):
+            raise ValueError(
+                f"D must have shape [H] = ({nheads},) or [H, P] = ({nheads}, {headdim}), "
+                f"got {tuple(D.shape)}"
+            )
+        _dtype("D", D, param_dtypes)
+        _device("D", D, x.device)
+    if dt_bias is not None:
+        _tensor("dt_bias", dt_bias)
+        _shape("dt_bias", dt_bias, (nheads,), "[H]")
+        _dtype("dt_bias", dt_bias, param_dtypes)
+        _device("dt_bias", dt_bias, x.device)
+    if (
+        not isinstance(dt_limit, (tuple, list))
+        or len(dt_limit) != 2
+        or not all(isinstance(v, (int, float)) for v in dt_limit)
+        or math.isnan(dt_limit[0])
+        or math.isnan(dt_limit[1])
+        or dt_limit[0] > dt_limit[1]
+    ):
+        raise ValueError(f"dt_limit must be a pair (min, max) of numbers with min <= max, got {dt_limit!r}")
+
+
+def mamba2_scan(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    *,
+    D: torch.Tensor | None = None,
+    z: torch.Tensor | None = None,
+    dt_bias: torch.Tensor | None = None,
+    dt_softplus: bool = True,
+    dt_limit: tuple[float, float] = (0.0, math.inf),
+    initial_states: torch.Tensor | None = None,
+    resets: torch.Tensor | None = None,
+    chunk_size: int = 64,
+    return_final_states: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """The Mamba2 selective scan over a sequence (chunked SSD), with episode resets.
+
+    With ``dt'_t = clamp(softplus(dt_t + dt_bias), *dt_limit)`` (softplus only if
+    ``dt_softplus``), per batch and head, with the state ``h`` of shape [P, N]::
+
+        h_t = exp(dt'_t * A) * h_{t-1} * (1 - reset_t) + dt'_t * outer(x_t, B_t)
+        y_t = (h_t @ C_t + D * x_t) * silu(z_t)
+
+    ``h_0`` is ``initial_states`` (zeros if None); head ``h`` reads group ``h // (H // G)`` of B
+    and C. ``reset_t`` zeroes the state before step ``t`` (an episode starts at ``t``).
+
+    Args:
+        x: [B, L, H, P], float32 or bfloat16 (the data dtype).
+        dt: [B, L, H], the data dtype or float32.
+        A: [H] (negative for a decaying state), float32 or the data dtype.
+        B, C: [B, L, G, N] in the data dtype; ``H % G == 0``.
+        D: optional skip, [H] or [H, P], float32 or the data dtype.
+        z: optional gate [B, L, H, P] in the data dtype: ``y *= silu(z)``.
+        dt_bias: optional [H], float32 or the data dtype.
+        dt_softplus: apply softplus to ``dt + dt_bias``.
+        dt_limit: (min, max) clamp of dt' after the softplus.
+        initial_states: optional [B, H, P, N] float32.
+        resets: optional [B, L] bool.
+        chunk_size: a power of two in [16, 256]; ``L`` need not be a multiple. The result does not
+            depend on it (up to rounding); it trades intra-chunk work for sequential steps.
+        return_final_states: also return ``h_L``.
+
+    Returns:
+        y [B, L, H, P] in the data dtype, or ``(y, final_states)`` with final_states
+        [B, H, P, N] float32. Internally everything accumulates in float32.
+
+    Differentiable in x, dt, A, B, C, D, z, dt_bias and initial_states. The Triton backward is
+    deterministic (no atomics: partial sums are written per program and reduced in a fixed order).
+
+    Raises:
+        TypeError: an argument is not a tensor or has a wrong dtype.
+        ValueError: inconsistent shapes, ``H % G != 0``, mixed devices, a bad chunk_size or
+            dt_limit.
+    """
+    x = _tensor("x", x)
+    if x.dim() != 4:
+        raise ValueError(f"x must be 4-D [B, L, H, P], got shape {tuple(x.shape)}")
+    _dtype("x", x, _DATA_DTYPES)
+    batch, length, nheads, headdim = x.shape
+    if min(x.shape) < 1:
+        raise ValueError(f"x must have non-empty dimensions [B, L, H, P], got {tuple(x.shape)}")
+    dev = x.device
+    _tensor("dt", dt)
+    _shape("dt", dt, (batch, length, nheads), "[B, L, H]")
+    _dtype("dt", dt, (x.dtype, torch.float32))
+    _device("dt", dt, dev)
+    _tensor("B", B)
+    if B.dim() != 4 or tuple(B.shape[:2]) != (batch, length) or min(B.shape) < 1:
+        raise ValueError(
+            f"B must have shape [B, L, G, N] with B, L = {(batch, length)}, got {tuple(B.shape)}"
+        )
+    ngroups, dstate = B.shape[2:]
+    if nheads % ngroups != 0:
+        raise ValueError(
+            f"the number of heads H={nheads} (x) must be divisible by the groups G={ngroups} (B)"
+        )
+    _dtype("B", B, (x.dtype,))
+    _device("B", B, dev)
+    _tensor("C", C)
+    _shape("C", C, tuple(B.shape), "[B, L, G, N] (like B)")
+    _dtype("C", C, (x.dtype,))
+    _device("C", C, dev)
+    _check_params(x, nheads, headdim, A, D, dt_bias, dt_limit)
+    if z is not None:
+        _tensor("z", z)
+        _shape("z", z, tuple(x.shape), "[B, L, H, P] (like x)")
+        _dtype("z", z, (x.dtype,))
+        _device("z", z, dev)
+    if initial_states is not None:
+        _tensor("initial_states", initial_states)
+        _shape("initial_states", initial_states, (batch, nheads, headdim, dstate), "[B, H, P, N]")
+        _dtype("initial_states", initial_states, (torch.float32,))
+        _device("initial_states", initial_states, dev)
+    if resets is not None:
+        _tensor("resets", resets)
+        _shape("resets", resets, (batch, length), "[B, L]")
+        _dtype("resets", resets, (torch.bool,))
+        _device("resets", resets, dev)
+    if (
+        not isinstance(chunk_size, int)
+        or isinstance(chunk_size, bool)
+        or chunk_size < 16
+        or chunk_size > _MAX_CHUNK
+        or chunk_size & (chunk_size - 1)
+    ):
+        raise ValueError(f"chunk_size must be a power of two in [16, {_MAX_CHUNK}], got {chunk_size!r}")
+    return MAMBA2_SCAN(
+        dev, x, dt, A, B, C, D, z, dt_bias, bool(dt_softplus), (float(dt_limit[0]), float(dt_limit[1])),
+        initial_states, resets, chunk_size, bool(return_final_states),
+    )
+
+
+def mamba2_step(
+    state: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    *,
+    D: torch.Tensor | None = None,
+    z: torch.Tensor | None = None,
+    dt_bias: torch.Tensor | None = None,
+    dt_softplus: bool = True,
+    dt_limit: tuple[float, float] = (0.0, math.inf),
+    reset: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """One step of the Mamba2 recurrence for acting: updates ``state`` in place, returns ``y_t``.
+
+    Exactly one step of :func:`mamba2_scan` (same arguments without the time axis)::
+
+        state = exp(dt' * A) * state * (1 - reset) + dt' * outer(x, B)
+        y = (state @ C + D * x) * silu(z)
+
+    The recurrent state is kept in **float32** even when the model is bf16: a bf16 state would
+    round at every step and drift over long episodes. ``x`` and friends may be bf16; the update is
+    computed in float32.
+
+    Args:
+        state: [B, H, P, N] float32, contiguous; overwritten with the new state.
+        x: [B, H, P], float32 or bfloat16 (the data dtype).
+        dt: [B, H], the data dtype or float32.
+        A: [H]; D: [H] or [H, P]; dt_bias: [H]: float32 or the data dtype.
+        B, C: [B, G, N] in the data dtype, ``H % G == 0``.
+        z: optional gate [B, H, P] in the data dtype.
+        dt_softplus, dt_limit: as in :func:`mamba2_scan`.
+        reset: optional [B] bool: zero that row's state before the update (episode start).
+
+    Returns:
+        y [B, H, P] in the data dtype. Not differentiable (acting runs without autograd): it is
+        computed under ``torch.no_grad()``.
+
+    Raises:
+        TypeError: an argument is not a tensor or has a wrong dtype (a non-float32 state included).
+        ValueError: inconsistent shapes, ``H % G != 0``, mixed devices, a non-contiguous state.
+    """
+    x = _tensor("x", x)
+    if x.dim() != 3 or min(x.shape) < 1:
+        raise ValueError(f"x must be 3-D [B, H, P] with non-empty dimensions, got shape {tuple(x.shape)}")
+    _dtype("x", x, _DATA_DTYPES)
+    batch, nheads, headdim = x.shape
+    dev = x.device
+    _tensor("B", B)
+    if B.dim() != 3 or B.shape[0] != batch or min(B.shape) < 1:
+        raise ValueError(f"B must have shape [B, G, N] with B = {batch}, got {tuple(B.shape)}")
+    ngroups, dstate = B.shape[1:]
+    if nheads % ngroups != 0:
+        raise ValueError(
+            f"the number of heads H={nheads} (x) must be divisible by the groups G={ngroups} (B)"
+        )
+    _dtype("B", B, (x.dtype,))
+    _device("B", B, dev)
+    _tensor("C", C)
+    _shape("C", C, tuple(B.shape), "[B, G, N] (like B)")
+    _dtype("C", C, (x.dtype,))
+    _device("C", C, dev)
+    _tensor("state", state)
+    _shape("state", state, (batch, nheads, headdim, dstate), "[B, H, P, N]")
+    _dtype("state", state, (torch.float32,))
+    _device("state", state, dev)
+    if not state.is_contiguous():
+        raise ValueError("state must be contiguous: it is updated in place")
+    _tensor("dt", dt)
+    _shape("dt", dt, (batch, nheads), "[B, H]")
+    _dtype("dt", dt, (x.dtype, torch.float32))
+    _device("dt", dt, dev)
+    _check_params(x, nheads, headdim, A, D, dt_bias, dt_limit)
+    if z is not None:
+        _tensor("z", z)
+        _shape("z", z, tuple(x.shape), "[B, H, P] (like x)")
+        _dtype("z", z, (x.dtype,))
+        _device("z", z, dev)
+    if reset is not None:
+        _tensor("reset", reset)
+        _shape("reset", reset, (batch,), "[B]")
+        _dtype("reset", reset, (torch.bool,))
+        _device("reset", reset, dev)
+    with torch.no_grad():
+        return MAMBA2_STEP(
+            dev, state, x, dt, A, B, C, D, z, dt_bias, bool(dt_softplus),
+            (float(dt_limit[0]), float(dt_limit[1])), reset,
+        )

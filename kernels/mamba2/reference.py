@@ -1,0 +1,158 @@
+"""Torch references of the Mamba2 scan: the chunked SSD algorithm and the single step.
+
+These are the CPU path (differentiable through autograd) and the oracle the Triton kernels are
+tested against. They compute in float32 (float64 when ``x`` is float64) whatever the input dtype,
+and return ``y`` in ``x.dtype`` and states in float32 (float64 for float64 inputs).
+
+The chunked algorithm, per (batch, head): cut the sequence into chunks of ``T`` steps. Inside a
+chunk, with ``cs_t`` the cumulative sum of ``a_t = dt'_t A`` from the chunk start and ``seg_t``
+the number of resets seen in the chunk up to ``t``,
+
+- the decay from step ``s`` to step ``t >= s`` is ``exp(cs_t - cs_s)`` if no reset lies in
+  ``(s, t]`` (same ``seg``), else 0: the matrix ``Lmat[t, s]``;
+- ``y_t = sum_s Lmat[t, s] (C_t . B_s) dt'_s x_s``  (intra-chunk, a masked "attention"),
+  ``+ exp(cs_t) [seg_t == 0] C_t . S0``  (the state entering the chunk), ``+ D x_t``;
+- the state leaving the chunk is ``exp(cs_T) [no reset] S0 + sum_s exp(cs_T - cs_s) [seg_s ==
+  seg_T] dt'_s x_s B_s^T``, passed sequentially from chunk to chunk.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from kernels.mamba2.naive import dt_transform
+
+__all__ = ["mamba2_scan_ref", "mamba2_step_ref"]
+
+
+def _compute_dtype(x: torch.Tensor) -> torch.dtype:
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def mamba2_scan_ref(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    dt_softplus: bool,
+    dt_limit: tuple[float, float],
+    initial_states: torch.Tensor | None,
+    resets: torch.Tensor | None,
+    chunk_size: int,
+    return_final_states: bool,
+    *,
+    compute_dtype: torch.dtype | None = None,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """The chunked SSD scan in torch (arguments as :func:`kernels.mamba2.mamba2_scan`).
+
+    x: [B, L, H, P]; dt: [B, L, H]; A: [H]; B, C: [B, L, G, N]; D: [H] or [H, P]; z like x;
+    dt_bias: [H]; initial_states: [B, H, P, N]; resets: [B, L] bool. Returns y [B, L, H, P] in
+    ``x.dtype``, and the final states [B, H, P, N] (float32, float64 for float64 x) if asked.
+    Any ``chunk_size >= 1`` works here; the result does not depend on it. ``compute_dtype``
+    overrides the internal dtype (tests use bfloat16 to measure what plain torch loses in bf16).
+    """
+    batch, length, nheads, headdim = x.shape
+    ngroups, dstate = B.shape[-2:]
+    cdt = compute_dtype or _compute_dtype(x)
+    T = chunk_size
+    nchunks = -(-length // T)
+    pad = nchunks * T - length
+
+    xf = x.to(cdt)
+    w = dt_transform(dt.to(cdt), dt_bias, dt_softplus, dt_limit)  # [B, L, H]
+    Bf, Cf, wp, xp = B.to(cdt), C.to(cdt), w, xf
+    if pad:
+        xp = F.pad(xf, (0, 0, 0, 0, 0, pad))
+        wp = F.pad(w, (0, 0, 0, pad))  # dt' = 0 on padding: no decay, no input
+        Bf = F.pad(Bf, (0, 0, 0, 0, 0, pad))
+        Cf = F.pad(Cf, (0, 0, 0, 0, 0, pad))
+    xc = xp.view(batch, nchunks, T, nheads, headdim)
+    wc = wp.view(batch, nchunks, T, nheads)
+    rep = nheads // ngroups
+    Bh = Bf.view(batch, nchunks, T, ngroups, dstate).repeat_interleave(rep, dim=3)  # [b, c, t, h, n]
+    Ch = Cf.view(batch, nchunks, T, ngroups, dstate).repeat_interleave(rep, dim=3)
+
+    cs = (wc * A.to(cdt)).cumsum(dim=2)  # [b, c, t, h]: log decay from the chunk start
+    cs_h = cs.permute(0, 1, 3, 2)  # [b, c, h, t]
+    idx = torch.arange(T, device=x.device)
+    mask = (idx[:, None] >= idx[None, :]).expand(batch, nchunks, 1, T, T)  # [b, c, 1, t, s]
+    g = cs.exp()  # decay from the chunk start to t
+    e = (cs[:, :, -1:] - cs).exp()  # decay from t to the chunk end
+    g_last = cs[:, :, -1].exp()  # [b, c, h]
+    if resets is not None:
+        r = F.pad(resets, (0, pad)).view(batch, nchunks, T).to(torch.int64)
+        seg = r.cumsum(dim=2)  # [b, c, t]: resets seen so far in the chunk
+        mask = mask & (seg[..., :, None] == seg[..., None, :])[:, :, None]
+        zero = torch.zeros((), dtype=cdt, device=x.device)
+        g = torch.where((seg == 0)[..., None], g, zero)
+        e = torch.where((seg == seg[..., -1:])[..., None], e, zero)
+        g_last = torch.where((seg[..., -1] == 0)[..., None], g_last, zero)
+    Lmat = (cs_h[..., :, None] - cs_h[..., None, :]).masked_fill(~mask, float("-inf")).exp()
+    CB = torch.einsum("bcthn,bcshn->bchts", Ch, Bh)
+    M = Lmat * CB * wc.permute(0, 1, 3, 2)[..., None, :]  # [b, c, h, t, s]
+    y = torch.einsum("bchts,bcshp->bcthp", M, xc)
+
+    local = torch.einsum("bcth,bcthn,bcthp->bchpn", e * wc, Bh, xc)  # chunk-local end states
+    if initial_states is None:
+        state = xf.new_zeros(batch, nheads, headdim, dstate)
+    else:
+        state = initial_states.to(cdt)
+    starts = []
+    for c in range(nchunks):
+        starts.append(state)
+        state = g_last[:, c, :, None, None] * state + local[:, c]
+    S0 = torch.stack(starts, dim=1)  # [b, c, h, p, n]: state entering each chunk
+    y = y + torch.einsum("bcthn,bchpn,bcth->bcthp", Ch, S0, g)
+    y = y.reshape(batch, nchunks * T, nheads, headdim)[:, :length]
+    if D is not None:
+        Dv = D.to(cdt)
+        y = y + (Dv[:, None] if Dv.dim() == 1 else Dv) * xf
+    if z is not None:
+        y = y * F.silu(z.to(cdt))
+    y = y.to(x.dtype)
+    return (y, state) if return_final_states else y
+
+
+def mamba2_step_ref(
+    state: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    dt_softplus: bool,
+    dt_limit: tuple[float, float],
+    reset: torch.Tensor | None,
+) -> torch.Tensor:
+    """One recurrence step in torch; updates ``state`` in place (arguments as
+    :func:`kernels.mamba2.mamba2_step`).
+
+    state: [B, H, P, N] (float32, or float64 in tests); x: [B, H, P]; dt: [B, H]; B, C: [B, G, N];
+    reset: [B] bool. Returns y [B, H, P] in ``x.dtype``.
+    """
+    sdt = state.dtype
+    nheads = x.shape[1]
+    rep = nheads // B.shape[1]
+    w = dt_transform(dt.to(sdt), dt_bias, dt_softplus, dt_limit)  # [B, H]
+    decay = torch.exp(w * A.to(sdt))
+    if reset is not None:
+        decay = torch.where(reset[:, None], torch.zeros_like(decay), decay)
+    xf = x.to(sdt)
+    Bh = B.to(sdt).repeat_interleave(rep, dim=1)  # [B, H, N]
+    Ch = C.to(sdt).repeat_interleave(rep, dim=1)
+    state.mul_(decay[:, :, None, None]).add_((w[:, :, None] * xf)[..., None] * Bh[:, :, None, :])
+    y = torch.einsum("bhpn,bhn->bhp", state, Ch)
+    if D is not None:
+        Dv = D.to(sdt)
+        y = y + (Dv[:, None] if Dv.dim() == 1 else Dv) * xf
+    if z is not None:
+        y = y * F.silu(z.to(sdt))
+    return y.to(x.dtype)
