@@ -108,7 +108,7 @@ def mamba2_scan_ref(
         state = g_last[:, c, :, None, None] * state + local[:, c]
     S0 = torch.stack(starts, dim=1)  # [b, c, h, p, n]: state entering each chunk
     y = y + torch.einsum("bcthn,bchpn,bcth->bcthp", Ch, S0, g)
-    y = y.reshape(batch, nchunks * T, nheads, headdim)[:, :length]
+    y = y.reshape(batch, nchunks * T, nheads, headdim)[:, :length].contiguous()
     if D is not None:
         Dv = D.to(cdt)
         y = y + (Dv[:, None] if Dv.dim() == 1 else Dv) * xf

@@ -1,0 +1,284 @@
+"""The Mamba2 block: a sequence model that trains on whole sequences and acts one step at a time.
+
+``x -> in_proj -> (z, xBC, dt)``; ``xBC -> causal depthwise conv (d_conv taps) -> SiLU ->
+(x, B, C)``; the selective scan :func:`kernels.mamba2.mamba2_scan` (gate ``silu(z)``, skip ``D``,
+``dt_bias`` with softplus, ``A = -exp(A_log)``); RMSNorm of the gated output; ``out_proj``.
+
+Episode resets (``resets[b, t]`` true where an episode starts at step ``t``) clear both memories:
+the scan's state and the conv window, so no output mixes inputs from before a reset. ``step``
+applied ``L`` times gives what ``forward`` gives over the ``L`` steps (tested).
+
+Parameters live in ``dtype or training_dtype(device)``; the recurrent SSM state is float32 in
+every case (a bf16 state drifts over long episodes) and the conv window is in the parameter
+dtype (it holds raw inputs). Nothing in ``forward`` or ``step`` casts: the scan takes bf16 inputs
+with a float32 state and returns float32 states; that op is the f32 boundary of the state.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from kernels.mamba2 import mamba2_scan, mamba2_step
+from toolkit.precision import training_dtype
+
+__all__ = ["Mamba2Block", "Mamba2State"]
+
+
+@dataclass
+class Mamba2State:
+    """The memory of a :class:`Mamba2Block` for a batch of sequences.
+
+    Attributes:
+        conv: [B, d_conv - 1, conv_dim], the parameter dtype: the last raw conv inputs (zeroed
+            where they precede a reset).
+        ssm: [B, H, P, N] float32: the scan's state.
+    """
+
+    conv: torch.Tensor
+    ssm: torch.Tensor
+
+    def clone(self) -> Mamba2State:
+        """A copy that shares no storage with this state."""
+        return Mamba2State(self.conv.clone(), self.ssm.clone())
+
+    def detach(self) -> Mamba2State:
+        """The same values, cut from the autograd graph."""
+        return Mamba2State(self.conv.detach(), self.ssm.detach())
+
+
+class Mamba2Block(nn.Module):
+    """One Mamba2 layer (no residual, no outer norm: the caller adds those).
+
+    Args:
+        d_model: input and output features.
+        d_state: N, the state size per head.
+        d_conv: taps of the causal depthwise conv (>= 1).
+        expand: inner width ``d_inner = expand * d_model``.
+        headdim: P; ``d_inner`` must be a multiple of it, giving ``H = d_inner // P`` heads.
+        ngroups: G groups of B and C shared by ``H // G`` heads each (``H % G == 0``).
+        chunk_size: the scan's chunk (a power of two in [16, 256]).
+        device, dtype: where and in which dtype the parameters live
+            (default ``training_dtype(device)``).
+
+    Raises:
+        ValueError: inconsistent sizes (``d_inner % headdim``, ``H % ngroups``, non-positive sizes).
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        *,
+        d_state: int = 16,
+        d_conv: int = 4,
+        expand: int = 2,
+        headdim: int = 16,
+        ngroups: int = 1,
+        chunk_size: int = 64,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        for name, v in (("d_model", d_model), ("d_state", d_state), ("d_conv", d_conv),
+                        ("expand", expand), ("headdim", headdim), ("ngroups", ngroups)):
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive int, got {v!r}")
+        d_inner = expand * d_model
+        if d_inner % headdim:
+            raise ValueError(f"expand * d_model = {d_inner} must be a multiple of headdim = {headdim}")
+        nheads = d_inner // headdim
+        if nheads % ngroups:
+            raise ValueError(f"the number of heads {nheads} must be divisible by ngroups = {ngroups}")
+        if chunk_size < 16 or chunk_size > 256 or chunk_size & (chunk_size - 1):
+            raise ValueError(f"chunk_size must be a power of two in [16, 256], got {chunk_size}")
+        device = torch.device(device) if device is not None else torch.device("cpu")
+        dtype = dtype or training_dtype(device)
+        self.d_model, self.d_state, self.d_conv, self.headdim = d_model, d_state, d_conv, headdim
+        self.d_inner, self.nheads, self.ngroups, self.chunk_size = d_inner, nheads, ngroups, chunk_size
+        self.conv_dim = d_inner + 2 * ngroups * d_state
+        fk = {"device": device, "dtype": dtype}
+
+        self.in_proj = nn.Linear(d_model, d_inner + self.conv_dim + nheads, bias=False, **fk)
+        bound = 1.0 / math.sqrt(d_conv)  # nn.Conv1d's default for a depthwise conv
+        f32 = {"device": device, "dtype": torch.float32}
+        conv_w = torch.empty(self.conv_dim, d_conv, **f32).uniform_(-bound, bound)
+        self.conv_weight = nn.Parameter(conv_w.to(dtype))
+        self.conv_bias = nn.Parameter(torch.empty(self.conv_dim, **f32).uniform_(-bound, bound).to(dtype))
+        # dt' initialised log-uniform in [1e-3, 1e-1]; dt_bias is its inverse softplus.
+        dt0 = torch.exp(torch.rand(nheads, **f32) * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3))
+        dt0 = dt0.clamp(min=1e-4)
+        self.dt_bias = nn.Parameter((dt0 + torch.log(-torch.expm1(-dt0))).to(dtype))
+        self.A_log = nn.Parameter(torch.log(torch.empty(nheads, **f32).uniform_(1.0, 16.0)).to(dtype))
+        self.D = nn.Parameter(torch.ones(nheads, **fk))
+        self.norm_weight = nn.Parameter(torch.ones(d_inner, **fk))
+        self.out_proj = nn.Linear(d_inner, d_model, bias=False, **fk)
+        self.norm_eps = 1e-5
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The parameter dtype (inputs must arrive in it)."""
+        return self.in_proj.weight.dtype
+
+    def initial_state(self, batch_size: int) -> Mamba2State:
+        """Zero memory for ``batch_size`` sequences: conv window in the parameter dtype, SSM state
+        float32, on the parameters' device."""
+        dev = self.in_proj.weight.device
+        return Mamba2State(
+            conv=torch.zeros(batch_size, self.d_conv - 1, self.conv_dim, device=dev, dtype=self.dtype),
+            ssm=torch.zeros(batch_size, self.nheads, self.headdim, self.d_state, device=dev,
+                            dtype=torch.float32),
+        )
+
+    def _check(self, x: torch.Tensor, shape: tuple[int, ...], what: str) -> None:
+        if tuple(x.shape[:-1]) != shape[:-1] or x.shape[-1] != self.d_model or x.dim() != len(shape):
+            raise ValueError(f"x must have shape {what} with d_model = {self.d_model}, got {tuple(x.shape)}")
+        if x.dtype != self.dtype:
+            raise TypeError(
+                f"x has dtype {x.dtype} but the block's parameters are {self.dtype}: cast data once when "
+                "it enters (replay buffer, rollout storage), not inside the model"
+            )
+
+    def _check_state(self, state: Mamba2State, batch: int) -> None:
+        if not isinstance(state, Mamba2State):
+            raise TypeError(f"state must be a Mamba2State, got {type(state).__name__}")
+        want = (batch, self.d_conv - 1, self.conv_dim)
+        if tuple(state.conv.shape) != want or tuple(state.ssm.shape) != (
+            batch, self.nheads, self.headdim, self.d_state
+        ):
+            raise ValueError(
+                f"state does not fit batch {batch}: conv {tuple(state.conv.shape)} (want {want}), "
+                f"ssm {tuple(state.ssm.shape)} (want {(batch, self.nheads, self.headdim, self.d_state)})"
+            )
+
+    def _conv(
+        self, xbc: torch.Tensor, window: torch.Tensor | None, resets: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Causal depthwise conv over [B, L, C] that never reaches across a reset; also returns the
+        next window (the last ``d_conv - 1`` inputs, zeroed where they precede the last reset)."""
+        batch, length, _ = xbc.shape
+        W = self.d_conv
+        if window is None:
+            window = xbc.new_zeros(batch, W - 1, self.conv_dim)
+        full = torch.cat([window, xbc], dim=1)  # [B, W - 1 + L, C]
+        w = self.conv_weight
+        out = self.conv_bias + full[:, W - 1:] * w[:, W - 1]
+        seg = None
+        if resets is not None:
+            seg = F.pad(resets.cumsum(dim=1), (W - 1, 0))  # episode index of every position
+        for k in range(1, W):  # tap k reads the input k steps back
+            term = full[:, W - 1 - k: W - 1 - k + length] * w[:, W - 1 - k]
+            if seg is not None:
+                keep = seg[:, W - 1 - k: W - 1 - k + length] == seg[:, W - 1:]
+                term = torch.where(keep[..., None], term, 0.0)
+            out = out + term
+        new_window = full[:, full.shape[1] - (W - 1):]
+        if seg is not None:
+            keep = seg[:, seg.shape[1] - (W - 1):] == seg[:, -1:]
+            new_window = torch.where(keep[..., None], new_window, 0.0)
+        return out, new_window
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        resets: torch.Tensor | None = None,
+        *,
+        state: Mamba2State | None = None,
+        return_state: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, Mamba2State]:
+        """Run the block over sequences.
+
+        Args:
+            x: [B, L, d_model] in the parameter dtype.
+            resets: optional [B, L] bool, true where an episode starts (memory cleared before
+                that step).
+            state: optional memory entering step 0 (default: zeros); not modified.
+            return_state: also return the memory after step ``L - 1``.
+
+        Returns:
+            [B, L, d_model] in the parameter dtype, or ``(y, Mamba2State)``.
+
+        Raises:
+            ValueError / TypeError: wrong shape or dtype of ``x``, ``resets`` or ``state``.
+        """
+        if x.dim() != 3:
+            raise ValueError(f"x must have shape [B, L, d_model] with d_model = {self.d_model}, got "
+                             f"{tuple(x.shape)}")
+        batch, length, _ = x.shape
+        self._check(x, (batch, length, self.d_model), "[B, L, d_model]")
+        if resets is not None:
+            if not isinstance(resets, torch.Tensor) or resets.dtype != torch.bool:
+                raise TypeError(f"resets must be a bool tensor, got {getattr(resets, 'dtype', type(resets))}")
+            if tuple(resets.shape) != (batch, length):
+                raise ValueError(
+                    f"resets must have shape [B, L] = {(batch, length)}, got {tuple(resets.shape)}"
+                )
+        if state is not None:
+            self._check_state(state, batch)
+        H, P, G, N = self.nheads, self.headdim, self.ngroups, self.d_state
+        z, xbc, dt = torch.split(self.in_proj(x), [self.d_inner, self.conv_dim, H], dim=-1)
+        xbc, window = self._conv(xbc, state.conv if state is not None else None, resets)
+        xs, Bm, Cm = torch.split(F.silu(xbc), [self.d_inner, G * N, G * N], dim=-1)
+        out = mamba2_scan(
+            xs.view(batch, length, H, P), dt, -torch.exp(self.A_log),
+            Bm.view(batch, length, G, N), Cm.view(batch, length, G, N),
+            D=self.D, z=z.view(batch, length, H, P), dt_bias=self.dt_bias, dt_softplus=True,
+            initial_states=state.ssm if state is not None else None, resets=resets,
+            chunk_size=self.chunk_size, return_final_states=return_state,
+        )
+        y, ssm = out if return_state else (out, None)
+        y = y.reshape(batch, length, self.d_inner)
+        y = F.rms_norm(y, (self.d_inner,), self.norm_weight, self.norm_eps)
+        y = self.out_proj(y)
+        if return_state:
+            return y, Mamba2State(conv=window, ssm=ssm)
+        return y
+
+    def step(
+        self,
+        x_t: torch.Tensor,
+        state: Mamba2State,
+        reset: torch.Tensor | None = None,
+        *,
+        inplace: bool = False,
+    ) -> tuple[torch.Tensor, Mamba2State]:
+        """One step for acting: ``x_t [B, d_model]`` -> ``(y_t [B, d_model], next state)``.
+
+        ``reset [B]`` (bool) clears that row's memory (conv window and SSM state) before the step.
+        The given ``state`` is left untouched and a new one is returned, unless ``inplace=True``
+        (faster: the state's tensors are updated and returned). The SSM update runs the fused
+        single-step op, which carries no gradient, and the returned state never holds an autograd
+        graph: ``step`` is for acting (run it under ``torch.no_grad()``); train with ``forward``.
+
+        Raises:
+            ValueError / TypeError: wrong shape or dtype of ``x_t``, ``reset`` or ``state``.
+        """
+        if x_t.dim() != 2:
+            raise ValueError(f"x_t must have shape [B, d_model] with d_model = {self.d_model}, got "
+                             f"{tuple(x_t.shape)}")
+        batch = x_t.shape[0]
+        self._check(x_t, (batch, self.d_model), "[B, d_model]")
+        self._check_state(state, batch)
+        if reset is not None:
+            if not isinstance(reset, torch.Tensor) or reset.dtype != torch.bool:
+                raise TypeError(f"reset must be a bool tensor, got {getattr(reset, 'dtype', type(reset))}")
+            if tuple(reset.shape) != (batch,):
+                raise ValueError(f"reset must have shape [B] = ({batch},), got {tuple(reset.shape)}")
+        H, P, G, N = self.nheads, self.headdim, self.ngroups, self.d_state
+        conv, ssm = (state.conv, state.ssm) if inplace else (state.conv.clone(), state.ssm.clone())
+        z, xbc, dt = torch.split(self.in_proj(x_t), [self.d_inner, self.conv_dim, H], dim=-1)
+        if reset is not None:
+            conv.masked_fill_(reset[:, None, None], 0.0)
+        full = torch.cat([conv, xbc[:, None]], dim=1)  # [B, d_conv, C]
+        xc = (full * self.conv_weight.t()).sum(dim=1) + self.conv_bias
+        conv.copy_(full[:, 1:].detach())  # states never hold an autograd graph
+        xs, Bm, Cm = torch.split(F.silu(xc), [self.d_inner, G * N, G * N], dim=-1)
+        y = mamba2_step(
+            ssm, xs.view(batch, H, P), dt, -torch.exp(self.A_log), Bm.view(batch, G, N), Cm.view(batch, G, N),
+            D=self.D, z=z.view(batch, H, P), dt_bias=self.dt_bias, dt_softplus=True, reset=reset,
+        )
+        y = F.rms_norm(y.view(batch, self.d_inner), (self.d_inner,), self.norm_weight, self.norm_eps)
+        return self.out_proj(y), Mamba2State(conv=conv, ssm=ssm)
