@@ -171,7 +171,8 @@ def test_scan_strided_inputs_and_no_grad(kernel_device: str) -> None:
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("case", [Case(length=6), Case(length=5, d_mode="hp", gate=False, bias=False,
-                                                       resets="none", ngroups=1, dstate=16, seed=4)])
+                                                       resets="none", ngroups=1, dstate=16,
+                                                       softplus=False, limit=(0.01, 1.5), seed=4)])
 def test_step_parity(kernel_device: str, case: Case, dtype: torch.dtype) -> None:
     if kernel_device == "cuda":
         case = Case(**{**case.__dict__, "batch": 64, "nheads": 8, "ngroups": 2, "headdim": 64, "dstate": 128})

@@ -38,7 +38,7 @@ def _softplus_clamp(v, dt_lo, dt_hi, SOFTPLUS: tl.constexpr):
         dw = tl.where(v > 20.0, 1.0, tl.sigmoid(v))
     else:
         w = v
-        dw = tl.full(v.shape, 1.0, tl.float32)
+        dw = v * 0.0 + 1.0  # works for scalars (the step kernel) and blocks alike
     dw = tl.where((w >= dt_lo) & (w <= dt_hi), dw, 0.0)
     return tl.minimum(tl.maximum(w, dt_lo), dt_hi), dw
 
@@ -90,7 +90,7 @@ def _mamba2_chunk_fwd_kernel(
     p_C = Cm + i_b * s_c_b + i_g * s_c_g
     p_z = z + i_b * s_z_b + i_h * s_z_h
     for i_c in range(NC):
-        o_l = i_c * BT + o_t
+        o_l = (i_c * BT + o_t).to(tl.int64)  # int64: L * H * P may pass 2**31
         m_l = o_l < L
         m_lp = m_l[:, None] & m_p[None, :]
         # [BT]
@@ -197,7 +197,7 @@ def _mamba2_chunk_bwd_kernel(
     i_pb = i_p * NB + i_b  # row of the per-P-block partial outputs
     for i_r in range(NC):
         i_c = NC - 1 - i_r
-        o_l = i_c * BT + o_t
+        o_l = (i_c * BT + o_t).to(tl.int64)  # int64: L * H * P may pass 2**31
         m_l = o_l < L
         m_lp = m_l[:, None] & m_p[None, :]
         m_ln = m_l[:, None] & m_n[None, :]
