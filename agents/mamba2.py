@@ -62,8 +62,8 @@ class Mamba2Block(nn.Module):
         headdim: P; ``d_inner`` must be a multiple of it, giving ``H = d_inner // P`` heads.
         ngroups: G groups of B and C shared by ``H // G`` heads each (``H % G == 0``).
         chunk_size: the scan's chunk (a power of two in [16, 256]).
-        device, dtype: where and in which dtype the parameters live
-            (default ``training_dtype(device)``).
+        device: where the parameters live (default CPU).
+        dtype: the parameter dtype (default ``training_dtype(device)``).
 
     Raises:
         ValueError: inconsistent sizes (``d_inner % headdim``, ``H % ngroups``, non-positive sizes).

@@ -120,7 +120,8 @@ def mamba2_scan(
         x: [B, L, H, P], float32 or bfloat16 (the data dtype).
         dt: [B, L, H], the data dtype or float32.
         A: [H] (negative for a decaying state), float32 or the data dtype.
-        B, C: [B, L, G, N] in the data dtype; ``H % G == 0``.
+        B: [B, L, G, N] in the data dtype; ``H % G == 0``.
+        C: [B, L, G, N] in the data dtype.
         D: optional skip, [H] or [H, P], float32 or the data dtype.
         z: optional gate [B, L, H, P] in the data dtype: ``y *= silu(z)``.
         dt_bias: optional [H], float32 or the data dtype.
@@ -232,10 +233,14 @@ def mamba2_step(
         state: [B, H, P, N] float32, contiguous; overwritten with the new state.
         x: [B, H, P], float32 or bfloat16 (the data dtype).
         dt: [B, H], the data dtype or float32.
-        A: [H]; D: [H] or [H, P]; dt_bias: [H]: float32 or the data dtype.
-        B, C: [B, G, N] in the data dtype, ``H % G == 0``.
+        A: [H], float32 or the data dtype.
+        B: [B, G, N] in the data dtype, ``H % G == 0``.
+        C: [B, G, N] in the data dtype.
+        D: optional skip, [H] or [H, P], float32 or the data dtype.
         z: optional gate [B, H, P] in the data dtype.
-        dt_softplus, dt_limit: as in :func:`mamba2_scan`.
+        dt_bias: optional [H], float32 or the data dtype.
+        dt_softplus: apply softplus to ``dt + dt_bias`` (as in :func:`mamba2_scan`).
+        dt_limit: (min, max) clamp of dt' (as in :func:`mamba2_scan`).
         reset: optional [B] bool: zero that row's state before the update (episode start).
 
     Returns:
