@@ -72,22 +72,30 @@ SMALL = [
     Case(batch=2, length=1, nheads=4, headdim=3, ngroups=4, dstate=5, resets="all", seed=2),
     Case(batch=1, length=40, nheads=3, headdim=7, ngroups=1, dstate=2, d_mode="none",
          limit=(0.0, 0.5), seed=3),
+    # P = 72: several P-blocks (2 in the forward, 3 in the backward), partial sums reduced
+    Case(batch=2, length=20, nheads=2, headdim=72, ngroups=1, dstate=4, d_mode="hp", seed=4),
 ]
 
 
-@pytest.mark.parametrize("case", SMALL, ids=lambda c: f"L{c.length}-H{c.nheads}G{c.ngroups}-{c.resets}")
+def _case_id(c: Case) -> str:
+    return f"L{c.length}-H{c.nheads}G{c.ngroups}P{c.headdim}-{c.resets}"
+
+
+@pytest.mark.parametrize("case", SMALL, ids=_case_id)
 def test_scan_f32_parity(kernel_device: str, case: Case) -> None:
     if kernel_device == "cuda":
         case = Case(**{**case.__dict__, "batch": 2, "length": case.length * 9 + 11,
-                       "headdim": 64 if case.headdim > 4 else 48, "dstate": 64 if case.dstate > 3 else 128})
+                       "headdim": {72: 160, 8: 64}.get(case.headdim, 48),
+                       "dstate": 64 if case.dstate > 3 else 128})
     _check_f32(make_inputs(case, torch.float32, kernel_device), 16 if kernel_device == "cpu" else 64,
                kernel_device)
 
 
 @pytest.mark.interpret
-@settings(max_examples=12)
+@settings(max_examples=20)
 @given(
     length=st.sampled_from([1, 15, 16, 17, 40]),
+    chunk=st.sampled_from([16, 32]),
     heads_groups=st.sampled_from([(2, 1), (4, 2), (2, 2)]),
     d_mode=st.sampled_from(["none", "h", "hp"]),
     gate=st.booleans(),
@@ -96,13 +104,13 @@ def test_scan_f32_parity(kernel_device: str, case: Case) -> None:
     seed=st.integers(0, 2**16),
 )
 def test_scan_f32_parity_property(
-    monkeypatch: pytest.MonkeyPatch, length: int, heads_groups: tuple[int, int], d_mode: str,
-    gate: bool, init: bool, resets: str, seed: int,
+    monkeypatch: pytest.MonkeyPatch, length: int, chunk: int, heads_groups: tuple[int, int],
+    d_mode: str, gate: bool, init: bool, resets: str, seed: int,
 ) -> None:
     monkeypatch.setenv("TRITONRL_BACKEND", "triton")  # interpreter only: few, small examples
     case = Case(batch=2, length=length, nheads=heads_groups[0], ngroups=heads_groups[1], headdim=4,
                 dstate=3, d_mode=d_mode, gate=gate, init=init, resets=resets, seed=seed)
-    _check_f32(make_inputs(case, torch.float32), 16, "cpu")
+    _check_f32(make_inputs(case, torch.float32), chunk, "cpu")
 
 
 BF16_CASES = [

@@ -297,6 +297,10 @@ def _mamba2_chunk_bwd_kernel(
 
 
 def _blocks(P: int, N: int, BT: int, bwd: bool) -> tuple[int, int, int]:
+    """BP (P-block), BN (padded N) and warps. Hand-picked, not autotuned: the kernels are
+    launched once per call with sizes fixed by the model, and N, P and the chunk decide the code.
+    Launches use ``num_stages=1``: the chunk loop carries the state, and multi-buffering its
+    [T, N] tiles would risk overrunning shared memory in the float32 variant."""
     BN = max(16, triton.next_power_of_2(N))
     cap = 32 if (bwd or BN > 64 or BT > 64) else 64
     BP = max(16, min(cap, triton.next_power_of_2(P)))
@@ -359,7 +363,7 @@ def mamba2_chunk_fwd(
         HAS_D=D is not None, D_PER_P=D is not None and D.dim() == 2, HAS_Z=z is not None,
         HAS_BIAS=dt_bias is not None, SOFTPLUS=dt_softplus, HAS_H0=h0 is not None,
         HAS_RESET=rs is not None, STORE_FINAL=store_final, STORE_STATES=store_states,
-        num_warps=num_warps, **dot_flags(x.dtype),
+        num_warps=num_warps, num_stages=1, **dot_flags(x.dtype),
     )
     return y, hT, hc
 
@@ -405,7 +409,7 @@ def mamba2_chunk_bwd(
         HAS_D=D is not None, D_PER_P=D is not None and D.dim() == 2, HAS_Z=z is not None,
         HAS_BIAS=dt_bias is not None, SOFTPLUS=dt_softplus, HAS_RESET=rs is not None,
         HAS_DHT=dhT is not None,
-        num_warps=num_warps, **dot_flags(x.dtype),
+        num_warps=num_warps, num_stages=1, **dot_flags(x.dtype),
     )
     # Fixed-order reductions over P-blocks (and over the heads of a group): deterministic.
     g_dt = ddt.sum(0)  # [B, L, H] f32
