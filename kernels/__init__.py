@@ -30,6 +30,7 @@ _OP_MODULES: tuple[str, ...] = (
     "kernels.noisy_head.linear",
     "kernels.noisy_head.dueling",
     "kernels.mamba2",
+    "kernels.sumtree",
 )
 
 
