@@ -60,7 +60,9 @@ def make_inputs(case: Case, dtype: torch.dtype = torch.float32, device: str = "c
         kw["initial_states"] = rnd(b, H, P, N).to(device, param_dtype)
     if case.resets == "random":
         r = torch.rand(b, L, generator=g) < 0.15
-        r[0, 0] = True
+        if b > 1:
+            r[0, 0] = True  # a reset at t = 0 (row 0), while the last row keeps its initial state
+            r[-1, 0] = False
         r[-1, -1] = True
         kw["resets"] = r.to(device)
     elif case.resets == "all":

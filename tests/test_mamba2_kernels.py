@@ -92,6 +92,29 @@ def test_scan_f32_parity(kernel_device: str, case: Case) -> None:
 
 
 @pytest.mark.interpret
+def test_scan_f32_parity_wide_blocks_interpreted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The launch configuration of many sequences (BP = 64 forward, two blocks of 32 backward),
+    reached with few rows by lowering the program-count threshold (the interpreter is slow)."""
+    from kernels.mamba2 import chunk
+
+    monkeypatch.setenv("TRITONRL_BACKEND", "triton")
+    monkeypatch.setattr(chunk, "_MIN_PROGRAMS", 1)
+    assert chunk._blocks(40, 8, 16, bwd=False, rows=4)[0] == 64
+    assert chunk._blocks(40, 8, 16, bwd=True, rows=4)[0] == 32
+    case = Case(batch=2, length=20, nheads=2, ngroups=1, headdim=40, dstate=8, d_mode="hp", seed=10)
+    _check_f32(make_inputs(case, torch.float32), 16, "cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dstate", [64, 128])
+def test_scan_f32_parity_many_rows(monkeypatch: pytest.MonkeyPatch, dstate: int) -> None:
+    """batch x heads >= 128: the launch keeps the widest P-blocks (32 or 64)."""
+    monkeypatch.setenv("TRITONRL_BACKEND", "triton")
+    case = Case(batch=16, length=300, nheads=8, ngroups=2, headdim=64, dstate=dstate, d_mode="hp", seed=9)
+    _check_f32(make_inputs(case, torch.float32, "cuda"), 64, "cuda")
+
+
+@pytest.mark.interpret
 @settings(max_examples=20)
 @given(
     length=st.sampled_from([1, 15, 16, 17, 40]),
@@ -123,7 +146,9 @@ BF16_CASES = [
 def test_scan_bf16_parity(kernel_device: str, case: Case) -> None:
     chunk = 16
     if kernel_device == "cuda":
-        case = Case(**{**case.__dict__, "batch": 4, "length": 1000, "nheads": 8, "ngroups": 2,
+        # a long sequence over few rows (small P-blocks), and many rows (the widest P-blocks)
+        batch, length = (4, 1000) if case.resets == "random" else (32, 256)
+        case = Case(**{**case.__dict__, "batch": batch, "length": length, "nheads": 8, "ngroups": 2,
                        "headdim": 64, "dstate": 64})
         chunk = 64
     kw = make_inputs(case, torch.bfloat16, kernel_device)

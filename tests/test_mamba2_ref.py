@@ -202,6 +202,8 @@ def test_scan_bad_inputs_name_the_argument() -> None:
     for exc, msg, bad in cases:
         with pytest.raises(exc, match=msg):
             mamba2_scan(**bad)
+    with pytest.raises(ValueError, match="A is on meta but x is on cpu"):
+        mamba2_scan(**_bad(kw, A=kw["A"].to("meta")))
 
 
 def test_step_bad_inputs_name_the_argument() -> None:

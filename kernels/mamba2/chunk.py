@@ -296,14 +296,23 @@ def _mamba2_chunk_bwd_kernel(
         tl.store(dD + i_bh * P + o_p, b_dD, mask=m_p)
 
 
-def _blocks(P: int, N: int, BT: int, bwd: bool) -> tuple[int, int, int]:
-    """BP (P-block), BN (padded N) and warps. Hand-picked, not autotuned: the kernels are
-    launched once per call with sizes fixed by the model, and N, P and the chunk decide the code.
-    Launches use ``num_stages=1``: the chunk loop carries the state, and multi-buffering its
-    [T, N] tiles would risk overrunning shared memory in the float32 variant."""
+# Below this many programs per launch, P-blocks shrink (to 16) so more programs run side by side.
+_MIN_PROGRAMS = 128
+
+
+def _blocks(P: int, N: int, BT: int, bwd: bool, rows: int) -> tuple[int, int, int]:
+    """BP (P-block), BN (padded N) and warps for ``rows`` = batch x heads sequences.
+
+    Hand-picked, not autotuned (no autotune key on batch or length): N, P and the chunk decide
+    the code. When there are few sequences (a long single rollout) P is cut into smaller blocks
+    so that more programs run side by side; each recomputes ``C @ B^T`` for its block. Launches
+    use ``num_stages=1``: the chunk loop carries the state, and multi-buffering its [T, N] tiles
+    would risk overrunning shared memory in the float32 variant."""
     BN = max(16, triton.next_power_of_2(N))
     cap = 32 if (bwd or BN > 64 or BT > 64) else 64
     BP = max(16, min(cap, triton.next_power_of_2(P)))
+    while BP > 16 and rows * triton.cdiv(P, BP) < _MIN_PROGRAMS:
+        BP //= 2
     num_warps = 8 if BT * BN >= 64 * 128 else 4
     return BP, BN, num_warps
 
@@ -341,7 +350,7 @@ def mamba2_chunk_fwd(
     x, B, C = _unit_last(x), _unit_last(B), _unit_last(C)
     z = _unit_last(z) if z is not None else None
     nchunks = triton.cdiv(length, chunk_size)
-    BP, BN, num_warps = _blocks(headdim, dstate, chunk_size, bwd=False)
+    BP, BN, num_warps = _blocks(headdim, dstate, chunk_size, bwd=False, rows=batch * nheads)
     dev = x.device
     y = _alloc((batch, length, nheads, headdim), x.dtype, dev)
     hT = _alloc((batch, nheads, headdim, dstate), torch.float32, dev) if store_final else None
@@ -381,7 +390,7 @@ def mamba2_chunk_bwd(
     x, B, C = _unit_last(x), _unit_last(B), _unit_last(C)
     z = _unit_last(z) if z is not None else None
     nchunks = triton.cdiv(length, chunk_size)
-    BP, BN, num_warps = _blocks(headdim, dstate, chunk_size, bwd=True)
+    BP, BN, num_warps = _blocks(headdim, dstate, chunk_size, bwd=True, rows=batch * nheads)
     npb = triton.cdiv(headdim, BP)
     dev = x.device
     f32 = torch.float32
