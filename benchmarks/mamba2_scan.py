@@ -76,7 +76,7 @@ def _io_bytes(shape, dtype, backward: bool) -> int:
     return fwd + (bwd if backward else 0)
 
 
-def _impls(kw: dict, cuda: bool) -> dict[str, Callable[..., torch.Tensor]]:
+def _impls(cuda: bool) -> dict[str, Callable[..., torch.Tensor]]:
     def ours(**k):
         return mamba2_scan(k["x"], k["dt"], k["A"], k["B"], k["C"], D=k["D"], dt_bias=k["dt_bias"],
                            resets=k.get("resets"), chunk_size=CHUNK)
@@ -150,7 +150,7 @@ def _run_case(shape, device: str, dtype: torch.dtype) -> list[Row]:
     for mode in ("fwd", "fwd+bwd"):
         backward = mode == "fwd+bwd"
         timings: dict[str, float] = {}
-        for name, fn in _impls({}, cuda).items():
+        for name, fn in _impls(cuda).items():
             kw = _inputs(shape, device, dtype, resets=name == "triton+resets")
             if backward:
                 for k in ("x", "dt", "B", "C"):
@@ -167,8 +167,8 @@ def _run_case(shape, device: str, dtype: torch.dtype) -> list[Row]:
             try:
                 t = time_fn(call, device)["median"]
             except Exception as exc:  # an optional external package failing must not sink the run
-                rows.append(Row(NAME, case, name, float("nan"), "tok/s", None,
-                                f"{mode}: failed: {type(exc).__name__}: {str(exc)[:80]}"))
+                rows.append(Row(NAME, f"{case} {mode}", name, float("nan"), "tok/s", None,
+                                f"failed: {type(exc).__name__}: {str(exc)[:80]}"))
                 continue
             timings[name] = t
             gbs = _io_bytes(shape, dtype, backward) / t / 1e9
