@@ -1,0 +1,288 @@
+"""Prioritized replay, side by side in one process: tritonrl vs TorchRL, cpprb and naive torch.
+
+Cases (obs dim 64, alpha 0.6, beta 0.4, IS weights included in every sample): capacity 1M and
+100k, ``extend`` 1024 transitions, ``sample`` 256 / 4096, ``update`` 256 / 4096 priorities,
+and the training step ``sample 256 + update 256``. Buffers are full and hold random priorities.
+``value`` is calls per second; ``ratio`` is relative to the fastest of TorchRL and cpprb (the
+naive baseline where neither is installed), so ``> 1`` means faster than the best library.
+
+TorchRL and cpprb come with the ``bench`` extra; a library that is missing or cannot run here
+(TorchRL's sum tree is a C++ extension tied to the torch it was built for) is skipped with its
+reason printed. On CPU, torch runs one thread (toolkit.bench). ``run(quick=True)``: 100k only.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from toolkit.bench import Row, format_table, time_fn
+
+OBS_DIM = 64
+ALPHA, BETA, EPS = 0.6, 0.4, 1e-6
+CHUNK = 1024
+
+
+class _Impl:
+    """One library behind a common interface: fill, extend, sample, update, step."""
+
+    name = ""
+
+    def extend(self) -> None: ...
+    def sample(self, n: int) -> Any: ...
+    def update(self, n: int) -> None: ...
+    def step(self) -> None: ...
+
+
+class _Ours(_Impl):
+    name = "tritonrl"
+
+    def __init__(self, capacity: int, data: dict[str, np.ndarray]) -> None:
+        from toolkit.replay import PrioritizedReplayBuffer
+
+        self.buf = PrioritizedReplayBuffer(
+            capacity, (OBS_DIM,), alpha=ALPHA, beta=BETA, beta_final=BETA, eps=EPS
+        )
+        self.data = {k: v[:, None] for k, v in data.items()}  # [T, num_envs=1, ...]
+        for _ in range(-(-capacity // CHUNK)):
+            self.extend()
+        rng = np.random.default_rng(0)
+        for lo in range(0, capacity, 4096):
+            idx = torch.arange(lo, min(capacity, lo + 4096))
+            self.buf.update_priorities(
+                idx, torch.from_numpy(rng.exponential(size=len(idx)).astype(np.float32))
+            )
+        self.td = {n: torch.rand(n) for n in (256, 4096)}
+        self.last: dict[int, torch.Tensor] = {}
+
+    def extend(self) -> None:
+        d = self.data
+        self.buf.extend(d["obs"], d["act"], d["rew"], d["next_obs"], d["term"], d["trunc"])
+
+    def sample(self, n: int) -> Any:
+        batch = self.buf.sample(n)
+        self.last[n] = batch.indices
+        return batch
+
+    def update(self, n: int) -> None:
+        if n not in self.last:
+            self.sample(n)
+        self.buf.update_priorities(self.last[n], self.td[n])
+
+    def step(self) -> None:
+        batch = self.buf.sample(256)
+        self.buf.update_priorities(batch.indices, self.td[256])
+
+
+class _Naive(_Impl):
+    """Plain torch: priorities ** alpha in a flat tensor, cumsum + searchsorted per sample."""
+
+    name = "naive torch"
+
+    def __init__(self, capacity: int, data: dict[str, np.ndarray]) -> None:
+        self.C = capacity
+        self.obs = torch.zeros(capacity, OBS_DIM)
+        self.next_obs = torch.zeros(capacity, OBS_DIM)
+        self.act = torch.zeros(capacity, dtype=torch.int64)
+        self.rew = torch.zeros(capacity)
+        self.done = torch.zeros(capacity)
+        self.prio = torch.zeros(capacity)
+        self.max_p = 1.0
+        self.pos = 0
+        self.size = 0
+        self.data = {k: torch.from_numpy(v) for k, v in data.items()}
+        for _ in range(-(-capacity // CHUNK)):
+            self.extend()
+        self.prio.copy_(
+            torch.from_numpy(np.random.default_rng(0).exponential(size=capacity).astype(np.float32)) ** ALPHA
+        )
+        self.td = {n: torch.rand(n) for n in (256, 4096)}
+        self.last: dict[int, torch.Tensor] = {}
+
+    def extend(self) -> None:
+        d, n = self.data, CHUNK
+        sl = torch.arange(self.pos, self.pos + n) % self.C
+        self.obs[sl] = d["obs"]
+        self.next_obs[sl] = d["next_obs"]
+        self.act[sl] = d["act"]
+        self.rew[sl] = d["rew"].float()
+        self.done[sl] = d["term"].float()
+        self.prio[sl] = self.max_p**ALPHA
+        self.pos = (self.pos + n) % self.C
+        self.size = min(self.C, self.size + n)
+
+    def sample(self, n: int) -> Any:
+        p = self.prio[: self.size]
+        cs = torch.cumsum(p, 0)
+        total = cs[-1]
+        idx = torch.searchsorted(cs, torch.rand(n) * total, right=True).clamp_max_(self.size - 1)
+        w = (p[idx] / p.min()).pow(-BETA)
+        self.last[n] = idx
+        return self.obs[idx], self.act[idx], self.rew[idx], self.next_obs[idx], self.done[idx], w
+
+    def update(self, n: int) -> None:
+        if n not in self.last:
+            self.sample(n)
+        p = self.td[n].abs() + EPS
+        self.max_p = max(self.max_p, float(p.max()))
+        self.prio[self.last[n]] = p.pow(ALPHA)
+
+    def step(self) -> None:
+        self.sample(256)
+        self.update(256)
+
+
+class _Cpprb(_Impl):
+    name = "cpprb"
+
+    def __init__(self, capacity: int, data: dict[str, np.ndarray]) -> None:
+        from cpprb import PrioritizedReplayBuffer
+
+        env = {
+            "obs": {"shape": OBS_DIM},
+            "act": {"dtype": np.int64},
+            "rew": {},
+            "next_obs": {"shape": OBS_DIM},
+            "done": {},
+        }
+        self.buf = PrioritizedReplayBuffer(capacity, env, alpha=ALPHA, eps=EPS)
+        self.data = data
+        for _ in range(-(-capacity // CHUNK)):
+            self.extend()
+        rng = np.random.default_rng(0)
+        self.buf.update_priorities(np.arange(capacity), rng.exponential(size=capacity))
+        self.td = {n: np.random.default_rng(1).random(n) for n in (256, 4096)}
+        self.last: dict[int, np.ndarray] = {}
+
+    def extend(self) -> None:
+        d = self.data
+        self.buf.add(obs=d["obs"], act=d["act"], rew=d["rew"], next_obs=d["next_obs"], done=d["term"])
+
+    def sample(self, n: int) -> Any:
+        s = self.buf.sample(n, beta=BETA)
+        self.last[n] = np.array(s["indexes"], copy=True)  # cpprb reuses its output buffers
+        return s
+
+    def update(self, n: int) -> None:
+        if n not in self.last:
+            self.sample(n)
+        self.buf.update_priorities(self.last[n], np.abs(self.td[n]) + EPS)
+
+    def step(self) -> None:
+        s = self.buf.sample(256, beta=BETA)
+        self.buf.update_priorities(s["indexes"], np.abs(self.td[256]) + EPS)
+
+
+class _TorchRL(_Impl):
+    name = "TorchRL"
+
+    def __init__(self, capacity: int, data: dict[str, np.ndarray]) -> None:
+        import warnings
+
+        from tensordict import TensorDict
+        from torchrl.data import LazyTensorStorage, PrioritizedReplayBuffer
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self.buf = PrioritizedReplayBuffer(
+                alpha=ALPHA, beta=BETA, eps=EPS, storage=LazyTensorStorage(capacity)
+            )
+        self.td_in = TensorDict(
+            {k: torch.from_numpy(v) for k, v in data.items() if k != "trunc"}, batch_size=[CHUNK]
+        )
+        for _ in range(-(-capacity // CHUNK)):
+            self.extend()
+        rng = np.random.default_rng(0)
+        self.buf.update_priority(torch.arange(capacity), torch.from_numpy(rng.exponential(size=capacity)))
+        self.td = {n: torch.rand(n) for n in (256, 4096)}
+        self.last: dict[int, torch.Tensor] = {}
+
+    def extend(self) -> None:
+        self.buf.extend(self.td_in)
+
+    def sample(self, n: int) -> Any:
+        s = self.buf.sample(n)
+        self.last[n] = s["index"]
+        return s
+
+    def update(self, n: int) -> None:
+        if n not in self.last:
+            self.sample(n)
+        self.buf.update_priority(self.last[n], self.td[n].abs() + EPS)
+
+    def step(self) -> None:
+        s = self.buf.sample(256)
+        self.buf.update_priority(s["index"], self.td[256].abs() + EPS)
+
+
+def _data() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    return {
+        "obs": rng.standard_normal((CHUNK, OBS_DIM), dtype=np.float32),
+        "act": rng.integers(0, 4, CHUNK),
+        "rew": rng.standard_normal(CHUNK, dtype=np.float32),
+        "next_obs": rng.standard_normal((CHUNK, OBS_DIM), dtype=np.float32),
+        "term": rng.random(CHUNK) < 0.01,
+        "trunc": np.zeros(CHUNK, bool),
+    }
+
+
+def _build(
+    cls: type[_Impl], capacity: int, data: dict[str, np.ndarray], skipped: dict[str, str]
+) -> _Impl | None:
+    try:
+        return cls(capacity, data)
+    except Exception as exc:  # a library missing or broken on this machine: say why, go on
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        skipped[cls.name] = f"{type(exc).__name__}: {first[:160]}"
+        return None
+
+
+def run(quick: bool = False) -> list[Row]:
+    """Time every case for every available implementation; one Row per (case, impl)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _run(quick)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(quick: bool) -> list[Row]:
+    rows: list[Row] = []
+    skipped: dict[str, str] = {}
+    min_time = 0.05 if quick else 0.3
+    data = _data()
+    for capacity in (100_000,) if quick else (1_048_576, 100_000):
+        impls = [
+            i for cls in (_Ours, _TorchRL, _Cpprb, _Naive) if (i := _build(cls, capacity, data, skipped))
+        ]
+        cases: list[tuple[str, Callable[[_Impl], Callable[[], object]]]] = [
+            ("extend 1024", lambda i: i.extend),
+            ("sample 256", lambda i: lambda: i.sample(256)),
+            ("sample 4096", lambda i: lambda: i.sample(4096)),
+            ("update 256", lambda i: lambda: i.update(256)),
+            ("update 4096", lambda i: lambda: i.update(4096)),
+            ("sample 256 + update 256", lambda i: i.step),
+        ]
+        cap = f"C={capacity // 1000}k" if capacity < 1_000_000 else f"C={capacity / 2**20:g}M"
+        for case, make in cases:
+            speeds = {i.name: 1.0 / time_fn(make(i), "cpu", min_time=min_time)["median"] for i in impls}
+            libs = {k: v for k, v in speeds.items() if k in ("TorchRL", "cpprb")}
+            base_name = max(libs, key=libs.get) if libs else "naive torch"
+            base = speeds[base_name]
+            for name, v in speeds.items():
+                rows.append(Row("replay", f"{case} {cap}", name, v, "calls/s", v / base, f"vs {base_name}"))
+        del impls
+    for name, why in skipped.items():
+        print(f"replay benchmark: {name} skipped ({why})", file=sys.stderr)
+        rows.append(Row("replay", "skipped", name, float("nan"), "", None, why[:80]))
+    return rows
+
+
+if __name__ == "__main__":
+    print(format_table(run(quick="--quick" in sys.argv)))

@@ -1,0 +1,522 @@
+"""Replay buffers: n-step returns over parallel envs and episode ends, ring wrap, dtype rules,
+input validation, prioritized sampling and updates, checkpoints; plus a hypothesis state machine
+driving add/extend/sample/update against a plain-Python model."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from toolkit.replay import PrioritizedReplayBuffer, ReplayBatch, ReplayBuffer
+
+OBS = (2,)
+
+
+def _step(t: int, E: int, rng: np.random.Generator, p_term: float = 0.2, p_trunc: float = 0.1):
+    """One vector step whose observations encode (step, env) so mix-ups are visible."""
+    obs = np.stack([np.full(OBS, 10 * t + e, np.float32) for e in range(E)])
+    return (
+        obs,
+        rng.integers(0, 5, E),
+        rng.integers(-3, 4, E).astype(np.float32),
+        obs + 0.5,
+        rng.random(E) < p_term,
+        rng.random(E) < p_trunc,
+    )
+
+
+class Model:
+    """Plain-Python n-step replay: the specification the buffer is checked against."""
+
+    def __init__(self, capacity: int, E: int, n: int, gamma: float, alpha: float, eps: float) -> None:
+        self.C, self.E, self.n, self.gamma, self.alpha, self.eps = capacity, E, n, gamma, alpha, eps
+        self.pending: list[list[dict[str, Any]]] = [[] for _ in range(E)]
+        self.ring: list[dict[str, Any] | None] = [None] * capacity
+        self.prio = [0.0] * capacity
+        self.max_p = 1.0
+        self.count = 0
+        self.samples = 0
+
+    def __len__(self) -> int:
+        return min(self.count, self.C)
+
+    def step(self, obs, action, reward, next_obs, term, trunc) -> None:
+        for e in range(self.E):
+            self.pending[e].append({"obs": obs[e].tolist(), "action": int(action[e]), "rewards": []})
+            for entry in self.pending[e]:
+                entry["rewards"].append(float(reward[e]))
+        for e in range(self.E):
+            if term[e] or trunc[e]:
+                done, self.pending[e] = self.pending[e], []
+            elif len(self.pending[e][0]["rewards"]) == self.n:
+                done = [self.pending[e].pop(0)]
+            else:
+                done = []
+            for c in done:
+                k = len(c["rewards"])
+                self.ring[self.count % self.C] = {
+                    "obs": c["obs"],
+                    "action": c["action"],
+                    "reward": sum(self.gamma**j * r for j, r in enumerate(c["rewards"])),
+                    "next_obs": next_obs[e].tolist(),
+                    "discount": 0.0 if term[e] else self.gamma**k,
+                }
+                self.prio[self.count % self.C] = self.max_p**self.alpha
+                self.count += 1
+
+    def update(self, indices: list[int], td: list[float]) -> None:
+        ps = [abs(v) + self.eps for v in td]
+        for i, p in zip(indices, ps, strict=True):
+            self.prio[i] = p**self.alpha
+        self.max_p = max([self.max_p, *ps])
+
+
+def _check_batch(batch: ReplayBatch, model: Model, B: int) -> None:
+    assert batch.indices.dtype == torch.int64 and batch.weights.dtype == torch.float32
+    assert batch.reward.dtype == torch.float32 and batch.discount.dtype == torch.float32
+    idx = batch.indices.tolist()
+    assert len(idx) == B and all(0 <= i < len(model) for i in idx)
+    for j, i in enumerate(idx):
+        tr = model.ring[i]
+        assert tr is not None
+        assert batch.obs[j].tolist() == tr["obs"]
+        assert batch.next_obs[j].tolist() == tr["next_obs"]
+        assert int(batch.action[j]) == tr["action"]
+        # f32 storage of an n-step return of small integers: relative 1e-6
+        assert math.isclose(float(batch.reward[j]), tr["reward"], rel_tol=1e-6, abs_tol=1e-6)
+        assert math.isclose(float(batch.discount[j]), tr["discount"], rel_tol=1e-6)
+
+
+class ReplayMachine(RuleBasedStateMachine):
+    """Random streams from several envs, with episode ends and ring wrap, against :class:`Model`."""
+
+    @initialize(
+        capacity=st.integers(1, 12),
+        E=st.integers(1, 3),
+        n=st.integers(1, 4),
+        gamma=st.sampled_from([0.5, 0.9]),
+        prioritized=st.booleans(),
+        seed=st.integers(0, 2**16),
+    )
+    def setup(self, capacity: int, E: int, n: int, gamma: float, prioritized: bool, seed: int) -> None:
+        kw = dict(num_envs=E, n_step=n, gamma=gamma)
+        if prioritized:
+            self.buf = PrioritizedReplayBuffer(capacity, OBS, alpha=0.6, eps=1e-3, beta_steps=10, **kw)
+        else:
+            self.buf = ReplayBuffer(capacity, OBS, **kw)
+        self.model = Model(capacity, E, n, gamma, 0.6, 1e-3)
+        self.prioritized = prioritized
+        self.rng = np.random.default_rng(seed)
+        self.t = 0
+
+    @rule(p_term=st.sampled_from([0.0, 0.3]), p_trunc=st.sampled_from([0.0, 0.2]))
+    def add(self, p_term: float, p_trunc: float) -> None:
+        s = _step(self.t, self.model.E, self.rng, p_term, p_trunc)
+        self.t += 1
+        self.buf.add(*s)
+        self.model.step(*s)
+
+    @rule(T=st.integers(1, 5))
+    def extend(self, T: int) -> None:
+        steps = [_step(self.t + k, self.model.E, self.rng) for k in range(T)]
+        self.t += T
+        self.buf.extend(*(np.stack(f) for f in zip(*steps, strict=True)))
+        for s in steps:
+            self.model.step(*s)
+
+    @precondition(lambda self: len(self.model) > 0)
+    @rule(data=st.data())
+    def sample(self, data: st.DataObject) -> None:
+        B = data.draw(st.integers(1, len(self.model)))
+        g = torch.Generator().manual_seed(data.draw(st.integers(0, 2**16)))
+        batch = self.buf.sample(B, generator=g)
+        _check_batch(batch, self.model, B)
+        if not self.prioritized:
+            assert bool((batch.weights == 1).all())
+            return
+        beta = 0.4 + 0.6 * min(1.0, self.model.samples / 10)
+        self.model.samples += 1
+        prio = self.model.prio[: len(self.model)]
+        expected = [(prio[i] / min(prio)) ** -beta for i in batch.indices.tolist()]
+        # leaf values are f32 (pow vs the model's f64): relative 1e-5
+        np.testing.assert_allclose(batch.weights.numpy(), expected, rtol=1e-5)
+        cum = np.concatenate([[0.0], np.cumsum(prio)])
+        tot, tol = cum[-1], 1e-5 * cum[-1]
+        for j, i in enumerate(batch.indices.tolist()):  # stratum j holds sample j
+            assert cum[i] <= (j + 1) * tot / B + tol and cum[i + 1] >= j * tot / B - tol
+
+    @precondition(lambda self: self.prioritized and len(self.model) > 0)
+    @rule(data=st.data())
+    def update(self, data: st.DataObject) -> None:
+        n = len(self.model)
+        idx = data.draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=8))  # duplicates likely
+        td = data.draw(st.lists(st.floats(-5, 5, width=32), min_size=len(idx), max_size=len(idx)))
+        self.buf.update_priorities(torch.tensor(idx), torch.tensor(td))
+        self.model.update(idx, td)
+
+    @precondition(lambda self: self.prioritized and len(self.model) > 0)
+    @rule(bad=st.sampled_from(["nan", "inf", "index"]))
+    def bad_update(self, bad: str) -> None:
+        before = self.buf.priorities()
+        td = {"nan": float("nan"), "inf": float("inf"), "index": 1.0}[bad]
+        idx = len(self.model) if bad == "index" else 0
+        with pytest.raises(ValueError, match="rejected"):
+            self.buf.update_priorities(torch.tensor([0, idx]), torch.tensor([2.0, td]))
+        assert torch.equal(self.buf.priorities(), before)
+
+    @rule()
+    def bad_add(self) -> None:
+        obs, act, rew, nxt, term, trunc = _step(self.t, self.model.E, self.rng)
+        with pytest.raises(ValueError):
+            self.buf.add(obs[:, :1], act, rew, nxt, term, trunc)  # wrong obs shape
+
+    @rule()
+    def roundtrip(self) -> None:
+        """Resume from a state dict in a fresh buffer; later rules check it behaves the same."""
+        cls = type(self.buf)
+        kw = dict(num_envs=self.model.E, n_step=self.model.n, gamma=self.model.gamma)
+        if self.prioritized:
+            kw.update(alpha=0.6, eps=1e-3, beta_steps=10)
+        fresh = cls(self.model.C, OBS, **kw)
+        fresh.load_state_dict(self.buf.state_dict())
+        self.buf = fresh
+
+    @invariant()
+    def sizes_match(self) -> None:
+        assert len(self.buf) == len(self.model)
+        assert self.buf.pending == sum(len(p) for p in self.model.pending)
+
+    @invariant()
+    def priorities_match(self) -> None:
+        if self.prioritized and len(self.model):
+            np.testing.assert_allclose(
+                self.buf.priorities().numpy(), self.model.prio[: len(self.model)], rtol=1e-5
+            )
+
+
+ReplayMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=30, deadline=None)
+test_replay_state_machine = ReplayMachine.TestCase
+
+
+# ---- n-step by hand ---------------------------------------------------------------------------
+
+
+def test_nstep_returns_by_hand() -> None:
+    """Two envs, n = 3, gamma = 0.5. Env 0 terminates at step 2, env 1 is truncated at step 3."""
+    buf = ReplayBuffer(16, (1,), num_envs=2, n_step=3, gamma=0.5)
+    rewards = [[1, 10], [2, 20], [4, 40], [8, 80], [16, 160]]
+    ends = {(2, 0): "term", (3, 1): "trunc"}
+    for t, r in enumerate(rewards):
+        obs = np.array([[10.0 * t], [10.0 * t + 1]], np.float32)
+        term = np.array([ends.get((t, e)) == "term" for e in range(2)])
+        trunc = np.array([ends.get((t, e)) == "trunc" for e in range(2)])
+        buf.add(obs, np.array([t, t]), np.array(r, np.float32), obs + 0.5, term, trunc)
+    sd = buf.state_dict()
+    got = [
+        (float(o), float(r), float(d), float(nx))
+        for o, r, d, nx in zip(
+            sd["obs"][:, 0], sd["reward"], sd["discount"], sd["next_obs"][:, 0], strict=True
+        )
+    ]
+    expected = [
+        # completed at step 2: env 0 terminates (all three of its pending, no bootstrap), then
+        # env 1's step-0 window is full (10 + 0.5*20 + 0.25*40, bootstrap from step 2, gamma**3)
+        (0.0, 1 + 0.5 * 2 + 0.25 * 4, 0.0, 20.5),
+        (10.0, 2 + 0.5 * 4, 0.0, 20.5),
+        (20.0, 4.0, 0.0, 20.5),
+        (1.0, 10 + 0.5 * 20 + 0.25 * 40, 0.125, 21.5),
+        # step 3: env 1 truncated: its pending steps 1..3 bootstrap from the real final obs
+        (11.0, 20 + 0.5 * 40 + 0.25 * 80, 0.125, 31.5),
+        (21.0, 40 + 0.5 * 80, 0.25, 31.5),
+        (31.0, 80.0, 0.5, 31.5),
+    ]
+    assert got == expected
+    assert len(buf) == 7
+    assert buf.pending == 3  # steps 3 and 4 of env 0 (its new episode), step 4 of env 1
+
+
+def test_extend_equals_repeated_add() -> None:
+    rng = np.random.default_rng(0)
+    steps = [_step(t, 3, rng) for t in range(40)]
+    kw = dict(num_envs=3, n_step=4, gamma=0.9)
+    a, b, c = (PrioritizedReplayBuffer(17, OBS, **kw) for _ in range(3))
+    for s in steps:
+        a.add(*s)
+    b.extend(*(np.stack(f) for f in zip(*steps, strict=True)))
+    for lo, hi in ((0, 7), (7, 8), (8, 40)):
+        c.extend(*(np.stack(f) for f in zip(*steps[lo:hi], strict=True)))
+    sa, sb, sc = (x.state_dict() for x in (a, b, c))
+    assert sa.pop("meta") == sb.pop("meta") == sc.pop("meta")
+    for k in sa:
+        assert torch.equal(sa[k], sb[k]) and torch.equal(sa[k], sc[k]), k
+
+
+# ---- dtype rules ----------------------------------------------------------------------------
+
+
+def test_dtype_rules(monkeypatch: pytest.MonkeyPatch) -> None:
+    buf = ReplayBuffer(8, (3,))
+    assert buf.obs_dtype == torch.float32  # CPU: training_dtype is f32
+    monkeypatch.setenv("TRITONRL_DTYPE", "bf16")
+    bf = PrioritizedReplayBuffer(8, (3,), action_shape=(2,), action_dtype=torch.float32)
+    img = ReplayBuffer(8, (4, 4), obs_dtype=torch.uint8)
+    assert bf.obs_dtype == torch.bfloat16 and img.obs_dtype == torch.uint8
+    x = np.random.default_rng(0).random((1, 3)).astype(np.float32)
+    bf.add(x, np.array([[0.25, -1.5]]), np.array([1.0]), x, np.array([False]), np.array([True]))
+    batch = bf.sample(1)
+    assert batch.obs.dtype == torch.bfloat16 and batch.next_obs.dtype == torch.bfloat16
+    assert batch.action.dtype == torch.float32 and batch.action.tolist() == [[0.25, -1.5]]
+    assert batch.reward.dtype == batch.discount.dtype == batch.weights.dtype == torch.float32
+    assert torch.equal(batch.obs[0], torch.from_numpy(x[0]).to(torch.bfloat16))  # one rounding
+    im = np.arange(16, dtype=np.uint8).reshape(1, 4, 4)
+    img.add(im, np.array([3]), np.array([0.5]), im, np.array([True]), np.array([False]))
+    b = img.sample(1)
+    assert (
+        b.obs.dtype == torch.uint8
+        and b.action.dtype == torch.int64
+        and torch.equal(b.obs[0], torch.from_numpy(im[0]))
+    )
+
+
+# ---- bad input --------------------------------------------------------------------------------
+
+
+def _filled(prioritized: bool = True) -> ReplayBuffer:
+    rng = np.random.default_rng(1)
+    cls = PrioritizedReplayBuffer if prioritized else ReplayBuffer
+    buf = cls(10, OBS, num_envs=2, n_step=2)
+    for t in range(8):
+        buf.add(*_step(t, 2, rng))
+    return buf
+
+
+def _snapshot(buf: ReplayBuffer) -> dict[str, Any]:
+    """The buffer's content; the rejection counters (diagnostics) are left out."""
+    sd = buf.state_dict()
+    sd.pop("status", None)
+    sd["meta"] = {k: v for k, v in sd["meta"].items() if k != "rejections_seen"}
+    return {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in sd.items()}
+
+
+def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return a.keys() == b.keys() and all(
+        torch.equal(a[k], b[k]) if isinstance(a[k], torch.Tensor) else a[k] == b[k] for k in a
+    )
+
+
+_GOOD = _step(0, 2, np.random.default_rng(2))
+
+
+def _with(i: int, value: Any) -> tuple:
+    args = list(_GOOD)
+    args[i] = value
+    return tuple(args)
+
+
+@pytest.mark.parametrize(
+    "args, error, match",
+    [
+        (_with(0, np.zeros((2, 3), np.float32)), ValueError, "obs"),
+        (_with(0, np.zeros((3, 2), np.float32)), ValueError, "obs"),
+        (_with(0, np.zeros((2, 2), np.int64)), TypeError, "obs"),
+        (_with(3, np.zeros((2, 2), np.uint8)), TypeError, "next_obs"),
+        (_with(1, np.zeros(2, np.float32)), TypeError, "action"),
+        (_with(1, np.zeros(3, np.int64)), ValueError, "action"),
+        (_with(2, np.array([1.0, np.nan])), ValueError, "reward"),
+        (_with(2, np.zeros(3)), ValueError, "reward"),
+        (_with(4, np.array([0, 1])), TypeError, "terminated"),
+        (_with(5, np.array([True])), ValueError, "truncated"),
+    ],
+)
+def test_bad_add_raises_and_changes_nothing(args: tuple, error: type, match: str) -> None:
+    buf = _filled()
+    before = _snapshot(buf)
+    with pytest.raises(error, match=match):
+        buf.add(*args)
+    assert _same(_snapshot(buf), before)
+
+
+def test_bad_sample_and_update() -> None:
+    empty = PrioritizedReplayBuffer(4, OBS)
+    with pytest.raises(ValueError, match="empty"):
+        empty.sample(1)
+    buf = _filled()
+    with pytest.raises(ValueError, match="exceeds"):
+        buf.sample(len(buf) + 1)
+    with pytest.raises(ValueError, match="batch_size"):
+        buf.sample(0)
+    before = _snapshot(buf)
+    with pytest.raises(ValueError, match="entries"):
+        buf.update_priorities(torch.tensor([0, 1]), torch.tensor([1.0]))
+    with pytest.raises(TypeError, match="indices"):
+        buf.update_priorities(torch.tensor([0.0]), torch.tensor([1.0]))
+    with pytest.raises(ValueError, match="rejected"):
+        buf.update_priorities(torch.tensor([0, len(buf)]), torch.tensor([1.0, 2.0]))
+    assert _same(_snapshot(buf), before)
+    with pytest.raises(ValueError):
+        ReplayBuffer(0, OBS)
+    with pytest.raises(ValueError):
+        PrioritizedReplayBuffer(4, OBS, eps=0.0)
+    with pytest.raises(TypeError):
+        ReplayBuffer(4, OBS, obs_dtype=torch.int32)
+
+
+def test_deferred_priority_check() -> None:
+    """check_priorities=False (the CUDA default): a bad batch is ignored now, reported by check()."""
+    buf = _filled()
+    buf.check_priorities = False
+    before = buf.priorities()
+    buf.update_priorities(torch.tensor([1]), torch.tensor([float("nan")]))  # no raise
+    assert torch.equal(buf.priorities(), before) and buf.rejected_updates == 1
+    with pytest.raises(ValueError, match="NaN"):
+        buf.check()
+    buf.check()  # reported once
+
+
+# ---- sampling ---------------------------------------------------------------------------------
+
+
+def test_generator_makes_sampling_reproducible() -> None:
+    buf = _filled()
+    a = buf.sample(5, generator=torch.Generator().manual_seed(3))
+    b = buf.sample(5, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(a.indices, b.indices)
+    u = _filled(prioritized=False)
+    assert torch.equal(
+        u.sample(6, generator=torch.Generator().manual_seed(1)).indices,
+        u.sample(6, generator=torch.Generator().manual_seed(1)).indices,
+    )
+
+
+def test_beta_anneals_linearly() -> None:
+    buf = PrioritizedReplayBuffer(8, OBS, beta=0.4, beta_final=1.0, beta_steps=4)
+    buf.add(*_step(0, 1, np.random.default_rng(0), 0.0, 1.0))
+    betas = []
+    for _ in range(6):
+        betas.append(buf.current_beta)
+        buf.sample(1)
+    np.testing.assert_allclose(betas, [0.4, 0.55, 0.7, 0.85, 1.0, 1.0])
+
+
+def test_uniform_sampling_is_uniform() -> None:
+    """Chi-square of slot frequencies against the uniform law (df = 15, p = 0.001: 37.697)."""
+    buf = ReplayBuffer(16, OBS)
+    rng = np.random.default_rng(0)
+    for t in range(20):  # wraps
+        buf.add(*_step(t, 1, rng))
+    g = torch.Generator().manual_seed(0)
+    counts = torch.zeros(16)
+    for _ in range(50):
+        counts += torch.bincount(buf.sample(16, generator=g).indices, minlength=16)
+    expected = counts.sum() / 16
+    assert float(((counts - expected) ** 2 / expected).sum()) < 37.697
+
+
+# ---- checkpoints -------------------------------------------------------------------------------
+
+
+def test_save_load_roundtrip_across_dtypes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRITONRL_DTYPE", "bf16")  # saved in bf16 ...
+    src = _filled()
+    src.update_priorities(torch.tensor([0, 3]), torch.tensor([4.0, 0.5]))
+    src.sample(2)
+    path = tmp_path / "replay.safetensors"
+    src.save(path)
+    assert [p.name for p in tmp_path.iterdir()] == ["replay.safetensors"]  # no temp file left
+    monkeypatch.delenv("TRITONRL_DTYPE")  # ... loaded in f32
+    dst = PrioritizedReplayBuffer(10, OBS, num_envs=2, n_step=2)
+    dst.load(path)
+    assert dst.obs_dtype == torch.float32
+    a, b = src.state_dict(), dst.state_dict()
+    assert a.pop("meta") == b.pop("meta")
+    for k in a:
+        assert torch.equal(a[k].to(b[k].dtype), b[k]), k
+    ga = src.sample(4, generator=torch.Generator().manual_seed(9))
+    gb = dst.sample(4, generator=torch.Generator().manual_seed(9))
+    assert torch.equal(ga.indices, gb.indices) and torch.equal(ga.weights, gb.weights)
+    rng = np.random.default_rng(7)
+    s = _step(50, 2, rng, 0.0, 0.0)
+    src.add(*s)
+    dst.add(*s)  # pending n-step windows resumed too
+    assert len(src) == len(dst) and src.pending == dst.pending
+
+
+def test_load_rejects_damaged_or_foreign_files(tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    src = _filled()
+    good = tmp_path / "good.safetensors"
+    src.save(good)
+    dst = _filled()
+    dst.update_priorities(torch.tensor([1]), torch.tensor([7.0]))
+    before = _snapshot(dst)
+    truncated = tmp_path / "truncated.safetensors"
+    truncated.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    with pytest.raises(ValueError, match="not a readable safetensors"):
+        dst.load(truncated)
+    foreign = tmp_path / "foreign.safetensors"
+    save_file({"w": torch.zeros(3)}, str(foreign))
+    with pytest.raises(ValueError, match="not a replay-buffer file"):
+        dst.load(foreign)
+    other = PrioritizedReplayBuffer(11, OBS, num_envs=2, n_step=2)
+    with pytest.raises(ValueError, match="configuration"):
+        other.load(good)
+    with pytest.raises(FileNotFoundError):
+        dst.load(tmp_path / "missing.safetensors")
+    assert _same(_snapshot(dst), before)
+
+
+def test_interrupted_save_keeps_the_previous_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import safetensors.torch
+
+    buf = _filled()
+    path = tmp_path / "r.safetensors"
+    buf.save(path)
+    old = path.read_bytes()
+
+    def boom(*args: Any, **kwargs: Any) -> None:
+        Path(args[1]).write_bytes(b"partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", boom)
+    with pytest.raises(OSError, match="disk full"):
+        buf.save(path)
+    assert path.read_bytes() == old and [p.name for p in tmp_path.iterdir()] == ["r.safetensors"]
+
+
+# ---- CUDA (--gpu) -------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_gpu_buffer_end_to_end() -> None:
+    from toolkit.precision import training_dtype
+
+    buf = PrioritizedReplayBuffer(1000, (4,), device="cuda", num_envs=4, n_step=3)
+    assert buf.obs_dtype == training_dtype("cuda") and not buf.check_priorities
+    rng = np.random.default_rng(0)
+    steps = [_step(t, 4, rng) for t in range(300)]
+    for s in steps[:100]:
+        buf.add(*s)
+    buf.extend(*(np.stack(f) for f in zip(*steps[100:], strict=True)))
+    for g in (torch.Generator(device="cuda").manual_seed(0), torch.Generator().manual_seed(0)):
+        batch = buf.sample(256, generator=g)
+        assert batch.obs.device.type == "cuda" and batch.obs.dtype == buf.obs_dtype
+        assert batch.indices.device.type == "cuda"
+    buf.update_priorities(batch.indices, torch.randn(256, device="cuda"))
+    buf.check()
+    before = buf.priorities()
+    buf.update_priorities(batch.indices, torch.full((256,), float("nan"), device="cuda"))  # deferred
+    assert torch.equal(buf.priorities(), before)
+    with pytest.raises(ValueError, match="NaN"):
+        buf.check()
+    buf.check_priorities = True
+    with pytest.raises(ValueError, match="indices"):
+        buf.update_priorities(torch.tensor([len(buf)], device="cuda"), torch.ones(1, device="cuda"))

@@ -1,0 +1,9 @@
+"""Device-resident replay buffers: uniform and prioritized, with n-step returns.
+
+See :class:`ReplayBuffer`, :class:`PrioritizedReplayBuffer` and the guide ``docs/pages/replay.md``.
+"""
+
+from toolkit.replay.buffer import ReplayBatch, ReplayBuffer
+from toolkit.replay.prioritized import PrioritizedReplayBuffer
+
+__all__ = ["PrioritizedReplayBuffer", "ReplayBatch", "ReplayBuffer"]

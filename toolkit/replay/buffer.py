@@ -1,0 +1,513 @@
+"""Uniform replay buffer on the training device, with n-step returns over parallel environments.
+
+Storage is a preallocated ring of *complete* n-step transitions (see :mod:`toolkit.replay.nstep`):
+``obs``/``next_obs`` in the observation dtype (``training_dtype(device)``, or uint8 for images),
+``action`` in ``action_dtype``, ``reward`` (the n-step return) and ``discount`` in f32. Each
+field is cast exactly once, when it enters (``add``/``extend``); sampling only gathers.
+
+Transitions whose n-step window is still open wait in a small staging area (``n - 1`` steps per
+environment, on the device) and are neither counted by ``len()`` nor sampled.
+
+Rewards and done flags are read on the host (numpy arrays or CPU tensors, as gymnasium returns
+them); passing them as CUDA tensors costs one synchronisation per ``add``/``extend``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+
+from toolkit.precision import training_dtype
+from toolkit.replay.nstep import NStepState, schedule
+
+__all__ = ["ReplayBatch", "ReplayBuffer"]
+
+_FORMAT = "tritonrl.replay"
+_VERSION = 1
+
+
+class ReplayBatch(NamedTuple):
+    """One sampled batch (``B`` transitions), every tensor on the buffer's device.
+
+    Attributes:
+        obs: ``[B, *obs_shape]`` in the observation dtype.
+        action: ``[B, *action_shape]`` in ``action_dtype``.
+        reward: f32 ``[B]``, n-step discounted return ``sum_{j<k} gamma**j r_j``.
+        next_obs: ``[B, *obs_shape]``, the observation ``k`` steps later (the real final
+            observation where the episode ended).
+        discount: f32 ``[B]``, ``gamma**k`` for the ``k`` steps used, 0 where the episode terminated.
+            TD target: ``reward + discount * Q(next_obs)``.
+        indices: int64 ``[B]``, slots in the buffer (pass them to ``update_priorities``).
+        weights: f32 ``[B]``, importance weights (ones for the uniform buffer).
+    """
+
+    obs: torch.Tensor
+    action: torch.Tensor
+    reward: torch.Tensor
+    next_obs: torch.Tensor
+    discount: torch.Tensor
+    indices: torch.Tensor
+    weights: torch.Tensor
+
+
+def _shape(name: str, value: Any) -> tuple[int, ...]:
+    try:
+        shape = tuple(int(d) for d in value)
+    except TypeError:
+        raise TypeError(f"{name} must be a tuple of ints, got {value!r}") from None
+    if any(d < 1 for d in shape):
+        raise ValueError(f"{name} must have positive dimensions, got {value!r}")
+    return shape
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return value
+
+
+def _host(name: str, value: Any, shape: tuple[int, ...], kind: str) -> np.ndarray:
+    """Read a reward / done array on the host and check its shape and dtype kind."""
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu().numpy()  # a sync if the tensor lives on a GPU
+    arr = np.asarray(value)
+    if arr.shape != shape:
+        raise ValueError(f"{name} must have shape {shape}, got {arr.shape}")
+    if kind == "bool" and arr.dtype != np.bool_:
+        raise TypeError(f"{name} must be boolean, got dtype {arr.dtype}")
+    if kind == "real":
+        if arr.dtype == np.bool_ or arr.dtype.kind not in "fiu":
+            raise TypeError(f"{name} must be a real number array, got dtype {arr.dtype}")
+        if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+            raise ValueError(f"{name} contains NaN or infinite values")
+    return arr
+
+
+def _tensor(name: str, value: Any, shape: tuple[int, ...], target: torch.dtype) -> torch.Tensor:
+    """An input tensor (any device, not yet cast) after shape and dtype-kind checks."""
+    t = value if isinstance(value, torch.Tensor) else torch.as_tensor(np.asarray(value))
+    if tuple(t.shape) != shape:
+        raise ValueError(f"{name} must have shape {shape}, got {tuple(t.shape)}")
+    if target == torch.uint8:
+        ok = t.dtype == torch.uint8
+        want = "uint8"
+    elif target.is_floating_point:
+        ok = t.dtype.is_floating_point
+        want = "a floating dtype"
+    else:
+        ok = not t.dtype.is_floating_point and not t.dtype.is_complex and t.dtype != torch.bool
+        want = "an integer dtype"
+    if not ok:
+        raise TypeError(f"{name} must have {want} (stored as {target}), got {t.dtype}")
+    return t
+
+
+class ReplayBuffer:
+    """Uniform replay: a device-resident ring of n-step transitions from ``num_envs`` environments.
+
+    Args:
+        capacity: transitions kept (the oldest are overwritten).
+        obs_shape: shape of one observation.
+        device: where everything is stored and sampled.
+        num_envs: parallel environments; ``add`` takes one step of each (leading dim ``num_envs``).
+        n_step: steps per return (1 = one-step TD).
+        gamma: discount in ``[0, 1]``.
+        action_shape: shape of one action (``()`` for discrete actions).
+        action_dtype: an integer dtype (discrete) or ``torch.float32`` (continuous).
+        obs_dtype: ``None`` -> ``training_dtype(device)``; ``torch.uint8`` keeps image bytes;
+            another floating dtype is an explicit override for experiments.
+
+    Raises:
+        ValueError / TypeError: an argument is out of range or of the wrong type.
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        obs_shape: tuple[int, ...],
+        *,
+        device: torch.device | str = "cpu",
+        num_envs: int = 1,
+        n_step: int = 1,
+        gamma: float = 0.99,
+        action_shape: tuple[int, ...] = (),
+        action_dtype: torch.dtype = torch.int64,
+        obs_dtype: torch.dtype | None = None,
+    ) -> None:
+        self._capacity = _positive_int("capacity", capacity)
+        self.obs_shape = _shape("obs_shape", obs_shape)
+        self.action_shape = _shape("action_shape", action_shape)
+        self.num_envs = _positive_int("num_envs", num_envs)
+        self.n_step = _positive_int("n_step", n_step)
+        if not isinstance(gamma, (int, float)) or isinstance(gamma, bool) or not 0.0 <= gamma <= 1.0:
+            raise ValueError(f"gamma must be a number in [0, 1], got {gamma!r}")
+        self.gamma = float(gamma)
+        self.device = torch.device(device)
+        if not isinstance(action_dtype, torch.dtype) or action_dtype == torch.bool or action_dtype.is_complex:
+            raise TypeError(f"action_dtype must be an integer or floating torch.dtype, got {action_dtype!r}")
+        self.action_dtype = action_dtype
+        if obs_dtype is None:
+            obs_dtype = training_dtype(self.device)
+        elif not isinstance(obs_dtype, torch.dtype) or not (
+            obs_dtype == torch.uint8 or obs_dtype.is_floating_point
+        ):
+            raise TypeError(f"obs_dtype must be None, torch.uint8 or a floating dtype, got {obs_dtype!r}")
+        self.obs_dtype = obs_dtype
+        C, dev = self._capacity, self.device
+        self._obs = torch.zeros((C, *self.obs_shape), dtype=obs_dtype, device=dev)
+        self._next_obs = torch.zeros_like(self._obs)
+        self._action = torch.zeros((C, *self.action_shape), dtype=action_dtype, device=dev)
+        self._reward = torch.zeros(C, dtype=torch.float32, device=dev)
+        self._discount = torch.zeros(C, dtype=torch.float32, device=dev)
+        K, E = self.n_step - 1, self.num_envs
+        self._stage_obs = torch.zeros((K, E, *self.obs_shape), dtype=obs_dtype, device=dev)
+        self._stage_action = torch.zeros((K, E, *self.action_shape), dtype=action_dtype, device=dev)
+        self._nstep = NStepState.empty(self.n_step, E)
+        self._pos = 0  # next slot to write
+        self._size = 0  # complete transitions stored
+        self._steps = 0  # vector steps added
+        self._committed = 0  # complete transitions ever written
+
+    # ---- sizes ---------------------------------------------------------------------------------
+
+    @property
+    def capacity(self) -> int:
+        """Maximum number of stored transitions."""
+        return self._capacity
+
+    def __len__(self) -> int:
+        """Complete transitions stored (pending n-step windows are not counted)."""
+        return self._size
+
+    @property
+    def pending(self) -> int:
+        """Transitions waiting for their n-step window to close (not sampleable yet)."""
+        return int(self._nstep.pending.sum())
+
+    @property
+    def steps(self) -> int:
+        """Vector steps added so far."""
+        return self._steps
+
+    # ---- ingestion -----------------------------------------------------------------------------
+
+    def add(self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any) -> None:
+        """Add one vector step: every argument has leading dim ``num_envs``.
+
+        Args:
+            obs / next_obs: ``[E, *obs_shape]``, floating (or uint8 for a uint8 buffer), any
+                device; ``next_obs`` is the real next observation (the final one at an episode end).
+            action: ``[E, *action_shape]``, integer or floating as ``action_dtype``.
+            reward: ``[E]`` real numbers, finite. terminated / truncated: ``[E]`` bool.
+
+        Raises:
+            ValueError / TypeError: wrong shape, dtype or non-finite reward; nothing is added.
+        """
+        self.extend(*(_lead(x) for x in (obs, action, reward, next_obs, terminated, truncated)))
+
+    def extend(
+        self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any
+    ) -> None:
+        """Add ``T`` vector steps at once: leading dims ``[T, num_envs]`` (step-major).
+
+        Same result as ``T`` calls of :meth:`add`. Field rules and errors as in :meth:`add`.
+        """
+        obs_t = _tensor("obs", obs, tuple(_dims(obs)[:2]) + self.obs_shape, self.obs_dtype)
+        T, E = obs_t.shape[0], self.num_envs
+        if obs_t.shape[1] != E:
+            raise ValueError(f"obs must have shape {(T, E, *self.obs_shape)}, got {tuple(obs_t.shape)}")
+        next_t = _tensor("next_obs", next_obs, (T, E, *self.obs_shape), self.obs_dtype)
+        act_t = _tensor("action", action, (T, E, *self.action_shape), self.action_dtype)
+        rew = _host("reward", reward, (T, E), "real")
+        term = _host("terminated", terminated, (T, E), "bool")
+        trunc = _host("truncated", truncated, (T, E), "bool")
+        if T == 0:
+            return
+        commits, new_state = schedule(self._nstep, rew, term, trunc, self.n_step, self.gamma)
+        self._write(commits, obs_t, act_t, next_t, T)
+        self._nstep = new_state
+        self._steps += T
+
+    def _write(
+        self, commits: Any, obs: torch.Tensor, action: torch.Tensor, next_obs: torch.Tensor, T: int
+    ) -> None:
+        """Copy the committed transitions into the ring and the open ones into staging."""
+        E, K, C, dev = self.num_envs, self.n_step - 1, self._capacity, self.device
+        if K:  # gathers below: bring the inputs to the device in the stored dtype (the one cast)
+            obs = obs.to(device=dev, dtype=self.obs_dtype)
+            action = action.to(device=dev, dtype=self.action_dtype)
+        flat_obs = obs.reshape(T * E, *self.obs_shape)
+        flat_act = action.reshape(T * E, *self.action_shape)
+        flat_next = next_obs.reshape(T * E, *self.obs_shape)
+        m = len(commits.reward)
+        skip = max(0, m - C)  # more commits than slots: only the last C survive
+        count = m - skip
+        if count > 0:
+            reward = torch.from_numpy(commits.reward[skip:]).to(dev)
+            discount = torch.from_numpy(commits.discount[skip:]).to(dev)
+            if commits.identity:  # copy_ below casts and moves in one go
+                srcs = (flat_obs[skip:], flat_act[skip:], flat_next[skip:], reward, discount)
+            else:
+                start = torch.from_numpy(commits.start[skip:]).to(dev)
+                end = torch.from_numpy(commits.end[skip:]).to(dev)
+                if bool((commits.start[skip:] < K * E).any()):  # some start in staging
+                    src_obs = torch.cat([self._stage_obs.reshape(K * E, *self.obs_shape), flat_obs])
+                    src_act = torch.cat([self._stage_action.reshape(K * E, *self.action_shape), flat_act])
+                else:
+                    src_obs, src_act = flat_obs, flat_act
+                    start = start - K * E
+                next_src = flat_next.to(device=dev, dtype=self.obs_dtype).index_select(0, end)
+                srcs = (
+                    src_obs.index_select(0, start),
+                    src_act.index_select(0, start),
+                    next_src,
+                    reward,
+                    discount,
+                )
+            dsts = (self._obs, self._action, self._next_obs, self._reward, self._discount)
+            pos = (self._pos + skip) % C  # commit k goes to slot (pos + k) % C, skipped ones too
+            first = min(count, C - pos)
+            for dst, src in zip(dsts, srcs, strict=True):
+                dst[pos : pos + first].copy_(src[:first])
+                if count > first:
+                    dst[: count - first].copy_(src[first:])
+            self._on_commit(pos, count)
+        self._pos = (self._pos + m) % C
+        self._size = min(C, self._size + m)
+        self._committed += m
+        if K:  # staging keeps the last K steps, oldest first
+            if T >= K:
+                self._stage_obs.copy_(obs[T - K :])
+                self._stage_action.copy_(action[T - K :])
+            else:
+                self._stage_obs[: K - T] = self._stage_obs[T:].clone()
+                self._stage_action[: K - T] = self._stage_action[T:].clone()
+                self._stage_obs[K - T :].copy_(obs)
+                self._stage_action[K - T :].copy_(action)
+
+    def _on_commit(self, pos: int, count: int) -> None:
+        """Hook: slots ``pos .. pos + count - 1`` (mod capacity) now hold new transitions."""
+
+    # ---- sampling ------------------------------------------------------------------------------
+
+    def _check_batch_size(self, batch_size: int) -> None:
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        if self._size == 0:
+            raise ValueError("cannot sample from an empty buffer (no complete transition yet)")
+        if batch_size > self._size:
+            raise ValueError(f"batch_size={batch_size} exceeds the {self._size} transitions stored")
+
+    def _gather(self, idx: torch.Tensor, weights: torch.Tensor) -> ReplayBatch:
+        return ReplayBatch(
+            obs=self._obs.index_select(0, idx),
+            action=self._action.index_select(0, idx),
+            reward=self._reward.index_select(0, idx),
+            next_obs=self._next_obs.index_select(0, idx),
+            discount=self._discount.index_select(0, idx),
+            indices=idx,
+            weights=weights,
+        )
+
+    def sample(self, batch_size: int, generator: torch.Generator | None = None) -> ReplayBatch:
+        """``batch_size`` transitions drawn uniformly with replacement.
+
+        Args:
+            batch_size: 1 .. ``len(self)``.
+            generator: the random source; a generator on another device than the buffer draws
+                there and the indices are copied over. ``None``: the device's default generator.
+
+        Raises:
+            ValueError: empty buffer, or ``batch_size`` not in ``[1, len(self)]``.
+        """
+        self._check_batch_size(batch_size)
+        gdev = self.device if generator is None else generator.device
+        idx = torch.randint(self._size, (batch_size,), generator=generator, device=gdev)
+        return self._gather(idx.to(self.device), torch.ones(batch_size, device=self.device))
+
+    # ---- checkpoints ---------------------------------------------------------------------------
+
+    def _config(self) -> dict[str, Any]:
+        return {
+            "kind": type(self).__name__,
+            "capacity": self._capacity,
+            "obs_shape": list(self.obs_shape),
+            "num_envs": self.num_envs,
+            "n_step": self.n_step,
+            "gamma": self.gamma,
+            "action_shape": list(self.action_shape),
+            "action_dtype": str(self.action_dtype).removeprefix("torch."),
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume: tensors (views of the stored part) and a ``meta`` dict.
+
+        The ``meta`` entry is JSON-serialisable (config and counters); every other entry is a
+        tensor. Observations keep their stored dtype; :meth:`load_state_dict` casts them.
+        """
+        n = self._size
+        sd: dict[str, Any] = {
+            "obs": self._obs[:n],
+            "next_obs": self._next_obs[:n],
+            "action": self._action[:n],
+            "reward": self._reward[:n],
+            "discount": self._discount[:n],
+            "stage_obs": self._stage_obs,
+            "stage_action": self._stage_action,
+            "nstep_pending": torch.from_numpy(self._nstep.pending.copy()),
+            "nstep_rewards": torch.from_numpy(self._nstep.rewards.copy()),
+        }
+        sd["meta"] = {
+            "format": _FORMAT,
+            "version": _VERSION,
+            "config": self._config(),
+            "pos": self._pos,
+            "size": self._size,
+            "steps": self._steps,
+            "committed": self._committed,
+        }
+        return sd
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore from :meth:`state_dict` (possibly saved on another device or in another dtype).
+
+        Raises:
+            ValueError: the state is not a replay-buffer state, or its configuration, shapes or
+                counters do not match this buffer; the buffer is left unchanged.
+        """
+        staged = self._parse_state(state)
+        self._apply_state(staged)
+
+    def _parse_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        """Validate ``state`` and convert its tensors; touches nothing of ``self``."""
+        if not isinstance(state, dict) or not isinstance(state.get("meta"), dict):
+            raise ValueError("not a replay-buffer state: no 'meta' entry")
+        meta = state["meta"]
+        if meta.get("format") != _FORMAT or meta.get("version") != _VERSION:
+            raise ValueError(f"not a {_FORMAT} v{_VERSION} state: format={meta.get('format')!r}")
+        config, mine = meta.get("config"), self._config()
+        if config != mine:
+            diff = {
+                k: (config.get(k) if isinstance(config, dict) else None, v)
+                for k, v in mine.items()
+                if not isinstance(config, dict) or config.get(k) != v
+            }
+            raise ValueError(f"state was saved by a buffer with another configuration (saved, this): {diff}")
+        size, pos = meta.get("size"), meta.get("pos")
+        C, K, E = self._capacity, self.n_step - 1, self.num_envs
+        if not (isinstance(size, int) and 0 <= size <= C and isinstance(pos, int) and 0 <= pos < C):
+            raise ValueError(f"state has invalid counters size={size!r} pos={pos!r}")
+        if size < C and pos != size:
+            raise ValueError(f"state has pos={pos} but size={size} < capacity")
+        shapes = {
+            "obs": ((size, *self.obs_shape), self.obs_dtype),
+            "next_obs": ((size, *self.obs_shape), self.obs_dtype),
+            "action": ((size, *self.action_shape), self.action_dtype),
+            "reward": ((size,), torch.float32),
+            "discount": ((size,), torch.float32),
+            "stage_obs": ((K, E, *self.obs_shape), self.obs_dtype),
+            "stage_action": ((K, E, *self.action_shape), self.action_dtype),
+            "nstep_pending": ((E,), torch.int64),
+            "nstep_rewards": ((K, E), torch.float64),
+        }
+        out: dict[str, Any] = {"meta": meta}
+        for key, (shape, dtype) in shapes.items():
+            t = state.get(key)
+            if not isinstance(t, torch.Tensor):
+                raise ValueError(f"state is missing tensor {key!r}")
+            if tuple(t.shape) != shape:
+                raise ValueError(f"state tensor {key!r} has shape {tuple(t.shape)}, expected {shape}")
+            if t.dtype != dtype and not (t.dtype.is_floating_point and dtype.is_floating_point):
+                raise ValueError(f"state tensor {key!r} has dtype {t.dtype}, cannot load into {dtype}")
+            dev = "cpu" if key.startswith("nstep_") else self.device
+            out[key] = t.to(device=dev, dtype=dtype)  # the load boundary: one cast
+        pending = out["nstep_pending"].numpy()
+        if (pending < 0).any() or (pending > K).any():
+            raise ValueError(f"state has invalid pending counts {pending.tolist()}")
+        return out
+
+    def _apply_state(self, staged: dict[str, Any]) -> None:
+        meta = staged["meta"]
+        n = meta["size"]
+        for key, dst in (
+            ("obs", self._obs),
+            ("next_obs", self._next_obs),
+            ("action", self._action),
+            ("reward", self._reward),
+            ("discount", self._discount),
+        ):
+            dst[:n].copy_(staged[key])
+        self._stage_obs.copy_(staged["stage_obs"])
+        self._stage_action.copy_(staged["stage_action"])
+        self._nstep = NStepState(
+            staged["nstep_pending"].numpy().copy(), staged["nstep_rewards"].numpy().copy()
+        )
+        self._pos, self._size = meta["pos"], n
+        self._steps, self._committed = int(meta["steps"]), int(meta["committed"])
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write :meth:`state_dict` to one safetensors file (``meta`` as JSON in its header).
+
+        The write is atomic: a temporary file in the same folder, then ``os.replace``; an
+        interrupted save never destroys the previous file.
+        """
+        from safetensors.torch import save_file
+
+        sd = self.state_dict()
+        meta = sd.pop("meta")
+        tensors = {k: v.detach().to("cpu").contiguous() for k, v in sd.items()}
+        path = Path(path)
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        try:
+            save_file(tensors, str(tmp), metadata={_FORMAT: json.dumps(meta)})
+            os.replace(tmp, path)
+        finally:
+            if tmp.exists():
+                tmp.unlink()
+
+    def load(self, path: str | os.PathLike[str]) -> None:
+        """Restore from a file written by :meth:`save` (any device / dtype it was saved from).
+
+        Raises:
+            FileNotFoundError: no such file.
+            ValueError: truncated or foreign file, or another configuration; the buffer is unchanged.
+        """
+        from safetensors import safe_open
+
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"no replay-buffer file at {path}")
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                header = f.metadata() or {}
+                tensors = {k: f.get_tensor(k) for k in f.keys()}
+        except Exception as exc:  # safetensors raises its own error types for damaged files
+            raise ValueError(
+                f"{path} is not a readable safetensors file ({type(exc).__name__}: {exc})"
+            ) from exc
+        if _FORMAT not in header:
+            raise ValueError(f"{path} is not a replay-buffer file (no {_FORMAT!r} metadata)")
+        try:
+            meta = json.loads(header[_FORMAT])
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path} has damaged replay-buffer metadata: {exc}") from exc
+        self.load_state_dict({**tensors, "meta": meta})
+
+
+def _dims(x: Any) -> tuple[int, ...]:
+    shape = tuple(x.shape) if hasattr(x, "shape") else np.shape(x)
+    if len(shape) < 2:
+        raise ValueError(f"obs must have leading dims [T, num_envs], got shape {shape}")
+    return shape
+
+
+def _lead(x: Any) -> Any:
+    """Add a leading step dim of 1 (``add`` is ``extend`` of one step)."""
+    if isinstance(x, torch.Tensor):
+        return x.unsqueeze(0)
+    return np.asarray(x)[None]

@@ -1,0 +1,119 @@
+"""n-step bookkeeping on the host: which transitions are complete, their returns and discounts.
+
+Each of ``E`` parallel environments streams one transition per vector step. A transition that
+starts at step ``s`` is *complete* at step ``end = min(first episode end at or after s,
+s + n - 1)``: then its n-step return ``sum_{j < k} gamma**j r_{s+j}`` (``k = end - s + 1``) and
+its bootstrap observation (``next_obs`` of step ``end``) are known. Its discount is
+``gamma**k``, or 0 if the episode *terminated* at ``end``; a *truncated* end bootstraps from
+the real final observation like any other. Until it is complete a transition is *pending*
+(at most ``n - 1`` per environment, always that environment's latest steps).
+
+This module works on small numpy arrays (rewards and done flags live on the host, as
+gymnasium returns them); the observations stay on the buffer's device and only move by index.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["Commits", "NStepState", "schedule"]
+
+
+@dataclass
+class NStepState:
+    """What the host remembers between vector steps (``K = n - 1``).
+
+    Attributes:
+        pending: int64 ``[E]``, pending transitions per environment (they are its last steps).
+        rewards: f64 ``[K, E]``, rewards of the last ``K`` steps, oldest first.
+    """
+
+    pending: np.ndarray
+    rewards: np.ndarray
+
+    @classmethod
+    def empty(cls, n_step: int, num_envs: int) -> NStepState:
+        return cls(np.zeros(num_envs, np.int64), np.zeros((n_step - 1, num_envs), np.float64))
+
+
+@dataclass
+class Commits:
+    """Transitions completed by a batch of ``T`` new steps, in the order they enter the buffer.
+
+    Timeline index ``tau`` runs over the ``K`` remembered steps then the ``T`` new ones; a
+    transition is identified by its start ``(tau, env)``.
+
+    Attributes:
+        start: int64 ``[m]`` flat source ``tau * E + env`` of obs and action in the timeline.
+        end: int64 ``[m]`` flat index ``(end_tau - K) * E + env`` of the bootstrap ``next_obs``
+            among the new steps.
+        reward: f32 ``[m]`` n-step discounted returns.
+        discount: f32 ``[m]``: ``gamma**k``, or 0 where the episode terminated.
+        identity: the commits are exactly the new steps in order (``n == 1``): no gather needed.
+    """
+
+    start: np.ndarray
+    end: np.ndarray
+    reward: np.ndarray
+    discount: np.ndarray
+    identity: bool
+
+
+def schedule(
+    state: NStepState,
+    rewards: np.ndarray,
+    terminated: np.ndarray,
+    truncated: np.ndarray,
+    n_step: int,
+    gamma: float,
+) -> tuple[Commits, NStepState]:
+    """The commits caused by ``T`` new steps (arrays ``[T, E]``) and the state after them.
+
+    Commits are ordered by completion step, then environment, then start step, so adding
+    ``T`` steps at once gives the same buffer as adding them one by one.
+    """
+    T, E = rewards.shape
+    K = n_step - 1
+    r = rewards.astype(np.float64, copy=False)
+    done = terminated | truncated
+    if K == 0:  # every transition is complete at once
+        discount = np.where(terminated, 0.0, gamma).astype(np.float32).reshape(-1)
+        flat = np.arange(T * E, dtype=np.int64)
+        return Commits(flat, flat, r.astype(np.float32).reshape(-1), discount, True), state
+    n_tl = K + T
+    r_all = np.concatenate([state.rewards, r], axis=0)  # [K+T, E]
+    done_all = np.concatenate([np.zeros((K, E), bool), done], axis=0)
+    term_all = np.concatenate([np.zeros((K, E), bool), terminated], axis=0)
+    tau = np.arange(n_tl, dtype=np.int64)[:, None]  # [K+T, 1]
+    active = tau >= (K - state.pending)[None, :]  # pending old starts and every new one
+    big = np.int64(n_tl + n_step)
+    done_at = np.where(done_all, tau, big)
+    next_done = np.minimum.accumulate(done_at[::-1], axis=0)[::-1]  # first done at or after tau
+    end = np.minimum(next_done, tau + K)
+    commit = active & (end <= n_tl - 1)
+    steps = end - tau + 1  # k in [1, n]
+    # n-step returns: window j < k of rewards, discounted by gamma**j
+    padded = np.concatenate([r_all, np.zeros((K, E))], axis=0)
+    window = np.stack([padded[j : j + n_tl] for j in range(n_step)], axis=1)  # [K+T, n, E]
+    j = np.arange(n_step)[None, :, None]
+    weights = np.where(j < steps[:, None, :], gamma ** j.astype(np.float64), 0.0)
+    ret = (window * weights).sum(axis=1)  # [K+T, E]
+    end_clip = np.minimum(end, n_tl - 1)
+    terminated_at_end = np.take_along_axis(term_all, end_clip, axis=0)
+    disc = np.where(terminated_at_end, 0.0, gamma ** steps.astype(np.float64))
+    t_idx, e_idx = np.nonzero(commit)
+    end_c = end[t_idx, e_idx]
+    order = np.lexsort((t_idx, e_idx, end_c))  # by end, then env, then start
+    t_idx, e_idx, end_c = t_idx[order], e_idx[order], end_c[order]
+    commits = Commits(
+        start=t_idx * E + e_idx,
+        end=(end_c - K) * E + e_idx,
+        reward=ret[t_idx, e_idx].astype(np.float32),
+        discount=disc[t_idx, e_idx].astype(np.float32),
+        identity=False,
+    )
+    pending = (active & ~commit).sum(axis=0).astype(np.int64)
+    new_state = NStepState(pending, r_all[n_tl - K :].copy())
+    return commits, new_state

@@ -1,0 +1,255 @@
+"""Prioritized replay (Schaul et al., 2016, proportional variant) on the device.
+
+- ``P(i) = p_i**alpha / sum_j p_j**alpha``, sampled **stratified**: the total mass is cut into
+  ``B`` equal segments and one sample is drawn inside each (tree descent, :mod:`kernels.sumtree`).
+- Importance weights ``w_i = (N P(i))**-beta / max_j (N P(j))**-beta``, the max over the whole
+  buffer (the global minimum priority comes from the min tree), so ``w <= 1``.
+- ``beta`` anneals linearly from ``beta`` to ``beta_final`` over ``beta_steps`` calls of
+  :meth:`~PrioritizedReplayBuffer.sample`.
+- New transitions get the running maximum priority (initially 1); ``update_priorities`` sets
+  ``p = |td_error| + eps``; within one call, the last of duplicate indices wins.
+
+Bad priorities (NaN or inf TD errors) and out-of-range indices are rejected on the device: the
+buffer stays unchanged and the rejection is counted. Reading that count to raise costs a device
+synchronisation, so ``check_priorities`` decides when it happens: by default at once on CPU
+(free there) and only in :meth:`~PrioritizedReplayBuffer.check` on CUDA.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from kernels.sumtree import BAD_INDEX, BAD_PRIORITY, new_sumtree, per_insert, per_sample, per_update, rebuild
+from toolkit.replay.buffer import ReplayBatch, ReplayBuffer
+
+__all__ = ["PrioritizedReplayBuffer"]
+
+
+def _real(name: str, value: Any, lo: float, hi: float, *, open_lo: bool = False) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if ok:
+        v = float(value)
+        ok = (v > lo if open_lo else v >= lo) and v <= hi
+    if not ok:
+        bound = f"({lo}, {hi}]" if open_lo else f"[{lo}, {hi}]"
+        raise ValueError(f"{name} must be a number in {bound}, got {value!r}")
+    return float(value)
+
+
+class PrioritizedReplayBuffer(ReplayBuffer):
+    """Proportional prioritized replay with stratified sampling and global IS-weight normalisation.
+
+    Takes every argument of :class:`~toolkit.replay.ReplayBuffer`, plus:
+
+    Args:
+        alpha: priority exponent in ``[0, 1]`` (0 = uniform).
+        beta: initial importance-sampling exponent in ``[0, 1]``.
+        beta_final: exponent reached after ``beta_steps`` calls of :meth:`sample`.
+        beta_steps: length of the linear annealing, in :meth:`sample` calls (>= 1).
+        eps: added to ``|td_error|`` so that no priority is 0 (> 0).
+        check_priorities: raise in :meth:`update_priorities` when a batch was rejected.
+            ``None`` (default): on CPU yes (costs nothing), on CUDA no (it would synchronise
+            every update; call :meth:`check` once per log interval instead). ``True`` forces the
+            per-update check on CUDA too (one sync per call).
+
+    Raises:
+        ValueError / TypeError: an argument is out of range or of the wrong type.
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        obs_shape: tuple[int, ...],
+        *,
+        alpha: float = 0.6,
+        beta: float = 0.4,
+        beta_final: float = 1.0,
+        beta_steps: int = 100_000,
+        eps: float = 1e-6,
+        check_priorities: bool | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self.alpha = _real("alpha", alpha, 0.0, 1.0)
+        self.beta = _real("beta", beta, 0.0, 1.0)
+        self.beta_final = _real("beta_final", beta_final, 0.0, 1.0)
+        if not isinstance(beta_steps, int) or isinstance(beta_steps, bool) or beta_steps < 1:
+            raise ValueError(f"beta_steps must be a positive int, got {beta_steps!r}")
+        self.beta_steps = beta_steps
+        self.eps = _real("eps", eps, 0.0, 1.0, open_lo=True)
+        if check_priorities not in (None, True, False):
+            raise TypeError(f"check_priorities must be None or a bool, got {check_priorities!r}")
+        super().__init__(capacity, obs_shape, **kwargs)
+        self.check_priorities = self.device.type == "cpu" if check_priorities is None else check_priorities
+        self._tree = new_sumtree(self.capacity, self.device)
+        self._sample_calls = 0
+        self._rejections_seen = 0
+
+    # ---- priorities ----------------------------------------------------------------------------
+
+    @property
+    def current_beta(self) -> float:
+        """The IS exponent the next :meth:`sample` uses (linear schedule over ``beta_steps``)."""
+        frac = min(1.0, self._sample_calls / self.beta_steps)
+        return self.beta + (self.beta_final - self.beta) * frac
+
+    def _on_commit(self, pos: int, count: int) -> None:
+        slots = torch.arange(pos, pos + count, device=self.device)
+        if pos + count > self.capacity:
+            slots = slots.remainder_(self.capacity)
+        per_insert(self._tree, slots, alpha=self.alpha)
+
+    def update_priorities(self, indices: Any, td_errors: Any) -> None:
+        """Set ``p_i = |td_errors| + eps`` for ``indices`` (from :attr:`ReplayBatch.indices`).
+
+        Args:
+            indices: int ``[B]`` slots (any integer dtype; tensor, array or list).
+            td_errors: float ``[B]`` TD errors (f32, bf16, f16 or f64), on any device.
+
+        Raises:
+            ValueError: lengths differ or the arrays are not 1-D; with priority checking on (see
+                the class docstring), also NaN/inf TD errors or indices outside ``[0, len)``:
+                the whole batch is then ignored and the buffer is unchanged.
+            TypeError: non-integer indices or non-floating TD errors.
+        """
+        idx = indices if isinstance(indices, torch.Tensor) else torch.as_tensor(indices)
+        td = td_errors if isinstance(td_errors, torch.Tensor) else torch.as_tensor(td_errors)
+        if idx.dtype.is_floating_point or idx.dtype.is_complex or idx.dtype == torch.bool:
+            raise TypeError(f"indices must have an integer dtype, got {idx.dtype}")
+        if not td.dtype.is_floating_point:
+            raise TypeError(f"td_errors must have a floating dtype, got {td.dtype}")
+        if idx.dim() != 1 or td.dim() != 1:
+            raise ValueError(
+                f"indices and td_errors must be 1-D, got {tuple(idx.shape)} and {tuple(td.shape)}"
+            )
+        if idx.shape[0] != td.shape[0]:
+            raise ValueError(f"td_errors has {td.shape[0]} entries but indices has {idx.shape[0]}")
+        if idx.shape[0] == 0:
+            return
+        if self._size == 0:
+            raise ValueError("update_priorities on an empty buffer: no index is valid")
+        idx = idx.to(device=self.device, dtype=torch.int64).contiguous()
+        td = td.to(device=self.device).contiguous()
+        per_update(self._tree, idx, td, alpha=self.alpha, eps=self.eps, size=self._size)
+        if self.check_priorities:
+            self.check()
+
+    def check(self) -> None:
+        """Raise if an :meth:`update_priorities` batch was rejected since the last check.
+
+        Costs one device synchronisation on CUDA (reads two int32).
+
+        Raises:
+            ValueError: names what was wrong (non-finite TD errors, indices out of range).
+        """
+        rejected, reason = (int(v) for v in self._tree.status.tolist())
+        if rejected > self._rejections_seen:
+            n_new = rejected - self._rejections_seen
+            self._rejections_seen = rejected
+            what = []
+            if reason & BAD_PRIORITY:
+                what.append("td_errors contain NaN or infinite values")
+            if reason & BAD_INDEX:
+                what.append(f"indices outside [0, {self._size})")
+            raise ValueError(
+                f"update_priorities rejected {n_new} batch(es) ({'; '.join(what)}); "
+                "those batches changed nothing in the buffer"
+            )
+
+    @property
+    def rejected_updates(self) -> int:
+        """Number of rejected :meth:`update_priorities` batches so far (a sync on CUDA)."""
+        return int(self._tree.status[0])
+
+    def priorities(self) -> torch.Tensor:
+        """The stored leaf values ``p_i ** alpha`` of the ``len(self)`` transitions, f32 (a copy)."""
+        P = self._tree.sums.shape[0] // 2
+        return self._tree.sums[P : P + self._size].clone()
+
+    def rebuild_tree(self, exact: bool = False) -> None:
+        """Recompute the sum and min trees from their leaves (see :func:`kernels.sumtree.rebuild`).
+
+        Never needed for correctness (nodes are recomputed from their children, nothing drifts);
+        ``exact=True`` rounds each node of the sum tree once from an f64 sum.
+        """
+        rebuild(self._tree, exact=exact)
+
+    # ---- sampling ------------------------------------------------------------------------------
+
+    def sample(self, batch_size: int, generator: torch.Generator | None = None) -> ReplayBatch:
+        """``batch_size`` transitions, one per equal-mass stratum of ``P(i)``, with IS weights.
+
+        Advances the ``beta`` schedule by one call. Generator rules as in
+        :meth:`ReplayBuffer.sample`.
+
+        Raises:
+            ValueError: empty buffer, or ``batch_size`` not in ``[1, len(self)]``.
+        """
+        self._check_batch_size(batch_size)
+        gdev = self.device if generator is None else generator.device
+        uniforms = torch.rand(batch_size, generator=generator, device=gdev).to(self.device)
+        idx, weights = per_sample(self._tree, uniforms, self.current_beta, self._size)
+        self._sample_calls += 1
+        return self._gather(idx, weights)
+
+    # ---- checkpoints ---------------------------------------------------------------------------
+
+    def _config(self) -> dict[str, Any]:
+        cfg = super()._config()
+        cfg.update(
+            alpha=self.alpha,
+            beta=self.beta,
+            beta_final=self.beta_final,
+            beta_steps=self.beta_steps,
+            eps=self.eps,
+        )
+        return cfg
+
+    def state_dict(self) -> dict[str, Any]:
+        """As :meth:`ReplayBuffer.state_dict`, plus the leaf values, the running max priority,
+        the ``beta`` schedule position and the rejection counter."""
+        sd = super().state_dict()
+        sd["priorities"] = self.priorities()
+        sd["max_priority"] = self._tree.max_priority.clone()
+        sd["status"] = self._tree.status.clone()
+        sd["meta"]["sample_calls"] = self._sample_calls
+        sd["meta"]["rejections_seen"] = self._rejections_seen
+        return sd
+
+    def _parse_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        out = super()._parse_state(state)
+        size = out["meta"]["size"]
+        for key, shape, dtype in (
+            ("priorities", (size,), torch.float32),
+            ("max_priority", (1,), torch.float32),
+            ("status", (2,), torch.int32),
+        ):
+            t = state.get(key)
+            if not isinstance(t, torch.Tensor) or tuple(t.shape) != shape or t.dtype != dtype:
+                raise ValueError(f"state tensor {key!r} is missing or not {dtype} {shape}")
+            out[key] = t.to(self.device)
+        prio = out["priorities"].double()
+        if size and not bool(torch.isfinite(prio).all() & (prio > 0).all()):
+            raise ValueError("state priorities must be finite and > 0")
+        mp = float(out["max_priority"][0])
+        if not (mp > 0 and mp < float("inf")):
+            raise ValueError(f"state max_priority must be finite and > 0, got {mp}")
+        for key in ("sample_calls", "rejections_seen"):
+            if not isinstance(out["meta"].get(key), int) or out["meta"][key] < 0:
+                raise ValueError(f"state meta {key!r} must be a non-negative int")
+        return out
+
+    def _apply_state(self, staged: dict[str, Any]) -> None:
+        super()._apply_state(staged)
+        size = staged["meta"]["size"]
+        tree = new_sumtree(self.capacity, self.device)
+        P = tree.sums.shape[0] // 2
+        tree.sums[P : P + size] = staged["priorities"]
+        tree.mins[:size] = staged["priorities"]
+        rebuild(tree)
+        tree.max_priority.copy_(staged["max_priority"])
+        tree.status.copy_(staged["status"])
+        self._tree = tree
+        self._sample_calls = staged["meta"]["sample_calls"]
+        self._rejections_seen = staged["meta"]["rejections_seen"]
