@@ -200,10 +200,12 @@ class ReplayBuffer:
         """Add one vector step: every argument has leading dim ``num_envs``.
 
         Args:
-            obs / next_obs: ``[E, *obs_shape]``, floating (or uint8 for a uint8 buffer), any
-                device; ``next_obs`` is the real next observation (the final one at an episode end).
+            obs: ``[E, *obs_shape]``, floating (or uint8 for a uint8 buffer), on any device.
             action: ``[E, *action_shape]``, integer or floating as ``action_dtype``.
-            reward: ``[E]`` real numbers, finite. terminated / truncated: ``[E]`` bool.
+            reward: ``[E]`` real numbers, finite.
+            next_obs: like ``obs``: the real next observation (the final one at an episode end).
+            terminated: ``[E]`` bool, the episode ended in a terminal state (no bootstrap).
+            truncated: ``[E]`` bool, the episode was cut (bootstrap from ``next_obs``).
 
         Raises:
             ValueError / TypeError: wrong shape, dtype or non-finite reward; nothing is added.
