@@ -111,7 +111,7 @@ def test_sampling_matches_priorities_chi_square(backend: str) -> None:
 def test_partially_filled_tree_never_samples_empty_leaves(backend: str) -> None:
     device = backend
     tree = new_sumtree(100, device)  # P = 128
-    per_insert(tree, torch.arange(37, device=device), alpha=0.6)
+    per_insert(tree, 0, 37, alpha=0.6)
     u = torch.cat([torch.rand(500, device=device), torch.full((12,), 1 - 2**-24, device=device)])
     idx, w = per_sample(tree, u, 0.5, 37)
     assert int(idx.min()) >= 0 and int(idx.max()) <= 36
@@ -175,7 +175,7 @@ def test_update_last_duplicate_wins_and_tree_is_consistent(backend: str) -> None
     device = backend
     n = 20
     tree = new_sumtree(n, device)
-    per_insert(tree, torch.arange(n, device=device), alpha=0.5)
+    per_insert(tree, 0, n, alpha=0.5)
     idx = torch.tensor([3, 7, 3, 19, 7, 3, 0], device=device)
     td = torch.tensor([1.0, 2.0, 3.0, -4.0, 5.0, -6.0, 0.0], device=device)
     per_update(tree, idx, td, alpha=0.5, eps=0.01, size=n)
@@ -188,6 +188,34 @@ def test_update_last_duplicate_wins_and_tree_is_consistent(backend: str) -> None
     assert math.isclose(float(tree.max_priority[0]), 6.01, rel_tol=1e-6)
     _assert_consistent(tree)
     assert math.isclose(float(tree.mins[geometry(32).min_offsets[-1]]), 0.01**0.5, rel_tol=1e-6)
+
+
+@pytest.mark.parametrize("start, count", [(0, 1), (37, 41), (5, 95), (99, 1), (64, 32), (0, 100)])
+def test_insert_range_sets_max_priority_and_stays_consistent(backend: str, start: int, count: int) -> None:
+    device = backend
+    tree = new_sumtree(100, device)  # P = 128, min tree levels 128 -> 4 -> 1
+    per_insert(tree, 0, 100, alpha=0.5)
+    g = torch.Generator().manual_seed(start)
+    per_update(
+        tree,
+        torch.randperm(100, generator=g).to(device),
+        torch.rand(100, generator=g).to(device) * 9,
+        alpha=0.5,
+        eps=1e-3,
+        size=100,
+    )
+    before = _leaves(tree, 128)
+    per_insert(tree, start, count, alpha=0.5)
+    assert SUMTREE_INSERT.last_backend == _expected_backend(device)
+    after = _leaves(tree, 128)
+    top = float(tree.max_priority[0]) ** 0.5
+    inside = torch.zeros(128, dtype=torch.bool)
+    inside[start : start + count] = True
+    torch.testing.assert_close(
+        after[inside], torch.full((count,), top, dtype=torch.float64), rtol=1e-6, atol=0
+    )
+    assert torch.equal(after[~inside], before[~inside])
+    _assert_consistent(tree)
 
 
 @pytest.mark.parametrize(
@@ -203,7 +231,7 @@ def test_update_last_duplicate_wins_and_tree_is_consistent(backend: str) -> None
 def test_bad_batch_changes_nothing(backend: str, bad: tuple[torch.Tensor, torch.Tensor], reason: int) -> None:
     device = backend
     tree = new_sumtree(16, device)
-    per_insert(tree, torch.arange(10, device=device), alpha=0.6)
+    per_insert(tree, 0, 10, alpha=0.6)
     per_update(
         tree,
         torch.tensor([4], device=device),
@@ -240,9 +268,14 @@ def test_triton_matches_torch_same_uniforms(
     td = torch.randn(batch, generator=g) * 4
     for b, tree in trees.items():
         monkeypatch.setenv("TRITONRL_BACKEND", b)
-        per_insert(tree, torch.arange(size), alpha=alpha)
+        per_insert(tree, 0, size, alpha=alpha)
         per_update(tree, idx, td, alpha=alpha, eps=1e-3, size=size)
         assert SUMTREE_UPDATE.last_backend == b
+    lo = int(torch.randint(0, size, (1,), generator=g))
+    n_new = int(torch.randint(0, size - lo + 1, (1,), generator=g))
+    for b, tree in trees.items():
+        monkeypatch.setenv("TRITONRL_BACKEND", b)
+        per_insert(tree, lo, n_new, alpha=alpha)
     a, t = trees["torch"], trees["triton"]
     _assert_consistent(t)
     # p ** alpha: torch pow vs exp2(alpha * log2 p), each within ~1 ulp; the error grows with
@@ -272,7 +305,7 @@ def test_millions_of_updates_do_not_drift(monkeypatch: pytest.MonkeyPatch) -> No
     C = 1 << 20
     g = torch.Generator().manual_seed(5)
     tree = new_sumtree(C)
-    per_insert(tree, torch.arange(C), alpha=0.6)
+    per_insert(tree, 0, C, alpha=0.6)
     updates = 0
     for _ in range(520):
         idx = torch.randint(0, C, (4096,), generator=g)
@@ -327,7 +360,7 @@ def test_metadata_errors_name_the_argument() -> None:
 def test_cpu_auto_runs_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TRITONRL_BACKEND", raising=False)
     tree = new_sumtree(8)
-    per_insert(tree, torch.arange(8), alpha=0.6)
+    per_insert(tree, 0, 8, alpha=0.6)
     assert SUMTREE_INSERT.last_backend == "torch"
     per_sample(tree, torch.rand(3), 0.4, 8)
     assert SUMTREE_SAMPLE.last_backend == "torch"
@@ -343,7 +376,7 @@ def test_gpu_parity_realistic(C: int, B: int, monkeypatch: pytest.MonkeyPatch) -
     trees = {b: new_sumtree(C, "cuda") for b in ("torch", "triton")}
     for b, tree in trees.items():
         monkeypatch.setenv("TRITONRL_BACKEND", b)
-        per_insert(tree, torch.arange(C, device="cuda"), alpha=0.6)
+        per_insert(tree, 0, C, alpha=0.6)
     for _ in range(3):
         idx = torch.randint(0, C, (B,), device="cuda", generator=g)  # duplicates at every size
         td = torch.randn(B, device="cuda", generator=g) * 5
@@ -372,7 +405,7 @@ def test_gpu_update_is_deterministic(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRITONRL_BACKEND", "triton")
     C = 1 << 18
     base = new_sumtree(C, "cuda")
-    per_insert(base, torch.arange(C, device="cuda"), alpha=0.6)
+    per_insert(base, 0, C, alpha=0.6)
     g = torch.Generator(device="cuda").manual_seed(8)
     idx = torch.randint(0, 512, (4096,), device="cuda", generator=g)  # ~8 copies of each index
     td = torch.randn(4096, device="cuda", generator=g)

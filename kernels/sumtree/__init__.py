@@ -10,7 +10,7 @@ Ops (each one :class:`~kernels.backend.KernelOp`: Triton on CUDA, torch referenc
   importance weights ``(N P(i))**-beta / max_j (N P(j))**-beta = (leaf_i / min_leaf)**-beta``.
 - :func:`per_update` -- new priorities ``|td| + eps`` for a batch of leaves, validated on the
   device (a bad batch changes nothing and is counted in ``status``); duplicates: last one wins.
-- :func:`per_insert` -- fresh leaves get the running maximum priority.
+- :func:`per_insert` -- a range of fresh leaves gets the running maximum priority.
 
 :func:`rebuild` recomputes the trees from their leaves (optionally with f64 accumulation).
 """
@@ -218,19 +218,22 @@ def per_update(
     SUMTREE_UPDATE(dev, tree, indices, td_errors, float(alpha), float(eps), size)
 
 
-def per_insert(tree: SumTree, indices: torch.Tensor, *, alpha: float) -> None:
-    """Give leaves ``indices`` the value ``max_priority ** alpha`` and recompute their ancestors.
-
-    ``indices`` (int64 ``[B]``) must lie in ``[0, P)``; they are not read on the host. Repeated
-    indices are harmless (every write carries the same value).
+def per_insert(tree: SumTree, start: int, count: int, *, alpha: float) -> None:
+    """Give leaves ``start .. start + count - 1`` the value ``max_priority ** alpha`` (new
+    transitions) and recompute their ancestors; each level's touched nodes are one range.
 
     Raises:
-        TypeError / ValueError: metadata or ``alpha`` is wrong.
+        TypeError / ValueError: the tree's metadata, the range (within ``[0, P)``) or ``alpha``
+            is wrong.
     """
-    _check_tree(tree)
-    _check_vec("indices", indices, (torch.int64,), tree.sums.device)
+    g = _check_tree(tree)
+    for name, v in (("start", start), ("count", count)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise ValueError(f"{name} must be a non-negative int, got {v!r}")
+    if start + count > g.P:
+        raise ValueError(f"leaves {start} .. {start + count - 1} exceed the tree's {g.P} leaves")
     _check_real("alpha", alpha)
-    SUMTREE_INSERT(tree.sums.device, tree, indices, float(alpha))
+    SUMTREE_INSERT(tree.sums.device, tree, start, count, float(alpha))
 
 
 def rebuild(tree: SumTree, *, exact: bool = False) -> None:

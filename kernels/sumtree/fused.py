@@ -2,7 +2,8 @@
 
 - ``_per_sample_kernel``: stratified sampling for a whole batch in one launch; each lane
   descends the tree (one load per level) and writes its leaf index and IS weight.
-- ``_per_update_kernel`` / ``_per_insert_kernel``: one program (one CTA) per launch. Writing a
+- ``_per_update_kernel`` / ``_per_insert_kernel`` (a contiguous range of new leaves): one
+  program (one CTA) per launch. Writing a
   batch of leaves and recomputing their ancestors needs each level finished before the next
   starts; a single CTA orders the levels with ``tl.debug_barrier()`` and no grid-wide sync.
   Duplicate indices resolve with an int32 ``atomic_max`` of the batch position into a scratch
@@ -152,8 +153,8 @@ def _per_insert_kernel(
     mins,
     min_offsets,
     max_priority,
-    indices,
-    B,
+    start,
+    count,
     alpha,
     P,
     LEVELS: tl.constexpr,
@@ -161,17 +162,47 @@ def _per_insert_kernel(
     BLOCK: tl.constexpr,
     MIN_BLOCK: tl.constexpr,
 ):
+    """Leaves ``start .. start + count - 1`` get ``max_priority ** alpha``. The touched nodes of
+    each level form one contiguous range, so every node is recomputed once."""
     o_k = tl.arange(0, BLOCK)
     b_v = tl.exp2(alpha * tl.log2(tl.load(max_priority).to(tl.float32)))
-    for start in range(0, B, BLOCK):
-        o_b = start + o_k
-        m_b = o_b < B
-        b_i = tl.load(indices + o_b, mask=m_b, other=0).to(tl.int64)
+    for s0 in range(0, count, BLOCK):
+        o_b = s0 + o_k
+        m_b = o_b < count
+        b_i = start + o_b.to(tl.int64)
         b_fill = tl.full([BLOCK], 0.0, tl.float32) + b_v
         tl.store(sums + P + b_i, b_fill, mask=m_b)
         tl.store(mins + b_i, b_fill, mask=m_b)
     tl.debug_barrier()
-    _update_ancestors(sums, mins, min_offsets, indices, B, P, LEVELS, MIN_LEVELS, BLOCK, MIN_BLOCK)
+    lo = start + P
+    hi = start + count - 1 + P
+    for _ in range(LEVELS):
+        lo = lo // 2
+        hi = hi // 2
+        for s0 in range(0, hi - lo + 1, BLOCK):
+            # [BLOCK]
+            b_node = lo + s0 + o_k.to(tl.int64)
+            m_b = b_node <= hi
+            b_l = tl.load(sums + b_node * 2, mask=m_b, other=0.0, cache_modifier=".cg")
+            b_r = tl.load(sums + b_node * 2 + 1, mask=m_b, other=0.0, cache_modifier=".cg")
+            tl.store(sums + b_node, b_l + b_r, mask=m_b)
+        tl.debug_barrier()
+    o_m = tl.arange(0, MIN_BLOCK)
+    o_f = tl.arange(0, 32)
+    for lvl in range(MIN_LEVELS):
+        off_child = tl.load(min_offsets + lvl)
+        off_parent = tl.load(min_offsets + lvl + 1)
+        lo_b = start >> (5 * (lvl + 1))
+        hi_b = (start + count - 1) >> (5 * (lvl + 1))
+        for s0 in range(0, hi_b - lo_b + 1, MIN_BLOCK):
+            # [MIN_BLOCK]
+            b_blk = lo_b + s0 + o_m.to(tl.int64)
+            m_b = b_blk <= hi_b
+            # [MIN_BLOCK, 32]
+            p_kids = mins + off_child + b_blk[:, None] * 32 + o_f[None, :]
+            b_kids = tl.load(p_kids, mask=m_b[:, None], other=0.0, cache_modifier=".cg")
+            tl.store(mins + off_parent + b_blk, tl.min(b_kids, axis=1), mask=m_b)
+        tl.debug_barrier()
 
 
 @triton.jit
@@ -282,9 +313,8 @@ def per_update_triton(
     )
 
 
-def per_insert_triton(tree: SumTree, indices: torch.Tensor, alpha: float) -> None:
-    B = indices.shape[0]
-    if B == 0:
+def per_insert_triton(tree: SumTree, start: int, count: int, alpha: float) -> None:
+    if count == 0:
         return
     g = geometry(tree.sums.shape[0] // 2)
     _per_insert_kernel[(1,)](
@@ -292,8 +322,8 @@ def per_insert_triton(tree: SumTree, indices: torch.Tensor, alpha: float) -> Non
         tree.mins,
         _min_offsets(tree),
         tree.max_priority,
-        indices,
-        B,
+        start,
+        count,
         float(alpha),
         g.P,
         LEVELS=g.levels,

@@ -176,16 +176,29 @@ def per_update_ref(
     _update_ancestors(tree, indices)
 
 
-def per_insert_ref(tree: SumTree, indices: torch.Tensor, alpha: float) -> None:
-    """Set leaves ``indices`` to ``max_priority ** alpha``; see :func:`kernels.sumtree.per_insert`."""
-    B = indices.shape[0]
-    if B == 0:
+def per_insert_ref(tree: SumTree, start: int, count: int, alpha: float) -> None:
+    """Set leaves ``start .. start + count - 1`` to ``max_priority ** alpha``; see
+    :func:`kernels.sumtree.per_insert`. The touched nodes of every level form one contiguous
+    range, recomputed with one strided op per level."""
+    if count == 0:
         return
-    v = tree.max_priority.pow(alpha).expand(B)
-    P = tree.sums.shape[0] // 2
-    tree.sums.scatter_(0, indices + P, v)
-    tree.mins.scatter_(0, indices, v)
-    _update_ancestors(tree, indices)
+    sums, mins = tree.sums, tree.mins
+    P = sums.shape[0] // 2
+    g = geometry(P)
+    v = tree.max_priority.pow(alpha)  # [1]
+    a, b = start, start + count - 1  # inclusive leaf range
+    sums[P + a : P + b + 1] = v
+    mins[a : b + 1] = v
+    lo, hi = P + a, P + b
+    for _ in range(g.levels):
+        lo, hi = lo >> 1, hi >> 1
+        torch.add(sums[2 * lo : 2 * hi + 2 : 2], sums[2 * lo + 1 : 2 * hi + 2 : 2], out=sums[lo : hi + 1])
+    fan, off = 1 << MIN_FANOUT_LOG2, g.min_offsets
+    for k in range(len(off) - 1):
+        shift = MIN_FANOUT_LOG2 * (k + 1)
+        lo, hi = a >> shift, b >> shift
+        children = mins[off[k] + fan * lo : off[k] + fan * (hi + 1)].view(hi - lo + 1, fan)
+        torch.amin(children, 1, out=mins[off[k + 1] + lo : off[k + 1] + hi + 1])
 
 
 def per_sample_ref(
@@ -205,15 +218,19 @@ def per_sample_ref(
     target = (torch.arange(B, dtype=torch.float32, device=sums.device) + uniforms) * (sums[1] * inv_b)
     left_sums = sums[0::2]  # left_sums[n] = sums[2n], the left child of node n
     node = torch.ones(B, dtype=torch.int64, device=sums.device)
-    # go right <=> target >= left; kept as f32 and int64 0/1 (mixed-dtype ops are slow on CPU)
+    # go right <=> target >= left, kept as f32 and int64 0/1: mixed-dtype ops are slow on CPU,
+    # and so is allocating; every op below writes into a preallocated buffer
     go_f = torch.empty(B, dtype=torch.float32, device=sums.device)
-    go_i = torch.empty(B, dtype=torch.int64, device=sums.device)
+    go_i = torch.empty_like(node)
+    left = torch.empty_like(target)
+    child = torch.empty_like(node)
     for _ in range(g.levels):
-        left = left_sums.index_select(0, node)
+        torch.index_select(left_sums, 0, node, out=left)
         torch.ge(target, left, out=go_f)
         torch.ge(target, left, out=go_i)
         target.sub_(left.mul_(go_f))  # target - left where going right (exact: left * 1 or * 0)
-        node = torch.add(go_i, node, alpha=2)  # child 2n or 2n + 1
+        torch.add(go_i, node, alpha=2, out=child)  # child 2n or 2n + 1
+        node, child = child, node
     idx = node.sub_(P).clamp_max_(size - 1)
     leaf = sums.index_select(0, idx + P)
     weights = (leaf / tree.mins[g.min_offsets[-1]]).pow_(-beta)

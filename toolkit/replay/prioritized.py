@@ -95,10 +95,10 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         return self.beta + (self.beta_final - self.beta) * frac
 
     def _on_commit(self, pos: int, count: int) -> None:
-        slots = torch.arange(pos, pos + count, device=self.device)
-        if pos + count > self.capacity:
-            slots = slots.remainder_(self.capacity)
-        per_insert(self._tree, slots, alpha=self.alpha)
+        first = min(count, self.capacity - pos)  # slots pos .. pos + count - 1, wrapping once
+        per_insert(self._tree, pos, first, alpha=self.alpha)
+        if count > first:
+            per_insert(self._tree, 0, count - first, alpha=self.alpha)
 
     def update_priorities(self, indices: Any, td_errors: Any) -> None:
         """Set ``p_i = |td_errors| + eps`` for ``indices`` (from :attr:`ReplayBatch.indices`).
