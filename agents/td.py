@@ -63,10 +63,10 @@ def c51_project(
     """Project the distribution of ``reward + discount * Z(s', a*)`` back onto ``support``.
 
     Each shifted atom ``Tz_j`` (clamped to ``[v_min, v_max]``) lands at fractional position
-    ``b_j = (Tz_j - v_min) / dz`` and gives its mass to atom ``i`` in proportion to
-    ``max(0, 1 - |b_j - i|)``: the two neighbours of ``b_j`` split it linearly, and a ``b_j`` that
-    falls exactly on an atom gives it all (the hat functions sum to one on the grid, so no mass
-    is lost, including in the ``floor(b) == ceil(b)`` case).
+    ``b_j = (Tz_j - v_min) / dz`` and its mass is split linearly between atoms ``floor(b_j)``
+    (weight ``1 - frac``) and ``floor(b_j) + 1`` (weight ``frac``). A ``b_j`` that falls exactly on
+    an atom has ``frac == 0`` and gives that atom all its mass: the ``floor(b) == ceil(b)`` case
+    loses nothing, by construction.
 
     Shapes: ``next_probs [B, Z]`` (rows sum to 1), ``reward``/``discount [B]``, ``support [Z]``
     (evenly spaced, increasing), all f32 -> ``[B, Z]`` f32, rows summing to 1, no gradient.
@@ -76,10 +76,15 @@ def c51_project(
         v_min, v_max = support[0], support[-1]
         dz = (v_max - v_min) / (z - 1)
         tz = (reward.unsqueeze(-1) + discount.unsqueeze(-1) * support).clamp(v_min, v_max)  # [B, Z]
-        b = (tz - v_min) / dz  # [B, Z] in [0, Z-1]
-        grid = torch.arange(z, device=support.device, dtype=support.dtype)
-        weight = (1.0 - (b.unsqueeze(-1) - grid).abs()).clamp_min(0.0)  # [B, Z_src, Z_dst]
-        return torch.bmm(next_probs.unsqueeze(1), weight).squeeze(1)
+        b = ((tz - v_min) / dz).clamp(0, z - 1)  # [B, Z] in [0, Z-1]
+        lower = b.floor()
+        frac = b - lower
+        lo = lower.long()
+        hi = (lo + 1).clamp_max(z - 1)  # at b == Z-1, frac == 0: the clamped index gets no mass
+        m = torch.zeros_like(next_probs)
+        m.scatter_add_(-1, lo, next_probs * (1.0 - frac))
+        m.scatter_add_(-1, hi, next_probs * frac)
+        return m
 
 
 def c51_loss(log_probs: torch.Tensor, target_probs: torch.Tensor) -> torch.Tensor:

@@ -73,7 +73,7 @@ class SpectralLinear(nn.Module):
             with torch.no_grad():
                 v = F.normalize(w.t() @ self.u, dim=0, eps=self.eps)
                 self.u.copy_(F.normalize(w @ v, dim=0, eps=self.eps))
-        u = self.u
+        u = self.u.clone()  # a later call updates the buffer in place; this graph keeps its own u
         v = F.normalize(w.t() @ u, dim=0, eps=self.eps).detach()
         return torch.dot(u, w @ v)
 

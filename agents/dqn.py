@@ -1,0 +1,778 @@
+"""The DQN family in one agent: DQN, double, dueling, noisy, n-step, PER, C51, QR-DQN, Rainbow.
+
+One :class:`DQNConfig` switches the pieces on; the named presets (:data:`PRESETS`) are configs:
+
+| preset | what is on |
+| --- | --- |
+| ``dqn`` | Q-learning with a target network and epsilon-greedy exploration (Mnih et al., 2015) |
+| ``double`` | + double Q targets (the online network picks ``a*``, the target evaluates it) |
+| ``dueling`` | + dueling head ``V(s) + A(s, a) - mean A`` |
+| ``noisy`` | + noisy linear layers in the head; no epsilon |
+| ``c51`` | categorical return distribution on ``atoms`` fixed atoms, projected target |
+| ``qrdqn`` | ``quantiles`` quantile estimates, quantile Huber loss |
+| ``rainbow`` | double + dueling + noisy + n-step + prioritized replay + C51 |
+
+``icm=True`` attaches curiosity (:mod:`agents.icm`) to any preset; a MultiDiscrete action space
+selects the factored (branching) head (:mod:`agents.factored`).
+
+The agent is a plain object, driven by :mod:`toolkit.offpolicy` or by your own loop::
+
+    agent = DQNAgent(env.observation_space, env.action_space, rainbow(), device="cpu", seed=0)
+    action = agent.act(obs)                      # [E] int64 ([E, D] for MultiDiscrete)
+    agent.observe(obs, action, reward, next_obs, terminated, truncated)
+    metrics = agent.update()                     # one gradient step; dict of f32 tensors
+
+Precision: parameters and stored observations live in ``training_dtype(device)``; observations
+are cast once where they enter (``act``, the replay buffer); network outputs are upcast to f32
+once, at the loss; TD targets, losses and priorities are f32. The optimizer keeps f32 master
+weights (:class:`toolkit.optim.MasterWeightOptimizer`) so bf16 updates do not vanish, and Polyak
+target updates in bf16 run on f32 copies for the same reason.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from agents.factored import BranchingHead, branching_q
+from agents.icm import ICM
+from agents.td import (
+    branching_td_target,
+    c51_loss,
+    c51_project,
+    greedy_actions,
+    huber,
+    quantile_huber_loss,
+    quantile_midpoints,
+    scalar_td_target,
+)
+from agents.torsos import NORMS, TORSO_KINDS, build_torso
+from toolkit.precision import training_dtype
+
+__all__ = ["AGENT_KIND", "DQNAgent", "DQNConfig", "PRESETS", "QNetwork", "preset"]
+
+AGENT_KIND = "dqn"
+DISTRIBUTIONS = ("none", "c51", "qr")
+
+
+@dataclass(frozen=True)
+class DQNConfig:
+    """Every switch and hyperparameter of the DQN family (immutable; copy with ``dataclasses.replace``)."""
+
+    # ---- network
+    torso: str = "mlp"
+    """Torso: ``"mlp"``, ``"resmlp"`` (residual blocks) or ``"attention"`` (over an observation history)."""
+    torso_width: int = 128
+    """Hidden width of the torso."""
+    torso_depth: int = 2
+    """Layers (mlp), residual blocks (resmlp) or attention blocks (attention)."""
+    torso_norm: str = "none"
+    """``"none"`` or ``"rmsnorm"`` inside the torso."""
+    spectral_norm: bool = False
+    """Spectral-normalised linear layers in the torso."""
+    attention_heads: int = 2
+    """Heads of the attention torso."""
+    head_hidden: int | None = None
+    """Hidden width inside the head's streams (``None``: the head is linear on the torso features)."""
+    dueling: bool = False
+    """Dueling head: ``Q = V + A - mean(A)``."""
+    noisy: bool = False
+    """Noisy linear layers in the head (exploration by parameter noise; epsilon is then 0)."""
+    noisy_sigma0: float = 0.5
+    """Initial noise scale of the noisy layers (factorised Gaussian noise, Fortunato et al.)."""
+    # ---- return distribution
+    distribution: str = "none"
+    """``"none"`` (expected Q), ``"c51"`` (categorical) or ``"qr"`` (quantile regression)."""
+    atoms: int = 101
+    """C51: number of atoms of the support."""
+    v_min: float = -100.0
+    """C51: lowest atom (returns below are clamped onto it); +-100 holds every return of rewards in
+    [-1, 1] at gamma 0.99. Set it to your task's return range."""
+    v_max: float = 100.0
+    """C51: highest atom."""
+    quantiles: int = 32
+    """QR-DQN: number of quantile estimates."""
+    kappa: float = 1.0
+    """QR-DQN: Huber threshold of the quantile Huber loss (0: plain quantile loss)."""
+    # ---- targets
+    double: bool = False
+    """Double Q: the online network selects the bootstrap action, the target network evaluates it."""
+    gamma: float = 0.99
+    """Discount factor."""
+    n_step: int = 1
+    """Multi-step returns: the replay buffer sums ``n_step`` discounted rewards."""
+    loss: str = "huber"
+    """Scalar Q loss on the TD error: ``"huber"`` or ``"mse"``."""
+    # ---- replay
+    buffer_size: int = 50_000
+    """Replay capacity in transitions (all environments together)."""
+    batch_size: int = 64
+    """Transitions per gradient step."""
+    prioritized: bool = False
+    """Prioritized replay (Schaul et al., 2016)."""
+    per_alpha: float = 0.6
+    """PER: priority exponent."""
+    per_beta: float = 0.4
+    """PER: initial importance-sampling exponent."""
+    per_beta_final: float = 1.0
+    """PER: importance-sampling exponent after ``per_beta_steps`` samples."""
+    per_beta_steps: int = 10_000
+    """PER: number of sampled batches over which beta is annealed."""
+    per_eps: float = 1e-6
+    """PER: added to every priority."""
+    # ---- optimisation
+    lr: float = 2.3e-3
+    """Adam learning rate."""
+    adam_eps: float = 1e-8
+    """Adam epsilon (Rainbow uses ``1.5e-4`` on Atari)."""
+    max_grad_norm: float = 10.0
+    """Global gradient-norm clip (computed in f32)."""
+    # ---- schedule (read by toolkit.offpolicy or by your loop)
+    learning_starts: int = 1_000
+    """Environment steps (all envs) before the first update."""
+    train_freq: int = 256
+    """Environment steps (all envs) between two rounds of updates."""
+    gradient_steps: int = 128
+    """Updates per round."""
+    target_update_every: int = 128
+    """Learner updates between two target-network updates."""
+    tau: float = 1.0
+    """Target update: 1 copies the online weights (hard); below 1 is Polyak averaging."""
+    # ---- exploration (ignored when noisy)
+    eps_start: float = 1.0
+    """Initial epsilon of epsilon-greedy."""
+    eps_end: float = 0.04
+    """Final epsilon."""
+    eps_decay_steps: int = 8_000
+    """Environment steps over which epsilon decays linearly."""
+    # ---- curiosity
+    icm: bool = False
+    """Attach the Intrinsic Curiosity Module: intrinsic reward added at ingestion."""
+    icm_eta: float = 1.0
+    """ICM: intrinsic reward scale."""
+    icm_beta: float = 0.2
+    """ICM: forward-loss weight against the inverse loss, in [0, 1]."""
+    icm_lr: float = 1e-3
+    """ICM: Adam learning rate of the curiosity module."""
+    icm_embed: int = 32
+    """ICM: embedding size."""
+    icm_hidden: int = 128
+    """ICM: hidden width of encoder, forward and inverse models."""
+    extrinsic_coef: float = 1.0
+    """Weight of the environment's reward (0 explores on curiosity alone)."""
+    # ---- metadata
+    tags: tuple[str, ...] = field(default=())
+    """Free-form labels (a preset records its name here)."""
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.torso in TORSO_KINDS, f"torso={self.torso!r} is not one of {TORSO_KINDS}"),
+            (self.torso_norm in NORMS, f"torso_norm={self.torso_norm!r} is not one of {NORMS}"),
+            (self.distribution in DISTRIBUTIONS, f"distribution={self.distribution!r} is not one of "
+                                                 f"{DISTRIBUTIONS}"),
+            (self.loss in ("huber", "mse"), f"loss={self.loss!r} is not 'huber' or 'mse'"),
+            (self.atoms >= 2, f"atoms={self.atoms} must be >= 2"),
+            (self.v_max > self.v_min, f"v_max={self.v_max} must exceed v_min={self.v_min}"),
+            (self.quantiles >= 1, f"quantiles={self.quantiles} must be >= 1"),
+            (0.0 < self.gamma <= 1.0, f"gamma={self.gamma} must lie in (0, 1]"),
+            (self.n_step >= 1, f"n_step={self.n_step} must be >= 1"),
+            (self.batch_size >= 1, f"batch_size={self.batch_size} must be >= 1"),
+            (self.buffer_size >= self.batch_size, f"buffer_size={self.buffer_size} must be >= "
+                                                  f"batch_size={self.batch_size}"),
+            (self.lr > 0, f"lr={self.lr} must be > 0"),
+            (self.train_freq >= 1, f"train_freq={self.train_freq} must be >= 1"),
+            (self.gradient_steps >= 1, f"gradient_steps={self.gradient_steps} must be >= 1"),
+            (self.target_update_every >= 1, f"target_update_every={self.target_update_every} must be >= 1"),
+            (0.0 < self.tau <= 1.0, f"tau={self.tau} must lie in (0, 1]"),
+            (self.learning_starts >= 0, f"learning_starts={self.learning_starts} must be >= 0"),
+            (0.0 <= self.eps_end <= 1.0 and 0.0 <= self.eps_start <= 1.0,
+             f"eps_start={self.eps_start} and eps_end={self.eps_end} must lie in [0, 1]"),
+            (0.0 <= self.icm_beta <= 1.0, f"icm_beta={self.icm_beta} must lie in [0, 1]"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able field values (tuples become lists)."""
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> DQNConfig:
+        """Inverse of :meth:`to_dict`.
+
+        Raises:
+            ValueError: an unknown field name, or a value the config rejects.
+        """
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - names)
+        if unknown:
+            raise ValueError(f"unknown DQNConfig field(s) {unknown}; known: {sorted(names)}")
+        kw = dict(values)
+        if "tags" in kw:
+            kw["tags"] = tuple(kw["tags"])
+        return cls(**kw)
+
+
+# ----------------------------------------------------------------------------- presets
+
+# Shared defaults: tuned so every preset solves CartPole-v1 (greedy mean >= 475) within 50k env
+# steps on two seeds, and kept generic (no CartPole-only tricks such as reward scaling).
+_BASE = DQNConfig()
+
+PRESETS: dict[str, tuple[str, DQNConfig]] = {
+    "dqn": ("DQN: target network, epsilon-greedy, Huber loss", _BASE),
+    "double": ("Double DQN", dataclasses.replace(_BASE, double=True)),
+    "dueling": ("Dueling double DQN", dataclasses.replace(_BASE, double=True, dueling=True)),
+    "noisy": ("Noisy-net double DQN (no epsilon)", dataclasses.replace(_BASE, double=True, noisy=True)),
+    "c51": ("C51 distributional DQN", dataclasses.replace(_BASE, distribution="c51")),
+    "qrdqn": ("QR-DQN quantile regression", dataclasses.replace(_BASE, distribution="qr")),
+    "rainbow": (
+        "Rainbow: double + dueling + noisy + n-step + PER + C51",
+        dataclasses.replace(_BASE, double=True, dueling=True, noisy=True, n_step=3, prioritized=True,
+                            distribution="c51"),
+    ),
+}
+for _name, (_desc, _cfg) in list(PRESETS.items()):
+    PRESETS[_name] = (_desc, dataclasses.replace(_cfg, tags=(_name,)))
+
+
+def preset(name: str, **overrides: Any) -> DQNConfig:
+    """The config of a named preset, with field overrides.
+
+    Raises:
+        ValueError: unknown preset or field name, or an invalid value.
+    """
+    if name not in PRESETS:
+        raise ValueError(f"unknown DQN preset {name!r}; choose one of {', '.join(PRESETS)}")
+    cfg = PRESETS[name][1]
+    if overrides:
+        cfg = DQNConfig.from_dict({**cfg.to_dict(), **overrides})
+    return cfg
+
+
+# ----------------------------------------------------------------------------- network
+
+
+class QNetwork(nn.Module):
+    """Torso + head. ``forward(obs)`` returns the head's output (see :class:`agents.heads.DuelingHead`
+    and :class:`agents.factored.BranchingHead`)."""
+
+    def __init__(self, torso: nn.Module, head: nn.Module) -> None:
+        super().__init__()
+        self.torso = torso
+        self.head = head
+
+    def forward(self, obs: torch.Tensor) -> Any:
+        return self.head(self.torso(obs))
+
+    def reset_noise(self, generator: torch.Generator | None = None) -> None:
+        """Fresh noise in the head's noisy layers (no-op without them)."""
+        if hasattr(self.head, "reset_noise"):
+            self.head.reset_noise(generator)
+
+
+def _action_spec(action_space: gym.Space) -> dict[str, Any]:
+    if isinstance(action_space, gym.spaces.Discrete):
+        if int(action_space.start) != 0:
+            raise ValueError(f"action_space={action_space}: DQN needs Discrete actions starting at 0")
+        return {"type": "discrete", "n": int(action_space.n)}
+    if isinstance(action_space, gym.spaces.MultiDiscrete):
+        if action_space.nvec.ndim != 1 or np.any(action_space.start != 0):
+            raise ValueError(f"action_space={action_space}: DQN needs a flat MultiDiscrete starting at 0")
+        return {"type": "multidiscrete", "nvec": [int(n) for n in action_space.nvec]}
+    raise ValueError(
+        f"action_space={action_space}: the DQN family handles Discrete and MultiDiscrete action "
+        "spaces only (continuous actions need an actor-critic agent)"
+    )
+
+
+def _obs_shape(observation_space: gym.Space) -> tuple[int, ...]:
+    if not isinstance(observation_space, gym.spaces.Box):
+        raise ValueError(f"observation_space={observation_space}: DQN needs a Box observation space")
+    return tuple(int(s) for s in observation_space.shape)
+
+
+# ----------------------------------------------------------------------------- the agent
+
+
+class DQNAgent:
+    """A DQN-family agent (see the module docstring).
+
+    Args:
+        observation_space: a gymnasium ``Box``.
+        action_space: ``Discrete`` (Q head) or ``MultiDiscrete`` (branching head).
+        config: a :class:`DQNConfig` (default: the ``dqn`` preset).
+        device: where networks and replay live; the dtype is ``training_dtype(device)``.
+        num_envs: environments per ``observe`` call (the leading dim of every argument).
+        seed: seeds the parameters and the agent's own generator (exploration, noise, replay).
+
+    Raises:
+        ValueError: an unsupported space, or a distributional config with a MultiDiscrete space.
+    """
+
+    def __init__(
+        self,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        config: DQNConfig | None = None,
+        *,
+        device: torch.device | str = "cpu",
+        num_envs: int = 1,
+        seed: int = 0,
+    ) -> None:
+        from toolkit.optim import MasterWeightOptimizer
+
+        cfg = config if config is not None else preset("dqn")
+        if not isinstance(cfg, DQNConfig):
+            raise TypeError(f"config must be a DQNConfig, got {type(cfg).__name__}")
+        if num_envs < 1:
+            raise ValueError(f"num_envs={num_envs} must be >= 1")
+        self.config = cfg
+        self.device = torch.device(device)
+        self.dtype = training_dtype(self.device)
+        self.obs_shape = _obs_shape(observation_space)
+        self.action = _action_spec(action_space)
+        self.factored = self.action["type"] == "multidiscrete"
+        if self.factored and cfg.distribution != "none":
+            raise ValueError(
+                f"distribution={cfg.distribution!r} with action_space={action_space}: the factored "
+                "(MultiDiscrete) head supports expected-value Q only; use distribution='none'"
+            )
+        self.num_envs = num_envs
+        self.seed = int(seed)
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(self.seed)
+
+        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+            torch.manual_seed(self.seed)
+            self.online = self._build_network()
+            self.icm_module = self._build_icm() if cfg.icm else None
+        self.target = copy.deepcopy(self.online)
+        self.target.requires_grad_(False)
+        # foreach: one fused call over all parameters (torch only defaults to it on CUDA)
+        self.optimizer = MasterWeightOptimizer(self.online.parameters(), torch.optim.Adam, lr=cfg.lr,
+                                               eps=cfg.adam_eps, foreach=True)
+        # Polyak averaging in bf16 would round small steps away: average f32 copies instead.
+        self._target_master: list[torch.Tensor] | None = None
+        if cfg.tau < 1.0 and self.dtype != torch.float32:
+            self._target_master = [p.detach().float().clone() for p in self.target.parameters()]
+
+        if self.action["type"] == "discrete":
+            action_shape: tuple[int, ...] = ()
+        else:
+            action_shape = (len(self.action["nvec"]),)
+        self.buffer = self._build_buffer(cfg, action_shape)
+        self.icm_buffer = None
+        if self.icm_module is not None:
+            self.icm_optimizer = MasterWeightOptimizer(self.icm_module.parameters(), torch.optim.Adam,
+                                                       lr=cfg.icm_lr, foreach=True)
+            from toolkit.replay import ReplayBuffer
+
+            # one-step transitions for the forward/inverse models, whatever n_step the Q target uses
+            self.icm_buffer = ReplayBuffer(cfg.buffer_size, self.obs_shape, device=self.device,
+                                           num_envs=num_envs, n_step=1, gamma=cfg.gamma,
+                                           action_shape=action_shape, action_dtype=torch.int64)
+
+        if cfg.distribution == "c51":
+            self.support = torch.linspace(cfg.v_min, cfg.v_max, cfg.atoms, device=self.device)
+        if cfg.distribution == "qr":
+            self.taus = quantile_midpoints(cfg.quantiles, device=self.device)
+        self.env_steps = 0
+        self.updates = 0
+
+    # ------------------------------------------------------------------ construction
+
+    def _build_network(self) -> QNetwork:
+        cfg = self.config
+        torso = build_torso(self.obs_shape, cfg.torso, width=cfg.torso_width, depth=cfg.torso_depth,
+                            norm=cfg.torso_norm, spectral_norm=cfg.spectral_norm, heads=cfg.attention_heads,
+                            device=self.device, dtype=self.dtype)
+        if self.factored:
+            head: nn.Module = BranchingHead(torso.out_features, self.action["nvec"], noisy=cfg.noisy,
+                                            sigma0=cfg.noisy_sigma0, device=self.device, dtype=self.dtype)
+        else:
+            from agents.heads import DuelingHead
+
+            atoms = {"none": 1, "c51": cfg.atoms, "qr": cfg.quantiles}[cfg.distribution]
+            head = DuelingHead(torso.out_features, self.action["n"], atoms=atoms, hidden=cfg.head_hidden,
+                               noisy=cfg.noisy, dueling=cfg.dueling, log_softmax=cfg.distribution == "c51",
+                               sigma0=cfg.noisy_sigma0, device=self.device, dtype=self.dtype)
+        return QNetwork(torso, head)
+
+    def _build_icm(self) -> ICM:
+        cfg = self.config
+        dims = [self.action["n"]] if not self.factored else self.action["nvec"]
+        return ICM(self.obs_shape, dims, embed_dim=cfg.icm_embed, hidden=cfg.icm_hidden, eta=cfg.icm_eta,
+                   beta=cfg.icm_beta, device=self.device, dtype=self.dtype)
+
+    def _build_buffer(self, cfg: DQNConfig, action_shape: tuple[int, ...]):
+        from toolkit.replay import PrioritizedReplayBuffer, ReplayBuffer
+
+        kw = dict(device=self.device, num_envs=self.num_envs, n_step=cfg.n_step, gamma=cfg.gamma,
+                  action_shape=action_shape, action_dtype=torch.int64)
+        if cfg.prioritized:
+            return PrioritizedReplayBuffer(cfg.buffer_size, self.obs_shape, alpha=cfg.per_alpha,
+                                           beta=cfg.per_beta, beta_final=cfg.per_beta_final,
+                                           beta_steps=cfg.per_beta_steps, eps=cfg.per_eps, **kw)
+        return ReplayBuffer(cfg.buffer_size, self.obs_shape, **kw)
+
+    # ------------------------------------------------------------------ values
+
+    def _q_from_output(self, out: Any, net: QNetwork) -> torch.Tensor:
+        """Expected Q in f32: ``[B, A]``, or ``[B, D, n_max]`` for the factored head."""
+        dist = self.config.distribution
+        if self.factored:
+            return branching_q(out[0], out[1], net.head.mask)
+        if dist == "c51":
+            return net.head.expected_q(out, self.support)
+        if dist == "qr":
+            return out.mean(-1)
+        return out
+
+    def q_values(self, obs: torch.Tensor, *, explore: bool = False) -> torch.Tensor:
+        """Expected Q values (f32) of the online network for ``obs [B, *obs_shape]``.
+
+        ``explore=False`` evaluates noisy layers at their mean weights.
+        """
+        x = self._ingest(obs)
+        with torch.no_grad():
+            if not explore and self.config.noisy:
+                self.online.eval()
+                try:
+                    return self._q_from_output(self.online(x), self.online)
+                finally:
+                    self.online.train()
+            return self._q_from_output(self.online(x), self.online)
+
+    def _ingest(self, obs: Any) -> torch.Tensor:
+        """The one cast of an observation: f32 (or numpy) -> training dtype on the device."""
+        x = torch.as_tensor(obs, device=self.device)
+        if x.dtype != self.dtype:
+            x = x.to(self.dtype)
+        if tuple(x.shape[1:]) != self.obs_shape:
+            raise ValueError(f"obs has shape {tuple(x.shape)}, expected [batch, *{self.obs_shape}]")
+        return x
+
+    # ------------------------------------------------------------------ acting
+
+    def epsilon(self) -> float:
+        """Epsilon now: linear from ``eps_start`` to ``eps_end`` over ``eps_decay_steps``; 0 when noisy."""
+        cfg = self.config
+        if cfg.noisy:
+            return 0.0
+        frac = min(1.0, self.env_steps / max(1, cfg.eps_decay_steps))
+        return cfg.eps_start + frac * (cfg.eps_end - cfg.eps_start)
+
+    def act(self, obs: Any, explore: bool = True) -> torch.Tensor:
+        """Actions for a batch of observations ``[E, *obs_shape]`` (f32 tensor or array).
+
+        ``explore=True``: epsilon-greedy (or the noisy network's current noise); ``False``:
+        greedy at the noise-free weights. Returns ``[E]`` int64 (``[E, D]`` for MultiDiscrete)
+        on the agent's device.
+        """
+        q = self.q_values(obs, explore=explore)
+        greedy = q.argmax(-1)
+        eps = self.epsilon() if explore else 0.0
+        if eps <= 0.0:
+            return greedy
+        n = greedy.shape[0]
+        if self.factored:
+            nvec = torch.as_tensor(self.action["nvec"], device=self.device)
+            rand = (torch.rand(greedy.shape, device=self.device, generator=self.generator) * nvec).long()
+            pick = torch.rand((n, 1), device=self.device, generator=self.generator) < eps
+        else:
+            rand = torch.randint(self.action["n"], (n,), device=self.device, generator=self.generator)
+            pick = torch.rand((n,), device=self.device, generator=self.generator) < eps
+        return torch.where(pick, rand, greedy)
+
+    def observe(
+        self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any
+    ) -> None:
+        """Store one vector-env step (leading dim ``num_envs``); with ICM, add the intrinsic reward.
+
+        ``next_obs`` is the true next observation (the final one at episode ends).
+        """
+        reward_t = torch.as_tensor(reward, device=self.device, dtype=torch.float32)
+        action_t = torch.as_tensor(action, device=self.device, dtype=torch.int64)
+        if self.icm_module is not None:
+            x, x_next = self._ingest(obs), self._ingest(next_obs)
+            r_int = self.icm_module.intrinsic_reward(x, action_t, x_next)
+            reward_t = self.config.extrinsic_coef * reward_t + r_int
+            self.icm_buffer.add(x, action_t, reward_t, x_next, terminated, truncated)
+            self.buffer.add(x, action_t, reward_t, x_next, terminated, truncated)
+        else:
+            self.buffer.add(obs, action_t, reward_t, next_obs, terminated, truncated)
+        self.env_steps += self.num_envs
+
+    # ------------------------------------------------------------------ learning
+
+    def _per_sample_loss(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """``(loss [B], priority [B], metrics)`` in f32 for one sampled batch."""
+        cfg = self.config
+        obs, action, next_obs = batch.obs, batch.action, batch.next_obs
+        reward, discount = batch.reward, batch.discount
+        out = self.online(obs)
+        with torch.no_grad():
+            out_next_t = self.target(next_obs)
+            out_next_o = self.online(next_obs) if cfg.double else None
+        b = torch.arange(action.shape[0], device=self.device)
+
+        if self.factored:
+            q = branching_q(out[0], out[1], self.online.head.mask)  # [B, D, n]
+            q_sa = q.gather(-1, action.unsqueeze(-1)).squeeze(-1)  # [B, D]
+            q_next_t = branching_q(out_next_t[0], out_next_t[1], self.target.head.mask)
+            q_next_o = None if out_next_o is None else branching_q(out_next_o[0], out_next_o[1],
+                                                                   self.online.head.mask)
+            y = branching_td_target(reward, discount, q_next_t, q_next_o)
+            td = y.unsqueeze(-1) - q_sa
+            loss = (huber(td) if cfg.loss == "huber" else 0.5 * td.square()).mean(-1)
+            return loss, td.detach().abs().mean(-1), {"values/q": q_sa.detach().mean()}
+
+        if cfg.distribution == "none":
+            q_sa = out[b, action]
+            y = scalar_td_target(reward, discount, out_next_t, out_next_o)
+            td = y - q_sa
+            loss = huber(td) if cfg.loss == "huber" else 0.5 * td.square()
+            return loss, td.detach().abs(), {"values/q": q_sa.detach().mean()}
+
+        if cfg.distribution == "c51":
+            with torch.no_grad():
+                q_next_t = self.target.head.expected_q(out_next_t, self.support)
+                q_next_o = (None if out_next_o is None
+                            else self.online.head.expected_q(out_next_o, self.support))
+                a_star = greedy_actions(q_next_t, q_next_o)
+                m = c51_project(out_next_t[b, a_star].exp(), reward, discount, self.support)
+            log_p = out[b, action]  # [B, Z]
+            loss = c51_loss(log_p, m)
+            q_sa = (log_p.detach().exp() * self.support).sum(-1)
+            return loss, loss.detach(), {"values/q": q_sa.mean()}
+
+        # quantile regression
+        with torch.no_grad():
+            q_next_t = out_next_t.mean(-1)
+            q_next_o = None if out_next_o is None else out_next_o.mean(-1)
+            a_star = greedy_actions(q_next_t, q_next_o)
+            target = reward.unsqueeze(-1) + discount.unsqueeze(-1) * out_next_t[b, a_star]  # [B, N]
+        theta = out[b, action]  # [B, N]
+        loss = quantile_huber_loss(theta, target, self.taus, cfg.kappa)
+        return loss, loss.detach(), {"values/q": theta.detach().mean()}
+
+    def update(self) -> dict[str, torch.Tensor]:
+        """One gradient step on a replay batch (plus the target and ICM updates when due).
+
+        Returns f32 scalar metrics on the device (no sync): ``losses/td_loss``,
+        ``losses/grad_norm``, ``values/q``, and ``losses/icm_*`` with ICM.
+
+        Raises:
+            RuntimeError: the buffer holds fewer transitions than ``batch_size``.
+        """
+        cfg = self.config
+        if len(self.buffer) < cfg.batch_size:
+            raise RuntimeError(f"the replay buffer holds {len(self.buffer)} transitions, fewer than "
+                               f"batch_size={cfg.batch_size}: call update() after learning_starts")
+        batch = self.buffer.sample(cfg.batch_size, generator=self.generator)
+        if cfg.noisy:
+            self.online.reset_noise(self.generator)
+            self.target.reset_noise(self.generator)
+        per_sample, priority, metrics = self._per_sample_loss(batch)
+        loss = (batch.weights * per_sample).mean()
+        self.optimizer.zero_grad()
+        loss.backward()
+        grad_norm = self.optimizer.clip_grad_norm_(cfg.max_grad_norm)
+        self.optimizer.step()
+        if cfg.prioritized:
+            self.buffer.update_priorities(batch.indices, priority)
+        self.updates += 1
+        if self.updates % cfg.target_update_every == 0:
+            self.update_target()
+        metrics["losses/td_loss"] = loss.detach()
+        metrics["losses/grad_norm"] = grad_norm.detach().float()
+        if self.icm_module is not None:
+            metrics.update(self._update_icm())
+        return metrics
+
+    def _update_icm(self) -> dict[str, torch.Tensor]:
+        batch = self.icm_buffer.sample(self.config.batch_size, generator=self.generator)
+        parts = self.icm_module.loss(batch.obs, batch.action, batch.next_obs)
+        self.icm_optimizer.zero_grad()
+        parts["loss"].backward()
+        self.icm_optimizer.clip_grad_norm_(self.config.max_grad_norm)
+        self.icm_optimizer.step()
+        return {"losses/icm_inverse": parts["inverse"].detach(),
+                "losses/icm_forward": parts["forward"].detach(),
+                "charts/intrinsic_reward": batch.reward.mean()}
+
+    @torch.no_grad()
+    def update_target(self) -> None:
+        """Copy (``tau == 1``) or Polyak-average (``tau < 1``) the online weights into the target."""
+        tau = self.config.tau
+        online = list(self.online.parameters())
+        target = list(self.target.parameters())
+        if tau >= 1.0:
+            torch._foreach_copy_(target, online)
+        elif self._target_master is None:
+            torch._foreach_lerp_(target, online, tau)
+        else:  # bf16: average f32 copies (the optimizer's masters), round once into the target
+            torch._foreach_lerp_(self._target_master, self.optimizer.masters, tau)
+            torch._foreach_copy_(target, self._target_master)
+        for bt, bo in zip(self.target.buffers(), self.online.buffers(), strict=True):
+            bt.copy_(bo)
+
+    # ------------------------------------------------------------------ state
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume exactly: networks, optimizer(s), replay, generator, counters."""
+        state: dict[str, Any] = {
+            "agent": AGENT_KIND,
+            "config": self.config.to_dict(),
+            "obs_shape": list(self.obs_shape),
+            "action_space": dict(self.action),
+            "num_envs": self.num_envs,
+            "seed": self.seed,
+            "counters": {"env_steps": self.env_steps, "updates": self.updates},
+            "generator": self.generator.get_state(),
+            "online": self.online.state_dict(),
+            "target": self.target.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "replay": self.buffer.state_dict(),
+        }
+        if self._target_master is not None:
+            state["target_master"] = [t.clone() for t in self._target_master]
+        if self.icm_module is not None:
+            state["icm"] = self.icm_module.state_dict()
+            state["icm_optimizer"] = self.icm_optimizer.state_dict()
+            state["icm_replay"] = self.icm_buffer.state_dict()
+        return state
+
+    def check_state_dict(self, state: dict[str, Any], *, where: str = "state") -> None:
+        """Raise :class:`toolkit.checkpoint.CheckpointError` (a ``ValueError``) unless ``state`` fits."""
+        from toolkit.checkpoint import CheckpointError, check_module_tensors
+
+        if not isinstance(state, dict) or state.get("agent") != AGENT_KIND:
+            got = state.get("agent") if isinstance(state, dict) else type(state).__name__
+            raise CheckpointError(f"{where}: holds a {got!r} agent, not a {AGENT_KIND!r} agent")
+        if list(state.get("obs_shape", [])) != list(self.obs_shape):
+            raise CheckpointError(f"{where}: observation shape {state.get('obs_shape')} does not match "
+                                  f"this agent's {list(self.obs_shape)}")
+        if state.get("action_space") != self.action:
+            raise CheckpointError(f"{where}: action space {state.get('action_space')} does not match "
+                                  f"this agent's {self.action}")
+        check_module_tensors(self.online, state["online"], where=f"{where} (online network)")
+        check_module_tensors(self.target, state["target"], where=f"{where} (target network)")
+        if (self.icm_module is None) != ("icm" not in state):
+            raise CheckpointError(f"{where}: ICM {'absent' if 'icm' not in state else 'present'} in the "
+                                  "checkpoint but the config says otherwise")
+        try:
+            self.optimizer.check_state_dict(state["optimizer"])
+        except ValueError as exc:
+            raise CheckpointError(f"{where}: {exc}") from None
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a :meth:`state_dict` (possibly saved in another dtype; cast once here).
+
+        Raises:
+            ValueError: the state belongs to another agent kind, observation shape or action
+                space, or its tensors do not fit (checked before anything changes).
+        """
+        from toolkit.checkpoint import load_into_module
+
+        self.check_state_dict(state)
+        load_into_module(self.online, state["online"])
+        load_into_module(self.target, state["target"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.buffer.load_state_dict(state["replay"])
+        if self._target_master is not None:
+            saved = state.get("target_master")
+            src = saved if saved is not None else list(self.target.parameters())
+            for m, s in zip(self._target_master, src, strict=True):
+                m.copy_(s.to(device=m.device, dtype=m.dtype))
+        if self.icm_module is not None:
+            load_into_module(self.icm_module, state["icm"])
+            self.icm_optimizer.load_state_dict(state["icm_optimizer"])
+            self.icm_buffer.load_state_dict(state["icm_replay"])
+        self.generator.set_state(state["generator"].cpu())
+        self.env_steps = int(state["counters"]["env_steps"])
+        self.updates = int(state["counters"]["updates"])
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write :meth:`state_dict` atomically with :func:`toolkit.checkpoint.save_checkpoint`."""
+        from toolkit.checkpoint import save_checkpoint
+
+        save_checkpoint(path, self.state_dict())
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, device: torch.device | str | None = None) -> DQNAgent:
+        """Rebuild an agent from a checkpoint written by :meth:`save` (on ``device``, default CPU).
+
+        Raises:
+            toolkit.checkpoint.CheckpointError: unreadable file, or not a DQN checkpoint.
+        """
+        from toolkit.checkpoint import CheckpointError, load_checkpoint
+
+        state = load_checkpoint(path)
+        if state.get("agent") != AGENT_KIND:
+            raise CheckpointError(f"{path}: holds a {state.get('agent')!r} agent, not a {AGENT_KIND!r} agent")
+        obs_space = gym.spaces.Box(-np.inf, np.inf, shape=tuple(state["obs_shape"]), dtype=np.float32)
+        spec = state["action_space"]
+        act_space = (gym.spaces.Discrete(spec["n"]) if spec["type"] == "discrete"
+                     else gym.spaces.MultiDiscrete(spec["nvec"]))
+        agent = cls(obs_space, act_space, DQNConfig.from_dict(state["config"]),
+                    device=device if device is not None else "cpu", num_envs=int(state["num_envs"]),
+                    seed=int(state["seed"]))
+        agent.load_state_dict(state)
+        return agent
+
+
+# ----------------------------------------------------------------------------- registry
+
+
+def make_agent(
+    name: str,
+    observation_space: gym.Space,
+    action_space: gym.Space,
+    *,
+    num_envs: int = 1,
+    device: torch.device | str = "cpu",
+    seed: int = 0,
+    total_steps: int | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> DQNAgent:
+    """Build preset ``name`` with ``overrides`` (strings from ``--set key=value`` are converted).
+
+    ``total_steps`` is accepted for the registry's factory signature; the DQN schedule does not
+    depend on it.
+
+    Raises:
+        ValueError: unknown preset or config key, a bad value, or an unsupported space.
+    """
+    from toolkit.registry import apply_overrides
+
+    del total_steps
+    if name not in PRESETS:
+        raise ValueError(f"unknown DQN preset {name!r}; choose one of {', '.join(PRESETS)}")
+    cfg = apply_overrides(PRESETS[name][1], overrides or {})
+    return DQNAgent(observation_space, action_space, cfg, device=device, num_envs=num_envs, seed=seed)
+
+
+def _register() -> None:
+    import functools
+
+    from toolkit.registry import register_agent
+
+    for name, (description, _) in PRESETS.items():
+        register_agent(name, functools.partial(make_agent, name), kind="offpolicy", description=description,
+                       default_num_envs=DEFAULT_NUM_ENVS, default_steps=DEFAULT_STEPS)
+
+
+DEFAULT_NUM_ENVS = 4
+DEFAULT_STEPS = 50_000
+_register()

@@ -1,0 +1,293 @@
+"""The DQN agent as a plain object: presets, acting, updates, dtypes, checkpoints, bad input."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from agents.dqn import PRESETS, DQNAgent, DQNConfig, make_agent, preset
+from toolkit.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+
+OBS = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
+ACT = gym.spaces.Discrete(2)
+SMALL = {"torso_width": 32, "batch_size": 16, "buffer_size": 512, "learning_starts": 16}
+
+
+def _fill(agent: DQNAgent, n: int, seed: int = 0) -> None:
+    """``n`` vector steps of random transitions (terminations included)."""
+    g = torch.Generator().manual_seed(seed)
+    e = agent.num_envs
+    shape = agent.obs_shape
+    for _ in range(n):
+        if agent.factored:
+            a = torch.stack([torch.randint(k, (e,), generator=g) for k in agent.action["nvec"]], -1)
+        else:
+            a = torch.randint(agent.action["n"], (e,), generator=g)
+        agent.observe(torch.randn(e, *shape, generator=g), a, torch.rand(e, generator=g),
+                      torch.randn(e, *shape, generator=g), torch.rand(e, generator=g) < 0.05,
+                      torch.rand(e, generator=g) < 0.02)
+
+
+def _agent(name: str, *, num_envs: int = 2, obs=OBS, act=ACT, seed: int = 0, **overrides) -> DQNAgent:
+    return DQNAgent(obs, act, preset(name, **{**SMALL, **overrides}), num_envs=num_envs, seed=seed)
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_every_preset_acts_and_learns(name: str) -> None:
+    agent = _agent(name)
+    cfg = agent.config
+    assert cfg.tags == (name,)
+    obs = torch.randn(2, 4)
+    a = agent.act(obs)
+    assert a.shape == (2,) and a.dtype == torch.int64 and ((a >= 0) & (a < 2)).all()
+    _fill(agent, 40)
+    before = [p.detach().clone() for p in agent.online.parameters()]
+    for _ in range(3):
+        metrics = agent.update()
+    assert metrics and all(v.dtype == torch.float32 and v.dim() == 0 for v in metrics.values())
+    assert torch.isfinite(metrics["losses/td_loss"])
+    assert any(not torch.equal(b, p) for b, p in zip(before, agent.online.parameters(), strict=True))
+    assert agent.updates == 3
+
+
+def test_rainbow_is_the_sum_of_its_parts() -> None:
+    cfg = preset("rainbow")
+    flags = (cfg.double, cfg.dueling, cfg.noisy, cfg.prioritized, cfg.distribution)
+    assert flags == (True, True, True, True, "c51")
+    assert cfg.n_step > 1
+    assert preset("qrdqn").distribution == "qr" and preset("c51").distribution == "c51"
+    assert not preset("dqn").double and preset("double").double
+
+
+def test_presets_are_registered_as_offpolicy_agents() -> None:
+    from toolkit.registry import get_agent
+
+    for name in PRESETS:
+        spec = get_agent(name)
+        assert spec.kind == "offpolicy"
+        agent = spec.factory(OBS, ACT, num_envs=3, device="cpu", seed=1, total_steps=100,
+                             overrides={"lr": "1e-4", "n_step": "2"})
+        assert isinstance(agent, DQNAgent) and agent.config.lr == 1e-4 and agent.config.n_step == 2
+        assert agent.num_envs == 3
+
+
+@pytest.mark.parametrize("dtype_env,dtype", [("f32", torch.float32), ("bf16", torch.bfloat16)])
+@pytest.mark.parametrize("name", ["dqn", "qrdqn", "rainbow"])
+def test_parameters_and_replay_follow_the_training_dtype(monkeypatch, name, dtype_env, dtype) -> None:
+    monkeypatch.setenv("TRITONRL_DTYPE", dtype_env)
+    agent = _agent(name)
+    assert agent.dtype == dtype
+    assert all(p.dtype == dtype for p in agent.online.parameters())
+    assert all(p.dtype == dtype for p in agent.target.parameters())
+    _fill(agent, 20)
+    batch = agent.buffer.sample(8)
+    assert batch.obs.dtype == dtype and batch.reward.dtype == torch.float32
+    metrics = agent.update()
+    assert all(v.dtype == torch.float32 for v in metrics.values())
+    # bf16: the optimizer keeps f32 master weights so small steps are not rounded away
+    assert agent.optimizer.has_masters == (dtype == torch.bfloat16)
+
+
+def test_bf16_small_updates_accumulate(monkeypatch) -> None:
+    # lr 1e-6: each Adam step (~1e-6) is far below half a bf16 ulp of weights of size ~0.1 (~2e-4).
+    # Plain bf16 Adam would leave the weights unchanged; the masters accumulate the steps, and after
+    # 300 updates (~3e-4 of drift) the rounded bf16 weights must have moved.
+    monkeypatch.setenv("TRITONRL_DTYPE", "bf16")
+    agent = _agent("dqn", lr=1e-6, target_update_every=10_000)
+    _fill(agent, 30)
+    w0 = agent.online.torso.net[1].weight.detach().clone()
+    for _ in range(300):
+        agent.update()
+    w1 = agent.online.torso.net[1].weight.detach()
+    assert (w1 != w0).float().mean().item() > 0.05
+
+
+def test_epsilon_schedule_and_noisy_exploration() -> None:
+    agent = _agent("dqn", eps_start=1.0, eps_end=0.1, eps_decay_steps=100)
+    assert agent.epsilon() == 1.0
+    _fill(agent, 25)  # 50 env steps (2 envs)
+    assert agent.epsilon() == pytest.approx(0.55)
+    _fill(agent, 50)
+    assert agent.epsilon() == pytest.approx(0.1)
+    # with epsilon 1 the actions are uniform; greedy ones are constant for a fixed input
+    agent = _agent("dqn", eps_start=1.0, eps_end=1.0, num_envs=1)
+    obs = torch.zeros(256, 4)
+    acts = agent.act(obs)
+    assert 0.35 < acts.float().mean().item() < 0.65  # 256 fair coins: 6 sigma is +-0.19
+    assert agent.act(obs, explore=False).unique().numel() == 1
+    noisy = _agent("noisy")
+    assert noisy.epsilon() == 0.0
+    greedy = [noisy.q_values(torch.ones(1, 4)) for _ in range(2)]
+    torch.testing.assert_close(greedy[0], greedy[1])
+    # noise changes the exploring Q values, and update() draws fresh noise
+    explore0 = noisy.q_values(torch.ones(1, 4), explore=True)
+    _fill(noisy, 20)
+    noisy.update()
+    assert not torch.equal(explore0, noisy.q_values(torch.ones(1, 4), explore=True))
+
+
+def test_target_updates_hard_and_polyak() -> None:
+    agent = _agent("dqn", target_update_every=3)
+    _fill(agent, 20)
+    t0 = [p.detach().clone() for p in agent.target.parameters()]
+    agent.update()
+    agent.update()
+    assert all(torch.equal(a, b) for a, b in zip(t0, agent.target.parameters(), strict=True))
+    agent.update()  # third update: hard copy
+    assert all(torch.equal(a, b) for a, b in zip(agent.online.parameters(), agent.target.parameters(),
+                                                 strict=True))
+    polyak = _agent("dqn", target_update_every=1, tau=0.25)
+    _fill(polyak, 20)
+    t0 = [p.detach().clone() for p in polyak.target.parameters()]
+    polyak.update()
+    for old, new, online in zip(t0, polyak.target.parameters(), polyak.online.parameters(), strict=True):
+        torch.testing.assert_close(new, old + 0.25 * (online - old))
+
+
+def test_polyak_in_bf16_averages_f32_copies(monkeypatch) -> None:
+    # tau = 1e-3 moves a bf16 weight by less than half an ulp per call: direct bf16 averaging would
+    # never move. Averaging f32 copies and rounding once must follow the f32 recursion
+    # t_k = o + (1 - tau)^k (t_0 - o) to within one bf16 rounding.
+    monkeypatch.setenv("TRITONRL_DTYPE", "bf16")
+    agent = _agent("dqn", tau=1e-3, target_update_every=10**6)
+    with torch.no_grad():
+        for p in agent.online.parameters():
+            p.add_(1.0)
+        for m in agent.optimizer.masters:
+            m.add_(1.0)
+    t0 = [m.clone() for m in agent._target_master]
+    for _ in range(200):
+        agent.update_target()
+    for t_start, t, o in zip(t0, agent.target.parameters(), agent.optimizer.masters, strict=True):
+        expected = o + (1 - 1e-3) ** 200 * (t_start - o)
+        torch.testing.assert_close(t.float(), expected, atol=0.0, rtol=2**-8)
+        assert not torch.equal(t.float(), t_start.to(torch.bfloat16).float())
+
+
+def test_multidiscrete_uses_the_branching_head() -> None:
+    act = gym.spaces.MultiDiscrete([3, 2, 4])
+    for name in ("dqn", "noisy", "dueling"):
+        agent = _agent(name, act=act)
+        a = agent.act(torch.randn(2, 4))
+        assert a.shape == (2, 3) and a.dtype == torch.int64
+        assert (a < torch.tensor([3, 2, 4])).all() and (a >= 0).all()
+        _fill(agent, 20)
+        assert torch.isfinite(agent.update()["losses/td_loss"])
+    with pytest.raises(ValueError, match="distribution='c51'"):
+        _agent("c51", act=act)
+
+
+@pytest.mark.parametrize("torso", ["resmlp", "attention"])
+def test_torso_options(torso: str) -> None:
+    obs = gym.spaces.Box(-np.inf, np.inf, (3, 2), np.float32)  # a history of 3 observations of 2
+    agent = _agent("rainbow", obs=obs, torso=torso, torso_norm="rmsnorm", spectral_norm=True,
+                   torso_depth=1)
+    assert agent.act(torch.randn(2, 3, 2)).shape == (2,)
+    _fill(agent, 20)
+    assert torch.isfinite(agent.update()["losses/td_loss"])
+
+
+def test_icm_adds_intrinsic_reward_at_ingestion() -> None:
+    agent = _agent("dqn", icm=True, extrinsic_coef=0.0, icm_eta=5.0, n_step=3)
+    _fill(agent, 30)
+    rewards = agent.buffer.sample(32).reward
+    assert (rewards > 0).all()  # extrinsic rewards are ignored, curiosity is positive
+    icm_batch = agent.icm_buffer.sample(8)
+    assert icm_batch.discount.max().item() <= agent.config.gamma + 1e-6  # one-step transitions
+    metrics = agent.update()
+    assert {"losses/icm_inverse", "losses/icm_forward"} <= set(metrics)
+    assert all(p.grad is not None for p in agent.icm_module.parameters())
+
+
+def _resume_matches(tmp_path, name: str, **overrides) -> None:
+    a = _agent(name, **overrides)
+    _fill(a, 30)
+    for _ in range(4):
+        a.update()
+    a.save(tmp_path / "a.safetensors")
+    b = DQNAgent.load(tmp_path / "a.safetensors")
+    assert b.config == a.config and b.env_steps == a.env_steps and b.updates == a.updates
+    obs = torch.randn(5, 4)
+    torch.testing.assert_close(a.q_values(obs), b.q_values(obs), atol=0, rtol=0)
+    # the same future: identical data, identical updates, identical weights and exploration
+    _fill(a, 10, seed=9)
+    _fill(b, 10, seed=9)
+    for _ in range(3):
+        ma, mb = a.update(), b.update()
+        assert torch.equal(ma["losses/td_loss"], mb["losses/td_loss"])
+    for pa, pb in zip(a.online.parameters(), b.online.parameters(), strict=True):
+        assert torch.equal(pa, pb)
+    assert torch.equal(a.act(obs), b.act(obs))
+
+
+@pytest.mark.parametrize("name", ["dqn", "rainbow", "qrdqn"])
+def test_save_load_resumes_exactly(tmp_path, name: str) -> None:
+    _resume_matches(tmp_path, name)
+
+
+def test_save_load_resumes_exactly_with_icm_and_polyak(tmp_path) -> None:
+    _resume_matches(tmp_path, "noisy", icm=True, tau=0.1, target_update_every=1)
+
+
+def test_checkpoint_loads_across_dtypes(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("TRITONRL_DTYPE", "bf16")
+    a = _agent("rainbow")
+    _fill(a, 20)
+    a.update()
+    a.save(tmp_path / "bf16.safetensors")
+    monkeypatch.setenv("TRITONRL_DTYPE", "f32")
+    from toolkit.precision import training_dtype
+
+    training_dtype.cache_clear()
+    b = DQNAgent.load(tmp_path / "bf16.safetensors")
+    assert all(p.dtype == torch.float32 for p in b.online.parameters())
+    # the f32 parameters take the exact f32 master weights saved with the bf16 run
+    for master, pa, pb in zip(a.optimizer.masters, a.online.parameters(), b.online.parameters(), strict=True):
+        assert torch.equal(master, pb)
+        assert torch.equal(pa, pb.to(torch.bfloat16))
+    assert b.buffer.sample(4).obs.dtype == torch.float32
+    b.update()
+
+
+def test_mismatched_checkpoints_are_refused_untouched(tmp_path) -> None:
+    a = _agent("dqn")
+    path = tmp_path / "a.safetensors"
+    a.save(path)
+    state = load_checkpoint(path)
+    other_obs = gym.spaces.Box(-np.inf, np.inf, (5,), np.float32)
+    b = _agent("dqn", obs=other_obs)
+    before = [p.detach().clone() for p in b.online.parameters()]
+    with pytest.raises(CheckpointError, match="observation shape"):
+        b.load_state_dict(state)
+    assert all(torch.equal(x, y) for x, y in zip(before, b.online.parameters(), strict=True))
+    with pytest.raises(CheckpointError, match="action space"):
+        _agent("dqn", act=gym.spaces.Discrete(3)).load_state_dict(state)
+    with pytest.raises(CheckpointError, match="does not match|shape"):
+        _agent("dueling").load_state_dict(state)
+    save_checkpoint(tmp_path / "ppo.safetensors", {"agent": "ppo", "config": {}})
+    with pytest.raises(CheckpointError, match="'ppo' agent"):
+        DQNAgent.load(tmp_path / "ppo.safetensors")
+
+
+def test_bad_input() -> None:
+    with pytest.raises(ValueError, match="action_space=Box"):
+        DQNAgent(OBS, gym.spaces.Box(-1, 1, (2,)))
+    with pytest.raises(ValueError, match="unknown DQN preset 'rainbo'"):
+        preset("rainbo")
+    with pytest.raises(ValueError, match="unknown config key 'lrr'"):
+        make_agent("dqn", OBS, ACT, overrides={"lrr": "1"})
+    with pytest.raises(ValueError, match="distribution='c52'"):
+        DQNConfig(distribution="c52")
+    with pytest.raises(ValueError, match="v_max"):
+        dataclasses.replace(preset("c51"), v_min=1.0, v_max=0.0)
+    with pytest.raises(TypeError, match="DQNConfig"):
+        DQNAgent(OBS, ACT, {"lr": 1.0})
+    agent = _agent("dqn")
+    with pytest.raises(ValueError, match=r"obs has shape \(2, 3\)"):
+        agent.act(torch.zeros(2, 3))
+    with pytest.raises(RuntimeError, match="fewer than batch_size"):
+        agent.update()
