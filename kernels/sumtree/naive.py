@@ -22,6 +22,8 @@ Everything is vectorised over the batch; the only Python loops run over tree lev
 from __future__ import annotations
 
 import functools
+import math
+import weakref
 from typing import NamedTuple
 
 import torch
@@ -107,6 +109,39 @@ def _dense_limit(batch: int) -> int:
     return max(8192, 8 * batch)
 
 
+class _LevelViews(NamedTuple):
+    sums: tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor], ...]  # by depth d: (left, right, out)
+    mins: tuple[tuple[torch.Tensor, torch.Tensor], ...]  # by level k + 1: (children [n, 32], out [n])
+
+
+# Views of each tree's levels, built once per tree: slicing costs as much as the add it feeds on
+# CPU. Keyed by id(sums), checked against weak references, dropped when the tree's tensors die.
+_VIEWS: dict[int, tuple[weakref.ref, weakref.ref, int, _LevelViews]] = {}
+
+
+def _level_views(tree: SumTree) -> _LevelViews:
+    sums, mins = tree.sums, tree.mins
+    key = id(sums)
+    hit = _VIEWS.get(key)
+    if hit is not None and hit[0]() is sums and hit[1]() is mins and hit[2] == sums.data_ptr():
+        return hit[3]
+    P = sums.shape[0] // 2
+    g = geometry(P)
+    sum_views = tuple(
+        (sums[2 << d : 4 << d : 2], sums[(2 << d) + 1 : 4 << d : 2], sums[1 << d : 2 << d])
+        for d in range(g.levels)
+    )
+    fan, off = 1 << MIN_FANOUT_LOG2, g.min_offsets
+    min_views = []
+    for k in range(len(off) - 1):
+        n = max(1, P >> (MIN_FANOUT_LOG2 * (k + 1)))
+        min_views.append((mins[off[k] : off[k] + fan * n].view(n, fan), mins[off[k + 1] : off[k + 1] + n]))
+    views = _LevelViews(sum_views, tuple(min_views))
+    _VIEWS[key] = (weakref.ref(sums), weakref.ref(mins), sums.data_ptr(), views)
+    weakref.finalize(sums, _VIEWS.pop, key, None)
+    return views
+
+
 def _update_ancestors(tree: SumTree, idx: torch.Tensor) -> None:
     """Recompute every ancestor of leaves ``idx`` (int64 [B]) in both trees, bottom up.
 
@@ -118,6 +153,7 @@ def _update_ancestors(tree: SumTree, idx: torch.Tensor) -> None:
     g = geometry(P)
     limit = _dense_limit(idx.shape[0])
     shifts, lanes = _index_constants(P, sums.device)
+    views = _level_views(tree)
     # sum tree, sparse part: heights 1..n_sparse above the leaves (nodes at depth levels - h)
     n_sparse = sum(1 for h in range(1, g.levels + 1) if 2 << (g.levels - h) > limit)
     if n_sparse:
@@ -127,20 +163,18 @@ def _update_ancestors(tree: SumTree, idx: torch.Tensor) -> None:
         for n, l, r in zip(node.unbind(0), left.unbind(0), right.unbind(0), strict=True):
             sums.scatter_(0, n, sums.gather(0, l) + sums.gather(0, r))
     for d in range(g.levels - n_sparse - 1, -1, -1):  # dense part: depth d from depth d + 1
-        lo, hi = 1 << d, 2 << d
-        torch.add(sums[2 * lo : 2 * hi : 2], sums[2 * lo + 1 : 2 * hi : 2], out=sums[lo:hi])
+        left_v, right_v, out = views.sums[d]
+        torch.add(left_v, right_v, out=out)
     # min tree: level k + 1 entry b is the min of level-k entries 32b .. 32b + 31
     fan = lanes.shape[0]
     off = g.min_offsets
-    for k in range(len(off) - 1):
-        n_parent = max(1, P >> (MIN_FANOUT_LOG2 * (k + 1)))
-        if fan * n_parent > limit:
+    for k, (children, out) in enumerate(views.mins):
+        if children.numel() > limit:
             block = torch.bitwise_right_shift(idx, MIN_FANOUT_LOG2 * (k + 1))
             kids = (block * fan + off[k]).unsqueeze(1) + lanes  # [B, 32]
             mins.scatter_(0, block + off[k + 1], mins.take(kids).amin(1))
         else:
-            children = mins[off[k] : off[k] + fan * n_parent].view(n_parent, fan)
-            torch.amin(children, 1, out=mins[off[k + 1] : off[k + 1] + n_parent])
+            torch.amin(children, 1, out=out)
 
 
 def per_update_ref(
@@ -150,18 +184,19 @@ def per_update_ref(
 
     A batch with a non-finite priority or an index outside ``[0, size)`` changes nothing but
     ``tree.status`` (``[0] += 1``, ``[1] = reason bits``). Duplicate indices: the last occurrence
-    wins. On CUDA tensors the validity test costs one synchronisation.
+    wins. The validity test reads three numbers (one synchronisation on CUDA).
     """
     B = indices.shape[0]
     if B == 0:
         return
     p = td_errors.float().abs().add_(eps)
-    lo, hi = torch.aminmax(indices)
-    finite = torch.isfinite(p).all()
-    in_range = (lo >= 0) & (hi < size)
-    if not bool(finite & in_range):
+    # an f64 sum of f32 values cannot overflow: it is finite iff every p is
+    total, (lo, hi) = p.sum(dtype=torch.float64), torch.aminmax(indices)
+    total, lo, hi = torch.stack((total, lo.double(), hi.double())).tolist()
+    finite, in_range = math.isfinite(total), lo >= 0 and hi < size
+    if not (finite and in_range):
         tree.status[0] += 1
-        tree.status[1] = (0 if bool(finite) else BAD_PRIORITY) | (0 if bool(in_range) else BAD_INDEX)
+        tree.status[1] = (0 if finite else BAD_PRIORITY) | (0 if in_range else BAD_INDEX)
         return
     tree.max_priority.clamp_(min=p.max())
     v = p.pow_(alpha)
@@ -201,6 +236,13 @@ def per_insert_ref(tree: SumTree, start: int, count: int, alpha: float) -> None:
         torch.amin(children, 1, out=mins[off[k + 1] + lo : off[k + 1] + hi + 1])
 
 
+@functools.lru_cache(maxsize=16)
+def _strata(B: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``arange(B)`` and ``f32(1 / B)`` as f32 tensors (read-only constants)."""
+    strata = torch.arange(B, dtype=torch.float32, device=device)
+    return strata, torch.tensor(1.0 / B, dtype=torch.float32, device=device)
+
+
 def per_sample_ref(
     tree: SumTree, uniforms: torch.Tensor, beta: float, size: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -214,8 +256,8 @@ def per_sample_ref(
     B = uniforms.shape[0]
     P = sums.shape[0] // 2
     g = geometry(P)
-    inv_b = torch.tensor(1.0 / B, dtype=torch.float32, device=sums.device)
-    target = (torch.arange(B, dtype=torch.float32, device=sums.device) + uniforms) * (sums[1] * inv_b)
+    strata, inv_b = _strata(B, sums.device)
+    target = (strata + uniforms) * (sums[1] * inv_b)
     left_sums = sums[0::2]  # left_sums[n] = sums[2n], the left child of node n
     node = torch.ones(B, dtype=torch.int64, device=sums.device)
     # go right <=> target >= left, kept as f32 and int64 0/1: mixed-dtype ops are slow on CPU,
