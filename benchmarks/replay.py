@@ -8,7 +8,9 @@ naive baseline where neither is installed), so ``> 1`` means faster than the bes
 
 TorchRL and cpprb come with the ``bench`` extra; a library that is missing or cannot run here
 (TorchRL's sum tree is a C++ extension tied to the torch it was built for) is skipped with its
-reason printed. On CPU, torch runs one thread (toolkit.bench). ``run(quick=True)``: 100k only.
+reason printed. On CPU, torch runs one thread (toolkit.bench). Where CUDA is available, this
+buffer (Triton kernels) and the naive baseline also run on the GPU (timed with
+``triton.testing.do_bench``). ``run(quick=True)``: 100k only.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ class _Impl:
     """One library behind a common interface: fill, extend, sample, update, step."""
 
     name = ""
+    device = "cpu"
 
     def extend(self) -> None: ...
     def sample(self, n: int) -> Any: ...
@@ -41,11 +44,14 @@ class _Impl:
 class _Ours(_Impl):
     name = "tritonrl"
 
-    def __init__(self, capacity: int, data: dict[str, np.ndarray]) -> None:
+    def __init__(self, capacity: int, data: dict[str, np.ndarray], device: str = "cpu") -> None:
         from toolkit.replay import PrioritizedReplayBuffer
 
+        self.device = device
+        if device != "cpu":
+            self.name = f"tritonrl ({device})"
         self.buf = PrioritizedReplayBuffer(
-            capacity, (OBS_DIM,), alpha=ALPHA, beta=BETA, beta_final=BETA, eps=EPS
+            capacity, (OBS_DIM,), alpha=ALPHA, beta=BETA, beta_final=BETA, eps=EPS, device=device
         )
         self.data = {k: v[:, None] for k, v in data.items()}  # [T, num_envs=1, ...]
         for _ in range(-(-capacity // CHUNK)):
@@ -56,7 +62,7 @@ class _Ours(_Impl):
             self.buf.update_priorities(
                 idx, torch.from_numpy(rng.exponential(size=len(idx)).astype(np.float32))
             )
-        self.td = {n: torch.rand(n) for n in (256, 4096)}
+        self.td = {n: torch.rand(n, device=device) for n in (256, 4096)}
         self.last: dict[int, torch.Tensor] = {}
 
     def extend(self) -> None:
@@ -83,29 +89,32 @@ class _Naive(_Impl):
 
     name = "naive torch"
 
-    def __init__(self, capacity: int, data: dict[str, np.ndarray]) -> None:
+    def __init__(self, capacity: int, data: dict[str, np.ndarray], device: str = "cpu") -> None:
+        self.device = device
+        if device != "cpu":
+            self.name = f"naive torch ({device})"
         self.C = capacity
-        self.obs = torch.zeros(capacity, OBS_DIM)
-        self.next_obs = torch.zeros(capacity, OBS_DIM)
-        self.act = torch.zeros(capacity, dtype=torch.int64)
-        self.rew = torch.zeros(capacity)
-        self.done = torch.zeros(capacity)
-        self.prio = torch.zeros(capacity)
+        self.obs = torch.zeros(capacity, OBS_DIM, device=device)
+        self.next_obs = torch.zeros(capacity, OBS_DIM, device=device)
+        self.act = torch.zeros(capacity, dtype=torch.int64, device=device)
+        self.rew = torch.zeros(capacity, device=device)
+        self.done = torch.zeros(capacity, device=device)
+        self.prio = torch.zeros(capacity, device=device)
         self.max_p = 1.0
         self.pos = 0
         self.size = 0
-        self.data = {k: torch.from_numpy(v) for k, v in data.items()}
+        self.data = {k: torch.from_numpy(v).to(device) for k, v in data.items()}
         for _ in range(-(-capacity // CHUNK)):
             self.extend()
         self.prio.copy_(
             torch.from_numpy(np.random.default_rng(0).exponential(size=capacity).astype(np.float32)) ** ALPHA
         )
-        self.td = {n: torch.rand(n) for n in (256, 4096)}
+        self.td = {n: torch.rand(n, device=device) for n in (256, 4096)}
         self.last: dict[int, torch.Tensor] = {}
 
     def extend(self) -> None:
         d, n = self.data, CHUNK
-        sl = torch.arange(self.pos, self.pos + n) % self.C
+        sl = torch.arange(self.pos, self.pos + n, device=self.device) % self.C
         self.obs[sl] = d["obs"]
         self.next_obs[sl] = d["next_obs"]
         self.act[sl] = d["act"]
@@ -119,7 +128,8 @@ class _Naive(_Impl):
         p = self.prio[: self.size]
         cs = torch.cumsum(p, 0)
         total = cs[-1]
-        idx = torch.searchsorted(cs, torch.rand(n) * total, right=True).clamp_max_(self.size - 1)
+        u = torch.rand(n, device=self.device)
+        idx = torch.searchsorted(cs, u * total, right=True).clamp_max_(self.size - 1)
         w = (p[idx] / p.min()).pow(-BETA)
         self.last[n] = idx
         return self.obs[idx], self.act[idx], self.rew[idx], self.next_obs[idx], self.done[idx], w
@@ -232,13 +242,13 @@ def _data() -> dict[str, np.ndarray]:
 
 
 def _build(
-    cls: type[_Impl], capacity: int, data: dict[str, np.ndarray], skipped: dict[str, str]
+    cls: type[_Impl], capacity: int, data: dict[str, np.ndarray], skipped: dict[str, str], **kw: Any
 ) -> _Impl | None:
     try:
-        return cls(capacity, data)
+        return cls(capacity, data, **kw)
     except Exception as exc:  # a library missing or broken on this machine: say why, go on
         first = str(exc).splitlines()[0] if str(exc) else ""
-        skipped[cls.name] = f"{type(exc).__name__}: {first[:160]}"
+        skipped[cls.name + (f" ({kw['device']})" if kw else "")] = f"{type(exc).__name__}: {first[:160]}"
         return None
 
 
@@ -261,6 +271,10 @@ def _run(quick: bool) -> list[Row]:
         impls = [
             i for cls in (_Ours, _TorchRL, _Cpprb, _Naive) if (i := _build(cls, capacity, data, skipped))
         ]
+        if torch.cuda.is_available():  # the Triton kernels, and plain torch on the same GPU
+            impls += [
+                i for cls in (_Ours, _Naive) if (i := _build(cls, capacity, data, skipped, device="cuda"))
+            ]
         cases: list[tuple[str, Callable[[_Impl], Callable[[], object]]]] = [
             ("extend 1024", lambda i: i.extend),
             ("sample 256", lambda i: lambda: i.sample(256)),
@@ -271,7 +285,7 @@ def _run(quick: bool) -> list[Row]:
         ]
         cap = f"C={capacity // 1000}k" if capacity < 1_000_000 else f"C={capacity / 2**20:g}M"
         for case, make in cases:
-            speeds = {i.name: 1.0 / time_fn(make(i), "cpu", min_time=min_time)["median"] for i in impls}
+            speeds = {i.name: 1.0 / time_fn(make(i), i.device, min_time=min_time)["median"] for i in impls}
             libs = {k: v for k, v in speeds.items() if k in ("TorchRL", "cpprb")}
             base_name = max(libs, key=libs.get) if libs else "naive torch"
             base = speeds[base_name]

@@ -499,7 +499,7 @@ def test_interrupted_save_keeps_the_previous_file(tmp_path: Path, monkeypatch: p
 def test_gpu_buffer_end_to_end() -> None:
     from toolkit.precision import training_dtype
 
-    buf = PrioritizedReplayBuffer(1000, (4,), device="cuda", num_envs=4, n_step=3)
+    buf = PrioritizedReplayBuffer(1000, OBS, device="cuda", num_envs=4, n_step=3)
     assert buf.obs_dtype == training_dtype("cuda") and not buf.check_priorities
     rng = np.random.default_rng(0)
     steps = [_step(t, 4, rng) for t in range(300)]
