@@ -202,7 +202,7 @@ class ReplayMachine(RuleBasedStateMachine):
             )
 
 
-ReplayMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=30, deadline=None)
+ReplayMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=40, deadline=None)
 test_replay_state_machine = ReplayMachine.TestCase
 
 

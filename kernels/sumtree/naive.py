@@ -224,12 +224,21 @@ def per_insert_ref(tree: SumTree, start: int, count: int, alpha: float) -> None:
     a, b = start, start + count - 1  # inclusive leaf range
     sums[P + a : P + b + 1] = v
     mins[a : b + 1] = v
+    limit = _dense_limit(count)
+    views = _level_views(tree)
     lo, hi = P + a, P + b
-    for _ in range(g.levels):
+    for d in range(g.levels - 1, -1, -1):
         lo, hi = lo >> 1, hi >> 1
-        torch.add(sums[2 * lo : 2 * hi + 2 : 2], sums[2 * lo + 1 : 2 * hi + 2 : 2], out=sums[lo : hi + 1])
+        if 2 << d <= limit:  # small level: recompute all of it (same bits, fewer ops)
+            left_v, right_v, out = views.sums[d]
+            torch.add(left_v, right_v, out=out)
+        else:
+            torch.add(sums[2 * lo : 2 * hi + 2 : 2], sums[2 * lo + 1 : 2 * hi + 2 : 2], out=sums[lo : hi + 1])
     fan, off = 1 << MIN_FANOUT_LOG2, g.min_offsets
-    for k in range(len(off) - 1):
+    for k, (all_children, all_out) in enumerate(views.mins):
+        if all_children.numel() <= limit:
+            torch.amin(all_children, 1, out=all_out)
+            continue
         shift = MIN_FANOUT_LOG2 * (k + 1)
         lo, hi = a >> shift, b >> shift
         children = mins[off[k] + fan * lo : off[k] + fan * (hi + 1)].view(hi - lo + 1, fan)
