@@ -92,12 +92,9 @@ def geometry(P: int) -> Geometry:
 
 
 @functools.lru_cache(maxsize=64)
-def _index_constants(P: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-(geometry, device) index tensors used by the update, built once."""
-    g = geometry(P)
-    shifts = torch.arange(1, g.levels + 1, device=device).unsqueeze(1)  # [L, 1]
-    lanes = torch.arange(1 << MIN_FANOUT_LOG2, device=device)  # [32]
-    return shifts, lanes
+def _shifts(P: int, device: torch.device) -> torch.Tensor:
+    """``[[1], [2], ..., [levels]]`` (int64 on ``device``): shifts from a leaf to its ancestors."""
+    return torch.arange(1, geometry(P).levels + 1, device=device).unsqueeze(1)
 
 
 def _dense_limit(batch: int) -> int:
@@ -148,11 +145,11 @@ def _update_ancestors(tree: SumTree, idx: torch.Tensor) -> None:
     Low levels: gather the two children of each touched node, add, scatter. High levels
     (small): recompute the whole level with one strided op.
     """
-    sums, mins = tree.sums, tree.mins
+    sums = tree.sums
     P = sums.shape[0] // 2
     g = geometry(P)
     limit = _dense_limit(idx.shape[0])
-    shifts, lanes = _index_constants(P, sums.device)
+    shifts = _shifts(P, sums.device)
     views = _level_views(tree)
     # sum tree, sparse part: heights 1..n_sparse above the leaves (nodes at depth levels - h)
     n_sparse = sum(1 for h in range(1, g.levels + 1) if 2 << (g.levels - h) > limit)
@@ -166,13 +163,10 @@ def _update_ancestors(tree: SumTree, idx: torch.Tensor) -> None:
         left_v, right_v, out = views.sums[d]
         torch.add(left_v, right_v, out=out)
     # min tree: level k + 1 entry b is the min of level-k entries 32b .. 32b + 31
-    fan = lanes.shape[0]
-    off = g.min_offsets
     for k, (children, out) in enumerate(views.mins):
         if children.numel() > limit:
             block = torch.bitwise_right_shift(idx, MIN_FANOUT_LOG2 * (k + 1))
-            kids = (block * fan + off[k]).unsqueeze(1) + lanes  # [B, 32]
-            mins.scatter_(0, block + off[k + 1], mins.take(kids).amin(1))
+            out.scatter_(0, block, children.index_select(0, block).amin(1))  # rows [B, 32]
         else:
             torch.amin(children, 1, out=out)
 
@@ -191,9 +185,9 @@ def per_update_ref(
         return
     p = td_errors.float().abs().add_(eps)
     # an f64 sum of f32 values cannot overflow: it is finite iff every p is
-    total, (lo, hi) = p.sum(dtype=torch.float64), torch.aminmax(indices)
-    total, lo, hi = torch.stack((total, lo.double(), hi.double())).tolist()
-    finite, in_range = math.isfinite(total), lo >= 0 and hi < size
+    lo, hi = torch.aminmax(indices)
+    finite = math.isfinite(p.sum(dtype=torch.float64).item())
+    in_range = lo.item() >= 0 and hi.item() < size
     if not (finite and in_range):
         tree.status[0] += 1
         tree.status[1] = (0 if finite else BAD_PRIORITY) | (0 if in_range else BAD_INDEX)
