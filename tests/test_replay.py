@@ -270,7 +270,8 @@ def test_dtype_rules(monkeypatch: pytest.MonkeyPatch) -> None:
     img = ReplayBuffer(8, (4, 4), obs_dtype=torch.uint8)
     assert bf.obs_dtype == torch.bfloat16 and img.obs_dtype == torch.uint8
     x = np.random.default_rng(0).random((1, 3)).astype(np.float32)
-    bf.add(x, np.array([[0.25, -1.5]]), np.array([1.0]), x, np.array([False]), np.array([True]))
+    reward = torch.tensor([1.0], dtype=torch.bfloat16)  # a tensor reward in any float dtype is read as f32
+    bf.add(x, np.array([[0.25, -1.5]]), reward, x, np.array([False]), np.array([True]))
     batch = bf.sample(1)
     assert batch.obs.dtype == torch.bfloat16 and batch.next_obs.dtype == torch.bfloat16
     assert batch.action.dtype == torch.float32 and batch.action.tolist() == [[0.25, -1.5]]

@@ -74,7 +74,8 @@ def _positive_int(name: str, value: Any) -> int:
 def _host(name: str, value: Any, shape: tuple[int, ...], kind: str) -> np.ndarray:
     """Read a reward / done array on the host and check its shape and dtype kind."""
     if isinstance(value, torch.Tensor):
-        value = value.detach().cpu().numpy()  # a sync if the tensor lives on a GPU
+        value = value.detach().cpu()  # a sync if the tensor lives on a GPU
+        value = (value.float() if value.dtype in (torch.bfloat16, torch.float16) else value).numpy()
     arr = np.asarray(value)
     if arr.shape != shape:
         raise ValueError(f"{name} must have shape {shape}, got {arr.shape}")
