@@ -196,7 +196,7 @@ def per_update_ref(
     v = p.pow_(alpha)
     # last one wins: the highest batch position owns an index, every duplicate writes its value
     scratch = tree.scratch
-    scratch.scatter_reduce_(0, indices, torch.arange(B, dtype=torch.int32, device=indices.device), "amax")
+    scratch.scatter_reduce_(0, indices, _positions(B, indices.device), "amax")
     v = v.index_select(0, scratch.index_select(0, indices))
     scratch.index_fill_(0, indices, -1)
     P = tree.sums.shape[0] // 2
@@ -240,6 +240,12 @@ def per_insert_ref(tree: SumTree, start: int, count: int, alpha: float) -> None:
 
 
 @functools.lru_cache(maxsize=16)
+def _positions(B: int, device: torch.device) -> torch.Tensor:
+    """``arange(B)`` in int32 (read-only constant): batch positions for the duplicate rule."""
+    return torch.arange(B, dtype=torch.int32, device=device)
+
+
+@functools.lru_cache(maxsize=16)
 def _strata(B: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """``arange(B)`` and ``f32(1 / B)`` as f32 tensors (read-only constants)."""
     strata = torch.arange(B, dtype=torch.float32, device=device)
@@ -273,7 +279,7 @@ def per_sample_ref(
         torch.index_select(left_sums, 0, node, out=left)
         torch.ge(target, left, out=go_f)
         torch.ge(target, left, out=go_i)
-        target.sub_(left.mul_(go_f))  # target - left where going right (exact: left * 1 or * 0)
+        target.addcmul_(left, go_f, value=-1)  # target - left where going right (left * 1 or * 0 is exact)
         torch.add(go_i, node, alpha=2, out=child)  # child 2n or 2n + 1
         node, child = child, node
     idx = node.sub_(P).clamp_max_(size - 1)
