@@ -1,0 +1,489 @@
+"""Actor-critic networks of the PPO family: cores (feed-forward, LSTM, Mamba2) and action heads.
+
+An :class:`ActorCritic` is a *core* that turns observations into features (and, if recurrent,
+carries a memory), an *action head* that turns actor features into a distribution, and a linear
+critic. Parameters live in the training dtype; the heads are the f32 boundary: network outputs
+are upcast once there and every log-prob, entropy and value leaves in f32.
+
+Action heads (each returns the *raw* action it samples, which is what PPO stores and scores):
+
+- :class:`CategoricalHead`: ``Discrete(n)``; raw action = env action (int64).
+- :class:`GaussianHead`: ``Box``; diagonal Gaussian with a state-independent log-std. With
+  ``squash=True`` the sample ``u`` goes through ``tanh`` and an affine map onto ``[low, high]``,
+  and the log-prob gets the change-of-variables correction
+  ``- sum log(scale * (1 - tanh(u)^2))``; raw action = ``u``.
+- :class:`FlowHead`: ``Box``; a RealNVP-style normalizing flow: a Gaussian base (mean from the
+  features, state-independent log-std), then affine coupling layers whose scale and shift are
+  computed from the observation features and the other half of the action, then the tanh squash.
+  The log-prob is exact: base log-density minus the log-determinants. Raw action = the pre-tanh
+  flow output.
+
+Cores:
+
+- :class:`FeedForwardCore`: separate actor and critic MLPs (tanh), as in CleanRL.
+- :class:`LSTMCore`: MLP encoder, ``LSTMCell`` memory shared by actor and critic; the memory
+  resets where an observation starts an episode.
+- :class:`Mamba2Core`: linear encoder, :class:`agents.mamba2.Mamba2Block` with resets at episode
+  starts; sequences in training, the single-step form when acting.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = [
+    "ActorCritic",
+    "CategoricalHead",
+    "FeedForwardCore",
+    "FlowHead",
+    "GaussianHead",
+    "LSTMCore",
+    "Mamba2Core",
+    "mlp",
+    "squash_log_det",
+]
+
+State = Any  # a tuple of tensors with the batch as their first dimension, or None
+
+
+def _init(layer: nn.Linear, gain: float) -> nn.Linear:
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+def mlp(in_dim: int, hidden: tuple[int, ...], *, gain: float = math.sqrt(2)) -> nn.Sequential:
+    """``Linear -> tanh`` layers of sizes ``hidden`` (orthogonal init); identity for ``()``."""
+    layers: list[nn.Module] = []
+    for h in hidden:
+        layers += [_init(nn.Linear(in_dim, h), gain), nn.Tanh()]
+        in_dim = h
+    return nn.Sequential(*layers) if layers else nn.Sequential(nn.Identity())
+
+
+def squash_log_det(u: torch.Tensor, log_scale: torch.Tensor) -> torch.Tensor:
+    """``sum_i log(scale_i * (1 - tanh(u_i)^2))`` over the last dim, in a form stable for large ``|u|``.
+
+    ``log(1 - tanh(u)^2) = 2 * (log 2 - u - softplus(-2u))``.
+    """
+    return (2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u)) + log_scale).sum(-1)
+
+
+# ----------------------------------------------------------------------------- heads
+
+
+def _rsample(normal: torch.distributions.Normal, generator: torch.Generator | None) -> torch.Tensor:
+    """A reparameterised sample ``mean + std * eps`` with ``eps`` drawn from ``generator``."""
+    eps = torch.randn(normal.mean.shape, generator=generator, device=normal.mean.device)
+    return normal.mean + normal.stddev * eps
+
+
+class CategoricalHead(nn.Module):
+    """Logits from features; categorical distribution over ``n`` actions (f32)."""
+
+    def __init__(self, feature_dim: int, n: int) -> None:
+        super().__init__()
+        self.logits = _init(nn.Linear(feature_dim, n), 0.01)
+
+    def _dist(self, feat: torch.Tensor) -> torch.distributions.Categorical:
+        return torch.distributions.Categorical(logits=self.logits(feat).float())
+
+    def sample(self, feat: torch.Tensor, deterministic: bool, generator: torch.Generator | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(env_action [B] int64, raw_action [B] int64, logprob [B] f32)`` (Gumbel-max sampling)."""
+        dist = self._dist(feat)
+        if deterministic:
+            a = dist.logits.argmax(-1)
+        else:
+            u = torch.rand(dist.logits.shape, generator=generator, device=feat.device).clamp_(1e-12, 1.0)
+            a = (dist.logits - torch.log(-torch.log(u))).argmax(-1)
+        return a, a, dist.log_prob(a)
+
+    def evaluate(self, feat: torch.Tensor, raw: torch.Tensor, generator: torch.Generator | None = None,
+                 entropy_grad: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(logprob, entropy)`` of stored actions, f32 (exact entropy)."""
+        dist = self._dist(feat)
+        return dist.log_prob(raw), dist.entropy()
+
+    def to_raw(self, action: torch.Tensor) -> torch.Tensor:
+        """The raw action behind an env action (identity here)."""
+        return action.long()
+
+
+class _Bounds(nn.Module):
+    """Affine map from ``[-1, 1]`` onto ``[low, high]`` (f32 buffers)."""
+
+    def __init__(self, low: torch.Tensor, high: torch.Tensor) -> None:
+        super().__init__()
+        self.register_buffer("center", ((high + low) / 2).float(), persistent=False)
+        self.register_buffer("scale", ((high - low) / 2).float(), persistent=False)
+
+    def squash(self, u: torch.Tensor) -> torch.Tensor:
+        return self.center + self.scale * torch.tanh(u)
+
+    def unsquash(self, a: torch.Tensor) -> torch.Tensor:
+        y = ((a.float() - self.center) / self.scale).clamp(-1 + 1e-6, 1 - 1e-6)
+        return torch.atanh(y)
+
+    def log_det(self, u: torch.Tensor) -> torch.Tensor:
+        return squash_log_det(u, torch.log(self.scale))
+
+
+class GaussianHead(nn.Module):
+    """Diagonal Gaussian with state-independent log-std; optional tanh squash onto ``[low, high]``.
+
+    Args:
+        feature_dim: input features.
+        action_dim: ``D``.
+        low, high: ``[D]`` action bounds (needed, and finite, when ``squash``).
+        squash: apply ``tanh`` and the affine map, with the log-prob correction.
+        log_std_init: initial log standard deviation.
+    """
+
+    def __init__(self, feature_dim: int, action_dim: int, low: torch.Tensor, high: torch.Tensor, *,
+                 squash: bool = False, log_std_init: float = 0.0) -> None:
+        super().__init__()
+        self.mean = _init(nn.Linear(feature_dim, action_dim), 0.01)
+        self.log_std = nn.Parameter(torch.full((action_dim,), float(log_std_init)))
+        self.squash = squash
+        self.bounds = _Bounds(low, high)
+
+    def _normal(self, feat: torch.Tensor) -> torch.distributions.Normal:
+        mean = self.mean(feat).float()
+        return torch.distributions.Normal(mean, self.log_std.float().exp().expand_as(mean))
+
+    def sample(self, feat: torch.Tensor, deterministic: bool, generator: torch.Generator | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(env_action [B, D] f32, raw_action u [B, D] f32, logprob [B] f32)``."""
+        normal = self._normal(feat)
+        u = normal.mean if deterministic else _rsample(normal, generator).detach()
+        logp = normal.log_prob(u).sum(-1)
+        if not self.squash:
+            return u, u, logp
+        return self.bounds.squash(u), u, logp - self.bounds.log_det(u)
+
+    def evaluate(self, feat: torch.Tensor, raw: torch.Tensor, generator: torch.Generator | None = None,
+                 entropy_grad: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(logprob, entropy)`` of raw actions, f32. Squashed: no closed form; the entropy is a
+        one-sample estimate ``-log pi`` of a reparameterised fresh sample, or, with
+        ``entropy_grad=False`` (no entropy bonus), the cheap detached ``-log pi`` of ``raw``."""
+        normal = self._normal(feat)
+        logp = normal.log_prob(raw).sum(-1)
+        if not self.squash:
+            return logp, normal.entropy().sum(-1)
+        logp = logp - self.bounds.log_det(raw)
+        if not entropy_grad:
+            return logp, -logp.detach()
+        u = _rsample(normal, generator)
+        entropy = -(normal.log_prob(u).sum(-1) - self.bounds.log_det(u))
+        return logp, entropy
+
+    def to_raw(self, action: torch.Tensor) -> torch.Tensor:
+        """The raw sample behind an env action (``atanh`` of the normalised action when squashed)."""
+        return self.bounds.unsquash(action) if self.squash else action.float()
+
+
+class _Coupling(nn.Module):
+    """One affine coupling layer: ``y_b = x_b * exp(s) + t``, ``(s, t) = net(features, x_a)``."""
+
+    def __init__(self, feature_dim: int, idx_a: list[int], idx_b: list[int], hidden: int,
+                 max_log_scale: float) -> None:
+        super().__init__()
+        self.register_buffer("idx_a", torch.tensor(idx_a, dtype=torch.long), persistent=False)
+        self.register_buffer("idx_b", torch.tensor(idx_b, dtype=torch.long), persistent=False)
+        # cat([x_a, x_b])[..., unperm] puts the halves back in place
+        self.register_buffer("unperm", torch.argsort(torch.tensor(idx_a + idx_b, dtype=torch.long)),
+                             persistent=False)
+        self.split = bool(idx_a)
+        self.net = nn.Sequential(_init(nn.Linear(feature_dim + len(idx_a), hidden), math.sqrt(2)), nn.Tanh(),
+                                 _init(nn.Linear(hidden, 2 * len(idx_b)), 0.0))  # identity at init
+        self.max_log_scale = max_log_scale
+
+    def _scale_shift(self, feat: torch.Tensor, x_a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # Action halves enter the network here, once, in its dtype; the affine math stays f32.
+        inp = torch.cat([feat, x_a.to(feat.dtype)], -1) if x_a.shape[-1] else feat
+        s, t = self.net(inp).float().chunk(2, -1)
+        return self.max_log_scale * torch.tanh(s / self.max_log_scale), t
+
+    def forward(self, feat: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(y, log|det dy/dx|)``; ``x`` f32 ``[..., D]``."""
+        if not self.split:
+            s, t = self._scale_shift(feat, x[..., :0])
+            return x * s.exp() + t, s.sum(-1)
+        x_a = x[..., self.idx_a]
+        s, t = self._scale_shift(feat, x_a)
+        y_b = x[..., self.idx_b] * s.exp() + t
+        return torch.cat([x_a, y_b], -1)[..., self.unperm], s.sum(-1)
+
+    def inverse(self, feat: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(x, log|det dy/dx|)`` (the forward log-determinant, at the recovered ``x``)."""
+        if not self.split:
+            s, t = self._scale_shift(feat, y[..., :0])
+            return (y - t) * (-s).exp(), s.sum(-1)
+        y_a = y[..., self.idx_a]
+        s, t = self._scale_shift(feat, y_a)
+        x_b = (y[..., self.idx_b] - t) * (-s).exp()
+        return torch.cat([y_a, x_b], -1)[..., self.unperm], s.sum(-1)
+
+
+class FlowHead(nn.Module):
+    """Conditional normalizing flow policy over a Gaussian base, with a final tanh squash.
+
+    ``z ~ N(mu(features), diag(sigma^2))``, ``y = f_K o ... o f_1(z)`` (affine couplings
+    conditioned on the features; the split alternates), ``a = center + scale * tanh(y)``::
+
+        log pi(a) = log N(z) - sum_k log|det J_k| - sum_i log(scale_i * (1 - tanh(y_i)^2))
+
+    With ``D = 1`` nothing can be split and each coupling is an affine map conditioned on the
+    features only (the policy is then a tanh-squashed, state-dependent Gaussian).
+
+    Args:
+        feature_dim: conditioning features.
+        action_dim: ``D``.
+        low, high: finite ``[D]`` action bounds.
+        layers: number of coupling layers ``K``.
+        hidden: width of each coupling network.
+        log_std_init: initial log-std of the base.
+        max_log_scale: soft bound on each coupling's log-scale (``max * tanh(s / max)``).
+    """
+
+    def __init__(self, feature_dim: int, action_dim: int, low: torch.Tensor, high: torch.Tensor, *,
+                 layers: int = 4, hidden: int = 64, log_std_init: float = 0.0,
+                 max_log_scale: float = 2.0) -> None:
+        super().__init__()
+        self.base_mean = _init(nn.Linear(feature_dim, action_dim), 0.01)
+        self.log_std = nn.Parameter(torch.full((action_dim,), float(log_std_init)))
+        half = action_dim // 2
+        first, second = list(range(half)), list(range(half, action_dim))
+        couplings = []
+        for k in range(layers):
+            a, b = (first, second) if k % 2 == 0 else (second, first)
+            if not b:  # D == 1: transform the only dimension, conditioned on features alone
+                a, b = [], list(range(action_dim))
+            couplings.append(_Coupling(feature_dim, a, b, hidden, max_log_scale))
+        self.couplings = nn.ModuleList(couplings)
+        self.bounds = _Bounds(low, high)
+
+    def _base(self, feat: torch.Tensor) -> torch.distributions.Normal:
+        mean = self.base_mean(feat).float()
+        return torch.distributions.Normal(mean, self.log_std.float().exp().expand_as(mean))
+
+    def _forward_flow(self, feat: torch.Tensor, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        log_det = torch.zeros(z.shape[:-1], dtype=torch.float32, device=z.device)
+        for c in self.couplings:
+            z, ld = c(feat, z)
+            log_det = log_det + ld
+        return z, log_det
+
+    def log_prob_raw(self, feat: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Log-density of the pre-squash flow output ``y`` ``[B, D]`` (f32)."""
+        log_det = torch.zeros(y.shape[:-1], dtype=torch.float32, device=y.device)
+        x = y.float()
+        for c in reversed(self.couplings):
+            x, ld = c.inverse(feat, x)
+            log_det = log_det + ld
+        return self._base(feat).log_prob(x).sum(-1) - log_det
+
+    def sample(self, feat: torch.Tensor, deterministic: bool, generator: torch.Generator | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(env_action [B, D] f32, raw y [B, D] f32, logprob [B] f32)``.
+
+        Deterministic: the base mean pushed through the flow (not the exact mode of the flow).
+        """
+        base = self._base(feat)
+        z = base.mean if deterministic else _rsample(base, generator)
+        y, log_det = self._forward_flow(feat, z)
+        logp = base.log_prob(z).sum(-1) - log_det - self.bounds.log_det(y)
+        return self.bounds.squash(y), y, logp
+
+    def evaluate(self, feat: torch.Tensor, raw: torch.Tensor, generator: torch.Generator | None = None,
+                 entropy_grad: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(logprob, entropy)``: exact log-prob of stored ``y``; the entropy is estimated as ``-log pi``
+        of a reparameterised fresh sample, or, with ``entropy_grad=False``, the detached ``-log pi(raw)``."""
+        logp = self.log_prob_raw(feat, raw) - self.bounds.log_det(raw.float())
+        if not entropy_grad:
+            return logp, -logp.detach()
+        base = self._base(feat)
+        z = _rsample(base, generator)
+        y, log_det = self._forward_flow(feat, z)
+        entropy = -(base.log_prob(z).sum(-1) - log_det - self.bounds.log_det(y))
+        return logp, entropy
+
+    def to_raw(self, action: torch.Tensor) -> torch.Tensor:
+        """``y = atanh`` of the normalised env action."""
+        return self.bounds.unsquash(action)
+
+
+# ----------------------------------------------------------------------------- cores
+
+
+class FeedForwardCore(nn.Module):
+    """Separate actor and critic MLPs over the observation."""
+
+    recurrent = False
+
+    def __init__(self, obs_dim: int, hidden: tuple[int, ...]) -> None:
+        super().__init__()
+        self.actor = mlp(obs_dim, hidden)
+        self.critic = mlp(obs_dim, hidden)
+        self.feature_dim = hidden[-1] if hidden else obs_dim
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``x [..., obs_dim]`` -> ``(actor features, critic features)``."""
+        return self.actor(x), self.critic(x)
+
+
+def _mask_state(state: tuple[torch.Tensor, ...], starts: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Zero the memory of batch rows where ``starts`` ([B] bool) is set."""
+    return tuple(torch.where(starts.view(-1, *([1] * (s.dim() - 1))), torch.zeros_like(s), s) for s in state)
+
+
+class LSTMCore(nn.Module):
+    """``obs -> MLP encoder -> LSTMCell``; features shared by actor and critic.
+
+    State: ``(h, c)``, each ``[B, size]`` in the parameters' dtype.
+    """
+
+    recurrent = True
+    supports_initial_state = True  # sequences may start from a stored memory
+
+    def __init__(self, obs_dim: int, hidden: tuple[int, ...], size: int) -> None:
+        super().__init__()
+        self.encoder = mlp(obs_dim, hidden)
+        self.cell = nn.LSTMCell(hidden[-1] if hidden else obs_dim, size)
+        for name, p in self.cell.named_parameters():
+            if "bias" in name:
+                nn.init.zeros_(p)
+            else:
+                nn.init.orthogonal_(p, 1.0)
+        self.size = size
+        self.feature_dim = size
+
+    def initial_state(self, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Zero ``(h, c)`` for ``batch`` rows."""
+        w = self.cell.weight_hh
+        z = torch.zeros(batch, self.size, dtype=w.dtype, device=w.device)
+        return z, z.clone()
+
+    def step(self, x: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor], starts: torch.Tensor
+             ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """One step: ``x [B, obs_dim]``, ``starts [B]`` bool -> ``(actor feat, critic feat, new state)``."""
+        h, c = self.cell(self.encoder(x), _mask_state(state, starts))
+        return h, h, (h, c)
+
+    def sequence(self, x: torch.Tensor, starts: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor]
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``x [B, L, obs_dim]``, ``starts [B, L]``, state at step 0 -> features ``[B, L, size]`` (x2)."""
+        enc = self.encoder(x)
+        out = []
+        h, c = state
+        for t in range(x.shape[1]):
+            h, c = self.cell(enc[:, t], _mask_state((h, c), starts[:, t]))
+            out.append(h)
+        feat = torch.stack(out, 1)
+        return feat, feat
+
+
+class Mamba2Core(nn.Module):
+    """``obs -> Linear -> Mamba2Block (+ residual) -> LayerNorm``; features shared by actor and critic.
+
+    Trains on whole sequences with resets at episode starts (the chunked scan), each sequence
+    starting from the memory stored when it was collected, and acts with the block's single-step
+    form. State: :class:`agents.mamba2.Mamba2State` (conv window, f32 SSM state).
+    """
+
+    recurrent = True
+    supports_initial_state = True
+
+    def __init__(self, obs_dim: int, d_model: int, *, d_state: int = 16, d_conv: int = 4, expand: int = 2,
+                 headdim: int = 16, chunk_size: int = 64, device: torch.device | str | None = None,
+                 dtype: torch.dtype | None = None) -> None:
+        super().__init__()
+        from agents.mamba2 import Mamba2Block
+
+        self.encoder = _init(nn.Linear(obs_dim, d_model), math.sqrt(2))
+        self.block = Mamba2Block(d_model, d_state=d_state, d_conv=d_conv, expand=expand, headdim=headdim,
+                                 chunk_size=chunk_size, device=device, dtype=dtype)
+        self.norm = nn.LayerNorm(d_model)
+        self.feature_dim = d_model
+
+    def initial_state(self, batch: int) -> Any:
+        """The block's zero state for ``batch`` rows."""
+        return self.block.initial_state(batch)
+
+    def step(self, x: torch.Tensor, state: Any, starts: torch.Tensor
+             ) -> tuple[torch.Tensor, torch.Tensor, Any]:
+        """One step with memory reset where ``starts``: ``x [B, obs_dim]`` -> ``(feat, feat, state)``."""
+        u = torch.tanh(self.encoder(x))
+        y, state = self.block.step(u, state, starts)
+        feat = self.norm(u + y)
+        return feat, feat, state
+
+    def sequence(self, x: torch.Tensor, starts: torch.Tensor, state: Any
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``x [B, L, obs_dim]``, ``starts [B, L]``, memory at step 0 -> features ``[B, L, d_model]``
+        (twice: actor and critic share them)."""
+        u = torch.tanh(self.encoder(x))
+        feat = self.norm(u + self.block(u, starts, state=state))
+        return feat, feat
+
+
+# ----------------------------------------------------------------------------- actor-critic
+
+
+class ActorCritic(nn.Module):
+    """A core, an action head and a linear critic (see the module docstring)."""
+
+    def __init__(self, core: nn.Module, head: nn.Module) -> None:
+        super().__init__()
+        self.core = core
+        self.head = head
+        self.critic = _init(nn.Linear(core.feature_dim, 1), 1.0)
+
+    @property
+    def recurrent(self) -> bool:
+        """Whether the core carries a memory."""
+        return bool(getattr(self.core, "recurrent", False))
+
+    def initial_state(self, batch: int) -> State:
+        """Zero memory for ``batch`` rows (``None`` for feed-forward cores)."""
+        return self.core.initial_state(batch) if self.recurrent else None
+
+    def _features(self, x: torch.Tensor, state: State, starts: torch.Tensor | None):
+        if self.recurrent:
+            return self.core.step(x, state, starts)
+        a, c = self.core(x)
+        return a, c, None
+
+    def act(self, x: torch.Tensor, state: State, starts: torch.Tensor | None, deterministic: bool,
+            generator: torch.Generator | None = None):
+        """``x [B, obs_dim]`` -> ``(env_action, raw_action, logprob f32, value f32 [B], new_state)``."""
+        fa, fc, state = self._features(x, state, starts)
+        env_a, raw, logp = self.head.sample(fa, deterministic, generator)
+        return env_a, raw, logp, self.critic(fc).float().squeeze(-1), state
+
+    def value(self, x: torch.Tensor, state: State, starts: torch.Tensor | None) -> torch.Tensor:
+        """``V(x)`` ``[B]`` f32 after one step from ``state`` (the state itself is not advanced)."""
+        _, fc, _ = self._features(x, state, starts)
+        return self.critic(fc).float().squeeze(-1)
+
+    def evaluate(self, x: torch.Tensor, raw: torch.Tensor, starts: torch.Tensor | None = None,
+                 state: State = None, generator: torch.Generator | None = None, entropy_grad: bool = True
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(logprob, entropy, value)`` (f32) of stored raw actions.
+
+        Feed-forward: ``x [N, obs_dim]``, ``raw [N, ...]`` -> ``[N]`` each. Recurrent: sequences
+        ``x [B, L, obs_dim]``, ``raw [B, L, ...]``, ``starts [B, L]``, ``state`` at step 0 ->
+        ``[B, L]`` each. ``entropy_grad=False`` lets sample-based heads return a cheap detached
+        estimate (when no entropy bonus is trained).
+        """
+        if self.recurrent:
+            fa, fc = self.core.sequence(x, starts, state)
+        else:
+            fa, fc = self.core(x)
+        logp, entropy = self.head.evaluate(fa, raw, generator, entropy_grad)
+        return logp, entropy, self.critic(fc).float().squeeze(-1)

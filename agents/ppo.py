@@ -1,0 +1,736 @@
+"""PPO (clipped surrogate) with discrete, continuous, LSTM, normalizing-flow and Mamba2 policies.
+
+The algorithm, top to bottom: collect ``num_steps`` vector steps into a :class:`RolloutBuffer`
+(``act`` samples and remembers log-prob and value; ``observe`` stores the transition and, where
+an episode was truncated, the value of its real final observation); compute GAE in f32 with
+terminations and truncations kept apart (:func:`toolkit.rollout.compute_gae`); then
+``update_epochs`` passes over shuffled minibatches of the clipped objective::
+
+    ratio  = exp(log pi(a|s) - log pi_old(a|s))
+    L_pi   = mean(max(-A * ratio, -A * clip(ratio, 1 - eps, 1 + eps)))       # A normalised per minibatch
+    L_v    = 0.5 * mean(max((V - R)^2, (V_old + clip(V - V_old, -eps, eps) - R)^2))   # or unclipped
+    loss   = L_pi - ent_coef * entropy + vf_coef * L_v
+
+with gradient-norm clipping, linear learning-rate annealing and an optional early stop of the
+epochs once the approximate KL exceeds ``target_kl``. Recurrent policies (LSTM, Mamba2) train on
+sequence minibatches of ``seq_len`` steps starting from the memory stored when the segment was
+collected, with the memory reset where an episode starts.
+
+The agent is a plain object; :func:`toolkit.loop.run_training` drives it with the on-policy
+schedule, and you can drive it yourself::
+
+    agent = PPO(env.single_observation_space, env.single_action_space, preset("ppo"), num_envs=8)
+    for _ in range(agent.config.num_steps):
+        action = agent.act(obs)
+        tr = env.step(action)
+        agent.observe(obs, action, tr.reward, tr.next_obs, tr.terminated, tr.truncated)
+        obs = tr.obs
+    metrics = agent.update()        # dict of f32 scalar tensors on the device
+
+Precision: parameters live in ``training_dtype(device)`` and are optimized through f32 master
+weights (:class:`toolkit.optim.MasterWeightOptimizer`), so bf16 learns like f32. Observations are
+normalised (optionally, running statistics in f32) and cast once, where they enter; log-probs,
+values, rewards, advantages, returns and the loss are f32.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import gymnasium as gym
+import torch
+from torch import nn
+
+from agents.actor_critic import (
+    ActorCritic,
+    CategoricalHead,
+    FeedForwardCore,
+    FlowHead,
+    GaussianHead,
+    LSTMCore,
+    Mamba2Core,
+)
+from toolkit.precision import training_dtype
+from toolkit.rollout import RolloutBuffer, RunningMeanStd
+
+__all__ = ["AGENT_KIND", "POLICIES", "PPO", "PRESETS", "PPOConfig", "preset"]
+
+AGENT_KIND = "ppo"
+POLICIES = ("discrete", "continuous", "lstm", "flow", "mamba")
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    """Every PPO hyperparameter (immutable; copy with ``dataclasses.replace`` or :func:`preset`)."""
+
+    # ---- policy
+    policy: Literal["discrete", "continuous", "lstm", "flow", "mamba"] = "discrete"
+    """Policy kind: ``discrete`` (categorical MLP), ``continuous`` (Gaussian MLP), ``lstm``, ``flow``
+    (normalizing flow over a Gaussian base), ``mamba`` (Mamba2 memory). ``lstm``/``mamba`` pick a
+    categorical head for ``Discrete`` and a Gaussian head for ``Box`` action spaces."""
+    hidden: tuple[int, ...] = (64, 64)
+    """Hidden layer sizes of the MLPs (actor and critic each; the encoder of recurrent cores)."""
+    squash: bool = False
+    """Continuous/recurrent Gaussian heads: tanh-squash onto the action bounds (with the log-prob
+    correction). Without it, actions are clipped to the bounds by the environment wrapper."""
+    log_std_init: float = 0.0
+    """Initial log standard deviation of Gaussian heads and of the flow's base."""
+    flow_layers: int = 4
+    """Affine coupling layers of the flow policy."""
+    flow_hidden: int = 64
+    """Width of each coupling layer's network."""
+    memory_size: int = 64
+    """LSTM hidden size, or the Mamba2 model width ``d_model``."""
+    mamba_d_state: int = 16
+    """Mamba2 state size per head."""
+    mamba_headdim: int = 16
+    """Mamba2 head dimension."""
+    mamba_expand: int = 2
+    """Mamba2 inner expansion factor."""
+    seq_len: int = 0
+    """Recurrent policies: length of the training sequences (divides ``num_steps``); 0: ``num_steps``."""
+    # ---- rollout
+    num_steps: int = 128
+    """Vector steps per rollout (``T``); a rollout holds ``T * num_envs`` transitions."""
+    gamma: float = 0.99
+    """Discount factor."""
+    gae_lambda: float = 0.95
+    """GAE lambda."""
+    normalize_obs: bool = False
+    """Normalise observations with running mean and variance (f32), clipped to ``+-obs_clip``."""
+    obs_clip: float = 10.0
+    """Clip of normalised observations."""
+    reward_scale: float = 1.0
+    """Rewards are multiplied by this before GAE (returns and values live on that scale)."""
+    # ---- optimisation
+    lr: float = 2.5e-4
+    """Adam learning rate (at the start, if annealed)."""
+    anneal_lr: bool = True
+    """Anneal the learning rate linearly to 0 over ``total_steps``."""
+    total_steps: int = 500_000
+    """Environment steps of the whole run (for the annealing schedule)."""
+    adam_eps: float = 1e-5
+    """Adam epsilon."""
+    update_epochs: int = 4
+    """Passes over each rollout."""
+    num_minibatches: int = 4
+    """Minibatches per pass (recurrent policies: of whole sequences)."""
+    norm_adv: bool = True
+    """Normalise advantages per minibatch."""
+    clip_coef: float = 0.2
+    """Surrogate clipping ``eps`` (and the value clipping range)."""
+    clip_vloss: bool = True
+    """Clip the value loss around the rollout's values."""
+    ent_coef: float = 0.01
+    """Entropy bonus coefficient."""
+    vf_coef: float = 0.5
+    """Value loss coefficient."""
+    max_grad_norm: float = 0.5
+    """Global gradient-norm clip."""
+    target_kl: float | None = None
+    """Stop the epochs of an update once the approximate KL exceeds this (one sync per epoch)."""
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ValueError(f"policy={self.policy!r} is not one of {POLICIES}")
+        for name in ("num_steps", "update_epochs", "num_minibatches", "total_steps", "memory_size",
+                     "flow_hidden"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name}={getattr(self, name)!r} must be >= 1")
+        if self.seq_len < 0 or (self.seq_len and self.num_steps % self.seq_len):
+            raise ValueError(f"seq_len={self.seq_len} must be 0 or divide num_steps={self.num_steps}")
+        if not 0.0 <= self.gamma <= 1.0 or not 0.0 <= self.gae_lambda <= 1.0:
+            raise ValueError(f"gamma={self.gamma} and gae_lambda={self.gae_lambda} must be in [0, 1]")
+        if self.lr <= 0 or self.clip_coef <= 0 or self.max_grad_norm <= 0:
+            raise ValueError(f"lr={self.lr}, clip_coef={self.clip_coef} and "
+                             f"max_grad_norm={self.max_grad_norm} must be > 0")
+        if self.policy == "flow" and self.flow_layers < 1:
+            raise ValueError(f"flow_layers={self.flow_layers} must be >= 1")
+
+    @property
+    def sequence_length(self) -> int:
+        """Training sequence length of recurrent policies."""
+        return self.seq_len or self.num_steps
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able fields."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> PPOConfig:
+        """Inverse of :meth:`to_dict` (lists become tuples).
+
+        Raises:
+            ValueError: an unknown field.
+        """
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(values) - names
+        if unknown:
+            raise ValueError(f"unknown PPOConfig fields {sorted(unknown)}")
+        hints = typing.get_type_hints(cls)
+        return cls(**{k: tuple(v) if typing.get_origin(hints[k]) is tuple else v for k, v in values.items()})
+
+
+PRESETS: dict[str, PPOConfig] = {
+    "ppo": PPOConfig(policy="discrete", lr=1e-3),
+    "ppo-continuous": PPOConfig(
+        policy="continuous", num_steps=256, gamma=0.9, gae_lambda=0.95, lr=1e-3, update_epochs=10,
+        num_minibatches=16, ent_coef=0.0, reward_scale=0.1, total_steps=200_000,
+    ),
+    "ppo-lstm": PPOConfig(
+        policy="lstm", hidden=(64,), memory_size=64, num_steps=128, seq_len=32, normalize_obs=True, lr=5e-4,
+        update_epochs=8, num_minibatches=8, total_steps=200_000,
+    ),
+    "ppo-flow": PPOConfig(
+        policy="flow", flow_layers=2, num_steps=256, gamma=0.9, gae_lambda=0.9, lr=1e-3, update_epochs=10,
+        num_minibatches=16, ent_coef=0.0, reward_scale=0.1, total_steps=200_000,
+    ),
+    "ppo-mamba": PPOConfig(policy="mamba", hidden=(64,), memory_size=32, seq_len=16, num_steps=128),
+}
+"""Named configs; the CLI registers each (``--agent ppo-lstm``)."""
+
+
+def preset(name: str, **overrides: Any) -> PPOConfig:
+    """The preset ``name`` with ``overrides`` applied (typed values).
+
+    Raises:
+        ValueError: unknown preset or field.
+    """
+    if name not in PRESETS:
+        raise ValueError(f"unknown PPO preset {name!r}; known: {', '.join(PRESETS)}")
+    return dataclasses.replace(PRESETS[name], **overrides)
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _zip_map(fn: Callable[..., torch.Tensor], *states: Any) -> Any:
+    """Apply ``fn`` leaf-wise to recurrent states of one structure (tensors in tuples, lists,
+    dicts or dataclasses such as :class:`agents.mamba2.Mamba2State`)."""
+    first = states[0]
+    if first is None:
+        return None
+    if isinstance(first, torch.Tensor):
+        return fn(*states)
+    if isinstance(first, (tuple, list)):
+        return type(first)(_zip_map(fn, *parts) for parts in zip(*states, strict=True))
+    if isinstance(first, dict):
+        return {k: _zip_map(fn, *(s[k] for s in states)) for k in first}
+    if dataclasses.is_dataclass(first):
+        return type(first)(**{f.name: _zip_map(fn, *(getattr(s, f.name) for s in states))
+                              for f in dataclasses.fields(first)})
+    raise TypeError(f"recurrent state holds a {type(first).__name__}")
+
+
+def _map(fn: Callable[[torch.Tensor], torch.Tensor], state: Any) -> Any:
+    """Apply ``fn`` to every tensor of a recurrent state."""
+    return _zip_map(fn, state)
+
+
+def _leaves(state: Any) -> list[torch.Tensor]:
+    """The tensors of a recurrent state in a fixed order (how memories are checkpointed)."""
+    out: list[torch.Tensor] = []
+    _map(lambda t: out.append(t) or t, state)
+    return out
+
+
+def _from_leaves(template: Any, leaves: list[torch.Tensor]) -> Any:
+    """A state shaped like ``template`` holding ``leaves`` (cast to the template's dtypes and device).
+
+    Raises:
+        ValueError: the number or shapes of ``leaves`` do not fit.
+    """
+    own = _leaves(template)
+    if len(own) != len(leaves):
+        raise ValueError(f"recurrent memory has {len(leaves)} tensors, expected {len(own)}")
+    for o, s in zip(own, leaves, strict=True):
+        if not isinstance(s, torch.Tensor) or tuple(s.shape) != tuple(o.shape):
+            shape = tuple(s.shape) if isinstance(s, torch.Tensor) else type(s).__name__
+            raise ValueError(f"recurrent memory has shape {shape}, expected {tuple(o.shape)}")
+    it = iter(leaves)
+    return _map(lambda o: next(it).to(o.device, o.dtype).clone(), template)
+
+
+def _cast_parameters(module: nn.Module, dtype: torch.dtype, skip: tuple[type, ...] = ()) -> None:
+    """Cast parameters (not buffers) to ``dtype``, leaving modules of the ``skip`` types as built."""
+    def visit(m: nn.Module) -> None:
+        if skip and isinstance(m, skip):
+            return
+        for name, p in m.named_parameters(recurse=False):
+            setattr(m, name, nn.Parameter(p.detach().to(dtype), requires_grad=p.requires_grad))
+        for child in m.children():
+            visit(child)
+
+    visit(module)
+
+
+class _Pending(typing.NamedTuple):
+    obs: Any
+    x: torch.Tensor
+    raw: torch.Tensor
+    logprob: torch.Tensor
+    value: torch.Tensor
+    starts: torch.Tensor
+
+
+# ----------------------------------------------------------------------------- the agent
+
+
+class PPO:
+    """A PPO agent (see the module docstring).
+
+    Args:
+        observation_space: a gymnasium ``Box`` (flat observations).
+        action_space: ``Discrete`` (discrete, lstm, mamba) or ``Box`` (continuous, flow, lstm, mamba).
+        config: a :class:`PPOConfig` (default: the ``ppo`` preset).
+        num_envs: environments per ``act``/``observe`` call (the leading dim of every argument).
+        device: where networks and the rollout live; the dtype is ``training_dtype(device)``.
+        seed: seeds the parameters and the agent's own generator (sampling, minibatch order).
+
+    Raises:
+        ValueError: an action space the policy kind cannot drive, or a non-flat observation space.
+        TypeError: ``config`` is not a :class:`PPOConfig`.
+    """
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: PPOConfig | None = None,
+                 *, num_envs: int = 1, device: torch.device | str = "cpu", seed: int = 0) -> None:
+        from toolkit.optim import MasterWeightOptimizer
+
+        cfg = config if config is not None else PRESETS["ppo"]
+        if not isinstance(cfg, PPOConfig):
+            raise TypeError(f"config must be a PPOConfig, got {type(cfg).__name__}")
+        if not isinstance(num_envs, int) or num_envs < 1:
+            raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
+        if not isinstance(observation_space, gym.spaces.Box) or len(observation_space.shape) != 1:
+            raise ValueError(f"observation_space must be a flat Box, got {observation_space}")
+        self.config = cfg
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self.num_envs = num_envs
+        self.seed = int(seed)
+        self.device = torch.device(device)
+        self.dtype = training_dtype(self.device)
+        self.obs_dim = int(observation_space.shape[0])
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(self.seed)
+
+        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+            torch.manual_seed(self.seed)
+            self.policy = self._build_policy()
+        self.optimizer = MasterWeightOptimizer(self.policy.parameters(), torch.optim.Adam, lr=cfg.lr,
+                                               eps=cfg.adam_eps)
+        discrete = isinstance(action_space, gym.spaces.Discrete)
+        action_shape = () if discrete else tuple(action_space.shape)
+        self.buffer = RolloutBuffer(cfg.num_steps, num_envs, (self.obs_dim,), action_shape,
+                                    torch.int64 if discrete else torch.float32, self.dtype, self.device)
+        self.obs_rms = RunningMeanStd((self.obs_dim,), self.device) if cfg.normalize_obs else None
+        self.recurrent = self.policy.recurrent
+        self.state = self.policy.initial_state(num_envs)
+        self.starts = torch.ones(num_envs, dtype=torch.bool, device=self.device)
+        self.segment_states: list[Any] = [None] * (cfg.num_steps // cfg.sequence_length)
+        self._pending: _Pending | None = None
+        self.updates = 0
+        self.env_steps = 0
+
+    # ------------------------------------------------------------------ construction
+
+    def _build_policy(self) -> ActorCritic:
+        cfg, space = self.config, self.action_space
+        discrete = isinstance(space, gym.spaces.Discrete)
+        box = isinstance(space, gym.spaces.Box) and len(space.shape) == 1
+        if cfg.policy == "discrete" and not discrete:
+            raise ValueError(f"policy 'discrete' needs a Discrete action space, got {space}")
+        if cfg.policy in ("continuous", "flow") and not box:
+            raise ValueError(f"policy {cfg.policy!r} needs a flat Box action space, got {space}")
+        if not (discrete or box):
+            raise ValueError(f"PPO supports Discrete and flat Box action spaces, got {space}")
+        skip: tuple[type, ...] = ()
+        if cfg.policy in ("discrete", "continuous", "flow"):
+            core: nn.Module = FeedForwardCore(self.obs_dim, cfg.hidden)
+        elif cfg.policy == "lstm":
+            core = LSTMCore(self.obs_dim, cfg.hidden, cfg.memory_size)
+        else:
+            core = Mamba2Core(self.obs_dim, cfg.memory_size, d_state=cfg.mamba_d_state,
+                              headdim=cfg.mamba_headdim, expand=cfg.mamba_expand,
+                              device=self.device, dtype=self.dtype)
+            skip = (type(core.block),)  # built in its own dtypes by Mamba2Block itself
+        feat = core.feature_dim
+        if discrete:
+            head: nn.Module = CategoricalHead(feat, int(space.n))
+        else:
+            low = torch.as_tensor(space.low, dtype=torch.float32)
+            high = torch.as_tensor(space.high, dtype=torch.float32)
+            bounded = bool(torch.isfinite(low).all() and torch.isfinite(high).all())
+            if (cfg.policy == "flow" or cfg.squash) and not bounded:
+                raise ValueError(f"policy {cfg.policy!r} with tanh squashing needs finite action bounds, "
+                                 f"got {space}")
+            if cfg.policy == "flow":
+                head = FlowHead(feat, int(space.shape[0]), low, high, layers=cfg.flow_layers,
+                                hidden=cfg.flow_hidden, log_std_init=cfg.log_std_init)
+            else:
+                head = GaussianHead(feat, int(space.shape[0]), low, high, squash=cfg.squash,
+                                    log_std_init=cfg.log_std_init)
+        policy = ActorCritic(core, head).to(self.device)
+        _cast_parameters(policy, self.dtype, skip)
+        return policy
+
+    # ------------------------------------------------------------------ acting
+
+    def _ingest(self, obs: Any, update_stats: bool) -> torch.Tensor:
+        """Observations enter here: f32 on the device, optionally normalised, cast once to the
+        training dtype."""
+        x = torch.as_tensor(obs).to(self.device, torch.float32)
+        if x.dim() != 2 or x.shape[1] != self.obs_dim:
+            raise ValueError(f"obs has shape {tuple(x.shape)}, expected [E, {self.obs_dim}]")
+        if self.obs_rms is not None:
+            if update_stats:
+                self.obs_rms.update(x)
+            x = self.obs_rms.normalize(x, self.config.obs_clip)
+        return x.to(self.dtype)
+
+    def _acting_starts(self) -> torch.Tensor:
+        """Where the core resets its memory before this step (episode starts; segment starts for
+        cores that cannot start a training sequence from a stored state)."""
+        starts = self.starts
+        t = self.buffer.pos
+        if self.recurrent and t % self.config.sequence_length == 0:
+            if not self.policy.core.supports_initial_state:
+                starts = torch.ones_like(starts)
+            self.segment_states[t // self.config.sequence_length] = _map(torch.clone, self.state)
+        return starts
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, explore: bool = True) -> torch.Tensor:
+        """Actions for ``obs [E, obs_dim]`` (f32): ``[E]`` int64 (Discrete) or ``[E, D]`` f32 (Box).
+
+        ``explore=False`` acts greedily (argmax, Gaussian mean, flow of the base mean). The step's
+        log-prob and value are kept for :meth:`observe`; recurrent memories advance.
+
+        Raises:
+            ValueError: ``obs`` has the wrong shape.
+        """
+        x = self._ingest(obs, update_stats=explore)
+        if x.shape[0] != self.num_envs:
+            raise ValueError(f"obs has {x.shape[0]} rows, this agent was built for num_envs={self.num_envs}")
+        starts = self._acting_starts()
+        env_a, raw, logp, value, state = self.policy.act(x, self.state, starts, not explore, self.generator)
+        self._pending = _Pending(obs, x, raw, logp, value, starts)
+        self.state = state
+        self.starts = torch.zeros_like(self.starts)
+        return env_a
+
+    @torch.no_grad()
+    def observe(self, obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor, next_obs: torch.Tensor,
+                terminated: torch.Tensor, truncated: torch.Tensor) -> None:
+        """Store one vector step (each argument has leading dim ``E``).
+
+        ``next_obs`` is the true next observation (the final one where an episode ended): it is
+        evaluated by the critic where ``truncated`` (and at the rollout's last step) to bootstrap.
+
+        Raises:
+            RuntimeError: the rollout is full (call :meth:`update`), or a recurrent policy observes
+                an ``obs`` that did not come through :meth:`act`.
+        """
+        p = self._pending
+        if p is None or p.obs is not obs:
+            if self.recurrent:
+                raise RuntimeError("recurrent PPO: call act(obs) and pass that same obs to observe()")
+            x = self._ingest(obs, update_stats=False)
+            raw = self.policy.head.to_raw(torch.as_tensor(action).to(self.device))
+            logp, _, value = self.policy.evaluate(x, raw, generator=self.generator)
+            starts = self.starts
+        else:
+            x, raw, logp, value, starts = p.x, p.raw, p.logprob, p.value, p.starts
+        self._pending = None
+        dev = self.device
+        terminated = torch.as_tensor(terminated).to(dev, torch.bool)
+        truncated = torch.as_tensor(truncated).to(dev, torch.bool)
+        reward = torch.as_tensor(reward).to(dev, torch.float32) * self.config.reward_scale
+        self.buffer.add(x, raw, logp, value, reward, terminated, truncated, starts)
+        self.env_steps += self.num_envs
+        # Bootstrap values: at truncations and at the end of the rollout. On a CPU the check is
+        # free; on an accelerator the critic runs every step instead of syncing on .any().
+        last = self.buffer.full
+        need = last or truncated.device.type != "cpu" or bool(truncated.any())
+        if need:
+            x_next = self._ingest(next_obs, update_stats=False)
+            v_next = self.policy.value(x_next, self.state, torch.zeros_like(self.starts))
+            mask = torch.ones_like(truncated) if last else truncated
+            self.buffer.set_next_values(v_next, mask)
+        self.starts = terminated | truncated
+
+    # ------------------------------------------------------------------ learning
+
+    def _batches(self) -> tuple[dict[str, Any], int]:
+        """The rollout as training samples: flat transitions, or ``[S, L]`` sequences (recurrent)."""
+        b = self.buffer
+        fields = {"obs": b.obs, "raw": b.actions, "logprobs": b.logprobs, "values": b.values,
+                  "advantages": b.advantages, "returns": b.returns, "starts": b.starts}
+        if not self.recurrent:
+            flat = {k: v.reshape(-1, *v.shape[2:]) for k, v in fields.items()}
+            return flat, b.num_steps * b.num_envs
+        L = self.config.sequence_length
+        C = b.num_steps // L
+        # [T, E, ...] -> [C, L, E, ...] -> [C, E, L, ...] -> [C * E, L, ...]
+        seqs = {k: v.reshape(C, L, *v.shape[1:]).transpose(1, 2).reshape(C * b.num_envs, L, *v.shape[2:])
+                for k, v in fields.items()}
+        seqs["state"] = _zip_map(lambda *s: torch.stack(s).reshape(-1, *s[0].shape[1:]), *self.segment_states)
+        return seqs, C * b.num_envs
+
+    def update(self) -> dict[str, torch.Tensor]:
+        """One PPO update on the full rollout; returns f32 scalar metrics on the device (no sync,
+        except one per epoch when ``target_kl`` is set).
+
+        Raises:
+            RuntimeError: the rollout is not full yet.
+        """
+        cfg, b = self.config, self.buffer
+        if not b.full:
+            raise RuntimeError(f"update() needs a full rollout: {b.pos} of {b.num_steps} steps stored")
+        total_updates = max(1, cfg.total_steps // (cfg.num_steps * self.num_envs))
+        lr = cfg.lr * max(0.0, 1.0 - self.updates / total_updates) if cfg.anneal_lr else cfg.lr
+        self.optimizer.set_lr(lr)
+        b.compute_advantages(cfg.gamma, cfg.gae_lambda)
+        data, n = self._batches()
+        mb_size = max(1, math.ceil(n / cfg.num_minibatches))
+        sums: dict[str, torch.Tensor] = {}
+        count = 0
+        for _epoch in range(cfg.update_epochs):
+            perm = torch.randperm(n, generator=self.generator, device=self.device)
+            for idx in perm.split(mb_size):
+                metrics = self._minibatch_step(data, idx)
+                for k, v in metrics.items():
+                    sums[k] = sums[k] + v if k in sums else v
+                count += 1
+            if cfg.target_kl is not None and float(metrics["losses/approx_kl"]) > cfg.target_kl:
+                break
+        out = {k: v / count for k, v in sums.items()}
+        y_true, y_pred = b.returns.reshape(-1), b.values.reshape(-1)
+        var_y = y_true.var()
+        out["losses/explained_variance"] = torch.where(var_y > 0, 1 - (y_true - y_pred).var() / var_y,
+                                                       torch.zeros_like(var_y))
+        out["charts/learning_rate"] = torch.tensor(lr, dtype=torch.float32, device=self.device)
+        out["losses/epochs"] = torch.tensor(float(_epoch + 1), device=self.device)
+        self.updates += 1
+        b.reset()
+        return out
+
+    def _minibatch_step(self, data: dict[str, Any], idx: torch.Tensor) -> dict[str, torch.Tensor]:
+        cfg = self.config
+        state = _map(lambda s: s[idx], data["state"]) if self.recurrent else None
+        logp, entropy, value = self.policy.evaluate(data["obs"][idx], data["raw"][idx], data["starts"][idx],
+                                                    state, self.generator, entropy_grad=cfg.ent_coef != 0)
+        old_logp, old_v = data["logprobs"][idx], data["values"][idx]
+        adv, ret = data["advantages"][idx], data["returns"][idx]
+        logratio = logp - old_logp
+        ratio = logratio.exp()
+        with torch.no_grad():
+            old_approx_kl = (-logratio).mean()
+            approx_kl = ((ratio - 1) - logratio).mean()
+            clipfrac = ((ratio - 1.0).abs() > cfg.clip_coef).float().mean()
+        if cfg.norm_adv:
+            adv = (adv - adv.mean()) / (adv.std(unbiased=adv.numel() > 1) + 1e-8)
+        pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
+        if cfg.clip_vloss:
+            v_clipped = old_v + (value - old_v).clamp(-cfg.clip_coef, cfg.clip_coef)
+            v_loss = 0.5 * torch.max((value - ret).square(), (v_clipped - ret).square()).mean()
+        else:
+            v_loss = 0.5 * (value - ret).square().mean()
+        ent = entropy.mean()
+        loss = pg_loss - cfg.ent_coef * ent + cfg.vf_coef * v_loss
+        self.optimizer.zero_grad()
+        loss.backward()
+        grad_norm = self.optimizer.clip_grad_norm_(cfg.max_grad_norm)
+        self.optimizer.step()
+        return {"losses/policy_loss": pg_loss.detach(), "losses/value_loss": v_loss.detach(),
+                "losses/entropy": ent.detach(), "losses/old_approx_kl": old_approx_kl,
+                "losses/approx_kl": approx_kl, "losses/clipfrac": clipfrac, "losses/grad_norm": grad_norm}
+
+    # ------------------------------------------------------------------ evaluation
+
+    def eval_policy(self) -> Callable[[torch.Tensor], torch.Tensor]:
+        """A greedy policy with its own memory (for :func:`toolkit.envs.evaluate`): ``policy(obs)``
+        returns actions, ``policy.reset(mask)`` clears the memory of the rows in ``mask``."""
+        return _GreedyPolicy(self)
+
+    # ------------------------------------------------------------------ state
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume exactly: network, optimizer, rollout, memories, RNG, counters."""
+        from toolkit.envs import space_to_json
+
+        return {
+            "agent": AGENT_KIND,
+            "config": self.config.to_dict(),
+            "observation_space": space_to_json(self.observation_space),
+            "action_space": space_to_json(self.action_space),
+            "num_envs": self.num_envs,
+            "seed": self.seed,
+            "counters": {"updates": self.updates, "env_steps": self.env_steps},
+            "generator": self.generator.get_state(),
+            "policy": self.policy.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "rollout": self.buffer.state_dict(),
+            "obs_rms": self.obs_rms.state_dict() if self.obs_rms is not None else None,
+            "memory": {"state": _leaves(self.state), "starts": self.starts,
+                       "segments": [None if s is None else _leaves(s) for s in self.segment_states]},
+        }
+
+    def check_state_dict(self, state: Mapping[str, Any], *, where: str = "state") -> None:
+        """Raise :class:`toolkit.checkpoint.CheckpointError` unless ``state`` fits this agent;
+        changes nothing."""
+        from toolkit.checkpoint import CheckpointError, check_module_tensors
+        from toolkit.envs import space_to_json
+
+        if not isinstance(state, Mapping) or state.get("agent") != AGENT_KIND:
+            got = state.get("agent") if isinstance(state, Mapping) else type(state).__name__
+            raise CheckpointError(f"{where}: holds a {got!r} agent, not a {AGENT_KIND!r} agent")
+        for key, own in (("observation_space", self.observation_space), ("action_space", self.action_space)):
+            if state.get(key) != space_to_json(own):
+                raise CheckpointError(f"{where}: {key} {state.get(key)} does not match this agent's "
+                                      f"{space_to_json(own)}")
+        if state.get("num_envs") != self.num_envs:
+            raise CheckpointError(f"{where}: saved with num_envs={state.get('num_envs')}, this agent has "
+                                  f"{self.num_envs}")
+        saved_policy = (state.get("config") or {}).get("policy")
+        if saved_policy != self.config.policy:
+            raise CheckpointError(f"{where}: a {saved_policy!r} policy, this agent has "
+                                  f"{self.config.policy!r}")
+        check_module_tensors(self.policy, state["policy"], where=f"{where} (policy)")
+        try:
+            self.optimizer.check_state_dict(state["optimizer"])
+            self.buffer.check_state_dict(state["rollout"])
+            if (state["obs_rms"] is None) != (self.obs_rms is None):
+                raise ValueError("observation normalisation differs (normalize_obs)")
+            memory = state["memory"]
+            if len(memory["segments"]) != len(self.segment_states):
+                raise ValueError(f"{len(memory['segments'])} sequence segments, expected "
+                                 f"{len(self.segment_states)}")
+            if self.recurrent:
+                for s in [memory["state"], *(s for s in memory["segments"] if s is not None)]:
+                    _from_leaves(self.state, s)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CheckpointError(f"{where}: {exc}") from None
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore a :meth:`state_dict`, possibly saved in another dtype or on another device
+        (converted once, here).
+
+        Raises:
+            toolkit.checkpoint.CheckpointError: another agent, spaces, policy kind, or tensors that
+                do not fit (checked before anything changes).
+        """
+        from toolkit.checkpoint import load_into_module
+
+        self.check_state_dict(state)
+        load_into_module(self.policy, state["policy"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.buffer.load_state_dict(state["rollout"])
+        if self.obs_rms is not None:
+            self.obs_rms.load_state_dict(state["obs_rms"])
+        memory = state["memory"]
+        if self.recurrent:
+            template = self.state
+            self.state = _from_leaves(template, memory["state"])
+            self.segment_states = [None if s is None else _from_leaves(template, s)
+                                   for s in memory["segments"]]
+        self.starts = memory["starts"].to(self.device, torch.bool).clone()
+        self.generator.set_state(state["generator"].cpu())
+        self.updates = int(state["counters"]["updates"])
+        self.env_steps = int(state["counters"]["env_steps"])
+        self._pending = None
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write :meth:`state_dict` atomically (:func:`toolkit.checkpoint.save_checkpoint`)."""
+        from toolkit.checkpoint import save_checkpoint
+
+        save_checkpoint(path, self.state_dict())
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, device: torch.device | str | None = None) -> PPO:
+        """Rebuild an agent saved with :meth:`save` on ``device`` (default CPU), in that device's dtype.
+
+        Raises:
+            toolkit.checkpoint.CheckpointError: unreadable, foreign, or not a PPO checkpoint.
+        """
+        from toolkit.checkpoint import CheckpointError, load_checkpoint
+        from toolkit.envs import space_from_json
+
+        state = load_checkpoint(path)
+        if state.get("agent") != AGENT_KIND:
+            raise CheckpointError(f"{path}: holds a {state.get('agent')!r} agent, not a {AGENT_KIND!r} agent")
+        try:
+            cfg = PPOConfig.from_dict(state["config"])
+            obs_space = space_from_json(state["observation_space"])
+            act_space = space_from_json(state["action_space"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CheckpointError(f"{path}: corrupt PPO checkpoint ({exc})") from None
+        agent = cls(obs_space, act_space, cfg, num_envs=int(state["num_envs"]),
+                    device=device if device is not None else "cpu", seed=int(state["seed"]))
+        agent.load_state_dict(state)
+        return agent
+
+
+class _GreedyPolicy:
+    """Greedy acting with a private memory, for evaluation (see :meth:`PPO.eval_policy`)."""
+
+    def __init__(self, agent: PPO) -> None:
+        self.agent = agent
+        self.state: Any = None
+        self.starts: torch.Tensor | None = None
+
+    def reset(self, mask: torch.Tensor) -> None:
+        """Clear the memory of rows in ``mask`` ([N] bool) before their next step."""
+        mask = mask.to(self.agent.device, torch.bool)
+        if self.state is None or self.starts is None or self.starts.shape != mask.shape:
+            self.state = self.agent.policy.initial_state(mask.shape[0])
+            self.starts = torch.ones_like(mask)
+        else:
+            self.starts = self.starts | mask
+
+    @torch.no_grad()
+    def __call__(self, obs: torch.Tensor) -> torch.Tensor:
+        x = self.agent._ingest(obs, update_stats=False)
+        if self.starts is None or self.starts.shape[0] != x.shape[0]:
+            self.reset(torch.ones(x.shape[0], dtype=torch.bool))
+        env_a, _, _, _, self.state = self.agent.policy.act(x, self.state, self.starts, True)
+        self.starts = torch.zeros_like(self.starts)
+        return env_a
+
+
+# ----------------------------------------------------------------------------- registry
+
+
+def _factory(name: str) -> Callable[..., PPO]:
+    def make(observation_space: gym.Space, action_space: gym.Space, *, num_envs: int,
+             device: torch.device | str, seed: int, total_steps: int, overrides: Mapping[str, Any]) -> PPO:
+        from toolkit.registry import apply_overrides
+
+        cfg = apply_overrides(dataclasses.replace(PRESETS[name], total_steps=int(total_steps)), overrides)
+        return PPO(observation_space, action_space, cfg, num_envs=num_envs, device=device, seed=seed)
+
+    return make
+
+
+def _register() -> None:
+    from toolkit.registry import register_agent
+
+    descriptions = {
+        "ppo": ("PPO, categorical MLP policy (Discrete actions)", 8, 100_000),
+        "ppo-continuous": ("PPO, tanh-squashed diagonal Gaussian MLP policy (Box actions)", 8, 200_000),
+        "ppo-lstm": ("PPO with an LSTM memory (partially observed tasks)", 8, 200_000),
+        "ppo-flow": ("PPO, normalizing-flow policy (affine couplings, Box actions)", 8, 200_000),
+        "ppo-mamba": ("PPO with a Mamba2 memory (partially observed tasks)", 8, 200_000),
+    }
+    for name, (desc, envs, steps) in descriptions.items():
+        register_agent(name, _factory(name), kind="onpolicy", description=desc, default_num_envs=envs,
+                       default_steps=steps)
+
+
+_register()

@@ -1,0 +1,258 @@
+"""On-policy rollout storage on the device, GAE in f32, and running observation statistics.
+
+GAE with terminations and truncations kept apart. For step ``t`` of environment ``e`` with
+transition ``(s_t, a_t, r_t, s'_t)``, ``s'_t`` being the *true* next observation (the final
+observation where the episode ended)::
+
+    delta_t = r_t + gamma * (1 - terminated_t) * V(s'_t) - V(s_t)
+    A_t     = delta_t + gamma * lambda * (1 - done_t) * A_{t+1},   done_t = terminated_t or truncated_t
+
+A truncated episode (time limit) is cut, not ended: its last step bootstraps from the value of
+its real final observation. A terminated one bootstraps from nothing. ``V(s'_t)`` is
+``V(s_{t+1})`` inside an episode, so :class:`RolloutBuffer` stores it only where it differs: at
+truncations and at the last step of the rollout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+__all__ = ["RolloutBuffer", "RunningMeanStd", "compute_gae"]
+
+
+def _check_2d(name: str, t: torch.Tensor, shape: tuple[int, ...]) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a tensor, got {type(t).__name__}")
+    if tuple(t.shape) != shape:
+        raise ValueError(f"{name} has shape {tuple(t.shape)}, expected {shape} (like rewards)")
+
+
+def compute_gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    next_values: torch.Tensor,
+    terminated: torch.Tensor,
+    truncated: torch.Tensor,
+    gamma: float,
+    lam: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimates and returns, in f32, vectorised over environments.
+
+    Args:
+        rewards: ``[T, E]`` rewards ``r_t``.
+        values: ``[T, E]`` ``V(s_t)``.
+        next_values: ``[T, E]`` ``V(s'_t)``: the value of the true next observation (used only
+            where the transition is not terminated).
+        terminated: ``[T, E]`` bool: ``s'_t`` is terminal.
+        truncated: ``[T, E]`` bool: the episode was cut after this step (bootstrap from ``s'_t``).
+        gamma: discount in ``[0, 1]``.
+        lam: GAE lambda in ``[0, 1]``.
+
+    Returns:
+        ``(advantages, returns)``, each ``[T, E]`` f32, ``returns = advantages + values``.
+
+    Raises:
+        ValueError: shapes differ, or ``gamma``/``lam`` outside ``[0, 1]``.
+        TypeError: an argument is not a tensor.
+    """
+    if not isinstance(rewards, torch.Tensor):
+        raise TypeError(f"rewards must be a tensor, got {type(rewards).__name__}")
+    if rewards.dim() != 2:
+        raise ValueError(f"rewards must be [T, E], got shape {tuple(rewards.shape)}")
+    shape = tuple(rewards.shape)
+    for name, t in (("values", values), ("next_values", next_values), ("terminated", terminated),
+                    ("truncated", truncated)):
+        _check_2d(name, t, shape)
+    if not 0.0 <= gamma <= 1.0:
+        raise ValueError(f"gamma must be in [0, 1], got {gamma}")
+    if not 0.0 <= lam <= 1.0:
+        raise ValueError(f"lam must be in [0, 1], got {lam}")
+    rewards, values, next_values = rewards.float(), values.float(), next_values.float()
+    not_terminal = (~terminated.bool()).float()
+    not_done = (~(terminated.bool() | truncated.bool())).float()
+    deltas = rewards + gamma * not_terminal * next_values - values
+    decay = (gamma * lam) * not_done
+    advantages = torch.empty_like(rewards)
+    running = torch.zeros_like(rewards[0])
+    for t in range(shape[0] - 1, -1, -1):
+        running = deltas[t] + decay[t] * running
+        advantages[t] = running
+    return advantages, advantages + values
+
+
+class RunningMeanStd:
+    """Running mean and variance of a stream of batches, in f32 on ``device`` (Chan et al.'s merge).
+
+    Args:
+        shape: the shape of one sample.
+        device: where the statistics live.
+        epsilon: initial pseudo-count (keeps the first normalisations finite).
+    """
+
+    def __init__(self, shape: tuple[int, ...], device: torch.device | str = "cpu",
+                 epsilon: float = 1e-4) -> None:
+        self.mean = torch.zeros(shape, dtype=torch.float32, device=device)
+        self.var = torch.ones(shape, dtype=torch.float32, device=device)
+        self.count = torch.full((), epsilon, dtype=torch.float32, device=device)
+
+    def update(self, x: torch.Tensor) -> None:
+        """Merge a batch ``x`` of shape ``[N, *shape]`` (any float dtype) into the statistics."""
+        x = x.float().reshape(-1, *self.mean.shape)
+        n = x.shape[0]
+        batch_mean = x.mean(0)
+        batch_var = x.var(0, unbiased=False)
+        total = self.count + n
+        delta = batch_mean - self.mean
+        self.mean = self.mean + delta * (n / total)
+        self.var = (self.var * self.count + batch_var * n + delta.square() * (self.count * n / total)) / total
+        self.count = total
+
+    def normalize(self, x: torch.Tensor, clip: float = 10.0) -> torch.Tensor:
+        """``clamp((x - mean) / sqrt(var + 1e-8), -clip, clip)`` in f32."""
+        return ((x.float() - self.mean) / torch.sqrt(self.var + 1e-8)).clamp(-clip, clip)
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Mean, variance and count."""
+        return {"mean": self.mean, "var": self.var, "count": self.count}
+
+    def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
+        """Restore :meth:`state_dict` output (cast to f32 on this device).
+
+        Raises:
+            ValueError: a shape differs.
+        """
+        if tuple(state["mean"].shape) != tuple(self.mean.shape):
+            raise ValueError(f"obs statistics have shape {tuple(state['mean'].shape)}, expected "
+                             f"{tuple(self.mean.shape)}")
+        dev = self.mean.device
+        self.mean = state["mean"].to(dev, torch.float32).clone()
+        self.var = state["var"].to(dev, torch.float32).clone()
+        self.count = state["count"].to(dev, torch.float32).clone().reshape(())
+
+
+class RolloutBuffer:
+    """``T`` vector steps of ``E`` environments, stored on ``device``.
+
+    Observations are stored in ``obs_dtype`` (the training dtype: they are cast once, here);
+    log-probs, values, rewards, bootstrap values, advantages and returns in f32; actions in
+    ``action_dtype`` (int64 for discrete, f32 for continuous: the raw, pre-squash sample);
+    ``terminated``, ``truncated`` and ``starts`` (the observation begins an episode) as bool.
+
+    Args:
+        num_steps: ``T``.
+        num_envs: ``E``.
+        obs_shape: shape of one observation.
+        action_shape: shape of one stored action (``()`` for discrete).
+        action_dtype: dtype of stored actions.
+        obs_dtype: dtype of stored observations.
+        device: where everything lives.
+    """
+
+    FIELDS = ("obs", "actions", "logprobs", "values", "rewards", "terminated", "truncated", "starts",
+              "next_values", "has_next_value")
+
+    def __init__(self, num_steps: int, num_envs: int, obs_shape: tuple[int, ...],
+                 action_shape: tuple[int, ...], action_dtype: torch.dtype, obs_dtype: torch.dtype,
+                 device: torch.device | str) -> None:
+        if num_steps < 1 or num_envs < 1:
+            raise ValueError(f"num_steps and num_envs must be >= 1, got {num_steps}, {num_envs}")
+        T, E = num_steps, num_envs
+        self.num_steps, self.num_envs = T, E
+        self.device = torch.device(device)
+        kw = {"device": self.device}
+        self.obs = torch.zeros((T, E, *obs_shape), dtype=obs_dtype, **kw)
+        self.actions = torch.zeros((T, E, *action_shape), dtype=action_dtype, **kw)
+        self.logprobs = torch.zeros((T, E), dtype=torch.float32, **kw)
+        self.values = torch.zeros((T, E), dtype=torch.float32, **kw)
+        self.rewards = torch.zeros((T, E), dtype=torch.float32, **kw)
+        self.terminated = torch.zeros((T, E), dtype=torch.bool, **kw)
+        self.truncated = torch.zeros((T, E), dtype=torch.bool, **kw)
+        self.starts = torch.zeros((T, E), dtype=torch.bool, **kw)
+        self.next_values = torch.zeros((T, E), dtype=torch.float32, **kw)
+        self.has_next_value = torch.zeros((T, E), dtype=torch.bool, **kw)
+        self.advantages = torch.zeros((T, E), dtype=torch.float32, **kw)
+        self.returns = torch.zeros((T, E), dtype=torch.float32, **kw)
+        self.pos = 0
+
+    @property
+    def full(self) -> bool:
+        """All ``T`` steps are stored."""
+        return self.pos == self.num_steps
+
+    def add(self, obs: torch.Tensor, actions: torch.Tensor, logprobs: torch.Tensor, values: torch.Tensor,
+            rewards: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor,
+            starts: torch.Tensor) -> None:
+        """Store one vector step (each argument ``[E, ...]``; cast into the stored dtypes).
+
+        Raises:
+            RuntimeError: the buffer is full (call :meth:`reset` after the update).
+        """
+        if self.full:
+            raise RuntimeError(f"rollout buffer is full ({self.num_steps} steps): update, then reset()")
+        t = self.pos
+        self.obs[t] = obs
+        self.actions[t] = actions
+        self.logprobs[t] = logprobs
+        self.values[t] = values
+        self.rewards[t] = rewards
+        self.terminated[t] = terminated
+        self.truncated[t] = truncated
+        self.starts[t] = starts
+        self.has_next_value[t] = False
+        self.pos += 1
+
+    def set_next_values(self, values: torch.Tensor, mask: torch.Tensor) -> None:
+        """``V(s'_t)`` for the step just added, where ``mask`` ([E] bool; truncations, the last step)."""
+        t = self.pos - 1
+        self.next_values[t] = torch.where(mask, values.float(), self.next_values[t])
+        self.has_next_value[t] = mask | self.has_next_value[t]
+
+    def compute_advantages(self, gamma: float, lam: float) -> None:
+        """Fill ``advantages`` and ``returns`` (see :func:`compute_gae`).
+
+        ``V(s'_t)`` is the stored bootstrap value where there is one, else ``V(s_{t+1})``.
+
+        Raises:
+            RuntimeError: the buffer is not full.
+        """
+        if not self.full:
+            raise RuntimeError(f"rollout holds {self.pos} of {self.num_steps} steps")
+        shifted = torch.cat([self.values[1:], torch.zeros_like(self.values[:1])])
+        next_values = torch.where(self.has_next_value, self.next_values, shifted)
+        self.advantages, self.returns = compute_gae(
+            self.rewards, self.values, next_values, self.terminated, self.truncated, gamma, lam
+        )
+
+    def reset(self) -> None:
+        """Start a new rollout (old data is overwritten step by step)."""
+        self.pos = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        """Every stored tensor and the position (a partial rollout resumes exactly)."""
+        return {"pos": self.pos, **{name: getattr(self, name) for name in self.FIELDS}}
+
+    def check_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Raise ``ValueError`` unless ``state`` fits this buffer; changes nothing."""
+        for name in self.FIELDS:
+            if name not in state:
+                raise ValueError(f"rollout state lacks {name!r}")
+            own, got = getattr(self, name), state[name]
+            if not isinstance(got, torch.Tensor) or tuple(got.shape) != tuple(own.shape):
+                shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
+                raise ValueError(f"rollout {name} has shape {shape}, expected {tuple(own.shape)}")
+        if not 0 <= int(state["pos"]) <= self.num_steps:
+            raise ValueError(f"rollout position {state['pos']} outside [0, {self.num_steps}]")
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` output, casting into this buffer's dtypes and device.
+
+        Raises:
+            ValueError: a shape differs (checked before anything changes).
+        """
+        self.check_state_dict(state)
+        for name in self.FIELDS:
+            getattr(self, name).copy_(state[name].to(self.device))
+        self.pos = int(state["pos"])
