@@ -770,9 +770,13 @@ def _register() -> None:
 
     for name, (description, _) in PRESETS.items():
         register_agent(name, functools.partial(make_agent, name), kind="offpolicy", description=description,
-                       default_num_envs=DEFAULT_NUM_ENVS, default_steps=DEFAULT_STEPS)
+                       default_num_envs=DEFAULT_NUM_ENVS, default_steps=DEFAULT_STEPS,
+                       default_eval_every=DEFAULT_EVAL_EVERY)
 
 
+# The CLI's defaults for every DQN preset: 4 environments, 50k steps, a greedy evaluation every
+# 2,500 steps (the run stops at the environment's solved score, e.g. 475 on CartPole-v1).
 DEFAULT_NUM_ENVS = 4
 DEFAULT_STEPS = 50_000
+DEFAULT_EVAL_EVERY = 2_500
 _register()

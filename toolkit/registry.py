@@ -41,6 +41,9 @@ class AgentSpec:
         description: one line for ``--help`` and error messages.
         default_num_envs: environments the CLI uses when ``--num-envs`` is not given.
         default_steps: environment steps the CLI uses when ``--steps`` is not given.
+        default_eval_every: greedy evaluation interval the CLI uses when ``--eval-every`` is not
+            given (0: at the end only); with it, the run stops once the environment's registered
+            ``reward_threshold`` (its "solved" score) is reached, unless ``--target-return`` is given.
     """
 
     name: str
@@ -49,6 +52,7 @@ class AgentSpec:
     description: str
     default_num_envs: int = 1
     default_steps: int = 100_000
+    default_eval_every: int = 0
 
 
 _REGISTRY: dict[str, AgentSpec] = {}
@@ -57,7 +61,8 @@ _LOADED = False
 
 
 def register_agent(name: str, factory: Callable[..., Any], *, kind: str, description: str,
-                   default_num_envs: int = 1, default_steps: int = 100_000) -> None:
+                   default_num_envs: int = 1, default_steps: int = 100_000, default_eval_every: int = 0
+                   ) -> None:
     """Register ``factory`` under ``name``; registering the same name again replaces it (module reloads).
 
     Raises:
@@ -70,7 +75,8 @@ def register_agent(name: str, factory: Callable[..., Any], *, kind: str, descrip
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     if not callable(factory):
         raise TypeError(f"factory for {name!r} must be callable, got {type(factory).__name__}")
-    _REGISTRY[name] = AgentSpec(name, factory, kind, description, int(default_num_envs), int(default_steps))
+    _REGISTRY[name] = AgentSpec(name, factory, kind, description, int(default_num_envs), int(default_steps),
+                                int(default_eval_every))
 
 
 def load_agents() -> dict[str, str]:

@@ -48,13 +48,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--steps", type=int, default=None, help="environment steps (default: the preset's)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default cpu)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch CPU threads (default 1: small RL networks run fastest on one thread, and "
+                   "a thread pool beside other busy processes slows down many times)")
     p.add_argument("--num-envs", type=int, default=None, help="parallel environments (default: the preset's)")
     p.add_argument("--run-dir", default=None, help="output folder (default runs/<agent>-<env>-s<seed>)")
     p.add_argument("--resume", action="store_true", help="continue from the run dir's checkpoint")
     p.add_argument("--checkpoint-every", type=int, default=0,
                    help="env steps between checkpoints (0: at the end only)")
-    p.add_argument("--eval-every", type=int, default=0,
-                   help="env steps between greedy evaluations (0: at the end only)")
+    p.add_argument("--eval-every", type=int, default=None,
+                   help="env steps between greedy evaluations (0: at the end only; default: the preset's, "
+                   "which also stops the run at the environment's solved score)")
     p.add_argument("--eval-episodes", type=int, default=10)
     p.add_argument("--log-every", type=int, default=2048, help="env steps between metric flushes")
     p.add_argument("--target-return", type=float, default=None, help="stop once an evaluation reaches this")
@@ -89,6 +93,8 @@ def _device(name: str) -> torch.device:
 
 
 def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any]:
+    import gymnasium as gym
+
     from toolkit.checkpoint import CheckpointError, load_checkpoint
     from toolkit.envs import make_vec_env
     from toolkit.loop import CHECKPOINT_NAME, LoopConfig
@@ -103,9 +109,20 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any]:
         raise UsageError(str(exc)) from None
     overrides = _parse_overrides(args.overrides)
     device = _device(args.device)
+    if args.threads < 1:
+        raise UsageError(f"--threads must be >= 1, got {args.threads}")
+    torch.set_num_threads(args.threads)
     steps = args.steps if args.steps is not None else spec.default_steps
     if steps < 1:
         raise UsageError(f"--steps must be >= 1, got {steps}")
+    eval_every = args.eval_every if args.eval_every is not None else spec.default_eval_every
+    target_return = args.target_return
+    if target_return is None and args.eval_every is None and eval_every > 0:
+        # the preset's periodic evaluation stops the run once the env's registered score is reached
+        try:
+            target_return = gym.spec(args.env).reward_threshold
+        except gym.error.Error:
+            target_return = None  # unknown id: make_vec_env reports it below
     num_envs = args.num_envs if args.num_envs is not None else spec.default_num_envs
     if num_envs < 1:
         raise UsageError(f"--num-envs must be >= 1, got {num_envs}")
@@ -137,7 +154,7 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any]:
     schedule = importlib.import_module(f"toolkit.{spec.kind}").schedule_for(agent)
     cfg = LoopConfig(
         total_steps=steps, seed=args.seed, run_dir=str(run_dir), log_every=args.log_every,
-        eval_every=args.eval_every, eval_episodes=args.eval_episodes, target_return=args.target_return,
+        eval_every=eval_every, eval_episodes=args.eval_episodes, target_return=target_return,
         checkpoint_every=args.checkpoint_every, resume=args.resume, progress=not args.no_progress,
         tensorboard=not args.no_tensorboard, meta=meta,
     )
