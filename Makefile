@@ -15,8 +15,11 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev,docs,train]'
 	touch $@
 
+# Rainbow on CartPole-v1, on the CPU, until a greedy evaluation is solved (>= 475): under a minute
+# on 2 cores (`python -m toolkit train` with no arguments). Each run gets its own folder under
+# runs/ (metrics.csv, curve.png, checkpoint.safetensors); nothing is overwritten.
 train: install
-	$(BIN)/python -m toolkit info
+	$(BIN)/python -m toolkit train --run-dir runs/rainbow-CartPole-v1-$$(date +%Y%m%d-%H%M%S)
 
 test: install
 	$(BIN)/python -m pytest -q
