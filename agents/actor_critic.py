@@ -50,6 +50,11 @@ __all__ = [
 State = Any  # a tuple of tensors with the batch as their first dimension, or None
 
 
+def _up(t: torch.Tensor) -> torch.Tensor:
+    """The heads' output boundary: upcast to f32 (f64 stays f64, so the maths can be tested exactly)."""
+    return t if t.dtype == torch.float64 else t.float()
+
+
 def _init(layer: nn.Linear, gain: float) -> nn.Linear:
     nn.init.orthogonal_(layer.weight, gain)
     nn.init.zeros_(layer.bias)
@@ -78,7 +83,8 @@ def squash_log_det(u: torch.Tensor, log_scale: torch.Tensor) -> torch.Tensor:
 
 def _rsample(normal: torch.distributions.Normal, generator: torch.Generator | None) -> torch.Tensor:
     """A reparameterised sample ``mean + std * eps`` with ``eps`` drawn from ``generator``."""
-    eps = torch.randn(normal.mean.shape, generator=generator, device=normal.mean.device)
+    eps = torch.randn(normal.mean.shape, generator=generator, device=normal.mean.device,
+                      dtype=normal.mean.dtype)
     return normal.mean + normal.stddev * eps
 
 
@@ -90,7 +96,7 @@ class CategoricalHead(nn.Module):
         self.logits = _init(nn.Linear(feature_dim, n), 0.01)
 
     def _dist(self, feat: torch.Tensor) -> torch.distributions.Categorical:
-        return torch.distributions.Categorical(logits=self.logits(feat).float())
+        return torch.distributions.Categorical(logits=_up(self.logits(feat)))
 
     def sample(self, feat: torch.Tensor, deterministic: bool, generator: torch.Generator | None = None
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -126,7 +132,7 @@ class _Bounds(nn.Module):
         return self.center + self.scale * torch.tanh(u)
 
     def unsquash(self, a: torch.Tensor) -> torch.Tensor:
-        y = ((a.float() - self.center) / self.scale).clamp(-1 + 1e-6, 1 - 1e-6)
+        y = ((_up(a) - self.center) / self.scale).clamp(-1 + 1e-6, 1 - 1e-6)
         return torch.atanh(y)
 
     def log_det(self, u: torch.Tensor) -> torch.Tensor:
@@ -153,8 +159,8 @@ class GaussianHead(nn.Module):
         self.bounds = _Bounds(low, high)
 
     def _normal(self, feat: torch.Tensor) -> torch.distributions.Normal:
-        mean = self.mean(feat).float()
-        return torch.distributions.Normal(mean, self.log_std.float().exp().expand_as(mean))
+        mean = _up(self.mean(feat))
+        return torch.distributions.Normal(mean, _up(self.log_std).exp().expand_as(mean))
 
     def sample(self, feat: torch.Tensor, deterministic: bool, generator: torch.Generator | None = None
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -184,7 +190,7 @@ class GaussianHead(nn.Module):
 
     def to_raw(self, action: torch.Tensor) -> torch.Tensor:
         """The raw sample behind an env action (``atanh`` of the normalised action when squashed)."""
-        return self.bounds.unsquash(action) if self.squash else action.float()
+        return self.bounds.unsquash(action) if self.squash else _up(action)
 
 
 class _Coupling(nn.Module):
@@ -206,7 +212,7 @@ class _Coupling(nn.Module):
     def _scale_shift(self, feat: torch.Tensor, x_a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         # Action halves enter the network here, once, in its dtype; the affine math stays f32.
         inp = torch.cat([feat, x_a.to(feat.dtype)], -1) if x_a.shape[-1] else feat
-        s, t = self.net(inp).float().chunk(2, -1)
+        s, t = _up(self.net(inp)).chunk(2, -1)
         return self.max_log_scale * torch.tanh(s / self.max_log_scale), t
 
     def forward(self, feat: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -269,11 +275,11 @@ class FlowHead(nn.Module):
         self.bounds = _Bounds(low, high)
 
     def _base(self, feat: torch.Tensor) -> torch.distributions.Normal:
-        mean = self.base_mean(feat).float()
-        return torch.distributions.Normal(mean, self.log_std.float().exp().expand_as(mean))
+        mean = _up(self.base_mean(feat))
+        return torch.distributions.Normal(mean, _up(self.log_std).exp().expand_as(mean))
 
     def _forward_flow(self, feat: torch.Tensor, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        log_det = torch.zeros(z.shape[:-1], dtype=torch.float32, device=z.device)
+        log_det = torch.zeros(z.shape[:-1], dtype=z.dtype, device=z.device)
         for c in self.couplings:
             z, ld = c(feat, z)
             log_det = log_det + ld
@@ -281,8 +287,8 @@ class FlowHead(nn.Module):
 
     def log_prob_raw(self, feat: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Log-density of the pre-squash flow output ``y`` ``[B, D]`` (f32)."""
-        log_det = torch.zeros(y.shape[:-1], dtype=torch.float32, device=y.device)
-        x = y.float()
+        x = _up(y)
+        log_det = torch.zeros(x.shape[:-1], dtype=x.dtype, device=x.device)
         for c in reversed(self.couplings):
             x, ld = c.inverse(feat, x)
             log_det = log_det + ld
@@ -304,7 +310,7 @@ class FlowHead(nn.Module):
                  entropy_grad: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
         """``(logprob, entropy)``: exact log-prob of stored ``y``; the entropy is estimated as ``-log pi``
         of a reparameterised fresh sample, or, with ``entropy_grad=False``, the detached ``-log pi(raw)``."""
-        logp = self.log_prob_raw(feat, raw) - self.bounds.log_det(raw.float())
+        logp = self.log_prob_raw(feat, raw) - self.bounds.log_det(_up(raw))
         if not entropy_grad:
             return logp, -logp.detach()
         base = self._base(feat)

@@ -1,0 +1,179 @@
+"""Policy heads and cores: log-prob corrections, the flow's exact density, recurrent consistency."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch.distributions import AffineTransform, Normal, TanhTransform, TransformedDistribution
+
+from agents.actor_critic import CategoricalHead, FlowHead, GaussianHead, LSTMCore, squash_log_det
+
+LOW, HIGH = torch.tensor([-2.0, 0.0]), torch.tensor([2.0, 1.0])
+
+
+def _squashed_reference(mean: torch.Tensor, std: torch.Tensor, low: torch.Tensor, high: torch.Tensor):
+    return TransformedDistribution(
+        Normal(mean.double(), std.double()),
+        [TanhTransform(), AffineTransform(((high + low) / 2).double(), ((high - low) / 2).double())],
+    )
+
+
+def test_tanh_squash_log_prob_matches_numerical_change_of_variables():
+    torch.manual_seed(0)
+    head = GaussianHead(4, 2, LOW, HIGH, squash=True, log_std_init=-0.3).double()
+    feat = torch.randn(64, 4, dtype=torch.float64)
+    env_a, u, logp = head.sample(feat, deterministic=False)
+    # The head's distribution math is f32 (its output boundary); the references below are f64.
+    u64 = u.double()
+    normal = head._normal(feat)
+    mean, std = normal.mean.double(), normal.stddev.double()
+    # Numerical: log p(a) = log N(u) - log |da/du|, da/du per dimension by central differences.
+    h = 1e-6
+    center, scale = (HIGH + LOW).double() / 2, (HIGH - LOW).double() / 2
+    da = (center + scale * torch.tanh(u64 + h) - (center + scale * torch.tanh(u64 - h))) / (2 * h)
+    numerical = Normal(mean, std).log_prob(u64).sum(-1) - da.abs().log().sum(-1)
+    # f64 central differences are accurate to ~1e-9 here; the f32 log-density of values of order 1
+    # carries ~1e-7 relative error: 2e-6 absolute bounds both with margin.
+    torch.testing.assert_close(logp, numerical, rtol=0, atol=2e-6)
+    # And the same density as torch.distributions' tanh + affine transformed Gaussian.
+    ref = _squashed_reference(mean, std, LOW, HIGH).log_prob(env_a.double()).sum(-1)
+    torch.testing.assert_close(logp, ref, rtol=0, atol=2e-6)
+    # evaluate() scores the stored raw sample identically.
+    logp2, _ = head.evaluate(feat, u)
+    torch.testing.assert_close(logp2, logp, rtol=0, atol=0)
+
+
+def test_squash_log_det_is_stable_for_large_pre_activations():
+    u = torch.tensor([[-30.0], [0.0], [30.0]])
+    ld = squash_log_det(u, torch.zeros(1))
+    assert torch.isfinite(ld).all()  # log(1 - tanh(30)^2) would be log(0) = -inf naively
+    assert ld[1].item() == pytest.approx(0.0, abs=1e-7)
+    assert ld[0].item() == pytest.approx(2 * (math.log(2) - 30.0), rel=1e-6)
+
+
+def test_unsquashed_gaussian_matches_normal_and_has_exact_entropy():
+    torch.manual_seed(1)
+    head = GaussianHead(3, 2, LOW, HIGH, squash=False, log_std_init=0.2)
+    feat = torch.randn(10, 3)
+    a, raw, logp = head.sample(feat, deterministic=False)
+    assert torch.equal(a, raw)
+    ref = Normal(head.mean(feat), torch.exp(head.log_std))
+    torch.testing.assert_close(logp, ref.log_prob(a).sum(-1))
+    _, ent = head.evaluate(feat, raw)
+    torch.testing.assert_close(ent, ref.entropy().sum(-1))
+
+
+def test_categorical_gumbel_sampling_follows_the_probabilities():
+    head = CategoricalHead(2, 3)
+    with torch.no_grad():
+        head.logits.weight.zero_()
+        head.logits.bias.copy_(torch.log(torch.tensor([0.2, 0.3, 0.5])))
+    g = torch.Generator().manual_seed(0)
+    a, _, logp = head.sample(torch.zeros(20_000, 2), deterministic=False, generator=g)
+    freq = torch.bincount(a, minlength=3).float() / a.numel()
+    # 20k draws: binomial std <= 0.0036; 0.015 is > 4 std.
+    torch.testing.assert_close(freq, torch.tensor([0.2, 0.3, 0.5]), rtol=0, atol=0.015)
+    torch.testing.assert_close(logp.exp(), torch.tensor([0.2, 0.3, 0.5])[a])
+    greedy, _, _ = head.sample(torch.zeros(1, 2), deterministic=True)
+    assert greedy.item() == 2
+
+
+def _randomise(head: torch.nn.Module, seed: int, scale: float = 0.5) -> None:
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in head.parameters():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype) * scale)
+
+
+def test_flow_at_init_is_the_squashed_gaussian_of_torch_distributions():
+    torch.manual_seed(2)
+    flow = FlowHead(5, 2, LOW, HIGH, layers=4, hidden=16, log_std_init=-0.5).double()
+    feat = torch.randn(32, 5, dtype=torch.float64)
+    a, y, logp = flow.sample(feat, deterministic=False)
+    base = flow._base(feat)  # zero-initialised couplings: the flow is the identity
+    ref = _squashed_reference(base.mean, base.stddev, LOW, HIGH).log_prob(a).sum(-1)
+    # f64 throughout; torch's reference inverts the tanh (atanh near +-1 loses digits): relative 1e-7.
+    torch.testing.assert_close(logp, ref, rtol=1e-7, atol=1e-8)
+
+
+def test_one_dimensional_flow_matches_torch_distributions_with_random_weights():
+    """D = 1: every coupling is an affine map of the features, so the policy is a squashed Gaussian."""
+    low, high = torch.tensor([-2.0]), torch.tensor([2.0])
+    flow = FlowHead(3, 1, low, high, layers=3, hidden=8).double()
+    _randomise(flow, 3)
+    feat = torch.randn(16, 3, dtype=torch.float64)
+    a, y, logp = flow.sample(feat, deterministic=False)
+    base = flow._base(feat)
+    mean, std = base.mean, base.stddev
+    for c in flow.couplings:  # compose the affine maps: N(m, s) -> N(m e^k + t, s e^k)
+        k, t = c._scale_shift(feat, mean[..., :0])
+        mean, std = mean * k.exp() + t, std * k.exp()
+    # Before the squash (random weights can push actions to within 1e-9 of the bounds, where a
+    # reference that inverts the tanh loses digits) the flow output is exactly N(mean, std).
+    torch.testing.assert_close(flow.log_prob_raw(feat, y), Normal(mean, std).log_prob(y).sum(-1),
+                               rtol=0, atol=1e-10)
+    torch.testing.assert_close(logp, Normal(mean, std).log_prob(y).sum(-1) - flow.bounds.log_det(y),
+                               rtol=0, atol=1e-10)
+
+
+def test_flow_log_prob_matches_numerical_jacobian():
+    """D = 3, random weights: log pi(a) = log N(z) - log|det da/dz| with the Jacobian by autograd."""
+    low, high = torch.tensor([-1.0, -2.0, 0.0]), torch.tensor([1.0, 2.0, 3.0])
+    flow = FlowHead(4, 3, low, high, layers=4, hidden=8).double()
+    _randomise(flow, 4, scale=0.2)  # moderate weights: actions stay off the bounds (finite Jacobian)
+    feat = torch.randn(6, 4, dtype=torch.float64)
+    g = torch.Generator().manual_seed(5)
+    base = flow._base(feat)
+    z = base.mean + base.stddev * torch.randn(6, 3, generator=g, dtype=torch.float64)
+
+    def to_action(zi: torch.Tensor, fi: torch.Tensor) -> torch.Tensor:
+        y, _ = flow._forward_flow(fi[None], zi[None])
+        return flow.bounds.squash(y)[0]
+
+    y, _ = flow._forward_flow(feat, z)
+    a = flow.bounds.squash(y)
+    logp = flow.log_prob_raw(feat, y) - flow.bounds.log_det(y)
+    for i in range(6):
+        jac = torch.autograd.functional.jacobian(lambda zi, i=i: to_action(zi, feat[i]), z[i])
+        numerical = base.log_prob(z)[i].sum() - torch.linalg.slogdet(jac)[1]
+        # Autograd Jacobian in f64: agreement to rounding.
+        torch.testing.assert_close(logp[i], numerical, rtol=0, atol=1e-9)
+    # The inverse recovers z exactly (the couplings are invertible by construction).
+    x = y
+    for c in reversed(flow.couplings):
+        x, _ = c.inverse(feat, x)
+    torch.testing.assert_close(x, z, rtol=0, atol=1e-10)
+    assert ((a > low) & (a < high)).all()
+
+
+def test_flow_sample_and_evaluate_agree():
+    flow = FlowHead(4, 2, LOW, HIGH, layers=2, hidden=8)
+    _randomise(flow, 6)
+    feat = torch.randn(20, 4)
+    _, y, logp = flow.sample(feat, deterministic=False)
+    logp2, ent = flow.evaluate(feat, y)
+    # f32 forward vs inverse pass: a few ulps of values of order 10.
+    torch.testing.assert_close(logp2, logp, rtol=1e-5, atol=1e-4)
+    assert ent.shape == (20,) and ent.requires_grad
+    _, ent_cheap = flow.evaluate(feat, y, entropy_grad=False)
+    assert not ent_cheap.requires_grad
+
+
+def test_lstm_sequence_equals_stepping_with_resets():
+    torch.manual_seed(7)
+    core = LSTMCore(3, (8,), 6)
+    B, L = 4, 9
+    x = torch.randn(B, L, 3)
+    starts = torch.rand(B, L) < 0.25
+    state0 = (torch.randn(B, 6), torch.randn(B, 6))
+    seq, _ = core.sequence(x, starts, state0)
+    state = state0
+    for t in range(L):
+        feat, _, state = core.step(x[:, t], state, starts[:, t])
+        torch.testing.assert_close(seq[:, t], feat, rtol=0, atol=0)
+    # A reset really forgets: the same inputs after a reset give the same output whatever came before.
+    s1 = core.step(x[:, 0], (torch.randn(B, 6), torch.randn(B, 6)), torch.ones(B, dtype=torch.bool))[0]
+    s2 = core.step(x[:, 0], state0, torch.ones(B, dtype=torch.bool))[0]
+    torch.testing.assert_close(s1, s2, rtol=0, atol=0)

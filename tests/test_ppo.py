@@ -1,0 +1,311 @@
+"""The PPO agent: protocol, rollout consistency, checkpoints across dtypes, resume, CLI errors."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+import torch
+
+from agents.ppo import PPO, PPOConfig, preset
+from toolkit.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from toolkit.cli import main as cli_main
+from toolkit.envs import make_vec_env
+from toolkit.loop import LoopConfig, run_training
+from toolkit.onpolicy import OnPolicySchedule
+from toolkit.precision import training_dtype
+
+ENVS = {"discrete": "CartPole-v1", "continuous": "Pendulum-v1", "flow": "Pendulum-v1",
+        "lstm": "CartPoleNoVel-v1", "mamba": "CartPoleNoVel-v1"}
+TINY = {"num_steps": 8, "seq_len": 4, "num_minibatches": 2, "update_epochs": 2, "hidden": (16,),
+        "memory_size": 16, "flow_hidden": 8, "mamba_headdim": 8, "total_steps": 1000}
+
+
+def _agent(policy: str, num_envs: int = 3, seed: int = 0, **kw):
+    cfg = dataclasses_replace(PPOConfig(policy=policy), **{**TINY, **kw})
+    env = make_vec_env(ENVS[policy], num_envs, seed=seed)
+    return PPO(env.single_observation_space, env.single_action_space, cfg, num_envs=num_envs, seed=seed), env
+
+
+def dataclasses_replace(cfg, **kw):
+    import dataclasses
+
+    return dataclasses.replace(cfg, **kw)
+
+
+def _collect(agent: PPO, env, steps: int):
+    obs = env.obs
+    for _ in range(steps):
+        action = agent.act(obs)
+        tr = env.step(action)
+        agent.observe(obs, action, tr.reward, tr.next_obs, tr.terminated, tr.truncated)
+        obs = tr.obs
+    return obs
+
+
+@pytest.mark.parametrize("policy", ["discrete", "continuous", "flow", "lstm", "mamba"])
+def test_protocol_shapes_and_first_epoch_ratio_is_one(policy):
+    agent, env = _agent(policy, normalize_obs=True, squash=policy == "continuous")
+    _collect(agent, env, agent.config.num_steps)
+    b = agent.buffer
+    assert b.full and b.obs.dtype == training_dtype("cpu") and b.logprobs.dtype == torch.float32
+    # Re-scoring the rollout as update() does (sequences from the stored memories for recurrent
+    # policies) reproduces the log-probs and values recorded while acting: ratio = 1 at epoch 1.
+    b.compute_advantages(agent.config.gamma, agent.config.gae_lambda)
+    data, n = agent._batches()
+    idx = torch.arange(n)
+    state = data.get("state")
+    with torch.no_grad():
+        logp, _, value = agent.policy.evaluate(data["obs"], data["raw"], data["starts"], state)
+    # Same f32 ops on the same inputs, batched differently: equal to f32 rounding.
+    torch.testing.assert_close(logp, data["logprobs"][idx], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(value, data["values"][idx], rtol=1e-5, atol=1e-5)
+    metrics = agent.update()
+    assert {"losses/policy_loss", "losses/value_loss", "losses/approx_kl", "losses/entropy",
+            "losses/clipfrac", "losses/explained_variance", "charts/learning_rate"} <= set(metrics)
+    for k, v in metrics.items():
+        assert v.dtype == torch.float32 and v.dim() == 0 and torch.isfinite(v), k
+    assert agent.buffer.pos == 0 and agent.updates == 1
+    a = agent.act(env.obs)
+    if policy in ("discrete", "lstm", "mamba"):
+        assert a.shape == (3,) and a.dtype == torch.int64
+    else:
+        assert a.shape == (3, 1) and a.dtype == torch.float32
+
+
+def test_truncation_stores_the_value_of_the_final_observation():
+    agent, env = _agent("discrete", num_envs=2)
+    obs = env.obs
+    action = agent.act(obs)
+    final = torch.tensor([[0.1, 0.2, 0.3, 0.4], [1.0, 1.0, 1.0, 1.0]])
+    agent.observe(obs, action, torch.ones(2), final, torch.tensor([False, False]),
+                  torch.tensor([True, False]))
+    with torch.no_grad():
+        expected = agent.policy.value(final[:1], None, None)
+    assert agent.buffer.has_next_value[0].tolist() == [True, False]
+    torch.testing.assert_close(agent.buffer.next_values[0, :1], expected)
+    assert agent.starts.tolist() == [True, False]
+
+
+def test_observe_without_act_rescores_feed_forward_and_refuses_recurrent():
+    agent, env = _agent("discrete", num_envs=2)
+    obs = env.obs.clone()
+    agent.observe(obs, torch.tensor([0, 1]), torch.ones(2), obs, torch.zeros(2, dtype=torch.bool),
+                  torch.zeros(2, dtype=torch.bool))
+    with torch.no_grad():
+        logp, _, _ = agent.policy.evaluate(obs, torch.tensor([0, 1]))
+    torch.testing.assert_close(agent.buffer.logprobs[0], logp)
+    rec, env = _agent("lstm", num_envs=2)
+    with pytest.raises(RuntimeError, match="call act"):
+        rec.observe(env.obs, torch.tensor([0, 1]), torch.ones(2), env.obs, torch.zeros(2, dtype=torch.bool),
+                    torch.zeros(2, dtype=torch.bool))
+
+
+def test_bad_inputs_are_clear_errors():
+    agent, env = _agent("discrete", num_envs=2)
+    with pytest.raises(ValueError, match="obs has shape"):
+        agent.act(torch.zeros(2, 5))
+    with pytest.raises(ValueError, match="num_envs=2"):
+        agent.act(torch.zeros(3, 4))
+    with pytest.raises(RuntimeError, match="full rollout"):
+        agent.update()
+    pend = make_vec_env("Pendulum-v1", 1, 0)
+    with pytest.raises(ValueError, match="needs a Discrete action space"):
+        PPO(pend.single_observation_space, pend.single_action_space, preset("ppo"))
+    with pytest.raises(ValueError, match="flat Box action space"):
+        PPO(env.single_observation_space, env.single_action_space, preset("ppo-flow"))
+    with pytest.raises(ValueError, match="seq_len=5 must be 0 or divide num_steps=8"):
+        PPOConfig(num_steps=8, seq_len=5)
+    with pytest.raises(ValueError, match="policy='gru'"):
+        PPOConfig(policy="gru")
+
+
+# ----------------------------------------------------------------------------- checkpoints
+
+
+@pytest.mark.parametrize("policy", ["discrete", "flow", "lstm", "mamba"])
+def test_checkpoint_round_trip_f32_to_bf16_and_back(policy, tmp_path, monkeypatch):
+    agent, env = _agent(policy)
+    _collect(agent, env, agent.config.num_steps)
+    agent.update()
+    _collect(agent, env, 3)  # a partial rollout and live memories are part of the state
+    agent.save(tmp_path / "f32.safetensors")
+
+    monkeypatch.setenv("TRITONRL_DTYPE", "bf16")
+    training_dtype.cache_clear()
+    half = PPO.load(tmp_path / "f32.safetensors")
+    assert half.dtype == torch.bfloat16
+    for (name, p32), p16 in zip(agent.policy.state_dict().items(), half.policy.state_dict().values(),
+                                strict=True):
+        if p32.is_floating_point() and p16.dtype == torch.bfloat16:
+            assert torch.equal(p16, p32.to(torch.bfloat16)), name  # converted once, round to nearest
+    assert half.buffer.obs.dtype == torch.bfloat16 and half.buffer.pos == 3
+    torch.testing.assert_close(half.buffer.obs.float(), agent.buffer.obs, rtol=2**-8, atol=0)
+    _collect(half, env, half.config.num_steps - 3)
+    half.update()  # trains in bf16 after loading
+    half.save(tmp_path / "bf16.safetensors")
+
+    monkeypatch.setenv("TRITONRL_DTYPE", "f32")
+    training_dtype.cache_clear()
+    back = PPO.load(tmp_path / "bf16.safetensors")
+    assert back.dtype == torch.float32
+    # The f32 parameters are the bf16 run's f32 master weights, not the rounded bf16 values.
+    for p, m in zip(back.policy.parameters(), half.optimizer.masters, strict=True):
+        assert p.dtype == torch.float32 and torch.equal(p, m.float())
+    assert back.updates == 2 and back.env_steps == half.env_steps
+
+
+def test_reload_acts_identically(tmp_path):
+    agent, env = _agent("continuous", normalize_obs=True)
+    _collect(agent, env, 5)
+    agent.save(tmp_path / "c.safetensors")
+    twin = PPO.load(tmp_path / "c.safetensors")
+    obs = env.obs
+    assert torch.equal(agent.act(obs), twin.act(obs))  # same weights, statistics and generator
+
+
+def _params(agent: PPO) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in agent.policy.state_dict().items()}
+
+
+def _assert_same(agent: PPO, before: dict[str, torch.Tensor]) -> None:
+    for k, v in agent.policy.state_dict().items():
+        assert torch.equal(v, before[k]), k
+
+
+def test_bad_checkpoints_raise_one_clear_error_and_touch_nothing(tmp_path):
+    source, env = _agent("discrete", seed=1)
+    _collect(source, env, 8)
+    source.update()
+    path = tmp_path / "good.safetensors"
+    source.save(path)
+    target, _ = _agent("discrete", seed=2)
+    before = _params(target)
+
+    data = path.read_bytes()
+    (tmp_path / "cut.safetensors").write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match="truncated"):
+        target.load_state_dict(load_checkpoint(tmp_path / "cut.safetensors"))
+    _assert_same(target, before)
+
+    save_checkpoint(tmp_path / "dqn.safetensors", {"agent": "dqn", "online": {}})
+    with pytest.raises(CheckpointError, match="holds a 'dqn' agent, not a 'ppo' agent"):
+        target.load_state_dict(load_checkpoint(tmp_path / "dqn.safetensors"))
+    with pytest.raises(CheckpointError, match="not a 'ppo' agent"):
+        PPO.load(tmp_path / "dqn.safetensors")
+    _assert_same(target, before)
+
+    wider, _ = _agent("discrete", seed=1, hidden=(32,))
+    wider.save(tmp_path / "wider.safetensors")
+    with pytest.raises(CheckpointError, match=r"has shape \(32, 4\).*expects \(16, 4\)"):
+        target.load_state_dict(load_checkpoint(tmp_path / "wider.safetensors"))
+    _assert_same(target, before)
+
+    state = load_checkpoint(path)
+    state["optimizer"]["masters"] = state["optimizer"]["masters"][:-1]
+    with pytest.raises(CheckpointError, match="optimizer state has"):
+        target.load_state_dict(state)
+    _assert_same(target, before)
+    assert target.updates == 0
+
+    target.load_state_dict(load_checkpoint(path))
+    for k, v in target.policy.state_dict().items():
+        assert torch.equal(v, source.policy.state_dict()[k]), k
+
+
+# ----------------------------------------------------------------------------- resume
+
+
+def _train(run_dir, policy: str, **kw):
+    name = {"discrete": "ppo", "lstm": "ppo-lstm"}[policy]
+    cfg = dataclasses_replace(preset(name), **{**TINY, "normalize_obs": True})
+    env = make_vec_env(ENVS[policy], 2, seed=3)
+    agent = PPO(env.single_observation_space, env.single_action_space, cfg, num_envs=2, seed=3)
+    loop = LoopConfig(total_steps=96, seed=3, run_dir=str(run_dir), log_every=16, checkpoint_every=20,
+                      eval_every=48, eval_episodes=2, tensorboard=False, **kw)
+    return agent, run_training(agent, env, OnPolicySchedule(cfg.num_steps), loop)
+
+
+def _rows(path):
+    with open(path, newline="") as f:
+        return [{k: v for k, v in r.items() if k != "charts/SPS"} for r in csv.DictReader(f)]
+
+
+@pytest.mark.parametrize("policy", ["discrete", "lstm"])
+def test_stopped_and_resumed_run_matches_the_uninterrupted_run(policy, tmp_path):
+    full_agent, full = _train(tmp_path / "full", policy)
+    _, stopped = _train(tmp_path / "split", policy, stop_at=40)  # mid-rollout (rollouts are 16 steps)
+    assert stopped["interrupted"] and stopped["global_step"] == 40
+    torch.manual_seed(12345)  # disturb every global RNG in between
+    resumed_agent, resumed = _train(tmp_path / "split", policy, resume=True)
+    assert resumed["global_step"] == full["global_step"] == 96
+    for k, v in full_agent.policy.state_dict().items():
+        assert torch.equal(v, resumed_agent.policy.state_dict()[k]), k
+    rows = _rows(tmp_path / "full" / "metrics.csv")
+    assert rows == _rows(tmp_path / "split" / "metrics.csv")
+    assert any("losses/policy_loss" in r and r["losses/policy_loss"] for r in rows)
+    assert resumed["evaluations"] == full["evaluations"]
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def _cli(capsys, *args):
+    code = cli_main(["train", "--no-progress", "--no-tensorboard", *args])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_cli_trains_resumes_and_writes_its_files(tmp_path, capsys):
+    run = tmp_path / "run"
+    common = ["--agent", "ppo", "--env", "CartPole-v1", "--num-envs", "2", "--run-dir", str(run),
+              "--set", "num_steps=16", "--set", "hidden=16", "--eval-episodes", "2", "--log-every", "32"]
+    code, out, err = _cli(capsys, *common, "--steps", "64")
+    assert code == 0, err
+    assert "ppo on CartPole-v1: 64 steps" in out
+    assert {"metrics.csv", "checkpoint.safetensors", "curve.png"} <= {p.name for p in run.iterdir()}
+    code, out, err = _cli(capsys, *common, "--steps", "96", "--resume")
+    assert code == 0, err
+    assert "96 steps" in out
+    assert load_checkpoint(run / "checkpoint.safetensors")["loop"]["step"] == 96
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--agent", "ppo-gru"], "error: unknown agent 'ppo-gru'; known agents: "),
+        (["--agent", "ppo", "--env", "CartPol-v1"], "error: unknown environment id 'CartPol-v1'"),
+        (["--agent", "ppo", "--env", "Pendulum-v1"],
+         "error: agent 'ppo' on Pendulum-v1: policy 'discrete' needs a Discrete action space"),
+        (["--agent", "ppo-flow", "--env", "CartPole-v1"],
+         "error: agent 'ppo-flow' on CartPole-v1: policy 'flow' needs a flat Box action space"),
+        (["--agent", "ppo", "--set", "learning_rate=1"],
+         "error: agent 'ppo' on CartPole-v1: unknown config key 'learning_rate' for PPOConfig"),
+        (["--agent", "ppo", "--set", "num_steps=abc"], "num_steps='abc' is not a valid int"),
+        (["--agent", "ppo", "--set", "oops"], "error: --set expects KEY=VALUE, got 'oops'"),
+    ],
+)
+def test_cli_error_lines(args, message, tmp_path, capsys):
+    code, out, err = _cli(capsys, "--run-dir", str(tmp_path / "r"), "--steps", "16", *args)
+    assert code == 2
+    assert message in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "r").exists()
+
+
+def test_cli_never_overwrites_a_checkpoint_and_rejects_a_foreign_one(tmp_path, capsys):
+    run = tmp_path / "run"
+    base = ["--env", "CartPole-v1", "--num-envs", "2", "--run-dir", str(run), "--steps", "32",
+            "--set", "num_steps=16", "--eval-episodes", "1"]
+    assert _cli(capsys, "--agent", "ppo", *base)[0] == 0
+    ckpt = run / "checkpoint.safetensors"
+    original = ckpt.read_bytes()
+    code, _, err = _cli(capsys, "--agent", "ppo", *base)
+    assert code == 2 and "already holds a checkpoint: pass --resume" in err
+    code, _, err = _cli(capsys, "--agent", "ppo-lstm", *base, "--resume")
+    assert code == 2 and "was made with agent='ppo', this run has agent='ppo-lstm'" in err
+    assert len(err.strip().splitlines()) == 1
+    ckpt.write_bytes(original[:100])
+    code, _, err = _cli(capsys, "--agent", "ppo", *base, "--resume")
+    assert code == 2 and "truncated" in err
+    assert ckpt.read_bytes() == original[:100]
