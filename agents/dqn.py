@@ -358,9 +358,9 @@ class DQNAgent:
             self.icm_module = self._build_icm() if cfg.icm else None
         self.target = copy.deepcopy(self.online)
         self.target.requires_grad_(False)
-        # foreach: one fused call over all parameters (torch only defaults to it on CUDA)
+        # fused: one kernel for all parameters (torch defaults to a per-parameter loop on CPU)
         self.optimizer = MasterWeightOptimizer(self.online.parameters(), torch.optim.Adam, lr=cfg.lr,
-                                               eps=cfg.adam_eps, foreach=True)
+                                               eps=cfg.adam_eps, fused=True)
         # Polyak averaging in bf16 would round small steps away: average f32 copies instead.
         self._target_master: list[torch.Tensor] | None = None
         if cfg.tau < 1.0 and self.dtype != torch.float32:
@@ -374,7 +374,7 @@ class DQNAgent:
         self.icm_buffer = None
         if self.icm_module is not None:
             self.icm_optimizer = MasterWeightOptimizer(self.icm_module.parameters(), torch.optim.Adam,
-                                                       lr=cfg.icm_lr, foreach=True)
+                                                       lr=cfg.icm_lr, fused=True)
             from toolkit.replay import ReplayBuffer
 
             # one-step transitions for the forward/inverse models, whatever n_step the Q target uses
@@ -441,11 +441,11 @@ class DQNAgent:
     def q_values(self, obs: torch.Tensor, *, explore: bool = False) -> torch.Tensor:
         """Expected Q values (f32) of the online network for ``obs [B, *obs_shape]``.
 
-        ``explore=False`` evaluates noisy layers at their mean weights.
+        ``explore=False`` runs the network in eval mode: noisy layers at their mean weights.
         """
         x = self._ingest(obs)
         with torch.no_grad():
-            if not explore and self.config.noisy:
+            if not explore:
                 self.online.eval()
                 try:
                     return self._q_from_output(self.online(x), self.online)
@@ -499,18 +499,19 @@ class DQNAgent:
     ) -> None:
         """Store one vector-env step (leading dim ``num_envs``); with ICM, add the intrinsic reward.
 
-        ``next_obs`` is the true next observation (the final one at episode ends).
+        ``next_obs`` is the true next observation (the final one at episode ends). Rewards and done
+        flags are best passed on the host (numpy or CPU tensors), where the replay buffer reads
+        them; with ICM on CUDA the intrinsic reward is brought there (one sync per call).
         """
-        reward_t = torch.as_tensor(reward, device=self.device, dtype=torch.float32)
-        action_t = torch.as_tensor(action, device=self.device, dtype=torch.int64)
         if self.icm_module is not None:
             x, x_next = self._ingest(obs), self._ingest(next_obs)
-            r_int = self.icm_module.intrinsic_reward(x, action_t, x_next)
-            reward_t = self.config.extrinsic_coef * reward_t + r_int
-            self.icm_buffer.add(x, action_t, reward_t, x_next, terminated, truncated)
-            self.buffer.add(x, action_t, reward_t, x_next, terminated, truncated)
-        else:
-            self.buffer.add(obs, action_t, reward_t, next_obs, terminated, truncated)
+            a = torch.as_tensor(action, device=self.device, dtype=torch.int64)
+            r_int = self.icm_module.intrinsic_reward(x, a, x_next).cpu()
+            r_ext = torch.as_tensor(reward, dtype=torch.float32).cpu()
+            reward = self.config.extrinsic_coef * r_ext + r_int
+            obs, next_obs, action = x, x_next, a
+            self.icm_buffer.add(obs, action, reward, next_obs, terminated, truncated)
+        self.buffer.add(obs, action, reward, next_obs, terminated, truncated)
         self.env_steps += self.num_envs
 
     # ------------------------------------------------------------------ learning

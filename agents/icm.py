@@ -37,7 +37,8 @@ class ICM(nn.Module):
         hidden: hidden width of the encoder, forward and inverse models.
         eta: intrinsic reward scale.
         beta: weight of the forward loss against the inverse loss, in ``[0, 1]``.
-        device, dtype: where and in which dtype the parameters live (the training dtype).
+        device: where the parameters live.
+        dtype: the parameters' dtype (the training dtype).
 
     Raises:
         ValueError: empty ``action_dims``, a count below 2, ``beta`` outside ``[0, 1]``, or a

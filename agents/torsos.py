@@ -39,10 +39,11 @@ NORMS = ("none", "rmsnorm")
 class SpectralLinear(nn.Module):
     """``y = x W^T / sigma(W) + b`` with ``sigma`` the largest singular value of ``W``.
 
-    ``sigma`` is estimated by power iteration: one step per forward in training mode (the
-    left singular vector estimate ``u`` is a buffer, so it improves across calls and is saved in
-    the state dict); eval mode reuses the stored ``u`` without updating it. Gradients flow through
-    ``sigma`` (as in Miyato et al., 2018), not through the power iteration.
+    ``sigma`` is estimated by power iteration: one step per forward in training mode with
+    gradients enabled, i.e. per learning step (the left singular vector estimate ``u`` is a
+    buffer, so it improves across calls and is saved in the state dict); eval mode and
+    ``no_grad`` calls (acting, target values) reuse the stored ``u`` without updating it.
+    Gradients flow through ``sigma`` (as in Miyato et al., 2018), not through the power iteration.
 
     Shapes: ``x [..., in_features] -> [..., out_features]``, in the parameter dtype.
     """
@@ -69,7 +70,7 @@ class SpectralLinear(nn.Module):
     def sigma(self) -> torch.Tensor:
         """The current estimate of the largest singular value (a 0-d tensor with grad to W)."""
         w = self.weight
-        if self.training:
+        if self.training and torch.is_grad_enabled():
             with torch.no_grad():
                 v = F.normalize(w.t() @ self.u, dim=0, eps=self.eps)
                 self.u.copy_(F.normalize(w @ v, dim=0, eps=self.eps))

@@ -78,6 +78,10 @@ def test_spectral_linear_normalises_the_largest_singular_value() -> None:
     u = layer.u.clone()
     layer(torch.randn(2, 20))
     assert torch.equal(u, layer.u)  # eval does not update the estimate
+    layer.train()
+    with torch.no_grad():
+        layer(torch.randn(2, 20))
+    assert torch.equal(u, layer.u)  # nor does a no_grad call (acting, target values)
     assert "u" in layer.state_dict()
 
 
