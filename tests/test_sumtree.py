@@ -22,6 +22,8 @@ from kernels.sumtree import (
     SUMTREE_UPDATE,
     SumTree,
     geometry,
+    leaves,
+    leaves_for,
     new_sumtree,
     per_insert,
     per_sample,
@@ -29,6 +31,7 @@ from kernels.sumtree import (
     rebuild,
     total,
 )
+from kernels.sumtree.naive import FANOUT, ROW, prefix_ref
 
 # Upper 0.1% points of the chi-square distribution (standard tables), by degrees of freedom.
 CHI2_999 = {7: 24.322, 12: 32.909, 15: 37.697}
@@ -64,8 +67,7 @@ def _tree_with(priorities: torch.Tensor, device: str, alpha: float = 1.0) -> Sum
 
 
 def _leaves(tree: SumTree, n: int) -> torch.Tensor:
-    P = tree.sums.shape[0] // 2
-    return tree.sums[P : P + n].double().cpu()
+    return leaves(tree)[:n].double().cpu()
 
 
 def _chi2(counts: torch.Tensor, probs: torch.Tensor) -> float:
@@ -188,12 +190,13 @@ def test_update_last_duplicate_wins_and_tree_is_consistent(backend: str) -> None
     assert math.isclose(float(tree.max_priority[0]), 6.01, rel_tol=1e-6)
     _assert_consistent(tree)
     assert math.isclose(float(tree.mins[geometry(32).min_offsets[-1]]), 0.01**0.5, rel_tol=1e-6)
+    assert geometry(32).min_offsets[-1] == tree.mins.shape[0] - 1  # the root is the last entry
 
 
 @pytest.mark.parametrize("start, count", [(0, 1), (37, 41), (5, 95), (99, 1), (64, 32), (0, 100)])
 def test_insert_range_sets_max_priority_and_stays_consistent(backend: str, start: int, count: int) -> None:
     device = backend
-    tree = new_sumtree(100, device)  # P = 128, min tree levels 128 -> 4 -> 1
+    tree = new_sumtree(100, device)  # P = 128: 4 rows under the root row (28 padding children)
     per_insert(tree, 0, 100, alpha=0.5)
     g = torch.Generator().manual_seed(start)
     per_update(
@@ -295,6 +298,113 @@ def test_triton_matches_torch_same_uniforms(
     torch.testing.assert_close(out["triton"][1], out["torch"][1], rtol=1e-5, atol=0)
 
 
+# ---- layout and the prefix rule ------------------------------------------------------------
+
+
+def test_prefix_rule_is_a_sequential_f64_sum() -> None:
+    """The CPU reference's prefix (torch.cumsum of f32) must equal the sequential f64 sum rounded
+    at each step, which the Triton kernels reproduce. Children spanning 2**60 make the f64 sums
+    inexact, so a different accumulation order or precision would show up here."""
+    g = torch.Generator().manual_seed(11)
+    kids = torch.exp2(torch.rand(500, FANOUT, generator=g) * 60 - 30)
+    acc = torch.zeros(500, dtype=torch.float64)
+    expected = torch.empty(500, FANOUT)
+    for j in range(FANOUT):
+        acc = acc + kids[:, j].double()
+        expected[:, j] = acc.float()
+    assert torch.equal(prefix_ref(kids), expected)
+    out = torch.empty(500, ROW)[:, 1:]  # a strided destination, as the tree's rows are
+    prefix_ref(kids, out=out)
+    assert torch.equal(out, expected)
+    # a plausible other rule (an f32 running sum) gives other bits on this data
+    acc32 = torch.zeros(500)
+    for j in range(FANOUT):
+        acc32 = acc32 + kids[:, j]
+    assert not torch.equal(acc32, expected[:, -1])
+
+
+@pytest.mark.parametrize("capacity", [1, 32, 33, 100, 1024, 1025, 40_000])
+def test_geometry_and_padding(capacity: int) -> None:
+    """Rows of 33 entries: a leading 0, non-decreasing prefixes, the total last; padding rows
+    and the leading zeros stay 0 through inserts and updates; the root total is the sum."""
+    g = geometry(leaves_for(capacity))
+    assert g.P >= max(capacity, FANOUT) and g.levels == max(1, math.ceil(math.log2(g.P) / 5))
+    tree = new_sumtree(capacity)
+    assert tree.sums.shape == (g.sum_size,) and tree.mins.shape == (g.min_size,)
+    gen = torch.Generator().manual_seed(capacity)
+    per_insert(tree, 0, capacity, alpha=0.6)
+    per_update(
+        tree,
+        torch.randint(0, capacity, (300,), generator=gen),
+        torch.randn(300, generator=gen),
+        alpha=0.6,
+        eps=1e-3,
+        size=capacity,
+    )
+    below = leaves(tree)
+    for lvl in range(1, g.levels + 1):
+        stored = (g.sum_offsets[lvl + 1] - g.sum_offsets[lvl]) // ROW if lvl < g.levels else 1
+        rows = tree.sums[g.sum_offsets[lvl] : g.sum_offsets[lvl] + ROW * stored].view(stored, ROW)
+        n = g.rows[lvl - 1]
+        assert torch.all(rows[:, 0] == 0) and torch.all(rows[n:] == 0), f"level {lvl} padding written"
+        assert torch.all(rows[:, 1:] >= rows[:, :-1]), f"level {lvl} prefixes decrease"
+        kids = below[: FANOUT * n].view(n, FANOUT).double()
+        # each total is within one f32 rounding per level of its children's sum
+        torch.testing.assert_close(rows[:n, FANOUT].double(), kids.sum(1), rtol=lvl * F32_EPS, atol=0)
+        below = rows[:, FANOUT]
+    assert float(total(tree)) == float(tree.sums[g.total_offset])
+    _assert_consistent(tree)
+
+
+@pytest.mark.interpret
+def test_triton_rows_are_bitwise_the_reference_on_inexact_sums(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Priorities over 24 decades: the f64 row sums round, so only the same accumulation order
+    gives the same bits. The kernel's tree must equal the torch rebuild of its own leaves."""
+    monkeypatch.setenv("TRITONRL_BACKEND", "triton")
+    gen = torch.Generator().manual_seed(12)
+    C = 1000
+    tree = new_sumtree(C)
+    per_insert(tree, 0, C, alpha=1.0)
+    td = torch.pow(10.0, torch.rand(C, generator=gen) * 24 - 12)
+    per_update(tree, torch.randperm(C, generator=gen), td, alpha=1.0, eps=1e-30, size=C)
+    per_insert(tree, 100, 50, alpha=1.0)
+    assert SUMTREE_UPDATE.last_backend == "triton" and SUMTREE_INSERT.last_backend == "triton"
+    _assert_consistent(tree)
+    # the same uniforms give the same leaves on both backends over this tree
+    u = torch.rand(257, generator=gen)
+    out = {}
+    for b in ("torch", "triton"):
+        monkeypatch.setenv("TRITONRL_BACKEND", b)
+        out[b] = per_sample(tree, u, 0.4, C)
+    assert torch.equal(out["torch"][0], out["triton"][0])
+
+
+@pytest.mark.parametrize("capacity", [1, 31, 33, 1025, 40_000])
+def test_descent_lands_in_the_target_interval(
+    backend: str, capacity: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Across level counts (1 to 4 rows deep) and padded roots, every sample's leaf interval
+    holds its target mass, up to the f32 rounding of the descent."""
+    device = backend
+    forced = "torch" if _expected_backend(device) == "torch" else "triton"
+    monkeypatch.setenv("TRITONRL_BACKEND", "torch")  # build with the reference (fast), sample with each
+    gen = torch.Generator().manual_seed(capacity)
+    prio = torch.rand(capacity, generator=gen, dtype=torch.float64) ** 4 * 100 + 1e-3
+    tree = _tree_with(prio, device, 1.0)
+    monkeypatch.setenv("TRITONRL_BACKEND", forced)
+    B = 256
+    u = torch.rand(B, generator=gen)
+    idx, _ = per_sample(tree, u.to(device), 0.4, capacity)
+    assert SUMTREE_SAMPLE.last_backend == forced
+    leaf = _leaves(tree, capacity)
+    cum = torch.cat([torch.zeros(1, dtype=torch.float64), leaf.cumsum(0)])
+    target = (torch.arange(B, dtype=torch.float64) + u.double()) * cum[-1] / B
+    i = idx.cpu()
+    tol = 1e-5 * float(cum[-1])  # f32 descent (4 roundings per level) vs f64 prefix sums
+    assert bool(torch.all((cum[i] <= target + tol) & (target < cum[i + 1] + tol)))
+    assert int(i.min()) >= 0 and int(i.max()) < capacity
+
+
 # ---- accuracy --------------------------------------------------------------------------------
 
 
@@ -316,22 +426,23 @@ def test_millions_of_updates_do_not_drift(monkeypatch: pytest.MonkeyPatch) -> No
     _assert_consistent(tree)
     exact = float(total(tree, exact=True))
     L = geometry(C).levels
-    # pairwise summation of positive terms: |root - sum| <= L * u * sum (u = 2**-24)
+    assert L == 4
+    # each level rounds a (near-exact) f64 sum of positive terms to f32 once: relative error
+    # <= L * u (u = 2**-24); the f64 accumulation adds < 32 * 2**-53 per level, far below u
     assert abs(float(total(tree)) - exact) <= L * F32_EPS * exact
     rebuild(tree, exact=True)
-    assert abs(float(tree.sums[1]) - exact) <= F32_EPS * exact  # one f32 rounding of an f64 sum
-    assert float(tree.mins[-1]) == float(tree.sums[C:].min())
+    assert abs(float(total(tree)) - exact) <= F32_EPS * exact  # one f32 rounding of an f64 sum
+    assert float(tree.mins[-1]) == float(leaves(tree).min())
 
 
 def test_exact_rebuild_matches_fsum() -> None:
     g = torch.Generator().manual_seed(6)
     tree = new_sumtree(1000)
-    P = tree.sums.shape[0] // 2
     vals = (torch.rand(1000, generator=g) * 30 - 15).exp()  # 13 decades
-    tree.sums[P : P + 1000] = vals
+    leaves(tree)[:1000] = vals
     tree.mins[:1000] = vals
     rebuild(tree, exact=True)
-    assert float(tree.sums[1]) == float(torch.tensor(math.fsum(vals.double().tolist()), dtype=torch.float32))
+    assert float(total(tree)) == float(torch.tensor(math.fsum(vals.double().tolist()), dtype=torch.float32))
 
 
 # ---- metadata validation (never reads data) ---------------------------------------------------
@@ -342,7 +453,7 @@ def test_metadata_errors_name_the_argument() -> None:
     with pytest.raises(TypeError, match="uniforms"):
         per_sample(tree, torch.rand(4, dtype=torch.float64), 0.4, 8)
     with pytest.raises(ValueError, match="size"):
-        per_sample(tree, torch.rand(4), 0.4, 9)
+        per_sample(tree, torch.rand(4), 0.4, 33)  # beyond the P = 32 leaves
     with pytest.raises(ValueError, match="beta"):
         per_sample(tree, torch.rand(4), -0.1, 8)
     with pytest.raises(TypeError, match="indices"):
@@ -417,6 +528,6 @@ def test_gpu_update_is_deterministic(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("sums", "mins", "max_priority"):
         assert torch.equal(getattr(results[0], name), getattr(results[1], name))
     last = {i: v for i, v in zip(idx.tolist(), td.tolist(), strict=True)}
-    leaves = results[0].sums[C : C + 512].double().cpu()
+    leaf = leaves(results[0])[:512].double().cpu()
     for i, v in last.items():
-        assert math.isclose(float(leaves[i]), (abs(v) + 1e-6) ** 0.6, rel_tol=1e-5)
+        assert math.isclose(float(leaf[i]), (abs(v) + 1e-6) ** 0.6, rel_tol=1e-5)

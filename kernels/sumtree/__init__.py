@@ -1,8 +1,9 @@
 """Prioritized-replay sum tree on the device: stratified sampling, IS weights, priority updates.
 
-A :class:`SumTree` holds a binary f32 sum tree and a 32-ary f32 min tree over the leaf values
-``p_i ** alpha`` (layout and accuracy argument: :mod:`kernels.sumtree.naive`; nodes are
-recomputed from their children, nothing drifts).
+A :class:`SumTree` holds a 32-ary f32 sum tree of prefix rows and a 32-ary f32 min tree over the
+leaf values ``p_i ** alpha`` (layout and accuracy argument: :mod:`kernels.sumtree.naive`; rows
+are recomputed from their children, nothing drifts). Four levels cover a million leaves, so the
+eager CPU path runs a few ops per level over few levels.
 
 Ops (each one :class:`~kernels.backend.KernelOp`: Triton on CUDA, torch reference on CPU):
 
@@ -25,6 +26,7 @@ from kernels.backend import KernelOp
 from kernels.sumtree.naive import (
     BAD_INDEX,
     BAD_PRIORITY,
+    FANOUT,
     Geometry,
     SumTree,
     geometry,
@@ -37,12 +39,14 @@ from kernels.sumtree.naive import (
 __all__ = [
     "BAD_INDEX",
     "BAD_PRIORITY",
+    "FANOUT",
     "SUMTREE_INSERT",
     "SUMTREE_SAMPLE",
     "SUMTREE_UPDATE",
     "Geometry",
     "SumTree",
     "geometry",
+    "leaves",
     "leaves_for",
     "new_sumtree",
     "per_insert",
@@ -58,18 +62,18 @@ SUMTREE_INSERT = KernelOp("sumtree_insert", per_insert_ref, "kernels.sumtree.fus
 
 
 def leaves_for(capacity: int) -> int:
-    """``P``: the number of leaves of a tree holding ``capacity`` items (a power of two >= 2).
+    """``P``: the number of leaves of a tree holding ``capacity`` items (a power of two >= 32).
 
     Raises:
         ValueError: ``capacity`` is not a positive int.
     """
     if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1:
         raise ValueError(f"capacity must be a positive int, got {capacity!r}")
-    return max(2, 1 << (capacity - 1).bit_length())
+    return max(FANOUT, 1 << (capacity - 1).bit_length())
 
 
 def new_sumtree(capacity: int, device: torch.device | str = "cpu", max_priority: float = 1.0) -> SumTree:
-    """An empty tree for ``capacity`` leaves on ``device`` (sums 0, mins +inf, scratch -1).
+    """An empty tree for ``capacity`` items on ``device`` (sums 0, mins +inf, scratch -1).
 
     Raises:
         ValueError: ``capacity`` is not a positive int or ``max_priority`` is not finite and > 0.
@@ -77,7 +81,7 @@ def new_sumtree(capacity: int, device: torch.device | str = "cpu", max_priority:
     _check_real("max_priority", max_priority, positive=True)
     g = geometry(leaves_for(capacity))
     return SumTree(
-        sums=torch.zeros(2 * g.P, dtype=torch.float32, device=device),
+        sums=torch.zeros(g.sum_size, dtype=torch.float32, device=device),
         mins=torch.full((g.min_size,), float("inf"), dtype=torch.float32, device=device),
         scratch=torch.full((g.P,), -1, dtype=torch.int32, device=device),
         max_priority=torch.full((1,), float(max_priority), dtype=torch.float32, device=device),
@@ -85,27 +89,70 @@ def new_sumtree(capacity: int, device: torch.device | str = "cpu", max_priority:
     )
 
 
+def leaves(tree: SumTree) -> torch.Tensor:
+    """The ``P`` leaf values ``p ** alpha`` (f32 ``[P]``, a view of ``tree.sums``; empty leaves 0)."""
+    return tree.sums[: tree.scratch.shape[0]]
+
+
 def total(tree: SumTree, *, exact: bool = False) -> torch.Tensor:
-    """The sum of all leaves: the root (f32, 0-d), or with ``exact=True`` an f64 sum of the leaves."""
-    P = tree.sums.shape[0] // 2
-    return tree.sums[P:].sum(dtype=torch.float64) if exact else tree.sums[1]
+    """The sum of all leaves: the root's total (f32, 0-d), or with ``exact=True`` an f64 sum."""
+    if exact:
+        return leaves(tree).sum(dtype=torch.float64)
+    return tree.sums[geometry(tree.scratch.shape[0]).total_offset]
 
 
 # ---- validation (metadata only: never reads tensor data) -------------------------------------
 
 
+_F32, _I32 = torch.float32, torch.int32
+
+
 def _check_tree(tree: SumTree) -> Geometry:
+    # fast path: one expression over the metadata; anything unusual goes to the detailed checks
+    try:
+        sums, mins, scratch, max_p, status = tree
+        g = geometry(scratch.shape[0])
+        dev = sums.device
+        if (
+            type(tree) is SumTree
+            and sums.dtype == _F32
+            and mins.dtype == _F32
+            and scratch.dtype == _I32
+            and max_p.dtype == _F32
+            and status.dtype == _I32
+            and sums.shape == (g.sum_size,)
+            and mins.shape == (g.min_size,)
+            and scratch.dim() == 1
+            and max_p.shape == (1,)
+            and status.shape == (2,)
+            and mins.device == dev
+            and scratch.device == dev
+            and max_p.device == dev
+            and status.device == dev
+            and sums.is_contiguous()
+            and mins.is_contiguous()
+            and scratch.is_contiguous()
+            and status.is_contiguous()
+        ):
+            return g
+    except Exception:  # noqa: S110 - the detailed checks below raise the right error
+        pass
+    return _check_tree_slow(tree)
+
+
+def _check_tree_slow(tree: SumTree) -> Geometry:
     if not isinstance(tree, SumTree):
         raise TypeError(f"tree must be a kernels.sumtree.SumTree, got {type(tree).__name__}")
-    sums = tree.sums
-    n = sums.shape[0] if sums.dim() == 1 else 0
-    if sums.dim() != 1 or n < 4 or n & (n - 1):
+    scratch = tree.scratch
+    P = scratch.shape[0] if isinstance(scratch, torch.Tensor) and scratch.dim() == 1 else 0
+    if P < FANOUT or P & (P - 1):
         raise ValueError(
-            f"tree.sums must have shape [2P] with P a power of two >= 2, got {tuple(sums.shape)}"
+            f"tree.scratch must have shape [P] with P a power of two >= {FANOUT}, "
+            f"got {tuple(getattr(scratch, 'shape', ()))}"
         )
-    g = geometry(n // 2)
+    g = geometry(P)
     expected = {
-        "sums": ((2 * g.P,), torch.float32),
+        "sums": ((g.sum_size,), torch.float32),
         "mins": ((g.min_size,), torch.float32),
         "scratch": ((g.P,), torch.int32),
         "max_priority": ((1,), torch.float32),
@@ -119,14 +166,22 @@ def _check_tree(tree: SumTree) -> Geometry:
             )
         if tuple(t.shape) != shape:
             raise ValueError(f"tree.{name} must have shape {shape}, got {tuple(t.shape)}")
-        if t.device != sums.device:
-            raise ValueError(f"tree.{name} is on {t.device}, tree.sums on {sums.device}")
+        if t.device != tree.sums.device:
+            raise ValueError(f"tree.{name} is on {t.device}, tree.sums on {tree.sums.device}")
         if not t.is_contiguous():
             raise ValueError(f"tree.{name} must be contiguous")
     return g
 
 
 def _check_vec(name: str, t: torch.Tensor, dtypes: tuple[torch.dtype, ...], device: torch.device) -> None:
+    if (
+        isinstance(t, torch.Tensor)
+        and t.dtype in dtypes
+        and t.dim() == 1
+        and t.device == device
+        and t.is_contiguous()
+    ):
+        return
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if t.dtype not in dtypes:
@@ -237,11 +292,13 @@ def per_insert(tree: SumTree, start: int, count: int, *, alpha: float) -> None:
 
 
 def rebuild(tree: SumTree, *, exact: bool = False) -> None:
-    """Recompute all internal nodes from the leaves in place (vectorised torch on any device).
+    """Recompute all prefix rows and min nodes from the leaves in place (vectorised torch on any
+    device; write both ``leaves(tree)`` and ``tree.mins[:P]`` (+inf where empty) first).
 
     ``exact=False`` reproduces the trees the updates maintain bit for bit (use it after writing
-    leaves directly, e.g. when loading). ``exact=True`` accumulates the sums in f64 and rounds
-    each node once, so the root is the correctly rounded total up to ``log2(P)`` f64 roundings.
+    leaves directly, e.g. when loading). ``exact=True`` accumulates every row from unrounded f64
+    totals and rounds each stored value once, so the root's total is an f64 sum of the leaves
+    rounded once to f32.
     """
     _check_tree(tree)
     rebuild_ref(tree, exact)

@@ -1,20 +1,22 @@
 """Triton kernels of the prioritized-replay sum tree (layout: :mod:`kernels.sumtree.naive`).
 
 - ``_per_sample_kernel``: stratified sampling for a whole batch in one launch; each lane
-  descends the tree (one load per level) and writes its leaf index and IS weight.
+  descends the prefix rows (a ``[32]`` row load, a count and one subtraction per level) and
+  writes its leaf index and IS weight.
 - ``_per_update_kernel`` / ``_per_insert_kernel`` (a contiguous range of new leaves): one
-  program (one CTA) per launch. Writing a
-  batch of leaves and recomputing their ancestors needs each level finished before the next
-  starts; a single CTA orders the levels with ``tl.debug_barrier()`` and no grid-wide sync.
-  Duplicate indices resolve with an int32 ``atomic_max`` of the batch position into a scratch
-  array (last one wins, deterministic), which is reset to -1 before the kernel ends.
+  program (one CTA) per launch. Writing a batch of leaves and recomputing their ancestors needs
+  each level finished before the next starts; a single CTA orders the levels with
+  ``tl.debug_barrier()`` and no grid-wide sync. Duplicate indices resolve with an int32
+  ``atomic_max`` of the batch position into a scratch array (last one wins, deterministic),
+  which is reset to -1 before the kernel ends. Lanes that share a row recompute it alike.
 
-All arithmetic is f32. The descent uses only IEEE f32 add, subtract, multiply and compare (no
-division, no transcendental), in the reference's order, so it picks exactly the leaves the torch
-reference picks for the same uniforms; the IS weights and ``p ** alpha`` use ``exp2``/``log2``
-and agree with the reference to a few ulps. The in-place
-kernels are never autotuned (STYLE item 3). Loads of nodes written earlier in the same launch
-use ``cache_modifier=".cg"`` (L2, bypassing L1).
+A row's prefixes follow the prefix rule of the reference: the children accumulated one after the
+other in f64, each prefix rounded to f32, so the rows equal the reference's bit for bit. The
+descent uses only compares, counts and one f32 subtraction per level, so it picks exactly the
+leaves the torch reference picks for the same uniforms; the IS weights and ``p ** alpha`` use
+``exp2``/``log2`` and agree with the reference to a few ulps. The in-place kernels are never
+autotuned (STYLE item 3). Loads of values written earlier in the same launch use
+``cache_modifier=".cg"`` (L2, bypassing L1).
 """
 
 from __future__ import annotations
@@ -23,44 +25,59 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.sumtree.naive import SumTree, geometry
+from kernels.sumtree.naive import FANOUT, FANOUT_LOG2, ROW, SumTree, geometry
 
 __all__ = ["per_insert_triton", "per_sample_triton", "per_update_triton"]
 
-_SAMPLE_BLOCK = 256
+_SAMPLE_BLOCK = 128
 _UPDATE_BLOCK = 1024
 _MIN_BLOCK = 64  # [64, 32] children per pass of the min tree
+
+
+@triton.jit
+def _prefix_row(sums, b_row, m_b, off_kid, kid_stride, kid_col, off_row, F: tl.constexpr, ROW_: tl.constexpr):
+    """Rows ``b_row`` ([BLOCK]) of a level: entries 1 .. F from the children's totals, summed
+    one after the other in f64 and rounded to f32 at each step (the prefix rule)."""
+    b_acc = tl.zeros(b_row.shape, dtype=tl.float64)
+    for j in tl.static_range(F):
+        p_kid = sums + off_kid + (b_row * F + j) * kid_stride + kid_col
+        b_acc += tl.load(p_kid, mask=m_b, other=0.0, cache_modifier=".cg").to(tl.float64)
+        tl.store(sums + off_row + b_row * ROW_ + 1 + j, b_acc.to(tl.float32), mask=m_b)
 
 
 @triton.jit
 def _update_ancestors(
     sums,
     mins,
+    sum_offsets,
     min_offsets,
     indices,
     B,
-    P,
     LEVELS: tl.constexpr,
-    MIN_LEVELS: tl.constexpr,
     BLOCK: tl.constexpr,
     MIN_BLOCK: tl.constexpr,
+    F: tl.constexpr,
+    F_LOG2: tl.constexpr,
+    ROW_: tl.constexpr,
 ):
-    """Recompute the ancestors of leaves ``indices[:B]`` in both trees, one level per pass."""
+    """Recompute the rows and min entries above leaves ``indices[:B]``, one level per pass."""
     o_k = tl.arange(0, BLOCK)
-    for lvl in range(LEVELS):
+    for lvl in range(LEVELS):  # level lvl + 1 from level lvl (the leaves for lvl = 0)
+        off_kid = tl.load(sum_offsets + lvl)
+        off_row = tl.load(sum_offsets + lvl + 1)
+        kid_stride = tl.where(lvl == 0, 1, ROW_)  # a child's total: the leaf, or its row's last entry
+        kid_col = tl.where(lvl == 0, 0, F)
         for start in range(0, B, BLOCK):
             o_b = start + o_k
             m_b = o_b < B
             # [BLOCK]
             b_i = tl.load(indices + o_b, mask=m_b, other=0).to(tl.int64)
-            b_node = (b_i + P) >> (lvl + 1)
-            b_l = tl.load(sums + b_node * 2, mask=m_b, other=0.0, cache_modifier=".cg")
-            b_r = tl.load(sums + b_node * 2 + 1, mask=m_b, other=0.0, cache_modifier=".cg")
-            tl.store(sums + b_node, b_l + b_r, mask=m_b)
+            b_row = b_i >> (F_LOG2 * (lvl + 1))
+            _prefix_row(sums, b_row, m_b, off_kid, kid_stride, kid_col, off_row, F, ROW_)
         tl.debug_barrier()
     o_m = tl.arange(0, MIN_BLOCK)
-    o_f = tl.arange(0, 32)
-    for lvl in range(MIN_LEVELS):
+    o_f = tl.arange(0, F)
+    for lvl in range(LEVELS):
         off_child = tl.load(min_offsets + lvl)
         off_parent = tl.load(min_offsets + lvl + 1)
         for start in range(0, B, MIN_BLOCK):
@@ -68,9 +85,9 @@ def _update_ancestors(
             m_b = o_b < B
             # [MIN_BLOCK]
             b_i = tl.load(indices + o_b, mask=m_b, other=0).to(tl.int64)
-            b_blk = b_i >> (5 * (lvl + 1))
-            # [MIN_BLOCK, 32]
-            p_kids = mins + off_child + b_blk[:, None] * 32 + o_f[None, :]
+            b_blk = b_i >> (F_LOG2 * (lvl + 1))
+            # [MIN_BLOCK, F]
+            p_kids = mins + off_child + b_blk[:, None] * F + o_f[None, :]
             b_kids = tl.load(p_kids, mask=m_b[:, None], other=0.0, cache_modifier=".cg")
             tl.store(mins + off_parent + b_blk, tl.min(b_kids, axis=1), mask=m_b)
         tl.debug_barrier()
@@ -80,6 +97,7 @@ def _update_ancestors(
 def _per_update_kernel(
     sums,
     mins,
+    sum_offsets,
     min_offsets,
     scratch,
     max_priority,
@@ -90,11 +108,12 @@ def _per_update_kernel(
     size,
     alpha,
     eps,
-    P,
     LEVELS: tl.constexpr,
-    MIN_LEVELS: tl.constexpr,
     BLOCK: tl.constexpr,
     MIN_BLOCK: tl.constexpr,
+    F: tl.constexpr,
+    F_LOG2: tl.constexpr,
+    ROW_: tl.constexpr,
 ):
     o_k = tl.arange(0, BLOCK)
     # pass 1: validate the whole batch, running max of the raw priorities
@@ -135,7 +154,7 @@ def _per_update_kernel(
         m_win = m_b & (b_owner == o_b)
         b_p = tl.abs(tl.load(td + o_b, mask=m_win, other=1.0).to(tl.float32)) + eps
         b_v = tl.exp2(alpha * tl.log2(b_p))
-        tl.store(sums + P + b_i, b_v, mask=m_win)
+        tl.store(sums + b_i, b_v, mask=m_win)  # the leaves are sums[0:P]
         tl.store(mins + b_i, b_v, mask=m_win)
     tl.debug_barrier()
     # pass 4: reset the scratch entries (every reader is past the barrier)
@@ -144,26 +163,30 @@ def _per_update_kernel(
         m_b = o_b < n_ok
         b_i = tl.load(indices + o_b, mask=m_b, other=0).to(tl.int64)
         tl.store(scratch + b_i, tl.full([BLOCK], -1, tl.int32), mask=m_b)
-    _update_ancestors(sums, mins, min_offsets, indices, n_ok, P, LEVELS, MIN_LEVELS, BLOCK, MIN_BLOCK)
+    _update_ancestors(
+        sums, mins, sum_offsets, min_offsets, indices, n_ok, LEVELS, BLOCK, MIN_BLOCK, F, F_LOG2, ROW_
+    )
 
 
 @triton.jit
 def _per_insert_kernel(
     sums,
     mins,
+    sum_offsets,
     min_offsets,
     max_priority,
     start,
     count,
     alpha,
-    P,
     LEVELS: tl.constexpr,
-    MIN_LEVELS: tl.constexpr,
     BLOCK: tl.constexpr,
     MIN_BLOCK: tl.constexpr,
+    F: tl.constexpr,
+    F_LOG2: tl.constexpr,
+    ROW_: tl.constexpr,
 ):
-    """Leaves ``start .. start + count - 1`` get ``max_priority ** alpha``. The touched nodes of
-    each level form one contiguous range, so every node is recomputed once."""
+    """Leaves ``start .. start + count - 1`` get ``max_priority ** alpha``. The touched rows of
+    each level form one contiguous range, so every row is recomputed once."""
     o_k = tl.arange(0, BLOCK)
     b_v = tl.exp2(alpha * tl.log2(tl.load(max_priority).to(tl.float32)))
     for s0 in range(0, count, BLOCK):
@@ -171,35 +194,34 @@ def _per_insert_kernel(
         m_b = o_b < count
         b_i = start + o_b.to(tl.int64)
         b_fill = tl.full([BLOCK], 0.0, tl.float32) + b_v
-        tl.store(sums + P + b_i, b_fill, mask=m_b)
+        tl.store(sums + b_i, b_fill, mask=m_b)
         tl.store(mins + b_i, b_fill, mask=m_b)
     tl.debug_barrier()
-    lo = start + P
-    hi = start + count - 1 + P
-    for _ in range(LEVELS):
-        lo = lo // 2
-        hi = hi // 2
+    for lvl in range(LEVELS):
+        off_kid = tl.load(sum_offsets + lvl)
+        off_row = tl.load(sum_offsets + lvl + 1)
+        kid_stride = tl.where(lvl == 0, 1, ROW_)
+        kid_col = tl.where(lvl == 0, 0, F)
+        lo = start >> (F_LOG2 * (lvl + 1))
+        hi = (start + count - 1) >> (F_LOG2 * (lvl + 1))
         for s0 in range(0, hi - lo + 1, BLOCK):
             # [BLOCK]
-            b_node = lo + s0 + o_k.to(tl.int64)
-            m_b = b_node <= hi
-            b_l = tl.load(sums + b_node * 2, mask=m_b, other=0.0, cache_modifier=".cg")
-            b_r = tl.load(sums + b_node * 2 + 1, mask=m_b, other=0.0, cache_modifier=".cg")
-            tl.store(sums + b_node, b_l + b_r, mask=m_b)
+            b_row = lo + s0 + o_k.to(tl.int64)
+            _prefix_row(sums, b_row, b_row <= hi, off_kid, kid_stride, kid_col, off_row, F, ROW_)
         tl.debug_barrier()
     o_m = tl.arange(0, MIN_BLOCK)
-    o_f = tl.arange(0, 32)
-    for lvl in range(MIN_LEVELS):
+    o_f = tl.arange(0, F)
+    for lvl in range(LEVELS):
         off_child = tl.load(min_offsets + lvl)
         off_parent = tl.load(min_offsets + lvl + 1)
-        lo_b = start >> (5 * (lvl + 1))
-        hi_b = (start + count - 1) >> (5 * (lvl + 1))
+        lo_b = start >> (F_LOG2 * (lvl + 1))
+        hi_b = (start + count - 1) >> (F_LOG2 * (lvl + 1))
         for s0 in range(0, hi_b - lo_b + 1, MIN_BLOCK):
             # [MIN_BLOCK]
             b_blk = lo_b + s0 + o_m.to(tl.int64)
             m_b = b_blk <= hi_b
-            # [MIN_BLOCK, 32]
-            p_kids = mins + off_child + b_blk[:, None] * 32 + o_f[None, :]
+            # [MIN_BLOCK, F]
+            p_kids = mins + off_child + b_blk[:, None] * F + o_f[None, :]
             b_kids = tl.load(p_kids, mask=m_b[:, None], other=0.0, cache_modifier=".cg")
             tl.store(mins + off_parent + b_blk, tl.min(b_kids, axis=1), mask=m_b)
         tl.debug_barrier()
@@ -209,6 +231,7 @@ def _per_insert_kernel(
 def _per_sample_kernel(
     sums,
     mins,
+    sum_offsets,
     uniforms,
     out_idx,
     out_w,
@@ -216,49 +239,62 @@ def _per_sample_kernel(
     size,
     inv_b,
     neg_beta,
-    P,
+    total_offset,
     min_root,
+    root_children,
     LEVELS: tl.constexpr,
     BLOCK: tl.constexpr,
+    F: tl.constexpr,
+    ROW_: tl.constexpr,
 ):
     i_b = tl.program_id(0).to(tl.int64)
     o_b = i_b * BLOCK + tl.arange(0, BLOCK)
     m_b = o_b < B
-    b_total = tl.load(sums + 1)
+    o_f = tl.arange(0, F)
+    b_total = tl.load(sums + total_offset)
     b_min = tl.load(mins + min_root)
     # [BLOCK] target mass of stratum j: (j + u_j) * (total * f32(1/B))
     b_u = tl.load(uniforms + o_b, mask=m_b, other=0.0)
     b_t = (o_b.to(tl.float32) + b_u) * (b_total * inv_b)
-    b_node = tl.full([BLOCK], 1, tl.int64)
-    for _ in range(LEVELS):
-        b_left = tl.load(sums + b_node * 2, mask=m_b, other=0.0)  # sum of the left child 2n
-        go = b_t >= b_left
-        b_t = tl.where(go, b_t - b_left, b_t)
-        b_node = b_node * 2 + go.to(tl.int64)
-    b_idx = tl.minimum(b_node - P, size - 1)
-    b_leaf = tl.load(sums + P + b_idx, mask=m_b, other=1.0)
+    b_node = tl.zeros([BLOCK], dtype=tl.int64)  # row of the current level (the root row: 0)
+    for lvl in range(LEVELS):  # level LEVELS - lvl
+        off = tl.load(sum_offsets + LEVELS - lvl)
+        n_cmp = tl.where(lvl == 0, root_children - 1, F - 1)  # prefixes 1 .. n_cmp are counted
+        # [BLOCK, F]: row entries 0 .. F - 1 (0 and the inner prefixes)
+        m_cmp = m_b[:, None] & (o_f[None, :] >= 1) & (o_f[None, :] <= n_cmp)
+        b_rows = tl.load(sums + off + b_node[:, None] * ROW_ + o_f[None, :], mask=m_cmp, other=0.0)
+        b_child = tl.sum((m_cmp & (b_rows <= b_t[:, None])).to(tl.int32), axis=1).to(tl.int64)
+        b_t = b_t - tl.load(sums + off + b_node * ROW_ + b_child, mask=m_b, other=0.0)
+        b_node = b_node * F + b_child
+    b_idx = tl.minimum(b_node, size - 1)
+    b_leaf = tl.load(sums + b_idx, mask=m_b, other=1.0)
     b_w = tl.exp2(neg_beta * (tl.log2(b_leaf) - tl.log2(b_min)))
     tl.store(out_idx + o_b, b_idx, mask=m_b)
     tl.store(out_w + o_b, b_w, mask=m_b)
 
 
-def _min_offsets(tree: SumTree) -> torch.Tensor:
-    key = (tree.mins.shape[0], tree.mins.device)
+def _offsets(tree: SumTree) -> tuple[torch.Tensor, torch.Tensor]:
+    """``geometry.sum_offsets`` and ``geometry.min_offsets`` as int64 tensors on the tree's device."""
+    key = (tree.scratch.shape[0], tree.sums.device)
     off = _OFFSETS.get(key)
     if off is None:
-        g = geometry(tree.sums.shape[0] // 2)
-        off = _OFFSETS[key] = torch.tensor(g.min_offsets, dtype=torch.int64, device=tree.mins.device)
+        g = geometry(tree.scratch.shape[0])
+        dev = tree.sums.device
+        off = _OFFSETS[key] = (
+            torch.tensor(g.sum_offsets, dtype=torch.int64, device=dev),
+            torch.tensor(g.min_offsets, dtype=torch.int64, device=dev),
+        )
     return off
 
 
-_OFFSETS: dict[tuple[int, torch.device], torch.Tensor] = {}
+_OFFSETS: dict[tuple[int, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}
 
 
 def per_sample_triton(
     tree: SumTree, uniforms: torch.Tensor, beta: float, size: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     B = uniforms.shape[0]
-    g = geometry(tree.sums.shape[0] // 2)
+    g = geometry(tree.scratch.shape[0])
     idx = torch.empty(B, dtype=torch.int64, device=uniforms.device)
     w = torch.empty(B, dtype=torch.float32, device=uniforms.device)
     if B == 0:
@@ -268,6 +304,7 @@ def per_sample_triton(
     _per_sample_kernel[grid](
         tree.sums,
         tree.mins,
+        _offsets(tree)[0],
         uniforms,
         idx,
         w,
@@ -275,10 +312,13 @@ def per_sample_triton(
         size,
         inv_b,
         -float(beta),
-        g.P,
+        g.total_offset,
         g.min_offsets[-1],
+        g.rows[-2] if g.levels > 1 else g.P,
         LEVELS=g.levels,
         BLOCK=_SAMPLE_BLOCK,
+        F=FANOUT,
+        ROW_=ROW,
         num_warps=4,
     )
     return idx, w
@@ -290,11 +330,13 @@ def per_update_triton(
     B = indices.shape[0]
     if B == 0:
         return
-    g = geometry(tree.sums.shape[0] // 2)
+    g = geometry(tree.scratch.shape[0])
+    sum_off, min_off = _offsets(tree)
     _per_update_kernel[(1,)](
         tree.sums,
         tree.mins,
-        _min_offsets(tree),
+        sum_off,
+        min_off,
         tree.scratch,
         tree.max_priority,
         tree.status,
@@ -304,11 +346,12 @@ def per_update_triton(
         size,
         float(alpha),
         float(eps),
-        g.P,
         LEVELS=g.levels,
-        MIN_LEVELS=len(g.min_offsets) - 1,
         BLOCK=_UPDATE_BLOCK,
         MIN_BLOCK=_MIN_BLOCK,
+        F=FANOUT,
+        F_LOG2=FANOUT_LOG2,
+        ROW_=ROW,
         num_warps=8,
     )
 
@@ -316,19 +359,22 @@ def per_update_triton(
 def per_insert_triton(tree: SumTree, start: int, count: int, alpha: float) -> None:
     if count == 0:
         return
-    g = geometry(tree.sums.shape[0] // 2)
+    g = geometry(tree.scratch.shape[0])
+    sum_off, min_off = _offsets(tree)
     _per_insert_kernel[(1,)](
         tree.sums,
         tree.mins,
-        _min_offsets(tree),
+        sum_off,
+        min_off,
         tree.max_priority,
         start,
         count,
         float(alpha),
-        g.P,
         LEVELS=g.levels,
-        MIN_LEVELS=len(g.min_offsets) - 1,
         BLOCK=_UPDATE_BLOCK,
         MIN_BLOCK=_MIN_BLOCK,
+        F=FANOUT,
+        F_LOG2=FANOUT_LOG2,
+        ROW_=ROW,
         num_warps=8,
     )

@@ -1,28 +1,42 @@
 """Torch reference of the prioritized-replay sum tree: the specification, test oracle and CPU path.
 
-Layout (shared with the Triton kernels in :mod:`kernels.sumtree.fused`), ``P`` = a power of two
->= the capacity, at least 2:
+Layout (shared with the Triton kernels in :mod:`kernels.sumtree.fused`). ``P`` is a power of two
+>= the capacity, at least ``F = 32`` (the fan-out); ``L = ceil(log2(P) / 5)`` levels of rows.
 
-- ``sums``: f32 ``[2P]``, a binary sum tree. Node 1 is the root, node ``n`` has children ``2n``
-  and ``2n + 1``, leaf ``i`` is node ``P + i``; empty leaves hold 0; entry 0 is unused.
+- ``sums``: f32. Entries ``[0, P)`` are the **leaves** (``p ** alpha``; empty leaves hold 0).
+  Then, level after level (``l = 1 .. L``), **prefix rows** of ``F + 1 = 33`` entries: row ``r``
+  of level ``l`` covers the ``F`` children ``32r .. 32r + 31`` of level ``l - 1`` (leaves for
+  ``l = 1``) and holds ``[0, c_0, c_0 + c_1, ..., c_0 + ... + c_31]``: its children's exclusive
+  prefix sums, then its own total ``T`` (last entry). A child's total is the ``T`` of its row
+  (the leaf itself on level 0). Level ``l`` has ``n_l = max(1, P >> 5l)`` rows, stored padded
+  with zero rows to ``max(n_l, 32)`` (to 1 on the top level, the single root row), so that the
+  children of a level are always ``32 n_l`` stored totals. The root's ``T`` is the total mass.
 - ``mins``: f32, a 32-ary min tree stored level after level. Level 0 is the leaves (empty ones
-  +inf), level ``k + 1`` entry ``b`` is the minimum of level ``k`` entries ``32b .. 32b + 31``.
-  Level ``k`` holds ``n_k = max(1, P >> 5k)`` entries padded with +inf to ``max(n_k, 32)``; the
-  last level is the single global minimum. ``geometry(P)`` gives the offsets. A minimum is
-  exact whatever the fan-out, so a wide tree (few levels, cheap on CPU) changes no result.
+  +inf), level ``k + 1`` entry ``b`` is the minimum of level ``k`` entries ``32b .. 32b + 31``,
+  padded with +inf like the sum rows; the last level is the single global minimum.
+  :func:`geometry` gives the offsets of both trees.
 
-Every sum node is recomputed from its two children (``fl32(left + right)``) on every update,
-never patched with a delta, so nothing drifts: after any sequence of updates ``sums`` equals
-:func:`rebuild_ref` of its leaves bit for bit, and the root's relative error against the exact
-sum of the leaves is at most ``log2(P) * 2**-24`` (pairwise summation).
+**Prefix rule.** A row's prefixes are the children's totals accumulated one after the other in
+f64, each rounded once to f32: ``row[j + 1] = fl32(c_0 + ... + c_j)`` (sequential f64 sum). On
+CPU ``torch.cumsum`` of f32 is exactly that (it accumulates in f64, tested); elsewhere the
+reference asks for an f64 cumsum, whose order may differ only when a row's f64 sum is inexact
+(children spanning more than ``2**24`` in ratio). Every touched row is recomputed from its
+children on every update, never patched with a delta, so nothing drifts: after any sequence of
+updates ``sums`` equals :func:`rebuild_ref` of its leaves bit for bit. Each level rounds once,
+so the root's relative error is at most about ``L * 2**-24`` (``L`` = 4 for a million leaves).
 
-Everything is vectorised over the batch; the only Python loops run over tree levels.
+**Descent.** A target mass ``t`` in a row goes to child ``k = #{j in 1 .. 31 : row[j] <= t}``
+(the last child whose prefix is ``<= t``, a binary search on CPU as rows are non-decreasing;
+children without mass are skipped) and continues with ``t - row[k]``. Only loads, compares,
+counts and one f32 subtraction per level: every backend picks the same leaf from the same tree.
+On the root row only its real children are counted.
+
+Everything is vectorised over the batch; the only Python loops run over the ``L`` levels.
 """
 
 from __future__ import annotations
 
 import functools
-import math
 import weakref
 from typing import NamedTuple
 
@@ -31,28 +45,34 @@ import torch
 __all__ = [
     "BAD_INDEX",
     "BAD_PRIORITY",
-    "MIN_FANOUT_LOG2",
+    "FANOUT",
+    "FANOUT_LOG2",
+    "ROW",
     "Geometry",
     "SumTree",
     "geometry",
     "per_insert_ref",
     "per_sample_ref",
     "per_update_ref",
+    "prefix_ref",
     "rebuild_ref",
 ]
 
 # status[1] bits written when an update is rejected
 BAD_PRIORITY = 1  # a priority is NaN or infinite
 BAD_INDEX = 2  # an index is outside [0, size)
-MIN_FANOUT_LOG2 = 5  # the min tree is 32-ary
+FANOUT_LOG2 = 5
+FANOUT = 1 << FANOUT_LOG2  # children per row, in both trees
+ROW = FANOUT + 1  # entries per prefix row: 0, 31 inner prefixes, total
 
 
 class SumTree(NamedTuple):
     """The device tensors of one tree (create with :func:`kernels.sumtree.new_sumtree`).
 
     Attributes:
-        sums: f32 ``[2P]`` binary sum tree of the leaf values ``p ** alpha``.
-        mins: f32 32-ary min tree (see the module docstring).
+        sums: f32 ``[Geometry.sum_size]``: the ``P`` leaves ``p ** alpha``, then the prefix rows
+            of the 32-ary sum tree (see the module docstring).
+        mins: f32 ``[Geometry.min_size]``: the 32-ary min tree.
         scratch: int32 ``[P]``, all -1 between calls (duplicate resolution in updates).
         max_priority: f32 ``[1]``, the running maximum raw priority (new leaves get it).
         status: int32 ``[2]``: rejected update batches, reason bits of the last rejection.
@@ -66,109 +86,188 @@ class SumTree(NamedTuple):
 
 
 class Geometry(NamedTuple):
-    """Sizes of a tree with ``P`` leaves."""
+    """Sizes and offsets of a tree with ``P`` leaves."""
 
     P: int
-    levels: int  # edges from the sum tree's root to a leaf: log2(P)
-    min_offsets: tuple[int, ...]  # start of each min-tree level in ``mins``; the last is the root
+    levels: int  # L: levels of prefix rows above the leaves (the root row is level L)
+    rows: tuple[int, ...]  # n_l, real rows of level l = 1 .. L (index l - 1)
+    sum_offsets: tuple[int, ...]  # [0] = 0 (leaves), [l] = start of level l's rows in ``sums``
+    sum_size: int  # entries of ``sums``
+    min_offsets: tuple[int, ...]  # start of min-tree level k = 0 .. L in ``mins``; [L] is the root
     min_size: int  # entries of ``mins``
+
+    @property
+    def total_offset(self) -> int:
+        """Position of the root row's total (the sum of all leaves) in ``sums``."""
+        return self.sum_offsets[-1] + FANOUT
 
 
 @functools.lru_cache(maxsize=64)
 def geometry(P: int) -> Geometry:
-    """The :class:`Geometry` of a tree with ``P`` leaves (``P`` a power of two >= 2)."""
-    if P < 2 or P & (P - 1):
-        raise ValueError(f"P must be a power of two >= 2, got {P}")
-    fan = 1 << MIN_FANOUT_LOG2
-    offsets, off, n = [], 0, P
-    while True:
-        offsets.append(off)
-        if n == 1:
-            off += 1
-            break
-        off += max(n, fan)
-        n = max(1, n >> MIN_FANOUT_LOG2)
-    return Geometry(P, P.bit_length() - 1, tuple(offsets), off)
+    """The :class:`Geometry` of a tree with ``P`` leaves (a power of two >= 32).
 
-
-@functools.lru_cache(maxsize=64)
-def _shifts(P: int, device: torch.device) -> torch.Tensor:
-    """``[[1], [2], ..., [levels]]`` (int64 on ``device``): shifts from a leaf to its ancestors."""
-    return torch.arange(1, geometry(P).levels + 1, device=device).unsqueeze(1)
-
-
-def _dense_limit(batch: int) -> int:
-    """Recompute a whole level (one strided op) when it reads at most this many children.
-
-    Only a speed choice: an unchanged node already equals ``fl32(left + right)`` of its
-    children, so recomputing it densely writes the same bits as leaving it alone.
+    Raises:
+        ValueError: ``P`` is not a power of two >= 32.
     """
-    return max(8192, 8 * batch)
+    if P < FANOUT or P & (P - 1):
+        raise ValueError(f"P must be a power of two >= {FANOUT}, got {P}")
+    L = -(-(P.bit_length() - 1) // FANOUT_LOG2)
+    rows = tuple(max(1, P >> (FANOUT_LOG2 * lvl)) for lvl in range(1, L + 1))
+    sum_offsets, min_offsets = [0, P], [0, P]
+    for n in rows[:-1]:  # stored rows of levels 1 .. L - 1: padded to 32 (the root row: 1)
+        sum_offsets.append(sum_offsets[-1] + ROW * max(n, FANOUT))
+        min_offsets.append(min_offsets[-1] + max(n, FANOUT))
+    sum_size = sum_offsets[-1] + ROW
+    min_size = min_offsets[-1] + 1
+    return Geometry(P, L, rows, tuple(sum_offsets), sum_size, tuple(min_offsets), min_size)
 
 
-class _LevelViews(NamedTuple):
-    sums: tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor], ...]  # by depth d: (left, right, out)
-    mins: tuple[tuple[torch.Tensor, torch.Tensor], ...]  # by level k + 1: (children [n, 32], out [n])
+class _Work(NamedTuple):
+    """Preallocated buffers of one descent (batch ``B``); only intermediate values live here."""
+
+    t: torch.Tensor  # f32 [B, 1] target mass (and [B] minima in updates)
+    t1: torch.Tensor  # f32 [B], a view of t
+    rows: torch.Tensor  # f32 [B, 32] the gathered rows (children in updates)
+    prefix: torch.Tensor  # f32 [B, 32] their prefix sums (updates)
+    count: torch.Tensor  # int64 [B, 1] prefixes <= t
+    child: torch.Tensor  # int64 [B, 1]
+    sub: torch.Tensor  # f32 [B, 1] prefix of the chosen child
+    node: tuple[torch.Tensor, torch.Tensor]  # int64 [B] x 2: row index, ping-pong
 
 
-# Views of each tree's levels, built once per tree: slicing costs as much as the add it feeds on
+def _work(views: _Views, B: int, device: torch.device) -> _Work:
+    w = views.work.get(B)
+    if w is None:
+        if len(views.work) >= 4:
+            views.work.clear()
+        i64 = dict(dtype=torch.int64, device=device)
+        t = torch.empty(B, 1, dtype=torch.float32, device=device)
+        w = views.work[B] = _Work(
+            t,
+            t.view(B),
+            torch.empty(B, FANOUT, dtype=torch.float32, device=device),
+            torch.empty(B, FANOUT, dtype=torch.float32, device=device),
+            torch.empty(B, 1, **i64),
+            torch.empty(B, 1, **i64),
+            torch.empty(B, 1, dtype=torch.float32, device=device),
+            (torch.empty(B, **i64), torch.empty(B, **i64)),
+        )
+    return w
+
+
+class _Views(NamedTuple):
+    """Views of one tree's levels (index ``l - 1`` for level ``l``)."""
+
+    stored: tuple[torch.Tensor, ...]  # [stored rows, 33]
+    search: tuple[torch.Tensor, ...]  # [stored rows, 32]: entries 0 .. 31 (0 and the inner prefixes)
+    prefix: tuple[torch.Tensor, ...]  # [n_l, 32]: entries 1 .. 32 of the real rows (written)
+    children: tuple[torch.Tensor, ...]  # [n_l, 32]: the totals of level l - 1 (leaves for l = 1)
+    mins: tuple[tuple[torch.Tensor, torch.Tensor], ...]  # (children [n_l, 32], out [n_l])
+    root: torch.Tensor  # [33] the root row
+    root_children: int  # real children of the root row (the others are padding)
+    total: torch.Tensor  # 0-d: the root's total
+    shifts: torch.Tensor  # int64 [L, 1]: 5, 10, ..., 5L (leaf index -> row index of level l)
+    work: dict[int, _Work]  # descent buffers by batch size
+
+
+# Views of each tree's levels, built once per tree: slicing costs as much as the op it feeds on
 # CPU. Keyed by id(sums), checked against weak references, dropped when the tree's tensors die.
-_VIEWS: dict[int, tuple[weakref.ref, weakref.ref, int, _LevelViews]] = {}
+_VIEWS: dict[int, tuple[weakref.ref, weakref.ref, int, _Views]] = {}
 
 
-def _level_views(tree: SumTree) -> _LevelViews:
+def _views(tree: SumTree) -> _Views:
     sums, mins = tree.sums, tree.mins
     key = id(sums)
     hit = _VIEWS.get(key)
     if hit is not None and hit[0]() is sums and hit[1]() is mins and hit[2] == sums.data_ptr():
         return hit[3]
-    P = sums.shape[0] // 2
-    g = geometry(P)
-    sum_views = tuple(
-        (sums[2 << d : 4 << d : 2], sums[(2 << d) + 1 : 4 << d : 2], sums[1 << d : 2 << d])
-        for d in range(g.levels)
+    g = geometry(tree.scratch.shape[0])
+    so, mo = g.sum_offsets, g.min_offsets
+    stored, prefix, children, min_views = [], [], [], []
+    below = sums[: g.P]  # totals of the level below, flat
+    for lvl in range(1, g.levels + 1):
+        n = g.rows[lvl - 1]
+        n_stored = (so[lvl + 1] - so[lvl]) // ROW if lvl < g.levels else 1
+        rows = sums[so[lvl] : so[lvl] + ROW * n_stored].view(n_stored, ROW)
+        stored.append(rows)
+        prefix.append(rows[:n, 1:])
+        children.append(below[: FANOUT * n].view(n, FANOUT))
+        below = rows[:, FANOUT]
+        min_views.append(
+            (mins[mo[lvl - 1] : mo[lvl - 1] + FANOUT * n].view(n, FANOUT), mins[mo[lvl] : mo[lvl] + n])
+        )
+    shifts = torch.arange(1, g.levels + 1, device=sums.device).mul_(FANOUT_LOG2).unsqueeze(1)
+    views = _Views(
+        tuple(stored),
+        tuple(rows[:, :FANOUT] for rows in stored),
+        tuple(prefix),
+        tuple(children),
+        tuple(min_views),
+        stored[-1][0],
+        g.rows[-2] if g.levels > 1 else g.P,
+        sums[g.total_offset],
+        shifts,
+        {},
     )
-    fan, off = 1 << MIN_FANOUT_LOG2, g.min_offsets
-    min_views = []
-    for k in range(len(off) - 1):
-        n = max(1, P >> (MIN_FANOUT_LOG2 * (k + 1)))
-        min_views.append((mins[off[k] : off[k] + fan * n].view(n, fan), mins[off[k + 1] : off[k + 1] + n]))
-    views = _LevelViews(sum_views, tuple(min_views))
     _VIEWS[key] = (weakref.ref(sums), weakref.ref(mins), sums.data_ptr(), views)
     weakref.finalize(sums, _VIEWS.pop, key, None)
     return views
 
 
-def _update_ancestors(tree: SumTree, idx: torch.Tensor) -> None:
-    """Recompute every ancestor of leaves ``idx`` (int64 [B]) in both trees, bottom up.
+def prefix_ref(children: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Inclusive prefix sums along dim 1 by the prefix rule: sequential f64, rounded to f32.
 
-    Low levels: gather the two children of each touched node, add, scatter. High levels
-    (small): recompute the whole level with one strided op.
+    ``children``: f32 ``[n, 32]``. Writes into ``out`` (f32 ``[n, 32]``, any strides) when given;
+    returns the f32 prefix sums.
     """
-    sums = tree.sums
-    P = sums.shape[0] // 2
-    g = geometry(P)
-    limit = _dense_limit(idx.shape[0])
-    shifts = _shifts(P, sums.device)
-    views = _level_views(tree)
-    # sum tree, sparse part: heights 1..n_sparse above the leaves (nodes at depth levels - h)
-    n_sparse = sum(1 for h in range(1, g.levels + 1) if 2 << (g.levels - h) > limit)
-    if n_sparse:
-        node = torch.bitwise_right_shift(idx + P, shifts[:n_sparse])  # [n_sparse, B]
-        left = node * 2
-        right = left + 1
-        for n, l, r in zip(node.unbind(0), left.unbind(0), right.unbind(0), strict=True):
-            sums.scatter_(0, n, sums.gather(0, l) + sums.gather(0, r))
-    for d in range(g.levels - n_sparse - 1, -1, -1):  # dense part: depth d from depth d + 1
-        left_v, right_v, out = views.sums[d]
-        torch.add(left_v, right_v, out=out)
-    # min tree: level k + 1 entry b is the min of level-k entries 32b .. 32b + 31
-    for k, (children, out) in enumerate(views.mins):
-        if children.numel() > limit:
-            block = torch.bitwise_right_shift(idx, MIN_FANOUT_LOG2 * (k + 1))
-            out.scatter_(0, block, children.index_select(0, block).amin(1))  # rows [B, 32]
-        else:
+    if children.device.type == "cpu":  # cumsum of f32 accumulates in f64 on CPU (tested)
+        return torch.cumsum(children, 1) if out is None else torch.cumsum(children, 1, out=out)
+    cs = torch.cumsum(children, 1, dtype=torch.float64)
+    return cs.float() if out is None else out.copy_(cs)
+
+
+def _dense_limit(batch: int) -> int:
+    """Recompute a whole level (one op) when it has at most this many children.
+
+    Only a speed choice: an unchanged row already equals the prefix of its children, so
+    recomputing it writes the same bits as leaving it alone.
+    """
+    return max(8192, 8 * batch)
+
+
+def _update_ancestors(tree: SumTree, idx: torch.Tensor) -> None:
+    """Recompute the rows and min entries above leaves ``idx`` (int64 [B]), bottom up.
+
+    Large levels: gather the touched rows' children, prefix, copy back (duplicates write equal
+    rows). Small levels: the whole level at once.
+    """
+    v = _views(tree)
+    B = idx.shape[0]
+    limit = _dense_limit(B)
+    parents = None
+    work = None
+    for lvl, (children, prefix) in enumerate(zip(v.children, v.prefix, strict=True)):
+        if children.numel() <= limit:
+            prefix_ref(children, out=prefix)
+            continue
+        if parents is None:
+            parents = torch.bitwise_right_shift(idx, v.shifts)  # [L, B]
+            work = _work(v, B, idx.device)
+        rows = parents[lvl]
+        # children of levels >= 2 are a strided column, where advanced indexing gathers faster
+        kids = torch.index_select(children, 0, rows, out=work.rows) if lvl == 0 else children[rows]
+        prefix.index_copy_(0, rows, prefix_ref(kids, out=work.prefix))
+    for lvl, (children, out) in enumerate(v.mins):
+        if children.numel() <= limit:
             torch.amin(children, 1, out=out)
+            continue
+        if parents is None:
+            parents = torch.bitwise_right_shift(idx, v.shifts)
+            work = _work(v, B, idx.device)
+        rows = parents[lvl]
+        out.index_copy_(
+            0, rows, torch.amin(torch.index_select(children, 0, rows, out=work.rows), 1, out=work.t1)
+        )
 
 
 def per_update_ref(
@@ -184,59 +283,53 @@ def per_update_ref(
     if B == 0:
         return
     p = td_errors.float().abs().add_(eps)
-    # an f64 sum of f32 values cannot overflow: it is finite iff every p is
+    p_max = p.max()  # NaN if any p is NaN, inf if any is inf
     lo, hi = torch.aminmax(indices)
-    finite = math.isfinite(p.sum(dtype=torch.float64).item())
+    finite = abs(p_max.item()) < float("inf")  # False for NaN and inf
     in_range = lo.item() >= 0 and hi.item() < size
     if not (finite and in_range):
         tree.status[0] += 1
         tree.status[1] = (0 if finite else BAD_PRIORITY) | (0 if in_range else BAD_INDEX)
         return
-    tree.max_priority.clamp_(min=p.max())
-    v = p.pow_(alpha)
+    tree.max_priority.clamp_(min=p_max)
+    val = p.pow_(alpha)
     # last one wins: the highest batch position owns an index, every duplicate writes its value
     scratch = tree.scratch
     scratch.scatter_reduce_(0, indices, _positions(B, indices.device), "amax")
-    v = v.index_select(0, scratch.index_select(0, indices))
+    val = val.index_select(0, scratch.index_select(0, indices))
     scratch.index_fill_(0, indices, -1)
-    P = tree.sums.shape[0] // 2
-    tree.sums.scatter_(0, indices + P, v)
-    tree.mins.scatter_(0, indices, v)
+    tree.sums.scatter_(0, indices, val)  # leaves are sums[0:P]
+    tree.mins.scatter_(0, indices, val)
     _update_ancestors(tree, indices)
 
 
 def per_insert_ref(tree: SumTree, start: int, count: int, alpha: float) -> None:
     """Set leaves ``start .. start + count - 1`` to ``max_priority ** alpha``; see
-    :func:`kernels.sumtree.per_insert`. The touched nodes of every level form one contiguous
-    range, recomputed with one strided op per level."""
+    :func:`kernels.sumtree.per_insert`. The touched rows of every level form one contiguous
+    range, recomputed with one prefix per level."""
     if count == 0:
         return
     sums, mins = tree.sums, tree.mins
-    P = sums.shape[0] // 2
-    g = geometry(P)
-    v = tree.max_priority.pow(alpha)  # [1]
+    v = _views(tree)
+    val = tree.max_priority.pow(alpha)  # [1]
     a, b = start, start + count - 1  # inclusive leaf range
-    sums[P + a : P + b + 1] = v
-    mins[a : b + 1] = v
+    sums[a : b + 1] = val
+    mins[a : b + 1] = val
     limit = _dense_limit(count)
-    views = _level_views(tree)
-    lo, hi = P + a, P + b
-    for d in range(g.levels - 1, -1, -1):
-        lo, hi = lo >> 1, hi >> 1
-        if 2 << d <= limit:  # small level: recompute all of it (same bits, fewer ops)
-            left_v, right_v, out = views.sums[d]
-            torch.add(left_v, right_v, out=out)
+    for lvl, (children, prefix) in enumerate(zip(v.children, v.prefix, strict=True)):
+        if children.numel() <= limit:
+            prefix_ref(children, out=prefix)
         else:
-            torch.add(sums[2 * lo : 2 * hi + 2 : 2], sums[2 * lo + 1 : 2 * hi + 2 : 2], out=sums[lo : hi + 1])
-    fan, off = 1 << MIN_FANOUT_LOG2, g.min_offsets
-    for k, (all_children, all_out) in enumerate(views.mins):
-        if all_children.numel() <= limit:
-            torch.amin(all_children, 1, out=all_out)
-            continue
-        shift = MIN_FANOUT_LOG2 * (k + 1)
-        lo, hi = a >> shift, b >> shift
-        children = mins[off[k] + fan * lo : off[k] + fan * (hi + 1)].view(hi - lo + 1, fan)
-        torch.amin(children, 1, out=mins[off[k + 1] + lo : off[k + 1] + hi + 1])
+            shift = FANOUT_LOG2 * (lvl + 1)
+            lo, hi = a >> shift, (b >> shift) + 1
+            prefix_ref(children[lo:hi], out=prefix[lo:hi])
+    for lvl, (children, out) in enumerate(v.mins):
+        if children.numel() <= limit:
+            torch.amin(children, 1, out=out)
+        else:
+            shift = FANOUT_LOG2 * (lvl + 1)
+            lo, hi = a >> shift, (b >> shift) + 1
+            torch.amin(children[lo:hi], 1, out=out[lo:hi])
 
 
 @functools.lru_cache(maxsize=16)
@@ -257,56 +350,54 @@ def per_sample_ref(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Stratified proportional sampling by tree descent; see :func:`kernels.sumtree.per_sample`.
 
-    Sample ``j`` targets the mass ``(j + uniforms[j]) * (total * f32(1/B))`` and descends: go
-    right (subtracting the left sum) when the target is >= the left child's sum. The leaf index
-    is clamped to ``size - 1`` (rounding can only push a descent into the empty tail).
+    Sample ``j`` targets the mass ``(j + uniforms[j]) * (total * f32(1/B))`` and descends the
+    rows from the root (the descent rule of the module docstring). The leaf index is clamped to
+    ``size - 1`` (rounding can only push a descent into the empty tail).
     """
-    sums = tree.sums
+    v = _views(tree)
     B = uniforms.shape[0]
-    P = sums.shape[0] // 2
-    g = geometry(P)
-    strata, inv_b = _strata(B, sums.device)
-    target = (strata + uniforms) * (sums[1] * inv_b)
-    left_sums = sums[0::2]  # left_sums[n] = sums[2n], the left child of node n
-    node = torch.ones(B, dtype=torch.int64, device=sums.device)
-    # go right <=> target >= left, kept as f32 and int64 0/1: mixed-dtype ops are slow on CPU,
-    # and so is allocating; every op below writes into a preallocated buffer
-    go_f = torch.empty(B, dtype=torch.float32, device=sums.device)
-    go_i = torch.empty_like(node)
-    left = torch.empty_like(target)
-    child = torch.empty_like(node)
-    for _ in range(g.levels):
-        torch.index_select(left_sums, 0, node, out=left)
-        torch.ge(target, left, out=go_f)
-        torch.ge(target, left, out=go_i)
-        target.addcmul_(left, go_f, value=-1)  # target - left where going right (left * 1 or * 0 is exact)
-        torch.add(go_i, node, alpha=2, out=child)  # child 2n or 2n + 1
-        node, child = child, node
-    idx = node.sub_(P).clamp_max_(size - 1)
-    leaf = sums.index_select(0, idx + P)
-    weights = (leaf / tree.mins[g.min_offsets[-1]]).pow_(-beta)
+    w = _work(v, B, uniforms.device)
+    strata, inv_b = _strata(B, uniforms.device)
+    t, t1 = w.t, w.t1  # [B, 1] and [B] views of the target mass
+    torch.add(strata, uniforms, out=t1).mul_(v.total * inv_b)
+    node, spare = w.node
+    # root row: count only its real children (the others are padding)
+    torch.searchsorted(v.root[1 : v.root_children], t1, right=True, out=node)
+    t1.sub_(v.root.index_select(0, node))
+    child1 = w.child.view(B)
+    for rows in reversed(v.search[:-1]):
+        torch.index_select(rows, 0, node, out=w.rows)  # [B, 32]: 0 and the inner prefixes
+        torch.searchsorted(w.rows, t, right=True, out=w.count)  # 1 + child (row[0] = 0 <= t)
+        torch.sub(w.count, 1, out=w.child)
+        t.sub_(torch.gather(w.rows, 1, w.child, out=w.sub))
+        node, spare = torch.add(child1, node, alpha=FANOUT, out=spare), node  # next level's row
+    idx = torch.clamp_max(node, size - 1)  # the leaf (a fresh tensor)
+    weights = tree.sums.index_select(0, idx).div_(tree.mins[-1]).pow_(-beta)
     return idx, weights
 
 
 def rebuild_ref(tree: SumTree, exact: bool = False) -> None:
-    """Recompute every internal node of both trees from the leaves, level by level (in place).
+    """Recompute every row of the sum tree and every internal node of the min tree from the
+    leaves (in place; the leaves and ``mins[:P]`` are not touched).
 
-    ``exact=False``: each sum node is ``fl32(left + right)``, the tree the updates maintain.
-    ``exact=True``: sums are accumulated in f64 and every node is rounded to f32 once, so each
-    node (the root included) is the correctly rounded sum of its subtree's f32 leaves up to one
-    f64 rounding per level (relative ``log2(P) * 2**-53``). The min tree is exact either way.
+    ``exact=False``: each row by the prefix rule from its children's stored totals, the tree the
+    updates maintain. ``exact=True``: every row is computed from unrounded f64 totals of its
+    children, so each stored prefix and total (the root included) is an f64 sum of its leaves
+    rounded to f32 once. The min tree is exact either way.
     """
-    sums, mins = tree.sums, tree.mins
-    P = sums.shape[0] // 2
-    g = geometry(P)
-    level = sums[P:].double() if exact else sums[P:]
-    for k in range(g.levels - 1, -1, -1):
-        level = level[0::2] + level[1::2]
-        sums[1 << k : 2 << k] = level
-    sums[0] = 0.0
-    fan = 1 << MIN_FANOUT_LOG2
-    for k in range(len(g.min_offsets) - 1):
-        n_parent = max(1, P >> (MIN_FANOUT_LOG2 * (k + 1)))
-        child = mins[g.min_offsets[k] : g.min_offsets[k] + n_parent * fan]
-        end = g.min_offsets[k + 1] + n_parent
-        mins[g.min_offsets[k + 1] : end] = child.view(n_parent, fan).amin(1)
+    v = _views(tree)
+    for rows in v.stored:
+        rows.zero_()
+    if exact:
+        below = tree.sums[: tree.scratch.shape[0]].double()
+        for children, prefix in zip(v.children, v.prefix, strict=True):
+            n = children.shape[0]
+            cs = torch.cumsum(below[: FANOUT * n].view(n, FANOUT), 1)
+            prefix.copy_(cs)
+            below = torch.zeros(max(n, FANOUT), dtype=torch.float64, device=cs.device)
+            below[:n] = cs[:, -1]
+    else:
+        for children, prefix in zip(v.children, v.prefix, strict=True):
+            prefix_ref(children, out=prefix)
+    for children, out in v.mins:
+        torch.amin(children, 1, out=out)

@@ -21,7 +21,16 @@ from typing import Any
 
 import torch
 
-from kernels.sumtree import BAD_INDEX, BAD_PRIORITY, new_sumtree, per_insert, per_sample, per_update, rebuild
+from kernels.sumtree import (
+    BAD_INDEX,
+    BAD_PRIORITY,
+    leaves,
+    new_sumtree,
+    per_insert,
+    per_sample,
+    per_update,
+    rebuild,
+)
 from toolkit.replay.buffer import ReplayBatch, ReplayBuffer
 
 __all__ = ["PrioritizedReplayBuffer"]
@@ -164,8 +173,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     def priorities(self) -> torch.Tensor:
         """The stored leaf values ``p_i ** alpha`` of the ``len(self)`` transitions, f32 (a copy)."""
-        P = self._tree.sums.shape[0] // 2
-        return self._tree.sums[P : P + self._size].clone()
+        return leaves(self._tree)[: self._size].clone()
 
     def rebuild_tree(self, exact: bool = False) -> None:
         """Recompute the sum and min trees from their leaves (see :func:`kernels.sumtree.rebuild`).
@@ -244,8 +252,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         super()._apply_state(staged)
         size = staged["meta"]["size"]
         tree = new_sumtree(self.capacity, self.device)
-        P = tree.sums.shape[0] // 2
-        tree.sums[P : P + size] = staged["priorities"]
+        leaves(tree)[:size] = staged["priorities"]
         tree.mins[:size] = staged["priorities"]
         rebuild(tree)
         tree.max_priority.copy_(staged["max_priority"])
