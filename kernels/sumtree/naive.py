@@ -164,9 +164,11 @@ class _Views(NamedTuple):
     children: tuple[torch.Tensor, ...]  # [n_l, 32]: the totals of level l - 1 (leaves for l = 1)
     mins: tuple[tuple[torch.Tensor, torch.Tensor], ...]  # (children [n_l, 32], out [n_l])
     root: torch.Tensor  # [33] the root row
-    root_children: int  # real children of the root row (the others are padding)
+    root_search: torch.Tensor  # the root row's prefixes over its real children (the rest is padding)
+    min_root: torch.Tensor  # 0-d: the global minimum
     total: torch.Tensor  # 0-d: the root's total
     shifts: torch.Tensor  # int64 [L, 1]: 5, 10, ..., 5L (leaf index -> row index of level l)
+    one: torch.Tensor  # int64 0-d: 1
     work: dict[int, _Work]  # descent buffers by batch size
 
 
@@ -204,9 +206,11 @@ def _views(tree: SumTree) -> _Views:
         tuple(children),
         tuple(min_views),
         stored[-1][0],
-        g.rows[-2] if g.levels > 1 else g.P,
+        stored[-1][0, 1 : g.rows[-2] if g.levels > 1 else g.P],
+        mins[mo[-1]],
         sums[g.total_offset],
         shifts,
+        torch.ones((), dtype=torch.int64, device=sums.device),
         {},
     )
     _VIEWS[key] = (weakref.ref(sums), weakref.ref(mins), sums.data_ptr(), views)
@@ -227,12 +231,13 @@ def prefix_ref(children: torch.Tensor, out: torch.Tensor | None = None) -> torch
 
 
 def _dense_limit(batch: int) -> int:
-    """Recompute a whole level (one op) when it has at most this many children.
+    """Recompute a whole level of an update (one op) when it has at most this many children.
 
-    Only a speed choice: an unchanged row already equals the prefix of its children, so
-    recomputing it writes the same bits as leaving it alone.
+    A sparse level gathers, prefixes and scatters ``32 * batch`` values (three passes), a dense
+    one prefixes all of the level's children once. Only a speed choice: an unchanged row already
+    equals the prefix of its children, so recomputing it writes the same bits as leaving it alone.
     """
-    return max(8192, 8 * batch)
+    return max(8192, 64 * batch)
 
 
 def _update_ancestors(tree: SumTree, idx: torch.Tensor) -> None:
@@ -282,7 +287,7 @@ def per_update_ref(
     B = indices.shape[0]
     if B == 0:
         return
-    p = td_errors.float().abs().add_(eps)
+    p = td_errors.float().abs().add_(_scalar(eps, indices.device))  # a 0-d tensor adds faster
     p_max = p.max()  # NaN if any p is NaN, inf if any is inf
     lo, hi = torch.aminmax(indices)
     finite = abs(p_max.item()) < float("inf")  # False for NaN and inf
@@ -315,7 +320,7 @@ def per_insert_ref(tree: SumTree, start: int, count: int, alpha: float) -> None:
     a, b = start, start + count - 1  # inclusive leaf range
     sums[a : b + 1] = val
     mins[a : b + 1] = val
-    limit = _dense_limit(count)
+    limit = 8192  # small levels at once; a range of a large level is never dearer than all of it
     for lvl, (children, prefix) in enumerate(zip(v.children, v.prefix, strict=True)):
         if children.numel() <= limit:
             prefix_ref(children, out=prefix)
@@ -330,6 +335,12 @@ def per_insert_ref(tree: SumTree, start: int, count: int, alpha: float) -> None:
             shift = FANOUT_LOG2 * (lvl + 1)
             lo, hi = a >> shift, (b >> shift) + 1
             torch.amin(children[lo:hi], 1, out=out[lo:hi])
+
+
+@functools.lru_cache(maxsize=16)
+def _scalar(value: float, device: torch.device) -> torch.Tensor:
+    """``value`` as a 0-d f32 tensor (read-only constant; cheaper to pass to an op than a float)."""
+    return torch.tensor(value, dtype=torch.float32, device=device)
 
 
 @functools.lru_cache(maxsize=16)
@@ -362,17 +373,17 @@ def per_sample_ref(
     torch.add(strata, uniforms, out=t1).mul_(v.total * inv_b)
     node, spare = w.node
     # root row: count only its real children (the others are padding)
-    torch.searchsorted(v.root[1 : v.root_children], t1, right=True, out=node)
+    torch.searchsorted(v.root_search, t1, right=True, out=node)
     t1.sub_(v.root.index_select(0, node))
     child1 = w.child.view(B)
     for rows in reversed(v.search[:-1]):
         torch.index_select(rows, 0, node, out=w.rows)  # [B, 32]: 0 and the inner prefixes
         torch.searchsorted(w.rows, t, right=True, out=w.count)  # 1 + child (row[0] = 0 <= t)
-        torch.sub(w.count, 1, out=w.child)
+        torch.sub(w.count, v.one, out=w.child)
         t.sub_(torch.gather(w.rows, 1, w.child, out=w.sub))
         node, spare = torch.add(child1, node, alpha=FANOUT, out=spare), node  # next level's row
     idx = torch.clamp_max(node, size - 1)  # the leaf (a fresh tensor)
-    weights = tree.sums.index_select(0, idx).div_(tree.mins[-1]).pow_(-beta)
+    weights = tree.sums.index_select(0, idx).div_(v.min_root).pow_(-beta)
     return idx, weights
 
 
