@@ -15,7 +15,7 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev,docs,train]'
 	touch $@
 
-# Rainbow on CartPole-v1, on the CPU, until a greedy evaluation is solved (>= 475): under a minute
+# Rainbow on CartPole-v1, on the CPU, until a greedy evaluation is solved (>= 475): seconds to a minute
 # on 2 cores (`python -m toolkit train` with no arguments). Each run gets its own folder under
 # runs/ (metrics.csv, curve.png, checkpoint.safetensors); nothing is overwritten.
 train: install

@@ -91,8 +91,8 @@ class DQNConfig:
     # ---- return distribution
     distribution: str = "none"
     """``"none"`` (expected Q), ``"c51"`` (categorical) or ``"qr"`` (quantile regression)."""
-    atoms: int = 101
-    """C51: number of atoms of the support."""
+    atoms: int = 51
+    """C51: number of atoms of the support (the head's output and cost grow with it)."""
     v_min: float = -100.0
     """C51: lowest atom (returns below are clamped onto it); +-100 holds every return of rewards in
     [-1, 1] at gamma 0.99. Set it to your task's return range."""

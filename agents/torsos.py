@@ -102,7 +102,9 @@ def _norm(kind: str, width: int, device, dtype) -> nn.Module:
 class MLPTorso(nn.Module):
     """``depth`` x (linear, optional RMSNorm, ReLU) on the flattened observation.
 
-    ``forward(x [B, *obs_shape]) -> [B, width]``.
+    ``forward(x [B, *obs_shape]) -> [B, width]``. The loop is written out (no ``Sequential`` of
+    flatten / identity modules): acting calls this once per environment step, where each module
+    call costs microseconds.
     """
 
     def __init__(
@@ -117,17 +119,22 @@ class MLPTorso(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        layers: list[nn.Module] = [nn.Flatten(1)]
-        n_in = in_features
-        for _ in range(depth):
-            layers += [_linear(n_in, width, spectral_norm, device, dtype), _norm(norm, width, device, dtype),
-                       nn.ReLU()]
-            n_in = width
-        self.net = nn.Sequential(*layers)
-        self.out_features = n_in
+        sizes = [in_features] + [width] * depth
+        self.layers = nn.ModuleList(
+            [_linear(sizes[i], sizes[i + 1], spectral_norm, device, dtype) for i in range(depth)]
+        )
+        norms = [_norm(norm, width, device, dtype) for _ in range(depth)]
+        self.norms = nn.ModuleList(norms) if norm != "none" else None
+        self.out_features = width
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x)
+        x = x.flatten(1)
+        for i, layer in enumerate(self.layers):
+            x = layer(x)
+            if self.norms is not None:
+                x = self.norms[i](x)
+            x = torch.relu(x)
+        return x
 
 
 class _ResidualBlock(nn.Module):

@@ -99,10 +99,10 @@ def test_bf16_small_updates_accumulate(monkeypatch) -> None:
     monkeypatch.setenv("TRITONRL_DTYPE", "bf16")
     agent = _agent("dqn", lr=1e-6, target_update_every=10_000)
     _fill(agent, 30)
-    w0 = agent.online.torso.net[1].weight.detach().clone()
+    w0 = agent.online.torso.layers[0].weight.detach().clone()
     for _ in range(300):
         agent.update()
-    w1 = agent.online.torso.net[1].weight.detach()
+    w1 = agent.online.torso.layers[0].weight.detach()
     assert (w1 != w0).float().mean().item() > 0.05
 
 
