@@ -178,20 +178,27 @@ class PPOConfig:
 
 
 PRESETS: dict[str, PPOConfig] = {
+    # CartPole-style discrete control.
     "ppo": PPOConfig(policy="discrete", lr=1e-3),
+    # Pendulum-style continuous control: short horizon, rewards scaled to O(1) returns.
     "ppo-continuous": PPOConfig(
-        policy="continuous", num_steps=256, gamma=0.9, gae_lambda=0.95, lr=1e-3, update_epochs=10,
-        num_minibatches=16, ent_coef=0.0, reward_scale=0.1, total_steps=200_000,
+        policy="continuous", num_steps=256, gamma=0.95, gae_lambda=0.95, lr=1e-3, update_epochs=10,
+        num_minibatches=16, ent_coef=0.0, reward_scale=0.1, clip_vloss=False, total_steps=200_000,
     ),
+    # Partially observed tasks: sequences of 32 steps; values on a small scale so the critic does not
+    # swamp the shared memory's features.
     "ppo-lstm": PPOConfig(
-        policy="lstm", hidden=(64,), memory_size=64, num_steps=128, seq_len=32, normalize_obs=True, lr=5e-4,
-        update_epochs=8, num_minibatches=8, total_steps=200_000,
+        policy="lstm", hidden=(64,), memory_size=64, num_steps=128, seq_len=32, normalize_obs=True,
+        lr=5e-4, update_epochs=8, num_minibatches=8, reward_scale=0.1, clip_vloss=False, total_steps=200_000,
     ),
     "ppo-flow": PPOConfig(
-        policy="flow", flow_layers=2, num_steps=256, gamma=0.9, gae_lambda=0.9, lr=1e-3, update_epochs=10,
-        num_minibatches=16, ent_coef=0.0, reward_scale=0.1, total_steps=200_000,
+        policy="flow", flow_layers=2, num_steps=256, gamma=0.95, gae_lambda=0.9, lr=1e-3, update_epochs=10,
+        num_minibatches=16, ent_coef=0.0, reward_scale=0.1, clip_vloss=False, total_steps=200_000,
     ),
-    "ppo-mamba": PPOConfig(policy="mamba", hidden=(64,), memory_size=32, seq_len=16, num_steps=128),
+    "ppo-mamba": PPOConfig(
+        policy="mamba", memory_size=32, num_steps=128, seq_len=32, normalize_obs=True, lr=5e-4,
+        update_epochs=8, num_minibatches=8, reward_scale=0.1, clip_vloss=False, total_steps=200_000,
+    ),
 }
 """Named configs; the CLI registers each (``--agent ppo-lstm``)."""
 

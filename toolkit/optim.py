@@ -56,6 +56,7 @@ class MasterWeightOptimizer:
             p if p.dtype == torch.float32 else p.detach().float().requires_grad_(True) for p in self.params
         ]
         self.optimizer = optimizer_cls(self.masters, **kwargs)
+        self._gathered = False  # master grads hold this step's (possibly clipped) gradients
 
     @property
     def has_masters(self) -> bool:
@@ -73,15 +74,20 @@ class MasterWeightOptimizer:
             group["lr"] = lr
 
     def zero_grad(self) -> None:
-        """Drop the gradients of the parameters and of the masters."""
+        """Drop the gradients of the parameters and of the masters (call it before each backward)."""
         for p, m in zip(self.params, self.masters, strict=True):
             p.grad = None
             m.grad = None
+        self._gathered = False
 
     def _gather_grads(self) -> None:
+        """Copy the parameters' gradients into the f32 masters, once per step."""
+        if self._gathered:
+            return
         for p, m in zip(self.params, self.masters, strict=True):
             if m is not p:
                 m.grad = None if p.grad is None else p.grad.float()
+        self._gathered = True
 
     def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
         """Clip the global gradient norm (computed in f32 on the master gradients) to ``max_norm``.
@@ -100,6 +106,7 @@ class MasterWeightOptimizer:
             for p, m in zip(self.params, self.masters, strict=True):
                 if m is not p:
                     p.copy_(m)
+        self._gathered = False
 
     def state_dict(self) -> dict[str, Any]:
         """Inner optimizer state plus the f32 masters (``None`` where the parameter is f32)."""
