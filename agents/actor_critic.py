@@ -96,7 +96,7 @@ class CategoricalHead(nn.Module):
         self.logits = _init(nn.Linear(feature_dim, n), 0.01)
 
     def _dist(self, feat: torch.Tensor) -> torch.distributions.Categorical:
-        return torch.distributions.Categorical(logits=_up(self.logits(feat)))
+        return torch.distributions.Categorical(logits=_up(self.logits(feat)), validate_args=False)
 
     def sample(self, feat: torch.Tensor, deterministic: bool, generator: torch.Generator | None = None
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -160,7 +160,7 @@ class GaussianHead(nn.Module):
 
     def _normal(self, feat: torch.Tensor) -> torch.distributions.Normal:
         mean = _up(self.mean(feat))
-        return torch.distributions.Normal(mean, _up(self.log_std).exp().expand_as(mean))
+        return torch.distributions.Normal(mean, _up(self.log_std).exp().expand_as(mean), validate_args=False)
 
     def sample(self, feat: torch.Tensor, deterministic: bool, generator: torch.Generator | None = None
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -276,7 +276,7 @@ class FlowHead(nn.Module):
 
     def _base(self, feat: torch.Tensor) -> torch.distributions.Normal:
         mean = _up(self.base_mean(feat))
-        return torch.distributions.Normal(mean, _up(self.log_std).exp().expand_as(mean))
+        return torch.distributions.Normal(mean, _up(self.log_std).exp().expand_as(mean), validate_args=False)
 
     def _forward_flow(self, feat: torch.Tensor, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         log_det = torch.zeros(z.shape[:-1], dtype=z.dtype, device=z.device)

@@ -1,0 +1,182 @@
+"""PPO throughput per policy kind (CPU, one torch thread), beside a single-file reference.
+
+Rows, for each policy kind (discrete on CartPole-v1, continuous and flow on Pendulum-v1, lstm and
+mamba on CartPoleNoVel-v1; 8 environments, each preset's rollout length):
+
+- ``env only``: the vector env stepped with random actions (the floor every loop pays);
+- ``collect``: ``act`` + env step + ``observe`` (env steps/s); ratio against ``env only``;
+- ``train``: the whole loop through :func:`toolkit.loop.run_training` (collection and updates,
+  no evaluation), env steps/s; ratio against the reference (discrete) or ``env only``;
+- ``update``: milliseconds per ``update()`` (all epochs over one rollout) and per 1,000
+  transitions in ``extra``; ratio against the discrete policy's update.
+
+The ``reference`` row is the common single-file PPO shape: a gymnasium vector env with numpy
+arrays, a numpy -> torch conversion every step, torch storage, the same network sizes and the
+same update arithmetic (4 epochs x 4 minibatches), written plainly in one function.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from toolkit.bench import Row
+
+NAME = "ppo_loop"
+NUM_ENVS = 8
+KINDS = [
+    ("discrete", "ppo", "CartPole-v1"),
+    ("continuous", "ppo-continuous", "Pendulum-v1"),
+    ("flow", "ppo-flow", "Pendulum-v1"),
+    ("lstm", "ppo-lstm", "CartPoleNoVel-v1"),
+    ("mamba", "ppo-mamba", "CartPoleNoVel-v1"),
+]
+
+
+def _reference_sps(total_steps: int, num_steps: int = 128) -> float:
+    """A plain single-file PPO loop on CartPole-v1 (discrete, 2x64 tanh MLPs), env steps/s."""
+    envs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(NUM_ENVS)])
+    torch.manual_seed(0)
+
+    def layer(i: int, o: int, std: float = np.sqrt(2)) -> nn.Linear:
+        lin = nn.Linear(i, o)
+        nn.init.orthogonal_(lin.weight, std)
+        nn.init.zeros_(lin.bias)
+        return lin
+
+    critic = nn.Sequential(layer(4, 64), nn.Tanh(), layer(64, 64), nn.Tanh(), layer(64, 1, 1.0))
+    actor = nn.Sequential(layer(4, 64), nn.Tanh(), layer(64, 64), nn.Tanh(), layer(64, 2, 0.01))
+    params = list(critic.parameters()) + list(actor.parameters())
+    opt = torch.optim.Adam(params, lr=1e-3, eps=1e-5)
+    T, E = num_steps, NUM_ENVS
+    obs_buf, act_buf = torch.zeros(T, E, 4), torch.zeros(T, E, dtype=torch.long)
+    logp_buf, rew_buf, done_buf, val_buf = (torch.zeros(T, E) for _ in range(4))
+    next_obs = torch.tensor(envs.reset(seed=0)[0])
+    next_done = torch.zeros(E)
+    start = time.perf_counter()
+    steps = 0
+    while steps < total_steps:
+        for t in range(T):
+            obs_buf[t], done_buf[t] = next_obs, next_done
+            with torch.no_grad():
+                dist = torch.distributions.Categorical(logits=actor(next_obs))
+                action = dist.sample()
+                val_buf[t] = critic(next_obs).flatten()
+            act_buf[t], logp_buf[t] = action, dist.log_prob(action)
+            o, r, term, trunc, _ = envs.step(action.numpy())
+            rew_buf[t] = torch.tensor(r)
+            next_obs, next_done = torch.tensor(o), torch.tensor(term | trunc, dtype=torch.float32)
+        with torch.no_grad():
+            last = critic(next_obs).flatten()
+            adv = torch.zeros(T, E)
+            gae = torch.zeros(E)
+            for t in reversed(range(T)):
+                nv, nd = (last, next_done) if t == T - 1 else (val_buf[t + 1], done_buf[t + 1])
+                delta = rew_buf[t] + 0.99 * nv * (1 - nd) - val_buf[t]
+                gae = delta + 0.99 * 0.95 * (1 - nd) * gae
+                adv[t] = gae
+            ret = adv + val_buf
+        b = [x.reshape(T * E, *x.shape[2:]) for x in (obs_buf, act_buf, logp_buf, adv, ret)]
+        for _ in range(4):
+            for idx in torch.randperm(T * E).split(T * E // 4):
+                dist = torch.distributions.Categorical(logits=actor(b[0][idx]))
+                ratio = (dist.log_prob(b[1][idx]) - b[2][idx]).exp()
+                a = (b[3][idx] - b[3][idx].mean()) / (b[3][idx].std() + 1e-8)
+                pg = torch.max(-a * ratio, -a * ratio.clamp(0.8, 1.2)).mean()
+                v = 0.5 * (critic(b[0][idx]).flatten() - b[4][idx]).square().mean()
+                loss = pg - 0.01 * dist.entropy().mean() + 0.5 * v
+                opt.zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_(params, 0.5)
+                opt.step()
+        steps += T * E
+    envs.close()
+    return steps / (time.perf_counter() - start)
+
+
+def _env_only_sps(env_id: str, steps: int) -> float:
+    from toolkit.envs import make_vec_env
+
+    env = make_vec_env(env_id, NUM_ENVS, seed=0)
+    space = env.single_action_space
+    space.seed(0)
+    actions = [torch.as_tensor(np.stack([space.sample() for _ in range(NUM_ENVS)])) for _ in range(64)]
+    start = time.perf_counter()
+    for i in range(steps // NUM_ENVS):
+        env.step(actions[i % 64])
+    sps = (steps // NUM_ENVS) * NUM_ENVS / (time.perf_counter() - start)
+    env.close()
+    return sps
+
+
+def _agent(preset_name: str, env_id: str, steps: int):
+    from agents.ppo import PPO, preset
+    from toolkit.envs import make_vec_env
+
+    cfg = dataclasses.replace(preset(preset_name), total_steps=steps)
+    env = make_vec_env(env_id, NUM_ENVS, seed=0)
+    return PPO(env.single_observation_space, env.single_action_space, cfg, num_envs=NUM_ENVS, seed=0), env
+
+
+def _collect(agent, env) -> float:
+    obs = env.obs
+    start = time.perf_counter()
+    for _ in range(agent.config.num_steps):
+        action = agent.act(obs)
+        tr = env.step(action)
+        agent.observe(obs, action, tr.reward, tr.next_obs, tr.terminated, tr.truncated)
+        obs = tr.obs
+    return time.perf_counter() - start
+
+
+def run(quick: bool = False) -> list[Row]:
+    """One row per measurement (see the module docstring). ``quick``: one rollout per timing."""
+    from toolkit.loop import LoopConfig, run_training
+    from toolkit.onpolicy import OnPolicySchedule
+
+    torch.set_num_threads(1)
+    rows: list[Row] = []
+    reps = 1 if quick else 3
+    ref_steps = 8_192 if quick else 40_960
+    ref = _reference_sps(ref_steps)
+    rows.append(Row(NAME, "discrete CartPole-v1", "reference", ref, "env steps/s",
+                    note="single-file PPO loop, same sizes"))
+    update_base = None
+    for kind, preset_name, env_id in KINDS:
+        case = f"{kind} {env_id}"
+        env_sps = _env_only_sps(env_id, 4_096 if quick else 16_384)
+        rows.append(Row(NAME, case, "env only", env_sps, "env steps/s", note="random actions"))
+        agent, env = _agent(preset_name, env_id, 10**6)
+        n = agent.config.num_steps * NUM_ENVS
+        _collect(agent, env)  # warm-up rollout and update
+        agent.update()
+        t_collect, t_update = [], []
+        for _ in range(reps):
+            t_collect.append(_collect(agent, env))
+            start = time.perf_counter()
+            agent.update()
+            t_update.append(time.perf_counter() - start)
+        env.close()
+        collect_sps = n / float(np.median(t_collect))
+        rows.append(Row(NAME, case, "collect", collect_sps, "env steps/s", ratio=collect_sps / env_sps,
+                        note="act + step + observe; ratio vs env only"))
+        upd = float(np.median(t_update))
+        update_base = update_base or upd
+        rows.append(Row(NAME, case, "update", upd * 1e3, "ms/update", ratio=update_base / upd,
+                        note=f"{n} transitions; ratio vs discrete",
+                        extra={"ms_per_1k_transitions": upd * 1e3 / n * 1000}))
+        steps = n * (2 if quick else 4)
+        agent, env = _agent(preset_name, env_id, steps)
+        summary = run_training(agent, env, OnPolicySchedule(agent.config.num_steps),
+                               LoopConfig(total_steps=steps, final_eval=False))
+        env.close()
+        train_sps = summary["sps"]
+        base = ref if kind == "discrete" else env_sps
+        rows.append(Row(NAME, case, "train", train_sps, "env steps/s", ratio=train_sps / base,
+                        note="run_training; ratio vs " + ("reference" if kind == "discrete" else "env only")))
+    return rows
