@@ -19,6 +19,7 @@ terminated inside the window), both as the replay buffer returns them. So one fo
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 __all__ = [
     "branching_td_target",
@@ -97,9 +98,11 @@ def c51_loss(log_probs: torch.Tensor, target_probs: torch.Tensor) -> torch.Tenso
 
 
 def huber(u: torch.Tensor, kappa: float = 1.0) -> torch.Tensor:
-    """Elementwise Huber ``0.5 u^2`` for ``|u| <= kappa``, else ``kappa (|u| - 0.5 kappa)``."""
-    a = u.abs()
-    return torch.where(a <= kappa, 0.5 * u * u, kappa * (a - 0.5 * kappa))
+    """Elementwise Huber ``0.5 u^2`` for ``|u| <= kappa``, else ``kappa (|u| - 0.5 kappa)``.
+
+    One fused op (``F.huber_loss`` against zero), forward and backward.
+    """
+    return F.huber_loss(u, torch.zeros_like(u), reduction="none", delta=kappa)
 
 
 def quantile_midpoints(n: int, *, device: torch.device | str | None = None) -> torch.Tensor:

@@ -1,0 +1,344 @@
+"""DQN loop throughput on CartPole-v1 (CPU, one torch thread), beside a single-file reference.
+
+Rows:
+
+- ``reference``: the common single-file DQN shape: one environment, a numpy -> torch -> numpy
+  round trip every step, a numpy replay buffer, one update of batch 128 every 10 env steps.
+- ``dqn`` / ``rainbow`` through :func:`toolkit.loop.run_training` with the same update-to-data
+  ratio (one update of batch 128 per 10 env steps), on ``E`` vector environments.
+- ``dqn`` / ``rainbow`` phases: seconds per env step spent acting, stepping the environments,
+  in the replay buffer (adds and samples), and in updates (forward, backward, optimizer, target).
+- learner updates/s of each agent (updates back to back on a full buffer).
+- on a GPU: rainbow learner updates/s in bf16 against f32 at batch 256.
+
+``ratio`` of the env-steps/s rows is against the reference; of the bf16 row, against f32.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from toolkit.bench import Row
+
+NAME = "dqn_loop"
+ENV_ID = "CartPole-v1"
+BATCH = 128
+TRAIN_FREQ = 10  # env steps per update: the reference's update-to-data ratio
+
+
+# ----------------------------------------------------------------------------- the references
+
+
+class _HostReplay:
+    """The replay buffer of the common single-file DQN: numpy arrays with an env axis, a copy of
+    every field on ``add``, uniform indices from numpy and one numpy -> torch conversion per field
+    on ``sample`` (the shape of the widely used library buffer such scripts import)."""
+
+    def __init__(self, size: int, obs_dim: int, rng: np.random.Generator) -> None:
+        self.obs = np.zeros((size, 1, obs_dim), np.float32)
+        self.next_obs = np.zeros((size, 1, obs_dim), np.float32)
+        self.actions = np.zeros((size, 1, 1), np.int64)
+        self.rewards = np.zeros((size, 1), np.float32)
+        self.dones = np.zeros((size, 1), np.float32)
+        self.size, self.pos, self.full, self.rng = size, 0, False, rng
+
+    def add(self, obs, next_obs, action, reward, done) -> None:
+        self.obs[self.pos] = np.array(obs).copy()
+        self.next_obs[self.pos] = np.array(next_obs).copy()
+        self.actions[self.pos] = np.array(action).reshape(1, 1).copy()
+        self.rewards[self.pos] = np.array(reward).copy()
+        self.dones[self.pos] = np.array(done).copy()
+        self.pos += 1
+        if self.pos == self.size:
+            self.full, self.pos = True, 0
+
+    def sample(self, batch_size: int) -> tuple[torch.Tensor, ...]:
+        upper = self.size if self.full else self.pos
+        idx = self.rng.integers(0, upper, size=batch_size)
+        env = self.rng.integers(0, 1, size=batch_size)
+        data = (self.obs[idx, env], self.actions[idx, env], self.next_obs[idx, env],
+                self.dones[idx, env].reshape(-1, 1), self.rewards[idx, env].reshape(-1, 1))
+        return tuple(torch.tensor(d) for d in data)
+
+
+def reference_dqn(steps: int, *, seed: int = 0, learning_starts: int = 1_000, lean: bool = False,
+                  learn: bool = True) -> float:
+    """A single-file DQN loop; returns env steps per second (learning included).
+
+    The common shape (``lean=False``): a gymnasium vector env of one environment with episode
+    statistics, a ``torch.Tensor(obs)`` -> network -> ``.cpu().numpy()`` round trip every greedy
+    step, the host replay buffer above, a 120-84 MLP, one update of batch 128 every 10 steps and a
+    target copy every 500. ``lean=True`` strips it to the bone (a plain env, preallocated numpy
+    arrays, one fancy-indexing gather per update, a 128-128 MLP): the fastest such loop we know
+    to write in eager PyTorch, shown for scale.
+
+    Epsilon decays to 0.05 during the first ``learning_starts`` steps; the timing covers the
+    ``steps`` after them (the steady state: a greedy forward on ~95% of steps, one update per 10).
+    ``learn=False`` times collection alone (acting, stepping, storing).
+    """
+    rng = np.random.default_rng(seed)
+    torch.manual_seed(seed)
+    if lean:
+        env = gym.make(ENV_ID)
+        obs_dim, n_actions = env.observation_space.shape[0], int(env.action_space.n)
+        hidden = (128, 128)
+    else:
+        env = gym.vector.SyncVectorEnv([lambda: gym.make(ENV_ID)])
+        env = gym.wrappers.vector.RecordEpisodeStatistics(env)
+        obs_dim, n_actions = env.single_observation_space.shape[0], int(env.single_action_space.n)
+        hidden = (120, 84)
+
+    def mlp() -> torch.nn.Module:
+        return torch.nn.Sequential(torch.nn.Linear(obs_dim, hidden[0]), torch.nn.ReLU(),
+                                   torch.nn.Linear(hidden[0], hidden[1]), torch.nn.ReLU(),
+                                   torch.nn.Linear(hidden[1], n_actions))
+
+    q, target = mlp(), mlp()
+    target.load_state_dict(q.state_dict())
+    opt = torch.optim.Adam(q.parameters(), lr=1e-3)
+    cap = 50_000
+    if lean:
+        b_obs = np.zeros((cap, obs_dim), np.float32)
+        b_next = np.zeros((cap, obs_dim), np.float32)
+        b_act = np.zeros(cap, np.int64)
+        b_rew = np.zeros(cap, np.float32)
+        b_done = np.zeros(cap, np.float32)
+        pos = size = 0
+    else:
+        rb = _HostReplay(cap, obs_dim, rng)
+    obs, _ = env.reset(seed=seed)
+    t0 = time.perf_counter()
+    for step in range(learning_starts + steps):
+        if step == learning_starts:
+            t0 = time.perf_counter()
+        eps = max(0.05, 1.0 - step / learning_starts)
+        if lean:
+            if rng.random() < eps:
+                action = int(rng.integers(n_actions))
+            else:
+                action = int(q(torch.as_tensor(obs).unsqueeze(0)).argmax(1).cpu().numpy()[0])
+            next_obs, reward, terminated, truncated, _ = env.step(action)
+            b_obs[pos], b_next[pos], b_act[pos] = obs, next_obs, action
+            b_rew[pos], b_done[pos] = reward, terminated
+            pos, size = (pos + 1) % cap, min(size + 1, cap)
+            obs = next_obs
+            if terminated or truncated:
+                obs, _ = env.reset()
+        else:
+            if rng.random() < eps:
+                actions = np.array([env.single_action_space.sample()])
+            else:
+                actions = torch.argmax(q(torch.Tensor(obs)), dim=1).cpu().numpy()
+            next_obs, rewards, terminations, truncations, infos = env.step(actions)
+            real_next = next_obs.copy()  # the vector env autoresets on the next call
+            rb.add(obs, real_next, actions, rewards, terminations)
+            obs = next_obs
+        if learn and step >= learning_starts and step % TRAIN_FREQ == 0:
+            if lean:
+                idx = rng.integers(size, size=BATCH)
+                o, r = torch.as_tensor(b_obs[idx]), torch.as_tensor(b_rew[idx])
+                a = torch.as_tensor(b_act[idx])[:, None]
+                n, d = torch.as_tensor(b_next[idx]), torch.as_tensor(b_done[idx])
+            else:
+                o, a, n, d, r = rb.sample(BATCH)
+                r, d = r.flatten(), d.flatten()
+            with torch.no_grad():
+                y = r + 0.99 * target(n).max(1).values * (1 - d)
+            loss = torch.nn.functional.mse_loss(q(o).gather(1, a).squeeze(1), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if step % 500 == 0:
+                target.load_state_dict(q.state_dict())
+    env.close()
+    return steps / (time.perf_counter() - t0)
+
+
+# ----------------------------------------------------------------------------- ours
+
+
+def _agent(name: str, num_envs: int, device: str = "cpu", **overrides: Any):
+    from agents.dqn import DQNAgent, preset
+    from toolkit.envs import make_vec_env
+
+    env = make_vec_env(ENV_ID, num_envs, seed=0, device=device)
+    settings = {"batch_size": BATCH, "train_freq": TRAIN_FREQ, "gradient_steps": 1, "learning_starts": 1_000,
+                "target_update_every": 50, **overrides}
+    cfg = preset(name, **settings)
+    agent = DQNAgent(env.single_observation_space, env.single_action_space, cfg, device=device,
+                     num_envs=num_envs, seed=0)
+    return agent, env
+
+
+def loop_sps(name: str, steps: int, num_envs: int, *, learn: bool = True) -> float:
+    """Env steps per second of ``name`` through the shared loop (no logging, no evaluation).
+
+    ``learn=False`` times collection alone (acting, stepping, storing).
+    """
+    from toolkit.loop import LoopConfig, run_training
+    from toolkit.offpolicy import OffPolicySchedule, schedule_for
+
+    agent, env = _agent(name, num_envs, **({} if learn else {"learning_starts": 10**9}))
+    try:
+        # warm up past learning_starts so the timed part is the steady state
+        quiet = {"final_eval": False, "plot": False, "tensorboard": False}
+        run_training(agent, env, schedule_for(agent), LoopConfig(total_steps=1_200, **quiet))
+        # the timed run counts steps from 0 again: updates from its first step (unless learn=False)
+        cfg = agent.config
+        schedule = OffPolicySchedule(0 if learn else 10**9, cfg.train_freq, cfg.gradient_steps)
+        t0 = time.perf_counter()
+        summary = run_training(agent, env, schedule, LoopConfig(total_steps=steps, **quiet))
+        return summary["global_step"] / (time.perf_counter() - t0)
+    finally:
+        env.close()
+
+
+class _Timer:
+    def __init__(self) -> None:
+        self.total: dict[str, float] = {}
+
+    def wrap(self, key: str, fn: Callable) -> Callable:
+        def timed(*args, **kwargs):
+            t = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.total[key] = self.total.get(key, 0.0) + time.perf_counter() - t
+
+        return timed
+
+
+def phases(name: str, steps: int, num_envs: int) -> dict[str, float]:
+    """Seconds per env step in act, env step, replay (add + sample) and update (the rest of it)."""
+    from toolkit.offpolicy import schedule_for
+
+    agent, env = _agent(name, num_envs)
+    timer = _Timer()
+    try:
+        schedule = schedule_for(agent)
+        obs = env.obs
+        n_vec = (1_200 + steps) // num_envs
+        warm = 1_200 // num_envs
+        for i in range(n_vec):
+            if i == warm:  # time the steady state only
+                agent.buffer.sample = timer.wrap("sample", agent.buffer.sample)
+                agent.buffer.add = timer.wrap("add", agent.buffer.add)
+                if getattr(agent.buffer, "update_priorities", None) is not None:
+                    agent.buffer.update_priorities = timer.wrap("priorities", agent.buffer.update_priorities)
+                act, step_env = timer.wrap("act", agent.act), timer.wrap("env", env.step)
+                observe = timer.wrap("observe", agent.observe)
+                after = timer.wrap("update", schedule.after_step)
+            if i < warm:
+                actions = agent.act(obs)
+                tr = env.step(actions)
+                agent.observe(obs, actions, tr.reward, tr.next_obs, tr.terminated, tr.truncated)
+                schedule.after_step(agent, agent.env_steps)
+            else:
+                actions = act(obs)
+                tr = step_env(actions)
+                observe(obs, actions, tr.reward, tr.next_obs, tr.terminated, tr.truncated)
+                after(agent, agent.env_steps)
+            obs = tr.obs
+        t = timer.total
+        n = (n_vec - warm) * num_envs
+        replay = t.get("add", 0.0) + t.get("sample", 0.0) + t.get("priorities", 0.0)
+        return {
+            "act": t["act"] / n,
+            "env": t["env"] / n,
+            "replay": replay / n,
+            "update": (t["update"] - t.get("sample", 0.0) - t.get("priorities", 0.0)) / n,
+            "observe_other": (t["observe"] - t.get("add", 0.0)) / n,
+            "updates": schedule.updates,
+        }
+    finally:
+        env.close()
+
+
+def learner_updates_per_s(name: str, device: str = "cpu", batch: int = BATCH, min_time: float = 1.0) -> float:
+    """Back-to-back ``agent.update()`` calls per second on a buffer of 2,000 random transitions."""
+    agent, env = _agent(name, 1, device=device, batch_size=batch)
+    env.close()
+    g = torch.Generator().manual_seed(0)
+    for _ in range(2_000):
+        o = torch.randn(1, 4, generator=g)
+        agent.observe(o, torch.randint(2, (1,), generator=g), torch.ones(1), torch.randn(1, 4, generator=g),
+                      torch.zeros(1, dtype=torch.bool), torch.zeros(1, dtype=torch.bool))
+    for _ in range(10):
+        agent.update()
+    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
+    sync()
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < min_time:
+        for _ in range(20):
+            agent.update()
+        n += 20
+        sync()
+    return n / (time.perf_counter() - t0)
+
+
+def run(quick: bool = False) -> list[Row]:
+    """The rows described in the module docstring."""
+    steps = 3_000 if quick else 20_000
+    num_envs = 8
+    case = f"{ENV_ID} env steps/s, 1 update (batch {BATCH}) / {TRAIN_FREQ} steps"
+    rows: list[Row] = []
+    ref = reference_dqn(steps)
+    rows.append(Row(NAME, case, "reference: common single file (1 env)", ref, "steps/s", 1.0,
+                    "vector env of 1, host replay, numpy<->torch per step"))
+    lean = reference_dqn(steps, lean=True)
+    rows.append(Row(NAME, case, "reference: lean single file (1 env)", lean, "steps/s", lean / ref,
+                    "plain env, preallocated arrays"))
+    for name, envs in (("dqn", 1), ("dqn", num_envs), ("rainbow", num_envs)):
+        sps = loop_sps(name, steps, envs)
+        label = f"{name} ({envs} env{'s' if envs > 1 else ''})"
+        rows.append(Row(NAME, case, label, sps, "steps/s", sps / ref, "toolkit.loop + offpolicy schedule"))
+    collect = f"{ENV_ID} env steps/s, collection only (act, step, store)"
+    ref_c = reference_dqn(steps, learn=False)
+    rows.append(Row(NAME, collect, "reference: common single file (1 env)", ref_c, "steps/s", 1.0))
+    for name, envs in (("dqn", 1), ("dqn", num_envs), ("rainbow", num_envs)):
+        sps = loop_sps(name, steps, envs, learn=False)
+        label = f"{name} ({envs} env{'s' if envs > 1 else ''})"
+        rows.append(Row(NAME, collect, label, sps, "steps/s", sps / ref_c))
+    for name in ("dqn", "rainbow"):
+        ph = phases(name, steps // 2, num_envs)
+        for key in ("act", "env", "replay", "update"):
+            rows.append(Row(NAME, f"{name} ({num_envs} envs): time per env step", key, ph[key] * 1e6, "us",
+                            note=f"{ph['updates']} updates" if key == "update" else ""))
+        ups = learner_updates_per_s(name, min_time=0.5 if quick else 2.0)
+        rows.append(Row(NAME, f"learner updates/s, batch {BATCH}, cpu", name, ups, "updates/s"))
+    if torch.cuda.is_available():
+        rows.extend(_gpu_rows(quick))
+    return rows
+
+
+def _gpu_rows(quick: bool) -> list[Row]:
+    import os
+
+    from toolkit.precision import training_dtype
+
+    out: dict[str, float] = {}
+    old = os.environ.get("TRITONRL_DTYPE")
+    try:
+        for dt in ("f32", "bf16"):
+            os.environ["TRITONRL_DTYPE"] = dt
+            training_dtype.cache_clear()
+            out[dt] = learner_updates_per_s("rainbow", device="cuda", batch=256,
+                                            min_time=1.0 if quick else 3.0)
+    finally:
+        if old is None:
+            os.environ.pop("TRITONRL_DTYPE", None)
+        else:
+            os.environ["TRITONRL_DTYPE"] = old
+        training_dtype.cache_clear()
+    gpu = torch.cuda.get_device_name(0)
+    return [
+        Row(NAME, "rainbow learner updates/s, batch 256, cuda", "f32", out["f32"], "updates/s", 1.0, gpu),
+        Row(NAME, "rainbow learner updates/s, batch 256, cuda", "bf16", out["bf16"], "updates/s",
+            out["bf16"] / out["f32"], gpu),
+    ]
