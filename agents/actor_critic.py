@@ -145,7 +145,8 @@ class GaussianHead(nn.Module):
     Args:
         feature_dim: input features.
         action_dim: ``D``.
-        low, high: ``[D]`` action bounds (needed, and finite, when ``squash``).
+        low: ``[D]`` lower action bounds (needed, and finite, when ``squash``).
+        high: ``[D]`` upper action bounds.
         squash: apply ``tanh`` and the affine map, with the log-prob correction.
         log_std_init: initial log standard deviation.
     """
@@ -250,7 +251,8 @@ class FlowHead(nn.Module):
     Args:
         feature_dim: conditioning features.
         action_dim: ``D``.
-        low, high: finite ``[D]`` action bounds.
+        low: finite ``[D]`` lower action bounds.
+        high: finite ``[D]`` upper action bounds.
         layers: number of coupling layers ``K``.
         hidden: width of each coupling network.
         log_std_init: initial log-std of the base.

@@ -440,12 +440,16 @@ class PPO:
         ``next_obs`` is the true next observation (the final one where an episode ended): it is
         evaluated by the critic where ``truncated`` (and at the rollout's last step) to bootstrap.
 
+        The step is scored with the log-prob and value :meth:`act` computed for ``obs`` (the
+        same object, or equal values: a numpy copy is fine). An ``obs`` that did not go through
+        :meth:`act` is re-scored by feed-forward policies and refused by recurrent ones.
+
         Raises:
             RuntimeError: the rollout is full (call :meth:`update`), or a recurrent policy observes
                 an ``obs`` that did not come through :meth:`act`.
         """
         p = self._pending
-        if p is None or p.obs is not obs:
+        if p is None or not _same_obs(p.obs, obs):
             if self.recurrent:
                 raise RuntimeError("recurrent PPO: call act(obs) and pass that same obs to observe()")
             x = self._ingest(obs, update_stats=False)
@@ -682,6 +686,15 @@ class PPO:
                     device=device if device is not None else "cpu", seed=int(state["seed"]))
         agent.load_state_dict(state)
         return agent
+
+
+def _same_obs(acted: Any, observed: Any) -> bool:
+    """``observed`` is the observation ``act`` saw: the same object, or equal values (a sync, only
+    when a caller passes a copy)."""
+    if acted is observed:
+        return True
+    a, b = torch.as_tensor(acted), torch.as_tensor(observed)
+    return a.shape == b.shape and torch.equal(a.float().cpu(), b.float().cpu())
 
 
 class _GreedyPolicy:

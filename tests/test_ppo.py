@@ -95,10 +95,16 @@ def test_observe_without_act_rescores_feed_forward_and_refuses_recurrent():
     with torch.no_grad():
         logp, _, _ = agent.policy.evaluate(obs, torch.tensor([0, 1]))
     torch.testing.assert_close(agent.buffer.logprobs[0], logp)
+    no = torch.zeros(2, dtype=torch.bool)
     rec, env = _agent("lstm", num_envs=2)
     with pytest.raises(RuntimeError, match="call act"):
-        rec.observe(env.obs, torch.tensor([0, 1]), torch.ones(2), env.obs, torch.zeros(2, dtype=torch.bool),
-                    torch.zeros(2, dtype=torch.bool))
+        rec.observe(env.obs, torch.tensor([0, 1]), torch.ones(2), env.obs, no, no)
+    # A copy of the acted observation (numpy, say) is recognised; other values are refused.
+    action = rec.act(env.obs)
+    with pytest.raises(RuntimeError, match="call act"):
+        rec.observe(env.obs + 1, action, torch.ones(2), env.obs, no, no)
+    rec.observe(env.obs.numpy().copy(), action, torch.ones(2), env.obs, no, no)
+    assert rec.buffer.pos == 1
 
 
 def test_bad_inputs_are_clear_errors():
