@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +44,7 @@ import torch
 from torch import nn
 
 from agents.factored import BranchingHead, branching_q
+from agents.heads import DuelingHead
 from agents.icm import ICM
 from agents.td import (
     branching_td_target,
@@ -55,7 +57,17 @@ from agents.td import (
     scalar_td_target,
 )
 from agents.torsos import NORMS, TORSO_KINDS, build_torso
+from toolkit.checkpoint import (
+    CheckpointError,
+    check_module_tensors,
+    load_checkpoint,
+    load_into_module,
+    save_checkpoint,
+)
+from toolkit.optim import MasterWeightOptimizer
 from toolkit.precision import training_dtype
+from toolkit.registry import apply_overrides, register_agent
+from toolkit.replay import PrioritizedReplayBuffer, ReplayBuffer
 
 __all__ = ["AGENT_KIND", "DQNAgent", "DQNConfig", "PRESETS", "QNetwork", "preset"]
 
@@ -329,8 +341,6 @@ class DQNAgent:
         num_envs: int = 1,
         seed: int = 0,
     ) -> None:
-        from toolkit.optim import MasterWeightOptimizer
-
         cfg = config if config is not None else preset("dqn")
         if not isinstance(cfg, DQNConfig):
             raise TypeError(f"config must be a DQNConfig, got {type(cfg).__name__}")
@@ -375,8 +385,6 @@ class DQNAgent:
         if self.icm_module is not None:
             self.icm_optimizer = MasterWeightOptimizer(self.icm_module.parameters(), torch.optim.Adam,
                                                        lr=cfg.icm_lr, fused=True)
-            from toolkit.replay import ReplayBuffer
-
             # one-step transitions for the forward/inverse models, whatever n_step the Q target uses
             self.icm_buffer = ReplayBuffer(cfg.buffer_size, self.obs_shape, device=self.device,
                                            num_envs=num_envs, n_step=1, gamma=cfg.gamma,
@@ -400,8 +408,6 @@ class DQNAgent:
             head: nn.Module = BranchingHead(torso.out_features, self.action["nvec"], noisy=cfg.noisy,
                                             sigma0=cfg.noisy_sigma0, device=self.device, dtype=self.dtype)
         else:
-            from agents.heads import DuelingHead
-
             atoms = {"none": 1, "c51": cfg.atoms, "qr": cfg.quantiles}[cfg.distribution]
             head = DuelingHead(torso.out_features, self.action["n"], atoms=atoms, hidden=cfg.head_hidden,
                                noisy=cfg.noisy, dueling=cfg.dueling, log_softmax=cfg.distribution == "c51",
@@ -415,8 +421,6 @@ class DQNAgent:
                    beta=cfg.icm_beta, device=self.device, dtype=self.dtype)
 
     def _build_buffer(self, cfg: DQNConfig, action_shape: tuple[int, ...]):
-        from toolkit.replay import PrioritizedReplayBuffer, ReplayBuffer
-
         kw = dict(device=self.device, num_envs=self.num_envs, n_step=cfg.n_step, gamma=cfg.gamma,
                   action_shape=action_shape, action_dtype=torch.int64)
         if cfg.prioritized:
@@ -656,8 +660,6 @@ class DQNAgent:
 
     def check_state_dict(self, state: dict[str, Any], *, where: str = "state") -> None:
         """Raise :class:`toolkit.checkpoint.CheckpointError` (a ``ValueError``) unless ``state`` fits."""
-        from toolkit.checkpoint import CheckpointError, check_module_tensors
-
         if not isinstance(state, dict) or state.get("agent") != AGENT_KIND:
             got = state.get("agent") if isinstance(state, dict) else type(state).__name__
             raise CheckpointError(f"{where}: holds a {got!r} agent, not a {AGENT_KIND!r} agent")
@@ -684,8 +686,6 @@ class DQNAgent:
             ValueError: the state belongs to another agent kind, observation shape or action
                 space, or its tensors do not fit (checked before anything changes).
         """
-        from toolkit.checkpoint import load_into_module
-
         self.check_state_dict(state)
         load_into_module(self.online, state["online"])
         load_into_module(self.target, state["target"])
@@ -706,8 +706,6 @@ class DQNAgent:
 
     def save(self, path: str | os.PathLike) -> None:
         """Write :meth:`state_dict` atomically with :func:`toolkit.checkpoint.save_checkpoint`."""
-        from toolkit.checkpoint import save_checkpoint
-
         save_checkpoint(path, self.state_dict())
 
     @classmethod
@@ -717,8 +715,6 @@ class DQNAgent:
         Raises:
             toolkit.checkpoint.CheckpointError: unreadable file, or not a DQN checkpoint.
         """
-        from toolkit.checkpoint import CheckpointError, load_checkpoint
-
         state = load_checkpoint(path)
         if state.get("agent") != AGENT_KIND:
             raise CheckpointError(f"{path}: holds a {state.get('agent')!r} agent, not a {AGENT_KIND!r} agent")
@@ -755,8 +751,6 @@ def make_agent(
     Raises:
         ValueError: unknown preset or config key, a bad value, or an unsupported space.
     """
-    from toolkit.registry import apply_overrides
-
     del total_steps
     if name not in PRESETS:
         raise ValueError(f"unknown DQN preset {name!r}; choose one of {', '.join(PRESETS)}")
@@ -765,10 +759,6 @@ def make_agent(
 
 
 def _register() -> None:
-    import functools
-
-    from toolkit.registry import register_agent
-
     for name, (description, _) in PRESETS.items():
         register_agent(name, functools.partial(make_agent, name), kind="offpolicy", description=description,
                        default_num_envs=DEFAULT_NUM_ENVS, default_steps=DEFAULT_STEPS,

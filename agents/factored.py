@@ -21,6 +21,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from agents.heads import NoisyLinear
+
 __all__ = ["BranchingHead", "branching_q"]
 
 
@@ -53,8 +55,6 @@ class BranchingHead(nn.Module):
         self.n_max = max(counts)
         kw = {"device": device, "dtype": dtype}
         if noisy:
-            from agents.heads import NoisyLinear
-
             self.value = NoisyLinear(in_features, 1, sigma0=sigma0, **kw)
             self.advantage = NoisyLinear(in_features, len(counts) * self.n_max, sigma0=sigma0, **kw)
         else:
