@@ -490,7 +490,7 @@ class DQNAgent:
             return greedy
         n = greedy.shape[0]
         if self.factored:
-            nvec = torch.as_tensor(self.action["nvec"], device=self.device)
+            nvec = self.online.head.mask.sum(-1)  # [D] sub-action counts, already on the device
             rand = (torch.rand(greedy.shape, device=self.device, generator=self.generator) * nvec).long()
             pick = torch.rand((n, 1), device=self.device, generator=self.generator) < eps
         else:
