@@ -460,15 +460,17 @@ class PPO:
             x, raw, logp, value, starts = p.x, p.raw, p.logprob, p.value, p.starts
         self._pending = None
         dev = self.device
+        truncated_in = torch.as_tensor(truncated)
         terminated = torch.as_tensor(terminated).to(dev, torch.bool)
-        truncated = torch.as_tensor(truncated).to(dev, torch.bool)
+        truncated = truncated_in.to(dev, torch.bool)
         reward = torch.as_tensor(reward).to(dev, torch.float32) * self.config.reward_scale
         self.buffer.add(x, raw, logp, value, reward, terminated, truncated, starts)
         self.env_steps += self.num_envs
-        # Bootstrap values: at truncations and at the end of the rollout. On a CPU the check is
-        # free; on an accelerator the critic runs every step instead of syncing on .any().
+        # Bootstrap values: at truncations and at the end of the rollout. Flags that arrive on the
+        # CPU (from the environments) are checked for free; flags already on an accelerator are
+        # not synced on: the critic then runs every step.
         last = self.buffer.full
-        need = last or truncated.device.type != "cpu" or bool(truncated.any())
+        need = last or truncated_in.device.type != "cpu" or bool(truncated_in.any())
         if need:
             x_next = self._ingest(next_obs, update_stats=False)
             v_next = self.policy.value(x_next, self.state, torch.zeros_like(self.starts))
@@ -652,7 +654,10 @@ class PPO:
             self.segment_states = [None if s is None else _from_leaves(template, s)
                                    for s in memory["segments"]]
         self.starts = memory["starts"].to(self.device, torch.bool).clone()
-        self.generator.set_state(state["generator"].cpu())
+        try:
+            self.generator.set_state(state["generator"].cpu())
+        except RuntimeError:  # saved on another device type: a generator state cannot cross over
+            self.generator.manual_seed(self.seed + 7919 * int(state["counters"]["updates"]))
         self.updates = int(state["counters"]["updates"])
         self.env_steps = int(state["counters"]["env_steps"])
         self._pending = None

@@ -13,6 +13,9 @@ mamba on CartPoleNoVel-v1; 8 environments, each preset's rollout length):
 The ``reference`` row is the common single-file PPO shape: a gymnasium vector env with numpy
 arrays, a numpy -> torch conversion every step, torch storage, the same network sizes and the
 same update arithmetic (4 epochs x 4 minibatches), written plainly in one function.
+
+On a CUDA machine, extra rows time ``collect`` and ``update`` on the GPU for the discrete and
+mamba policies in the device's training dtype against f32 (forced), ratio bf16 vs f32.
 """
 
 from __future__ import annotations
@@ -114,13 +117,15 @@ def _env_only_sps(env_id: str, steps: int) -> float:
     return sps
 
 
-def _agent(preset_name: str, env_id: str, steps: int):
+def _agent(preset_name: str, env_id: str, steps: int, device: str = "cpu"):
     from agents.ppo import PPO, preset
     from toolkit.envs import make_vec_env
 
     cfg = dataclasses.replace(preset(preset_name), total_steps=steps)
-    env = make_vec_env(env_id, NUM_ENVS, seed=0)
-    return PPO(env.single_observation_space, env.single_action_space, cfg, num_envs=NUM_ENVS, seed=0), env
+    env = make_vec_env(env_id, NUM_ENVS, seed=0, device=device)
+    agent = PPO(env.single_observation_space, env.single_action_space, cfg, num_envs=NUM_ENVS, seed=0,
+                device=device)
+    return agent, env
 
 
 def _collect(agent, env) -> float:
@@ -132,6 +137,56 @@ def _collect(agent, env) -> float:
         agent.observe(obs, action, tr.reward, tr.next_obs, tr.terminated, tr.truncated)
         obs = tr.obs
     return time.perf_counter() - start
+
+
+def _timed(preset_name: str, env_id: str, device: str, reps: int) -> tuple[float, float, str]:
+    """(collect env steps/s, ms per update, dtype) on ``device``."""
+    agent, env = _agent(preset_name, env_id, 10**6, device)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    _collect(agent, env)
+    agent.update()
+    t_collect, t_update = [], []
+    for _ in range(reps):
+        sync()
+        t_collect.append(_collect(agent, env))
+        sync()
+        start = time.perf_counter()
+        agent.update()
+        sync()
+        t_update.append(time.perf_counter() - start)
+    env.close()
+    n = agent.config.num_steps * NUM_ENVS
+    dtype = str(agent.dtype).removeprefix("torch.")
+    return n / float(np.median(t_collect)), float(np.median(t_update)) * 1e3, dtype
+
+
+def _cuda_rows(reps: int) -> list[Row]:
+    import os
+
+    from toolkit.precision import DTYPE_ENV, training_dtype
+
+    rows = []
+    for kind, preset_name, env_id in (KINDS[0], KINDS[4]):
+        case = f"{kind} {env_id} cuda"
+        saved = os.environ.get(DTYPE_ENV)
+        try:
+            os.environ[DTYPE_ENV] = "f32"
+            training_dtype.cache_clear()
+            sps32, ms32, _ = _timed(preset_name, env_id, "cuda", reps)
+        finally:
+            if saved is None:
+                os.environ.pop(DTYPE_ENV, None)
+            else:
+                os.environ[DTYPE_ENV] = saved
+            training_dtype.cache_clear()
+        sps, ms, dtype = _timed(preset_name, env_id, "cuda", reps)
+        rows += [
+            Row(NAME, case, "collect f32", sps32, "env steps/s"),
+            Row(NAME, case, f"collect {dtype}", sps, "env steps/s", ratio=sps / sps32, note="vs f32"),
+            Row(NAME, case, "update f32", ms32, "ms/update"),
+            Row(NAME, case, f"update {dtype}", ms, "ms/update", ratio=ms32 / ms, note="vs f32"),
+        ]
+    return rows
 
 
 def run(quick: bool = False) -> list[Row]:
@@ -151,25 +206,14 @@ def run(quick: bool = False) -> list[Row]:
         case = f"{kind} {env_id}"
         env_sps = _env_only_sps(env_id, 4_096 if quick else 16_384)
         rows.append(Row(NAME, case, "env only", env_sps, "env steps/s", note="random actions"))
-        agent, env = _agent(preset_name, env_id, 10**6)
-        n = agent.config.num_steps * NUM_ENVS
-        _collect(agent, env)  # warm-up rollout and update
-        agent.update()
-        t_collect, t_update = [], []
-        for _ in range(reps):
-            t_collect.append(_collect(agent, env))
-            start = time.perf_counter()
-            agent.update()
-            t_update.append(time.perf_counter() - start)
-        env.close()
-        collect_sps = n / float(np.median(t_collect))
+        collect_sps, upd_ms, _ = _timed(preset_name, env_id, "cpu", reps)
+        n = _preset(preset_name).num_steps * NUM_ENVS
         rows.append(Row(NAME, case, "collect", collect_sps, "env steps/s", ratio=collect_sps / env_sps,
                         note="act + step + observe; ratio vs env only"))
-        upd = float(np.median(t_update))
-        update_base = update_base or upd
-        rows.append(Row(NAME, case, "update", upd * 1e3, "ms/update", ratio=update_base / upd,
+        update_base = update_base or upd_ms
+        rows.append(Row(NAME, case, "update", upd_ms, "ms/update", ratio=update_base / upd_ms,
                         note=f"{n} transitions; ratio vs discrete",
-                        extra={"ms_per_1k_transitions": upd * 1e3 / n * 1000}))
+                        extra={"ms_per_1k_transitions": upd_ms / n * 1000}))
         steps = n * (2 if quick else 4)
         agent, env = _agent(preset_name, env_id, steps)
         summary = run_training(agent, env, OnPolicySchedule(agent.config.num_steps),
@@ -179,4 +223,12 @@ def run(quick: bool = False) -> list[Row]:
         base = ref if kind == "discrete" else env_sps
         rows.append(Row(NAME, case, "train", train_sps, "env steps/s", ratio=train_sps / base,
                         note="run_training; ratio vs " + ("reference" if kind == "discrete" else "env only")))
+    if torch.cuda.is_available():
+        rows += _cuda_rows(reps)
     return rows
+
+
+def _preset(name: str):
+    from agents.ppo import preset
+
+    return preset(name)

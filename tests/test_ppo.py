@@ -315,3 +315,47 @@ def test_cli_never_overwrites_a_checkpoint_and_rejects_a_foreign_one(tmp_path, c
     code, _, err = _cli(capsys, "--agent", "ppo", *base, "--resume")
     assert code == 2 and "truncated" in err
     assert ckpt.read_bytes() == original[:100]
+
+
+# ----------------------------------------------------------------------------- CUDA (pytest --gpu)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("policy", ["discrete", "continuous", "flow", "lstm", "mamba"])
+def test_cuda_training_step_and_checkpoint_to_cpu(policy, tmp_path):
+    """On CUDA (bf16 on Ampere+): a rollout and an update run on the device; the checkpoint loads
+    on the CPU in f32 with the f32 master weights, and back onto CUDA."""
+    cfg = dataclasses_replace(PPOConfig(policy=policy), **{**TINY, "normalize_obs": True})
+    env = make_vec_env(ENVS[policy], 3, seed=0, device="cuda")
+    agent = PPO(env.single_observation_space, env.single_action_space, cfg, num_envs=3, device="cuda", seed=0)
+    assert agent.dtype == training_dtype("cuda")
+    assert agent.buffer.obs.device.type == "cuda" and agent.buffer.obs.dtype == agent.dtype
+    _collect(agent, env, cfg.num_steps)
+    metrics = agent.update()
+    for k, v in metrics.items():
+        assert v.device.type == "cuda" and torch.isfinite(v).item(), k
+    agent.save(tmp_path / "cuda.safetensors")
+    cpu = PPO.load(tmp_path / "cuda.safetensors")
+    assert cpu.dtype == torch.float32 and cpu.device.type == "cpu"
+    for p, m in zip(cpu.policy.parameters(), agent.optimizer.masters, strict=True):
+        assert torch.equal(p, m.detach().float().cpu())
+    cpu_env = make_vec_env(ENVS[policy], 3, seed=0)
+    _collect(cpu, cpu_env, cfg.num_steps)
+    cpu.update()
+    cpu.save(tmp_path / "cpu.safetensors")
+    again = PPO.load(tmp_path / "cpu.safetensors", device="cuda")
+    assert again.dtype == training_dtype("cuda") and again.updates == 2
+    _collect(again, env, cfg.num_steps)
+    again.update()
+
+
+@pytest.mark.gpu
+def test_cuda_ppo_learns_cartpole():
+    """PPO on CUDA in the device's training dtype (bf16 on Ampere+) solves CartPole like on the CPU."""
+    env = make_vec_env("CartPole-v1", 8, seed=1, device="cuda")
+    cfg = dataclasses_replace(preset("ppo"), total_steps=100_000)
+    agent = PPO(env.single_observation_space, env.single_action_space, cfg, num_envs=8, device="cuda", seed=1)
+    summary = run_training(agent, env, OnPolicySchedule(cfg.num_steps),
+                           LoopConfig(total_steps=100_000, seed=1, eval_every=10_000, target_return=475))
+    print(f"cuda {agent.dtype}: steps to 475: {summary['reached_target_at']}, {summary['evaluations']}")
+    assert summary["reached_target_at"] is not None, summary["evaluations"]
