@@ -133,11 +133,13 @@ def test_metric_logger_means_and_columns(tmp_path):
 
 
 def test_progress_bar_draws_to_its_stream():
-    out = io.StringIO()
-    bar = ProgressBar(100, stream=out, interval=0.0)
+    out = io.StringIO()  # not a terminal: plain lines, no carriage returns
+    bar = ProgressBar(100, stream=out, interval=0.0, log_interval=0.0)
     bar.update(50, "return 3.0")
     bar.close()
-    assert "50/100" in out.getvalue() and "return 3.0" in out.getvalue()
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2 and "50/100" in lines[0] and "return 3.0" in lines[0] and "100/100" not in lines[0]
+    assert "\r" not in out.getvalue()
 
 
 def test_overrides_convert_types():

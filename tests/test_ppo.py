@@ -73,6 +73,24 @@ def test_protocol_shapes_and_first_epoch_ratio_is_one(policy):
         assert a.shape == (3, 1) and a.dtype == torch.float32
 
 
+def test_kl_early_stop_and_learning_rate_annealing():
+    # total_steps = 2 rollouts of 8 x 3: the rate goes lr -> lr / 2 -> ...; a tiny target_kl stops
+    # after the first epoch (the first epoch always runs: its KL is measured while it trains).
+    agent, env = _agent("discrete", total_steps=48, update_epochs=5, target_kl=1e-9, lr=1e-3)
+    rates, epochs = [], []
+    for _ in range(2):
+        _collect(agent, env, 8)
+        m = agent.update()
+        rates.append(m["charts/learning_rate"].item())
+        epochs.append(m["losses/epochs"].item())
+    assert rates == pytest.approx([1e-3, 5e-4])
+    assert epochs == [1.0, 1.0]
+    free, env = _agent("discrete", update_epochs=5, anneal_lr=False)
+    _collect(free, env, 8)
+    m = free.update()
+    assert m["losses/epochs"].item() == 5.0 and m["charts/learning_rate"].item() == pytest.approx(2.5e-4)
+
+
 def test_truncation_stores_the_value_of_the_final_observation():
     agent, env = _agent("discrete", num_envs=2)
     obs = env.obs

@@ -182,6 +182,9 @@ def plot_learning_curve(csv_path: str | Path, png_path: str | Path, *,
 class ProgressBar:
     """A one-line textual progress bar on stderr (redrawn at most every ``interval`` seconds).
 
+    On a terminal the line is redrawn in place; into a file or a CI log it prints a plain line at
+    most every ``log_interval`` seconds instead.
+
     Args:
         total: the step count at 100%.
         initial: the step to start from (a resumed run).
@@ -189,12 +192,15 @@ class ProgressBar:
     """
 
     def __init__(self, total: int, *, initial: int = 0, stream: IO[str] | None = None,
-                 enabled: bool = True, interval: float = 0.5, width: int = 28) -> None:
+                 enabled: bool = True, interval: float = 0.5, width: int = 28,
+                 log_interval: float = 10.0) -> None:
         self.total = max(int(total), 1)
         self.n = initial
         self.stream = stream if stream is not None else sys.stderr
         self.enabled = enabled
-        self.interval = interval
+        isatty = getattr(self.stream, "isatty", None)
+        self.tty = bool(isatty and isatty())
+        self.interval = interval if self.tty else max(interval, log_interval)
         self.width = width
         self._start = time.perf_counter()
         self._start_n = initial
@@ -218,13 +224,14 @@ class ProgressBar:
         eta = (self.total - self.n) / rate if rate > 0 else float("inf")
         eta_s = "?" if math.isinf(eta) else f"{int(eta) // 60}:{int(eta) % 60:02d}"
         bar = "#" * filled + "-" * (self.width - filled)
-        self.stream.write(f"\r[{bar}] {self.n}/{self.total} {rate:,.0f} steps/s eta {eta_s} {self.postfix}"
-                          "\033[K")
+        line = f"[{bar}] {self.n}/{self.total} {rate:,.0f} steps/s eta {eta_s} {self.postfix}".rstrip()
+        self.stream.write(f"\r{line}\033[K" if self.tty else f"{line}\n")
         self.stream.flush()
 
     def close(self) -> None:
         """Draw the final state and end the line."""
         if self.enabled:
             self._draw(time.perf_counter())
-            self.stream.write("\n")
+            if self.tty:
+                self.stream.write("\n")
             self.stream.flush()
