@@ -755,7 +755,7 @@ def _register() -> None:
     }
     for name, (desc, envs, steps) in descriptions.items():
         register_agent(name, _factory(name), kind="onpolicy", description=desc, default_num_envs=envs,
-                       default_steps=steps)
+                       default_steps=steps, default_eval_every=10_000)
 
 
 _register()
