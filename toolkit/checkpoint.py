@@ -148,6 +148,7 @@ def save_checkpoint(path: str | os.PathLike, state: Mapping[str, Any]) -> None:
             f.write(payload)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; a checkpoint is an ordinary file
         os.replace(tmp, dest)
     except BaseException:
         if os.path.exists(tmp):
