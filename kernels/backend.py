@@ -151,11 +151,15 @@ class KernelOp:
         self.failed: dict[str, str] = {}
         self.last_backend: str | None = None
         self.counts: Counter[str] = Counter()
+        # select() answers, keyed by (device, TRITONRL_BACKEND, TRITON_INTERPRET) as read from
+        # os.environ on each call: a changed variable (monkeypatch.setenv included) is a new key.
+        self._selections: dict[tuple[Any, str | None, str | None], Selection] = {}
         _REGISTRY[name] = self
 
     def reset(self) -> None:
-        """Forget failures and counters (tests)."""
+        """Forget failures, counters and cached selections (tests)."""
         self.failed.clear()
+        self._selections.clear()
         self.counts.clear()
         self.last_backend = None
 
@@ -171,10 +175,23 @@ class KernelOp:
     def select(self, device: torch.device | str) -> Selection:
         """Which implementation runs for tensors on ``device``, and why.
 
+        The answer is cached per ``(device, TRITONRL_BACKEND, TRITON_INTERPRET)`` (both variables
+        are read on every call, so changing them takes effect at once); a Triton failure on a
+        device and :meth:`reset` clear the cache. Errors are never cached.
+
         Raises:
             ValueError: ``TRITONRL_BACKEND`` holds an unknown value.
             RuntimeError: ``TRITONRL_BACKEND=triton`` where Triton cannot run.
         """
+        environ = os.environ
+        key = (device, environ.get(BACKEND_ENV), environ.get("TRITON_INTERPRET"))
+        sel = self._selections.get(key)
+        if sel is None:
+            sel = self._select(device)
+            self._selections[key] = sel
+        return sel
+
+    def _select(self, device: torch.device | str) -> Selection:
         dev = torch.device(device)
         forced = forced_backend()
         if forced == "torch":
@@ -229,6 +246,7 @@ class KernelOp:
             reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             if key not in self.failed:
                 self.failed[key] = reason
+                self._selections.clear()
                 msg = (
                     f"Triton kernel {self.name!r} failed on {key} ({reason}); using the torch "
                     f"reference on that device from now on"

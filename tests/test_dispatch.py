@@ -81,6 +81,20 @@ def test_forced_triton_on_cpu_needs_interpreter(monkeypatch: pytest.MonkeyPatch)
         assert OK.select("cpu").backend == "triton"
 
 
+def test_cached_selection_follows_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    # select() caches its answer per (device, TRITONRL_BACKEND, TRITON_INTERPRET): a variable set
+    # after a cached answer takes effect at the next call, and unsetting it restores the default.
+    assert OK.select("cuda:0").backend == "triton"
+    monkeypatch.setenv("TRITONRL_BACKEND", "torch")
+    assert OK.select("cuda:0").backend == "torch"
+    monkeypatch.setenv("TRITONRL_BACKEND", "bogus")
+    for _ in range(2):  # errors are never cached
+        with pytest.raises(ValueError, match="bogus"):
+            OK.select("cuda:0")
+    monkeypatch.delenv("TRITONRL_BACKEND")
+    assert OK.select("cuda:0").backend == "triton"
+
+
 def test_bad_backend_value(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRITONRL_BACKEND", "cuda")
     with pytest.raises(ValueError, match="auto, triton, torch"):

@@ -309,6 +309,35 @@ def test_noisy_linear_bad_input(case: int) -> None:
         noisy_linear(*args, **kw)
 
 
+def test_validation_cache_still_rejects_changed_inputs() -> None:
+    # A call with a validated signature skips the checks; anything that changes a tensor's
+    # shape, dtype, device or contiguity must be checked again, even in the same tensor object.
+    gen = torch.Generator().manual_seed(0)
+    w, ws, bm, bs, ei, eo = (t.detach().clone() for t in make_layer(4, 3, gen))
+    x = torch.randn(2, 3)
+    noisy_linear(x, w, ws, bm, bs, ei, eo)  # validated, now cached
+    for case in range(len(_bad_linear_cases())):
+        name, args, kw, exc = _bad_linear_cases()[case]
+        with pytest.raises(exc, match=f"^{name}"):
+            noisy_linear(*args, **kw)
+    ws.data = ws.data.double()  # same object, new dtype
+    with pytest.raises(TypeError, match="^weight_sigma"):
+        noisy_linear(x, w, ws, bm, bs, ei, eo)
+    ws.data = ws.data.float().T.contiguous().T  # same object, transposed strides
+    with pytest.raises(ValueError, match="^weight_sigma must be contiguous"):
+        noisy_linear(x, w, ws, bm, bs, ei, eo)
+    adv, val = make_layer(6, 5, gen), make_layer(2, 5, gen)
+    xd = torch.randn(4, 5)
+    noisy_dueling(xd, adv, val, num_actions=3, atoms=2)  # cached
+    with pytest.raises(ValueError, match="advantage.weight_mu must have 3 rows"):
+        noisy_dueling(xd, adv, val, num_actions=3, atoms=1)
+    with pytest.raises(ValueError, match="num_actions"):
+        noisy_dueling(xd, adv, val, num_actions=0, atoms=2)
+    val.eps_in.data = val.eps_in.data.double()
+    with pytest.raises(TypeError, match="value.eps_in"):
+        noisy_dueling(xd, adv, val, num_actions=3, atoms=2)
+
+
 def test_noisy_dueling_bad_input() -> None:
     gen = torch.Generator().manual_seed(0)
     adv, val = make_layer(6, 5, gen), make_layer(2, 5, gen)

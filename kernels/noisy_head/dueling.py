@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from kernels.backend import KernelOp
-from kernels.noisy_head.linear import check_input, check_noisy_params
+from kernels.noisy_head.linear import check_input, check_noisy_params, remember, tensor_signature
 from kernels.noisy_head.reference import NoisyParams, noisy_dueling_ref
 
 __all__ = ["NOISY_DUELING", "expected_q", "noisy_dueling"]
@@ -29,6 +29,9 @@ def _as_params(name: str, p: object) -> NoisyParams:
     if isinstance(p, tuple) and 1 <= len(p) <= 6:
         return NoisyParams(*p)
     raise TypeError(f"{name} must be a NoisyParams (or a tuple of its fields), got {type(p).__name__}")
+
+
+_validated: dict[object, bool] = {}  # signatures validated before (see kernels.noisy_head.linear)
 
 
 def noisy_dueling(
@@ -74,6 +77,31 @@ def noisy_dueling(
         raise ValueError(f"num_actions must be a positive int, got {num_actions!r}")
     if not isinstance(atoms, int) or atoms < 1:
         raise ValueError(f"atoms must be a positive int, got {atoms!r}")
+    key = None
+    layers_ok = type(advantage) is NoisyParams and (value is None or type(value) is NoisyParams)
+    if type(x) is torch.Tensor and layers_ok:
+        sig = tensor_signature((x, support, *advantage, *(value if value is not None else (None,) * 6)))
+        if sig is not None:
+            key = (sig, num_actions, atoms, bool(noise), bool(log_softmax), value is None)
+    if key is None or key not in _validated:
+        advantage, value = _check(x, advantage, value, num_actions, atoms, noise, log_softmax, support)
+        if key is not None:
+            remember(_validated, key)
+
+    def strip(p: NoisyParams) -> NoisyParams:
+        return p if noise else NoisyParams(p.weight_mu, None, p.bias_mu, None, None, None)
+
+    return NOISY_DUELING(
+        x.device, x, strip(advantage), None if value is None else strip(value), num_actions, atoms,
+        bool(noise), bool(log_softmax), support,
+    )
+
+
+def _check(
+    x: object, advantage: object, value: object, num_actions: int, atoms: int, noise: bool, log_softmax: bool,
+    support: object,
+) -> tuple[NoisyParams, NoisyParams | None]:
+    """Every input check of :func:`noisy_dueling`; returns the layers as :class:`NoisyParams`."""
     x = check_input("x", x, (2, 3))
     advantage = _as_params("advantage", advantage)
     value = None if value is None else _as_params("value", value)
@@ -108,14 +136,7 @@ def noisy_dueling(
             raise ValueError(f"support is on {support.device} but x is on {x.device}")
         if not support.is_contiguous():
             raise ValueError(f"support must be contiguous (strides {support.stride()})")
-
-    def strip(p: NoisyParams) -> NoisyParams:
-        return p if noise else NoisyParams(p.weight_mu, None, p.bias_mu, None, None, None)
-
-    return NOISY_DUELING(
-        x.device, x, strip(advantage), None if value is None else strip(value), num_actions, atoms,
-        bool(noise), bool(log_softmax), support,
-    )
+    return advantage, value
 
 
 def expected_q(log_probs: torch.Tensor, support: torch.Tensor) -> torch.Tensor:

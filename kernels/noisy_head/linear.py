@@ -23,6 +23,35 @@ NOISY_LINEAR = KernelOp(
 )
 
 
+# Validated call signatures (shapes, dtypes, devices, contiguity and options of every tensor): a
+# call whose signature was validated before skips the checks, which cost more than a small layer's
+# matmul. Any change (a new batch size, a moved or re-typed parameter, a non-contiguous view) is a
+# new signature and is checked in full. Bounded: cleared when it grows past _SIG_CACHE_MAX.
+_SIG_CACHE_MAX = 256
+
+
+def tensor_signature(tensors: tuple[object, ...]) -> tuple[object, ...] | None:
+    """``(shape, dtype, device, is_contiguous)`` per tensor (``None`` entries kept), or ``None``
+    when an entry is neither a tensor nor ``None`` (the caller then validates in full)."""
+    try:
+        return tuple(
+            None if t is None else (t.shape, t.dtype, t.device, t.is_contiguous())  # type: ignore[attr-defined]
+            for t in tensors
+        )
+    except (AttributeError, TypeError):
+        return None
+
+
+def remember(cache: dict, key: object) -> None:
+    """Record a validated signature (clearing the cache when it is full)."""
+    if len(cache) >= _SIG_CACHE_MAX:
+        cache.clear()
+    cache[key] = True
+
+
+_validated: dict[object, bool] = {}
+
+
 def check_input(name: str, x: object, dims: tuple[int, ...]) -> torch.Tensor:
     """``x`` is a floating tensor with one of ``dims`` dimensions and at least one row."""
     if not isinstance(x, torch.Tensor):
@@ -139,11 +168,16 @@ def noisy_linear(
         ValueError: shape, device or contiguity mismatch; a missing noise tensor with
             ``noise=True``; an unknown ``activation``.
     """
-    if activation not in (None, "relu"):
-        raise ValueError(f"activation must be None or 'relu', got {activation!r}")
-    x = check_input("x", x, (2,))
     p = NoisyParams(weight_mu, weight_sigma, bias_mu, bias_sigma, eps_in, eps_out)
-    check_noisy_params("", p, x=x, in_features=x.shape[1], out_features=None, noise=noise)
+    sig = tensor_signature((x, *p)) if type(x) is torch.Tensor else None
+    key = None if sig is None else (sig, bool(noise), activation)
+    if key is None or key not in _validated:
+        if activation not in (None, "relu"):
+            raise ValueError(f"activation must be None or 'relu', got {activation!r}")
+        x = check_input("x", x, (2,))
+        check_noisy_params("", p, x=x, in_features=x.shape[1], out_features=None, noise=noise)
+        if key is not None:
+            remember(_validated, key)
     if not noise:
         p = NoisyParams(weight_mu, None, bias_mu, None, None, None)
     return NOISY_LINEAR(x.device, x, *p, bool(noise), activation == "relu")
