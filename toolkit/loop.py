@@ -251,7 +251,8 @@ def run_training(agent: Any, env: VecEnv, schedule: Schedule, cfg: LoopConfig) -
             t_flush, step_flush = now, step
         if checkpoint_due:
             save()
-        bar.update(step, f"return {np.mean(recent):.1f}" if recent else None)
+        if bar.enabled:  # the text costs more than a CartPole step: build it only for a drawn bar
+            bar.update(step, f"return {np.mean(recent):.1f}" if recent else None)
         if cfg.stop_at is not None and step >= cfg.stop_at and step < cfg.total_steps and not stop:
             interrupted = True
             break
