@@ -96,7 +96,15 @@ class MasterWeightOptimizer:
             the norm before clipping, an f32 scalar tensor on the parameters' device (no sync).
         """
         self._gather_grads()
-        return torch.nn.utils.clip_grad_norm_(self.masters, max_norm)
+        grads = [m.grad for m in self.masters if m.grad is not None]
+        if not grads or len({(g.device, g.dtype) for g in grads}) != 1:
+            return torch.nn.utils.clip_grad_norm_(self.masters, max_norm)
+        # One device and dtype (the usual case): torch's foreach computation, written out, without
+        # its per-call grouping and wrappers (a third of the cost of a small network's clip).
+        with torch.no_grad():
+            total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
+            torch._foreach_mul_(grads, torch.clamp(max_norm / (total + 1e-6), max=1.0))
+        return total
 
     def step(self) -> None:
         """One optimizer step on the f32 masters, then round them into the parameters."""
