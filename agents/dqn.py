@@ -659,7 +659,15 @@ class DQNAgent:
         return state
 
     def check_state_dict(self, state: dict[str, Any], *, where: str = "state") -> None:
-        """Raise :class:`toolkit.checkpoint.CheckpointError` (a ``ValueError``) unless ``state`` fits."""
+        """Raise :class:`toolkit.checkpoint.CheckpointError` (a ``ValueError``) unless ``state`` fits.
+
+        Checks the networks, the optimizer(s) and the replay buffer(s) (capacity, n-step, PER
+        settings, shapes); changes nothing.
+        """
+        self._check_state(state, where)
+
+    def _check_state(self, state: dict[str, Any], where: str) -> dict[str, Any]:
+        """:meth:`check_state_dict`, returning the replay states validated and converted for loading."""
         if not isinstance(state, dict) or state.get("agent") != AGENT_KIND:
             got = state.get("agent") if isinstance(state, dict) else type(state).__name__
             raise CheckpointError(f"{where}: holds a {got!r} agent, not a {AGENT_KIND!r} agent")
@@ -674,23 +682,41 @@ class DQNAgent:
         if (self.icm_module is None) != ("icm" not in state):
             raise CheckpointError(f"{where}: ICM {'absent' if 'icm' not in state else 'present'} in the "
                                   "checkpoint but the config says otherwise")
+        staged: dict[str, Any] = {}
         try:
             self.optimizer.check_state_dict(state["optimizer"])
-        except ValueError as exc:
+            staged["replay"] = self.buffer._parse_state(state["replay"])
+            if self.icm_module is not None:
+                check_module_tensors(self.icm_module, state["icm"], where=f"{where} (ICM)")
+                self.icm_optimizer.check_state_dict(state["icm_optimizer"])
+                staged["icm_replay"] = self.icm_buffer._parse_state(state["icm_replay"])
+            for key in ("env_steps", "updates"):
+                int(state["counters"][key])
+            if not isinstance(state["generator"], torch.Tensor):
+                raise ValueError("generator state is not a tensor")
+        except CheckpointError:
+            raise
+        except (KeyError, TypeError, ValueError) as exc:
             raise CheckpointError(f"{where}: {exc}") from None
+        return staged
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a :meth:`state_dict` (possibly saved in another dtype; cast once here).
 
+        A generator state saved on another device type (CUDA <-> CPU) cannot be restored: the
+        generator is then reseeded from ``seed`` and the update count (deterministic, not the
+        saved stream).
+
         Raises:
-            ValueError: the state belongs to another agent kind, observation shape or action
-                space, or its tensors do not fit (checked before anything changes).
+            toolkit.checkpoint.CheckpointError: (a ``ValueError``) the state belongs to another
+                agent kind, observation shape or action space, or its tensors, optimizer or replay
+                state do not fit (all checked before anything changes).
         """
-        self.check_state_dict(state)
+        staged = self._check_state(state, "state")
         load_into_module(self.online, state["online"])
         load_into_module(self.target, state["target"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.buffer.load_state_dict(state["replay"])
+        self.buffer._apply_state(staged["replay"])
         if self._target_master is not None:
             saved = state.get("target_master")
             src = saved if saved is not None else list(self.target.parameters())
@@ -699,8 +725,11 @@ class DQNAgent:
         if self.icm_module is not None:
             load_into_module(self.icm_module, state["icm"])
             self.icm_optimizer.load_state_dict(state["icm_optimizer"])
-            self.icm_buffer.load_state_dict(state["icm_replay"])
-        self.generator.set_state(state["generator"].cpu())
+            self.icm_buffer._apply_state(staged["icm_replay"])
+        try:
+            self.generator.set_state(state["generator"].cpu())
+        except RuntimeError:  # saved on another device type: a generator state cannot cross over
+            self.generator.manual_seed(self.seed + 7919 * int(state["counters"]["updates"]))
         self.env_steps = int(state["counters"]["env_steps"])
         self.updates = int(state["counters"]["updates"])
 

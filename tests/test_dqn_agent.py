@@ -273,6 +273,60 @@ def test_mismatched_checkpoints_are_refused_untouched(tmp_path) -> None:
         DQNAgent.load(tmp_path / "ppo.safetensors")
 
 
+def test_replay_that_does_not_fit_is_refused_before_anything_changes(tmp_path) -> None:
+    # A checkpoint whose replay buffer (or ICM replay) has another configuration must be refused as
+    # a CheckpointError (one clear line through the CLI) while the agent is still untouched.
+    a = _agent("rainbow")
+    _fill(a, 20)
+    a.update()
+    a.save(tmp_path / "a.safetensors")
+    state = load_checkpoint(tmp_path / "a.safetensors")
+    for kind, overrides in (("rainbow", {"buffer_size": 256}), ("rainbow", {"per_alpha": 0.5}),
+                            ("rainbow", {"n_step": 2})):
+        b = _agent(kind, seed=1, **overrides)
+        _fill(b, 20, seed=4)
+        b.update()
+        before = [t.detach().clone() for t in (*b.online.parameters(), *b.optimizer.masters)]
+        moments = {k: v.clone() for k, v in b.optimizer.optimizer.state_dict()["state"][0].items()}
+        replay = b.buffer.sample(4, generator=torch.Generator().manual_seed(0))
+        counters = (b.env_steps, b.updates)
+        with pytest.raises(CheckpointError, match="another configuration"):
+            b.load_state_dict(state)
+        after = [*b.online.parameters(), *b.optimizer.masters]
+        assert all(torch.equal(x, y) for x, y in zip(before, after, strict=True)), overrides
+        for k, v in b.optimizer.optimizer.state_dict()["state"][0].items():
+            assert torch.equal(v, moments[k])
+        again = b.buffer.sample(4, generator=torch.Generator().manual_seed(0))
+        assert torch.equal(replay.obs, again.obs) and (b.env_steps, b.updates) == counters
+    icm = _agent("dqn", icm=True)
+    _fill(icm, 20)
+    icm_state = icm.state_dict()
+    icm_state["icm_replay"] = _agent("dqn", icm=True, buffer_size=256).icm_buffer.state_dict()
+    b = _agent("dqn", icm=True, seed=1)
+    before = [p.detach().clone() for p in b.online.parameters()]
+    with pytest.raises(CheckpointError, match="another configuration"):
+        b.load_state_dict(icm_state)
+    assert all(torch.equal(x, y) for x, y in zip(before, b.online.parameters(), strict=True))
+
+
+def test_generator_state_of_another_device_type_is_reseeded(tmp_path) -> None:
+    # A CUDA generator's state (16 bytes: seed and offset) cannot go into a CPU generator and the
+    # other way round; a checkpoint moved between CPU and GPU must still load (design: checkpoints
+    # cross devices), with a deterministic reseed of the agent's generator.
+    a = _agent("dqn")
+    _fill(a, 20)
+    a.update()
+    state = a.state_dict()
+    state["generator"] = torch.zeros(16, dtype=torch.uint8)  # the shape of a CUDA generator state
+    b, c = _agent("dqn", seed=0), _agent("dqn", seed=0)
+    b.load_state_dict(state)
+    c.load_state_dict(state)
+    assert b.updates == a.updates and b.env_steps == a.env_steps
+    assert torch.equal(b.generator.get_state(), c.generator.get_state())
+    for pa, pb in zip(a.online.parameters(), b.online.parameters(), strict=True):
+        assert torch.equal(pa, pb)
+
+
 def test_bad_input() -> None:
     with pytest.raises(ValueError, match="action_space=Box"):
         DQNAgent(OBS, gym.spaces.Box(-1, 1, (2,)))
