@@ -93,6 +93,11 @@ def test_cli_trains_and_refuses_bad_input(tmp_path: Path, capsys) -> None:
     refused("--agent", "rainbow", "--run-dir", str(run), "--resume", match="agent='dqn'")
     refused("--agent", "dqn", "--env", "CartPoleNoVel-v1", "--run-dir", str(run), "--resume",
             match="env='CartPole-v1'")
+    # ... and settings that the saved schedule or replay buffer cannot continue with
+    refused("--agent", "dqn", "--run-dir", str(run), "--resume", "--steps", "800", *small,
+            "--set", "train_freq=32", match="train_freq=64")
+    refused("--agent", "dqn", "--run-dir", str(run), "--resume", "--steps", "800", *small,
+            "--set", "buffer_size=20000", match="another configuration")
     assert not (tmp_path / "x").exists()
 
 

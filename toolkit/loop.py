@@ -172,11 +172,18 @@ def run_training(agent: Any, env: VecEnv, schedule: Schedule, cfg: LoopConfig) -
             if key in saved_meta and saved_meta[key] != value:
                 raise CheckpointError(f"{ckpt_path}: checkpoint was made with {key}={saved_meta[key]!r}, "
                                       f"this run has {key}={value!r}")
-        agent.load_state_dict(state["agent"])
-        env.set_state(state["env"])
-        schedule.load_state_dict(state["schedule"])
-        counters.load(state["loop"])
-        restore_rng_state(state["rng"])
+        try:
+            # cheap checks first: the schedule validates its settings before it sets a counter, the
+            # agent validates everything before it loads anything
+            schedule.load_state_dict(state["schedule"])
+            agent.load_state_dict(state["agent"])
+            env.set_state(state["env"])
+            counters.load(state["loop"])
+            restore_rng_state(state["rng"])
+        except CheckpointError as exc:
+            raise CheckpointError(f"{ckpt_path}: {exc}") from None
+        except (KeyError, TypeError, ValueError) as exc:  # settings of this run differ from the saved one
+            raise CheckpointError(f"{ckpt_path}: {exc}") from None
         resumed = True
     else:
         seed_everything(cfg.seed)
