@@ -493,6 +493,29 @@ def test_interrupted_save_keeps_the_previous_file(tmp_path: Path, monkeypatch: p
     assert path.read_bytes() == old and [p.name for p in tmp_path.iterdir()] == ["r.safetensors"]
 
 
+def test_save_syncs_the_temporary_file_before_the_rename(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    # Without an fsync before os.replace, a power loss can leave the new name pointing at an empty
+    # or partial file (the rename reaches the disk before the data).
+    import os
+
+    events: list[tuple[str, str]] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        events.append(("fsync", os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))))
+        real_fsync(fd)
+
+    def replace(src: Any, dst: Any) -> None:
+        events.append(("replace", os.path.basename(src)))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    _filled().save(tmp_path / "r.safetensors")
+    assert [e[0] for e in events] == ["fsync", "replace"] and events[0][1] == events[1][1], events
+
+
 # ---- CUDA (--gpu) -------------------------------------------------------------------------------
 
 

@@ -456,8 +456,8 @@ class ReplayBuffer:
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write :meth:`state_dict` to one safetensors file (``meta`` as JSON in its header).
 
-        The write is atomic: a temporary file in the same folder, then ``os.replace``; an
-        interrupted save never destroys the previous file.
+        The write is atomic: a temporary file in the same folder, flushed to disk (``fsync``),
+        then ``os.replace``; an interrupted save never destroys the previous file.
         """
         from safetensors.torch import save_file
 
@@ -468,6 +468,8 @@ class ReplayBuffer:
         tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
         try:
             save_file(tensors, str(tmp), metadata={_FORMAT: json.dumps(meta)})
+            with open(tmp, "rb") as f:  # the bytes reach the disk before the rename makes them current
+                os.fsync(f.fileno())
             os.replace(tmp, path)
         finally:
             if tmp.exists():
