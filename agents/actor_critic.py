@@ -35,6 +35,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from toolkit.precision import training_dtype
+
 __all__ = [
     "ActorCritic",
     "CategoricalHead",
@@ -411,6 +413,7 @@ class Mamba2Core(nn.Module):
                  headdim: int = 16, chunk_size: int = 64, device: torch.device | str | None = None,
                  dtype: torch.dtype | None = None) -> None:
         super().__init__()
+        dtype = dtype if dtype is not None else training_dtype(device)
         from agents.mamba2 import Mamba2Block
 
         self.encoder = _init(nn.Linear(obs_dim, d_model), math.sqrt(2))

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from agents.heads import NoisyLinear
+from toolkit.precision import training_dtype
 
 __all__ = ["BranchingHead", "branching_q"]
 
@@ -48,6 +49,7 @@ class BranchingHead(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
+        dtype = dtype if dtype is not None else training_dtype(device)
         counts = [int(n) for n in nvec]
         if not counts or min(counts) < 2:
             raise ValueError(f"nvec={list(nvec)} must be non-empty sub-action counts >= 2")

@@ -24,6 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from toolkit.precision import training_dtype
+
 __all__ = ["ICM"]
 
 
@@ -58,6 +60,7 @@ class ICM(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
+        dtype = dtype if dtype is not None else training_dtype(device)
         dims = [int(n) for n in action_dims]
         if not dims or min(dims) < 2:
             raise ValueError(f"action_dims={list(action_dims)} must be non-empty counts >= 2")

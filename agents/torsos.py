@@ -23,6 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from toolkit.precision import training_dtype
+
 __all__ = [
     "AttentionTorso",
     "MLPTorso",
@@ -59,6 +61,7 @@ class SpectralLinear(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
+        dtype = dtype if dtype is not None else training_dtype(device)
         lin = nn.Linear(in_features, out_features, bias=bias, device=device, dtype=dtype)
         self.weight = lin.weight
         self.bias = lin.bias
@@ -119,6 +122,7 @@ class MLPTorso(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
+        dtype = dtype if dtype is not None else training_dtype(device)
         sizes = [in_features] + [width] * depth
         self.layers = nn.ModuleList(
             [_linear(sizes[i], sizes[i + 1], spectral_norm, device, dtype) for i in range(depth)]
@@ -171,6 +175,7 @@ class ResidualMLPTorso(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
+        dtype = dtype if dtype is not None else training_dtype(device)
         self.flatten = nn.Flatten(1)
         self.proj = _linear(in_features, width, spectral_norm, device, dtype)
         self.blocks = nn.Sequential(
@@ -234,6 +239,7 @@ class AttentionTorso(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
+        dtype = dtype if dtype is not None else training_dtype(device)
         if width % heads:
             raise ValueError(f"attention width={width} must be divisible by heads={heads}")
         self.embed = _linear(obs_features, width, spectral_norm, device, dtype)
