@@ -149,7 +149,8 @@ def _noisy_linear_bwd_dw_kernel(
     m_n = o_n < O
     m_k = o_k < I
     b_dw = tl.zeros([BN, BK], dtype=tl.float32)
-    b_db = tl.zeros([BN], dtype=tl.float32)
+    # [BN, BB] running sum of the g.T tiles, reduced to the bias gradient after the loop
+    b_gs = tl.zeros([BN, BB], dtype=tl.float32)
     for b0 in range(0, CHUNK, BB):
         o_b = i_s * CHUNK + b0 + tl.arange(0, BB)
         m_b = o_b < B
@@ -160,11 +161,12 @@ def _noisy_linear_bwd_dw_kernel(
         if RELU:
             b_yt = tl.load(y + o_b[None, :] * s_yb + i_g * O + o_n[:, None], mask=m_gt, other=0)
             b_gt = tl.where(b_yt.to(tl.float32) > 0, b_gt, 0.0)
-        b_db += tl.sum(b_gt, axis=1)
+        b_gs += b_gt
         # [BB, BK]
         b_x = tl.load(x + o_b[:, None] * s_xb + i_g * s_xg + o_k[None, :] * s_xi,
                       mask=m_b[:, None] & m_k[None, :], other=0)
         b_dw = dot(b_gt.to(x.dtype.element_ty), b_x, b_dw, INTERPRET, IEEE)
+    b_db = tl.sum(b_gs, axis=1)
     o_r = i_g * O + o_n
     o_w = o_r[:, None] * I + o_k[None, :]
     m_w = m_n[:, None] & m_k[None, :]
