@@ -476,18 +476,17 @@ def test_load_rejects_damaged_or_foreign_files(tmp_path: Path) -> None:
 
 
 def test_interrupted_save_keeps_the_previous_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import safetensors.torch
+    import os
 
     buf = _filled()
     path = tmp_path / "r.safetensors"
     buf.save(path)
     old = path.read_bytes()
 
-    def boom(*args: Any, **kwargs: Any) -> None:
-        Path(args[1]).write_bytes(b"partial")
+    def boom(fd: int) -> None:  # the bytes were written to the temporary file; flushing them fails
         raise OSError("disk full")
 
-    monkeypatch.setattr(safetensors.torch, "save_file", boom)
+    monkeypatch.setattr(os, "fsync", boom)
     with pytest.raises(OSError, match="disk full"):
         buf.save(path)
     assert path.read_bytes() == old and [p.name for p in tmp_path.iterdir()] == ["r.safetensors"]

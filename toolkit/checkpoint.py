@@ -34,6 +34,7 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
 __all__ = [
+    "atomic_write_bytes",
     "FORMAT",
     "VERSION",
     "CheckpointError",
@@ -139,7 +140,16 @@ def save_checkpoint(path: str | os.PathLike, state: Mapping[str, Any]) -> None:
             v = tensors[k] = v.clone()
         seen.add(v.untyped_storage().data_ptr())
     header = json.dumps({"format": FORMAT, "version": VERSION, "state": tree})
-    payload = st_save(tensors, metadata={_META_KEY: header})
+    atomic_write_bytes(path, st_save(tensors, metadata={_META_KEY: header}))
+
+
+def atomic_write_bytes(path: str | os.PathLike, payload: bytes) -> None:
+    """Write ``payload`` to ``path`` so that readers see the old file or the new one, never a mix.
+
+    The bytes go to a temporary file in the same folder, reach the disk (``fsync``), and
+    ``os.replace`` makes them current; parent folders are created. On any failure the temporary
+    file is removed and the previous file at ``path`` is untouched.
+    """
     dest = Path(path)
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)

@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from toolkit.checkpoint import atomic_write_bytes
 from toolkit.precision import training_dtype
 from toolkit.replay.nstep import NStepState, schedule
 
@@ -459,21 +460,12 @@ class ReplayBuffer:
         The write is atomic: a temporary file in the same folder, flushed to disk (``fsync``),
         then ``os.replace``; an interrupted save never destroys the previous file.
         """
-        from safetensors.torch import save_file
+        from safetensors.torch import save
 
         sd = self.state_dict()
         meta = sd.pop("meta")
         tensors = {k: v.detach().to("cpu").contiguous() for k, v in sd.items()}
-        path = Path(path)
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        try:
-            save_file(tensors, str(tmp), metadata={_FORMAT: json.dumps(meta)})
-            with open(tmp, "rb") as f:  # the bytes reach the disk before the rename makes them current
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        finally:
-            if tmp.exists():
-                tmp.unlink()
+        atomic_write_bytes(path, save(tensors, metadata={_FORMAT: json.dumps(meta)}))
 
     def load(self, path: str | os.PathLike[str]) -> None:
         """Restore from a file written by :meth:`save` (any device / dtype it was saved from).
