@@ -35,7 +35,7 @@ import torch
 from kernels.mamba2 import mamba2_scan
 from kernels.mamba2.naive import mamba2_scan_naive
 from kernels.mamba2.reference import mamba2_scan_ref
-from toolkit.bench import Row, time_fn
+from toolkit.bench import Row, one_cpu_thread, time_fn
 
 NAME = "mamba2_scan"
 GPU_CASES = [(8, 1024, 8, 64, 64), (32, 256, 8, 64, 128), (1, 8192, 16, 64, 128)]
@@ -119,11 +119,8 @@ def run(quick: bool = False) -> list[Row]:
     """Time the implementations side by side; see the module docstring."""
     cuda = torch.cuda.is_available()
     device = "cuda" if cuda else "cpu"
-    threads = torch.get_num_threads()
-    if not cuda:
-        torch.set_num_threads(1)
     rows: list[Row] = []
-    try:
+    with one_cpu_thread(enabled=not cuda):
         if cuda:
             cases = GPU_CASES[:1] if quick else GPU_CASES
             dtype = torch.bfloat16
@@ -132,8 +129,6 @@ def run(quick: bool = False) -> list[Row]:
             dtype = torch.float32
         for shape in cases:
             rows += _run_case(shape, device, dtype)
-    finally:
-        torch.set_num_threads(threads)
     return rows
 
 

@@ -27,7 +27,7 @@ import torch
 
 from agents.heads import DuelingHead
 from kernels.noisy_head.reference import noisy_dueling_ref, noisy_linear_ref
-from toolkit.bench import Row, time_fn
+from toolkit.bench import Row, one_cpu_thread, time_fn
 
 NAME = "noisy_dueling"
 
@@ -70,17 +70,12 @@ def run(quick: bool = False) -> list[Row]:
     """Time the head's implementations side by side; see the module docstring."""
     cuda = torch.cuda.is_available()
     device = "cuda" if cuda else "cpu"
-    threads = torch.get_num_threads()
-    if not cuda:
-        torch.set_num_threads(1)
     start = time.perf_counter()
     compile_budget = 90.0 if cuda else 300.0  # seconds since start after which no new compiles
     rows: list[Row] = []
-    try:
+    with one_cpu_thread(enabled=not cuda):
         for b, hid, a, z in _cases(quick, cuda):
             rows += _run_case(b, hid, a, z, device, quick, start, compile_budget)
-    finally:
-        torch.set_num_threads(threads)
     return rows
 
 

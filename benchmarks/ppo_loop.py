@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from toolkit.bench import Row
+from toolkit.bench import Row, one_cpu_thread
 
 NAME = "ppo_loop"
 NUM_ENVS = 8
@@ -191,10 +191,14 @@ def _cuda_rows(reps: int) -> list[Row]:
 
 def run(quick: bool = False) -> list[Row]:
     """One row per measurement (see the module docstring). ``quick``: one rollout per timing."""
+    with one_cpu_thread():
+        return _run(quick)
+
+
+def _run(quick: bool) -> list[Row]:
     from toolkit.loop import LoopConfig, run_training
     from toolkit.onpolicy import OnPolicySchedule
 
-    torch.set_num_threads(1)
     rows: list[Row] = []
     reps = 1 if quick else 3
     ref_steps = 8_192 if quick else 40_960

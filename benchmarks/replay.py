@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from toolkit.bench import Row, format_table, time_fn
+from toolkit.bench import Row, format_table, one_cpu_thread, time_fn
 
 OBS_DIM = 64
 ALPHA, BETA, EPS = 0.6, 0.4, 1e-6
@@ -254,12 +254,8 @@ def _build(
 
 def run(quick: bool = False) -> list[Row]:
     """Time every case for every available implementation; one Row per (case, impl)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_cpu_thread():
         return _run(quick)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _run(quick: bool) -> list[Row]:

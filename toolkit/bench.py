@@ -18,13 +18,14 @@ import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-__all__ = ["Row", "discover", "env_header", "format_table", "main", "time_fn"]
+__all__ = ["Row", "discover", "env_header", "format_table", "main", "one_cpu_thread", "time_fn"]
 
 
 @dataclass
@@ -39,6 +40,22 @@ class Row:
     ratio: float | None = None
     note: str = ""
     extra: dict[str, float] = field(default_factory=dict)
+
+
+@contextmanager
+def one_cpu_thread(enabled: bool = True) -> Iterator[None]:
+    """Pin torch to one CPU thread inside the block (when ``enabled``), then restore the count.
+
+    CPU timings on two-core machines are only stable with one torch thread; benchmarks say so in
+    their notes.
+    """
+    threads = torch.get_num_threads()
+    if enabled:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def time_fn(
