@@ -21,44 +21,11 @@ import triton.language as tl
 
 from kernels.noisy_head import fused_linear
 from kernels.noisy_head.dueling import NOISY_DUELING
-from kernels.noisy_head.fused_linear import noisy_linear_bwd
+from kernels.noisy_head.fused_linear import noisy_linear_bwd, noisy_tile
 from kernels.noisy_head.reference import NoisyParams, noisy_dueling_ref, reference_grads
-from kernels.tl_helpers import dot, dot_flags
+from kernels.tl_helpers import dot_flags
 
 __all__ = ["NoisyDuelingFunction", "noisy_dueling_bwd", "noisy_dueling_fwd", "noisy_dueling_triton"]
-
-
-@triton.jit
-def _stream_tile(
-    x, s_xb, s_xi, w_mu, w_sigma, bias_mu, bias_sigma, eps_in, eps_out,
-    o_m, m_m, o_r, m_r, I,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-    NOISE: tl.constexpr, HAS_BIAS: tl.constexpr, INTERPRET: tl.constexpr, IEEE: tl.constexpr,
-):
-    """f32 [BM, BN]: rows o_m of x through output units o_r (masked by m_r) of one noisy layer."""
-    b_acc = tl.zeros([BM, BN], dtype=tl.float32)
-    b_acc_s = tl.zeros([BM, BN], dtype=tl.float32)
-    for k0 in range(0, I, BK):
-        o_k = k0 + tl.arange(0, BK)
-        m_k = o_k < I
-        # [BM, BK]
-        m_x = m_m[:, None] & m_k[None, :]
-        b_x = tl.load(x + o_m[:, None] * s_xb + o_k[None, :] * s_xi, mask=m_x, other=0)
-        # [BK, BN]
-        o_w = o_r[None, :] * I + o_k[:, None]
-        m_w = m_r[None, :] & m_k[:, None]
-        b_acc = dot(b_x, tl.load(w_mu + o_w, mask=m_w, other=0), b_acc, INTERPRET, IEEE)
-        if NOISE:
-            b_ei = tl.load(eps_in + o_k, mask=m_k, other=0).to(tl.float32)
-            b_xe = (b_x.to(tl.float32) * b_ei[None, :]).to(x.dtype.element_ty)
-            b_acc_s = dot(b_xe, tl.load(w_sigma + o_w, mask=m_w, other=0), b_acc_s, INTERPRET, IEEE)
-    if HAS_BIAS:
-        b_acc += tl.load(bias_mu + o_r, mask=m_r, other=0).to(tl.float32)[None, :]
-    if NOISE:
-        if HAS_BIAS:
-            b_acc_s += tl.load(bias_sigma + o_r, mask=m_r, other=0).to(tl.float32)[None, :]
-        b_acc += b_acc_s * tl.load(eps_out + o_r, mask=m_r, other=0).to(tl.float32)[None, :]
-    return b_acc
 
 
 @triton.jit
@@ -111,7 +78,7 @@ def _noisy_dueling_fwd_kernel(
     b_v = tl.zeros([BM, ZB], dtype=tl.float32)
     if DUELING:
         o_vc = tl.arange(0, VB).to(tl.int64)
-        b_vt = _stream_tile(
+        b_vt = noisy_tile(
             xv, s_xvb, s_xvi, v_w_mu, v_w_sigma, v_b_mu, v_b_sigma, v_eps_in, v_eps_out,
             o_m, m_m, o_vc, o_vc < Z, I, BM, VB, BK, NOISE, HAS_BIAS, INTERPRET, IEEE,
         )
@@ -122,7 +89,7 @@ def _noisy_dueling_fwd_kernel(
     c_z = o_c % ZB
     if SINGLE:
         m_c = (c_a < A) & (c_z < Z)
-        b_at = _stream_tile(
+        b_at = noisy_tile(
             xa, s_xab, s_xai, a_w_mu, a_w_sigma, a_b_mu, a_b_sigma, a_eps_in, a_eps_out,
             o_m, m_m, c_a * Z + c_z, m_c, I, BM, BA * ZB, BK, NOISE, HAS_BIAS, INTERPRET, IEEE,
         )
@@ -137,7 +104,7 @@ def _noisy_dueling_fwd_kernel(
             o_a = t * BA + c_a
             m_c = (o_a < A) & (c_z < Z)
             o_r = o_a * Z + c_z  # weight row, and the column of out[b] = [A * Z]
-            b_at = _stream_tile(
+            b_at = noisy_tile(
                 xa, s_xab, s_xai, a_w_mu, a_w_sigma, a_b_mu, a_b_sigma, a_eps_in, a_eps_out,
                 o_m, m_m, o_r, m_c, I, BM, BA * ZB, BK, NOISE, HAS_BIAS, INTERPRET, IEEE,
             )

@@ -24,10 +24,50 @@ from kernels.noisy_head.linear import NOISY_LINEAR
 from kernels.noisy_head.reference import noisy_linear_ref, reference_grads
 from kernels.tl_helpers import dot, dot_flags
 
-__all__ = ["NoisyLinearFunction", "noisy_linear_bwd", "noisy_linear_fwd", "noisy_linear_triton"]
+__all__ = [
+    "NoisyLinearFunction", "noisy_linear_bwd", "noisy_linear_fwd", "noisy_linear_triton", "noisy_tile",
+]
 
 # Fresh buffers come from here; tests swap in a NaN-filled allocator so unwritten elements show.
 _empty = torch.empty
+
+
+@triton.jit
+def noisy_tile(
+    x, s_xb, s_xi, w_mu, w_sigma, bias_mu, bias_sigma, eps_in, eps_out,
+    o_m, m_m, o_r, m_r, I,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+    NOISE: tl.constexpr, HAS_BIAS: tl.constexpr, INTERPRET: tl.constexpr, IEEE: tl.constexpr,
+):
+    """f32 [BM, BN]: rows o_m of x through output units o_r (masked by m_r) of one noisy layer.
+
+    The whole forward formula in one pass over the I input features: two f32 accumulators
+    (mu and sigma), biases, ``eps_out`` scaling. Weights are ``[O, I]`` row-major at ``w_mu`` /
+    ``w_sigma``; grouped callers pass pointers offset to their group.
+    """
+    b_acc = tl.zeros([BM, BN], dtype=tl.float32)
+    b_acc_s = tl.zeros([BM, BN], dtype=tl.float32)
+    for k0 in range(0, I, BK):
+        o_k = k0 + tl.arange(0, BK)
+        m_k = o_k < I
+        # [BM, BK]
+        m_x = m_m[:, None] & m_k[None, :]
+        b_x = tl.load(x + o_m[:, None] * s_xb + o_k[None, :] * s_xi, mask=m_x, other=0)
+        # [BK, BN]
+        o_w = o_r[None, :] * I + o_k[:, None]
+        m_w = m_r[None, :] & m_k[:, None]
+        b_acc = dot(b_x, tl.load(w_mu + o_w, mask=m_w, other=0), b_acc, INTERPRET, IEEE)
+        if NOISE:
+            b_ei = tl.load(eps_in + o_k, mask=m_k, other=0).to(tl.float32)
+            b_xe = (b_x.to(tl.float32) * b_ei[None, :]).to(x.dtype.element_ty)
+            b_acc_s = dot(b_xe, tl.load(w_sigma + o_w, mask=m_w, other=0), b_acc_s, INTERPRET, IEEE)
+    if HAS_BIAS:
+        b_acc += tl.load(bias_mu + o_r, mask=m_r, other=0).to(tl.float32)[None, :]
+    if NOISE:
+        if HAS_BIAS:
+            b_acc_s += tl.load(bias_sigma + o_r, mask=m_r, other=0).to(tl.float32)[None, :]
+        b_acc += b_acc_s * tl.load(eps_out + o_r, mask=m_r, other=0).to(tl.float32)[None, :]
+    return b_acc
 
 
 @triton.jit
@@ -47,31 +87,11 @@ def _noisy_linear_fwd_kernel(
     o_n = i_n * BN + tl.arange(0, BN)
     m_m = o_m < B
     m_n = o_n < O
-    b_acc = tl.zeros([BM, BN], dtype=tl.float32)
-    b_acc_s = tl.zeros([BM, BN], dtype=tl.float32)
-    for k0 in range(0, I, BK):
-        o_k = k0 + tl.arange(0, BK)
-        m_k = o_k < I
-        # [BM, BK]
-        m_x = m_m[:, None] & m_k[None, :]
-        b_x = tl.load(x + o_m[:, None] * s_xb + o_k[None, :] * s_xi, mask=m_x, other=0)
-        # [BK, BN]: a tile of W.T
-        o_w = i_g * O * I + o_n[None, :] * I + o_k[:, None]
-        m_w = m_n[None, :] & m_k[:, None]
-        b_acc = dot(b_x, tl.load(w_mu + o_w, mask=m_w, other=0), b_acc, INTERPRET, IEEE)
-        if NOISE:
-            # [BK]
-            b_ei = tl.load(eps_in + i_g * I + o_k, mask=m_k, other=0).to(tl.float32)
-            b_xe = (b_x.to(tl.float32) * b_ei[None, :]).to(x.dtype.element_ty)
-            b_acc_s = dot(b_xe, tl.load(w_sigma + o_w, mask=m_w, other=0), b_acc_s, INTERPRET, IEEE)
-    if HAS_BIAS:
-        b_acc += tl.load(bias_mu + i_g * O + o_n, mask=m_n, other=0).to(tl.float32)[None, :]
-    if NOISE:
-        if HAS_BIAS:
-            b_acc_s += tl.load(bias_sigma + i_g * O + o_n, mask=m_n, other=0).to(tl.float32)[None, :]
-        # [BN]
-        b_eo = tl.load(eps_out + i_g * O + o_n, mask=m_n, other=0).to(tl.float32)
-        b_acc += b_acc_s * b_eo[None, :]
+    b_acc = noisy_tile(
+        x, s_xb, s_xi, w_mu + i_g * O * I, w_sigma + i_g * O * I, bias_mu + i_g * O,
+        bias_sigma + i_g * O, eps_in + i_g * I, eps_out + i_g * O,
+        o_m, m_m, o_n, m_n, I, BM, BN, BK, NOISE, HAS_BIAS, INTERPRET, IEEE,
+    )
     if RELU:
         b_acc = tl.maximum(b_acc, 0.0)
     p_y = y + o_m[:, None] * s_yb + i_g * O + o_n[None, :]
