@@ -20,13 +20,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 import torch
 
 from toolkit.bench import Row
 
 NAME = "dqn_loop"
+REQUIRES = ("gymnasium",)  # toolkit.bench skips this file, in one line, where it is missing
 ENV_ID = "CartPole-v1"
 BATCH = 128
 TRAIN_FREQ = 10  # env steps per update: the reference's update-to-data ratio
@@ -82,6 +82,8 @@ def reference_dqn(steps: int, *, seed: int = 0, learning_starts: int = 1_000, le
     ``steps`` after them (the steady state: a greedy forward on ~95% of steps, one update per 10).
     ``learn=False`` times collection alone (acting, stepping, storing).
     """
+    import gymnasium as gym  # here, not at the top: the module imports on machines without it
+
     rng = np.random.default_rng(seed)
     torch.manual_seed(seed)
     if lean:

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 
-import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+
+pytest.importorskip(
+    "gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
+
+import gymnasium as gym
 
 from agents.dqn import PRESETS, DQNAgent, DQNConfig, make_agent, preset
 from toolkit.checkpoint import CheckpointError, load_checkpoint, save_checkpoint

@@ -8,6 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
+pytest.importorskip(
+    "gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
+
 from agents.dqn import DQNAgent, preset
 from toolkit.cli import main
 from toolkit.envs import make_vec_env

@@ -13,6 +13,9 @@ import numpy as np
 import pytest
 import torch
 
+pytest.importorskip(
+    "gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
+
 from agents.dqn import DQNAgent, preset
 from toolkit.envs import make_vec_env
 from toolkit.loop import LoopConfig, run_training

@@ -11,6 +11,9 @@ import numpy as np
 import pytest
 import torch
 
+pytest.importorskip(
+    "gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
+
 from toolkit.envs import evaluate, make_vec_env, space_from_json, space_to_json
 from toolkit.logger import MetricLogger, ProgressBar, plot_learning_curve, read_csv
 from toolkit.loop import LoopConfig, run_training

@@ -7,6 +7,9 @@ import csv
 import pytest
 import torch
 
+pytest.importorskip(
+    "gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
+
 from agents.ppo import PPO, PPOConfig, preset
 from toolkit.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from toolkit.cli import main as cli_main

@@ -20,6 +20,9 @@ import dataclasses
 import pytest
 import torch
 
+pytest.importorskip(
+    "gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
+
 from agents.ppo import PPO, preset
 from toolkit.envs import make_vec_env
 from toolkit.loop import LoopConfig, run_training

@@ -1,6 +1,9 @@
 """The benchmark frame: timing helpers and the one table ``python -m toolkit bench`` prints.
 
 A benchmark is a file ``benchmarks/<name>.py`` with ``run(quick: bool = False) -> list[Row]``.
+It imports with torch, numpy and the project alone; a benchmark that needs more (gymnasium) names
+those packages in ``REQUIRES`` and imports them inside its functions, and where one is missing
+it is skipped with one line instead of run (bare GPU machines have no gymnasium).
 Each row is one measurement of one implementation on one case; ``ratio`` compares it with the
 row's baseline in the same run (``> 1`` means faster than the baseline). Speed is measured here,
 side by side in one process, never asserted inside a test.
@@ -25,7 +28,8 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["Row", "discover", "env_header", "format_table", "main", "one_cpu_thread", "time_fn"]
+__all__ = ["Row", "discover", "env_header", "format_table", "main", "missing_requirements", "one_cpu_thread",
+           "time_fn"]
 
 
 @dataclass
@@ -142,10 +146,23 @@ def _load(path: Path):
     return module
 
 
+def missing_requirements(module: object) -> list[str]:
+    """The packages named in ``module.REQUIRES`` (import names) that do not import here."""
+    requires = getattr(module, "REQUIRES", ())
+    missing = []
+    for name in (requires,) if isinstance(requires, str) else requires:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    return missing
+
+
 def main(directory: str | Path = "benchmarks", only: Sequence[str] = (), quick: bool = False) -> int:
     """Run every benchmark in ``directory`` (or those named in ``only``) and print one table.
 
-    Returns the process exit code: 1 if any benchmark raised (its rows are missing then).
+    Returns the process exit code: 1 if any benchmark raised (its rows are missing then). A
+    benchmark whose ``REQUIRES`` do not import is skipped with one line and is not a failure.
     """
     directory = Path(directory)
     if not directory.is_dir():
@@ -161,7 +178,11 @@ def main(directory: str | Path = "benchmarks", only: Sequence[str] = (), quick: 
             continue
         print(f"running {path.stem} ...", flush=True)
         try:
-            rows.extend(_load(path).run(quick=quick))
+            module = _load(path)
+            if missing := missing_requirements(module):
+                print(f"skipped {path.stem}: needs {', '.join(missing)}, which is not installed", flush=True)
+                continue
+            rows.extend(module.run(quick=quick))
         except Exception:
             failed.append(path.stem)
             traceback.print_exc()
