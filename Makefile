@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install train test lint docs bench gpu-check clean
+.PHONY: install train test lint docs bench gpu-check fetch-wheels bare-check clean
 
 install: $(VENV)/.installed
 
@@ -32,6 +32,22 @@ docs: install
 
 bench: install
 	$(BIN)/python -m toolkit bench
+
+# A lent GPU machine (no registry, maybe no gymnasium): the kernel parity suite and every benchmark,
+# from the source tree, in under 10 minutes; output in $(GPU_OUT). Installs nothing from a registry:
+# run `make fetch-wheels` beforehand where one is reachable and carry .whl/ along for the agent tests.
+GPU_OUT ?= runs/gpu-check
+gpu-check:
+	bash benchmarks/gpu-check.sh $(GPU_OUT)
+
+# gymnasium and its pure-Python dependencies as wheels in .whl/ (git-ignored), for gpu-check.
+fetch-wheels:
+	bash benchmarks/fetch-wheels.sh
+
+# What a bare GPU machine sees, without a GPU (CI runs it): a fresh venv with only torch, triton,
+# numpy, safetensors, pytest and hypothesis collects the tests (-m gpu) and imports every benchmark.
+bare-check:
+	bash benchmarks/bare-check.sh
 
 clean:
 	rm -rf $(VENV) site .pytest_cache .ruff_cache .hypothesis

@@ -131,8 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"bare collect (hidden: {', '.join(sorted(hidden)) or 'nothing'}): "
           f"{len(benchmarks)} benchmarks imported ({', '.join(benchmarks)}); {tally.total} tests collected, "
           f"{gpu} marked gpu")
-    for nodeid, reason in sorted(tally.skipped.items()):
-        print(f"  skipped as a whole: {nodeid}: {reason}")
+    if tally.skipped:
+        print(f"{len(tally.skipped)} test files skipped as a whole (pytest's SKIPPED lines above say why)")
     for problem in problems:
         print(f"error: {problem}", file=sys.stderr)
     if args.json:
