@@ -271,10 +271,7 @@ def _kept(checkpoint_step: int | None, ckpt_path: Path | None) -> str:
 
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
-    line = text.splitlines()[0] if text else type(exc).__name__
-    if isinstance(exc, OSError) and exc.filename is not None and str(exc.filename) not in line:
-        line = f"{exc.filename}: {line}"
-    return line
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _prepare_run_dir(run_dir: Path, ckpt_path: Path, resume_step: int | None, cfg: LoopConfig) -> None:
@@ -449,9 +446,12 @@ def _run(agent: Any, env: VecEnv, schedule: Schedule, cfg: LoopConfig,
     except TrainingError:
         raise
     except (ValueError, RuntimeError, OSError) as exc:
-        what = _first_line(exc)
         if isinstance(exc, OSError):
-            what = f"cannot write {what}" if exc.filename is not None else f"write failed: {what}"
+            reason = exc.strerror or _first_line(exc)
+            where = exc.filename if exc.filename is not None else "the run folder"
+            what = f"cannot write {where}: {reason}"
+        else:
+            what = _first_line(exc)
         raise TrainingError(f"{what} (at step {counters.step}): stopped; {_kept(checkpoint_step, ckpt_path)}",
                             step=counters.step, checkpoint_step=checkpoint_step) from exc
     finally:
