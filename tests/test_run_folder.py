@@ -413,3 +413,14 @@ def test_checkpoint_saves_by_wall_time_at_a_flush(tmp_path: Path, monkeypatch: p
     # saving by time adds no metric row: the same rows as a run that saves only at the end
     _run(tmp_path / "end-only", checkpoint_every=0, checkpoint_seconds=0)
     assert _rows(tmp_path / "run" / "metrics.csv") == _rows(tmp_path / "end-only" / "metrics.csv")
+
+
+@pytest.mark.parametrize("minutes", ["-1", "nan", "inf"])
+def test_checkpoint_minutes_must_be_a_finite_number(minutes: str, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["train", "--agent", "ppo", "--no-progress", "--run-dir", str(tmp_path / "run"),
+                 "--checkpoint-minutes", minutes])
+    assert code == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"error: --checkpoint-minutes must be a finite number >= 0, got {float(minutes)}"]
+    assert not (tmp_path / "run").exists()

@@ -136,7 +136,7 @@ class LoopConfig:
     """Also checkpoint at the first metric flush at least this long (wall time) after the last save
     (0: off). Saving at a flush adds no metric row, so runs stay reproducible."""
     resume: bool = False
-    """Continue from ``<run_dir>/checkpoint.safetensors`` if it exists."""
+    """Continue from ``<run_dir>/checkpoint.safetensors`` if it exists (else start fresh, with a notice)."""
     stop_at: int | None = None
     """Stop (as if interrupted) after the step crossing this, once any checkpoint due there is written."""
     progress: bool = False

@@ -20,7 +20,11 @@ time, at the first metric flush past it, besides every ``--checkpoint-every`` en
 metrics, saves a checkpoint and exits with one line (``interrupted by SIGTERM at step 1234:
 checkpoint saved to runs/x/checkpoint.safetensors; continue with --resume``). A second signal
 while it saves changes nothing (the save is atomic and completes). A run folder has one trainer
-at a time (``<run-dir>/.lock``).
+at a time (``<run-dir>/.lock``). A folder holding an earlier run's files but no checkpoint to
+resume (it died before its first save, or ``--resume`` found none) is cleared first: those files
+move to ``<run-dir>/stale-<UTC time>/`` with one notice line, so two runs never mix. A NaN or
+infinite ``losses/...`` metric or parameter stops the run at the next metric flush, keeping the
+last good checkpoint; without matplotlib ``curve.png`` is skipped with one notice line.
 
 Exit statuses:
 
@@ -75,7 +79,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    "a thread pool beside other busy processes slows down many times)")
     p.add_argument("--num-envs", type=int, default=None, help="parallel environments (default: the preset's)")
     p.add_argument("--run-dir", default=None, help="output folder (default runs/<agent>-<env>-s<seed>)")
-    p.add_argument("--resume", action="store_true", help="continue from the run dir's checkpoint")
+    p.add_argument("--resume", action="store_true", help="continue from the run dir's checkpoint (without "
+                   "one: start fresh, with a notice)")
     p.add_argument("--checkpoint-every", type=int, default=0,
                    help="env steps between checkpoints (default 0: none by steps; --checkpoint-minutes "
                    "still applies, and a checkpoint is always saved at the end, on SIGINT and on SIGTERM)")
