@@ -123,6 +123,11 @@ def test_repair_keeps_good_rows_up_to_the_step(tmp_path: Path) -> None:
     path.write_text("garbage\n1,2\n")
     with pytest.raises(ValueError, match="not a metrics file"):
         repair_csv(path, 5)
+    # files written before this version end their lines with \r\n (the csv module's default)
+    path.write_bytes(b"global_step,a\r\n1,1.0\r\n2,nan\r\n3,3.0\r\n")
+    assert [r["global_step"] for r in read_csv(path)] == [1.0, 2.0, 3.0]
+    assert repair_csv(path, 2) == (2, 0)
+    assert path.read_text() == "global_step,a\n1,1.0\n2,nan\n"
 
 
 def test_a_failed_rewrite_leaves_every_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -137,11 +137,6 @@ class MetricLogger:
         except OSError as exc:
             raise OSError(exc.errno, exc.strerror or str(exc), str(self.csv_path)) from exc
 
-    def flush_files(self) -> None:
-        """Push TensorBoard's buffered events to disk (the CSV is written at each :meth:`flush`)."""
-        if self._writer is not None:
-            self._writer.flush()
-
     def close(self) -> None:
         """Flush nothing further; close TensorBoard files."""
         if self._writer is not None:
@@ -167,8 +162,9 @@ def _fmt(v: float | None) -> str:
     return repr(float(v))  # repr gives 'nan', 'inf', '-inf' and round-trips every float
 
 
-def _parse_row(line: str, width: int) -> dict[str, float] | None:
-    """The cells of one data line, or ``None`` when it is damaged (wrong field count, not numbers)."""
+def _parse_row(line: str, width: int) -> tuple[int, list[float | None]] | None:
+    """``(step, cells)`` of one data line (``None`` for an empty cell), or ``None`` when the line
+    is damaged (wrong field count, a cell that is not a number)."""
     try:
         cells = next(csv.reader([line]))
     except (csv.Error, StopIteration):
@@ -176,13 +172,14 @@ def _parse_row(line: str, width: int) -> dict[str, float] | None:
     if len(cells) != width:
         return None
     try:
-        step = int(cells[0])
-        values = [float(c) if c != "" else None for c in cells[1:]]
+        return int(cells[0]), [float(c) if c != "" else None for c in cells[1:]]
     except ValueError:
         return None
-    row: dict[str, float] = {"global_step": float(step)}
-    row.update({str(i): v for i, v in enumerate(values) if v is not None})
-    return row
+
+
+def _split(text: str) -> tuple[list[str], bool]:
+    """The lines of a file (``\n`` or ``\r\n``) and whether the last one is complete."""
+    return text.splitlines(), text.endswith("\n")
 
 
 def read_csv(path: str | Path) -> list[dict[str, float]]:
@@ -193,24 +190,21 @@ def read_csv(path: str | Path) -> list[dict[str, float]]:
             line cut short); the message names the file and the line. :func:`repair_csv` fixes it.
     """
     path = Path(path)
-    text = path.read_text()
-    lines = text.split("\n")
-    if not lines or not lines[0]:
+    lines, complete = _split(path.read_text())
+    if not lines:
         return []
     header = next(csv.reader([lines[0]]))
-    body = lines[1:]
-    if body and body[-1] == "":
-        body.pop()
-    elif body:
+    if len(lines) > 1 and not complete:
         raise ValueError(f"{path}: line {len(lines)} is cut short (no end of line): a damaged file")
     rows = []
-    for i, line in enumerate(body, start=2):
+    for i, line in enumerate(lines[1:], start=2):
         parsed = _parse_row(line, len(header))
         if parsed is None:
             raise ValueError(f"{path}: line {i} is damaged ({line[:60]!r}): expected {len(header)} numeric "
                              "fields")
-        row = {"global_step": parsed.pop("global_step")}
-        row.update({header[1 + int(k)]: v for k, v in parsed.items()})
+        step, cells = parsed
+        row = {"global_step": float(step)}
+        row.update({name: v for name, v in zip(header[1:], cells, strict=True) if v is not None})
         rows.append(row)
     return rows
 
@@ -234,29 +228,24 @@ def repair_csv(path: str | Path, up_to_step: int) -> tuple[int, int]:
     path = Path(path)
     if not path.exists():
         return 0, 0
-    text = path.read_text()
-    if not text:
+    lines, complete = _split(path.read_text())
+    if not lines:
         return 0, 0
-    lines = text.split("\n")
     try:
         header = next(csv.reader([lines[0]]))
     except (csv.Error, StopIteration):
         header = []
-    if not header or header[0] != "global_step":
+    if not header or header[0] != "global_step" or (len(lines) == 1 and not complete):
         raise ValueError(f"{path}: not a metrics file (the first line is not a header starting with "
                          "global_step)")
     body = lines[1:]
-    complete = bool(body) and body[-1] == ""
-    if complete:
-        body.pop()
     kept: list[str] = []
     damaged = 0
     for i, line in enumerate(body):
-        last = i == len(body) - 1
-        parsed = None if (last and not complete) else _parse_row(line, len(header))
+        parsed = None if (i == len(body) - 1 and not complete) else _parse_row(line, len(header))
         if parsed is None:
             damaged += 1
-        elif parsed["global_step"] <= up_to_step:
+        elif parsed[0] <= up_to_step:
             kept.append(line)
     if len(kept) != len(body) or not complete:
         atomic_write_bytes(path, "".join(line + "\n" for line in [lines[0], *kept]).encode())
