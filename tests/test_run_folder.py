@@ -216,6 +216,7 @@ def _fault(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(logger_mod, "open", fake_open, raising=False)
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="kills a forked child (POSIX only)")
 @pytest.mark.parametrize("mode", ["mid-temp-write", "before-rename", "after-rename", "mid-append"])
 def test_killed_while_writing_metrics_then_resumed_matches_the_uninterrupted_run(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, full_rows: list[dict[str, str]], mode: str,
