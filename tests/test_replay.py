@@ -512,7 +512,9 @@ def test_save_syncs_the_temporary_file_before_the_rename(tmp_path: Path, monkeyp
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "replace", replace)
     _filled().save(tmp_path / "r.safetensors")
-    assert [e[0] for e in events] == ["fsync", "replace"] and events[0][1] == events[1][1], events
+    # then the folder is synced too, so that the rename itself survives a power cut
+    assert [e[0] for e in events] == ["fsync", "replace", "fsync"] and events[0][1] == events[1][1], events
+    assert events[2][1] == tmp_path.name, events
 
 
 # ---- CUDA (--gpu) -------------------------------------------------------------------------------

@@ -19,12 +19,14 @@ f32 -> bf16 on an Ampere GPU).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
 import struct
 import tempfile
 from collections.abc import Mapping
+from glob import escape as glob_escape
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +44,7 @@ __all__ = [
     "check_module_tensors",
     "load_checkpoint",
     "load_into_module",
+    "remove_stale_temps",
     "restore_rng_state",
     "save_checkpoint",
 ]
@@ -146,24 +149,72 @@ def save_checkpoint(path: str | os.PathLike, state: Mapping[str, Any]) -> None:
 def atomic_write_bytes(path: str | os.PathLike, payload: bytes) -> None:
     """Write ``payload`` to ``path`` so that readers see the old file or the new one, never a mix.
 
-    The bytes go to a temporary file in the same folder, reach the disk (``fsync``), and
-    ``os.replace`` makes them current; parent folders are created. On any failure the temporary
-    file is removed and the previous file at ``path`` is untouched.
+    The bytes go to a temporary file ``.<name>.<random>.tmp`` in the same folder, reach the disk
+    (``fsync``), ``os.replace`` makes them current, and the folder is fsynced so that the rename
+    itself survives a power cut; parent folders are created. On any failure the temporary file
+    is removed and the previous file at ``path`` is untouched. A process killed mid-write can
+    leave its temporary file behind: :func:`remove_stale_temps` clears those.
+
+    Raises:
+        OSError: the write failed (disk full, read-only folder, ...); the error names ``path``.
     """
     dest = Path(path)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    tmp = None
     try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o644)  # mkstemp makes it private; a checkpoint is an ordinary file
         os.replace(tmp, dest)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        tmp = None
+        _fsync_dir(dest.parent)
+    except OSError as exc:
+        named = exc.filename
+        if named is None or os.path.basename(str(named)).startswith(f".{dest.name}."):
+            # write/fsync errors name no file, mkstemp/replace errors the temporary one: name the destination
+            raise OSError(exc.errno, exc.strerror or str(exc), str(dest)) from exc
         raise
+    finally:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Flush a folder's entries (a rename) to disk; a no-op where folders cannot be opened (Windows)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):  # filesystems without it
+            raise
+    finally:
+        os.close(fd)
+
+
+def remove_stale_temps(path: str | os.PathLike) -> list[Path]:
+    """Remove the temporary files :func:`atomic_write_bytes` left for ``path`` (a killed writer).
+
+    Only ``.<name>.*.tmp`` files of this one destination are touched. Call it only while no other
+    process can be writing ``path`` (the run folder's lock guarantees that for the training loop).
+
+    Returns:
+        the files removed.
+    """
+    dest = Path(path)
+    removed = []
+    for tmp in dest.parent.glob(f".{glob_escape(dest.name)}.*.tmp"):
+        try:
+            tmp.unlink()
+        except FileNotFoundError:
+            continue
+        removed.append(tmp)
+    return removed
 
 
 def _read_header(data: bytes, where: str) -> dict:

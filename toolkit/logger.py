@@ -5,11 +5,18 @@
 transfer, and writes one CSV row (``metrics.csv`` in the run folder) and TensorBoard scalars.
 Metric names follow CleanRL: ``charts/episodic_return``, ``charts/episodic_length``,
 ``charts/SPS``, ``losses/value_loss``, ``eval/mean_return``.
+
+``metrics.csv`` survives a kill at any moment: rows are appended, and the two rewrites (a new
+column widens the header; a resumed run drops rows past its checkpoint, :func:`repair_csv`) go
+through :func:`toolkit.checkpoint.atomic_write_bytes`. A row cut short by a kill mid-append is
+dropped by :func:`repair_csv` on resume. A cell is a number, ``nan``/``inf`` (a diverged metric),
+or empty (not logged in that interval).
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import math
 import sys
 import time
@@ -19,7 +26,9 @@ from typing import IO
 
 import torch
 
-__all__ = ["MetricLogger", "ProgressBar", "plot_learning_curve", "read_csv"]
+from toolkit.checkpoint import atomic_write_bytes
+
+__all__ = ["MetricLogger", "ProgressBar", "plot_learning_curve", "read_csv", "repair_csv"]
 
 
 class MetricLogger:
@@ -30,9 +39,12 @@ class MetricLogger:
         csv: write ``metrics.csv``. When the file exists (a resumed run) rows are appended.
         tensorboard: write TensorBoard scalars (needs the ``tensorboard`` package; without it a
             warning line is printed once and only the CSV is written).
+        purge_step: a resumed run's first step past its checkpoint: TensorBoard hides the events
+            the interrupted run wrote from this step on, so each (tag, step) pair is read once.
     """
 
-    def __init__(self, run_dir: str | Path, *, csv: bool = True, tensorboard: bool = True) -> None:
+    def __init__(self, run_dir: str | Path, *, csv: bool = True, tensorboard: bool = True,
+                 purge_step: int | None = None) -> None:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.csv_path = self.run_dir / "metrics.csv" if csv else None
@@ -46,7 +58,7 @@ class MetricLogger:
             try:
                 from torch.utils.tensorboard import SummaryWriter
 
-                self._writer = SummaryWriter(str(self.run_dir))
+                self._writer = SummaryWriter(str(self.run_dir), purge_step=purge_step)
             except ImportError:
                 print("tensorboard is not installed: logging to metrics.csv only", file=sys.stderr)
         self.last: dict[str, float] = {}
@@ -103,17 +115,27 @@ class MetricLogger:
         return means
 
     def _write_row(self, step: int, means: Mapping[str, float]) -> None:
+        assert self.csv_path is not None
         new = [n for n in means if n not in self._columns]
-        if new:  # a new column: rewrite the file with the wider header
-            old_rows = read_csv(self.csv_path) if self.csv_path.exists() else []
+        if new or not self.csv_path.exists():
+            # a new column: rewrite the file with the wider header, atomically (a kill leaves the old file)
+            text = self.csv_path.read_text() if self.csv_path.exists() else ""
+            lines = text.splitlines()[1:]
+            pad = "," * len(new)
             self._columns += new
-            with open(self.csv_path, "w", newline="") as f:
-                w = csv.writer(f)
-                w.writerow(["global_step", *self._columns])
-                for row in old_rows:
-                    w.writerow([int(row["global_step"])] + [_fmt(row.get(c)) for c in self._columns])
-        with open(self.csv_path, "a", newline="") as f:
-            csv.writer(f).writerow([step] + [_fmt(means.get(c)) for c in self._columns])
+            out = io.StringIO(newline="")
+            w = csv.writer(out, lineterminator="\n")
+            w.writerow(["global_step", *self._columns])
+            body = out.getvalue() + "".join(line + pad + "\n" for line in lines)
+            row = _row_text(step, [_fmt(means.get(c)) for c in self._columns])
+            atomic_write_bytes(self.csv_path, (body + row).encode())
+            return
+        row = _row_text(step, [_fmt(means.get(c)) for c in self._columns])
+        try:
+            with open(self.csv_path, "a", newline="") as f:
+                f.write(row)
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror or str(exc), str(self.csv_path)) from exc
 
     def close(self) -> None:
         """Flush nothing further; close TensorBoard files."""
@@ -127,16 +149,107 @@ def _header_columns(path: Path) -> list[str]:
         return next(csv.reader(f), ["global_step"])[1:]
 
 
+def _row_text(step: int, cells: list[str]) -> str:
+    out = io.StringIO(newline="")
+    csv.writer(out, lineterminator="\n").writerow([step, *cells])
+    return out.getvalue()
+
+
 def _fmt(v: float | None) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
+    """A CSV cell: empty for "not logged", ``nan``/``inf``/``-inf`` for a non-finite value."""
+    if v is None:
         return ""
-    return repr(float(v))
+    return repr(float(v))  # repr gives 'nan', 'inf', '-inf' and round-trips every float
+
+
+def _parse_row(line: str, width: int) -> tuple[int, list[float | None]] | None:
+    """``(step, cells)`` of one data line (``None`` for an empty cell), or ``None`` when the line
+    is damaged (wrong field count, a cell that is not a number)."""
+    try:
+        cells = next(csv.reader([line]))
+    except (csv.Error, StopIteration):
+        return None
+    if len(cells) != width:
+        return None
+    try:
+        return int(cells[0]), [float(c) if c != "" else None for c in cells[1:]]
+    except ValueError:
+        return None
+
+
+def _split(text: str) -> tuple[list[str], bool]:
+    """The lines of a file (``\n`` or ``\r\n``) and whether the last one is complete."""
+    return text.splitlines(), text.endswith("\n")
 
 
 def read_csv(path: str | Path) -> list[dict[str, float]]:
-    """Rows of a ``metrics.csv`` as dicts of floats (empty cells are left out)."""
-    with open(path, newline="") as f:
-        return [{k: float(v) for k, v in row.items() if v not in ("", None)} for row in csv.DictReader(f)]
+    """Rows of a ``metrics.csv`` as dicts of floats (empty cells are left out; ``nan`` reads as NaN).
+
+    Raises:
+        ValueError: a damaged line (wrong number of fields, a cell that is not a number, a last
+            line cut short); the message names the file and the line. :func:`repair_csv` fixes it.
+    """
+    path = Path(path)
+    lines, complete = _split(path.read_text())
+    if not lines:
+        return []
+    header = next(csv.reader([lines[0]]))
+    if len(lines) > 1 and not complete:
+        raise ValueError(f"{path}: line {len(lines)} is cut short (no end of line): a damaged file")
+    rows = []
+    for i, line in enumerate(lines[1:], start=2):
+        parsed = _parse_row(line, len(header))
+        if parsed is None:
+            raise ValueError(f"{path}: line {i} is damaged ({line[:60]!r}): expected {len(header)} numeric "
+                             "fields")
+        step, cells = parsed
+        row = {"global_step": float(step)}
+        row.update({name: v for name, v in zip(header[1:], cells, strict=True) if v is not None})
+        rows.append(row)
+    return rows
+
+
+def repair_csv(path: str | Path, up_to_step: int) -> tuple[int, int]:
+    """Keep the intact rows of ``metrics.csv`` logged at or before ``up_to_step``; drop the rest.
+
+    A resumed run calls it with its checkpoint's step: rows a stopped run logged after the
+    checkpoint are written again by the resumed run. Damaged lines (a row cut short by a kill,
+    two rows merged, a cell that is not a number) are dropped too. The file is rewritten
+    atomically, and only when something changes.
+
+    Returns:
+        ``(kept, damaged)``: rows kept, and damaged lines dropped (rows past the step are not
+        counted as damaged).
+
+    Raises:
+        ValueError: the header line is not a ``metrics.csv`` header (``global_step`` first).
+        OSError: the file cannot be read or rewritten (the old file then stays as it was).
+    """
+    path = Path(path)
+    if not path.exists():
+        return 0, 0
+    lines, complete = _split(path.read_text())
+    if not lines:
+        return 0, 0
+    try:
+        header = next(csv.reader([lines[0]]))
+    except (csv.Error, StopIteration):
+        header = []
+    if not header or header[0] != "global_step" or (len(lines) == 1 and not complete):
+        raise ValueError(f"{path}: not a metrics file (the first line is not a header starting with "
+                         "global_step)")
+    body = lines[1:]
+    kept: list[str] = []
+    damaged = 0
+    for i, line in enumerate(body):
+        parsed = None if (i == len(body) - 1 and not complete) else _parse_row(line, len(header))
+        if parsed is None:
+            damaged += 1
+        elif parsed[0] <= up_to_step:
+            kept.append(line)
+    if len(kept) != len(body) or not complete:
+        atomic_write_bytes(path, "".join(line + "\n" for line in [lines[0], *kept]).encode())
+    return len(kept), damaged
 
 
 def plot_learning_curve(csv_path: str | Path, png_path: str | Path, *,

@@ -19,14 +19,37 @@ whether the agent updates (PPO: every rollout of T steps; DQN: ``learning_starts
 The checkpoint (``<run_dir>/checkpoint.safetensors``) is written after the step that crosses
 each multiple of ``checkpoint_every``; the metric interval is flushed there too, so a run stopped
 at step k and resumed writes the same metrics as one that never stopped (``charts/SPS`` aside).
+By default it is also written every ``checkpoint_seconds`` (600 s) of wall time, at the first
+metric flush past that time (so it adds no metric row and keeps runs reproducible), and at the end.
+
+The run folder is as crash-safe as the checkpoint (DESIGN.md section 8):
+
+- one writer: the folder is locked (``<run_dir>/.lock``, :class:`toolkit.runfolder.RunLock`) for
+  the whole run; a second run on it raises :class:`toolkit.runfolder.RunFolderBusy`;
+- a fresh run (no ``resume``, or ``resume`` without a checkpoint) never mixes with an earlier one:
+  files of an earlier run move to ``<run_dir>/stale-<UTC time>/`` with one notice line on stderr;
+- a resumed run drops the CSV rows logged after its checkpoint (and damaged lines a kill left,
+  with a notice) atomically, and TensorBoard hides the events past the checkpoint (``purge_step``);
+- temporary files a kill left during a save are removed at the start and at each save;
+- ``should_stop`` (a callable, e.g. ``threading.Event().is_set``, set by a signal handler) ends
+  the run after the current step: metrics flushed, a checkpoint saved, ``interrupted`` in the
+  summary. The loop installs no signal handler itself; ``python -m toolkit train`` does;
+- at every metric flush the ``losses/...`` means and the agent's parameters (one device sync) are
+  checked: a non-finite one raises :class:`DivergenceError` before anything else is saved, so the
+  last checkpoint on disk is the last good one;
+- ``ValueError``, ``RuntimeError`` and ``OSError`` raised while training (the agent refusing bad
+  data, a failed write) become :class:`TrainingError` naming the step and the last checkpoint.
+  Other exceptions (``TypeError``, ``KeyError``, ...) are bugs and propagate unchanged.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
+import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -38,16 +61,35 @@ from toolkit.checkpoint import (
     CheckpointError,
     capture_rng_state,
     load_checkpoint,
+    remove_stale_temps,
     restore_rng_state,
     save_checkpoint,
 )
 from toolkit.envs import VecEnv, evaluate
-from toolkit.logger import MetricLogger, ProgressBar, plot_learning_curve, read_csv
+from toolkit.logger import MetricLogger, ProgressBar, plot_learning_curve, repair_csv
+from toolkit.runfolder import RunLock, move_aside
 
-__all__ = ["CHECKPOINT_NAME", "LoopConfig", "Schedule", "run_training", "seed_everything"]
+__all__ = ["CHECKPOINT_NAME", "DivergenceError", "LoopConfig", "Schedule", "TrainingError", "run_training",
+           "seed_everything"]
 
 CHECKPOINT_NAME = "checkpoint.safetensors"
 TRAIN_FORMAT = "tritonrl-train"
+
+
+class TrainingError(RuntimeError):
+    """Training stopped by an error (bad data from the env, a failed write, divergence).
+
+    The message is one line naming the step and the last good checkpoint, which stays on disk.
+    """
+
+    def __init__(self, message: str, *, step: int, checkpoint_step: int | None) -> None:
+        super().__init__(message)
+        self.step = step
+        self.checkpoint_step = checkpoint_step
+
+
+class DivergenceError(TrainingError):
+    """A ``losses/...`` metric or a parameter became NaN or infinite; nothing was saved after it."""
 
 
 class Schedule(Protocol):
@@ -90,8 +132,11 @@ class LoopConfig:
     """Stop as soon as an evaluation's mean return reaches this."""
     checkpoint_every: int = 0
     """Checkpoint after the step crossing each multiple of this (0: only at the end); needs ``run_dir``."""
+    checkpoint_seconds: float = 600.0
+    """Also checkpoint at the first metric flush at least this long (wall time) after the last save
+    (0: off). Saving at a flush adds no metric row, so runs stay reproducible."""
     resume: bool = False
-    """Continue from ``<run_dir>/checkpoint.safetensors`` if it exists."""
+    """Continue from ``<run_dir>/checkpoint.safetensors`` if it exists (else start fresh, with a notice)."""
     stop_at: int | None = None
     """Stop (as if interrupted) after the step crossing this, once any checkpoint due there is written."""
     progress: bool = False
@@ -140,23 +185,119 @@ def _crossed(prev: int, now: int, every: int) -> bool:
     return every > 0 and now // every > prev // every
 
 
-def run_training(agent: Any, env: VecEnv, schedule: Schedule, cfg: LoopConfig) -> dict[str, Any]:
+def run_training(agent: Any, env: VecEnv, schedule: Schedule, cfg: LoopConfig, *,
+                 should_stop: Callable[[], bool] | None = None) -> dict[str, Any]:
     """Train ``agent`` on ``env`` for ``cfg.total_steps`` environment steps.
+
+    Args:
+        should_stop: polled after every vector step; when it returns true the run ends there
+            (metrics flushed, a checkpoint saved when ``run_dir`` is set, ``interrupted`` and
+            ``stopped`` = ``"should_stop"`` in the summary). A signal handler setting a
+            ``threading.Event`` whose ``is_set`` is passed here is the intended use.
 
     Returns:
         a summary: ``global_step``, ``evaluations`` (``[step, mean_return]`` pairs),
         ``reached_target_at`` (first evaluation step reaching ``target_return``, or ``None``),
         ``final_eval`` (the last evaluation's dict), ``recent_return`` (mean of the last 20
-        training episodes), ``wall_s``, ``sps``, ``checkpoint`` (path or ``None``).
+        training episodes), ``wall_s``, ``sps``, ``checkpoint`` (path or ``None``),
+        ``checkpoint_step`` (step of the last checkpoint written or resumed from), ``interrupted``
+        and ``stopped`` (``None``, ``"stop_at"`` or ``"should_stop"``).
 
     Raises:
         ValueError: inconsistent settings (checkpoints or resume without ``run_dir``).
-        CheckpointError: ``resume`` with a checkpoint of another agent, env or format.
+        CheckpointError: ``resume`` with a checkpoint of another agent, env or format, or a
+            ``metrics.csv`` whose header is not one.
+        RunFolderBusy: another process trains in ``run_dir``.
+        DivergenceError: a ``losses/...`` metric or a parameter became non-finite.
+        TrainingError: a ``ValueError``, ``RuntimeError`` or ``OSError`` during training.
+        OSError: the run folder cannot be prepared (lock, moving an earlier run aside).
     """
     if cfg.total_steps < 1:
         raise ValueError(f"total_steps must be >= 1, got {cfg.total_steps}")
     if (cfg.checkpoint_every or cfg.resume) and cfg.run_dir is None:
         raise ValueError("checkpoint_every and resume need run_dir")
+    if not (cfg.checkpoint_seconds >= 0 and math.isfinite(cfg.checkpoint_seconds)):
+        raise ValueError(f"checkpoint_seconds must be finite and >= 0, got {cfg.checkpoint_seconds}")
+    if cfg.run_dir is None:
+        return _run(agent, env, schedule, cfg, should_stop)
+    with RunLock(cfg.run_dir):
+        return _run(agent, env, schedule, cfg, should_stop)
+
+
+def _notice(message: str) -> None:
+    print(f"notice: {message}", file=sys.stderr, flush=True)
+
+
+def _parameters(agent: Any) -> list[torch.Tensor]:
+    """The agent's trainable tensors: ``agent.parameters()`` if it has one, else those of every
+    ``nn.Module`` attribute (DQN's ``online``/``target``, PPO's ``policy``, ...)."""
+    params = getattr(agent, "parameters", None)
+    if callable(params):
+        found = list(params())
+    else:
+        found = [p for v in vars(agent).values() if isinstance(v, torch.nn.Module) for p in v.parameters()]
+    unique = {id(p): p.detach() for p in found if isinstance(p, torch.Tensor) and p.is_floating_point()}
+    return list(unique.values())
+
+
+def _nonfinite(means: Mapping[str, float], params: list[torch.Tensor]) -> str | None:
+    """The first non-finite ``losses/...`` metric, ``"parameters"``, or ``None`` (one sync per device)."""
+    for name, value in means.items():
+        if name.startswith("losses/") and not math.isfinite(value):
+            return name
+    by_device: dict[torch.device, list[torch.Tensor]] = {}
+    for p in params:
+        by_device.setdefault(p.device, []).append(p)
+    for group in by_device.values():
+        if not bool(torch.stack([p.isfinite().all() for p in group]).all()):
+            return "parameters"
+    return None
+
+
+def _lr_hint(agent: Any) -> str:
+    lr = getattr(getattr(agent, "config", None), "lr", None)
+    if isinstance(lr, (int, float)) and not isinstance(lr, bool) and (not math.isfinite(lr) or abs(lr) >= 1):
+        return f" (lr={lr:g}?)"
+    return ""
+
+
+def _kept(checkpoint_step: int | None, ckpt_path: Path | None) -> str:
+    if ckpt_path is None:
+        return "no run folder, nothing saved"
+    if checkpoint_step is None:
+        return "no checkpoint was written"
+    return f"the last good checkpoint (step {checkpoint_step}) is kept"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _prepare_run_dir(run_dir: Path, ckpt_path: Path, resume_step: int | None, cfg: LoopConfig) -> None:
+    """Clear stale temporary files; move an earlier run aside (fresh run) or trim it (resumed run)."""
+    remove_stale_temps(ckpt_path)
+    remove_stale_temps(run_dir / "metrics.csv")
+    if resume_step is None:
+        moved = move_aside(run_dir)
+        if cfg.resume:
+            tail = f"; the earlier run's files moved to {moved}" if moved else ""
+            _notice(f"--resume: {run_dir} holds no {CHECKPOINT_NAME}: starting a fresh run{tail}")
+        elif moved is not None:
+            _notice(f"{run_dir} held files of an earlier run: moved to {moved}; starting a fresh run")
+        return
+    csv_path = run_dir / "metrics.csv"
+    try:
+        kept, damaged = repair_csv(csv_path, resume_step)
+    except ValueError as exc:
+        raise CheckpointError(str(exc)) from None
+    if damaged:
+        _notice(f"{csv_path}: dropped {damaged} damaged line{'s' if damaged > 1 else ''} "
+                f"(kept {kept} rows up to the checkpoint's step {resume_step})")
+
+
+def _run(agent: Any, env: VecEnv, schedule: Schedule, cfg: LoopConfig,
+         should_stop: Callable[[], bool] | None) -> dict[str, Any]:
     run_dir = Path(cfg.run_dir) if cfg.run_dir is not None else None
     ckpt_path = run_dir / CHECKPOINT_NAME if run_dir is not None else None
     counters = _Counters()
@@ -189,12 +330,14 @@ def run_training(agent: Any, env: VecEnv, schedule: Schedule, cfg: LoopConfig) -
         seed_everything(cfg.seed)
         if env.obs is None:
             env.reset()
+    checkpoint_step: int | None = counters.step if resumed else None
 
     logger = None
     if run_dir is not None:
-        if resumed:
-            _drop_rows_after(run_dir / "metrics.csv", counters.step)
-        logger = MetricLogger(run_dir, tensorboard=cfg.tensorboard)
+        assert ckpt_path is not None
+        _prepare_run_dir(run_dir, ckpt_path, checkpoint_step, cfg)
+        logger = MetricLogger(run_dir, tensorboard=cfg.tensorboard,
+                              purge_step=counters.step + 1 if resumed else None)
 
     eval_env_id = cfg.eval_env_id or env.env_id
     bar = ProgressBar(cfg.total_steps, initial=counters.step, enabled=cfg.progress)
@@ -203,13 +346,18 @@ def run_training(agent: Any, env: VecEnv, schedule: Schedule, cfg: LoopConfig) -
     t_start = time.perf_counter()
     wall_before = counters.wall
     t_flush, step_flush = t_start, counters.step
+    t_saved = t_start
     start_step = counters.step
     obs = env.obs
     stop = False
-    interrupted = False
+    stopped: str | None = None
+    params = _parameters(agent)
 
     def save() -> None:
+        nonlocal checkpoint_step, t_saved
+        assert ckpt_path is not None
         counters.wall = wall_before + time.perf_counter() - t_start
+        remove_stale_temps(ckpt_path)  # a kill during an earlier save (the folder lock makes this safe)
         save_checkpoint(ckpt_path, {
             "format": TRAIN_FORMAT,
             "meta": meta,
@@ -219,6 +367,24 @@ def run_training(agent: Any, env: VecEnv, schedule: Schedule, cfg: LoopConfig) -
             "loop": counters.state(),
             "rng": capture_rng_state(),
         })
+        checkpoint_step = counters.step
+        t_saved = time.perf_counter()
+
+    def flush_and_check(step: int, sps: bool = True) -> None:
+        """Write the metric interval, then stop on a non-finite loss or parameter (one sync)."""
+        nonlocal t_flush, step_flush
+        means: Mapping[str, float] = {}
+        if logger is not None:
+            now = time.perf_counter()
+            if sps:
+                logger.log(step, {"charts/SPS": (step - step_flush) / max(now - t_flush, 1e-9)})
+            means = logger.flush(step)
+            t_flush, step_flush = now, step
+        bad = _nonfinite(means, params)
+        if bad is not None:
+            raise DivergenceError(f"non-finite {bad} at step {step}{_lr_hint(agent)}: stopped; "
+                                  f"{_kept(checkpoint_step, ckpt_path)}", step=step,
+                                  checkpoint_step=checkpoint_step)
 
     def run_eval(step: int) -> None:
         nonlocal final_eval, stop
@@ -233,53 +399,69 @@ def run_training(agent: Any, env: VecEnv, schedule: Schedule, cfg: LoopConfig) -
                 counters.reached_at = step
             stop = True
 
-    while counters.step < cfg.total_steps and not stop:
-        prev = counters.step
-        actions = agent.act(obs)
-        tr = env.step(actions)
-        agent.observe(obs, actions, tr.reward, tr.next_obs, tr.terminated, tr.truncated)
-        obs = tr.obs
-        step = counters.step = prev + env.num_envs
-        if tr.episode_returns:
-            recent = (recent + tr.episode_returns)[-20:]
-            if logger is not None:
-                for r, length in zip(tr.episode_returns, tr.episode_lengths, strict=True):
-                    logger.log(step, {"charts/episodic_return": r, "charts/episodic_length": float(length)})
-        for metrics in schedule.after_step(agent, step):
-            if logger is not None:
-                logger.log(step, metrics)
-        if _crossed(prev, step, cfg.eval_every):
-            run_eval(step)
-        checkpoint_due = ckpt_path is not None and _crossed(prev, step, cfg.checkpoint_every)
-        if logger is not None and (_crossed(prev, step, cfg.log_every) or checkpoint_due):
-            now = time.perf_counter()
-            logger.log(step, {"charts/SPS": (step - step_flush) / max(now - t_flush, 1e-9)})
-            logger.flush(step)
-            t_flush, step_flush = now, step
-        if checkpoint_due:
-            save()
-        if bar.enabled:  # the text costs more than a CartPole step: build it only for a drawn bar
-            bar.update(step, f"return {np.mean(recent):.1f}" if recent else None)
-        if cfg.stop_at is not None and step >= cfg.stop_at and step < cfg.total_steps and not stop:
-            interrupted = True
-            break
-    if not interrupted:
-        if cfg.final_eval and not (counters.evaluations and counters.evaluations[-1][0] == counters.step):
-            run_eval(counters.step)
+    try:
+        while counters.step < cfg.total_steps and not stop:
+            prev = counters.step
+            actions = agent.act(obs)
+            tr = env.step(actions)
+            agent.observe(obs, actions, tr.reward, tr.next_obs, tr.terminated, tr.truncated)
+            obs = tr.obs
+            step = counters.step = prev + env.num_envs
+            if tr.episode_returns:
+                recent = (recent + tr.episode_returns)[-20:]
+                if logger is not None:
+                    for r, n in zip(tr.episode_returns, tr.episode_lengths, strict=True):
+                        logger.log(step, {"charts/episodic_return": r, "charts/episodic_length": float(n)})
+            for metrics in schedule.after_step(agent, step):
+                if logger is not None:
+                    logger.log(step, metrics)
+            if _crossed(prev, step, cfg.eval_every):
+                run_eval(step)
+            checkpoint_due = ckpt_path is not None and _crossed(prev, step, cfg.checkpoint_every)
+            if _crossed(prev, step, cfg.log_every) or checkpoint_due:
+                flush_and_check(step)
+                if (ckpt_path is not None and not checkpoint_due and cfg.checkpoint_seconds > 0
+                        and time.perf_counter() - t_saved >= cfg.checkpoint_seconds):
+                    checkpoint_due = True
+            if checkpoint_due:
+                save()
+            if bar.enabled:  # the text costs more than a CartPole step: build it only for a drawn bar
+                bar.update(step, f"return {np.mean(recent):.1f}" if recent else None)
+            if should_stop is not None and should_stop() and step < cfg.total_steps and not stop:
+                if checkpoint_step != step:
+                    flush_and_check(step)
+                    if ckpt_path is not None:
+                        save()
+                stopped = "should_stop"
+                break
+            if cfg.stop_at is not None and step >= cfg.stop_at and step < cfg.total_steps and not stop:
+                stopped = "stop_at"
+                break
+        if stopped is None:
+            if cfg.final_eval and not (counters.evaluations and counters.evaluations[-1][0] == counters.step):
+                run_eval(counters.step)
+            flush_and_check(counters.step, sps=False)
+            if ckpt_path is not None:
+                save()
+    except TrainingError:
+        raise
+    except (ValueError, RuntimeError, OSError) as exc:
+        if isinstance(exc, OSError):
+            reason = exc.strerror or _first_line(exc)
+            where = exc.filename if exc.filename is not None else "the run folder"
+            what = f"cannot write {where}: {reason}"
+        else:
+            what = _first_line(exc)
+        raise TrainingError(f"{what} (at step {counters.step}): stopped; {_kept(checkpoint_step, ckpt_path)}",
+                            step=counters.step, checkpoint_step=checkpoint_step) from exc
+    finally:
+        bar.close()
         if logger is not None:
-            logger.flush(counters.step)
-        if ckpt_path is not None:
-            save()
-    bar.close()
+            logger.close()
     wall = time.perf_counter() - t_start
-    if logger is not None:
-        logger.close()
-        if cfg.plot and not interrupted and logger.csv_path is not None and logger.csv_path.exists():
-            try:
-                plot_learning_curve(logger.csv_path, run_dir / "curve.png",
-                                    title=" ".join(f"{k}={v}" for k, v in meta.items()) or None)
-            except ValueError:
-                pass  # no returns were logged (a very short run): no curve to draw
+    if logger is not None and cfg.plot and stopped is None and logger.csv_path is not None \
+            and logger.csv_path.exists():
+        _plot(logger.csv_path, run_dir / "curve.png", meta)
     return {
         "global_step": counters.step,
         "evaluations": [tuple(e) for e in counters.evaluations],
@@ -289,18 +471,20 @@ def run_training(agent: Any, env: VecEnv, schedule: Schedule, cfg: LoopConfig) -
         "wall_s": wall,
         "sps": (counters.step - start_step) / max(wall, 1e-9),
         "checkpoint": str(ckpt_path) if ckpt_path is not None and ckpt_path.exists() else None,
-        "interrupted": interrupted,
+        "checkpoint_step": checkpoint_step,
+        "interrupted": stopped is not None,
+        "stopped": stopped,
         "config": dataclasses.asdict(cfg),
     }
 
 
-def _drop_rows_after(csv_path: Path, step: int) -> None:
-    """A resumed run rewrites history after its checkpoint: drop CSV rows logged past ``step``."""
-    if not csv_path.exists():
-        return
-    rows = read_csv(csv_path)
-    keep = [r for r in rows if r.get("global_step", 0) <= step]
-    if len(keep) == len(rows):
-        return
-    lines = csv_path.read_text().splitlines(keepends=True)
-    csv_path.write_text("".join(lines[: 1 + len(keep)]))
+def _plot(csv_path: Path, png_path: Path, meta: Mapping[str, str]) -> None:
+    """Draw the learning curve; a missing matplotlib (the ``train`` extra) costs one notice line."""
+    try:
+        plot_learning_curve(csv_path, png_path, title=" ".join(f"{k}={v}" for k, v in meta.items()) or None)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or exc.name.split(".")[0] != "matplotlib":
+            raise
+        _notice(f"matplotlib is not installed: {png_path.name} skipped (pip install 'tritonrl[train]')")
+    except ValueError:
+        pass  # no returns were logged (a very short run): no curve to draw

@@ -14,6 +14,27 @@ Bad input (unknown agent or environment, a config key that does not exist, an ac
 agent cannot drive, a checkpoint from another agent or environment) prints one ``error:`` line
 and exits with status 2, before anything is written.
 
+Protection by default: a checkpoint is saved every ``--checkpoint-minutes`` (default 10) of wall
+time, at the first metric flush past it, besides every ``--checkpoint-every`` env steps (default
+0: off) and at the end. SIGINT (Ctrl-C) or SIGTERM finishes the current step, flushes the
+metrics, saves a checkpoint and exits with one line (``interrupted by SIGTERM at step 1234:
+checkpoint saved to runs/x/checkpoint.safetensors; continue with --resume``). A second signal
+while it saves changes nothing (the save is atomic and completes). A run folder has one trainer
+at a time (``<run-dir>/.lock``). A folder holding an earlier run's files but no checkpoint to
+resume (it died before its first save, or ``--resume`` found none) is cleared first: those files
+move to ``<run-dir>/stale-<UTC time>/`` with one notice line, so two runs never mix. A NaN or
+infinite ``losses/...`` metric or parameter stops the run at the next metric flush, keeping the
+last good checkpoint; without matplotlib ``curve.png`` is skipped with one notice line.
+
+Exit statuses:
+
+- ``0``: the run finished.
+- ``1``: a run stopped by an error during training (a non-finite loss or parameter, bad data
+  from the environment, a write that failed): one ``error:`` line; the last good checkpoint stays.
+- ``2``: a usage error, before anything is written (a bad argument, a foreign checkpoint, the run
+  folder in use by another process).
+- ``130`` / ``143``: interrupted by SIGINT / SIGTERM, with a checkpoint saved.
+
 The schedule comes from ``toolkit.<kind>.schedule_for(agent)``, ``kind`` being the preset's
 ``"onpolicy"`` or ``"offpolicy"``.
 """
@@ -22,7 +43,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
+import signal
 import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -53,9 +79,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    "a thread pool beside other busy processes slows down many times)")
     p.add_argument("--num-envs", type=int, default=None, help="parallel environments (default: the preset's)")
     p.add_argument("--run-dir", default=None, help="output folder (default runs/<agent>-<env>-s<seed>)")
-    p.add_argument("--resume", action="store_true", help="continue from the run dir's checkpoint")
+    p.add_argument("--resume", action="store_true", help="continue from the run dir's checkpoint (without "
+                   "one: start fresh, with a notice)")
     p.add_argument("--checkpoint-every", type=int, default=0,
-                   help="env steps between checkpoints (0: at the end only)")
+                   help="env steps between checkpoints (default 0: none by steps; --checkpoint-minutes "
+                   "still applies, and a checkpoint is always saved at the end, on SIGINT and on SIGTERM)")
+    p.add_argument("--checkpoint-minutes", type=float, default=10.0,
+                   help="wall-time minutes between checkpoints, saved at the first metric flush past them "
+                   "(default 10; 0: off)")
     p.add_argument("--eval-every", type=int, default=None,
                    help="env steps between greedy evaluations (0: at the end only; default: the preset's, "
                    "which also stops the run at the environment's solved score)")
@@ -155,29 +186,82 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any]:
     cfg = LoopConfig(
         total_steps=steps, seed=args.seed, run_dir=str(run_dir), log_every=args.log_every,
         eval_every=eval_every, eval_episodes=args.eval_episodes, target_return=target_return,
-        checkpoint_every=args.checkpoint_every, resume=args.resume, progress=not args.no_progress,
+        checkpoint_every=args.checkpoint_every, checkpoint_seconds=60.0 * args.checkpoint_minutes,
+        resume=args.resume, progress=not args.no_progress,
         tensorboard=not args.no_tensorboard, meta=meta,
     )
     return spec, agent, env, schedule, cfg
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run the ``train`` subcommand; returns the exit status (0 ok, 2 usage error)."""
-    from toolkit.checkpoint import CheckpointError
-    from toolkit.loop import run_training
+@contextmanager
+def _stop_on_signals() -> Iterator[tuple[Callable[[], bool], list[int]]]:
+    """SIGINT and SIGTERM set a flag (polled by the loop) instead of killing the process.
 
+    Yields ``(should_stop, received)``; the previous handlers come back on exit. Outside the main
+    thread (where Python cannot install handlers) nothing is installed.
+    """
+    event = threading.Event()
+    received: list[int] = []
+
+    def handler(signum: int, frame: object) -> None:
+        del frame
+        received.append(signum)  # a second signal while saving just lands here: the save completes
+        event.set()
+
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, handler)
+    try:
+        yield event.is_set, received
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old if old is not None else signal.SIG_DFL)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the ``train`` subcommand; returns the exit status (see the module docstring's table).
+
+    0 finished; 1 stopped by an error during training; 2 usage error before anything is written;
+    130/143 interrupted by SIGINT/SIGTERM after saving a checkpoint.
+    """
+    from toolkit.checkpoint import CheckpointError
+    from toolkit.loop import TrainingError, run_training
+    from toolkit.runfolder import RunFolderBusy
+
+    minutes = getattr(args, "checkpoint_minutes", 10.0)
+    if not (math.isfinite(minutes) and minutes >= 0):
+        print(f"error: --checkpoint-minutes must be a finite number >= 0, got {minutes}", file=sys.stderr)
+        return 2
     try:
         spec, agent, env, schedule, cfg = _build(args)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("interrupted by SIGINT before training started: nothing saved", file=sys.stderr)
+        return 130
     try:
-        summary = run_training(agent, env, schedule, cfg)
-    except CheckpointError as exc:
+        with _stop_on_signals() as (should_stop, received):
+            summary = run_training(agent, env, schedule, cfg, should_stop=should_stop)
+    except (CheckpointError, RunFolderBusy) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except TrainingError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # preparing the run folder (lock file, moving an earlier run aside)
+        where = f"{exc.filename}: " if exc.filename is not None else ""
+        print(f"error: cannot prepare the run folder {cfg.run_dir}: {where}{exc.strerror or exc}",
+              file=sys.stderr)
+        return 1
     finally:
         env.close()
+    if summary["stopped"] == "should_stop":
+        signum = received[0] if received else signal.SIGINT
+        print(f"interrupted by {signal.Signals(signum).name} at step {summary['global_step']}: checkpoint "
+              f"saved to {summary['checkpoint']}; continue with --resume", file=sys.stderr)
+        return 128 + int(signum)
     final = summary["final_eval"]
     line = f"{spec.name} on {args.env}: {summary['global_step']} steps in {summary['wall_s']:.1f} s"
     if final is not None:
@@ -185,5 +269,7 @@ def run(args: argparse.Namespace) -> int:
     if summary["reached_target_at"] is not None:
         line += f", target reached at step {summary['reached_target_at']}"
     print(line)
-    print(f"run folder: {cfg.run_dir} (metrics.csv, curve.png, {Path(summary['checkpoint'] or '').name})")
+    files = [n for n in ("metrics.csv", "curve.png", Path(summary["checkpoint"] or "").name)
+             if n and (Path(cfg.run_dir) / n).exists()]
+    print(f"run folder: {cfg.run_dir} ({', '.join(files)})")
     return 0

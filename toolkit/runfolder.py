@@ -1,0 +1,118 @@
+"""A run folder's housekeeping: one writer at a time, and never two runs mixed in one folder.
+
+:class:`RunLock` takes an exclusive, non-blocking ``fcntl.flock`` on ``<run_dir>/.lock`` for the
+whole run and writes the holder's PID, host name and start time into it; a second trainer on the
+same folder gets :class:`RunFolderBusy` naming the holder. The operating system releases the lock
+when its holder exits, however it exits (a ``kill -9`` included), so a stale ``.lock`` file never
+blocks anyone.
+
+:func:`move_aside` clears the way for a fresh run in a folder that holds files of an earlier one
+(a run killed before its first checkpoint, or a fresh start over a finished run): they move into
+``<run_dir>/stale-<UTC time>/``; nothing is deleted.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import socket
+from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # Windows: no advisory locks; the folder is then unguarded
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["LOCK_NAME", "RUN_FILES", "RunFolderBusy", "RunLock", "move_aside"]
+
+LOCK_NAME = ".lock"
+RUN_FILES = ("metrics.csv", "checkpoint.safetensors", "curve.png", "events.out.tfevents.*")
+"""Glob patterns of the files a run writes into its folder (what :func:`move_aside` moves)."""
+
+
+class RunFolderBusy(RuntimeError):
+    """Another process holds the run folder's lock."""
+
+
+class RunLock:
+    """An exclusive lock on a run folder, held from :meth:`acquire` to :meth:`release` (or ``with``).
+
+    Args:
+        run_dir: the folder (created if missing).
+
+    Raises:
+        RunFolderBusy: (from :meth:`acquire`) another process holds it; the message names its PID,
+            host and start time.
+        OSError: the lock file cannot be created (read-only folder, ...).
+    """
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / LOCK_NAME
+        self._fd: int | None = None
+
+    def acquire(self) -> RunLock:
+        """Take the lock or raise :class:`RunFolderBusy` at once (never waits)."""
+        if self._fd is not None:
+            return self
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        if fcntl is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(fd, 4096).decode(errors="replace").strip() or "another process"
+                os.close(fd)
+                raise RunFolderBusy(f"{self.run_dir} is in use by {holder}") from None
+            except OSError:
+                os.close(fd)
+                raise
+        started = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        os.ftruncate(fd, 0)
+        os.write(fd, f"process {os.getpid()} on host {socket.gethostname()} (started {started})\n".encode())
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        """Let the lock go (the file stays: removing it would race with a process opening it)."""
+        if self._fd is None:
+            return
+        fd, self._fd = self._fd, None
+        try:
+            os.ftruncate(fd, 0)
+        except OSError:
+            pass
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+    def __enter__(self) -> RunLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def move_aside(run_dir: str | Path, names: tuple[str, ...] = RUN_FILES) -> Path | None:
+    """Move an earlier run's files (``names``, glob patterns) into ``<run_dir>/stale-<UTC time>/``.
+
+    Returns:
+        the new folder, or ``None`` when there was nothing to move.
+
+    Raises:
+        OSError: a file cannot be moved (those already moved stay in the stale folder).
+    """
+    run_dir = Path(run_dir)
+    found = sorted({p for pattern in names for p in run_dir.glob(pattern) if p.is_file()})
+    if not found:
+        return None
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    dest = run_dir / f"stale-{stamp}"
+    n = 1
+    while dest.exists():
+        n += 1
+        dest = run_dir / f"stale-{stamp}-{n}"
+    dest.mkdir()
+    for p in found:
+        os.replace(p, dest / p.name)
+    return dest
