@@ -39,7 +39,7 @@ def test_suite_collects_and_benchmarks_import_without_gymnasium() -> None:
     # a file that skips as a whole says why, and only for the missing package
     assert summary["skipped_modules"], "nothing skipped although gymnasium is hidden"
     for nodeid, reason in summary["skipped_modules"].items():
-        assert "gymnasium is not installed" in reason, (nodeid, reason)
+        assert "gymnasium" in reason, (nodeid, reason)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
