@@ -37,6 +37,7 @@ from safetensors.torch import save as st_save
 __all__ = [
     "atomic_write_bytes",
     "brief",
+    "cut",
     "FORMAT",
     "MAX_HEADER_BYTES",
     "VERSION",
@@ -47,6 +48,11 @@ __all__ = [
     "load_into_module",
     "restore_rng_state",
     "save_checkpoint",
+    "SECTIONS",
+    "TRAIN_FORMAT",
+    "agent_state",
+    "generator_state_fits",
+    "section",
 ]
 
 FORMAT = "tritonrl-checkpoint"
@@ -99,6 +105,12 @@ def _encode(obj: Any, path: str, tensors: dict[str, torch.Tensor]) -> Any:
 def brief(value: Any, limit: int = 80) -> str:
     """``repr(value)`` cut to ``limit`` characters (error messages never dump a whole state)."""
     text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def cut(text: str, limit: int = 200) -> str:
+    """``text`` on one line, cut to ``limit`` characters (for messages that embed another message)."""
+    text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -324,6 +336,87 @@ def load_checkpoint(path: str | os.PathLike, *, device: torch.device | str | Non
     return state
 
 
+# ----------------------------------------------------------------------------- sections
+
+TRAIN_FORMAT = "tritonrl-train"
+"""``format`` entry of a training-run checkpoint (:mod:`toolkit.loop`): sections ``agent``, ``env``,
+``schedule``, ``loop``, ``rng`` and ``meta``."""
+
+SECTIONS = {
+    "agent": "the agent section",
+    "env": "the environment state section",
+    "schedule": "the update schedule section",
+    "loop": "the loop counters section",
+    "rng": "the random generator states section",
+    "meta": "the run identity section",
+}
+"""The sections of a training-run checkpoint, in words for messages."""
+
+
+def section(state: Any, key: str, where: str, words: str | None = None) -> Any:
+    """``state[key]``, or a :class:`CheckpointError` naming the section in words.
+
+    ``"run/checkpoint.safetensors: the loop counters section ('loop') is missing"``.
+    """
+    if not isinstance(state, Mapping) or key not in state:
+        what = words or SECTIONS.get(key, "the entry")
+        raise CheckpointError(f"{where}: {what} ({key!r}) is missing")
+    return state[key]
+
+
+def agent_state(state: Any, kind: str, where: str) -> dict:
+    """The agent state of ``kind`` in a loaded checkpoint: the whole state of an agent save, or the
+    ``agent`` section of a training-run checkpoint.
+
+    Raises:
+        CheckpointError: another agent kind, or a training checkpoint without a usable agent
+            section (one line starting with ``where``; never the state itself).
+    """
+    if isinstance(state, Mapping) and state.get("format") == TRAIN_FORMAT:
+        state = section(state, "agent", where)
+        if not isinstance(state, Mapping):
+            raise CheckpointError(f"{where}: a training-run checkpoint whose agent section is a "
+                                  f"{type(state).__name__}, not a dict")
+    if not isinstance(state, Mapping):
+        raise CheckpointError(f"{where}: holds a {type(state).__name__}, not an agent state")
+    got = state.get("agent")
+    if got != kind:
+        if isinstance(got, str):
+            what = f"a {brief(got, 40)} agent"
+        elif got is None:
+            what = "no agent kind (its 'agent' entry is missing)"
+        elif isinstance(got, Mapping):
+            what = "an 'agent' section but no training-run 'format' entry (a damaged training checkpoint?)"
+        else:
+            what = f"an 'agent' entry of type {type(got).__name__}"
+        raise CheckpointError(f"{where}: holds {what}, not a {kind!r} agent")
+    return dict(state)
+
+
+def generator_state_fits(state: Any, device: torch.device | str) -> bool:
+    """Whether a saved ``torch.Generator`` state can be restored on ``device`` (checked on a scratch
+    generator). ``False`` for a state of another device type (CUDA <-> CPU: the caller reseeds).
+
+    Raises:
+        ValueError: not a 1-D uint8 tensor of a generator state of any device type.
+    """
+    if not isinstance(state, torch.Tensor) or state.dtype != torch.uint8 or state.dim() != 1:
+        got = (f"{state.dtype} {tuple(state.shape)}" if isinstance(state, torch.Tensor)
+               else type(state).__name__)
+        raise ValueError(f"generator state is {got}, not a 1-D uint8 tensor")
+    try:
+        torch.Generator(device=device).set_state(state.cpu())
+        return True
+    except RuntimeError:
+        if state.numel() in (_CUDA_GENERATOR_BYTES, _CPU_GENERATOR_BYTES):
+            return False
+        raise ValueError(f"generator state of {state.numel()} bytes fits no device's generator") from None
+
+
+_CPU_GENERATOR_BYTES = torch.Generator().get_state().numel()
+_CUDA_GENERATOR_BYTES = 16  # seed and offset of the Philox generator
+
+
 # ----------------------------------------------------------------------------- modules
 
 
@@ -334,14 +427,16 @@ def check_module_tensors(module: torch.nn.Module, tensors: Mapping[str, Any], *,
     Checks: the same names, each value a tensor of the same shape, floating where the module's
     entry is floating. Touches nothing.
     """
+    if not isinstance(tensors, Mapping):
+        raise CheckpointError(f"{where}: is a {type(tensors).__name__}, not a dict of tensors")
     own = module.state_dict()
     missing = sorted(set(own) - set(tensors))
     extra = sorted(set(tensors) - set(own))
     if missing or extra:
         raise CheckpointError(
             f"{where}: does not match {type(module).__name__}"
-            + (f"; missing {missing[:4]}{'...' if len(missing) > 4 else ''}" if missing else "")
-            + (f"; unexpected {extra[:4]}{'...' if len(extra) > 4 else ''}" if extra else "")
+            + (f"; missing {brief(missing[:4])}{'...' if len(missing) > 4 else ''}" if missing else "")
+            + (f"; unexpected {brief(extra[:4])}{'...' if len(extra) > 4 else ''}" if extra else "")
         )
     for name, ref in own.items():
         got = tensors[name]
