@@ -192,9 +192,12 @@ def _plan_layer(layer: Any, state: Any) -> list[tuple[str, Any]]:
             scratch = bit()
             try:
                 scratch.state = value["__generator__"]
+                exact = scratch.state == value["__generator__"]  # numpy casts some wrong types silently
             except (TypeError, ValueError, KeyError) as exc:
                 raise ValueError(f"{type(layer).__name__}.{name}: generator state does not fit "
                                  f"({str(exc)[:80]})") from None
+            if not exact:
+                raise ValueError(f"{type(layer).__name__}.{name}: generator state does not fit")
             plan.append((name, scratch))
         elif isinstance(value, dict) and set(value) == {"__seq__", "items"}:
             if value["__seq__"] not in ("tuple", "list") or not isinstance(value["items"], list):
