@@ -664,7 +664,7 @@ class DQNAgent:
             state["icm_replay"] = self.icm_buffer.state_dict()
         return state
 
-    def check_state_dict(self, state: dict[str, Any], *, where: str = "state") -> None:
+    def check_state_dict(self, state: dict[str, Any], *, where: str = "agent state") -> None:
         """Raise :class:`toolkit.checkpoint.CheckpointError` (a ``ValueError``) unless ``state`` fits.
 
         Checks every entry :meth:`load_state_dict` reads: kind, spaces, environments, counters,
@@ -738,7 +738,7 @@ class DQNAgent:
             raise CheckpointError(f"{where}: {cut(str(exc), 240)}") from None
         return staged
 
-    def load_state_dict(self, state: dict[str, Any], *, where: str = "state") -> None:
+    def load_state_dict(self, state: dict[str, Any], *, where: str = "agent state") -> None:
         """Restore a :meth:`state_dict` (possibly saved in another dtype; cast once here).
 
         The learning rates come from this agent's config (``lr``, ``icm_lr``), not from the saved
@@ -824,11 +824,13 @@ def make_agent(
     seed: int = 0,
     total_steps: int | None = None,
     overrides: dict[str, Any] | None = None,
+    config: dict[str, Any] | None = None,
 ) -> DQNAgent:
     """Build preset ``name`` with ``overrides`` (strings from ``--set key=value`` are converted).
 
-    ``total_steps`` is accepted for the registry's factory signature; the DQN schedule does not
-    depend on it.
+    ``config``: a saved config (``DQNConfig.to_dict()``, from a checkpoint being resumed) to use
+    instead of the preset's, ``overrides`` on top. ``total_steps`` is accepted for the registry's
+    factory signature; the DQN schedule does not depend on it.
 
     Raises:
         ValueError: unknown preset or config key, a bad value, or an unsupported space.
@@ -836,7 +838,8 @@ def make_agent(
     del total_steps
     if name not in PRESETS:
         raise ValueError(f"unknown DQN preset {name!r}; choose one of {', '.join(PRESETS)}")
-    cfg = apply_overrides(PRESETS[name][1], overrides or {})
+    base = PRESETS[name][1] if config is None else DQNConfig.from_dict(config)
+    cfg = apply_overrides(base, overrides or {})
     return DQNAgent(observation_space, action_space, cfg, device=device, num_envs=num_envs, seed=seed)
 
 

@@ -595,7 +595,7 @@ class PPO:
                        "segments": [None if s is None else _leaves(s) for s in self.segment_states]},
         }
 
-    def check_state_dict(self, state: Mapping[str, Any], *, where: str = "state") -> None:
+    def check_state_dict(self, state: Mapping[str, Any], *, where: str = "agent state") -> None:
         """Raise :class:`toolkit.checkpoint.CheckpointError` unless ``state`` fits this agent;
         changes nothing.
 
@@ -699,7 +699,7 @@ class PPO:
         total_updates = max(1, cfg.total_steps // (cfg.num_steps * self.num_envs))
         return cfg.lr * max(0.0, 1.0 - self.updates / total_updates)
 
-    def load_state_dict(self, state: Mapping[str, Any], *, where: str = "state") -> None:
+    def load_state_dict(self, state: Mapping[str, Any], *, where: str = "agent state") -> None:
         """Restore a :meth:`state_dict`, possibly saved in another dtype or on another device
         (converted once, here). The learning rate comes from this agent's config
         (:meth:`current_lr`), so a run resumed with another ``lr`` uses it.
@@ -814,10 +814,14 @@ class _GreedyPolicy:
 
 def _factory(name: str) -> Callable[..., PPO]:
     def make(observation_space: gym.Space, action_space: gym.Space, *, num_envs: int,
-             device: torch.device | str, seed: int, total_steps: int, overrides: Mapping[str, Any]) -> PPO:
+             device: torch.device | str, seed: int, total_steps: int, overrides: Mapping[str, Any],
+             config: Mapping[str, Any] | None = None) -> PPO:
+        """The preset (or ``config``, a saved ``PPOConfig.to_dict()`` being resumed) with
+        ``total_steps`` and ``overrides`` applied."""
         from toolkit.registry import apply_overrides
 
-        cfg = apply_overrides(dataclasses.replace(PRESETS[name], total_steps=int(total_steps)), overrides)
+        base = PRESETS[name] if config is None else PPOConfig.from_dict(config)
+        cfg = apply_overrides(dataclasses.replace(base, total_steps=int(total_steps)), overrides)
         return PPO(observation_space, action_space, cfg, num_envs=num_envs, device=device, seed=seed)
 
     return make

@@ -51,6 +51,7 @@ __all__ = [
     "SECTIONS",
     "TRAIN_FORMAT",
     "agent_state",
+    "training_sections",
     "generator_state_fits",
     "section",
 ]
@@ -362,6 +363,26 @@ def section(state: Any, key: str, where: str, words: str | None = None) -> Any:
         what = words or SECTIONS.get(key, "the entry")
         raise CheckpointError(f"{where}: {what} ({key!r}) is missing")
     return state[key]
+
+
+def training_sections(state: Any, where: str) -> dict:
+    """Check the top level of a training-run checkpoint (:mod:`toolkit.loop`) and return it.
+
+    Raises:
+        CheckpointError: another format (an agent-only save, say), or a section missing or of the
+            wrong type, named in words: ``"<where>: the loop counters section ('loop') is missing"``.
+    """
+    if not isinstance(state, Mapping) or state.get("format") != TRAIN_FORMAT:
+        what = ("an agent-only save" if isinstance(state, Mapping) and isinstance(state.get("agent"), str)
+                else "not a training-run checkpoint")
+        raise CheckpointError(f"{where}: {what} (no format {TRAIN_FORMAT!r}); a run folder's checkpoint is "
+                              "written by `python -m toolkit train`")
+    for key in SECTIONS:
+        value = section(state, key, where)
+        if not isinstance(value, Mapping):
+            raise CheckpointError(f"{where}: {SECTIONS[key]} ({key!r}) is a {type(value).__name__}, "
+                                  "not a dict")
+    return dict(state)
 
 
 def agent_state(state: Any, kind: str, where: str) -> dict:
