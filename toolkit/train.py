@@ -167,7 +167,8 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any]:
             env.close()
             listed = ", ".join(format_change(k, *v) for k, v in fixed.items())
             raise UsageError(f"--resume cannot change {listed}: start a new run")
-        changes = config_changes(before, agent.config)
+        # --set changes are reported; PPO's total_steps follows --steps, which the user just typed
+        changes = {k: v for k, v in config_changes(before, agent.config).items() if k in overrides}
         if changes:
             print("resume: applying " + ", ".join(format_change(k, *v) for k, v in changes.items()),
                   file=sys.stderr)
