@@ -37,6 +37,7 @@ import torch
 from toolkit.checkpoint import (
     TRAIN_FORMAT,
     CheckpointError,
+    brief,
     capture_rng_state,
     cut,
     load_checkpoint,
@@ -185,8 +186,8 @@ def run_training(agent: Any, env: VecEnv, schedule: Schedule, cfg: LoopConfig) -
         saved_meta = dict(state["meta"])
         for key, value in meta.items():
             if key in saved_meta and saved_meta[key] != value:
-                raise CheckpointError(f"{ckpt_path}: checkpoint was made with {key}={saved_meta[key]!r}, "
-                                      f"this run has {key}={value!r}")
+                raise CheckpointError(f"{ckpt_path}: checkpoint was made with "
+                                      f"{key}={brief(saved_meta[key], 60)}, this run has {key}={value!r}")
         try:
             # every section is checked before any is loaded (the RNG restore checks, then sets)
             for check, key in ((getattr(schedule, "check_state_dict", None), "schedule"),
