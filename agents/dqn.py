@@ -83,7 +83,11 @@ DISTRIBUTIONS = ("none", "c51", "qr")
 
 @dataclass(frozen=True)
 class DQNConfig:
-    """Every switch and hyperparameter of the DQN family (immutable; copy with ``dataclasses.replace``)."""
+    """Every switch and hyperparameter of the DQN family (immutable; copy with ``dataclasses.replace``).
+
+    Fields declared ``resumable(...)`` may change when a run is resumed (``--resume --set lr=...``);
+    every other field is fixed for the life of a run (see :mod:`toolkit.config`).
+    """
 
     # ---- network
     torso: str = "mlp"

@@ -68,7 +68,11 @@ POLICIES = ("discrete", "continuous", "lstm", "flow", "mamba")
 
 @dataclass(frozen=True)
 class PPOConfig:
-    """Every PPO hyperparameter (immutable; copy with ``dataclasses.replace`` or :func:`preset`)."""
+    """Every PPO hyperparameter (immutable; copy with ``dataclasses.replace`` or :func:`preset`).
+
+    Fields declared ``resumable(...)`` may change when a run is resumed (``--resume --set lr=...``);
+    every other field is fixed for the life of a run (see :mod:`toolkit.config`).
+    """
 
     # ---- policy
     policy: Literal["discrete", "continuous", "lstm", "flow", "mamba"] = "discrete"

@@ -8,8 +8,14 @@ the bytes go to a temporary file in the same folder, are flushed to disk, and ``
 them in place, so a crash mid-save leaves the previous checkpoint intact.
 
 ``load_checkpoint(path)`` never unpickles anything: safetensors tensors plus ``json.loads``.
-Truncated, foreign (not written here) or unreadable files raise :class:`CheckpointError` with one
-line naming the file and the problem.
+It reads regular files only (a FIFO or a link to ``/dev/zero`` is refused before a byte is read),
+bounds the header (:data:`MAX_HEADER_BYTES`) and parses it before the payload, and decodes only
+what :func:`save_checkpoint` writes (dtype names are real torch dtypes, never any ``torch``
+attribute). Truncated, foreign, crafted or unreadable files raise :class:`CheckpointError` with
+one line starting with the file's path; messages never embed a state (:func:`brief`).
+
+A training run's checkpoint (format :data:`TRAIN_FORMAT`) has sections, checked and named in
+words by :func:`training_sections`; :func:`agent_state` takes the agent state out of either kind.
 
 Cross-dtype loading is the consumer's business, done once at load: :func:`load_into_module`
 checks names and shapes of every tensor against a module *before* touching it, then copies,
