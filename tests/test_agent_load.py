@@ -111,6 +111,23 @@ def test_resume_names_a_missing_section_in_words(tmp_path: Path, runs, capsys, s
     assert (run / "checkpoint.safetensors").read_bytes() == before
 
 
+@pytest.mark.parametrize("section, value, words", [
+    ("meta", [["agent", "dqn"]], "the run identity section ('meta') is a list, not a dict"),
+    ("agent", "dqn", "the agent section ('agent') is a str, not a dict"),
+    ("format", "tritonrl-checkpoint", "not a training-run checkpoint (no format 'tritonrl-train')"),
+])
+def test_resume_refuses_a_section_of_the_wrong_type(tmp_path: Path, runs, capsys, section: str, value,
+                                                    words: str) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    save_checkpoint(run / "checkpoint.safetensors", {**load_checkpoint(runs["dqn"]), section: value})
+    code = main(["train", "--agent", "dqn", "--steps", "256", "--run-dir", str(run), "--resume",
+                 "--no-progress", "--no-tensorboard"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith(f"error: {run / 'checkpoint.safetensors'}: ") and words in err[0], err
+
+
 def test_library_resume_checks_every_section_before_loading_any(tmp_path: Path, runs) -> None:
     """run_training's resume: a damaged later section (RNG) leaves agent and schedule untouched."""
     from agents.dqn import DQNAgent
