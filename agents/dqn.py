@@ -35,7 +35,7 @@ import copy
 import dataclasses
 import functools
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
@@ -59,11 +59,17 @@ from agents.td import (
 from agents.torsos import NORMS, TORSO_KINDS, build_torso
 from toolkit.checkpoint import (
     CheckpointError,
+    agent_state,
+    brief,
     check_module_tensors,
+    cut,
+    generator_state_fits,
     load_checkpoint,
     load_into_module,
     save_checkpoint,
+    section,
 )
+from toolkit.config import check_config_dict, fixed_changes, format_change, resumable
 from toolkit.optim import MasterWeightOptimizer
 from toolkit.precision import training_dtype
 from toolkit.registry import apply_overrides, register_agent
@@ -77,7 +83,11 @@ DISTRIBUTIONS = ("none", "c51", "qr")
 
 @dataclass(frozen=True)
 class DQNConfig:
-    """Every switch and hyperparameter of the DQN family (immutable; copy with ``dataclasses.replace``)."""
+    """Every switch and hyperparameter of the DQN family (immutable; copy with ``dataclasses.replace``).
+
+    Fields declared ``resumable(...)`` may change when a run is resumed (``--resume --set lr=...``);
+    every other field is fixed for the life of a run (see :mod:`toolkit.config`).
+    """
 
     # ---- network
     torso: str = "mlp"
@@ -141,11 +151,11 @@ class DQNConfig:
     per_eps: float = 1e-6
     """PER: added to every priority."""
     # ---- optimisation
-    lr: float = 2.3e-3
+    lr: float = resumable(2.3e-3)
     """Adam learning rate."""
     adam_eps: float = 1e-8
     """Adam epsilon (Rainbow uses ``1.5e-4`` on Atari)."""
-    max_grad_norm: float = 10.0
+    max_grad_norm: float = resumable(10.0)
     """Global gradient-norm clip (computed in f32)."""
     # ---- schedule (read by toolkit.offpolicy or by your loop)
     learning_starts: int = 1_000
@@ -154,34 +164,34 @@ class DQNConfig:
     """Environment steps (all envs) between two rounds of updates."""
     gradient_steps: int = 128
     """Updates per round."""
-    target_update_every: int = 128
+    target_update_every: int = resumable(128)
     """Learner updates between two target-network updates."""
     tau: float = 1.0
     """Target update: 1 copies the online weights (hard); below 1 is Polyak averaging."""
     # ---- exploration (ignored when noisy)
-    eps_start: float = 1.0
+    eps_start: float = resumable(1.0)
     """Initial epsilon of epsilon-greedy."""
-    eps_end: float = 0.04
+    eps_end: float = resumable(0.04)
     """Final epsilon."""
-    eps_decay_steps: int = 8_000
+    eps_decay_steps: int = resumable(8_000)
     """Environment steps over which epsilon decays linearly."""
     # ---- curiosity
     icm: bool = False
     """Attach the Intrinsic Curiosity Module: intrinsic reward added at ingestion."""
-    icm_eta: float = 1.0
+    icm_eta: float = resumable(1.0)
     """ICM: intrinsic reward scale."""
-    icm_beta: float = 0.2
+    icm_beta: float = resumable(0.2)
     """ICM: forward-loss weight against the inverse loss, in [0, 1]."""
-    icm_lr: float = 1e-3
+    icm_lr: float = resumable(1e-3)
     """ICM: Adam learning rate of the curiosity module."""
     icm_embed: int = 32
     """ICM: embedding size."""
     icm_hidden: int = 128
     """ICM: hidden width of encoder, forward and inverse models."""
-    extrinsic_coef: float = 1.0
+    extrinsic_coef: float = resumable(1.0)
     """Weight of the environment's reward (0 explores on curiosity alone)."""
     # ---- metadata
-    tags: tuple[str, ...] = field(default=())
+    tags: tuple[str, ...] = resumable(())
     """Free-form labels (a preset records its name here)."""
 
     def __post_init__(self) -> None:
@@ -658,64 +668,99 @@ class DQNAgent:
             state["icm_replay"] = self.icm_buffer.state_dict()
         return state
 
-    def check_state_dict(self, state: dict[str, Any], *, where: str = "state") -> None:
+    def check_state_dict(self, state: dict[str, Any], *, where: str = "agent state") -> None:
         """Raise :class:`toolkit.checkpoint.CheckpointError` (a ``ValueError``) unless ``state`` fits.
 
-        Checks the networks, the optimizer(s) and the replay buffer(s) (capacity, n-step, PER
-        settings, shapes); changes nothing.
+        Checks every entry :meth:`load_state_dict` reads: kind, spaces, environments, counters,
+        generator, networks, optimizer(s), replay buffer(s), and the saved config (complete, well
+        typed, and equal to this agent's in every field a resume cannot change, see
+        :mod:`toolkit.config`); changes nothing.
         """
         self._check_state(state, where)
 
     def _check_state(self, state: dict[str, Any], where: str) -> dict[str, Any]:
-        """:meth:`check_state_dict`, returning the replay states validated and converted for loading."""
+        """:meth:`check_state_dict`, returning what loading needs, validated and converted."""
         if not isinstance(state, dict) or state.get("agent") != AGENT_KIND:
             got = state.get("agent") if isinstance(state, dict) else type(state).__name__
-            raise CheckpointError(f"{where}: holds a {got!r} agent, not a {AGENT_KIND!r} agent")
-        if list(state.get("obs_shape", [])) != list(self.obs_shape):
-            raise CheckpointError(f"{where}: observation shape {state.get('obs_shape')} does not match "
+            raise CheckpointError(f"{where}: holds a {brief(got, 40)} agent, not a {AGENT_KIND!r} agent")
+        obs_shape = section(state, "obs_shape", where, "the observation shape")
+        if not isinstance(obs_shape, list) or obs_shape != list(self.obs_shape):
+            raise CheckpointError(f"{where}: observation shape {brief(obs_shape, 40)} does not match "
                                   f"this agent's {list(self.obs_shape)}")
-        if state.get("action_space") != self.action:
-            raise CheckpointError(f"{where}: action space {state.get('action_space')} does not match "
+        action = section(state, "action_space", where, "the action space")
+        if action != self.action:
+            raise CheckpointError(f"{where}: action space {brief(action, 60)} does not match "
                                   f"this agent's {self.action}")
-        check_module_tensors(self.online, state["online"], where=f"{where} (online network)")
-        check_module_tensors(self.target, state["target"], where=f"{where} (target network)")
+        num_envs = section(state, "num_envs", where, "the number of environments")
+        if type(num_envs) is not int or num_envs != self.num_envs:
+            raise CheckpointError(f"{where}: saved with num_envs={brief(num_envs, 20)}, this agent has "
+                                  f"{self.num_envs}")
+        check_module_tensors(self.online, section(state, "online", where, "the online network"),
+                             where=f"{where} (online network)")
+        check_module_tensors(self.target, section(state, "target", where, "the target network"),
+                             where=f"{where} (target network)")
         if (self.icm_module is None) != ("icm" not in state):
             raise CheckpointError(f"{where}: ICM {'absent' if 'icm' not in state else 'present'} in the "
                                   "checkpoint but the config says otherwise")
         staged: dict[str, Any] = {}
         try:
-            self.optimizer.check_state_dict(state["optimizer"])
-            staged["replay"] = self.buffer._parse_state(state["replay"])
+            self.optimizer.check_state_dict(section(state, "optimizer", where, "the optimizer state"))
+            staged["replay"] = self.buffer._parse_state(section(state, "replay", where, "the replay buffer"))
             if self.icm_module is not None:
                 check_module_tensors(self.icm_module, state["icm"], where=f"{where} (ICM)")
-                self.icm_optimizer.check_state_dict(state["icm_optimizer"])
-                staged["icm_replay"] = self.icm_buffer._parse_state(state["icm_replay"])
+                self.icm_optimizer.check_state_dict(section(state, "icm_optimizer", where,
+                                                            "the ICM optimizer state"))
+                staged["icm_replay"] = self.icm_buffer._parse_state(
+                    section(state, "icm_replay", where, "the ICM replay buffer"))
+            counters = section(state, "counters", where, "the step counters")
             for key in ("env_steps", "updates"):
-                int(state["counters"][key])
-            if not isinstance(state["generator"], torch.Tensor):
-                raise ValueError("generator state is not a tensor")
+                value = section(counters, key, where, f"the {key} counter")
+                if type(value) is not int or value < 0:
+                    raise ValueError(f"counter {key}={brief(value, 20)} is not a non-negative int")
+            seed = section(state, "seed", where, "the seed")
+            if type(seed) is not int:
+                raise ValueError(f"seed={brief(seed, 20)} is not an int")
+            staged["generator"] = generator_state_fits(section(state, "generator", where,
+                                                               "the generator state"), self.device)
+            masters = state.get("target_master")
+            if masters is not None:
+                shapes = [tuple(p.shape) for p in self.target.parameters()]
+                if not isinstance(masters, list) or [
+                        tuple(m.shape) if isinstance(m, torch.Tensor) and m.is_floating_point() else None
+                        for m in masters] != shapes:
+                    raise ValueError("target_master does not hold a float tensor per target parameter")
+            config = section(state, "config", where, "the agent config")
+            check_config_dict(DQNConfig, config, where="config")
+            saved = DQNConfig.from_dict(config)
+            fixed = fixed_changes(saved, self.config)
+            if fixed:
+                changes = ", ".join(format_change(k, *v) for k, v in list(fixed.items())[:3])
+                raise ValueError(f"saved with another config: {changes} (fields a resume cannot change)")
         except CheckpointError:
             raise
         except (KeyError, TypeError, ValueError) as exc:
-            raise CheckpointError(f"{where}: {exc}") from None
+            raise CheckpointError(f"{where}: {cut(str(exc), 240)}") from None
         return staged
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any], *, where: str = "agent state") -> None:
         """Restore a :meth:`state_dict` (possibly saved in another dtype; cast once here).
 
+        The learning rates come from this agent's config (``lr``, ``icm_lr``), not from the saved
+        optimizer state: a run resumed with another ``lr`` uses it (see :mod:`toolkit.config`).
         A generator state saved on another device type (CUDA <-> CPU) cannot be restored: the
         generator is then reseeded from ``seed`` and the update count (deterministic, not the
         saved stream).
 
         Raises:
-            toolkit.checkpoint.CheckpointError: (a ``ValueError``) the state belongs to another
-                agent kind, observation shape or action space, or its tensors, optimizer or replay
-                state do not fit (all checked before anything changes).
+            toolkit.checkpoint.CheckpointError: (a ``ValueError``, message starting with ``where``)
+                the state belongs to another agent kind, observation shape or action space, or any
+                entry is missing or does not fit (all checked before anything changes).
         """
-        staged = self._check_state(state, "state")
+        staged = self._check_state(state, where)
         load_into_module(self.online, state["online"])
         load_into_module(self.target, state["target"])
         self.optimizer.load_state_dict(state["optimizer"])
+        self.optimizer.set_lr(self.config.lr)
         self.buffer._apply_state(staged["replay"])
         if self._target_master is not None:
             saved = state.get("target_master")
@@ -725,13 +770,14 @@ class DQNAgent:
         if self.icm_module is not None:
             load_into_module(self.icm_module, state["icm"])
             self.icm_optimizer.load_state_dict(state["icm_optimizer"])
+            self.icm_optimizer.set_lr(self.config.icm_lr)
             self.icm_buffer._apply_state(staged["icm_replay"])
-        try:
+        if staged["generator"]:
             self.generator.set_state(state["generator"].cpu())
-        except RuntimeError:  # saved on another device type: a generator state cannot cross over
-            self.generator.manual_seed(self.seed + 7919 * int(state["counters"]["updates"]))
-        self.env_steps = int(state["counters"]["env_steps"])
-        self.updates = int(state["counters"]["updates"])
+        else:  # saved on another device type: a generator state cannot cross over
+            self.generator.manual_seed(self.seed + 7919 * state["counters"]["updates"])
+        self.env_steps = state["counters"]["env_steps"]
+        self.updates = state["counters"]["updates"]
 
     def save(self, path: str | os.PathLike) -> None:
         """Write :meth:`state_dict` atomically with :func:`toolkit.checkpoint.save_checkpoint`."""
@@ -739,22 +785,33 @@ class DQNAgent:
 
     @classmethod
     def load(cls, path: str | os.PathLike, device: torch.device | str | None = None) -> DQNAgent:
-        """Rebuild an agent from a checkpoint written by :meth:`save` (on ``device``, default CPU).
+        """Rebuild an agent from a checkpoint written by :meth:`save`, or from the agent section of a
+        training-run checkpoint (``<run>/checkpoint.safetensors``), on ``device`` (default CPU).
 
         Raises:
-            toolkit.checkpoint.CheckpointError: unreadable file, or not a DQN checkpoint.
+            toolkit.checkpoint.CheckpointError: unreadable file, not a DQN checkpoint, or an
+                entry that does not fit (one line starting with ``path``).
         """
-        state = load_checkpoint(path)
-        if state.get("agent") != AGENT_KIND:
-            raise CheckpointError(f"{path}: holds a {state.get('agent')!r} agent, not a {AGENT_KIND!r} agent")
-        obs_space = gym.spaces.Box(-np.inf, np.inf, shape=tuple(state["obs_shape"]), dtype=np.float32)
-        spec = state["action_space"]
-        act_space = (gym.spaces.Discrete(spec["n"]) if spec["type"] == "discrete"
-                     else gym.spaces.MultiDiscrete(spec["nvec"]))
-        agent = cls(obs_space, act_space, DQNConfig.from_dict(state["config"]),
-                    device=device if device is not None else "cpu", num_envs=int(state["num_envs"]),
-                    seed=int(state["seed"]))
-        agent.load_state_dict(state)
+        where = str(path)
+        state = agent_state(load_checkpoint(path), AGENT_KIND, where)
+        try:
+            shape = section(state, "obs_shape", where, "the observation shape")
+            spec = section(state, "action_space", where, "the action space")
+            obs_space = gym.spaces.Box(-np.inf, np.inf, shape=tuple(shape), dtype=np.float32)
+            act_space = (gym.spaces.Discrete(spec["n"]) if spec["type"] == "discrete"
+                         else gym.spaces.MultiDiscrete(spec["nvec"]))
+            config = section(state, "config", where, "the agent config")
+            check_config_dict(DQNConfig, config, where="config")
+            num_envs, seed = section(state, "num_envs", where), section(state, "seed", where)
+            if type(num_envs) is not int or type(seed) is not int:
+                raise ValueError(f"num_envs={brief(num_envs, 20)} and seed={brief(seed, 20)} must be ints")
+            agent = cls(obs_space, act_space, DQNConfig.from_dict(config),
+                        device=device if device is not None else "cpu", num_envs=num_envs, seed=seed)
+        except CheckpointError:
+            raise
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CheckpointError(f"{where}: not a usable DQN checkpoint ({cut(str(exc), 160)})") from None
+        agent.load_state_dict(state, where=where)
         return agent
 
 
@@ -771,11 +828,13 @@ def make_agent(
     seed: int = 0,
     total_steps: int | None = None,
     overrides: dict[str, Any] | None = None,
+    config: dict[str, Any] | None = None,
 ) -> DQNAgent:
     """Build preset ``name`` with ``overrides`` (strings from ``--set key=value`` are converted).
 
-    ``total_steps`` is accepted for the registry's factory signature; the DQN schedule does not
-    depend on it.
+    ``config``: a saved config (``DQNConfig.to_dict()``, from a checkpoint being resumed) to use
+    instead of the preset's, ``overrides`` on top. ``total_steps`` is accepted for the registry's
+    factory signature; the DQN schedule does not depend on it.
 
     Raises:
         ValueError: unknown preset or config key, a bad value, or an unsupported space.
@@ -783,7 +842,8 @@ def make_agent(
     del total_steps
     if name not in PRESETS:
         raise ValueError(f"unknown DQN preset {name!r}; choose one of {', '.join(PRESETS)}")
-    cfg = apply_overrides(PRESETS[name][1], overrides or {})
+    base = PRESETS[name][1] if config is None else DQNConfig.from_dict(config)
+    cfg = apply_overrides(base, overrides or {})
     return DQNAgent(observation_space, action_space, cfg, device=device, num_envs=num_envs, seed=seed)
 
 

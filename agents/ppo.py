@@ -56,6 +56,7 @@ from agents.actor_critic import (
     LSTMCore,
     Mamba2Core,
 )
+from toolkit.config import resumable
 from toolkit.precision import training_dtype
 from toolkit.rollout import RolloutBuffer, RunningMeanStd
 
@@ -67,7 +68,11 @@ POLICIES = ("discrete", "continuous", "lstm", "flow", "mamba")
 
 @dataclass(frozen=True)
 class PPOConfig:
-    """Every PPO hyperparameter (immutable; copy with ``dataclasses.replace`` or :func:`preset`)."""
+    """Every PPO hyperparameter (immutable; copy with ``dataclasses.replace`` or :func:`preset`).
+
+    Fields declared ``resumable(...)`` may change when a run is resumed (``--resume --set lr=...``);
+    every other field is fixed for the life of a run (see :mod:`toolkit.config`).
+    """
 
     # ---- policy
     policy: Literal["discrete", "continuous", "lstm", "flow", "mamba"] = "discrete"
@@ -104,36 +109,36 @@ class PPOConfig:
     """GAE lambda."""
     normalize_obs: bool = False
     """Normalise observations with running mean and variance (f32), clipped to ``+-obs_clip``."""
-    obs_clip: float = 10.0
+    obs_clip: float = resumable(10.0)
     """Clip of normalised observations."""
     reward_scale: float = 1.0
     """Rewards are multiplied by this before GAE (returns and values live on that scale)."""
     # ---- optimisation
-    lr: float = 2.5e-4
+    lr: float = resumable(2.5e-4)
     """Adam learning rate (at the start, if annealed)."""
-    anneal_lr: bool = True
+    anneal_lr: bool = resumable(True)
     """Anneal the learning rate linearly to 0 over ``total_steps``."""
-    total_steps: int = 500_000
+    total_steps: int = resumable(500_000)
     """Environment steps of the whole run (for the annealing schedule)."""
     adam_eps: float = 1e-5
     """Adam epsilon."""
-    update_epochs: int = 4
+    update_epochs: int = resumable(4)
     """Passes over each rollout."""
-    num_minibatches: int = 4
+    num_minibatches: int = resumable(4)
     """Minibatches per pass (recurrent policies: of whole sequences)."""
-    norm_adv: bool = True
+    norm_adv: bool = resumable(True)
     """Normalise advantages per minibatch."""
-    clip_coef: float = 0.2
+    clip_coef: float = resumable(0.2)
     """Surrogate clipping ``eps`` (and the value clipping range)."""
-    clip_vloss: bool = True
+    clip_vloss: bool = resumable(True)
     """Clip the value loss around the rollout's values."""
-    ent_coef: float = 0.01
+    ent_coef: float = resumable(0.01)
     """Entropy bonus coefficient."""
-    vf_coef: float = 0.5
+    vf_coef: float = resumable(0.5)
     """Value loss coefficient."""
-    max_grad_norm: float = 0.5
+    max_grad_norm: float = resumable(0.5)
     """Global gradient-norm clip."""
-    target_kl: float | None = None
+    target_kl: float | None = resumable(None)
     """Stop the epochs of an update once the approximate KL exceeds this (one sync per epoch)."""
 
     def __post_init__(self) -> None:
@@ -506,8 +511,7 @@ class PPO:
         cfg, b = self.config, self.buffer
         if not b.full:
             raise RuntimeError(f"update() needs a full rollout: {b.pos} of {b.num_steps} steps stored")
-        total_updates = max(1, cfg.total_steps // (cfg.num_steps * self.num_envs))
-        lr = cfg.lr * max(0.0, 1.0 - self.updates / total_updates) if cfg.anneal_lr else cfg.lr
+        lr = self.current_lr()
         self.optimizer.set_lr(lr)
         b.compute_advantages(cfg.gamma, cfg.gae_lambda)
         data, n = self._batches()
@@ -595,53 +599,123 @@ class PPO:
                        "segments": [None if s is None else _leaves(s) for s in self.segment_states]},
         }
 
-    def check_state_dict(self, state: Mapping[str, Any], *, where: str = "state") -> None:
+    def check_state_dict(self, state: Mapping[str, Any], *, where: str = "agent state") -> None:
         """Raise :class:`toolkit.checkpoint.CheckpointError` unless ``state`` fits this agent;
-        changes nothing."""
-        from toolkit.checkpoint import CheckpointError, check_module_tensors
+        changes nothing.
+
+        Checks every entry :meth:`load_state_dict` reads: kind, spaces, environments, counters,
+        generator, policy, optimizer, rollout, observation statistics, recurrent memories, and the
+        saved config (complete, well typed, equal to this agent's in every field a resume cannot
+        change, see :mod:`toolkit.config`).
+        """
+        self._check_state(state, where)
+
+    def _check_state(self, state: Mapping[str, Any], where: str) -> bool:
+        """:meth:`check_state_dict`; returns whether the saved generator state fits this device."""
+        from toolkit.checkpoint import (
+            CheckpointError,
+            brief,
+            check_module_tensors,
+            cut,
+            generator_state_fits,
+            section,
+        )
+        from toolkit.config import check_config_dict, fixed_changes, format_change
         from toolkit.envs import space_to_json
 
         if not isinstance(state, Mapping) or state.get("agent") != AGENT_KIND:
             got = state.get("agent") if isinstance(state, Mapping) else type(state).__name__
-            raise CheckpointError(f"{where}: holds a {got!r} agent, not a {AGENT_KIND!r} agent")
+            raise CheckpointError(f"{where}: holds a {brief(got, 40)} agent, not a {AGENT_KIND!r} agent")
         for key, own in (("observation_space", self.observation_space), ("action_space", self.action_space)):
-            if state.get(key) != space_to_json(own):
-                raise CheckpointError(f"{where}: {key} {state.get(key)} does not match this agent's "
-                                      f"{space_to_json(own)}")
-        if state.get("num_envs") != self.num_envs:
-            raise CheckpointError(f"{where}: saved with num_envs={state.get('num_envs')}, this agent has "
+            saved = section(state, key, where, f"the {key.replace('_', ' ')}")
+            if saved != space_to_json(own):
+                raise CheckpointError(f"{where}: {key} {brief(saved, 80)} does not match this agent's "
+                                      f"{brief(space_to_json(own), 80)}")
+        num_envs = section(state, "num_envs", where, "the number of environments")
+        if type(num_envs) is not int or num_envs != self.num_envs:
+            raise CheckpointError(f"{where}: saved with num_envs={brief(num_envs, 20)}, this agent has "
                                   f"{self.num_envs}")
-        saved_policy = (state.get("config") or {}).get("policy")
+        config = section(state, "config", where, "the agent config")
+        saved_policy = config.get("policy") if isinstance(config, Mapping) else None
         if saved_policy != self.config.policy:
-            raise CheckpointError(f"{where}: a {saved_policy!r} policy, this agent has "
+            raise CheckpointError(f"{where}: a {brief(saved_policy, 20)} policy, this agent has "
                                   f"{self.config.policy!r}")
-        check_module_tensors(self.policy, state["policy"], where=f"{where} (policy)")
+        check_module_tensors(self.policy, section(state, "policy", where, "the policy network"),
+                             where=f"{where} (policy)")
         try:
-            self.optimizer.check_state_dict(state["optimizer"])
-            self.buffer.check_state_dict(state["rollout"])
-            if (state["obs_rms"] is None) != (self.obs_rms is None):
+            self.optimizer.check_state_dict(section(state, "optimizer", where, "the optimizer state"))
+            self.buffer.check_state_dict(section(state, "rollout", where, "the rollout buffer"))
+            rms = section(state, "obs_rms", where, "the observation statistics")
+            if (rms is None) != (self.obs_rms is None):
                 raise ValueError("observation normalisation differs (normalize_obs)")
-            memory = state["memory"]
-            if len(memory["segments"]) != len(self.segment_states):
-                raise ValueError(f"{len(memory['segments'])} sequence segments, expected "
+            if self.obs_rms is not None:
+                own_rms = self.obs_rms.state_dict()
+                if not isinstance(rms, Mapping) or any(
+                        not isinstance(rms.get(k), torch.Tensor) or not rms[k].is_floating_point()
+                        or rms[k].numel() != v.numel() for k, v in own_rms.items()):
+                    raise ValueError("observation statistics (obs_rms) are not float tensors "
+                                     "mean, var, count of this observation size")
+            memory = section(state, "memory", where, "the recurrent memory")
+            leaves = section(memory, "state", where, "the recurrent memory state")
+            segments = section(memory, "segments", where, "the sequence segment memories")
+            starts = section(memory, "starts", where, "the episode-start flags")
+            if not isinstance(starts, torch.Tensor) or tuple(starts.shape) != (self.num_envs,) \
+                    or starts.dtype != torch.bool:
+                raise ValueError(f"episode-start flags are not a bool tensor [{self.num_envs}]")
+            if not isinstance(segments, list) or len(segments) != len(self.segment_states):
+                raise ValueError(f"{brief(segments, 30)} sequence segments, expected a list of "
                                  f"{len(self.segment_states)}")
+            if not isinstance(leaves, list):
+                raise ValueError("recurrent memory state is not a list of tensors")
             if self.recurrent:
-                for s in [memory["state"], *(s for s in memory["segments"] if s is not None)]:
+                for s in [leaves, *(s for s in segments if s is not None)]:
+                    if not isinstance(s, list):
+                        raise ValueError("a segment memory is not a list of tensors")
                     _from_leaves(self.state, s)
+            elif leaves or any(s is not None for s in segments):
+                raise ValueError("recurrent memory saved for a policy without memory")
+            counters = section(state, "counters", where, "the step counters")
+            for key in ("env_steps", "updates"):
+                value = section(counters, key, where, f"the {key} counter")
+                if type(value) is not int or value < 0:
+                    raise ValueError(f"counter {key}={brief(value, 20)} is not a non-negative int")
+            seed = section(state, "seed", where, "the seed")
+            if type(seed) is not int:
+                raise ValueError(f"seed={brief(seed, 20)} is not an int")
+            fits = generator_state_fits(section(state, "generator", where, "the generator state"),
+                                        self.device)
+            check_config_dict(PPOConfig, config, where="config")
+            fixed = fixed_changes(PPOConfig.from_dict(config), self.config)
+            if fixed:
+                changes = ", ".join(format_change(k, *v) for k, v in list(fixed.items())[:3])
+                raise ValueError(f"saved with another config: {changes} (fields a resume cannot change)")
+        except CheckpointError:
+            raise
         except (KeyError, TypeError, ValueError) as exc:
-            raise CheckpointError(f"{where}: {exc}") from None
+            raise CheckpointError(f"{where}: {cut(str(exc), 240)}") from None
+        return fits
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    def current_lr(self) -> float:
+        """The learning rate of the next update: ``lr``, annealed linearly to 0 over ``total_steps``."""
+        cfg = self.config
+        if not cfg.anneal_lr:
+            return cfg.lr
+        total_updates = max(1, cfg.total_steps // (cfg.num_steps * self.num_envs))
+        return cfg.lr * max(0.0, 1.0 - self.updates / total_updates)
+
+    def load_state_dict(self, state: Mapping[str, Any], *, where: str = "agent state") -> None:
         """Restore a :meth:`state_dict`, possibly saved in another dtype or on another device
-        (converted once, here).
+        (converted once, here). The learning rate comes from this agent's config
+        (:meth:`current_lr`), so a run resumed with another ``lr`` uses it.
 
         Raises:
-            toolkit.checkpoint.CheckpointError: another agent, spaces, policy kind, or tensors that
-                do not fit (checked before anything changes).
+            toolkit.checkpoint.CheckpointError: another agent, spaces, policy kind, or any entry
+                missing or not fitting (checked before anything changes; the message starts with
+                ``where``).
         """
         from toolkit.checkpoint import load_into_module
 
-        self.check_state_dict(state)
+        generator_fits = self._check_state(state, where)
         load_into_module(self.policy, state["policy"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.buffer.load_state_dict(state["rollout"])
@@ -654,12 +728,13 @@ class PPO:
             self.segment_states = [None if s is None else _from_leaves(template, s)
                                    for s in memory["segments"]]
         self.starts = memory["starts"].to(self.device, torch.bool).clone()
-        try:
+        if generator_fits:
             self.generator.set_state(state["generator"].cpu())
-        except RuntimeError:  # saved on another device type: a generator state cannot cross over
-            self.generator.manual_seed(self.seed + 7919 * int(state["counters"]["updates"]))
-        self.updates = int(state["counters"]["updates"])
-        self.env_steps = int(state["counters"]["env_steps"])
+        else:  # saved on another device type: a generator state cannot cross over
+            self.generator.manual_seed(self.seed + 7919 * state["counters"]["updates"])
+        self.updates = state["counters"]["updates"]
+        self.env_steps = state["counters"]["env_steps"]
+        self.optimizer.set_lr(self.current_lr())
         self._pending = None
 
     def save(self, path: str | os.PathLike) -> None:
@@ -670,26 +745,35 @@ class PPO:
 
     @classmethod
     def load(cls, path: str | os.PathLike, device: torch.device | str | None = None) -> PPO:
-        """Rebuild an agent saved with :meth:`save` on ``device`` (default CPU), in that device's dtype.
+        """Rebuild an agent saved with :meth:`save`, or the agent section of a training-run checkpoint
+        (``<run>/checkpoint.safetensors``), on ``device`` (default CPU), in that device's dtype.
 
         Raises:
-            toolkit.checkpoint.CheckpointError: unreadable, foreign, or not a PPO checkpoint.
+            toolkit.checkpoint.CheckpointError: unreadable, foreign, not a PPO checkpoint, or an
+                entry that does not fit (one line starting with ``path``).
         """
-        from toolkit.checkpoint import CheckpointError, load_checkpoint
+        from toolkit.checkpoint import CheckpointError, agent_state, brief, cut, load_checkpoint, section
+        from toolkit.config import check_config_dict
         from toolkit.envs import space_from_json
 
-        state = load_checkpoint(path)
-        if state.get("agent") != AGENT_KIND:
-            raise CheckpointError(f"{path}: holds a {state.get('agent')!r} agent, not a {AGENT_KIND!r} agent")
+        where = str(path)
+        state = agent_state(load_checkpoint(path), AGENT_KIND, where)
         try:
-            cfg = PPOConfig.from_dict(state["config"])
-            obs_space = space_from_json(state["observation_space"])
-            act_space = space_from_json(state["action_space"])
+            config = section(state, "config", where, "the agent config")
+            check_config_dict(PPOConfig, config, where="config")
+            cfg = PPOConfig.from_dict(config)
+            obs_space = space_from_json(section(state, "observation_space", where, "the observation space"))
+            act_space = space_from_json(section(state, "action_space", where, "the action space"))
+            num_envs, seed = section(state, "num_envs", where), section(state, "seed", where)
+            if type(num_envs) is not int or type(seed) is not int:
+                raise ValueError(f"num_envs={brief(num_envs, 20)} and seed={brief(seed, 20)} must be ints")
+            agent = cls(obs_space, act_space, cfg, num_envs=num_envs,
+                        device=device if device is not None else "cpu", seed=seed)
+        except CheckpointError:
+            raise
         except (KeyError, TypeError, ValueError) as exc:
-            raise CheckpointError(f"{path}: corrupt PPO checkpoint ({exc})") from None
-        agent = cls(obs_space, act_space, cfg, num_envs=int(state["num_envs"]),
-                    device=device if device is not None else "cpu", seed=int(state["seed"]))
-        agent.load_state_dict(state)
+            raise CheckpointError(f"{where}: not a usable PPO checkpoint ({cut(str(exc), 160)})") from None
+        agent.load_state_dict(state, where=where)
         return agent
 
 
@@ -734,10 +818,14 @@ class _GreedyPolicy:
 
 def _factory(name: str) -> Callable[..., PPO]:
     def make(observation_space: gym.Space, action_space: gym.Space, *, num_envs: int,
-             device: torch.device | str, seed: int, total_steps: int, overrides: Mapping[str, Any]) -> PPO:
+             device: torch.device | str, seed: int, total_steps: int, overrides: Mapping[str, Any],
+             config: Mapping[str, Any] | None = None) -> PPO:
+        """The preset (or ``config``, a saved ``PPOConfig.to_dict()`` being resumed) with
+        ``total_steps`` and ``overrides`` applied."""
         from toolkit.registry import apply_overrides
 
-        cfg = apply_overrides(dataclasses.replace(PRESETS[name], total_steps=int(total_steps)), overrides)
+        base = PRESETS[name] if config is None else PPOConfig.from_dict(config)
+        cfg = apply_overrides(dataclasses.replace(base, total_steps=int(total_steps)), overrides)
         return PPO(observation_space, action_space, cfg, num_envs=num_envs, device=device, seed=seed)
 
     return make

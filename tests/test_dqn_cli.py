@@ -98,9 +98,9 @@ def test_cli_trains_and_refuses_bad_input(tmp_path: Path, capsys) -> None:
             match="env='CartPole-v1'")
     # ... and settings that the saved schedule or replay buffer cannot continue with
     refused("--agent", "dqn", "--run-dir", str(run), "--resume", "--steps", "800", *small,
-            "--set", "train_freq=32", match="train_freq=64")
+            "--set", "train_freq=32", match="--resume cannot change train_freq (checkpoint 64, now 32)")
     refused("--agent", "dqn", "--run-dir", str(run), "--resume", "--steps", "800", *small,
-            "--set", "buffer_size=20000", match="another configuration")
+            "--set", "buffer_size=20000", match="--resume cannot change buffer_size (checkpoint 50000")
     assert not (tmp_path / "x").exists()
 
 

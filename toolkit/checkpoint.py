@@ -8,8 +8,14 @@ the bytes go to a temporary file in the same folder, are flushed to disk, and ``
 them in place, so a crash mid-save leaves the previous checkpoint intact.
 
 ``load_checkpoint(path)`` never unpickles anything: safetensors tensors plus ``json.loads``.
-Truncated, foreign (not written here) or unreadable files raise :class:`CheckpointError` with one
-line naming the file and the problem.
+It reads regular files only (a FIFO or a link to ``/dev/zero`` is refused before a byte is read),
+bounds the header (:data:`MAX_HEADER_BYTES`) and parses it before the payload, and decodes only
+what :func:`save_checkpoint` writes (dtype names are real torch dtypes, never any ``torch``
+attribute). Truncated, foreign, crafted or unreadable files raise :class:`CheckpointError` with
+one line starting with the file's path; messages never embed a state (:func:`brief`).
+
+A training run's checkpoint (format :data:`TRAIN_FORMAT`) has sections, checked and named in
+words by :func:`training_sections`; :func:`agent_state` takes the agent state out of either kind.
 
 Cross-dtype loading is the consumer's business, done once at load: :func:`load_into_module`
 checks names and shapes of every tensor against a module *before* touching it, then copies,
@@ -23,6 +29,7 @@ import errno
 import json
 import os
 import random
+import stat
 import struct
 import tempfile
 from collections.abc import Mapping
@@ -37,7 +44,10 @@ from safetensors.torch import save as st_save
 
 __all__ = [
     "atomic_write_bytes",
+    "brief",
+    "cut",
     "FORMAT",
+    "MAX_HEADER_BYTES",
     "VERSION",
     "CheckpointError",
     "capture_rng_state",
@@ -47,6 +57,12 @@ __all__ = [
     "remove_stale_temps",
     "restore_rng_state",
     "save_checkpoint",
+    "SECTIONS",
+    "TRAIN_FORMAT",
+    "agent_state",
+    "training_sections",
+    "generator_state_fits",
+    "section",
 ]
 
 FORMAT = "tritonrl-checkpoint"
@@ -96,25 +112,71 @@ def _encode(obj: Any, path: str, tensors: dict[str, torch.Tensor]) -> Any:
     )
 
 
-def _decode(obj: Any, tensors: Mapping[str, torch.Tensor], where: str) -> Any:
+def brief(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters (error messages never dump a whole state)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def cut(text: str, limit: int = 200) -> str:
+    """``text`` on one line, cut to ``limit`` characters (for messages that embed another message)."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# Every dtype a checkpoint may name: torch's own dtype objects, nothing else reachable by getattr.
+_TORCH_DTYPES = {name: obj for name in dir(torch) if isinstance(obj := getattr(torch, name), torch.dtype)}
+_NDARRAY_KINDS = "biuf"  # bool, signed, unsigned, floating: what _encode writes for numeric arrays
+_MARKERS = {"__tensor__": {"__tensor__"}, "__dict__": {"__dict__"}, "__tuple__": {"__tuple__"},
+            "__ndarray__": {"__ndarray__", "dtype"}, "__dtype__": {"__dtype__"}}
+
+
+class _Corrupt(Exception):
+    """An entry of the header's state tree that :func:`_encode` cannot have written."""
+
+
+def _decode(obj: Any, tensors: Mapping[str, torch.Tensor]) -> Any:
+    """Inverse of :func:`_encode`. Raises :class:`_Corrupt` (one short line) for malformed entries."""
     if isinstance(obj, list):
-        return [_decode(v, tensors, where) for v in obj]
+        return [_decode(v, tensors) for v in obj]
     if not isinstance(obj, dict):
         return obj
-    if "__tensor__" in obj:
-        name = obj["__tensor__"]
-        if name not in tensors:
-            raise CheckpointError(f"{where}: tensor {name!r} is named in the header but missing")
-        return tensors[name]
-    if "__dict__" in obj:
-        return {k: _decode(v, tensors, where) for k, v in obj["__dict__"]}
-    if "__tuple__" in obj:
-        return tuple(_decode(v, tensors, where) for v in obj["__tuple__"])
-    if "__ndarray__" in obj:
-        return np.asarray(obj["__ndarray__"], dtype=obj["dtype"])
-    if "__dtype__" in obj:
-        return getattr(torch, obj["__dtype__"])
-    return {k: _decode(v, tensors, where) for k, v in obj.items()}
+    marker = next((k for k in obj if k.startswith("__")), None)
+    if marker is None:
+        return {k: _decode(v, tensors) for k, v in obj.items()}
+    if marker not in _MARKERS or set(obj) != _MARKERS[marker]:
+        raise _Corrupt(f"malformed entry {brief(obj)}")
+    value = obj[marker]
+    if marker == "__tensor__":
+        if not isinstance(value, str) or value not in tensors:
+            raise _Corrupt(f"tensor {brief(value)} is named in the header but missing")
+        return tensors[value]
+    if marker == "__dict__":
+        if not isinstance(value, list) or not all(
+            isinstance(kv, list) and len(kv) == 2 and isinstance(kv[0], (str, int))
+            and not isinstance(kv[0], bool) for kv in value
+        ):
+            raise _Corrupt(f"malformed __dict__ entry {brief(value)}")
+        return {k: _decode(v, tensors) for k, v in value}
+    if marker == "__tuple__":
+        if not isinstance(value, list):
+            raise _Corrupt(f"malformed __tuple__ entry {brief(value)}")
+        return tuple(_decode(v, tensors) for v in value)
+    if marker == "__ndarray__":
+        try:
+            dtype = np.dtype(obj["dtype"]) if isinstance(obj["dtype"], str) else None
+        except TypeError:
+            dtype = None
+        if dtype is None or dtype.kind not in _NDARRAY_KINDS:
+            raise _Corrupt(f"array dtype {brief(obj['dtype'])} is not a numeric numpy dtype")
+        try:
+            return np.asarray(value, dtype=dtype)
+        except (TypeError, ValueError, OverflowError):
+            raise _Corrupt(f"malformed {dtype} array {brief(value)}") from None
+    # __dtype__
+    if not isinstance(value, str) or value not in _TORCH_DTYPES:
+        raise _Corrupt(f"{brief(value)} is not a torch dtype")
+    return _TORCH_DTYPES[value]
 
 
 # ----------------------------------------------------------------------------- save / load
@@ -217,17 +279,59 @@ def remove_stale_temps(path: str | os.PathLike) -> list[Path]:
     return removed
 
 
-def _read_header(data: bytes, where: str) -> dict:
-    if len(data) < 8:
-        raise CheckpointError(f"{where}: not a checkpoint (file of {len(data)} bytes is too short)")
-    (n,) = struct.unpack("<Q", data[:8])
-    if n > len(data) - 8:
-        raise CheckpointError(f"{where}: truncated or not a safetensors file (header of {n} bytes "
-                              f"does not fit in {len(data)} bytes)")
+MAX_HEADER_BYTES = 100 * 2**20
+"""Largest safetensors header :func:`load_checkpoint` reads (the JSON tree of counters, config and
+names; a big replay buffer's header stays far below): a larger length field means a foreign file."""
+
+
+def _read_file(path: str | os.PathLike, where: str) -> bytes:
+    """The bytes of a regular-file checkpoint, reading the 8-byte length and the header first.
+
+    Refuses anything but a regular file (after following links) before reading a byte, so a FIFO
+    cannot block and ``/dev/zero`` cannot exhaust memory; a header length beyond the file or
+    beyond :data:`MAX_HEADER_BYTES` is refused before the rest is read.
+    """
     try:
-        header = json.loads(data[8 : 8 + n])
+        # O_NONBLOCK: opening a FIFO without a writer would otherwise block right here
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    except FileNotFoundError:
+        raise CheckpointError(f"{where}: no such checkpoint file") from None
+    except OSError as exc:
+        raise CheckpointError(f"{where}: cannot read checkpoint ({exc.strerror})") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        kind = ("a directory" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode)
+                else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "a socket")
+        raise CheckpointError(f"{where}: not a regular file ({kind}); a checkpoint is a file")
+    with os.fdopen(fd, "rb") as f:
+        size = st.st_size
+        if size < 8:
+            raise CheckpointError(f"{where}: not a checkpoint (file of {size} bytes is too short)")
+        try:
+            head = f.read(8)
+            (n,) = struct.unpack("<Q", head)
+            if n > MAX_HEADER_BYTES:
+                raise CheckpointError(f"{where}: not a safetensors file (header length field says {n} "
+                                      f"bytes, more than the {MAX_HEADER_BYTES} bytes allowed)")
+            if n > size - 8:
+                raise CheckpointError(f"{where}: truncated or not a safetensors file (header of {n} bytes "
+                                      f"does not fit in {size} bytes)")
+            header = f.read(n)
+            _parse_header(header, where)  # a bad header is reported before the payload is read
+            rest = f.read()
+        except OSError as exc:
+            raise CheckpointError(f"{where}: cannot read checkpoint ({exc.strerror})") from None
+    return head + header + rest
+
+
+def _parse_header(raw: bytes, where: str) -> dict:
+    try:
+        header = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError):
         raise CheckpointError(f"{where}: not a safetensors file (unreadable header)") from None
+    except RecursionError:
+        raise CheckpointError(f"{where}: not a safetensors file (header nested too deeply)") from None
     if not isinstance(header, dict):
         raise CheckpointError(f"{where}: not a safetensors file (header is not a JSON object)")
     return header
@@ -237,7 +341,7 @@ def load_checkpoint(path: str | os.PathLike, *, device: torch.device | str | Non
     """Read a checkpoint written by :func:`save_checkpoint`; no pickle is involved.
 
     Args:
-        path: the checkpoint file.
+        path: the checkpoint file (a regular file, or a link to one).
         device: where tensors go (default: CPU). Dtypes are kept as stored; converting them is
             the consumer's job (see :func:`load_into_module`).
 
@@ -245,40 +349,150 @@ def load_checkpoint(path: str | os.PathLike, *, device: torch.device | str | Non
         the nested ``state`` as saved (tuples come back as tuples, int keys as ints).
 
     Raises:
-        CheckpointError: missing, truncated, foreign (not a tritonrl checkpoint) or a newer format.
+        CheckpointError: missing, not a regular file, truncated, foreign (not a tritonrl
+            checkpoint), a newer format, or a header this module cannot have written (bad dtype
+            names, malformed entries, absurd nesting). The message is one line starting with
+            ``path``.
     """
     where = str(path)
-    try:
-        data = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise CheckpointError(f"{where}: no such checkpoint file") from None
-    except OSError as exc:
-        raise CheckpointError(f"{where}: cannot read checkpoint ({exc.strerror})") from None
-    header = _read_header(data, where)
-    meta = header.get("__metadata__") or {}
-    if _META_KEY not in meta:
+    data = _read_file(path, where)
+    (n,) = struct.unpack("<Q", data[:8])
+    header = _parse_header(data[8 : 8 + n], where)
+    meta = header.get("__metadata__")
+    if not isinstance(meta, dict) or _META_KEY not in meta:
         raise CheckpointError(f"{where}: a safetensors file but not a tritonrl checkpoint (no "
                               f"'{_META_KEY}' metadata)")
+    if not isinstance(meta[_META_KEY], str):
+        raise CheckpointError(f"{where}: corrupt checkpoint metadata (not a string)")
     try:
         doc = json.loads(meta[_META_KEY])
     except json.JSONDecodeError:
         raise CheckpointError(f"{where}: corrupt checkpoint metadata") from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise CheckpointError(f"{where}: not a tritonrl checkpoint (format {doc.get('format')!r})"
-                              if isinstance(doc, dict) else f"{where}: corrupt checkpoint metadata")
+    except RecursionError:
+        raise CheckpointError(f"{where}: corrupt checkpoint metadata (nested too deeply)") from None
+    if not isinstance(doc, dict):
+        raise CheckpointError(f"{where}: corrupt checkpoint metadata (not a JSON object)")
+    if doc.get("format") != FORMAT:
+        raise CheckpointError(f"{where}: not a tritonrl checkpoint (format {brief(doc.get('format'))})")
     if doc.get("version") != VERSION:
-        raise CheckpointError(f"{where}: checkpoint format version {doc.get('version')!r}, this "
+        raise CheckpointError(f"{where}: checkpoint format version {brief(doc.get('version'))}, this "
                               f"tritonrl reads version {VERSION}")
+    if not isinstance(doc.get("state"), dict):
+        raise CheckpointError(f"{where}: corrupt checkpoint (state is missing or not a dict)")
     try:
         tensors = st_load(data)
     except Exception as exc:  # safetensors raises its own error type for truncation/corruption
-        raise CheckpointError(f"{where}: truncated or corrupt tensor data ({exc})") from None
+        raise CheckpointError(f"{where}: truncated or corrupt tensor data ({brief(str(exc), 120)})") from None
     if device is not None and torch.device(device).type != "cpu":
         tensors = {k: v.to(device) for k, v in tensors.items()}
-    state = _decode(doc["state"], tensors, where)
-    if not isinstance(state, dict):
-        raise CheckpointError(f"{where}: corrupt checkpoint (state is not a dict)")
+    try:
+        state = _decode(doc["state"], tensors)
+    except _Corrupt as exc:
+        raise CheckpointError(f"{where}: corrupt checkpoint ({exc})") from None
+    except RecursionError:
+        raise CheckpointError(f"{where}: corrupt checkpoint (state nested too deeply)") from None
     return state
+
+
+# ----------------------------------------------------------------------------- sections
+
+TRAIN_FORMAT = "tritonrl-train"
+"""``format`` entry of a training-run checkpoint (:mod:`toolkit.loop`): sections ``agent``, ``env``,
+``schedule``, ``loop``, ``rng`` and ``meta``."""
+
+SECTIONS = {
+    "agent": "the agent section",
+    "env": "the environment state section",
+    "schedule": "the update schedule section",
+    "loop": "the loop counters section",
+    "rng": "the random generator states section",
+    "meta": "the run identity section",
+}
+"""The sections of a training-run checkpoint, in words for messages."""
+
+
+def section(state: Any, key: str, where: str, words: str | None = None) -> Any:
+    """``state[key]``, or a :class:`CheckpointError` naming the section in words.
+
+    ``"run/checkpoint.safetensors: the loop counters section ('loop') is missing"``.
+    """
+    if not isinstance(state, Mapping) or key not in state:
+        what = words or SECTIONS.get(key, "the entry")
+        raise CheckpointError(f"{where}: {what} ({key!r}) is missing")
+    return state[key]
+
+
+def training_sections(state: Any, where: str) -> dict:
+    """Check the top level of a training-run checkpoint (:mod:`toolkit.loop`) and return it.
+
+    Raises:
+        CheckpointError: another format (an agent-only save, say), or a section missing or of the
+            wrong type, named in words: ``"<where>: the loop counters section ('loop') is missing"``.
+    """
+    if not isinstance(state, Mapping) or state.get("format") != TRAIN_FORMAT:
+        what = ("an agent-only save" if isinstance(state, Mapping) and isinstance(state.get("agent"), str)
+                else "not a training-run checkpoint")
+        raise CheckpointError(f"{where}: {what} (no format {TRAIN_FORMAT!r}); a run folder's checkpoint is "
+                              "written by `python -m toolkit train`")
+    for key in SECTIONS:
+        value = section(state, key, where)
+        if not isinstance(value, Mapping):
+            raise CheckpointError(f"{where}: {SECTIONS[key]} ({key!r}) is a {type(value).__name__}, "
+                                  "not a dict")
+    return dict(state)
+
+
+def agent_state(state: Any, kind: str, where: str) -> dict:
+    """The agent state of ``kind`` in a loaded checkpoint: the whole state of an agent save, or the
+    ``agent`` section of a training-run checkpoint.
+
+    Raises:
+        CheckpointError: another agent kind, or a training checkpoint without a usable agent
+            section (one line starting with ``where``; never the state itself).
+    """
+    if isinstance(state, Mapping) and state.get("format") == TRAIN_FORMAT:
+        state = section(state, "agent", where)
+        if not isinstance(state, Mapping):
+            raise CheckpointError(f"{where}: a training-run checkpoint whose agent section is a "
+                                  f"{type(state).__name__}, not a dict")
+    if not isinstance(state, Mapping):
+        raise CheckpointError(f"{where}: holds a {type(state).__name__}, not an agent state")
+    got = state.get("agent")
+    if got != kind:
+        if isinstance(got, str):
+            what = f"a {brief(got, 40)} agent"
+        elif got is None:
+            what = "no agent kind (its 'agent' entry is missing)"
+        elif isinstance(got, Mapping):
+            what = "an 'agent' section but no training-run 'format' entry (a damaged training checkpoint?)"
+        else:
+            what = f"an 'agent' entry of type {type(got).__name__}"
+        raise CheckpointError(f"{where}: holds {what}, not a {kind!r} agent")
+    return dict(state)
+
+
+def generator_state_fits(state: Any, device: torch.device | str) -> bool:
+    """Whether a saved ``torch.Generator`` state can be restored on ``device`` (checked on a scratch
+    generator). ``False`` for a state of another device type (CUDA <-> CPU: the caller reseeds).
+
+    Raises:
+        ValueError: not a 1-D uint8 tensor of a generator state of any device type.
+    """
+    if not isinstance(state, torch.Tensor) or state.dtype != torch.uint8 or state.dim() != 1:
+        got = (f"{state.dtype} {tuple(state.shape)}" if isinstance(state, torch.Tensor)
+               else type(state).__name__)
+        raise ValueError(f"generator state is {got}, not a 1-D uint8 tensor")
+    try:
+        torch.Generator(device=device).set_state(state.cpu())
+        return True
+    except RuntimeError:
+        if state.numel() in (_CUDA_GENERATOR_BYTES, _CPU_GENERATOR_BYTES):
+            return False
+        raise ValueError(f"generator state of {state.numel()} bytes fits no device's generator") from None
+
+
+_CPU_GENERATOR_BYTES = torch.Generator().get_state().numel()
+_CUDA_GENERATOR_BYTES = 16  # seed and offset of the Philox generator
 
 
 # ----------------------------------------------------------------------------- modules
@@ -291,14 +505,16 @@ def check_module_tensors(module: torch.nn.Module, tensors: Mapping[str, Any], *,
     Checks: the same names, each value a tensor of the same shape, floating where the module's
     entry is floating. Touches nothing.
     """
+    if not isinstance(tensors, Mapping):
+        raise CheckpointError(f"{where}: is a {type(tensors).__name__}, not a dict of tensors")
     own = module.state_dict()
     missing = sorted(set(own) - set(tensors))
     extra = sorted(set(tensors) - set(own))
     if missing or extra:
         raise CheckpointError(
             f"{where}: does not match {type(module).__name__}"
-            + (f"; missing {missing[:4]}{'...' if len(missing) > 4 else ''}" if missing else "")
-            + (f"; unexpected {extra[:4]}{'...' if len(extra) > 4 else ''}" if extra else "")
+            + (f"; missing {brief(missing[:4])}{'...' if len(missing) > 4 else ''}" if missing else "")
+            + (f"; unexpected {brief(extra[:4])}{'...' if len(extra) > 4 else ''}" if extra else "")
         )
     for name, ref in own.items():
         got = tensors[name]
@@ -345,25 +561,39 @@ def capture_rng_state() -> dict:
     return state
 
 
-def restore_rng_state(state: Mapping[str, Any]) -> None:
+def restore_rng_state(state: Mapping[str, Any], *, where: str = "RNG state") -> None:
     """Put back the RNG states captured by :func:`capture_rng_state`.
 
+    Every part is checked (by loading it into a scratch generator) before any global RNG changes.
+
     Raises:
-        CheckpointError: ``state`` lacks an entry or has the wrong shape.
+        CheckpointError: ``state`` lacks an entry or has the wrong shape (message starts with
+            ``where``); no RNG was changed then.
     """
     try:
-        torch_state = state["torch"]
-        np_s = state["numpy"]
-        py = state["python"]
-        np_tuple = (np_s["kind"], np.asarray(np_s["keys"], dtype=np.uint32), int(np_s["pos"]),
+        if not isinstance(state, Mapping):
+            raise TypeError(f"not a dict but {type(state).__name__}")
+        torch_state, np_s, py = state["torch"], state["numpy"], state["python"]
+        if not isinstance(torch_state, torch.Tensor):
+            raise TypeError(f"torch state is {type(torch_state).__name__}, not a tensor")
+        torch_state = torch_state.to("cpu", torch.uint8)
+        torch.Generator().set_state(torch_state)  # scratch: raises on a short or long state
+        np_tuple = (str(np_s["kind"]), np.asarray(np_s["keys"], dtype=np.uint32), int(np_s["pos"]),
                     int(np_s["has_gauss"]), float(np_s["cached_gaussian"]))
-        py_tuple = (py[0], tuple(int(x) for x in py[1]), py[2])
-    except (KeyError, TypeError, IndexError) as exc:
-        raise CheckpointError(f"RNG state is incomplete ({exc!r})") from None
-    torch.set_rng_state(torch_state.to("cpu", torch.uint8))
+        np.random.RandomState().set_state(np_tuple)  # noqa: NPY002 (scratch check)
+        if not isinstance(py, (list, tuple)) or len(py) != 3:
+            raise TypeError("python state is not a (version, internal state, gauss) triple")
+        py_tuple = (int(py[0]), tuple(int(x) for x in py[1]), None if py[2] is None else float(py[2]))
+        random.Random().setstate(py_tuple)  # scratch check
+        cuda_states = None
+        if "cuda" in state and torch.cuda.is_available():
+            cuda_states = [s.to("cpu", torch.uint8) for s in state["cuda"]]
+    except KeyError as exc:
+        raise CheckpointError(f"{where}: the {exc.args[0]!r} entry is missing") from None
+    except (TypeError, ValueError, IndexError, RuntimeError, AttributeError, OverflowError) as exc:
+        raise CheckpointError(f"{where}: does not fit ({brief(str(exc), 120)})") from None
+    torch.set_rng_state(torch_state)
     np.random.set_state(np_tuple)  # noqa: NPY002
     random.setstate(py_tuple)
-    if "cuda" in state and torch.cuda.is_available():
-        cuda_states = [s.to("cpu", torch.uint8) for s in state["cuda"]]
-        if len(cuda_states) == torch.cuda.device_count():
-            torch.cuda.set_rng_state_all(cuda_states)
+    if cuda_states is not None and len(cuda_states) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(cuda_states)

@@ -169,19 +169,59 @@ def _capture_layer(layer: Any) -> dict[str, Any]:
     return out
 
 
-def _restore_layer(layer: Any, state: dict[str, Any]) -> None:
+def _plan_layer(layer: Any, state: Any) -> list[tuple[str, Any]]:
+    """Check one wrapper layer's saved attributes and return the ``(name, value)`` pairs to set.
+
+    Changes nothing: a saved generator state is tried on a scratch bit generator first.
+
+    Raises:
+        ValueError: not a dict, a name that is not a plain attribute (dunder, method, property),
+            or a value of a kind :func:`_capture_layer` does not write.
+    """
+    if not isinstance(state, dict):
+        raise ValueError(f"layer state of {type(layer).__name__} is a {type(state).__name__}, not a dict")
+    plan: list[tuple[str, Any]] = []
     for name, value in state.items():
-        if isinstance(value, dict) and "__generator__" in value:
+        cls_attr = getattr(type(layer), name, None) if isinstance(name, str) else None
+        if (not isinstance(name, str) or not name.isidentifier() or name.startswith("__")
+                or callable(cls_attr) or isinstance(cls_attr, property) or name in _SKIP_ATTRS):
+            raise ValueError(f"{type(layer).__name__} state names {repr(name)[:40]}, not a plain attribute")
+        if isinstance(value, dict) and set(value) == {"__generator__"}:
             gen = getattr(layer, name, None)
-            if not isinstance(gen, np.random.Generator):
-                gen = np.random.Generator(np.random.PCG64())
-                setattr(layer, name, gen)
-            gen.bit_generator.state = value["__generator__"]
-        elif isinstance(value, dict) and "__seq__" in value:
+            bit = type(gen.bit_generator) if isinstance(gen, np.random.Generator) else np.random.PCG64
+            scratch = bit()
+            try:
+                scratch.state = value["__generator__"]
+                exact = scratch.state == value["__generator__"]  # numpy casts some wrong types silently
+            except (TypeError, ValueError, KeyError) as exc:
+                raise ValueError(f"{type(layer).__name__}.{name}: generator state does not fit "
+                                 f"({str(exc)[:80]})") from None
+            if not exact:
+                raise ValueError(f"{type(layer).__name__}.{name}: generator state does not fit")
+            plan.append((name, scratch))
+        elif isinstance(value, dict) and set(value) == {"__seq__", "items"}:
+            if value["__seq__"] not in ("tuple", "list") or not isinstance(value["items"], list):
+                raise ValueError(f"{type(layer).__name__}.{name}: malformed sequence state")
             items = value["items"]
-            setattr(layer, name, tuple(items) if value["__seq__"] == "tuple" else list(items))
+            plan.append((name, tuple(items) if value["__seq__"] == "tuple" else list(items)))
         elif isinstance(value, np.ndarray):
-            setattr(layer, name, value.copy())
+            plan.append((name, value.copy()))
+        elif value is None or isinstance(value, (bool, int, float, str, np.generic)):
+            plan.append((name, value))
+        else:
+            raise ValueError(f"{type(layer).__name__}.{name}: a {type(value).__name__} is not an env "
+                             "state value")
+    return plan
+
+
+def _apply_layer(layer: Any, plan: list[tuple[str, Any]]) -> None:
+    for name, value in plan:
+        if isinstance(value, np.random.BitGenerator):
+            gen = getattr(layer, name, None)
+            if isinstance(gen, np.random.Generator) and type(gen.bit_generator) is type(value):
+                gen.bit_generator.state = value.state
+            else:
+                setattr(layer, name, np.random.Generator(value))
         else:
             setattr(layer, name, value)
 
@@ -277,18 +317,52 @@ class VecEnv:
             "obs": None if self.obs is None else self.obs.cpu(),
         }
 
+    def check_state(self, state: dict[str, Any]) -> list[list[list[tuple[str, Any]]]]:
+        """Raise ``ValueError`` unless ``state`` is a :meth:`get_state` of this env; changes nothing.
+
+        Returns:
+            the per-environment, per-layer attribute plan :meth:`set_state` applies.
+        """
+        if not isinstance(state, dict):
+            raise ValueError(f"env state is a {type(state).__name__}, not a dict")
+        if state.get("env_id") != self.env_id or state.get("num_envs") != self.num_envs:
+            raise ValueError(f"env state is for {repr(state.get('env_id'))[:60]} x "
+                             f"{repr(state.get('num_envs'))[:20]}, this is {self.env_id!r} x {self.num_envs}")
+        envs = state.get("envs")
+        if not isinstance(envs, list) or len(envs) != self.num_envs:
+            raise ValueError(f"env state holds {len(envs) if isinstance(envs, list) else 'no'} environment "
+                             f"states, expected {self.num_envs}")
+        plans = []
+        for e, layer_states in zip(self.vec.envs, envs, strict=True):
+            layers = _layers(e)
+            if not isinstance(layer_states, list) or len(layer_states) != len(layers):
+                raise ValueError(f"env state does not match the wrapper chain of {self.env_id} "
+                                 f"({len(layers)} layers)")
+            plans.append([_plan_layer(layer, s) for layer, s in zip(layers, layer_states, strict=True)])
+        for key, kind in (("returns", "f"), ("lengths", "i")):
+            value = state.get(key)
+            kinds = "fi" if kind == "f" else "i"
+            if (not isinstance(value, np.ndarray) or value.shape != (self.num_envs,)
+                    or value.dtype.kind not in kinds):
+                raise ValueError(f"env state {key!r} is not a numeric array of shape ({self.num_envs},)")
+        if "obs" not in state:
+            raise ValueError("env state lacks 'obs'")
+        obs = state["obs"]
+        shape = (self.num_envs, *self.single_observation_space.shape)
+        if obs is not None and (not isinstance(obs, torch.Tensor) or tuple(obs.shape) != shape):
+            raise ValueError(f"env state 'obs' is not a tensor of shape {shape}")
+        return plans
+
     def set_state(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`get_state` output.
+        """Restore :meth:`get_state` output (every part checked before anything changes).
 
         Raises:
-            ValueError: the state belongs to another env id or number of environments.
+            ValueError: the state belongs to another env id or number of environments, or is damaged.
         """
-        if state.get("env_id") != self.env_id or state.get("num_envs") != self.num_envs:
-            raise ValueError(f"env state is for {state.get('env_id')!r} x {state.get('num_envs')}, "
-                             f"this is {self.env_id!r} x {self.num_envs}")
-        for e, layer_states in zip(self.vec.envs, state["envs"], strict=True):
-            for layer, s in zip(_layers(e), layer_states, strict=True):
-                _restore_layer(layer, s)
+        plans = self.check_state(state)
+        for e, layer_plans in zip(self.vec.envs, plans, strict=True):
+            for layer, plan in zip(_layers(e), layer_plans, strict=True):
+                _apply_layer(layer, plan)
         self._returns[:] = np.asarray(state["returns"], dtype=np.float64)
         self._lengths[:] = np.asarray(state["lengths"], dtype=np.int64)
         self.obs = None if state["obs"] is None else state["obs"].to(self.device, torch.float32)

@@ -58,12 +58,16 @@ import numpy as np
 import torch
 
 from toolkit.checkpoint import (
+    TRAIN_FORMAT,
     CheckpointError,
+    brief,
     capture_rng_state,
+    cut,
     load_checkpoint,
     remove_stale_temps,
     restore_rng_state,
     save_checkpoint,
+    training_sections,
 )
 from toolkit.envs import VecEnv, evaluate
 from toolkit.logger import MetricLogger, ProgressBar, plot_learning_curve, repair_csv
@@ -73,7 +77,6 @@ __all__ = ["CHECKPOINT_NAME", "DivergenceError", "LoopConfig", "Schedule", "Trai
            "seed_everything"]
 
 CHECKPOINT_NAME = "checkpoint.safetensors"
-TRAIN_FORMAT = "tritonrl-train"
 
 
 class TrainingError(RuntimeError):
@@ -173,6 +176,21 @@ class _Counters:
     def state(self) -> dict[str, Any]:
         return {"step": self.step, "evaluations": self.evaluations, "reached_at": self.reached_at,
                 "wall": self.wall}
+
+    @staticmethod
+    def check(s: Mapping[str, Any]) -> None:
+        """Raise ``ValueError`` unless ``s`` is a :meth:`state`; changes nothing."""
+        def num(x: Any) -> bool:
+            return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+        ok = (isinstance(s, Mapping) and type(s.get("step")) is int and s["step"] >= 0
+              and isinstance(s.get("evaluations"), list)
+              and all(isinstance(e, list) and len(e) == 2 and num(e[0]) and num(e[1])
+                      for e in s["evaluations"])
+              and "reached_at" in s and (s["reached_at"] is None or num(s["reached_at"]))
+              and num(s.get("wall")))
+        if not ok:
+            raise ValueError("the loop counters section ('loop') is damaged")
 
     def load(self, s: Mapping[str, Any]) -> None:
         self.step = int(s["step"])
@@ -305,26 +323,28 @@ def _run(agent: Any, env: VecEnv, schedule: Schedule, cfg: LoopConfig,
 
     resumed = False
     if cfg.resume and ckpt_path is not None and ckpt_path.exists():
-        state = load_checkpoint(ckpt_path)
-        if state.get("format") != TRAIN_FORMAT:
-            raise CheckpointError(f"{ckpt_path}: not a training checkpoint (an agent-only save?)")
-        saved_meta = dict(state.get("meta", {}))
+        state = training_sections(load_checkpoint(ckpt_path), str(ckpt_path))
+        saved_meta = dict(state["meta"])
         for key, value in meta.items():
             if key in saved_meta and saved_meta[key] != value:
-                raise CheckpointError(f"{ckpt_path}: checkpoint was made with {key}={saved_meta[key]!r}, "
-                                      f"this run has {key}={value!r}")
+                raise CheckpointError(f"{ckpt_path}: checkpoint was made with "
+                                      f"{key}={brief(saved_meta[key], 60)}, this run has {key}={value!r}")
         try:
-            # cheap checks first: the schedule validates its settings before it sets a counter, the
-            # agent validates everything before it loads anything
+            # every section is checked before any is loaded (the RNG restore checks, then sets)
+            for check, key in ((getattr(schedule, "check_state_dict", None), "schedule"),
+                               (getattr(agent, "check_state_dict", None), "agent"),
+                               (getattr(env, "check_state", None), "env"), (_Counters.check, "loop")):
+                if check is not None:
+                    check(state[key])
+            restore_rng_state(state["rng"], where="random generator states")
             schedule.load_state_dict(state["schedule"])
             agent.load_state_dict(state["agent"])
             env.set_state(state["env"])
             counters.load(state["loop"])
-            restore_rng_state(state["rng"])
         except CheckpointError as exc:
-            raise CheckpointError(f"{ckpt_path}: {exc}") from None
+            raise CheckpointError(f"{ckpt_path}: {cut(str(exc), 300)}") from None
         except (KeyError, TypeError, ValueError) as exc:  # settings of this run differ from the saved one
-            raise CheckpointError(f"{ckpt_path}: {exc}") from None
+            raise CheckpointError(f"{ckpt_path}: {cut(str(exc), 300)}") from None
         resumed = True
     else:
         seed_everything(cfg.seed)

@@ -89,19 +89,30 @@ class OffPolicySchedule:
                 "gradient_steps": self.gradient_steps, "last_step": self.last_step, "rounds": self.rounds,
                 "updates": self.updates}
 
+    def check_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Raise ``ValueError`` unless ``state`` is this schedule's (same settings, counters that are
+        non-negative ints); changes nothing."""
+        if not isinstance(state, Mapping):
+            raise ValueError(f"schedule state is a {type(state).__name__}, not a dict")
+        for key in ("learning_starts", "train_freq", "gradient_steps", "last_step", "rounds", "updates"):
+            value = state.get(key)
+            if type(value) is not int or value < 0:
+                raise ValueError(f"schedule state {key}={repr(value)[:20]} is missing or not an int >= 0")
+        for key in ("learning_starts", "train_freq", "gradient_steps"):
+            if state[key] != getattr(self, key):
+                raise ValueError(f"schedule state has {key}={state[key]}, this schedule has "
+                                 f"{getattr(self, key)}")
+
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict` output.
 
         Raises:
-            ValueError: the state was saved with other settings.
+            ValueError: the state was saved with other settings or is damaged (checked first).
         """
-        for key in ("learning_starts", "train_freq", "gradient_steps"):
-            if int(state[key]) != getattr(self, key):
-                raise ValueError(f"schedule state has {key}={state[key]}, this schedule has "
-                                 f"{getattr(self, key)}")
-        self.last_step = int(state["last_step"])
-        self.rounds = int(state["rounds"])
-        self.updates = int(state["updates"])
+        self.check_state_dict(state)
+        self.last_step = state["last_step"]
+        self.rounds = state["rounds"]
+        self.updates = state["updates"]
 
 
 def schedule_for(agent: Any) -> OffPolicySchedule:

@@ -47,17 +47,27 @@ class OnPolicySchedule:
         return {"rollout_steps": self.rollout_steps, "vector_steps": self.vector_steps,
                 "updates": self.updates}
 
+    def check_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Raise ``ValueError`` unless ``state`` is this schedule's; changes nothing."""
+        if not isinstance(state, Mapping):
+            raise ValueError(f"schedule state is a {type(state).__name__}, not a dict")
+        for key in ("rollout_steps", "vector_steps", "updates"):
+            value = state.get(key)
+            if type(value) is not int or value < 0:
+                raise ValueError(f"schedule state {key}={repr(value)[:20]} is missing or not an int >= 0")
+        if state["rollout_steps"] != self.rollout_steps:
+            raise ValueError(f"schedule state has rollout_steps={state['rollout_steps']}, this schedule "
+                             f"has {self.rollout_steps}")
+
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore the counters.
 
         Raises:
-            ValueError: the state was saved with another rollout length.
+            ValueError: the state was saved with another rollout length or is damaged (checked first).
         """
-        if int(state["rollout_steps"]) != self.rollout_steps:
-            raise ValueError(f"schedule state has rollout_steps={state['rollout_steps']}, this schedule "
-                             f"has {self.rollout_steps}")
-        self.vector_steps = int(state["vector_steps"])
-        self.updates = int(state["updates"])
+        self.check_state_dict(state)
+        self.vector_steps = state["vector_steps"]
+        self.updates = state["updates"]
 
 
 def schedule_for(agent: Any) -> OnPolicySchedule:

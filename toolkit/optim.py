@@ -125,28 +125,68 @@ class MasterWeightOptimizer:
         }
 
     def check_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Raise ``ValueError`` unless ``state`` fits these parameters; changes nothing."""
-        try:
-            inner = state["optimizer"]
-            masters = state["masters"]
-            groups = inner["param_groups"]
-            per_param = inner["state"]
-        except (KeyError, TypeError) as exc:
-            raise ValueError(f"optimizer state is missing {exc}") from None
+        """Raise ``ValueError`` unless ``state`` fits these parameters; changes nothing.
+
+        Checks everything :meth:`load_state_dict` and later steps read: the masters (``None`` or a
+        floating tensor of the parameter's shape), the param groups (every setting this optimizer
+        has, of the same kind; every setting but the learning rate equal to this optimizer's, so
+        a checkpoint cannot smuggle in another ``eps`` or ``betas``), the parameter ids, and the
+        per-parameter state (tensors of the parameter's shape or scalars, the same entries for
+        every parameter, and the entries this optimizer keeps once it has stepped).
+        """
+        if not isinstance(state, Mapping) or not isinstance(state.get("optimizer"), Mapping):
+            raise ValueError("optimizer state is missing its 'optimizer' entry")
+        inner, masters = state["optimizer"], state.get("masters")
+        groups, per_param = inner.get("param_groups"), inner.get("state")
+        if not isinstance(masters, list):
+            raise ValueError("optimizer state is missing its 'masters' list")
+        if not isinstance(groups, list) or not all(isinstance(g, Mapping) for g in groups):
+            raise ValueError("optimizer state is missing its 'param_groups' list")
+        if not isinstance(per_param, Mapping):
+            raise ValueError("optimizer state is missing its per-parameter 'state'")
         if len(masters) != len(self.params):
             raise ValueError(f"optimizer state has {len(masters)} parameters, expected {len(self.params)}")
-        n_saved = sum(len(g["params"]) for g in groups)
-        if n_saved != len(self.params) or len(groups) != len(self.optimizer.param_groups):
-            raise ValueError(f"optimizer state has {n_saved} parameters in {len(groups)} groups, expected "
-                             f"{len(self.params)} in {len(self.optimizer.param_groups)}")
-        ids = [i for g in groups for i in g["params"]]
+        own_groups = self.optimizer.param_groups
+        if len(groups) != len(own_groups):
+            raise ValueError(f"optimizer state has {len(groups)} param groups, expected {len(own_groups)}")
+        ids: list[Any] = []
+        for g, own in zip(groups, own_groups, strict=True):
+            if not isinstance(g.get("params"), list):
+                raise ValueError("optimizer param group lacks its 'params' list")
+            ids.extend(g["params"])
+            for key, mine in own.items():
+                if key == "params":
+                    continue
+                if key not in g:
+                    raise ValueError(f"optimizer param group lacks setting {key!r}")
+                if not _same_setting(key, g[key], mine):
+                    raise ValueError(f"optimizer setting {key}={_brief(g[key])} does not fit this "
+                                     f"optimizer's {_brief(mine)}")
+        if len(ids) != len(self.params):
+            raise ValueError(f"optimizer state has {len(ids)} parameters in {len(groups)} groups, expected "
+                             f"{len(self.params)} in {len(own_groups)}")
+        if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids) or len(set(ids)) != len(ids):
+            raise ValueError(f"optimizer parameter ids {_brief(ids)} are not distinct ints")
+        if set(per_param) - set(ids):
+            extra = sorted(map(str, set(per_param) - set(ids)))
+            raise ValueError(f"optimizer state has entries {_brief(extra)} for parameters it does not list")
+        keys = {tuple(sorted(map(str, v))) if isinstance(v, Mapping) else None for v in per_param.values()}
+        own_keys = {tuple(sorted(map(str, v))) for v in self.optimizer.state.values()}
+        if per_param and (len(per_param) != len(ids) or len(keys) != 1 or None in keys
+                          or (own_keys and keys != own_keys)):
+            raise ValueError("optimizer per-parameter state is incomplete (parameters with different or "
+                             "missing entries)")
         for i, (saved_id, p) in enumerate(zip(ids, self.params, strict=True)):
             m = masters[i]
-            if m is not None and tuple(m.shape) != tuple(p.shape):
-                raise ValueError(f"optimizer master {i} has shape {tuple(m.shape)}, "
-                                 f"expected {tuple(p.shape)}")
+            if m is not None and (not isinstance(m, torch.Tensor) or not m.is_floating_point()
+                                  or tuple(m.shape) != tuple(p.shape)):
+                got = tuple(m.shape) if isinstance(m, torch.Tensor) else type(m).__name__
+                raise ValueError(f"optimizer master {i} is {got}, expected a float tensor {tuple(p.shape)}")
             for key, value in per_param.get(saved_id, {}).items():
-                if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape != p.shape:
+                if not isinstance(value, torch.Tensor):
+                    raise ValueError(f"optimizer state {key!r} of parameter {i} is a {type(value).__name__}, "
+                                     "not a tensor")
+                if value.dim() > 0 and value.shape != p.shape:
                     raise ValueError(f"optimizer state {key!r} of parameter {i} has shape "
                                      f"{tuple(value.shape)}, expected {tuple(p.shape)}")
 
@@ -170,3 +210,24 @@ class MasterWeightOptimizer:
                 m.copy_(source.to(device=m.device, dtype=m.dtype))
                 if m is not p:
                     p.copy_(m)
+
+
+def _brief(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _same_setting(key: str, saved: Any, mine: Any) -> bool:
+    """A saved param-group setting fits: the learning rate is any number (a schedule or a resume
+    sets it), every other setting equals this optimizer's (tuples may come back as lists)."""
+    def number(x: Any) -> bool:
+        return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+    if key in ("lr", "initial_lr"):
+        return number(saved) or isinstance(saved, torch.Tensor) and saved.numel() == 1
+    if isinstance(mine, tuple):
+        return isinstance(saved, (list, tuple)) and len(saved) == len(mine) and all(
+            _same_setting("", s, m) for s, m in zip(saved, mine, strict=True))
+    if number(mine):
+        return number(saved) and float(saved) == float(mine)
+    return type(saved) is type(mine) and saved == mine

@@ -5,7 +5,8 @@ Each module under ``agents/`` registers its presets when imported::
     register_agent("ppo", make_ppo, kind="onpolicy", description="PPO, categorical policy")
 
 A factory is called as ``factory(observation_space, action_space, *, num_envs, device, seed,
-total_steps, overrides)`` and returns an agent (``act``, ``observe``, ``update``,
+total_steps, overrides)`` (and, resuming a run, ``config=``: the saved config dict to start from
+instead of the preset) and returns an agent (``act``, ``observe``, ``update``,
 ``state_dict``, ``load_state_dict``, ``save``, ``config``). ``overrides`` maps config field names
 to strings from the command line (``--set lr=1e-3``); :func:`apply_overrides` turns them into a
 new frozen config, converting each value to its field's type.

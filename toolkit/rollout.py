@@ -235,7 +235,10 @@ class RolloutBuffer:
         return {"pos": self.pos, **{name: getattr(self, name) for name in self.FIELDS}}
 
     def check_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Raise ``ValueError`` unless ``state`` fits this buffer; changes nothing."""
+        """Raise ``ValueError`` unless ``state`` fits this buffer (every field a tensor of the right
+        shape and kind: floating, integer or bool; ``pos`` an int in ``[0, T]``); changes nothing."""
+        if not isinstance(state, Mapping):
+            raise ValueError(f"rollout state is a {type(state).__name__}, not a dict")
         for name in self.FIELDS:
             if name not in state:
                 raise ValueError(f"rollout state lacks {name!r}")
@@ -243,8 +246,11 @@ class RolloutBuffer:
             if not isinstance(got, torch.Tensor) or tuple(got.shape) != tuple(own.shape):
                 shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
                 raise ValueError(f"rollout {name} has shape {shape}, expected {tuple(own.shape)}")
-        if not 0 <= int(state["pos"]) <= self.num_steps:
-            raise ValueError(f"rollout position {state['pos']} outside [0, {self.num_steps}]")
+            if _kind(got.dtype) != _kind(own.dtype):
+                raise ValueError(f"rollout {name} has dtype {got.dtype}, expected {own.dtype}")
+        pos = state.get("pos")
+        if type(pos) is not int or not 0 <= pos <= self.num_steps:
+            raise ValueError(f"rollout position {repr(pos)[:20]} is not an int in [0, {self.num_steps}]")
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict` output, casting into this buffer's dtypes and device.
@@ -256,3 +262,8 @@ class RolloutBuffer:
         for name in self.FIELDS:
             getattr(self, name).copy_(state[name].to(self.device))
         self.pos = int(state["pos"])
+
+
+def _kind(dtype: torch.dtype) -> str:
+    """``"float"``, ``"bool"`` or ``"int"``: what a stored tensor may be cast from."""
+    return "float" if dtype.is_floating_point else "bool" if dtype == torch.bool else "int"

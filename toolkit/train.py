@@ -8,7 +8,10 @@
 
 Each run writes ``metrics.csv``, TensorBoard files, ``checkpoint.safetensors`` and ``curve.png``
 into ``--run-dir`` (default ``runs/<agent>-<env>-s<seed>``). ``--resume`` continues from that
-checkpoint exactly; without ``--resume`` an existing checkpoint is never overwritten.
+checkpoint exactly; without ``--resume`` an existing checkpoint is never overwritten. A resumed
+run's config is the saved one with this command's ``--set`` on top: fields declared resumable
+(:mod:`toolkit.config`: learning rate, exploration schedule, loss coefficients, ...) may change and
+are applied; changing any other field is refused.
 
 Bad input (unknown agent or environment, a config key that does not exist, an action space the
 agent cannot drive, a checkpoint from another agent or environment) prints one ``error:`` line
@@ -126,7 +129,8 @@ def _device(name: str) -> torch.device:
 def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any]:
     import gymnasium as gym
 
-    from toolkit.checkpoint import CheckpointError, load_checkpoint
+    from toolkit.checkpoint import CheckpointError, brief, load_checkpoint, section, training_sections
+    from toolkit.config import config_changes, fixed_changes, format_change
     from toolkit.envs import make_vec_env
     from toolkit.loop import CHECKPOINT_NAME, LoopConfig
     from toolkit.registry import get_agent, list_agents
@@ -160,28 +164,45 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any]:
     run_dir = Path(args.run_dir or f"runs/{args.agent}-{args.env.replace('/', '_')}-s{args.seed}")
     ckpt = run_dir / CHECKPOINT_NAME
     meta = (("agent", args.agent), ("env", args.env), ("num_envs", str(num_envs)))
+    saved_config = None
     if ckpt.exists():
         if not args.resume:
             raise UsageError(f"{run_dir} already holds a checkpoint: pass --resume to continue it, or "
                              "choose another --run-dir")
-        try:
-            saved = dict(load_checkpoint(ckpt).get("meta", {}))
+        try:  # the run's config is the saved one, this command's --set on top (see docs: Training)
+            saved = training_sections(load_checkpoint(ckpt), str(ckpt))
+            saved_config = section(saved["agent"], "config", str(ckpt), "the agent config")
         except CheckpointError as exc:
             raise UsageError(str(exc)) from None
         for key, value in meta:
-            if saved.get(key) != value:
-                raise UsageError(f"{ckpt} was made with {key}={saved.get(key)!r}, "
+            if saved["meta"].get(key) != value:
+                raise UsageError(f"{ckpt} was made with {key}={brief(saved['meta'].get(key), 60)}, "
                                  f"this run has {key}={value!r}")
+        if not isinstance(saved_config, dict):
+            raise UsageError(f"{ckpt}: the agent config is a {type(saved_config).__name__}, not a dict")
     try:
         env = make_vec_env(args.env, num_envs, args.seed, device=device)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     try:
         agent = spec.factory(env.single_observation_space, env.single_action_space, num_envs=num_envs,
-                             device=device, seed=args.seed, total_steps=steps, overrides=overrides)
+                             device=device, seed=args.seed, total_steps=steps, overrides=overrides,
+                             **({} if saved_config is None else {"config": saved_config}))
+        before = None if saved_config is None else type(agent.config).from_dict(saved_config)
     except (ValueError, TypeError) as exc:
         env.close()
         raise UsageError(f"agent {args.agent!r} on {args.env}: {exc}") from None
+    if before is not None:
+        fixed = fixed_changes(before, agent.config)
+        if fixed:
+            env.close()
+            listed = ", ".join(format_change(k, *v) for k, v in fixed.items())
+            raise UsageError(f"--resume cannot change {listed}: start a new run")
+        # --set changes are reported; PPO's total_steps follows --steps, which the user just typed
+        changes = {k: v for k, v in config_changes(before, agent.config).items() if k in overrides}
+        if changes:
+            print("resume: applying " + ", ".join(format_change(k, *v) for k, v in changes.items()),
+                  file=sys.stderr)
     schedule = importlib.import_module(f"toolkit.{spec.kind}").schedule_for(agent)
     cfg = LoopConfig(
         total_steps=steps, seed=args.seed, run_dir=str(run_dir), log_every=args.log_every,

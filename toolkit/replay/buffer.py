@@ -401,13 +401,24 @@ class ReplayBuffer:
                 for k, v in mine.items()
                 if not isinstance(config, dict) or config.get(k) != v
             }
-            raise ValueError(f"state was saved by a buffer with another configuration (saved, this): {diff}")
+            raise ValueError(f"state was saved by a buffer with another configuration (saved, this): "
+                             f"{str(diff)[:200]}")
         size, pos = meta.get("size"), meta.get("pos")
+        if isinstance(size, bool) or isinstance(pos, bool):
+            size = pos = None
         C, K, E = self._capacity, self.n_step - 1, self.num_envs
         if not (isinstance(size, int) and 0 <= size <= C and isinstance(pos, int) and 0 <= pos < C):
             raise ValueError(f"state has invalid counters size={size!r} pos={pos!r}")
         if size < C and pos != size:
             raise ValueError(f"state has pos={pos} but size={size} < capacity")
+        steps, committed = meta.get("steps"), meta.get("committed")
+        for key, value in (("steps", steps), ("committed", committed)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"state meta {key!r} is missing or not a non-negative int "
+                                 f"(got {repr(value)[:40]})")
+        if committed % C != pos or min(committed, C) != size or committed > steps * E:
+            raise ValueError(f"state counters disagree: committed={committed}, size={size}, pos={pos}, "
+                             f"steps={steps} for capacity {C} and {E} environments")
         shapes = {
             "obs": ((size, *self.obs_shape), self.obs_dtype),
             "next_obs": ((size, *self.obs_shape), self.obs_dtype),
