@@ -10,9 +10,13 @@ Each run writes ``metrics.csv``, TensorBoard files, ``checkpoint.safetensors`` a
 into ``--run-dir`` (default ``runs/<agent>-<env>-s<seed>``). ``--resume`` continues from that
 checkpoint exactly; without ``--resume`` an existing checkpoint is never overwritten.
 
-Bad input (unknown agent or environment, a config key that does not exist, an action space the
-agent cannot drive, a checkpoint from another agent or environment) prints one ``error:`` line
-and exits with status 2, before anything is written.
+Bad input (unknown agent or environment, an environment whose optional extra is not installed, a
+config key that does not exist, an action space the agent cannot drive, a checkpoint from another
+agent or environment, any flag out of its range, a run folder that is a file, read-only or on a
+full disk) prints one ``error:`` line and exits with status 2, before training and before
+anything is written: every flag is checked first (``_validate``), the run folder last, by
+creating it and writing, syncing and removing a probe file (folders it created are removed again
+when that fails).
 
 The schedule comes from ``toolkit.<kind>.schedule_for(agent)``, ``kind`` being the preset's
 ``"onpolicy"`` or ``"offpolicy"``.
@@ -157,12 +161,15 @@ def _check_run_dir_path(name: str) -> None:
     if "\0" in name:
         raise UsageError(f"--run-dir {name!r} contains a NUL character")
     path = Path(name)
-    for p in (path, *path.parents):
-        if p.exists() or p.is_symlink():
-            if not p.is_dir():
-                what = "is" if p == path else f"is under {p}, which is"
-                raise UsageError(f"--run-dir {name} {what} not a folder")
-            return
+    try:
+        for p in (path, *path.parents):
+            if p.exists() or p.is_symlink():
+                if not p.is_dir():
+                    what = "is" if p == path else f"is under {p}, which is"
+                    raise UsageError(f"--run-dir {name} {what} not a folder")
+                return
+    except OSError as exc:  # e.g. a parent folder that may not be searched
+        raise UsageError(f"--run-dir {name} cannot be checked: {exc.strerror or exc}") from None
 
 
 def _probe_run_dir(run_dir: Path) -> None:
