@@ -309,3 +309,22 @@ def test_seed_limit_matches_the_loop() -> None:
     from toolkit.train import MAX_SEED as CLI_MAX_SEED
 
     assert CLI_MAX_SEED == MAX_SEED == 2**32 - 1
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0,
+                    reason="root writes through permission bits (the table's EACCES/EROFS rows inject it)")
+def test_read_only_folder_without_injection(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The same refusal from a real chmod 0o555 folder, where permission bits do stop writes."""
+    pytest.importorskip("gymnasium")
+    _existing_run(tmp_path)
+    run = tmp_path / "run"
+    before = _snapshot(tmp_path)
+    run.chmod(0o555)
+    try:
+        code = main([a.format(run=run) for a in train("--resume")])
+    finally:
+        run.chmod(0o755)
+    err = capsys.readouterr().err
+    assert code == 2
+    assert re.fullmatch(r"error: --run-dir .*/run is not writable: permission denied\n", err), err
+    assert _snapshot(tmp_path) == before
