@@ -161,12 +161,19 @@ def missing_requirements(module: object) -> list[str]:
 def main(directory: str | Path = "benchmarks", only: Sequence[str] = (), quick: bool = False) -> int:
     """Run every benchmark in ``directory`` (or those named in ``only``) and print one table.
 
-    Returns the process exit code: 1 if any benchmark raised (its rows are missing then). A
-    benchmark whose ``REQUIRES`` do not import is skipped with one line and is not a failure.
+    Returns the process exit code: 1 if any benchmark raised (its rows are missing then), 2 (one
+    ``error:`` line, nothing run) if ``directory`` is missing or ``only`` names an unknown benchmark.
+    A benchmark whose ``REQUIRES`` do not import is skipped with one line and is not a failure.
     """
     directory = Path(directory)
     if not directory.is_dir():
         print(f"error: no benchmark folder at {directory.resolve()}", file=sys.stderr)
+        return 2
+    known = [p.stem for p in discover(directory)]
+    unknown = [name for name in only if name not in known]
+    if unknown:
+        print(f"error: unknown benchmark{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
+              f"known benchmarks: {', '.join(known) or f'none in {directory}'}", file=sys.stderr)
         return 2
     if not torch.cuda.is_available():
         torch.set_num_threads(1)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 import torch
 
@@ -54,9 +55,22 @@ def info() -> str:
     return "\n".join(lines)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse whose mistakes are one line, ``error: ...`` on stderr, exit status 2 (no usage dump).
+
+    Subparsers inherit the class (``add_subparsers`` defaults ``parser_class`` to it).
+    """
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {message} (see `{self.prog} --help`)\n")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m toolkit``; returns the exit code."""
-    parser = argparse.ArgumentParser(prog="python -m toolkit", description=__doc__.splitlines()[0])
+    """Entry point of ``python -m toolkit``; returns the exit code (argparse's too: ``--help`` is 0).
+
+    A command-line mistake prints one ``error: ...`` line on stderr and returns 2.
+    """
+    parser = _Parser(prog="python -m toolkit", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="versions, devices, training dtypes and kernel paths")
     p_bench = sub.add_parser("bench", help="run the benchmarks under benchmarks/ as one table")
@@ -64,7 +78,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_bench.add_argument("--dir", default="benchmarks", help="benchmark folder")
     p_bench.add_argument("--quick", action="store_true", help="fewer cases, for smoke runs")
     _register_extra(sub)
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, or a mistake already reported by _Parser.error
+        return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 2
     if args.command == "info":
         print(info())
         return 0

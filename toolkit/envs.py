@@ -23,6 +23,7 @@ without the angular velocity: ``[cos, sin]``).
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -374,10 +375,39 @@ class VecEnv:
 
 def _check_env_id(env_id: str) -> None:
     if not isinstance(env_id, str) or env_id not in gym.registry:
-        stem = env_id.lower().split("-")[0] if isinstance(env_id, str) else "\0"
-        close = [k for k in gym.registry if stem in k.lower()]
-        hint = f" (did you mean {', '.join(sorted(close)[:5])}?)" if close else ""
+        hint = ""
+        if isinstance(env_id, str) and env_id:
+            stem = env_id.lower().split("-")[0]
+            close = difflib.get_close_matches(env_id, list(gym.registry), n=5, cutoff=0.6)
+            close += sorted(k for k in gym.registry if stem in k.lower() and k not in close)
+            if close:
+                hint = f" (did you mean {', '.join(close[:5])}?)"
+            elif env_id.startswith("ALE/"):
+                hint = ' (Atari ids are registered by ale-py: pip install "gymnasium[atari]")'
         raise ValueError(f"unknown environment id {env_id!r}{hint}")
+
+
+# gymnasium.envs.<family> -> the gymnasium extra that installs what the family imports
+_EXTRAS = {"box2d": "box2d", "mujoco": "mujoco", "phys2d": "jax", "tabular": "jax"}
+_OURS = ("toolkit", "agents", "kernels")
+
+
+def _make_single(env_id: str, **kwargs: Any) -> gym.Env:
+    """``gym.make`` with a missing optional dependency turned into a one-line ``ValueError``."""
+    try:
+        return gym.make(env_id, **kwargs)
+    except (gym.error.DependencyNotInstalled, ImportError) as exc:
+        if isinstance(exc, ImportError) and (exc.name or "").split(".")[0] in _OURS:
+            raise  # a bug of ours, not a missing extra
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if "pip install" not in msg:
+            entry = gym.spec(env_id).entry_point
+            family = ""
+            if isinstance(entry, str) and entry.startswith("gymnasium.envs."):
+                family = entry.split(".")[2]
+            if family in _EXTRAS:
+                msg += f'; install it with pip install "gymnasium[{_EXTRAS[family]}]"'
+        raise ValueError(f"environment {env_id!r} needs a package that is not installed: {msg}") from None
 
 
 def make_vec_env(
@@ -402,7 +432,9 @@ def make_vec_env(
         device: where the returned tensors live.
 
     Raises:
-        ValueError: unknown ``env_id`` or ``num_envs < 1``.
+        ValueError: unknown ``env_id`` (the message suggests close ids), an environment whose
+            optional dependency is not installed (the message names the pip extra, e.g.
+            ``gymnasium[box2d]`` for ``LunarLander-v3``), or ``num_envs < 1``.
     """
     _check_env_id(env_id)
     if not isinstance(num_envs, int) or num_envs < 1:
@@ -411,10 +443,10 @@ def make_vec_env(
     def thunk(i: int) -> Callable[[], gym.Env]:
         def make() -> gym.Env:
             if capture_video and i == 0:
-                env = gym.make(env_id, render_mode="rgb_array", disable_env_checker=True)
+                env = _make_single(env_id, render_mode="rgb_array", disable_env_checker=True)
                 env = gym.wrappers.RecordVideo(env, video_dir or "videos")
             else:
-                env = gym.make(env_id, disable_env_checker=True)
+                env = _make_single(env_id, disable_env_checker=True)
             for w in wrappers:
                 env = w(env)
             return env

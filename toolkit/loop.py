@@ -73,10 +73,12 @@ from toolkit.envs import VecEnv, evaluate
 from toolkit.logger import MetricLogger, ProgressBar, plot_learning_curve, repair_csv
 from toolkit.runfolder import RunLock, move_aside
 
-__all__ = ["CHECKPOINT_NAME", "DivergenceError", "LoopConfig", "Schedule", "TrainingError", "run_training",
-           "seed_everything"]
+__all__ = ["CHECKPOINT_NAME", "DivergenceError", "LoopConfig", "MAX_SEED", "Schedule", "TrainingError",
+           "run_training", "seed_everything"]
 
 CHECKPOINT_NAME = "checkpoint.safetensors"
+MAX_SEED = 2**32 - 1
+"""Largest seed: numpy's global seed takes 32 bits, gymnasium refuses negative seeds (torch takes 64)."""
 
 
 class TrainingError(RuntimeError):
@@ -150,6 +152,31 @@ class LoopConfig:
     """Write ``curve.png`` (episodic and evaluation returns) at the end."""
     meta: tuple[tuple[str, str], ...] = ()
     """Identity stored in the checkpoint and checked on resume (agent name, env id, ...)."""
+
+    def __post_init__(self) -> None:
+        """Reject impossible settings at construction, before any training.
+
+        Raises:
+            ValueError: a field out of range (named in the message).
+        """
+        def whole(name: str, lo: int, hi: int | None = None, *, optional: bool = False) -> None:
+            v = getattr(self, name)
+            if v is None and optional:
+                return
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi is not None and v > hi):
+                bound = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+                raise ValueError(f"LoopConfig.{name} must be an int {bound}, got {v!r}")
+
+        whole("total_steps", 1)
+        whole("seed", 0, MAX_SEED)
+        whole("log_every", 1)
+        whole("eval_every", 0)
+        whole("eval_episodes", 1)
+        whole("checkpoint_every", 0)
+        whole("stop_at", 0, optional=True)
+        t = self.target_return
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t)):
+            raise ValueError(f"LoopConfig.target_return must be a finite number or None, got {t!r}")
 
 
 def seed_everything(seed: int) -> None:

@@ -13,9 +13,13 @@ run's config is the saved one with this command's ``--set`` on top: fields decla
 (:mod:`toolkit.config`: learning rate, exploration schedule, loss coefficients, ...) may change and
 are applied; changing any other field is refused.
 
-Bad input (unknown agent or environment, a config key that does not exist, an action space the
-agent cannot drive, a checkpoint from another agent or environment) prints one ``error:`` line
-and exits with status 2, before anything is written.
+Bad input (unknown agent or environment, an environment whose optional extra is not installed, a
+config key that does not exist, an action space the agent cannot drive, a checkpoint from another
+agent or environment, any flag out of its range, a run folder that is a file, read-only or on a
+full disk) prints one ``error:`` line and exits with status 2, before training and before
+anything is written: every flag is checked first (``_validate``), the run folder last, by
+creating it and writing, syncing and removing a probe file (folders it created are removed again
+when that fails).
 
 Protection by default: a checkpoint is saved every ``--checkpoint-minutes`` (default 10) of wall
 time, at the first metric flush past it, besides every ``--checkpoint-every`` env steps (default
@@ -45,8 +49,10 @@ The schedule comes from ``toolkit.<kind>.schedule_for(agent)``, ``kind`` being t
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import math
+import os
 import signal
 import sys
 import threading
@@ -61,6 +67,10 @@ __all__ = ["add_parser", "run"]
 
 DEFAULT_AGENT = "rainbow"
 DEFAULT_ENV = "CartPole-v1"
+MAX_SEED = 2**32 - 1  # toolkit.loop.MAX_SEED (not imported here: ``--help`` must not import the loop)
+MAX_ENVS = 65_536
+"""Most environments (``--num-envs``, ``--eval-episodes``): each is a gymnasium env in this process
+(CartPole: about 60 KB each), so a typo like 10**8 would exhaust memory instead of failing."""
 
 
 class UsageError(ValueError):
@@ -75,12 +85,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                    "`--agent list` lists them")
     p.add_argument("--env", default=DEFAULT_ENV, help=f"gymnasium environment id (default {DEFAULT_ENV})")
     p.add_argument("--steps", type=int, default=None, help="environment steps (default: the preset's)")
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--seed", type=int, default=1, help=f"0 to {MAX_SEED} (default 1)")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default cpu)")
     p.add_argument("--threads", type=int, default=1,
-                   help="torch CPU threads (default 1: small RL networks run fastest on one thread, and "
-                   "a thread pool beside other busy processes slows down many times)")
-    p.add_argument("--num-envs", type=int, default=None, help="parallel environments (default: the preset's)")
+                   help="torch CPU threads, at most the CPU count (default 1: small RL networks run fastest "
+                   "on one thread, and a thread pool beside other busy processes slows down many times)")
+    p.add_argument("--num-envs", type=int, default=None,
+                   help=f"parallel environments, at most {MAX_ENVS} (default: the preset's)")
     p.add_argument("--run-dir", default=None, help="output folder (default runs/<agent>-<env>-s<seed>)")
     p.add_argument("--resume", action="store_true", help="continue from the run dir's checkpoint (without "
                    "one: start fresh, with a notice)")
@@ -93,7 +104,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--eval-every", type=int, default=None,
                    help="env steps between greedy evaluations (0: at the end only; default: the preset's, "
                    "which also stops the run at the environment's solved score)")
-    p.add_argument("--eval-episodes", type=int, default=10)
+    p.add_argument("--eval-episodes", type=int, default=10,
+                   help=f"episodes per evaluation, run in parallel, 1 to {MAX_ENVS} (default 10)")
     p.add_argument("--log-every", type=int, default=2048, help="env steps between metric flushes")
     p.add_argument("--target-return", type=float, default=None, help="stop once an evaluation reaches this")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -115,15 +127,127 @@ def _parse_overrides(items: list[str]) -> dict[str, str]:
 
 
 def _device(name: str) -> torch.device:
+    supported = "supported: cpu, cuda, cuda:N, auto"
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
         dev = torch.device(name)
     except RuntimeError:
-        raise UsageError(f"--device {name!r} is not a device (cpu, cuda, cuda:N, auto)") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"--device {name!r} is not a device ({supported})") from None
+    if dev.type == "cpu" and dev.index in (None, 0):
+        return torch.device("cpu")
+    if dev.type != "cuda":
+        raise UsageError(f"--device {name!r} is not supported ({supported})")
+    if not torch.cuda.is_available():
         raise UsageError(f"--device {name!r}: CUDA is not available on this machine")
+    if dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise UsageError(f"--device {name!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
     return dev
+
+
+def _whole(flag: str, value: int | None, lo: int, hi: int | None = None, why: str = "") -> None:
+    """``value`` (``None``: not given, the preset's default) must lie in ``[lo, hi]``."""
+    if value is None:
+        return
+    if value < lo or (hi is not None and value > hi):
+        bound = f">= {lo}" if hi is None else f"between {lo} and {hi}"
+        raise UsageError(f"{flag} must be {bound}{why}, got {value}")
+
+
+def _validate(args: argparse.Namespace) -> None:
+    """Check every flag of ``train`` before anything is built, trained or written.
+
+    The agent name, environment id and ``--set`` keys are checked where they are resolved, right
+    after (still before anything is written); the run folder's writability is probed last.
+
+    Raises:
+        UsageError: the first bad flag, named with its allowed range.
+    """
+    if not args.agent:
+        raise UsageError("--agent must not be empty (`--agent list` lists the presets)")
+    if not args.env:
+        raise UsageError("--env must not be empty (a gymnasium id such as CartPole-v1)")
+    _whole("--steps", args.steps, 1)
+    _whole("--seed", args.seed, 0, MAX_SEED, " (numpy seeds take 32 bits, gymnasium no negatives)")
+    _device(args.device)
+    _whole("--threads", args.threads, 1, os.cpu_count() or 1, " (the CPU count of this machine)")
+    _whole("--num-envs", args.num_envs, 1, MAX_ENVS)
+    _check_run_dir_path(args.run_dir if args.run_dir is not None else str(_default_run_dir(args)))
+    _whole("--checkpoint-every", args.checkpoint_every, 0, why=" (0: at the end only)")
+    if not (math.isfinite(args.checkpoint_minutes) and args.checkpoint_minutes >= 0):
+        raise UsageError(f"--checkpoint-minutes must be a finite number >= 0, got {args.checkpoint_minutes}")
+    _whole("--eval-every", args.eval_every, 0, why=" (0: at the end only)")
+    _whole("--eval-episodes", args.eval_episodes, 1, MAX_ENVS)
+    _whole("--log-every", args.log_every, 1)
+    if args.target_return is not None and not math.isfinite(args.target_return):
+        raise UsageError(f"--target-return must be a finite number, got {args.target_return} (to evaluate "
+                         "without stopping, leave it out and give --eval-every)")
+    _parse_overrides(args.overrides)
+
+
+def _default_run_dir(args: argparse.Namespace) -> Path:
+    return Path(f"runs/{args.agent}-{args.env.replace('/', '_')}-s{args.seed}")
+
+
+def _check_run_dir_path(name: str) -> None:
+    """``--run-dir`` names a folder or a path that can become one (no writes: see :func:`_probe_run_dir`)."""
+    if not name.strip():
+        raise UsageError("--run-dir must not be empty")
+    if "\0" in name:
+        raise UsageError(f"--run-dir {name!r} contains a NUL character")
+    path = Path(name)
+    try:
+        for p in (path, *path.parents):
+            if p.exists() or p.is_symlink():
+                if not p.is_dir():
+                    what = "is" if p == path else f"is under {p}, which is"
+                    raise UsageError(f"--run-dir {name} {what} not a folder")
+                return
+    except OSError as exc:  # e.g. a parent folder that may not be searched
+        raise UsageError(f"--run-dir {name} cannot be checked: {exc.strerror or exc}") from None
+
+
+def _probe_run_dir(run_dir: Path) -> None:
+    """Create ``run_dir`` and write, fsync and remove a probe file in it; undo the folders made on failure.
+
+    A read-only folder (EROFS, or EACCES for a non-root user), a full disk (ENOSPC, often reported
+    only at fsync) or a path under a file fails here, before training, with nothing left behind.
+    As root, permission bits do not stop writes, so a chmod-ed folder is writable for root.
+
+    Raises:
+        UsageError: the folder cannot be created or written.
+    """
+    made = [p for p in (run_dir, *run_dir.parents) if not p.exists()][::-1]  # outermost first
+    probe = run_dir / f".write-probe-{os.getpid()}"
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, b"tritonrl write probe\n")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except (OSError, ValueError) as exc:
+        reason = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded",
+                  errno.EROFS: "the file system is read-only", errno.EACCES: "permission denied",
+                  errno.EPERM: "permission denied", errno.ENOTDIR: "a part of the path is a file",
+                  errno.EEXIST: "a part of the path is a file"}.get(getattr(exc, "errno", None),
+                                                                   getattr(exc, "strerror", None) or str(exc))
+        _undo(probe, made)
+        raise UsageError(f"--run-dir {run_dir} is not writable: {reason}") from None
+    _undo(probe, [])
+
+
+def _undo(probe: Path, made: list[Path]) -> None:
+    try:
+        probe.unlink(missing_ok=True)
+    except OSError:
+        pass
+    for p in reversed(made):  # innermost first; rmdir only removes an empty folder
+        try:
+            p.rmdir()
+        except OSError:
+            break
 
 
 def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any]:
@@ -135,6 +259,7 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any]:
     from toolkit.loop import CHECKPOINT_NAME, LoopConfig
     from toolkit.registry import get_agent, list_agents
 
+    _validate(args)
     if args.agent == "list":
         raise UsageError("known agents: " + "; ".join(f"{s.name} ({s.kind}): {s.description}"
                                                        for s in list_agents()))
@@ -144,12 +269,8 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any]:
         raise UsageError(str(exc)) from None
     overrides = _parse_overrides(args.overrides)
     device = _device(args.device)
-    if args.threads < 1:
-        raise UsageError(f"--threads must be >= 1, got {args.threads}")
     torch.set_num_threads(args.threads)
     steps = args.steps if args.steps is not None else spec.default_steps
-    if steps < 1:
-        raise UsageError(f"--steps must be >= 1, got {steps}")
     eval_every = args.eval_every if args.eval_every is not None else spec.default_eval_every
     target_return = args.target_return
     if target_return is None and args.eval_every is None and eval_every > 0:
@@ -159,9 +280,7 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any]:
         except gym.error.Error:
             target_return = None  # unknown id: make_vec_env reports it below
     num_envs = args.num_envs if args.num_envs is not None else spec.default_num_envs
-    if num_envs < 1:
-        raise UsageError(f"--num-envs must be >= 1, got {num_envs}")
-    run_dir = Path(args.run_dir or f"runs/{args.agent}-{args.env.replace('/', '_')}-s{args.seed}")
+    run_dir = Path(args.run_dir) if args.run_dir is not None else _default_run_dir(args)
     ckpt = run_dir / CHECKPOINT_NAME
     meta = (("agent", args.agent), ("env", args.env), ("num_envs", str(num_envs)))
     saved_config = None
@@ -203,14 +322,19 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any]:
         if changes:
             print("resume: applying " + ", ".join(format_change(k, *v) for k, v in changes.items()),
                   file=sys.stderr)
-    schedule = importlib.import_module(f"toolkit.{spec.kind}").schedule_for(agent)
-    cfg = LoopConfig(
-        total_steps=steps, seed=args.seed, run_dir=str(run_dir), log_every=args.log_every,
-        eval_every=eval_every, eval_episodes=args.eval_episodes, target_return=target_return,
-        checkpoint_every=args.checkpoint_every, checkpoint_seconds=60.0 * args.checkpoint_minutes,
-        resume=args.resume, progress=not args.no_progress,
-        tensorboard=not args.no_tensorboard, meta=meta,
-    )
+    try:
+        schedule = importlib.import_module(f"toolkit.{spec.kind}").schedule_for(agent)
+        cfg = LoopConfig(
+            total_steps=steps, seed=args.seed, run_dir=str(run_dir), log_every=args.log_every,
+            eval_every=eval_every, eval_episodes=args.eval_episodes, target_return=target_return,
+            checkpoint_every=args.checkpoint_every, checkpoint_seconds=60.0 * args.checkpoint_minutes,
+            resume=args.resume, progress=not args.no_progress,
+            tensorboard=not args.no_tensorboard, meta=meta,
+        )
+        _probe_run_dir(run_dir)  # last: the only check that writes (and it leaves nothing behind)
+    except ValueError as exc:  # UsageError included; LoopConfig repeats _validate's checks
+        env.close()
+        raise UsageError(str(exc)) from None
     return spec, agent, env, schedule, cfg
 
 
@@ -250,10 +374,6 @@ def run(args: argparse.Namespace) -> int:
     from toolkit.loop import TrainingError, run_training
     from toolkit.runfolder import RunFolderBusy
 
-    minutes = getattr(args, "checkpoint_minutes", 10.0)
-    if not (math.isfinite(minutes) and minutes >= 0):
-        print(f"error: --checkpoint-minutes must be a finite number >= 0, got {minutes}", file=sys.stderr)
-        return 2
     try:
         spec, agent, env, schedule, cfg = _build(args)
     except UsageError as exc:
