@@ -69,3 +69,19 @@ def test_gymnasium_benchmarks_skip_in_one_line_without_gymnasium(monkeypatch: py
         "skipped ppo_loop: needs gymnasium, which is not installed",
     ]
     assert "Traceback" not in err
+
+
+def test_train_without_gymnasium_is_one_line(tmp_path: Path) -> None:
+    """``python -m toolkit train`` on a machine without gymnasium: one line naming it, exit 2, no run folder."""
+    shim = ("import sys\n"
+            "sys.modules['gymnasium'] = None\n"  # `import gymnasium` raises ModuleNotFoundError
+            "from toolkit.cli import main\n"
+            "sys.exit(main(sys.argv[1:]))\n")
+    run_dir = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-c", shim, "train", "--steps", "100", "--run-dir", str(run_dir)],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines() == [
+        "error: training needs the gymnasium package, which is not installed (pip install gymnasium)"]
+    assert not run_dir.exists()

@@ -371,7 +371,15 @@ def run(args: argparse.Namespace) -> int:
     130/143 interrupted by SIGINT/SIGTERM after saving a checkpoint.
     """
     from toolkit.checkpoint import CheckpointError
-    from toolkit.loop import TrainingError, run_training
+
+    try:
+        from toolkit.loop import TrainingError, run_training
+    except ModuleNotFoundError as exc:  # a core dependency missing (gymnasium on a bare GPU machine)
+        if exc.name is None or exc.name.startswith(("toolkit", "kernels", "agents")):
+            raise
+        print(f"error: training needs the {exc.name.split('.')[0]} package, which is not installed "
+              f"(pip install {exc.name.split('.')[0]})", file=sys.stderr)
+        return 2
     from toolkit.runfolder import RunFolderBusy
 
     try:
