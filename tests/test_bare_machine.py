@@ -72,7 +72,7 @@ def test_gymnasium_benchmarks_skip_in_one_line_without_gymnasium(monkeypatch: py
 
 
 def test_train_without_gymnasium_is_one_line(tmp_path: Path) -> None:
-    """``python -m toolkit train`` on a machine without gymnasium: one line naming it, exit 2, no run folder."""
+    """`python -m toolkit train` without gymnasium: one line naming it, exit 2, no run folder."""
     shim = ("import sys\n"
             "sys.modules['gymnasium'] = None\n"  # `import gymnasium` raises ModuleNotFoundError
             "from toolkit.cli import main\n"
