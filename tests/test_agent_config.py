@@ -51,8 +51,8 @@ BAD = [
     ("dqn", "train_freq", "0", "train_freq=0 must be >= 1"),
     ("c51", "atoms", "1", "atoms=1 must be >= 2"),
     ("qrdqn", "kappa", "-1", "kappa=-1.0 must be >= 0"),
-    ("ppo", "hidden", "0", "hidden=(0,) (item 0) must be >= 1"),
-    ("ppo", "hidden", "64,-4", "hidden=(64, -4) (item -4) must be >= 1"),
+    ("ppo", "hidden", "0", "hidden=(0,): each item must be >= 1, got 0"),
+    ("ppo", "hidden", "64,-4", "hidden=(64, -4): each item must be >= 1, got -4"),
     ("ppo", "lr", "inf", "lr=inf must be a finite number"),
     ("ppo", "lr", "nan", "lr=nan must be a finite number"),
     ("ppo", "lr", "0", "lr=0.0 must be > 0"),
@@ -69,7 +69,7 @@ BAD = [
     ("ppo", "max_grad_norm", "inf", "max_grad_norm=inf must be a finite number"),
     ("ppo", "log_std_init", "inf", "log_std_init=inf must be a finite number"),
     ("ppo-lstm", "memory_size", "0", "memory_size=0 must be >= 1"),
-    ("ppo-lstm", "hidden", "0", "hidden=(0,) (item 0) must be >= 1"),
+    ("ppo-lstm", "hidden", "0", "hidden=(0,): each item must be >= 1, got 0"),
     ("ppo-mamba", "mamba_headdim", "0", "mamba_headdim=0 must be >= 1"),
     ("ppo-mamba", "mamba_d_state", "-1", "mamba_d_state=-1 must be >= 1"),
     ("ppo-mamba", "mamba_expand", "0", "mamba_expand=0 must be >= 1"),
@@ -125,7 +125,7 @@ def test_python_values_are_checked_too() -> None:
         DQNConfig(torso_width=1.5)
     with pytest.raises(ValueError, match="batch_size=True must be an int"):
         DQNConfig(batch_size=True)
-    with pytest.raises(ValueError, match=r"hidden=\(64, 0\) \(item 0\) must be >= 1"):
+    with pytest.raises(ValueError, match=r"hidden=\(64, 0\): each item must be >= 1, got 0"):
         PPOConfig(hidden=(64, 0))
     with pytest.raises(ValueError, match="torso_width=30 must be divisible by attention_heads=4"):
         DQNConfig(torso="attention", torso_width=30, attention_heads=4)
@@ -183,7 +183,7 @@ def test_agents_check_the_backend_when_built(monkeypatch: pytest.MonkeyPatch, na
 
 
 CLI = [
-    ({}, ["--agent", "ppo", "--set", "hidden=0"], "hidden=(0,) (item 0) must be >= 1"),
+    ({}, ["--agent", "ppo", "--set", "hidden=0"], "hidden=(0,): each item must be >= 1, got 0"),
     ({}, ["--agent", "ppo", "--set", "lr=inf"], "lr=inf must be a finite number"),
     ({}, ["--agent", "dqn", "--set", "lr=nan"], "lr=nan must be a finite number"),
     ({}, ["--agent", "dqn", "--set", "buffer_size=1e11"], "buffer_size=100000000000 needs 4.8 TB"),

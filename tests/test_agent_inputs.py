@@ -246,3 +246,59 @@ def test_input_check_mode_is_validated() -> None:
     agent = _make("ppo")
     with pytest.raises(ValueError, match="mode='lazy'"):
         agent.inputs.mode = "lazy"
+
+
+class _HostReads:
+    """Counts reads of tensor values on the host (``.item()``, ``bool(t)``, ``int(t)``): on an
+    accelerator each one is a synchronisation."""
+
+    def __init__(self) -> None:
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        reads = self.reads = []
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                if func in (torch.ops.aten._local_scalar_dense.default, torch.ops.aten.is_nonzero.default):
+                    reads.append(func)
+                return func(*args, **(kwargs or {}))
+
+        self.mode = Mode()
+
+
+class _NoChecks:
+    pending = False
+
+    def obs(self, call, name, x):
+        return x
+
+    def reward(self, call, x):
+        return x
+
+    def action(self, call, x):
+        return x
+
+    def acted(self, action):
+        return None
+
+
+@pytest.mark.parametrize("name", ["dqn", "rainbow", "ppo", "ppo-squashed", "ppo-lstm"])
+def test_deferred_checks_read_nothing_on_the_host(name: str) -> None:
+    # The accelerator path adds no host read (no sync) to act/observe: the same steps read the
+    # host exactly as often as with no checks at all (PPO reads a CPU `truncated` flag itself).
+    counts = []
+    for guard in ("deferred", None):
+        agent = _make(name)
+        if guard is None:
+            agent.inputs = _NoChecks()
+        else:
+            agent.inputs.mode = guard
+        torch.manual_seed(0)
+        steps = [_step_args(agent) for _ in range(3)]  # (acts outside the counted region)
+        probe = _HostReads()
+        with probe.mode:
+            for args in steps:
+                agent.act(args["obs"])
+                _observe(agent, {**args, "action": args["action"].clone()})
+        counts.append(len(probe.reads))
+    assert counts[0] == counts[1]

@@ -131,8 +131,10 @@ def check_config(config: Any, ranges: Mapping[str, str]) -> None:
                 raise ValueError(f"{name}={value!r} must be a finite number")
             spec = ranges[name]
             if not _in(float(item), spec):
-                shown = f"{name}={value!r}" if not is_tuple else f"{name}={tuple(value)!r} (item {item!r})"
-                raise ValueError(f"{shown} must be {_describe(spec)}")
+                if is_tuple:
+                    raise ValueError(f"{name}={tuple(value)!r}: each item must be {_describe(spec)}, "
+                                     f"got {item!r}")
+                raise ValueError(f"{name}={value!r} must be {_describe(spec)}")
 
 
 # ----------------------------------------------------------------------------- memory
