@@ -169,6 +169,23 @@ def test_multidiscrete_actions_are_checked_per_dimension() -> None:
     assert a.shape == (E, 2)
 
 
+def test_numpy_and_list_inputs_are_checked_too() -> None:
+    agent = _make("ppo")
+    obs = np.zeros((E, 4), np.float32)
+    action = agent.act(obs)
+    done = np.zeros(E, bool)
+    with pytest.raises(ValueError, match=r"PPO.observe: reward\[1\] = nan is not finite"):
+        agent.observe(obs, action, [0.0, float("nan")], obs, done, done)
+    bad_next = obs.copy()
+    bad_next[0, 1] = -np.inf
+    with pytest.raises(ValueError, match=r"PPO.observe: next_obs\[0, 1\] = -inf is not finite"):
+        agent.observe(obs, action, np.zeros(E), bad_next, done, done)
+    with pytest.raises(ValueError, match=r"PPO.observe: action\[1\] = 7 is outside Discrete\(3\)"):
+        agent.observe(obs, [0, 7], np.zeros(E), obs, done, done)
+    agent.observe(obs, action.numpy(), np.zeros(E), obs, done, done)
+    assert agent.buffer.pos == 1
+
+
 def test_float_actions_for_a_discrete_space_are_refused() -> None:
     agent = _make("dqn")
     args = _step_args(agent)

@@ -242,6 +242,7 @@ class ActionRule:
 
 
 _EAGER, _DEFERRED = "eager", "deferred"
+_SMALL = 64  # at most this many entries: checked through tolist() (see InputGuard._finite)
 MODES = ("auto", _EAGER, _DEFERRED)
 
 
@@ -294,7 +295,8 @@ class InputGuard:
     # ---- helpers
 
     def _deferred(self, t: torch.Tensor) -> bool:
-        return self._mode == _DEFERRED or (self._mode == "auto" and t.device.type != "cpu")
+        mode = self._mode
+        return mode == _DEFERRED or (mode == "auto" and not t.is_cpu)
 
     def _flag(self, call: str, name: str, ok: torch.Tensor) -> None:
         key = (call, name, str(ok.device))
@@ -312,55 +314,91 @@ class InputGuard:
 
     # ---- checks
 
-    def obs(self, call: str, name: str, x: Any) -> torch.Tensor:
-        """``x`` as a tensor (not moved or cast) after checking every entry is finite.
+    def obs(self, call: str, name: str, x: Any) -> None:
+        """Check that every entry of the observation ``x`` (tensor, array or nested list) is finite.
 
         Raises:
-            ValueError: a NaN or inf entry (eager path).
+            ValueError: a NaN or inf entry (at once for host inputs).
         """
-        t = x if isinstance(x, torch.Tensor) else torch.as_tensor(x)
+        if not isinstance(x, torch.Tensor):
+            self._host_finite(call, name, x)
+            return
         seen = self._seen
-        if seen is not None and seen[0] is t and seen[1] == t._version:
-            return t
-        self._finite(call, name, t)
-        self._seen = (t, t._version)
-        return t
+        if seen is not None and seen[0] is x and seen[1] == x._version:
+            return
+        self._finite(call, name, x)
+        self._seen = (x, x._version)
 
-    def reward(self, call: str, x: Any) -> torch.Tensor:
-        """``x`` as a tensor after checking it is finite (see :meth:`obs`)."""
-        t = x if isinstance(x, torch.Tensor) else torch.as_tensor(x)
-        self._finite(call, "reward", t)
-        return t
+    def reward(self, call: str, x: Any) -> None:
+        """Check that every reward in ``x`` is finite (see :meth:`obs`)."""
+        if isinstance(x, torch.Tensor):
+            self._finite(call, "reward", x)
+        else:
+            self._host_finite(call, "reward", x)
+
+    def _host_finite(self, call: str, name: str, x: Any) -> None:
+        """numpy arrays, lists and scalars: checked with numpy (no tensor is made)."""
+        if self._mode == _DEFERRED:  # forced deferral: treat as a tensor
+            self._finite(call, name, torch.as_tensor(np.asarray(x)))
+            return
+        a = np.asarray(x)
+        if a.dtype.kind != "f":
+            return
+        if a.ndim <= 2 and a.size <= _SMALL:  # as in _finite
+            v = a.tolist()
+            finite = math.isfinite(sum(map(sum, v)) if a.ndim == 2 else sum(v) if a.ndim == 1 else v)
+        else:
+            finite = bool(np.isfinite(a).all())
+        ok = np.isfinite(a) if not finite else None
+        if ok is not None and not ok.all():
+            idx = np.argwhere(~ok)[0]
+            value = a[tuple(idx)].item()
+            raise ValueError(f"{self.owner}.{call}: {name}[{_index(idx)}] = {value!r} is not finite")
 
     def _finite(self, call: str, name: str, t: torch.Tensor) -> None:
-        if not (t.dtype.is_floating_point or t.dtype.is_complex):
+        if not t.dtype.is_floating_point:
             return
-        if self._deferred(t):
+        mode = self._mode  # (self._deferred(t), inlined: this runs twice per step)
+        if mode == _DEFERRED or (mode == "auto" and not t.is_cpu):
             self._flag(call, name, torch.isfinite(t).all())
             return
         # One reduction: NaN and inf survive a sum. A finite sum proves every entry finite; a
         # non-finite one (possibly an overflow of large finite values) is checked entry by entry.
-        if not math.isfinite(t.sum().item()):
+        # Small tensors (a few environments) are summed in Python: one tolist() costs less than
+        # launching a reduction and reading its result back.
+        dim = t.dim()
+        if dim <= 2 and t.numel() <= _SMALL:
+            v = t.tolist()
+            s = sum(map(sum, v)) if dim == 2 else sum(v) if dim == 1 else v
+        else:
+            s = t.sum().item()
+        if not math.isfinite(s):
             bad = ~torch.isfinite(t)
             if bool(bad.any()):
                 self._fail(call, name, t, bad, "is not finite")
 
-    def action(self, call: str, x: Any) -> torch.Tensor:
-        """``x`` as a tensor after checking it lies in the action space (see :class:`ActionRule`).
+    def action(self, call: str, x: Any) -> None:
+        """Check that the action ``x`` lies in the action space (see :class:`ActionRule`).
 
         An action that :meth:`acted` recorded (same tensor, unmodified) passes without a check.
 
         Raises:
             ValueError: an entry outside the space or not finite (eager path).
         """
-        t = x if isinstance(x, torch.Tensor) else torch.as_tensor(x)
+        if isinstance(x, torch.Tensor):
+            t = x
+        else:
+            a = np.asarray(x)
+            if not (a.flags.c_contiguous and a.flags.writeable):  # torch.from_numpy needs both
+                a = np.array(a, order="C")
+            t = torch.from_numpy(a) if a.dtype.kind in "biuf" else torch.as_tensor(a)
         acted = self._acted
         if acted is not None and acted[0] is t and acted[1] == t._version:
-            return t
+            return
         rule = self.rule
         if rule.kind == "box":
             self._box(call, t)
-            return t
+            return
         if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
             raise ValueError(f"{self.owner}.{call}: action has dtype {t.dtype}; {rule.text} actions are "
                              "integers")
@@ -368,13 +406,18 @@ class InputGuard:
             n = rule.nvec[0]
             if self._deferred(t):
                 self._flag(call, "action", ((t >= 0) & (t < n)).all())
-                return t
-            if t.numel():
+                return
+            if t.dim() == 1 and t.numel() <= _SMALL:  # see _finite
+                v = t.tolist()
+                outside = bool(v) and (min(v) < 0 or max(v) >= n)
+            elif t.numel():
                 lo, hi = torch.aminmax(t)
-                if int(lo) < 0 or int(hi) >= n:
-                    self._fail(call, "action", t, (t < 0) | (t >= n),
-                               f"is outside {rule.text} (0 <= a < {n})")
-            return t
+                outside = int(lo) < 0 or int(hi) >= n
+            else:
+                outside = False
+            if outside:
+                self._fail(call, "action", t, (t < 0) | (t >= n), f"is outside {rule.text} (0 <= a < {n})")
+            return
         nvec = torch.tensor(rule.nvec, device=t.device)
         if t.shape[-1:] != nvec.shape:
             raise ValueError(f"{self.owner}.{call}: action has shape {tuple(t.shape)}; {rule.text} needs a "
@@ -386,7 +429,6 @@ class InputGuard:
             idx = bad.nonzero()[0].tolist()
             self._fail(call, "action", t, bad, f"is outside {rule.text} (0 <= a[..., {idx[-1]}] < "
                                                f"{rule.nvec[idx[-1]]})")
-        return t
 
     def _box(self, call: str, t: torch.Tensor) -> None:
         rule = self.rule
