@@ -209,3 +209,16 @@ def test_cli_refuses_before_training(tmp_path: Path, capsys, monkeypatch: pytest
     assert code == 2
     assert len(err) == 1 and err[0].startswith("error: ") and fragment in err[0], err
     assert not run_dir.exists()
+
+
+def test_network_builders_refuse_bad_sizes() -> None:
+    # Used directly (outside a config), the builders refuse sizes that cannot make a layer.
+    from agents.actor_critic import mlp
+    from agents.torsos import build_torso
+
+    with pytest.raises(ValueError, match="attention heads=0 must be >= 1"):
+        build_torso((3, 4), "attention", width=16, heads=0)
+    with pytest.raises(ValueError, match=r"torso width=0 and depth=2 must be >= 1"):
+        build_torso((4,), "mlp", width=0)
+    with pytest.raises(ValueError, match=r"hidden=\(8, 0\): layer sizes must be >= 1"):
+        mlp(4, (8, 0))

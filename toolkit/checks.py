@@ -281,6 +281,7 @@ class InputGuard:
         self._seen: tuple[torch.Tensor, int] | None = None  # last observation checked
         self._acted: tuple[torch.Tensor, int] | None = None  # last action returned by act
         self._bounds: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._nvec: dict[torch.device, torch.Tensor] = {}
 
     @property
     def mode(self) -> str:
@@ -418,7 +419,9 @@ class InputGuard:
             if outside:
                 self._fail(call, "action", t, (t < 0) | (t >= n), f"is outside {rule.text} (0 <= a < {n})")
             return
-        nvec = torch.tensor(rule.nvec, device=t.device)
+        nvec = self._nvec.get(t.device)
+        if nvec is None:  # made once per device: a host-to-device copy per call would sync
+            nvec = self._nvec[t.device] = torch.tensor(rule.nvec, device=t.device)
         if t.shape[-1:] != nvec.shape:
             raise ValueError(f"{self.owner}.{call}: action has shape {tuple(t.shape)}; {rule.text} needs a "
                              f"last dim of {len(rule.nvec)}")
@@ -465,9 +468,9 @@ class InputGuard:
         """Raise if a deferred check failed since the agent was built; one host sync when pending.
 
         Raises:
-            ValueError: ``"PPO.act: obs held NaN or inf at a step since the last check (checked
-                on cuda:0 without a per-step sync; set agent.inputs.mode = 'eager' to find the
-                entry)"``.
+            ValueError: ``"PPO.act: obs held NaN or inf at a step since the last check (deferred
+                check on cuda:0, without a per-step sync; set agent.inputs.mode = 'eager' to find
+                the entry)"``. A failed check stays failed (the bad data may be stored).
         """
         if not self.pending:
             return
