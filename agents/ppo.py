@@ -144,6 +144,9 @@ class PPOConfig:
         check_config(self, _RANGES)
         if self.seq_len and self.num_steps % self.seq_len:
             raise ValueError(f"seq_len={self.seq_len} must be 0 or divide num_steps={self.num_steps}")
+        if self.policy == "mamba" and (self.mamba_expand * self.memory_size) % self.mamba_headdim:
+            raise ValueError(f"mamba_expand * memory_size = {self.mamba_expand * self.memory_size} must be a "
+                             f"multiple of mamba_headdim={self.mamba_headdim}")
 
     @property
     def sequence_length(self) -> int:

@@ -76,6 +76,8 @@ BAD = [
     ("ppo-flow", "flow_hidden", "0", "flow_hidden=0 must be >= 1"),
     ("ppo-flow", "flow_layers", "0", "flow_layers=0 must be >= 1"),
     ("ppo", "seq_len", "-1", "seq_len=-1 must be >= 0"),
+    ("ppo-mamba", "mamba_headdim", "7",
+     "mamba_expand * memory_size = 64 must be a multiple of mamba_headdim=7"),
 ]
 
 
