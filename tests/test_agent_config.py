@@ -224,3 +224,16 @@ def test_network_builders_refuse_bad_sizes() -> None:
         build_torso((4,), "mlp", width=0)
     with pytest.raises(ValueError, match=r"hidden=\(8, 0\): layer sizes must be >= 1"):
         mlp(4, (8, 0))
+
+
+def test_check_memory_refuses_only_what_cannot_fit(monkeypatch: pytest.MonkeyPatch) -> None:
+    from toolkit import checks
+
+    checks.check_memory("buffer_size=10", {"observations": 1_000}, "cpu")  # fits: nothing raised
+    monkeypatch.setattr(checks, "available_memory", lambda device: 1_500)
+    with pytest.raises(ValueError, match=r"^capacity=7 needs 2\.0 kB \(observations 1\.5 kB, actions 500 B\) on "
+                                         r"cpu; this machine has 1\.5 kB available$"):
+        checks.check_memory("capacity=7", {"observations": 1_500, "actions": 500}, "cpu")
+    monkeypatch.setattr(checks, "available_memory", lambda device: None)  # unknown: never refused
+    checks.check_memory("capacity=7", {"observations": 10**18}, "cuda:0")
+    assert checks.format_bytes(3.2e12) == "3.2 TB" and checks.format_bytes(999) == "999 B"

@@ -158,8 +158,9 @@ def available_memory(device: torch.device | str) -> int | None:
     dev = torch.device(device)
     if dev.type == "cuda":
         try:
-            return int(torch.cuda.mem_get_info(dev)[0])
-        except (RuntimeError, AssertionError):
+            index = dev.index if dev.index is not None else torch.cuda.current_device()
+            return int(torch.cuda.mem_get_info(index)[0])
+        except (RuntimeError, AssertionError, ValueError):  # no CUDA, or a bad index: unknown
             return None
     if dev.type != "cpu":
         return None
