@@ -231,8 +231,9 @@ def test_check_memory_refuses_only_what_cannot_fit(monkeypatch: pytest.MonkeyPat
 
     checks.check_memory("buffer_size=10", {"observations": 1_000}, "cpu")  # fits: nothing raised
     monkeypatch.setattr(checks, "available_memory", lambda device: 1_500)
-    with pytest.raises(ValueError, match=r"^capacity=7 needs 2\.0 kB \(observations 1\.5 kB, actions 500 B\) on "
-                                         r"cpu; this machine has 1\.5 kB available$"):
+    expected = (r"^capacity=7 needs 2\.0 kB \(observations 1\.5 kB, actions 500 B\) on cpu; this machine "
+                r"has 1\.5 kB available$")
+    with pytest.raises(ValueError, match=expected):
         checks.check_memory("capacity=7", {"observations": 1_500, "actions": 500}, "cpu")
     monkeypatch.setattr(checks, "available_memory", lambda device: None)  # unknown: never refused
     checks.check_memory("capacity=7", {"observations": 10**18}, "cuda:0")
