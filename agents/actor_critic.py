@@ -64,7 +64,13 @@ def _init(layer: nn.Linear, gain: float) -> nn.Linear:
 
 
 def mlp(in_dim: int, hidden: tuple[int, ...], *, gain: float = math.sqrt(2)) -> nn.Sequential:
-    """``Linear -> tanh`` layers of sizes ``hidden`` (orthogonal init); identity for ``()``."""
+    """``Linear -> tanh`` layers of sizes ``hidden`` (orthogonal init); identity for ``()``.
+
+    Raises:
+        ValueError: a size below 1.
+    """
+    if any(int(h) < 1 for h in hidden):
+        raise ValueError(f"hidden={tuple(hidden)!r}: layer sizes must be >= 1")
     layers: list[nn.Module] = []
     for h in hidden:
         layers += [_init(nn.Linear(in_dim, h), gain), nn.Tanh()]

@@ -57,6 +57,7 @@ from agents.td import (
     scalar_td_target,
 )
 from agents.torsos import NORMS, TORSO_KINDS, build_torso
+from kernels.backend import backend_override
 from toolkit.checkpoint import (
     CheckpointError,
     agent_state,
@@ -69,6 +70,7 @@ from toolkit.checkpoint import (
     save_checkpoint,
     section,
 )
+from toolkit.checks import ActionRule, InputGuard, check_config, check_memory
 from toolkit.config import check_config_dict, fixed_changes, format_change, resumable
 from toolkit.optim import MasterWeightOptimizer
 from toolkit.precision import training_dtype
@@ -195,29 +197,18 @@ class DQNConfig:
     """Free-form labels (a preset records its name here)."""
 
     def __post_init__(self) -> None:
+        check_config(self, _RANGES)
         checks = [
             (self.torso in TORSO_KINDS, f"torso={self.torso!r} is not one of {TORSO_KINDS}"),
             (self.torso_norm in NORMS, f"torso_norm={self.torso_norm!r} is not one of {NORMS}"),
             (self.distribution in DISTRIBUTIONS, f"distribution={self.distribution!r} is not one of "
                                                  f"{DISTRIBUTIONS}"),
             (self.loss in ("huber", "mse"), f"loss={self.loss!r} is not 'huber' or 'mse'"),
-            (self.atoms >= 2, f"atoms={self.atoms} must be >= 2"),
             (self.v_max > self.v_min, f"v_max={self.v_max} must exceed v_min={self.v_min}"),
-            (self.quantiles >= 1, f"quantiles={self.quantiles} must be >= 1"),
-            (0.0 < self.gamma <= 1.0, f"gamma={self.gamma} must lie in (0, 1]"),
-            (self.n_step >= 1, f"n_step={self.n_step} must be >= 1"),
-            (self.batch_size >= 1, f"batch_size={self.batch_size} must be >= 1"),
             (self.buffer_size >= self.batch_size, f"buffer_size={self.buffer_size} must be >= "
                                                   f"batch_size={self.batch_size}"),
-            (self.lr > 0, f"lr={self.lr} must be > 0"),
-            (self.train_freq >= 1, f"train_freq={self.train_freq} must be >= 1"),
-            (self.gradient_steps >= 1, f"gradient_steps={self.gradient_steps} must be >= 1"),
-            (self.target_update_every >= 1, f"target_update_every={self.target_update_every} must be >= 1"),
-            (0.0 < self.tau <= 1.0, f"tau={self.tau} must lie in (0, 1]"),
-            (self.learning_starts >= 0, f"learning_starts={self.learning_starts} must be >= 0"),
-            (0.0 <= self.eps_end <= 1.0 and 0.0 <= self.eps_start <= 1.0,
-             f"eps_start={self.eps_start} and eps_end={self.eps_end} must lie in [0, 1]"),
-            (0.0 <= self.icm_beta <= 1.0, f"icm_beta={self.icm_beta} must lie in [0, 1]"),
+            (self.torso != "attention" or self.torso_width % self.attention_heads == 0,
+             f"torso_width={self.torso_width} must be divisible by attention_heads={self.attention_heads}"),
         ]
         for ok, message in checks:
             if not ok:
@@ -243,6 +234,24 @@ class DQNConfig:
             kw["tags"] = tuple(kw["tags"])
         return cls(**kw)
 
+
+# The valid range of every numeric field (toolkit.checks.check_config; NaN and inf never pass).
+_RANGES = {
+    "torso_width": "[1, inf)", "torso_depth": "[1, inf)", "attention_heads": "[1, inf)",
+    "head_hidden": "[1, inf)", "noisy_sigma0": "[0, inf)",
+    "atoms": "[2, inf)", "v_min": "(-inf, inf)", "v_max": "(-inf, inf)", "quantiles": "[1, inf)",
+    "kappa": "[0, inf)",
+    "gamma": "(0, 1]", "n_step": "[1, inf)",
+    "buffer_size": "[1, inf)", "batch_size": "[1, inf)",
+    "per_alpha": "[0, 1]", "per_beta": "[0, 1]", "per_beta_final": "[0, 1]", "per_beta_steps": "[1, inf)",
+    "per_eps": "(0, 1]",
+    "lr": "(0, inf)", "adam_eps": "[0, inf)", "max_grad_norm": "(0, inf)",
+    "learning_starts": "[0, inf)", "train_freq": "[1, inf)", "gradient_steps": "[1, inf)",
+    "target_update_every": "[1, inf)", "tau": "(0, 1]",
+    "eps_start": "[0, 1]", "eps_end": "[0, 1]", "eps_decay_steps": "[0, inf)",
+    "icm_eta": "[0, inf)", "icm_beta": "[0, 1]", "icm_lr": "(0, inf)", "icm_embed": "[1, inf)",
+    "icm_hidden": "[1, inf)", "extrinsic_coef": "(-inf, inf)",
+}
 
 # ----------------------------------------------------------------------------- presets
 
@@ -338,7 +347,9 @@ class DQNAgent:
         seed: seeds the parameters and the agent's own generator (exploration, noise, replay).
 
     Raises:
-        ValueError: an unsupported space, or a distributional config with a MultiDiscrete space.
+        ValueError: an unsupported space, a distributional config with a MultiDiscrete space, a
+            replay (``buffer_size``) that cannot fit in the device's free memory, or a
+            ``TRITONRL_BACKEND`` that cannot run on ``device``.
     """
 
     def __init__(
@@ -369,6 +380,16 @@ class DQNAgent:
             )
         self.num_envs = num_envs
         self.seed = int(seed)
+        backend_override(self.device)  # a TRITONRL_BACKEND that cannot run here fails now, not mid-run
+        if self.action["type"] == "discrete":
+            action_shape: tuple[int, ...] = ()
+        else:
+            action_shape = (len(self.action["nvec"]),)
+        self._check_replay_memory(cfg, action_shape)
+        self.inputs = InputGuard("DQNAgent", ActionRule.discrete(self.action["n"]) if not self.factored
+                                 else ActionRule.multidiscrete(self.action["nvec"]))
+        """The checks of ``act``/``observe`` inputs (:class:`toolkit.checks.InputGuard`); its ``mode``
+        (``"auto"``, ``"eager"``, ``"deferred"``) says when inputs on an accelerator are checked."""
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(self.seed)
 
@@ -386,10 +407,6 @@ class DQNAgent:
         if cfg.tau < 1.0 and self.dtype != torch.float32:
             self._target_master = [p.detach().float().clone() for p in self.target.parameters()]
 
-        if self.action["type"] == "discrete":
-            action_shape: tuple[int, ...] = ()
-        else:
-            action_shape = (len(self.action["nvec"]),)
         self.buffer = self._build_buffer(cfg, action_shape)
         self.icm_buffer = None
         if self.icm_module is not None:
@@ -430,6 +447,18 @@ class DQNAgent:
         return ICM(self.obs_shape, dims, embed_dim=cfg.icm_embed, hidden=cfg.icm_hidden, eta=cfg.icm_eta,
                    beta=cfg.icm_beta, device=self.device, dtype=self.dtype)
 
+    def _check_replay_memory(self, cfg: DQNConfig, action_shape: tuple[int, ...]) -> None:
+        """Refuse a ``buffer_size`` whose replay (and ICM replay) cannot fit on the device, before
+        anything is allocated."""
+        buffer_cls = PrioritizedReplayBuffer if cfg.prioritized else ReplayBuffer
+        kw = dict(obs_dtype=self.dtype, action_shape=action_shape, action_dtype=torch.int64,
+                  num_envs=self.num_envs)
+        parts = buffer_cls.memory_bytes(cfg.buffer_size, self.obs_shape, n_step=cfg.n_step, **kw)
+        if cfg.icm:
+            icm = ReplayBuffer.memory_bytes(cfg.buffer_size, self.obs_shape, **kw)
+            parts["ICM replay"] = sum(icm.values())
+        check_memory(f"buffer_size={cfg.buffer_size}", parts, self.device)
+
     def _build_buffer(self, cfg: DQNConfig, action_shape: tuple[int, ...]):
         kw = dict(device=self.device, num_envs=self.num_envs, n_step=cfg.n_step, gamma=cfg.gamma,
                   action_shape=action_shape, action_dtype=torch.int64)
@@ -457,24 +486,26 @@ class DQNAgent:
 
         ``explore=False`` runs the network in eval mode: noisy layers at their mean weights.
         """
-        x = self._ingest(obs)
-        with torch.no_grad():
-            if not explore:
-                self.online.eval()
-                try:
-                    return self._q_from_output(self.online(x), self.online)
-                finally:
-                    self.online.train()
-            return self._q_from_output(self.online(x), self.online)
+        return self._q(self._ingest(obs, "q_values"), explore)
 
-    def _ingest(self, obs: Any) -> torch.Tensor:
-        """The one cast of an observation: f32 (or numpy) -> training dtype on the device."""
-        x = torch.as_tensor(obs, device=self.device)
-        if x.dtype != self.dtype:
-            x = x.to(self.dtype)
+    @torch.no_grad()
+    def _q(self, x: torch.Tensor, explore: bool) -> torch.Tensor:
+        if not explore:
+            self.online.eval()
+            try:
+                return self._q_from_output(self.online(x), self.online)
+            finally:
+                self.online.train()
+        return self._q_from_output(self.online(x), self.online)
+
+    def _ingest(self, obs: Any, call: str = "act") -> torch.Tensor:
+        """The one cast of an observation: f32 (or numpy) -> training dtype on the device, after the
+        input checks (:attr:`inputs`: NaN/inf is refused where the observation lives)."""
+        x = obs if isinstance(obs, torch.Tensor) else torch.as_tensor(obs)
         if tuple(x.shape[1:]) != self.obs_shape:
             raise ValueError(f"obs has shape {tuple(x.shape)}, expected [batch, *{self.obs_shape}]")
-        return x
+        self.inputs.obs(call, "obs", x)
+        return x.to(device=self.device, dtype=self.dtype)
 
     # ------------------------------------------------------------------ acting
 
@@ -492,11 +523,17 @@ class DQNAgent:
         ``explore=True``: epsilon-greedy (or the noisy network's current noise); ``False``:
         greedy at the noise-free weights. Returns ``[E]`` int64 (``[E, D]`` for MultiDiscrete)
         on the agent's device.
+
+        Raises:
+            ValueError: ``obs`` has the wrong shape, or holds NaN/inf (checked at once for host
+                inputs; for accelerator tensors at the next :meth:`update` or
+                :meth:`check_inputs`, see :attr:`inputs`).
         """
-        q = self.q_values(obs, explore=explore)
+        q = self._q(self._ingest(obs, "act"), explore)
         greedy = q.argmax(-1)
         eps = self.epsilon() if explore else 0.0
         if eps <= 0.0:
+            self.inputs.acted(greedy)
             return greedy
         n = greedy.shape[0]
         if self.factored:
@@ -506,7 +543,21 @@ class DQNAgent:
         else:
             rand = torch.randint(self.action["n"], (n,), device=self.device, generator=self.generator)
             pick = torch.rand((n,), device=self.device, generator=self.generator) < eps
-        return torch.where(pick, rand, greedy)
+        action = torch.where(pick, rand, greedy)
+        self.inputs.acted(action)
+        return action
+
+    def check_inputs(self) -> None:
+        """Raise now if a deferred input check failed (one host sync when checks are pending).
+
+        Inputs that live on an accelerator are checked without a sync per step (see
+        :class:`toolkit.checks.InputGuard`); :meth:`update` calls this first, and a training loop
+        may call it at its log interval.
+
+        Raises:
+            ValueError: an earlier ``act``/``observe`` received NaN/inf or an out-of-range action.
+        """
+        self.inputs.check()
 
     def observe(
         self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any
@@ -516,9 +567,20 @@ class DQNAgent:
         ``next_obs`` is the true next observation (the final one at episode ends). Rewards and done
         flags are best passed on the host (numpy or CPU tensors), where the replay buffer reads
         them; with ICM on CUDA the intrinsic reward is brought there (one sync per call).
+
+        Raises:
+            ValueError: NaN/inf in ``obs``, ``reward`` or ``next_obs``, or an ``action`` outside the
+                action space, named with the first bad entry (host inputs: at once, and nothing is
+                stored; accelerator tensors: at the next :meth:`update` or :meth:`check_inputs`);
+                wrong shapes or dtypes (from the replay buffer, nothing stored).
         """
+        g = self.inputs
+        g.obs("observe", "obs", obs)
+        g.action("observe", action)
+        g.reward("observe", reward)
+        g.obs("observe", "next_obs", next_obs)
         if self.icm_module is not None:
-            x, x_next = self._ingest(obs), self._ingest(next_obs)
+            x, x_next = self._ingest(obs, "observe"), self._ingest(next_obs, "observe")
             a = torch.as_tensor(action, device=self.device, dtype=torch.int64)
             r_int = self.icm_module.intrinsic_reward(x, a, x_next).cpu()
             r_ext = torch.as_tensor(reward, dtype=torch.float32).cpu()
@@ -589,8 +651,11 @@ class DQNAgent:
 
         Raises:
             RuntimeError: the buffer holds fewer transitions than ``batch_size``.
+            ValueError: a deferred input check failed (see :meth:`check_inputs`); nothing learned.
         """
         cfg = self.config
+        if self.inputs.pending:
+            self.inputs.check()
         if len(self.buffer) < cfg.batch_size:
             raise RuntimeError(f"the replay buffer holds {len(self.buffer)} transitions, fewer than "
                                f"batch_size={cfg.batch_size}: call update() after learning_starts")

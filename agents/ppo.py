@@ -56,6 +56,8 @@ from agents.actor_critic import (
     LSTMCore,
     Mamba2Core,
 )
+from kernels.backend import backend_override
+from toolkit.checks import ActionRule, InputGuard, check_config
 from toolkit.config import resumable
 from toolkit.precision import training_dtype
 from toolkit.rollout import RolloutBuffer, RunningMeanStd
@@ -144,19 +146,12 @@ class PPOConfig:
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
             raise ValueError(f"policy={self.policy!r} is not one of {POLICIES}")
-        for name in ("num_steps", "update_epochs", "num_minibatches", "total_steps", "memory_size",
-                     "flow_hidden"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name}={getattr(self, name)!r} must be >= 1")
-        if self.seq_len < 0 or (self.seq_len and self.num_steps % self.seq_len):
+        check_config(self, _RANGES)
+        if self.seq_len and self.num_steps % self.seq_len:
             raise ValueError(f"seq_len={self.seq_len} must be 0 or divide num_steps={self.num_steps}")
-        if not 0.0 <= self.gamma <= 1.0 or not 0.0 <= self.gae_lambda <= 1.0:
-            raise ValueError(f"gamma={self.gamma} and gae_lambda={self.gae_lambda} must be in [0, 1]")
-        if self.lr <= 0 or self.clip_coef <= 0 or self.max_grad_norm <= 0:
-            raise ValueError(f"lr={self.lr}, clip_coef={self.clip_coef} and "
-                             f"max_grad_norm={self.max_grad_norm} must be > 0")
-        if self.policy == "flow" and self.flow_layers < 1:
-            raise ValueError(f"flow_layers={self.flow_layers} must be >= 1")
+        if self.policy == "mamba" and (self.mamba_expand * self.memory_size) % self.mamba_headdim:
+            raise ValueError(f"mamba_expand * memory_size = {self.mamba_expand * self.memory_size} must be a "
+                             f"multiple of mamba_headdim={self.mamba_headdim}")
 
     @property
     def sequence_length(self) -> int:
@@ -181,6 +176,18 @@ class PPOConfig:
         hints = typing.get_type_hints(cls)
         return cls(**{k: tuple(v) if typing.get_origin(hints[k]) is tuple else v for k, v in values.items()})
 
+
+# The valid range of every numeric field (toolkit.checks.check_config; NaN and inf never pass).
+_RANGES = {
+    "hidden": "[1, inf)", "log_std_init": "[-20, 20]", "flow_layers": "[1, inf)", "flow_hidden": "[1, inf)",
+    "memory_size": "[1, inf)", "mamba_d_state": "[1, inf)", "mamba_headdim": "[1, inf)",
+    "mamba_expand": "[1, inf)", "seq_len": "[0, inf)",
+    "num_steps": "[1, inf)", "gamma": "[0, 1]", "gae_lambda": "[0, 1]", "obs_clip": "(0, inf)",
+    "reward_scale": "(0, inf)",
+    "lr": "(0, inf)", "total_steps": "[1, inf)", "adam_eps": "[0, inf)", "update_epochs": "[1, inf)",
+    "num_minibatches": "[1, inf)", "clip_coef": "(0, inf)", "ent_coef": "[0, inf)", "vf_coef": "[0, inf)",
+    "max_grad_norm": "(0, inf)", "target_kl": "(0, inf)",
+}
 
 PRESETS: dict[str, PPOConfig] = {
     # CartPole-style discrete control.
@@ -329,6 +336,7 @@ class PPO:
         self.device = torch.device(device)
         self.dtype = training_dtype(self.device)
         self.obs_dim = int(observation_space.shape[0])
+        backend_override(self.device)  # a TRITONRL_BACKEND that cannot run here fails now, not mid-run
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(self.seed)
 
@@ -339,6 +347,14 @@ class PPO:
                                                eps=cfg.adam_eps)
         discrete = isinstance(action_space, gym.spaces.Discrete)
         action_shape = () if discrete else tuple(action_space.shape)
+        squashed = cfg.policy == "flow" or cfg.squash
+        rule = (ActionRule.discrete(int(action_space.n)) if discrete else
+                ActionRule.box(action_space.low, action_space.high, bounded=squashed))
+        self.inputs = InputGuard("PPO", rule)
+        """The checks of ``act``/``observe`` inputs (:class:`toolkit.checks.InputGuard`); its ``mode``
+        (``"auto"``, ``"eager"``, ``"deferred"``) says when inputs on an accelerator are checked.
+        Box actions must be finite, and within the bounds for tanh-squashed policies (``squash``,
+        ``flow``); an unsquashed Gaussian samples beyond the bounds by design (the env clips)."""
         self.buffer = RolloutBuffer(cfg.num_steps, num_envs, (self.obs_dim,), action_shape,
                                     torch.int64 if discrete else torch.float32, self.dtype, self.device)
         self.obs_rms = RunningMeanStd((self.obs_dim,), self.device) if cfg.normalize_obs else None
@@ -394,12 +410,18 @@ class PPO:
 
     # ------------------------------------------------------------------ acting
 
-    def _ingest(self, obs: Any, update_stats: bool) -> torch.Tensor:
-        """Observations enter here: f32 on the device, optionally normalised, cast once to the
+    def _ingest(self, obs: Any, update_stats: bool, call: str | None = None) -> torch.Tensor:
+        """Observations enter here: checked for NaN/inf (by :attr:`inputs`, named after ``call``;
+        ``None``: already checked), f32 on the device, optionally normalised, cast once to the
         training dtype."""
-        x = torch.as_tensor(obs).to(self.device, torch.float32)
+        x = obs if isinstance(obs, torch.Tensor) else torch.as_tensor(obs)
         if x.dim() != 2 or x.shape[1] != self.obs_dim:
             raise ValueError(f"obs has shape {tuple(x.shape)}, expected [E, {self.obs_dim}]")
+        if call == "act" and x.shape[0] != self.num_envs:
+            raise ValueError(f"obs has {x.shape[0]} rows, this agent was built for num_envs={self.num_envs}")
+        if call is not None:
+            self.inputs.obs(call, "obs", x)
+        x = x.to(self.device, torch.float32)
         if self.obs_rms is not None:
             if update_stats:
                 self.obs_rms.update(x)
@@ -425,17 +447,30 @@ class PPO:
         log-prob and value are kept for :meth:`observe`; recurrent memories advance.
 
         Raises:
-            ValueError: ``obs`` has the wrong shape.
+            ValueError: ``obs`` has the wrong shape, or holds NaN/inf (checked at once for host
+                inputs, before the observation statistics change; for accelerator tensors at the
+                next :meth:`update` or :meth:`check_inputs`, see :attr:`inputs`).
         """
-        x = self._ingest(obs, update_stats=explore)
-        if x.shape[0] != self.num_envs:
-            raise ValueError(f"obs has {x.shape[0]} rows, this agent was built for num_envs={self.num_envs}")
+        x = self._ingest(obs, update_stats=explore, call="act")
         starts = self._acting_starts()
         env_a, raw, logp, value, state = self.policy.act(x, self.state, starts, not explore, self.generator)
         self._pending = _Pending(obs, x, raw, logp, value, starts)
         self.state = state
         self.starts = torch.zeros_like(self.starts)
+        self.inputs.acted(env_a)
         return env_a
+
+    def check_inputs(self) -> None:
+        """Raise now if a deferred input check failed (one host sync when checks are pending).
+
+        Inputs that live on an accelerator are checked without a sync per step (see
+        :class:`toolkit.checks.InputGuard`); :meth:`update` calls this first, and a training loop
+        may call it at its log interval.
+
+        Raises:
+            ValueError: an earlier ``act``/``observe`` received NaN/inf or an out-of-range action.
+        """
+        self.inputs.check()
 
     @torch.no_grad()
     def observe(self, obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor, next_obs: torch.Tensor,
@@ -452,7 +487,15 @@ class PPO:
         Raises:
             RuntimeError: the rollout is full (call :meth:`update`), or a recurrent policy observes
                 an ``obs`` that did not come through :meth:`act`.
+            ValueError: NaN/inf in ``obs``, ``reward`` or ``next_obs``, or an ``action`` outside the
+                action space, named with the first bad entry (host inputs: at once, nothing is
+                stored; accelerator tensors: at the next :meth:`update` or :meth:`check_inputs`).
         """
+        g = self.inputs
+        g.obs("observe", "obs", obs)
+        g.action("observe", action)
+        g.reward("observe", reward)
+        g.obs("observe", "next_obs", next_obs)
         p = self._pending
         if p is None or not _same_obs(p.obs, obs):
             if self.recurrent:
@@ -507,7 +550,10 @@ class PPO:
 
         Raises:
             RuntimeError: the rollout is not full yet.
+            ValueError: a deferred input check failed (see :meth:`check_inputs`); nothing learned.
         """
+        if self.inputs.pending:
+            self.inputs.check()
         cfg, b = self.config, self.buffer
         if not b.full:
             raise RuntimeError(f"update() needs a full rollout: {b.pos} of {b.num_steps} steps stored")
@@ -805,7 +851,7 @@ class _GreedyPolicy:
 
     @torch.no_grad()
     def __call__(self, obs: torch.Tensor) -> torch.Tensor:
-        x = self.agent._ingest(obs, update_stats=False)
+        x = self.agent._ingest(obs, update_stats=False, call="eval_policy")
         if self.starts is None or self.starts.shape[0] != x.shape[0]:
             self.reset(torch.ones(x.shape[0], dtype=torch.bool))
         env_a, _, _, _, self.state = self.agent.policy.act(x, self.state, self.starts, True)

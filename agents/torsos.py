@@ -271,7 +271,8 @@ def build_torso(
 
     Raises:
         ValueError: unknown ``kind`` or ``norm``; ``"attention"`` with an observation that is not
-            ``[K, D]`` (a history of ``K`` flat observations); a non-positive width or depth.
+            ``[K, D]`` (a history of ``K`` flat observations); a non-positive width, depth or
+            number of attention heads.
     """
     if kind not in TORSO_KINDS:
         raise ValueError(f"torso kind={kind!r} is unknown; choose one of {', '.join(TORSO_KINDS)}")
@@ -279,6 +280,8 @@ def build_torso(
         raise ValueError(f"torso norm={norm!r} is unknown; choose one of {', '.join(NORMS)}")
     if width < 1 or depth < 1:
         raise ValueError(f"torso width={width} and depth={depth} must be >= 1")
+    if kind == "attention" and heads < 1:
+        raise ValueError(f"attention heads={heads} must be >= 1")
     if kind == "attention":
         if len(obs_shape) != 2:
             raise ValueError(

@@ -4,14 +4,18 @@ Every op in :mod:`kernels` owns one :class:`KernelOp`. The rules, in order:
 
 1. ``TRITONRL_BACKEND=torch`` forces the torch reference everywhere.
 2. Triton not importable: the torch reference runs (one warning per process); forcing
-   ``triton`` then raises.
+   ``triton`` then raises ``ValueError``.
 3. CUDA tensors: the Triton kernel (its bf16 or f32 variant follows the tensors' dtype). If it
    fails on a device (pre-Ampere GPUs are outside Triton's official support), that op falls back
    to its torch reference on that device for the rest of the process and warns once with the
    reason; with ``TRITONRL_BACKEND=triton`` the failure is raised instead.
 4. CPU tensors: the torch reference, unless ``TRITONRL_BACKEND=triton`` and the Triton interpreter
    is on (``TRITON_INTERPRET=1`` set before triton is imported): that is how kernel parity is
-   tested without a GPU.
+   tested without a GPU. Forcing ``triton`` for CPU tensors without the interpreter raises
+   ``ValueError``.
+
+The variable is validated in one function, :func:`backend_override`, which dispatch and the agents'
+constructors (hence the command line, before training) call.
 
 ``op.select(device)`` answers which implementation would run and why; ``op.last_backend`` and
 ``op.counts`` record what actually ran, so tests can assert the path. Nothing here imports triton
@@ -37,6 +41,7 @@ __all__ = [
     "KernelFallbackWarning",
     "KernelOp",
     "Selection",
+    "backend_override",
     "forced_backend",
     "interpreting",
     "registry",
@@ -66,6 +71,43 @@ def forced_backend() -> str:
             f"{BACKEND_ENV}={raw!r} is not a backend; allowed values: {', '.join(_BACKENDS)}"
         )
     return value
+
+
+def backend_override(device: torch.device | str | None = None) -> str:
+    """The validated ``TRITONRL_BACKEND`` for tensors on ``device``: the one check of the variable.
+
+    Dispatch (:meth:`KernelOp.select`) calls it for each new (device, environment) pair; agents
+    call it when they are built and so the command line refuses a bad value before training
+    (one ``error:`` line, exit status 2). Reads ``os.environ`` on every call (never cached).
+
+    Args:
+        device: where the tensors live; ``None`` checks the value and Triton's import only.
+
+    Returns:
+        ``"auto"``, ``"triton"`` or ``"torch"``.
+
+    Raises:
+        ValueError: the variable holds anything but auto, triton or torch; or it says ``triton``
+            where Triton cannot run: triton does not import, or ``device`` is not CUDA and not a
+            CPU under the Triton interpreter (``TRITON_INTERPRET=1``).
+    """
+    forced = forced_backend()
+    if forced != "triton":
+        return forced
+    if _triton_import_error() is not None:
+        raise ValueError(
+            f"{BACKEND_ENV}=triton but triton cannot be imported ({_triton_import_error()}); "
+            f"install triton or use {BACKEND_ENV}=auto or torch"
+        )
+    if device is not None:
+        dev = torch.device(device)
+        if dev.type != "cuda" and not (dev.type == "cpu" and interpreting()):
+            raise ValueError(
+                f"{BACKEND_ENV}=triton but tensors live on {dev.type}; Triton runs on CUDA, or on "
+                f"CPU only under its interpreter (TRITON_INTERPRET=1 set before triton is "
+                f"imported); use {BACKEND_ENV}=auto or torch"
+            )
+    return forced
 
 
 def interpreting() -> bool:
@@ -180,8 +222,8 @@ class KernelOp:
         device and :meth:`reset` clear the cache. Errors are never cached.
 
         Raises:
-            ValueError: ``TRITONRL_BACKEND`` holds an unknown value.
-            RuntimeError: ``TRITONRL_BACKEND=triton`` where Triton cannot run.
+            ValueError: ``TRITONRL_BACKEND`` holds an unknown value, or says ``triton`` where
+                Triton cannot run (see :func:`backend_override`).
         """
         environ = os.environ
         key = (device, environ.get(BACKEND_ENV), environ.get("TRITON_INTERPRET"))
@@ -193,15 +235,10 @@ class KernelOp:
 
     def _select(self, device: torch.device | str) -> Selection:
         dev = torch.device(device)
-        forced = forced_backend()
+        forced = backend_override(dev)  # raises for a value that cannot run here
         if forced == "torch":
             return Selection("torch", f"forced by {BACKEND_ENV}=torch")
         if not triton_available():
-            if forced == "triton":
-                raise RuntimeError(
-                    f"{BACKEND_ENV}=triton but triton cannot be imported "
-                    f"({_triton_import_error()}); install triton or unset {BACKEND_ENV}"
-                )
             return Selection("torch", "triton is not installed")
         if dev.type == "cuda":
             key = str(dev)
@@ -209,13 +246,7 @@ class KernelOp:
                 return Selection("torch", f"Triton failed on {key} earlier: {self.failed[key]}")
             return Selection("triton", "CUDA device" + (" (forced)" if forced == "triton" else ""))
         if forced == "triton":
-            if dev.type == "cpu" and interpreting():
-                return Selection("triton", "forced, CPU tensors under the Triton interpreter")
-            raise RuntimeError(
-                f"{BACKEND_ENV}=triton but op {self.name!r} got {dev.type} tensors; Triton runs "
-                "on CUDA, or on CPU only under its interpreter (set TRITON_INTERPRET=1 before "
-                "triton is imported)"
-            )
+            return Selection("triton", "forced, CPU tensors under the Triton interpreter")
         return Selection("torch", f"{dev.type} device: torch reference")
 
     def __call__(self, device: torch.device | str, *args: Any, **kwargs: Any) -> Any:

@@ -74,7 +74,7 @@ def test_forced_torch_everywhere(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_forced_triton_on_cpu_needs_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRITONRL_BACKEND", "triton")
     monkeypatch.setenv("TRITON_INTERPRET", "0")
-    with pytest.raises(RuntimeError, match="TRITON_INTERPRET"):
+    with pytest.raises(ValueError, match="TRITON_INTERPRET"):
         OK.select("cpu")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     if backend.triton_available():
@@ -112,7 +112,7 @@ def test_missing_triton_warns_once_and_uses_torch(monkeypatch: pytest.MonkeyPatc
         OK("cuda:0", torch.zeros(1))
     assert OK.last_backend == "torch" and not _calls
     monkeypatch.setenv("TRITONRL_BACKEND", "triton")
-    with pytest.raises(RuntimeError, match="cannot be imported"):
+    with pytest.raises(ValueError, match="cannot be imported"):
         OK.select("cuda:0")
 
 

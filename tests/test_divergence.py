@@ -205,3 +205,47 @@ def test_read_only_run_folder_mid_run(tmp_path: Path, monkeypatch: pytest.Monkey
     assert str(info.value) == (f"cannot write {tmp_path / 'checkpoint.safetensors'}: Permission denied "
                                "(at step 48): stopped; the last good checkpoint (step 32) is kept")
     assert info.value.checkpoint_step == 32 and info.value.step == 48
+
+
+def _poisoned(what: str, after: int) -> Any:
+    """CartPole whose observation (or reward) turns NaN from its ``after``-th step on."""
+    import gymnasium as gym
+
+    class Poisoned(gym.Wrapper):
+        t = 0
+
+        def step(self, action: Any) -> Any:
+            obs, reward, term, trunc, info = self.env.step(action)
+            self.t += 1
+            if self.t >= after:
+                if what == "obs":
+                    obs = obs * float("nan")
+                else:
+                    reward = float("nan")
+            return obs, reward, term, trunc, info
+
+    return Poisoned(gym.make("CartPole-v1"))
+
+
+@pytest.mark.parametrize(("agent", "what"), [("dqn", "obs"), ("ppo", "obs"), ("ppo", "reward")])
+def test_an_environment_emitting_nan_stops_the_run_in_one_line(
+        agent: str, what: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """NaN from the environment is refused at the agent's boundary: exit 1, one line, checkpoint kept."""
+    import gymnasium as gym
+
+    env_id = f"tritonrl-test/NaN{what.title()}-v0"
+    if env_id not in gym.registry:
+        gym.register(env_id, entry_point=lambda: _poisoned(what, 60))
+    run = tmp_path / "run"
+    code = main(["train", "--agent", agent, "--env", env_id, "--num-envs", "2", "--no-progress",
+                 "--no-tensorboard", "--eval-every", "0", "--eval-episodes", "1", "--run-dir", str(run),
+                 "--steps", "400", "--checkpoint-every", "32", "--log-every", "32", *TINY[agent]])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1, err
+    assert len(err) == 1, err
+    m = re.fullmatch(r"error: \w+\.(act|observe): (obs|next_obs|reward)\[[\d, ]+\] = .* is not finite "
+                     r"\(at step (\d+)\): stopped; the last good checkpoint \(step (\d+)\) is kept", err[0])
+    assert m, err[0]
+    saved = load_checkpoint(run / "checkpoint.safetensors")
+    assert saved["loop"]["step"] == int(m.group(4)) <= 120  # nothing saved after the NaN (step ~120)
+    assert all(torch.isfinite(t).all() for t in _tensors(saved["agent"]) if t.is_floating_point())

@@ -34,8 +34,8 @@ The run folder is as crash-safe as the checkpoint (DESIGN.md section 8):
 - ``should_stop`` (a callable, e.g. ``threading.Event().is_set``, set by a signal handler) ends
   the run after the current step: metrics flushed, a checkpoint saved, ``interrupted`` in the
   summary. The loop installs no signal handler itself; ``python -m toolkit train`` does;
-- at every metric flush the ``losses/...`` means and the agent's parameters (one device sync) are
-  checked: a non-finite one raises :class:`DivergenceError` before anything else is saved, so the
+- at every metric flush the agent's deferred input checks (``agent.check_inputs()``, if it has
+  one), the ``losses/...`` means and the agent's parameters (one device sync) are checked: a non-finite one raises :class:`DivergenceError` before anything else is saved, so the
   last checkpoint on disk is the last good one;
 - ``ValueError``, ``RuntimeError`` and ``OSError`` raised while training (the agent refusing bad
   data, a failed write) become :class:`TrainingError` naming the step and the last checkpoint.
@@ -399,6 +399,7 @@ def _run(agent: Any, env: VecEnv, schedule: Schedule, cfg: LoopConfig,
     stop = False
     stopped: str | None = None
     params = _parameters(agent)
+    check_inputs = getattr(agent, "check_inputs", None)
 
     def save() -> None:
         nonlocal checkpoint_step, t_saved
@@ -427,6 +428,8 @@ def _run(agent: Any, env: VecEnv, schedule: Schedule, cfg: LoopConfig,
                 logger.log(step, {"charts/SPS": (step - step_flush) / max(now - t_flush, 1e-9)})
             means = logger.flush(step)
             t_flush, step_flush = now, step
+        if check_inputs is not None:  # inputs checked on the device without a per-step sync
+            check_inputs()
         bad = _nonfinite(means, params)
         if bad is not None:
             raise DivergenceError(f"non-finite {bad} at step {step}{_lr_hint(agent)}: stopped; "

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import math
 import pkgutil
 import types
 import typing
@@ -161,13 +162,22 @@ def _convert(raw: Any, tp: Any, key: str) -> Any:
         if s in ("0", "false", "no", "off"):
             return False
         raise ValueError(f"{key}={raw!r} is not a bool (true/false)")
+    if tp is int and isinstance(raw, str):
+        # "100000" exactly; an integral float string ("1e11", "5e4", "2000.0") is accepted too, as
+        # people write large counts that way; "1.5", "inf", "nan" and "true" are refused.
+        try:
+            return int(raw.strip())
+        except ValueError:
+            pass
+        try:
+            value = float(raw)
+        except ValueError:
+            value = math.nan
+        if not value.is_integer():
+            raise ValueError(f"{key}={raw!r} is not a valid int")
+        return int(value)
     if tp in (int, float, str):
         try:
-            if tp is int and isinstance(raw, str):
-                value = float(raw)
-                if not value.is_integer():
-                    raise ValueError
-                return int(value)
             return tp(raw)
         except (TypeError, ValueError):
             raise ValueError(f"{key}={raw!r} is not a valid {tp.__name__}") from None
@@ -177,9 +187,12 @@ def _convert(raw: Any, tp: Any, key: str) -> Any:
 def apply_overrides(config: Any, overrides: Mapping[str, Any]) -> Any:
     """A copy of the frozen dataclass ``config`` with ``overrides`` applied (strings converted).
 
+    Int fields take integral float strings too (``--set buffer_size=1e6``); the config's own
+    checks (``__post_init__``) then judge the range.
+
     Raises:
-        ValueError: an unknown field (the message lists the known ones) or a value that does not
-            convert to the field's type.
+        ValueError: an unknown field (the message lists the known ones), a value that does not
+            convert to the field's type, or one the config rejects.
     """
     if not overrides:
         return config

@@ -15,6 +15,7 @@ them); passing them as CUDA tensors costs one synchronisation per ``add``/``exte
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -23,6 +24,7 @@ import numpy as np
 import torch
 
 from toolkit.checkpoint import atomic_write_bytes
+from toolkit.checks import check_memory
 from toolkit.precision import training_dtype
 from toolkit.replay.nstep import NStepState, schedule
 
@@ -54,6 +56,10 @@ class ReplayBatch(NamedTuple):
     discount: torch.Tensor
     indices: torch.Tensor
     weights: torch.Tensor
+
+
+def _itemsize(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
 
 
 def _shape(name: str, value: Any) -> tuple[int, ...]:
@@ -125,7 +131,8 @@ class ReplayBuffer:
             another floating dtype is an explicit override for experiments.
 
     Raises:
-        ValueError / TypeError: an argument is out of range or of the wrong type.
+        ValueError / TypeError: an argument is out of range or of the wrong type, or the storage
+            cannot fit in the device's free memory (the message says how much it needs).
     """
 
     def __init__(
@@ -160,6 +167,9 @@ class ReplayBuffer:
         ):
             raise TypeError(f"obs_dtype must be None, torch.uint8 or a floating dtype, got {obs_dtype!r}")
         self.obs_dtype = obs_dtype
+        check_memory(f"capacity={self._capacity}", self.memory_bytes(
+            self._capacity, self.obs_shape, obs_dtype=obs_dtype, action_shape=self.action_shape,
+            action_dtype=action_dtype, num_envs=self.num_envs, n_step=self.n_step), self.device)
         C, dev = self._capacity, self.device
         self._obs = torch.zeros((C, *self.obs_shape), dtype=obs_dtype, device=dev)
         self._next_obs = torch.zeros_like(self._obs)
@@ -176,6 +186,30 @@ class ReplayBuffer:
         self._committed = 0  # complete transitions ever written
 
     # ---- sizes ---------------------------------------------------------------------------------
+
+    @classmethod
+    def memory_bytes(
+        cls,
+        capacity: int,
+        obs_shape: tuple[int, ...],
+        *,
+        obs_dtype: torch.dtype,
+        action_shape: tuple[int, ...] = (),
+        action_dtype: torch.dtype = torch.int64,
+        num_envs: int = 1,
+        n_step: int = 1,
+    ) -> dict[str, int]:
+        """Bytes a buffer of these settings allocates, by component (nothing is allocated).
+
+        ``observations``: ``obs`` and ``next_obs`` rings plus the n-step staging area;
+        ``actions``; ``rewards and discounts`` (f32). Subclasses add their own parts.
+        """
+        obs_item = math.prod(obs_shape) * _itemsize(obs_dtype)
+        act_item = math.prod(action_shape) * _itemsize(action_dtype)
+        staged = (n_step - 1) * num_envs
+        return {"observations": (2 * capacity + staged) * obs_item,
+                "actions": (capacity + staged) * act_item,
+                "rewards and discounts": capacity * 8}
 
     @property
     def capacity(self) -> int:

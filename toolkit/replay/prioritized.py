@@ -24,7 +24,9 @@ import torch
 from kernels.sumtree import (
     BAD_INDEX,
     BAD_PRIORITY,
+    geometry,
     leaves,
+    leaves_for,
     new_sumtree,
     per_insert,
     per_sample,
@@ -94,6 +96,15 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self._tree = new_sumtree(self.capacity, self.device)
         self._sample_calls = 0
         self._rejections_seen = 0
+
+    @classmethod
+    def memory_bytes(cls, capacity: int, obs_shape: tuple[int, ...], **kwargs: Any) -> dict[str, int]:
+        """:meth:`ReplayBuffer.memory_bytes` plus the priority sum tree (f32 sums and mins, int32
+        scratch)."""
+        parts = super().memory_bytes(capacity, obs_shape, **kwargs)
+        g = geometry(leaves_for(capacity))
+        parts["priorities"] = 4 * (g.sum_size + g.min_size + g.P)
+        return parts
 
     # ---- priorities ----------------------------------------------------------------------------
 

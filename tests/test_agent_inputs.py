@@ -1,0 +1,321 @@
+"""What enters an agent: NaN/inf inputs and out-of-range actions are refused at act/observe, before
+anything is stored (host inputs) or before anything is learned (deferred, accelerator inputs)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+gym = pytest.importorskip("gymnasium")
+
+from agents.dqn import DQNAgent  # noqa: E402  (imports gymnasium)
+from agents.dqn import preset as dqn_preset  # noqa: E402
+from agents.ppo import PPO  # noqa: E402
+from agents.ppo import PRESETS as PPO_PRESETS  # noqa: E402
+
+OBS = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
+DISCRETE = gym.spaces.Discrete(3)
+BOX = gym.spaces.Box(-2.0, 2.0, (2,), np.float32)
+E = 2
+DQN_SMALL = {"torso_width": 16, "batch_size": 4, "buffer_size": 64, "learning_starts": 4}
+PPO_TINY = {"num_steps": 8, "seq_len": 4, "num_minibatches": 2, "update_epochs": 1, "hidden": (8,),
+            "memory_size": 16, "mamba_headdim": 8, "total_steps": 1000, "normalize_obs": True}
+AGENTS = ["dqn", "rainbow", "qrdqn", "ppo", "ppo-continuous", "ppo-squashed", "ppo-lstm", "ppo-mamba"]
+
+
+def _make(name: str):
+    if name in ("dqn", "rainbow", "qrdqn"):
+        return DQNAgent(OBS, DISCRETE, dqn_preset(name, **DQN_SMALL), num_envs=E, seed=0)
+    extra = {"squash": True} if name == "ppo-squashed" else {}
+    base = PPO_PRESETS["ppo-continuous" if name == "ppo-squashed" else name]
+    cfg = dataclasses.replace(base, **PPO_TINY, **extra)
+    act = DISCRETE if cfg.policy in ("discrete", "lstm", "mamba") else BOX
+    return PPO(OBS, act, cfg, num_envs=E, seed=0)
+
+
+def _discrete(agent) -> bool:
+    return isinstance(agent, DQNAgent) or isinstance(agent.action_space, gym.spaces.Discrete)
+
+
+def _snapshot(agent) -> dict:
+    """Everything a step may change: storage, counters, observation statistics, memories."""
+    if isinstance(agent, DQNAgent):
+        b = agent.buffer
+        return {"n": (len(b), b.steps, b.pending, agent.env_steps), "obs": b._obs.clone(),
+                "next": b._next_obs.clone(), "reward": b._reward.clone()}
+    b = agent.buffer
+    snap = {"n": (b.pos, agent.env_steps), "obs": b.obs.clone(), "rewards": b.rewards.clone(),
+            "pending": agent._pending}
+    if agent.obs_rms is not None:
+        snap["rms"] = (agent.obs_rms.mean.clone(), agent.obs_rms.var.clone(), float(agent.obs_rms.count))
+    return snap
+
+
+def _same(a: dict, b: dict) -> bool:
+    for k in a:
+        x, y = a[k], b[k]
+        if x is y:
+            continue
+        if isinstance(x, torch.Tensor):
+            if not torch.equal(x, y):
+                return False
+        elif isinstance(x, tuple) and x and isinstance(x[0], torch.Tensor):
+            pairs = zip(x, y, strict=True)
+            if not all(torch.equal(p, q) if isinstance(p, torch.Tensor) else p == q for p, q in pairs):
+                return False
+        elif x is not y and x != y:
+            return False
+    return True
+
+
+def _step_args(agent):
+    obs = torch.randn(E, 4)
+    action = agent.act(obs)
+    return {"obs": obs, "action": action, "reward": torch.ones(E), "next_obs": torch.randn(E, 4),
+            "terminated": torch.zeros(E, dtype=torch.bool), "truncated": torch.zeros(E, dtype=torch.bool)}
+
+
+def _observe(agent, args: dict) -> None:
+    agent.observe(args["obs"], args["action"], args["reward"], args["next_obs"], args["terminated"],
+                  args["truncated"])
+
+
+def _bad(agent, case: str) -> tuple[dict, str]:
+    """Valid step arguments with one bad entry, and the message fragment expected."""
+    args = _step_args(agent)
+    if case == "nan obs":
+        # the obs act saw, modified in place since: the in-place change must be noticed
+        args["obs"][1, 2] = float("nan")
+        return args, r"\.observe: obs\[1, 2\] = nan is not finite"
+    if case == "inf next_obs":
+        args["next_obs"][0, 3] = float("inf")
+        return args, r"\.observe: next_obs\[0, 3\] = inf is not finite"
+    if case == "nan reward":
+        args["reward"] = torch.tensor([1.0, float("nan")])
+        return args, r"\.observe: reward\[1\] = nan is not finite"
+    if case == "action -1":
+        if _discrete(agent):
+            args["action"] = torch.tensor([0, -1])
+            return args, r"\.observe: action\[1\] = -1 is outside Discrete\(3\) \(0 <= a < 3\)"
+        args["action"] = torch.tensor([[0.0, 0.5], [float("nan"), 0.0]])
+        return args, r"\.observe: action\[1, 0\] = nan is not finite"
+    if case == "action n":
+        if _discrete(agent):
+            args["action"] = np.array([3, 0])
+            return args, r"\.observe: action\[0\] = 3 is outside Discrete\(3\)"
+        if agent.inputs.rule.bounded:
+            args["action"] = torch.tensor([[0.0, 2.5], [0.0, 0.0]])
+            return args, r"\.observe: action\[0, 1\] = 2\.5 is outside the bounds \[-2, 2\] of dimension 1"
+        args["action"] = torch.tensor([[0.0, 0.0], [0.0, float("-inf")]])
+        return args, r"\.observe: action\[1, 1\] = -inf is not finite"
+    raise AssertionError(case)
+
+
+CASES = ["nan obs", "inf next_obs", "nan reward", "action -1", "action n"]
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("name", AGENTS)
+def test_observe_refuses_bad_input_and_stores_nothing(name: str, case: str) -> None:
+    agent = _make(name)
+    _observe(agent, _step_args(agent))  # one good step first: storage is not empty
+    args, match = _bad(agent, case)
+    before = _snapshot(agent)
+    with pytest.raises(ValueError, match=match) as info:
+        _observe(agent, args)
+    assert "\n" not in str(info.value)
+    assert _same(before, _snapshot(agent))
+    # the agent goes on: a good step is accepted
+    _observe(agent, _step_args(agent))
+
+
+@pytest.mark.parametrize("name", AGENTS)
+def test_act_refuses_nan_obs_before_anything_changes(name: str) -> None:
+    agent = _make(name)
+    _observe(agent, _step_args(agent))
+    obs = np.zeros((E, 4), np.float32)
+    obs[1, 0] = np.inf
+    before = _snapshot(agent)
+    state = [t.clone() for t in _state_leaves(agent)]
+    with pytest.raises(ValueError, match=r"\.act: obs\[1, 0\] = inf is not finite"):
+        agent.act(obs)
+    assert _same(before, _snapshot(agent))
+    assert all(torch.equal(a, b) for a, b in zip(state, _state_leaves(agent), strict=True))
+
+
+def _state_leaves(agent) -> list[torch.Tensor]:
+    if isinstance(agent, DQNAgent) or not agent.recurrent:
+        return []
+    from agents.ppo import _leaves
+
+    return _leaves(agent.state)
+
+
+def test_multidiscrete_actions_are_checked_per_dimension() -> None:
+    agent = DQNAgent(OBS, gym.spaces.MultiDiscrete([3, 2]), dqn_preset("dqn", **DQN_SMALL), num_envs=E)
+    obs = torch.randn(E, 4)
+    a = agent.act(obs)
+    ok = torch.tensor([[2, 1], [0, 0]])
+    no = torch.zeros(E, dtype=torch.bool)
+    agent.observe(obs, ok, torch.zeros(E), obs, no, no)
+    bad = torch.tensor([[2, 1], [0, 2]])  # 2 is fine in dimension 0, not in dimension 1
+    with pytest.raises(ValueError, match=r"action\[1, 1\] = 2 is outside MultiDiscrete\(\[3, 2\]\) "
+                                         r"\(0 <= a\[\.\.\., 1\] < 2\)"):
+        agent.observe(obs, bad, torch.zeros(E), obs, torch.zeros(E, dtype=torch.bool),
+                      torch.zeros(E, dtype=torch.bool))
+    assert a.shape == (E, 2)
+
+
+def test_numpy_and_list_inputs_are_checked_too() -> None:
+    agent = _make("ppo")
+    obs = np.zeros((E, 4), np.float32)
+    action = agent.act(obs)
+    done = np.zeros(E, bool)
+    with pytest.raises(ValueError, match=r"PPO.observe: reward\[1\] = nan is not finite"):
+        agent.observe(obs, action, [0.0, float("nan")], obs, done, done)
+    bad_next = obs.copy()
+    bad_next[0, 1] = -np.inf
+    with pytest.raises(ValueError, match=r"PPO.observe: next_obs\[0, 1\] = -inf is not finite"):
+        agent.observe(obs, action, np.zeros(E), bad_next, done, done)
+    with pytest.raises(ValueError, match=r"PPO.observe: action\[1\] = 7 is outside Discrete\(3\)"):
+        agent.observe(obs, [0, 7], np.zeros(E), obs, done, done)
+    agent.observe(obs, action.numpy(), np.zeros(E), obs, done, done)
+    assert agent.buffer.pos == 1
+
+
+def test_float_actions_for_a_discrete_space_are_refused() -> None:
+    agent = _make("dqn")
+    args = _step_args(agent)
+    args["action"] = torch.tensor([0.0, 1.0])
+    with pytest.raises(ValueError, match="action has dtype torch.float32"):
+        _observe(agent, args)
+
+
+def test_huge_finite_observations_are_not_mistaken_for_inf() -> None:
+    # The fast path sums the entries; a sum that overflows is re-checked entry by entry.
+    agent = _make("dqn")
+    obs = torch.full((E, 4), 3e38)
+    agent.act(obs)
+    agent.observe(obs, torch.tensor([0, 1]), torch.zeros(E), obs, torch.zeros(E, dtype=torch.bool),
+                  torch.zeros(E, dtype=torch.bool))
+    assert agent.env_steps == E
+
+
+# ----------------------------------------------------------------------------- deferred checks
+
+
+@pytest.mark.parametrize("name", ["dqn", "rainbow", "ppo", "ppo-squashed", "ppo-lstm"])
+def test_deferred_checks_raise_at_update_before_learning(name: str) -> None:
+    # The accelerator path, forced on CPU: no check reads a value on the step; a device-side flag
+    # is read once, when update() starts, which refuses to learn from the bad data.
+    agent = _make(name)
+    agent.inputs.mode = "deferred"
+    steps = 8 if isinstance(agent, PPO) else 6
+    for t in range(steps):
+        args = _step_args(agent)
+        if t == 2:
+            args["next_obs"][1, 1] = float("nan")
+        _observe(agent, args)  # no error: deferred
+    params = agent.online.parameters() if isinstance(agent, DQNAgent) else agent.policy.parameters()
+    before = [p.detach().clone() for p in params]
+    match = r"\.observe: next_obs held NaN or inf at a step since the last check \(deferred check on cpu"
+    with pytest.raises(ValueError, match=match):
+        agent.update()
+    with pytest.raises(ValueError, match=match):  # it stays failed
+        agent.check_inputs()
+    params = agent.online.parameters() if isinstance(agent, DQNAgent) else agent.policy.parameters()
+    assert all(torch.equal(a, b) for a, b in zip(before, params, strict=True))
+
+
+@pytest.mark.parametrize("name", ["dqn", "ppo", "ppo-squashed"])
+def test_deferred_checks_name_each_argument(name: str) -> None:
+    for case, arg in [("nan obs", "obs"), ("inf next_obs", "next_obs"), ("action -1", "action"),
+                      ("action n", "action")]:
+        agent = _make(name)
+        agent.inputs.mode = "deferred"
+        args, _ = _bad(agent, case)
+        _observe(agent, args)
+        with pytest.raises(ValueError, match=rf"\.observe: {arg} held "):
+            agent.check_inputs()
+    agent = _make(name)
+    agent.inputs.mode = "deferred"
+    agent.act(torch.full((E, 4), float("nan")))  # no error: deferred
+    with pytest.raises(ValueError, match=r"\.act: obs held NaN or inf"):
+        agent.check_inputs()
+
+
+def test_deferred_checks_pass_good_data_and_sync_once_per_round() -> None:
+    agent = _make("dqn")
+    agent.inputs.mode = "deferred"
+    for _ in range(6):
+        _observe(agent, _step_args(agent))
+    assert agent.inputs.pending
+    agent.update()  # reads the flag once ...
+    assert not agent.inputs.pending
+    agent.update()  # ... and not again until new inputs arrive
+    agent.check_inputs()
+
+
+def test_input_check_mode_is_validated() -> None:
+    agent = _make("ppo")
+    with pytest.raises(ValueError, match="mode='lazy'"):
+        agent.inputs.mode = "lazy"
+
+
+class _HostReads:
+    """Counts reads of tensor values on the host (``.item()``, ``bool(t)``, ``int(t)``): on an
+    accelerator each one is a synchronisation."""
+
+    def __init__(self) -> None:
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        reads = self.reads = []
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                if func in (torch.ops.aten._local_scalar_dense.default, torch.ops.aten.is_nonzero.default):
+                    reads.append(func)
+                return func(*args, **(kwargs or {}))
+
+        self.mode = Mode()
+
+
+class _NoChecks:
+    pending = False
+
+    def obs(self, call, name, x):
+        return x
+
+    def reward(self, call, x):
+        return x
+
+    def action(self, call, x):
+        return x
+
+    def acted(self, action):
+        return None
+
+
+@pytest.mark.parametrize("name", ["dqn", "rainbow", "ppo", "ppo-squashed", "ppo-lstm"])
+def test_deferred_checks_read_nothing_on_the_host(name: str) -> None:
+    # The accelerator path adds no host read (no sync) to act/observe: the same steps read the
+    # host exactly as often as with no checks at all (PPO reads a CPU `truncated` flag itself).
+    counts = []
+    for guard in ("deferred", None):
+        agent = _make(name)
+        if guard is None:
+            agent.inputs = _NoChecks()
+        else:
+            agent.inputs.mode = guard
+        torch.manual_seed(0)
+        steps = [_step_args(agent) for _ in range(3)]  # (acts outside the counted region)
+        probe = _HostReads()
+        with probe.mode:
+            for args in steps:
+                agent.act(args["obs"])
+                _observe(agent, {**args, "action": args["action"].clone()})
+        counts.append(len(probe.reads))
+    assert counts[0] == counts[1]

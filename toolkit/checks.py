@@ -1,0 +1,487 @@
+"""Validation shared by every agent family: config field ranges, memory budgets, per-step inputs.
+
+Three mechanisms, each in one place:
+
+- :func:`check_config`: the type and the valid range of every field of a frozen config dataclass,
+  from a small table of interval strings (``"(0, 1]"``, ``"[1, inf)"``); one ``ValueError`` line
+  naming the field and the value. Non-finite numbers (NaN, inf) are never valid.
+- :func:`check_memory`: refuse an allocation that cannot fit in the device's free memory, saying
+  how much it needs, for what, and how much there is.
+- :class:`InputGuard`: NaN/inf observations and rewards and out-of-range actions are rejected at an
+  agent's boundary (``act``/``observe``), before anything is stored or learned. Host inputs (numpy
+  arrays, CPU tensors) are checked at once, at a cost of about a microsecond per tensor; tensors on
+  an accelerator are never read on the step: their checks accumulate into a device-side flag that
+  :meth:`InputGuard.check` reads (one sync) when the agent's ``update()`` starts or when the
+  training loop calls ``agent.check_inputs()``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import os
+import re
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = [
+    "ActionRule",
+    "InputGuard",
+    "available_memory",
+    "check_config",
+    "check_memory",
+    "format_bytes",
+]
+
+# ----------------------------------------------------------------------------- config ranges
+
+_INTERVAL = re.compile(r"^\s*([\[(])\s*(-?inf|[-+0-9.e]+)\s*,\s*(-?inf|[-+0-9.e]+)\s*([\])])\s*$")
+
+
+@functools.cache
+def _parse_interval(spec: str) -> tuple[float, bool, float, bool]:
+    """``"(0, 1]"`` -> ``(low, low_closed, high, high_closed)``."""
+    m = _INTERVAL.match(spec)
+    if m is None:
+        raise ValueError(f"bad interval {spec!r}: expected e.g. '(0, 1]' or '[1, inf)'")
+    return float(m.group(2)), m.group(1) == "[", float(m.group(3)), m.group(4) == "]"
+
+
+def _describe(spec: str) -> str:
+    low, lc, high, hc = _parse_interval(spec)
+    fmt = lambda v: f"{v:g}"  # noqa: E731
+    if math.isinf(high):
+        return f"{'>=' if lc else '>'} {fmt(low)}"
+    if math.isinf(low):
+        return f"{'<=' if hc else '<'} {fmt(high)}"
+    return f"in {spec.replace(' ', '')}"
+
+
+def _in(value: float, spec: str) -> bool:
+    low, lc, high, hc = _parse_interval(spec)
+    return (value >= low if lc else value > low) and (value <= high if hc else value < high)
+
+
+@functools.cache
+def _field_types(cls: type) -> dict[str, tuple[type, bool, bool]]:
+    """``{field: (element type, optional, is_tuple)}`` for int/float/bool fields (others skipped)."""
+    out: dict[str, tuple[type, bool, bool]] = {}
+    for name, tp in typing.get_type_hints(cls).items():
+        optional = False
+        if typing.get_origin(tp) in (typing.Union, types.UnionType):
+            args = [a for a in typing.get_args(tp) if a is not type(None)]
+            optional = len(args) < len(typing.get_args(tp))
+            if len(args) != 1:
+                continue
+            tp = args[0]
+        is_tuple = typing.get_origin(tp) is tuple
+        if is_tuple:
+            args = typing.get_args(tp)
+            if not args:
+                continue
+            tp = args[0]
+        if tp in (int, float, bool):
+            out[name] = (tp, optional, is_tuple)
+    return out
+
+
+def numeric_fields(cls: type) -> list[str]:
+    """The int and float fields (plain, optional or tuples of them) of a config dataclass."""
+    return [k for k, (tp, _, _) in _field_types(cls).items() if tp is not bool]
+
+
+def check_config(config: Any, ranges: Mapping[str, str]) -> None:
+    """Check the types of a config's int/float/bool fields and the range of each numeric one.
+
+    Args:
+        config: a dataclass instance (its type hints give each field's type).
+        ranges: ``{field: interval}`` with intervals such as ``"(0, 1]"``, ``"[1, inf)"``,
+            ``"(-inf, inf)"`` (any finite number). Tuple fields apply it to every item; an
+            optional field may be ``None``. Every int/float field must be listed.
+
+    Raises:
+        ValueError: one line naming the field and its value: a wrong type (an int field holding
+            ``1.5`` or ``True``), NaN or inf, or a value outside its interval.
+        KeyError: a numeric field has no range (a programming error in the config class).
+    """
+    cls = type(config)
+    for name, (tp, optional, is_tuple) in _field_types(cls).items():
+        value = getattr(config, name)
+        if value is None and optional:
+            continue
+        items: Sequence[Any] = value if is_tuple and isinstance(value, (tuple, list)) else (value,)
+        if is_tuple and not isinstance(value, (tuple, list)):
+            raise ValueError(f"{name}={value!r} must be a tuple of {tp.__name__}s")
+        for item in items:
+            if tp is bool:
+                if not isinstance(item, (bool, np.bool_)):
+                    raise ValueError(f"{name}={value!r} must be true or false")
+                continue
+            if isinstance(item, (bool, np.bool_)) or not isinstance(item, (int, float, np.number)):
+                raise ValueError(f"{name}={value!r} must be {'an int' if tp is int else 'a number'}")
+            if tp is int and not isinstance(item, (int, np.integer)):
+                raise ValueError(f"{name}={value!r} must be an int")
+            if not math.isfinite(item):
+                raise ValueError(f"{name}={value!r} must be a finite number")
+            spec = ranges[name]
+            if not _in(float(item), spec):
+                if is_tuple:
+                    raise ValueError(f"{name}={tuple(value)!r}: each item must be {_describe(spec)}, "
+                                     f"got {item!r}")
+                raise ValueError(f"{name}={value!r} must be {_describe(spec)}")
+
+
+# ----------------------------------------------------------------------------- memory
+
+
+def format_bytes(n: float) -> str:
+    """``3.2e12`` -> ``"3.2 TB"`` (decimal units)."""
+    for unit in ("B", "kB", "MB", "GB", "TB", "PB"):
+        if abs(n) < 1000 or unit == "PB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    raise AssertionError("unreachable")
+
+
+def available_memory(device: torch.device | str) -> int | None:
+    """Bytes that can still be allocated on ``device``, or ``None`` when unknown.
+
+    CPU: ``MemAvailable`` of ``/proc/meminfo`` (free plus reclaimable cache), else free pages from
+    ``os.sysconf``. CUDA: ``torch.cuda.mem_get_info`` (free device memory).
+    """
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        try:
+            index = dev.index if dev.index is not None else torch.cuda.current_device()
+            return int(torch.cuda.mem_get_info(index)[0])
+        except (RuntimeError, AssertionError, ValueError):  # no CUDA, or a bad index: unknown
+            return None
+    if dev.type != "cpu":
+        return None
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_AVPHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_memory(what: str, parts: Mapping[str, int], device: torch.device | str) -> None:
+    """Refuse an allocation of ``sum(parts)`` bytes that cannot fit in ``device``'s free memory.
+
+    Args:
+        what: the setting responsible, e.g. ``"buffer_size=100000000000"``.
+        parts: bytes per component, e.g. ``{"observations": ..., "actions": ...}``.
+        device: where it would be allocated.
+
+    Raises:
+        ValueError: ``"buffer_size=... needs 3.2 TB (observations 3.2 TB, ...) on cpu; this machine
+            has 24.1 GB available"``. Nothing is raised when the free memory is unknown.
+    """
+    need = sum(parts.values())
+    free = available_memory(device)
+    if free is None or need <= free:
+        return
+    dev = torch.device(device)
+    where = "this machine" if dev.type == "cpu" else str(dev)
+    detail = ", ".join(f"{k} {format_bytes(v)}" for k, v in parts.items() if v)
+    raise ValueError(f"{what} needs {format_bytes(need)} ({detail}) on {dev.type}; {where} has "
+                     f"{format_bytes(free)} available")
+
+
+# ----------------------------------------------------------------------------- per-step inputs
+
+
+@dataclasses.dataclass(frozen=True)
+class ActionRule:
+    """What a valid action is, for :class:`InputGuard`.
+
+    Attributes:
+        kind: ``"discrete"`` (integers ``0 <= a < n``), ``"multidiscrete"`` (``0 <= a[..., d] <
+            nvec[d]``) or ``"box"`` (finite floats; within ``[low, high]`` when ``bounded``).
+        nvec: ``(n,)`` for discrete, the per-dimension counts for multidiscrete; ``()`` for box.
+        low: box lower bounds (used when ``bounded``).
+        high: box upper bounds.
+        bounded: box actions must lie in ``[low, high]`` (tanh-squashed policies, whose log-prob
+            is undefined outside; an unsquashed Gaussian samples beyond the bounds by design and
+            the environment clips, so there only finiteness is required).
+        text: how the space reads in messages, e.g. ``"Discrete(2)"``.
+    """
+
+    kind: str
+    nvec: tuple[int, ...] = ()
+    low: tuple[float, ...] = ()
+    high: tuple[float, ...] = ()
+    bounded: bool = False
+    text: str = ""
+
+    @classmethod
+    def discrete(cls, n: int) -> ActionRule:
+        return cls("discrete", (int(n),), text=f"Discrete({int(n)})")
+
+    @classmethod
+    def multidiscrete(cls, nvec: Sequence[int]) -> ActionRule:
+        nv = tuple(int(v) for v in nvec)
+        return cls("multidiscrete", nv, text=f"MultiDiscrete({list(nv)})")
+
+    @classmethod
+    def box(cls, low: Any, high: Any, *, bounded: bool) -> ActionRule:
+        lo = tuple(float(v) for v in np.asarray(low, dtype=np.float64).reshape(-1))
+        hi = tuple(float(v) for v in np.asarray(high, dtype=np.float64).reshape(-1))
+        return cls("box", (), lo, hi, bounded, text=f"Box({len(lo)},)")
+
+
+_EAGER, _DEFERRED = "eager", "deferred"
+_SMALL = 64  # at most this many entries: checked through tolist() (see InputGuard._finite)
+MODES = ("auto", _EAGER, _DEFERRED)
+
+
+def _index(idx: Sequence[int]) -> str:
+    return ", ".join(str(int(i)) for i in idx)
+
+
+class InputGuard:
+    """Rejects NaN/inf observations and rewards and out-of-range actions at an agent's boundary.
+
+    One per agent. The agent calls :meth:`obs`, :meth:`reward` and :meth:`action` on its inputs
+    before changing any state, and :meth:`acted` on each action it returns (an action passed back
+    unchanged, the same tensor not modified in place since, is not checked again; likewise the last
+    observation checked, so a loop's ``next_obs`` -> ``obs`` is checked once).
+
+    Attributes:
+        mode: ``"auto"`` (default): host inputs are checked at once, accelerator tensors deferred;
+            ``"eager"``: every input is checked at once (a host sync per tensor on an accelerator,
+            for debugging: the message gives the exact entry); ``"deferred"``: every input only
+            sets the device-side flag (how tests exercise the accelerator path on a CPU).
+
+    Eager errors are one line naming the call, the argument, the step-local index of the first bad
+    entry and its value: ``DQNAgent.observe: reward[3] = nan is not finite``. Deferred errors name
+    the call and the argument (the entry is unknown without a sync per step); the bad data may
+    already be stored, but no update has learned from it when :meth:`check` runs first in
+    ``update()``.
+    """
+
+    def __init__(self, owner: str, actions: ActionRule, *, mode: str = "auto") -> None:
+        self.owner = owner
+        self.rule = actions
+        self.mode = mode
+        # (call, argument) -> 0-dim bool tensor on the input's device: all inputs so far were valid
+        self._flags: dict[tuple[str, str, str], torch.Tensor] = {}
+        self.pending = False  # deferred checks were queued since the last check()
+        self._seen: tuple[torch.Tensor, int] | None = None  # last observation checked
+        self._acted: tuple[torch.Tensor, int] | None = None  # last action returned by act
+        self._bounds: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._nvec: dict[torch.device, torch.Tensor] = {}
+
+    @property
+    def mode(self) -> str:
+        return self._mode
+
+    @mode.setter
+    def mode(self, value: str) -> None:
+        if value not in MODES:
+            raise ValueError(f"input check mode={value!r} is not one of {MODES}")
+        self._mode = value
+
+    # ---- helpers
+
+    def _deferred(self, t: torch.Tensor) -> bool:
+        mode = self._mode
+        return mode == _DEFERRED or (mode == "auto" and not t.is_cpu)
+
+    def _flag(self, call: str, name: str, ok: torch.Tensor) -> None:
+        key = (call, name, str(ok.device))
+        flag = self._flags.get(key)
+        if flag is None:
+            self._flags[key] = ok.clone()
+        else:
+            flag.logical_and_(ok)
+        self.pending = True
+
+    def _fail(self, call: str, name: str, t: torch.Tensor, bad: torch.Tensor, why: str) -> None:
+        idx = bad.nonzero()[0].tolist()
+        value = t[tuple(idx)].item()
+        raise ValueError(f"{self.owner}.{call}: {name}[{_index(idx)}] = {value!r} {why}")
+
+    # ---- checks
+
+    def obs(self, call: str, name: str, x: Any) -> None:
+        """Check that every entry of the observation ``x`` (tensor, array or nested list) is finite.
+
+        Raises:
+            ValueError: a NaN or inf entry (at once for host inputs).
+        """
+        if not isinstance(x, torch.Tensor):
+            self._host_finite(call, name, x)
+            return
+        seen = self._seen
+        if seen is not None and seen[0] is x and seen[1] == x._version:
+            return
+        self._finite(call, name, x)
+        self._seen = (x, x._version)
+
+    def reward(self, call: str, x: Any) -> None:
+        """Check that every reward in ``x`` is finite (see :meth:`obs`)."""
+        if isinstance(x, torch.Tensor):
+            self._finite(call, "reward", x)
+        else:
+            self._host_finite(call, "reward", x)
+
+    def _host_finite(self, call: str, name: str, x: Any) -> None:
+        """numpy arrays, lists and scalars: checked with numpy (no tensor is made)."""
+        if self._mode == _DEFERRED:  # forced deferral: treat as a tensor
+            self._finite(call, name, torch.as_tensor(np.asarray(x)))
+            return
+        a = np.asarray(x)
+        if a.dtype.kind != "f":
+            return
+        if a.ndim <= 2 and a.size <= _SMALL:  # as in _finite
+            v = a.tolist()
+            finite = math.isfinite(sum(map(sum, v)) if a.ndim == 2 else sum(v) if a.ndim == 1 else v)
+        else:
+            finite = bool(np.isfinite(a).all())
+        ok = np.isfinite(a) if not finite else None
+        if ok is not None and not ok.all():
+            idx = np.argwhere(~ok)[0]
+            value = a[tuple(idx)].item()
+            raise ValueError(f"{self.owner}.{call}: {name}[{_index(idx)}] = {value!r} is not finite")
+
+    def _finite(self, call: str, name: str, t: torch.Tensor) -> None:
+        if not t.dtype.is_floating_point:
+            return
+        mode = self._mode  # (self._deferred(t), inlined: this runs twice per step)
+        if mode == _DEFERRED or (mode == "auto" and not t.is_cpu):
+            self._flag(call, name, torch.isfinite(t).all())
+            return
+        # One reduction: NaN and inf survive a sum. A finite sum proves every entry finite; a
+        # non-finite one (possibly an overflow of large finite values) is checked entry by entry.
+        # Small tensors (a few environments) are summed in Python: one tolist() costs less than
+        # launching a reduction and reading its result back.
+        dim = t.dim()
+        if dim <= 2 and t.numel() <= _SMALL:
+            v = t.tolist()
+            s = sum(map(sum, v)) if dim == 2 else sum(v) if dim == 1 else v
+        else:
+            s = t.sum().item()
+        if not math.isfinite(s):
+            bad = ~torch.isfinite(t)
+            if bool(bad.any()):
+                self._fail(call, name, t, bad, "is not finite")
+
+    def action(self, call: str, x: Any) -> None:
+        """Check that the action ``x`` lies in the action space (see :class:`ActionRule`).
+
+        An action that :meth:`acted` recorded (same tensor, unmodified) passes without a check.
+
+        Raises:
+            ValueError: an entry outside the space or not finite (eager path).
+        """
+        if isinstance(x, torch.Tensor):
+            t = x
+        else:
+            a = np.asarray(x)
+            if not (a.flags.c_contiguous and a.flags.writeable):  # torch.from_numpy needs both
+                a = np.array(a, order="C")
+            t = torch.from_numpy(a) if a.dtype.kind in "biuf" else torch.as_tensor(a)
+        acted = self._acted
+        if acted is not None and acted[0] is t and acted[1] == t._version:
+            return
+        rule = self.rule
+        if rule.kind == "box":
+            self._box(call, t)
+            return
+        if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
+            raise ValueError(f"{self.owner}.{call}: action has dtype {t.dtype}; {rule.text} actions are "
+                             "integers")
+        if rule.kind == "discrete":
+            n = rule.nvec[0]
+            if self._deferred(t):
+                self._flag(call, "action", ((t >= 0) & (t < n)).all())
+                return
+            if t.dim() == 1 and t.numel() <= _SMALL:  # see _finite
+                v = t.tolist()
+                outside = bool(v) and (min(v) < 0 or max(v) >= n)
+            elif t.numel():
+                lo, hi = torch.aminmax(t)
+                outside = int(lo) < 0 or int(hi) >= n
+            else:
+                outside = False
+            if outside:
+                self._fail(call, "action", t, (t < 0) | (t >= n), f"is outside {rule.text} (0 <= a < {n})")
+            return
+        nvec = self._nvec.get(t.device)
+        if nvec is None:  # made once per device: a host-to-device copy per call would sync
+            nvec = self._nvec[t.device] = torch.tensor(rule.nvec, device=t.device)
+        if t.shape[-1:] != nvec.shape:
+            raise ValueError(f"{self.owner}.{call}: action has shape {tuple(t.shape)}; {rule.text} needs a "
+                             f"last dim of {len(rule.nvec)}")
+        bad = (t < 0) | (t >= nvec)
+        if self._deferred(t):
+            self._flag(call, "action", ~bad.any())
+        elif bool(bad.any()):
+            idx = bad.nonzero()[0].tolist()
+            self._fail(call, "action", t, bad, f"is outside {rule.text} (0 <= a[..., {idx[-1]}] < "
+                                               f"{rule.nvec[idx[-1]]})")
+
+    def _box(self, call: str, t: torch.Tensor) -> None:
+        rule = self.rule
+        if not t.dtype.is_floating_point:
+            t = t.float()
+        if not rule.bounded:
+            self._finite(call, "action", t)
+            return
+        bounds = self._bounds.get(t.device)
+        if bounds is None:  # widened by a rounding margin: center + scale * tanh(u) may round past a bound
+            low = torch.tensor(rule.low, dtype=torch.float64)
+            high = torch.tensor(rule.high, dtype=torch.float64)
+            margin = 1e-5 * torch.maximum(torch.ones_like(low), torch.maximum(low.abs(), high.abs()))
+            bounds = ((low - margin).to(t.device, torch.float32), (high + margin).to(t.device, torch.float32))
+            self._bounds[t.device] = bounds
+        low, high = bounds
+        ok = (t >= low) & (t <= high)  # False for NaN
+        if self._deferred(t):
+            self._flag(call, "action", ok.all())
+        elif not bool(ok.all()):
+            idx = (~ok).nonzero()[0].tolist()
+            d = idx[-1]
+            value = t[tuple(idx)].item()
+            why = ("is not finite" if not math.isfinite(value) else
+                   f"is outside the bounds [{rule.low[d]:g}, {rule.high[d]:g}] of dimension {d}")
+            raise ValueError(f"{self.owner}.{call}: action[{_index(idx)}] = {value!r} {why} (this policy "
+                             f"squashes its actions into the bounds of {rule.text})")
+
+    def acted(self, action: torch.Tensor) -> None:
+        """Remember the action ``act`` returned: passed back unchanged, it needs no check."""
+        self._acted = (action, action._version)
+
+    def check(self) -> None:
+        """Raise if a deferred check failed since the agent was built; one host sync when pending.
+
+        Raises:
+            ValueError: ``"PPO.act: obs held NaN or inf at a step since the last check (deferred
+                check on cuda:0, without a per-step sync; set agent.inputs.mode = 'eager' to find
+                the entry)"``. A failed check stays failed (the bad data may be stored).
+        """
+        if not self.pending:
+            return
+        self.pending = False
+        for (call, name, device), flag in self._flags.items():
+            if not bool(flag):
+                self.pending = True  # stays failed: the bad data may be stored
+                what = "NaN or inf" if name != "action" else f"an action outside {self.rule.text}"
+                if name == "action" and self.rule.kind == "box" and not self.rule.bounded:
+                    what = "NaN or inf"
+                raise ValueError(f"{self.owner}.{call}: {name} held {what} at a step since the last "
+                                 f"check (deferred check on {device}, without a per-step sync; set "
+                                 f"agent.inputs.mode = 'eager' to find the entry)")
