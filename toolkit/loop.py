@@ -35,8 +35,9 @@ The run folder is as crash-safe as the checkpoint (DESIGN.md section 8):
   the run after the current step: metrics flushed, a checkpoint saved, ``interrupted`` in the
   summary. The loop installs no signal handler itself; ``python -m toolkit train`` does;
 - at every metric flush the agent's deferred input checks (``agent.check_inputs()``, if it has
-  one), the ``losses/...`` means and the agent's parameters (one device sync) are checked: a non-finite one raises :class:`DivergenceError` before anything else is saved, so the
-  last checkpoint on disk is the last good one;
+  one), the ``losses/...`` means and the agent's parameters (one device sync) are checked: a
+  non-finite one raises :class:`DivergenceError` before anything else is saved, so the last
+  checkpoint on disk is the last good one;
 - ``ValueError``, ``RuntimeError`` and ``OSError`` raised while training (the agent refusing bad
   data, a failed write) become :class:`TrainingError` naming the step and the last checkpoint.
   Other exceptions (``TypeError``, ``KeyError``, ...) are bugs and propagate unchanged.
