@@ -16,10 +16,10 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 # Rainbow on CartPole-v1, on the CPU, until a greedy evaluation is solved (>= 475): seconds to a minute
-# on 2 cores (`python -m toolkit train` with no arguments). Each run gets its own folder under
+# on 2 cores (`python -m tritonrl.toolkit train` with no arguments). Each run gets its own folder under
 # runs/ (metrics.csv, curve.png, checkpoint.safetensors); nothing is overwritten.
 train: install
-	$(BIN)/python -m toolkit train --run-dir runs/rainbow-CartPole-v1-$$(date +%Y%m%d-%H%M%S)
+	$(BIN)/python -m tritonrl.toolkit train --run-dir runs/rainbow-CartPole-v1-$$(date +%Y%m%d-%H%M%S)
 
 test: install
 	$(BIN)/python -m pytest -q
@@ -31,7 +31,7 @@ docs: install
 	$(BIN)/mkdocs build --strict -f docs/mkdocs.yml
 
 bench: install
-	$(BIN)/python -m toolkit bench
+	$(BIN)/python -m tritonrl.toolkit bench
 
 # A lent GPU machine (no registry, maybe no gymnasium): the kernel parity suite and every benchmark,
 # from the source tree, in under 10 minutes; output in $(GPU_OUT). Installs nothing from a registry:

@@ -23,7 +23,7 @@ Cores:
 - :class:`FeedForwardCore`: separate actor and critic MLPs (tanh), as in CleanRL.
 - :class:`LSTMCore`: MLP encoder, ``LSTMCell`` memory shared by actor and critic; the memory
   resets where an observation starts an episode.
-- :class:`Mamba2Core`: linear encoder, :class:`agents.mamba2.Mamba2Block` with resets at episode
+- :class:`Mamba2Core`: linear encoder, :class:`tritonrl.agents.mamba2.Mamba2Block` with resets at episode
   starts; sequences in training, the single-step form when acting.
 """
 
@@ -34,8 +34,7 @@ from typing import Any
 
 import torch
 from torch import nn
-
-from toolkit.precision import training_dtype
+from tritonrl.toolkit.precision import training_dtype
 
 __all__ = [
     "ActorCritic",
@@ -409,7 +408,7 @@ class Mamba2Core(nn.Module):
 
     Trains on whole sequences with resets at episode starts (the chunked scan), each sequence
     starting from the memory stored when it was collected, and acts with the block's single-step
-    form. State: :class:`agents.mamba2.Mamba2State` (conv window, f32 SSM state).
+    form. State: :class:`tritonrl.agents.mamba2.Mamba2State` (conv window, f32 SSM state).
     """
 
     recurrent = True
@@ -420,7 +419,7 @@ class Mamba2Core(nn.Module):
                  dtype: torch.dtype | None = None) -> None:
         super().__init__()
         dtype = dtype if dtype is not None else training_dtype(device)
-        from agents.mamba2 import Mamba2Block
+        from tritonrl.agents.mamba2 import Mamba2Block
 
         self.encoder = _init(nn.Linear(obs_dim, d_model), math.sqrt(2))
         self.block = Mamba2Block(d_model, d_state=d_state, d_conv=d_conv, expand=expand, headdim=headdim,

@@ -12,10 +12,10 @@ One :class:`DQNConfig` switches the pieces on; the named presets (:data:`PRESETS
 | ``qrdqn`` | ``quantiles`` quantile estimates, quantile Huber loss |
 | ``rainbow`` | double + dueling + noisy + n-step + prioritized replay + C51 |
 
-``icm=True`` attaches curiosity (:mod:`agents.icm`) to any preset; a MultiDiscrete action space
-selects the factored (branching) head (:mod:`agents.factored`).
+``icm=True`` attaches curiosity (:mod:`tritonrl.agents.icm`) to any preset; a MultiDiscrete action space
+selects the factored (branching) head (:mod:`tritonrl.agents.factored`).
 
-The agent is a plain object, driven by :mod:`toolkit.offpolicy` or by your own loop::
+The agent is a plain object, driven by :mod:`tritonrl.toolkit.offpolicy` or by your own loop::
 
     agent = DQNAgent(env.observation_space, env.action_space, rainbow(), device="cpu", seed=0)
     action = agent.act(obs)                      # [E] int64 ([E, D] for MultiDiscrete)
@@ -25,7 +25,7 @@ The agent is a plain object, driven by :mod:`toolkit.offpolicy` or by your own l
 Precision: parameters and stored observations live in ``training_dtype(device)``; observations
 are cast once where they enter (``act``, the replay buffer); network outputs are upcast to f32
 once, at the loss; TD targets, losses and priorities are f32. The optimizer keeps f32 master
-weights (:class:`toolkit.optim.MasterWeightOptimizer`) so bf16 updates do not vanish, and Polyak
+weights (:class:`tritonrl.toolkit.optim.MasterWeightOptimizer`) so bf16 updates do not vanish, and Polyak
 target updates in bf16 run on f32 copies for the same reason.
 """
 
@@ -42,11 +42,10 @@ import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
-
-from agents.factored import BranchingHead, branching_q
-from agents.heads import DuelingHead
-from agents.icm import ICM
-from agents.td import (
+from tritonrl.agents.factored import BranchingHead, branching_q
+from tritonrl.agents.heads import DuelingHead
+from tritonrl.agents.icm import ICM
+from tritonrl.agents.td import (
     branching_td_target,
     c51_loss,
     c51_project,
@@ -56,9 +55,9 @@ from agents.td import (
     quantile_midpoints,
     scalar_td_target,
 )
-from agents.torsos import NORMS, TORSO_KINDS, build_torso
-from kernels.backend import backend_override
-from toolkit.checkpoint import (
+from tritonrl.agents.torsos import NORMS, TORSO_KINDS, build_torso
+from tritonrl.kernels.backend import backend_override
+from tritonrl.toolkit.checkpoint import (
     CheckpointError,
     agent_state,
     brief,
@@ -70,12 +69,12 @@ from toolkit.checkpoint import (
     save_checkpoint,
     section,
 )
-from toolkit.checks import ActionRule, InputGuard, check_config, check_memory
-from toolkit.config import check_config_dict, fixed_changes, format_change, resumable
-from toolkit.optim import MasterWeightOptimizer
-from toolkit.precision import training_dtype
-from toolkit.registry import apply_overrides, register_agent
-from toolkit.replay import PrioritizedReplayBuffer, ReplayBuffer
+from tritonrl.toolkit.checks import ActionRule, InputGuard, check_config, check_memory
+from tritonrl.toolkit.config import check_config_dict, fixed_changes, format_change, resumable
+from tritonrl.toolkit.optim import MasterWeightOptimizer
+from tritonrl.toolkit.precision import training_dtype
+from tritonrl.toolkit.registry import apply_overrides, register_agent
+from tritonrl.toolkit.replay import PrioritizedReplayBuffer, ReplayBuffer
 
 __all__ = ["AGENT_KIND", "DQNAgent", "DQNConfig", "PRESETS", "QNetwork", "preset"]
 
@@ -88,7 +87,7 @@ class DQNConfig:
     """Every switch and hyperparameter of the DQN family (immutable; copy with ``dataclasses.replace``).
 
     Fields declared ``resumable(...)`` may change when a run is resumed (``--resume --set lr=...``);
-    every other field is fixed for the life of a run (see :mod:`toolkit.config`).
+    every other field is fixed for the life of a run (see :mod:`tritonrl.toolkit.config`).
     """
 
     # ---- network
@@ -159,7 +158,7 @@ class DQNConfig:
     """Adam epsilon (Rainbow uses ``1.5e-4`` on Atari)."""
     max_grad_norm: float = resumable(10.0)
     """Global gradient-norm clip (computed in f32)."""
-    # ---- schedule (read by toolkit.offpolicy or by your loop)
+    # ---- schedule (read by tritonrl.toolkit.offpolicy or by your loop)
     learning_starts: int = 1_000
     """Environment steps (all envs) before the first update."""
     train_freq: int = 256
@@ -235,7 +234,7 @@ class DQNConfig:
         return cls(**kw)
 
 
-# The valid range of every numeric field (toolkit.checks.check_config; NaN and inf never pass).
+# The valid range of every numeric field (tritonrl.toolkit.checks.check_config; NaN and inf never pass).
 _RANGES = {
     "torso_width": "[1, inf)", "torso_depth": "[1, inf)", "attention_heads": "[1, inf)",
     "head_hidden": "[1, inf)", "noisy_sigma0": "[0, inf)",
@@ -294,8 +293,8 @@ def preset(name: str, **overrides: Any) -> DQNConfig:
 
 
 class QNetwork(nn.Module):
-    """Torso + head. ``forward(obs)`` returns the head's output (see :class:`agents.heads.DuelingHead`
-    and :class:`agents.factored.BranchingHead`)."""
+    """Torso + head. ``forward(obs)`` returns the head's output (see
+    :class:`tritonrl.agents.heads.DuelingHead` and :class:`tritonrl.agents.factored.BranchingHead`)."""
 
     def __init__(self, torso: nn.Module, head: nn.Module) -> None:
         super().__init__()
@@ -388,7 +387,8 @@ class DQNAgent:
         self._check_replay_memory(cfg, action_shape)
         self.inputs = InputGuard("DQNAgent", ActionRule.discrete(self.action["n"]) if not self.factored
                                  else ActionRule.multidiscrete(self.action["nvec"]))
-        """The checks of ``act``/``observe`` inputs (:class:`toolkit.checks.InputGuard`); its ``mode``
+        """The checks of ``act``/``observe`` inputs (:class:`tritonrl.toolkit.checks.InputGuard`); its
+        ``mode``
         (``"auto"``, ``"eager"``, ``"deferred"``) says when inputs on an accelerator are checked."""
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(self.seed)
@@ -551,7 +551,7 @@ class DQNAgent:
         """Raise now if a deferred input check failed (one host sync when checks are pending).
 
         Inputs that live on an accelerator are checked without a sync per step (see
-        :class:`toolkit.checks.InputGuard`); :meth:`update` calls this first, and a training loop
+        :class:`tritonrl.toolkit.checks.InputGuard`); :meth:`update` calls this first, and a training loop
         may call it at its log interval.
 
         Raises:
@@ -734,12 +734,13 @@ class DQNAgent:
         return state
 
     def check_state_dict(self, state: dict[str, Any], *, where: str = "agent state") -> None:
-        """Raise :class:`toolkit.checkpoint.CheckpointError` (a ``ValueError``) unless ``state`` fits.
+        """Raise :class:`tritonrl.toolkit.checkpoint.CheckpointError` (a ``ValueError``) unless ``state``
+        fits.
 
         Checks every entry :meth:`load_state_dict` reads: kind, spaces, environments, counters,
         generator, networks, optimizer(s), replay buffer(s), and the saved config (complete, well
         typed, and equal to this agent's in every field a resume cannot change, see
-        :mod:`toolkit.config`); changes nothing.
+        :mod:`tritonrl.toolkit.config`); changes nothing.
         """
         self._check_state(state, where)
 
@@ -811,13 +812,13 @@ class DQNAgent:
         """Restore a :meth:`state_dict` (possibly saved in another dtype; cast once here).
 
         The learning rates come from this agent's config (``lr``, ``icm_lr``), not from the saved
-        optimizer state: a run resumed with another ``lr`` uses it (see :mod:`toolkit.config`).
+        optimizer state: a run resumed with another ``lr`` uses it (see :mod:`tritonrl.toolkit.config`).
         A generator state saved on another device type (CUDA <-> CPU) cannot be restored: the
         generator is then reseeded from ``seed`` and the update count (deterministic, not the
         saved stream).
 
         Raises:
-            toolkit.checkpoint.CheckpointError: (a ``ValueError``, message starting with ``where``)
+            tritonrl.toolkit.checkpoint.CheckpointError: (a ``ValueError``, message starting with ``where``)
                 the state belongs to another agent kind, observation shape or action space, or any
                 entry is missing or does not fit (all checked before anything changes).
         """
@@ -845,7 +846,7 @@ class DQNAgent:
         self.updates = state["counters"]["updates"]
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write :meth:`state_dict` atomically with :func:`toolkit.checkpoint.save_checkpoint`."""
+        """Write :meth:`state_dict` atomically with :func:`tritonrl.toolkit.checkpoint.save_checkpoint`."""
         save_checkpoint(path, self.state_dict())
 
     @classmethod
@@ -854,7 +855,7 @@ class DQNAgent:
         training-run checkpoint (``<run>/checkpoint.safetensors``), on ``device`` (default CPU).
 
         Raises:
-            toolkit.checkpoint.CheckpointError: unreadable file, not a DQN checkpoint, or an
+            tritonrl.toolkit.checkpoint.CheckpointError: unreadable file, not a DQN checkpoint, or an
                 entry that does not fit (one line starting with ``path``).
         """
         where = str(path)

@@ -8,7 +8,7 @@ and state value ``V(s)``, one advantage head per dimension, and
 
 Each branch acts greedily on its own ``Q_d``; the TD target is shared by all branches,
 ``y = r + discount * mean_d Q_target,d(s', argmax Q_d(s'))``
-(:func:`agents.td.branching_td_target`), and the loss averages the branches' errors.
+(:func:`tritonrl.agents.td.branching_td_target`), and the loss averages the branches' errors.
 
 Branches with fewer sub-actions than the largest are padded; padding entries hold ``-inf`` in
 the Q values so no argmax picks them and no gather reads them.
@@ -20,9 +20,8 @@ from collections.abc import Sequence
 
 import torch
 from torch import nn
-
-from agents.heads import NoisyLinear
-from toolkit.precision import training_dtype
+from tritonrl.agents.heads import NoisyLinear
+from tritonrl.toolkit.precision import training_dtype
 
 __all__ = ["BranchingHead", "branching_q"]
 

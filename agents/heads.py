@@ -1,6 +1,6 @@
 """Q-network heads: NoisyNet linear layers and the dueling / distributional (Rainbow) head.
 
-Both run on the fused ops of :mod:`kernels.noisy_head`: Triton on CUDA, the torch reference on
+Both run on the fused ops of :mod:`tritonrl.kernels.noisy_head`: Triton on CUDA, the torch reference on
 CPU. Parameters live in ``dtype or training_dtype(device)``; the head's output is f32 straight
 from the op's epilogue (the loss boundary), so no forward casts anything.
 """
@@ -11,9 +11,8 @@ import math
 
 import torch
 from torch import nn
-
-from kernels.noisy_head import NoisyParams, expected_q, noisy_dueling, noisy_linear
-from toolkit.precision import training_dtype
+from tritonrl.kernels.noisy_head import NoisyParams, expected_q, noisy_dueling, noisy_linear
+from tritonrl.toolkit.precision import training_dtype
 
 __all__ = ["DuelingHead", "NoisyLinear", "scaled_noise"]
 
@@ -194,7 +193,7 @@ class DuelingHead(nn.Module):
         ``(log_probs, expected_q)``.
 
         Raises:
-            TypeError, ValueError: from :func:`kernels.noisy_head.noisy_dueling` (dtype, shapes).
+            TypeError, ValueError: from :func:`tritonrl.kernels.noisy_head.noisy_dueling` (dtype, shapes).
         """
         x = self.hidden(h) if self.hidden is not None else h
         res = noisy_dueling(

@@ -23,8 +23,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-from toolkit.precision import training_dtype
+from tritonrl.toolkit.precision import training_dtype
 
 __all__ = ["ICM"]
 

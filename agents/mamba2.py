@@ -1,7 +1,7 @@
 """The Mamba2 block: a sequence model that trains on whole sequences and acts one step at a time.
 
 ``x -> in_proj -> (z, xBC, dt)``; ``xBC -> causal depthwise conv (d_conv taps) -> SiLU ->
-(x, B, C)``; the selective scan :func:`kernels.mamba2.mamba2_scan` (gate ``silu(z)``, skip ``D``,
+(x, B, C)``; the selective scan :func:`tritonrl.kernels.mamba2.mamba2_scan` (gate ``silu(z)``, skip ``D``,
 ``dt_bias`` with softplus, ``A = -exp(A_log)``); RMSNorm of the gated output; ``out_proj``.
 
 Episode resets (``resets[b, t]`` true where an episode starts at step ``t``) clear both memories:
@@ -22,9 +22,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-from kernels.mamba2 import mamba2_scan, mamba2_step
-from toolkit.precision import training_dtype
+from tritonrl.kernels.mamba2 import mamba2_scan, mamba2_step
+from tritonrl.toolkit.precision import training_dtype
 
 __all__ = ["Mamba2Block", "Mamba2State"]
 

@@ -3,7 +3,7 @@
 The algorithm, top to bottom: collect ``num_steps`` vector steps into a :class:`RolloutBuffer`
 (``act`` samples and remembers log-prob and value; ``observe`` stores the transition and, where
 an episode was truncated, the value of its real final observation); compute GAE in f32 with
-terminations and truncations kept apart (:func:`toolkit.rollout.compute_gae`); then
+terminations and truncations kept apart (:func:`tritonrl.toolkit.rollout.compute_gae`); then
 ``update_epochs`` passes over shuffled minibatches of the clipped objective::
 
     ratio  = exp(log pi(a|s) - log pi_old(a|s))
@@ -16,7 +16,7 @@ epochs once the approximate KL exceeds ``target_kl``. Recurrent policies (LSTM, 
 sequence minibatches of ``seq_len`` steps starting from the memory stored when the segment was
 collected, with the memory reset where an episode starts.
 
-The agent is a plain object; :func:`toolkit.loop.run_training` drives it with the on-policy
+The agent is a plain object; :func:`tritonrl.toolkit.loop.run_training` drives it with the on-policy
 schedule, and you can drive it yourself::
 
     agent = PPO(env.single_observation_space, env.single_action_space, preset("ppo"), num_envs=8)
@@ -28,7 +28,7 @@ schedule, and you can drive it yourself::
     metrics = agent.update()        # dict of f32 scalar tensors on the device
 
 Precision: parameters live in ``training_dtype(device)`` and are optimized through f32 master
-weights (:class:`toolkit.optim.MasterWeightOptimizer`), so bf16 learns like f32. Observations are
+weights (:class:`tritonrl.toolkit.optim.MasterWeightOptimizer`), so bf16 learns like f32. Observations are
 normalised (optionally, running statistics in f32) and cast once, where they enter; log-probs,
 values, rewards, advantages, returns and the loss are f32.
 """
@@ -46,8 +46,7 @@ from typing import Any, Literal
 import gymnasium as gym
 import torch
 from torch import nn
-
-from agents.actor_critic import (
+from tritonrl.agents.actor_critic import (
     ActorCritic,
     CategoricalHead,
     FeedForwardCore,
@@ -56,11 +55,11 @@ from agents.actor_critic import (
     LSTMCore,
     Mamba2Core,
 )
-from kernels.backend import backend_override
-from toolkit.checks import ActionRule, InputGuard, check_config
-from toolkit.config import resumable
-from toolkit.precision import training_dtype
-from toolkit.rollout import RolloutBuffer, RunningMeanStd
+from tritonrl.kernels.backend import backend_override
+from tritonrl.toolkit.checks import ActionRule, InputGuard, check_config
+from tritonrl.toolkit.config import resumable
+from tritonrl.toolkit.precision import training_dtype
+from tritonrl.toolkit.rollout import RolloutBuffer, RunningMeanStd
 
 __all__ = ["AGENT_KIND", "POLICIES", "PPO", "PRESETS", "PPOConfig", "preset"]
 
@@ -73,7 +72,7 @@ class PPOConfig:
     """Every PPO hyperparameter (immutable; copy with ``dataclasses.replace`` or :func:`preset`).
 
     Fields declared ``resumable(...)`` may change when a run is resumed (``--resume --set lr=...``);
-    every other field is fixed for the life of a run (see :mod:`toolkit.config`).
+    every other field is fixed for the life of a run (see :mod:`tritonrl.toolkit.config`).
     """
 
     # ---- policy
@@ -177,7 +176,7 @@ class PPOConfig:
         return cls(**{k: tuple(v) if typing.get_origin(hints[k]) is tuple else v for k, v in values.items()})
 
 
-# The valid range of every numeric field (toolkit.checks.check_config; NaN and inf never pass).
+# The valid range of every numeric field (tritonrl.toolkit.checks.check_config; NaN and inf never pass).
 _RANGES = {
     "hidden": "[1, inf)", "log_std_init": "[-20, 20]", "flow_layers": "[1, inf)", "flow_hidden": "[1, inf)",
     "memory_size": "[1, inf)", "mamba_d_state": "[1, inf)", "mamba_headdim": "[1, inf)",
@@ -231,7 +230,7 @@ def preset(name: str, **overrides: Any) -> PPOConfig:
 
 def _zip_map(fn: Callable[..., torch.Tensor], *states: Any) -> Any:
     """Apply ``fn`` leaf-wise to recurrent states of one structure (tensors in tuples, lists,
-    dicts or dataclasses such as :class:`agents.mamba2.Mamba2State`)."""
+    dicts or dataclasses such as :class:`tritonrl.agents.mamba2.Mamba2State`)."""
     first = states[0]
     if first is None:
         return None
@@ -319,7 +318,7 @@ class PPO:
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: PPOConfig | None = None,
                  *, num_envs: int = 1, device: torch.device | str = "cpu", seed: int = 0) -> None:
-        from toolkit.optim import MasterWeightOptimizer
+        from tritonrl.toolkit.optim import MasterWeightOptimizer
 
         cfg = config if config is not None else PRESETS["ppo"]
         if not isinstance(cfg, PPOConfig):
@@ -351,7 +350,8 @@ class PPO:
         rule = (ActionRule.discrete(int(action_space.n)) if discrete else
                 ActionRule.box(action_space.low, action_space.high, bounded=squashed))
         self.inputs = InputGuard("PPO", rule)
-        """The checks of ``act``/``observe`` inputs (:class:`toolkit.checks.InputGuard`); its ``mode``
+        """The checks of ``act``/``observe`` inputs (:class:`tritonrl.toolkit.checks.InputGuard`); its
+        ``mode``
         (``"auto"``, ``"eager"``, ``"deferred"``) says when inputs on an accelerator are checked.
         Box actions must be finite, and within the bounds for tanh-squashed policies (``squash``,
         ``flow``); an unsquashed Gaussian samples beyond the bounds by design (the env clips)."""
@@ -464,7 +464,7 @@ class PPO:
         """Raise now if a deferred input check failed (one host sync when checks are pending).
 
         Inputs that live on an accelerator are checked without a sync per step (see
-        :class:`toolkit.checks.InputGuard`); :meth:`update` calls this first, and a training loop
+        :class:`tritonrl.toolkit.checks.InputGuard`); :meth:`update` calls this first, and a training loop
         may call it at its log interval.
 
         Raises:
@@ -618,7 +618,7 @@ class PPO:
     # ------------------------------------------------------------------ evaluation
 
     def eval_policy(self) -> Callable[[torch.Tensor], torch.Tensor]:
-        """A greedy policy with its own memory (for :func:`toolkit.envs.evaluate`): ``policy(obs)``
+        """A greedy policy with its own memory (for :func:`tritonrl.toolkit.envs.evaluate`): ``policy(obs)``
         returns actions, ``policy.reset(mask)`` clears the memory of the rows in ``mask``."""
         return _GreedyPolicy(self)
 
@@ -626,7 +626,7 @@ class PPO:
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume exactly: network, optimizer, rollout, memories, RNG, counters."""
-        from toolkit.envs import space_to_json
+        from tritonrl.toolkit.envs import space_to_json
 
         return {
             "agent": AGENT_KIND,
@@ -646,19 +646,19 @@ class PPO:
         }
 
     def check_state_dict(self, state: Mapping[str, Any], *, where: str = "agent state") -> None:
-        """Raise :class:`toolkit.checkpoint.CheckpointError` unless ``state`` fits this agent;
+        """Raise :class:`tritonrl.toolkit.checkpoint.CheckpointError` unless ``state`` fits this agent;
         changes nothing.
 
         Checks every entry :meth:`load_state_dict` reads: kind, spaces, environments, counters,
         generator, policy, optimizer, rollout, observation statistics, recurrent memories, and the
         saved config (complete, well typed, equal to this agent's in every field a resume cannot
-        change, see :mod:`toolkit.config`).
+        change, see :mod:`tritonrl.toolkit.config`).
         """
         self._check_state(state, where)
 
     def _check_state(self, state: Mapping[str, Any], where: str) -> bool:
         """:meth:`check_state_dict`; returns whether the saved generator state fits this device."""
-        from toolkit.checkpoint import (
+        from tritonrl.toolkit.checkpoint import (
             CheckpointError,
             brief,
             check_module_tensors,
@@ -666,8 +666,8 @@ class PPO:
             generator_state_fits,
             section,
         )
-        from toolkit.config import check_config_dict, fixed_changes, format_change
-        from toolkit.envs import space_to_json
+        from tritonrl.toolkit.config import check_config_dict, fixed_changes, format_change
+        from tritonrl.toolkit.envs import space_to_json
 
         if not isinstance(state, Mapping) or state.get("agent") != AGENT_KIND:
             got = state.get("agent") if isinstance(state, Mapping) else type(state).__name__
@@ -755,11 +755,11 @@ class PPO:
         (:meth:`current_lr`), so a run resumed with another ``lr`` uses it.
 
         Raises:
-            toolkit.checkpoint.CheckpointError: another agent, spaces, policy kind, or any entry
+            tritonrl.toolkit.checkpoint.CheckpointError: another agent, spaces, policy kind, or any entry
                 missing or not fitting (checked before anything changes; the message starts with
                 ``where``).
         """
-        from toolkit.checkpoint import load_into_module
+        from tritonrl.toolkit.checkpoint import load_into_module
 
         generator_fits = self._check_state(state, where)
         load_into_module(self.policy, state["policy"])
@@ -784,8 +784,8 @@ class PPO:
         self._pending = None
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write :meth:`state_dict` atomically (:func:`toolkit.checkpoint.save_checkpoint`)."""
-        from toolkit.checkpoint import save_checkpoint
+        """Write :meth:`state_dict` atomically (:func:`tritonrl.toolkit.checkpoint.save_checkpoint`)."""
+        from tritonrl.toolkit.checkpoint import save_checkpoint
 
         save_checkpoint(path, self.state_dict())
 
@@ -795,12 +795,19 @@ class PPO:
         (``<run>/checkpoint.safetensors``), on ``device`` (default CPU), in that device's dtype.
 
         Raises:
-            toolkit.checkpoint.CheckpointError: unreadable, foreign, not a PPO checkpoint, or an
+            tritonrl.toolkit.checkpoint.CheckpointError: unreadable, foreign, not a PPO checkpoint, or an
                 entry that does not fit (one line starting with ``path``).
         """
-        from toolkit.checkpoint import CheckpointError, agent_state, brief, cut, load_checkpoint, section
-        from toolkit.config import check_config_dict
-        from toolkit.envs import space_from_json
+        from tritonrl.toolkit.checkpoint import (
+            CheckpointError,
+            agent_state,
+            brief,
+            cut,
+            load_checkpoint,
+            section,
+        )
+        from tritonrl.toolkit.config import check_config_dict
+        from tritonrl.toolkit.envs import space_from_json
 
         where = str(path)
         state = agent_state(load_checkpoint(path), AGENT_KIND, where)
@@ -868,7 +875,7 @@ def _factory(name: str) -> Callable[..., PPO]:
              config: Mapping[str, Any] | None = None) -> PPO:
         """The preset (or ``config``, a saved ``PPOConfig.to_dict()`` being resumed) with
         ``total_steps`` and ``overrides`` applied."""
-        from toolkit.registry import apply_overrides
+        from tritonrl.toolkit.registry import apply_overrides
 
         base = PRESETS[name] if config is None else PPOConfig.from_dict(config)
         cfg = apply_overrides(dataclasses.replace(base, total_steps=int(total_steps)), overrides)
@@ -878,7 +885,7 @@ def _factory(name: str) -> Callable[..., PPO]:
 
 
 def _register() -> None:
-    from toolkit.registry import register_agent
+    from tritonrl.toolkit.registry import register_agent
 
     descriptions = {
         "ppo": ("PPO, categorical MLP policy (Discrete actions)", 8, 100_000),

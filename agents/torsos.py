@@ -22,8 +22,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-from toolkit.precision import training_dtype
+from tritonrl.toolkit.precision import training_dtype
 
 __all__ = [
     "AttentionTorso",

@@ -4,7 +4,7 @@ Rows:
 
 - ``reference``: the common single-file DQN shape: one environment, a numpy -> torch -> numpy
   round trip every step, a numpy replay buffer, one update of batch 128 every 10 env steps.
-- ``dqn`` / ``rainbow`` through :func:`toolkit.loop.run_training` with the same update-to-data
+- ``dqn`` / ``rainbow`` through :func:`tritonrl.toolkit.loop.run_training` with the same update-to-data
   ratio (one update of batch 128 per 10 env steps), on ``E`` vector environments.
 - ``dqn`` / ``rainbow`` phases: seconds per env step spent acting, stepping the environments,
   in the replay buffer (adds and samples), and in updates (forward, backward, optimizer, target).
@@ -22,11 +22,10 @@ from typing import Any
 
 import numpy as np
 import torch
-
-from toolkit.bench import Row
+from tritonrl.toolkit.bench import Row
 
 NAME = "dqn_loop"
-REQUIRES = ("gymnasium",)  # toolkit.bench skips this file, in one line, where it is missing
+REQUIRES = ("gymnasium",)  # tritonrl.toolkit.bench skips this file, in one line, where it is missing
 ENV_ID = "CartPole-v1"
 BATCH = 128
 TRAIN_FREQ = 10  # env steps per update: the reference's update-to-data ratio
@@ -166,8 +165,8 @@ def reference_dqn(steps: int, *, seed: int = 0, learning_starts: int = 1_000, le
 
 
 def _agent(name: str, num_envs: int, device: str = "cpu", **overrides: Any):
-    from agents.dqn import DQNAgent, preset
-    from toolkit.envs import make_vec_env
+    from tritonrl.agents.dqn import DQNAgent, preset
+    from tritonrl.toolkit.envs import make_vec_env
 
     env = make_vec_env(ENV_ID, num_envs, seed=0, device=device)
     settings = {"batch_size": BATCH, "train_freq": TRAIN_FREQ, "gradient_steps": 1, "learning_starts": 1_000,
@@ -183,8 +182,8 @@ def loop_sps(name: str, steps: int, num_envs: int, *, learn: bool = True) -> flo
 
     ``learn=False`` times collection alone (acting, stepping, storing).
     """
-    from toolkit.loop import LoopConfig, run_training
-    from toolkit.offpolicy import OffPolicySchedule, schedule_for
+    from tritonrl.toolkit.loop import LoopConfig, run_training
+    from tritonrl.toolkit.offpolicy import OffPolicySchedule, schedule_for
 
     agent, env = _agent(name, num_envs, **({} if learn else {"learning_starts": 10**9}))
     try:
@@ -218,7 +217,7 @@ class _Timer:
 
 def phases(name: str, steps: int, num_envs: int) -> dict[str, float]:
     """Seconds per env step in act, env step, replay (add + sample) and update (the rest of it)."""
-    from toolkit.offpolicy import schedule_for
+    from tritonrl.toolkit.offpolicy import schedule_for
 
     agent, env = _agent(name, num_envs)
     timer = _Timer()
@@ -299,7 +298,8 @@ def run(quick: bool = False) -> list[Row]:
     for name, envs in (("dqn", 1), ("dqn", num_envs), ("rainbow", num_envs)):
         sps = loop_sps(name, steps, envs)
         label = f"{name} ({envs} env{'s' if envs > 1 else ''})"
-        rows.append(Row(NAME, case, label, sps, "steps/s", sps / ref, "toolkit.loop + offpolicy schedule"))
+        rows.append(Row(NAME, case, label, sps, "steps/s", sps / ref,
+                        "tritonrl.toolkit.loop + offpolicy schedule"))
     collect = f"{ENV_ID} env steps/s, collection only (act, step, store)"
     ref_c = reference_dqn(steps, learn=False)
     rows.append(Row(NAME, collect, "reference: common single file (1 env)", ref_c, "steps/s", 1.0))
@@ -322,7 +322,7 @@ def run(quick: bool = False) -> list[Row]:
 def _gpu_rows(quick: bool) -> list[Row]:
     import os
 
-    from toolkit.precision import training_dtype
+    from tritonrl.toolkit.precision import training_dtype
 
     out: dict[str, float] = {}
     old = os.environ.get("TRITONRL_DTYPE")

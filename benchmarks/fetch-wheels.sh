@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Run where a package registry is reachable, before a GPU check: downloads the pure-Python wheels
-# of gymnasium and of what it needs beyond a bare GPU image (torch, triton, numpy, ...) into .whl/
-# (git-ignored). Carry .whl/ to the GPU machine with the source tree; benchmarks/gpu-check.sh
+# Run where a package registry is reachable, before a GPU check: builds a wheel of tritonrl and
+# downloads the pure-Python wheels of gymnasium and of what it needs beyond a bare GPU image (torch,
+# triton, numpy, ...) into .whl/ (git-ignored). Carry .whl/ to the GPU machine with the source tree; benchmarks/gpu-check.sh
 # installs them from there without a registry, so the agent-level GPU tests run too.
 #   bash benchmarks/fetch-wheels.sh        (PYTHON=... picks the interpreter; default python3)
 set -euo pipefail
@@ -13,6 +13,7 @@ pins=(gymnasium==1.4.0 farama-notifications==0.0.6 cloudpickle==3.1.3 typing-ext
 rm -rf .whl
 mkdir -p .whl
 "$python" -m pip download -q --no-deps --only-binary=:all: -d .whl "${pins[@]}"
+"$python" -m pip wheel -q --no-deps -w .whl .   # tritonrl itself: the GPU check runs the installed wheel
 "$python" - "${pins[@]}" <<'EOF'
 import re
 import sys
@@ -24,6 +25,8 @@ def norm(name):
 
 wheels = sorted(Path(".whl").glob("*.whl"))
 have = {norm(w.name.split("-")[0]) for w in wheels} | {"numpy"}
+if "tritonrl" not in have:
+    sys.exit("error: no tritonrl wheel was built into .whl/")
 for w in wheels:  # pure Python, or they would not install on another machine's Python
     if not w.name.endswith("-none-any.whl"):
         sys.exit(f"error: {w.name} is not a pure-Python wheel")

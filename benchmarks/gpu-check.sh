@@ -3,36 +3,45 @@
 # benchmark, inside a 10-minute window (PYTEST_TIMEOUT 300 s + BENCH_TIMEOUT 240 s), output
 # written to the folder given as argument (summary.txt, pytest-gpu.txt, bench*.txt, info.txt).
 #   bash benchmarks/gpu-check.sh OUTDIR      (or: make gpu-check GPU_OUT=OUTDIR)
-# Runs from the source tree (PYTHONPATH=.): GPU machines reach no package registry. The kernel
-# tests and benchmarks need no gymnasium; the agent-level GPU tests and the loop benchmarks do:
-# where it is missing, the wheels that benchmarks/fetch-wheels.sh put in .whl/ are installed from
-# there (no registry) into a temporary folder on PYTHONPATH; without them those tests and
-# benchmarks are skipped, which the first line of summary.txt says.
+# GPU machines reach no package registry. benchmarks/fetch-wheels.sh (run beforehand where one is
+# reachable) puts in .whl/ a wheel of tritonrl itself and the pure-Python wheels of gymnasium and
+# its needs; they are installed from there (no registry) into a temporary folder, and the tests and
+# benchmarks then import the installed tritonrl, as a user would (python -P: the checkout is not on
+# sys.path). Without a tritonrl wheel the source tree is used (PYTHONPATH=.). The kernel tests and
+# benchmarks need no gymnasium; without it the agent-level GPU tests and the loop benchmarks are
+# skipped. The first lines of summary.txt say which tritonrl ran and whether gymnasium was there.
 set -uo pipefail
 out=${1:?usage: gpu-check.sh OUTDIR}
 mkdir -p "$out"
 cd "$(dirname "$0")/.."
-export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1
 unset TRITON_INTERPRET
-# gymnasium (agent-level tests, loop benchmarks): installed, else from .whl/ without a registry
+py=(python)
 wheels=(.whl/*.whl)
-if ! python -c "import gymnasium" 2>/dev/null && [ -e "${wheels[0]}" ]; then
+if [ -e "${wheels[0]}" ]; then
   site=$(mktemp -d)
   if ! python -m pip install -q --no-index --no-deps --target "$site" "${wheels[@]}" >"$out/wheels.txt" 2>&1; then
     for w in "${wheels[@]}"; do python -m zipfile -e "$w" "$site"; done  # pure wheels: unzipping installs
   fi
-  export PYTHONPATH=$PYTHONPATH:$site  # after the source tree, before site-packages
-  from_wheels=" from .whl/ (${#wheels[@]} wheels, no registry)"
+  export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}  # before site-packages
+  from_wheels=" from .whl/ (no registry)"
 fi
-if version=$(python -c "import gymnasium; print(gymnasium.__version__)" 2>/dev/null); then
+if [ -d "${site:-/nonexistent}/tritonrl" ] && python -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  py=(python -P)  # the installed wheel, not the checkout in the current folder
+else
+  export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH}
+fi
+"${py[@]}" -c "import tritonrl; print(f'tritonrl {tritonrl.__version__} from {tritonrl.__file__}')" \
+  | tee "$out/summary.txt"
+if version=$("${py[@]}" -c "import gymnasium; print(gymnasium.__version__)" 2>/dev/null); then
   gym_note="gymnasium $version${from_wheels:-}: agent-level GPU tests and loop benchmarks run"
 else
   gym_note="no gymnasium (and no wheels in .whl/ that import): agent-level GPU tests and loop benchmarks are skipped; bring them with bash benchmarks/fetch-wheels.sh where a registry is reachable"
 fi
-echo "$gym_note" | tee "$out/summary.txt"
+echo "$gym_note" | tee -a "$out/summary.txt"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >"$out/gpu.txt" 2>&1
-python -m toolkit info 2>&1 | tee "$out/info.txt"
-timeout "${PYTEST_TIMEOUT:-300}" python -m pytest --gpu -m gpu -q -p no:cacheprovider 2>&1 | tee "$out/pytest-gpu.txt"
+"${py[@]}" -m tritonrl.toolkit info 2>&1 | tee "$out/info.txt"
+timeout "${PYTEST_TIMEOUT:-300}" "${py[@]}" -m pytest --gpu -m gpu -q -p no:cacheprovider 2>&1 | tee "$out/pytest-gpu.txt"
 rc_test=${PIPESTATUS[0]}
 # Benchmarks, kernels first: those that declare REQUIRES (the loops, gymnasium) run afterwards,
 # with --quick, in what is left of the same BENCH_TIMEOUT, so they can never crowd out a kernel.
@@ -42,12 +51,12 @@ mapfile -t kernel_benches < <(grep -L '^REQUIRES' benchmarks/[!_]*.py | xargs -r
 mapfile -t loop_benches < <(grep -l '^REQUIRES' benchmarks/[!_]*.py | xargs -rn1 basename | sed 's/\.py$//')
 rc_bench=0
 if [ ${#kernel_benches[@]} -gt 0 ]; then
-  timeout "$budget" python -m toolkit bench "${kernel_benches[@]}" 2>&1 | tee "$out/bench.txt"
+  timeout "$budget" "${py[@]}" -m tritonrl.toolkit bench "${kernel_benches[@]}" 2>&1 | tee "$out/bench.txt"
   rc_bench=${PIPESTATUS[0]}
 fi
 left=$(( budget - ($(date +%s) - bench_start) ))
 if [ ${#loop_benches[@]} -gt 0 ] && [ "$left" -ge 30 ]; then
-  timeout "$left" python -m toolkit bench --quick "${loop_benches[@]}" 2>&1 | tee "$out/bench-loops.txt"
+  timeout "$left" "${py[@]}" -m tritonrl.toolkit bench --quick "${loop_benches[@]}" 2>&1 | tee "$out/bench-loops.txt"
   rc_loops=${PIPESTATUS[0]}
   [ "$rc_bench" = 0 ] && rc_bench=$rc_loops
 elif [ ${#loop_benches[@]} -gt 0 ]; then

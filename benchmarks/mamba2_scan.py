@@ -2,10 +2,10 @@
 
 Implementations of the same scan (dt_bias + softplus, D [H], no gate, no resets, chunk 64, G=1):
 
-- ``triton``: :func:`kernels.mamba2.mamba2_scan` on CUDA (one program per (batch, head, P-block)
+- ``triton``: :func:`tritonrl.kernels.mamba2.mamba2_scan` on CUDA (one program per (batch, head, P-block)
   walking its chunks in order);
 - ``triton+resets``: the same with resets at random 2% of the steps (the price of resets);
-- ``torch``: the chunked torch reference :func:`kernels.mamba2.reference.mamba2_scan_ref`
+- ``torch``: the chunked torch reference :func:`tritonrl.kernels.mamba2.reference.mamba2_scan_ref`
   (the CPU path), eager, with autograd for the backward;
 - ``naive`` (CPU only): the sequential recurrence, one step after another (the test oracle);
 - ``mamba_ssm``: ``mamba_chunk_scan_combined`` when the ``mamba_ssm`` package imports (benchmark
@@ -31,11 +31,10 @@ import math
 from collections.abc import Callable
 
 import torch
-
-from kernels.mamba2 import mamba2_scan
-from kernels.mamba2.naive import mamba2_scan_naive
-from kernels.mamba2.reference import mamba2_scan_ref
-from toolkit.bench import Row, one_cpu_thread, time_fn
+from tritonrl.kernels.mamba2 import mamba2_scan
+from tritonrl.kernels.mamba2.naive import mamba2_scan_naive
+from tritonrl.kernels.mamba2.reference import mamba2_scan_ref
+from tritonrl.toolkit.bench import Row, one_cpu_thread, time_fn
 
 NAME = "mamba2_scan"
 GPU_CASES = [(8, 1024, 8, 64, 64), (32, 256, 8, 64, 128), (1, 8192, 16, 64, 128)]

@@ -2,8 +2,8 @@
 
 Implementations of the same head, same parameters:
 
-- ``triton``: :class:`agents.heads.DuelingHead` on CUDA: two fused launches forward.
-- ``eager``: the torch reference ops (:mod:`kernels.noisy_head.reference`), the CPU path.
+- ``triton``: :class:`tritonrl.agents.heads.DuelingHead` on CUDA: two fused launches forward.
+- ``eager``: the torch reference ops (:mod:`tritonrl.kernels.noisy_head.reference`), the CPU path.
 - ``compile``: ``torch.compile`` of that reference function (on CUDA: bf16, hidden 512, 18 actions,
   while the run is under 90 s; on a CPU: one case of full runs).
 
@@ -24,10 +24,9 @@ import time
 from collections.abc import Callable
 
 import torch
-
-from agents.heads import DuelingHead
-from kernels.noisy_head.reference import noisy_dueling_ref, noisy_linear_ref
-from toolkit.bench import Row, one_cpu_thread, time_fn
+from tritonrl.agents.heads import DuelingHead
+from tritonrl.kernels.noisy_head.reference import noisy_dueling_ref, noisy_linear_ref
+from tritonrl.toolkit.bench import Row, one_cpu_thread, time_fn
 
 NAME = "noisy_dueling"
 
@@ -161,7 +160,7 @@ def _run_dtype(b, hid, a, z, device, dtype, quick, with_compile) -> list[Row]:
 
 
 if __name__ == "__main__":
-    from toolkit.bench import env_header, format_table
+    from tritonrl.toolkit.bench import env_header, format_table
 
     print(env_header())
     print(format_table(run(quick=True)))

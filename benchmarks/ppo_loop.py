@@ -5,7 +5,7 @@ mamba on CartPoleNoVel-v1; 8 environments, each preset's rollout length):
 
 - ``env only``: the vector env stepped with random actions (the floor every loop pays);
 - ``collect``: ``act`` + env step + ``observe`` (env steps/s); ratio against ``env only``;
-- ``train``: the whole loop through :func:`toolkit.loop.run_training` (collection and updates,
+- ``train``: the whole loop through :func:`tritonrl.toolkit.loop.run_training` (collection and updates,
   no evaluation), env steps/s; ratio against the reference (discrete) or ``env only``;
 - ``update``: milliseconds per ``update()`` (all epochs over one rollout) and per 1,000
   transitions in ``extra``; ratio against the discrete policy's update.
@@ -26,11 +26,10 @@ import time
 import numpy as np
 import torch
 from torch import nn
-
-from toolkit.bench import Row, one_cpu_thread
+from tritonrl.toolkit.bench import Row, one_cpu_thread
 
 NAME = "ppo_loop"
-REQUIRES = ("gymnasium",)  # toolkit.bench skips this file, in one line, where it is missing
+REQUIRES = ("gymnasium",)  # tritonrl.toolkit.bench skips this file, in one line, where it is missing
 NUM_ENVS = 8
 KINDS = [
     ("discrete", "ppo", "CartPole-v1"),
@@ -105,7 +104,7 @@ def _reference_sps(total_steps: int, num_steps: int = 128) -> float:
 
 
 def _env_only_sps(env_id: str, steps: int) -> float:
-    from toolkit.envs import make_vec_env
+    from tritonrl.toolkit.envs import make_vec_env
 
     env = make_vec_env(env_id, NUM_ENVS, seed=0)
     space = env.single_action_space
@@ -120,8 +119,8 @@ def _env_only_sps(env_id: str, steps: int) -> float:
 
 
 def _agent(preset_name: str, env_id: str, steps: int, device: str = "cpu"):
-    from agents.ppo import PPO, preset
-    from toolkit.envs import make_vec_env
+    from tritonrl.agents.ppo import PPO, preset
+    from tritonrl.toolkit.envs import make_vec_env
 
     cfg = dataclasses.replace(preset(preset_name), total_steps=steps)
     env = make_vec_env(env_id, NUM_ENVS, seed=0, device=device)
@@ -165,7 +164,7 @@ def _timed(preset_name: str, env_id: str, device: str, reps: int) -> tuple[float
 def _cuda_rows(reps: int) -> list[Row]:
     import os
 
-    from toolkit.precision import DTYPE_ENV, training_dtype
+    from tritonrl.toolkit.precision import DTYPE_ENV, training_dtype
 
     rows = []
     for kind, preset_name, env_id in (KINDS[0], KINDS[4]):
@@ -198,8 +197,8 @@ def run(quick: bool = False) -> list[Row]:
 
 
 def _run(quick: bool) -> list[Row]:
-    from toolkit.loop import LoopConfig, run_training
-    from toolkit.onpolicy import OnPolicySchedule
+    from tritonrl.toolkit.loop import LoopConfig, run_training
+    from tritonrl.toolkit.onpolicy import OnPolicySchedule
 
     rows: list[Row] = []
     reps = 1 if quick else 3
@@ -235,6 +234,6 @@ def _run(quick: bool) -> list[Row]:
 
 
 def _preset(name: str):
-    from agents.ppo import preset
+    from tritonrl.agents.ppo import preset
 
     return preset(name)

@@ -1,10 +1,10 @@
 """Pure ops: Triton kernels and their torch references.
 
 Imports torch (and numpy) at package import; triton only when a Triton path first runs.
-See :mod:`kernels.backend` for how an op picks its implementation.
+See :mod:`tritonrl.kernels.backend` for how an op picks its implementation.
 """
 
-from kernels.backend import (
+from tritonrl.kernels.backend import (
     KernelFallbackWarning,
     KernelOp,
     Selection,
@@ -29,10 +29,10 @@ __all__ = [
 
 # Modules that register ops; `load_all()` imports them so `registry()` is complete.
 _OP_MODULES: tuple[str, ...] = (
-    "kernels.noisy_head.linear",
-    "kernels.noisy_head.dueling",
-    "kernels.mamba2",
-    "kernels.sumtree",
+    "tritonrl.kernels.noisy_head.linear",
+    "tritonrl.kernels.noisy_head.dueling",
+    "tritonrl.kernels.mamba2",
+    "tritonrl.kernels.sumtree",
 )
 
 

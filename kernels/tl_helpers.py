@@ -15,8 +15,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-
-from kernels.backend import interpreting
+from tritonrl.kernels.backend import interpreting
 
 __all__ = ["dot", "dot_flags"]
 

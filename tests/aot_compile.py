@@ -134,7 +134,7 @@ class _Driver:
 @contextlib.contextmanager
 def _triton_dispatch() -> Iterator[None]:
     """Every KernelOp picks its Triton implementation, whatever the tensors' device."""
-    from kernels.backend import KernelOp, Selection
+    from tritonrl.kernels.backend import KernelOp, Selection
 
     saved = KernelOp.select
     KernelOp.select = lambda self, device: Selection("triton", "ahead-of-time compile check")  # type: ignore[method-assign]
@@ -181,8 +181,7 @@ def _noisy_head(b: int, hid: int, a: int, z: int, dtype, *, backward: bool, trai
                 support: bool = False, dueling: bool = True) -> Callable[[], None]:
     def run() -> None:
         import torch
-
-        from agents.heads import DuelingHead
+        from tritonrl.agents.heads import DuelingHead
 
         torch.manual_seed(0)
         head = DuelingHead(hid, a, atoms=z, hidden=hid, dueling=dueling, device="cpu", dtype=dtype)
@@ -201,8 +200,7 @@ def _mamba2_scan(b: int, L: int, H: int, P: int, N: int, dtype, *, backward: boo
                  full: bool = False, G: int = 1, chunk: int = 64) -> Callable[[], None]:
     def run() -> None:
         import torch
-
-        from kernels.mamba2 import mamba2_scan
+        from tritonrl.kernels.mamba2 import mamba2_scan
 
         kw: dict[str, Any] = {"D": torch.zeros(H, P) if full else torch.zeros(H),
                               "dt_bias": torch.zeros(H), "chunk_size": chunk}
@@ -229,8 +227,7 @@ def _mamba2_scan(b: int, L: int, H: int, P: int, N: int, dtype, *, backward: boo
 def _mamba2_step(b: int, H: int, P: int, N: int, dtype, *, full: bool = False) -> Callable[[], None]:
     def run() -> None:
         import torch
-
-        from kernels.mamba2 import mamba2_step
+        from tritonrl.kernels.mamba2 import mamba2_step
 
         kw: dict[str, Any] = {"D": torch.zeros(H), "dt_bias": torch.zeros(H)}
         if full:
@@ -247,8 +244,7 @@ def _sumtree(capacity: int, *, sample: int = 0, update: int = 0, insert: int = 0
              ) -> Callable[[], None]:
     def run() -> None:
         import torch
-
-        from kernels.sumtree import new_sumtree, per_insert, per_sample, per_update
+        from tritonrl.kernels.sumtree import new_sumtree, per_insert, per_sample, per_update
 
         tree = new_sumtree(capacity)
         if insert:

@@ -67,13 +67,13 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 
 def _triton_importable() -> bool:
-    from kernels.backend import triton_available
+    from tritonrl.kernels.backend import triton_available
 
     return triton_available()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    from kernels.backend import interpreting
+    from tritonrl.kernels.backend import interpreting
 
     gpu = config.getoption("--gpu")
     skip_gpu = pytest.mark.skip(reason="compiled-kernel parity: run with --gpu on a CUDA machine")
@@ -91,7 +91,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(autouse=True)
 def _fresh_policy_caches():
     """Each test sees a fresh precision cache (tests mock CUDA queries and set env vars)."""
-    from toolkit.precision import training_dtype
+    from tritonrl.toolkit.precision import training_dtype
 
     training_dtype.cache_clear()
     yield

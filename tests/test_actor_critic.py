@@ -7,8 +7,7 @@ import math
 import pytest
 import torch
 from torch.distributions import AffineTransform, Normal, TanhTransform, TransformedDistribution
-
-from agents.actor_critic import CategoricalHead, FlowHead, GaussianHead, LSTMCore, squash_log_det
+from tritonrl.agents.actor_critic import CategoricalHead, FlowHead, GaussianHead, LSTMCore, squash_log_det
 
 LOW, HIGH = torch.tensor([-2.0, 0.0]), torch.tensor([2.0, 1.0])
 

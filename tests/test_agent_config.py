@@ -11,13 +11,13 @@ import pytest
 
 gym = pytest.importorskip("gymnasium")
 
-from agents.dqn import DQNConfig  # noqa: E402  (imports gymnasium)
-from agents.dqn import make_agent as make_dqn  # noqa: E402
-from agents.ppo import PPOConfig  # noqa: E402
-from kernels.backend import backend_override  # noqa: E402
-from toolkit.checks import check_config, numeric_fields  # noqa: E402
-from toolkit.cli import main  # noqa: E402
-from toolkit.registry import apply_overrides, get_agent  # noqa: E402
+from tritonrl.agents.dqn import DQNConfig  # noqa: E402  (imports gymnasium)
+from tritonrl.agents.dqn import make_agent as make_dqn  # noqa: E402
+from tritonrl.agents.ppo import PPOConfig  # noqa: E402
+from tritonrl.kernels.backend import backend_override  # noqa: E402
+from tritonrl.toolkit.checks import check_config, numeric_fields  # noqa: E402
+from tritonrl.toolkit.cli import main  # noqa: E402
+from tritonrl.toolkit.registry import apply_overrides, get_agent  # noqa: E402
 
 OBS = gym.spaces.Box(-math.inf, math.inf, (4,), "float32")
 DISCRETE = gym.spaces.Discrete(2)
@@ -215,8 +215,8 @@ def test_cli_refuses_before_training(tmp_path: Path, capsys, monkeypatch: pytest
 
 def test_network_builders_refuse_bad_sizes() -> None:
     # Used directly (outside a config), the builders refuse sizes that cannot make a layer.
-    from agents.actor_critic import mlp
-    from agents.torsos import build_torso
+    from tritonrl.agents.actor_critic import mlp
+    from tritonrl.agents.torsos import build_torso
 
     with pytest.raises(ValueError, match="attention heads=0 must be >= 1"):
         build_torso((3, 4), "attention", width=16, heads=0)
@@ -227,7 +227,7 @@ def test_network_builders_refuse_bad_sizes() -> None:
 
 
 def test_check_memory_refuses_only_what_cannot_fit(monkeypatch: pytest.MonkeyPatch) -> None:
-    from toolkit import checks
+    from tritonrl.toolkit import checks
 
     checks.check_memory("buffer_size=10", {"observations": 1_000}, "cpu")  # fits: nothing raised
     monkeypatch.setattr(checks, "available_memory", lambda device: 1_500)

@@ -11,10 +11,10 @@ import torch
 
 gym = pytest.importorskip("gymnasium")
 
-from agents.dqn import DQNAgent  # noqa: E402  (imports gymnasium)
-from agents.dqn import preset as dqn_preset  # noqa: E402
-from agents.ppo import PPO  # noqa: E402
-from agents.ppo import PRESETS as PPO_PRESETS  # noqa: E402
+from tritonrl.agents.dqn import DQNAgent  # noqa: E402  (imports gymnasium)
+from tritonrl.agents.dqn import preset as dqn_preset  # noqa: E402
+from tritonrl.agents.ppo import PPO  # noqa: E402
+from tritonrl.agents.ppo import PRESETS as PPO_PRESETS  # noqa: E402
 
 OBS = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
 DISCRETE = gym.spaces.Discrete(3)
@@ -149,7 +149,7 @@ def test_act_refuses_nan_obs_before_anything_changes(name: str) -> None:
 def _state_leaves(agent) -> list[torch.Tensor]:
     if isinstance(agent, DQNAgent) or not agent.recurrent:
         return []
-    from agents.ppo import _leaves
+    from tritonrl.agents.ppo import _leaves
 
     return _leaves(agent.state)
 

@@ -15,8 +15,8 @@ import torch
 
 gym = pytest.importorskip("gymnasium")
 
-from toolkit.checkpoint import CheckpointError, load_checkpoint, save_checkpoint  # noqa: E402
-from toolkit.cli import main  # noqa: E402
+from tritonrl.toolkit.checkpoint import CheckpointError, load_checkpoint, save_checkpoint  # noqa: E402
+from tritonrl.toolkit.cli import main  # noqa: E402
 
 SMALL = {"dqn": ["--set", "torso_width=16", "--set", "learning_starts=64", "--set", "train_freq=32",
                  "--set", "gradient_steps=2", "--set", "batch_size=16", "--set", "buffer_size=512"],
@@ -37,8 +37,8 @@ def runs(tmp_path_factory) -> dict[str, Path]:
 
 
 def _classes():
-    from agents.dqn import DQNAgent
-    from agents.ppo import PPO
+    from tritonrl.agents.dqn import DQNAgent
+    from tritonrl.agents.ppo import PPO
 
     return {"dqn": DQNAgent, "ppo": PPO}
 
@@ -130,10 +130,10 @@ def test_resume_refuses_a_section_of_the_wrong_type(tmp_path: Path, runs, capsys
 
 def test_library_resume_checks_every_section_before_loading_any(tmp_path: Path, runs) -> None:
     """run_training's resume: a damaged later section (RNG) leaves agent and schedule untouched."""
-    from agents.dqn import DQNAgent
-    from toolkit.envs import make_vec_env
-    from toolkit.loop import LoopConfig, run_training
-    from toolkit.offpolicy import schedule_for
+    from tritonrl.agents.dqn import DQNAgent
+    from tritonrl.toolkit.envs import make_vec_env
+    from tritonrl.toolkit.loop import LoopConfig, run_training
+    from tritonrl.toolkit.offpolicy import schedule_for
 
     state = load_checkpoint(runs["dqn"])
     state["rng"] = {**state["rng"], "torch": state["rng"]["torch"][:10]}

@@ -1,5 +1,5 @@
 """A bare GPU machine (no gymnasium, no registry) must collect every test file and import every
-benchmark, and ``python -m toolkit bench`` skips a benchmark whose package is missing in one line."""
+benchmark, and ``python -m tritonrl.toolkit bench`` skips a benchmark whose package is missing in one line."""
 
 from __future__ import annotations
 
@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 from bare_collect import KERNEL_FILES, MIN_GPU_TESTS
-
-from toolkit.bench import discover
-from toolkit.bench import main as bench_main
+from tritonrl.toolkit.bench import discover
+from tritonrl.toolkit.bench import main as bench_main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -48,7 +47,7 @@ def test_bench_skips_a_benchmark_whose_requirement_is_missing(tmp_path: Path, ca
         "REQUIRES = ('tritonrl_no_such_package',)\n"
         "def run(quick=False):\n    raise AssertionError('run() of a skipped benchmark was called')\n")
     (tmp_path / "plain.py").write_text(
-        "from toolkit.bench import Row\n"
+        "from tritonrl.toolkit.bench import Row\n"
         "def run(quick=False):\n    return [Row('plain', 'case', 'impl', 1.5, 'ms')]\n")
     assert bench_main(tmp_path, quick=True) == 0
     out, err = capsys.readouterr()
@@ -72,10 +71,10 @@ def test_gymnasium_benchmarks_skip_in_one_line_without_gymnasium(monkeypatch: py
 
 
 def test_train_without_gymnasium_is_one_line(tmp_path: Path) -> None:
-    """`python -m toolkit train` without gymnasium: one line naming it, exit 2, no run folder."""
+    """`python -m tritonrl.toolkit train` without gymnasium: one line naming it, exit 2, no run folder."""
     shim = ("import sys\n"
             "sys.modules['gymnasium'] = None\n"  # `import gymnasium` raises ModuleNotFoundError
-            "from toolkit.cli import main\n"
+            "from tritonrl.toolkit.cli import main\n"
             "sys.exit(main(sys.argv[1:]))\n")
     run_dir = tmp_path / "run"
     proc = subprocess.run([sys.executable, "-c", shim, "train", "--steps", "100", "--run-dir", str(run_dir)],

@@ -9,8 +9,7 @@ import random
 import numpy as np
 import pytest
 import torch
-
-from toolkit.checkpoint import (
+from tritonrl.toolkit.checkpoint import (
     CheckpointError,
     capture_rng_state,
     load_checkpoint,
@@ -18,7 +17,7 @@ from toolkit.checkpoint import (
     restore_rng_state,
     save_checkpoint,
 )
-from toolkit.optim import MasterWeightOptimizer
+from tritonrl.toolkit.optim import MasterWeightOptimizer
 
 
 def _model(dtype: torch.dtype, seed: int = 0) -> torch.nn.Module:

@@ -19,8 +19,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from toolkit.checkpoint import (
+from tritonrl.toolkit.checkpoint import (
     MAX_HEADER_BYTES,
     CheckpointError,
     capture_rng_state,

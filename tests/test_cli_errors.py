@@ -1,7 +1,7 @@
 """Every command-line mistake: one ``error:`` line on stderr, exit status 2, nothing written.
 
 One table, :data:`CASES`: argv -> exit code -> a regex the single stderr line must match. Each row
-runs in-process through ``toolkit.cli.main`` with the working directory set to a fresh
+runs in-process through ``tritonrl.toolkit.cli.main`` with the working directory set to a fresh
 ``tmp_path`` (so the default ``runs/...`` folder would land there too), and the test asserts:
 the exit code, exactly one stderr line starting with ``error:`` and matching the row, nothing on
 stdout, no ``Traceback``, and every file and folder under ``tmp_path`` unchanged (no run folder
@@ -28,8 +28,7 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from toolkit.cli import main
+from tritonrl.toolkit.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = ("--no-progress", "--no-tensorboard", "--steps", "64", "--eval-episodes", "2")
@@ -182,7 +181,7 @@ CASES = [
          setup=_existing_run, fault=("fsync", errno.ENOSPC)),
     # --- argparse's own mistakes are one line too
     Case("seed-not-an-int", train("--seed", "1.5"),
-         r"argument --seed: invalid int value: '1.5' \(see `python -m toolkit train --help`\)"),
+         r"argument --seed: invalid int value: '1.5' \(see `python -m tritonrl.toolkit train --help`\)"),
     Case("steps-float-notation", train("--steps", "1e4"), r"argument --steps: invalid int value: '1e4'"),
     Case("target-return-not-a-number", train("--target-return", "abc"),
          r"argument --target-return: invalid float value"),
@@ -274,7 +273,7 @@ def test_table_covers_every_train_flag() -> None:
     """Every ``train`` flag that takes a value has at least one row (a new flag needs its mistakes here)."""
     import argparse
 
-    from toolkit.train import add_parser
+    from tritonrl.toolkit.train import add_parser
 
     parser = argparse.ArgumentParser()
     p = add_parser(parser.add_subparsers())
@@ -293,9 +292,9 @@ def test_probe_leaves_nothing_behind_on_success(tmp_path: Path, capsys: pytest.C
 
 
 def test_entry_point_exit_status() -> None:
-    """Through ``python -m toolkit`` (``sys.exit(main())``): status 2 and the one line."""
-    proc = subprocess.run([sys.executable, "-m", "toolkit", "bench", "nosuchbench"], capture_output=True,
-                          text=True,
+    """Through ``python -m tritonrl.toolkit`` (``sys.exit(main())``): status 2 and the one line."""
+    proc = subprocess.run([sys.executable, "-m", "tritonrl.toolkit", "bench", "nosuchbench"],
+                          capture_output=True, text=True,
                           cwd=REPO, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == [proc.stderr.strip()]
@@ -311,7 +310,7 @@ def test_entry_point_exit_status() -> None:
 ])
 def test_loop_config_rejects_impossible_values(field: str, value: object) -> None:
     pytest.importorskip("gymnasium")
-    from toolkit.loop import LoopConfig
+    from tritonrl.toolkit.loop import LoopConfig
 
     kwargs = {"total_steps": 100, field: value}
     with pytest.raises(ValueError, match=rf"^LoopConfig\.{field} must be"):
@@ -320,8 +319,8 @@ def test_loop_config_rejects_impossible_values(field: str, value: object) -> Non
 
 def test_seed_limit_matches_the_loop() -> None:
     pytest.importorskip("gymnasium")
-    from toolkit.loop import MAX_SEED
-    from toolkit.train import MAX_SEED as CLI_MAX_SEED
+    from tritonrl.toolkit.loop import MAX_SEED
+    from tritonrl.toolkit.train import MAX_SEED as CLI_MAX_SEED
 
     assert CLI_MAX_SEED == MAX_SEED == 2**32 - 1
 

@@ -1,4 +1,4 @@
-"""Dispatch rules of kernels.backend: forced backends, missing triton, fallback on failure."""
+"""Dispatch rules of tritonrl.kernels.backend: forced backends, missing triton, fallback on failure."""
 
 from __future__ import annotations
 
@@ -7,9 +7,8 @@ import warnings
 
 import pytest
 import torch
-
-from kernels import backend
-from kernels.backend import KernelFallbackWarning, KernelOp
+from tritonrl.kernels import backend
+from tritonrl.kernels.backend import KernelFallbackWarning, KernelOp
 
 
 def _ref(x: torch.Tensor) -> torch.Tensor:

@@ -14,13 +14,13 @@ import torch
 
 pytest.importorskip("gymnasium")
 
-import toolkit.checkpoint as ckpt_mod  # noqa: E402
-import toolkit.logger as logger_mod  # noqa: E402
-from toolkit.checkpoint import load_checkpoint  # noqa: E402
-from toolkit.cli import main  # noqa: E402
-from toolkit.envs import make_vec_env  # noqa: E402
-from toolkit.loop import DivergenceError, LoopConfig, TrainingError, run_training  # noqa: E402
-from toolkit.onpolicy import OnPolicySchedule  # noqa: E402
+import tritonrl.toolkit.checkpoint as ckpt_mod  # noqa: E402
+import tritonrl.toolkit.logger as logger_mod  # noqa: E402
+from tritonrl.toolkit.checkpoint import load_checkpoint  # noqa: E402
+from tritonrl.toolkit.cli import main  # noqa: E402
+from tritonrl.toolkit.envs import make_vec_env  # noqa: E402
+from tritonrl.toolkit.loop import DivergenceError, LoopConfig, TrainingError, run_training  # noqa: E402
+from tritonrl.toolkit.onpolicy import OnPolicySchedule  # noqa: E402
 
 TINY = {
     "dqn": ["--set", "learning_starts=100", "--set", "train_freq=4", "--set", "batch_size=16",
@@ -117,7 +117,7 @@ def test_non_finite_parameters_stop_the_run_even_without_a_loss_metric(tmp_path:
 
 def test_agent_errors_reach_the_user_as_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    from agents.ppo import PPO
+    from tritonrl.agents.ppo import PPO
 
     real = PPO.observe
     calls = {"n": 0}

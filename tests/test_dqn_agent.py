@@ -12,9 +12,8 @@ pytest.importorskip(
     "gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
 
 import gymnasium as gym
-
-from agents.dqn import PRESETS, DQNAgent, DQNConfig, make_agent, preset
-from toolkit.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from tritonrl.agents.dqn import PRESETS, DQNAgent, DQNConfig, make_agent, preset
+from tritonrl.toolkit.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 
 OBS = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
 ACT = gym.spaces.Discrete(2)
@@ -68,7 +67,7 @@ def test_rainbow_is_the_sum_of_its_parts() -> None:
 
 
 def test_presets_are_registered_as_offpolicy_agents() -> None:
-    from toolkit.registry import get_agent
+    from tritonrl.toolkit.registry import get_agent
 
     for name in PRESETS:
         spec = get_agent(name)
@@ -244,7 +243,7 @@ def test_checkpoint_loads_across_dtypes(tmp_path, monkeypatch) -> None:
     a.update()
     a.save(tmp_path / "bf16.safetensors")
     monkeypatch.setenv("TRITONRL_DTYPE", "f32")
-    from toolkit.precision import training_dtype
+    from tritonrl.toolkit.precision import training_dtype
 
     training_dtype.cache_clear()
     b = DQNAgent.load(tmp_path / "bf16.safetensors")

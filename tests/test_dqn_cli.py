@@ -1,4 +1,5 @@
-"""The DQN family through the shared loop and ``python -m toolkit train``: exact resume and bad input."""
+"""The DQN family through the shared loop and ``python -m tritonrl.toolkit train``: exact resume and
+bad input."""
 
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ import torch
 pytest.importorskip(
     "gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
 
-from agents.dqn import DQNAgent, preset
-from toolkit.cli import main
-from toolkit.envs import make_vec_env
-from toolkit.loop import LoopConfig, run_training
-from toolkit.offpolicy import schedule_for
+from tritonrl.agents.dqn import DQNAgent, preset
+from tritonrl.toolkit.cli import main
+from tritonrl.toolkit.envs import make_vec_env
+from tritonrl.toolkit.loop import LoopConfig, run_training
+from tritonrl.toolkit.offpolicy import schedule_for
 
 TINY = {"torso_width": 32, "batch_size": 32, "buffer_size": 2_000, "learning_starts": 200, "train_freq": 64,
         "gradient_steps": 8, "target_update_every": 16}
@@ -105,7 +106,7 @@ def test_cli_trains_and_refuses_bad_input(tmp_path: Path, capsys) -> None:
 
 
 def test_agent_checkpoint_of_another_shape_is_refused(tmp_path: Path) -> None:
-    from toolkit.checkpoint import CheckpointError
+    from tritonrl.toolkit.checkpoint import CheckpointError
 
     env = make_vec_env("CartPoleNoVel-v1", 1, seed=0)
     other = DQNAgent(env.single_observation_space, env.single_action_space, preset("dqn", **TINY))
@@ -114,7 +115,7 @@ def test_agent_checkpoint_of_another_shape_is_refused(tmp_path: Path) -> None:
     env = make_vec_env("CartPole-v1", 1, seed=0)
     agent = DQNAgent(env.single_observation_space, env.single_action_space, preset("dqn", **TINY))
     env.close()
-    from toolkit.checkpoint import load_checkpoint
+    from tritonrl.toolkit.checkpoint import load_checkpoint
 
     with pytest.raises(CheckpointError, match=r"observation shape \[2\]"):
         agent.load_state_dict(load_checkpoint(tmp_path / "novel.safetensors"))

@@ -16,10 +16,10 @@ import torch
 pytest.importorskip(
     "gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
 
-from agents.dqn import DQNAgent, preset
-from toolkit.envs import make_vec_env
-from toolkit.loop import LoopConfig, run_training
-from toolkit.offpolicy import schedule_for
+from tritonrl.agents.dqn import DQNAgent, preset
+from tritonrl.toolkit.envs import make_vec_env
+from tritonrl.toolkit.loop import LoopConfig, run_training
+from tritonrl.toolkit.offpolicy import schedule_for
 
 pytestmark = pytest.mark.learning
 

@@ -8,8 +8,7 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-
-from agents.td import (
+from tritonrl.agents.td import (
     branching_td_target,
     c51_loss,
     c51_project,

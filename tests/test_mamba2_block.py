@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from agents.mamba2 import Mamba2Block, Mamba2State
-from kernels.mamba2 import MAMBA2_SCAN, MAMBA2_STEP
+from tritonrl.agents.mamba2 import Mamba2Block, Mamba2State
+from tritonrl.kernels.mamba2 import MAMBA2_SCAN, MAMBA2_STEP
 
 # f32 on CPU: forward (chunked scan, conv by shifted sums) and step (fused step, conv as one
 # weighted sum) compute the same numbers in a different order: a few ulps of O(1) values.

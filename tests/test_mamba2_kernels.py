@@ -12,9 +12,8 @@ from helpers import assert_bf16_close
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from mamba2_cases import Case, make_inputs, ref_call, with_grad
-
-from kernels.mamba2 import MAMBA2_SCAN, MAMBA2_STEP, mamba2_scan, mamba2_step
-from kernels.mamba2.reference import mamba2_scan_ref
+from tritonrl.kernels.mamba2 import MAMBA2_SCAN, MAMBA2_STEP, mamba2_scan, mamba2_step
+from tritonrl.kernels.mamba2.reference import mamba2_scan_ref
 
 # f32 kernels use IEEE products: they differ from the float64 reference by summation order only.
 # Errors are measured relative to the largest reference value of each tensor (sums over L and P
@@ -95,7 +94,7 @@ def test_scan_f32_parity(kernel_device: str, case: Case) -> None:
 def test_scan_f32_parity_wide_blocks_interpreted(monkeypatch: pytest.MonkeyPatch) -> None:
     """The launch configuration of many sequences (BP = 64 forward, two blocks of 32 backward),
     reached with few rows by lowering the program-count threshold (the interpreter is slow)."""
-    from kernels.mamba2 import chunk
+    from tritonrl.kernels.mamba2 import chunk
 
     monkeypatch.setenv("TRITONRL_BACKEND", "triton")
     monkeypatch.setattr(chunk, "_MIN_PROGRAMS", 1)
@@ -223,7 +222,7 @@ def test_step_parity(kernel_device: str, case: Case, dtype: torch.dtype) -> None
                         dt_bias=kw.get("dt_bias"), dt_softplus=case.softplus, dt_limit=case.limit,
                         reset=sl["resets"])
         assert MAMBA2_STEP.last_backend == "triton" and y.dtype == dtype
-        from kernels.mamba2.reference import mamba2_step_ref
+        from tritonrl.kernels.mamba2.reference import mamba2_step_ref
 
         s64 = {k: (k64[k][:, t] if k64.get(k) is not None else None) for k in ("x", "dt", "B", "C", "z")}
         y0 = mamba2_step_ref(ref_state, s64["x"], s64["dt"], k64["A"], s64["B"], s64["C"], k64.get("D"),

@@ -10,10 +10,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from mamba2_cases import Case, make_inputs, ref_call, with_grad
-
-from kernels.mamba2 import MAMBA2_SCAN, MAMBA2_STEP, mamba2_scan, mamba2_step
-from kernels.mamba2.naive import mamba2_scan_naive
-from kernels.mamba2.reference import mamba2_scan_ref, mamba2_step_ref
+from tritonrl.kernels.mamba2 import MAMBA2_SCAN, MAMBA2_STEP, mamba2_scan, mamba2_step
+from tritonrl.kernels.mamba2.naive import mamba2_scan_naive
+from tritonrl.kernels.mamba2.reference import mamba2_scan_ref, mamba2_step_ref
 
 CHUNK = 16
 

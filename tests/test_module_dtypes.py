@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from agents.factored import BranchingHead
-from agents.icm import ICM
-from agents.torsos import AttentionTorso, MLPTorso, ResidualMLPTorso, SpectralLinear
+from tritonrl.agents.factored import BranchingHead
+from tritonrl.agents.icm import ICM
+from tritonrl.agents.torsos import AttentionTorso, MLPTorso, ResidualMLPTorso, SpectralLinear
 
 
 def _builders():

@@ -19,8 +19,7 @@ import torch
 from helpers import assert_bf16_close
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from kernels.noisy_head import (
+from tritonrl.kernels.noisy_head import (
     NOISY_DUELING,
     NOISY_LINEAR,
     NoisyParams,
@@ -28,7 +27,7 @@ from kernels.noisy_head import (
     noisy_dueling,
     noisy_linear,
 )
-from kernels.noisy_head.reference import noisy_dueling_ref, noisy_linear_ref
+from tritonrl.kernels.noisy_head.reference import noisy_dueling_ref, noisy_linear_ref
 
 # ----------------------------------------------------------------------------- cases
 
@@ -161,7 +160,7 @@ def assert_bf16_ok(got, ref, torch_bf16, name: str) -> None:
 def nan_buffers(monkeypatch: pytest.MonkeyPatch):
     """Every buffer the Triton launchers allocate starts as NaN, so unwritten elements show."""
     pytest.importorskip("triton")
-    from kernels.noisy_head import fused_linear
+    from tritonrl.kernels.noisy_head import fused_linear
 
     def nan_empty(*shape, **kw):
         return torch.full(*shape, float("nan"), **kw)
@@ -430,7 +429,7 @@ def test_linear_triton_bf16(kernel_device, nan_buffers, shape, relu) -> None:
 @pytest.mark.parametrize("groups", [None, 2])
 def test_linear_triton_split_weight_grads(kernel_device, nan_buffers, groups) -> None:
     """The weight gradient split over batch chunks (f32 partials + a reduction kernel)."""
-    from kernels.noisy_head.fused_linear import noisy_linear_bwd
+    from tritonrl.kernels.noisy_head.fused_linear import noisy_linear_bwd
 
     gen = torch.Generator().manual_seed(11)
     b, i, o = 70, 20, 9
@@ -631,8 +630,8 @@ def test_gpu_dueling(monkeypatch, nan_buffers, dtype, b, az) -> None:
 @pytest.mark.gpu
 def test_gpu_backward_failure_falls_back(monkeypatch) -> None:
     """A Triton backward that fails on CUDA (auto mode) warns and runs the reference's autograd."""
-    from kernels.backend import KernelFallbackWarning
-    from kernels.noisy_head import fused_linear
+    from tritonrl.kernels.backend import KernelFallbackWarning
+    from tritonrl.kernels.noisy_head import fused_linear
 
     monkeypatch.delenv("TRITONRL_BACKEND", raising=False)
     NOISY_LINEAR.reset()

@@ -1,4 +1,4 @@
-"""agents.heads: NoisyLinear and DuelingHead (init, noise, train/eval, dtypes, wiring, launches)."""
+"""tritonrl.agents.heads: NoisyLinear and DuelingHead (init, noise, train/eval, dtypes, wiring, launches)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,9 @@ import math
 
 import pytest
 import torch
-
-from agents.heads import DuelingHead, NoisyLinear, scaled_noise
-from kernels.noisy_head import NOISY_DUELING, NOISY_LINEAR, expected_q
-from kernels.noisy_head.reference import noisy_linear_ref
+from tritonrl.agents.heads import DuelingHead, NoisyLinear, scaled_noise
+from tritonrl.kernels.noisy_head import NOISY_DUELING, NOISY_LINEAR, expected_q
+from tritonrl.kernels.noisy_head.reference import noisy_linear_ref
 
 
 def test_noisy_linear_init_statistics() -> None:
@@ -162,7 +161,7 @@ class _LaunchCounter:
 @pytest.mark.parametrize("atoms", [1, 51])
 def test_dueling_head_triton_two_launches_and_parity(kernel_device, monkeypatch, atoms) -> None:
     """A whole Rainbow head runs in two launches forward, and matches the torch path."""
-    from kernels.noisy_head import fused_dueling, fused_linear
+    from tritonrl.kernels.noisy_head import fused_dueling, fused_linear
 
     launches: list[str] = []
     for mod in (fused_linear, fused_dueling):

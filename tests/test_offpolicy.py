@@ -6,8 +6,7 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-
-from toolkit.offpolicy import OffPolicySchedule
+from tritonrl.toolkit.offpolicy import OffPolicySchedule
 
 
 class _Counting:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from toolkit.optim import MasterWeightOptimizer
+from tritonrl.toolkit.optim import MasterWeightOptimizer
 
 
 def _steps(opt, param: torch.nn.Parameter, n: int) -> None:

@@ -18,7 +18,7 @@ import torch
 
 gym = pytest.importorskip("gymnasium")
 
-from toolkit.checkpoint import CheckpointError  # noqa: E402
+from tritonrl.toolkit.checkpoint import CheckpointError  # noqa: E402
 
 Path = tuple[Any, ...]
 _DELETE = object()
@@ -140,7 +140,7 @@ DQN_SMALL = {"torso_width": 16, "torso_depth": 1, "buffer_size": 64, "batch_size
 
 
 def _dqn(name: str, seed: int, steps: int, **kw: Any):
-    from agents.dqn import DQNAgent, preset
+    from tritonrl.agents.dqn import DQNAgent, preset
 
     obs_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
     agent = DQNAgent(obs_space, gym.spaces.Discrete(2), preset(name, **{**DQN_SMALL, **kw}), num_envs=2,
@@ -175,7 +175,7 @@ PPO_SMALL = {"num_steps": 8, "seq_len": 4, "num_minibatches": 2, "update_epochs"
 
 
 def _ppo(name: str, seed: int, steps: int):
-    from agents.ppo import PPO, preset
+    from tritonrl.agents.ppo import PPO, preset
 
     obs_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
     agent = PPO(obs_space, gym.spaces.Discrete(2), preset(name, **PPO_SMALL), num_envs=2, seed=seed)
@@ -206,8 +206,8 @@ def test_ppo_damaged_state_is_refused_untouched(name: str) -> None:
 
 @pytest.mark.parametrize("kind", ["offpolicy", "onpolicy"])
 def test_damaged_schedule_state_is_refused_untouched(kind: str) -> None:
-    from toolkit.offpolicy import OffPolicySchedule
-    from toolkit.onpolicy import OnPolicySchedule
+    from tritonrl.toolkit.offpolicy import OffPolicySchedule
+    from tritonrl.toolkit.onpolicy import OnPolicySchedule
 
     make = (lambda: OffPolicySchedule(100, 4, 2)) if kind == "offpolicy" else (lambda: OnPolicySchedule(8))
     source, target = make(), make()
@@ -228,7 +228,7 @@ def test_damaged_schedule_state_is_refused_untouched(kind: str) -> None:
 
 
 def test_damaged_env_state_is_refused_untouched() -> None:
-    from toolkit.envs import make_vec_env
+    from tritonrl.toolkit.envs import make_vec_env
 
     source, target = make_vec_env("CartPole-v1", 2, seed=1), make_vec_env("CartPole-v1", 2, seed=5)
     try:

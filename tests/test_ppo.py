@@ -10,13 +10,13 @@ import torch
 pytest.importorskip(
     "gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
 
-from agents.ppo import PPO, PPOConfig, preset
-from toolkit.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from toolkit.cli import main as cli_main
-from toolkit.envs import make_vec_env
-from toolkit.loop import LoopConfig, run_training
-from toolkit.onpolicy import OnPolicySchedule
-from toolkit.precision import training_dtype
+from tritonrl.agents.ppo import PPO, PPOConfig, preset
+from tritonrl.toolkit.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from tritonrl.toolkit.cli import main as cli_main
+from tritonrl.toolkit.envs import make_vec_env
+from tritonrl.toolkit.loop import LoopConfig, run_training
+from tritonrl.toolkit.onpolicy import OnPolicySchedule
+from tritonrl.toolkit.precision import training_dtype
 
 ENVS = {"discrete": "CartPole-v1", "continuous": "Pendulum-v1", "flow": "Pendulum-v1",
         "lstm": "CartPoleNoVel-v1", "mamba": "CartPoleNoVel-v1"}

@@ -23,11 +23,11 @@ import torch
 pytest.importorskip(
     "gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
 
-from agents.ppo import PPO, preset
-from toolkit.envs import make_vec_env
-from toolkit.loop import LoopConfig, run_training
-from toolkit.onpolicy import OnPolicySchedule
-from toolkit.precision import training_dtype
+from tritonrl.agents.ppo import PPO, preset
+from tritonrl.toolkit.envs import make_vec_env
+from tritonrl.toolkit.loop import LoopConfig, run_training
+from tritonrl.toolkit.onpolicy import OnPolicySchedule
+from tritonrl.toolkit.precision import training_dtype
 
 pytestmark = pytest.mark.learning
 

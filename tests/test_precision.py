@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from toolkit.precision import PrecisionError, explain, training_dtype
+from tritonrl.toolkit.precision import PrecisionError, explain, training_dtype
 
 
 @pytest.fixture

@@ -14,8 +14,7 @@ import torch
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
-
-from toolkit.replay import PrioritizedReplayBuffer, ReplayBatch, ReplayBuffer
+from tritonrl.toolkit.replay import PrioritizedReplayBuffer, ReplayBatch, ReplayBuffer
 
 OBS = (2,)
 
@@ -522,7 +521,7 @@ def test_save_syncs_the_temporary_file_before_the_rename(tmp_path: Path, monkeyp
 
 @pytest.mark.gpu
 def test_gpu_buffer_end_to_end() -> None:
-    from toolkit.precision import training_dtype
+    from tritonrl.toolkit.precision import training_dtype
 
     buf = PrioritizedReplayBuffer(1000, OBS, device="cuda", num_envs=4, n_step=3)
     assert buf.obs_dtype == training_dtype("cuda") and not buf.check_priorities

@@ -15,9 +15,9 @@ import pytest
 
 gym = pytest.importorskip("gymnasium")
 
-from toolkit.checkpoint import CheckpointError, load_checkpoint  # noqa: E402
-from toolkit.cli import main  # noqa: E402
-from toolkit.config import resumable_fields  # noqa: E402
+from tritonrl.toolkit.checkpoint import CheckpointError, load_checkpoint  # noqa: E402
+from tritonrl.toolkit.cli import main  # noqa: E402
+from tritonrl.toolkit.config import resumable_fields  # noqa: E402
 
 DQN_SMALL = ["--set", "torso_width=16", "--set", "learning_starts=64", "--set", "train_freq=32",
              "--set", "gradient_steps=2", "--set", "batch_size=16", "--set", "buffer_size=512"]
@@ -117,8 +117,7 @@ def test_ppo_resume_without_set_keeps_the_saved_config(tmp_path: Path, capsys) -
 
 def _dqn(**kw):
     import numpy as np
-
-    from agents.dqn import DQNAgent, preset
+    from tritonrl.agents.dqn import DQNAgent, preset
 
     space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
     return DQNAgent(space, gym.spaces.Discrete(2), preset("dqn", torso_width=8, buffer_size=64, batch_size=4,
@@ -135,8 +134,8 @@ def test_load_state_dict_takes_resumable_fields_from_the_agent_and_refuses_fixed
 
 
 def test_resumable_fields_are_declared_per_family() -> None:
-    from agents.dqn import DQNConfig
-    from agents.ppo import PPOConfig
+    from tritonrl.agents.dqn import DQNConfig
+    from tritonrl.agents.ppo import PPOConfig
 
     dqn, ppo = resumable_fields(DQNConfig), resumable_fields(PPOConfig)
     assert {"lr", "eps_end", "eps_decay_steps", "max_grad_norm"} <= dqn
@@ -146,8 +145,8 @@ def test_resumable_fields_are_declared_per_family() -> None:
 
 
 def test_training_docs_list_exactly_the_resumable_fields() -> None:
-    from agents.dqn import DQNConfig
-    from agents.ppo import PPOConfig
+    from tritonrl.agents.dqn import DQNConfig
+    from tritonrl.agents.ppo import PPOConfig
 
     page = (Path(__file__).parent.parent / "docs" / "pages" / "training.md").read_text()
     for family, cls in (("DQN", DQNConfig), ("PPO", PPOConfig)):

@@ -21,15 +21,15 @@ import torch
 
 pytest.importorskip("gymnasium")
 
-import toolkit.checkpoint as ckpt_mod  # noqa: E402
-import toolkit.logger as logger_mod  # noqa: E402
-from toolkit.checkpoint import atomic_write_bytes, load_checkpoint, remove_stale_temps  # noqa: E402
-from toolkit.cli import main  # noqa: E402
-from toolkit.envs import make_vec_env  # noqa: E402
-from toolkit.logger import MetricLogger, read_csv, repair_csv  # noqa: E402
-from toolkit.loop import LoopConfig, TrainingError, run_training  # noqa: E402
-from toolkit.onpolicy import OnPolicySchedule  # noqa: E402
-from toolkit.runfolder import RunFolderBusy, RunLock  # noqa: E402
+import tritonrl.toolkit.checkpoint as ckpt_mod  # noqa: E402
+import tritonrl.toolkit.logger as logger_mod  # noqa: E402
+from tritonrl.toolkit.checkpoint import atomic_write_bytes, load_checkpoint, remove_stale_temps  # noqa: E402
+from tritonrl.toolkit.cli import main  # noqa: E402
+from tritonrl.toolkit.envs import make_vec_env  # noqa: E402
+from tritonrl.toolkit.logger import MetricLogger, read_csv, repair_csv  # noqa: E402
+from tritonrl.toolkit.loop import LoopConfig, TrainingError, run_training  # noqa: E402
+from tritonrl.toolkit.onpolicy import OnPolicySchedule  # noqa: E402
+from tritonrl.toolkit.runfolder import RunFolderBusy, RunLock  # noqa: E402
 
 
 class Toy:
@@ -359,7 +359,7 @@ def test_stale_temp_files_go_at_the_start_and_at_each_save(tmp_path: Path,
             (run / ".checkpoint.safetensors.zz.tmp").write_bytes(b"partial")
         real_save(path, state)
 
-    import toolkit.loop as loop_mod
+    import tritonrl.toolkit.loop as loop_mod
     monkeypatch.setattr(loop_mod, "save_checkpoint", save_after_a_kill)
     monkeypatch.setattr(loop_mod, "remove_stale_temps", _spy_removals(remove_stale_temps))
     _run(run)
@@ -405,7 +405,7 @@ def test_atomic_write_fsyncs_the_folder_after_the_rename(tmp_path: Path,
 
 def test_checkpoint_saves_by_wall_time_at_a_flush(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     saved_at: list[int] = []
-    import toolkit.loop as loop_mod
+    import tritonrl.toolkit.loop as loop_mod
     real_save = loop_mod.save_checkpoint
 
     def spy(path: Path, state: Any) -> None:

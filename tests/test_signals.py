@@ -1,4 +1,4 @@
-"""``python -m toolkit train`` as a real process: SIGINT/SIGTERM save and exit cleanly, and the
+"""``python -m tritonrl.toolkit train`` as a real process: SIGINT/SIGTERM save and exit cleanly, and the
 ``train`` extra (matplotlib) is optional (issue 15, items 3 and 9)."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import pytest
 
 pytest.importorskip("gymnasium")
 
-from toolkit.checkpoint import load_checkpoint  # noqa: E402
-from toolkit.cli import main  # noqa: E402
+from tritonrl.toolkit.checkpoint import load_checkpoint  # noqa: E402
+from tritonrl.toolkit.cli import main  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--agent", "ppo", "--env", "CartPole-v1", "--num-envs", "2", "--set", "num_steps=16",
@@ -35,7 +35,7 @@ def _env() -> dict[str, str]:
 def test_a_signal_saves_prints_one_line_and_resume_continues(signals: tuple[str, ...], tmp_path: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     run = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "toolkit", "train", *TINY, "--steps", "100000000",
+    proc = subprocess.Popen([sys.executable, "-m", "tritonrl.toolkit", "train", *TINY, "--steps", "100000000",
                              "--run-dir", str(run)], cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
@@ -83,7 +83,7 @@ class HideMatplotlib:
 sys.meta_path.insert(0, HideMatplotlib())
 for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
     del sys.modules[name]
-from toolkit.cli import main
+from tritonrl.toolkit.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 

@@ -13,8 +13,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from kernels.sumtree import (
+from tritonrl.kernels.sumtree import (
     BAD_INDEX,
     BAD_PRIORITY,
     SUMTREE_INSERT,
@@ -31,7 +30,7 @@ from kernels.sumtree import (
     rebuild,
     total,
 )
-from kernels.sumtree.naive import FANOUT, ROW, prefix_ref
+from tritonrl.kernels.sumtree.naive import FANOUT, ROW, prefix_ref
 
 # Upper 0.1% points of the chi-square distribution (standard tables), by degrees of freedom.
 CHI2_999 = {7: 24.322, 12: 32.909, 15: 37.697}

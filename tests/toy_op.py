@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import torch
-
-from kernels.backend import KernelOp
+from tritonrl.kernels.backend import KernelOp
 
 
 def toy_linear_ref(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, relu: bool) -> torch.Tensor:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-
-from kernels.tl_helpers import dot, dot_flags
+from tritonrl.kernels.tl_helpers import dot, dot_flags
 
 
 @triton.jit

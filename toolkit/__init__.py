@@ -1,5 +1,5 @@
 """Infrastructure: precision policy, replay buffers, data upload, loops, checkpoints, CLI."""
 
-from toolkit.precision import PrecisionError, explain, training_dtype
+from tritonrl.toolkit.precision import PrecisionError, explain, training_dtype
 
 __all__ = ["PrecisionError", "explain", "training_dtype"]

@@ -1,5 +1,5 @@
 import sys
 
-from toolkit.cli import main
+from tritonrl.toolkit.cli import main
 
 sys.exit(main())

@@ -1,4 +1,4 @@
-"""The benchmark frame: timing helpers and the one table ``python -m toolkit bench`` prints.
+"""The benchmark frame: timing helpers and the one table ``python -m tritonrl.toolkit bench`` prints.
 
 A benchmark is a file ``benchmarks/<name>.py`` with ``run(quick: bool = False) -> list[Row]``.
 It imports with torch, numpy and the project alone; a benchmark that needs more (gymnasium) names

@@ -397,7 +397,7 @@ def load_checkpoint(path: str | os.PathLike, *, device: torch.device | str | Non
 # ----------------------------------------------------------------------------- sections
 
 TRAIN_FORMAT = "tritonrl-train"
-"""``format`` entry of a training-run checkpoint (:mod:`toolkit.loop`): sections ``agent``, ``env``,
+"""``format`` entry of a training-run checkpoint (:mod:`tritonrl.toolkit.loop`): sections ``agent``, ``env``,
 ``schedule``, ``loop``, ``rng`` and ``meta``."""
 
 SECTIONS = {
@@ -423,7 +423,7 @@ def section(state: Any, key: str, where: str, words: str | None = None) -> Any:
 
 
 def training_sections(state: Any, where: str) -> dict:
-    """Check the top level of a training-run checkpoint (:mod:`toolkit.loop`) and return it.
+    """Check the top level of a training-run checkpoint (:mod:`tritonrl.toolkit.loop`) and return it.
 
     Raises:
         CheckpointError: another format (an agent-only save, say), or a section missing or of the
@@ -433,7 +433,7 @@ def training_sections(state: Any, where: str) -> dict:
         what = ("an agent-only save" if isinstance(state, Mapping) and isinstance(state.get("agent"), str)
                 else "not a training-run checkpoint")
         raise CheckpointError(f"{where}: {what} (no format {TRAIN_FORMAT!r}); a run folder's checkpoint is "
-                              "written by `python -m toolkit train`")
+                              "written by `python -m tritonrl.toolkit train`")
     for key in SECTIONS:
         value = section(state, key, where)
         if not isinstance(value, Mapping):

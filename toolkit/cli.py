@@ -1,4 +1,4 @@
-"""``python -m toolkit``: the command line.
+"""``tritonrl`` (or ``python -m tritonrl.toolkit``): the command line.
 
 Subcommands: ``info`` (versions, devices, dtypes, which kernel path each op takes) and
 ``bench`` (every benchmark under ``benchmarks/`` in one table).
@@ -7,6 +7,7 @@ Subcommands: ``info`` (versions, devices, dtypes, which kernel path each op take
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -25,9 +26,10 @@ def _devices() -> list[torch.device]:
 
 def info() -> str:
     """A report of versions, devices with their training dtype, and each op's implementation."""
-    import kernels
-    from kernels.backend import interpreting, triton_available
-    from toolkit.precision import explain
+    from tritonrl.kernels.backend import interpreting, triton_available
+    from tritonrl.toolkit.precision import explain
+
+    from tritonrl import kernels
 
     kernels.load_all()
     lines = [f"torch {torch.__version__}"]
@@ -66,11 +68,12 @@ class _Parser(argparse.ArgumentParser):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m toolkit``; returns the exit code (argparse's too: ``--help`` is 0).
+    """Entry point of ``python -m tritonrl.toolkit``; returns the exit code (argparse's too: ``--help`` is 0).
 
     A command-line mistake prints one ``error: ...`` line on stderr and returns 2.
     """
-    parser = _Parser(prog="python -m toolkit", description=__doc__.splitlines()[0])
+    prog = "tritonrl" if os.path.basename(sys.argv[0]) == "tritonrl" else "python -m tritonrl.toolkit"
+    parser = _Parser(prog=prog, description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="versions, devices, training dtypes and kernel paths")
     p_bench = sub.add_parser("bench", help="run the benchmarks under benchmarks/ as one table")
@@ -86,7 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(info())
         return 0
     if args.command == "bench":
-        from toolkit.bench import main as bench_main
+        from tritonrl.toolkit.bench import main as bench_main
 
         return bench_main(args.dir, args.names, quick=args.quick)
     return args.run(args)
@@ -95,9 +98,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _register_extra(sub: argparse._SubParsersAction) -> None:
     """Subcommands added by later modules (training); each sets ``run`` on its parser."""
     try:
-        from toolkit.train import add_parser
+        from tritonrl.toolkit.train import add_parser
     except ImportError as exc:
-        if exc.name != "toolkit.train":
+        if exc.name != "tritonrl.toolkit.train":
             raise
         return
     add_parser(sub)

@@ -389,7 +389,7 @@ def _check_env_id(env_id: str) -> None:
 
 # gymnasium.envs.<family> -> the gymnasium extra that installs what the family imports
 _EXTRAS = {"box2d": "box2d", "mujoco": "mujoco", "phys2d": "jax", "tabular": "jax"}
-_OURS = ("toolkit", "agents", "kernels")
+_OURS = ("tritonrl",)
 
 
 def _make_single(env_id: str, **kwargs: Any) -> gym.Env:

@@ -8,7 +8,7 @@ Metric names follow CleanRL: ``charts/episodic_return``, ``charts/episodic_lengt
 
 ``metrics.csv`` survives a kill at any moment: rows are appended, and the two rewrites (a new
 column widens the header; a resumed run drops rows past its checkpoint, :func:`repair_csv`) go
-through :func:`toolkit.checkpoint.atomic_write_bytes`. A row cut short by a kill mid-append is
+through :func:`tritonrl.toolkit.checkpoint.atomic_write_bytes`. A row cut short by a kill mid-append is
 dropped by :func:`repair_csv` on resume. A cell is a number, ``nan``/``inf`` (a diverged metric),
 or empty (not logged in that interval).
 """
@@ -25,8 +25,7 @@ from pathlib import Path
 from typing import IO
 
 import torch
-
-from toolkit.checkpoint import atomic_write_bytes
+from tritonrl.toolkit.checkpoint import atomic_write_bytes
 
 __all__ = ["MetricLogger", "ProgressBar", "plot_learning_curve", "read_csv", "repair_csv"]
 

@@ -24,8 +24,8 @@ metric flush past that time (so it adds no metric row and keeps runs reproducibl
 
 The run folder is as crash-safe as the checkpoint (DESIGN.md section 8):
 
-- one writer: the folder is locked (``<run_dir>/.lock``, :class:`toolkit.runfolder.RunLock`) for
-  the whole run; a second run on it raises :class:`toolkit.runfolder.RunFolderBusy`;
+- one writer: the folder is locked (``<run_dir>/.lock``, :class:`tritonrl.toolkit.runfolder.RunLock`) for
+  the whole run; a second run on it raises :class:`tritonrl.toolkit.runfolder.RunFolderBusy`;
 - a fresh run (no ``resume``, or ``resume`` without a checkpoint) never mixes with an earlier one:
   files of an earlier run move to ``<run_dir>/stale-<UTC time>/`` with one notice line on stderr;
 - a resumed run drops the CSV rows logged after its checkpoint (and damaged lines a kill left,
@@ -33,7 +33,7 @@ The run folder is as crash-safe as the checkpoint (DESIGN.md section 8):
 - temporary files a kill left during a save are removed at the start and at each save;
 - ``should_stop`` (a callable, e.g. ``threading.Event().is_set``, set by a signal handler) ends
   the run after the current step: metrics flushed, a checkpoint saved, ``interrupted`` in the
-  summary. The loop installs no signal handler itself; ``python -m toolkit train`` does;
+  summary. The loop installs no signal handler itself; ``python -m tritonrl.toolkit train`` does;
 - at every metric flush the agent's deferred input checks (``agent.check_inputs()``, if it has
   one), the ``losses/...`` means and the agent's parameters (one device sync) are checked: a
   non-finite one raises :class:`DivergenceError` before anything else is saved, so the last
@@ -57,8 +57,7 @@ from typing import Any, Protocol
 
 import numpy as np
 import torch
-
-from toolkit.checkpoint import (
+from tritonrl.toolkit.checkpoint import (
     TRAIN_FORMAT,
     CheckpointError,
     brief,
@@ -70,9 +69,9 @@ from toolkit.checkpoint import (
     save_checkpoint,
     training_sections,
 )
-from toolkit.envs import VecEnv, evaluate
-from toolkit.logger import MetricLogger, ProgressBar, plot_learning_curve, repair_csv
-from toolkit.runfolder import RunLock, move_aside
+from tritonrl.toolkit.envs import VecEnv, evaluate
+from tritonrl.toolkit.logger import MetricLogger, ProgressBar, plot_learning_curve, repair_csv
+from tritonrl.toolkit.runfolder import RunLock, move_aside
 
 __all__ = ["CHECKPOINT_NAME", "DivergenceError", "LoopConfig", "MAX_SEED", "Schedule", "TrainingError",
            "run_training", "seed_everything"]

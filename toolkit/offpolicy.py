@@ -1,6 +1,6 @@
 """The off-policy schedule of the shared loop: learning starts, train frequency, gradient steps.
 
-The loop (:func:`toolkit.loop.run_training`) stores every vector step through
+The loop (:func:`tritonrl.toolkit.loop.run_training`) stores every vector step through
 ``agent.observe``; this schedule decides when the agent learns:
 
 - nothing before ``learning_starts`` environment steps (summed over the vector envs);

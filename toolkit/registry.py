@@ -91,8 +91,8 @@ def load_agents() -> dict[str, str]:
     global _LOADED
     if not _LOADED:
         _LOADED = True
-        package = importlib.import_module("agents")
-        for info in pkgutil.iter_modules(package.__path__, prefix="agents."):
+        package = importlib.import_module("tritonrl.agents")
+        for info in pkgutil.iter_modules(package.__path__, prefix="tritonrl.agents."):
             try:
                 importlib.import_module(info.name)
             except Exception as exc:  # one broken module must not hide every other agent

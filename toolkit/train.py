@@ -1,16 +1,16 @@
-"""``python -m toolkit train``: train a registered agent preset on a gymnasium environment.
+"""``python -m tritonrl.toolkit train``: train a registered agent preset on a gymnasium environment.
 
 ::
 
-    python -m toolkit train --agent ppo --env CartPole-v1 --steps 100000 --eval-every 10000
-    python -m toolkit train --agent ppo-continuous --env Pendulum-v1 --set lr=1e-3 --set gamma=0.9
-    python -m toolkit train --agent ppo --env CartPole-v1 --run-dir runs/a --resume
+    python -m tritonrl.toolkit train --agent ppo --env CartPole-v1 --steps 100000 --eval-every 10000
+    python -m tritonrl.toolkit train --agent ppo-continuous --env Pendulum-v1 --set lr=1e-3 --set gamma=0.9
+    python -m tritonrl.toolkit train --agent ppo --env CartPole-v1 --run-dir runs/a --resume
 
 Each run writes ``metrics.csv``, TensorBoard files, ``checkpoint.safetensors`` and ``curve.png``
 into ``--run-dir`` (default ``runs/<agent>-<env>-s<seed>``). ``--resume`` continues from that
 checkpoint exactly; without ``--resume`` an existing checkpoint is never overwritten. A resumed
 run's config is the saved one with this command's ``--set`` on top: fields declared resumable
-(:mod:`toolkit.config`: learning rate, exploration schedule, loss coefficients, ...) may change and
+(:mod:`tritonrl.toolkit.config`: learning rate, exploration schedule, loss coefficients, ...) may change and
 are applied; changing any other field is refused.
 
 Bad input (unknown agent or environment, an environment whose optional extra is not installed, a
@@ -67,7 +67,7 @@ __all__ = ["add_parser", "run"]
 
 DEFAULT_AGENT = "rainbow"
 DEFAULT_ENV = "CartPole-v1"
-MAX_SEED = 2**32 - 1  # toolkit.loop.MAX_SEED (not imported here: ``--help`` must not import the loop)
+MAX_SEED = 2**32 - 1  # = tritonrl.toolkit.loop.MAX_SEED (not imported: ``--help`` must not import the loop)
 MAX_ENVS = 65_536
 """Most environments (``--num-envs``, ``--eval-episodes``): each is a gymnasium env in this process
 (CartPole: about 60 KB each), so a typo like 10**8 would exhaust memory instead of failing."""
@@ -78,7 +78,7 @@ class UsageError(ValueError):
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add the ``train`` subcommand to ``python -m toolkit``'s parser."""
+    """Add the ``train`` subcommand to ``python -m tritonrl.toolkit``'s parser."""
     p = subparsers.add_parser("train", help="train an agent preset on a gymnasium environment",
                               description=__doc__.splitlines()[0])
     p.add_argument("--agent", default=DEFAULT_AGENT, help=f"agent preset (default {DEFAULT_AGENT}); "
@@ -252,12 +252,17 @@ def _undo(probe: Path, made: list[Path]) -> None:
 
 def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any]:
     import gymnasium as gym
-
-    from toolkit.checkpoint import CheckpointError, brief, load_checkpoint, section, training_sections
-    from toolkit.config import config_changes, fixed_changes, format_change
-    from toolkit.envs import make_vec_env
-    from toolkit.loop import CHECKPOINT_NAME, LoopConfig
-    from toolkit.registry import get_agent, list_agents
+    from tritonrl.toolkit.checkpoint import (
+        CheckpointError,
+        brief,
+        load_checkpoint,
+        section,
+        training_sections,
+    )
+    from tritonrl.toolkit.config import config_changes, fixed_changes, format_change
+    from tritonrl.toolkit.envs import make_vec_env
+    from tritonrl.toolkit.loop import CHECKPOINT_NAME, LoopConfig
+    from tritonrl.toolkit.registry import get_agent, list_agents
 
     _validate(args)
     if args.agent == "list":
@@ -323,7 +328,7 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any]:
             print("resume: applying " + ", ".join(format_change(k, *v) for k, v in changes.items()),
                   file=sys.stderr)
     try:
-        schedule = importlib.import_module(f"toolkit.{spec.kind}").schedule_for(agent)
+        schedule = importlib.import_module(f"tritonrl.toolkit.{spec.kind}").schedule_for(agent)
         cfg = LoopConfig(
             total_steps=steps, seed=args.seed, run_dir=str(run_dir), log_every=args.log_every,
             eval_every=eval_every, eval_episodes=args.eval_episodes, target_return=target_return,
@@ -370,17 +375,17 @@ def run(args: argparse.Namespace) -> int:
     0 finished; 1 stopped by an error during training; 2 usage error before anything is written;
     130/143 interrupted by SIGINT/SIGTERM after saving a checkpoint.
     """
-    from toolkit.checkpoint import CheckpointError
+    from tritonrl.toolkit.checkpoint import CheckpointError
 
     try:
-        from toolkit.loop import TrainingError, run_training
+        from tritonrl.toolkit.loop import TrainingError, run_training
     except ModuleNotFoundError as exc:  # a core dependency missing (gymnasium on a bare GPU machine)
-        if exc.name is None or exc.name.startswith(("toolkit", "kernels", "agents")):
+        if exc.name is None or exc.name.startswith("tritonrl"):
             raise
         print(f"error: training needs the {exc.name.split('.')[0]} package, which is not installed "
               f"(pip install {exc.name.split('.')[0]})", file=sys.stderr)
         return 2
-    from toolkit.runfolder import RunFolderBusy
+    from tritonrl.toolkit.runfolder import RunFolderBusy
 
     try:
         spec, agent, env, schedule, cfg = _build(args)

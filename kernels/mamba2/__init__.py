@@ -6,6 +6,6 @@
 - ``naive.py``: the sequential recurrence, used only as the test oracle.
 """
 
-from kernels.mamba2.api import MAMBA2_SCAN, MAMBA2_STEP, mamba2_scan, mamba2_step
+from tritonrl.kernels.mamba2.api import MAMBA2_SCAN, MAMBA2_STEP, mamba2_scan, mamba2_step
 
 __all__ = ["MAMBA2_SCAN", "MAMBA2_STEP", "mamba2_scan", "mamba2_step"]

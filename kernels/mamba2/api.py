@@ -10,17 +10,16 @@ from __future__ import annotations
 import math
 
 import torch
-
-from kernels.backend import KernelOp
-from kernels.mamba2.reference import mamba2_scan_ref, mamba2_step_ref
+from tritonrl.kernels.backend import KernelOp
+from tritonrl.kernels.mamba2.reference import mamba2_scan_ref, mamba2_step_ref
 
 __all__ = ["MAMBA2_SCAN", "MAMBA2_STEP", "mamba2_scan", "mamba2_step"]
 
 MAMBA2_SCAN = KernelOp(
-    "mamba2_scan", torch_impl=mamba2_scan_ref, triton_impl="kernels.mamba2.chunk:mamba2_scan_triton"
+    "mamba2_scan", torch_impl=mamba2_scan_ref, triton_impl="tritonrl.kernels.mamba2.chunk:mamba2_scan_triton"
 )
 MAMBA2_STEP = KernelOp(
-    "mamba2_step", torch_impl=mamba2_step_ref, triton_impl="kernels.mamba2.step:mamba2_step_triton"
+    "mamba2_step", torch_impl=mamba2_step_ref, triton_impl="tritonrl.kernels.mamba2.step:mamba2_step_triton"
 )
 
 _DATA_DTYPES = (torch.float32, torch.bfloat16)

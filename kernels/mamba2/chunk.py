@@ -2,7 +2,7 @@
 
 Design (simple on purpose): one program per (batch, head, block of P) walks the chunks of its
 sequence in order, holding its slice of the state, [N, BP] in float32, in registers. Per chunk it
-does the intra-chunk part as small matrix products through :func:`kernels.tl_helpers.dot`:
+does the intra-chunk part as small matrix products through :func:`tritonrl.kernels.tl_helpers.dot`:
 ``CB = C @ B^T`` [T, T], masked by the decay matrix, times ``x``; plus ``C @ S0`` for the state
 entering the chunk; then it folds the chunk into the state. The forward stores the state entering
 every chunk (float32) when gradients are needed, and the backward walks the chunks in reverse
@@ -22,10 +22,9 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-
-from kernels.backend import interpreting
-from kernels.mamba2.reference import mamba2_scan_ref
-from kernels.tl_helpers import dot, dot_flags
+from tritonrl.kernels.backend import interpreting
+from tritonrl.kernels.mamba2.reference import mamba2_scan_ref
+from tritonrl.kernels.tl_helpers import dot, dot_flags
 
 __all__ = ["mamba2_chunk_bwd", "mamba2_chunk_fwd", "mamba2_scan_triton"]
 
@@ -486,7 +485,7 @@ class _Mamba2ScanFn(torch.autograd.Function):
         if dy is None:
             dy = torch.zeros_like(x)
         inputs = dict(zip(_INPUTS, (x, dt, A, B, C, D, z, dt_bias, h0), strict=True))
-        from kernels.mamba2.api import MAMBA2_SCAN
+        from tritonrl.kernels.mamba2.api import MAMBA2_SCAN
 
         grads = MAMBA2_SCAN.guard(
             x.device,
@@ -506,7 +505,7 @@ def mamba2_scan_triton(
     dt_softplus: bool, dt_limit: tuple[float, float], initial_states: torch.Tensor | None,
     resets: torch.Tensor | None, chunk_size: int, return_final_states: bool,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """The Triton path of :func:`kernels.mamba2.mamba2_scan` (inputs already validated)."""
+    """The Triton path of :func:`tritonrl.kernels.mamba2.mamba2_scan` (inputs already validated)."""
     tensors = (x, dt, A, B, C, D, z, dt_bias, initial_states)
     need_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
     return _Mamba2ScanFn.apply(

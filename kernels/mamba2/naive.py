@@ -49,7 +49,7 @@ def mamba2_scan_naive(
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """``h_t = exp(dt'_t A) h_{t-1} (1 - reset_t) + dt'_t x_t B_t^T``, ``y_t = h_t C_t + D x_t``.
 
-    Shapes as :func:`kernels.mamba2.mamba2_scan`; everything is computed in ``x.dtype`` and the
+    Shapes as :func:`tritonrl.kernels.mamba2.mamba2_scan`; everything is computed in ``x.dtype`` and the
     final state is returned in ``x.dtype`` too. Differentiable (plain autograd).
     """
     batch, length, nheads, headdim = x.shape

@@ -11,9 +11,8 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-
-from kernels.backend import interpreting
-from kernels.mamba2.chunk import _softplus_clamp
+from tritonrl.kernels.backend import interpreting
+from tritonrl.kernels.mamba2.chunk import _softplus_clamp
 
 __all__ = ["mamba2_step_triton"]
 
@@ -71,7 +70,7 @@ def mamba2_step_triton(
     C: torch.Tensor, D: torch.Tensor | None, z: torch.Tensor | None, dt_bias: torch.Tensor | None,
     dt_softplus: bool, dt_limit: tuple[float, float], reset: torch.Tensor | None,
 ) -> torch.Tensor:
-    """The Triton path of :func:`kernels.mamba2.mamba2_step` (inputs already validated)."""
+    """The Triton path of :func:`tritonrl.kernels.mamba2.mamba2_step` (inputs already validated)."""
     batch, nheads, headdim = x.shape
     ngroups, dstate = B.shape[1:]
     x = x if x.stride(-1) == 1 else x.contiguous()

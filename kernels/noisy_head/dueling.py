@@ -9,17 +9,16 @@ Q-values over a support. The output is f32: the epilogue is the loss-boundary ca
 from __future__ import annotations
 
 import torch
-
-from kernels.backend import KernelOp
-from kernels.noisy_head.linear import check_input, check_noisy_params, remember, tensor_signature
-from kernels.noisy_head.reference import NoisyParams, noisy_dueling_ref
+from tritonrl.kernels.backend import KernelOp
+from tritonrl.kernels.noisy_head.linear import check_input, check_noisy_params, remember, tensor_signature
+from tritonrl.kernels.noisy_head.reference import NoisyParams, noisy_dueling_ref
 
 __all__ = ["NOISY_DUELING", "expected_q", "noisy_dueling"]
 
 NOISY_DUELING = KernelOp(
     "noisy_dueling",
     torch_impl=noisy_dueling_ref,
-    triton_impl="kernels.noisy_head.fused_dueling:noisy_dueling_triton",
+    triton_impl="tritonrl.kernels.noisy_head.fused_dueling:noisy_dueling_triton",
 )
 
 
@@ -31,7 +30,7 @@ def _as_params(name: str, p: object) -> NoisyParams:
     raise TypeError(f"{name} must be a NoisyParams (or a tuple of its fields), got {type(p).__name__}")
 
 
-_validated: dict[object, bool] = {}  # signatures validated before (see kernels.noisy_head.linear)
+_validated: dict[object, bool] = {}  # signatures validated before (see tritonrl.kernels.noisy_head.linear)
 
 
 def noisy_dueling(

@@ -10,7 +10,7 @@ Forward, one program per block of BM batch rows:
 
 Backward: one kernel turns the output gradient into the gradients of the two streams' outputs
 (``dV = sum_a dQ``, ``dA = dQ - dV / A`` after the log-softmax backward), then the noisy linear
-backward kernels (:mod:`kernels.noisy_head.fused_linear`) give x, weight and bias gradients.
+backward kernels (:mod:`tritonrl.kernels.noisy_head.fused_linear`) give x, weight and bias gradients.
 """
 
 from __future__ import annotations
@@ -18,12 +18,11 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-
-from kernels.noisy_head import fused_linear
-from kernels.noisy_head.dueling import NOISY_DUELING
-from kernels.noisy_head.fused_linear import noisy_linear_bwd, noisy_tile
-from kernels.noisy_head.reference import NoisyParams, noisy_dueling_ref, reference_grads
-from kernels.tl_helpers import dot_flags
+from tritonrl.kernels.noisy_head import fused_linear
+from tritonrl.kernels.noisy_head.dueling import NOISY_DUELING
+from tritonrl.kernels.noisy_head.fused_linear import noisy_linear_bwd, noisy_tile
+from tritonrl.kernels.noisy_head.reference import NoisyParams, noisy_dueling_ref, reference_grads
+from tritonrl.kernels.tl_helpers import dot_flags
 
 __all__ = ["NoisyDuelingFunction", "noisy_dueling_bwd", "noisy_dueling_fwd", "noisy_dueling_triton"]
 
@@ -360,6 +359,7 @@ def noisy_dueling_triton(
     log_softmax: bool,
     support: torch.Tensor | None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """The Triton implementation behind :func:`kernels.noisy_head.dueling.noisy_dueling` (validated)."""
+    """The Triton implementation behind :func:`tritonrl.kernels.noisy_head.dueling.noisy_dueling`
+    (inputs validated)."""
     flat = (*advantage, *(value if value is not None else (None,) * 6))
     return NoisyDuelingFunction.apply(x, support, (num_actions, atoms, noise, log_softmax), *flat)

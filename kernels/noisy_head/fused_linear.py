@@ -19,10 +19,9 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-
-from kernels.noisy_head.linear import NOISY_LINEAR
-from kernels.noisy_head.reference import noisy_linear_ref, reference_grads
-from kernels.tl_helpers import dot, dot_flags
+from tritonrl.kernels.noisy_head.linear import NOISY_LINEAR
+from tritonrl.kernels.noisy_head.reference import noisy_linear_ref, reference_grads
+from tritonrl.kernels.tl_helpers import dot, dot_flags
 
 __all__ = [
     "NoisyLinearFunction", "noisy_linear_bwd", "noisy_linear_fwd", "noisy_linear_triton", "noisy_tile",
@@ -427,5 +426,6 @@ def noisy_linear_triton(
     noise: bool,
     relu: bool,
 ) -> torch.Tensor:
-    """The Triton implementation behind :func:`kernels.noisy_head.linear.noisy_linear` (inputs validated)."""
+    """The Triton implementation behind :func:`tritonrl.kernels.noisy_head.linear.noisy_linear`
+    (inputs validated)."""
     return NoisyLinearFunction.apply(x, w_mu, w_sigma, b_mu, b_sigma, eps_in, eps_out, noise, relu)

@@ -1,16 +1,15 @@
 """The noisy linear op (factorised Gaussian noise, NoisyNet): public function and dispatch.
 
 ``y = x @ W_mu.T + b_mu + ((x * eps_in) @ W_sigma.T + b_sigma) * eps_out``, optional ReLU.
-The noisy weight matrix is never built: the Triton kernel (:mod:`kernels.noisy_head.fused_linear`)
+The noisy weight matrix is never built: the Triton kernel (:mod:`tritonrl.kernels.noisy_head.fused_linear`)
 keeps two accumulators in one pass over the input features, the reference takes two products.
 """
 
 from __future__ import annotations
 
 import torch
-
-from kernels.backend import KernelOp
-from kernels.noisy_head.reference import NoisyParams, noisy_linear_ref
+from tritonrl.kernels.backend import KernelOp
+from tritonrl.kernels.noisy_head.reference import NoisyParams, noisy_linear_ref
 
 __all__ = ["NOISY_LINEAR", "SUPPORTED_DTYPES", "check_noisy_params", "noisy_linear"]
 
@@ -19,7 +18,7 @@ SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 NOISY_LINEAR = KernelOp(
     "noisy_linear",
     torch_impl=noisy_linear_ref,
-    triton_impl="kernels.noisy_head.fused_linear:noisy_linear_triton",
+    triton_impl="tritonrl.kernels.noisy_head.fused_linear:noisy_linear_triton",
 )
 
 
@@ -161,7 +160,7 @@ def noisy_linear(
 
     Every tensor has x's dtype and device and, except x, is contiguous. The output has x's dtype
     (f32 accumulation inside the kernel). CUDA runs the Triton kernel, CPU the torch reference
-    (see :mod:`kernels.backend`).
+    (see :mod:`tritonrl.kernels.backend`).
 
     Raises:
         TypeError: a non-tensor argument, an unsupported dtype, or mixed dtypes.

@@ -1,11 +1,11 @@
 """Prioritized-replay sum tree on the device: stratified sampling, IS weights, priority updates.
 
 A :class:`SumTree` holds a 32-ary f32 sum tree of prefix rows and a 32-ary f32 min tree over the
-leaf values ``p_i ** alpha`` (layout and accuracy argument: :mod:`kernels.sumtree.naive`; rows
+leaf values ``p_i ** alpha`` (layout and accuracy argument: :mod:`tritonrl.kernels.sumtree.naive`; rows
 are recomputed from their children, nothing drifts). Four levels cover a million leaves, so the
 eager CPU path runs a few ops per level over few levels.
 
-Ops (each one :class:`~kernels.backend.KernelOp`: Triton on CUDA, torch reference on CPU):
+Ops (each one :class:`~tritonrl.kernels.backend.KernelOp`: Triton on CUDA, torch reference on CPU):
 
 - :func:`per_sample` -- ``B`` stratified samples by tree descent in one launch, with the
   importance weights ``(N P(i))**-beta / max_j (N P(j))**-beta = (leaf_i / min_leaf)**-beta``.
@@ -21,9 +21,8 @@ from __future__ import annotations
 import math
 
 import torch
-
-from kernels.backend import KernelOp
-from kernels.sumtree.naive import (
+from tritonrl.kernels.backend import KernelOp
+from tritonrl.kernels.sumtree.naive import (
     BAD_INDEX,
     BAD_PRIORITY,
     FANOUT,
@@ -56,9 +55,12 @@ __all__ = [
     "total",
 ]
 
-SUMTREE_SAMPLE = KernelOp("sumtree_sample", per_sample_ref, "kernels.sumtree.fused:per_sample_triton")
-SUMTREE_UPDATE = KernelOp("sumtree_update", per_update_ref, "kernels.sumtree.fused:per_update_triton")
-SUMTREE_INSERT = KernelOp("sumtree_insert", per_insert_ref, "kernels.sumtree.fused:per_insert_triton")
+SUMTREE_SAMPLE = KernelOp("sumtree_sample", per_sample_ref,
+                          "tritonrl.kernels.sumtree.fused:per_sample_triton")
+SUMTREE_UPDATE = KernelOp("sumtree_update", per_update_ref,
+                          "tritonrl.kernels.sumtree.fused:per_update_triton")
+SUMTREE_INSERT = KernelOp("sumtree_insert", per_insert_ref,
+                          "tritonrl.kernels.sumtree.fused:per_insert_triton")
 
 
 def leaves_for(capacity: int) -> int:
@@ -142,7 +144,7 @@ def _check_tree(tree: SumTree) -> Geometry:
 
 def _check_tree_slow(tree: SumTree) -> Geometry:
     if not isinstance(tree, SumTree):
-        raise TypeError(f"tree must be a kernels.sumtree.SumTree, got {type(tree).__name__}")
+        raise TypeError(f"tree must be a tritonrl.kernels.sumtree.SumTree, got {type(tree).__name__}")
     scratch = tree.scratch
     P = scratch.shape[0] if isinstance(scratch, torch.Tensor) and scratch.dim() == 1 else 0
     if P < FANOUT or P & (P - 1):

@@ -1,4 +1,4 @@
-"""Triton kernels of the prioritized-replay sum tree (layout: :mod:`kernels.sumtree.naive`).
+"""Triton kernels of the prioritized-replay sum tree (layout: :mod:`tritonrl.kernels.sumtree.naive`).
 
 - ``_per_sample_kernel``: stratified sampling for a whole batch in one launch; each lane
   descends the prefix rows (a ``[32]`` row load, a count and one subtraction per level) and
@@ -24,8 +24,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-
-from kernels.sumtree.naive import FANOUT, FANOUT_LOG2, ROW, SumTree, geometry
+from tritonrl.kernels.sumtree.naive import FANOUT, FANOUT_LOG2, ROW, SumTree, geometry
 
 __all__ = ["per_insert_triton", "per_sample_triton", "per_update_triton"]
 

@@ -1,6 +1,6 @@
 """Torch reference of the prioritized-replay sum tree: the specification, test oracle and CPU path.
 
-Layout (shared with the Triton kernels in :mod:`kernels.sumtree.fused`). ``P`` is a power of two
+Layout (shared with the Triton kernels in :mod:`tritonrl.kernels.sumtree.fused`). ``P`` is a power of two
 >= the capacity, at least ``F = 32`` (the fan-out); ``L = ceil(log2(P) / 5)`` levels of rows.
 
 - ``sums``: f32. Entries ``[0, P)`` are the **leaves** (``p ** alpha``; empty leaves hold 0).
@@ -67,7 +67,7 @@ ROW = FANOUT + 1  # entries per prefix row: 0, 31 inner prefixes, total
 
 
 class SumTree(NamedTuple):
-    """The device tensors of one tree (create with :func:`kernels.sumtree.new_sumtree`).
+    """The device tensors of one tree (create with :func:`tritonrl.kernels.sumtree.new_sumtree`).
 
     Attributes:
         sums: f32 ``[Geometry.sum_size]``: the ``P`` leaves ``p ** alpha``, then the prefix rows
@@ -278,7 +278,8 @@ def _update_ancestors(tree: SumTree, idx: torch.Tensor) -> None:
 def per_update_ref(
     tree: SumTree, indices: torch.Tensor, td_errors: torch.Tensor, alpha: float, eps: float, size: int
 ) -> None:
-    """Set leaf ``indices[k]`` to ``(|td_errors[k]| + eps) ** alpha``; see :func:`kernels.sumtree.per_update`.
+    """Set leaf ``indices[k]`` to ``(|td_errors[k]| + eps) ** alpha``; see
+    :func:`tritonrl.kernels.sumtree.per_update`.
 
     A batch with a non-finite priority or an index outside ``[0, size)`` changes nothing but
     ``tree.status`` (``[0] += 1``, ``[1] = reason bits``). Duplicate indices: the last occurrence
@@ -310,7 +311,7 @@ def per_update_ref(
 
 def per_insert_ref(tree: SumTree, start: int, count: int, alpha: float) -> None:
     """Set leaves ``start .. start + count - 1`` to ``max_priority ** alpha``; see
-    :func:`kernels.sumtree.per_insert`. The touched rows of every level form one contiguous
+    :func:`tritonrl.kernels.sumtree.per_insert`. The touched rows of every level form one contiguous
     range, recomputed with one prefix per level."""
     if count == 0:
         return
@@ -359,7 +360,7 @@ def _strata(B: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
 def per_sample_ref(
     tree: SumTree, uniforms: torch.Tensor, beta: float, size: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Stratified proportional sampling by tree descent; see :func:`kernels.sumtree.per_sample`.
+    """Stratified proportional sampling by tree descent; see :func:`tritonrl.kernels.sumtree.per_sample`.
 
     Sample ``j`` targets the mass ``(j + uniforms[j]) * (total * f32(1/B))`` and descends the
     rows from the root (the descent rule of the module docstring). The leaf index is clamped to

@@ -3,7 +3,7 @@
 See :class:`ReplayBuffer`, :class:`PrioritizedReplayBuffer` and the guide ``docs/pages/replay.md``.
 """
 
-from toolkit.replay.buffer import ReplayBatch, ReplayBuffer
-from toolkit.replay.prioritized import PrioritizedReplayBuffer
+from tritonrl.toolkit.replay.buffer import ReplayBatch, ReplayBuffer
+from tritonrl.toolkit.replay.prioritized import PrioritizedReplayBuffer
 
 __all__ = ["PrioritizedReplayBuffer", "ReplayBatch", "ReplayBuffer"]

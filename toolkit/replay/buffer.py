@@ -1,6 +1,6 @@
 """Uniform replay buffer on the training device, with n-step returns over parallel environments.
 
-Storage is a preallocated ring of *complete* n-step transitions (see :mod:`toolkit.replay.nstep`):
+Storage is a preallocated ring of *complete* n-step transitions (see :mod:`tritonrl.toolkit.replay.nstep`):
 ``obs``/``next_obs`` in the observation dtype (``training_dtype(device)``, or uint8 for images),
 ``action`` in ``action_dtype``, ``reward`` (the n-step return) and ``discount`` in f32. Each
 field is cast exactly once, when it enters (``add``/``extend``); sampling only gathers.
@@ -22,11 +22,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import torch
-
-from toolkit.checkpoint import atomic_write_bytes
-from toolkit.checks import check_memory
-from toolkit.precision import training_dtype
-from toolkit.replay.nstep import NStepState, schedule
+from tritonrl.toolkit.checkpoint import atomic_write_bytes
+from tritonrl.toolkit.checks import check_memory
+from tritonrl.toolkit.precision import training_dtype
+from tritonrl.toolkit.replay.nstep import NStepState, schedule
 
 __all__ = ["ReplayBatch", "ReplayBuffer"]
 

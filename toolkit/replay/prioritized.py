@@ -1,7 +1,7 @@
 """Prioritized replay (Schaul et al., 2016, proportional variant) on the device.
 
 - ``P(i) = p_i**alpha / sum_j p_j**alpha``, sampled **stratified**: the total mass is cut into
-  ``B`` equal segments and one sample is drawn inside each (tree descent, :mod:`kernels.sumtree`).
+  ``B`` equal segments and one sample is drawn inside each (tree descent, :mod:`tritonrl.kernels.sumtree`).
 - Importance weights ``w_i = (N P(i))**-beta / max_j (N P(j))**-beta``, the max over the whole
   buffer (the global minimum priority comes from the min tree), so ``w <= 1``.
 - ``beta`` anneals linearly from ``beta`` to ``beta_final`` over ``beta_steps`` calls of
@@ -20,8 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-
-from kernels.sumtree import (
+from tritonrl.kernels.sumtree import (
     BAD_INDEX,
     BAD_PRIORITY,
     geometry,
@@ -33,7 +32,7 @@ from kernels.sumtree import (
     per_update,
     rebuild,
 )
-from toolkit.replay.buffer import ReplayBatch, ReplayBuffer
+from tritonrl.toolkit.replay.buffer import ReplayBatch, ReplayBuffer
 
 __all__ = ["PrioritizedReplayBuffer"]
 
@@ -52,7 +51,7 @@ def _real(name: str, value: Any, lo: float, hi: float, *, open_lo: bool = False)
 class PrioritizedReplayBuffer(ReplayBuffer):
     """Proportional prioritized replay with stratified sampling and global IS-weight normalisation.
 
-    Takes every argument of :class:`~toolkit.replay.ReplayBuffer`, plus:
+    Takes every argument of :class:`~tritonrl.toolkit.replay.ReplayBuffer`, plus:
 
     Args:
         alpha: priority exponent in ``[0, 1]`` (0 = uniform).
@@ -187,7 +186,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         return leaves(self._tree)[: self._size].clone()
 
     def rebuild_tree(self, exact: bool = False) -> None:
-        """Recompute the sum and min trees from their leaves (see :func:`kernels.sumtree.rebuild`).
+        """Recompute the sum and min trees from their leaves (see :func:`tritonrl.kernels.sumtree.rebuild`).
 
         Never needed for correctness (nodes are recomputed from their children, nothing drifts);
         ``exact=True`` rounds each node of the sum tree once from an f64 sum.

@@ -1,0 +1,1 @@
+../../../tritonrl/__init__.py

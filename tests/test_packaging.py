@@ -1,0 +1,94 @@
+"""The distribution installs one namespace, ``tritonrl``, and nothing at the top level that other
+packages own: ``agents`` (the OpenAI Agents SDK) and ``kernels`` (Hugging Face's kernel hub) install
+beside it without either breaking the other (issue 14, item 0)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+tomllib = pytest.importorskip("tomllib")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _setuptools_config() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+
+
+def test_every_package_folder_is_listed() -> None:
+    """A subpackage missing from ``packages`` would be left out of the wheel without a word."""
+    cfg = _setuptools_config()
+    found = set()
+    for name, folder in cfg["package-dir"].items():
+        for init in (ROOT / folder).rglob("__init__.py"):
+            found.add(".".join([name, *init.parent.relative_to(ROOT / folder).parts]))
+    assert found == set(cfg["packages"])
+    assert {name.split(".")[0] for name in cfg["packages"]} == {"tritonrl"}
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                    "-w", str(out), str(ROOT)], check=True, timeout=300, capture_output=True)
+    return next(out.glob("tritonrl-*.whl"))
+
+
+def test_the_wheel_holds_only_the_tritonrl_namespace(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        entry_points = z.read(next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode()
+    tops = {n.split("/")[0] for n in names}
+    assert tops == {"tritonrl", wheel.name.split("-py3")[0] + ".dist-info"}, tops
+    for pkg in ("toolkit", "kernels", "agents"):
+        assert f"tritonrl/{pkg}/__init__.py" in names
+    assert "tritonrl/py.typed" in names
+    assert "tritonrl = tritonrl.toolkit.cli:main" in entry_points
+
+
+def _standin(root: Path, name: str) -> Path:
+    """A tiny distribution that owns the top-level package ``name`` (as another project does)."""
+    src = root / f"{name}-standin"
+    (src / name).mkdir(parents=True)
+    (src / name / "__init__.py").write_text(f"OWNER = '{name}-standin'\n")
+    (src / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=77"]\nbuild-backend = "setuptools.build_meta"\n'
+        f'[project]\nname = "{name}-standin"\nversion = "1.0"\n'
+        f'[tool.setuptools]\npackages = ["{name}"]\n')
+    return src
+
+
+def test_installs_beside_packages_that_own_agents_and_kernels(wheel: Path, tmp_path: Path) -> None:
+    target = tmp_path / "site"
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target",
+           str(target)]
+    for what in (str(wheel), str(_standin(tmp_path, "agents")), str(_standin(tmp_path, "kernels"))):
+        proc = subprocess.run([*pip, what], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        assert "already exists" not in proc.stderr, proc.stderr  # pip overwriting another's files
+    check = (
+        "import agents, kernels, tritonrl\n"
+        "import tritonrl.agents.dqn, tritonrl.kernels.backend, tritonrl.toolkit.precision as p\n"
+        "assert agents.OWNER == 'agents-standin' and kernels.OWNER == 'kernels-standin'\n"
+        "print(tritonrl.__file__)\n"
+        "print(p.training_dtype('cpu'))\n"
+    )
+    # -P: the checkout is not on sys.path; the cwd is elsewhere too
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    proc = subprocess.run([sys.executable, "-P", "-c", check], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr
+    origin, dtype = proc.stdout.split()
+    assert Path(origin).is_relative_to(target) and dtype == "torch.float32"
+    script = target / "bin" / "tritonrl"
+    assert script.is_file()
+    proc = subprocess.run([sys.executable, "-P", str(script), "info"], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("torch ")

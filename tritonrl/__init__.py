@@ -1,0 +1,27 @@
+"""tritonrl: reinforcement learning for PyTorch whose hot paths are Triton kernels.
+
+The distribution installs three packages under this namespace (never as top-level names, which
+other popular packages own): :mod:`tritonrl.kernels` (Triton kernels and their torch references),
+:mod:`tritonrl.toolkit` (precision policy, replay, loops, checkpoints, CLI) and
+:mod:`tritonrl.agents` (algorithms and their networks). In the repository they are the top-level
+folders ``kernels/``, ``toolkit/`` and ``agents/``; ``pyproject.toml`` maps them here.
+"""
+
+from __future__ import annotations
+
+from importlib import metadata as _metadata
+from pathlib import Path as _Path
+
+# Run from a source checkout (``PYTHONPATH=.``, a GPU machine without an install, a second
+# worktree): the three folders sit beside this one, so they are this package's subpackages too.
+# An installed wheel has them inside this folder and skips this.
+_root = _Path(__file__).resolve().parent.parent
+if (_root / "pyproject.toml").is_file() and (_root / "toolkit" / "__init__.py").is_file():
+    __path__.append(str(_root))  # noqa: F821 (the package's own __path__)
+
+try:
+    __version__ = _metadata.version("tritonrl")
+except _metadata.PackageNotFoundError:  # a source checkout that was never installed
+    __version__ = "0+unknown"
+
+__all__ = ["__version__"]
