@@ -56,6 +56,7 @@ from tritonrl.agents.actor_critic import (
     Mamba2Core,
 )
 from tritonrl.kernels.backend import backend_override
+from tritonrl.toolkit import pytree
 from tritonrl.toolkit.checks import ActionRule, InputGuard, check_config
 from tritonrl.toolkit.config import resumable
 from tritonrl.toolkit.precision import training_dtype
@@ -228,53 +229,6 @@ def preset(name: str, **overrides: Any) -> PPOConfig:
 # ----------------------------------------------------------------------------- helpers
 
 
-def _zip_map(fn: Callable[..., torch.Tensor], *states: Any) -> Any:
-    """Apply ``fn`` leaf-wise to recurrent states of one structure (tensors in tuples, lists,
-    dicts or dataclasses such as :class:`tritonrl.agents.mamba2.Mamba2State`)."""
-    first = states[0]
-    if first is None:
-        return None
-    if isinstance(first, torch.Tensor):
-        return fn(*states)
-    if isinstance(first, (tuple, list)):
-        return type(first)(_zip_map(fn, *parts) for parts in zip(*states, strict=True))
-    if isinstance(first, dict):
-        return {k: _zip_map(fn, *(s[k] for s in states)) for k in first}
-    if dataclasses.is_dataclass(first):
-        return type(first)(**{f.name: _zip_map(fn, *(getattr(s, f.name) for s in states))
-                              for f in dataclasses.fields(first)})
-    raise TypeError(f"recurrent state holds a {type(first).__name__}")
-
-
-def _map(fn: Callable[[torch.Tensor], torch.Tensor], state: Any) -> Any:
-    """Apply ``fn`` to every tensor of a recurrent state."""
-    return _zip_map(fn, state)
-
-
-def _leaves(state: Any) -> list[torch.Tensor]:
-    """The tensors of a recurrent state in a fixed order (how memories are checkpointed)."""
-    out: list[torch.Tensor] = []
-    _map(lambda t: out.append(t) or t, state)
-    return out
-
-
-def _from_leaves(template: Any, leaves: list[torch.Tensor]) -> Any:
-    """A state shaped like ``template`` holding ``leaves`` (cast to the template's dtypes and device).
-
-    Raises:
-        ValueError: the number or shapes of ``leaves`` do not fit.
-    """
-    own = _leaves(template)
-    if len(own) != len(leaves):
-        raise ValueError(f"recurrent memory has {len(leaves)} tensors, expected {len(own)}")
-    for o, s in zip(own, leaves, strict=True):
-        if not isinstance(s, torch.Tensor) or tuple(s.shape) != tuple(o.shape):
-            shape = tuple(s.shape) if isinstance(s, torch.Tensor) else type(s).__name__
-            raise ValueError(f"recurrent memory has shape {shape}, expected {tuple(o.shape)}")
-    it = iter(leaves)
-    return _map(lambda o: next(it).to(o.device, o.dtype).clone(), template)
-
-
 def _cast_parameters(module: nn.Module, dtype: torch.dtype, skip: tuple[type, ...] = ()) -> None:
     """Cast parameters (not buffers) to ``dtype``, leaving modules of the ``skip`` types as built."""
     def visit(m: nn.Module) -> None:
@@ -436,7 +390,7 @@ class PPO:
         if self.recurrent and t % self.config.sequence_length == 0:
             if not self.policy.core.supports_initial_state:
                 starts = torch.ones_like(starts)
-            self.segment_states[t // self.config.sequence_length] = _map(torch.clone, self.state)
+            self.segment_states[t // self.config.sequence_length] = pytree.tree_map(torch.clone, self.state)
         return starts
 
     @torch.no_grad()
@@ -541,7 +495,8 @@ class PPO:
         # [T, E, ...] -> [C, L, E, ...] -> [C, E, L, ...] -> [C * E, L, ...]
         seqs = {k: v.reshape(C, L, *v.shape[1:]).transpose(1, 2).reshape(C * b.num_envs, L, *v.shape[2:])
                 for k, v in fields.items()}
-        seqs["state"] = _zip_map(lambda *s: torch.stack(s).reshape(-1, *s[0].shape[1:]), *self.segment_states)
+        seqs["state"] = pytree.zip_map(lambda *s: torch.stack(s).reshape(-1, *s[0].shape[1:]),
+                                       *self.segment_states)
         return seqs, C * b.num_envs
 
     def update(self) -> dict[str, torch.Tensor]:
@@ -586,7 +541,7 @@ class PPO:
 
     def _minibatch_step(self, data: dict[str, Any], idx: torch.Tensor) -> dict[str, torch.Tensor]:
         cfg = self.config
-        state = _map(lambda s: s[idx], data["state"]) if self.recurrent else None
+        state = pytree.tree_map(lambda s: s[idx], data["state"]) if self.recurrent else None
         logp, entropy, value = self.policy.evaluate(data["obs"][idx], data["raw"][idx], data["starts"][idx],
                                                     state, self.generator, entropy_grad=cfg.ent_coef != 0)
         old_logp, old_v = data["logprobs"][idx], data["values"][idx]
@@ -641,8 +596,8 @@ class PPO:
             "optimizer": self.optimizer.state_dict(),
             "rollout": self.buffer.state_dict(),
             "obs_rms": self.obs_rms.state_dict() if self.obs_rms is not None else None,
-            "memory": {"state": _leaves(self.state), "starts": self.starts,
-                       "segments": [None if s is None else _leaves(s) for s in self.segment_states]},
+            "memory": {"state": pytree.leaves(self.state), "starts": self.starts,
+                       "segments": [None if s is None else pytree.leaves(s) for s in self.segment_states]},
         }
 
     def check_state_dict(self, state: Mapping[str, Any], *, where: str = "agent state") -> None:
@@ -717,7 +672,7 @@ class PPO:
                 for s in [leaves, *(s for s in segments if s is not None)]:
                     if not isinstance(s, list):
                         raise ValueError("a segment memory is not a list of tensors")
-                    _from_leaves(self.state, s)
+                    pytree.from_leaves(self.state, s)
             elif leaves or any(s is not None for s in segments):
                 raise ValueError("recurrent memory saved for a policy without memory")
             counters = section(state, "counters", where, "the step counters")
@@ -770,8 +725,8 @@ class PPO:
         memory = state["memory"]
         if self.recurrent:
             template = self.state
-            self.state = _from_leaves(template, memory["state"])
-            self.segment_states = [None if s is None else _from_leaves(template, s)
+            self.state = pytree.from_leaves(template, memory["state"])
+            self.segment_states = [None if s is None else pytree.from_leaves(template, s)
                                    for s in memory["segments"]]
         self.starts = memory["starts"].to(self.device, torch.bool).clone()
         if generator_fits:

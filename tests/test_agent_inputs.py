@@ -8,6 +8,7 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
+from tritonrl.toolkit.pytree import leaves
 
 gym = pytest.importorskip("gymnasium")
 
@@ -149,9 +150,7 @@ def test_act_refuses_nan_obs_before_anything_changes(name: str) -> None:
 def _state_leaves(agent) -> list[torch.Tensor]:
     if isinstance(agent, DQNAgent) or not agent.recurrent:
         return []
-    from tritonrl.agents.ppo import _leaves
-
-    return _leaves(agent.state)
+    return leaves(agent.state)
 
 
 def test_multidiscrete_actions_are_checked_per_dimension() -> None:
