@@ -2,8 +2,12 @@
 
 An :class:`ActorCritic` is a *core* that turns observations into features (and, if recurrent,
 carries a memory), an *action head* that turns actor features into a distribution, and a linear
-critic. Parameters live in the training dtype; the heads are the f32 boundary: network outputs
-are upcast once there and every log-prob, entropy and value leaves in f32.
+critic. Every module takes ``device`` and ``dtype`` (default ``training_dtype(device)``) and creates
+its parameters there, in that dtype (DESIGN section 2: never built in f32 and cast afterwards).
+The heads are the f32 boundary: network outputs are upcast once there and every log-prob,
+entropy and value leaves in f32. What stays f32 in every training dtype, and why: the action
+bounds of the squashing heads (buffers used on the f32 side of that boundary); the observation
+statistics (owned by the agent) and Mamba2's SSM state (see :mod:`tritonrl.agents.mamba2`).
 
 Action heads (each returns the *raw* action it samples, which is what PPO stores and scores):
 
@@ -20,7 +24,8 @@ Action heads (each returns the *raw* action it samples, which is what PPO stores
 
 Cores:
 
-- :class:`FeedForwardCore`: separate actor and critic MLPs (tanh), as in CleanRL.
+- :class:`FeedForwardCore`: separate actor and critic MLPs (tanh, orthogonal init), as in CleanRL;
+  built by :class:`tritonrl.agents.torsos.MLP`, the MLP builder DQN's torsos use too.
 - :class:`LSTMCore`: MLP encoder, ``LSTMCell`` memory shared by actor and critic; the memory
   resets where an observation starts an episode.
 - :class:`Mamba2Core`: linear encoder, :class:`tritonrl.agents.mamba2.Mamba2Block` with resets at episode
@@ -34,6 +39,8 @@ from typing import Any
 
 import torch
 from torch import nn
+from tritonrl.agents.mamba2 import Mamba2Block
+from tritonrl.agents.torsos import MLP, init_linear_, init_orthogonal_
 from tritonrl.toolkit.precision import training_dtype
 
 __all__ = [
@@ -44,7 +51,6 @@ __all__ = [
     "GaussianHead",
     "LSTMCore",
     "Mamba2Core",
-    "mlp",
     "squash_log_det",
 ]
 
@@ -56,25 +62,19 @@ def _up(t: torch.Tensor) -> torch.Tensor:
     return t if t.dtype == torch.float64 else t.float()
 
 
-def _init(layer: nn.Linear, gain: float) -> nn.Linear:
-    nn.init.orthogonal_(layer.weight, gain)
-    nn.init.zeros_(layer.bias)
-    return layer
+def _fk(device: torch.device | str | None, dtype: torch.dtype | None) -> dict[str, Any]:
+    """Factory kwargs for parameters: ``device`` and ``dtype`` (default ``training_dtype(device)``)."""
+    return {"device": device, "dtype": dtype if dtype is not None else training_dtype(device)}
 
 
-def mlp(in_dim: int, hidden: tuple[int, ...], *, gain: float = math.sqrt(2)) -> nn.Sequential:
-    """``Linear -> tanh`` layers of sizes ``hidden`` (orthogonal init); identity for ``()``.
+def _linear(n_in: int, n_out: int, gain: float, fk: dict[str, Any]) -> nn.Linear:
+    """A linear layer created in ``fk``'s device and dtype, orthogonal weight with ``gain``, zero bias."""
+    return init_linear_(nn.Linear(n_in, n_out, **fk), gain)
 
-    Raises:
-        ValueError: a size below 1.
-    """
-    if any(int(h) < 1 for h in hidden):
-        raise ValueError(f"hidden={tuple(hidden)!r}: layer sizes must be >= 1")
-    layers: list[nn.Module] = []
-    for h in hidden:
-        layers += [_init(nn.Linear(in_dim, h), gain), nn.Tanh()]
-        in_dim = h
-    return nn.Sequential(*layers) if layers else nn.Sequential(nn.Identity())
+
+def _tanh_mlp(in_dim: int, hidden: tuple[int, ...], fk: dict[str, Any]) -> MLP:
+    """PPO's MLPs: ``Linear -> tanh`` layers of sizes ``hidden``, orthogonal init with gain sqrt(2)."""
+    return MLP(in_dim, hidden, activation="tanh", orthogonal_gain=math.sqrt(2), **fk)
 
 
 def squash_log_det(u: torch.Tensor, log_scale: torch.Tensor) -> torch.Tensor:
@@ -98,9 +98,10 @@ def _rsample(normal: torch.distributions.Normal, generator: torch.Generator | No
 class CategoricalHead(nn.Module):
     """Logits from features; categorical distribution over ``n`` actions (f32)."""
 
-    def __init__(self, feature_dim: int, n: int) -> None:
+    def __init__(self, feature_dim: int, n: int, *, device: torch.device | str | None = None,
+                 dtype: torch.dtype | None = None) -> None:
         super().__init__()
-        self.logits = _init(nn.Linear(feature_dim, n), 0.01)
+        self.logits = _linear(feature_dim, n, 0.01, _fk(device, dtype))
 
     def _dist(self, feat: torch.Tensor) -> torch.distributions.Categorical:
         return torch.distributions.Categorical(logits=_up(self.logits(feat)), validate_args=False)
@@ -128,12 +129,19 @@ class CategoricalHead(nn.Module):
 
 
 class _Bounds(nn.Module):
-    """Affine map from ``[-1, 1]`` onto ``[low, high]`` (f32 buffers)."""
+    """Affine map from ``[-1, 1]`` onto ``[low, high]``.
 
-    def __init__(self, low: torch.Tensor, high: torch.Tensor) -> None:
+    The buffers are f32 in every training dtype, on purpose: the map and its log-determinant act
+    on the heads' f32 side (after the upcast), where the log-prob corrections are computed.
+    """
+
+    def __init__(self, low: torch.Tensor, high: torch.Tensor,
+                 device: torch.device | str | None = None) -> None:
         super().__init__()
-        self.register_buffer("center", ((high + low) / 2).float(), persistent=False)
-        self.register_buffer("scale", ((high - low) / 2).float(), persistent=False)
+        low = torch.as_tensor(low, dtype=torch.float32, device=device)
+        high = torch.as_tensor(high, dtype=torch.float32, device=device)
+        self.register_buffer("center", (high + low) / 2, persistent=False)
+        self.register_buffer("scale", (high - low) / 2, persistent=False)
 
     def squash(self, u: torch.Tensor) -> torch.Tensor:
         return self.center + self.scale * torch.tanh(u)
@@ -156,15 +164,21 @@ class GaussianHead(nn.Module):
         high: ``[D]`` upper action bounds.
         squash: apply ``tanh`` and the affine map, with the log-prob correction.
         log_std_init: initial log standard deviation.
+        device: where the parameters live.
+        dtype: the parameter dtype (default ``training_dtype(device)``).
     """
 
     def __init__(self, feature_dim: int, action_dim: int, low: torch.Tensor, high: torch.Tensor, *,
-                 squash: bool = False, log_std_init: float = 0.0) -> None:
+                 squash: bool = False, log_std_init: float = 0.0, device: torch.device | str | None = None,
+                 dtype: torch.dtype | None = None) -> None:
         super().__init__()
-        self.mean = _init(nn.Linear(feature_dim, action_dim), 0.01)
-        self.log_std = nn.Parameter(torch.full((action_dim,), float(log_std_init)))
+        fk = _fk(device, dtype)
+        self.mean = _linear(feature_dim, action_dim, 0.01, fk)
+        # The log-std is a parameter like the others, in the training dtype (its f32 master copy
+        # lives in the optimizer); it is read through the f32 boundary, so the std is computed in f32.
+        self.log_std = nn.Parameter(torch.full((action_dim,), float(log_std_init), **fk))
         self.squash = squash
-        self.bounds = _Bounds(low, high)
+        self.bounds = _Bounds(low, high, device)
 
     def _normal(self, feat: torch.Tensor) -> torch.distributions.Normal:
         mean = _up(self.mean(feat))
@@ -205,16 +219,17 @@ class _Coupling(nn.Module):
     """One affine coupling layer: ``y_b = x_b * exp(s) + t``, ``(s, t) = net(features, x_a)``."""
 
     def __init__(self, feature_dim: int, idx_a: list[int], idx_b: list[int], hidden: int,
-                 max_log_scale: float) -> None:
+                 max_log_scale: float, fk: dict[str, Any]) -> None:
         super().__init__()
-        self.register_buffer("idx_a", torch.tensor(idx_a, dtype=torch.long), persistent=False)
-        self.register_buffer("idx_b", torch.tensor(idx_b, dtype=torch.long), persistent=False)
+        dev = fk["device"]
+        self.register_buffer("idx_a", torch.tensor(idx_a, dtype=torch.long, device=dev), persistent=False)
+        self.register_buffer("idx_b", torch.tensor(idx_b, dtype=torch.long, device=dev), persistent=False)
         # cat([x_a, x_b])[..., unperm] puts the halves back in place
-        self.register_buffer("unperm", torch.argsort(torch.tensor(idx_a + idx_b, dtype=torch.long)),
-                             persistent=False)
+        order = torch.tensor(idx_a + idx_b, dtype=torch.long, device=dev)
+        self.register_buffer("unperm", torch.argsort(order), persistent=False)
         self.split = bool(idx_a)
-        self.net = nn.Sequential(_init(nn.Linear(feature_dim + len(idx_a), hidden), math.sqrt(2)), nn.Tanh(),
-                                 _init(nn.Linear(hidden, 2 * len(idx_b)), 0.0))  # identity at init
+        self.net = nn.Sequential(_linear(feature_dim + len(idx_a), hidden, math.sqrt(2), fk), nn.Tanh(),
+                                 _linear(hidden, 2 * len(idx_b), 0.0, fk))  # identity at init
         self.max_log_scale = max_log_scale
 
     def _scale_shift(self, feat: torch.Tensor, x_a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -264,14 +279,19 @@ class FlowHead(nn.Module):
         hidden: width of each coupling network.
         log_std_init: initial log-std of the base.
         max_log_scale: soft bound on each coupling's log-scale (``max * tanh(s / max)``).
+        device: where the parameters live.
+        dtype: the parameter dtype (default ``training_dtype(device)``).
     """
 
     def __init__(self, feature_dim: int, action_dim: int, low: torch.Tensor, high: torch.Tensor, *,
                  layers: int = 4, hidden: int = 64, log_std_init: float = 0.0,
-                 max_log_scale: float = 2.0) -> None:
+                 max_log_scale: float = 2.0, device: torch.device | str | None = None,
+                 dtype: torch.dtype | None = None) -> None:
         super().__init__()
-        self.base_mean = _init(nn.Linear(feature_dim, action_dim), 0.01)
-        self.log_std = nn.Parameter(torch.full((action_dim,), float(log_std_init)))
+        fk = _fk(device, dtype)
+        self.base_mean = _linear(feature_dim, action_dim, 0.01, fk)
+        # In the training dtype, read through the f32 boundary (as GaussianHead.log_std).
+        self.log_std = nn.Parameter(torch.full((action_dim,), float(log_std_init), **fk))
         half = action_dim // 2
         first, second = list(range(half)), list(range(half, action_dim))
         couplings = []
@@ -279,9 +299,9 @@ class FlowHead(nn.Module):
             a, b = (first, second) if k % 2 == 0 else (second, first)
             if not b:  # D == 1: transform the only dimension, conditioned on features alone
                 a, b = [], list(range(action_dim))
-            couplings.append(_Coupling(feature_dim, a, b, hidden, max_log_scale))
+            couplings.append(_Coupling(feature_dim, a, b, hidden, max_log_scale, fk))
         self.couplings = nn.ModuleList(couplings)
-        self.bounds = _Bounds(low, high)
+        self.bounds = _Bounds(low, high, device)
 
     def _base(self, feat: torch.Tensor) -> torch.distributions.Normal:
         mean = _up(self.base_mean(feat))
@@ -337,14 +357,21 @@ class FlowHead(nn.Module):
 
 
 class FeedForwardCore(nn.Module):
-    """Separate actor and critic MLPs over the observation."""
+    """Separate actor and critic MLPs over the observation (tanh, orthogonal init; identity for
+    ``hidden=()``).
+
+    Raises:
+        ValueError: a layer size below 1.
+    """
 
     recurrent = False
 
-    def __init__(self, obs_dim: int, hidden: tuple[int, ...]) -> None:
+    def __init__(self, obs_dim: int, hidden: tuple[int, ...], *, device: torch.device | str | None = None,
+                 dtype: torch.dtype | None = None) -> None:
         super().__init__()
-        self.actor = mlp(obs_dim, hidden)
-        self.critic = mlp(obs_dim, hidden)
+        fk = _fk(device, dtype)
+        self.actor = _tanh_mlp(obs_dim, hidden, fk)
+        self.critic = _tanh_mlp(obs_dim, hidden, fk)
         self.feature_dim = hidden[-1] if hidden else obs_dim
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -361,20 +388,25 @@ class LSTMCore(nn.Module):
     """``obs -> MLP encoder -> LSTMCell``; features shared by actor and critic.
 
     State: ``(h, c)``, each ``[B, size]`` in the parameters' dtype.
+
+    Raises:
+        ValueError: a layer size below 1.
     """
 
     recurrent = True
     supports_initial_state = True  # sequences may start from a stored memory
 
-    def __init__(self, obs_dim: int, hidden: tuple[int, ...], size: int) -> None:
+    def __init__(self, obs_dim: int, hidden: tuple[int, ...], size: int, *,
+                 device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> None:
         super().__init__()
-        self.encoder = mlp(obs_dim, hidden)
-        self.cell = nn.LSTMCell(hidden[-1] if hidden else obs_dim, size)
+        fk = _fk(device, dtype)
+        self.encoder = _tanh_mlp(obs_dim, hidden, fk)
+        self.cell = nn.LSTMCell(hidden[-1] if hidden else obs_dim, size, **fk)
         for name, p in self.cell.named_parameters():
             if "bias" in name:
                 nn.init.zeros_(p)
             else:
-                nn.init.orthogonal_(p, 1.0)
+                init_orthogonal_(p, 1.0)
         self.size = size
         self.feature_dim = size
 
@@ -418,13 +450,11 @@ class Mamba2Core(nn.Module):
                  headdim: int = 16, chunk_size: int = 64, device: torch.device | str | None = None,
                  dtype: torch.dtype | None = None) -> None:
         super().__init__()
-        dtype = dtype if dtype is not None else training_dtype(device)
-        from tritonrl.agents.mamba2 import Mamba2Block
-
-        self.encoder = _init(nn.Linear(obs_dim, d_model), math.sqrt(2))
+        fk = _fk(device, dtype)
+        self.encoder = _linear(obs_dim, d_model, math.sqrt(2), fk)
         self.block = Mamba2Block(d_model, d_state=d_state, d_conv=d_conv, expand=expand, headdim=headdim,
-                                 chunk_size=chunk_size, device=device, dtype=dtype)
-        self.norm = nn.LayerNorm(d_model)
+                                 chunk_size=chunk_size, **fk)
+        self.norm = nn.LayerNorm(d_model, **fk)
         self.feature_dim = d_model
 
     def initial_state(self, batch: int) -> Any:
@@ -452,13 +482,18 @@ class Mamba2Core(nn.Module):
 
 
 class ActorCritic(nn.Module):
-    """A core, an action head and a linear critic (see the module docstring)."""
+    """A core, an action head and a linear critic (see the module docstring).
 
-    def __init__(self, core: nn.Module, head: nn.Module) -> None:
+    ``device`` and ``dtype`` (default ``training_dtype(device)``) are the critic's; pass the ones
+    the core and the head were created with.
+    """
+
+    def __init__(self, core: nn.Module, head: nn.Module, *, device: torch.device | str | None = None,
+                 dtype: torch.dtype | None = None) -> None:
         super().__init__()
         self.core = core
         self.head = head
-        self.critic = _init(nn.Linear(core.feature_dim, 1), 1.0)
+        self.critic = _linear(core.feature_dim, 1, 1.0, _fk(device, dtype))
 
     @property
     def recurrent(self) -> bool:

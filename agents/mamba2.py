@@ -103,6 +103,9 @@ class Mamba2Block(nn.Module):
 
         self.in_proj = nn.Linear(d_model, d_inner + self.conv_dim + nheads, bias=False, **fk)
         bound = 1.0 / math.sqrt(d_conv)  # nn.Conv1d's default for a depthwise conv
+        # The conv, dt and A initial values are drawn in f32 (the log/exp/expm1 of the dt and A
+        # inits lose accuracy in bf16) and rounded once into parameters of ``dtype``: no parameter
+        # exists in f32 and is cast afterwards.
         f32 = {"device": device, "dtype": torch.float32}
         conv_w = torch.empty(self.conv_dim, d_conv, **f32).uniform_(-bound, bound)
         self.conv_weight = nn.Parameter(conv_w.to(dtype))

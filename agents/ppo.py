@@ -229,19 +229,6 @@ def preset(name: str, **overrides: Any) -> PPOConfig:
 # ----------------------------------------------------------------------------- helpers
 
 
-def _cast_parameters(module: nn.Module, dtype: torch.dtype, skip: tuple[type, ...] = ()) -> None:
-    """Cast parameters (not buffers) to ``dtype``, leaving modules of the ``skip`` types as built."""
-    def visit(m: nn.Module) -> None:
-        if skip and isinstance(m, skip):
-            return
-        for name, p in m.named_parameters(recurse=False):
-            setattr(m, name, nn.Parameter(p.detach().to(dtype), requires_grad=p.requires_grad))
-        for child in m.children():
-            visit(child)
-
-    visit(module)
-
-
 class _Pending(typing.NamedTuple):
     obs: Any
     x: torch.Tensor
@@ -332,19 +319,18 @@ class PPO:
             raise ValueError(f"policy {cfg.policy!r} needs a flat Box action space, got {space}")
         if not (discrete or box):
             raise ValueError(f"PPO supports Discrete and flat Box action spaces, got {space}")
-        skip: tuple[type, ...] = ()
+        # Every module is created on the device in the training dtype (DESIGN section 2): no cast.
+        fk = {"device": self.device, "dtype": self.dtype}
         if cfg.policy in ("discrete", "continuous", "flow"):
-            core: nn.Module = FeedForwardCore(self.obs_dim, cfg.hidden)
+            core: nn.Module = FeedForwardCore(self.obs_dim, cfg.hidden, **fk)
         elif cfg.policy == "lstm":
-            core = LSTMCore(self.obs_dim, cfg.hidden, cfg.memory_size)
+            core = LSTMCore(self.obs_dim, cfg.hidden, cfg.memory_size, **fk)
         else:
             core = Mamba2Core(self.obs_dim, cfg.memory_size, d_state=cfg.mamba_d_state,
-                              headdim=cfg.mamba_headdim, expand=cfg.mamba_expand,
-                              device=self.device, dtype=self.dtype)
-            skip = (type(core.block),)  # built in its own dtypes by Mamba2Block itself
+                              headdim=cfg.mamba_headdim, expand=cfg.mamba_expand, **fk)
         feat = core.feature_dim
         if discrete:
-            head: nn.Module = CategoricalHead(feat, int(space.n))
+            head: nn.Module = CategoricalHead(feat, int(space.n), **fk)
         else:
             low = torch.as_tensor(space.low, dtype=torch.float32)
             high = torch.as_tensor(space.high, dtype=torch.float32)
@@ -354,13 +340,11 @@ class PPO:
                                  f"got {space}")
             if cfg.policy == "flow":
                 head = FlowHead(feat, int(space.shape[0]), low, high, layers=cfg.flow_layers,
-                                hidden=cfg.flow_hidden, log_std_init=cfg.log_std_init)
+                                hidden=cfg.flow_hidden, log_std_init=cfg.log_std_init, **fk)
             else:
                 head = GaussianHead(feat, int(space.shape[0]), low, high, squash=cfg.squash,
-                                    log_std_init=cfg.log_std_init)
-        policy = ActorCritic(core, head).to(self.device)
-        _cast_parameters(policy, self.dtype, skip)
-        return policy
+                                    log_std_init=cfg.log_std_init, **fk)
+        return ActorCritic(core, head, **fk)
 
     # ------------------------------------------------------------------ acting
 

@@ -1,9 +1,13 @@
-"""Torso building blocks for value networks: observation -> feature vector.
+"""Torso building blocks: observation -> feature vector, and the one MLP builder of both families.
 
-Every block creates its parameters in the dtype it is given (the agent passes
-``training_dtype(device)``) and never casts inside ``forward``: the observation arrives already in
-that dtype (it was cast once, when it entered the replay buffer or ``act``).
+Every block creates its parameters in the dtype it is given (the agents pass
+``training_dtype(device)``; the default is the same) and never casts inside ``forward``: the
+observation arrives already in that dtype (it was cast once, when it entered the replay buffer,
+the rollout or ``act``).
 
+- :class:`MLP`: ``Linear -> [RMSNorm] -> activation`` layers of given sizes over the last dim;
+  DQN's ``"mlp"`` torso (ReLU, PyTorch's default init) and PPO's actor, critic and encoder MLPs
+  (tanh, orthogonal init, as in CleanRL) are both built by it.
 - ``"mlp"``: input ``[B, *obs_shape]`` (flattened); ``depth`` x (linear, [RMSNorm], ReLU).
 - ``"resmlp"``: input ``[B, *obs_shape]`` (flattened); an input projection, then ``depth``
   pre-norm residual blocks.
@@ -25,16 +29,45 @@ from torch import nn
 from tritonrl.toolkit.precision import training_dtype
 
 __all__ = [
+    "ACTIVATIONS",
+    "MLP",
     "AttentionTorso",
     "MLPTorso",
     "ResidualMLPTorso",
     "SpectralLinear",
     "TORSO_KINDS",
     "build_torso",
+    "init_linear_",
+    "init_orthogonal_",
 ]
 
 TORSO_KINDS = ("mlp", "resmlp", "attention")
 NORMS = ("none", "rmsnorm")
+ACTIVATIONS = {"relu": torch.relu, "tanh": torch.tanh}
+
+
+def init_orthogonal_(weight: torch.Tensor, gain: float = 1.0) -> torch.Tensor:
+    """Fill ``weight`` (2-d or more, any float dtype) with a (semi-)orthogonal matrix times ``gain``,
+    in place, and return it.
+
+    f32 and f64 weights are filled by ``nn.init.orthogonal_`` itself. Other dtypes (bf16) get the
+    matrix computed in f32 (QR has no bf16 kernel) and rounded once into the weight: the parameter
+    keeps the dtype it was created in, and with the same seed it starts from the rounded values of
+    the f32 weight (the random draws are the same).
+    """
+    with torch.no_grad():
+        if weight.dtype in (torch.float32, torch.float64):
+            return nn.init.orthogonal_(weight, gain)
+        full = torch.empty(weight.shape, device=weight.device, dtype=torch.float32)
+        return weight.copy_(nn.init.orthogonal_(full, gain))
+
+
+def init_linear_(layer: nn.Module, gain: float) -> nn.Module:
+    """Orthogonal weight with ``gain`` and zero bias for a linear ``layer`` (in place); returns it."""
+    init_orthogonal_(layer.weight, gain)
+    if getattr(layer, "bias", None) is not None:
+        nn.init.zeros_(layer.bias)
+    return layer
 
 
 class SpectralLinear(nn.Module):
@@ -101,12 +134,75 @@ def _norm(kind: str, width: int, device, dtype) -> nn.Module:
     return nn.Identity()
 
 
-class MLPTorso(nn.Module):
-    """``depth`` x (linear, optional RMSNorm, ReLU) on the flattened observation.
+class MLP(nn.Module):
+    """``Linear -> [RMSNorm] -> activation`` for each size in ``hidden``: the MLP of both families.
 
-    ``forward(x [B, *obs_shape]) -> [B, width]``. The loop is written out (no ``Sequential`` of
-    flatten / identity modules): acting calls this once per environment step, where each module
-    call costs microseconds.
+    ``forward(x [..., in_features]) -> [..., out_features]`` over the last dim, in the parameter
+    dtype; ``out_features`` is ``hidden[-1]`` (``in_features``, and ``x`` returned as is, for
+    ``hidden=()``). The loop is written out (no ``Sequential`` of activation modules): acting calls
+    this once per environment step, where each module call costs microseconds.
+
+    Args:
+        in_features: input features.
+        hidden: the layer sizes, e.g. ``(64, 64)``.
+        activation: ``"relu"`` (DQN torsos) or ``"tanh"`` (PPO, as in CleanRL).
+        norm: ``"none"`` or ``"rmsnorm"`` (after each linear layer, before the activation).
+        spectral_norm: :class:`SpectralLinear` layers.
+        orthogonal_gain: ``None``: PyTorch's default ``nn.Linear`` init (DQN); a number: orthogonal
+            weights with that gain and zero biases (PPO), drawn layer by layer as each is created.
+        device: where the parameters live.
+        dtype: the parameter dtype (default ``training_dtype(device)``).
+
+    Raises:
+        ValueError: a size below 1, an unknown ``activation`` or ``norm``.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        hidden: tuple[int, ...],
+        *,
+        activation: str = "relu",
+        norm: str = "none",
+        spectral_norm: bool = False,
+        orthogonal_gain: float | None = None,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        hidden = tuple(hidden)
+        if any(int(h) < 1 for h in hidden):
+            raise ValueError(f"hidden={hidden!r}: layer sizes must be >= 1")
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation={activation!r} is unknown; choose one of {', '.join(ACTIVATIONS)}")
+        if norm not in NORMS:
+            raise ValueError(f"norm={norm!r} is unknown; choose one of {', '.join(NORMS)}")
+        dtype = dtype if dtype is not None else training_dtype(device)
+        sizes = [in_features, *hidden]
+        layers = []
+        for i in range(len(hidden)):
+            layer = _linear(sizes[i], sizes[i + 1], spectral_norm, device, dtype)
+            layers.append(layer if orthogonal_gain is None else init_linear_(layer, orthogonal_gain))
+        self.layers = nn.ModuleList(layers)
+        norms = [_norm(norm, h, device, dtype) for h in hidden]
+        self.norms = nn.ModuleList(norms) if norm != "none" else None
+        self.activation = ACTIVATIONS[activation]
+        self.out_features = sizes[-1]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for i, layer in enumerate(self.layers):
+            x = layer(x)
+            if self.norms is not None:
+                x = self.norms[i](x)
+            x = self.activation(x)
+        return x
+
+
+class MLPTorso(MLP):
+    """DQN's ``"mlp"`` torso: ``depth`` x (linear, optional RMSNorm, ReLU) on the flattened
+    observation, PyTorch's default init (an :class:`MLP` of ``depth`` layers of ``width``).
+
+    ``forward(x [B, *obs_shape]) -> [B, width]``.
     """
 
     def __init__(
@@ -120,24 +216,11 @@ class MLPTorso(nn.Module):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        super().__init__()
-        dtype = dtype if dtype is not None else training_dtype(device)
-        sizes = [in_features] + [width] * depth
-        self.layers = nn.ModuleList(
-            [_linear(sizes[i], sizes[i + 1], spectral_norm, device, dtype) for i in range(depth)]
-        )
-        norms = [_norm(norm, width, device, dtype) for _ in range(depth)]
-        self.norms = nn.ModuleList(norms) if norm != "none" else None
-        self.out_features = width
+        super().__init__(in_features, (width,) * depth, activation="relu", norm=norm,
+                         spectral_norm=spectral_norm, device=device, dtype=dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x.flatten(1)
-        for i, layer in enumerate(self.layers):
-            x = layer(x)
-            if self.norms is not None:
-                x = self.norms[i](x)
-            x = torch.relu(x)
-        return x
+        return super().forward(x.flatten(1))
 
 
 class _ResidualBlock(nn.Module):

@@ -215,15 +215,14 @@ def test_cli_refuses_before_training(tmp_path: Path, capsys, monkeypatch: pytest
 
 def test_network_builders_refuse_bad_sizes() -> None:
     # Used directly (outside a config), the builders refuse sizes that cannot make a layer.
-    from tritonrl.agents.actor_critic import mlp
-    from tritonrl.agents.torsos import build_torso
+    from tritonrl.agents.torsos import MLP, build_torso
 
     with pytest.raises(ValueError, match="attention heads=0 must be >= 1"):
         build_torso((3, 4), "attention", width=16, heads=0)
     with pytest.raises(ValueError, match=r"torso width=0 and depth=2 must be >= 1"):
         build_torso((4,), "mlp", width=0)
     with pytest.raises(ValueError, match=r"hidden=\(8, 0\): layer sizes must be >= 1"):
-        mlp(4, (8, 0))
+        MLP(4, (8, 0))
 
 
 def test_check_memory_refuses_only_what_cannot_fit(monkeypatch: pytest.MonkeyPatch) -> None:
