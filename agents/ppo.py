@@ -57,9 +57,24 @@ from tritonrl.agents.actor_critic import (
 )
 from tritonrl.kernels.backend import backend_override
 from tritonrl.toolkit import pytree
+from tritonrl.toolkit.checkpoint import (
+    CheckpointError,
+    agent_state,
+    brief,
+    check_module_tensors,
+    cut,
+    generator_state_fits,
+    load_checkpoint,
+    load_into_module,
+    save_checkpoint,
+    section,
+)
 from tritonrl.toolkit.checks import ActionRule, InputGuard, check_config
-from tritonrl.toolkit.config import resumable
+from tritonrl.toolkit.config import check_config_dict, fixed_changes, format_change, resumable
+from tritonrl.toolkit.envs import space_from_json, space_to_json
+from tritonrl.toolkit.optim import MasterWeightOptimizer
 from tritonrl.toolkit.precision import training_dtype
+from tritonrl.toolkit.registry import apply_overrides, register_agent
 from tritonrl.toolkit.rollout import RolloutBuffer, RunningMeanStd
 
 __all__ = ["AGENT_KIND", "POLICIES", "PPO", "PRESETS", "PPOConfig", "preset"]
@@ -259,8 +274,6 @@ class PPO:
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: PPOConfig | None = None,
                  *, num_envs: int = 1, device: torch.device | str = "cpu", seed: int = 0) -> None:
-        from tritonrl.toolkit.optim import MasterWeightOptimizer
-
         cfg = config if config is not None else PRESETS["ppo"]
         if not isinstance(cfg, PPOConfig):
             raise TypeError(f"config must be a PPOConfig, got {type(cfg).__name__}")
@@ -565,8 +578,6 @@ class PPO:
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume exactly: network, optimizer, rollout, memories, RNG, counters."""
-        from tritonrl.toolkit.envs import space_to_json
-
         return {
             "agent": AGENT_KIND,
             "config": self.config.to_dict(),
@@ -597,17 +608,6 @@ class PPO:
 
     def _check_state(self, state: Mapping[str, Any], where: str) -> bool:
         """:meth:`check_state_dict`; returns whether the saved generator state fits this device."""
-        from tritonrl.toolkit.checkpoint import (
-            CheckpointError,
-            brief,
-            check_module_tensors,
-            cut,
-            generator_state_fits,
-            section,
-        )
-        from tritonrl.toolkit.config import check_config_dict, fixed_changes, format_change
-        from tritonrl.toolkit.envs import space_to_json
-
         if not isinstance(state, Mapping) or state.get("agent") != AGENT_KIND:
             got = state.get("agent") if isinstance(state, Mapping) else type(state).__name__
             raise CheckpointError(f"{where}: holds a {brief(got, 40)} agent, not a {AGENT_KIND!r} agent")
@@ -698,8 +698,6 @@ class PPO:
                 missing or not fitting (checked before anything changes; the message starts with
                 ``where``).
         """
-        from tritonrl.toolkit.checkpoint import load_into_module
-
         generator_fits = self._check_state(state, where)
         load_into_module(self.policy, state["policy"])
         self.optimizer.load_state_dict(state["optimizer"])
@@ -724,8 +722,6 @@ class PPO:
 
     def save(self, path: str | os.PathLike) -> None:
         """Write :meth:`state_dict` atomically (:func:`tritonrl.toolkit.checkpoint.save_checkpoint`)."""
-        from tritonrl.toolkit.checkpoint import save_checkpoint
-
         save_checkpoint(path, self.state_dict())
 
     @classmethod
@@ -737,17 +733,6 @@ class PPO:
             tritonrl.toolkit.checkpoint.CheckpointError: unreadable, foreign, not a PPO checkpoint, or an
                 entry that does not fit (one line starting with ``path``).
         """
-        from tritonrl.toolkit.checkpoint import (
-            CheckpointError,
-            agent_state,
-            brief,
-            cut,
-            load_checkpoint,
-            section,
-        )
-        from tritonrl.toolkit.config import check_config_dict
-        from tritonrl.toolkit.envs import space_from_json
-
         where = str(path)
         state = agent_state(load_checkpoint(path), AGENT_KIND, where)
         try:
@@ -814,8 +799,6 @@ def _factory(name: str) -> Callable[..., PPO]:
              config: Mapping[str, Any] | None = None) -> PPO:
         """The preset (or ``config``, a saved ``PPOConfig.to_dict()`` being resumed) with
         ``total_steps`` and ``overrides`` applied."""
-        from tritonrl.toolkit.registry import apply_overrides
-
         base = PRESETS[name] if config is None else PPOConfig.from_dict(config)
         cfg = apply_overrides(dataclasses.replace(base, total_steps=int(total_steps)), overrides)
         return PPO(observation_space, action_space, cfg, num_envs=num_envs, device=device, seed=seed)
@@ -824,8 +807,6 @@ def _factory(name: str) -> Callable[..., PPO]:
 
 
 def _register() -> None:
-    from tritonrl.toolkit.registry import register_agent
-
     descriptions = {
         "ppo": ("PPO, categorical MLP policy (Discrete actions)", 8, 100_000),
         "ppo-continuous": ("PPO, tanh-squashed diagonal Gaussian MLP policy (Box actions)", 8, 200_000),
