@@ -17,7 +17,7 @@ selects the factored (branching) head (:mod:`tritonrl.agents.factored`).
 
 The agent is a plain object, driven by :mod:`tritonrl.toolkit.offpolicy` or by your own loop::
 
-    agent = DQNAgent(env.observation_space, env.action_space, rainbow(), device="cpu", seed=0)
+    agent = DQNAgent(env.observation_space, env.action_space, preset("rainbow"), device="cpu", seed=0)
     action = agent.act(obs)                      # [E] int64 ([E, D] for MultiDiscrete)
     agent.observe(obs, action, reward, next_obs, terminated, truncated)
     metrics = agent.update()                     # one gradient step; dict of f32 tensors

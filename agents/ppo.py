@@ -809,7 +809,8 @@ def _factory(name: str) -> Callable[..., PPO]:
 def _register() -> None:
     descriptions = {
         "ppo": ("PPO, categorical MLP policy (Discrete actions)", 8, 100_000),
-        "ppo-continuous": ("PPO, tanh-squashed diagonal Gaussian MLP policy (Box actions)", 8, 200_000),
+        "ppo-continuous": ("PPO, diagonal Gaussian MLP policy, optional tanh squash (Box actions)",
+                           8, 200_000),
         "ppo-lstm": ("PPO with an LSTM memory (partially observed tasks)", 8, 200_000),
         "ppo-flow": ("PPO, normalizing-flow policy (affine couplings, Box actions)", 8, 200_000),
         "ppo-mamba": ("PPO with a Mamba2 memory (partially observed tasks)", 8, 200_000),
