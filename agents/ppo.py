@@ -19,7 +19,7 @@ collected, with the memory reset where an episode starts.
 The agent is a plain object; :func:`tritonrl.toolkit.loop.run_training` drives it with the on-policy
 schedule, and you can drive it yourself::
 
-    agent = PPO(env.single_observation_space, env.single_action_space, preset("ppo"), num_envs=8)
+    agent = PPOAgent(env.single_observation_space, env.single_action_space, preset("ppo"), num_envs=8)
     for _ in range(agent.config.num_steps):
         action = agent.act(obs)
         tr = env.step(action)
@@ -77,7 +77,7 @@ from tritonrl.toolkit.precision import training_dtype
 from tritonrl.toolkit.registry import apply_overrides, register_agent
 from tritonrl.toolkit.rollout import RolloutBuffer, RunningMeanStd
 
-__all__ = ["AGENT_KIND", "POLICIES", "PPO", "PRESETS", "PPOConfig", "preset"]
+__all__ = ["AGENT_KIND", "POLICIES", "PPOAgent", "PRESETS", "PPOConfig", "preset"]
 
 AGENT_KIND = "ppo"
 POLICIES = ("discrete", "continuous", "lstm", "flow", "mamba")
@@ -256,7 +256,7 @@ class _Pending(typing.NamedTuple):
 # ----------------------------------------------------------------------------- the agent
 
 
-class PPO:
+class PPOAgent:
     """A PPO agent (see the module docstring).
 
     Args:
@@ -303,7 +303,7 @@ class PPO:
         squashed = cfg.policy == "flow" or cfg.squash
         rule = (ActionRule.discrete(int(action_space.n)) if discrete else
                 ActionRule.box(action_space.low, action_space.high, bounded=squashed))
-        self.inputs = InputGuard("PPO", rule)
+        self.inputs = InputGuard("PPOAgent", rule)
         """The checks of ``act``/``observe`` inputs (:class:`tritonrl.toolkit.checks.InputGuard`); its
         ``mode``
         (``"auto"``, ``"eager"``, ``"deferred"``) says when inputs on an accelerator are checked.
@@ -725,7 +725,7 @@ class PPO:
         save_checkpoint(path, self.state_dict())
 
     @classmethod
-    def load(cls, path: str | os.PathLike, device: torch.device | str | None = None) -> PPO:
+    def load(cls, path: str | os.PathLike, device: torch.device | str | None = None) -> PPOAgent:
         """Rebuild an agent saved with :meth:`save`, or the agent section of a training-run checkpoint
         (``<run>/checkpoint.safetensors``), on ``device`` (default CPU), in that device's dtype.
 
@@ -764,9 +764,9 @@ def _same_obs(acted: Any, observed: Any) -> bool:
 
 
 class _GreedyPolicy:
-    """Greedy acting with a private memory, for evaluation (see :meth:`PPO.eval_policy`)."""
+    """Greedy acting with a private memory, for evaluation (see :meth:`PPOAgent.eval_policy`)."""
 
-    def __init__(self, agent: PPO) -> None:
+    def __init__(self, agent: PPOAgent) -> None:
         self.agent = agent
         self.state: Any = None
         self.starts: torch.Tensor | None = None
@@ -793,15 +793,15 @@ class _GreedyPolicy:
 # ----------------------------------------------------------------------------- registry
 
 
-def _factory(name: str) -> Callable[..., PPO]:
+def _factory(name: str) -> Callable[..., PPOAgent]:
     def make(observation_space: gym.Space, action_space: gym.Space, *, num_envs: int,
              device: torch.device | str, seed: int, total_steps: int, overrides: Mapping[str, Any],
-             config: Mapping[str, Any] | None = None) -> PPO:
+             config: Mapping[str, Any] | None = None) -> PPOAgent:
         """The preset (or ``config``, a saved ``PPOConfig.to_dict()`` being resumed) with
         ``total_steps`` and ``overrides`` applied."""
         base = PRESETS[name] if config is None else PPOConfig.from_dict(config)
         cfg = apply_overrides(dataclasses.replace(base, total_steps=int(total_steps)), overrides)
-        return PPO(observation_space, action_space, cfg, num_envs=num_envs, device=device, seed=seed)
+        return PPOAgent(observation_space, action_space, cfg, num_envs=num_envs, device=device, seed=seed)
 
     return make
 

@@ -119,12 +119,12 @@ def _env_only_sps(env_id: str, steps: int) -> float:
 
 
 def _agent(preset_name: str, env_id: str, steps: int, device: str = "cpu"):
-    from tritonrl.agents.ppo import PPO, preset
+    from tritonrl.agents.ppo import PPOAgent, preset
     from tritonrl.toolkit.envs import make_vec_env
 
     cfg = dataclasses.replace(preset(preset_name), total_steps=steps)
     env = make_vec_env(env_id, NUM_ENVS, seed=0, device=device)
-    agent = PPO(env.single_observation_space, env.single_action_space, cfg, num_envs=NUM_ENVS, seed=0,
+    agent = PPOAgent(env.single_observation_space, env.single_action_space, cfg, num_envs=NUM_ENVS, seed=0,
                 device=device)
     return agent, env
 

@@ -14,8 +14,8 @@ gym = pytest.importorskip("gymnasium")
 
 from tritonrl.agents.dqn import DQNAgent  # noqa: E402  (imports gymnasium)
 from tritonrl.agents.dqn import preset as dqn_preset  # noqa: E402
-from tritonrl.agents.ppo import PPO  # noqa: E402
 from tritonrl.agents.ppo import PRESETS as PPO_PRESETS  # noqa: E402
+from tritonrl.agents.ppo import PPOAgent  # noqa: E402
 
 OBS = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
 DISCRETE = gym.spaces.Discrete(3)
@@ -34,7 +34,7 @@ def _make(name: str):
     base = PPO_PRESETS["ppo-continuous" if name == "ppo-squashed" else name]
     cfg = dataclasses.replace(base, **PPO_TINY, **extra)
     act = DISCRETE if cfg.policy in ("discrete", "lstm", "mamba") else BOX
-    return PPO(OBS, act, cfg, num_envs=E, seed=0)
+    return PPOAgent(OBS, act, cfg, num_envs=E, seed=0)
 
 
 def _discrete(agent) -> bool:
@@ -173,13 +173,13 @@ def test_numpy_and_list_inputs_are_checked_too() -> None:
     obs = np.zeros((E, 4), np.float32)
     action = agent.act(obs)
     done = np.zeros(E, bool)
-    with pytest.raises(ValueError, match=r"PPO.observe: reward\[1\] = nan is not finite"):
+    with pytest.raises(ValueError, match=r"PPOAgent.observe: reward\[1\] = nan is not finite"):
         agent.observe(obs, action, [0.0, float("nan")], obs, done, done)
     bad_next = obs.copy()
     bad_next[0, 1] = -np.inf
-    with pytest.raises(ValueError, match=r"PPO.observe: next_obs\[0, 1\] = -inf is not finite"):
+    with pytest.raises(ValueError, match=r"PPOAgent.observe: next_obs\[0, 1\] = -inf is not finite"):
         agent.observe(obs, action, np.zeros(E), bad_next, done, done)
-    with pytest.raises(ValueError, match=r"PPO.observe: action\[1\] = 7 is outside Discrete\(3\)"):
+    with pytest.raises(ValueError, match=r"PPOAgent.observe: action\[1\] = 7 is outside Discrete\(3\)"):
         agent.observe(obs, [0, 7], np.zeros(E), obs, done, done)
     agent.observe(obs, action.numpy(), np.zeros(E), obs, done, done)
     assert agent.buffer.pos == 1
@@ -212,7 +212,7 @@ def test_deferred_checks_raise_at_update_before_learning(name: str) -> None:
     # is read once, when update() starts, which refuses to learn from the bad data.
     agent = _make(name)
     agent.inputs.mode = "deferred"
-    steps = 8 if isinstance(agent, PPO) else 6
+    steps = 8 if isinstance(agent, PPOAgent) else 6
     for t in range(steps):
         args = _step_args(agent)
         if t == 2:

@@ -1,4 +1,4 @@
-"""``DQNAgent.load`` / ``PPO.load`` and the loop's resume on the wrong file: one short line.
+"""``DQNAgent.load`` / ``PPOAgent.load`` and the loop's resume on the wrong file: one short line.
 
 A run folder's checkpoint (format ``tritonrl-train``) loads as an agent (its agent section); any
 other file is a one-line ``CheckpointError`` that names the file and never embeds the state (the
@@ -38,9 +38,9 @@ def runs(tmp_path_factory) -> dict[str, Path]:
 
 def _classes():
     from tritonrl.agents.dqn import DQNAgent
-    from tritonrl.agents.ppo import PPO
+    from tritonrl.agents.ppo import PPOAgent
 
-    return {"dqn": DQNAgent, "ppo": PPO}
+    return {"dqn": DQNAgent, "ppo": PPOAgent}
 
 
 def _one_line(exc: pytest.ExceptionInfo, path: Path) -> str:

@@ -117,9 +117,9 @@ def test_non_finite_parameters_stop_the_run_even_without_a_loss_metric(tmp_path:
 
 def test_agent_errors_reach_the_user_as_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    from tritonrl.agents.ppo import PPO
+    from tritonrl.agents.ppo import PPOAgent
 
-    real = PPO.observe
+    real = PPOAgent.observe
     calls = {"n": 0}
 
     def observe(self: Any, *args: Any, **kw: Any) -> Any:
@@ -128,7 +128,7 @@ def test_agent_errors_reach_the_user_as_one_line(tmp_path: Path, capsys: pytest.
             raise ValueError("observe: next_obs holds NaN or inf (environment bug?)\nsecond line")
         return real(self, *args, **kw)
 
-    monkeypatch.setattr(PPO, "observe", observe)
+    monkeypatch.setattr(PPOAgent, "observe", observe)
     run = tmp_path / "run"
     code, err = _train(capsys, "ppo", run, "--steps", "200", "--checkpoint-every", "48", "--log-every", "16")
     assert code == 1

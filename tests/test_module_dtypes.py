@@ -57,13 +57,13 @@ def test_default_dtype_follows_policy(
 
 def _ppo_agent(policy: str):
     gym = pytest.importorskip("gymnasium")
-    from tritonrl.agents.ppo import PPO, PPOConfig
+    from tritonrl.agents.ppo import PPOAgent, PPOConfig
 
     obs = gym.spaces.Box(-1.0, 1.0, (4,))
     act = gym.spaces.Discrete(3) if policy in ("discrete", "lstm") else gym.spaces.Box(-2.0, 2.0, (2,))
     cfg = PPOConfig(policy=policy, hidden=(8,), memory_size=16, mamba_headdim=8, flow_hidden=8,
                     squash=policy == "continuous")
-    return PPO(obs, act, cfg, num_envs=2, seed=0)
+    return PPOAgent(obs, act, cfg, num_envs=2, seed=0)
 
 
 @pytest.mark.parametrize("policy", ["discrete", "continuous", "flow", "lstm", "mamba"])

@@ -175,10 +175,10 @@ PPO_SMALL = {"num_steps": 8, "seq_len": 4, "num_minibatches": 2, "update_epochs"
 
 
 def _ppo(name: str, seed: int, steps: int):
-    from tritonrl.agents.ppo import PPO, preset
+    from tritonrl.agents.ppo import PPOAgent, preset
 
     obs_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
-    agent = PPO(obs_space, gym.spaces.Discrete(2), preset(name, **PPO_SMALL), num_envs=2, seed=seed)
+    agent = PPOAgent(obs_space, gym.spaces.Discrete(2), preset(name, **PPO_SMALL), num_envs=2, seed=seed)
     gen = torch.Generator().manual_seed(seed)
     obs = torch.randn(2, 3, generator=gen)
     for t in range(steps):

@@ -10,7 +10,7 @@ import torch
 pytest.importorskip(
     "gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
 
-from tritonrl.agents.ppo import PPO, PPOConfig, preset
+from tritonrl.agents.ppo import PPOAgent, PPOConfig, preset
 from tritonrl.toolkit.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from tritonrl.toolkit.cli import main as cli_main
 from tritonrl.toolkit.envs import make_vec_env
@@ -27,7 +27,8 @@ TINY = {"num_steps": 8, "seq_len": 4, "num_minibatches": 2, "update_epochs": 2, 
 def _agent(policy: str, num_envs: int = 3, seed: int = 0, **kw):
     cfg = dataclasses_replace(PPOConfig(policy=policy), **{**TINY, **kw})
     env = make_vec_env(ENVS[policy], num_envs, seed=seed)
-    return PPO(env.single_observation_space, env.single_action_space, cfg, num_envs=num_envs, seed=seed), env
+    return PPOAgent(env.single_observation_space, env.single_action_space, cfg, num_envs=num_envs,
+                    seed=seed), env
 
 
 def dataclasses_replace(cfg, **kw):
@@ -36,7 +37,7 @@ def dataclasses_replace(cfg, **kw):
     return dataclasses.replace(cfg, **kw)
 
 
-def _collect(agent: PPO, env, steps: int):
+def _collect(agent: PPOAgent, env, steps: int):
     obs = env.obs
     for _ in range(steps):
         action = agent.act(obs)
@@ -138,9 +139,9 @@ def test_bad_inputs_are_clear_errors():
         agent.update()
     pend = make_vec_env("Pendulum-v1", 1, 0)
     with pytest.raises(ValueError, match="needs a Discrete action space"):
-        PPO(pend.single_observation_space, pend.single_action_space, preset("ppo"))
+        PPOAgent(pend.single_observation_space, pend.single_action_space, preset("ppo"))
     with pytest.raises(ValueError, match="flat Box action space"):
-        PPO(env.single_observation_space, env.single_action_space, preset("ppo-flow"))
+        PPOAgent(env.single_observation_space, env.single_action_space, preset("ppo-flow"))
     with pytest.raises(ValueError, match="seq_len=5 must be 0 or divide num_steps=8"):
         PPOConfig(num_steps=8, seq_len=5)
     with pytest.raises(ValueError, match="policy='gru'"):
@@ -160,7 +161,7 @@ def test_checkpoint_round_trip_f32_to_bf16_and_back(policy, tmp_path, monkeypatc
 
     monkeypatch.setenv("TRITONRL_DTYPE", "bf16")
     training_dtype.cache_clear()
-    half = PPO.load(tmp_path / "f32.safetensors")
+    half = PPOAgent.load(tmp_path / "f32.safetensors")
     assert half.dtype == torch.bfloat16
     for (name, p32), p16 in zip(agent.policy.state_dict().items(), half.policy.state_dict().values(),
                                 strict=True):
@@ -174,7 +175,7 @@ def test_checkpoint_round_trip_f32_to_bf16_and_back(policy, tmp_path, monkeypatc
 
     monkeypatch.setenv("TRITONRL_DTYPE", "f32")
     training_dtype.cache_clear()
-    back = PPO.load(tmp_path / "bf16.safetensors")
+    back = PPOAgent.load(tmp_path / "bf16.safetensors")
     assert back.dtype == torch.float32
     # The f32 parameters are the bf16 run's f32 master weights, not the rounded bf16 values.
     for p, m in zip(back.policy.parameters(), half.optimizer.masters, strict=True):
@@ -186,16 +187,16 @@ def test_reload_acts_identically(tmp_path):
     agent, env = _agent("continuous", normalize_obs=True)
     _collect(agent, env, 5)
     agent.save(tmp_path / "c.safetensors")
-    twin = PPO.load(tmp_path / "c.safetensors")
+    twin = PPOAgent.load(tmp_path / "c.safetensors")
     obs = env.obs
     assert torch.equal(agent.act(obs), twin.act(obs))  # same weights, statistics and generator
 
 
-def _params(agent: PPO) -> dict[str, torch.Tensor]:
+def _params(agent: PPOAgent) -> dict[str, torch.Tensor]:
     return {k: v.clone() for k, v in agent.policy.state_dict().items()}
 
 
-def _assert_same(agent: PPO, before: dict[str, torch.Tensor]) -> None:
+def _assert_same(agent: PPOAgent, before: dict[str, torch.Tensor]) -> None:
     for k, v in agent.policy.state_dict().items():
         assert torch.equal(v, before[k]), k
 
@@ -219,7 +220,7 @@ def test_bad_checkpoints_raise_one_clear_error_and_touch_nothing(tmp_path):
     with pytest.raises(CheckpointError, match="holds a 'dqn' agent, not a 'ppo' agent"):
         target.load_state_dict(load_checkpoint(tmp_path / "dqn.safetensors"))
     with pytest.raises(CheckpointError, match="not a 'ppo' agent"):
-        PPO.load(tmp_path / "dqn.safetensors")
+        PPOAgent.load(tmp_path / "dqn.safetensors")
     _assert_same(target, before)
 
     wider, _ = _agent("discrete", seed=1, hidden=(32,))
@@ -247,7 +248,7 @@ def _train(run_dir, policy: str, **kw):
     name = {"discrete": "ppo", "lstm": "ppo-lstm"}[policy]
     cfg = dataclasses_replace(preset(name), **{**TINY, "normalize_obs": True})
     env = make_vec_env(ENVS[policy], 2, seed=3)
-    agent = PPO(env.single_observation_space, env.single_action_space, cfg, num_envs=2, seed=3)
+    agent = PPOAgent(env.single_observation_space, env.single_action_space, cfg, num_envs=2, seed=3)
     loop = LoopConfig(total_steps=96, seed=3, run_dir=str(run_dir), log_every=16, checkpoint_every=20,
                       eval_every=48, eval_episodes=2, tensorboard=False, **kw)
     return agent, run_training(agent, env, OnPolicySchedule(cfg.num_steps), loop)
@@ -348,7 +349,8 @@ def test_cuda_training_step_and_checkpoint_to_cpu(policy, tmp_path):
     on the CPU in f32 with the f32 master weights, and back onto CUDA."""
     cfg = dataclasses_replace(PPOConfig(policy=policy), **{**TINY, "normalize_obs": True})
     env = make_vec_env(ENVS[policy], 3, seed=0, device="cuda")
-    agent = PPO(env.single_observation_space, env.single_action_space, cfg, num_envs=3, device="cuda", seed=0)
+    agent = PPOAgent(env.single_observation_space, env.single_action_space, cfg, num_envs=3, device="cuda",
+                     seed=0)
     assert agent.dtype == training_dtype("cuda")
     assert agent.buffer.obs.device.type == "cuda" and agent.buffer.obs.dtype == agent.dtype
     _collect(agent, env, cfg.num_steps)
@@ -356,7 +358,7 @@ def test_cuda_training_step_and_checkpoint_to_cpu(policy, tmp_path):
     for k, v in metrics.items():
         assert v.device.type == "cuda" and torch.isfinite(v).item(), k
     agent.save(tmp_path / "cuda.safetensors")
-    cpu = PPO.load(tmp_path / "cuda.safetensors")
+    cpu = PPOAgent.load(tmp_path / "cuda.safetensors")
     assert cpu.dtype == torch.float32 and cpu.device.type == "cpu"
     for p, m in zip(cpu.policy.parameters(), agent.optimizer.masters, strict=True):
         assert torch.equal(p, m.detach().float().cpu())
@@ -364,7 +366,7 @@ def test_cuda_training_step_and_checkpoint_to_cpu(policy, tmp_path):
     _collect(cpu, cpu_env, cfg.num_steps)
     cpu.update()
     cpu.save(tmp_path / "cpu.safetensors")
-    again = PPO.load(tmp_path / "cpu.safetensors", device="cuda")
+    again = PPOAgent.load(tmp_path / "cpu.safetensors", device="cuda")
     assert again.dtype == training_dtype("cuda") and again.updates == 2
     _collect(again, env, cfg.num_steps)
     again.update()
@@ -375,7 +377,8 @@ def test_cuda_ppo_learns_cartpole():
     """PPO on CUDA in the device's training dtype (bf16 on Ampere+) solves CartPole like on the CPU."""
     env = make_vec_env("CartPole-v1", 8, seed=1, device="cuda")
     cfg = dataclasses_replace(preset("ppo"), total_steps=100_000)
-    agent = PPO(env.single_observation_space, env.single_action_space, cfg, num_envs=8, device="cuda", seed=1)
+    agent = PPOAgent(env.single_observation_space, env.single_action_space, cfg, num_envs=8, device="cuda",
+                     seed=1)
     summary = run_training(agent, env, OnPolicySchedule(cfg.num_steps),
                            LoopConfig(total_steps=100_000, seed=1, eval_every=10_000, target_return=475))
     print(f"cuda {agent.dtype}: steps to 475: {summary['reached_target_at']}, {summary['evaluations']}")

@@ -23,7 +23,7 @@ import torch
 pytest.importorskip(
     "gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
 
-from tritonrl.agents.ppo import PPO, preset
+from tritonrl.agents.ppo import PPOAgent, preset
 from tritonrl.toolkit.envs import make_vec_env
 from tritonrl.toolkit.loop import LoopConfig, run_training
 from tritonrl.toolkit.onpolicy import OnPolicySchedule
@@ -36,7 +36,7 @@ def learn(name: str, env_id: str, *, steps: int, seed: int, target: float | None
           num_envs: int = 8) -> dict:
     cfg = dataclasses.replace(preset(name), total_steps=steps)
     env = make_vec_env(env_id, num_envs, seed=seed)
-    agent = PPO(env.single_observation_space, env.single_action_space, cfg, num_envs=num_envs, seed=seed)
+    agent = PPOAgent(env.single_observation_space, env.single_action_space, cfg, num_envs=num_envs, seed=seed)
     summary = run_training(agent, env, OnPolicySchedule(cfg.num_steps),
                            LoopConfig(total_steps=steps, seed=seed, eval_every=eval_every, eval_episodes=10,
                                       target_return=target, final_eval=False))

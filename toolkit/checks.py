@@ -469,7 +469,7 @@ class InputGuard:
         """Raise if a deferred check failed since the agent was built; one host sync when pending.
 
         Raises:
-            ValueError: ``"PPO.act: obs held NaN or inf at a step since the last check (deferred
+            ValueError: ``"PPOAgent.act: obs held NaN or inf at a step since the last check (deferred
                 check on cuda:0, without a per-step sync; set agent.inputs.mode = 'eager' to find
                 the entry)"``. A failed check stays failed (the bad data may be stored).
         """
