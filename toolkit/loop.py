@@ -57,6 +57,7 @@ from typing import Any, Protocol
 
 import numpy as np
 import torch
+from tritonrl.toolkit.agent import Agent
 from tritonrl.toolkit.checkpoint import (
     TRAIN_FORMAT,
     CheckpointError,
@@ -230,7 +231,7 @@ def _crossed(prev: int, now: int, every: int) -> bool:
     return every > 0 and now // every > prev // every
 
 
-def run_training(agent: Any, env: VecEnv, schedule: Schedule, cfg: LoopConfig, *,
+def run_training(agent: Agent, env: VecEnv, schedule: Schedule, cfg: LoopConfig, *,
                  should_stop: Callable[[], bool] | None = None) -> dict[str, Any]:
     """Train ``agent`` on ``env`` for ``cfg.total_steps`` environment steps.
 
