@@ -35,9 +35,7 @@ values, rewards, advantages, returns and the loss are f32.
 
 from __future__ import annotations
 
-import dataclasses
 import math
-import os
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -57,24 +55,20 @@ from tritonrl.agents.actor_critic import (
 )
 from tritonrl.kernels.backend import backend_override
 from tritonrl.toolkit import pytree
+from tritonrl.toolkit.agent import AgentBase
 from tritonrl.toolkit.checkpoint import (
     CheckpointError,
-    agent_state,
     brief,
     check_module_tensors,
-    cut,
-    generator_state_fits,
-    load_checkpoint,
     load_into_module,
-    save_checkpoint,
     section,
 )
 from tritonrl.toolkit.checks import ActionRule, InputGuard, check_config
-from tritonrl.toolkit.config import check_config_dict, fixed_changes, format_change, resumable
-from tritonrl.toolkit.envs import space_from_json, space_to_json
+from tritonrl.toolkit.config import Config, resumable
+from tritonrl.toolkit.onpolicy import schedule_for
 from tritonrl.toolkit.optim import MasterWeightOptimizer
 from tritonrl.toolkit.precision import training_dtype
-from tritonrl.toolkit.registry import apply_overrides, register_agent
+from tritonrl.toolkit.registry import Preset, find_preset
 from tritonrl.toolkit.rollout import RolloutBuffer, RunningMeanStd
 
 __all__ = ["AGENT_KIND", "POLICIES", "PPOAgent", "PRESETS", "PPOConfig", "preset"]
@@ -84,7 +78,7 @@ POLICIES = ("discrete", "continuous", "lstm", "flow", "mamba")
 
 
 @dataclass(frozen=True)
-class PPOConfig:
+class PPOConfig(Config):
     """Every PPO hyperparameter (immutable; copy with ``dataclasses.replace`` or :func:`preset`).
 
     Fields declared ``resumable(...)`` may change when a run is resumed (``--resume --set lr=...``);
@@ -173,24 +167,6 @@ class PPOConfig:
         """Training sequence length of recurrent policies."""
         return self.seq_len or self.num_steps
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able fields."""
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> PPOConfig:
-        """Inverse of :meth:`to_dict` (lists become tuples).
-
-        Raises:
-            ValueError: an unknown field.
-        """
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(values) - names
-        if unknown:
-            raise ValueError(f"unknown PPOConfig fields {sorted(unknown)}")
-        hints = typing.get_type_hints(cls)
-        return cls(**{k: tuple(v) if typing.get_origin(hints[k]) is tuple else v for k, v in values.items()})
-
 
 # The valid range of every numeric field (tritonrl.toolkit.checks.check_config; NaN and inf never pass).
 _RANGES = {
@@ -203,43 +179,6 @@ _RANGES = {
     "num_minibatches": "[1, inf)", "clip_coef": "(0, inf)", "ent_coef": "[0, inf)", "vf_coef": "[0, inf)",
     "max_grad_norm": "(0, inf)", "target_kl": "(0, inf)",
 }
-
-PRESETS: dict[str, PPOConfig] = {
-    # CartPole-style discrete control.
-    "ppo": PPOConfig(policy="discrete", lr=1e-3),
-    # Pendulum-style continuous control: short horizon, rewards scaled to O(1) returns.
-    "ppo-continuous": PPOConfig(
-        policy="continuous", num_steps=256, gamma=0.95, gae_lambda=0.95, lr=1e-3, update_epochs=10,
-        num_minibatches=16, ent_coef=0.0, reward_scale=0.1, clip_vloss=False, total_steps=200_000,
-    ),
-    # Partially observed tasks: sequences of 32 steps; values on a small scale so the critic does not
-    # swamp the shared memory's features.
-    "ppo-lstm": PPOConfig(
-        policy="lstm", hidden=(64,), memory_size=64, num_steps=128, seq_len=32, normalize_obs=True,
-        lr=5e-4, update_epochs=8, num_minibatches=8, reward_scale=0.1, clip_vloss=False, total_steps=200_000,
-    ),
-    "ppo-flow": PPOConfig(
-        policy="flow", flow_layers=2, num_steps=256, gamma=0.95, gae_lambda=0.9, lr=1e-3, update_epochs=10,
-        num_minibatches=16, ent_coef=0.0, reward_scale=0.1, clip_vloss=False, total_steps=200_000,
-    ),
-    "ppo-mamba": PPOConfig(
-        policy="mamba", memory_size=32, num_steps=128, seq_len=32, normalize_obs=True, lr=5e-4,
-        update_epochs=8, num_minibatches=8, reward_scale=0.1, clip_vloss=False, total_steps=200_000,
-    ),
-}
-"""Named configs; the CLI registers each (``--agent ppo-lstm``)."""
-
-
-def preset(name: str, **overrides: Any) -> PPOConfig:
-    """The preset ``name`` with ``overrides`` applied (typed values).
-
-    Raises:
-        ValueError: unknown preset or field.
-    """
-    if name not in PRESETS:
-        raise ValueError(f"unknown PPO preset {name!r}; known: {', '.join(PRESETS)}")
-    return dataclasses.replace(PRESETS[name], **overrides)
-
 
 # ----------------------------------------------------------------------------- helpers
 
@@ -256,8 +195,13 @@ class _Pending(typing.NamedTuple):
 # ----------------------------------------------------------------------------- the agent
 
 
-class PPOAgent:
+class PPOAgent(AgentBase):
     """A PPO agent (see the module docstring).
+
+    Checkpoints (``state_dict``, ``load_state_dict``, ``save``, ``load``) and ``check_inputs`` are
+    :class:`tritonrl.toolkit.agent.AgentBase`'s; the agent's own parts are the policy, the
+    optimizer, the rollout, the observation statistics and the recurrent memories. On load the
+    learning rate comes from the config (:meth:`current_lr`).
 
     Args:
         observation_space: a gymnasium ``Box`` (flat observations).
@@ -272,9 +216,12 @@ class PPOAgent:
         TypeError: ``config`` is not a :class:`PPOConfig`.
     """
 
+    kind = AGENT_KIND
+    config_class = PPOConfig
+
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: PPOConfig | None = None,
                  *, num_envs: int = 1, device: torch.device | str = "cpu", seed: int = 0) -> None:
-        cfg = config if config is not None else PRESETS["ppo"]
+        cfg = config if config is not None else preset("ppo")
         if not isinstance(cfg, PPOConfig):
             raise TypeError(f"config must be a PPOConfig, got {type(cfg).__name__}")
         if not isinstance(num_envs, int) or num_envs < 1:
@@ -410,18 +357,6 @@ class PPOAgent:
         self.starts = torch.zeros_like(self.starts)
         self.inputs.acted(env_a)
         return env_a
-
-    def check_inputs(self) -> None:
-        """Raise now if a deferred input check failed (one host sync when checks are pending).
-
-        Inputs that live on an accelerator are checked without a sync per step (see
-        :class:`tritonrl.toolkit.checks.InputGuard`); :meth:`update` calls this first, and a training loop
-        may call it at its log interval.
-
-        Raises:
-            ValueError: an earlier ``act``/``observe`` received NaN/inf or an out-of-range action.
-        """
-        self.inputs.check()
 
     @torch.no_grad()
     def observe(self, obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor, next_obs: torch.Tensor,
@@ -574,111 +509,7 @@ class PPOAgent:
         returns actions, ``policy.reset(mask)`` clears the memory of the rows in ``mask``."""
         return _GreedyPolicy(self)
 
-    # ------------------------------------------------------------------ state
-
-    def state_dict(self) -> dict[str, Any]:
-        """Everything needed to resume exactly: network, optimizer, rollout, memories, RNG, counters."""
-        return {
-            "agent": AGENT_KIND,
-            "config": self.config.to_dict(),
-            "observation_space": space_to_json(self.observation_space),
-            "action_space": space_to_json(self.action_space),
-            "num_envs": self.num_envs,
-            "seed": self.seed,
-            "counters": {"updates": self.updates, "env_steps": self.env_steps},
-            "generator": self.generator.get_state(),
-            "policy": self.policy.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "rollout": self.buffer.state_dict(),
-            "obs_rms": self.obs_rms.state_dict() if self.obs_rms is not None else None,
-            "memory": {"state": pytree.leaves(self.state), "starts": self.starts,
-                       "segments": [None if s is None else pytree.leaves(s) for s in self.segment_states]},
-        }
-
-    def check_state_dict(self, state: Mapping[str, Any], *, where: str = "agent state") -> None:
-        """Raise :class:`tritonrl.toolkit.checkpoint.CheckpointError` unless ``state`` fits this agent;
-        changes nothing.
-
-        Checks every entry :meth:`load_state_dict` reads: kind, spaces, environments, counters,
-        generator, policy, optimizer, rollout, observation statistics, recurrent memories, and the
-        saved config (complete, well typed, equal to this agent's in every field a resume cannot
-        change, see :mod:`tritonrl.toolkit.config`).
-        """
-        self._check_state(state, where)
-
-    def _check_state(self, state: Mapping[str, Any], where: str) -> bool:
-        """:meth:`check_state_dict`; returns whether the saved generator state fits this device."""
-        if not isinstance(state, Mapping) or state.get("agent") != AGENT_KIND:
-            got = state.get("agent") if isinstance(state, Mapping) else type(state).__name__
-            raise CheckpointError(f"{where}: holds a {brief(got, 40)} agent, not a {AGENT_KIND!r} agent")
-        for key, own in (("observation_space", self.observation_space), ("action_space", self.action_space)):
-            saved = section(state, key, where, f"the {key.replace('_', ' ')}")
-            if saved != space_to_json(own):
-                raise CheckpointError(f"{where}: {key} {brief(saved, 80)} does not match this agent's "
-                                      f"{brief(space_to_json(own), 80)}")
-        num_envs = section(state, "num_envs", where, "the number of environments")
-        if type(num_envs) is not int or num_envs != self.num_envs:
-            raise CheckpointError(f"{where}: saved with num_envs={brief(num_envs, 20)}, this agent has "
-                                  f"{self.num_envs}")
-        config = section(state, "config", where, "the agent config")
-        saved_policy = config.get("policy") if isinstance(config, Mapping) else None
-        if saved_policy != self.config.policy:
-            raise CheckpointError(f"{where}: a {brief(saved_policy, 20)} policy, this agent has "
-                                  f"{self.config.policy!r}")
-        check_module_tensors(self.policy, section(state, "policy", where, "the policy network"),
-                             where=f"{where} (policy)")
-        try:
-            self.optimizer.check_state_dict(section(state, "optimizer", where, "the optimizer state"))
-            self.buffer.check_state_dict(section(state, "rollout", where, "the rollout buffer"))
-            rms = section(state, "obs_rms", where, "the observation statistics")
-            if (rms is None) != (self.obs_rms is None):
-                raise ValueError("observation normalisation differs (normalize_obs)")
-            if self.obs_rms is not None:
-                own_rms = self.obs_rms.state_dict()
-                if not isinstance(rms, Mapping) or any(
-                        not isinstance(rms.get(k), torch.Tensor) or not rms[k].is_floating_point()
-                        or rms[k].numel() != v.numel() for k, v in own_rms.items()):
-                    raise ValueError("observation statistics (obs_rms) are not float tensors "
-                                     "mean, var, count of this observation size")
-            memory = section(state, "memory", where, "the recurrent memory")
-            leaves = section(memory, "state", where, "the recurrent memory state")
-            segments = section(memory, "segments", where, "the sequence segment memories")
-            starts = section(memory, "starts", where, "the episode-start flags")
-            if not isinstance(starts, torch.Tensor) or tuple(starts.shape) != (self.num_envs,) \
-                    or starts.dtype != torch.bool:
-                raise ValueError(f"episode-start flags are not a bool tensor [{self.num_envs}]")
-            if not isinstance(segments, list) or len(segments) != len(self.segment_states):
-                raise ValueError(f"{brief(segments, 30)} sequence segments, expected a list of "
-                                 f"{len(self.segment_states)}")
-            if not isinstance(leaves, list):
-                raise ValueError("recurrent memory state is not a list of tensors")
-            if self.recurrent:
-                for s in [leaves, *(s for s in segments if s is not None)]:
-                    if not isinstance(s, list):
-                        raise ValueError("a segment memory is not a list of tensors")
-                    pytree.from_leaves(self.state, s)
-            elif leaves or any(s is not None for s in segments):
-                raise ValueError("recurrent memory saved for a policy without memory")
-            counters = section(state, "counters", where, "the step counters")
-            for key in ("env_steps", "updates"):
-                value = section(counters, key, where, f"the {key} counter")
-                if type(value) is not int or value < 0:
-                    raise ValueError(f"counter {key}={brief(value, 20)} is not a non-negative int")
-            seed = section(state, "seed", where, "the seed")
-            if type(seed) is not int:
-                raise ValueError(f"seed={brief(seed, 20)} is not an int")
-            fits = generator_state_fits(section(state, "generator", where, "the generator state"),
-                                        self.device)
-            check_config_dict(PPOConfig, config, where="config")
-            fixed = fixed_changes(PPOConfig.from_dict(config), self.config)
-            if fixed:
-                changes = ", ".join(format_change(k, *v) for k, v in list(fixed.items())[:3])
-                raise ValueError(f"saved with another config: {changes} (fields a resume cannot change)")
-        except CheckpointError:
-            raise
-        except (KeyError, TypeError, ValueError) as exc:
-            raise CheckpointError(f"{where}: {cut(str(exc), 240)}") from None
-        return fits
+    # ------------------------------------------------------------------ state (AgentBase hooks)
 
     def current_lr(self) -> float:
         """The learning rate of the next update: ``lr``, annealed linearly to 0 over ``total_steps``."""
@@ -688,17 +519,58 @@ class PPOAgent:
         total_updates = max(1, cfg.total_steps // (cfg.num_steps * self.num_envs))
         return cfg.lr * max(0.0, 1.0 - self.updates / total_updates)
 
-    def load_state_dict(self, state: Mapping[str, Any], *, where: str = "agent state") -> None:
-        """Restore a :meth:`state_dict`, possibly saved in another dtype or on another device
-        (converted once, here). The learning rate comes from this agent's config
-        (:meth:`current_lr`), so a run resumed with another ``lr`` uses it.
+    def _state_parts(self) -> dict[str, Any]:
+        return {
+            "policy": self.policy.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "rollout": self.buffer.state_dict(),
+            "obs_rms": self.obs_rms.state_dict() if self.obs_rms is not None else None,
+            "memory": {"state": pytree.leaves(self.state), "starts": self.starts,
+                       "segments": [None if s is None else pytree.leaves(s) for s in self.segment_states]},
+        }
 
-        Raises:
-            tritonrl.toolkit.checkpoint.CheckpointError: another agent, spaces, policy kind, or any entry
-                missing or not fitting (checked before anything changes; the message starts with
-                ``where``).
-        """
-        generator_fits = self._check_state(state, where)
+    def _check_parts(self, state: Mapping[str, Any], where: str) -> dict[str, Any]:
+        config = section(state, "config", where, "the agent config")
+        saved_policy = config.get("policy") if isinstance(config, Mapping) else None
+        if saved_policy != self.config.policy:
+            raise CheckpointError(f"{where}: a {brief(saved_policy, 20)} policy, this agent has "
+                                  f"{self.config.policy!r}")
+        check_module_tensors(self.policy, section(state, "policy", where, "the policy network"),
+                             where=f"{where} (policy)")
+        self.optimizer.check_state_dict(section(state, "optimizer", where, "the optimizer state"))
+        self.buffer.check_state_dict(section(state, "rollout", where, "the rollout buffer"))
+        rms = section(state, "obs_rms", where, "the observation statistics")
+        if (rms is None) != (self.obs_rms is None):
+            raise ValueError("observation normalisation differs (normalize_obs)")
+        if self.obs_rms is not None:
+            own_rms = self.obs_rms.state_dict()
+            if not isinstance(rms, Mapping) or any(
+                    not isinstance(rms.get(k), torch.Tensor) or not rms[k].is_floating_point()
+                    or rms[k].numel() != v.numel() for k, v in own_rms.items()):
+                raise ValueError("observation statistics (obs_rms) are not float tensors "
+                                 "mean, var, count of this observation size")
+        memory = section(state, "memory", where, "the recurrent memory")
+        leaves = section(memory, "state", where, "the recurrent memory state")
+        segments = section(memory, "segments", where, "the sequence segment memories")
+        starts = section(memory, "starts", where, "the episode-start flags")
+        if not isinstance(starts, torch.Tensor) or tuple(starts.shape) != (self.num_envs,) \
+                or starts.dtype != torch.bool:
+            raise ValueError(f"episode-start flags are not a bool tensor [{self.num_envs}]")
+        if not isinstance(segments, list) or len(segments) != len(self.segment_states):
+            raise ValueError(f"{brief(segments, 30)} sequence segments, expected a list of "
+                             f"{len(self.segment_states)}")
+        if not isinstance(leaves, list):
+            raise ValueError("recurrent memory state is not a list of tensors")
+        if self.recurrent:
+            for s in [leaves, *(s for s in segments if s is not None)]:
+                if not isinstance(s, list):
+                    raise ValueError("a segment memory is not a list of tensors")
+                pytree.from_leaves(self.state, s)
+        elif leaves or any(s is not None for s in segments):
+            raise ValueError("recurrent memory saved for a policy without memory")
+        return {}
+
+    def _load_parts(self, state: Mapping[str, Any], staged: dict[str, Any]) -> None:
         load_into_module(self.policy, state["policy"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.buffer.load_state_dict(state["rollout"])
@@ -711,47 +583,8 @@ class PPOAgent:
             self.segment_states = [None if s is None else pytree.from_leaves(template, s)
                                    for s in memory["segments"]]
         self.starts = memory["starts"].to(self.device, torch.bool).clone()
-        if generator_fits:
-            self.generator.set_state(state["generator"].cpu())
-        else:  # saved on another device type: a generator state cannot cross over
-            self.generator.manual_seed(self.seed + 7919 * state["counters"]["updates"])
-        self.updates = state["counters"]["updates"]
-        self.env_steps = state["counters"]["env_steps"]
-        self.optimizer.set_lr(self.current_lr())
+        self.optimizer.set_lr(self.current_lr())  # after the counters: annealed to this update
         self._pending = None
-
-    def save(self, path: str | os.PathLike) -> None:
-        """Write :meth:`state_dict` atomically (:func:`tritonrl.toolkit.checkpoint.save_checkpoint`)."""
-        save_checkpoint(path, self.state_dict())
-
-    @classmethod
-    def load(cls, path: str | os.PathLike, device: torch.device | str | None = None) -> PPOAgent:
-        """Rebuild an agent saved with :meth:`save`, or the agent section of a training-run checkpoint
-        (``<run>/checkpoint.safetensors``), on ``device`` (default CPU), in that device's dtype.
-
-        Raises:
-            tritonrl.toolkit.checkpoint.CheckpointError: unreadable, foreign, not a PPO checkpoint, or an
-                entry that does not fit (one line starting with ``path``).
-        """
-        where = str(path)
-        state = agent_state(load_checkpoint(path), AGENT_KIND, where)
-        try:
-            config = section(state, "config", where, "the agent config")
-            check_config_dict(PPOConfig, config, where="config")
-            cfg = PPOConfig.from_dict(config)
-            obs_space = space_from_json(section(state, "observation_space", where, "the observation space"))
-            act_space = space_from_json(section(state, "action_space", where, "the action space"))
-            num_envs, seed = section(state, "num_envs", where), section(state, "seed", where)
-            if type(num_envs) is not int or type(seed) is not int:
-                raise ValueError(f"num_envs={brief(num_envs, 20)} and seed={brief(seed, 20)} must be ints")
-            agent = cls(obs_space, act_space, cfg, num_envs=num_envs,
-                        device=device if device is not None else "cpu", seed=seed)
-        except CheckpointError:
-            raise
-        except (KeyError, TypeError, ValueError) as exc:
-            raise CheckpointError(f"{where}: not a usable PPO checkpoint ({cut(str(exc), 160)})") from None
-        agent.load_state_dict(state, where=where)
-        return agent
 
 
 def _same_obs(acted: Any, observed: Any) -> bool:
@@ -790,34 +623,50 @@ class _GreedyPolicy:
         return env_a
 
 
-# ----------------------------------------------------------------------------- registry
+# ----------------------------------------------------------------------------- presets
 
 
-def _factory(name: str) -> Callable[..., PPOAgent]:
-    def make(observation_space: gym.Space, action_space: gym.Space, *, num_envs: int,
-             device: torch.device | str, seed: int, total_steps: int, overrides: Mapping[str, Any],
-             config: Mapping[str, Any] | None = None) -> PPOAgent:
-        """The preset (or ``config``, a saved ``PPOConfig.to_dict()`` being resumed) with
-        ``total_steps`` and ``overrides`` applied."""
-        base = PRESETS[name] if config is None else PPOConfig.from_dict(config)
-        cfg = apply_overrides(dataclasses.replace(base, total_steps=int(total_steps)), overrides)
-        return PPOAgent(observation_space, action_space, cfg, num_envs=num_envs, device=device, seed=seed)
-
-    return make
+def _preset(name: str, description: str, config: PPOConfig, steps: int) -> Preset:
+    """A PPO preset: 8 environments and a greedy evaluation every 10k steps by default; the
+    learning-rate annealing horizon ``total_steps`` follows the run's ``--steps``."""
+    return Preset(name, description, config, agent=PPOAgent, kind="onpolicy", schedule=schedule_for,
+                  default_num_envs=8, default_steps=steps, default_eval_every=10_000,
+                  steps_field="total_steps")
 
 
-def _register() -> None:
-    descriptions = {
-        "ppo": ("PPO, categorical MLP policy (Discrete actions)", 8, 100_000),
-        "ppo-continuous": ("PPO, diagonal Gaussian MLP policy, optional tanh squash (Box actions)",
-                           8, 200_000),
-        "ppo-lstm": ("PPO with an LSTM memory (partially observed tasks)", 8, 200_000),
-        "ppo-flow": ("PPO, normalizing-flow policy (affine couplings, Box actions)", 8, 200_000),
-        "ppo-mamba": ("PPO with a Mamba2 memory (partially observed tasks)", 8, 200_000),
-    }
-    for name, (desc, envs, steps) in descriptions.items():
-        register_agent(name, _factory(name), kind="onpolicy", description=desc, default_num_envs=envs,
-                       default_steps=steps, default_eval_every=10_000)
+PRESETS: tuple[Preset, ...] = (
+    # CartPole-style discrete control.
+    _preset("ppo", "PPO, categorical MLP policy (Discrete actions)", PPOConfig(policy="discrete", lr=1e-3),
+            100_000),
+    # Pendulum-style continuous control: short horizon, rewards scaled to O(1) returns.
+    _preset("ppo-continuous", "PPO, diagonal Gaussian MLP policy, optional tanh squash (Box actions)",
+            PPOConfig(
+        policy="continuous", num_steps=256, gamma=0.95, gae_lambda=0.95, lr=1e-3, update_epochs=10,
+        num_minibatches=16, ent_coef=0.0, reward_scale=0.1, clip_vloss=False, total_steps=200_000,
+    ), 200_000),
+    # Partially observed tasks: sequences of 32 steps; values on a small scale so the critic does not
+    # swamp the shared memory's features.
+    _preset("ppo-lstm", "PPO with an LSTM memory (partially observed tasks)", PPOConfig(
+        policy="lstm", hidden=(64,), memory_size=64, num_steps=128, seq_len=32, normalize_obs=True,
+        lr=5e-4, update_epochs=8, num_minibatches=8, reward_scale=0.1, clip_vloss=False, total_steps=200_000,
+    ), 200_000),
+    _preset("ppo-flow", "PPO, normalizing-flow policy (affine couplings, Box actions)", PPOConfig(
+        policy="flow", flow_layers=2, num_steps=256, gamma=0.95, gae_lambda=0.9, lr=1e-3, update_epochs=10,
+        num_minibatches=16, ent_coef=0.0, reward_scale=0.1, clip_vloss=False, total_steps=200_000,
+    ), 200_000),
+    _preset("ppo-mamba", "PPO with a Mamba2 memory (partially observed tasks)", PPOConfig(
+        policy="mamba", memory_size=32, num_steps=128, seq_len=32, normalize_obs=True, lr=5e-4,
+        update_epochs=8, num_minibatches=8, reward_scale=0.1, clip_vloss=False, total_steps=200_000,
+    ), 200_000),
+)
+"""The named presets; the registry (:mod:`tritonrl.toolkit.registry`) imports them for ``--agent NAME``."""
 
 
-_register()
+def preset(name: str, **overrides: Any) -> PPOConfig:
+    """The config of a named preset, with field overrides
+    (:func:`tritonrl.toolkit.config.apply_overrides`).
+
+    Raises:
+        ValueError: unknown preset or field name, or an invalid value.
+    """
+    return find_preset(PRESETS, name, "PPO").configure(overrides)

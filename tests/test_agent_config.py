@@ -12,12 +12,12 @@ import pytest
 gym = pytest.importorskip("gymnasium")
 
 from tritonrl.agents.dqn import DQNConfig  # noqa: E402  (imports gymnasium)
-from tritonrl.agents.dqn import make_agent as make_dqn  # noqa: E402
 from tritonrl.agents.ppo import PPOConfig  # noqa: E402
 from tritonrl.kernels.backend import backend_override  # noqa: E402
 from tritonrl.toolkit.checks import check_config, numeric_fields  # noqa: E402
 from tritonrl.toolkit.cli import main  # noqa: E402
-from tritonrl.toolkit.registry import apply_overrides, get_agent  # noqa: E402
+from tritonrl.toolkit.config import apply_overrides  # noqa: E402
+from tritonrl.toolkit.registry import get_agent  # noqa: E402
 
 OBS = gym.spaces.Box(-math.inf, math.inf, (4,), "float32")
 DISCRETE = gym.spaces.Discrete(2)
@@ -85,7 +85,7 @@ def _build(name: str, overrides: dict[str, str]):
     spec = get_agent(name)
     act = DISCRETE if name in ("dqn", "c51", "qrdqn", "ppo", "ppo-lstm", "ppo-mamba") else \
         gym.spaces.Box(-1.0, 1.0, (1,), "float32")
-    return spec.factory(OBS, act, num_envs=1, device="cpu", seed=0, total_steps=1000, overrides=overrides)
+    return spec.build(OBS, act, num_envs=1, device="cpu", seed=0, total_steps=1000, overrides=overrides)
 
 
 @pytest.mark.parametrize(("name", "key", "value", "fragment"), BAD,
@@ -143,13 +143,13 @@ def test_integral_float_strings_are_accepted_for_int_fields() -> None:
 
 def test_a_replay_that_cannot_fit_is_refused_with_its_size() -> None:
     with pytest.raises(ValueError) as info:
-        make_dqn("dqn", OBS, DISCRETE, overrides={"buffer_size": "1e11"})
+        get_agent("dqn").build(OBS, DISCRETE, overrides={"buffer_size": "1e11"})
     msg = str(info.value)
     # 1e11 transitions x (2 observations x 4 f32 + int64 action + 2 f32) = 4.8 TB
     assert msg.startswith("buffer_size=100000000000 needs 4.8 TB (observations 3.2 TB, actions 800.0 GB")
     assert "this machine has" in msg and "available" in msg and "\n" not in msg
     with pytest.raises(ValueError, match=r"priorities 2\.\d TB"):
-        make_dqn("rainbow", OBS, DISCRETE, overrides={"buffer_size": "1e11"})
+        get_agent("rainbow").build(OBS, DISCRETE, overrides={"buffer_size": "1e11"})
 
 
 # ----------------------------------------------------------------------------- TRITONRL_BACKEND

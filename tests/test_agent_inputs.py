@@ -14,8 +14,8 @@ gym = pytest.importorskip("gymnasium")
 
 from tritonrl.agents.dqn import DQNAgent  # noqa: E402  (imports gymnasium)
 from tritonrl.agents.dqn import preset as dqn_preset  # noqa: E402
-from tritonrl.agents.ppo import PRESETS as PPO_PRESETS  # noqa: E402
 from tritonrl.agents.ppo import PPOAgent  # noqa: E402
+from tritonrl.agents.ppo import preset as ppo_preset  # noqa: E402
 
 OBS = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
 DISCRETE = gym.spaces.Discrete(3)
@@ -31,7 +31,7 @@ def _make(name: str):
     if name in ("dqn", "rainbow", "qrdqn"):
         return DQNAgent(OBS, DISCRETE, dqn_preset(name, **DQN_SMALL), num_envs=E, seed=0)
     extra = {"squash": True} if name == "ppo-squashed" else {}
-    base = PPO_PRESETS["ppo-continuous" if name == "ppo-squashed" else name]
+    base = ppo_preset("ppo-continuous" if name == "ppo-squashed" else name)
     cfg = dataclasses.replace(base, **PPO_TINY, **extra)
     act = DISCRETE if cfg.policy in ("discrete", "lstm", "mamba") else BOX
     return PPOAgent(OBS, act, cfg, num_envs=E, seed=0)

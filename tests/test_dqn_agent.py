@@ -12,8 +12,9 @@ pytest.importorskip(
     "gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
 
 import gymnasium as gym
-from tritonrl.agents.dqn import PRESETS, DQNAgent, DQNConfig, make_agent, preset
+from tritonrl.agents.dqn import PRESETS, DQNAgent, DQNConfig, preset
 from tritonrl.toolkit.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from tritonrl.toolkit.registry import find_preset
 
 OBS = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
 ACT = gym.spaces.Discrete(2)
@@ -39,7 +40,7 @@ def _agent(name: str, *, num_envs: int = 2, obs=OBS, act=ACT, seed: int = 0, **o
     return DQNAgent(obs, act, preset(name, **{**SMALL, **overrides}), num_envs=num_envs, seed=seed)
 
 
-@pytest.mark.parametrize("name", list(PRESETS))
+@pytest.mark.parametrize("name", [p.name for p in PRESETS])
 def test_every_preset_acts_and_learns(name: str) -> None:
     agent = _agent(name)
     cfg = agent.config
@@ -69,11 +70,11 @@ def test_rainbow_is_the_sum_of_its_parts() -> None:
 def test_presets_are_registered_as_offpolicy_agents() -> None:
     from tritonrl.toolkit.registry import get_agent
 
-    for name in PRESETS:
-        spec = get_agent(name)
+    for p in PRESETS:
+        spec = get_agent(p.name)
         assert spec.kind == "offpolicy"
-        agent = spec.factory(OBS, ACT, num_envs=3, device="cpu", seed=1, total_steps=100,
-                             overrides={"lr": "1e-4", "n_step": "2"})
+        agent = spec.build(OBS, ACT, num_envs=3, device="cpu", seed=1, total_steps=100,
+                           overrides={"lr": "1e-4", "n_step": "2"})
         assert isinstance(agent, DQNAgent) and agent.config.lr == 1e-4 and agent.config.n_step == 2
         assert agent.num_envs == 3
 
@@ -336,7 +337,7 @@ def test_bad_input() -> None:
     with pytest.raises(ValueError, match="unknown DQN preset 'rainbo'"):
         preset("rainbo")
     with pytest.raises(ValueError, match="unknown config key 'lrr'"):
-        make_agent("dqn", OBS, ACT, overrides={"lrr": "1"})
+        find_preset(PRESETS, "dqn").build(OBS, ACT, overrides={"lrr": "1"})
     with pytest.raises(ValueError, match="distribution='c52'"):
         DQNConfig(distribution="c52")
     with pytest.raises(ValueError, match="v_max"):

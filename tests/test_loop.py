@@ -14,11 +14,11 @@ import torch
 pytest.importorskip(
     "gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
 
+from tritonrl.toolkit.config import apply_overrides
 from tritonrl.toolkit.envs import evaluate, make_vec_env, space_from_json, space_to_json
 from tritonrl.toolkit.logger import MetricLogger, ProgressBar, plot_learning_curve, read_csv
 from tritonrl.toolkit.loop import LoopConfig, run_training
 from tritonrl.toolkit.onpolicy import OnPolicySchedule
-from tritonrl.toolkit.registry import apply_overrides
 
 
 class ToyAgent:

@@ -1,14 +1,22 @@
-"""Agent configs as stored in checkpoints: strict reading back, and which fields a resume may change.
+"""Agent configs: one (de)serialiser, command-line overrides, strict reading back from checkpoints,
+and which fields a resume may change.
 
-Every agent config is a frozen dataclass. A field declared with ``resumable()`` may differ between
-a checkpoint and the run that continues it (``--resume --set lr=1e-4``): the new value is applied
-for real (the agent reads it from its config; optimizer learning rates are set from it after the
-optimizer state is loaded). Every other field is *fixed*: network shapes, discount, n-step,
-buffer and batch sizes, rollout length, atoms, seeds' effects; changing one on resume is refused
+Every agent config is a frozen dataclass deriving from :class:`Config`, which gives it the one
+``to_dict`` / ``from_dict`` pair: ``to_dict`` keeps every value as it is (tuples stay tuples:
+the checkpoint stores them as such, JSON writes them as lists), ``from_dict`` turns lists back
+into tuples wherever the field's type says tuple, nested tuple types included.
+:func:`apply_overrides` is the one way to change fields by name (``--set lr=1e-3`` strings are
+converted to each field's type; Python values pass through to the config's own checks).
+
+A field declared with ``resumable()`` may differ between a checkpoint and the run that
+continues it (``--resume --set lr=1e-4``): the new value is applied for real (the agent reads it
+from its config; optimizer learning rates are set from it after the optimizer state is loaded).
+Every other field is *fixed*: network shapes, discount, n-step, buffer and batch sizes, rollout
+length, atoms, seeds' effects; changing one on resume is refused
 (``--resume cannot change gamma (checkpoint 0.99, now 0.9): start a new run``). ::
 
     @dataclass(frozen=True)
-    class MyConfig:
+    class MyConfig(Config):
         hidden: int = 64                       # fixed
         lr: float = resumable(3e-4)            # may change on resume
 
@@ -21,13 +29,16 @@ accepts ints, tuples come back as lists or tuples). :func:`config_changes` and
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["check_config_dict", "config_changes", "fixed_changes", "format_change", "resumable",
-           "resumable_fields"]
+__all__ = ["Config", "apply_overrides", "check_config_dict", "config_changes", "fixed_changes",
+           "format_change", "resumable", "resumable_fields"]
+
+C = TypeVar("C", bound="Config")
 
 _RESUMABLE = "resumable"
 
@@ -122,3 +133,149 @@ def check_config_dict(config_cls: type, values: Any, *, where: str = "config") -
 
 def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+# ----------------------------------------------------------------------------- (de)serialiser
+
+
+class Config:
+    """Base of the frozen config dataclasses: the one ``to_dict`` / ``from_dict`` pair.
+
+    ::
+
+        @dataclass(frozen=True)
+        class MyConfig(Config):
+            hidden: tuple[int, ...] = (64, 64)
+            lr: float = resumable(3e-4)
+
+        MyConfig.from_dict(MyConfig().to_dict()) == MyConfig()
+    """
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{field: value}`` for every field, values as they are (JSON scalars and tuples)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+
+    @classmethod
+    def from_dict(cls: type[C], values: Mapping[str, Any]) -> C:
+        """Inverse of :meth:`to_dict`: lists become tuples where the field's type is a tuple (nested
+        tuple types too); a missing field takes its default.
+
+        Raises:
+            ValueError: ``values`` is not a dict, holds an unknown field name, or a value the
+                config's own checks reject.
+        """
+        if not isinstance(values, Mapping):
+            raise ValueError(f"{cls.__name__} values must be a dict, got {type(values).__name__}")
+        hints = typing.get_type_hints(cls)
+        names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+        unknown = sorted(str(k) for k in values if k not in names)
+        if unknown:
+            raise ValueError(f"unknown {cls.__name__} field(s) {unknown}; known: {sorted(names)}")
+        return cls(**{k: _tuples(v, hints[k]) for k, v in values.items()})
+
+
+def _tuples(value: Any, tp: Any) -> Any:
+    """``value`` with lists turned into tuples wherever the type ``tp`` says tuple."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None:
+            return None
+        tuple_args = [a for a in typing.get_args(tp) if typing.get_origin(a) is tuple]
+        return _tuples(value, tuple_args[0]) if tuple_args and isinstance(value, (list, tuple)) else value
+    if origin is not tuple or not isinstance(value, (list, tuple)):
+        return value
+    args = typing.get_args(tp)
+    if len(args) == 2 and args[1] is Ellipsis:
+        return tuple(_tuples(v, args[0]) for v in value)
+    if args and len(args) == len(value):
+        return tuple(_tuples(v, a) for v, a in zip(value, args, strict=True))
+    return tuple(value)
+
+
+# ----------------------------------------------------------------------------- overrides
+
+
+def _convert(raw: Any, tp: Any, key: str) -> Any:
+    """``raw`` as a value of type ``tp``: strings are parsed; other values pass through unchanged
+    (sequences become tuples for tuple fields), for the config's own checks to judge."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        none = raw is None or isinstance(raw, str) and raw.lower() in ("none", "null", "")
+        if type(None) in args and none:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _convert(raw, arg, key)
+            except ValueError as exc:
+                errors.append(str(exc))
+        raise ValueError("; ".join(errors))
+    if origin is tuple:
+        args = typing.get_args(tp)
+        items = raw if isinstance(raw, (list, tuple)) else [
+            s for s in str(raw).strip("()[] ").split(",") if s]
+        item_tp = args[0] if args else str
+        return tuple(_convert(s.strip() if isinstance(s, str) else s, item_tp, key) for s in items)
+    if not isinstance(raw, str):
+        return raw
+    if origin is typing.Literal:
+        allowed = typing.get_args(tp)
+        for a in allowed:
+            if str(a) == raw:
+                return a
+        raise ValueError(f"{key}={raw!r} is not one of {allowed}")
+    if tp is bool:
+        s = raw.lower()
+        if s in ("1", "true", "yes", "on"):
+            return True
+        if s in ("0", "false", "no", "off"):
+            return False
+        raise ValueError(f"{key}={raw!r} is not a bool (true/false)")
+    if tp is int:
+        # "100000" exactly; an integral float string ("1e11", "5e4", "2000.0") is accepted too, as
+        # people write large counts that way; "1.5", "inf", "nan" and "true" are refused.
+        try:
+            return int(raw.strip())
+        except ValueError:
+            pass
+        try:
+            value = float(raw)
+        except ValueError:
+            value = math.nan
+        if not value.is_integer():
+            raise ValueError(f"{key}={raw!r} is not a valid int")
+        return int(value)
+    if tp in (float, str):
+        try:
+            return tp(raw)
+        except (TypeError, ValueError):
+            raise ValueError(f"{key}={raw!r} is not a valid {tp.__name__}") from None
+    return raw
+
+
+def apply_overrides(config: Any, overrides: Mapping[str, Any]) -> Any:
+    """A copy of the frozen dataclass ``config`` with ``overrides`` applied: the one way to change
+    config fields by name (``--set``, presets with overrides, a resumed run's ``--set``).
+
+    Strings are converted to each field's type (int fields take integral float strings too:
+    ``--set buffer_size=1e6``; tuple fields comma-separated items: ``--set hidden=64,64``); other
+    values pass through unchanged. The config's own checks (``__post_init__``) then judge them.
+
+    Raises:
+        ValueError: an unknown field (the message lists the known ones), a string that does not
+            convert to the field's type, or a value the config rejects.
+    """
+    if not overrides:
+        return config
+    hints = typing.get_type_hints(type(config))
+    names = {f.name for f in dataclasses.fields(config)}
+    changes = {}
+    for key, raw in overrides.items():
+        if key not in names:
+            raise ValueError(f"unknown config key {key!r} for {type(config).__name__}; known keys: "
+                             f"{', '.join(sorted(names))}")
+        changes[key] = _convert(raw, hints[key], key)
+    return dataclasses.replace(config, **changes)

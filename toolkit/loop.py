@@ -12,7 +12,7 @@ whether the agent updates (PPO: every rollout of T steps; DQN: ``learning_starts
 ``train_freq``, ``gradient_steps``, target updates). ::
 
     env = make_vec_env("CartPole-v1", 8, seed=1)
-    agent = PPO(env.single_observation_space, env.single_action_space, num_envs=8)
+    agent = PPOAgent(env.single_observation_space, env.single_action_space, num_envs=8)
     summary = run_training(agent, env, OnPolicySchedule(agent.config.num_steps),
                            LoopConfig(total_steps=50_000, eval_every=10_000, target_return=475))
 
@@ -57,6 +57,7 @@ from typing import Any, Protocol
 
 import numpy as np
 import torch
+from tritonrl.toolkit.agent import Agent
 from tritonrl.toolkit.checkpoint import (
     TRAIN_FORMAT,
     CheckpointError,
@@ -230,7 +231,7 @@ def _crossed(prev: int, now: int, every: int) -> bool:
     return every > 0 and now // every > prev // every
 
 
-def run_training(agent: Any, env: VecEnv, schedule: Schedule, cfg: LoopConfig, *,
+def run_training(agent: Agent, env: VecEnv, schedule: Schedule, cfg: LoopConfig, *,
                  should_stop: Callable[[], bool] | None = None) -> dict[str, Any]:
     """Train ``agent`` on ``env`` for ``cfg.total_steps`` environment steps.
 

@@ -1,207 +1,182 @@
 """The agent registry: presets by name, for the CLI and the loops.
 
-Each module under ``agents/`` registers its presets when imported::
+A preset is one :class:`Preset` record: its name, a one-line description, its config, the agent
+class that config builds, the schedule of the shared loop that drives it, and the command line's
+defaults (environments, steps, evaluation cadence). Each agent module lists its presets in a
+``PRESETS`` tuple; this registry imports those modules explicitly, on first use
+(:func:`get_agent`, :func:`list_agents`). This is the only place where ``toolkit`` imports
+``agents``, and it does so lazily, so ``import tritonrl.toolkit`` stays light. A preset of your
+own joins with :func:`register_agent`.
 
-    register_agent("ppo", make_ppo, kind="onpolicy", description="PPO, categorical policy")
+::
 
-A factory is called as ``factory(observation_space, action_space, *, num_envs, device, seed,
-total_steps, overrides)`` (and, resuming a run, ``config=``: the saved config dict to start from
-instead of the preset) and returns an agent (``act``, ``observe``, ``update``,
-``state_dict``, ``load_state_dict``, ``save``, ``config``). ``overrides`` maps config field names
-to strings from the command line (``--set lr=1e-3``); :func:`apply_overrides` turns them into a
-new frozen config, converting each value to its field's type.
-
-:func:`get_agent` imports the ``agents`` package's modules on first use (``toolkit`` never
-imports ``agents`` at module import time).
+    spec = get_agent("ppo-lstm")
+    agent = spec.build(env.single_observation_space, env.single_action_space, num_envs=8,
+                       overrides={"lr": "1e-3"})        # --set lr=1e-3
+    run_training(agent, env, spec.schedule(agent), LoopConfig(total_steps=spec.default_steps))
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import math
-import pkgutil
-import types
-import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["AgentSpec", "apply_overrides", "get_agent", "list_agents", "load_agents", "register_agent"]
+from tritonrl.toolkit.config import apply_overrides
+
+__all__ = ["KINDS", "Preset", "find_preset", "get_agent", "list_agents", "register_agent"]
 
 KINDS = ("offpolicy", "onpolicy")
 
 
 @dataclass(frozen=True)
-class AgentSpec:
-    """A registered preset.
+class Preset:
+    """A named agent preset.
 
     Attributes:
         name: the name used by ``--agent``.
-        factory: builds the agent (see the module docstring for its signature).
-        kind: ``"onpolicy"`` or ``"offpolicy"``: which schedule of the shared loop drives it.
-        description: one line for ``--help`` and error messages.
+        description: one line for ``--agent list`` and error messages.
+        config: the frozen config (a :class:`tritonrl.toolkit.config.Config`) the preset stands for.
+        agent: the agent class, called as ``agent(observation_space, action_space, config, *,
+            num_envs, device, seed)``.
+        kind: ``"onpolicy"`` or ``"offpolicy"``: which kind of schedule drives it (a label for
+            ``--agent list``).
+        schedule: ``schedule(agent)`` returns the schedule of the shared loop for a built agent
+            (:func:`tritonrl.toolkit.offpolicy.schedule_for`, :func:`tritonrl.toolkit.onpolicy.schedule_for`).
         default_num_envs: environments the CLI uses when ``--num-envs`` is not given.
         default_steps: environment steps the CLI uses when ``--steps`` is not given.
         default_eval_every: greedy evaluation interval the CLI uses when ``--eval-every`` is not
             given (0: at the end only); with it, the run stops once the environment's registered
             ``reward_threshold`` (its "solved" score) is reached, unless ``--target-return`` is given.
+        steps_field: the config field that follows the run's length (``--steps``), such as PPO's
+            ``total_steps`` (the learning-rate annealing horizon); ``None``: none does.
+
+    Raises:
+        ValueError: an empty name, an unknown ``kind``, a ``steps_field`` the config lacks, or a
+            default below its minimum (1 environment, 1 step, 0 evaluation interval).
+        TypeError: ``agent`` or ``schedule`` is not callable, or ``config`` not a dataclass instance.
     """
 
     name: str
-    factory: Callable[..., Any]
-    kind: str
     description: str
+    config: Any
+    agent: Callable[..., Any]
+    kind: str
+    schedule: Callable[[Any], Any]
     default_num_envs: int = 1
     default_steps: int = 100_000
     default_eval_every: int = 0
+    steps_field: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"preset name must be a non-empty string, got {self.name!r}")
+        if self.kind not in KINDS:
+            raise ValueError(f"preset {self.name!r}: kind must be one of {KINDS}, got {self.kind!r}")
+        for what in ("agent", "schedule"):
+            if not callable(getattr(self, what)):
+                raise TypeError(f"preset {self.name!r}: {what} must be callable, got "
+                                f"{type(getattr(self, what)).__name__}")
+        if not dataclasses.is_dataclass(self.config) or isinstance(self.config, type):
+            raise TypeError(f"preset {self.name!r}: config must be a config dataclass instance, got "
+                            f"{type(self.config).__name__}")
+        if self.steps_field is not None and self.steps_field not in {f.name for f in
+                                                                    dataclasses.fields(self.config)}:
+            raise ValueError(f"preset {self.name!r}: steps_field={self.steps_field!r} is not a field of "
+                             f"{type(self.config).__name__}")
+        for what, lo in (("default_num_envs", 1), ("default_steps", 1), ("default_eval_every", 0)):
+            value = getattr(self, what)
+            if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+                raise ValueError(f"preset {self.name!r}: {what} must be an int >= {lo}, got {value!r}")
+
+    def configure(self, overrides: Mapping[str, Any] | None = None, *,
+                  config: Mapping[str, Any] | None = None, total_steps: int | None = None) -> Any:
+        """The config to build: the preset's (or ``config``, a saved ``to_dict()`` of a run being
+        resumed), with ``total_steps`` in :attr:`steps_field` and ``overrides`` on top
+        (:func:`tritonrl.toolkit.config.apply_overrides`: strings from ``--set`` are converted).
+
+        Raises:
+            ValueError: an unknown field, or a value that does not convert or that the config rejects.
+        """
+        base = self.config if config is None else type(self.config).from_dict(config)
+        if total_steps is not None and self.steps_field is not None:
+            base = dataclasses.replace(base, **{self.steps_field: int(total_steps)})
+        return apply_overrides(base, overrides or {})
+
+    def build(self, observation_space: Any, action_space: Any, *, num_envs: int = 1, device: Any = "cpu",
+              seed: int = 0, total_steps: int | None = None, overrides: Mapping[str, Any] | None = None,
+              config: Mapping[str, Any] | None = None) -> Any:
+        """An agent of this preset (see :meth:`configure` for ``overrides``, ``config`` and
+        ``total_steps``).
+
+        Raises:
+            ValueError: a bad config key or value, or a space the agent cannot drive.
+            TypeError: as the agent's constructor.
+        """
+        cfg = self.configure(overrides, config=config, total_steps=total_steps)
+        return self.agent(observation_space, action_space, cfg, num_envs=num_envs, device=device, seed=seed)
 
 
-_REGISTRY: dict[str, AgentSpec] = {}
-_IMPORT_ERRORS: dict[str, str] = {}
+def find_preset(presets: Iterable[Preset], name: str, family: str = "agent") -> Preset:
+    """The preset called ``name`` among ``presets`` (an agent module's ``PRESETS``).
+
+    Raises:
+        ValueError: none is called so (``"unknown DQN preset 'x'; choose one of dqn, double, ..."``).
+    """
+    presets = tuple(presets)
+    for p in presets:
+        if p.name == name:
+            return p
+    raise ValueError(f"unknown {family} preset {name!r}; choose one of {', '.join(p.name for p in presets)}")
+
+
+_REGISTRY: dict[str, Preset] = {}
 _LOADED = False
 
 
-def register_agent(name: str, factory: Callable[..., Any], *, kind: str, description: str,
-                   default_num_envs: int = 1, default_steps: int = 100_000, default_eval_every: int = 0
-                   ) -> None:
-    """Register ``factory`` under ``name``; registering the same name again replaces it (module reloads).
-
-    Raises:
-        ValueError: empty name or unknown ``kind``.
-        TypeError: ``factory`` is not callable.
-    """
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"agent name must be a non-empty string, got {name!r}")
-    if kind not in KINDS:
-        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
-    if not callable(factory):
-        raise TypeError(f"factory for {name!r} must be callable, got {type(factory).__name__}")
-    _REGISTRY[name] = AgentSpec(name, factory, kind, description, int(default_num_envs), int(default_steps),
-                                int(default_eval_every))
-
-
-def load_agents() -> dict[str, str]:
-    """Import every module of the ``agents`` package once so their presets register.
-
-    Returns:
-        modules that failed to import, with the error line (they are skipped, and named when an
-        agent is not found).
-    """
+def _registry() -> dict[str, Preset]:
+    """Every preset by name; the agent modules' ``PRESETS`` are imported on the first call."""
     global _LOADED
     if not _LOADED:
+        # the only import of ``agents`` in ``toolkit``: lazy, explicit, one line per agent module
+        from tritonrl.agents import dqn, ppo
+
+        builtin: dict[str, Preset] = {}
+        for preset in (*dqn.PRESETS, *ppo.PRESETS):
+            if preset.name in builtin:
+                raise ValueError(f"two presets are called {preset.name!r}")
+            builtin[preset.name] = preset
+        _REGISTRY.update(builtin)
         _LOADED = True
-        package = importlib.import_module("tritonrl.agents")
-        for info in pkgutil.iter_modules(package.__path__, prefix="tritonrl.agents."):
-            try:
-                importlib.import_module(info.name)
-            except Exception as exc:  # one broken module must not hide every other agent
-                _IMPORT_ERRORS[info.name] = f"{type(exc).__name__}: {exc}"
-    return dict(_IMPORT_ERRORS)
+    return _REGISTRY
 
 
-def list_agents() -> list[AgentSpec]:
-    """Every registered preset (after :func:`load_agents`), sorted by name."""
-    load_agents()
-    return [_REGISTRY[k] for k in sorted(_REGISTRY)]
+def register_agent(preset: Preset) -> None:
+    """Add ``preset`` to the registry (``--agent NAME`` then finds it); a preset of the same name,
+    built-in or registered before, is replaced.
+
+    Raises:
+        TypeError: ``preset`` is not a :class:`Preset`.
+    """
+    if not isinstance(preset, Preset):
+        raise TypeError(f"register_agent takes a Preset, got {type(preset).__name__}")
+    _registry()[preset.name] = preset
 
 
-def get_agent(name: str) -> AgentSpec:
+def list_agents() -> list[Preset]:
+    """Every registered preset, sorted by name."""
+    registry = _registry()
+    return [registry[k] for k in sorted(registry)]
+
+
+def get_agent(name: str) -> Preset:
     """The preset called ``name``.
 
     Raises:
-        ValueError: no such preset (the message lists the known ones, and modules that failed
-            to import).
+        ValueError: no such preset (the message lists the known ones).
     """
-    errors = load_agents()
-    if name not in _REGISTRY:
-        known = ", ".join(sorted(_REGISTRY)) or "none"
-        msg = f"unknown agent {name!r}; known agents: {known}"
-        if errors:
-            msg += "; modules that failed to import: " + "; ".join(f"{k} ({v})" for k, v in errors.items())
-        raise ValueError(msg)
-    return _REGISTRY[name]
-
-
-# ----------------------------------------------------------------------------- config overrides
-
-
-def _convert(raw: Any, tp: Any, key: str) -> Any:
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(tp)
-        if type(None) in args and isinstance(raw, str) and raw.lower() in ("none", "null", ""):
-            return None
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _convert(raw, arg, key)
-            except ValueError as exc:
-                errors.append(str(exc))
-        raise ValueError("; ".join(errors))
-    if origin is typing.Literal:
-        allowed = typing.get_args(tp)
-        for a in allowed:
-            if str(a) == str(raw):
-                return a
-        raise ValueError(f"{key}={raw!r} is not one of {allowed}")
-    if origin is tuple:
-        args = typing.get_args(tp)
-        items = raw if isinstance(raw, (list, tuple)) else [
-            s for s in str(raw).strip("()[] ").split(",") if s]
-        item_tp = args[0] if args else str
-        return tuple(_convert(s.strip() if isinstance(s, str) else s, item_tp, key) for s in items)
-    if tp is bool:
-        if isinstance(raw, bool):
-            return raw
-        s = str(raw).lower()
-        if s in ("1", "true", "yes", "on"):
-            return True
-        if s in ("0", "false", "no", "off"):
-            return False
-        raise ValueError(f"{key}={raw!r} is not a bool (true/false)")
-    if tp is int and isinstance(raw, str):
-        # "100000" exactly; an integral float string ("1e11", "5e4", "2000.0") is accepted too, as
-        # people write large counts that way; "1.5", "inf", "nan" and "true" are refused.
-        try:
-            return int(raw.strip())
-        except ValueError:
-            pass
-        try:
-            value = float(raw)
-        except ValueError:
-            value = math.nan
-        if not value.is_integer():
-            raise ValueError(f"{key}={raw!r} is not a valid int")
-        return int(value)
-    if tp in (int, float, str):
-        try:
-            return tp(raw)
-        except (TypeError, ValueError):
-            raise ValueError(f"{key}={raw!r} is not a valid {tp.__name__}") from None
-    return raw
-
-
-def apply_overrides(config: Any, overrides: Mapping[str, Any]) -> Any:
-    """A copy of the frozen dataclass ``config`` with ``overrides`` applied (strings converted).
-
-    Int fields take integral float strings too (``--set buffer_size=1e6``); the config's own
-    checks (``__post_init__``) then judge the range.
-
-    Raises:
-        ValueError: an unknown field (the message lists the known ones), a value that does not
-            convert to the field's type, or one the config rejects.
-    """
-    if not overrides:
-        return config
-    hints = typing.get_type_hints(type(config))
-    names = {f.name for f in dataclasses.fields(config)}
-    changes = {}
-    for key, raw in overrides.items():
-        if key not in names:
-            raise ValueError(f"unknown config key {key!r} for {type(config).__name__}; known keys: "
-                             f"{', '.join(sorted(names))}")
-        changes[key] = _convert(raw, hints[key], key)
-    return dataclasses.replace(config, **changes)
+    registry = _registry()
+    if name not in registry:
+        raise ValueError(f"unknown agent {name!r}; known agents: {', '.join(sorted(registry)) or 'none'}")
+    return registry[name]

@@ -42,15 +42,14 @@ Exit statuses:
   folder in use by another process).
 - ``130`` / ``143``: interrupted by SIGINT / SIGTERM, with a checkpoint saved.
 
-The schedule comes from ``toolkit.<kind>.schedule_for(agent)``, ``kind`` being the preset's
-``"onpolicy"`` or ``"offpolicy"``.
+The agent, its config and its schedule come from the preset (:class:`tritonrl.toolkit.registry.Preset`:
+``spec.build(...)`` and ``spec.schedule(agent)``).
 """
 
 from __future__ import annotations
 
 import argparse
 import errno
-import importlib
 import math
 import os
 import signal
@@ -309,9 +308,9 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any]:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     try:
-        agent = spec.factory(env.single_observation_space, env.single_action_space, num_envs=num_envs,
-                             device=device, seed=args.seed, total_steps=steps, overrides=overrides,
-                             **({} if saved_config is None else {"config": saved_config}))
+        agent = spec.build(env.single_observation_space, env.single_action_space, num_envs=num_envs,
+                           device=device, seed=args.seed, total_steps=steps, overrides=overrides,
+                           config=saved_config)
         before = None if saved_config is None else type(agent.config).from_dict(saved_config)
     except (ValueError, TypeError) as exc:
         env.close()
@@ -328,7 +327,7 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any]:
             print("resume: applying " + ", ".join(format_change(k, *v) for k, v in changes.items()),
                   file=sys.stderr)
     try:
-        schedule = importlib.import_module(f"tritonrl.toolkit.{spec.kind}").schedule_for(agent)
+        schedule = spec.schedule(agent)
         cfg = LoopConfig(
             total_steps=steps, seed=args.seed, run_dir=str(run_dir), log_every=args.log_every,
             eval_every=eval_every, eval_episodes=args.eval_episodes, target_return=target_return,

@@ -417,11 +417,22 @@ class ReplayBuffer:
             ValueError: the state is not a replay-buffer state, or its configuration, shapes or
                 counters do not match this buffer; the buffer is left unchanged.
         """
-        staged = self._parse_state(state)
-        self._apply_state(staged)
+        staged = self.parse_state(state)
+        self.apply_state(staged)
 
-    def _parse_state(self, state: dict[str, Any]) -> dict[str, Any]:
-        """Validate ``state`` and convert its tensors; touches nothing of ``self``."""
+    def parse_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        """Validate ``state`` (a :meth:`state_dict`) and convert its tensors to this buffer's
+        dtypes and device; touches nothing of ``self``. With :meth:`apply_state`, the two halves of
+        :meth:`load_state_dict`, for an owner that checks all its parts before changing any (an
+        agent's checkpoint load).
+
+        Returns:
+            the staged state, for :meth:`apply_state`.
+
+        Raises:
+            ValueError: the state is not a replay-buffer state, or its configuration, shapes or
+                counters do not match this buffer.
+        """
         if not isinstance(state, dict) or not isinstance(state.get("meta"), dict):
             raise ValueError("not a replay-buffer state: no 'meta' entry")
         meta = state["meta"]
@@ -479,7 +490,8 @@ class ReplayBuffer:
             raise ValueError(f"state has invalid pending counts {pending.tolist()}")
         return out
 
-    def _apply_state(self, staged: dict[str, Any]) -> None:
+    def apply_state(self, staged: dict[str, Any]) -> None:
+        """Restore a state staged by :meth:`parse_state` (no further checks)."""
         meta = staged["meta"]
         n = meta["size"]
         for key, dst in (

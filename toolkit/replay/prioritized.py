@@ -235,8 +235,9 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         sd["meta"]["rejections_seen"] = self._rejections_seen
         return sd
 
-    def _parse_state(self, state: dict[str, Any]) -> dict[str, Any]:
-        out = super()._parse_state(state)
+    def parse_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        """As :meth:`ReplayBuffer.parse_state`, plus the priorities, running max and counters."""
+        out = super().parse_state(state)
         size = out["meta"]["size"]
         for key, shape, dtype in (
             ("priorities", (size,), torch.float32),
@@ -258,8 +259,9 @@ class PrioritizedReplayBuffer(ReplayBuffer):
                 raise ValueError(f"state meta {key!r} must be a non-negative int")
         return out
 
-    def _apply_state(self, staged: dict[str, Any]) -> None:
-        super()._apply_state(staged)
+    def apply_state(self, staged: dict[str, Any]) -> None:
+        """As :meth:`ReplayBuffer.apply_state`, rebuilding the sum tree from the staged priorities."""
+        super().apply_state(staged)
         size = staged["meta"]["size"]
         tree = new_sumtree(self.capacity, self.device)
         leaves(tree)[:size] = staged["priorities"]

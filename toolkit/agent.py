@@ -1,0 +1,318 @@
+"""The agent protocol, and the checkpoint plumbing every agent family shares.
+
+:class:`Agent` is what :func:`tritonrl.toolkit.loop.run_training` drives: ``act``, ``observe``,
+``update``, ``state_dict``, ``load_state_dict`` and a ``config``. Any object with those works.
+
+:class:`AgentBase` is the one home of the plumbing around an algorithm (in the spirit of
+Stable-Baselines3's ``common/base_class.py``): save and load, and the deferred input checks.
+Every agent state starts with the same header
+(:func:`checkpoint_header`: kind, config, both spaces through
+:func:`tritonrl.toolkit.envs.space_to_json`, ``num_envs``, ``seed``), then counters and the
+agent's generator, then the parts the agent lists itself. Loading checks everything first (the
+header with :func:`check_header`, the agent's parts, counters, seed, generator, and the saved
+config against the agent's own: only fields declared ``resumable`` may differ) and only then
+changes anything. A subclass provides three hooks::
+
+    class MyAgent(AgentBase):
+        kind = "mine"
+        config_class = MyConfig
+
+        def _state_parts(self) -> dict: ...                  # {"policy": ..., "optimizer": ...}
+        def _check_parts(self, state, where) -> dict: ...    # validate; return what loading needs
+        def _load_parts(self, state, staged) -> None: ...    # apply (counters are already restored)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+import gymnasium as gym
+import torch
+from tritonrl.toolkit.checkpoint import (
+    CheckpointError,
+    agent_state,
+    brief,
+    cut,
+    generator_state_fits,
+    load_checkpoint,
+    save_checkpoint,
+    section,
+)
+from tritonrl.toolkit.checks import InputGuard
+from tritonrl.toolkit.config import check_config_dict, fixed_changes, format_change
+from tritonrl.toolkit.envs import space_from_json, space_to_json
+
+__all__ = ["RESEED_STRIDE", "Agent", "AgentBase", "check_header", "checkpoint_header",
+           "read_header", "reseed"]
+
+RESEED_STRIDE = 7919
+"""A generator state saved on another device type is replaced by ``seed + RESEED_STRIDE * updates``
+(a prime, so that runs with nearby seeds and update counts do not share a stream)."""
+
+
+@runtime_checkable
+class Agent(Protocol):
+    """What the shared loop drives (:func:`tritonrl.toolkit.loop.run_training`).
+
+    Optional extras the loop uses when present: ``eval_policy()`` (a greedy policy with its own
+    memory), ``check_inputs()`` (deferred input checks), ``check_state_dict(state)`` (validate a
+    checkpoint before anything loads) and ``parameters()``.
+    """
+
+    config: Any
+    """The agent's frozen config (its ``lr``, if any, is named in divergence messages)."""
+
+    def act(self, obs: Any, explore: bool = True) -> torch.Tensor:
+        """Actions for a batch of observations ``[E, *obs_shape]``."""
+        ...
+
+    def observe(self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any
+                ) -> None:
+        """Store one vector step (leading dim ``E`` everywhere)."""
+        ...
+
+    def update(self) -> Mapping[str, torch.Tensor]:
+        """Learn; return f32 scalar metrics on the device."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume exactly."""
+        ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` output (checked before anything changes)."""
+        ...
+
+
+# ----------------------------------------------------------------------------- the header
+
+
+def checkpoint_header(kind: str, config: Any, observation_space: gym.Space, action_space: gym.Space,
+                      num_envs: int, seed: int) -> dict[str, Any]:
+    """The first entries of every agent state: ``agent`` (the kind), ``config`` (``to_dict()``),
+    ``observation_space`` and ``action_space`` (:func:`tritonrl.toolkit.envs.space_to_json`),
+    ``num_envs`` and ``seed``."""
+    return {"agent": kind, "config": config.to_dict(), "observation_space": space_to_json(observation_space),
+            "action_space": space_to_json(action_space), "num_envs": int(num_envs), "seed": int(seed)}
+
+
+def _space_mismatch(words: str, saved: Any, own: dict[str, Any]) -> str | None:
+    """``None`` if ``saved`` equals ``own`` (both :func:`space_to_json` descriptions), else the words."""
+    if saved == own:
+        return None
+    box = isinstance(saved, Mapping) and saved.get("type") == own["type"] == "Box"
+    if box and saved.get("shape") != own["shape"]:
+        return f"{words} shape {brief(saved.get('shape'), 40)} does not match this agent's {own['shape']}"
+    return f"{words} space {brief(saved, 80)} does not match this agent's {brief(own, 80)}"
+
+
+def check_header(state: Any, *, kind: str, observation_space: gym.Space, action_space: gym.Space,
+                 num_envs: int, where: str) -> None:
+    """Raise :class:`tritonrl.toolkit.checkpoint.CheckpointError` unless ``state``'s header is this
+    agent's: the same kind, spaces and ``num_envs`` (the config and seed are checked by the agent,
+    after its parts: see :meth:`AgentBase.check_state_dict`).
+
+    Messages start with ``where``: ``"<where>: holds a 'ppo' agent, not a 'dqn' agent"``,
+    ``"<where>: observation shape [2] does not match this agent's [4]"``, ``"<where>: action space
+    {...} does not match this agent's {...}"``, ``"<where>: saved with num_envs=2, this agent has 4"``.
+    """
+    if not isinstance(state, Mapping) or state.get("agent") != kind:
+        got = state.get("agent") if isinstance(state, Mapping) else type(state).__name__
+        raise CheckpointError(f"{where}: holds a {brief(got, 40)} agent, not a {kind!r} agent")
+    for key, words, space in (("observation_space", "observation", observation_space),
+                              ("action_space", "action", action_space)):
+        wrong = _space_mismatch(words, section(state, key, where, f"the {words} space"), space_to_json(space))
+        if wrong:
+            raise CheckpointError(f"{where}: {wrong}")
+    saved_envs = section(state, "num_envs", where, "the number of environments")
+    if type(saved_envs) is not int or saved_envs != num_envs:
+        raise CheckpointError(f"{where}: saved with num_envs={brief(saved_envs, 20)}, this agent has "
+                              f"{num_envs}")
+
+
+def read_header(state: Mapping[str, Any], config_class: type, where: str
+                ) -> tuple[Any, gym.Space, gym.Space, int, int]:
+    """``(config, observation_space, action_space, num_envs, seed)`` of a saved agent state: what
+    rebuilding the agent takes (the saved spaces, bounds included).
+
+    Raises:
+        CheckpointError: an entry is missing.
+        ValueError, TypeError, KeyError: an entry does not describe a config, a space or an int.
+    """
+    config = section(state, "config", where, "the agent config")
+    check_config_dict(config_class, config, where="config")
+    obs_space = space_from_json(section(state, "observation_space", where, "the observation space"))
+    act_space = space_from_json(section(state, "action_space", where, "the action space"))
+    num_envs, seed = section(state, "num_envs", where), section(state, "seed", where)
+    if type(num_envs) is not int or type(seed) is not int:
+        raise ValueError(f"num_envs={brief(num_envs, 20)} and seed={brief(seed, 20)} must be ints")
+    return config_class.from_dict(config), obs_space, act_space, num_envs, seed
+
+
+def reseed(generator: torch.Generator, seed: int, updates: int) -> None:
+    """Reseed ``generator`` deterministically from ``seed`` and the update count: what replaces a
+    generator state saved on another device type (CUDA <-> CPU states cannot cross over)."""
+    generator.manual_seed(seed + RESEED_STRIDE * updates)
+
+
+# ----------------------------------------------------------------------------- the base class
+
+
+class AgentBase:
+    """Save, load, check-then-apply ``load_state_dict`` and ``check_inputs``, shared by the agent
+    families.
+
+    A subclass sets :attr:`kind` and :attr:`config_class`, has the attributes ``config``,
+    ``observation_space``, ``action_space``, ``num_envs``, ``seed``, ``device``, ``generator``
+    (a ``torch.Generator``), ``env_steps``, ``updates`` and ``inputs`` (the
+    :class:`tritonrl.toolkit.checks.InputGuard` of ``act``/``observe``), and implements ``_state_parts``,
+    ``_check_parts`` and ``_load_parts`` (see the module docstring). Its constructor takes
+    ``(observation_space, action_space, config, *, num_envs, device, seed)``.
+    """
+
+    kind: ClassVar[str]
+    """The ``agent`` entry of the state (``"dqn"``, ``"ppo"``)."""
+    config_class: ClassVar[type]
+    """The config dataclass (with ``to_dict`` / ``from_dict``)."""
+
+    config: Any
+    observation_space: gym.Space
+    action_space: gym.Space
+    num_envs: int
+    seed: int
+    device: torch.device
+    generator: torch.Generator
+    env_steps: int
+    updates: int
+    inputs: InputGuard
+
+    # ---- hooks
+
+    def _state_parts(self) -> dict[str, Any]:
+        """The agent's own entries of :meth:`state_dict` (networks, optimizers, buffers, ...)."""
+        raise NotImplementedError
+
+    def _check_parts(self, state: Mapping[str, Any], where: str) -> dict[str, Any]:
+        """Validate the agent's own entries of ``state``; return what :meth:`_load_parts` needs
+        (converted data, staged). Raise :class:`~tritonrl.toolkit.checkpoint.CheckpointError`
+        (message starting with ``where``), or ``ValueError`` / ``TypeError`` / ``KeyError``
+        (prefixed with ``where`` by the caller). Changes nothing."""
+        raise NotImplementedError
+
+    def _load_parts(self, state: Mapping[str, Any], staged: dict[str, Any]) -> None:
+        """Apply the agent's own entries (already checked; counters already restored)."""
+        raise NotImplementedError
+
+    # ---- shared
+
+    def check_inputs(self) -> None:
+        """Raise now if a deferred input check failed (one host sync when checks are pending).
+
+        Inputs that live on an accelerator are checked without a sync per step (see
+        :class:`tritonrl.toolkit.checks.InputGuard`); ``update`` calls this first, and a training
+        loop may call it at its log interval.
+
+        Raises:
+            ValueError: an earlier ``act``/``observe`` received NaN/inf or an out-of-range action.
+        """
+        self.inputs.check()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume exactly: the header (:func:`checkpoint_header`), counters,
+        the agent's generator, and the agent's own parts."""
+        return {**checkpoint_header(self.kind, self.config, self.observation_space, self.action_space,
+                                    self.num_envs, self.seed),
+                "counters": {"env_steps": self.env_steps, "updates": self.updates},
+                "generator": self.generator.get_state(), **self._state_parts()}
+
+    def check_state_dict(self, state: Mapping[str, Any], *, where: str = "agent state") -> None:
+        """Raise :class:`tritonrl.toolkit.checkpoint.CheckpointError` (a ``ValueError``, one line
+        starting with ``where``) unless ``state`` fits this agent; changes nothing.
+
+        Checks every entry :meth:`load_state_dict` reads: the header (kind, spaces, environments),
+        the agent's parts, counters, seed, generator, and the saved config (complete, well typed,
+        and equal to this agent's in every field a resume cannot change, see
+        :mod:`tritonrl.toolkit.config`).
+        """
+        self._check_state(state, where)
+
+    def _check_state(self, state: Mapping[str, Any], where: str) -> tuple[dict[str, Any], bool]:
+        """:meth:`check_state_dict`, returning the staged parts and whether the generator state fits."""
+        check_header(state, kind=self.kind, observation_space=self.observation_space,
+                     action_space=self.action_space, num_envs=self.num_envs, where=where)
+        try:
+            staged = self._check_parts(state, where)
+            counters = section(state, "counters", where, "the step counters")
+            for key in ("env_steps", "updates"):
+                value = section(counters, key, where, f"the {key} counter")
+                if type(value) is not int or value < 0:
+                    raise ValueError(f"counter {key}={brief(value, 20)} is not a non-negative int")
+            seed = section(state, "seed", where, "the seed")
+            if type(seed) is not int:
+                raise ValueError(f"seed={brief(seed, 20)} is not an int")
+            generator = section(state, "generator", where, "the generator state")
+            fits = generator_state_fits(generator, self.device)
+            config = section(state, "config", where, "the agent config")
+            check_config_dict(self.config_class, config, where="config")
+            fixed = fixed_changes(self.config_class.from_dict(config), self.config)
+            if fixed:
+                changes = ", ".join(format_change(k, *v) for k, v in list(fixed.items())[:3])
+                raise ValueError(f"saved with another config: {changes} (fields a resume cannot change)")
+        except CheckpointError:
+            raise
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CheckpointError(f"{where}: {cut(str(exc), 240)}") from None
+        return staged, fits
+
+    def load_state_dict(self, state: Mapping[str, Any], *, where: str = "agent state") -> None:
+        """Restore a :meth:`state_dict`, possibly saved in another dtype or on another device
+        (converted once, here). Learning rates come from this agent's config, not from the saved
+        optimizer state, so a run resumed with another ``lr`` uses it. A generator state saved on
+        another device type (CUDA <-> CPU) cannot be restored: the generator is then reseeded from
+        ``seed`` and the update count (:func:`reseed`: deterministic, not the saved stream).
+
+        Raises:
+            tritonrl.toolkit.checkpoint.CheckpointError: (a ``ValueError``, one line starting with
+                ``where``) another agent kind, spaces or number of environments, a fixed config
+                field changed, or any entry missing or not fitting; all checked before anything
+                changes.
+        """
+        staged, generator_fits = self._check_state(state, where)
+        counters = state["counters"]
+        if generator_fits:
+            self.generator.set_state(state["generator"].cpu())
+        else:
+            reseed(self.generator, self.seed, counters["updates"])
+        self.env_steps = counters["env_steps"]
+        self.updates = counters["updates"]
+        self._load_parts(state, staged)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write :meth:`state_dict` atomically (:func:`tritonrl.toolkit.checkpoint.save_checkpoint`)."""
+        save_checkpoint(path, self.state_dict())
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, device: torch.device | str | None = None) -> Any:
+        """Rebuild an agent saved with :meth:`save`, or the agent section of a training-run
+        checkpoint (``<run>/checkpoint.safetensors``), on ``device`` (default CPU), in that
+        device's dtype, with the saved spaces (bounds included), config, ``num_envs`` and ``seed``.
+
+        Raises:
+            tritonrl.toolkit.checkpoint.CheckpointError: unreadable, foreign, another agent kind, or
+                an entry that does not fit (one line starting with ``path``).
+        """
+        where = str(path)
+        state = agent_state(load_checkpoint(path), cls.kind, where)
+        try:
+            config, obs_space, act_space, num_envs, seed = read_header(state, cls.config_class, where)
+            agent = cls(obs_space, act_space, config, num_envs=num_envs,  # type: ignore[call-arg]
+                        device=device if device is not None else "cpu", seed=seed)
+        except CheckpointError:
+            raise
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CheckpointError(f"{where}: not a usable {cls.kind.upper()} checkpoint "
+                                  f"({cut(str(exc), 160)})") from None
+        agent.load_state_dict(state, where=where)
+        return agent
