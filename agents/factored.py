@@ -17,6 +17,7 @@ the Q values so no argmax picks them and no gather reads them.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -54,7 +55,9 @@ class BranchingHead(nn.Module):
             raise ValueError(f"nvec={list(nvec)} must be non-empty sub-action counts >= 2")
         self.nvec = counts
         self.n_max = max(counts)
-        kw = {"device": device, "dtype": dtype}
+        kw: dict[str, Any] = {"device": device, "dtype": dtype}
+        self.value: NoisyLinear | nn.Linear
+        self.advantage: NoisyLinear | nn.Linear
         if noisy:
             self.value = NoisyLinear(in_features, 1, sigma0=sigma0, **kw)
             self.advantage = NoisyLinear(in_features, len(counts) * self.n_max, sigma0=sigma0, **kw)
@@ -71,9 +74,9 @@ class BranchingHead(nn.Module):
 
     def reset_noise(self, generator: torch.Generator | None = None) -> None:
         """Draw fresh noise for the noisy layers (no-op without noise)."""
-        if self.noisy:
-            self.value.reset_noise(generator)
-            self.advantage.reset_noise(generator)
+        for layer in (self.value, self.advantage):
+            if isinstance(layer, NoisyLinear):  # the noisy=True layers
+                layer.reset_noise(generator)
 
 
 def branching_q(value: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -8,6 +8,7 @@ from the op's epilogue (the loss boundary), so no forward casts anything.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import nn
@@ -48,6 +49,13 @@ class NoisyLinear(nn.Module):
     Forward: x ``[B, I]`` in the parameters' dtype and device -> ``[B, O]`` (``[B, G, O]``).
     """
 
+    # registered in __init__ (None where ``bias`` or ``noisy`` is off)
+    weight_sigma: torch.Tensor | None
+    bias_mu: torch.Tensor | None
+    bias_sigma: torch.Tensor | None
+    eps_in: torch.Tensor | None
+    eps_out: torch.Tensor | None
+
     def __init__(
         self,
         in_features: int,
@@ -69,7 +77,7 @@ class NoisyLinear(nn.Module):
             raise ValueError(f"activation must be None or 'relu', got {activation!r}")
         self.in_features, self.out_features, self.groups = in_features, out_features, groups
         self.sigma0, self.activation, self.noisy = float(sigma0), activation, noisy
-        kw = {"device": device, "dtype": dtype or training_dtype(device)}
+        kw: dict[str, Any] = {"device": device, "dtype": dtype or training_dtype(device)}
         lead = (groups,) if groups > 1 else ()
         self.weight_mu = nn.Parameter(torch.empty(*lead, out_features, in_features, **kw))
         w_sigma = nn.Parameter(torch.empty_like(self.weight_mu)) if noisy else None
@@ -104,6 +112,7 @@ class NoisyLinear(nn.Module):
         if not self.noisy:
             return
         for buf in (self.eps_in, self.eps_out):
+            assert buf is not None  # registered as tensors when noisy
             buf.copy_(scaled_noise(tuple(buf.shape), generator, buf.device))
 
     def params(self) -> NoisyParams:
@@ -174,7 +183,8 @@ class DuelingHead(nn.Module):
             raise ValueError(f"num_actions must be a positive int, got {num_actions!r}")
         self.in_features, self.num_actions, self.atoms = in_features, num_actions, atoms
         self.noisy, self.dueling, self.log_softmax = noisy, dueling, log_softmax
-        kw = {"sigma0": sigma0, "noisy": noisy, "device": device, "dtype": dtype or training_dtype(device)}
+        kw: dict[str, Any] = {"sigma0": sigma0, "noisy": noisy, "device": device,
+                              "dtype": dtype or training_dtype(device)}
         self.hidden = (
             NoisyLinear(in_features, hidden, groups=2 if dueling else 1, activation="relu", **kw)
             if hidden is not None

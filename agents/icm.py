@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -46,6 +47,8 @@ class ICM(nn.Module):
             negative ``eta``.
     """
 
+    offsets: torch.Tensor  # a buffer registered in __init__
+
     def __init__(
         self,
         obs_shape: Sequence[int],
@@ -69,7 +72,7 @@ class ICM(nn.Module):
             raise ValueError(f"eta={eta} must be >= 0")
         self.action_dims = dims
         self.eta, self.beta = float(eta), float(beta)
-        kw = {"device": device, "dtype": dtype}
+        kw: dict[str, Any] = {"device": device, "dtype": dtype}
         n_obs = math.prod(obs_shape)
         self.encoder = nn.Sequential(
             nn.Flatten(1), nn.Linear(n_obs, hidden, **kw), nn.ReLU(), nn.Linear(hidden, embed_dim, **kw)

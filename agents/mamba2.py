@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -99,14 +100,14 @@ class Mamba2Block(nn.Module):
         self.d_model, self.d_state, self.d_conv, self.headdim = d_model, d_state, d_conv, headdim
         self.d_inner, self.nheads, self.ngroups, self.chunk_size = d_inner, nheads, ngroups, chunk_size
         self.conv_dim = d_inner + 2 * ngroups * d_state
-        fk = {"device": device, "dtype": dtype}
+        fk: dict[str, Any] = {"device": device, "dtype": dtype}
 
         self.in_proj = nn.Linear(d_model, d_inner + self.conv_dim + nheads, bias=False, **fk)
         bound = 1.0 / math.sqrt(d_conv)  # nn.Conv1d's default for a depthwise conv
         # The conv, dt and A initial values are drawn in f32 (the log/exp/expm1 of the dt and A
         # inits lose accuracy in bf16) and rounded once into parameters of ``dtype``: no parameter
         # exists in f32 and is cast afterwards.
-        f32 = {"device": device, "dtype": torch.float32}
+        f32: dict[str, Any] = {"device": device, "dtype": torch.float32}
         conv_w = torch.empty(self.conv_dim, d_conv, **f32).uniform_(-bound, bound)
         self.conv_weight = nn.Parameter(conv_w.to(dtype))
         self.conv_bias = nn.Parameter(torch.empty(self.conv_dim, **f32).uniform_(-bound, bound).to(dtype))
@@ -231,11 +232,11 @@ class Mamba2Block(nn.Module):
             initial_states=state.ssm if state is not None else None, resets=resets,
             chunk_size=self.chunk_size, return_final_states=return_state,
         )
-        y, ssm = out if return_state else (out, None)
+        y, ssm = out if isinstance(out, tuple) else (out, None)  # a tuple when return_state
         y = y.reshape(batch, length, self.d_inner)
         y = F.rms_norm(y, (self.d_inner,), self.norm_weight, self.norm_eps)
         y = self.out_proj(y)
-        if return_state:
+        if ssm is not None:  # return_state
             return y, Mamba2State(conv=window, ssm=ssm)
         return y
 

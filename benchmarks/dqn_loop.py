@@ -22,10 +22,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from tritonrl.toolkit.bench import Row
+from _harness import Row
 
 NAME = "dqn_loop"
-REQUIRES = ("gymnasium",)  # tritonrl.toolkit.bench skips this file, in one line, where it is missing
+REQUIRES = ("gymnasium",)  # the bench runner (_harness.py) skips this file, in one line, where it is missing
 ENV_ID = "CartPole-v1"
 BATCH = 128
 TRAIN_FREQ = 10  # env steps per update: the reference's update-to-data ratio

@@ -25,11 +25,11 @@ import time
 
 import numpy as np
 import torch
+from _harness import Row, one_cpu_thread
 from torch import nn
-from tritonrl.toolkit.bench import Row, one_cpu_thread
 
 NAME = "ppo_loop"
-REQUIRES = ("gymnasium",)  # tritonrl.toolkit.bench skips this file, in one line, where it is missing
+REQUIRES = ("gymnasium",)  # the bench runner (_harness.py) skips this file, in one line, where it is missing
 NUM_ENVS = 8
 KINDS = [
     ("discrete", "ppo", "CartPole-v1"),

@@ -1,6 +1,6 @@
 """Every Triton kernel compiles for real GPUs (sm_90, sm_80; f32 variants also sm_75), no GPU needed.
 
-Runs tests/aot_compile.py --quick in a subprocess without TRITON_INTERPRET (this session has the
+Runs tools/aot_compile.py --quick in a subprocess without TRITON_INTERPRET (this session has the
 interpreter on, and under it ``@triton.jit`` makes no compilable kernels). The script records the
 launchers' exact specializations and compiles each with ptxas; it exits non-zero on a compile
 error or on shared memory above a target's limit.
@@ -33,7 +33,7 @@ def test_every_kernel_compiles_for_sm90_sm80_and_f32_for_sm75(tmp_path: Path) ->
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     out = tmp_path / "rows.json"
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "aot_compile.py"), "--quick", "-j", "2",
+        [sys.executable, str(ROOT / "tools" / "aot_compile.py"), "--quick", "-j", "2",
          "--targets", "90,80,75", "--json", str(out)],
         capture_output=True, text=True, cwd=ROOT, env=env, timeout=600,
     )

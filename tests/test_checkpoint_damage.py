@@ -167,7 +167,7 @@ def _loads_within(path, seconds: float = 5.0) -> BaseException | None:
         try:
             load_checkpoint(path)
             box.append(None)
-        except BaseException as exc:  # noqa: BLE001 (reported to the test thread)
+        except BaseException as exc:  # reported to the test thread
             box.append(exc)
 
     thread = threading.Thread(target=target, daemon=True)

@@ -17,11 +17,15 @@ before the snapshot), ``fault`` (an ``OSError`` injected into the run-folder wri
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import io
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +46,29 @@ def train(*args: str, run_dir: bool = True) -> tuple[str, ...]:
 def _file(rel: str) -> Callable[[Path], None]:
     def setup(tmp: Path) -> None:
         (tmp / rel).write_text("not a folder\n")
+    return setup
+
+
+DQN_SMALL = ("--set", "torso_width=32", "--set", "learning_starts=100", "--set", "train_freq=64",
+             "--set", "gradient_steps=4", "--set", "batch_size=32")
+PPO_SMALL = ("--num-envs", "2", "--set", "num_steps=16")
+_TRAINED = {"dqn": ("--agent", "dqn", "--steps", "400", *DQN_SMALL), "ppo": ("--agent", "ppo", *PPO_SMALL)}
+_cache = tempfile.TemporaryDirectory(prefix="tritonrl-cli-errors-")  # one trained run per agent, copied
+
+
+def _trained(agent: str, *, truncate: int | None = None) -> Callable[[Path], None]:
+    """A run folder holding a real checkpoint of ``agent`` (trained once per session by the CLI,
+    copied to ``tmp/run``); ``truncate``: cut the checkpoint to that many bytes."""
+    def setup(tmp: Path) -> None:
+        source = Path(_cache.name) / agent
+        if not source.exists():
+            argv = [a.format(run=source) for a in train(*_TRAINED[agent])]
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:
+                assert main(argv) == 0, err.getvalue()
+        shutil.copytree(source, tmp / "run")
+        if truncate is not None:
+            ckpt = tmp / "run" / "checkpoint.safetensors"
+            ckpt.write_bytes(ckpt.read_bytes()[:truncate])
     return setup
 
 
@@ -135,6 +162,12 @@ CASES = [
          r"agent 'dqn' on Pendulum-v1: .*Discrete"),
     Case("env-observation-not-a-box", train("--env", "FrozenLake-v1"),
          r"observation_space must be a flat Box"),
+    Case("env-ppo-needs-discrete", train("--env", "Pendulum-v1"),
+         r"agent 'ppo' on Pendulum-v1: policy 'discrete' needs a Discrete action space"),
+    Case("env-ppo-flow-needs-box", train("--agent", "ppo-flow", "--env", "CartPole-v1"),
+         r"agent 'ppo-flow' on CartPole-v1: policy 'flow' needs a flat Box action space"),
+    Case("env-rainbow-needs-discrete", train("--agent", "rainbow", "--env", "Pendulum-v1"),
+         r"Discrete and MultiDiscrete"),
     # --- agents and --set
     Case("agent-empty", train("--agent", ""), r"--agent must not be empty"),
     Case("agent-misspelt", train("--agent", "rainbo"), r"unknown agent 'rainbo'; known agents: .*rainbow"),
@@ -143,7 +176,12 @@ CASES = [
     Case("set-no-value", train("--set", "lr"), r"--set expects KEY=VALUE, got 'lr'"),
     Case("set-unknown-key", train("--set", "nosuch=3"),
          r"unknown config key 'nosuch' for PPOConfig; known keys: "),
+    Case("set-unknown-key-names-the-run", train("--env", "CartPole-v1", "--set", "learning_rate=1"),
+         r"agent 'ppo' on CartPole-v1: unknown config key 'learning_rate' for PPOConfig"),
+    Case("set-unknown-key-dqn", train("--agent", "dqn", "--set", "lrr=1"), r"unknown config key 'lrr'"),
     Case("set-not-a-number", train("--set", "lr=abc"), r"lr='abc' is not a valid float"),
+    Case("set-not-an-int", train("--set", "num_steps=abc"), r"num_steps='abc' is not a valid int"),
+    Case("set-not-a-choice-dqn", train("--agent", "dqn", "--set", "distribution=c52"), r"distribution='c52'"),
     Case("set-lr-inf", train("--set", "lr=inf"), r"lr=inf must be a finite number"),
     Case("set-lr-inf-dqn", train("--agent", "dqn", "--set", "lr=inf"), r"lr=inf must be a finite number"),
     Case("set-hidden-0", train("--set", "hidden=0"), r"hidden=\(0,\): each item must be >= 1, got 0"),
@@ -179,6 +217,25 @@ CASES = [
     Case("run-dir-disk-full-existing", train("--resume"),
          r"--run-dir .*/run is not writable: the disk is full",
          setup=_existing_run, fault=("fsync", errno.ENOSPC)),
+    # --- an existing checkpoint: never overwritten without --resume; --resume refuses another run's
+    Case("checkpoint-without-resume-dqn", train("--agent", "dqn", *DQN_SMALL),
+         r"already holds a checkpoint: pass --resume", setup=_trained("dqn")),
+    Case("checkpoint-without-resume-ppo", train(*PPO_SMALL),
+         r"already holds a checkpoint: pass --resume", setup=_trained("ppo")),
+    Case("resume-other-agent-dqn", train("--agent", "rainbow", "--resume"),
+         r"was made with agent='dqn', this run has agent='rainbow'", setup=_trained("dqn")),
+    Case("resume-other-agent-ppo", train("--agent", "ppo-lstm", *PPO_SMALL, "--resume"),
+         r"was made with agent='ppo', this run has agent='ppo-lstm'", setup=_trained("ppo")),
+    Case("resume-other-env-dqn", train("--agent", "dqn", "--env", "CartPoleNoVel-v1", "--resume"),
+         r"env='CartPole-v1'", setup=_trained("dqn")),
+    Case("resume-changes-train-freq",
+         train("--agent", "dqn", "--resume", "--steps", "800", *DQN_SMALL, "--set", "train_freq=32"),
+         r"--resume cannot change train_freq \(checkpoint 64, now 32\)", setup=_trained("dqn")),
+    Case("resume-changes-buffer-size",
+         train("--agent", "dqn", "--resume", "--steps", "800", *DQN_SMALL, "--set", "buffer_size=20000"),
+         r"--resume cannot change buffer_size \(checkpoint 50000", setup=_trained("dqn")),
+    Case("resume-truncated-checkpoint", train(*PPO_SMALL, "--resume"), r"truncated",
+         setup=_trained("ppo", truncate=100)),
     # --- argparse's own mistakes are one line too
     Case("seed-not-an-int", train("--seed", "1.5"),
          r"argument --seed: invalid int value: '1.5' \(see `python -m tritonrl.toolkit train --help`\)"),

@@ -14,13 +14,13 @@ import torch
 
 pytest.importorskip("gymnasium")
 
-import tritonrl.toolkit.checkpoint as ckpt_mod  # noqa: E402
-import tritonrl.toolkit.logger as logger_mod  # noqa: E402
-from tritonrl.toolkit.checkpoint import load_checkpoint  # noqa: E402
-from tritonrl.toolkit.cli import main  # noqa: E402
-from tritonrl.toolkit.envs import make_vec_env  # noqa: E402
-from tritonrl.toolkit.loop import DivergenceError, LoopConfig, TrainingError, run_training  # noqa: E402
-from tritonrl.toolkit.onpolicy import OnPolicySchedule  # noqa: E402
+import tritonrl.toolkit.checkpoint as ckpt_mod
+import tritonrl.toolkit.logger as logger_mod
+from tritonrl.toolkit.checkpoint import load_checkpoint
+from tritonrl.toolkit.cli import main
+from tritonrl.toolkit.envs import make_vec_env
+from tritonrl.toolkit.loop import DivergenceError, LoopConfig, TrainingError, run_training
+from tritonrl.toolkit.onpolicy import OnPolicySchedule
 
 TINY = {
     "dqn": ["--set", "learning_starts=100", "--set", "train_freq=4", "--set", "batch_size=16",

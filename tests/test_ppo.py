@@ -1,8 +1,9 @@
-"""The PPO agent: protocol, rollout consistency, checkpoints across dtypes, resume, CLI errors."""
+"""The PPO agent: protocol, rollout consistency, checkpoints across dtypes, the CLI.
+
+Exact resume is in test_resume.py (every agent family), command-line mistakes are rows of the
+table in test_cli_errors.py."""
 
 from __future__ import annotations
-
-import csv
 
 import pytest
 import torch
@@ -241,40 +242,6 @@ def test_bad_checkpoints_raise_one_clear_error_and_touch_nothing(tmp_path):
         assert torch.equal(v, source.policy.state_dict()[k]), k
 
 
-# ----------------------------------------------------------------------------- resume
-
-
-def _train(run_dir, policy: str, **kw):
-    name = {"discrete": "ppo", "lstm": "ppo-lstm"}[policy]
-    cfg = dataclasses_replace(preset(name), **{**TINY, "normalize_obs": True})
-    env = make_vec_env(ENVS[policy], 2, seed=3)
-    agent = PPOAgent(env.single_observation_space, env.single_action_space, cfg, num_envs=2, seed=3)
-    loop = LoopConfig(total_steps=96, seed=3, run_dir=str(run_dir), log_every=16, checkpoint_every=20,
-                      eval_every=48, eval_episodes=2, tensorboard=False, **kw)
-    return agent, run_training(agent, env, OnPolicySchedule(cfg.num_steps), loop)
-
-
-def _rows(path):
-    with open(path, newline="") as f:
-        return [{k: v for k, v in r.items() if k != "charts/SPS"} for r in csv.DictReader(f)]
-
-
-@pytest.mark.parametrize("policy", ["discrete", "lstm"])
-def test_stopped_and_resumed_run_matches_the_uninterrupted_run(policy, tmp_path):
-    full_agent, full = _train(tmp_path / "full", policy)
-    _, stopped = _train(tmp_path / "split", policy, stop_at=40)  # mid-rollout (rollouts are 16 steps)
-    assert stopped["interrupted"] and stopped["global_step"] == 40
-    torch.manual_seed(12345)  # disturb every global RNG in between
-    resumed_agent, resumed = _train(tmp_path / "split", policy, resume=True)
-    assert resumed["global_step"] == full["global_step"] == 96
-    for k, v in full_agent.policy.state_dict().items():
-        assert torch.equal(v, resumed_agent.policy.state_dict()[k]), k
-    rows = _rows(tmp_path / "full" / "metrics.csv")
-    assert rows == _rows(tmp_path / "split" / "metrics.csv")
-    assert any("losses/policy_loss" in r and r["losses/policy_loss"] for r in rows)
-    assert resumed["evaluations"] == full["evaluations"]
-
-
 # ----------------------------------------------------------------------------- CLI
 
 
@@ -296,47 +263,6 @@ def test_cli_trains_resumes_and_writes_its_files(tmp_path, capsys):
     assert code == 0, err
     assert "96 steps" in out
     assert load_checkpoint(run / "checkpoint.safetensors")["loop"]["step"] == 96
-
-
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (["--agent", "ppo-gru"], "error: unknown agent 'ppo-gru'; known agents: "),
-        (["--agent", "ppo", "--env", "CartPol-v1"], "error: unknown environment id 'CartPol-v1'"),
-        (["--agent", "ppo", "--env", "Pendulum-v1"],
-         "error: agent 'ppo' on Pendulum-v1: policy 'discrete' needs a Discrete action space"),
-        (["--agent", "ppo-flow", "--env", "CartPole-v1"],
-         "error: agent 'ppo-flow' on CartPole-v1: policy 'flow' needs a flat Box action space"),
-        (["--agent", "ppo", "--set", "learning_rate=1"],
-         "error: agent 'ppo' on CartPole-v1: unknown config key 'learning_rate' for PPOConfig"),
-        (["--agent", "ppo", "--set", "num_steps=abc"], "num_steps='abc' is not a valid int"),
-        (["--agent", "ppo", "--set", "oops"], "error: --set expects KEY=VALUE, got 'oops'"),
-    ],
-)
-def test_cli_error_lines(args, message, tmp_path, capsys):
-    code, out, err = _cli(capsys, "--run-dir", str(tmp_path / "r"), "--steps", "16", *args)
-    assert code == 2
-    assert message in err
-    assert len(err.strip().splitlines()) == 1
-    assert not (tmp_path / "r").exists()
-
-
-def test_cli_never_overwrites_a_checkpoint_and_rejects_a_foreign_one(tmp_path, capsys):
-    run = tmp_path / "run"
-    base = ["--env", "CartPole-v1", "--num-envs", "2", "--run-dir", str(run), "--steps", "32",
-            "--set", "num_steps=16", "--eval-episodes", "1"]
-    assert _cli(capsys, "--agent", "ppo", *base)[0] == 0
-    ckpt = run / "checkpoint.safetensors"
-    original = ckpt.read_bytes()
-    code, _, err = _cli(capsys, "--agent", "ppo", *base)
-    assert code == 2 and "already holds a checkpoint: pass --resume" in err
-    code, _, err = _cli(capsys, "--agent", "ppo-lstm", *base, "--resume")
-    assert code == 2 and "was made with agent='ppo', this run has agent='ppo-lstm'" in err
-    assert len(err.strip().splitlines()) == 1
-    ckpt.write_bytes(original[:100])
-    code, _, err = _cli(capsys, "--agent", "ppo", *base, "--resume")
-    assert code == 2 and "truncated" in err
-    assert ckpt.read_bytes() == original[:100]
 
 
 # ----------------------------------------------------------------------------- CUDA (pytest --gpu)

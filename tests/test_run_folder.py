@@ -21,15 +21,15 @@ import torch
 
 pytest.importorskip("gymnasium")
 
-import tritonrl.toolkit.checkpoint as ckpt_mod  # noqa: E402
-import tritonrl.toolkit.logger as logger_mod  # noqa: E402
-from tritonrl.toolkit.checkpoint import atomic_write_bytes, load_checkpoint, remove_stale_temps  # noqa: E402
-from tritonrl.toolkit.cli import main  # noqa: E402
-from tritonrl.toolkit.envs import make_vec_env  # noqa: E402
-from tritonrl.toolkit.logger import MetricLogger, read_csv, repair_csv  # noqa: E402
-from tritonrl.toolkit.loop import LoopConfig, TrainingError, run_training  # noqa: E402
-from tritonrl.toolkit.onpolicy import OnPolicySchedule  # noqa: E402
-from tritonrl.toolkit.runfolder import RunFolderBusy, RunLock  # noqa: E402
+import tritonrl.toolkit.checkpoint as ckpt_mod
+import tritonrl.toolkit.logger as logger_mod
+from tritonrl.toolkit.checkpoint import atomic_write_bytes, load_checkpoint, remove_stale_temps
+from tritonrl.toolkit.cli import main
+from tritonrl.toolkit.envs import make_vec_env
+from tritonrl.toolkit.logger import MetricLogger, read_csv, repair_csv
+from tritonrl.toolkit.loop import LoopConfig, TrainingError, run_training
+from tritonrl.toolkit.onpolicy import OnPolicySchedule
+from tritonrl.toolkit.runfolder import RunFolderBusy, RunLock
 
 
 class Toy:

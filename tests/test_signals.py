@@ -15,8 +15,8 @@ import pytest
 
 pytest.importorskip("gymnasium")
 
-from tritonrl.toolkit.checkpoint import load_checkpoint  # noqa: E402
-from tritonrl.toolkit.cli import main  # noqa: E402
+from tritonrl.toolkit.checkpoint import load_checkpoint
+from tritonrl.toolkit.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--agent", "ppo", "--env", "CartPole-v1", "--num-envs", "2", "--set", "num_steps=16",

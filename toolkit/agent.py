@@ -41,7 +41,7 @@ from tritonrl.toolkit.checkpoint import (
     section,
 )
 from tritonrl.toolkit.checks import InputGuard
-from tritonrl.toolkit.config import check_config_dict, fixed_changes, format_change
+from tritonrl.toolkit.config import Config, check_config_dict, fixed_changes, format_change
 from tritonrl.toolkit.envs import space_from_json, space_to_json
 
 __all__ = ["RESEED_STRIDE", "Agent", "AgentBase", "check_header", "checkpoint_header",
@@ -132,7 +132,7 @@ def check_header(state: Any, *, kind: str, observation_space: gym.Space, action_
                               f"{num_envs}")
 
 
-def read_header(state: Mapping[str, Any], config_class: type, where: str
+def read_header(state: Mapping[str, Any], config_class: type[Config], where: str
                 ) -> tuple[Any, gym.Space, gym.Space, int, int]:
     """``(config, observation_space, action_space, num_envs, seed)`` of a saved agent state: what
     rebuilding the agent takes (the saved spaces, bounds included).
@@ -174,7 +174,7 @@ class AgentBase:
 
     kind: ClassVar[str]
     """The ``agent`` entry of the state (``"dqn"``, ``"ppo"``)."""
-    config_class: ClassVar[type]
+    config_class: ClassVar[type[Config]]
     """The config dataclass (with ``to_dict`` / ``from_dict``)."""
 
     config: Any

@@ -35,7 +35,7 @@ import tempfile
 from collections.abc import Mapping
 from glob import escape as glob_escape
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -549,7 +549,8 @@ def load_into_module(module: torch.nn.Module, tensors: Mapping[str, Any], *, whe
 
 def capture_rng_state() -> dict:
     """The global RNG states: torch CPU, every CUDA device (if initialised), numpy, python ``random``."""
-    np_state = np.random.get_state()  # noqa: NPY002 (the legacy global RNG is what we capture)
+    # the legacy global RNG is what we capture; numpy's stub says dict | tuple, legacy=True gives the tuple
+    np_state = cast("tuple[str, np.ndarray, int, int, float]", np.random.get_state())  # noqa: NPY002
     state: dict[str, Any] = {
         "torch": torch.get_rng_state(),
         "numpy": {"kind": np_state[0], "keys": np_state[1], "pos": int(np_state[2]),
@@ -580,7 +581,7 @@ def restore_rng_state(state: Mapping[str, Any], *, where: str = "RNG state") -> 
         torch.Generator().set_state(torch_state)  # scratch: raises on a short or long state
         np_tuple = (str(np_s["kind"]), np.asarray(np_s["keys"], dtype=np.uint32), int(np_s["pos"]),
                     int(np_s["has_gauss"]), float(np_s["cached_gaussian"]))
-        np.random.RandomState().set_state(np_tuple)  # noqa: NPY002 (scratch check)
+        np.random.RandomState().set_state(np_tuple)  # a scratch generator checks the state
         if not isinstance(py, (list, tuple)) or len(py) != 3:
             raise TypeError("python state is not a (version, internal state, gauss) triple")
         py_tuple = (int(py[0]), tuple(int(x) for x in py[1]), None if py[2] is None else float(py[2]))

@@ -82,7 +82,7 @@ def _field_types(cls: type) -> dict[str, tuple[type, bool, bool]]:
             tp = args[0]
         is_tuple = typing.get_origin(tp) is tuple
         if is_tuple:
-            args = typing.get_args(tp)
+            args = list(typing.get_args(tp))
             if not args:
                 continue
             tp = args[0]
@@ -110,7 +110,7 @@ def check_config(config: Any, ranges: Mapping[str, str]) -> None:
             ``1.5`` or ``True``), NaN or inf, or a value outside its interval.
         KeyError: a numeric field has no range (a programming error in the config class).
     """
-    cls = type(config)
+    cls: type = type(config)
     for name, (tp, optional, is_tuple) in _field_types(cls).items():
         value = getattr(config, name)
         if value is None and optional:
@@ -370,7 +370,7 @@ class InputGuard:
         # launching a reduction and reading its result back.
         dim = t.dim()
         if dim <= 2 and t.numel() <= _SMALL:
-            v = t.tolist()
+            v: Any = t.tolist()  # a number, a list or a list of lists
             s = sum(map(sum, v)) if dim == 2 else sum(v) if dim == 1 else v
         else:
             s = t.sum().item()

@@ -7,9 +7,11 @@ Subcommands: ``info`` (versions, devices, dtypes, which kernel path each op take
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import NoReturn
 
 import torch
@@ -89,10 +91,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(info())
         return 0
     if args.command == "bench":
-        from tritonrl.toolkit.bench import main as bench_main
-
-        return bench_main(args.dir, args.names, quick=args.quick)
+        return _bench(Path(args.dir), args.names, quick=args.quick)
     return args.run(args)
+
+
+HARNESS = "_harness.py"
+"""The bench runner in the benchmark folder: ``benchmarks/_harness.py``, not in the wheel."""
+
+
+def _bench(folder: Path, names: Sequence[str], *, quick: bool) -> int:
+    """``bench``: load ``<folder>/_harness.py`` (as module ``_harness``, which the benchmarks import) and
+    run its ``main``; the exit code. A folder without it (an install without a checkout) is one
+    ``error:`` line and status 2."""
+    path = folder / HARNESS
+    if not path.is_file():
+        what = "no benchmark folder" if not folder.is_dir() else f"no {HARNESS} in the benchmark folder"
+        print(f"error: {what} at {folder.resolve()}: the benchmarks live in a checkout of the repository, "
+              "not in the installed package (run from the checkout's root, or pass --dir)", file=sys.stderr)
+        return 2
+    loaded = sys.modules.get("_harness")
+    if loaded is None or Path(getattr(loaded, "__file__", "")).resolve() != path.resolve():
+        spec = importlib.util.spec_from_file_location("_harness", path)
+        if spec is None or spec.loader is None:
+            print(f"error: cannot load {path}", file=sys.stderr)
+            return 2
+        loaded = importlib.util.module_from_spec(spec)
+        sys.modules["_harness"] = loaded
+        spec.loader.exec_module(loaded)
+    return loaded.main(folder, names, quick=quick)
 
 
 def _register_extra(sub: argparse._SubParsersAction) -> None:

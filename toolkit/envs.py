@@ -26,7 +26,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -53,8 +53,11 @@ class _SelectObs(gym.ObservationWrapper):
     def __init__(self, env: gym.Env, indices: Sequence[int]) -> None:
         super().__init__(env)
         self._indices = np.asarray(indices, dtype=np.int64)
-        box = env.observation_space
-        self.observation_space = spaces.Box(box.low[self._indices], box.high[self._indices], dtype=box.dtype)
+        box = cast(spaces.Box, env.observation_space)  # checked by the caller
+        self.observation_space = spaces.Box(
+            box.low[self._indices], box.high[self._indices],
+            dtype=box.dtype,
+        )
 
     def observation(self, observation: np.ndarray) -> np.ndarray:
         return observation[self._indices]
@@ -241,8 +244,8 @@ class VecEnv:
     Build it with :func:`make_vec_env`. ``obs`` holds the observation to act on next.
     """
 
-    def __init__(self, vec: gym.vector.VectorEnv, env_id: str, seed: int, device: torch.device | str = "cpu"
-                 ) -> None:
+    def __init__(self, vec: gym.vector.SyncVectorEnv, env_id: str, seed: int,
+                 device: torch.device | str = "cpu") -> None:
         self.vec = vec
         self.env_id = env_id
         self.seed = seed
@@ -255,7 +258,7 @@ class VecEnv:
         self.obs: torch.Tensor | None = None
         space = self.single_action_space
         self._box = isinstance(space, spaces.Box)
-        if self._box:
+        if isinstance(space, spaces.Box):
             self._low, self._high = space.low, space.high
 
     def _tensor(self, x: np.ndarray, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -349,7 +352,7 @@ class VecEnv:
         if "obs" not in state:
             raise ValueError("env state lacks 'obs'")
         obs = state["obs"]
-        shape = (self.num_envs, *self.single_observation_space.shape)
+        shape = (self.num_envs, *(self.single_observation_space.shape or ()))
         if obs is not None and (not isinstance(obs, torch.Tensor) or tuple(obs.shape) != shape):
             raise ValueError(f"env state 'obs' is not a tensor of shape {shape}")
         return plans
@@ -490,7 +493,7 @@ def evaluate(
     returns = np.zeros(episodes)
     lengths = np.zeros(episodes, dtype=np.int64)
     active = np.ones(episodes, dtype=bool)
-    obs = env.obs
+    obs = env.reset() if env.obs is None else env.obs  # make_vec_env has reset it
     try:
         with torch.no_grad():
             while active.any():

@@ -96,9 +96,10 @@ class MetricLogger:
         devices = {t.device for t in tensors if isinstance(t, torch.Tensor)}
         values: dict[str, float] = {}
         for dev in devices:  # one transfer per device
-            idx = [i for i, t in enumerate(tensors) if isinstance(t, torch.Tensor) and t.device == dev]
-            host = torch.stack([tensors[i] for i in idx]).cpu().tolist()
-            values.update({names[i]: v for i, v in zip(idx, host, strict=True)})
+            on_dev = [(i, t) for i, t in enumerate(tensors)
+                      if isinstance(t, torch.Tensor) and t.device == dev]
+            host = torch.stack([t for _, t in on_dev]).cpu().tolist()
+            values.update({names[i]: v for (i, _), v in zip(on_dev, host, strict=True)})
         for i, t in enumerate(tensors):
             if not isinstance(t, torch.Tensor):
                 values[names[i]] = float(t)

@@ -344,19 +344,75 @@ def _prepare_run_dir(run_dir: Path, ckpt_path: Path, resume_step: int | None, cf
 
 def _run(agent: Any, env: VecEnv, schedule: Schedule, cfg: LoopConfig,
          should_stop: Callable[[], bool] | None) -> dict[str, Any]:
-    run_dir = Path(cfg.run_dir) if cfg.run_dir is not None else None
-    ckpt_path = run_dir / CHECKPOINT_NAME if run_dir is not None else None
-    counters = _Counters()
-    meta = dict(cfg.meta)
+    run = _Run(agent, env, schedule, cfg)
+    run.start()
+    run.train(should_stop)
+    return run.finish()
 
-    resumed = False
-    if cfg.resume and ckpt_path is not None and ckpt_path.exists():
+
+class _Run:
+    """One call of :func:`run_training`, in steps: :meth:`start` (resume or seed, prepare the run
+    folder), :meth:`train` (the loop: :meth:`env_step`, then evaluation, :meth:`flush_and_check`
+    and :meth:`save` when due; the end of the run), :meth:`finish` (the curve and the summary)."""
+
+    def __init__(self, agent: Any, env: VecEnv, schedule: Schedule, cfg: LoopConfig) -> None:
+        self.agent, self.env, self.schedule, self.cfg = agent, env, schedule, cfg
+        self.run_dir = Path(cfg.run_dir) if cfg.run_dir is not None else None
+        self.ckpt_path = self.run_dir / CHECKPOINT_NAME if self.run_dir is not None else None
+        self.counters = _Counters()
+        self.meta = dict(cfg.meta)
+        self.checkpoint_step: int | None = None  # step of the last checkpoint written or resumed from
+        self.logger: MetricLogger | None = None
+        self.recent: list[float] = []  # returns of the last 20 training episodes
+        self.final_eval: dict[str, Any] | None = None
+        self.stop = False  # an evaluation reached target_return
+        self.stopped: str | None = None  # None, "stop_at" or "should_stop"
+
+    # -- start: resume or seed, then the run folder ------------------------------------------------
+
+    def start(self) -> None:
+        """Resume from the checkpoint (``cfg.resume``, one exists) or seed a fresh run; prepare the
+        run folder and the logger; start the clocks."""
+        cfg = self.cfg
+        resumed = cfg.resume and self.ckpt_path is not None and self.ckpt_path.exists()
+        if resumed:
+            self._resume()
+            self.checkpoint_step = self.counters.step
+        else:
+            seed_everything(cfg.seed)
+            if self.env.obs is None:
+                self.env.reset()
+        if self.run_dir is not None:
+            assert self.ckpt_path is not None
+            _prepare_run_dir(self.run_dir, self.ckpt_path, self.checkpoint_step, cfg)
+            self.logger = MetricLogger(self.run_dir, tensorboard=cfg.tensorboard,
+                                       purge_step=self.counters.step + 1 if resumed else None)
+        self.eval_env_id = cfg.eval_env_id or self.env.env_id
+        self.bar = ProgressBar(cfg.total_steps, initial=self.counters.step, enabled=cfg.progress)
+        self.t_start = time.perf_counter()
+        self.wall_before = self.counters.wall
+        self.t_flush, self.step_flush = self.t_start, self.counters.step
+        self.t_saved = self.t_start
+        self.start_step = self.counters.step
+        self.obs = self.env.obs
+        self.params = _parameters(self.agent)
+        self.check_inputs = getattr(self.agent, "check_inputs", None)
+
+    def _resume(self) -> None:
+        """Check every saved section against this run, then load them all (or none).
+
+        Raises:
+            CheckpointError: another format, identity (``meta``), agent, env or damaged sections.
+        """
+        assert self.ckpt_path is not None
+        ckpt_path = self.ckpt_path
         state = training_sections(load_checkpoint(ckpt_path), str(ckpt_path))
         saved_meta = dict(state["meta"])
-        for key, value in meta.items():
+        for key, value in self.meta.items():
             if key in saved_meta and saved_meta[key] != value:
                 raise CheckpointError(f"{ckpt_path}: checkpoint was made with "
                                       f"{key}={brief(saved_meta[key], 60)}, this run has {key}={value!r}")
+        agent, env, schedule = self.agent, self.env, self.schedule
         try:
             # every section is checked before any is loaded (the RNG restore checks, then sets)
             for check, key in ((getattr(schedule, "check_state_dict", None), "schedule"),
@@ -368,165 +424,194 @@ def _run(agent: Any, env: VecEnv, schedule: Schedule, cfg: LoopConfig,
             schedule.load_state_dict(state["schedule"])
             agent.load_state_dict(state["agent"])
             env.set_state(state["env"])
-            counters.load(state["loop"])
+            self.counters.load(state["loop"])
         except CheckpointError as exc:
             raise CheckpointError(f"{ckpt_path}: {cut(str(exc), 300)}") from None
         except (KeyError, TypeError, ValueError) as exc:  # settings of this run differ from the saved one
             raise CheckpointError(f"{ckpt_path}: {cut(str(exc), 300)}") from None
-        resumed = True
-    else:
-        seed_everything(cfg.seed)
-        if env.obs is None:
-            env.reset()
-    checkpoint_step: int | None = counters.step if resumed else None
 
-    logger = None
-    if run_dir is not None:
-        assert ckpt_path is not None
-        _prepare_run_dir(run_dir, ckpt_path, checkpoint_step, cfg)
-        logger = MetricLogger(run_dir, tensorboard=cfg.tensorboard,
-                              purge_step=counters.step + 1 if resumed else None)
+    # -- the loop ----------------------------------------------------------------------------------
 
-    eval_env_id = cfg.eval_env_id or env.env_id
-    bar = ProgressBar(cfg.total_steps, initial=counters.step, enabled=cfg.progress)
-    recent: list[float] = []
-    final_eval: dict[str, Any] | None = None
-    t_start = time.perf_counter()
-    wall_before = counters.wall
-    t_flush, step_flush = t_start, counters.step
-    t_saved = t_start
-    start_step = counters.step
-    obs = env.obs
-    stop = False
-    stopped: str | None = None
-    params = _parameters(agent)
-    check_inputs = getattr(agent, "check_inputs", None)
+    def train(self, should_stop: Callable[[], bool] | None) -> None:
+        """Step until ``total_steps``, a reached target, ``stop_at`` or ``should_stop``; at a normal
+        end evaluate, flush and save once more. Closes the progress bar and the logger.
 
-    def save() -> None:
-        nonlocal checkpoint_step, t_saved
-        assert ckpt_path is not None
-        counters.wall = wall_before + time.perf_counter() - t_start
-        remove_stale_temps(ckpt_path)  # a kill during an earlier save (the folder lock makes this safe)
-        save_checkpoint(ckpt_path, {
+        Raises:
+            TrainingError: a ``ValueError``, ``RuntimeError`` or ``OSError`` while training
+                (:class:`DivergenceError` from :meth:`flush_and_check` passes unchanged).
+        """
+        cfg, counters = self.cfg, self.counters
+        try:
+            while counters.step < cfg.total_steps and not self.stop:
+                prev = counters.step
+                step = self.env_step()
+                self.after_step(prev, step)
+                self.stopped = self._stop_reason(step, should_stop)
+                if self.stopped is not None:
+                    break
+            if self.stopped is None:
+                self.end_of_run()
+        except TrainingError:
+            raise
+        except (ValueError, RuntimeError, OSError) as exc:
+            raise self._training_error(exc) from exc
+        finally:
+            self.bar.close()
+            if self.logger is not None:
+                self.logger.close()
+
+    def env_step(self) -> int:
+        """One vector step: act, step the env, observe, log finished episodes, run the schedule's
+        updates. Returns the new global step."""
+        agent, env, logger, counters = self.agent, self.env, self.logger, self.counters
+        actions = agent.act(self.obs)
+        tr = env.step(actions)
+        agent.observe(self.obs, actions, tr.reward, tr.next_obs, tr.terminated, tr.truncated)
+        self.obs = tr.obs
+        step = counters.step = counters.step + env.num_envs
+        if tr.episode_returns:
+            self.recent = (self.recent + tr.episode_returns)[-20:]
+            if logger is not None:
+                for r, n in zip(tr.episode_returns, tr.episode_lengths, strict=True):
+                    logger.log(step, {"charts/episodic_return": r, "charts/episodic_length": float(n)})
+        for metrics in self.schedule.after_step(agent, step):
+            if logger is not None:
+                logger.log(step, metrics)
+        return step
+
+    def after_step(self, prev: int, step: int) -> None:
+        """What is due after the step from ``prev`` to ``step``: evaluation, metric flush (and the
+        wall-time checkpoint it may trigger), checkpoint, progress bar."""
+        cfg = self.cfg
+        if _crossed(prev, step, cfg.eval_every):
+            self.evaluate(step)
+        checkpoint_due = self.ckpt_path is not None and _crossed(prev, step, cfg.checkpoint_every)
+        if _crossed(prev, step, cfg.log_every) or checkpoint_due:
+            self.flush_and_check(step)
+            if (self.ckpt_path is not None and not checkpoint_due and cfg.checkpoint_seconds > 0
+                    and time.perf_counter() - self.t_saved >= cfg.checkpoint_seconds):
+                checkpoint_due = True
+        if checkpoint_due:
+            self.save()
+        if self.bar.enabled:  # the text costs more than a CartPole step: build it only for a drawn bar
+            self.bar.update(step, f"return {np.mean(self.recent):.1f}" if self.recent else None)
+
+    def _stop_reason(self, step: int, should_stop: Callable[[], bool] | None) -> str | None:
+        """``"should_stop"`` (after flushing and saving this step) or ``"stop_at"`` to end the run
+        early here, else ``None``."""
+        cfg = self.cfg
+        if should_stop is not None and should_stop() and step < cfg.total_steps and not self.stop:
+            if self.checkpoint_step != step:
+                self.flush_and_check(step)
+                if self.ckpt_path is not None:
+                    self.save()
+            return "should_stop"
+        if cfg.stop_at is not None and step >= cfg.stop_at and step < cfg.total_steps and not self.stop:
+            return "stop_at"
+        return None
+
+    def end_of_run(self) -> None:
+        """The final evaluation (unless the last one was at this step), flush and checkpoint."""
+        counters = self.counters
+        evaluated_here = bool(counters.evaluations) and counters.evaluations[-1][0] == counters.step
+        if self.cfg.final_eval and not evaluated_here:
+            self.evaluate(counters.step)
+        self.flush_and_check(counters.step, sps=False)
+        if self.ckpt_path is not None:
+            self.save()
+
+    # -- the steps the loop calls ------------------------------------------------------------------
+
+    def save(self) -> None:
+        """Write the checkpoint (agent, env, schedule, loop counters, RNG states) atomically."""
+        assert self.ckpt_path is not None
+        counters = self.counters
+        counters.wall = self.wall_before + time.perf_counter() - self.t_start
+        remove_stale_temps(self.ckpt_path)  # a kill during an earlier save (the folder lock makes this safe)
+        save_checkpoint(self.ckpt_path, {
             "format": TRAIN_FORMAT,
-            "meta": meta,
-            "agent": agent.state_dict(),
-            "env": env.get_state(),
-            "schedule": schedule.state_dict(),
+            "meta": self.meta,
+            "agent": self.agent.state_dict(),
+            "env": self.env.get_state(),
+            "schedule": self.schedule.state_dict(),
             "loop": counters.state(),
             "rng": capture_rng_state(),
         })
-        checkpoint_step = counters.step
-        t_saved = time.perf_counter()
+        self.checkpoint_step = counters.step
+        self.t_saved = time.perf_counter()
 
-    def flush_and_check(step: int, sps: bool = True) -> None:
-        """Write the metric interval, then stop on a non-finite loss or parameter (one sync)."""
-        nonlocal t_flush, step_flush
+    def flush_and_check(self, step: int, sps: bool = True) -> None:
+        """Write the metric interval, then stop on a non-finite loss or parameter (one sync).
+
+        Raises:
+            DivergenceError: a ``losses/...`` mean or a parameter is NaN or infinite.
+        """
+        logger = self.logger
         means: Mapping[str, float] = {}
         if logger is not None:
             now = time.perf_counter()
             if sps:
-                logger.log(step, {"charts/SPS": (step - step_flush) / max(now - t_flush, 1e-9)})
+                logger.log(step, {"charts/SPS": (step - self.step_flush) / max(now - self.t_flush, 1e-9)})
             means = logger.flush(step)
-            t_flush, step_flush = now, step
-        if check_inputs is not None:  # inputs checked on the device without a per-step sync
-            check_inputs()
-        bad = _nonfinite(means, params)
+            self.t_flush, self.step_flush = now, step
+        if self.check_inputs is not None:  # inputs checked on the device without a per-step sync
+            self.check_inputs()
+        bad = _nonfinite(means, self.params)
         if bad is not None:
-            raise DivergenceError(f"non-finite {bad} at step {step}{_lr_hint(agent)}: stopped; "
-                                  f"{_kept(checkpoint_step, ckpt_path)}", step=step,
-                                  checkpoint_step=checkpoint_step)
+            raise DivergenceError(f"non-finite {bad} at step {step}{_lr_hint(self.agent)}: stopped; "
+                                  f"{_kept(self.checkpoint_step, self.ckpt_path)}", step=step,
+                                  checkpoint_step=self.checkpoint_step)
 
-    def run_eval(step: int) -> None:
-        nonlocal final_eval, stop
-        result = evaluate(_eval_policy(agent), eval_env_id, cfg.eval_episodes, seed=cfg.seed + 100_000,
-                          device=env.device)
-        final_eval = result
-        counters.evaluations.append([step, result["mean_return"]])
-        if logger is not None:
-            logger.log(step, {"eval/mean_return": result["mean_return"]})
+    def evaluate(self, step: int) -> None:
+        """A greedy evaluation at ``step``; sets :attr:`stop` when it reaches ``target_return``."""
+        cfg = self.cfg
+        result = evaluate(_eval_policy(self.agent), self.eval_env_id, cfg.eval_episodes,
+                          seed=cfg.seed + 100_000, device=self.env.device)
+        self.final_eval = result
+        self.counters.evaluations.append([step, result["mean_return"]])
+        if self.logger is not None:
+            self.logger.log(step, {"eval/mean_return": result["mean_return"]})
         if cfg.target_return is not None and result["mean_return"] >= cfg.target_return:
-            if counters.reached_at is None:
-                counters.reached_at = step
-            stop = True
+            if self.counters.reached_at is None:
+                self.counters.reached_at = step
+            self.stop = True
 
-    try:
-        while counters.step < cfg.total_steps and not stop:
-            prev = counters.step
-            actions = agent.act(obs)
-            tr = env.step(actions)
-            agent.observe(obs, actions, tr.reward, tr.next_obs, tr.terminated, tr.truncated)
-            obs = tr.obs
-            step = counters.step = prev + env.num_envs
-            if tr.episode_returns:
-                recent = (recent + tr.episode_returns)[-20:]
-                if logger is not None:
-                    for r, n in zip(tr.episode_returns, tr.episode_lengths, strict=True):
-                        logger.log(step, {"charts/episodic_return": r, "charts/episodic_length": float(n)})
-            for metrics in schedule.after_step(agent, step):
-                if logger is not None:
-                    logger.log(step, metrics)
-            if _crossed(prev, step, cfg.eval_every):
-                run_eval(step)
-            checkpoint_due = ckpt_path is not None and _crossed(prev, step, cfg.checkpoint_every)
-            if _crossed(prev, step, cfg.log_every) or checkpoint_due:
-                flush_and_check(step)
-                if (ckpt_path is not None and not checkpoint_due and cfg.checkpoint_seconds > 0
-                        and time.perf_counter() - t_saved >= cfg.checkpoint_seconds):
-                    checkpoint_due = True
-            if checkpoint_due:
-                save()
-            if bar.enabled:  # the text costs more than a CartPole step: build it only for a drawn bar
-                bar.update(step, f"return {np.mean(recent):.1f}" if recent else None)
-            if should_stop is not None and should_stop() and step < cfg.total_steps and not stop:
-                if checkpoint_step != step:
-                    flush_and_check(step)
-                    if ckpt_path is not None:
-                        save()
-                stopped = "should_stop"
-                break
-            if cfg.stop_at is not None and step >= cfg.stop_at and step < cfg.total_steps and not stop:
-                stopped = "stop_at"
-                break
-        if stopped is None:
-            if cfg.final_eval and not (counters.evaluations and counters.evaluations[-1][0] == counters.step):
-                run_eval(counters.step)
-            flush_and_check(counters.step, sps=False)
-            if ckpt_path is not None:
-                save()
-    except TrainingError:
-        raise
-    except (ValueError, RuntimeError, OSError) as exc:
+    def _training_error(self, exc: ValueError | RuntimeError | OSError) -> TrainingError:
+        """``exc`` as one line naming the step and the checkpoint kept."""
         if isinstance(exc, OSError):
             reason = exc.strerror or _first_line(exc)
             where = exc.filename if exc.filename is not None else "the run folder"
             what = f"cannot write {where}: {reason}"
         else:
             what = _first_line(exc)
-        raise TrainingError(f"{what} (at step {counters.step}): stopped; {_kept(checkpoint_step, ckpt_path)}",
-                            step=counters.step, checkpoint_step=checkpoint_step) from exc
-    finally:
-        bar.close()
-        if logger is not None:
-            logger.close()
-    wall = time.perf_counter() - t_start
-    if logger is not None and cfg.plot and stopped is None and logger.csv_path is not None \
-            and logger.csv_path.exists():
-        _plot(logger.csv_path, run_dir / "curve.png", meta)
-    return {
-        "global_step": counters.step,
-        "evaluations": [tuple(e) for e in counters.evaluations],
-        "reached_target_at": counters.reached_at,
-        "final_eval": final_eval,
-        "recent_return": float(np.mean(recent)) if recent else None,
-        "wall_s": wall,
-        "sps": (counters.step - start_step) / max(wall, 1e-9),
-        "checkpoint": str(ckpt_path) if ckpt_path is not None and ckpt_path.exists() else None,
-        "checkpoint_step": checkpoint_step,
-        "interrupted": stopped is not None,
-        "stopped": stopped,
-        "config": dataclasses.asdict(cfg),
-    }
+        step, kept = self.counters.step, _kept(self.checkpoint_step, self.ckpt_path)
+        return TrainingError(f"{what} (at step {step}): stopped; {kept}", step=step,
+                             checkpoint_step=self.checkpoint_step)
+
+    # -- finish ------------------------------------------------------------------------------------
+
+    def finish(self) -> dict[str, Any]:
+        """Draw the learning curve (a run that ended normally) and return the summary."""
+        cfg, counters, logger = self.cfg, self.counters, self.logger
+        wall = time.perf_counter() - self.t_start
+        if (logger is not None and self.run_dir is not None and cfg.plot and self.stopped is None
+                and logger.csv_path is not None and logger.csv_path.exists()):
+            _plot(logger.csv_path, self.run_dir / "curve.png", self.meta)
+        ckpt_path = self.ckpt_path
+        return {
+            "global_step": counters.step,
+            "evaluations": [tuple(e) for e in counters.evaluations],
+            "reached_target_at": counters.reached_at,
+            "final_eval": self.final_eval,
+            "recent_return": float(np.mean(self.recent)) if self.recent else None,
+            "wall_s": wall,
+            "sps": (counters.step - self.start_step) / max(wall, 1e-9),
+            "checkpoint": str(ckpt_path) if ckpt_path is not None and ckpt_path.exists() else None,
+            "checkpoint_step": self.checkpoint_step,
+            "interrupted": self.stopped is not None,
+            "stopped": self.stopped,
+            "config": dataclasses.asdict(cfg),
+        }
 
 
 def _plot(csv_path: Path, png_path: Path, meta: Mapping[str, str]) -> None:

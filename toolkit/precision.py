@@ -91,7 +91,8 @@ def _parse_override(override: str | None) -> str:
 def _decide(device: torch.device, choice: str) -> PrecisionDecision:
     forced = _CHOICES[choice]
     if device.type == "cuda":
-        capability = tuple(torch.cuda.get_device_capability(device))
+        major, minor = torch.cuda.get_device_capability(device)
+        capability = (major, minor)
         name = torch.cuda.get_device_name(device)
         supports_bf16 = capability >= BF16_MIN_CAPABILITY
         if forced is torch.bfloat16 and not supports_bf16:

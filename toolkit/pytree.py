@@ -34,7 +34,7 @@ def zip_map(fn: Callable[..., torch.Tensor], *trees: Any) -> Any:
         return type(first)(zip_map(fn, *parts) for parts in zip(*trees, strict=True))
     if isinstance(first, dict):
         return {k: zip_map(fn, *(t[k] for t in trees)) for k in first}
-    if dataclasses.is_dataclass(first):
+    if dataclasses.is_dataclass(first) and not isinstance(first, type):
         return type(first)(**{f.name: zip_map(fn, *(getattr(t, f.name) for t in trees))
                               for f in dataclasses.fields(first)})
     raise TypeError(f"a tree of tensors holds a {type(first).__name__}")
@@ -56,7 +56,12 @@ def leaves(tree: Any) -> list[torch.Tensor]:
         TypeError: a leaf that is neither a tensor nor a supported container.
     """
     out: list[torch.Tensor] = []
-    tree_map(lambda t: out.append(t) or t, tree)
+
+    def collect(t: torch.Tensor) -> torch.Tensor:
+        out.append(t)
+        return t
+
+    tree_map(collect, tree)
     return out
 
 

@@ -63,9 +63,9 @@ def compute_gae(
     if rewards.dim() != 2:
         raise ValueError(f"rewards must be [T, E], got shape {tuple(rewards.shape)}")
     shape = tuple(rewards.shape)
-    for name, t in (("values", values), ("next_values", next_values), ("terminated", terminated),
-                    ("truncated", truncated)):
-        _check_2d(name, t, shape)
+    for name, arg in (("values", values), ("next_values", next_values), ("terminated", terminated),
+                      ("truncated", truncated)):
+        _check_2d(name, arg, shape)
     if not 0.0 <= gamma <= 1.0:
         raise ValueError(f"gamma must be in [0, 1], got {gamma}")
     if not 0.0 <= lam <= 1.0:
@@ -162,7 +162,7 @@ class RolloutBuffer:
         T, E = num_steps, num_envs
         self.num_steps, self.num_envs = T, E
         self.device = torch.device(device)
-        kw = {"device": self.device}
+        kw: dict[str, Any] = {"device": self.device}
         self.obs = torch.zeros((T, E, *obs_shape), dtype=obs_dtype, **kw)
         self.actions = torch.zeros((T, E, *action_shape), dtype=action_dtype, **kw)
         self.logprobs = torch.zeros((T, E), dtype=torch.float32, **kw)

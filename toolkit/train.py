@@ -227,11 +227,12 @@ def _probe_run_dir(run_dir: Path) -> None:
         finally:
             os.close(fd)
     except (OSError, ValueError) as exc:
-        reason = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded",
-                  errno.EROFS: "the file system is read-only", errno.EACCES: "permission denied",
-                  errno.EPERM: "permission denied", errno.ENOTDIR: "a part of the path is a file",
-                  errno.EEXIST: "a part of the path is a file"}.get(getattr(exc, "errno", None),
-                                                                   getattr(exc, "strerror", None) or str(exc))
+        reasons: dict[int | None, str] = {
+            errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded",
+            errno.EROFS: "the file system is read-only", errno.EACCES: "permission denied",
+            errno.EPERM: "permission denied", errno.ENOTDIR: "a part of the path is a file",
+            errno.EEXIST: "a part of the path is a file"}
+        reason = reasons.get(getattr(exc, "errno", None), getattr(exc, "strerror", None) or str(exc))
         _undo(probe, made)
         raise UsageError(f"--run-dir {run_dir} is not writable: {reason}") from None
     _undo(probe, [])
@@ -357,7 +358,7 @@ def _stop_on_signals() -> Iterator[tuple[Callable[[], bool], list[int]]]:
         received.append(signum)  # a second signal while saving just lands here: the save completes
         event.set()
 
-    previous: dict[int, Any] = {}
+    previous: dict[signal.Signals, Any] = {}
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
             previous[sig] = signal.signal(sig, handler)

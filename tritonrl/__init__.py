@@ -17,7 +17,7 @@ from pathlib import Path as _Path
 # An installed wheel has them inside this folder and skips this.
 _root = _Path(__file__).resolve().parent.parent
 if (_root / "pyproject.toml").is_file() and (_root / "toolkit" / "__init__.py").is_file():
-    __path__.append(str(_root))  # noqa: F821 (the package's own __path__)
+    __path__.append(str(_root))  # the package's own __path__
 
 try:
     __version__ = _metadata.version("tritonrl")

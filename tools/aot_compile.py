@@ -20,8 +20,8 @@ every launch-config branch (what tests/test_aot_compile.py runs in CI).
 Run without ``TRITON_INTERPRET`` (under the interpreter ``@triton.jit`` makes no compilable
 kernels)::
 
-    .venv/bin/python tests/aot_compile.py                # the full set, all targets
-    .venv/bin/python tests/aot_compile.py --quick -j 2 --targets 90,80,75
+    .venv/bin/python tools/aot_compile.py                # the full set, all targets
+    .venv/bin/python tools/aot_compile.py --quick -j 2 --targets 90,80,75
 """
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ def record(cc: int, cases: list[tuple[str, Callable[[], None]]]) -> list[Spec]:
     specs: dict[str, Spec] = {}
     current = [""]
 
-    def hook(*, key, repr, fn, compile, is_manual_warmup, already_compiled):  # noqa: A002
+    def hook(*, key, repr, fn, compile, is_manual_warmup, already_compiled):
         opts = json.loads(compile["specialization_data"])["options"]
         opts = {k: tuple(v) if isinstance(v, list) else v for k, v in opts.items()}
         spec = Spec(fn.name, current[0], cc, fn.jit_function, dict(compile["signature"]),
@@ -381,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     cache = tempfile.TemporaryDirectory(prefix="tritonrl-aot-")
     os.environ["TRITON_CACHE_DIR"] = cache.name
     os.environ["TRITON_DUMP_PTXAS_LOG"] = "1"
-    sys.path.insert(0, str(Path(__file__).resolve().parent))  # toy_triton
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # toy_triton, the test-only op
     import torch
     import triton
 

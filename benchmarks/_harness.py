@@ -1,6 +1,12 @@
-"""The benchmark frame: timing helpers and the one table ``python -m tritonrl.toolkit bench`` prints.
+"""The benchmark runner: timing helpers and the one table ``tritonrl bench`` prints.
 
-A benchmark is a file ``benchmarks/<name>.py`` with ``run(quick: bool = False) -> list[Row]``.
+A tool of the checkout, not part of the installed package: ``tritonrl bench`` (and
+``python -m tritonrl.toolkit bench``) loads this file from its ``--dir`` folder (default
+``benchmarks``) under the module name ``_harness``, which the benchmarks import
+(``from _harness import Row``); run alone, ``python benchmarks/_harness.py`` does the same.
+
+A benchmark is a file ``benchmarks/<name>.py`` with ``run(quick: bool = False) -> list[Row]``;
+files whose name starts with an underscore (this one) are not benchmarks.
 It imports with torch, numpy and the project alone; a benchmark that needs more (gymnasium) names
 those packages in ``REQUIRES`` and imports them inside its functions, and where one is missing
 it is skipped with one line instead of run (bare GPU machines have no gymnasium).
@@ -133,7 +139,7 @@ def format_table(rows: Sequence[Row]) -> str:
 
 
 def discover(directory: Path) -> list[Path]:
-    """Benchmark files in ``directory``: ``*.py`` not starting with an underscore."""
+    """Benchmark files in ``directory``: ``*.py`` not starting with an underscore (``_harness.py``)."""
     return sorted(p for p in directory.glob("*.py") if not p.name.startswith("_"))
 
 
@@ -201,4 +207,5 @@ def main(directory: str | Path = "benchmarks", only: Sequence[str] = (), quick: 
 
 
 if __name__ == "__main__":
-    sys.exit(main(os.environ.get("TRITONRL_BENCH_DIR", "benchmarks")))
+    sys.modules.setdefault("_harness", sys.modules["__main__"])  # one module for the benchmarks' imports
+    sys.exit(main(os.environ.get("TRITONRL_BENCH_DIR", Path(__file__).resolve().parent), sys.argv[1:]))

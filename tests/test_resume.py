@@ -1,0 +1,164 @@
+"""Exact resume through the shared loop, once for every agent family.
+
+A run stopped part-way (``stop_at``) and resumed from its last checkpoint must end where the run
+that never stopped ends: same final step, agent state (weights, optimiser-driven counters, replay
+priorities), evaluations and metric rows (``charts/SPS`` aside). The global RNGs are disturbed
+between the stop and the resume, so a resume that did not restore them would diverge.
+
+One table, :data:`CASES`: each row builds its agent, environment, schedule and loop settings and
+names the agent state to compare. Rows: the loop's toy agent, DQN, Rainbow, PPO and PPO-LSTM
+(formerly four copies in test_loop.py, test_dqn_cli.py and test_ppo.py).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+pytest.importorskip(
+    "gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
+
+from toy_agent import ToyAgent
+from tritonrl.agents.dqn import DQNAgent
+from tritonrl.agents.dqn import preset as dqn_preset
+from tritonrl.agents.ppo import PPOAgent
+from tritonrl.agents.ppo import preset as ppo_preset
+from tritonrl.toolkit.envs import make_vec_env
+from tritonrl.toolkit.loop import LoopConfig, run_training
+from tritonrl.toolkit.offpolicy import schedule_for
+from tritonrl.toolkit.onpolicy import OnPolicySchedule
+from tritonrl.toolkit.replay.prioritized import PrioritizedReplayBuffer
+
+DQN_TINY = {"torso_width": 32, "batch_size": 32, "buffer_size": 2_000, "learning_starts": 200,
+            "train_freq": 64, "gradient_steps": 8, "target_update_every": 16}
+PPO_TINY = {"num_steps": 8, "seq_len": 4, "num_minibatches": 2, "update_epochs": 2, "hidden": (16,),
+            "memory_size": 16, "flow_hidden": 8, "mamba_headdim": 8, "total_steps": 1000,
+            "normalize_obs": True}
+
+
+def _toy(run_dir: Path, **kw: Any) -> tuple[Any, dict]:
+    env = make_vec_env("CartPole-v1", 4, seed=7)
+    agent = ToyAgent(2)
+    cfg = LoopConfig(total_steps=400, seed=7, run_dir=str(run_dir), log_every=64, eval_every=160,
+                     eval_episodes=2, checkpoint_every=96, tensorboard=False, **kw)
+    return agent, run_training(agent, env, OnPolicySchedule(8), cfg)
+
+
+def _dqn(name: str) -> Callable[..., tuple[Any, dict]]:
+    def run(run_dir: Path, **kw: Any) -> tuple[Any, dict]:
+        env = make_vec_env("CartPole-v1", 2, seed=3)
+        agent = DQNAgent(env.single_observation_space, env.single_action_space, dqn_preset(name, **DQN_TINY),
+                         num_envs=2, seed=3)
+        cfg = LoopConfig(total_steps=1_600, seed=3, run_dir=str(run_dir), log_every=400, eval_every=800,
+                         eval_episodes=2, checkpoint_every=400, plot=False, tensorboard=False,
+                         meta=(("agent", name),), **kw)
+        try:
+            return agent, run_training(agent, env, schedule_for(agent), cfg)
+        finally:
+            env.close()
+    return run
+
+
+def _ppo(name: str, env_id: str) -> Callable[..., tuple[Any, dict]]:
+    def run(run_dir: Path, **kw: Any) -> tuple[Any, dict]:
+        cfg = dataclasses.replace(ppo_preset(name), **PPO_TINY)
+        env = make_vec_env(env_id, 2, seed=3)
+        agent = PPOAgent(env.single_observation_space, env.single_action_space, cfg, num_envs=2, seed=3)
+        loop = LoopConfig(total_steps=96, seed=3, run_dir=str(run_dir), log_every=16, checkpoint_every=20,
+                          eval_every=48, eval_episodes=2, tensorboard=False, **kw)
+        return agent, run_training(agent, env, OnPolicySchedule(cfg.num_steps), loop)
+    return run
+
+
+def _toy_state(agent: ToyAgent) -> dict[str, Any]:
+    return {"reward_sum": agent.reward_sum, "updates": agent.updates}
+
+
+def _dqn_state(agent: DQNAgent) -> dict[str, Any]:
+    state: dict[str, Any] = {"env_steps": agent.env_steps, "updates": agent.updates}
+    state.update({f"online.{i}": p for i, p in enumerate(agent.online.parameters())})
+    state.update({f"target.{i}": p for i, p in enumerate(agent.target.parameters())})
+    if isinstance(agent.buffer, PrioritizedReplayBuffer):  # Rainbow
+        state["priorities"] = agent.buffer.priorities()
+    return state
+
+
+def _ppo_state(agent: PPOAgent) -> dict[str, Any]:
+    return {f"policy.{k}": v for k, v in agent.policy.state_dict().items()}
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    run: Callable[..., tuple[Any, dict]]
+    """``run(run_dir, **LoopConfig fields) -> (agent, summary)``."""
+    state: Callable[[Any], dict[str, Any]]
+    """The agent state that must match (tensors compared exactly, the rest with ``==``)."""
+    stop_at: int
+    total_steps: int
+    loss: str
+    """A ``losses/...`` column the metrics must hold (the agent really updated)."""
+    updates: int | None = None
+    """The number of updates both runs must have made, where the row fixes it."""
+    curve: bool = False
+    """The uninterrupted run draws ``curve.png``."""
+    compares: tuple[str, ...] = ()
+    """Keys :attr:`state` must hold for this row (so a comparison cannot silently drop out)."""
+
+
+CASES = [
+    # checkpoints every 96 steps, stopped at 200: resumed from 192
+    Case("toy", _toy, _toy_state, stop_at=200, total_steps=400, loss="losses/toy", updates=400 // 32,
+         curve=True),
+    # stopped after 1,000 env steps (checkpoint at 800): weights, replay priorities, counters
+    Case("dqn", _dqn("dqn"), _dqn_state, stop_at=1_000, total_steps=1_600, loss="losses/td_loss"),
+    Case("rainbow", _dqn("rainbow"), _dqn_state, stop_at=1_000, total_steps=1_600, loss="losses/td_loss",
+         compares=("priorities",)),
+    # stopped mid-rollout (rollouts are 16 steps), checkpoint at 20
+    Case("ppo", _ppo("ppo", "CartPole-v1"), _ppo_state, stop_at=40, total_steps=96,
+         loss="losses/policy_loss"),
+    Case("ppo-lstm", _ppo("ppo-lstm", "CartPoleNoVel-v1"), _ppo_state, stop_at=40, total_steps=96,
+         loss="losses/policy_loss"),
+]
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return [{k: v for k, v in r.items() if k != "charts/SPS"} for r in csv.DictReader(f)]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_stopped_and_resumed_run_matches_the_uninterrupted_run(case: Case, tmp_path: Path) -> None:
+    full_agent, full = case.run(tmp_path / "full")
+    _, stopped = case.run(tmp_path / "split", stop_at=case.stop_at)
+    assert stopped["interrupted"] and stopped["global_step"] == case.stop_at
+    torch.manual_seed(12345)  # disturb every global RNG in between
+    torch.rand(100)
+    resumed_agent, resumed = case.run(tmp_path / "split", resume=True)
+    assert resumed["global_step"] == full["global_step"] == case.total_steps
+
+    want, got = case.state(full_agent), case.state(resumed_agent)
+    assert want.keys() == got.keys() and set(case.compares) <= want.keys()
+    for key, value in want.items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(value, got[key]), key
+        else:
+            assert value == got[key], key
+    if "updates" in want:
+        assert want["updates"] > 0
+    if case.updates is not None:
+        assert want["updates"] == case.updates
+
+    rows = _rows(tmp_path / "full" / "metrics.csv")
+    assert rows == _rows(tmp_path / "split" / "metrics.csv")
+    assert any(r.get(case.loss) for r in rows)
+    assert resumed["evaluations"] == full["evaluations"]
+    if case.curve:
+        assert (tmp_path / "full" / "curve.png").stat().st_size > 1000
