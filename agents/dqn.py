@@ -235,8 +235,11 @@ class QNetwork(nn.Module):
         self.torso = torso
         self.head = head
 
-    def forward(self, obs: torch.Tensor) -> Any:
-        return self.head(self.torso(obs))
+    def forward(self, obs: torch.Tensor, support: torch.Tensor | None = None) -> Any:
+        """The head's output; with ``support`` (C51 heads) ``(log_probs, expected_q)`` from the
+        head's fused epilogue."""
+        h = self.torso(obs)
+        return self.head(h) if support is None else self.head(h, support)
 
     def reset_noise(self, generator: torch.Generator | None = None) -> None:
         """Fresh noise in the head's noisy layers (no-op without them)."""
@@ -414,13 +417,18 @@ class DQNAgent(AgentBase):
 
     # ------------------------------------------------------------------ values
 
-    def _q_from_output(self, out: Any, net: QNetwork) -> torch.Tensor:
-        """Expected Q in f32: ``[B, A]``, or ``[B, D, n_max]`` for the factored head."""
+    def _q_of(self, net: QNetwork, x: torch.Tensor) -> torch.Tensor:
+        """Expected Q of ``net`` in f32: ``[B, A]``, or ``[B, D, n_max]`` for the factored head.
+
+        C51 takes the expected values from the head's fused epilogue (one launch with the
+        log-probabilities), not from a second pass over ``[B, A, Z]``.
+        """
         dist = self.config.distribution
+        if dist == "c51" and not self.factored:
+            return net(x, self.support)[1]
+        out = net(x)
         if self.factored:
             return branching_q(out[0], out[1], net.head.mask)
-        if dist == "c51":
-            return net.head.expected_q(out, self.support)
         if dist == "qr":
             return out.mean(-1)
         return out
@@ -437,10 +445,10 @@ class DQNAgent(AgentBase):
         if not explore:
             self.online.eval()
             try:
-                return self._q_from_output(self.online(x), self.online)
+                return self._q_of(self.online, x)
             finally:
                 self.online.train()
-        return self._q_from_output(self.online(x), self.online)
+        return self._q_of(self.online, x)
 
     def _ingest(self, obs: Any, call: str = "act") -> torch.Tensor:
         """The one cast of an observation: f32 (or numpy) -> training dtype on the device, after the

@@ -29,10 +29,9 @@ __all__ = [
 
 # Modules that register ops; `load_all()` imports them so `registry()` is complete.
 _OP_MODULES: tuple[str, ...] = (
-    "tritonrl.kernels.noisy_head.linear",
-    "tritonrl.kernels.noisy_head.dueling",
-    "tritonrl.kernels.mamba2",
-    "tritonrl.kernels.sumtree",
+    "tritonrl.kernels.noisy_head.api",
+    "tritonrl.kernels.mamba2.api",
+    "tritonrl.kernels.sumtree.api",
 )
 
 

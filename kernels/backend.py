@@ -8,7 +8,9 @@ Every op in :mod:`kernels` owns one :class:`KernelOp`. The rules, in order:
 3. CUDA tensors: the Triton kernel (its bf16 or f32 variant follows the tensors' dtype). If it
    fails on a device (pre-Ampere GPUs are outside Triton's official support), that op falls back
    to its torch reference on that device for the rest of the process and warns once with the
-   reason; with ``TRITONRL_BACKEND=triton`` the failure is raised instead.
+   reason; with ``TRITONRL_BACKEND=triton`` the failure is raised instead. Only compile, resource
+   and driver errors fall back (:func:`is_device_failure`); any other exception is a bug and
+   propagates.
 4. CPU tensors: the torch reference, unless ``TRITONRL_BACKEND=triton`` and the Triton interpreter
    is on (``TRITON_INTERPRET=1`` set before triton is imported): that is how kernel parity is
    tested without a GPU. Forcing ``triton`` for CPU tensors without the interpreter raises
@@ -44,6 +46,7 @@ __all__ = [
     "backend_override",
     "forced_backend",
     "interpreting",
+    "is_device_failure",
     "registry",
     "triton_available",
 ]
@@ -149,6 +152,36 @@ def _reset_for_tests() -> None:
     _warned_missing = False
     for op in _REGISTRY.values():
         op.reset()
+
+
+# RuntimeErrors without a class of their own that still mean "this device cannot run the kernel":
+# MLIR pass failures while compiling, and launch / driver errors reported by Triton's CUDA driver
+# or by torch builds that predate torch.AcceleratorError.
+_DEVICE_FAILURE_MARKERS = ("PassManager::run failed", "Triton Error [CUDA]", "CUDA error", "ptxas")
+
+
+def is_device_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` says a Triton kernel cannot run on its device (so falling back is right).
+
+    True for Triton's own errors (``triton.errors.TritonError``: ``CompilationError``,
+    ``OutOfResources``, ``PTXASError``...), CUDA driver / runtime errors
+    (``torch.AcceleratorError``), and plain ``RuntimeError``s whose message names a compiler pass
+    or driver failure. False for everything else, a host-side bug first of all. Imports triton
+    lazily (only when asked, after a failure).
+    """
+    try:
+        from triton.errors import TritonError
+    except Exception:  # triton missing or broken: nothing can be a Triton error
+        TritonError = ()  # type: ignore[assignment]  # noqa: N806
+    if isinstance(exc, TritonError):
+        return True
+    accelerator_error = getattr(torch, "AcceleratorError", None)
+    if accelerator_error is not None and isinstance(exc, accelerator_error):
+        return True
+    if type(exc) is RuntimeError:
+        text = str(exc)
+        return any(marker in text for marker in _DEVICE_FAILURE_MARKERS)
+    return False
 
 
 @dataclass(frozen=True)
@@ -263,15 +296,19 @@ class KernelOp:
     def guard(
         self, device: torch.device | str, triton_call: Callable[[], T], fallback: Callable[[], T]
     ) -> T:
-        """Run ``triton_call``; if it raises on CUDA in auto mode, warn once and run ``fallback``.
+        """Run ``triton_call``; if it fails on CUDA in auto mode with a compile, resource or driver
+        error (see :func:`is_device_failure`), warn once and run ``fallback``.
 
-        Ops use this for their Triton backward too, with a fallback through the reference.
+        Any other exception (a ``ValueError`` or ``TypeError`` from host code, an ``IndexError``...)
+        is a bug and propagates, as does every failure on CPU or with ``TRITONRL_BACKEND=triton``.
+        Ops use this for their Triton backward too, with a fallback through the reference
+        (:func:`tritonrl.kernels.fallback.reference_grads`).
         """
         try:
             return self._ran("triton", triton_call())
         except Exception as exc:
             dev = torch.device(device)
-            if forced_backend() == "triton" or dev.type != "cuda":
+            if forced_backend() == "triton" or dev.type != "cuda" or not is_device_failure(exc):
                 raise
             key = str(dev)
             reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"

@@ -149,3 +149,87 @@ def test_lazy_triton_impl_resolves_module_path() -> None:
     import math
 
     assert op.triton_impl is math.fabs
+
+
+# ----------------------------------------------------------------------------- what falls back
+
+
+def _out_of_resources(x: torch.Tensor) -> torch.Tensor:
+    from triton.runtime.errors import OutOfResources
+
+    raise OutOfResources(262144, 232448, "shared memory")
+
+
+def _host_bug(x: torch.Tensor) -> torch.Tensor:
+    raise ValueError("grid must be a tuple (a host-side bug in the launcher)")
+
+
+def _type_bug(x: torch.Tensor) -> torch.Tensor:
+    raise TypeError("noisy_linear_fwd() got an unexpected keyword argument 'relu_'")
+
+
+OOR = KernelOp("test_dispatch_out_of_resources", torch_impl=_ref, triton_impl=_out_of_resources)
+HOST_BUG = KernelOp("test_dispatch_host_bug", torch_impl=_ref, triton_impl=_host_bug)
+TYPE_BUG = KernelOp("test_dispatch_type_bug", torch_impl=_ref, triton_impl=_type_bug)
+
+
+def test_resource_error_falls_back_with_one_warning() -> None:
+    pytest.importorskip("triton")
+    OOR.reset()
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        y = OOR("cuda:0", torch.zeros(2))
+        OOR("cuda:0", torch.zeros(2))  # selects torch now: no second attempt, no second warning
+    fallback = [w for w in seen if issubclass(w.category, KernelFallbackWarning)]
+    assert len(fallback) == 1 and "OutOfResources" in str(fallback[0].message)
+    assert torch.equal(y, torch.ones(2)) and OOR.last_backend == "torch"
+    assert OOR.counts == {"torch": 2}
+
+
+@pytest.mark.parametrize("op, exc", [(HOST_BUG, ValueError), (TYPE_BUG, TypeError)], ids=["value", "type"])
+def test_host_side_bug_in_launcher_propagates(op: KernelOp, exc: type[Exception]) -> None:
+    op.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # and no fallback warning either
+        with pytest.raises(exc):
+            op("cuda:0", torch.zeros(2))
+    assert not op.failed and op.counts["torch"] == 0
+    assert op.select("cuda:0").backend == "triton"  # the next call tries the kernel again
+
+
+def test_host_side_bug_in_backward_propagates() -> None:
+    # the backward guard sees the same rule: a bug in the Triton backward's host code surfaces
+    def bad_backward() -> torch.Tensor:
+        raise IndexError("tuple index out of range")
+
+    with pytest.raises(IndexError):
+        OK.guard("cuda:0", bad_backward, lambda: torch.zeros(1))
+    assert not OK.failed
+
+
+@pytest.mark.parametrize(
+    "exc, expected",
+    [
+        (RuntimeError("PassManager::run failed"), True),
+        (RuntimeError("Triton Error [CUDA]: invalid argument"), True),
+        (RuntimeError("CUDA error: an illegal memory access was encountered"), True),
+        (RuntimeError("shape '[4, 3]' is invalid for input of size 10"), False),
+        (ValueError("PassManager::run failed"), False),  # the marker counts on RuntimeError only
+        (KeyError("x"), False),
+        (ZeroDivisionError(), False),
+    ],
+)
+def test_is_device_failure(exc: Exception, expected: bool) -> None:
+    assert backend.is_device_failure(exc) is expected
+
+
+def test_triton_and_accelerator_errors_are_device_failures() -> None:
+    triton_errors = pytest.importorskip("triton.runtime.errors")
+    from triton.compiler.errors import CompilationError
+    from triton.errors import TritonError
+
+    assert backend.is_device_failure(triton_errors.OutOfResources(1, 0, "shared memory"))
+    assert backend.is_device_failure(triton_errors.PTXASError("ptxas fatal"))
+    assert issubclass(CompilationError, TritonError)
+    if hasattr(torch, "AcceleratorError"):
+        assert backend.is_device_failure(torch.AcceleratorError("CUDA error: misaligned address"))

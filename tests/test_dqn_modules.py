@@ -158,3 +158,40 @@ def test_branching_head_q_values(dtype) -> None:
     assert (q.argmax(-1) < torch.tensor([2, 3, 5])).all()
     with pytest.raises(ValueError, match="nvec"):
         BranchingHead(8, [3, 1])
+
+
+@pytest.mark.parametrize(
+    "backend", ["torch", pytest.param("triton", marks=pytest.mark.interpret)], ids=["torch", "interpret"]
+)
+@pytest.mark.parametrize("explore", [False, True])
+def test_c51_q_values_come_from_the_fused_epilogue(monkeypatch, backend: str, explore: bool) -> None:
+    """The agent's C51 Q-values (the head's fused expected-value epilogue) equal the expected
+    values of the head's log-probabilities, ``sum_z exp(log_p) * support``, in eval and explore mode."""
+    gym = pytest.importorskip("gymnasium")
+    import numpy as np
+    from tritonrl.agents.dqn import DQNAgent, preset
+    from tritonrl.kernels.noisy_head import NOISY_DUELING, expected_q
+
+    monkeypatch.setenv("TRITONRL_BACKEND", backend)
+    obs_space = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
+    cfg = preset("c51", torso_width=16, batch_size=8, buffer_size=64, learning_starts=8)
+    agent = DQNAgent(obs_space, gym.spaces.Discrete(3), cfg, num_envs=2, seed=0)
+    obs = torch.randn(5, 4, generator=torch.Generator().manual_seed(1))
+    NOISY_DUELING.reset()
+
+    def second_pass(*args, **kwargs):
+        raise AssertionError("the agent computed expected Q in a second pass")
+
+    from tritonrl.agents import heads
+
+    with monkeypatch.context() as m:
+        m.setattr(heads, "expected_q", second_pass)
+        q = agent.q_values(obs, explore=explore)
+    assert NOISY_DUELING.last_backend == backend and NOISY_DUELING.counts[backend] == 1  # one launch
+    assert q.shape == (5, 3) and q.dtype == torch.float32
+    x = agent._ingest(obs, "q_values")
+    agent.online.train(explore)
+    with torch.no_grad():
+        log_p = agent.online(x)
+    agent.online.train()
+    torch.testing.assert_close(q, expected_q(log_p, agent.support), rtol=1e-5, atol=1e-5)

@@ -63,3 +63,53 @@ def test_gpu_flag_without_cuda_fails_loudly() -> None:
     )
     assert proc.returncode != 0
     assert "CUDA is not available" in proc.stdout + proc.stderr
+
+
+# ----------------------------------------------------------------------------- NaN poisoning
+
+
+class _DropLastProgramRow:
+    """Stands in for a Triton kernel and launches it without the last row of its grid, so the
+    outputs that row would store are never written (a store disabled on purpose)."""
+
+    def __init__(self, kernel) -> None:
+        self.kernel = kernel
+
+    def __getitem__(self, grid):
+        return self.kernel[(grid[0] - 1, *grid[1:])]
+
+
+def test_fresh_kernel_outputs_are_poisoned() -> None:
+    pytest.importorskip("triton")
+    import conftest
+    from tritonrl.kernels.mamba2 import chunk, step
+    from tritonrl.kernels.noisy_head import fused_dueling, fused_linear
+    from tritonrl.kernels.sumtree import fused
+
+    mods = conftest._launcher_modules()
+    for mod in (fused_linear, fused_dueling, chunk, step, fused):
+        assert mod in mods, f"{mod.__name__} does not allocate through a module-level `empty`"
+        assert mod.empty is not torch.empty
+    assert torch.isnan(step.empty((2, 3))).all()
+    assert (fused.empty(4, dtype=torch.int64) == torch.iinfo(torch.int64).min).all()
+
+
+def test_poisoning_catches_an_unwritten_output(kernel_device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the last (batch, head) program of the Mamba2 step dropped, exactly its outputs are NaN:
+    the conftest poisoning turns an unwritten element into a failure a parity test sees."""
+    from tritonrl.kernels.mamba2 import MAMBA2_STEP, mamba2_step, step
+
+    g = torch.Generator().manual_seed(0)
+    b, h, p, n = 2, 2, 4, 8
+    state = torch.zeros(b, h, p, n, device=kernel_device)
+    x = torch.randn(b, h, p, generator=g).to(kernel_device)
+    dt = torch.randn(b, h, generator=g).to(kernel_device)
+    A = -torch.rand(h, generator=g).to(kernel_device)
+    B, C = (torch.randn(b, 1, n, generator=g).to(kernel_device) for _ in range(2))
+    MAMBA2_STEP.reset()
+    y = mamba2_step(state.clone(), x, dt, A, B, C)
+    assert MAMBA2_STEP.last_backend == "triton" and not torch.isnan(y).any()
+    monkeypatch.setattr(step, "_mamba2_step_kernel", _DropLastProgramRow(step._mamba2_step_kernel))
+    y = mamba2_step(state.clone(), x, dt, A, B, C)
+    assert torch.isnan(y[b - 1, h - 1]).all()
+    assert not torch.isnan(y.flatten(0, 1)[:-1]).any()

@@ -232,3 +232,31 @@ def test_step_parity(kernel_device: str, case: Case, dtype: torch.dtype) -> None
         tol = F32_REL if dtype == torch.float32 else 2.0**-7
         assert _rel(y, y0) < tol, f"step {t}: y rel err {_rel(y, y0):.2e}"
         assert _rel(state, ref_state) < F32_REL, f"step {t}: state rel err {_rel(state, ref_state):.2e}"
+
+
+def test_backward_fallback_matches_the_triton_backward(kernel_device, monkeypatch) -> None:
+    """The guard's fallback (``reference_grads`` through the chunked reference) gives the Triton
+    backward's gradients, for every input that takes one (and None for those not asked for)."""
+    kw = make_inputs(Case(length=20, seed=3), torch.float32, kernel_device)
+    a, names = with_grad(kw)
+    MAMBA2_SCAN.reset()
+    y, h = mamba2_scan(**a, chunk_size=16, return_final_states=True)
+    g = torch.Generator().manual_seed(7)
+    gy, gh = (torch.randn(t.shape, generator=g).to(kernel_device) for t in (y, h))
+    want = torch.autograd.grad((y, h), [a[k] for k in names], (gy, gh))
+    assert MAMBA2_SCAN.counts == {"triton": 2}
+
+    def always_fallback(device, triton_call, fallback):
+        return MAMBA2_SCAN._ran("torch", fallback())
+
+    y2, h2 = mamba2_scan(**a, chunk_size=16, return_final_states=True)
+    monkeypatch.setattr(MAMBA2_SCAN, "guard", always_fallback)
+    got = torch.autograd.grad((y2, h2), [a[k] for k in names], (gy, gh))
+    assert MAMBA2_SCAN.last_backend == "torch"
+    for k, gw, gg in zip(names, want, got, strict=True):
+        assert _rel(gg, gw) < F32_REL, f"{k}: rel err {_rel(gg, gw):.2e}"
+    # only x asks for a gradient: the others come back None, not zeros
+    x = kw["x"].detach().requires_grad_()
+    rest = {k: (v.detach() if isinstance(v, torch.Tensor) else v) for k, v in kw.items() if k != "x"}
+    (gx,) = torch.autograd.grad(mamba2_scan(x, **rest, chunk_size=16), [x], gy)
+    assert gx.shape == x.shape and torch.isfinite(gx).all()

@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 from tritonrl.kernels.sumtree import (
     BAD_INDEX,
     BAD_PRIORITY,
-    SUMTREE_INSERT,
-    SUMTREE_SAMPLE,
-    SUMTREE_UPDATE,
+    PER_INSERT,
+    PER_SAMPLE,
+    PER_UPDATE,
     SumTree,
     geometry,
     leaves,
@@ -30,7 +30,7 @@ from tritonrl.kernels.sumtree import (
     rebuild,
     total,
 )
-from tritonrl.kernels.sumtree.naive import FANOUT, ROW, prefix_ref
+from tritonrl.kernels.sumtree.reference import FANOUT, ROW, prefix_ref
 
 # Upper 0.1% points of the chi-square distribution (standard tables), by degrees of freedom.
 CHI2_999 = {7: 24.322, 12: 32.909, 15: 37.697}
@@ -101,7 +101,7 @@ def test_sampling_matches_priorities_chi_square(backend: str) -> None:
     for _ in range(batches):
         idx, _ = per_sample(tree, torch.rand(B, generator=g, device=device), 0.4, 13)
         counts += torch.bincount(idx.cpu(), minlength=13).double()
-    assert SUMTREE_SAMPLE.last_backend == _expected_backend(device)
+    assert PER_SAMPLE.last_backend == _expected_backend(device)
     stat = _chi2(counts, probs)
     # df = 13 - 1; stratified draws vary less than multinomial ones, so this is conservative.
     assert stat < CHI2_999[12], f"chi-square {stat:.1f} >= {CHI2_999[12]} (p < 0.001)"
@@ -180,7 +180,7 @@ def test_update_last_duplicate_wins_and_tree_is_consistent(backend: str) -> None
     idx = torch.tensor([3, 7, 3, 19, 7, 3, 0], device=device)
     td = torch.tensor([1.0, 2.0, 3.0, -4.0, 5.0, -6.0, 0.0], device=device)
     per_update(tree, idx, td, alpha=0.5, eps=0.01, size=n)
-    assert SUMTREE_UPDATE.last_backend == _expected_backend(device)
+    assert PER_UPDATE.last_backend == _expected_backend(device)
     leaves = _leaves(tree, n)
     expected = {3: 6.01, 7: 5.01, 19: 4.01, 0: 0.01}
     for i, p in expected.items():
@@ -208,7 +208,7 @@ def test_insert_range_sets_max_priority_and_stays_consistent(backend: str, start
     )
     before = _leaves(tree, 128)
     per_insert(tree, start, count, alpha=0.5)
-    assert SUMTREE_INSERT.last_backend == _expected_backend(device)
+    assert PER_INSERT.last_backend == _expected_backend(device)
     after = _leaves(tree, 128)
     top = float(tree.max_priority[0]) ** 0.5
     inside = torch.zeros(128, dtype=torch.bool)
@@ -272,7 +272,7 @@ def test_triton_matches_torch_same_uniforms(
         monkeypatch.setenv("TRITONRL_BACKEND", b)
         per_insert(tree, 0, size, alpha=alpha)
         per_update(tree, idx, td, alpha=alpha, eps=1e-3, size=size)
-        assert SUMTREE_UPDATE.last_backend == b
+        assert PER_UPDATE.last_backend == b
     lo = int(torch.randint(0, size, (1,), generator=g))
     n_new = int(torch.randint(0, size - lo + 1, (1,), generator=g))
     for b, tree in trees.items():
@@ -292,7 +292,7 @@ def test_triton_matches_torch_same_uniforms(
     for b in ("torch", "triton"):
         monkeypatch.setenv("TRITONRL_BACKEND", b)
         out[b] = per_sample(a, u, 0.4, size)
-        assert SUMTREE_SAMPLE.last_backend == b
+        assert PER_SAMPLE.last_backend == b
     assert torch.equal(out["torch"][0], out["triton"][0]), "indices differ for the same uniforms"
     torch.testing.assert_close(out["triton"][1], out["torch"][1], rtol=1e-5, atol=0)
 
@@ -367,7 +367,7 @@ def test_triton_rows_are_bitwise_the_reference_on_inexact_sums(monkeypatch: pyte
     td = torch.pow(10.0, torch.rand(C, generator=gen) * 24 - 12)
     per_update(tree, torch.randperm(C, generator=gen), td, alpha=1.0, eps=1e-30, size=C)
     per_insert(tree, 100, 50, alpha=1.0)
-    assert SUMTREE_UPDATE.last_backend == "triton" and SUMTREE_INSERT.last_backend == "triton"
+    assert PER_UPDATE.last_backend == "triton" and PER_INSERT.last_backend == "triton"
     _assert_consistent(tree)
     # the same uniforms give the same leaves on both backends over this tree
     u = torch.rand(257, generator=gen)
@@ -394,7 +394,7 @@ def test_descent_lands_in_the_target_interval(
     B = 256
     u = torch.rand(B, generator=gen)
     idx, _ = per_sample(tree, u.to(device), 0.4, capacity)
-    assert SUMTREE_SAMPLE.last_backend == forced
+    assert PER_SAMPLE.last_backend == forced
     leaf = _leaves(tree, capacity)
     cum = torch.cat([torch.zeros(1, dtype=torch.float64), leaf.cumsum(0)])
     target = (torch.arange(B, dtype=torch.float64) + u.double()) * cum[-1] / B
@@ -471,9 +471,9 @@ def test_cpu_auto_runs_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TRITONRL_BACKEND", raising=False)
     tree = new_sumtree(8)
     per_insert(tree, 0, 8, alpha=0.6)
-    assert SUMTREE_INSERT.last_backend == "torch"
+    assert PER_INSERT.last_backend == "torch"
     per_sample(tree, torch.rand(3), 0.4, 8)
-    assert SUMTREE_SAMPLE.last_backend == "torch"
+    assert PER_SAMPLE.last_backend == "torch"
 
 
 # ---- compiled kernels on CUDA at realistic sizes (--gpu) --------------------------------------
@@ -493,7 +493,7 @@ def test_gpu_parity_realistic(C: int, B: int, monkeypatch: pytest.MonkeyPatch) -
         for b, tree in trees.items():
             monkeypatch.setenv("TRITONRL_BACKEND", b)
             per_update(tree, idx, td, alpha=0.6, eps=1e-6, size=C)
-            assert SUMTREE_UPDATE.last_backend == b
+            assert PER_UPDATE.last_backend == b
     a, t = trees["torch"], trees["triton"]
     _assert_consistent(t)
     # GPU exp2/log2 are the approximate instructions (~2 ulp each): 2e-6 relative

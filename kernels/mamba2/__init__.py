@@ -4,6 +4,10 @@
   (Triton in ``chunk.py`` on CUDA, the torch chunked reference in ``reference.py`` on CPU);
 - :func:`mamba2_step`: the single-step update for acting (Triton in ``step.py``);
 - ``naive.py``: the sequential recurrence, used only as the test oracle.
+
+Files (the kernel-folder convention, docs/pages/kernels.md): ``api.py`` (ops, validation, public
+functions), ``reference.py`` (the torch chunked specification and CPU path), ``chunk.py`` and
+``step.py`` (the Triton kernels, imported only when a Triton path runs), ``naive.py`` (test only).
 """
 
 from tritonrl.kernels.mamba2.api import MAMBA2_SCAN, MAMBA2_STEP, mamba2_scan, mamba2_step

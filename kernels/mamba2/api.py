@@ -12,6 +12,7 @@ import math
 import torch
 from tritonrl.kernels.backend import KernelOp
 from tritonrl.kernels.mamba2.reference import mamba2_scan_ref, mamba2_step_ref
+from tritonrl.kernels.validate import check_tensor
 
 __all__ = ["MAMBA2_SCAN", "MAMBA2_STEP", "mamba2_scan", "mamba2_step"]
 
@@ -26,28 +27,6 @@ _DATA_DTYPES = (torch.float32, torch.bfloat16)
 _MAX_CHUNK = 256
 
 
-def _tensor(name: str, t: object) -> torch.Tensor:
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    return t
-
-
-def _shape(name: str, t: torch.Tensor, expected: tuple[int, ...], what: str) -> None:
-    if tuple(t.shape) != expected:
-        raise ValueError(f"{name} must have shape {what} = {expected}, got {tuple(t.shape)}")
-
-
-def _dtype(name: str, t: torch.Tensor, allowed: tuple[torch.dtype, ...]) -> None:
-    if t.dtype not in allowed:
-        names = ", ".join(str(d).removeprefix("torch.") for d in dict.fromkeys(allowed))
-        raise TypeError(f"{name} must have dtype {names}; got {str(t.dtype).removeprefix('torch.')}")
-
-
-def _device(name: str, t: torch.Tensor, device: torch.device) -> None:
-    if t.device != device:
-        raise ValueError(f"{name} is on {t.device} but x is on {device}: all inputs share one device")
-
-
 def _check_params(
     x: torch.Tensor,
     nheads: int,
@@ -58,24 +37,19 @@ def _check_params(
     dt_limit: tuple[float, float],
 ) -> None:
     param_dtypes = (torch.float32, x.dtype)
-    _tensor("A", A)
-    _shape("A", A, (nheads,), "[H]")
-    _dtype("A", A, param_dtypes)
-    _device("A", A, x.device)
+    check_tensor("A", A, shape=(nheads,), what="[H]", dtype=param_dtypes, device=x.device)
     if D is not None:
-        _tensor("D", D)
+        check_tensor("D", D)
         if tuple(D.shape) not in ((nheads,), (nheads, headdim)):
             raise ValueError(
                 f"D must have shape [H] = ({nheads},) or [H, P] = ({nheads}, {headdim}), "
                 f"got {tuple(D.shape)}"
             )
-        _dtype("D", D, param_dtypes)
-        _device("D", D, x.device)
+        check_tensor("D", D, dtype=param_dtypes, device=x.device)
     if dt_bias is not None:
-        _tensor("dt_bias", dt_bias)
-        _shape("dt_bias", dt_bias, (nheads,), "[H]")
-        _dtype("dt_bias", dt_bias, param_dtypes)
-        _device("dt_bias", dt_bias, x.device)
+        check_tensor(
+            "dt_bias", dt_bias, shape=(nheads,), what="[H]", dtype=param_dtypes, device=x.device
+        )
     if (
         not isinstance(dt_limit, (tuple, list))
         or len(dt_limit) != 2
@@ -144,19 +118,18 @@ def mamba2_scan(
         ValueError: inconsistent shapes, ``H % G != 0``, mixed devices, a bad chunk_size or
             dt_limit.
     """
-    x = _tensor("x", x)
+    x = check_tensor("x", x)
     if x.dim() != 4:
         raise ValueError(f"x must be 4-D [B, L, H, P], got shape {tuple(x.shape)}")
-    _dtype("x", x, _DATA_DTYPES)
+    check_tensor("x", x, dtype=_DATA_DTYPES)
     batch, length, nheads, headdim = x.shape
     if min(x.shape) < 1:
         raise ValueError(f"x must have non-empty dimensions [B, L, H, P], got {tuple(x.shape)}")
     dev = x.device
-    _tensor("dt", dt)
-    _shape("dt", dt, (batch, length, nheads), "[B, L, H]")
-    _dtype("dt", dt, (x.dtype, torch.float32))
-    _device("dt", dt, dev)
-    _tensor("B", B)
+    check_tensor(
+        "dt", dt, shape=(batch, length, nheads), what="[B, L, H]", dtype=(x.dtype, torch.float32), device=dev
+    )
+    check_tensor("B", B)
     if B.dim() != 4 or tuple(B.shape[:2]) != (batch, length) or min(B.shape) < 1:
         raise ValueError(
             f"B must have shape [B, L, G, N] with B, L = {(batch, length)}, got {tuple(B.shape)}"
@@ -166,28 +139,20 @@ def mamba2_scan(
         raise ValueError(
             f"the number of heads H={nheads} (x) must be divisible by the groups G={ngroups} (B)"
         )
-    _dtype("B", B, (x.dtype,))
-    _device("B", B, dev)
-    _tensor("C", C)
-    _shape("C", C, tuple(B.shape), "[B, L, G, N] (like B)")
-    _dtype("C", C, (x.dtype,))
-    _device("C", C, dev)
+    check_tensor("B", B, dtype=x.dtype, device=dev)
+    check_tensor("C", C, shape=tuple(B.shape), what="[B, L, G, N] (like B)", dtype=x.dtype, device=dev)
     _check_params(x, nheads, headdim, A, D, dt_bias, dt_limit)
     if z is not None:
-        _tensor("z", z)
-        _shape("z", z, tuple(x.shape), "[B, L, H, P] (like x)")
-        _dtype("z", z, (x.dtype,))
-        _device("z", z, dev)
+        check_tensor(
+            "z", z, shape=tuple(x.shape), what="[B, L, H, P] (like x)", dtype=x.dtype, device=dev
+        )
     if initial_states is not None:
-        _tensor("initial_states", initial_states)
-        _shape("initial_states", initial_states, (batch, nheads, headdim, dstate), "[B, H, P, N]")
-        _dtype("initial_states", initial_states, (torch.float32,))
-        _device("initial_states", initial_states, dev)
+        check_tensor(
+            "initial_states", initial_states, shape=(batch, nheads, headdim, dstate), what="[B, H, P, N]",
+            dtype=torch.float32, device=dev,
+        )
     if resets is not None:
-        _tensor("resets", resets)
-        _shape("resets", resets, (batch, length), "[B, L]")
-        _dtype("resets", resets, (torch.bool,))
-        _device("resets", resets, dev)
+        check_tensor("resets", resets, shape=(batch, length), what="[B, L]", dtype=torch.bool, device=dev)
     if (
         not isinstance(chunk_size, int)
         or isinstance(chunk_size, bool)
@@ -250,13 +215,13 @@ def mamba2_step(
         TypeError: an argument is not a tensor or has a wrong dtype (a non-float32 state included).
         ValueError: inconsistent shapes, ``H % G != 0``, mixed devices, a non-contiguous state.
     """
-    x = _tensor("x", x)
+    x = check_tensor("x", x)
     if x.dim() != 3 or min(x.shape) < 1:
         raise ValueError(f"x must be 3-D [B, H, P] with non-empty dimensions, got shape {tuple(x.shape)}")
-    _dtype("x", x, _DATA_DTYPES)
+    check_tensor("x", x, dtype=_DATA_DTYPES)
     batch, nheads, headdim = x.shape
     dev = x.device
-    _tensor("B", B)
+    check_tensor("B", B)
     if B.dim() != 3 or B.shape[0] != batch or min(B.shape) < 1:
         raise ValueError(f"B must have shape [B, G, N] with B = {batch}, got {tuple(B.shape)}")
     ngroups, dstate = B.shape[1:]
@@ -264,33 +229,18 @@ def mamba2_step(
         raise ValueError(
             f"the number of heads H={nheads} (x) must be divisible by the groups G={ngroups} (B)"
         )
-    _dtype("B", B, (x.dtype,))
-    _device("B", B, dev)
-    _tensor("C", C)
-    _shape("C", C, tuple(B.shape), "[B, G, N] (like B)")
-    _dtype("C", C, (x.dtype,))
-    _device("C", C, dev)
-    _tensor("state", state)
-    _shape("state", state, (batch, nheads, headdim, dstate), "[B, H, P, N]")
-    _dtype("state", state, (torch.float32,))
-    _device("state", state, dev)
-    if not state.is_contiguous():
-        raise ValueError("state must be contiguous: it is updated in place")
-    _tensor("dt", dt)
-    _shape("dt", dt, (batch, nheads), "[B, H]")
-    _dtype("dt", dt, (x.dtype, torch.float32))
-    _device("dt", dt, dev)
+    check_tensor("B", B, dtype=x.dtype, device=dev)
+    check_tensor("C", C, shape=tuple(B.shape), what="[B, G, N] (like B)", dtype=x.dtype, device=dev)
+    check_tensor(  # updated in place: contiguous
+        "state", state, shape=(batch, nheads, headdim, dstate), what="[B, H, P, N]", dtype=torch.float32,
+        device=dev, contiguous=True,
+    )
+    check_tensor("dt", dt, shape=(batch, nheads), what="[B, H]", dtype=(x.dtype, torch.float32), device=dev)
     _check_params(x, nheads, headdim, A, D, dt_bias, dt_limit)
     if z is not None:
-        _tensor("z", z)
-        _shape("z", z, tuple(x.shape), "[B, H, P] (like x)")
-        _dtype("z", z, (x.dtype,))
-        _device("z", z, dev)
+        check_tensor("z", z, shape=tuple(x.shape), what="[B, H, P] (like x)", dtype=x.dtype, device=dev)
     if reset is not None:
-        _tensor("reset", reset)
-        _shape("reset", reset, (batch,), "[B]")
-        _dtype("reset", reset, (torch.bool,))
-        _device("reset", reset, dev)
+        check_tensor("reset", reset, shape=(batch,), what="[B]", dtype=torch.bool, device=dev)
     with torch.no_grad():
         return MAMBA2_STEP(
             dev, state, x, dt, A, B, C, D, z, dt_bias, bool(dt_softplus),

@@ -22,11 +22,12 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from tritonrl.kernels.backend import interpreting
+from torch import empty
+from tritonrl.kernels.fallback import reference_grads
 from tritonrl.kernels.mamba2.reference import mamba2_scan_ref
 from tritonrl.kernels.tl_helpers import dot, dot_flags
 
-__all__ = ["mamba2_chunk_bwd", "mamba2_chunk_fwd", "mamba2_scan_triton"]
+__all__ = ["Mamba2ScanFunction", "mamba2_chunk_bwd", "mamba2_chunk_fwd", "mamba2_scan_triton"]
 
 
 @triton.jit
@@ -316,13 +317,6 @@ def _blocks(P: int, N: int, BT: int, bwd: bool, rows: int) -> tuple[int, int, in
     return BP, BN, num_warps
 
 
-def _alloc(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    # Under the interpreter fresh outputs start as NaN so an unwritten element fails the tests.
-    if interpreting():
-        return torch.full(shape, float("nan"), dtype=dtype, device=device)
-    return torch.empty(shape, dtype=dtype, device=device)
-
-
 def _unit_last(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(-1) == 1 else t.contiguous()
 
@@ -351,9 +345,10 @@ def mamba2_chunk_fwd(
     nchunks = triton.cdiv(length, chunk_size)
     BP, BN, num_warps = _blocks(headdim, dstate, chunk_size, bwd=False, rows=batch * nheads)
     dev = x.device
-    y = _alloc((batch, length, nheads, headdim), x.dtype, dev)
-    hT = _alloc((batch, nheads, headdim, dstate), torch.float32, dev) if store_final else None
-    hc = _alloc((batch, nheads, nchunks, headdim, dstate), torch.float32, dev) if store_states else None
+    y = empty((batch, length, nheads, headdim), dtype=x.dtype, device=dev)
+    hT = empty((batch, nheads, headdim, dstate), dtype=torch.float32, device=dev) if store_final else None
+    hc_shape = (batch, nheads, nchunks, headdim, dstate)
+    hc = empty(hc_shape, dtype=torch.float32, device=dev) if store_states else None
     h0 = initial_states.contiguous() if initial_states is not None else None
     rs = resets.contiguous().view(torch.uint8) if resets is not None else None
     dummy = y
@@ -393,14 +388,14 @@ def mamba2_chunk_bwd(
     npb = triton.cdiv(headdim, BP)
     dev = x.device
     f32 = torch.float32
-    dx = _alloc((batch, length, nheads, headdim), x.dtype, dev)
-    dz = _alloc((batch, length, nheads, headdim), x.dtype, dev) if z is not None else None
-    ddt = _alloc((npb, batch, length, nheads), f32, dev)
-    dB = _alloc((npb, batch, length, nheads, dstate), f32, dev)
-    dC = _alloc((npb, batch, length, nheads, dstate), f32, dev)
-    dA = _alloc((npb, batch, nheads), f32, dev)
-    dD = _alloc((batch, nheads, headdim), f32, dev) if D is not None else None
-    dh0 = _alloc((batch, nheads, headdim, dstate), f32, dev)
+    dx = empty((batch, length, nheads, headdim), dtype=x.dtype, device=dev)
+    dz = empty((batch, length, nheads, headdim), dtype=x.dtype, device=dev) if z is not None else None
+    ddt = empty((npb, batch, length, nheads), dtype=f32, device=dev)
+    dB = empty((npb, batch, length, nheads, dstate), dtype=f32, device=dev)
+    dC = empty((npb, batch, length, nheads, dstate), dtype=f32, device=dev)
+    dA = empty((npb, batch, nheads), dtype=f32, device=dev)
+    dD = empty((batch, nheads, headdim), dtype=f32, device=dev) if D is not None else None
+    dh0 = empty((batch, nheads, headdim, dstate), dtype=f32, device=dev)
     rs = resets.contiguous().view(torch.uint8) if resets is not None else None
     dummy = dx
     grid = (batch * nheads, npb)
@@ -441,27 +436,24 @@ def mamba2_chunk_bwd(
 _INPUTS = ("x", "dt", "A", "B", "C", "D", "z", "dt_bias", "initial_states")
 
 
-def _reference_grads(
-    inputs: dict[str, torch.Tensor | None], cfg: tuple, dy: torch.Tensor, dhT: torch.Tensor | None
-) -> dict[str, torch.Tensor]:
+def _fallback_grads(
+    inputs: tuple[torch.Tensor | None, ...], needs: tuple[bool, ...], cfg: tuple,
+    dy: torch.Tensor, dhT: torch.Tensor | None,
+) -> dict[str, torch.Tensor | None]:
     """The fallback backward: autograd through the torch chunked reference."""
     dt_softplus, dt_limit, resets, chunk_size = cfg
-    with torch.enable_grad():
-        leaves = {k: (v.detach().requires_grad_(True) if v is not None else None) for k, v in inputs.items()}
-        y, hT = mamba2_scan_ref(
-            leaves["x"], leaves["dt"], leaves["A"], leaves["B"], leaves["C"], leaves["D"], leaves["z"],
-            leaves["dt_bias"], dt_softplus, dt_limit, leaves["initial_states"], resets, chunk_size, True,
+
+    def fn(x, dt, A, B, C, D, z, dt_bias, h0):
+        return mamba2_scan_ref(
+            x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_limit, h0, resets, chunk_size, True
         )
-        outs, gouts = [y], [dy]
-        if dhT is not None:
-            outs.append(hT)
-            gouts.append(dhT)
-        names = [k for k, v in leaves.items() if v is not None]
-        got = torch.autograd.grad(outs, [leaves[k] for k in names], gouts, allow_unused=True)
-    return {k: (g if g is not None else torch.zeros_like(leaves[k])) for k, g in zip(names, got, strict=True)}
+
+    return dict(zip(_INPUTS, reference_grads(fn, inputs, needs, (dy, dhT)), strict=True))
 
 
-class _Mamba2ScanFn(torch.autograd.Function):
+class Mamba2ScanFunction(torch.autograd.Function):
+    """Autograd of the Triton scan; its backward falls back to the reference's autograd."""
+
     @staticmethod
     def forward(ctx, x, dt, A, B, C, D, z, dt_bias, initial_states, resets, cfg, need_grad, return_final):
         dt_softplus, dt_limit, chunk_size = cfg
@@ -484,7 +476,8 @@ class _Mamba2ScanFn(torch.autograd.Function):
         dt_softplus, dt_limit, chunk_size = ctx.cfg
         if dy is None:
             dy = torch.zeros_like(x)
-        inputs = dict(zip(_INPUTS, (x, dt, A, B, C, D, z, dt_bias, h0), strict=True))
+        inputs = (x, dt, A, B, C, D, z, dt_bias, h0)
+        needs = tuple(ctx.needs_input_grad[: len(_INPUTS)])
         from tritonrl.kernels.mamba2.api import MAMBA2_SCAN
 
         grads = MAMBA2_SCAN.guard(
@@ -492,10 +485,10 @@ class _Mamba2ScanFn(torch.autograd.Function):
             lambda: mamba2_chunk_bwd(
                 dy, dhT, hc, x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_limit, resets, chunk_size
             ),
-            lambda: _reference_grads(inputs, (dt_softplus, dt_limit, resets, chunk_size), dy, dhT),
+            lambda: _fallback_grads(inputs, needs, (dt_softplus, dt_limit, resets, chunk_size), dy, dhT),
         )
-        out = [grads.get(k) if inputs[k] is not None and ctx.needs_input_grad[i] else None
-               for i, k in enumerate(_INPUTS)]
+        out = [grads.get(k) if t is not None and n else None
+               for k, t, n in zip(_INPUTS, inputs, needs, strict=True)]
         return (*out, None, None, None, None)
 
 
@@ -508,7 +501,7 @@ def mamba2_scan_triton(
     """The Triton path of :func:`tritonrl.kernels.mamba2.mamba2_scan` (inputs already validated)."""
     tensors = (x, dt, A, B, C, D, z, dt_bias, initial_states)
     need_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
-    return _Mamba2ScanFn.apply(
+    return Mamba2ScanFunction.apply(
         x, dt, A, B, C, D, z, dt_bias, initial_states, resets,
         (dt_softplus, dt_limit, chunk_size), need_grad, return_final_states,
     )

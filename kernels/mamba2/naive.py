@@ -10,25 +10,9 @@ import math
 
 import torch
 import torch.nn.functional as F
+from tritonrl.kernels.mamba2.reference import dt_transform
 
-__all__ = ["dt_transform", "mamba2_scan_naive"]
-
-
-def dt_transform(
-    dt: torch.Tensor,
-    dt_bias: torch.Tensor | None,
-    dt_softplus: bool,
-    dt_limit: tuple[float, float],
-) -> torch.Tensor:
-    """``clamp(softplus(dt + dt_bias), *dt_limit)``; the softplus only if ``dt_softplus``.
-
-    ``dt``: [..., H]; ``dt_bias``: [H] or None. Computes in ``dt``'s dtype.
-    """
-    if dt_bias is not None:
-        dt = dt + dt_bias.to(dt.dtype)
-    if dt_softplus:
-        dt = F.softplus(dt)
-    return dt.clamp(min=dt_limit[0], max=dt_limit[1])
+__all__ = ["mamba2_scan_naive"]
 
 
 def mamba2_scan_naive(

@@ -20,9 +20,26 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from tritonrl.kernels.mamba2.naive import dt_transform
 
-__all__ = ["mamba2_scan_ref", "mamba2_step_ref"]
+__all__ = ["dt_transform", "mamba2_scan_ref", "mamba2_step_ref"]
+
+
+def dt_transform(
+    dt: torch.Tensor,
+    dt_bias: torch.Tensor | None,
+    dt_softplus: bool,
+    dt_limit: tuple[float, float],
+) -> torch.Tensor:
+    """``clamp(softplus(dt + dt_bias), *dt_limit)``; the softplus only if ``dt_softplus``.
+
+    ``dt``: [..., H]; ``dt_bias``: [H] or None. Computes in ``dt``'s dtype.
+    """
+    if dt_bias is not None:
+        dt = dt + dt_bias.to(dt.dtype)
+    if dt_softplus:
+        dt = F.softplus(dt)
+    return dt.clamp(min=dt_limit[0], max=dt_limit[1])
+
 
 
 def _compute_dtype(x: torch.Tensor) -> torch.dtype:

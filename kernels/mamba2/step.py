@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from tritonrl.kernels.backend import interpreting
+from torch import empty
 from tritonrl.kernels.mamba2.chunk import _softplus_clamp
 
 __all__ = ["mamba2_step_triton"]
@@ -80,10 +80,7 @@ def mamba2_step_triton(
         z = z.contiguous()
     BN = triton.next_power_of_2(dstate)
     BP = min(triton.next_power_of_2(headdim), max(16, 4096 // BN))
-    if interpreting():
-        y = torch.full((batch, nheads, headdim), float("nan"), dtype=x.dtype, device=x.device)
-    else:
-        y = torch.empty((batch, nheads, headdim), dtype=x.dtype, device=x.device)
+    y = empty((batch, nheads, headdim), dtype=x.dtype, device=x.device)
     zz = z if z is not None else x
     rs = reset.contiguous().view(torch.uint8) if reset is not None else None
     grid = (batch * nheads, triton.cdiv(headdim, BP))

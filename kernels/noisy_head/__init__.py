@@ -6,13 +6,18 @@
   log-softmax over atoms and expected Q-values, emitting f32.
 - :func:`expected_q`: ``sum_z exp(log_p) * support`` for a distributional head's output.
 
-Torch references live in :mod:`tritonrl.kernels.noisy_head.reference`; the Triton kernels in
-:mod:`tritonrl.kernels.noisy_head.fused_linear` and
-:mod:`tritonrl.kernels.noisy_head.fused_dueling` (imported only when a Triton path runs).
+Files (the kernel-folder convention, docs/pages/kernels.md): ``api.py`` (ops, validation, public
+functions), ``reference.py`` (torch specification and CPU path), ``fused_linear.py`` and
+``fused_dueling.py`` (the Triton kernels, imported only when a Triton path runs).
 """
 
-from tritonrl.kernels.noisy_head.dueling import NOISY_DUELING, expected_q, noisy_dueling
-from tritonrl.kernels.noisy_head.linear import NOISY_LINEAR, noisy_linear
+from tritonrl.kernels.noisy_head.api import (
+    NOISY_DUELING,
+    NOISY_LINEAR,
+    expected_q,
+    noisy_dueling,
+    noisy_linear,
+)
 from tritonrl.kernels.noisy_head.reference import NoisyParams
 
 __all__ = ["NOISY_DUELING", "NOISY_LINEAR", "NoisyParams", "expected_q", "noisy_dueling", "noisy_linear"]

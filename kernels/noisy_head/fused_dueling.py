@@ -18,10 +18,11 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from tritonrl.kernels.noisy_head import fused_linear
-from tritonrl.kernels.noisy_head.dueling import NOISY_DUELING
+from torch import empty
+from tritonrl.kernels.fallback import reference_grads
+from tritonrl.kernels.noisy_head.api import NOISY_DUELING
 from tritonrl.kernels.noisy_head.fused_linear import noisy_linear_bwd, noisy_tile
-from tritonrl.kernels.noisy_head.reference import NoisyParams, noisy_dueling_ref, reference_grads
+from tritonrl.kernels.noisy_head.reference import NoisyParams, noisy_dueling_ref
 from tritonrl.kernels.tl_helpers import dot_flags
 
 __all__ = ["NoisyDuelingFunction", "noisy_dueling_bwd", "noisy_dueling_fwd", "noisy_dueling_triton"]
@@ -221,10 +222,10 @@ def noisy_dueling_fwd(
     xv, xa = _streams(x)
     b_, i_ = xa.shape
     cfg = _config(num_actions, atoms, x.dtype)
-    out = fused_linear._empty((b_, num_actions, atoms), dtype=torch.float32, device=x.device)
+    out = empty((b_, num_actions, atoms), dtype=torch.float32, device=x.device)
     q = None
     if support is not None:
-        q = fused_linear._empty((b_, num_actions), dtype=torch.float32, device=x.device)
+        q = empty((b_, num_actions), dtype=torch.float32, device=x.device)
     d = adv.weight_mu
     has_bias = adv.bias_mu is not None
 
@@ -273,8 +274,8 @@ def noisy_dueling_bwd(
     zb, ba, nt = cfg["ZB"], cfg["BA"], cfg["NT"]
     bm = max(1, min(64, 4096 // (ba * zb)))
     dueling = val is not None
-    dv = fused_linear._empty((b_, atoms), dtype=torch.float32, device=x.device) if dueling else out
-    da = fused_linear._empty((b_, num_actions * atoms), dtype=torch.float32, device=x.device)
+    dv = empty((b_, atoms), dtype=torch.float32, device=x.device) if dueling else out
+    da = empty((b_, num_actions * atoms), dtype=torch.float32, device=x.device)
     has_gq = gq is not None
     gq_ = gq if gq is not None else out
     s_q = (gq.stride(0), gq.stride(1)) if gq is not None else (0, 0)
@@ -284,7 +285,7 @@ def noisy_dueling_bwd(
         b_, num_actions, atoms, nt, BM=bm, BA=ba, ZB=zb,
         DUELING=dueling, LOG_SOFTMAX=log_softmax and atoms > 1, HAS_GQ=has_gq,
     )
-    dx = fused_linear._empty(x.shape, dtype=x.dtype, device=x.device) if need_dx else None
+    dx = empty(x.shape, dtype=x.dtype, device=x.device) if need_dx else None
     shared = x.dim() == 2
 
     def stream(g: torch.Tensor, xs: torch.Tensor, p: NoisyParams, dx_s, acc: bool, need_w: bool):
@@ -359,7 +360,7 @@ def noisy_dueling_triton(
     log_softmax: bool,
     support: torch.Tensor | None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """The Triton implementation behind :func:`tritonrl.kernels.noisy_head.dueling.noisy_dueling`
+    """The Triton implementation behind :func:`tritonrl.kernels.noisy_head.noisy_dueling`
     (inputs validated)."""
     flat = (*advantage, *(value if value is not None else (None,) * 6))
     return NoisyDuelingFunction.apply(x, support, (num_actions, atoms, noise, log_softmax), *flat)

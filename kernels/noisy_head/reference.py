@@ -7,13 +7,12 @@ noise-scaled input, ``((x * eps_in) @ W_sigma.T + b_sigma) * eps_out``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 
-__all__ = ["NoisyParams", "noisy_dueling_ref", "noisy_linear_ref", "reference_grads"]
+__all__ = ["NoisyParams", "noisy_dueling_ref", "noisy_linear_ref"]
 
 
 class NoisyParams(NamedTuple):
@@ -105,29 +104,3 @@ def noisy_dueling_ref(
         return q
     return q, (q.exp() * support.float()).sum(dim=-1)
 
-
-def reference_grads(
-    fn: Callable[..., torch.Tensor | tuple[torch.Tensor, ...]],
-    inputs: Sequence[torch.Tensor | None],
-    needs: Sequence[bool],
-    grad_outputs: Sequence[torch.Tensor | None],
-) -> tuple[torch.Tensor | None, ...]:
-    """Gradients of ``fn(*inputs)`` by torch autograd: the fallback of a Triton backward.
-
-    Returns one entry per input: its gradient where ``needs`` says so, else ``None``.
-    """
-    with torch.enable_grad():
-        leaves = [
-            None if t is None else t.detach().requires_grad_(bool(n) and t.is_floating_point())
-            for t, n in zip(inputs, needs, strict=True)
-        ]
-        outs = fn(*leaves)
-        outs = outs if isinstance(outs, tuple) else (outs,)
-        pairs = [(o, g) for o, g in zip(outs, grad_outputs, strict=True) if g is not None]
-        wanted = [t for t in leaves if t is not None and t.requires_grad]
-        grads = iter(
-            torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs], allow_unused=True)
-            if wanted
-            else ()
-        )
-    return tuple(next(grads) if (t is not None and t.requires_grad) else None for t in leaves)

@@ -1,47 +1,42 @@
 """Prioritized-replay sum tree on the device: stratified sampling, IS weights, priority updates.
 
-A :class:`SumTree` holds a 32-ary f32 sum tree of prefix rows and a 32-ary f32 min tree over the
-leaf values ``p_i ** alpha`` (layout and accuracy argument: :mod:`tritonrl.kernels.sumtree.naive`; rows
-are recomputed from their children, nothing drifts). Four levels cover a million leaves, so the
-eager CPU path runs a few ops per level over few levels.
+- :func:`per_sample`: ``B`` stratified samples by tree descent, with importance weights;
+- :func:`per_update`: new priorities ``|td| + eps`` for a batch of leaves, validated on the device;
+- :func:`per_insert`: a range of fresh leaves gets the running maximum priority;
+- :func:`rebuild`, :func:`new_sumtree`, :func:`leaves`, :func:`total`: building and reading a tree.
 
-Ops (each one :class:`~tritonrl.kernels.backend.KernelOp`: Triton on CUDA, torch reference on CPU):
-
-- :func:`per_sample` -- ``B`` stratified samples by tree descent in one launch, with the
-  importance weights ``(N P(i))**-beta / max_j (N P(j))**-beta = (leaf_i / min_leaf)**-beta``.
-- :func:`per_update` -- new priorities ``|td| + eps`` for a batch of leaves, validated on the
-  device (a bad batch changes nothing and is counted in ``status``); duplicates: last one wins.
-- :func:`per_insert` -- a range of fresh leaves gets the running maximum priority.
-
-:func:`rebuild` recomputes the trees from their leaves (optionally with f64 accumulation).
+Files (the kernel-folder convention, docs/pages/kernels.md): ``api.py`` (ops, validation, public
+functions), ``reference.py`` (the layout, the torch specification and the tuned CPU path),
+``fused.py`` (the Triton kernels, imported only when a Triton path runs).
 """
 
-from __future__ import annotations
-
-import math
-
-import torch
-from tritonrl.kernels.backend import KernelOp
-from tritonrl.kernels.sumtree.naive import (
+from tritonrl.kernels.sumtree.api import (
     BAD_INDEX,
     BAD_PRIORITY,
     FANOUT,
+    PER_INSERT,
+    PER_SAMPLE,
+    PER_UPDATE,
     Geometry,
     SumTree,
     geometry,
-    per_insert_ref,
-    per_sample_ref,
-    per_update_ref,
-    rebuild_ref,
+    leaves,
+    leaves_for,
+    new_sumtree,
+    per_insert,
+    per_sample,
+    per_update,
+    rebuild,
+    total,
 )
 
 __all__ = [
     "BAD_INDEX",
     "BAD_PRIORITY",
     "FANOUT",
-    "SUMTREE_INSERT",
-    "SUMTREE_SAMPLE",
-    "SUMTREE_UPDATE",
+    "PER_INSERT",
+    "PER_SAMPLE",
+    "PER_UPDATE",
     "Geometry",
     "SumTree",
     "geometry",
@@ -54,253 +49,3 @@ __all__ = [
     "rebuild",
     "total",
 ]
-
-SUMTREE_SAMPLE = KernelOp("sumtree_sample", per_sample_ref,
-                          "tritonrl.kernels.sumtree.fused:per_sample_triton")
-SUMTREE_UPDATE = KernelOp("sumtree_update", per_update_ref,
-                          "tritonrl.kernels.sumtree.fused:per_update_triton")
-SUMTREE_INSERT = KernelOp("sumtree_insert", per_insert_ref,
-                          "tritonrl.kernels.sumtree.fused:per_insert_triton")
-
-
-def leaves_for(capacity: int) -> int:
-    """``P``: the number of leaves of a tree holding ``capacity`` items (a power of two >= 32).
-
-    Raises:
-        ValueError: ``capacity`` is not a positive int.
-    """
-    if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1:
-        raise ValueError(f"capacity must be a positive int, got {capacity!r}")
-    return max(FANOUT, 1 << (capacity - 1).bit_length())
-
-
-def new_sumtree(capacity: int, device: torch.device | str = "cpu", max_priority: float = 1.0) -> SumTree:
-    """An empty tree for ``capacity`` items on ``device`` (sums 0, mins +inf, scratch -1).
-
-    Raises:
-        ValueError: ``capacity`` is not a positive int or ``max_priority`` is not finite and > 0.
-    """
-    _check_real("max_priority", max_priority, positive=True)
-    g = geometry(leaves_for(capacity))
-    return SumTree(
-        sums=torch.zeros(g.sum_size, dtype=torch.float32, device=device),
-        mins=torch.full((g.min_size,), float("inf"), dtype=torch.float32, device=device),
-        scratch=torch.full((g.P,), -1, dtype=torch.int32, device=device),
-        max_priority=torch.full((1,), float(max_priority), dtype=torch.float32, device=device),
-        status=torch.zeros(2, dtype=torch.int32, device=device),
-    )
-
-
-def leaves(tree: SumTree) -> torch.Tensor:
-    """The ``P`` leaf values ``p ** alpha`` (f32 ``[P]``, a view of ``tree.sums``; empty leaves 0)."""
-    return tree.sums[: tree.scratch.shape[0]]
-
-
-def total(tree: SumTree, *, exact: bool = False) -> torch.Tensor:
-    """The sum of all leaves: the root's total (f32, 0-d), or with ``exact=True`` an f64 sum."""
-    if exact:
-        return leaves(tree).sum(dtype=torch.float64)
-    return tree.sums[geometry(tree.scratch.shape[0]).total_offset]
-
-
-# ---- validation (metadata only: never reads tensor data) -------------------------------------
-
-
-_F32, _I32 = torch.float32, torch.int32
-
-
-def _check_tree(tree: SumTree) -> Geometry:
-    # fast path: one expression over the metadata; anything unusual goes to the detailed checks
-    try:
-        sums, mins, scratch, max_p, status = tree
-        g = geometry(scratch.shape[0])
-        dev = sums.device
-        if (
-            type(tree) is SumTree
-            and sums.dtype == _F32
-            and mins.dtype == _F32
-            and scratch.dtype == _I32
-            and max_p.dtype == _F32
-            and status.dtype == _I32
-            and sums.shape == (g.sum_size,)
-            and mins.shape == (g.min_size,)
-            and scratch.dim() == 1
-            and max_p.shape == (1,)
-            and status.shape == (2,)
-            and mins.device == dev
-            and scratch.device == dev
-            and max_p.device == dev
-            and status.device == dev
-            and sums.is_contiguous()
-            and mins.is_contiguous()
-            and scratch.is_contiguous()
-            and status.is_contiguous()
-        ):
-            return g
-    except Exception:  # noqa: S110 - the detailed checks below raise the right error
-        pass
-    return _check_tree_slow(tree)
-
-
-def _check_tree_slow(tree: SumTree) -> Geometry:
-    if not isinstance(tree, SumTree):
-        raise TypeError(f"tree must be a tritonrl.kernels.sumtree.SumTree, got {type(tree).__name__}")
-    scratch = tree.scratch
-    P = scratch.shape[0] if isinstance(scratch, torch.Tensor) and scratch.dim() == 1 else 0
-    if P < FANOUT or P & (P - 1):
-        raise ValueError(
-            f"tree.scratch must have shape [P] with P a power of two >= {FANOUT}, "
-            f"got {tuple(getattr(scratch, 'shape', ()))}"
-        )
-    g = geometry(P)
-    expected = {
-        "sums": ((g.sum_size,), torch.float32),
-        "mins": ((g.min_size,), torch.float32),
-        "scratch": ((g.P,), torch.int32),
-        "max_priority": ((1,), torch.float32),
-        "status": ((2,), torch.int32),
-    }
-    for name, (shape, dtype) in expected.items():
-        t = getattr(tree, name)
-        if not isinstance(t, torch.Tensor) or t.dtype != dtype:
-            raise TypeError(
-                f"tree.{name} must be a {dtype} tensor, got {getattr(t, 'dtype', type(t).__name__)}"
-            )
-        if tuple(t.shape) != shape:
-            raise ValueError(f"tree.{name} must have shape {shape}, got {tuple(t.shape)}")
-        if t.device != tree.sums.device:
-            raise ValueError(f"tree.{name} is on {t.device}, tree.sums on {tree.sums.device}")
-        if not t.is_contiguous():
-            raise ValueError(f"tree.{name} must be contiguous")
-    return g
-
-
-def _check_vec(name: str, t: torch.Tensor, dtypes: tuple[torch.dtype, ...], device: torch.device) -> None:
-    if (
-        isinstance(t, torch.Tensor)
-        and t.dtype in dtypes
-        and t.dim() == 1
-        and t.device == device
-        and t.is_contiguous()
-    ):
-        return
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.dtype not in dtypes:
-        raise TypeError(f"{name} must have dtype in {[str(d) for d in dtypes]}, got {t.dtype}")
-    if t.dim() != 1:
-        raise ValueError(f"{name} must be 1-D, got shape {tuple(t.shape)}")
-    if t.device != device:
-        raise ValueError(f"{name} is on {t.device}, the tree on {device}")
-    if not t.is_contiguous():
-        raise ValueError(f"{name} must be contiguous")
-
-
-def _check_size(size: int, P: int) -> None:
-    if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= P:
-        raise ValueError(f"size must be an int in [1, {P}], got {size!r}")
-
-
-def _check_real(name: str, value: float, *, positive: bool = False) -> None:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
-    if value < 0 or (positive and value == 0):
-        raise ValueError(f"{name} must be {'> 0' if positive else '>= 0'}, got {value!r}")
-
-
-_FLOATS = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
-
-
-# ---- public ops --------------------------------------------------------------------------------
-
-
-def per_sample(
-    tree: SumTree, uniforms: torch.Tensor, beta: float, size: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Draw ``B = len(uniforms)`` leaves, one per equal-mass stratum, with their IS weights.
-
-    Stratum ``j`` covers the mass ``[j, j + 1) * total / B``; sample ``j`` takes the leaf whose
-    prefix interval holds ``(j + uniforms[j]) * (total * f32(1/B))``. Every backend makes the same
-    f32 operations, so the indices are identical for the same uniforms.
-
-    Args:
-        tree: a :class:`SumTree` with at least one non-empty leaf among ``[0, size)``.
-        uniforms: f32 ``[B]`` in ``[0, 1)``, on the tree's device.
-        beta: importance-sampling exponent >= 0.
-        size: leaves ``[0, size)`` are stored; indices are clamped below ``size``.
-
-    Returns:
-        ``(indices, weights)``: int64 ``[B]`` and f32 ``[B]``, ``weights = (leaf / min_leaf)**-beta``
-        (the largest possible weight is 1).
-
-    Raises:
-        TypeError / ValueError: wrong dtype, shape, device, or an invalid ``beta`` / ``size``.
-    """
-    g = _check_tree(tree)
-    _check_vec("uniforms", uniforms, (torch.float32,), tree.sums.device)
-    _check_real("beta", beta)
-    _check_size(size, g.P)
-    return SUMTREE_SAMPLE(tree.sums.device, tree, uniforms, float(beta), size)
-
-
-def per_update(
-    tree: SumTree, indices: torch.Tensor, td_errors: torch.Tensor, *, alpha: float, eps: float, size: int
-) -> None:
-    """Set ``leaf[indices[k]] = (|td_errors[k]| + eps) ** alpha`` and recompute the ancestors.
-
-    The batch is validated on the device: if any priority is NaN or infinite, or any index lies
-    outside ``[0, size)``, nothing changes except ``tree.status`` (``[0] += 1``, ``[1]`` =
-    :data:`BAD_PRIORITY` | :data:`BAD_INDEX` bits); read it to raise (a sync on CUDA). Otherwise
-    ``tree.max_priority`` becomes ``max(max_priority, max_k |td_k| + eps)``. Duplicate indices:
-    the last occurrence wins, identically on every backend.
-
-    Args:
-        tree: a :class:`SumTree`.
-        indices: int64 ``[B]``.
-        td_errors: float ``[B]`` (f32, bf16, f16 or f64; read as f32).
-        alpha: priority exponent >= 0. eps: added to ``|td|``, > 0. size: stored leaves.
-
-    Raises:
-        TypeError / ValueError: metadata (dtype, shape, device, lengths) or arguments are wrong.
-    """
-    g = _check_tree(tree)
-    dev = tree.sums.device
-    _check_vec("indices", indices, (torch.int64,), dev)
-    _check_vec("td_errors", td_errors, _FLOATS, dev)
-    if td_errors.shape[0] != indices.shape[0]:
-        raise ValueError(f"td_errors has {td_errors.shape[0]} entries, indices {indices.shape[0]}")
-    _check_real("alpha", alpha)
-    _check_real("eps", eps, positive=True)
-    _check_size(size, g.P)
-    SUMTREE_UPDATE(dev, tree, indices, td_errors, float(alpha), float(eps), size)
-
-
-def per_insert(tree: SumTree, start: int, count: int, *, alpha: float) -> None:
-    """Give leaves ``start .. start + count - 1`` the value ``max_priority ** alpha`` (new
-    transitions) and recompute their ancestors; each level's touched nodes are one range.
-
-    Raises:
-        TypeError / ValueError: the tree's metadata, the range (within ``[0, P)``) or ``alpha``
-            is wrong.
-    """
-    g = _check_tree(tree)
-    for name, v in (("start", start), ("count", count)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-            raise ValueError(f"{name} must be a non-negative int, got {v!r}")
-    if start + count > g.P:
-        raise ValueError(f"leaves {start} .. {start + count - 1} exceed the tree's {g.P} leaves")
-    _check_real("alpha", alpha)
-    SUMTREE_INSERT(tree.sums.device, tree, start, count, float(alpha))
-
-
-def rebuild(tree: SumTree, *, exact: bool = False) -> None:
-    """Recompute all prefix rows and min nodes from the leaves in place (vectorised torch on any
-    device; write both ``leaves(tree)`` and ``tree.mins[:P]`` (+inf where empty) first).
-
-    ``exact=False`` reproduces the trees the updates maintain bit for bit (use it after writing
-    leaves directly, e.g. when loading). ``exact=True`` accumulates every row from unrounded f64
-    totals and rounds each stored value once, so the root's total is an f64 sum of the leaves
-    rounded once to f32.
-    """
-    _check_tree(tree)
-    rebuild_ref(tree, exact)

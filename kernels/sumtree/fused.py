@@ -1,4 +1,4 @@
-"""Triton kernels of the prioritized-replay sum tree (layout: :mod:`tritonrl.kernels.sumtree.naive`).
+"""Triton kernels of the prioritized-replay sum tree (layout: :mod:`tritonrl.kernels.sumtree.reference`).
 
 - ``_per_sample_kernel``: stratified sampling for a whole batch in one launch; each lane
   descends the prefix rows (a ``[32]`` row load, a count and one subtraction per level) and
@@ -24,7 +24,8 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from tritonrl.kernels.sumtree.naive import FANOUT, FANOUT_LOG2, ROW, SumTree, geometry
+from torch import empty
+from tritonrl.kernels.sumtree.reference import FANOUT, FANOUT_LOG2, ROW, SumTree, geometry
 
 __all__ = ["per_insert_triton", "per_sample_triton", "per_update_triton"]
 
@@ -294,8 +295,8 @@ def per_sample_triton(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     B = uniforms.shape[0]
     g = geometry(tree.scratch.shape[0])
-    idx = torch.empty(B, dtype=torch.int64, device=uniforms.device)
-    w = torch.empty(B, dtype=torch.float32, device=uniforms.device)
+    idx = empty(B, dtype=torch.int64, device=uniforms.device)
+    w = empty(B, dtype=torch.float32, device=uniforms.device)
     if B == 0:
         return idx, w
     inv_b = float(torch.tensor(1.0 / B, dtype=torch.float32))  # the f32 value the reference uses

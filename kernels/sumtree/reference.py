@@ -1,4 +1,5 @@
-"""Torch reference of the prioritized-replay sum tree: the specification, test oracle and CPU path.
+"""Torch reference of the prioritized-replay sum tree: the specification, test oracle and the tuned
+CPU path (vectorised over the batch; cached work buffers).
 
 Layout (shared with the Triton kernels in :mod:`tritonrl.kernels.sumtree.fused`). ``P`` is a power of two
 >= the capacity, at least ``F = 32`` (the fan-out); ``L = ceil(log2(P) / 5)`` levels of rows.

@@ -1,0 +1,269 @@
+"""The sum-tree ops: validation, dispatch and the public functions. Imports no triton.
+
+A :class:`SumTree` holds a 32-ary f32 sum tree of prefix rows and a 32-ary f32 min tree over the
+leaf values ``p_i ** alpha`` (layout and accuracy argument: :mod:`tritonrl.kernels.sumtree.reference`; rows
+are recomputed from their children, nothing drifts). Four levels cover a million leaves, so the
+eager CPU path runs a few ops per level over few levels.
+
+Ops (each one :class:`~tritonrl.kernels.backend.KernelOp`: Triton on CUDA, torch reference on CPU):
+
+- :func:`per_sample` -- ``B`` stratified samples by tree descent in one launch, with the
+  importance weights ``(N P(i))**-beta / max_j (N P(j))**-beta = (leaf_i / min_leaf)**-beta``.
+- :func:`per_update` -- new priorities ``|td| + eps`` for a batch of leaves, validated on the
+  device (a bad batch changes nothing and is counted in ``status``); duplicates: last one wins.
+- :func:`per_insert` -- a range of fresh leaves gets the running maximum priority.
+
+:func:`rebuild` recomputes the trees from their leaves (optionally with f64 accumulation).
+"""
+
+from __future__ import annotations
+
+import torch
+from tritonrl.kernels.backend import KernelOp
+from tritonrl.kernels.sumtree.reference import (
+    BAD_INDEX,
+    BAD_PRIORITY,
+    FANOUT,
+    Geometry,
+    SumTree,
+    geometry,
+    per_insert_ref,
+    per_sample_ref,
+    per_update_ref,
+    rebuild_ref,
+)
+from tritonrl.kernels.validate import check_int, check_real, check_tensor
+
+__all__ = [
+    "BAD_INDEX",
+    "BAD_PRIORITY",
+    "FANOUT",
+    "PER_INSERT",
+    "PER_SAMPLE",
+    "PER_UPDATE",
+    "Geometry",
+    "SumTree",
+    "geometry",
+    "leaves",
+    "leaves_for",
+    "new_sumtree",
+    "per_insert",
+    "per_sample",
+    "per_update",
+    "rebuild",
+    "total",
+]
+
+# One name per op: the public function, its KernelOp (upper case) and its registry name agree
+# (``per_sample`` / ``PER_SAMPLE`` / "per_sample", reference ``per_sample_ref``, Triton
+# ``per_sample_triton``).
+PER_SAMPLE = KernelOp("per_sample", per_sample_ref, "tritonrl.kernels.sumtree.fused:per_sample_triton")
+PER_UPDATE = KernelOp("per_update", per_update_ref, "tritonrl.kernels.sumtree.fused:per_update_triton")
+PER_INSERT = KernelOp("per_insert", per_insert_ref, "tritonrl.kernels.sumtree.fused:per_insert_triton")
+
+
+def leaves_for(capacity: int) -> int:
+    """``P``: the number of leaves of a tree holding ``capacity`` items (a power of two >= 32).
+
+    Raises:
+        ValueError: ``capacity`` is not a positive int.
+    """
+    check_int("capacity", capacity, low=1)
+    return max(FANOUT, 1 << (capacity - 1).bit_length())
+
+
+def new_sumtree(capacity: int, device: torch.device | str = "cpu", max_priority: float = 1.0) -> SumTree:
+    """An empty tree for ``capacity`` items on ``device`` (sums 0, mins +inf, scratch -1).
+
+    Raises:
+        ValueError: ``capacity`` is not a positive int or ``max_priority`` is not finite and > 0.
+    """
+    check_real("max_priority", max_priority, positive=True)
+    g = geometry(leaves_for(capacity))
+    return SumTree(
+        sums=torch.zeros(g.sum_size, dtype=torch.float32, device=device),
+        mins=torch.full((g.min_size,), float("inf"), dtype=torch.float32, device=device),
+        scratch=torch.full((g.P,), -1, dtype=torch.int32, device=device),
+        max_priority=torch.full((1,), float(max_priority), dtype=torch.float32, device=device),
+        status=torch.zeros(2, dtype=torch.int32, device=device),
+    )
+
+
+def leaves(tree: SumTree) -> torch.Tensor:
+    """The ``P`` leaf values ``p ** alpha`` (f32 ``[P]``, a view of ``tree.sums``; empty leaves 0)."""
+    return tree.sums[: tree.scratch.shape[0]]
+
+
+def total(tree: SumTree, *, exact: bool = False) -> torch.Tensor:
+    """The sum of all leaves: the root's total (f32, 0-d), or with ``exact=True`` an f64 sum."""
+    if exact:
+        return leaves(tree).sum(dtype=torch.float64)
+    return tree.sums[geometry(tree.scratch.shape[0]).total_offset]
+
+
+# ---- validation (metadata only: never reads tensor data) -------------------------------------
+
+
+_F32, _I32 = torch.float32, torch.int32
+
+
+def _check_tree(tree: SumTree) -> Geometry:
+    # fast path: one expression over the metadata; anything unusual goes to the detailed checks
+    try:
+        sums, mins, scratch, max_p, status = tree
+        g = geometry(scratch.shape[0])
+        dev = sums.device
+        if (
+            type(tree) is SumTree
+            and sums.dtype == _F32
+            and mins.dtype == _F32
+            and scratch.dtype == _I32
+            and max_p.dtype == _F32
+            and status.dtype == _I32
+            and sums.shape == (g.sum_size,)
+            and mins.shape == (g.min_size,)
+            and scratch.dim() == 1
+            and max_p.shape == (1,)
+            and status.shape == (2,)
+            and mins.device == dev
+            and scratch.device == dev
+            and max_p.device == dev
+            and status.device == dev
+            and sums.is_contiguous()
+            and mins.is_contiguous()
+            and scratch.is_contiguous()
+            and status.is_contiguous()
+        ):
+            return g
+    except Exception:  # noqa: S110 - the detailed checks below raise the right error
+        pass
+    return _check_tree_slow(tree)
+
+
+def _check_tree_slow(tree: SumTree) -> Geometry:
+    if not isinstance(tree, SumTree):
+        raise TypeError(f"tree must be a tritonrl.kernels.sumtree.SumTree, got {type(tree).__name__}")
+    scratch = tree.scratch
+    P = scratch.shape[0] if isinstance(scratch, torch.Tensor) and scratch.dim() == 1 else 0
+    if P < FANOUT or P & (P - 1):
+        raise ValueError(
+            f"tree.scratch must have shape [P] with P a power of two >= {FANOUT}, "
+            f"got {tuple(getattr(scratch, 'shape', ()))}"
+        )
+    g = geometry(P)
+    expected = {
+        "sums": ((g.sum_size,), torch.float32),
+        "mins": ((g.min_size,), torch.float32),
+        "scratch": ((g.P,), torch.int32),
+        "max_priority": ((1,), torch.float32),
+        "status": ((2,), torch.int32),
+    }
+    for name, (shape, dtype) in expected.items():
+        check_tensor(f"tree.{name}", getattr(tree, name), dtype=dtype, shape=shape, device=tree.sums.device,
+                     device_of="tree.sums", contiguous=True)
+    return g
+
+
+def _check_vec(name: str, t: torch.Tensor, dtypes: tuple[torch.dtype, ...], device: torch.device) -> None:
+    check_tensor(name, t, dtype=dtypes, ndim=1, device=device, device_of="tree.sums", contiguous=True)
+
+
+def _check_size(size: int, P: int) -> None:
+    check_int("size", size, low=1, high=P)
+
+
+_FLOATS = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+
+
+# ---- public ops --------------------------------------------------------------------------------
+
+
+def per_sample(
+    tree: SumTree, uniforms: torch.Tensor, beta: float, size: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw ``B = len(uniforms)`` leaves, one per equal-mass stratum, with their IS weights.
+
+    Stratum ``j`` covers the mass ``[j, j + 1) * total / B``; sample ``j`` takes the leaf whose
+    prefix interval holds ``(j + uniforms[j]) * (total * f32(1/B))``. Every backend makes the same
+    f32 operations, so the indices are identical for the same uniforms.
+
+    Args:
+        tree: a :class:`SumTree` with at least one non-empty leaf among ``[0, size)``.
+        uniforms: f32 ``[B]`` in ``[0, 1)``, on the tree's device.
+        beta: importance-sampling exponent >= 0.
+        size: leaves ``[0, size)`` are stored; indices are clamped below ``size``.
+
+    Returns:
+        ``(indices, weights)``: int64 ``[B]`` and f32 ``[B]``, ``weights = (leaf / min_leaf)**-beta``
+        (the largest possible weight is 1).
+
+    Raises:
+        TypeError / ValueError: wrong dtype, shape, device, or an invalid ``beta`` / ``size``.
+    """
+    g = _check_tree(tree)
+    _check_vec("uniforms", uniforms, (torch.float32,), tree.sums.device)
+    check_real("beta", beta)
+    _check_size(size, g.P)
+    return PER_SAMPLE(tree.sums.device, tree, uniforms, float(beta), size)
+
+
+def per_update(
+    tree: SumTree, indices: torch.Tensor, td_errors: torch.Tensor, *, alpha: float, eps: float, size: int
+) -> None:
+    """Set ``leaf[indices[k]] = (|td_errors[k]| + eps) ** alpha`` and recompute the ancestors.
+
+    The batch is validated on the device: if any priority is NaN or infinite, or any index lies
+    outside ``[0, size)``, nothing changes except ``tree.status`` (``[0] += 1``, ``[1]`` =
+    :data:`BAD_PRIORITY` | :data:`BAD_INDEX` bits); read it to raise (a sync on CUDA). Otherwise
+    ``tree.max_priority`` becomes ``max(max_priority, max_k |td_k| + eps)``. Duplicate indices:
+    the last occurrence wins, identically on every backend.
+
+    Args:
+        tree: a :class:`SumTree`.
+        indices: int64 ``[B]``.
+        td_errors: float ``[B]`` (f32, bf16, f16 or f64; read as f32).
+        alpha: priority exponent >= 0. eps: added to ``|td|``, > 0. size: stored leaves.
+
+    Raises:
+        TypeError / ValueError: metadata (dtype, shape, device, lengths) or arguments are wrong.
+    """
+    g = _check_tree(tree)
+    dev = tree.sums.device
+    _check_vec("indices", indices, (torch.int64,), dev)
+    _check_vec("td_errors", td_errors, _FLOATS, dev)
+    if td_errors.shape[0] != indices.shape[0]:
+        raise ValueError(f"td_errors has {td_errors.shape[0]} entries, indices {indices.shape[0]}")
+    check_real("alpha", alpha)
+    check_real("eps", eps, positive=True)
+    _check_size(size, g.P)
+    PER_UPDATE(dev, tree, indices, td_errors, float(alpha), float(eps), size)
+
+
+def per_insert(tree: SumTree, start: int, count: int, *, alpha: float) -> None:
+    """Give leaves ``start .. start + count - 1`` the value ``max_priority ** alpha`` (new
+    transitions) and recompute their ancestors; each level's touched nodes are one range.
+
+    Raises:
+        TypeError / ValueError: the tree's metadata, the range (within ``[0, P)``) or ``alpha``
+            is wrong.
+    """
+    g = _check_tree(tree)
+    check_int("start", start, low=0)
+    check_int("count", count, low=0)
+    if start + count > g.P:
+        raise ValueError(f"leaves {start} .. {start + count - 1} exceed the tree's {g.P} leaves")
+    check_real("alpha", alpha)
+    PER_INSERT(tree.sums.device, tree, start, count, float(alpha))
+
+
+def rebuild(tree: SumTree, *, exact: bool = False) -> None:
+    """Recompute all prefix rows and min nodes from the leaves in place (vectorised torch on any
+    device; write both ``leaves(tree)`` and ``tree.mins[:P]`` (+inf where empty) first).
+
+    ``exact=False`` reproduces the trees the updates maintain bit for bit (use it after writing
+    leaves directly, e.g. when loading). ``exact=True`` accumulates every row from unrounded f64
+    totals and rounds each stored value once, so the root's total is an f64 sum of the leaves
+    rounded once to f32.
+    """
+    _check_tree(tree)
+    rebuild_ref(tree, exact)
