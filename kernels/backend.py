@@ -121,7 +121,7 @@ def interpreting() -> bool:
 @functools.lru_cache(maxsize=1)
 def _triton_import_error() -> str | None:
     try:
-        import triton  # noqa: F401
+        import triton
         import triton.language  # noqa: F401
     except Exception as exc:  # ImportError, or a broken install
         return f"{type(exc).__name__}: {exc}"
@@ -172,7 +172,7 @@ def is_device_failure(exc: BaseException) -> bool:
     try:
         from triton.errors import TritonError
     except Exception:  # triton missing or broken: nothing can be a Triton error
-        TritonError = ()  # type: ignore[assignment]  # noqa: N806
+        TritonError = ()  # type: ignore[assignment]
     if isinstance(exc, TritonError):
         return True
     accelerator_error = getattr(torch, "AcceleratorError", None)

@@ -135,7 +135,7 @@ def _check_tree(tree: SumTree) -> Geometry:
             and status.is_contiguous()
         ):
             return g
-    except Exception:  # noqa: S110 - the detailed checks below raise the right error
+    except Exception:  # the detailed checks below raise the right error
         pass
     return _check_tree_slow(tree)
 
