@@ -59,7 +59,7 @@ class Toy:
         self.reward_sum = state["reward_sum"].clone()
 
 
-def _run(run_dir: Path, **kw: Any) -> dict[str, Any]:
+def _run(run_dir: Path, should_stop: Any = None, **kw: Any) -> dict[str, Any]:
     # flushes at 64, 96 (checkpoint), 128, 192 (checkpoint; eval/mean_return first appears: a
     # rewrite), 256, 288 (checkpoint), 320, 384, 400
     env = make_vec_env("CartPole-v1", 4, seed=7)
@@ -68,7 +68,7 @@ def _run(run_dir: Path, **kw: Any) -> dict[str, Any]:
                             "tensorboard": False, "plot": False}
     opts.update(kw)
     try:
-        return run_training(Toy(), env, OnPolicySchedule(8), LoopConfig(**opts))
+        return run_training(Toy(), env, OnPolicySchedule(8), LoopConfig(**opts), should_stop=should_stop)
     finally:
         env.close()
 
@@ -430,3 +430,19 @@ def test_checkpoint_minutes_must_be_a_finite_number(minutes: str, tmp_path: Path
     assert capsys.readouterr().err.strip().splitlines() == [
         f"error: --checkpoint-minutes must be a finite number >= 0, got {float(minutes)}"]
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("at", [64, 72, 96])  # on a log flush, between flushes, on a checkpoint
+def test_a_stop_request_writes_each_step_once_and_saves_there(at: int, tmp_path: Path) -> None:
+    """``should_stop`` (a signal) at a step that was just flushed (or saved) adds no second row."""
+    steps: list[int] = []
+
+    def should_stop() -> bool:
+        steps.append(0)
+        return len(steps) * 4 >= at  # 4 envs: the k-th poll is at step 4k
+
+    summary = _run(tmp_path, should_stop=should_stop)
+    assert summary["stopped"] == "should_stop" and summary["global_step"] == at
+    rows = [int(r["global_step"]) for r in read_csv(tmp_path / "metrics.csv")]
+    assert len(rows) == len(set(rows)) and rows[-1] == at, rows
+    assert load_checkpoint(tmp_path / "checkpoint.safetensors")["loop"]["step"] == at

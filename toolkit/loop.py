@@ -501,10 +501,10 @@ class _Run:
         early here, else ``None``."""
         cfg = self.cfg
         if should_stop is not None and should_stop() and step < cfg.total_steps and not self.stop:
-            if self.checkpoint_step != step:
+            if self.step_flush != step:  # a flush at this step already wrote its row
                 self.flush_and_check(step)
-                if self.ckpt_path is not None:
-                    self.save()
+            if self.ckpt_path is not None and self.checkpoint_step != step:
+                self.save()
             return "should_stop"
         if cfg.stop_at is not None and step >= cfg.stop_at and step < cfg.total_steps and not self.stop:
             return "stop_at"
