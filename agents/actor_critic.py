@@ -35,7 +35,7 @@ Cores:
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -135,6 +135,9 @@ class _Bounds(nn.Module):
     on the heads' f32 side (after the upcast), where the log-prob corrections are computed.
     """
 
+    center: torch.Tensor  # buffers, f32 [D]
+    scale: torch.Tensor
+
     def __init__(self, low: torch.Tensor, high: torch.Tensor,
                  device: torch.device | str | None = None) -> None:
         super().__init__()
@@ -217,6 +220,10 @@ class GaussianHead(nn.Module):
 
 class _Coupling(nn.Module):
     """One affine coupling layer: ``y_b = x_b * exp(s) + t``, ``(s, t) = net(features, x_a)``."""
+
+    idx_a: torch.Tensor  # buffers, int64: the conditioning and transformed halves, and their inverse order
+    idx_b: torch.Tensor
+    unperm: torch.Tensor
 
     def __init__(self, feature_dim: int, idx_a: list[int], idx_b: list[int], hidden: int,
                  max_log_scale: float, fk: dict[str, Any]) -> None:
@@ -319,7 +326,8 @@ class FlowHead(nn.Module):
         x = _up(y)
         log_det = torch.zeros(x.shape[:-1], dtype=x.dtype, device=x.device)
         for c in reversed(self.couplings):
-            x, ld = c.inverse(feat, x)
+            # self.couplings holds only _Coupling layers (built above); ModuleList is not generic
+            x, ld = cast(_Coupling, c).inverse(feat, x)
             log_det = log_det + ld
         return self._base(feat).log_prob(x).sum(-1) - log_det
 
@@ -488,11 +496,14 @@ class ActorCritic(nn.Module):
     the core and the head were created with.
     """
 
-    def __init__(self, core: nn.Module, head: nn.Module, *, device: torch.device | str | None = None,
+    def __init__(self, core: FeedForwardCore | LSTMCore | Mamba2Core,
+                 head: CategoricalHead | GaussianHead | FlowHead, *, device: torch.device | str | None = None,
                  dtype: torch.dtype | None = None) -> None:
         super().__init__()
-        self.core = core
-        self.head = head
+        # Any: only recurrent cores (LSTMCore, Mamba2Core) have step/sequence/initial_state, and the
+        # ``recurrent`` flag, not the class, picks those calls; no one static type fits every core.
+        self.core: Any = core
+        self.head: CategoricalHead | GaussianHead | FlowHead = head  # sample/evaluate/to_raw on all three
         self.critic = _linear(core.feature_dim, 1, 1.0, _fk(device, dtype))
 
     @property

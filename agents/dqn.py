@@ -233,7 +233,9 @@ class QNetwork(nn.Module):
     def __init__(self, torso: nn.Module, head: nn.Module) -> None:
         super().__init__()
         self.torso = torso
-        self.head = head
+        # Duck-typed: a DuelingHead (``expected_q``) or a BranchingHead (``mask``), as the agent's
+        # action space says; no one static type has both (mypy sees Any here).
+        self.head: Any = head
 
     def forward(self, obs: torch.Tensor, support: torch.Tensor | None = None) -> Any:
         """The head's output; with ``support`` (C51 heads) ``(log_probs, expected_q)`` from the
@@ -355,7 +357,7 @@ class DQNAgent(AgentBase):
             self._target_master = [p.detach().float().clone() for p in self.target.parameters()]
 
         self.buffer = self._build_buffer(cfg, action_shape)
-        self.icm_buffer = None
+        self.icm_buffer: ReplayBuffer | None = None  # set exactly when icm_module is
         if self.icm_module is not None:
             self.icm_optimizer = MasterWeightOptimizer(self.icm_module.parameters(), torch.optim.Adam,
                                                        lr=cfg.icm_lr, fused=True)
@@ -398,8 +400,8 @@ class DQNAgent(AgentBase):
         """Refuse a ``buffer_size`` whose replay (and ICM replay) cannot fit on the device, before
         anything is allocated."""
         buffer_cls = PrioritizedReplayBuffer if cfg.prioritized else ReplayBuffer
-        kw = dict(obs_dtype=self.dtype, action_shape=action_shape, action_dtype=torch.int64,
-                  num_envs=self.num_envs)
+        kw: dict[str, Any] = dict(obs_dtype=self.dtype, action_shape=action_shape, action_dtype=torch.int64,
+                                  num_envs=self.num_envs)
         parts = buffer_cls.memory_bytes(cfg.buffer_size, self.obs_shape, n_step=cfg.n_step, **kw)
         if cfg.icm:
             icm = ReplayBuffer.memory_bytes(cfg.buffer_size, self.obs_shape, **kw)
@@ -407,8 +409,8 @@ class DQNAgent(AgentBase):
         check_memory(f"buffer_size={cfg.buffer_size}", parts, self.device)
 
     def _build_buffer(self, cfg: DQNConfig, action_shape: tuple[int, ...]):
-        kw = dict(device=self.device, num_envs=self.num_envs, n_step=cfg.n_step, gamma=cfg.gamma,
-                  action_shape=action_shape, action_dtype=torch.int64)
+        kw: dict[str, Any] = dict(device=self.device, num_envs=self.num_envs, n_step=cfg.n_step,
+                                  gamma=cfg.gamma, action_shape=action_shape, action_dtype=torch.int64)
         if cfg.prioritized:
             return PrioritizedReplayBuffer(cfg.buffer_size, self.obs_shape, alpha=cfg.per_alpha,
                                            beta=cfg.per_beta, beta_final=cfg.per_beta_final,
@@ -526,6 +528,7 @@ class DQNAgent(AgentBase):
             r_ext = torch.as_tensor(reward, dtype=torch.float32).cpu()
             reward = self.config.extrinsic_coef * r_ext + r_int
             obs, next_obs, action = x, x_next, a
+            assert self.icm_buffer is not None  # created with icm_module
             self.icm_buffer.add(obs, action, reward, next_obs, terminated, truncated)
         self.buffer.add(obs, action, reward, next_obs, terminated, truncated)
         self.env_steps += self.num_envs
@@ -621,6 +624,7 @@ class DQNAgent(AgentBase):
         return metrics
 
     def _update_icm(self) -> dict[str, torch.Tensor]:
+        assert self.icm_module is not None and self.icm_buffer is not None  # called only with ICM on
         batch = self.icm_buffer.sample(self.config.batch_size, generator=self.generator)
         parts = self.icm_module.loss(batch.obs, batch.action, batch.next_obs)
         self.icm_optimizer.zero_grad()
@@ -635,8 +639,8 @@ class DQNAgent(AgentBase):
     def update_target(self) -> None:
         """Copy (``tau == 1``) or Polyak-average (``tau < 1``) the online weights into the target."""
         tau = self.config.tau
-        online = list(self.online.parameters())
-        target = list(self.target.parameters())
+        online: list[torch.Tensor] = list(self.online.parameters())
+        target: list[torch.Tensor] = list(self.target.parameters())
         if tau >= 1.0:
             torch._foreach_copy_(target, online)
         elif self._target_master is None:
@@ -661,6 +665,7 @@ class DQNAgent(AgentBase):
         if self.icm_module is not None:
             state["icm"] = self.icm_module.state_dict()
             state["icm_optimizer"] = self.icm_optimizer.state_dict()
+            assert self.icm_buffer is not None  # created with icm_module
             state["icm_replay"] = self.icm_buffer.state_dict()
         return state
 
@@ -679,6 +684,7 @@ class DQNAgent(AgentBase):
             check_module_tensors(self.icm_module, state["icm"], where=f"{where} (ICM)")
             self.icm_optimizer.check_state_dict(section(state, "icm_optimizer", where,
                                                         "the ICM optimizer state"))
+            assert self.icm_buffer is not None  # created with icm_module
             staged["icm_replay"] = self.icm_buffer.parse_state(
                 section(state, "icm_replay", where, "the ICM replay buffer"))
         masters = state.get("target_master")
@@ -705,6 +711,7 @@ class DQNAgent(AgentBase):
             load_into_module(self.icm_module, state["icm"])
             self.icm_optimizer.load_state_dict(state["icm_optimizer"])
             self.icm_optimizer.set_lr(self.config.icm_lr)
+            assert self.icm_buffer is not None  # created with icm_module
             self.icm_buffer.apply_state(staged["icm_replay"])
 
 

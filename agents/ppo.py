@@ -43,7 +43,6 @@ from typing import Any, Literal
 
 import gymnasium as gym
 import torch
-from torch import nn
 from tritonrl.agents.actor_critic import (
     ActorCritic,
     CategoricalHead,
@@ -246,10 +245,15 @@ class PPOAgent(AgentBase):
         self.optimizer = MasterWeightOptimizer(self.policy.parameters(), torch.optim.Adam, lr=cfg.lr,
                                                eps=cfg.adam_eps)
         discrete = isinstance(action_space, gym.spaces.Discrete)
-        action_shape = () if discrete else tuple(action_space.shape)
         squashed = cfg.policy == "flow" or cfg.squash
-        rule = (ActionRule.discrete(int(action_space.n)) if discrete else
-                ActionRule.box(action_space.low, action_space.high, bounded=squashed))
+        action_shape: tuple[int, ...]
+        if isinstance(action_space, gym.spaces.Discrete):
+            action_shape = ()
+            rule = ActionRule.discrete(int(action_space.n))
+        else:
+            assert isinstance(action_space, gym.spaces.Box)  # _build_policy accepts Discrete or flat Box only
+            action_shape = tuple(action_space.shape)
+            rule = ActionRule.box(action_space.low, action_space.high, bounded=squashed)
         self.inputs = InputGuard("PPOAgent", rule)
         """The checks of ``act``/``observe`` inputs (:class:`tritonrl.toolkit.checks.InputGuard`); its
         ``mode``
@@ -280,18 +284,21 @@ class PPOAgent(AgentBase):
         if not (discrete or box):
             raise ValueError(f"PPO supports Discrete and flat Box action spaces, got {space}")
         # Every module is created on the device in the training dtype (DESIGN section 2): no cast.
-        fk = {"device": self.device, "dtype": self.dtype}
+        fk: dict[str, Any] = {"device": self.device, "dtype": self.dtype}
+        core: FeedForwardCore | LSTMCore | Mamba2Core
         if cfg.policy in ("discrete", "continuous", "flow"):
-            core: nn.Module = FeedForwardCore(self.obs_dim, cfg.hidden, **fk)
+            core = FeedForwardCore(self.obs_dim, cfg.hidden, **fk)
         elif cfg.policy == "lstm":
             core = LSTMCore(self.obs_dim, cfg.hidden, cfg.memory_size, **fk)
         else:
             core = Mamba2Core(self.obs_dim, cfg.memory_size, d_state=cfg.mamba_d_state,
                               headdim=cfg.mamba_headdim, expand=cfg.mamba_expand, **fk)
         feat = core.feature_dim
-        if discrete:
-            head: nn.Module = CategoricalHead(feat, int(space.n), **fk)
+        head: CategoricalHead | GaussianHead | FlowHead
+        if isinstance(space, gym.spaces.Discrete):
+            head = CategoricalHead(feat, int(space.n), **fk)
         else:
+            assert isinstance(space, gym.spaces.Box)  # refused above unless Discrete or flat Box
             low = torch.as_tensor(space.low, dtype=torch.float32)
             high = torch.as_tensor(space.high, dtype=torch.float32)
             bounded = bool(torch.isfinite(low).all() and torch.isfinite(high).all())
@@ -619,6 +626,7 @@ class _GreedyPolicy:
         if self.starts is None or self.starts.shape[0] != x.shape[0]:
             self.reset(torch.ones(x.shape[0], dtype=torch.bool))
         env_a, _, _, _, self.state = self.agent.policy.act(x, self.state, self.starts, True)
+        assert self.starts is not None  # set by reset() above when it was None
         self.starts = torch.zeros_like(self.starts)
         return env_a
 

@@ -22,6 +22,7 @@ iteration per training forward), which bounds each layer's Lipschitz constant.
 from __future__ import annotations
 
 import math
+from typing import TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -44,6 +45,7 @@ __all__ = [
 TORSO_KINDS = ("mlp", "resmlp", "attention")
 NORMS = ("none", "rmsnorm")
 ACTIVATIONS = {"relu": torch.relu, "tanh": torch.tanh}
+_LinearT = TypeVar("_LinearT", bound="nn.Linear | SpectralLinear")
 
 
 def init_orthogonal_(weight: torch.Tensor, gain: float = 1.0) -> torch.Tensor:
@@ -62,11 +64,12 @@ def init_orthogonal_(weight: torch.Tensor, gain: float = 1.0) -> torch.Tensor:
         return weight.copy_(nn.init.orthogonal_(full, gain))
 
 
-def init_linear_(layer: nn.Module, gain: float) -> nn.Module:
+def init_linear_(layer: _LinearT, gain: float) -> _LinearT:
     """Orthogonal weight with ``gain`` and zero bias for a linear ``layer`` (in place); returns it."""
     init_orthogonal_(layer.weight, gain)
-    if getattr(layer, "bias", None) is not None:
-        nn.init.zeros_(layer.bias)
+    bias = getattr(layer, "bias", None)
+    if bias is not None:
+        nn.init.zeros_(bias)
     return layer
 
 
@@ -81,6 +84,10 @@ class SpectralLinear(nn.Module):
 
     Shapes: ``x [..., in_features] -> [..., out_features]``, in the parameter dtype.
     """
+
+    weight: torch.Tensor  # nn.Parameters (taken from an nn.Linear, whose attributes torch types as Tensor)
+    bias: torch.Tensor | None
+    u: torch.Tensor  # buffer: the left singular vector estimate [out_features]
 
     def __init__(
         self,
@@ -122,7 +129,7 @@ class SpectralLinear(nn.Module):
 
 def _linear(
     n_in: int, n_out: int, spectral: bool, device: torch.device | str | None, dtype: torch.dtype | None
-) -> nn.Module:
+) -> nn.Linear | SpectralLinear:
     if spectral:
         return SpectralLinear(n_in, n_out, device=device, dtype=dtype)
     return nn.Linear(n_in, n_out, device=device, dtype=dtype)
@@ -348,7 +355,7 @@ def build_torso(
     heads: int = 2,
     device: torch.device | str | None = None,
     dtype: torch.dtype | None = None,
-) -> nn.Module:
+) -> MLPTorso | ResidualMLPTorso | AttentionTorso:
     """A torso for observations of shape ``obs_shape``; its feature size is ``.out_features``.
 
     Raises:
