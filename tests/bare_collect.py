@@ -36,12 +36,12 @@ ROOT = Path(__file__).resolve().parents[1]
 # today (noisy head 45, sum tree 26, mamba2 15, harness 8, noisy modules 2, replay 1); the floor
 # leaves room for a parametrisation being trimmed, the per-file check catches a file dropping out.
 KERNEL_FILES = (
-    "tests/test_harness.py",
-    "tests/test_mamba2_kernels.py",
-    "tests/test_noisy_head.py",
-    "tests/test_noisy_head_modules.py",
-    "tests/test_replay.py",
-    "tests/test_sumtree.py",
+    "tests/kernels/test_harness.py",
+    "tests/kernels/test_mamba2_kernels.py",
+    "tests/kernels/test_noisy_head.py",
+    "tests/agents/test_noisy_head_modules.py",
+    "tests/toolkit/test_replay.py",
+    "tests/kernels/test_sumtree.py",
 )
 MIN_GPU_TESTS = 90
 

@@ -15,7 +15,7 @@ limit (sm_90: 227 KiB, sm_80: 163 KiB, sm_75: 64 KiB).
 Cases: the GPU shapes of benchmarks/noisy_dueling.py, benchmarks/mamba2_scan.py and
 benchmarks/replay.py, plus small ones (acting batches, the actor-critic's Mamba2 block, every
 optional input switched on). ``--quick`` takes a subset that still reaches every kernel and
-every launch-config branch (what tests/test_aot_compile.py runs in CI).
+every launch-config branch (what tests/kernels/test_aot_compile.py runs in CI).
 
 Run without ``TRITON_INTERPRET`` (under the interpreter ``@triton.jit`` makes no compilable
 kernels)::

@@ -34,7 +34,7 @@ import pytest
 import torch
 from tritonrl.toolkit.cli import main
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SMALL = ("--no-progress", "--no-tensorboard", "--steps", "64", "--eval-episodes", "2")
 
 

@@ -54,11 +54,11 @@ def test_gpu_flag_without_cuda_fails_loudly() -> None:
 
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA: --gpu is valid here")
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "--gpu", "-q", "-p", "no:cacheprovider",
-         str(root / "tests" / "test_precision.py")],
+         str(root / "tests" / "toolkit" / "test_precision.py")],
         capture_output=True, text=True, cwd=root, env=env, timeout=120,
     )
     assert proc.returncode != 0

@@ -148,7 +148,7 @@ def test_training_docs_list_exactly_the_resumable_fields() -> None:
     from tritonrl.agents.dqn import DQNConfig
     from tritonrl.agents.ppo import PPOConfig
 
-    page = (Path(__file__).parent.parent / "docs" / "pages" / "training.md").read_text()
+    page = (Path(__file__).resolve().parents[2] / "docs" / "pages" / "training.md").read_text()
     for family, cls in (("DQN", DQNConfig), ("PPO", PPOConfig)):
         match = re.search(rf"^- {family} family: (.+)$", page, re.M)
         assert match, f"training.md lists no resumable fields for the {family} family"

@@ -18,7 +18,7 @@ pytest.importorskip("gymnasium")
 from tritonrl.toolkit.checkpoint import load_checkpoint
 from tritonrl.toolkit.cli import main
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--agent", "ppo", "--env", "CartPole-v1", "--num-envs", "2", "--set", "num_steps=16",
         "--set", "hidden=16", "--eval-every", "0", "--eval-episodes", "1", "--log-every", "64",
         "--no-progress", "--no-tensorboard"]

@@ -18,7 +18,7 @@ import pytest
 
 pytest.importorskip("triton")
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # Every @triton.jit kernel that a launcher starts (helpers such as `dot` are inlined into these).
 KERNELS = {

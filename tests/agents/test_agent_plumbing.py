@@ -19,7 +19,7 @@ gym = pytest.importorskip("gymnasium")
 from tritonrl.toolkit.checkpoint import CheckpointError, load_checkpoint, save_checkpoint  # noqa: E402
 from tritonrl.toolkit.config import Config, apply_overrides, check_config_dict  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BOUNDED = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
 DQN_SMALL = {"torso_width": 8, "torso_depth": 1, "buffer_size": 32, "batch_size": 4, "learning_starts": 0}
 PPO_SMALL = {"hidden": (8,), "num_steps": 4, "num_minibatches": 1, "update_epochs": 1}
