@@ -90,24 +90,32 @@ def squash_log_det(u: torch.Tensor, log_scale: torch.Tensor) -> torch.Tensor:
 
 def _rsample(normal: torch.distributions.Normal, generator: torch.Generator | None) -> torch.Tensor:
     """A reparameterised sample ``mean + std * eps`` with ``eps`` drawn from ``generator``."""
-    eps = torch.randn(normal.mean.shape, generator=generator, device=normal.mean.device,
-                      dtype=normal.mean.dtype)
+    eps = torch.randn(
+        normal.mean.shape, generator=generator, device=normal.mean.device, dtype=normal.mean.dtype
+    )
     return normal.mean + normal.stddev * eps
 
 
 class CategoricalHead(nn.Module):
     """Logits from features; categorical distribution over ``n`` actions (f32)."""
 
-    def __init__(self, feature_dim: int, n: int, *, device: torch.device | str | None = None,
-                 dtype: torch.dtype | None = None) -> None:
+    def __init__(
+        self,
+        feature_dim: int,
+        n: int,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
         super().__init__()
         self.logits = _linear(feature_dim, n, 0.01, _fk(device, dtype))
 
     def _dist(self, feat: torch.Tensor) -> torch.distributions.Categorical:
         return torch.distributions.Categorical(logits=_up(self.logits(feat)), validate_args=False)
 
-    def sample(self, feat: torch.Tensor, deterministic: bool, generator: torch.Generator | None = None
-               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def sample(
+        self, feat: torch.Tensor, deterministic: bool, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(env_action [B] int64, raw_action [B] int64, logprob [B] f32)`` (Gumbel-max sampling)."""
         dist = self._dist(feat)
         if deterministic:
@@ -117,8 +125,13 @@ class CategoricalHead(nn.Module):
             a = (dist.logits - torch.log(-torch.log(u))).argmax(-1)
         return a, a, dist.log_prob(a)
 
-    def evaluate(self, feat: torch.Tensor, raw: torch.Tensor, generator: torch.Generator | None = None,
-                 entropy_grad: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    def evaluate(
+        self,
+        feat: torch.Tensor,
+        raw: torch.Tensor,
+        generator: torch.Generator | None = None,
+        entropy_grad: bool = True,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(logprob, entropy)`` of stored actions, f32 (exact entropy)."""
         dist = self._dist(feat)
         return dist.log_prob(raw), dist.entropy()
@@ -138,8 +151,9 @@ class _Bounds(nn.Module):
     center: torch.Tensor  # buffers, f32 [D]
     scale: torch.Tensor
 
-    def __init__(self, low: torch.Tensor, high: torch.Tensor,
-                 device: torch.device | str | None = None) -> None:
+    def __init__(
+        self, low: torch.Tensor, high: torch.Tensor, device: torch.device | str | None = None
+    ) -> None:
         super().__init__()
         low = torch.as_tensor(low, dtype=torch.float32, device=device)
         high = torch.as_tensor(high, dtype=torch.float32, device=device)
@@ -171,9 +185,18 @@ class GaussianHead(nn.Module):
         dtype: the parameter dtype (default ``training_dtype(device)``).
     """
 
-    def __init__(self, feature_dim: int, action_dim: int, low: torch.Tensor, high: torch.Tensor, *,
-                 squash: bool = False, log_std_init: float = 0.0, device: torch.device | str | None = None,
-                 dtype: torch.dtype | None = None) -> None:
+    def __init__(
+        self,
+        feature_dim: int,
+        action_dim: int,
+        low: torch.Tensor,
+        high: torch.Tensor,
+        *,
+        squash: bool = False,
+        log_std_init: float = 0.0,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
         super().__init__()
         fk = _fk(device, dtype)
         self.mean = _linear(feature_dim, action_dim, 0.01, fk)
@@ -187,8 +210,9 @@ class GaussianHead(nn.Module):
         mean = _up(self.mean(feat))
         return torch.distributions.Normal(mean, _up(self.log_std).exp().expand_as(mean), validate_args=False)
 
-    def sample(self, feat: torch.Tensor, deterministic: bool, generator: torch.Generator | None = None
-               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def sample(
+        self, feat: torch.Tensor, deterministic: bool, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(env_action [B, D] f32, raw_action u [B, D] f32, logprob [B] f32)``."""
         normal = self._normal(feat)
         u = normal.mean if deterministic else _rsample(normal, generator).detach()
@@ -197,8 +221,13 @@ class GaussianHead(nn.Module):
             return u, u, logp
         return self.bounds.squash(u), u, logp - self.bounds.log_det(u)
 
-    def evaluate(self, feat: torch.Tensor, raw: torch.Tensor, generator: torch.Generator | None = None,
-                 entropy_grad: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    def evaluate(
+        self,
+        feat: torch.Tensor,
+        raw: torch.Tensor,
+        generator: torch.Generator | None = None,
+        entropy_grad: bool = True,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(logprob, entropy)`` of raw actions, f32. Squashed: no closed form; the entropy is a
         one-sample estimate ``-log pi`` of a reparameterised fresh sample, or, with
         ``entropy_grad=False`` (no entropy bonus), the cheap detached ``-log pi`` of ``raw``."""
@@ -225,8 +254,15 @@ class _Coupling(nn.Module):
     idx_b: torch.Tensor
     unperm: torch.Tensor
 
-    def __init__(self, feature_dim: int, idx_a: list[int], idx_b: list[int], hidden: int,
-                 max_log_scale: float, fk: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        feature_dim: int,
+        idx_a: list[int],
+        idx_b: list[int],
+        hidden: int,
+        max_log_scale: float,
+        fk: dict[str, Any],
+    ) -> None:
         super().__init__()
         dev = fk["device"]
         self.register_buffer("idx_a", torch.tensor(idx_a, dtype=torch.long, device=dev), persistent=False)
@@ -235,8 +271,11 @@ class _Coupling(nn.Module):
         order = torch.tensor(idx_a + idx_b, dtype=torch.long, device=dev)
         self.register_buffer("unperm", torch.argsort(order), persistent=False)
         self.split = bool(idx_a)
-        self.net = nn.Sequential(_linear(feature_dim + len(idx_a), hidden, math.sqrt(2), fk), nn.Tanh(),
-                                 _linear(hidden, 2 * len(idx_b), 0.0, fk))  # identity at init
+        self.net = nn.Sequential(
+            _linear(feature_dim + len(idx_a), hidden, math.sqrt(2), fk),
+            nn.Tanh(),
+            _linear(hidden, 2 * len(idx_b), 0.0, fk),
+        )  # identity at init
         self.max_log_scale = max_log_scale
 
     def _scale_shift(self, feat: torch.Tensor, x_a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -290,10 +329,20 @@ class FlowHead(nn.Module):
         dtype: the parameter dtype (default ``training_dtype(device)``).
     """
 
-    def __init__(self, feature_dim: int, action_dim: int, low: torch.Tensor, high: torch.Tensor, *,
-                 layers: int = 4, hidden: int = 64, log_std_init: float = 0.0,
-                 max_log_scale: float = 2.0, device: torch.device | str | None = None,
-                 dtype: torch.dtype | None = None) -> None:
+    def __init__(
+        self,
+        feature_dim: int,
+        action_dim: int,
+        low: torch.Tensor,
+        high: torch.Tensor,
+        *,
+        layers: int = 4,
+        hidden: int = 64,
+        log_std_init: float = 0.0,
+        max_log_scale: float = 2.0,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
         super().__init__()
         fk = _fk(device, dtype)
         self.base_mean = _linear(feature_dim, action_dim, 0.01, fk)
@@ -331,8 +380,9 @@ class FlowHead(nn.Module):
             log_det = log_det + ld
         return self._base(feat).log_prob(x).sum(-1) - log_det
 
-    def sample(self, feat: torch.Tensor, deterministic: bool, generator: torch.Generator | None = None
-               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def sample(
+        self, feat: torch.Tensor, deterministic: bool, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(env_action [B, D] f32, raw y [B, D] f32, logprob [B] f32)``.
 
         Deterministic: the base mean pushed through the flow (not the exact mode of the flow).
@@ -343,8 +393,13 @@ class FlowHead(nn.Module):
         logp = base.log_prob(z).sum(-1) - log_det - self.bounds.log_det(y)
         return self.bounds.squash(y), y, logp
 
-    def evaluate(self, feat: torch.Tensor, raw: torch.Tensor, generator: torch.Generator | None = None,
-                 entropy_grad: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    def evaluate(
+        self,
+        feat: torch.Tensor,
+        raw: torch.Tensor,
+        generator: torch.Generator | None = None,
+        entropy_grad: bool = True,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(logprob, entropy)``: exact log-prob of stored ``y``; the entropy is estimated as ``-log pi``
         of a reparameterised fresh sample, or, with ``entropy_grad=False``, the detached ``-log pi(raw)``."""
         logp = self.log_prob_raw(feat, raw) - self.bounds.log_det(_up(raw))
@@ -374,8 +429,14 @@ class FeedForwardCore(nn.Module):
 
     recurrent = False
 
-    def __init__(self, obs_dim: int, hidden: tuple[int, ...], *, device: torch.device | str | None = None,
-                 dtype: torch.dtype | None = None) -> None:
+    def __init__(
+        self,
+        obs_dim: int,
+        hidden: tuple[int, ...],
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
         super().__init__()
         fk = _fk(device, dtype)
         self.actor = _tanh_mlp(obs_dim, hidden, fk)
@@ -404,8 +465,15 @@ class LSTMCore(nn.Module):
     recurrent = True
     supports_initial_state = True  # sequences may start from a stored memory
 
-    def __init__(self, obs_dim: int, hidden: tuple[int, ...], size: int, *,
-                 device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> None:
+    def __init__(
+        self,
+        obs_dim: int,
+        hidden: tuple[int, ...],
+        size: int,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
         super().__init__()
         fk = _fk(device, dtype)
         self.encoder = _tanh_mlp(obs_dim, hidden, fk)
@@ -424,14 +492,16 @@ class LSTMCore(nn.Module):
         z = torch.zeros(batch, self.size, dtype=w.dtype, device=w.device)
         return z, z.clone()
 
-    def step(self, x: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor], starts: torch.Tensor
-             ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    def step(
+        self, x: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor], starts: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """One step: ``x [B, obs_dim]``, ``starts [B]`` bool -> ``(actor feat, critic feat, new state)``."""
         h, c = self.cell(self.encoder(x), _mask_state(state, starts))
         return h, h, (h, c)
 
-    def sequence(self, x: torch.Tensor, starts: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor]
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    def sequence(
+        self, x: torch.Tensor, starts: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """``x [B, L, obs_dim]``, ``starts [B, L]``, state at step 0 -> features ``[B, L, size]`` (x2)."""
         enc = self.encoder(x)
         out = []
@@ -454,14 +524,31 @@ class Mamba2Core(nn.Module):
     recurrent = True
     supports_initial_state = True
 
-    def __init__(self, obs_dim: int, d_model: int, *, d_state: int = 16, d_conv: int = 4, expand: int = 2,
-                 headdim: int = 16, chunk_size: int = 64, device: torch.device | str | None = None,
-                 dtype: torch.dtype | None = None) -> None:
+    def __init__(
+        self,
+        obs_dim: int,
+        d_model: int,
+        *,
+        d_state: int = 16,
+        d_conv: int = 4,
+        expand: int = 2,
+        headdim: int = 16,
+        chunk_size: int = 64,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
         super().__init__()
         fk = _fk(device, dtype)
         self.encoder = _linear(obs_dim, d_model, math.sqrt(2), fk)
-        self.block = Mamba2Block(d_model, d_state=d_state, d_conv=d_conv, expand=expand, headdim=headdim,
-                                 chunk_size=chunk_size, **fk)
+        self.block = Mamba2Block(
+            d_model,
+            d_state=d_state,
+            d_conv=d_conv,
+            expand=expand,
+            headdim=headdim,
+            chunk_size=chunk_size,
+            **fk,
+        )
         self.norm = nn.LayerNorm(d_model, **fk)
         self.feature_dim = d_model
 
@@ -469,16 +556,18 @@ class Mamba2Core(nn.Module):
         """The block's zero state for ``batch`` rows."""
         return self.block.initial_state(batch)
 
-    def step(self, x: torch.Tensor, state: Any, starts: torch.Tensor
-             ) -> tuple[torch.Tensor, torch.Tensor, Any]:
+    def step(
+        self, x: torch.Tensor, state: Any, starts: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, Any]:
         """One step with memory reset where ``starts``: ``x [B, obs_dim]`` -> ``(feat, feat, state)``."""
         u = torch.tanh(self.encoder(x))
         y, state = self.block.step(u, state, starts)
         feat = self.norm(u + y)
         return feat, feat, state
 
-    def sequence(self, x: torch.Tensor, starts: torch.Tensor, state: Any
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    def sequence(
+        self, x: torch.Tensor, starts: torch.Tensor, state: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """``x [B, L, obs_dim]``, ``starts [B, L]``, memory at step 0 -> features ``[B, L, d_model]``
         (twice: actor and critic share them)."""
         u = torch.tanh(self.encoder(x))
@@ -496,9 +585,14 @@ class ActorCritic(nn.Module):
     the core and the head were created with.
     """
 
-    def __init__(self, core: FeedForwardCore | LSTMCore | Mamba2Core,
-                 head: CategoricalHead | GaussianHead | FlowHead, *, device: torch.device | str | None = None,
-                 dtype: torch.dtype | None = None) -> None:
+    def __init__(
+        self,
+        core: FeedForwardCore | LSTMCore | Mamba2Core,
+        head: CategoricalHead | GaussianHead | FlowHead,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
         super().__init__()
         # Any: only recurrent cores (LSTMCore, Mamba2Core) have step/sequence/initial_state, and the
         # ``recurrent`` flag, not the class, picks those calls; no one static type fits every core.
@@ -521,8 +615,14 @@ class ActorCritic(nn.Module):
         a, c = self.core(x)
         return a, c, None
 
-    def act(self, x: torch.Tensor, state: State, starts: torch.Tensor | None, deterministic: bool,
-            generator: torch.Generator | None = None):
+    def act(
+        self,
+        x: torch.Tensor,
+        state: State,
+        starts: torch.Tensor | None,
+        deterministic: bool,
+        generator: torch.Generator | None = None,
+    ):
         """``x [B, obs_dim]`` -> ``(env_action, raw_action, logprob f32, value f32 [B], new_state)``."""
         fa, fc, state = self._features(x, state, starts)
         env_a, raw, logp = self.head.sample(fa, deterministic, generator)
@@ -533,9 +633,15 @@ class ActorCritic(nn.Module):
         _, fc, _ = self._features(x, state, starts)
         return self.critic(fc).float().squeeze(-1)
 
-    def evaluate(self, x: torch.Tensor, raw: torch.Tensor, starts: torch.Tensor | None = None,
-                 state: State = None, generator: torch.Generator | None = None, entropy_grad: bool = True
-                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def evaluate(
+        self,
+        x: torch.Tensor,
+        raw: torch.Tensor,
+        starts: torch.Tensor | None = None,
+        state: State = None,
+        generator: torch.Generator | None = None,
+        entropy_grad: bool = True,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(logprob, entropy, value)`` (f32) of stored raw actions.
 
         Feed-forward: ``x [N, obs_dim]``, ``raw [N, ...]`` -> ``[N]`` each. Recurrent: sequences

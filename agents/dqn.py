@@ -191,14 +191,20 @@ class DQNConfig(Config):
         checks = [
             (self.torso in TORSO_KINDS, f"torso={self.torso!r} is not one of {TORSO_KINDS}"),
             (self.torso_norm in NORMS, f"torso_norm={self.torso_norm!r} is not one of {NORMS}"),
-            (self.distribution in DISTRIBUTIONS, f"distribution={self.distribution!r} is not one of "
-                                                 f"{DISTRIBUTIONS}"),
+            (
+                self.distribution in DISTRIBUTIONS,
+                f"distribution={self.distribution!r} is not one of {DISTRIBUTIONS}",
+            ),
             (self.loss in ("huber", "mse"), f"loss={self.loss!r} is not 'huber' or 'mse'"),
             (self.v_max > self.v_min, f"v_max={self.v_max} must exceed v_min={self.v_min}"),
-            (self.buffer_size >= self.batch_size, f"buffer_size={self.buffer_size} must be >= "
-                                                  f"batch_size={self.batch_size}"),
-            (self.torso != "attention" or self.torso_width % self.attention_heads == 0,
-             f"torso_width={self.torso_width} must be divisible by attention_heads={self.attention_heads}"),
+            (
+                self.buffer_size >= self.batch_size,
+                f"buffer_size={self.buffer_size} must be >= batch_size={self.batch_size}",
+            ),
+            (
+                self.torso != "attention" or self.torso_width % self.attention_heads == 0,
+                f"torso_width={self.torso_width} must be divisible by attention_heads={self.attention_heads}",
+            ),
         ]
         for ok, message in checks:
             if not ok:
@@ -207,20 +213,42 @@ class DQNConfig(Config):
 
 # The valid range of every numeric field (tritonrl.toolkit.checks.check_config; NaN and inf never pass).
 _RANGES = {
-    "torso_width": "[1, inf)", "torso_depth": "[1, inf)", "attention_heads": "[1, inf)",
-    "head_hidden": "[1, inf)", "noisy_sigma0": "[0, inf)",
-    "atoms": "[2, inf)", "v_min": "(-inf, inf)", "v_max": "(-inf, inf)", "quantiles": "[1, inf)",
+    "torso_width": "[1, inf)",
+    "torso_depth": "[1, inf)",
+    "attention_heads": "[1, inf)",
+    "head_hidden": "[1, inf)",
+    "noisy_sigma0": "[0, inf)",
+    "atoms": "[2, inf)",
+    "v_min": "(-inf, inf)",
+    "v_max": "(-inf, inf)",
+    "quantiles": "[1, inf)",
     "kappa": "[0, inf)",
-    "gamma": "(0, 1]", "n_step": "[1, inf)",
-    "buffer_size": "[1, inf)", "batch_size": "[1, inf)",
-    "per_alpha": "[0, 1]", "per_beta": "[0, 1]", "per_beta_final": "[0, 1]", "per_beta_steps": "[1, inf)",
+    "gamma": "(0, 1]",
+    "n_step": "[1, inf)",
+    "buffer_size": "[1, inf)",
+    "batch_size": "[1, inf)",
+    "per_alpha": "[0, 1]",
+    "per_beta": "[0, 1]",
+    "per_beta_final": "[0, 1]",
+    "per_beta_steps": "[1, inf)",
     "per_eps": "(0, 1]",
-    "lr": "(0, inf)", "adam_eps": "[0, inf)", "max_grad_norm": "(0, inf)",
-    "learning_starts": "[0, inf)", "train_freq": "[1, inf)", "gradient_steps": "[1, inf)",
-    "target_update_every": "[1, inf)", "tau": "(0, 1]",
-    "eps_start": "[0, 1]", "eps_end": "[0, 1]", "eps_decay_steps": "[0, inf)",
-    "icm_eta": "[0, inf)", "icm_beta": "[0, 1]", "icm_lr": "(0, inf)", "icm_embed": "[1, inf)",
-    "icm_hidden": "[1, inf)", "extrinsic_coef": "(-inf, inf)",
+    "lr": "(0, inf)",
+    "adam_eps": "[0, inf)",
+    "max_grad_norm": "(0, inf)",
+    "learning_starts": "[0, inf)",
+    "train_freq": "[1, inf)",
+    "gradient_steps": "[1, inf)",
+    "target_update_every": "[1, inf)",
+    "tau": "(0, 1]",
+    "eps_start": "[0, 1]",
+    "eps_end": "[0, 1]",
+    "eps_decay_steps": "[0, inf)",
+    "icm_eta": "[0, inf)",
+    "icm_beta": "[0, 1]",
+    "icm_lr": "(0, inf)",
+    "icm_embed": "[1, inf)",
+    "icm_hidden": "[1, inf)",
+    "extrinsic_coef": "(-inf, inf)",
 }
 
 # ----------------------------------------------------------------------------- network
@@ -334,8 +362,12 @@ class DQNAgent(AgentBase):
         else:
             action_shape = (len(self.action["nvec"]),)
         self._check_replay_memory(cfg, action_shape)
-        self.inputs = InputGuard("DQNAgent", ActionRule.discrete(self.action["n"]) if not self.factored
-                                 else ActionRule.multidiscrete(self.action["nvec"]))
+        self.inputs = InputGuard(
+            "DQNAgent",
+            ActionRule.discrete(self.action["n"])
+            if not self.factored
+            else ActionRule.multidiscrete(self.action["nvec"]),
+        )
         """The checks of ``act``/``observe`` inputs (:class:`tritonrl.toolkit.checks.InputGuard`); its
         ``mode``
         (``"auto"``, ``"eager"``, ``"deferred"``) says when inputs on an accelerator are checked."""
@@ -349,8 +381,9 @@ class DQNAgent(AgentBase):
         self.target = copy.deepcopy(self.online)
         self.target.requires_grad_(False)
         # fused: one kernel for all parameters (torch defaults to a per-parameter loop on CPU)
-        self.optimizer = MasterWeightOptimizer(self.online.parameters(), torch.optim.Adam, lr=cfg.lr,
-                                               eps=cfg.adam_eps, fused=True)
+        self.optimizer = MasterWeightOptimizer(
+            self.online.parameters(), torch.optim.Adam, lr=cfg.lr, eps=cfg.adam_eps, fused=True
+        )
         # Polyak averaging in bf16 would round small steps away: average f32 copies instead.
         self._target_master: list[torch.Tensor] | None = None
         if cfg.tau < 1.0 and self.dtype != torch.float32:
@@ -359,12 +392,20 @@ class DQNAgent(AgentBase):
         self.buffer = self._build_buffer(cfg, action_shape)
         self.icm_buffer: ReplayBuffer | None = None  # set exactly when icm_module is
         if self.icm_module is not None:
-            self.icm_optimizer = MasterWeightOptimizer(self.icm_module.parameters(), torch.optim.Adam,
-                                                       lr=cfg.icm_lr, fused=True)
+            self.icm_optimizer = MasterWeightOptimizer(
+                self.icm_module.parameters(), torch.optim.Adam, lr=cfg.icm_lr, fused=True
+            )
             # one-step transitions for the forward/inverse models, whatever n_step the Q target uses
-            self.icm_buffer = ReplayBuffer(cfg.buffer_size, self.obs_shape, device=self.device,
-                                           num_envs=num_envs, n_step=1, gamma=cfg.gamma,
-                                           action_shape=action_shape, action_dtype=torch.int64)
+            self.icm_buffer = ReplayBuffer(
+                cfg.buffer_size,
+                self.obs_shape,
+                device=self.device,
+                num_envs=num_envs,
+                n_step=1,
+                gamma=cfg.gamma,
+                action_shape=action_shape,
+                action_dtype=torch.int64,
+            )
 
         if cfg.distribution == "c51":
             self.support = torch.linspace(cfg.v_min, cfg.v_max, cfg.atoms, device=self.device)
@@ -377,31 +418,63 @@ class DQNAgent(AgentBase):
 
     def _build_network(self) -> QNetwork:
         cfg = self.config
-        torso = build_torso(self.obs_shape, cfg.torso, width=cfg.torso_width, depth=cfg.torso_depth,
-                            norm=cfg.torso_norm, spectral_norm=cfg.spectral_norm, heads=cfg.attention_heads,
-                            device=self.device, dtype=self.dtype)
+        torso = build_torso(
+            self.obs_shape,
+            cfg.torso,
+            width=cfg.torso_width,
+            depth=cfg.torso_depth,
+            norm=cfg.torso_norm,
+            spectral_norm=cfg.spectral_norm,
+            heads=cfg.attention_heads,
+            device=self.device,
+            dtype=self.dtype,
+        )
         if self.factored:
-            head: nn.Module = BranchingHead(torso.out_features, self.action["nvec"], noisy=cfg.noisy,
-                                            sigma0=cfg.noisy_sigma0, device=self.device, dtype=self.dtype)
+            head: nn.Module = BranchingHead(
+                torso.out_features,
+                self.action["nvec"],
+                noisy=cfg.noisy,
+                sigma0=cfg.noisy_sigma0,
+                device=self.device,
+                dtype=self.dtype,
+            )
         else:
             atoms = {"none": 1, "c51": cfg.atoms, "qr": cfg.quantiles}[cfg.distribution]
-            head = DuelingHead(torso.out_features, self.action["n"], atoms=atoms, hidden=cfg.head_hidden,
-                               noisy=cfg.noisy, dueling=cfg.dueling, log_softmax=cfg.distribution == "c51",
-                               sigma0=cfg.noisy_sigma0, device=self.device, dtype=self.dtype)
+            head = DuelingHead(
+                torso.out_features,
+                self.action["n"],
+                atoms=atoms,
+                hidden=cfg.head_hidden,
+                noisy=cfg.noisy,
+                dueling=cfg.dueling,
+                log_softmax=cfg.distribution == "c51",
+                sigma0=cfg.noisy_sigma0,
+                device=self.device,
+                dtype=self.dtype,
+            )
         return QNetwork(torso, head)
 
     def _build_icm(self) -> ICM:
         cfg = self.config
         dims = [self.action["n"]] if not self.factored else self.action["nvec"]
-        return ICM(self.obs_shape, dims, embed_dim=cfg.icm_embed, hidden=cfg.icm_hidden, eta=cfg.icm_eta,
-                   beta=cfg.icm_beta, device=self.device, dtype=self.dtype)
+        return ICM(
+            self.obs_shape,
+            dims,
+            embed_dim=cfg.icm_embed,
+            hidden=cfg.icm_hidden,
+            eta=cfg.icm_eta,
+            beta=cfg.icm_beta,
+            device=self.device,
+            dtype=self.dtype,
+        )
 
     def _check_replay_memory(self, cfg: DQNConfig, action_shape: tuple[int, ...]) -> None:
         """Refuse a ``buffer_size`` whose replay (and ICM replay) cannot fit on the device, before
         anything is allocated."""
         buffer_cls = PrioritizedReplayBuffer if cfg.prioritized else ReplayBuffer
-        kw: dict[str, Any] = dict(obs_dtype=self.dtype, action_shape=action_shape, action_dtype=torch.int64,
-                                  num_envs=self.num_envs)
+        kw: dict[str, Any] = dict(
+            obs_dtype=self.dtype, action_shape=action_shape, action_dtype=torch.int64, num_envs=self.num_envs
+        )
         parts = buffer_cls.memory_bytes(cfg.buffer_size, self.obs_shape, n_step=cfg.n_step, **kw)
         if cfg.icm:
             icm = ReplayBuffer.memory_bytes(cfg.buffer_size, self.obs_shape, **kw)
@@ -409,12 +482,25 @@ class DQNAgent(AgentBase):
         check_memory(f"buffer_size={cfg.buffer_size}", parts, self.device)
 
     def _build_buffer(self, cfg: DQNConfig, action_shape: tuple[int, ...]):
-        kw: dict[str, Any] = dict(device=self.device, num_envs=self.num_envs, n_step=cfg.n_step,
-                                  gamma=cfg.gamma, action_shape=action_shape, action_dtype=torch.int64)
+        kw: dict[str, Any] = dict(
+            device=self.device,
+            num_envs=self.num_envs,
+            n_step=cfg.n_step,
+            gamma=cfg.gamma,
+            action_shape=action_shape,
+            action_dtype=torch.int64,
+        )
         if cfg.prioritized:
-            return PrioritizedReplayBuffer(cfg.buffer_size, self.obs_shape, alpha=cfg.per_alpha,
-                                           beta=cfg.per_beta, beta_final=cfg.per_beta_final,
-                                           beta_steps=cfg.per_beta_steps, eps=cfg.per_eps, **kw)
+            return PrioritizedReplayBuffer(
+                cfg.buffer_size,
+                self.obs_shape,
+                alpha=cfg.per_alpha,
+                beta=cfg.per_beta,
+                beta_final=cfg.per_beta_final,
+                beta_steps=cfg.per_beta_steps,
+                eps=cfg.per_eps,
+                **kw,
+            )
         return ReplayBuffer(cfg.buffer_size, self.obs_shape, **kw)
 
     # ------------------------------------------------------------------ values
@@ -550,8 +636,11 @@ class DQNAgent(AgentBase):
             q = branching_q(out[0], out[1], self.online.head.mask)  # [B, D, n]
             q_sa = q.gather(-1, action.unsqueeze(-1)).squeeze(-1)  # [B, D]
             q_next_t = branching_q(out_next_t[0], out_next_t[1], self.target.head.mask)
-            q_next_o = None if out_next_o is None else branching_q(out_next_o[0], out_next_o[1],
-                                                                   self.online.head.mask)
+            q_next_o = (
+                None
+                if out_next_o is None
+                else branching_q(out_next_o[0], out_next_o[1], self.online.head.mask)
+            )
             y = branching_td_target(reward, discount, q_next_t, q_next_o)
             td = y.unsqueeze(-1) - q_sa
             loss = (huber(td) if cfg.loss == "huber" else 0.5 * td.square()).mean(-1)
@@ -567,8 +656,9 @@ class DQNAgent(AgentBase):
         if cfg.distribution == "c51":
             with torch.no_grad():
                 q_next_t = self.target.head.expected_q(out_next_t, self.support)
-                q_next_o = (None if out_next_o is None
-                            else self.online.head.expected_q(out_next_o, self.support))
+                q_next_o = (
+                    None if out_next_o is None else self.online.head.expected_q(out_next_o, self.support)
+                )
                 a_star = greedy_actions(q_next_t, q_next_o)
                 m = c51_project(out_next_t[b, a_star].exp(), reward, discount, self.support)
             log_p = out[b, action]  # [B, Z]
@@ -600,8 +690,10 @@ class DQNAgent(AgentBase):
         if self.inputs.pending:
             self.inputs.check()
         if len(self.buffer) < cfg.batch_size:
-            raise RuntimeError(f"the replay buffer holds {len(self.buffer)} transitions, fewer than "
-                               f"batch_size={cfg.batch_size}: call update() after learning_starts")
+            raise RuntimeError(
+                f"the replay buffer holds {len(self.buffer)} transitions, fewer than "
+                f"batch_size={cfg.batch_size}: call update() after learning_starts"
+            )
         batch = self.buffer.sample(cfg.batch_size, generator=self.generator)
         if cfg.noisy:
             self.online.reset_noise(self.generator)
@@ -631,9 +723,11 @@ class DQNAgent(AgentBase):
         parts["loss"].backward()
         self.icm_optimizer.clip_grad_norm_(self.config.max_grad_norm)
         self.icm_optimizer.step()
-        return {"losses/icm_inverse": parts["inverse"].detach(),
-                "losses/icm_forward": parts["forward"].detach(),
-                "charts/intrinsic_reward": batch.reward.mean()}
+        return {
+            "losses/icm_inverse": parts["inverse"].detach(),
+            "losses/icm_forward": parts["forward"].detach(),
+            "charts/intrinsic_reward": batch.reward.mean(),
+        }
 
     @torch.no_grad()
     def update_target(self) -> None:
@@ -670,29 +764,44 @@ class DQNAgent(AgentBase):
         return state
 
     def _check_parts(self, state: Mapping[str, Any], where: str) -> dict[str, Any]:
-        check_module_tensors(self.online, section(state, "online", where, "the online network"),
-                             where=f"{where} (online network)")
-        check_module_tensors(self.target, section(state, "target", where, "the target network"),
-                             where=f"{where} (target network)")
+        check_module_tensors(
+            self.online,
+            section(state, "online", where, "the online network"),
+            where=f"{where} (online network)",
+        )
+        check_module_tensors(
+            self.target,
+            section(state, "target", where, "the target network"),
+            where=f"{where} (target network)",
+        )
         if (self.icm_module is None) != ("icm" not in state):
-            raise CheckpointError(f"{where}: ICM {'absent' if 'icm' not in state else 'present'} in the "
-                                  "checkpoint but the config says otherwise")
+            raise CheckpointError(
+                f"{where}: ICM {'absent' if 'icm' not in state else 'present'} in the "
+                "checkpoint but the config says otherwise"
+            )
         staged: dict[str, Any] = {}
         self.optimizer.check_state_dict(section(state, "optimizer", where, "the optimizer state"))
         staged["replay"] = self.buffer.parse_state(section(state, "replay", where, "the replay buffer"))
         if self.icm_module is not None:
             check_module_tensors(self.icm_module, state["icm"], where=f"{where} (ICM)")
-            self.icm_optimizer.check_state_dict(section(state, "icm_optimizer", where,
-                                                        "the ICM optimizer state"))
+            self.icm_optimizer.check_state_dict(
+                section(state, "icm_optimizer", where, "the ICM optimizer state")
+            )
             assert self.icm_buffer is not None  # created with icm_module
             staged["icm_replay"] = self.icm_buffer.parse_state(
-                section(state, "icm_replay", where, "the ICM replay buffer"))
+                section(state, "icm_replay", where, "the ICM replay buffer")
+            )
         masters = state.get("target_master")
         if masters is not None:
             shapes = [tuple(p.shape) for p in self.target.parameters()]
-            if not isinstance(masters, list) or [
+            if (
+                not isinstance(masters, list)
+                or [
                     tuple(m.shape) if isinstance(m, torch.Tensor) and m.is_floating_point() else None
-                    for m in masters] != shapes:
+                    for m in masters
+                ]
+                != shapes
+            ):
                 raise ValueError("target_master does not hold a float tensor per target parameter")
         return staged
 
@@ -726,9 +835,17 @@ def _preset(name: str, description: str, **switches: Any) -> Preset:
     """A DQN preset: ``_BASE`` with ``switches``, tagged with its name; the command line's defaults
     for every DQN preset are 4 environments, 50k steps and a greedy evaluation every 2,500 steps
     (the run stops at the environment's solved score, e.g. 475 on CartPole-v1)."""
-    return Preset(name, description, dataclasses.replace(_BASE, tags=(name,), **switches), agent=DQNAgent,
-                  kind="offpolicy", schedule=schedule_for, default_num_envs=4, default_steps=50_000,
-                  default_eval_every=2_500)
+    return Preset(
+        name,
+        description,
+        dataclasses.replace(_BASE, tags=(name,), **switches),
+        agent=DQNAgent,
+        kind="offpolicy",
+        schedule=schedule_for,
+        default_num_envs=4,
+        default_steps=50_000,
+        default_eval_every=2_500,
+    )
 
 
 PRESETS: tuple[Preset, ...] = (
@@ -738,8 +855,16 @@ PRESETS: tuple[Preset, ...] = (
     _preset("noisy", "Noisy-net double DQN (no epsilon)", double=True, noisy=True),
     _preset("c51", "C51 distributional DQN", distribution="c51"),
     _preset("qrdqn", "QR-DQN quantile regression", distribution="qr"),
-    _preset("rainbow", "Rainbow: double + dueling + noisy + n-step + PER + C51", double=True, dueling=True,
-            noisy=True, n_step=3, prioritized=True, distribution="c51"),
+    _preset(
+        "rainbow",
+        "Rainbow: double + dueling + noisy + n-step + PER + C51",
+        double=True,
+        dueling=True,
+        noisy=True,
+        n_step=3,
+        prioritized=True,
+        distribution="c51",
+    ),
 )
 """The named presets; the registry (:mod:`tritonrl.toolkit.registry`) imports them for ``--agent NAME``."""
 

@@ -183,8 +183,12 @@ class DuelingHead(nn.Module):
             raise ValueError(f"num_actions must be a positive int, got {num_actions!r}")
         self.in_features, self.num_actions, self.atoms = in_features, num_actions, atoms
         self.noisy, self.dueling, self.log_softmax = noisy, dueling, log_softmax
-        kw: dict[str, Any] = {"sigma0": sigma0, "noisy": noisy, "device": device,
-                              "dtype": dtype or training_dtype(device)}
+        kw: dict[str, Any] = {
+            "sigma0": sigma0,
+            "noisy": noisy,
+            "device": device,
+            "dtype": dtype or training_dtype(device),
+        }
         self.hidden = (
             NoisyLinear(in_features, hidden, groups=2 if dueling else 1, activation="relu", **kw)
             if hidden is not None
@@ -207,9 +211,14 @@ class DuelingHead(nn.Module):
         """
         x = self.hidden(h) if self.hidden is not None else h
         res = noisy_dueling(
-            x, self.advantage.params(), self.value.params() if self.value is not None else None,
-            num_actions=self.num_actions, atoms=self.atoms, noise=self.noisy and self.training,
-            log_softmax=self.log_softmax, support=support,
+            x,
+            self.advantage.params(),
+            self.value.params() if self.value is not None else None,
+            num_actions=self.num_actions,
+            atoms=self.atoms,
+            noise=self.noisy and self.training,
+            log_softmax=self.log_softmax,
+            support=support,
         )
         if self.atoms == 1:
             assert isinstance(res, torch.Tensor)

@@ -83,8 +83,14 @@ class Mamba2Block(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        for name, v in (("d_model", d_model), ("d_state", d_state), ("d_conv", d_conv),
-                        ("expand", expand), ("headdim", headdim), ("ngroups", ngroups)):
+        for name, v in (
+            ("d_model", d_model),
+            ("d_state", d_state),
+            ("d_conv", d_conv),
+            ("expand", expand),
+            ("headdim", headdim),
+            ("ngroups", ngroups),
+        ):
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be a positive int, got {v!r}")
         d_inner = expand * d_model
@@ -132,8 +138,9 @@ class Mamba2Block(nn.Module):
         dev = self.in_proj.weight.device
         return Mamba2State(
             conv=torch.zeros(batch_size, self.d_conv - 1, self.conv_dim, device=dev, dtype=self.dtype),
-            ssm=torch.zeros(batch_size, self.nheads, self.headdim, self.d_state, device=dev,
-                            dtype=torch.float32),
+            ssm=torch.zeros(
+                batch_size, self.nheads, self.headdim, self.d_state, device=dev, dtype=torch.float32
+            ),
         )
 
     def _check(self, x: torch.Tensor, shape: tuple[int, ...], what: str) -> None:
@@ -150,7 +157,10 @@ class Mamba2Block(nn.Module):
             raise TypeError(f"state must be a Mamba2State, got {type(state).__name__}")
         want = (batch, self.d_conv - 1, self.conv_dim)
         if tuple(state.conv.shape) != want or tuple(state.ssm.shape) != (
-            batch, self.nheads, self.headdim, self.d_state
+            batch,
+            self.nheads,
+            self.headdim,
+            self.d_state,
         ):
             raise ValueError(
                 f"state does not fit batch {batch}: conv {tuple(state.conv.shape)} (want {want}), "
@@ -168,19 +178,19 @@ class Mamba2Block(nn.Module):
             window = xbc.new_zeros(batch, W - 1, self.conv_dim)
         full = torch.cat([window, xbc], dim=1)  # [B, W - 1 + L, C]
         w = self.conv_weight
-        out = self.conv_bias + full[:, W - 1:] * w[:, W - 1]
+        out = self.conv_bias + full[:, W - 1 :] * w[:, W - 1]
         seg = None
         if resets is not None:
             seg = F.pad(resets.cumsum(dim=1), (W - 1, 0))  # episode index of every position
         for k in range(1, W):  # tap k reads the input k steps back
-            term = full[:, W - 1 - k: W - 1 - k + length] * w[:, W - 1 - k]
+            term = full[:, W - 1 - k : W - 1 - k + length] * w[:, W - 1 - k]
             if seg is not None:
-                keep = seg[:, W - 1 - k: W - 1 - k + length] == seg[:, W - 1:]
+                keep = seg[:, W - 1 - k : W - 1 - k + length] == seg[:, W - 1 :]
                 term = torch.where(keep[..., None], term, 0.0)
             out = out + term
-        new_window = full[:, full.shape[1] - (W - 1):]
+        new_window = full[:, full.shape[1] - (W - 1) :]
         if seg is not None:
-            keep = seg[:, seg.shape[1] - (W - 1):] == seg[:, -1:]
+            keep = seg[:, seg.shape[1] - (W - 1) :] == seg[:, -1:]
             new_window = torch.where(keep[..., None], new_window, 0.0)
         return out, new_window
 
@@ -208,8 +218,9 @@ class Mamba2Block(nn.Module):
             ValueError / TypeError: wrong shape or dtype of ``x``, ``resets`` or ``state``.
         """
         if x.dim() != 3:
-            raise ValueError(f"x must have shape [B, L, d_model] with d_model = {self.d_model}, got "
-                             f"{tuple(x.shape)}")
+            raise ValueError(
+                f"x must have shape [B, L, d_model] with d_model = {self.d_model}, got {tuple(x.shape)}"
+            )
         batch, length, _ = x.shape
         self._check(x, (batch, length, self.d_model), "[B, L, d_model]")
         if resets is not None:
@@ -226,11 +237,19 @@ class Mamba2Block(nn.Module):
         xbc, window = self._conv(xbc, state.conv if state is not None else None, resets)
         xs, Bm, Cm = torch.split(F.silu(xbc), [self.d_inner, G * N, G * N], dim=-1)
         out = mamba2_scan(
-            xs.view(batch, length, H, P), dt, -torch.exp(self.A_log),
-            Bm.view(batch, length, G, N), Cm.view(batch, length, G, N),
-            D=self.D, z=z.view(batch, length, H, P), dt_bias=self.dt_bias, dt_softplus=True,
-            initial_states=state.ssm if state is not None else None, resets=resets,
-            chunk_size=self.chunk_size, return_final_states=return_state,
+            xs.view(batch, length, H, P),
+            dt,
+            -torch.exp(self.A_log),
+            Bm.view(batch, length, G, N),
+            Cm.view(batch, length, G, N),
+            D=self.D,
+            z=z.view(batch, length, H, P),
+            dt_bias=self.dt_bias,
+            dt_softplus=True,
+            initial_states=state.ssm if state is not None else None,
+            resets=resets,
+            chunk_size=self.chunk_size,
+            return_final_states=return_state,
         )
         y, ssm = out if isinstance(out, tuple) else (out, None)  # a tuple when return_state
         y = y.reshape(batch, length, self.d_inner)
@@ -260,8 +279,9 @@ class Mamba2Block(nn.Module):
             ValueError / TypeError: wrong shape or dtype of ``x_t``, ``reset`` or ``state``.
         """
         if x_t.dim() != 2:
-            raise ValueError(f"x_t must have shape [B, d_model] with d_model = {self.d_model}, got "
-                             f"{tuple(x_t.shape)}")
+            raise ValueError(
+                f"x_t must have shape [B, d_model] with d_model = {self.d_model}, got {tuple(x_t.shape)}"
+            )
         batch = x_t.shape[0]
         self._check(x_t, (batch, self.d_model), "[B, d_model]")
         self._check_state(state, batch)
@@ -280,8 +300,17 @@ class Mamba2Block(nn.Module):
         conv.copy_(full[:, 1:].detach())  # states never hold an autograd graph
         xs, Bm, Cm = torch.split(F.silu(xc), [self.d_inner, G * N, G * N], dim=-1)
         y = mamba2_step(
-            ssm, xs.view(batch, H, P), dt, -torch.exp(self.A_log), Bm.view(batch, G, N), Cm.view(batch, G, N),
-            D=self.D, z=z.view(batch, H, P), dt_bias=self.dt_bias, dt_softplus=True, reset=reset,
+            ssm,
+            xs.view(batch, H, P),
+            dt,
+            -torch.exp(self.A_log),
+            Bm.view(batch, G, N),
+            Cm.view(batch, G, N),
+            D=self.D,
+            z=z.view(batch, H, P),
+            dt_bias=self.dt_bias,
+            dt_softplus=True,
+            reset=reset,
         )
         y = F.rms_norm(y.view(batch, self.d_inner), (self.d_inner,), self.norm_weight, self.norm_eps)
         return self.out_proj(y), Mamba2State(conv=conv, ssm=ssm)

@@ -158,8 +158,10 @@ class PPOConfig(Config):
         if self.seq_len and self.num_steps % self.seq_len:
             raise ValueError(f"seq_len={self.seq_len} must be 0 or divide num_steps={self.num_steps}")
         if self.policy == "mamba" and (self.mamba_expand * self.memory_size) % self.mamba_headdim:
-            raise ValueError(f"mamba_expand * memory_size = {self.mamba_expand * self.memory_size} must be a "
-                             f"multiple of mamba_headdim={self.mamba_headdim}")
+            raise ValueError(
+                f"mamba_expand * memory_size = {self.mamba_expand * self.memory_size} must be a "
+                f"multiple of mamba_headdim={self.mamba_headdim}"
+            )
 
     @property
     def sequence_length(self) -> int:
@@ -169,14 +171,30 @@ class PPOConfig(Config):
 
 # The valid range of every numeric field (tritonrl.toolkit.checks.check_config; NaN and inf never pass).
 _RANGES = {
-    "hidden": "[1, inf)", "log_std_init": "[-20, 20]", "flow_layers": "[1, inf)", "flow_hidden": "[1, inf)",
-    "memory_size": "[1, inf)", "mamba_d_state": "[1, inf)", "mamba_headdim": "[1, inf)",
-    "mamba_expand": "[1, inf)", "seq_len": "[0, inf)",
-    "num_steps": "[1, inf)", "gamma": "[0, 1]", "gae_lambda": "[0, 1]", "obs_clip": "(0, inf)",
+    "hidden": "[1, inf)",
+    "log_std_init": "[-20, 20]",
+    "flow_layers": "[1, inf)",
+    "flow_hidden": "[1, inf)",
+    "memory_size": "[1, inf)",
+    "mamba_d_state": "[1, inf)",
+    "mamba_headdim": "[1, inf)",
+    "mamba_expand": "[1, inf)",
+    "seq_len": "[0, inf)",
+    "num_steps": "[1, inf)",
+    "gamma": "[0, 1]",
+    "gae_lambda": "[0, 1]",
+    "obs_clip": "(0, inf)",
     "reward_scale": "(0, inf)",
-    "lr": "(0, inf)", "total_steps": "[1, inf)", "adam_eps": "[0, inf)", "update_epochs": "[1, inf)",
-    "num_minibatches": "[1, inf)", "clip_coef": "(0, inf)", "ent_coef": "[0, inf)", "vf_coef": "[0, inf)",
-    "max_grad_norm": "(0, inf)", "target_kl": "(0, inf)",
+    "lr": "(0, inf)",
+    "total_steps": "[1, inf)",
+    "adam_eps": "[0, inf)",
+    "update_epochs": "[1, inf)",
+    "num_minibatches": "[1, inf)",
+    "clip_coef": "(0, inf)",
+    "ent_coef": "[0, inf)",
+    "vf_coef": "[0, inf)",
+    "max_grad_norm": "(0, inf)",
+    "target_kl": "(0, inf)",
 }
 
 # ----------------------------------------------------------------------------- helpers
@@ -218,8 +236,16 @@ class PPOAgent(AgentBase):
     kind = AGENT_KIND
     config_class = PPOConfig
 
-    def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: PPOConfig | None = None,
-                 *, num_envs: int = 1, device: torch.device | str = "cpu", seed: int = 0) -> None:
+    def __init__(
+        self,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        config: PPOConfig | None = None,
+        *,
+        num_envs: int = 1,
+        device: torch.device | str = "cpu",
+        seed: int = 0,
+    ) -> None:
         cfg = config if config is not None else preset("ppo")
         if not isinstance(cfg, PPOConfig):
             raise TypeError(f"config must be a PPOConfig, got {type(cfg).__name__}")
@@ -242,8 +268,9 @@ class PPOAgent(AgentBase):
         with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
             torch.manual_seed(self.seed)
             self.policy = self._build_policy()
-        self.optimizer = MasterWeightOptimizer(self.policy.parameters(), torch.optim.Adam, lr=cfg.lr,
-                                               eps=cfg.adam_eps)
+        self.optimizer = MasterWeightOptimizer(
+            self.policy.parameters(), torch.optim.Adam, lr=cfg.lr, eps=cfg.adam_eps
+        )
         discrete = isinstance(action_space, gym.spaces.Discrete)
         squashed = cfg.policy == "flow" or cfg.squash
         action_shape: tuple[int, ...]
@@ -260,8 +287,15 @@ class PPOAgent(AgentBase):
         (``"auto"``, ``"eager"``, ``"deferred"``) says when inputs on an accelerator are checked.
         Box actions must be finite, and within the bounds for tanh-squashed policies (``squash``,
         ``flow``); an unsquashed Gaussian samples beyond the bounds by design (the env clips)."""
-        self.buffer = RolloutBuffer(cfg.num_steps, num_envs, (self.obs_dim,), action_shape,
-                                    torch.int64 if discrete else torch.float32, self.dtype, self.device)
+        self.buffer = RolloutBuffer(
+            cfg.num_steps,
+            num_envs,
+            (self.obs_dim,),
+            action_shape,
+            torch.int64 if discrete else torch.float32,
+            self.dtype,
+            self.device,
+        )
         self.obs_rms = RunningMeanStd((self.obs_dim,), self.device) if cfg.normalize_obs else None
         self.recurrent = self.policy.recurrent
         self.state = self.policy.initial_state(num_envs)
@@ -291,8 +325,14 @@ class PPOAgent(AgentBase):
         elif cfg.policy == "lstm":
             core = LSTMCore(self.obs_dim, cfg.hidden, cfg.memory_size, **fk)
         else:
-            core = Mamba2Core(self.obs_dim, cfg.memory_size, d_state=cfg.mamba_d_state,
-                              headdim=cfg.mamba_headdim, expand=cfg.mamba_expand, **fk)
+            core = Mamba2Core(
+                self.obs_dim,
+                cfg.memory_size,
+                d_state=cfg.mamba_d_state,
+                headdim=cfg.mamba_headdim,
+                expand=cfg.mamba_expand,
+                **fk,
+            )
         feat = core.feature_dim
         head: CategoricalHead | GaussianHead | FlowHead
         if isinstance(space, gym.spaces.Discrete):
@@ -303,14 +343,30 @@ class PPOAgent(AgentBase):
             high = torch.as_tensor(space.high, dtype=torch.float32)
             bounded = bool(torch.isfinite(low).all() and torch.isfinite(high).all())
             if (cfg.policy == "flow" or cfg.squash) and not bounded:
-                raise ValueError(f"policy {cfg.policy!r} with tanh squashing needs finite action bounds, "
-                                 f"got {space}")
+                raise ValueError(
+                    f"policy {cfg.policy!r} with tanh squashing needs finite action bounds, got {space}"
+                )
             if cfg.policy == "flow":
-                head = FlowHead(feat, int(space.shape[0]), low, high, layers=cfg.flow_layers,
-                                hidden=cfg.flow_hidden, log_std_init=cfg.log_std_init, **fk)
+                head = FlowHead(
+                    feat,
+                    int(space.shape[0]),
+                    low,
+                    high,
+                    layers=cfg.flow_layers,
+                    hidden=cfg.flow_hidden,
+                    log_std_init=cfg.log_std_init,
+                    **fk,
+                )
             else:
-                head = GaussianHead(feat, int(space.shape[0]), low, high, squash=cfg.squash,
-                                    log_std_init=cfg.log_std_init, **fk)
+                head = GaussianHead(
+                    feat,
+                    int(space.shape[0]),
+                    low,
+                    high,
+                    squash=cfg.squash,
+                    log_std_init=cfg.log_std_init,
+                    **fk,
+                )
         return ActorCritic(core, head, **fk)
 
     # ------------------------------------------------------------------ acting
@@ -366,8 +422,15 @@ class PPOAgent(AgentBase):
         return env_a
 
     @torch.no_grad()
-    def observe(self, obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor, next_obs: torch.Tensor,
-                terminated: torch.Tensor, truncated: torch.Tensor) -> None:
+    def observe(
+        self,
+        obs: torch.Tensor,
+        action: torch.Tensor,
+        reward: torch.Tensor,
+        next_obs: torch.Tensor,
+        terminated: torch.Tensor,
+        truncated: torch.Tensor,
+    ) -> None:
         """Store one vector step (each argument has leading dim ``E``).
 
         ``next_obs`` is the true next observation (the final one where an episode ended): it is
@@ -424,18 +487,28 @@ class PPOAgent(AgentBase):
     def _batches(self) -> tuple[dict[str, Any], int]:
         """The rollout as training samples: flat transitions, or ``[S, L]`` sequences (recurrent)."""
         b = self.buffer
-        fields = {"obs": b.obs, "raw": b.actions, "logprobs": b.logprobs, "values": b.values,
-                  "advantages": b.advantages, "returns": b.returns, "starts": b.starts}
+        fields = {
+            "obs": b.obs,
+            "raw": b.actions,
+            "logprobs": b.logprobs,
+            "values": b.values,
+            "advantages": b.advantages,
+            "returns": b.returns,
+            "starts": b.starts,
+        }
         if not self.recurrent:
             flat = {k: v.reshape(-1, *v.shape[2:]) for k, v in fields.items()}
             return flat, b.num_steps * b.num_envs
         L = self.config.sequence_length
         C = b.num_steps // L
         # [T, E, ...] -> [C, L, E, ...] -> [C, E, L, ...] -> [C * E, L, ...]
-        seqs = {k: v.reshape(C, L, *v.shape[1:]).transpose(1, 2).reshape(C * b.num_envs, L, *v.shape[2:])
-                for k, v in fields.items()}
-        seqs["state"] = pytree.zip_map(lambda *s: torch.stack(s).reshape(-1, *s[0].shape[1:]),
-                                       *self.segment_states)
+        seqs = {
+            k: v.reshape(C, L, *v.shape[1:]).transpose(1, 2).reshape(C * b.num_envs, L, *v.shape[2:])
+            for k, v in fields.items()
+        }
+        seqs["state"] = pytree.zip_map(
+            lambda *s: torch.stack(s).reshape(-1, *s[0].shape[1:]), *self.segment_states
+        )
         return seqs, C * b.num_envs
 
     def update(self) -> dict[str, torch.Tensor]:
@@ -470,8 +543,9 @@ class PPOAgent(AgentBase):
         out = {k: v / count for k, v in sums.items()}
         y_true, y_pred = b.returns.reshape(-1), b.values.reshape(-1)
         var_y = y_true.var()
-        out["losses/explained_variance"] = torch.where(var_y > 0, 1 - (y_true - y_pred).var() / var_y,
-                                                       torch.zeros_like(var_y))
+        out["losses/explained_variance"] = torch.where(
+            var_y > 0, 1 - (y_true - y_pred).var() / var_y, torch.zeros_like(var_y)
+        )
         out["charts/learning_rate"] = torch.tensor(lr, dtype=torch.float32, device=self.device)
         out["losses/epochs"] = torch.tensor(float(_epoch + 1), device=self.device)
         self.updates += 1
@@ -481,8 +555,14 @@ class PPOAgent(AgentBase):
     def _minibatch_step(self, data: dict[str, Any], idx: torch.Tensor) -> dict[str, torch.Tensor]:
         cfg = self.config
         state = pytree.tree_map(lambda s: s[idx], data["state"]) if self.recurrent else None
-        logp, entropy, value = self.policy.evaluate(data["obs"][idx], data["raw"][idx], data["starts"][idx],
-                                                    state, self.generator, entropy_grad=cfg.ent_coef != 0)
+        logp, entropy, value = self.policy.evaluate(
+            data["obs"][idx],
+            data["raw"][idx],
+            data["starts"][idx],
+            state,
+            self.generator,
+            entropy_grad=cfg.ent_coef != 0,
+        )
         old_logp, old_v = data["logprobs"][idx], data["values"][idx]
         adv, ret = data["advantages"][idx], data["returns"][idx]
         logratio = logp - old_logp
@@ -505,9 +585,15 @@ class PPOAgent(AgentBase):
         loss.backward()
         grad_norm = self.optimizer.clip_grad_norm_(cfg.max_grad_norm)
         self.optimizer.step()
-        return {"losses/policy_loss": pg_loss.detach(), "losses/value_loss": v_loss.detach(),
-                "losses/entropy": ent.detach(), "losses/old_approx_kl": old_approx_kl,
-                "losses/approx_kl": approx_kl, "losses/clipfrac": clipfrac, "losses/grad_norm": grad_norm}
+        return {
+            "losses/policy_loss": pg_loss.detach(),
+            "losses/value_loss": v_loss.detach(),
+            "losses/entropy": ent.detach(),
+            "losses/old_approx_kl": old_approx_kl,
+            "losses/approx_kl": approx_kl,
+            "losses/clipfrac": clipfrac,
+            "losses/grad_norm": grad_norm,
+        }
 
     # ------------------------------------------------------------------ evaluation
 
@@ -532,18 +618,23 @@ class PPOAgent(AgentBase):
             "optimizer": self.optimizer.state_dict(),
             "rollout": self.buffer.state_dict(),
             "obs_rms": self.obs_rms.state_dict() if self.obs_rms is not None else None,
-            "memory": {"state": pytree.leaves(self.state), "starts": self.starts,
-                       "segments": [None if s is None else pytree.leaves(s) for s in self.segment_states]},
+            "memory": {
+                "state": pytree.leaves(self.state),
+                "starts": self.starts,
+                "segments": [None if s is None else pytree.leaves(s) for s in self.segment_states],
+            },
         }
 
     def _check_parts(self, state: Mapping[str, Any], where: str) -> dict[str, Any]:
         config = section(state, "config", where, "the agent config")
         saved_policy = config.get("policy") if isinstance(config, Mapping) else None
         if saved_policy != self.config.policy:
-            raise CheckpointError(f"{where}: a {brief(saved_policy, 20)} policy, this agent has "
-                                  f"{self.config.policy!r}")
-        check_module_tensors(self.policy, section(state, "policy", where, "the policy network"),
-                             where=f"{where} (policy)")
+            raise CheckpointError(
+                f"{where}: a {brief(saved_policy, 20)} policy, this agent has {self.config.policy!r}"
+            )
+        check_module_tensors(
+            self.policy, section(state, "policy", where, "the policy network"), where=f"{where} (policy)"
+        )
         self.optimizer.check_state_dict(section(state, "optimizer", where, "the optimizer state"))
         self.buffer.check_state_dict(section(state, "rollout", where, "the rollout buffer"))
         rms = section(state, "obs_rms", where, "the observation statistics")
@@ -552,20 +643,29 @@ class PPOAgent(AgentBase):
         if self.obs_rms is not None:
             own_rms = self.obs_rms.state_dict()
             if not isinstance(rms, Mapping) or any(
-                    not isinstance(rms.get(k), torch.Tensor) or not rms[k].is_floating_point()
-                    or rms[k].numel() != v.numel() for k, v in own_rms.items()):
-                raise ValueError("observation statistics (obs_rms) are not float tensors "
-                                 "mean, var, count of this observation size")
+                not isinstance(rms.get(k), torch.Tensor)
+                or not rms[k].is_floating_point()
+                or rms[k].numel() != v.numel()
+                for k, v in own_rms.items()
+            ):
+                raise ValueError(
+                    "observation statistics (obs_rms) are not float tensors "
+                    "mean, var, count of this observation size"
+                )
         memory = section(state, "memory", where, "the recurrent memory")
         leaves = section(memory, "state", where, "the recurrent memory state")
         segments = section(memory, "segments", where, "the sequence segment memories")
         starts = section(memory, "starts", where, "the episode-start flags")
-        if not isinstance(starts, torch.Tensor) or tuple(starts.shape) != (self.num_envs,) \
-                or starts.dtype != torch.bool:
+        if (
+            not isinstance(starts, torch.Tensor)
+            or tuple(starts.shape) != (self.num_envs,)
+            or starts.dtype != torch.bool
+        ):
             raise ValueError(f"episode-start flags are not a bool tensor [{self.num_envs}]")
         if not isinstance(segments, list) or len(segments) != len(self.segment_states):
-            raise ValueError(f"{brief(segments, 30)} sequence segments, expected a list of "
-                             f"{len(self.segment_states)}")
+            raise ValueError(
+                f"{brief(segments, 30)} sequence segments, expected a list of {len(self.segment_states)}"
+            )
         if not isinstance(leaves, list):
             raise ValueError("recurrent memory state is not a list of tensors")
         if self.recurrent:
@@ -587,8 +687,9 @@ class PPOAgent(AgentBase):
         if self.recurrent:
             template = self.state
             self.state = pytree.from_leaves(template, memory["state"])
-            self.segment_states = [None if s is None else pytree.from_leaves(template, s)
-                                   for s in memory["segments"]]
+            self.segment_states = [
+                None if s is None else pytree.from_leaves(template, s) for s in memory["segments"]
+            ]
         self.starts = memory["starts"].to(self.device, torch.bool).clone()
         self.optimizer.set_lr(self.current_lr())  # after the counters: annealed to this update
         self._pending = None
@@ -637,35 +738,105 @@ class _GreedyPolicy:
 def _preset(name: str, description: str, config: PPOConfig, steps: int) -> Preset:
     """A PPO preset: 8 environments and a greedy evaluation every 10k steps by default; the
     learning-rate annealing horizon ``total_steps`` follows the run's ``--steps``."""
-    return Preset(name, description, config, agent=PPOAgent, kind="onpolicy", schedule=schedule_for,
-                  default_num_envs=8, default_steps=steps, default_eval_every=10_000,
-                  steps_field="total_steps")
+    return Preset(
+        name,
+        description,
+        config,
+        agent=PPOAgent,
+        kind="onpolicy",
+        schedule=schedule_for,
+        default_num_envs=8,
+        default_steps=steps,
+        default_eval_every=10_000,
+        steps_field="total_steps",
+    )
 
 
 PRESETS: tuple[Preset, ...] = (
     # CartPole-style discrete control.
-    _preset("ppo", "PPO, categorical MLP policy (Discrete actions)", PPOConfig(policy="discrete", lr=1e-3),
-            100_000),
+    _preset(
+        "ppo",
+        "PPO, categorical MLP policy (Discrete actions)",
+        PPOConfig(policy="discrete", lr=1e-3),
+        100_000,
+    ),
     # Pendulum-style continuous control: short horizon, rewards scaled to O(1) returns.
-    _preset("ppo-continuous", "PPO, diagonal Gaussian MLP policy, optional tanh squash (Box actions)",
-            PPOConfig(
-        policy="continuous", num_steps=256, gamma=0.95, gae_lambda=0.95, lr=1e-3, update_epochs=10,
-        num_minibatches=16, ent_coef=0.0, reward_scale=0.1, clip_vloss=False, total_steps=200_000,
-    ), 200_000),
+    _preset(
+        "ppo-continuous",
+        "PPO, diagonal Gaussian MLP policy, optional tanh squash (Box actions)",
+        PPOConfig(
+            policy="continuous",
+            num_steps=256,
+            gamma=0.95,
+            gae_lambda=0.95,
+            lr=1e-3,
+            update_epochs=10,
+            num_minibatches=16,
+            ent_coef=0.0,
+            reward_scale=0.1,
+            clip_vloss=False,
+            total_steps=200_000,
+        ),
+        200_000,
+    ),
     # Partially observed tasks: sequences of 32 steps; values on a small scale so the critic does not
     # swamp the shared memory's features.
-    _preset("ppo-lstm", "PPO with an LSTM memory (partially observed tasks)", PPOConfig(
-        policy="lstm", hidden=(64,), memory_size=64, num_steps=128, seq_len=32, normalize_obs=True,
-        lr=5e-4, update_epochs=8, num_minibatches=8, reward_scale=0.1, clip_vloss=False, total_steps=200_000,
-    ), 200_000),
-    _preset("ppo-flow", "PPO, normalizing-flow policy (affine couplings, Box actions)", PPOConfig(
-        policy="flow", flow_layers=2, num_steps=256, gamma=0.95, gae_lambda=0.9, lr=1e-3, update_epochs=10,
-        num_minibatches=16, ent_coef=0.0, reward_scale=0.1, clip_vloss=False, total_steps=200_000,
-    ), 200_000),
-    _preset("ppo-mamba", "PPO with a Mamba2 memory (partially observed tasks)", PPOConfig(
-        policy="mamba", memory_size=32, num_steps=128, seq_len=32, normalize_obs=True, lr=5e-4,
-        update_epochs=8, num_minibatches=8, reward_scale=0.1, clip_vloss=False, total_steps=200_000,
-    ), 200_000),
+    _preset(
+        "ppo-lstm",
+        "PPO with an LSTM memory (partially observed tasks)",
+        PPOConfig(
+            policy="lstm",
+            hidden=(64,),
+            memory_size=64,
+            num_steps=128,
+            seq_len=32,
+            normalize_obs=True,
+            lr=5e-4,
+            update_epochs=8,
+            num_minibatches=8,
+            reward_scale=0.1,
+            clip_vloss=False,
+            total_steps=200_000,
+        ),
+        200_000,
+    ),
+    _preset(
+        "ppo-flow",
+        "PPO, normalizing-flow policy (affine couplings, Box actions)",
+        PPOConfig(
+            policy="flow",
+            flow_layers=2,
+            num_steps=256,
+            gamma=0.95,
+            gae_lambda=0.9,
+            lr=1e-3,
+            update_epochs=10,
+            num_minibatches=16,
+            ent_coef=0.0,
+            reward_scale=0.1,
+            clip_vloss=False,
+            total_steps=200_000,
+        ),
+        200_000,
+    ),
+    _preset(
+        "ppo-mamba",
+        "PPO with a Mamba2 memory (partially observed tasks)",
+        PPOConfig(
+            policy="mamba",
+            memory_size=32,
+            num_steps=128,
+            seq_len=32,
+            normalize_obs=True,
+            lr=5e-4,
+            update_epochs=8,
+            num_minibatches=8,
+            reward_scale=0.1,
+            clip_vloss=False,
+            total_steps=200_000,
+        ),
+        200_000,
+    ),
 )
 """The named presets; the registry (:mod:`tritonrl.toolkit.registry`) imports them for ``--agent NAME``."""
 

@@ -223,8 +223,15 @@ class MLPTorso(MLP):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        super().__init__(in_features, (width,) * depth, activation="relu", norm=norm,
-                         spectral_norm=spectral_norm, device=device, dtype=dtype)
+        super().__init__(
+            in_features,
+            (width,) * depth,
+            activation="relu",
+            norm=norm,
+            spectral_norm=spectral_norm,
+            device=device,
+            dtype=dtype,
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return super().forward(x.flatten(1))
@@ -377,9 +384,19 @@ def build_torso(
                 f"the attention torso needs observations of shape [history, features], got "
                 f"obs_shape={tuple(obs_shape)} (stack past observations, e.g. FrameStackObservation)"
             )
-        return AttentionTorso(obs_shape[0], obs_shape[1], width=width, depth=depth, heads=heads, norm=norm,
-                              spectral_norm=spectral_norm, device=device, dtype=dtype)
+        return AttentionTorso(
+            obs_shape[0],
+            obs_shape[1],
+            width=width,
+            depth=depth,
+            heads=heads,
+            norm=norm,
+            spectral_norm=spectral_norm,
+            device=device,
+            dtype=dtype,
+        )
     n_in = math.prod(obs_shape)
     cls = MLPTorso if kind == "mlp" else ResidualMLPTorso
-    return cls(n_in, width=width, depth=depth, norm=norm, spectral_norm=spectral_norm,
-               device=device, dtype=dtype)
+    return cls(
+        n_in, width=width, depth=depth, norm=norm, spectral_norm=spectral_norm, device=device, dtype=dtype
+    )

@@ -34,8 +34,16 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["Row", "discover", "env_header", "format_table", "main", "missing_requirements", "one_cpu_thread",
-           "time_fn"]
+__all__ = [
+    "Row",
+    "discover",
+    "env_header",
+    "format_table",
+    "main",
+    "missing_requirements",
+    "one_cpu_thread",
+    "time_fn",
+]
 
 
 @dataclass
@@ -102,9 +110,12 @@ def time_fn(
 def env_header() -> str:
     """Machine, versions, commit and thread settings, printed above every table."""
     try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5
-        ).stdout.strip() or "unknown"
+        commit = (
+            subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5
+            ).stdout.strip()
+            or "unknown"
+        )
     except (OSError, subprocess.SubprocessError):
         commit = "unknown"
     try:
@@ -125,14 +136,21 @@ def format_table(rows: Sequence[Row]) -> str:
     header = ("benchmark", "case", "impl", "value", "unit", "ratio", "note")
     body = [
         (
-            r.benchmark, r.case, r.impl, f"{r.value:.4g}", r.unit,
-            "" if r.ratio is None else f"{r.ratio:.2f}x", r.note,
+            r.benchmark,
+            r.case,
+            r.impl,
+            f"{r.value:.4g}",
+            r.unit,
+            "" if r.ratio is None else f"{r.ratio:.2f}x",
+            r.note,
         )
         for r in rows
     ]
     widths = [max(len(str(c)) for c in col) for col in zip(header, *body, strict=True)]
+
     def line(cells):
         return "  ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True))
+
     out = [line(header), line(["-" * w for w in widths])]
     out.extend(line(b) for b in body)
     return "\n".join(s.rstrip() for s in out)
@@ -178,8 +196,11 @@ def main(directory: str | Path = "benchmarks", only: Sequence[str] = (), quick: 
     known = [p.stem for p in discover(directory)]
     unknown = [name for name in only if name not in known]
     if unknown:
-        print(f"error: unknown benchmark{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
-              f"known benchmarks: {', '.join(known) or f'none in {directory}'}", file=sys.stderr)
+        print(
+            f"error: unknown benchmark{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
+            f"known benchmarks: {', '.join(known) or f'none in {directory}'}",
+            file=sys.stderr,
+        )
         return 2
     if not torch.cuda.is_available():
         torch.set_num_threads(1)

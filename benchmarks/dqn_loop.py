@@ -61,13 +61,19 @@ class _HostReplay:
         upper = self.size if self.full else self.pos
         idx = self.rng.integers(0, upper, size=batch_size)
         env = self.rng.integers(0, 1, size=batch_size)
-        data = (self.obs[idx, env], self.actions[idx, env], self.next_obs[idx, env],
-                self.dones[idx, env].reshape(-1, 1), self.rewards[idx, env].reshape(-1, 1))
+        data = (
+            self.obs[idx, env],
+            self.actions[idx, env],
+            self.next_obs[idx, env],
+            self.dones[idx, env].reshape(-1, 1),
+            self.rewards[idx, env].reshape(-1, 1),
+        )
         return tuple(torch.tensor(d) for d in data)
 
 
-def reference_dqn(steps: int, *, seed: int = 0, learning_starts: int = 1_000, lean: bool = False,
-                  learn: bool = True) -> float:
+def reference_dqn(
+    steps: int, *, seed: int = 0, learning_starts: int = 1_000, lean: bool = False, learn: bool = True
+) -> float:
     """A single-file DQN loop; returns env steps per second (learning included).
 
     The common shape (``lean=False``): a gymnasium vector env of one environment with episode
@@ -96,9 +102,13 @@ def reference_dqn(steps: int, *, seed: int = 0, learning_starts: int = 1_000, le
         hidden = (120, 84)
 
     def mlp() -> torch.nn.Module:
-        return torch.nn.Sequential(torch.nn.Linear(obs_dim, hidden[0]), torch.nn.ReLU(),
-                                   torch.nn.Linear(hidden[0], hidden[1]), torch.nn.ReLU(),
-                                   torch.nn.Linear(hidden[1], n_actions))
+        return torch.nn.Sequential(
+            torch.nn.Linear(obs_dim, hidden[0]),
+            torch.nn.ReLU(),
+            torch.nn.Linear(hidden[0], hidden[1]),
+            torch.nn.ReLU(),
+            torch.nn.Linear(hidden[1], n_actions),
+        )
 
     q, target = mlp(), mlp()
     target.load_state_dict(q.state_dict())
@@ -169,11 +179,18 @@ def _agent(name: str, num_envs: int, device: str = "cpu", **overrides: Any):
     from tritonrl.toolkit.envs import make_vec_env
 
     env = make_vec_env(ENV_ID, num_envs, seed=0, device=device)
-    settings = {"batch_size": BATCH, "train_freq": TRAIN_FREQ, "gradient_steps": 1, "learning_starts": 1_000,
-                "target_update_every": 50, **overrides}
+    settings = {
+        "batch_size": BATCH,
+        "train_freq": TRAIN_FREQ,
+        "gradient_steps": 1,
+        "learning_starts": 1_000,
+        "target_update_every": 50,
+        **overrides,
+    }
     cfg = preset(name, **settings)
-    agent = DQNAgent(env.single_observation_space, env.single_action_space, cfg, device=device,
-                     num_envs=num_envs, seed=0)
+    agent = DQNAgent(
+        env.single_observation_space, env.single_action_space, cfg, device=device, num_envs=num_envs, seed=0
+    )
     return agent, env
 
 
@@ -268,8 +285,14 @@ def learner_updates_per_s(name: str, device: str = "cpu", batch: int = BATCH, mi
     g = torch.Generator().manual_seed(0)
     for _ in range(2_000):
         o = torch.randn(1, 4, generator=g)
-        agent.observe(o, torch.randint(2, (1,), generator=g), torch.ones(1), torch.randn(1, 4, generator=g),
-                      torch.zeros(1, dtype=torch.bool), torch.zeros(1, dtype=torch.bool))
+        agent.observe(
+            o,
+            torch.randint(2, (1,), generator=g),
+            torch.ones(1),
+            torch.randn(1, 4, generator=g),
+            torch.zeros(1, dtype=torch.bool),
+            torch.zeros(1, dtype=torch.bool),
+        )
     for _ in range(10):
         agent.update()
     sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
@@ -290,16 +313,35 @@ def run(quick: bool = False) -> list[Row]:
     case = f"{ENV_ID} env steps/s, 1 update (batch {BATCH}) / {TRAIN_FREQ} steps"
     rows: list[Row] = []
     ref = reference_dqn(steps)
-    rows.append(Row(NAME, case, "reference: common single file (1 env)", ref, "steps/s", 1.0,
-                    "vector env of 1, host replay, numpy<->torch per step"))
+    rows.append(
+        Row(
+            NAME,
+            case,
+            "reference: common single file (1 env)",
+            ref,
+            "steps/s",
+            1.0,
+            "vector env of 1, host replay, numpy<->torch per step",
+        )
+    )
     lean = reference_dqn(steps, lean=True)
-    rows.append(Row(NAME, case, "reference: lean single file (1 env)", lean, "steps/s", lean / ref,
-                    "plain env, preallocated arrays"))
+    rows.append(
+        Row(
+            NAME,
+            case,
+            "reference: lean single file (1 env)",
+            lean,
+            "steps/s",
+            lean / ref,
+            "plain env, preallocated arrays",
+        )
+    )
     for name, envs in (("dqn", 1), ("dqn", num_envs), ("rainbow", num_envs)):
         sps = loop_sps(name, steps, envs)
         label = f"{name} ({envs} env{'s' if envs > 1 else ''})"
-        rows.append(Row(NAME, case, label, sps, "steps/s", sps / ref,
-                        "tritonrl.toolkit.loop + offpolicy schedule"))
+        rows.append(
+            Row(NAME, case, label, sps, "steps/s", sps / ref, "tritonrl.toolkit.loop + offpolicy schedule")
+        )
     collect = f"{ENV_ID} env steps/s, collection only (act, step, store)"
     ref_c = reference_dqn(steps, learn=False)
     rows.append(Row(NAME, collect, "reference: common single file (1 env)", ref_c, "steps/s", 1.0))
@@ -310,8 +352,16 @@ def run(quick: bool = False) -> list[Row]:
     for name in ("dqn", "rainbow"):
         ph = phases(name, steps // 2, num_envs)
         for key in ("act", "env", "replay", "update"):
-            rows.append(Row(NAME, f"{name} ({num_envs} envs): time per env step", key, ph[key] * 1e6, "us",
-                            note=f"{ph['updates']} updates" if key == "update" else ""))
+            rows.append(
+                Row(
+                    NAME,
+                    f"{name} ({num_envs} envs): time per env step",
+                    key,
+                    ph[key] * 1e6,
+                    "us",
+                    note=f"{ph['updates']} updates" if key == "update" else "",
+                )
+            )
         ups = learner_updates_per_s(name, min_time=0.5 if quick else 2.0)
         rows.append(Row(NAME, f"learner updates/s, batch {BATCH}, cpu", name, ups, "updates/s"))
     if torch.cuda.is_available():
@@ -330,8 +380,9 @@ def _gpu_rows(quick: bool) -> list[Row]:
         for dt in ("f32", "bf16"):
             os.environ["TRITONRL_DTYPE"] = dt
             training_dtype.cache_clear()
-            out[dt] = learner_updates_per_s("rainbow", device="cuda", batch=256,
-                                            min_time=1.0 if quick else 3.0)
+            out[dt] = learner_updates_per_s(
+                "rainbow", device="cuda", batch=256, min_time=1.0 if quick else 3.0
+            )
     finally:
         if old is None:
             os.environ.pop("TRITONRL_DTYPE", None)
@@ -341,6 +392,13 @@ def _gpu_rows(quick: bool) -> list[Row]:
     gpu = torch.cuda.get_device_name(0)
     return [
         Row(NAME, "rainbow learner updates/s, batch 256, cuda", "f32", out["f32"], "updates/s", 1.0, gpu),
-        Row(NAME, "rainbow learner updates/s, batch 256, cuda", "bf16", out["bf16"], "updates/s",
-            out["bf16"] / out["f32"], gpu),
+        Row(
+            NAME,
+            "rainbow learner updates/s, batch 256, cuda",
+            "bf16",
+            out["bf16"],
+            "updates/s",
+            out["bf16"] / out["f32"],
+            gpu,
+        ),
     ]

@@ -77,27 +77,71 @@ def _io_bytes(shape, dtype, backward: bool) -> int:
 
 def _impls(cuda: bool) -> dict[str, Callable[..., torch.Tensor]]:
     def ours(**k):
-        return mamba2_scan(k["x"], k["dt"], k["A"], k["B"], k["C"], D=k["D"], dt_bias=k["dt_bias"],
-                           resets=k.get("resets"), chunk_size=CHUNK)
+        return mamba2_scan(
+            k["x"],
+            k["dt"],
+            k["A"],
+            k["B"],
+            k["C"],
+            D=k["D"],
+            dt_bias=k["dt_bias"],
+            resets=k.get("resets"),
+            chunk_size=CHUNK,
+        )
 
     def ref(**k):
-        return mamba2_scan_ref(k["x"], k["dt"], k["A"], k["B"], k["C"], k["D"], None, k["dt_bias"], True,
-                               (0.0, math.inf), None, k.get("resets"), CHUNK, False)
+        return mamba2_scan_ref(
+            k["x"],
+            k["dt"],
+            k["A"],
+            k["B"],
+            k["C"],
+            k["D"],
+            None,
+            k["dt_bias"],
+            True,
+            (0.0, math.inf),
+            None,
+            k.get("resets"),
+            CHUNK,
+            False,
+        )
 
     impls: dict[str, Callable[..., torch.Tensor]] = {"torch": ref}
     if not cuda:
+
         def naive(**k):
-            return mamba2_scan_naive(k["x"], k["dt"], k["A"], k["B"], k["C"], D=k["D"], dt_bias=k["dt_bias"],
-                                     resets=k.get("resets"))
+            return mamba2_scan_naive(
+                k["x"],
+                k["dt"],
+                k["A"],
+                k["B"],
+                k["C"],
+                D=k["D"],
+                dt_bias=k["dt_bias"],
+                resets=k.get("resets"),
+            )
+
         impls["naive"] = naive
     if cuda:
         impls["triton"] = ours
         impls["triton+resets"] = ours
         ext = _mamba_ssm()
         if ext is not None:
+
             def theirs(**k):
-                return ext(k["x"], k["dt"], k["A"], k["B"], k["C"], CHUNK, D=k["D"], dt_bias=k["dt_bias"],
-                           dt_softplus=True)
+                return ext(
+                    k["x"],
+                    k["dt"],
+                    k["A"],
+                    k["B"],
+                    k["C"],
+                    CHUNK,
+                    D=k["D"],
+                    dt_bias=k["dt_bias"],
+                    dt_softplus=True,
+                )
+
             impls["mamba_ssm"] = theirs
     return impls
 
@@ -106,10 +150,25 @@ def _parity(kw: dict, dtype: torch.dtype) -> tuple[bool, float]:
     """Triton vs the float32 reference on the same inputs: relative to max|ref|, 1e-3 in f32
     and 3e-2 in bf16 (looser than the tests: L up to 8192 here)."""
     with torch.no_grad():
-        got = mamba2_scan(kw["x"], kw["dt"], kw["A"], kw["B"], kw["C"], D=kw["D"], dt_bias=kw["dt_bias"],
-                          chunk_size=CHUNK).float()
-        ref = mamba2_scan_ref(kw["x"].float(), kw["dt"].float(), kw["A"], kw["B"].float(), kw["C"].float(),
-                              kw["D"], None, kw["dt_bias"], True, (0.0, math.inf), None, None, CHUNK, False)
+        got = mamba2_scan(
+            kw["x"], kw["dt"], kw["A"], kw["B"], kw["C"], D=kw["D"], dt_bias=kw["dt_bias"], chunk_size=CHUNK
+        ).float()
+        ref = mamba2_scan_ref(
+            kw["x"].float(),
+            kw["dt"].float(),
+            kw["A"],
+            kw["B"].float(),
+            kw["C"].float(),
+            kw["D"],
+            None,
+            kw["dt_bias"],
+            True,
+            (0.0, math.inf),
+            None,
+            None,
+            CHUNK,
+            False,
+        )
     rel = ((got - ref).abs().max() / ref.abs().max().clamp_min(1e-6)).item()
     return rel <= (1e-3 if dtype == torch.float32 else 3e-2), rel
 
@@ -155,19 +214,40 @@ def _run_case(shape, device: str, dtype: torch.dtype) -> list[Row]:
                     y = fn(**kw)
                     torch.autograd.grad(y, [kw[k] for k in ("x", "dt", "B", "C")], dy)
             else:
+
                 def call(fn=fn, kw=kw):
                     with torch.no_grad():
                         fn(**kw)
+
             try:
                 t = time_fn(call, device)["median"]
             except Exception as exc:  # an optional external package failing must not sink the run
-                rows.append(Row(NAME, f"{case} {mode}", name, float("nan"), "tok/s", None,
-                                f"failed: {type(exc).__name__}: {str(exc)[:80]}"))
+                rows.append(
+                    Row(
+                        NAME,
+                        f"{case} {mode}",
+                        name,
+                        float("nan"),
+                        "tok/s",
+                        None,
+                        f"failed: {type(exc).__name__}: {str(exc)[:80]}",
+                    )
+                )
                 continue
             timings[name] = t
             gbs = _io_bytes(shape, dtype, backward) / t / 1e9
-            rows.append(Row(NAME, f"{case} {mode}", name, b * L / t, "tok/s", None, "; ".join(notes),
-                            extra={"seconds": t, "GB/s": gbs}))
+            rows.append(
+                Row(
+                    NAME,
+                    f"{case} {mode}",
+                    name,
+                    b * L / t,
+                    "tok/s",
+                    None,
+                    "; ".join(notes),
+                    extra={"seconds": t, "GB/s": gbs},
+                )
+            )
         base = timings.get("torch")
         for r in rows:
             if r.case == f"{case} {mode}" and base and r.impl in timings and (ok or r.impl == "torch"):

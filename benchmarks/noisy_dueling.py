@@ -101,10 +101,14 @@ def _run_dtype(b, hid, a, z, device, dtype, quick, with_compile) -> list[Row]:
     params = list(head.parameters())
     layers = (head.hidden.params(), head.advantage.params(), head.value.params())
     impls: dict[str, Callable[[], torch.Tensor]] = {"eager": lambda: ref_fn(h, *layers)}
-    base_notes = [] if cuda else [
-        "CPU: torch path only, 1 thread"
-        + ("" if with_compile else "; torch.compile on one case of full runs only (slow first compile)")
-    ]
+    base_notes = (
+        []
+        if cuda
+        else [
+            "CPU: torch path only, 1 thread"
+            + ("" if with_compile else "; torch.compile on one case of full runs only (slow first compile)")
+        ]
+    )
     parity_note = ""
     if cuda:
         impls["triton"] = lambda: head(h)
@@ -124,13 +128,16 @@ def _run_dtype(b, hid, a, z, device, dtype, quick, with_compile) -> list[Row]:
         mode_rows: dict[str, Row] = {}
         for name, fn in impls.items():
             if mode == "fwd":
+
                 def call(fn=fn):
                     with torch.no_grad():
                         return fn()
             else:
+
                 def call(fn=fn):
                     out = fn()
                     return torch.autograd.grad(out, [h, *params], up.view(out.shape))
+
             notes = list(base_notes)
             try:
                 t0 = time.perf_counter()
@@ -149,8 +156,9 @@ def _run_dtype(b, hid, a, z, device, dtype, quick, with_compile) -> list[Row]:
                 notes.append(f"peak +{extra['peak_extra_mib']:.1f} MiB")
             if name == "triton" and parity_note:
                 notes.append(parity_note)
-            mode_rows[name] = Row(NAME, case, f"{name} {tag}", stats["median"] * 1e3, "ms",
-                                  note="; ".join(notes), extra=extra)
+            mode_rows[name] = Row(
+                NAME, case, f"{name} {tag}", stats["median"] * 1e3, "ms", note="; ".join(notes), extra=extra
+            )
         eager = mode_rows.get("eager")
         for name, row in mode_rows.items():
             if eager is not None and not (name == "triton" and parity_note):

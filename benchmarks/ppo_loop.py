@@ -124,8 +124,9 @@ def _agent(preset_name: str, env_id: str, steps: int, device: str = "cpu"):
 
     cfg = dataclasses.replace(preset(preset_name), total_steps=steps)
     env = make_vec_env(env_id, NUM_ENVS, seed=0, device=device)
-    agent = PPOAgent(env.single_observation_space, env.single_action_space, cfg, num_envs=NUM_ENVS, seed=0,
-                device=device)
+    agent = PPOAgent(
+        env.single_observation_space, env.single_action_space, cfg, num_envs=NUM_ENVS, seed=0, device=device
+    )
     return agent, env
 
 
@@ -204,8 +205,16 @@ def _run(quick: bool) -> list[Row]:
     reps = 1 if quick else 3
     ref_steps = 8_192 if quick else 40_960
     ref = _reference_sps(ref_steps)
-    rows.append(Row(NAME, "discrete CartPole-v1", "reference", ref, "env steps/s",
-                    note="single-file PPO loop, same sizes"))
+    rows.append(
+        Row(
+            NAME,
+            "discrete CartPole-v1",
+            "reference",
+            ref,
+            "env steps/s",
+            note="single-file PPO loop, same sizes",
+        )
+    )
     update_base = None
     for kind, preset_name, env_id in KINDS:
         case = f"{kind} {env_id}"
@@ -213,21 +222,52 @@ def _run(quick: bool) -> list[Row]:
         rows.append(Row(NAME, case, "env only", env_sps, "env steps/s", note="random actions"))
         collect_sps, upd_ms, _ = _timed(preset_name, env_id, "cpu", reps)
         n = _preset(preset_name).num_steps * NUM_ENVS
-        rows.append(Row(NAME, case, "collect", collect_sps, "env steps/s", ratio=collect_sps / env_sps,
-                        note="act + step + observe; ratio vs env only"))
+        rows.append(
+            Row(
+                NAME,
+                case,
+                "collect",
+                collect_sps,
+                "env steps/s",
+                ratio=collect_sps / env_sps,
+                note="act + step + observe; ratio vs env only",
+            )
+        )
         update_base = update_base or upd_ms
-        rows.append(Row(NAME, case, "update", upd_ms, "ms/update", ratio=update_base / upd_ms,
-                        note=f"{n} transitions; ratio vs discrete",
-                        extra={"ms_per_1k_transitions": upd_ms / n * 1000}))
+        rows.append(
+            Row(
+                NAME,
+                case,
+                "update",
+                upd_ms,
+                "ms/update",
+                ratio=update_base / upd_ms,
+                note=f"{n} transitions; ratio vs discrete",
+                extra={"ms_per_1k_transitions": upd_ms / n * 1000},
+            )
+        )
         steps = n * (2 if quick else 4)
         agent, env = _agent(preset_name, env_id, steps)
-        summary = run_training(agent, env, OnPolicySchedule(agent.config.num_steps),
-                               LoopConfig(total_steps=steps, final_eval=False))
+        summary = run_training(
+            agent,
+            env,
+            OnPolicySchedule(agent.config.num_steps),
+            LoopConfig(total_steps=steps, final_eval=False),
+        )
         env.close()
         train_sps = summary["sps"]
         base = ref if kind == "discrete" else env_sps
-        rows.append(Row(NAME, case, "train", train_sps, "env steps/s", ratio=train_sps / base,
-                        note="run_training; ratio vs " + ("reference" if kind == "discrete" else "env only")))
+        rows.append(
+            Row(
+                NAME,
+                case,
+                "train",
+                train_sps,
+                "env steps/s",
+                ratio=train_sps / base,
+                note="run_training; ratio vs " + ("reference" if kind == "discrete" else "env only"),
+            )
+        )
     if torch.cuda.is_available():
         rows += _cuda_rows(reps)
     return rows

@@ -70,9 +70,7 @@ def forced_backend() -> str:
     raw = os.environ.get(BACKEND_ENV, "auto")
     value = raw.strip().lower() or "auto"
     if value not in _BACKENDS:
-        raise ValueError(
-            f"{BACKEND_ENV}={raw!r} is not a backend; allowed values: {', '.join(_BACKENDS)}"
-        )
+        raise ValueError(f"{BACKEND_ENV}={raw!r} is not a backend; allowed values: {', '.join(_BACKENDS)}")
     return value
 
 
@@ -293,9 +291,7 @@ class KernelOp:
             lambda: self.torch_impl(*args, **kwargs),
         )
 
-    def guard(
-        self, device: torch.device | str, triton_call: Callable[[], T], fallback: Callable[[], T]
-    ) -> T:
+    def guard(self, device: torch.device | str, triton_call: Callable[[], T], fallback: Callable[[], T]) -> T:
         """Run ``triton_call``; if it fails on CUDA in auto mode with a compile, resource or driver
         error (see :func:`is_device_failure`), warn once and run ``fallback``.
 

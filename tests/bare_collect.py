@@ -54,8 +54,9 @@ class HidePackages(importlib.abc.MetaPathFinder):
 
     def find_spec(self, fullname: str, path: object = None, target: object = None) -> None:
         if fullname.partition(".")[0] in self.names:
-            raise ModuleNotFoundError(f"No module named {fullname!r} (hidden by bare_collect.py)",
-                                      name=fullname)
+            raise ModuleNotFoundError(
+                f"No module named {fullname!r} (hidden by bare_collect.py)", name=fullname
+            )
         return None
 
 
@@ -103,10 +104,19 @@ def _import_benchmarks() -> tuple[list[str], dict[str, str]]:
 def main(argv: list[str] | None = None) -> int:
     """Run the checks described in the module docstring; returns the exit code."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--hide", action="append", default=[], metavar="PACKAGE",
-                        help="make PACKAGE unimportable first (repeatable)")
-    parser.add_argument("--min-gpu", type=int, default=MIN_GPU_TESTS,
-                        help=f"fewest gpu-marked tests accepted (default {MIN_GPU_TESTS})")
+    parser.add_argument(
+        "--hide",
+        action="append",
+        default=[],
+        metavar="PACKAGE",
+        help="make PACKAGE unimportable first (repeatable)",
+    )
+    parser.add_argument(
+        "--min-gpu",
+        type=int,
+        default=MIN_GPU_TESTS,
+        help=f"fewest gpu-marked tests accepted (default {MIN_GPU_TESTS})",
+    )
     parser.add_argument("--json", action="store_true", help="end with a BARE-COLLECT <json> line")
     args = parser.parse_args(argv)
     hidden = set(args.hide)
@@ -118,8 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     import pytest
 
     tally = _Tally()
-    rc = pytest.main(["--collect-only", "-qq", "-m", "gpu", "-p", "no:cacheprovider", "tests"],
-                     plugins=[tally])
+    rc = pytest.main(
+        ["--collect-only", "-qq", "-m", "gpu", "-p", "no:cacheprovider", "tests"], plugins=[tally]
+    )
     benchmarks, bench_failed = _import_benchmarks()
     missing_kernel_files = [f for f in KERNEL_FILES if tally.gpu[f] == 0]
     gpu = sum(tally.gpu.values())
@@ -130,18 +141,28 @@ def main(argv: list[str] | None = None) -> int:
     if gpu < args.min_gpu:
         problems.append(f"only {gpu} gpu-marked tests collected (at least {args.min_gpu} expected)")
     problems += [f"no gpu-marked test collected from {f}" for f in missing_kernel_files]
-    print(f"bare collect (hidden: {', '.join(sorted(hidden)) or 'nothing'}): "
-          f"{len(benchmarks)} benchmarks imported ({', '.join(benchmarks)}); {tally.total} tests collected, "
-          f"{gpu} marked gpu")
+    print(
+        f"bare collect (hidden: {', '.join(sorted(hidden)) or 'nothing'}): "
+        f"{len(benchmarks)} benchmarks imported ({', '.join(benchmarks)}); {tally.total} tests collected, "
+        f"{gpu} marked gpu"
+    )
     if tally.skipped:
         print(f"{len(tally.skipped)} test files skipped as a whole (pytest's SKIPPED lines above say why)")
     for problem in problems:
         print(f"error: {problem}", file=sys.stderr)
     if args.json:
-        summary = {"hidden": sorted(hidden), "benchmarks": benchmarks, "benchmark_failures": bench_failed,
-                   "errors": tally.errors, "skipped_modules": tally.skipped, "total": tally.total,
-                   "gpu": gpu, "gpu_per_file": dict(tally.gpu), "problems": problems,
-                   "pytest_exit": int(rc)}
+        summary = {
+            "hidden": sorted(hidden),
+            "benchmarks": benchmarks,
+            "benchmark_failures": bench_failed,
+            "errors": tally.errors,
+            "skipped_modules": tally.skipped,
+            "total": tally.total,
+            "gpu": gpu,
+            "gpu_per_file": dict(tally.gpu),
+            "problems": problems,
+            "pytest_exit": int(rc),
+        }
         print("BARE-COLLECT " + json.dumps(summary))
     return 1 if problems else 0
 

@@ -76,8 +76,19 @@ GRAD_KEYS = ("x", "dt", "A", "B", "C", "D", "z", "dt_bias", "initial_states")
 def ref_call(fn, kw: dict, chunk_size: int, return_final_states: bool = True):
     """Call the positional reference ``fn`` (mamba2_scan_ref's signature) with ``kw``."""
     return fn(
-        kw["x"], kw["dt"], kw["A"], kw["B"], kw["C"], kw.get("D"), kw.get("z"), kw.get("dt_bias"),
-        kw["dt_softplus"], kw["dt_limit"], kw.get("initial_states"), kw.get("resets"), chunk_size,
+        kw["x"],
+        kw["dt"],
+        kw["A"],
+        kw["B"],
+        kw["C"],
+        kw.get("D"),
+        kw.get("z"),
+        kw.get("dt_bias"),
+        kw["dt_softplus"],
+        kw["dt_limit"],
+        kw.get("initial_states"),
+        kw.get("resets"),
+        chunk_size,
         return_final_states,
     )
 

@@ -22,8 +22,14 @@ discover, bench_main = harness.discover, harness.main
 def _bare_collect(*hide: str) -> tuple[subprocess.CompletedProcess[str], dict]:
     args = [a for name in hide for a in ("--hide", name)]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "bare_collect.py"), *args, "--json"],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "bare_collect.py"), *args, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env=env,
+    )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("BARE-COLLECT ")]
     assert lines, f"no summary line (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc, json.loads(lines[-1].removeprefix("BARE-COLLECT "))
@@ -47,10 +53,12 @@ def test_suite_collects_and_benchmarks_import_without_gymnasium() -> None:
 def test_bench_skips_a_benchmark_whose_requirement_is_missing(tmp_path: Path, capsys) -> None:
     (tmp_path / "needs_more.py").write_text(
         "REQUIRES = ('tritonrl_no_such_package',)\n"
-        "def run(quick=False):\n    raise AssertionError('run() of a skipped benchmark was called')\n")
+        "def run(quick=False):\n    raise AssertionError('run() of a skipped benchmark was called')\n"
+    )
     (tmp_path / "plain.py").write_text(
         "from _harness import Row\n"
-        "def run(quick=False):\n    return [Row('plain', 'case', 'impl', 1.5, 'ms')]\n")
+        "def run(quick=False):\n    return [Row('plain', 'case', 'impl', 1.5, 'ms')]\n"
+    )
     assert bench_main(tmp_path, quick=True) == 0
     out, err = capsys.readouterr()
     skipped = [ln for ln in out.splitlines() if "needs_more" in ln and "running" not in ln]
@@ -60,8 +68,9 @@ def test_bench_skips_a_benchmark_whose_requirement_is_missing(tmp_path: Path, ca
     assert "Traceback" not in err and "failed" not in err
 
 
-def test_gymnasium_benchmarks_skip_in_one_line_without_gymnasium(monkeypatch: pytest.MonkeyPatch,
-                                                                   capsys) -> None:
+def test_gymnasium_benchmarks_skip_in_one_line_without_gymnasium(
+    monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
     monkeypatch.setitem(sys.modules, "gymnasium", None)  # `import gymnasium` raises ModuleNotFoundError
     assert bench_main(ROOT / "benchmarks", only=["dqn_loop", "ppo_loop"], quick=True) == 0
     out, err = capsys.readouterr()
@@ -74,15 +83,23 @@ def test_gymnasium_benchmarks_skip_in_one_line_without_gymnasium(monkeypatch: py
 
 def test_train_without_gymnasium_is_one_line(tmp_path: Path) -> None:
     """`python -m tritonrl.toolkit train` without gymnasium: one line naming it, exit 2, no run folder."""
-    shim = ("import sys\n"
-            "sys.modules['gymnasium'] = None\n"  # `import gymnasium` raises ModuleNotFoundError
-            "from tritonrl.toolkit.cli import main\n"
-            "sys.exit(main(sys.argv[1:]))\n")
+    shim = (
+        "import sys\n"
+        "sys.modules['gymnasium'] = None\n"  # `import gymnasium` raises ModuleNotFoundError
+        "from tritonrl.toolkit.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
     run_dir = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-c", shim, "train", "--steps", "100", "--run-dir", str(run_dir)],
-                          capture_output=True, text=True, timeout=120, cwd=tmp_path,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.run(
+        [sys.executable, "-c", shim, "train", "--steps", "100", "--run-dir", str(run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.splitlines() == [
-        "error: training needs the gymnasium package, which is not installed (pip install gymnasium)"]
+        "error: training needs the gymnasium package, which is not installed (pip install gymnasium)"
+    ]
     assert not run_dir.exists()

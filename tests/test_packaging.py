@@ -35,8 +35,23 @@ def test_every_package_folder_is_listed() -> None:
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                    "-w", str(out), str(ROOT)], check=True, timeout=300, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(out),
+            str(ROOT),
+        ],
+        check=True,
+        timeout=300,
+        capture_output=True,
+    )
     return next(out.glob("tritonrl-*.whl"))
 
 
@@ -60,14 +75,24 @@ def _standin(root: Path, name: str) -> Path:
     (src / "pyproject.toml").write_text(
         '[build-system]\nrequires = ["setuptools>=77"]\nbuild-backend = "setuptools.build_meta"\n'
         f'[project]\nname = "{name}-standin"\nversion = "1.0"\n'
-        f'[tool.setuptools]\npackages = ["{name}"]\n')
+        f'[tool.setuptools]\npackages = ["{name}"]\n'
+    )
     return src
 
 
 def test_installs_beside_packages_that_own_agents_and_kernels(wheel: Path, tmp_path: Path) -> None:
     target = tmp_path / "site"
-    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target",
-           str(target)]
+    pip = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--no-deps",
+        "--no-build-isolation",
+        "--target",
+        str(target),
+    ]
     for what in (str(wheel), str(_standin(tmp_path, "agents")), str(_standin(tmp_path, "kernels"))):
         proc = subprocess.run([*pip, what], capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr
@@ -81,14 +106,26 @@ def test_installs_beside_packages_that_own_agents_and_kernels(wheel: Path, tmp_p
     )
     # -P: the checkout is not on sys.path; the cwd is elsewhere too
     env = {**os.environ, "PYTHONPATH": str(target)}
-    proc = subprocess.run([sys.executable, "-P", "-c", check], capture_output=True, text=True, timeout=300,
-                          cwd=tmp_path, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-P", "-c", check],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr
     origin, dtype = proc.stdout.split()
     assert Path(origin).is_relative_to(target) and dtype == "torch.float32"
     script = target / "bin" / "tritonrl"
     assert script.is_file()
-    proc = subprocess.run([sys.executable, "-P", str(script), "info"], capture_output=True, text=True,
-                          timeout=300, cwd=tmp_path, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-P", str(script), "info"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("torch ")

@@ -10,9 +10,19 @@ from tritonrl.kernels.tl_helpers import dot, dot_flags
 
 @triton.jit
 def _toy_linear_fwd_kernel(
-    x, w, b, y, M, N, K,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, RELU: tl.constexpr,
-    INTERPRET: tl.constexpr, IEEE: tl.constexpr,
+    x,
+    w,
+    b,
+    y,
+    M,
+    N,
+    K,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    RELU: tl.constexpr,
+    INTERPRET: tl.constexpr,
+    IEEE: tl.constexpr,
 ):
     i_m = tl.program_id(0).to(tl.int64)
     i_n = tl.program_id(1).to(tl.int64)
@@ -47,7 +57,5 @@ def toy_linear_triton(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, relu: b
     y = torch.full((M, N), float("nan"), dtype=x.dtype, device=x.device)
     BM, BN, BK = 16, 16, 16
     grid = (triton.cdiv(M, BM), triton.cdiv(N, BN))
-    _toy_linear_fwd_kernel[grid](
-        x, w, b, y, M, N, K, BM=BM, BN=BN, BK=BK, RELU=relu, **dot_flags(x.dtype)
-    )
+    _toy_linear_fwd_kernel[grid](x, w, b, y, M, N, K, BM=BM, BN=BN, BK=BK, RELU=relu, **dot_flags(x.dtype))
     return y

@@ -44,8 +44,15 @@ from tritonrl.toolkit.checks import InputGuard
 from tritonrl.toolkit.config import Config, check_config_dict, fixed_changes, format_change
 from tritonrl.toolkit.envs import space_from_json, space_to_json
 
-__all__ = ["RESEED_STRIDE", "Agent", "AgentBase", "check_header", "checkpoint_header",
-           "read_header", "reseed"]
+__all__ = [
+    "RESEED_STRIDE",
+    "Agent",
+    "AgentBase",
+    "check_header",
+    "checkpoint_header",
+    "read_header",
+    "reseed",
+]
 
 RESEED_STRIDE = 7919
 """A generator state saved on another device type is replaced by ``seed + RESEED_STRIDE * updates``
@@ -68,8 +75,9 @@ class Agent(Protocol):
         """Actions for a batch of observations ``[E, *obs_shape]``."""
         ...
 
-    def observe(self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any
-                ) -> None:
+    def observe(
+        self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any
+    ) -> None:
         """Store one vector step (leading dim ``E`` everywhere)."""
         ...
 
@@ -89,13 +97,20 @@ class Agent(Protocol):
 # ----------------------------------------------------------------------------- the header
 
 
-def checkpoint_header(kind: str, config: Any, observation_space: gym.Space, action_space: gym.Space,
-                      num_envs: int, seed: int) -> dict[str, Any]:
+def checkpoint_header(
+    kind: str, config: Any, observation_space: gym.Space, action_space: gym.Space, num_envs: int, seed: int
+) -> dict[str, Any]:
     """The first entries of every agent state: ``agent`` (the kind), ``config`` (``to_dict()``),
     ``observation_space`` and ``action_space`` (:func:`tritonrl.toolkit.envs.space_to_json`),
     ``num_envs`` and ``seed``."""
-    return {"agent": kind, "config": config.to_dict(), "observation_space": space_to_json(observation_space),
-            "action_space": space_to_json(action_space), "num_envs": int(num_envs), "seed": int(seed)}
+    return {
+        "agent": kind,
+        "config": config.to_dict(),
+        "observation_space": space_to_json(observation_space),
+        "action_space": space_to_json(action_space),
+        "num_envs": int(num_envs),
+        "seed": int(seed),
+    }
 
 
 def _space_mismatch(words: str, saved: Any, own: dict[str, Any]) -> str | None:
@@ -108,8 +123,9 @@ def _space_mismatch(words: str, saved: Any, own: dict[str, Any]) -> str | None:
     return f"{words} space {brief(saved, 80)} does not match this agent's {brief(own, 80)}"
 
 
-def check_header(state: Any, *, kind: str, observation_space: gym.Space, action_space: gym.Space,
-                 num_envs: int, where: str) -> None:
+def check_header(
+    state: Any, *, kind: str, observation_space: gym.Space, action_space: gym.Space, num_envs: int, where: str
+) -> None:
     """Raise :class:`tritonrl.toolkit.checkpoint.CheckpointError` unless ``state``'s header is this
     agent's: the same kind, spaces and ``num_envs`` (the config and seed are checked by the agent,
     after its parts: see :meth:`AgentBase.check_state_dict`).
@@ -121,19 +137,23 @@ def check_header(state: Any, *, kind: str, observation_space: gym.Space, action_
     if not isinstance(state, Mapping) or state.get("agent") != kind:
         got = state.get("agent") if isinstance(state, Mapping) else type(state).__name__
         raise CheckpointError(f"{where}: holds a {brief(got, 40)} agent, not a {kind!r} agent")
-    for key, words, space in (("observation_space", "observation", observation_space),
-                              ("action_space", "action", action_space)):
+    for key, words, space in (
+        ("observation_space", "observation", observation_space),
+        ("action_space", "action", action_space),
+    ):
         wrong = _space_mismatch(words, section(state, key, where, f"the {words} space"), space_to_json(space))
         if wrong:
             raise CheckpointError(f"{where}: {wrong}")
     saved_envs = section(state, "num_envs", where, "the number of environments")
     if type(saved_envs) is not int or saved_envs != num_envs:
-        raise CheckpointError(f"{where}: saved with num_envs={brief(saved_envs, 20)}, this agent has "
-                              f"{num_envs}")
+        raise CheckpointError(
+            f"{where}: saved with num_envs={brief(saved_envs, 20)}, this agent has {num_envs}"
+        )
 
 
-def read_header(state: Mapping[str, Any], config_class: type[Config], where: str
-                ) -> tuple[Any, gym.Space, gym.Space, int, int]:
+def read_header(
+    state: Mapping[str, Any], config_class: type[Config], where: str
+) -> tuple[Any, gym.Space, gym.Space, int, int]:
     """``(config, observation_space, action_space, num_envs, seed)`` of a saved agent state: what
     rebuilding the agent takes (the saved spaces, bounds included).
 
@@ -222,10 +242,14 @@ class AgentBase:
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume exactly: the header (:func:`checkpoint_header`), counters,
         the agent's generator, and the agent's own parts."""
-        return {**checkpoint_header(self.kind, self.config, self.observation_space, self.action_space,
-                                    self.num_envs, self.seed),
-                "counters": {"env_steps": self.env_steps, "updates": self.updates},
-                "generator": self.generator.get_state(), **self._state_parts()}
+        return {
+            **checkpoint_header(
+                self.kind, self.config, self.observation_space, self.action_space, self.num_envs, self.seed
+            ),
+            "counters": {"env_steps": self.env_steps, "updates": self.updates},
+            "generator": self.generator.get_state(),
+            **self._state_parts(),
+        }
 
     def check_state_dict(self, state: Mapping[str, Any], *, where: str = "agent state") -> None:
         """Raise :class:`tritonrl.toolkit.checkpoint.CheckpointError` (a ``ValueError``, one line
@@ -240,8 +264,14 @@ class AgentBase:
 
     def _check_state(self, state: Mapping[str, Any], where: str) -> tuple[dict[str, Any], bool]:
         """:meth:`check_state_dict`, returning the staged parts and whether the generator state fits."""
-        check_header(state, kind=self.kind, observation_space=self.observation_space,
-                     action_space=self.action_space, num_envs=self.num_envs, where=where)
+        check_header(
+            state,
+            kind=self.kind,
+            observation_space=self.observation_space,
+            action_space=self.action_space,
+            num_envs=self.num_envs,
+            where=where,
+        )
         try:
             staged = self._check_parts(state, where)
             counters = section(state, "counters", where, "the step counters")
@@ -307,12 +337,19 @@ class AgentBase:
         state = agent_state(load_checkpoint(path), cls.kind, where)
         try:
             config, obs_space, act_space, num_envs, seed = read_header(state, cls.config_class, where)
-            agent = cls(obs_space, act_space, config, num_envs=num_envs,  # type: ignore[call-arg]
-                        device=device if device is not None else "cpu", seed=seed)
+            agent = cls(
+                obs_space,
+                act_space,
+                config,
+                num_envs=num_envs,  # type: ignore[call-arg]
+                device=device if device is not None else "cpu",
+                seed=seed,
+            )
         except CheckpointError:
             raise
         except (KeyError, TypeError, ValueError) as exc:
-            raise CheckpointError(f"{where}: not a usable {cls.kind.upper()} checkpoint "
-                                  f"({cut(str(exc), 160)})") from None
+            raise CheckpointError(
+                f"{where}: not a usable {cls.kind.upper()} checkpoint ({cut(str(exc), 160)})"
+            ) from None
         agent.load_state_dict(state, where=where)
         return agent

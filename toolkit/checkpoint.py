@@ -92,8 +92,9 @@ def _encode(obj: Any, path: str, tensors: dict[str, torch.Tensor]) -> Any:
         for k in keys:
             if not isinstance(k, (str, int)) or isinstance(k, bool):
                 raise TypeError(f"checkpoint dict keys must be str or int, got {k!r} at {path or '<root>'}")
-        return {"__dict__": [[k, _encode(v, f"{path}.{k}" if path else str(k), tensors)]
-                             for k, v in obj.items()]}
+        return {
+            "__dict__": [[k, _encode(v, f"{path}.{k}" if path else str(k), tensors)] for k, v in obj.items()]
+        }
     if isinstance(obj, tuple):
         return {"__tuple__": [_encode(v, f"{path}.{i}", tensors) for i, v in enumerate(obj)]}
     if isinstance(obj, list):
@@ -127,8 +128,13 @@ def cut(text: str, limit: int = 200) -> str:
 # Every dtype a checkpoint may name: torch's own dtype objects, nothing else reachable by getattr.
 _TORCH_DTYPES = {name: obj for name in dir(torch) if isinstance(obj := getattr(torch, name), torch.dtype)}
 _NDARRAY_KINDS = "biuf"  # bool, signed, unsigned, floating: what _encode writes for numeric arrays
-_MARKERS = {"__tensor__": {"__tensor__"}, "__dict__": {"__dict__"}, "__tuple__": {"__tuple__"},
-            "__ndarray__": {"__ndarray__", "dtype"}, "__dtype__": {"__dtype__"}}
+_MARKERS = {
+    "__tensor__": {"__tensor__"},
+    "__dict__": {"__dict__"},
+    "__tuple__": {"__tuple__"},
+    "__ndarray__": {"__ndarray__", "dtype"},
+    "__dtype__": {"__dtype__"},
+}
 
 
 class _Corrupt(Exception):
@@ -153,8 +159,11 @@ def _decode(obj: Any, tensors: Mapping[str, torch.Tensor]) -> Any:
         return tensors[value]
     if marker == "__dict__":
         if not isinstance(value, list) or not all(
-            isinstance(kv, list) and len(kv) == 2 and isinstance(kv[0], (str, int))
-            and not isinstance(kv[0], bool) for kv in value
+            isinstance(kv, list)
+            and len(kv) == 2
+            and isinstance(kv[0], (str, int))
+            and not isinstance(kv[0], bool)
+            for kv in value
         ):
             raise _Corrupt(f"malformed __dict__ entry {brief(value)}")
         return {k: _decode(v, tensors) for k, v in value}
@@ -301,8 +310,15 @@ def _read_file(path: str | os.PathLike, where: str) -> bytes:
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
-        kind = ("a directory" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode)
-                else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "a socket")
+        kind = (
+            "a directory"
+            if stat.S_ISDIR(st.st_mode)
+            else "a FIFO"
+            if stat.S_ISFIFO(st.st_mode)
+            else "a device"
+            if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
+            else "a socket"
+        )
         raise CheckpointError(f"{where}: not a regular file ({kind}); a checkpoint is a file")
     with os.fdopen(fd, "rb") as f:
         size = st.st_size
@@ -312,11 +328,15 @@ def _read_file(path: str | os.PathLike, where: str) -> bytes:
             head = f.read(8)
             (n,) = struct.unpack("<Q", head)
             if n > MAX_HEADER_BYTES:
-                raise CheckpointError(f"{where}: not a safetensors file (header length field says {n} "
-                                      f"bytes, more than the {MAX_HEADER_BYTES} bytes allowed)")
+                raise CheckpointError(
+                    f"{where}: not a safetensors file (header length field says {n} "
+                    f"bytes, more than the {MAX_HEADER_BYTES} bytes allowed)"
+                )
             if n > size - 8:
-                raise CheckpointError(f"{where}: truncated or not a safetensors file (header of {n} bytes "
-                                      f"does not fit in {size} bytes)")
+                raise CheckpointError(
+                    f"{where}: truncated or not a safetensors file (header of {n} bytes "
+                    f"does not fit in {size} bytes)"
+                )
             header = f.read(n)
             _parse_header(header, where)  # a bad header is reported before the payload is read
             rest = f.read()
@@ -360,8 +380,9 @@ def load_checkpoint(path: str | os.PathLike, *, device: torch.device | str | Non
     header = _parse_header(data[8 : 8 + n], where)
     meta = header.get("__metadata__")
     if not isinstance(meta, dict) or _META_KEY not in meta:
-        raise CheckpointError(f"{where}: a safetensors file but not a tritonrl checkpoint (no "
-                              f"'{_META_KEY}' metadata)")
+        raise CheckpointError(
+            f"{where}: a safetensors file but not a tritonrl checkpoint (no '{_META_KEY}' metadata)"
+        )
     if not isinstance(meta[_META_KEY], str):
         raise CheckpointError(f"{where}: corrupt checkpoint metadata (not a string)")
     try:
@@ -375,8 +396,10 @@ def load_checkpoint(path: str | os.PathLike, *, device: torch.device | str | Non
     if doc.get("format") != FORMAT:
         raise CheckpointError(f"{where}: not a tritonrl checkpoint (format {brief(doc.get('format'))})")
     if doc.get("version") != VERSION:
-        raise CheckpointError(f"{where}: checkpoint format version {brief(doc.get('version'))}, this "
-                              f"tritonrl reads version {VERSION}")
+        raise CheckpointError(
+            f"{where}: checkpoint format version {brief(doc.get('version'))}, this "
+            f"tritonrl reads version {VERSION}"
+        )
     if not isinstance(doc.get("state"), dict):
         raise CheckpointError(f"{where}: corrupt checkpoint (state is missing or not a dict)")
     try:
@@ -430,15 +453,21 @@ def training_sections(state: Any, where: str) -> dict:
             wrong type, named in words: ``"<where>: the loop counters section ('loop') is missing"``.
     """
     if not isinstance(state, Mapping) or state.get("format") != TRAIN_FORMAT:
-        what = ("an agent-only save" if isinstance(state, Mapping) and isinstance(state.get("agent"), str)
-                else "not a training-run checkpoint")
-        raise CheckpointError(f"{where}: {what} (no format {TRAIN_FORMAT!r}); a run folder's checkpoint is "
-                              "written by `python -m tritonrl.toolkit train`")
+        what = (
+            "an agent-only save"
+            if isinstance(state, Mapping) and isinstance(state.get("agent"), str)
+            else "not a training-run checkpoint"
+        )
+        raise CheckpointError(
+            f"{where}: {what} (no format {TRAIN_FORMAT!r}); a run folder's checkpoint is "
+            "written by `python -m tritonrl.toolkit train`"
+        )
     for key in SECTIONS:
         value = section(state, key, where)
         if not isinstance(value, Mapping):
-            raise CheckpointError(f"{where}: {SECTIONS[key]} ({key!r}) is a {type(value).__name__}, "
-                                  "not a dict")
+            raise CheckpointError(
+                f"{where}: {SECTIONS[key]} ({key!r}) is a {type(value).__name__}, not a dict"
+            )
     return dict(state)
 
 
@@ -453,8 +482,10 @@ def agent_state(state: Any, kind: str, where: str) -> dict:
     if isinstance(state, Mapping) and state.get("format") == TRAIN_FORMAT:
         state = section(state, "agent", where)
         if not isinstance(state, Mapping):
-            raise CheckpointError(f"{where}: a training-run checkpoint whose agent section is a "
-                                  f"{type(state).__name__}, not a dict")
+            raise CheckpointError(
+                f"{where}: a training-run checkpoint whose agent section is a "
+                f"{type(state).__name__}, not a dict"
+            )
     if not isinstance(state, Mapping):
         raise CheckpointError(f"{where}: holds a {type(state).__name__}, not an agent state")
     got = state.get("agent")
@@ -479,8 +510,9 @@ def generator_state_fits(state: Any, device: torch.device | str) -> bool:
         ValueError: not a 1-D uint8 tensor of a generator state of any device type.
     """
     if not isinstance(state, torch.Tensor) or state.dtype != torch.uint8 or state.dim() != 1:
-        got = (f"{state.dtype} {tuple(state.shape)}" if isinstance(state, torch.Tensor)
-               else type(state).__name__)
+        got = (
+            f"{state.dtype} {tuple(state.shape)}" if isinstance(state, torch.Tensor) else type(state).__name__
+        )
         raise ValueError(f"generator state is {got}, not a 1-D uint8 tensor")
     try:
         torch.Generator(device=device).set_state(state.cpu())
@@ -498,8 +530,9 @@ _CUDA_GENERATOR_BYTES = 16  # seed and offset of the Philox generator
 # ----------------------------------------------------------------------------- modules
 
 
-def check_module_tensors(module: torch.nn.Module, tensors: Mapping[str, Any], *, where: str = "checkpoint"
-                         ) -> None:
+def check_module_tensors(
+    module: torch.nn.Module, tensors: Mapping[str, Any], *, where: str = "checkpoint"
+) -> None:
     """Raise :class:`CheckpointError` unless ``tensors`` fits ``module.state_dict()`` exactly.
 
     Checks: the same names, each value a tensor of the same shape, floating where the module's
@@ -521,14 +554,17 @@ def check_module_tensors(module: torch.nn.Module, tensors: Mapping[str, Any], *,
         if not isinstance(got, torch.Tensor):
             raise CheckpointError(f"{where}: {name} is {type(got).__name__}, expected a tensor")
         if tuple(got.shape) != tuple(ref.shape):
-            raise CheckpointError(f"{where}: {name} has shape {tuple(got.shape)}, "
-                                  f"{type(module).__name__} expects {tuple(ref.shape)}")
+            raise CheckpointError(
+                f"{where}: {name} has shape {tuple(got.shape)}, "
+                f"{type(module).__name__} expects {tuple(ref.shape)}"
+            )
         if ref.is_floating_point() != got.is_floating_point():
             raise CheckpointError(f"{where}: {name} is {got.dtype}, expected {ref.dtype}")
 
 
-def load_into_module(module: torch.nn.Module, tensors: Mapping[str, Any], *, where: str = "checkpoint"
-                     ) -> None:
+def load_into_module(
+    module: torch.nn.Module, tensors: Mapping[str, Any], *, where: str = "checkpoint"
+) -> None:
     """Copy ``tensors`` into ``module`` after checking all of them (see :func:`check_module_tensors`).
 
     Floating tensors are cast to the dtype (and device) of the entry they replace: a bf16
@@ -553,8 +589,13 @@ def capture_rng_state() -> dict:
     np_state = cast("tuple[str, np.ndarray, int, int, float]", np.random.get_state())  # noqa: NPY002
     state: dict[str, Any] = {
         "torch": torch.get_rng_state(),
-        "numpy": {"kind": np_state[0], "keys": np_state[1], "pos": int(np_state[2]),
-                  "has_gauss": int(np_state[3]), "cached_gaussian": float(np_state[4])},
+        "numpy": {
+            "kind": np_state[0],
+            "keys": np_state[1],
+            "pos": int(np_state[2]),
+            "has_gauss": int(np_state[3]),
+            "cached_gaussian": float(np_state[4]),
+        },
         "python": random.getstate(),
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -579,8 +620,13 @@ def restore_rng_state(state: Mapping[str, Any], *, where: str = "RNG state") -> 
             raise TypeError(f"torch state is {type(torch_state).__name__}, not a tensor")
         torch_state = torch_state.to("cpu", torch.uint8)
         torch.Generator().set_state(torch_state)  # scratch: raises on a short or long state
-        np_tuple = (str(np_s["kind"]), np.asarray(np_s["keys"], dtype=np.uint32), int(np_s["pos"]),
-                    int(np_s["has_gauss"]), float(np_s["cached_gaussian"]))
+        np_tuple = (
+            str(np_s["kind"]),
+            np.asarray(np_s["keys"], dtype=np.uint32),
+            int(np_s["pos"]),
+            int(np_s["has_gauss"]),
+            float(np_s["cached_gaussian"]),
+        )
         np.random.RandomState().set_state(np_tuple)  # a scratch generator checks the state
         if not isinstance(py, (list, tuple)) or len(py) != 3:
             raise TypeError("python state is not a (version, internal state, gauss) triple")

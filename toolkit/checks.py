@@ -132,8 +132,9 @@ def check_config(config: Any, ranges: Mapping[str, str]) -> None:
             spec = ranges[name]
             if not _in(float(item), spec):
                 if is_tuple:
-                    raise ValueError(f"{name}={tuple(value)!r}: each item must be {_describe(spec)}, "
-                                     f"got {item!r}")
+                    raise ValueError(
+                        f"{name}={tuple(value)!r}: each item must be {_describe(spec)}, got {item!r}"
+                    )
                 raise ValueError(f"{name}={value!r} must be {_describe(spec)}")
 
 
@@ -196,8 +197,10 @@ def check_memory(what: str, parts: Mapping[str, int], device: torch.device | str
     dev = torch.device(device)
     where = "this machine" if dev.type == "cpu" else str(dev)
     detail = ", ".join(f"{k} {format_bytes(v)}" for k, v in parts.items() if v)
-    raise ValueError(f"{what} needs {format_bytes(need)} ({detail}) on {dev.type}; {where} has "
-                     f"{format_bytes(free)} available")
+    raise ValueError(
+        f"{what} needs {format_bytes(need)} ({detail}) on {dev.type}; {where} has "
+        f"{format_bytes(free)} available"
+    )
 
 
 # ----------------------------------------------------------------------------- per-step inputs
@@ -402,8 +405,9 @@ class InputGuard:
             self._box(call, t)
             return
         if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
-            raise ValueError(f"{self.owner}.{call}: action has dtype {t.dtype}; {rule.text} actions are "
-                             "integers")
+            raise ValueError(
+                f"{self.owner}.{call}: action has dtype {t.dtype}; {rule.text} actions are integers"
+            )
         if rule.kind == "discrete":
             n = rule.nvec[0]
             if self._deferred(t):
@@ -424,15 +428,22 @@ class InputGuard:
         if nvec is None:  # made once per device: a host-to-device copy per call would sync
             nvec = self._nvec[t.device] = torch.tensor(rule.nvec, device=t.device)
         if t.shape[-1:] != nvec.shape:
-            raise ValueError(f"{self.owner}.{call}: action has shape {tuple(t.shape)}; {rule.text} needs a "
-                             f"last dim of {len(rule.nvec)}")
+            raise ValueError(
+                f"{self.owner}.{call}: action has shape {tuple(t.shape)}; {rule.text} needs a "
+                f"last dim of {len(rule.nvec)}"
+            )
         bad = (t < 0) | (t >= nvec)
         if self._deferred(t):
             self._flag(call, "action", ~bad.any())
         elif bool(bad.any()):
             idx = bad.nonzero()[0].tolist()
-            self._fail(call, "action", t, bad, f"is outside {rule.text} (0 <= a[..., {idx[-1]}] < "
-                                               f"{rule.nvec[idx[-1]]})")
+            self._fail(
+                call,
+                "action",
+                t,
+                bad,
+                f"is outside {rule.text} (0 <= a[..., {idx[-1]}] < {rule.nvec[idx[-1]]})",
+            )
 
     def _box(self, call: str, t: torch.Tensor) -> None:
         rule = self.rule
@@ -456,10 +467,15 @@ class InputGuard:
             idx = (~ok).nonzero()[0].tolist()
             d = idx[-1]
             value = t[tuple(idx)].item()
-            why = ("is not finite" if not math.isfinite(value) else
-                   f"is outside the bounds [{rule.low[d]:g}, {rule.high[d]:g}] of dimension {d}")
-            raise ValueError(f"{self.owner}.{call}: action[{_index(idx)}] = {value!r} {why} (this policy "
-                             f"squashes its actions into the bounds of {rule.text})")
+            why = (
+                "is not finite"
+                if not math.isfinite(value)
+                else f"is outside the bounds [{rule.low[d]:g}, {rule.high[d]:g}] of dimension {d}"
+            )
+            raise ValueError(
+                f"{self.owner}.{call}: action[{_index(idx)}] = {value!r} {why} (this policy "
+                f"squashes its actions into the bounds of {rule.text})"
+            )
 
     def acted(self, action: torch.Tensor) -> None:
         """Remember the action ``act`` returned: passed back unchanged, it needs no check."""
@@ -482,6 +498,8 @@ class InputGuard:
                 what = "NaN or inf" if name != "action" else f"an action outside {self.rule.text}"
                 if name == "action" and self.rule.kind == "box" and not self.rule.bounded:
                     what = "NaN or inf"
-                raise ValueError(f"{self.owner}.{call}: {name} held {what} at a step since the last "
-                                 f"check (deferred check on {device}, without a per-step sync; set "
-                                 f"agent.inputs.mode = 'eager' to find the entry)")
+                raise ValueError(
+                    f"{self.owner}.{call}: {name} held {what} at a step since the last "
+                    f"check (deferred check on {device}, without a per-step sync; set "
+                    f"agent.inputs.mode = 'eager' to find the entry)"
+                )

@@ -46,8 +46,9 @@ def info() -> str:
         try:
             d = explain(dev)
             cap = "" if d.capability is None else f", capability {d.capability[0]}.{d.capability[1]}"
-            lines.append(f"  {d.device} ({d.name}{cap}): {str(d.dtype).removeprefix('torch.')}"
-                         f" [{d.source}] {d.reason}")
+            lines.append(
+                f"  {d.device} ({d.name}{cap}): {str(d.dtype).removeprefix('torch.')} [{d.source}] {d.reason}"
+            )
         except Exception as exc:  # a forced dtype the device cannot do: report, don't crash
             lines.append(f"  {dev}: error: {exc}")
         for name, op in sorted(kernels.registry().items()):
@@ -106,8 +107,11 @@ def _bench(folder: Path, names: Sequence[str], *, quick: bool) -> int:
     path = folder / HARNESS
     if not path.is_file():
         what = "no benchmark folder" if not folder.is_dir() else f"no {HARNESS} in the benchmark folder"
-        print(f"error: {what} at {folder.resolve()}: the benchmarks live in a checkout of the repository, "
-              "not in the installed package (run from the checkout's root, or pass --dir)", file=sys.stderr)
+        print(
+            f"error: {what} at {folder.resolve()}: the benchmarks live in a checkout of the repository, "
+            "not in the installed package (run from the checkout's root, or pass --dir)",
+            file=sys.stderr,
+        )
         return 2
     loaded = sys.modules.get("_harness")
     if loaded is None or Path(getattr(loaded, "__file__", "")).resolve() != path.resolve():

@@ -35,8 +35,16 @@ import typing
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-__all__ = ["Config", "apply_overrides", "check_config_dict", "config_changes", "fixed_changes",
-           "format_change", "resumable", "resumable_fields"]
+__all__ = [
+    "Config",
+    "apply_overrides",
+    "check_config_dict",
+    "config_changes",
+    "fixed_changes",
+    "format_change",
+    "resumable",
+    "resumable_fields",
+]
 
 C = TypeVar("C", bound="Config")
 
@@ -58,8 +66,11 @@ def config_changes(old: Any, new: Any) -> dict[str, tuple[Any, Any]]:
     """``{field: (old value, new value)}`` for every field where two configs of one class differ."""
     if type(old) is not type(new):
         raise TypeError(f"cannot compare a {type(old).__name__} with a {type(new).__name__}")
-    return {f.name: (getattr(old, f.name), getattr(new, f.name)) for f in dataclasses.fields(old)
-            if getattr(old, f.name) != getattr(new, f.name)}
+    return {
+        f.name: (getattr(old, f.name), getattr(new, f.name))
+        for f in dataclasses.fields(old)
+        if getattr(old, f.name) != getattr(new, f.name)
+    }
 
 
 def fixed_changes(old: Any, new: Any) -> dict[str, tuple[Any, Any]]:
@@ -127,8 +138,9 @@ def check_config_dict(config_cls: type, values: Any, *, where: str = "config") -
         raise ValueError(f"{where} has unknown field(s) {', '.join(unknown[:4])}")
     for name in names:
         if not _type_ok(values[name], hints[name]):
-            raise ValueError(f"{where} field {name}={_short(values[name])} is not a "
-                             f"{_type_name(hints[name])}")
+            raise ValueError(
+                f"{where} field {name}={_short(values[name])} is not a {_type_name(hints[name])}"
+            )
 
 
 def _type_name(tp: Any) -> str:
@@ -215,8 +227,9 @@ def _convert(raw: Any, tp: Any, key: str) -> Any:
         raise ValueError("; ".join(errors))
     if origin is tuple:
         args = typing.get_args(tp)
-        items = raw if isinstance(raw, (list, tuple)) else [
-            s for s in str(raw).strip("()[] ").split(",") if s]
+        items = (
+            raw if isinstance(raw, (list, tuple)) else [s for s in str(raw).strip("()[] ").split(",") if s]
+        )
         item_tp = args[0] if args else str
         return tuple(_convert(s.strip() if isinstance(s, str) else s, item_tp, key) for s in items)
     if not isinstance(raw, str):
@@ -275,7 +288,9 @@ def apply_overrides(config: Any, overrides: Mapping[str, Any]) -> Any:
     changes = {}
     for key, raw in overrides.items():
         if key not in names:
-            raise ValueError(f"unknown config key {key!r} for {type(config).__name__}; known keys: "
-                             f"{', '.join(sorted(names))}")
+            raise ValueError(
+                f"unknown config key {key!r} for {type(config).__name__}; known keys: "
+                f"{', '.join(sorted(names))}"
+            )
         changes[key] = _convert(raw, hints[key], key)
     return dataclasses.replace(config, **changes)

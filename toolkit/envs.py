@@ -55,7 +55,8 @@ class _SelectObs(gym.ObservationWrapper):
         self._indices = np.asarray(indices, dtype=np.int64)
         box = cast(spaces.Box, env.observation_space)  # checked by the caller
         self.observation_space = spaces.Box(
-            box.low[self._indices], box.high[self._indices],
+            box.low[self._indices],
+            box.high[self._indices],
             dtype=box.dtype,
         )
 
@@ -104,8 +105,13 @@ def space_to_json(space: gym.Space) -> dict[str, Any]:
     if isinstance(space, spaces.MultiDiscrete):
         return {"type": "MultiDiscrete", "nvec": space.nvec.tolist()}
     if isinstance(space, spaces.Box):
-        return {"type": "Box", "shape": list(space.shape), "low": space.low.tolist(),
-                "high": space.high.tolist(), "dtype": str(space.dtype)}
+        return {
+            "type": "Box",
+            "shape": list(space.shape),
+            "low": space.low.tolist(),
+            "high": space.high.tolist(),
+            "dtype": str(space.dtype),
+        }
     raise TypeError(f"space {space!r} is not supported (Discrete, MultiDiscrete, Box)")
 
 
@@ -121,8 +127,12 @@ def space_from_json(d: dict[str, Any]) -> gym.Space:
     if kind == "MultiDiscrete":
         return spaces.MultiDiscrete(np.asarray(d["nvec"], dtype=np.int64))
     if kind == "Box":
-        return spaces.Box(np.asarray(d["low"], dtype=d["dtype"]), np.asarray(d["high"], dtype=d["dtype"]),
-                          shape=tuple(d["shape"]), dtype=d["dtype"])
+        return spaces.Box(
+            np.asarray(d["low"], dtype=d["dtype"]),
+            np.asarray(d["high"], dtype=d["dtype"]),
+            shape=tuple(d["shape"]),
+            dtype=d["dtype"],
+        )
     raise ValueError(f"unknown space description {d!r}")
 
 
@@ -154,8 +164,17 @@ class Transition:
     episode_lengths: list[int] = field(default_factory=list)
 
 
-_SKIP_ATTRS = {"env", "spec", "_saved_kwargs", "_cached_spec", "metadata", "_metadata", "render_mode",
-               "screen", "clock"}
+_SKIP_ATTRS = {
+    "env",
+    "spec",
+    "_saved_kwargs",
+    "_cached_spec",
+    "metadata",
+    "_metadata",
+    "render_mode",
+    "screen",
+    "clock",
+}
 
 
 def _capture_layer(layer: Any) -> dict[str, Any]:
@@ -168,8 +187,10 @@ def _capture_layer(layer: Any) -> dict[str, Any]:
         elif value is None or isinstance(value, (bool, int, float, str, np.ndarray, np.generic)):
             out[name] = value
         elif isinstance(value, (tuple, list)) and all(isinstance(v, (int, float, np.generic)) for v in value):
-            out[name] = {"__seq__": type(value).__name__, "items": [float(v) if isinstance(v, float) else v
-                                                                   for v in value]}
+            out[name] = {
+                "__seq__": type(value).__name__,
+                "items": [float(v) if isinstance(v, float) else v for v in value],
+            }
     return out
 
 
@@ -187,8 +208,14 @@ def _plan_layer(layer: Any, state: Any) -> list[tuple[str, Any]]:
     plan: list[tuple[str, Any]] = []
     for name, value in state.items():
         cls_attr = getattr(type(layer), name, None) if isinstance(name, str) else None
-        if (not isinstance(name, str) or not name.isidentifier() or name.startswith("__")
-                or callable(cls_attr) or isinstance(cls_attr, property) or name in _SKIP_ATTRS):
+        if (
+            not isinstance(name, str)
+            or not name.isidentifier()
+            or name.startswith("__")
+            or callable(cls_attr)
+            or isinstance(cls_attr, property)
+            or name in _SKIP_ATTRS
+        ):
             raise ValueError(f"{type(layer).__name__} state names {repr(name)[:40]}, not a plain attribute")
         if isinstance(value, dict) and set(value) == {"__generator__"}:
             gen = getattr(layer, name, None)
@@ -198,8 +225,9 @@ def _plan_layer(layer: Any, state: Any) -> list[tuple[str, Any]]:
                 scratch.state = value["__generator__"]
                 exact = scratch.state == value["__generator__"]  # numpy casts some wrong types silently
             except (TypeError, ValueError, KeyError) as exc:
-                raise ValueError(f"{type(layer).__name__}.{name}: generator state does not fit "
-                                 f"({str(exc)[:80]})") from None
+                raise ValueError(
+                    f"{type(layer).__name__}.{name}: generator state does not fit ({str(exc)[:80]})"
+                ) from None
             if not exact:
                 raise ValueError(f"{type(layer).__name__}.{name}: generator state does not fit")
             plan.append((name, scratch))
@@ -213,8 +241,9 @@ def _plan_layer(layer: Any, state: Any) -> list[tuple[str, Any]]:
         elif value is None or isinstance(value, (bool, int, float, str, np.generic)):
             plan.append((name, value))
         else:
-            raise ValueError(f"{type(layer).__name__}.{name}: a {type(value).__name__} is not an env "
-                             "state value")
+            raise ValueError(
+                f"{type(layer).__name__}.{name}: a {type(value).__name__} is not an env state value"
+            )
     return plan
 
 
@@ -244,8 +273,9 @@ class VecEnv:
     Build it with :func:`make_vec_env`. ``obs`` holds the observation to act on next.
     """
 
-    def __init__(self, vec: gym.vector.SyncVectorEnv, env_id: str, seed: int,
-                 device: torch.device | str = "cpu") -> None:
+    def __init__(
+        self, vec: gym.vector.SyncVectorEnv, env_id: str, seed: int, device: torch.device | str = "cpu"
+    ) -> None:
         self.vec = vec
         self.env_id = env_id
         self.seed = seed
@@ -330,24 +360,32 @@ class VecEnv:
         if not isinstance(state, dict):
             raise ValueError(f"env state is a {type(state).__name__}, not a dict")
         if state.get("env_id") != self.env_id or state.get("num_envs") != self.num_envs:
-            raise ValueError(f"env state is for {repr(state.get('env_id'))[:60]} x "
-                             f"{repr(state.get('num_envs'))[:20]}, this is {self.env_id!r} x {self.num_envs}")
+            raise ValueError(
+                f"env state is for {repr(state.get('env_id'))[:60]} x "
+                f"{repr(state.get('num_envs'))[:20]}, this is {self.env_id!r} x {self.num_envs}"
+            )
         envs = state.get("envs")
         if not isinstance(envs, list) or len(envs) != self.num_envs:
-            raise ValueError(f"env state holds {len(envs) if isinstance(envs, list) else 'no'} environment "
-                             f"states, expected {self.num_envs}")
+            raise ValueError(
+                f"env state holds {len(envs) if isinstance(envs, list) else 'no'} environment "
+                f"states, expected {self.num_envs}"
+            )
         plans = []
         for e, layer_states in zip(self.vec.envs, envs, strict=True):
             layers = _layers(e)
             if not isinstance(layer_states, list) or len(layer_states) != len(layers):
-                raise ValueError(f"env state does not match the wrapper chain of {self.env_id} "
-                                 f"({len(layers)} layers)")
+                raise ValueError(
+                    f"env state does not match the wrapper chain of {self.env_id} ({len(layers)} layers)"
+                )
             plans.append([_plan_layer(layer, s) for layer, s in zip(layers, layer_states, strict=True)])
         for key, kind in (("returns", "f"), ("lengths", "i")):
             value = state.get(key)
             kinds = "fi" if kind == "f" else "i"
-            if (not isinstance(value, np.ndarray) or value.shape != (self.num_envs,)
-                    or value.dtype.kind not in kinds):
+            if (
+                not isinstance(value, np.ndarray)
+                or value.shape != (self.num_envs,)
+                or value.dtype.kind not in kinds
+            ):
                 raise ValueError(f"env state {key!r} is not a numeric array of shape ({self.num_envs},)")
         if "obs" not in state:
             raise ValueError("env state lacks 'obs'")
@@ -456,8 +494,9 @@ def make_vec_env(
 
         return make
 
-    vec = gym.vector.SyncVectorEnv([thunk(i) for i in range(num_envs)],
-                                   autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    vec = gym.vector.SyncVectorEnv(
+        [thunk(i) for i in range(num_envs)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
+    )
     env = VecEnv(vec, env_id, seed, device)
     env.reset()
     return env

@@ -42,8 +42,14 @@ class MetricLogger:
             the interrupted run wrote from this step on, so each (tag, step) pair is read once.
     """
 
-    def __init__(self, run_dir: str | Path, *, csv: bool = True, tensorboard: bool = True,
-                 purge_step: int | None = None) -> None:
+    def __init__(
+        self,
+        run_dir: str | Path,
+        *,
+        csv: bool = True,
+        tensorboard: bool = True,
+        purge_step: int | None = None,
+    ) -> None:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.csv_path = self.run_dir / "metrics.csv" if csv else None
@@ -96,8 +102,9 @@ class MetricLogger:
         devices = {t.device for t in tensors if isinstance(t, torch.Tensor)}
         values: dict[str, float] = {}
         for dev in devices:  # one transfer per device
-            on_dev = [(i, t) for i, t in enumerate(tensors)
-                      if isinstance(t, torch.Tensor) and t.device == dev]
+            on_dev = [
+                (i, t) for i, t in enumerate(tensors) if isinstance(t, torch.Tensor) and t.device == dev
+            ]
             host = torch.stack([t for _, t in on_dev]).cpu().tolist()
             values.update({names[i]: v for (i, _), v in zip(on_dev, host, strict=True)})
         for i, t in enumerate(tensors):
@@ -200,8 +207,9 @@ def read_csv(path: str | Path) -> list[dict[str, float]]:
     for i, line in enumerate(lines[1:], start=2):
         parsed = _parse_row(line, len(header))
         if parsed is None:
-            raise ValueError(f"{path}: line {i} is damaged ({line[:60]!r}): expected {len(header)} numeric "
-                             "fields")
+            raise ValueError(
+                f"{path}: line {i} is damaged ({line[:60]!r}): expected {len(header)} numeric fields"
+            )
         step, cells = parsed
         row = {"global_step": float(step)}
         row.update({name: v for name, v in zip(header[1:], cells, strict=True) if v is not None})
@@ -236,8 +244,9 @@ def repair_csv(path: str | Path, up_to_step: int) -> tuple[int, int]:
     except (csv.Error, StopIteration):
         header = []
     if not header or header[0] != "global_step" or (len(lines) == 1 and not complete):
-        raise ValueError(f"{path}: not a metrics file (the first line is not a header starting with "
-                         "global_step)")
+        raise ValueError(
+            f"{path}: not a metrics file (the first line is not a header starting with global_step)"
+        )
     body = lines[1:]
     kept: list[str] = []
     damaged = 0
@@ -252,9 +261,13 @@ def repair_csv(path: str | Path, up_to_step: int) -> tuple[int, int]:
     return len(kept), damaged
 
 
-def plot_learning_curve(csv_path: str | Path, png_path: str | Path, *,
-                        metrics: tuple[str, ...] = ("charts/episodic_return", "eval/mean_return"),
-                        title: str | None = None) -> Path:
+def plot_learning_curve(
+    csv_path: str | Path,
+    png_path: str | Path,
+    *,
+    metrics: tuple[str, ...] = ("charts/episodic_return", "eval/mean_return"),
+    title: str | None = None,
+) -> Path:
     """Plot the named metrics of a ``metrics.csv`` against ``global_step`` into a PNG (matplotlib Agg).
 
     Returns:
@@ -304,9 +317,17 @@ class ProgressBar:
         stream: where to draw (default ``sys.stderr``); ``enabled=False`` draws nothing.
     """
 
-    def __init__(self, total: int, *, initial: int = 0, stream: IO[str] | None = None,
-                 enabled: bool = True, interval: float = 0.5, width: int = 28,
-                 log_interval: float = 10.0) -> None:
+    def __init__(
+        self,
+        total: int,
+        *,
+        initial: int = 0,
+        stream: IO[str] | None = None,
+        enabled: bool = True,
+        interval: float = 0.5,
+        width: int = 28,
+        log_interval: float = 10.0,
+    ) -> None:
         self.total = max(int(total), 1)
         self.n = initial
         self.stream = stream if stream is not None else sys.stderr

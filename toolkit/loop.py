@@ -74,8 +74,16 @@ from tritonrl.toolkit.envs import VecEnv, evaluate
 from tritonrl.toolkit.logger import MetricLogger, ProgressBar, plot_learning_curve, repair_csv
 from tritonrl.toolkit.runfolder import RunLock, move_aside
 
-__all__ = ["CHECKPOINT_NAME", "DivergenceError", "LoopConfig", "MAX_SEED", "Schedule", "TrainingError",
-           "run_training", "seed_everything"]
+__all__ = [
+    "CHECKPOINT_NAME",
+    "DivergenceError",
+    "LoopConfig",
+    "MAX_SEED",
+    "Schedule",
+    "TrainingError",
+    "run_training",
+    "seed_everything",
+]
 
 CHECKPOINT_NAME = "checkpoint.safetensors"
 MAX_SEED = 2**32 - 1
@@ -160,6 +168,7 @@ class LoopConfig:
         Raises:
             ValueError: a field out of range (named in the message).
         """
+
         def whole(name: str, lo: int, hi: int | None = None, *, optional: bool = False) -> None:
             v = getattr(self, name)
             if v is None and optional:
@@ -202,21 +211,30 @@ class _Counters:
         self.wall = 0.0
 
     def state(self) -> dict[str, Any]:
-        return {"step": self.step, "evaluations": self.evaluations, "reached_at": self.reached_at,
-                "wall": self.wall}
+        return {
+            "step": self.step,
+            "evaluations": self.evaluations,
+            "reached_at": self.reached_at,
+            "wall": self.wall,
+        }
 
     @staticmethod
     def check(s: Mapping[str, Any]) -> None:
         """Raise ``ValueError`` unless ``s`` is a :meth:`state`; changes nothing."""
+
         def num(x: Any) -> bool:
             return isinstance(x, (int, float)) and not isinstance(x, bool)
 
-        ok = (isinstance(s, Mapping) and type(s.get("step")) is int and s["step"] >= 0
-              and isinstance(s.get("evaluations"), list)
-              and all(isinstance(e, list) and len(e) == 2 and num(e[0]) and num(e[1])
-                      for e in s["evaluations"])
-              and "reached_at" in s and (s["reached_at"] is None or num(s["reached_at"]))
-              and num(s.get("wall")))
+        ok = (
+            isinstance(s, Mapping)
+            and type(s.get("step")) is int
+            and s["step"] >= 0
+            and isinstance(s.get("evaluations"), list)
+            and all(isinstance(e, list) and len(e) == 2 and num(e[0]) and num(e[1]) for e in s["evaluations"])
+            and "reached_at" in s
+            and (s["reached_at"] is None or num(s["reached_at"]))
+            and num(s.get("wall"))
+        )
         if not ok:
             raise ValueError("the loop counters section ('loop') is damaged")
 
@@ -231,8 +249,14 @@ def _crossed(prev: int, now: int, every: int) -> bool:
     return every > 0 and now // every > prev // every
 
 
-def run_training(agent: Agent, env: VecEnv, schedule: Schedule, cfg: LoopConfig, *,
-                 should_stop: Callable[[], bool] | None = None) -> dict[str, Any]:
+def run_training(
+    agent: Agent,
+    env: VecEnv,
+    schedule: Schedule,
+    cfg: LoopConfig,
+    *,
+    should_stop: Callable[[], bool] | None = None,
+) -> dict[str, Any]:
     """Train ``agent`` on ``env`` for ``cfg.total_steps`` environment steps.
 
     Args:
@@ -338,12 +362,15 @@ def _prepare_run_dir(run_dir: Path, ckpt_path: Path, resume_step: int | None, cf
     except ValueError as exc:
         raise CheckpointError(str(exc)) from None
     if damaged:
-        _notice(f"{csv_path}: dropped {damaged} damaged line{'s' if damaged > 1 else ''} "
-                f"(kept {kept} rows up to the checkpoint's step {resume_step})")
+        _notice(
+            f"{csv_path}: dropped {damaged} damaged line{'s' if damaged > 1 else ''} "
+            f"(kept {kept} rows up to the checkpoint's step {resume_step})"
+        )
 
 
-def _run(agent: Any, env: VecEnv, schedule: Schedule, cfg: LoopConfig,
-         should_stop: Callable[[], bool] | None) -> dict[str, Any]:
+def _run(
+    agent: Any, env: VecEnv, schedule: Schedule, cfg: LoopConfig, should_stop: Callable[[], bool] | None
+) -> dict[str, Any]:
     run = _Run(agent, env, schedule, cfg)
     run.start()
     run.train(should_stop)
@@ -385,8 +412,11 @@ class _Run:
         if self.run_dir is not None:
             assert self.ckpt_path is not None
             _prepare_run_dir(self.run_dir, self.ckpt_path, self.checkpoint_step, cfg)
-            self.logger = MetricLogger(self.run_dir, tensorboard=cfg.tensorboard,
-                                       purge_step=self.counters.step + 1 if resumed else None)
+            self.logger = MetricLogger(
+                self.run_dir,
+                tensorboard=cfg.tensorboard,
+                purge_step=self.counters.step + 1 if resumed else None,
+            )
         self.eval_env_id = cfg.eval_env_id or self.env.env_id
         self.bar = ProgressBar(cfg.total_steps, initial=self.counters.step, enabled=cfg.progress)
         self.t_start = time.perf_counter()
@@ -410,14 +440,19 @@ class _Run:
         saved_meta = dict(state["meta"])
         for key, value in self.meta.items():
             if key in saved_meta and saved_meta[key] != value:
-                raise CheckpointError(f"{ckpt_path}: checkpoint was made with "
-                                      f"{key}={brief(saved_meta[key], 60)}, this run has {key}={value!r}")
+                raise CheckpointError(
+                    f"{ckpt_path}: checkpoint was made with "
+                    f"{key}={brief(saved_meta[key], 60)}, this run has {key}={value!r}"
+                )
         agent, env, schedule = self.agent, self.env, self.schedule
         try:
             # every section is checked before any is loaded (the RNG restore checks, then sets)
-            for check, key in ((getattr(schedule, "check_state_dict", None), "schedule"),
-                               (getattr(agent, "check_state_dict", None), "agent"),
-                               (getattr(env, "check_state", None), "env"), (_Counters.check, "loop")):
+            for check, key in (
+                (getattr(schedule, "check_state_dict", None), "schedule"),
+                (getattr(agent, "check_state_dict", None), "agent"),
+                (getattr(env, "check_state", None), "env"),
+                (_Counters.check, "loop"),
+            ):
                 if check is not None:
                     check(state[key])
             restore_rng_state(state["rng"], where="random generator states")
@@ -488,8 +523,12 @@ class _Run:
         checkpoint_due = self.ckpt_path is not None and _crossed(prev, step, cfg.checkpoint_every)
         if _crossed(prev, step, cfg.log_every) or checkpoint_due:
             self.flush_and_check(step)
-            if (self.ckpt_path is not None and not checkpoint_due and cfg.checkpoint_seconds > 0
-                    and time.perf_counter() - self.t_saved >= cfg.checkpoint_seconds):
+            if (
+                self.ckpt_path is not None
+                and not checkpoint_due
+                and cfg.checkpoint_seconds > 0
+                and time.perf_counter() - self.t_saved >= cfg.checkpoint_seconds
+            ):
                 checkpoint_due = True
         if checkpoint_due:
             self.save()
@@ -528,15 +567,18 @@ class _Run:
         counters = self.counters
         counters.wall = self.wall_before + time.perf_counter() - self.t_start
         remove_stale_temps(self.ckpt_path)  # a kill during an earlier save (the folder lock makes this safe)
-        save_checkpoint(self.ckpt_path, {
-            "format": TRAIN_FORMAT,
-            "meta": self.meta,
-            "agent": self.agent.state_dict(),
-            "env": self.env.get_state(),
-            "schedule": self.schedule.state_dict(),
-            "loop": counters.state(),
-            "rng": capture_rng_state(),
-        })
+        save_checkpoint(
+            self.ckpt_path,
+            {
+                "format": TRAIN_FORMAT,
+                "meta": self.meta,
+                "agent": self.agent.state_dict(),
+                "env": self.env.get_state(),
+                "schedule": self.schedule.state_dict(),
+                "loop": counters.state(),
+                "rng": capture_rng_state(),
+            },
+        )
         self.checkpoint_step = counters.step
         self.t_saved = time.perf_counter()
 
@@ -558,15 +600,23 @@ class _Run:
             self.check_inputs()
         bad = _nonfinite(means, self.params)
         if bad is not None:
-            raise DivergenceError(f"non-finite {bad} at step {step}{_lr_hint(self.agent)}: stopped; "
-                                  f"{_kept(self.checkpoint_step, self.ckpt_path)}", step=step,
-                                  checkpoint_step=self.checkpoint_step)
+            raise DivergenceError(
+                f"non-finite {bad} at step {step}{_lr_hint(self.agent)}: stopped; "
+                f"{_kept(self.checkpoint_step, self.ckpt_path)}",
+                step=step,
+                checkpoint_step=self.checkpoint_step,
+            )
 
     def evaluate(self, step: int) -> None:
         """A greedy evaluation at ``step``; sets :attr:`stop` when it reaches ``target_return``."""
         cfg = self.cfg
-        result = evaluate(_eval_policy(self.agent), self.eval_env_id, cfg.eval_episodes,
-                          seed=cfg.seed + 100_000, device=self.env.device)
+        result = evaluate(
+            _eval_policy(self.agent),
+            self.eval_env_id,
+            cfg.eval_episodes,
+            seed=cfg.seed + 100_000,
+            device=self.env.device,
+        )
         self.final_eval = result
         self.counters.evaluations.append([step, result["mean_return"]])
         if self.logger is not None:
@@ -585,8 +635,9 @@ class _Run:
         else:
             what = _first_line(exc)
         step, kept = self.counters.step, _kept(self.checkpoint_step, self.ckpt_path)
-        return TrainingError(f"{what} (at step {step}): stopped; {kept}", step=step,
-                             checkpoint_step=self.checkpoint_step)
+        return TrainingError(
+            f"{what} (at step {step}): stopped; {kept}", step=step, checkpoint_step=self.checkpoint_step
+        )
 
     # -- finish ------------------------------------------------------------------------------------
 
@@ -594,8 +645,14 @@ class _Run:
         """Draw the learning curve (a run that ended normally) and return the summary."""
         cfg, counters, logger = self.cfg, self.counters, self.logger
         wall = time.perf_counter() - self.t_start
-        if (logger is not None and self.run_dir is not None and cfg.plot and self.stopped is None
-                and logger.csv_path is not None and logger.csv_path.exists()):
+        if (
+            logger is not None
+            and self.run_dir is not None
+            and cfg.plot
+            and self.stopped is None
+            and logger.csv_path is not None
+            and logger.csv_path.exists()
+        ):
             _plot(logger.csv_path, self.run_dir / "curve.png", self.meta)
         ckpt_path = self.ckpt_path
         return {

@@ -43,8 +43,9 @@ class OffPolicySchedule:
             or an unknown ``return_metrics``.
     """
 
-    def __init__(self, learning_starts: int, train_freq: int, gradient_steps: int = 1, *,
-                 return_metrics: str = "last") -> None:
+    def __init__(
+        self, learning_starts: int, train_freq: int, gradient_steps: int = 1, *, return_metrics: str = "last"
+    ) -> None:
         if int(learning_starts) < 0:
             raise ValueError(f"learning_starts must be >= 0, got {learning_starts!r}")
         if int(train_freq) < 1:
@@ -85,9 +86,14 @@ class OffPolicySchedule:
 
     def state_dict(self) -> dict[str, Any]:
         """Settings and counters."""
-        return {"learning_starts": self.learning_starts, "train_freq": self.train_freq,
-                "gradient_steps": self.gradient_steps, "last_step": self.last_step, "rounds": self.rounds,
-                "updates": self.updates}
+        return {
+            "learning_starts": self.learning_starts,
+            "train_freq": self.train_freq,
+            "gradient_steps": self.gradient_steps,
+            "last_step": self.last_step,
+            "rounds": self.rounds,
+            "updates": self.updates,
+        }
 
     def check_state_dict(self, state: Mapping[str, Any]) -> None:
         """Raise ``ValueError`` unless ``state`` is this schedule's (same settings, counters that are
@@ -100,8 +106,9 @@ class OffPolicySchedule:
                 raise ValueError(f"schedule state {key}={repr(value)[:20]} is missing or not an int >= 0")
         for key in ("learning_starts", "train_freq", "gradient_steps"):
             if state[key] != getattr(self, key):
-                raise ValueError(f"schedule state has {key}={state[key]}, this schedule has "
-                                 f"{getattr(self, key)}")
+                raise ValueError(
+                    f"schedule state has {key}={state[key]}, this schedule has {getattr(self, key)}"
+                )
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict` output.

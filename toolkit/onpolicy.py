@@ -44,8 +44,11 @@ class OnPolicySchedule:
 
     def state_dict(self) -> dict[str, Any]:
         """The counters."""
-        return {"rollout_steps": self.rollout_steps, "vector_steps": self.vector_steps,
-                "updates": self.updates}
+        return {
+            "rollout_steps": self.rollout_steps,
+            "vector_steps": self.vector_steps,
+            "updates": self.updates,
+        }
 
     def check_state_dict(self, state: Mapping[str, Any]) -> None:
         """Raise ``ValueError`` unless ``state`` is this schedule's; changes nothing."""
@@ -56,8 +59,10 @@ class OnPolicySchedule:
             if type(value) is not int or value < 0:
                 raise ValueError(f"schedule state {key}={repr(value)[:20]} is missing or not an int >= 0")
         if state["rollout_steps"] != self.rollout_steps:
-            raise ValueError(f"schedule state has rollout_steps={state['rollout_steps']}, this schedule "
-                             f"has {self.rollout_steps}")
+            raise ValueError(
+                f"schedule state has rollout_steps={state['rollout_steps']}, this schedule "
+                f"has {self.rollout_steps}"
+            )
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore the counters.

@@ -43,8 +43,12 @@ class MasterWeightOptimizer:
         ValueError: ``params`` is empty or holds a parameter that does not require grad.
     """
 
-    def __init__(self, params: Iterable[torch.nn.Parameter], optimizer_cls: type[torch.optim.Optimizer]
-                 = torch.optim.Adam, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        params: Iterable[torch.nn.Parameter],
+        optimizer_cls: type[torch.optim.Optimizer] = torch.optim.Adam,
+        **kwargs: Any,
+    ) -> None:
         self.params = list(params)
         if not self.params:
             raise ValueError("params is empty: nothing to optimize")
@@ -120,8 +124,9 @@ class MasterWeightOptimizer:
         """Inner optimizer state plus the f32 masters (``None`` where the parameter is f32)."""
         return {
             "optimizer": self.optimizer.state_dict(),
-            "masters": [None if m is p else m.detach().clone() for m, p in zip(self.masters, self.params,
-                                                                             strict=True)],
+            "masters": [
+                None if m is p else m.detach().clone() for m, p in zip(self.masters, self.params, strict=True)
+            ],
         }
 
     def check_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -160,11 +165,15 @@ class MasterWeightOptimizer:
                 if key not in g:
                     raise ValueError(f"optimizer param group lacks setting {key!r}")
                 if not _same_setting(key, g[key], mine):
-                    raise ValueError(f"optimizer setting {key}={_brief(g[key])} does not fit this "
-                                     f"optimizer's {_brief(mine)}")
+                    raise ValueError(
+                        f"optimizer setting {key}={_brief(g[key])} does not fit this "
+                        f"optimizer's {_brief(mine)}"
+                    )
         if len(ids) != len(self.params):
-            raise ValueError(f"optimizer state has {len(ids)} parameters in {len(groups)} groups, expected "
-                             f"{len(self.params)} in {len(own_groups)}")
+            raise ValueError(
+                f"optimizer state has {len(ids)} parameters in {len(groups)} groups, expected "
+                f"{len(self.params)} in {len(own_groups)}"
+            )
         if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids) or len(set(ids)) != len(ids):
             raise ValueError(f"optimizer parameter ids {_brief(ids)} are not distinct ints")
         if set(per_param) - set(ids):
@@ -172,23 +181,31 @@ class MasterWeightOptimizer:
             raise ValueError(f"optimizer state has entries {_brief(extra)} for parameters it does not list")
         keys = {tuple(sorted(map(str, v))) if isinstance(v, Mapping) else None for v in per_param.values()}
         own_keys = {tuple(sorted(map(str, v))) for v in self.optimizer.state.values()}
-        if per_param and (len(per_param) != len(ids) or len(keys) != 1 or None in keys
-                          or (own_keys and keys != own_keys)):
-            raise ValueError("optimizer per-parameter state is incomplete (parameters with different or "
-                             "missing entries)")
+        if per_param and (
+            len(per_param) != len(ids) or len(keys) != 1 or None in keys or (own_keys and keys != own_keys)
+        ):
+            raise ValueError(
+                "optimizer per-parameter state is incomplete (parameters with different or missing entries)"
+            )
         for i, (saved_id, p) in enumerate(zip(ids, self.params, strict=True)):
             m = masters[i]
-            if m is not None and (not isinstance(m, torch.Tensor) or not m.is_floating_point()
-                                  or tuple(m.shape) != tuple(p.shape)):
+            if m is not None and (
+                not isinstance(m, torch.Tensor)
+                or not m.is_floating_point()
+                or tuple(m.shape) != tuple(p.shape)
+            ):
                 got = tuple(m.shape) if isinstance(m, torch.Tensor) else type(m).__name__
                 raise ValueError(f"optimizer master {i} is {got}, expected a float tensor {tuple(p.shape)}")
             for key, value in per_param.get(saved_id, {}).items():
                 if not isinstance(value, torch.Tensor):
-                    raise ValueError(f"optimizer state {key!r} of parameter {i} is a {type(value).__name__}, "
-                                     "not a tensor")
+                    raise ValueError(
+                        f"optimizer state {key!r} of parameter {i} is a {type(value).__name__}, not a tensor"
+                    )
                 if value.dim() > 0 and value.shape != p.shape:
-                    raise ValueError(f"optimizer state {key!r} of parameter {i} has shape "
-                                     f"{tuple(value.shape)}, expected {tuple(p.shape)}")
+                    raise ValueError(
+                        f"optimizer state {key!r} of parameter {i} has shape "
+                        f"{tuple(value.shape)}, expected {tuple(p.shape)}"
+                    )
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Load a state from :meth:`state_dict`, possibly saved with another parameter dtype.
@@ -220,14 +237,18 @@ def _brief(value: Any, limit: int = 60) -> str:
 def _same_setting(key: str, saved: Any, mine: Any) -> bool:
     """A saved param-group setting fits: the learning rate is any number (a schedule or a resume
     sets it), every other setting equals this optimizer's (tuples may come back as lists)."""
+
     def number(x: Any) -> bool:
         return isinstance(x, (int, float)) and not isinstance(x, bool)
 
     if key in ("lr", "initial_lr"):
         return number(saved) or isinstance(saved, torch.Tensor) and saved.numel() == 1
     if isinstance(mine, tuple):
-        return isinstance(saved, (list, tuple)) and len(saved) == len(mine) and all(
-            _same_setting("", s, m) for s, m in zip(saved, mine, strict=True))
+        return (
+            isinstance(saved, (list, tuple))
+            and len(saved) == len(mine)
+            and all(_same_setting("", s, m) for s, m in zip(saved, mine, strict=True))
+        )
     if number(mine):
         return number(saved) and float(saved) == float(mine)
     return type(saved) is type(mine) and saved == mine

@@ -80,10 +80,7 @@ def _parse_override(override: str | None) -> str:
     value = raw.strip().lower() or "auto"
     if value not in _CHOICES:
         source = "override" if override is not None else DTYPE_ENV
-        raise ValueError(
-            f"{source}={raw!r} is not a training dtype; allowed values: "
-            f"{', '.join(_CHOICES)}"
-        )
+        raise ValueError(f"{source}={raw!r} is not a training dtype; allowed values: {', '.join(_CHOICES)}")
     return value
 
 
@@ -104,16 +101,16 @@ def _decide(device: torch.device, choice: str) -> PrecisionDecision:
             )
         if forced is not None:
             return PrecisionDecision(
-                str(device), name, capability, forced, "overridden",
+                str(device),
+                name,
+                capability,
+                forced,
+                "overridden",
                 f"{choice} forced by {DTYPE_ENV} or override",
             )
         if supports_bf16:
-            reason = (
-                f"compute capability {capability[0]}.{capability[1]} >= 8.0: bf16 tensor cores"
-            )
-            return PrecisionDecision(
-                str(device), name, capability, torch.bfloat16, "detected", reason
-            )
+            reason = f"compute capability {capability[0]}.{capability[1]} >= 8.0: bf16 tensor cores"
+            return PrecisionDecision(str(device), name, capability, torch.bfloat16, "detected", reason)
         reason = (
             f"compute capability {capability[0]}.{capability[1]} < 8.0: no bf16 tensor cores; "
             "f32 (fp16 would need loss scaling)"
@@ -123,19 +120,25 @@ def _decide(device: torch.device, choice: str) -> PrecisionDecision:
     name = device.type
     if forced is not None:
         return PrecisionDecision(
-            str(device), name, None, forced, "overridden",
+            str(device),
+            name,
+            None,
+            forced,
+            "overridden",
             f"{choice} forced by {DTYPE_ENV} or override"
             + (" (bf16 is emulated on CPUs: slow)" if forced is torch.bfloat16 else ""),
         )
     return PrecisionDecision(
-        str(device), name, None, torch.float32, "detected",
+        str(device),
+        name,
+        None,
+        torch.float32,
+        "detected",
         f"{device.type} device: f32 (bf16 is not proven fast here)",
     )
 
 
-def explain(
-    device: torch.device | str | int | None = None, override: str | None = None
-) -> PrecisionDecision:
+def explain(device: torch.device | str | int | None = None, override: str | None = None) -> PrecisionDecision:
     """Return the full decision for ``device``: name, capability, dtype, source and reason.
 
     Args:

@@ -35,8 +35,9 @@ def zip_map(fn: Callable[..., torch.Tensor], *trees: Any) -> Any:
     if isinstance(first, dict):
         return {k: zip_map(fn, *(t[k] for t in trees)) for k in first}
     if dataclasses.is_dataclass(first) and not isinstance(first, type):
-        return type(first)(**{f.name: zip_map(fn, *(getattr(t, f.name) for t in trees))
-                              for f in dataclasses.fields(first)})
+        return type(first)(
+            **{f.name: zip_map(fn, *(getattr(t, f.name) for t in trees)) for f in dataclasses.fields(first)}
+        )
     raise TypeError(f"a tree of tensors holds a {type(first).__name__}")
 
 

@@ -76,22 +76,33 @@ class Preset:
             raise ValueError(f"preset {self.name!r}: kind must be one of {KINDS}, got {self.kind!r}")
         for what in ("agent", "schedule"):
             if not callable(getattr(self, what)):
-                raise TypeError(f"preset {self.name!r}: {what} must be callable, got "
-                                f"{type(getattr(self, what)).__name__}")
+                raise TypeError(
+                    f"preset {self.name!r}: {what} must be callable, got {type(getattr(self, what)).__name__}"
+                )
         if not dataclasses.is_dataclass(self.config) or isinstance(self.config, type):
-            raise TypeError(f"preset {self.name!r}: config must be a config dataclass instance, got "
-                            f"{type(self.config).__name__}")
-        if self.steps_field is not None and self.steps_field not in {f.name for f in
-                                                                    dataclasses.fields(self.config)}:
-            raise ValueError(f"preset {self.name!r}: steps_field={self.steps_field!r} is not a field of "
-                             f"{type(self.config).__name__}")
+            raise TypeError(
+                f"preset {self.name!r}: config must be a config dataclass instance, got "
+                f"{type(self.config).__name__}"
+            )
+        if self.steps_field is not None and self.steps_field not in {
+            f.name for f in dataclasses.fields(self.config)
+        }:
+            raise ValueError(
+                f"preset {self.name!r}: steps_field={self.steps_field!r} is not a field of "
+                f"{type(self.config).__name__}"
+            )
         for what, lo in (("default_num_envs", 1), ("default_steps", 1), ("default_eval_every", 0)):
             value = getattr(self, what)
             if isinstance(value, bool) or not isinstance(value, int) or value < lo:
                 raise ValueError(f"preset {self.name!r}: {what} must be an int >= {lo}, got {value!r}")
 
-    def configure(self, overrides: Mapping[str, Any] | None = None, *,
-                  config: Mapping[str, Any] | None = None, total_steps: int | None = None) -> Any:
+    def configure(
+        self,
+        overrides: Mapping[str, Any] | None = None,
+        *,
+        config: Mapping[str, Any] | None = None,
+        total_steps: int | None = None,
+    ) -> Any:
         """The config to build: the preset's (or ``config``, a saved ``to_dict()`` of a run being
         resumed), with ``total_steps`` in :attr:`steps_field` and ``overrides`` on top
         (:func:`tritonrl.toolkit.config.apply_overrides`: strings from ``--set`` are converted).
@@ -104,9 +115,18 @@ class Preset:
             base = dataclasses.replace(base, **{self.steps_field: int(total_steps)})
         return apply_overrides(base, overrides or {})
 
-    def build(self, observation_space: Any, action_space: Any, *, num_envs: int = 1, device: Any = "cpu",
-              seed: int = 0, total_steps: int | None = None, overrides: Mapping[str, Any] | None = None,
-              config: Mapping[str, Any] | None = None) -> Any:
+    def build(
+        self,
+        observation_space: Any,
+        action_space: Any,
+        *,
+        num_envs: int = 1,
+        device: Any = "cpu",
+        seed: int = 0,
+        total_steps: int | None = None,
+        overrides: Mapping[str, Any] | None = None,
+        config: Mapping[str, Any] | None = None,
+    ) -> Any:
         """An agent of this preset (see :meth:`configure` for ``overrides``, ``config`` and
         ``total_steps``).
 

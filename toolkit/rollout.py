@@ -63,8 +63,12 @@ def compute_gae(
     if rewards.dim() != 2:
         raise ValueError(f"rewards must be [T, E], got shape {tuple(rewards.shape)}")
     shape = tuple(rewards.shape)
-    for name, arg in (("values", values), ("next_values", next_values), ("terminated", terminated),
-                      ("truncated", truncated)):
+    for name, arg in (
+        ("values", values),
+        ("next_values", next_values),
+        ("terminated", terminated),
+        ("truncated", truncated),
+    ):
         _check_2d(name, arg, shape)
     if not 0.0 <= gamma <= 1.0:
         raise ValueError(f"gamma must be in [0, 1], got {gamma}")
@@ -92,8 +96,9 @@ class RunningMeanStd:
         epsilon: initial pseudo-count (keeps the first normalisations finite).
     """
 
-    def __init__(self, shape: tuple[int, ...], device: torch.device | str = "cpu",
-                 epsilon: float = 1e-4) -> None:
+    def __init__(
+        self, shape: tuple[int, ...], device: torch.device | str = "cpu", epsilon: float = 1e-4
+    ) -> None:
         self.mean = torch.zeros(shape, dtype=torch.float32, device=device)
         self.var = torch.ones(shape, dtype=torch.float32, device=device)
         self.count = torch.full((), epsilon, dtype=torch.float32, device=device)
@@ -125,8 +130,9 @@ class RunningMeanStd:
             ValueError: a shape differs.
         """
         if tuple(state["mean"].shape) != tuple(self.mean.shape):
-            raise ValueError(f"obs statistics have shape {tuple(state['mean'].shape)}, expected "
-                             f"{tuple(self.mean.shape)}")
+            raise ValueError(
+                f"obs statistics have shape {tuple(state['mean'].shape)}, expected {tuple(self.mean.shape)}"
+            )
         dev = self.mean.device
         self.mean = state["mean"].to(dev, torch.float32).clone()
         self.var = state["var"].to(dev, torch.float32).clone()
@@ -151,12 +157,29 @@ class RolloutBuffer:
         device: where everything lives.
     """
 
-    FIELDS = ("obs", "actions", "logprobs", "values", "rewards", "terminated", "truncated", "starts",
-              "next_values", "has_next_value")
+    FIELDS = (
+        "obs",
+        "actions",
+        "logprobs",
+        "values",
+        "rewards",
+        "terminated",
+        "truncated",
+        "starts",
+        "next_values",
+        "has_next_value",
+    )
 
-    def __init__(self, num_steps: int, num_envs: int, obs_shape: tuple[int, ...],
-                 action_shape: tuple[int, ...], action_dtype: torch.dtype, obs_dtype: torch.dtype,
-                 device: torch.device | str) -> None:
+    def __init__(
+        self,
+        num_steps: int,
+        num_envs: int,
+        obs_shape: tuple[int, ...],
+        action_shape: tuple[int, ...],
+        action_dtype: torch.dtype,
+        obs_dtype: torch.dtype,
+        device: torch.device | str,
+    ) -> None:
         if num_steps < 1 or num_envs < 1:
             raise ValueError(f"num_steps and num_envs must be >= 1, got {num_steps}, {num_envs}")
         T, E = num_steps, num_envs
@@ -182,9 +205,17 @@ class RolloutBuffer:
         """All ``T`` steps are stored."""
         return self.pos == self.num_steps
 
-    def add(self, obs: torch.Tensor, actions: torch.Tensor, logprobs: torch.Tensor, values: torch.Tensor,
-            rewards: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor,
-            starts: torch.Tensor) -> None:
+    def add(
+        self,
+        obs: torch.Tensor,
+        actions: torch.Tensor,
+        logprobs: torch.Tensor,
+        values: torch.Tensor,
+        rewards: torch.Tensor,
+        terminated: torch.Tensor,
+        truncated: torch.Tensor,
+        starts: torch.Tensor,
+    ) -> None:
         """Store one vector step (each argument ``[E, ...]``; cast into the stored dtypes).
 
         Raises:

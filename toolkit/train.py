@@ -78,37 +78,74 @@ class UsageError(ValueError):
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add the ``train`` subcommand to ``python -m tritonrl.toolkit``'s parser."""
-    p = subparsers.add_parser("train", help="train an agent preset on a gymnasium environment",
-                              description=__doc__.splitlines()[0])
-    p.add_argument("--agent", default=DEFAULT_AGENT, help=f"agent preset (default {DEFAULT_AGENT}); "
-                   "`--agent list` lists them")
+    p = subparsers.add_parser(
+        "train", help="train an agent preset on a gymnasium environment", description=__doc__.splitlines()[0]
+    )
+    p.add_argument(
+        "--agent",
+        default=DEFAULT_AGENT,
+        help=f"agent preset (default {DEFAULT_AGENT}); `--agent list` lists them",
+    )
     p.add_argument("--env", default=DEFAULT_ENV, help=f"gymnasium environment id (default {DEFAULT_ENV})")
     p.add_argument("--steps", type=int, default=None, help="environment steps (default: the preset's)")
     p.add_argument("--seed", type=int, default=1, help=f"0 to {MAX_SEED} (default 1)")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default cpu)")
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch CPU threads, at most the CPU count (default 1: small RL networks run fastest "
-                   "on one thread, and a thread pool beside other busy processes slows down many times)")
-    p.add_argument("--num-envs", type=int, default=None,
-                   help=f"parallel environments, at most {MAX_ENVS} (default: the preset's)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads, at most the CPU count (default 1: small RL networks run fastest "
+        "on one thread, and a thread pool beside other busy processes slows down many times)",
+    )
+    p.add_argument(
+        "--num-envs",
+        type=int,
+        default=None,
+        help=f"parallel environments, at most {MAX_ENVS} (default: the preset's)",
+    )
     p.add_argument("--run-dir", default=None, help="output folder (default runs/<agent>-<env>-s<seed>)")
-    p.add_argument("--resume", action="store_true", help="continue from the run dir's checkpoint (without "
-                   "one: start fresh, with a notice)")
-    p.add_argument("--checkpoint-every", type=int, default=0,
-                   help="env steps between checkpoints (default 0: none by steps; --checkpoint-minutes "
-                   "still applies, and a checkpoint is always saved at the end, on SIGINT and on SIGTERM)")
-    p.add_argument("--checkpoint-minutes", type=float, default=10.0,
-                   help="wall-time minutes between checkpoints, saved at the first metric flush past them "
-                   "(default 10; 0: off)")
-    p.add_argument("--eval-every", type=int, default=None,
-                   help="env steps between greedy evaluations (0: at the end only; default: the preset's, "
-                   "which also stops the run at the environment's solved score)")
-    p.add_argument("--eval-episodes", type=int, default=10,
-                   help=f"episodes per evaluation, run in parallel, 1 to {MAX_ENVS} (default 10)")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from the run dir's checkpoint (without one: start fresh, with a notice)",
+    )
+    p.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=0,
+        help="env steps between checkpoints (default 0: none by steps; --checkpoint-minutes "
+        "still applies, and a checkpoint is always saved at the end, on SIGINT and on SIGTERM)",
+    )
+    p.add_argument(
+        "--checkpoint-minutes",
+        type=float,
+        default=10.0,
+        help="wall-time minutes between checkpoints, saved at the first metric flush past them "
+        "(default 10; 0: off)",
+    )
+    p.add_argument(
+        "--eval-every",
+        type=int,
+        default=None,
+        help="env steps between greedy evaluations (0: at the end only; default: the preset's, "
+        "which also stops the run at the environment's solved score)",
+    )
+    p.add_argument(
+        "--eval-episodes",
+        type=int,
+        default=10,
+        help=f"episodes per evaluation, run in parallel, 1 to {MAX_ENVS} (default 10)",
+    )
     p.add_argument("--log-every", type=int, default=2048, help="env steps between metric flushes")
     p.add_argument("--target-return", type=float, default=None, help="stop once an evaluation reaches this")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override an agent config field (repeatable)")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override an agent config field (repeatable)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--no-tensorboard", action="store_true", help="metrics.csv only")
     p.set_defaults(run=run)
@@ -179,8 +216,10 @@ def _validate(args: argparse.Namespace) -> None:
     _whole("--eval-episodes", args.eval_episodes, 1, MAX_ENVS)
     _whole("--log-every", args.log_every, 1)
     if args.target_return is not None and not math.isfinite(args.target_return):
-        raise UsageError(f"--target-return must be a finite number, got {args.target_return} (to evaluate "
-                         "without stopping, leave it out and give --eval-every)")
+        raise UsageError(
+            f"--target-return must be a finite number, got {args.target_return} (to evaluate "
+            "without stopping, leave it out and give --eval-every)"
+        )
     _parse_overrides(args.overrides)
 
 
@@ -228,10 +267,14 @@ def _probe_run_dir(run_dir: Path) -> None:
             os.close(fd)
     except (OSError, ValueError) as exc:
         reasons: dict[int | None, str] = {
-            errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded",
-            errno.EROFS: "the file system is read-only", errno.EACCES: "permission denied",
-            errno.EPERM: "permission denied", errno.ENOTDIR: "a part of the path is a file",
-            errno.EEXIST: "a part of the path is a file"}
+            errno.ENOSPC: "the disk is full",
+            errno.EDQUOT: "the disk quota is exceeded",
+            errno.EROFS: "the file system is read-only",
+            errno.EACCES: "permission denied",
+            errno.EPERM: "permission denied",
+            errno.ENOTDIR: "a part of the path is a file",
+            errno.EEXIST: "a part of the path is a file",
+        }
         reason = reasons.get(getattr(exc, "errno", None), getattr(exc, "strerror", None) or str(exc))
         _undo(probe, made)
         raise UsageError(f"--run-dir {run_dir} is not writable: {reason}") from None
@@ -266,8 +309,9 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any]:
 
     _validate(args)
     if args.agent == "list":
-        raise UsageError("known agents: " + "; ".join(f"{s.name} ({s.kind}): {s.description}"
-                                                       for s in list_agents()))
+        raise UsageError(
+            "known agents: " + "; ".join(f"{s.name} ({s.kind}): {s.description}" for s in list_agents())
+        )
     try:
         spec = get_agent(args.agent)
     except ValueError as exc:
@@ -291,8 +335,10 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any]:
     saved_config = None
     if ckpt.exists():
         if not args.resume:
-            raise UsageError(f"{run_dir} already holds a checkpoint: pass --resume to continue it, or "
-                             "choose another --run-dir")
+            raise UsageError(
+                f"{run_dir} already holds a checkpoint: pass --resume to continue it, or "
+                "choose another --run-dir"
+            )
         try:  # the run's config is the saved one, this command's --set on top (see docs: Training)
             saved = training_sections(load_checkpoint(ckpt), str(ckpt))
             saved_config = section(saved["agent"], "config", str(ckpt), "the agent config")
@@ -300,8 +346,10 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any]:
             raise UsageError(str(exc)) from None
         for key, value in meta:
             if saved["meta"].get(key) != value:
-                raise UsageError(f"{ckpt} was made with {key}={brief(saved['meta'].get(key), 60)}, "
-                                 f"this run has {key}={value!r}")
+                raise UsageError(
+                    f"{ckpt} was made with {key}={brief(saved['meta'].get(key), 60)}, "
+                    f"this run has {key}={value!r}"
+                )
         if not isinstance(saved_config, dict):
             raise UsageError(f"{ckpt}: the agent config is a {type(saved_config).__name__}, not a dict")
     try:
@@ -309,9 +357,16 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any]:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     try:
-        agent = spec.build(env.single_observation_space, env.single_action_space, num_envs=num_envs,
-                           device=device, seed=args.seed, total_steps=steps, overrides=overrides,
-                           config=saved_config)
+        agent = spec.build(
+            env.single_observation_space,
+            env.single_action_space,
+            num_envs=num_envs,
+            device=device,
+            seed=args.seed,
+            total_steps=steps,
+            overrides=overrides,
+            config=saved_config,
+        )
         before = None if saved_config is None else type(agent.config).from_dict(saved_config)
     except (ValueError, TypeError) as exc:
         env.close()
@@ -325,16 +380,26 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any]:
         # --set changes are reported; PPO's total_steps follows --steps, which the user just typed
         changes = {k: v for k, v in config_changes(before, agent.config).items() if k in overrides}
         if changes:
-            print("resume: applying " + ", ".join(format_change(k, *v) for k, v in changes.items()),
-                  file=sys.stderr)
+            print(
+                "resume: applying " + ", ".join(format_change(k, *v) for k, v in changes.items()),
+                file=sys.stderr,
+            )
     try:
         schedule = spec.schedule(agent)
         cfg = LoopConfig(
-            total_steps=steps, seed=args.seed, run_dir=str(run_dir), log_every=args.log_every,
-            eval_every=eval_every, eval_episodes=args.eval_episodes, target_return=target_return,
-            checkpoint_every=args.checkpoint_every, checkpoint_seconds=60.0 * args.checkpoint_minutes,
-            resume=args.resume, progress=not args.no_progress,
-            tensorboard=not args.no_tensorboard, meta=meta,
+            total_steps=steps,
+            seed=args.seed,
+            run_dir=str(run_dir),
+            log_every=args.log_every,
+            eval_every=eval_every,
+            eval_episodes=args.eval_episodes,
+            target_return=target_return,
+            checkpoint_every=args.checkpoint_every,
+            checkpoint_seconds=60.0 * args.checkpoint_minutes,
+            resume=args.resume,
+            progress=not args.no_progress,
+            tensorboard=not args.no_tensorboard,
+            meta=meta,
         )
         _probe_run_dir(run_dir)  # last: the only check that writes (and it leaves nothing behind)
     except ValueError as exc:  # UsageError included; LoopConfig repeats _validate's checks
@@ -382,8 +447,11 @@ def run(args: argparse.Namespace) -> int:
     except ModuleNotFoundError as exc:  # a core dependency missing (gymnasium on a bare GPU machine)
         if exc.name is None or exc.name.startswith("tritonrl"):
             raise
-        print(f"error: training needs the {exc.name.split('.')[0]} package, which is not installed "
-              f"(pip install {exc.name.split('.')[0]})", file=sys.stderr)
+        print(
+            f"error: training needs the {exc.name.split('.')[0]} package, which is not installed "
+            f"(pip install {exc.name.split('.')[0]})",
+            file=sys.stderr,
+        )
         return 2
     from tritonrl.toolkit.runfolder import RunFolderBusy
 
@@ -406,15 +474,20 @@ def run(args: argparse.Namespace) -> int:
         return 1
     except OSError as exc:  # preparing the run folder (lock file, moving an earlier run aside)
         where = f"{exc.filename}: " if exc.filename is not None else ""
-        print(f"error: cannot prepare the run folder {cfg.run_dir}: {where}{exc.strerror or exc}",
-              file=sys.stderr)
+        print(
+            f"error: cannot prepare the run folder {cfg.run_dir}: {where}{exc.strerror or exc}",
+            file=sys.stderr,
+        )
         return 1
     finally:
         env.close()
     if summary["stopped"] == "should_stop":
         signum = received[0] if received else signal.SIGINT
-        print(f"interrupted by {signal.Signals(signum).name} at step {summary['global_step']}: checkpoint "
-              f"saved to {summary['checkpoint']}; continue with --resume", file=sys.stderr)
+        print(
+            f"interrupted by {signal.Signals(signum).name} at step {summary['global_step']}: checkpoint "
+            f"saved to {summary['checkpoint']}; continue with --resume",
+            file=sys.stderr,
+        )
         return 128 + int(signum)
     final = summary["final_eval"]
     line = f"{spec.name} on {args.env}: {summary['global_step']} steps in {summary['wall_s']:.1f} s"
@@ -423,7 +496,10 @@ def run(args: argparse.Namespace) -> int:
     if summary["reached_target_at"] is not None:
         line += f", target reached at step {summary['reached_target_at']}"
     print(line)
-    files = [n for n in ("metrics.csv", "curve.png", Path(summary["checkpoint"] or "").name)
-             if n and (Path(cfg.run_dir) / n).exists()]
+    files = [
+        n
+        for n in ("metrics.csv", "curve.png", Path(summary["checkpoint"] or "").name)
+        if n and (Path(cfg.run_dir) / n).exists()
+    ]
     print(f"run folder: {cfg.run_dir} ({', '.join(files)})")
     return 0

@@ -79,10 +79,16 @@ class Spec:
         return any("bf16" in str(t) for t in self.signature.values())
 
     def key(self) -> str:
-        return repr((self.kernel, self.cc, sorted(self.signature.items()),
-                     sorted((k, repr(v)) for k, v in self.constexprs.items()),
-                     sorted((k, repr(v)) for k, v in self.attrs.items()),
-                     sorted((k, repr(v)) for k, v in self.options.items())))
+        return repr(
+            (
+                self.kernel,
+                self.cc,
+                sorted(self.signature.items()),
+                sorted((k, repr(v)) for k, v in self.constexprs.items()),
+                sorted((k, repr(v)) for k, v in self.attrs.items()),
+                sorted((k, repr(v)) for k, v in self.options.items()),
+            )
+        )
 
     def named_constexprs(self) -> dict[str, Any]:
         names = list(self.fn.arg_names)
@@ -99,8 +105,10 @@ class Spec:
             elif isinstance(v, int) and not isinstance(v, bool):
                 sizes.append(f"{name}={v}")
         dtype = "bf16" if self.bf16 else "f32"
-        return (f"{dtype} {' '.join(sizes)} w{self.options.get('num_warps')}"
-                f"s{self.options.get('num_stages')} [{','.join(flags)}]")
+        return (
+            f"{dtype} {' '.join(sizes)} w{self.options.get('num_warps')}"
+            f"s{self.options.get('num_stages')} [{','.join(flags)}]"
+        )
 
 
 # ---- recording ---------------------------------------------------------------------------------
@@ -155,8 +163,16 @@ def record(cc: int, cases: list[tuple[str, Callable[[], None]]]) -> list[Spec]:
     def hook(*, key, repr, fn, compile, is_manual_warmup, already_compiled):
         opts = json.loads(compile["specialization_data"])["options"]
         opts = {k: tuple(v) if isinstance(v, list) else v for k, v in opts.items()}
-        spec = Spec(fn.name, current[0], cc, fn.jit_function, dict(compile["signature"]),
-                    dict(compile["constants"]), dict(compile["configs"][0]), opts)
+        spec = Spec(
+            fn.name,
+            current[0],
+            cc,
+            fn.jit_function,
+            dict(compile["signature"]),
+            dict(compile["constants"]),
+            dict(compile["configs"][0]),
+            opts,
+        )
         spec = specs.setdefault(spec.key(), spec)
         spec.cases.append(current[0])
         return True  # skip compile and launch
@@ -177,8 +193,18 @@ def record(cc: int, cases: list[tuple[str, Callable[[], None]]]) -> list[Spec]:
 # ---- cases: the launchers as the library calls them ---------------------------------------------
 
 
-def _noisy_head(b: int, hid: int, a: int, z: int, dtype, *, backward: bool, train: bool = True,
-                support: bool = False, dueling: bool = True) -> Callable[[], None]:
+def _noisy_head(
+    b: int,
+    hid: int,
+    a: int,
+    z: int,
+    dtype,
+    *,
+    backward: bool,
+    train: bool = True,
+    support: bool = False,
+    dueling: bool = True,
+) -> Callable[[], None]:
     def run() -> None:
         import torch
         from tritonrl.agents.heads import DuelingHead
@@ -193,17 +219,33 @@ def _noisy_head(b: int, hid: int, a: int, z: int, dtype, *, backward: bool, trai
         if backward:
             outs = out if isinstance(out, tuple) else (out,)
             torch.autograd.backward(outs, [torch.zeros_like(o) for o in outs])
+
     return run
 
 
-def _mamba2_scan(b: int, L: int, H: int, P: int, N: int, dtype, *, backward: bool, resets: bool = False,
-                 full: bool = False, G: int = 1, chunk: int = 64) -> Callable[[], None]:
+def _mamba2_scan(
+    b: int,
+    L: int,
+    H: int,
+    P: int,
+    N: int,
+    dtype,
+    *,
+    backward: bool,
+    resets: bool = False,
+    full: bool = False,
+    G: int = 1,
+    chunk: int = 64,
+) -> Callable[[], None]:
     def run() -> None:
         import torch
         from tritonrl.kernels.mamba2 import mamba2_scan
 
-        kw: dict[str, Any] = {"D": torch.zeros(H, P) if full else torch.zeros(H),
-                              "dt_bias": torch.zeros(H), "chunk_size": chunk}
+        kw: dict[str, Any] = {
+            "D": torch.zeros(H, P) if full else torch.zeros(H),
+            "dt_bias": torch.zeros(H),
+            "chunk_size": chunk,
+        }
         if resets:
             kw["resets"] = torch.zeros(b, L, dtype=torch.bool)
         if full:
@@ -221,6 +263,7 @@ def _mamba2_scan(b: int, L: int, H: int, P: int, N: int, dtype, *, backward: boo
         if backward:
             outs = out if isinstance(out, tuple) else (out,)
             torch.autograd.backward(outs, [torch.zeros_like(o) for o in outs])
+
     return run
 
 
@@ -231,17 +274,22 @@ def _mamba2_step(b: int, H: int, P: int, N: int, dtype, *, full: bool = False) -
 
         kw: dict[str, Any] = {"D": torch.zeros(H), "dt_bias": torch.zeros(H)}
         if full:
-            kw.update(D=torch.zeros(H, P), z=torch.zeros(b, H, P, dtype=dtype),
-                      reset=torch.zeros(b, dtype=torch.bool))
+            kw.update(
+                D=torch.zeros(H, P),
+                z=torch.zeros(b, H, P, dtype=dtype),
+                reset=torch.zeros(b, dtype=torch.bool),
+            )
         state, x = torch.zeros(b, H, P, N), torch.zeros(b, H, P, dtype=dtype)
         dt = torch.zeros(b, H, dtype=dtype)
         Bm, Cm = torch.zeros(b, 1, N, dtype=dtype), torch.zeros(b, 1, N, dtype=dtype)
         mamba2_step(state, x, dt, torch.full((H,), -1.0), Bm, Cm, **kw)
+
     return run
 
 
-def _sumtree(capacity: int, *, sample: int = 0, update: int = 0, insert: int = 0, td_dtype=None
-             ) -> Callable[[], None]:
+def _sumtree(
+    capacity: int, *, sample: int = 0, update: int = 0, insert: int = 0, td_dtype=None
+) -> Callable[[], None]:
     def run() -> None:
         import torch
         from tritonrl.kernels.sumtree import new_sumtree, per_insert, per_sample, per_update
@@ -254,6 +302,7 @@ def _sumtree(capacity: int, *, sample: int = 0, update: int = 0, insert: int = 0
         if update:
             td = torch.zeros(update, dtype=td_dtype or torch.float32)
             per_update(tree, torch.zeros(update, dtype=torch.int64), td, alpha=0.6, eps=1e-6, size=capacity)
+
     return run
 
 
@@ -262,8 +311,10 @@ def _toy(m: int, n: int, k: int, dtype, relu: bool) -> Callable[[], None]:
         import torch
         from toy_triton import toy_linear_triton
 
-        toy_linear_triton(torch.zeros(m, k, dtype=dtype), torch.zeros(n, k, dtype=dtype),
-                          torch.zeros(n, dtype=dtype), relu)
+        toy_linear_triton(
+            torch.zeros(m, k, dtype=dtype), torch.zeros(n, k, dtype=dtype), torch.zeros(n, dtype=dtype), relu
+        )
+
     return run
 
 
@@ -281,40 +332,65 @@ def cases(quick: bool) -> list[tuple[str, Callable[[], None]]]:
     for tag, dt in dtypes.items():
         for b, h, a, z in heads:
             for bwd in (False, True):
-                out.append((f"noisy_dueling b{b} h{h} a{a} z{z} {tag} {'fwd+bwd' if bwd else 'fwd'}",
-                            _noisy_head(b, h, a, z, dt, backward=bwd)))
+                out.append(
+                    (
+                        f"noisy_dueling b{b} h{h} a{a} z{z} {tag} {'fwd+bwd' if bwd else 'fwd'}",
+                        _noisy_head(b, h, a, z, dt, backward=bwd),
+                    )
+                )
         # acting (batch 1, noise off), C51 with support, a plain (non-dueling) head
-        out.append((f"noisy_dueling act b1 a18 z51 eval {tag}",
-                    _noisy_head(1, 512, 18, 51, dt, backward=False, train=False)))
+        out.append(
+            (
+                f"noisy_dueling act b1 a18 z51 eval {tag}",
+                _noisy_head(1, 512, 18, 51, dt, backward=False, train=False),
+            )
+        )
         if not quick:
-            out.append((f"noisy_dueling b8 a6 z51 support {tag}", _noisy_head(8, 64, 6, 51, dt, backward=True,
-                                                                               support=True)))
-            out.append((f"noisy_dueling b64 a4 z1 plain {tag}", _noisy_head(64, 128, 4, 1, dt, backward=True,
-                                                                             dueling=False)))
+            out.append(
+                (
+                    f"noisy_dueling b8 a6 z51 support {tag}",
+                    _noisy_head(8, 64, 6, 51, dt, backward=True, support=True),
+                )
+            )
+            out.append(
+                (
+                    f"noisy_dueling b64 a4 z1 plain {tag}",
+                    _noisy_head(64, 128, 4, 1, dt, backward=True, dueling=False),
+                )
+            )
     # benchmarks/mamba2_scan.py GPU_CASES (B, L, H, P, N), chunk 64; fwd, fwd+bwd, with resets.
     scans = [(8, 1024, 8, 64, 64), (32, 256, 8, 64, 128), (1, 8192, 16, 64, 128)]
     for tag, dt in dtypes.items():
         # quick: one bf16 benchmark shape, fwd+bwd with resets (f32 at d_state 128 compiles slowly)
-        for shape in ([] if quick and tag == "f32" else scans[-1:] if quick else scans):
-            for bwd in ((True,) if quick else (False, True)):
-                for rs in ((True,) if quick else (False, True)):
+        for shape in [] if quick and tag == "f32" else scans[-1:] if quick else scans:
+            for bwd in (True,) if quick else (False, True):
+                for rs in (True,) if quick else (False, True):
                     name = f"mamba2_scan {shape} {tag} {'fwd+bwd' if bwd else 'fwd'}{' resets' if rs else ''}"
                     out.append((name, _mamba2_scan(*shape, dt, backward=bwd, resets=rs)))
         # the actor-critic's block (d_state 16, headdim 16), every optional input, 2 groups
-        out.append((f"mamba2_scan actor-critic full {tag}",
-                    _mamba2_scan(8, 128, 8, 16, 16, dt, backward=True, resets=True, full=True, G=2)))
+        out.append(
+            (
+                f"mamba2_scan actor-critic full {tag}",
+                _mamba2_scan(8, 128, 8, 16, 16, dt, backward=True, resets=True, full=True, G=2),
+            )
+        )
         if not quick:
-            out.append((f"mamba2_scan L37 chunk32 {tag}", _mamba2_scan(2, 37, 4, 5, 3, dt, backward=True,
-                                                                       full=True, G=2, chunk=32)))
+            out.append(
+                (
+                    f"mamba2_scan L37 chunk32 {tag}",
+                    _mamba2_scan(2, 37, 4, 5, 3, dt, backward=True, full=True, G=2, chunk=32),
+                )
+            )
         for b, H, P, N in ((8, 8, 16, 16), (1, 16, 64, 128)):
             out.append((f"mamba2_step b{b} H{H} P{P} N{N} {tag}", _mamba2_step(b, H, P, N, dt, full=b == 8)))
     # benchmarks/replay.py: capacity 1M and 100k, extend 1024, sample / update 256 and 4096.
-    for cap in ((100_000,) if quick else (1_000_000, 100_000)):
-        for n in ((256,) if quick else (256, 4096)):
+    for cap in (100_000,) if quick else (1_000_000, 100_000):
+        for n in (256,) if quick else (256, 4096):
             out.append((f"sumtree cap{cap} sample{n} update{n}", _sumtree(cap, sample=n, update=n)))
         out.append((f"sumtree cap{cap} insert1024", _sumtree(cap, insert=1024)))
-    out.append(("sumtree cap1000 insert1 update bf16",
-                _sumtree(1000, insert=1, update=32, td_dtype=torch.bfloat16)))
+    out.append(
+        ("sumtree cap1000 insert1 update bf16", _sumtree(1000, insert=1, update=32, td_dtype=torch.bfloat16))
+    )
     for tag, dt in dtypes.items():
         out.append((f"toy_linear {tag}", _toy(8, 16, 32, dt, relu=True)))
     return out
@@ -336,14 +412,23 @@ def compile_one(i: int) -> dict[str, Any]:
     from triton.compiler import ASTSource
 
     s = _SPECS[i]
-    row: dict[str, Any] = {"kernel": s.kernel, "cc": s.cc, "config": s.config(), "case": s.case,
-                           "n_cases": len(s.cases), "error": None}
+    row: dict[str, Any] = {
+        "kernel": s.kernel,
+        "cc": s.cc,
+        "config": s.config(),
+        "case": s.case,
+        "n_cases": len(s.cases),
+        "error": None,
+    }
     log = io.StringIO()
     t0 = time.perf_counter()
     try:
         with contextlib.redirect_stdout(log):  # TRITON_DUMP_PTXAS_LOG: ptxas -v output
-            c = triton.compile(ASTSource(s.fn, s.signature, s.constexprs, s.attrs),
-                               target=GPUTarget("cuda", s.cc, 32), options=dict(s.options))
+            c = triton.compile(
+                ASTSource(s.fn, s.signature, s.constexprs, s.attrs),
+                target=GPUTarget("cuda", s.cc, 32),
+                options=dict(s.options),
+            )
         row["shared"] = int(c.metadata.shared)
         regs = _REGS.findall(log.getvalue())
         spills = _SPILLS.findall(log.getvalue())
@@ -396,8 +481,11 @@ def main(argv: list[str] | None = None) -> int:
             specs = list({(s.kernel, s.config()): s for s in reversed(specs)}.values())[::-1]
         _SPECS.extend(s for s in specs if args.only in s.kernel)
     t_rec = time.perf_counter() - t0
-    print(f"triton {triton.__version__}: {len(all_cases)} cases, {len(_SPECS)} specializations "
-          f"for sm_{', sm_'.join(map(str, targets))} (recorded in {t_rec:.1f} s)", flush=True)
+    print(
+        f"triton {triton.__version__}: {len(all_cases)} cases, {len(_SPECS)} specializations "
+        f"for sm_{', sm_'.join(map(str, targets))} (recorded in {t_rec:.1f} s)",
+        flush=True,
+    )
     if args.jobs > 1:
         import multiprocessing
 
@@ -412,8 +500,10 @@ def main(argv: list[str] | None = None) -> int:
         regs = "?" if r.get("regs") is None else r["regs"]
         spills = "?" if r.get("spills") is None else r["spills"]
         more = f" (+{r['n_cases'] - 1})" if r["n_cases"] > 1 else ""
-        print(f"{r['kernel']:34} {r['cc']:>3} {r.get('shared', '-'):>7} {regs:>4} {spills:>5} "
-              f"{r['seconds']:>5}  {r['config']} / {r['case']}{more}")
+        print(
+            f"{r['kernel']:34} {r['cc']:>3} {r.get('shared', '-'):>7} {regs:>4} {spills:>5} "
+            f"{r['seconds']:>5}  {r['config']} / {r['case']}{more}"
+        )
     for r in rows:
         if r.get("known_over"):
             print(f"\nover the limit {r['kernel']} sm_{r['cc']} {r['config']} ({r['case']}):")

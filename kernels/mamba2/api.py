@@ -42,14 +42,11 @@ def _check_params(
         check_tensor("D", D)
         if tuple(D.shape) not in ((nheads,), (nheads, headdim)):
             raise ValueError(
-                f"D must have shape [H] = ({nheads},) or [H, P] = ({nheads}, {headdim}), "
-                f"got {tuple(D.shape)}"
+                f"D must have shape [H] = ({nheads},) or [H, P] = ({nheads}, {headdim}), got {tuple(D.shape)}"
             )
         check_tensor("D", D, dtype=param_dtypes, device=x.device)
     if dt_bias is not None:
-        check_tensor(
-            "dt_bias", dt_bias, shape=(nheads,), what="[H]", dtype=param_dtypes, device=x.device
-        )
+        check_tensor("dt_bias", dt_bias, shape=(nheads,), what="[H]", dtype=param_dtypes, device=x.device)
     if (
         not isinstance(dt_limit, (tuple, list))
         or len(dt_limit) != 2
@@ -143,13 +140,15 @@ def mamba2_scan(
     check_tensor("C", C, shape=tuple(B.shape), what="[B, L, G, N] (like B)", dtype=x.dtype, device=dev)
     _check_params(x, nheads, headdim, A, D, dt_bias, dt_limit)
     if z is not None:
-        check_tensor(
-            "z", z, shape=tuple(x.shape), what="[B, L, H, P] (like x)", dtype=x.dtype, device=dev
-        )
+        check_tensor("z", z, shape=tuple(x.shape), what="[B, L, H, P] (like x)", dtype=x.dtype, device=dev)
     if initial_states is not None:
         check_tensor(
-            "initial_states", initial_states, shape=(batch, nheads, headdim, dstate), what="[B, H, P, N]",
-            dtype=torch.float32, device=dev,
+            "initial_states",
+            initial_states,
+            shape=(batch, nheads, headdim, dstate),
+            what="[B, H, P, N]",
+            dtype=torch.float32,
+            device=dev,
         )
     if resets is not None:
         check_tensor("resets", resets, shape=(batch, length), what="[B, L]", dtype=torch.bool, device=dev)
@@ -162,8 +161,21 @@ def mamba2_scan(
     ):
         raise ValueError(f"chunk_size must be a power of two in [16, {_MAX_CHUNK}], got {chunk_size!r}")
     return MAMBA2_SCAN(
-        dev, x, dt, A, B, C, D, z, dt_bias, bool(dt_softplus), (float(dt_limit[0]), float(dt_limit[1])),
-        initial_states, resets, chunk_size, bool(return_final_states),
+        dev,
+        x,
+        dt,
+        A,
+        B,
+        C,
+        D,
+        z,
+        dt_bias,
+        bool(dt_softplus),
+        (float(dt_limit[0]), float(dt_limit[1])),
+        initial_states,
+        resets,
+        chunk_size,
+        bool(return_final_states),
     )
 
 
@@ -232,8 +244,13 @@ def mamba2_step(
     check_tensor("B", B, dtype=x.dtype, device=dev)
     check_tensor("C", C, shape=tuple(B.shape), what="[B, G, N] (like B)", dtype=x.dtype, device=dev)
     check_tensor(  # updated in place: contiguous
-        "state", state, shape=(batch, nheads, headdim, dstate), what="[B, H, P, N]", dtype=torch.float32,
-        device=dev, contiguous=True,
+        "state",
+        state,
+        shape=(batch, nheads, headdim, dstate),
+        what="[B, H, P, N]",
+        dtype=torch.float32,
+        device=dev,
+        contiguous=True,
     )
     check_tensor("dt", dt, shape=(batch, nheads), what="[B, H]", dtype=(x.dtype, torch.float32), device=dev)
     _check_params(x, nheads, headdim, A, D, dt_bias, dt_limit)
@@ -243,6 +260,17 @@ def mamba2_step(
         check_tensor("reset", reset, shape=(batch,), what="[B]", dtype=torch.bool, device=dev)
     with torch.no_grad():
         return MAMBA2_STEP(
-            dev, state, x, dt, A, B, C, D, z, dt_bias, bool(dt_softplus),
-            (float(dt_limit[0]), float(dt_limit[1])), reset,
+            dev,
+            state,
+            x,
+            dt,
+            A,
+            B,
+            C,
+            D,
+            z,
+            dt_bias,
+            bool(dt_softplus),
+            (float(dt_limit[0]), float(dt_limit[1])),
+            reset,
         )

@@ -45,15 +45,56 @@ def _softplus_clamp(v, dt_lo, dt_hi, SOFTPLUS: tl.constexpr):
 
 @triton.jit
 def _mamba2_chunk_fwd_kernel(
-    x, dt, A, Bm, Cm, D, z, dt_bias, h0, rs, y, hT, hc,
-    s_x_b, s_x_l, s_x_h, s_dt_b, s_dt_l, s_dt_h, s_b_b, s_b_l, s_b_g, s_c_b, s_c_l, s_c_g,
-    s_z_b, s_z_l, s_z_h,
-    L, H, P, N, HPG, NC, dt_lo, dt_hi,
-    BT: tl.constexpr, BP: tl.constexpr, BN: tl.constexpr,
-    HAS_D: tl.constexpr, D_PER_P: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr,
-    SOFTPLUS: tl.constexpr, HAS_H0: tl.constexpr, HAS_RESET: tl.constexpr,
-    STORE_FINAL: tl.constexpr, STORE_STATES: tl.constexpr,
-    INTERPRET: tl.constexpr, IEEE: tl.constexpr,
+    x,
+    dt,
+    A,
+    Bm,
+    Cm,
+    D,
+    z,
+    dt_bias,
+    h0,
+    rs,
+    y,
+    hT,
+    hc,
+    s_x_b,
+    s_x_l,
+    s_x_h,
+    s_dt_b,
+    s_dt_l,
+    s_dt_h,
+    s_b_b,
+    s_b_l,
+    s_b_g,
+    s_c_b,
+    s_c_l,
+    s_c_g,
+    s_z_b,
+    s_z_l,
+    s_z_h,
+    L,
+    H,
+    P,
+    N,
+    HPG,
+    NC,
+    dt_lo,
+    dt_hi,
+    BT: tl.constexpr,
+    BP: tl.constexpr,
+    BN: tl.constexpr,
+    HAS_D: tl.constexpr,
+    D_PER_P: tl.constexpr,
+    HAS_Z: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    SOFTPLUS: tl.constexpr,
+    HAS_H0: tl.constexpr,
+    HAS_RESET: tl.constexpr,
+    STORE_FINAL: tl.constexpr,
+    STORE_STATES: tl.constexpr,
+    INTERPRET: tl.constexpr,
+    IEEE: tl.constexpr,
 ):
     i_bh = tl.program_id(0).to(tl.int64)
     i_p = tl.program_id(1).to(tl.int64)
@@ -134,8 +175,9 @@ def _mamba2_chunk_fwd_kernel(
         if HAS_Z:
             b_z = tl.load(p_z + o_l[:, None] * s_z_l + o_p[None, :], mask=m_lp, other=0.0).to(tl.float32)
             b_y = b_y * b_z * tl.sigmoid(b_z)
-        tl.store(y + ((i_b * L + o_l[:, None]) * H + i_h) * P + o_p[None, :], b_y.to(y.dtype.element_ty),
-                 mask=m_lp)
+        tl.store(
+            y + ((i_b * L + o_l[:, None]) * H + i_h) * P + o_p[None, :], b_y.to(y.dtype.element_ty), mask=m_lp
+        )
         if STORE_STATES:
             tl.store(hc + ((i_bh * NC + i_c) * P + o_p[None, :]) * N + o_n[:, None], b_h, mask=m_np)
         # fold the chunk into the state: [BN, BT] @ [BT, BP]
@@ -147,15 +189,62 @@ def _mamba2_chunk_fwd_kernel(
 
 @triton.jit
 def _mamba2_chunk_bwd_kernel(
-    x, dt, A, Bm, Cm, D, z, dt_bias, rs, hc, dy, dhT,
-    dx, dz, ddt, dB, dC, dA, dD, dh0,
-    s_x_b, s_x_l, s_x_h, s_dt_b, s_dt_l, s_dt_h, s_b_b, s_b_l, s_b_g, s_c_b, s_c_l, s_c_g,
-    s_z_b, s_z_l, s_z_h,
-    NB, L, H, P, N, HPG, NC, dt_lo, dt_hi,
-    BT: tl.constexpr, BP: tl.constexpr, BN: tl.constexpr,
-    HAS_D: tl.constexpr, D_PER_P: tl.constexpr, HAS_Z: tl.constexpr, HAS_BIAS: tl.constexpr,
-    SOFTPLUS: tl.constexpr, HAS_RESET: tl.constexpr, HAS_DHT: tl.constexpr,
-    INTERPRET: tl.constexpr, IEEE: tl.constexpr,
+    x,
+    dt,
+    A,
+    Bm,
+    Cm,
+    D,
+    z,
+    dt_bias,
+    rs,
+    hc,
+    dy,
+    dhT,
+    dx,
+    dz,
+    ddt,
+    dB,
+    dC,
+    dA,
+    dD,
+    dh0,
+    s_x_b,
+    s_x_l,
+    s_x_h,
+    s_dt_b,
+    s_dt_l,
+    s_dt_h,
+    s_b_b,
+    s_b_l,
+    s_b_g,
+    s_c_b,
+    s_c_l,
+    s_c_g,
+    s_z_b,
+    s_z_l,
+    s_z_h,
+    NB,
+    L,
+    H,
+    P,
+    N,
+    HPG,
+    NC,
+    dt_lo,
+    dt_hi,
+    BT: tl.constexpr,
+    BP: tl.constexpr,
+    BN: tl.constexpr,
+    HAS_D: tl.constexpr,
+    D_PER_P: tl.constexpr,
+    HAS_Z: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    SOFTPLUS: tl.constexpr,
+    HAS_RESET: tl.constexpr,
+    HAS_DHT: tl.constexpr,
+    INTERPRET: tl.constexpr,
+    IEEE: tl.constexpr,
 ):
     i_bh = tl.program_id(0).to(tl.int64)
     i_p = tl.program_id(1).to(tl.int64)
@@ -251,8 +340,11 @@ def _mamba2_chunk_bwd_kernel(
             b_z = tl.load(p_z + o_l[:, None] * s_z_l + o_p[None, :], mask=m_lp, other=0.0).to(tl.float32)
             b_sig = tl.sigmoid(b_z)
             b_dz = b_dy * b_y * b_sig * (1.0 + b_z * (1.0 - b_sig))
-            tl.store(dz + ((i_b * L + o_l[:, None]) * H + i_h) * P + o_p[None, :],
-                     b_dz.to(dz.dtype.element_ty), mask=m_lp)
+            tl.store(
+                dz + ((i_b * L + o_l[:, None]) * H + i_h) * P + o_p[None, :],
+                b_dz.to(dz.dtype.element_ty),
+                mask=m_lp,
+            )
             b_dy = b_dy * b_z * b_sig
         if HAS_D:
             b_dD += tl.sum(b_dy * b_xf, axis=0)
@@ -265,14 +357,17 @@ def _mamba2_chunk_bwd_kernel(
         b_dx = b_U * b_w[:, None]
         if HAS_D:
             b_dx += b_dy * b_D
-        tl.store(dx + ((i_b * L + o_l[:, None]) * H + i_h) * P + o_p[None, :],
-                 b_dx.to(dx.dtype.element_ty), mask=m_lp)
+        tl.store(
+            dx + ((i_b * L + o_l[:, None]) * H + i_h) * P + o_p[None, :],
+            b_dx.to(dx.dtype.element_ty),
+            mask=m_lp,
+        )
         b_dw = tl.sum(b_xf * b_U, axis=1)  # [BT]
         b_LDX = b_Lm * b_DX
         # dC: [BT, BN]
         b_dCv = dot(b_dy, b_h0, tl.zeros([BT, BN], dtype=tl.float32), INTERPRET, IEEE) * b_g[:, None]
         b_dCv = dot((b_LDX * b_w[None, :]).to(b_x.dtype), b_B, b_dCv, INTERPRET, IEEE)
-        o_dbc = (((i_pb * L + o_l[:, None]) * H + i_h) * N + o_n[None, :])
+        o_dbc = ((i_pb * L + o_l[:, None]) * H + i_h) * N + o_n[None, :]
         tl.store(dC + o_dbc, b_dCv, mask=m_ln)
         # dB: [BT, BN]
         b_xds = dot(b_xf, tl.trans(b_ds), tl.zeros([BT, BN], dtype=tl.float32), INTERPRET, IEEE)
@@ -324,17 +419,40 @@ def _unit_last(t: torch.Tensor) -> torch.Tensor:
 def _common_args(x, dt, B, C, z):
     zz = z if z is not None else x
     return (
-        x.stride(0), x.stride(1), x.stride(2), dt.stride(0), dt.stride(1), dt.stride(2),
-        B.stride(0), B.stride(1), B.stride(2), C.stride(0), C.stride(1), C.stride(2),
-        zz.stride(0), zz.stride(1), zz.stride(2),
+        x.stride(0),
+        x.stride(1),
+        x.stride(2),
+        dt.stride(0),
+        dt.stride(1),
+        dt.stride(2),
+        B.stride(0),
+        B.stride(1),
+        B.stride(2),
+        C.stride(0),
+        C.stride(1),
+        C.stride(2),
+        zz.stride(0),
+        zz.stride(1),
+        zz.stride(2),
     )
 
 
 def mamba2_chunk_fwd(
-    x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
-    D: torch.Tensor | None, z: torch.Tensor | None, dt_bias: torch.Tensor | None,
-    dt_softplus: bool, dt_limit: tuple[float, float], initial_states: torch.Tensor | None,
-    resets: torch.Tensor | None, chunk_size: int, store_final: bool, store_states: bool,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    dt_softplus: bool,
+    dt_limit: tuple[float, float],
+    initial_states: torch.Tensor | None,
+    resets: torch.Tensor | None,
+    chunk_size: int,
+    store_final: bool,
+    store_states: bool,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Launch the forward kernel. Returns y, the final states (if ``store_final``) and the
     float32 states entering every chunk [B, H, NC, P, N] (if ``store_states``)."""
@@ -354,28 +472,63 @@ def mamba2_chunk_fwd(
     dummy = y
     grid = (batch * nheads, triton.cdiv(headdim, BP))
     _mamba2_chunk_fwd_kernel[grid](
-        x, dt, A, B, C,
-        D.contiguous() if D is not None else dummy, z if z is not None else dummy,
-        dt_bias if dt_bias is not None else dummy, h0 if h0 is not None else dummy,
-        rs if rs is not None else dummy, y, hT if hT is not None else dummy,
+        x,
+        dt,
+        A,
+        B,
+        C,
+        D.contiguous() if D is not None else dummy,
+        z if z is not None else dummy,
+        dt_bias if dt_bias is not None else dummy,
+        h0 if h0 is not None else dummy,
+        rs if rs is not None else dummy,
+        y,
+        hT if hT is not None else dummy,
         hc if hc is not None else dummy,
         *_common_args(x, dt, B, C, z),
-        length, nheads, headdim, dstate, nheads // ngroups, nchunks,
-        float(dt_limit[0]), min(float(dt_limit[1]), 3.0e38),
-        BT=chunk_size, BP=BP, BN=BN,
-        HAS_D=D is not None, D_PER_P=D is not None and D.dim() == 2, HAS_Z=z is not None,
-        HAS_BIAS=dt_bias is not None, SOFTPLUS=dt_softplus, HAS_H0=h0 is not None,
-        HAS_RESET=rs is not None, STORE_FINAL=store_final, STORE_STATES=store_states,
-        num_warps=num_warps, num_stages=1, **dot_flags(x.dtype),
+        length,
+        nheads,
+        headdim,
+        dstate,
+        nheads // ngroups,
+        nchunks,
+        float(dt_limit[0]),
+        min(float(dt_limit[1]), 3.0e38),
+        BT=chunk_size,
+        BP=BP,
+        BN=BN,
+        HAS_D=D is not None,
+        D_PER_P=D is not None and D.dim() == 2,
+        HAS_Z=z is not None,
+        HAS_BIAS=dt_bias is not None,
+        SOFTPLUS=dt_softplus,
+        HAS_H0=h0 is not None,
+        HAS_RESET=rs is not None,
+        STORE_FINAL=store_final,
+        STORE_STATES=store_states,
+        num_warps=num_warps,
+        num_stages=1,
+        **dot_flags(x.dtype),
     )
     return y, hT, hc
 
 
 def mamba2_chunk_bwd(
-    dy: torch.Tensor, dhT: torch.Tensor | None, hc: torch.Tensor,
-    x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
-    D: torch.Tensor | None, z: torch.Tensor | None, dt_bias: torch.Tensor | None,
-    dt_softplus: bool, dt_limit: tuple[float, float], resets: torch.Tensor | None, chunk_size: int,
+    dy: torch.Tensor,
+    dhT: torch.Tensor | None,
+    hc: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    dt_softplus: bool,
+    dt_limit: tuple[float, float],
+    resets: torch.Tensor | None,
+    chunk_size: int,
 ) -> dict[str, torch.Tensor]:
     """Launch the backward kernel and reduce its partials. Returns a dict of gradients (keys x,
     dt, A, B, C, D, z, dt_bias, initial_states) in the dtypes of the inputs (states: float32)."""
@@ -400,19 +553,49 @@ def mamba2_chunk_bwd(
     dummy = dx
     grid = (batch * nheads, npb)
     _mamba2_chunk_bwd_kernel[grid](
-        x, dt, A, B, C,
-        D.contiguous() if D is not None else dummy, z if z is not None else dummy,
-        dt_bias if dt_bias is not None else dummy, rs if rs is not None else dummy,
-        hc, dy.contiguous(), dhT.contiguous() if dhT is not None else dummy,
-        dx, dz if dz is not None else dummy, ddt, dB, dC, dA, dD if dD is not None else dummy, dh0,
+        x,
+        dt,
+        A,
+        B,
+        C,
+        D.contiguous() if D is not None else dummy,
+        z if z is not None else dummy,
+        dt_bias if dt_bias is not None else dummy,
+        rs if rs is not None else dummy,
+        hc,
+        dy.contiguous(),
+        dhT.contiguous() if dhT is not None else dummy,
+        dx,
+        dz if dz is not None else dummy,
+        ddt,
+        dB,
+        dC,
+        dA,
+        dD if dD is not None else dummy,
+        dh0,
         *_common_args(x, dt, B, C, z),
-        batch, length, nheads, headdim, dstate, nheads // ngroups, nchunks,
-        float(dt_limit[0]), min(float(dt_limit[1]), 3.0e38),
-        BT=chunk_size, BP=BP, BN=BN,
-        HAS_D=D is not None, D_PER_P=D is not None and D.dim() == 2, HAS_Z=z is not None,
-        HAS_BIAS=dt_bias is not None, SOFTPLUS=dt_softplus, HAS_RESET=rs is not None,
+        batch,
+        length,
+        nheads,
+        headdim,
+        dstate,
+        nheads // ngroups,
+        nchunks,
+        float(dt_limit[0]),
+        min(float(dt_limit[1]), 3.0e38),
+        BT=chunk_size,
+        BP=BP,
+        BN=BN,
+        HAS_D=D is not None,
+        D_PER_P=D is not None and D.dim() == 2,
+        HAS_Z=z is not None,
+        HAS_BIAS=dt_bias is not None,
+        SOFTPLUS=dt_softplus,
+        HAS_RESET=rs is not None,
         HAS_DHT=dhT is not None,
-        num_warps=num_warps, num_stages=1, **dot_flags(x.dtype),
+        num_warps=num_warps,
+        num_stages=1,
+        **dot_flags(x.dtype),
     )
     # Fixed-order reductions over P-blocks (and over the heads of a group): deterministic.
     g_dt = ddt.sum(0)  # [B, L, H] f32
@@ -437,8 +620,11 @@ _INPUTS = ("x", "dt", "A", "B", "C", "D", "z", "dt_bias", "initial_states")
 
 
 def _fallback_grads(
-    inputs: tuple[torch.Tensor | None, ...], needs: tuple[bool, ...], cfg: tuple,
-    dy: torch.Tensor, dhT: torch.Tensor | None,
+    inputs: tuple[torch.Tensor | None, ...],
+    needs: tuple[bool, ...],
+    cfg: tuple,
+    dy: torch.Tensor,
+    dhT: torch.Tensor | None,
 ) -> dict[str, torch.Tensor | None]:
     """The fallback backward: autograd through the torch chunked reference."""
     dt_softplus, dt_limit, resets, chunk_size = cfg
@@ -458,8 +644,21 @@ class Mamba2ScanFunction(torch.autograd.Function):
     def forward(ctx, x, dt, A, B, C, D, z, dt_bias, initial_states, resets, cfg, need_grad, return_final):
         dt_softplus, dt_limit, chunk_size = cfg
         y, hT, hc = mamba2_chunk_fwd(
-            x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_limit, initial_states, resets, chunk_size,
-            store_final=return_final, store_states=need_grad,
+            x,
+            dt,
+            A,
+            B,
+            C,
+            D,
+            z,
+            dt_bias,
+            dt_softplus,
+            dt_limit,
+            initial_states,
+            resets,
+            chunk_size,
+            store_final=return_final,
+            store_states=need_grad,
         )
         ctx.cfg = cfg
         ctx.has_h0 = initial_states is not None
@@ -487,21 +686,44 @@ class Mamba2ScanFunction(torch.autograd.Function):
             ),
             lambda: _fallback_grads(inputs, needs, (dt_softplus, dt_limit, resets, chunk_size), dy, dhT),
         )
-        out = [grads.get(k) if t is not None and n else None
-               for k, t, n in zip(_INPUTS, inputs, needs, strict=True)]
+        out = [
+            grads.get(k) if t is not None and n else None
+            for k, t, n in zip(_INPUTS, inputs, needs, strict=True)
+        ]
         return (*out, None, None, None, None)
 
 
 def mamba2_scan_triton(
-    x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
-    D: torch.Tensor | None, z: torch.Tensor | None, dt_bias: torch.Tensor | None,
-    dt_softplus: bool, dt_limit: tuple[float, float], initial_states: torch.Tensor | None,
-    resets: torch.Tensor | None, chunk_size: int, return_final_states: bool,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    dt_softplus: bool,
+    dt_limit: tuple[float, float],
+    initial_states: torch.Tensor | None,
+    resets: torch.Tensor | None,
+    chunk_size: int,
+    return_final_states: bool,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """The Triton path of :func:`tritonrl.kernels.mamba2.mamba2_scan` (inputs already validated)."""
     tensors = (x, dt, A, B, C, D, z, dt_bias, initial_states)
     need_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
     return Mamba2ScanFunction.apply(
-        x, dt, A, B, C, D, z, dt_bias, initial_states, resets,
-        (dt_softplus, dt_limit, chunk_size), need_grad, return_final_states,
+        x,
+        dt,
+        A,
+        B,
+        C,
+        D,
+        z,
+        dt_bias,
+        initial_states,
+        resets,
+        (dt_softplus, dt_limit, chunk_size),
+        need_grad,
+        return_final_states,
     )

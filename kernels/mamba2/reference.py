@@ -41,7 +41,6 @@ def dt_transform(
     return dt.clamp(min=dt_limit[0], max=dt_limit[1])
 
 
-
 def _compute_dtype(x: torch.Tensor) -> torch.dtype:
     return torch.float64 if x.dtype == torch.float64 else torch.float32
 

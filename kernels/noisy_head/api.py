@@ -129,8 +129,13 @@ def check_noisy_params(
         t = getattr(p, n)
         if t is not None:
             check_tensor(
-                f"{prefix}{n}", t, shape=shape, dtype=x.dtype, dtype_note="(x's dtype)",
-                device=x.device, contiguous=True,
+                f"{prefix}{n}",
+                t,
+                shape=shape,
+                dtype=x.dtype,
+                dtype_note="(x's dtype)",
+                device=x.device,
+                contiguous=True,
             )
 
 
@@ -252,13 +257,26 @@ def noisy_dueling(
         return p if noise else NoisyParams(p.weight_mu, None, p.bias_mu, None, None, None)
 
     return NOISY_DUELING(
-        x.device, x, strip(advantage), None if value is None else strip(value), num_actions, atoms,
-        bool(noise), bool(log_softmax), support,
+        x.device,
+        x,
+        strip(advantage),
+        None if value is None else strip(value),
+        num_actions,
+        atoms,
+        bool(noise),
+        bool(log_softmax),
+        support,
     )
 
 
 def _check(
-    x: object, advantage: object, value: object, num_actions: int, atoms: int, noise: bool, log_softmax: bool,
+    x: object,
+    advantage: object,
+    value: object,
+    num_actions: int,
+    atoms: int,
+    noise: bool,
+    log_softmax: bool,
     support: object,
 ) -> tuple[NoisyParams, NoisyParams | None]:
     """Every input check of :func:`noisy_dueling`; returns the layers as :class:`NoisyParams`."""
@@ -272,7 +290,11 @@ def _check(
         )
     in_features = x.shape[-1]
     check_noisy_params(
-        "advantage.", advantage, x=x, in_features=in_features, out_features=num_actions * atoms,
+        "advantage.",
+        advantage,
+        x=x,
+        in_features=in_features,
+        out_features=num_actions * atoms,
         noise=noise,
     )
     if advantage.weight_mu.dim() != 2:
@@ -287,8 +309,15 @@ def _check(
         check_tensor("support", support)
         if not (log_softmax and atoms > 1):
             raise ValueError("support needs log_softmax=True and atoms > 1 (it weights probabilities)")
-        check_tensor("support", support, shape=(atoms,), what="[Z]", dtype=torch.float32, device=x.device,
-                     contiguous=True)
+        check_tensor(
+            "support",
+            support,
+            shape=(atoms,),
+            what="[Z]",
+            dtype=torch.float32,
+            device=x.device,
+            contiguous=True,
+        )
     return advantage, value
 
 

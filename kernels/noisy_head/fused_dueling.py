@@ -30,9 +30,22 @@ __all__ = ["NoisyDuelingFunction", "noisy_dueling_bwd", "noisy_dueling_fwd", "no
 
 @triton.jit
 def _dueling_finish(
-    b_a3, b_v, b_mean, t, o_m, m_m, out, q, support, A, Z,
-    BA: tl.constexpr, ZB: tl.constexpr,
-    DUELING: tl.constexpr, LOG_SOFTMAX: tl.constexpr, HAS_SUPPORT: tl.constexpr,
+    b_a3,
+    b_v,
+    b_mean,
+    t,
+    o_m,
+    m_m,
+    out,
+    q,
+    support,
+    A,
+    Z,
+    BA: tl.constexpr,
+    ZB: tl.constexpr,
+    DUELING: tl.constexpr,
+    LOG_SOFTMAX: tl.constexpr,
+    HAS_SUPPORT: tl.constexpr,
 ):
     """Combine action tile t ([BM, BA, ZB] f32) with V and mean_a A, log-softmax, store."""
     o_a = t * BA + tl.arange(0, BA)
@@ -60,15 +73,45 @@ def _dueling_finish(
 
 @triton.jit
 def _noisy_dueling_fwd_kernel(
-    xv, xa, s_xvb, s_xvi, s_xab, s_xai,
-    v_w_mu, v_w_sigma, v_b_mu, v_b_sigma, v_eps_in, v_eps_out,
-    a_w_mu, a_w_sigma, a_b_mu, a_b_sigma, a_eps_in, a_eps_out,
-    support, out, q,
-    B, I, A, Z, NT,
-    BM: tl.constexpr, BK: tl.constexpr, BA: tl.constexpr, ZB: tl.constexpr, VB: tl.constexpr,
-    NOISE: tl.constexpr, HAS_BIAS: tl.constexpr, DUELING: tl.constexpr,
-    LOG_SOFTMAX: tl.constexpr, HAS_SUPPORT: tl.constexpr, SINGLE: tl.constexpr,
-    INTERPRET: tl.constexpr, IEEE: tl.constexpr,
+    xv,
+    xa,
+    s_xvb,
+    s_xvi,
+    s_xab,
+    s_xai,
+    v_w_mu,
+    v_w_sigma,
+    v_b_mu,
+    v_b_sigma,
+    v_eps_in,
+    v_eps_out,
+    a_w_mu,
+    a_w_sigma,
+    a_b_mu,
+    a_b_sigma,
+    a_eps_in,
+    a_eps_out,
+    support,
+    out,
+    q,
+    B,
+    I,
+    A,
+    Z,
+    NT,
+    BM: tl.constexpr,
+    BK: tl.constexpr,
+    BA: tl.constexpr,
+    ZB: tl.constexpr,
+    VB: tl.constexpr,
+    NOISE: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    DUELING: tl.constexpr,
+    LOG_SOFTMAX: tl.constexpr,
+    HAS_SUPPORT: tl.constexpr,
+    SINGLE: tl.constexpr,
+    INTERPRET: tl.constexpr,
+    IEEE: tl.constexpr,
 ):
     i_m = tl.program_id(0).to(tl.int64)
     o_m = i_m * BM + tl.arange(0, BM)
@@ -79,8 +122,27 @@ def _noisy_dueling_fwd_kernel(
     if DUELING:
         o_vc = tl.arange(0, VB).to(tl.int64)
         b_vt = noisy_tile(
-            xv, s_xvb, s_xvi, v_w_mu, v_w_sigma, v_b_mu, v_b_sigma, v_eps_in, v_eps_out,
-            o_m, m_m, o_vc, o_vc < Z, I, BM, VB, BK, NOISE, HAS_BIAS, INTERPRET, IEEE,
+            xv,
+            s_xvb,
+            s_xvi,
+            v_w_mu,
+            v_w_sigma,
+            v_b_mu,
+            v_b_sigma,
+            v_eps_in,
+            v_eps_out,
+            o_m,
+            m_m,
+            o_vc,
+            o_vc < Z,
+            I,
+            BM,
+            VB,
+            BK,
+            NOISE,
+            HAS_BIAS,
+            INTERPRET,
+            IEEE,
         )
         b_v = tl.sum(tl.reshape(b_vt, [BM, VB // ZB, ZB]), axis=1)
     # advantage tile columns c = a_local * ZB + z
@@ -90,14 +152,34 @@ def _noisy_dueling_fwd_kernel(
     if SINGLE:
         m_c = (c_a < A) & (c_z < Z)
         b_at = noisy_tile(
-            xa, s_xab, s_xai, a_w_mu, a_w_sigma, a_b_mu, a_b_sigma, a_eps_in, a_eps_out,
-            o_m, m_m, c_a * Z + c_z, m_c, I, BM, BA * ZB, BK, NOISE, HAS_BIAS, INTERPRET, IEEE,
+            xa,
+            s_xab,
+            s_xai,
+            a_w_mu,
+            a_w_sigma,
+            a_b_mu,
+            a_b_sigma,
+            a_eps_in,
+            a_eps_out,
+            o_m,
+            m_m,
+            c_a * Z + c_z,
+            m_c,
+            I,
+            BM,
+            BA * ZB,
+            BK,
+            NOISE,
+            HAS_BIAS,
+            INTERPRET,
+            IEEE,
         )
         # [BM, BA, ZB]
         b_a3 = tl.reshape(tl.where(m_c[None, :], b_at, 0.0), [BM, BA, ZB])
         b_mean = tl.sum(b_a3, axis=1) / A
-        _dueling_finish(b_a3, b_v, b_mean, 0, o_m, m_m, out, q, support, A, Z, BA, ZB,
-                        DUELING, LOG_SOFTMAX, HAS_SUPPORT)
+        _dueling_finish(
+            b_a3, b_v, b_mean, 0, o_m, m_m, out, q, support, A, Z, BA, ZB, DUELING, LOG_SOFTMAX, HAS_SUPPORT
+        )
     else:
         b_sum = tl.zeros([BM, ZB], dtype=tl.float32)
         for t in range(0, NT):
@@ -105,8 +187,27 @@ def _noisy_dueling_fwd_kernel(
             m_c = (o_a < A) & (c_z < Z)
             o_r = o_a * Z + c_z  # weight row, and the column of out[b] = [A * Z]
             b_at = noisy_tile(
-                xa, s_xab, s_xai, a_w_mu, a_w_sigma, a_b_mu, a_b_sigma, a_eps_in, a_eps_out,
-                o_m, m_m, o_r, m_c, I, BM, BA * ZB, BK, NOISE, HAS_BIAS, INTERPRET, IEEE,
+                xa,
+                s_xab,
+                s_xai,
+                a_w_mu,
+                a_w_sigma,
+                a_b_mu,
+                a_b_sigma,
+                a_eps_in,
+                a_eps_out,
+                o_m,
+                m_m,
+                o_r,
+                m_c,
+                I,
+                BM,
+                BA * ZB,
+                BK,
+                NOISE,
+                HAS_BIAS,
+                INTERPRET,
+                IEEE,
             )
             b_at = tl.where(m_c[None, :], b_at, 0.0)
             b_sum += tl.sum(tl.reshape(b_at, [BM, BA, ZB]), axis=1)
@@ -121,14 +222,46 @@ def _noisy_dueling_fwd_kernel(
             b_at = tl.load(p_a, mask=m_m[:, None] & m_c[None, :], other=0)
             # all threads have read tile t before _dueling_finish overwrites it
             tl.debug_barrier()
-            _dueling_finish(tl.reshape(b_at, [BM, BA, ZB]), b_v, b_mean, t, o_m, m_m, out, q,
-                            support, A, Z, BA, ZB, DUELING, LOG_SOFTMAX, HAS_SUPPORT)
+            _dueling_finish(
+                tl.reshape(b_at, [BM, BA, ZB]),
+                b_v,
+                b_mean,
+                t,
+                o_m,
+                m_m,
+                out,
+                q,
+                support,
+                A,
+                Z,
+                BA,
+                ZB,
+                DUELING,
+                LOG_SOFTMAX,
+                HAS_SUPPORT,
+            )
 
 
 @triton.jit
 def _dq_tile(
-    go, s_gb, s_ga, s_gz, gq, s_qb, s_qa, out, support, t, o_m, m_m, A, Z,
-    BA: tl.constexpr, ZB: tl.constexpr, LOG_SOFTMAX: tl.constexpr, HAS_GQ: tl.constexpr,
+    go,
+    s_gb,
+    s_ga,
+    s_gz,
+    gq,
+    s_qb,
+    s_qa,
+    out,
+    support,
+    t,
+    o_m,
+    m_m,
+    A,
+    Z,
+    BA: tl.constexpr,
+    ZB: tl.constexpr,
+    LOG_SOFTMAX: tl.constexpr,
+    HAS_GQ: tl.constexpr,
 ):
     """f32 [BM, BA, ZB]: gradient w.r.t. the combined values Q of action tile t (0 where padded)."""
     o_a = t * BA + tl.arange(0, BA)
@@ -143,8 +276,9 @@ def _dq_tile(
         b_p = tl.exp(tl.load(p_o, mask=m, other=float("-inf")))
         if HAS_GQ:
             # q = sum_z p_z s_z: dq / dlog_p_z = p_z s_z
-            b_gq = tl.load(gq + o_m[:, None] * s_qb + o_a[None, :] * s_qa,
-                           mask=m_m[:, None] & m_a[None, :], other=0).to(tl.float32)
+            b_gq = tl.load(
+                gq + o_m[:, None] * s_qb + o_a[None, :] * s_qa, mask=m_m[:, None] & m_a[None, :], other=0
+            ).to(tl.float32)
             b_s = tl.load(support + o_z, mask=m_z, other=0).to(tl.float32)
             b_g += b_gq[:, :, None] * b_p * b_s[None, None, :]
         b_g = b_g - b_p * tl.sum(b_g, axis=2)[:, :, None]
@@ -153,10 +287,27 @@ def _dq_tile(
 
 @triton.jit
 def _noisy_dueling_bwd_kernel(
-    go, s_gb, s_ga, s_gz, gq, s_qb, s_qa, out, support, dv, da,
-    B, A, Z, NT,
-    BM: tl.constexpr, BA: tl.constexpr, ZB: tl.constexpr,
-    DUELING: tl.constexpr, LOG_SOFTMAX: tl.constexpr, HAS_GQ: tl.constexpr,
+    go,
+    s_gb,
+    s_ga,
+    s_gz,
+    gq,
+    s_qb,
+    s_qa,
+    out,
+    support,
+    dv,
+    da,
+    B,
+    A,
+    Z,
+    NT,
+    BM: tl.constexpr,
+    BA: tl.constexpr,
+    ZB: tl.constexpr,
+    DUELING: tl.constexpr,
+    LOG_SOFTMAX: tl.constexpr,
+    HAS_GQ: tl.constexpr,
 ):
     # dv [B, Z] = sum_a dQ; da [B, A * Z] = dQ - dv / A (dueling) or dQ; both f32
     i_m = tl.program_id(0).to(tl.int64)
@@ -166,13 +317,32 @@ def _noisy_dueling_bwd_kernel(
     b_dv = tl.zeros([BM, ZB], dtype=tl.float32)
     if DUELING:
         for t in range(0, NT):
-            b_dq = _dq_tile(go, s_gb, s_ga, s_gz, gq, s_qb, s_qa, out, support, t, o_m, m_m, A, Z,
-                            BA, ZB, LOG_SOFTMAX, HAS_GQ)
+            b_dq = _dq_tile(
+                go,
+                s_gb,
+                s_ga,
+                s_gz,
+                gq,
+                s_qb,
+                s_qa,
+                out,
+                support,
+                t,
+                o_m,
+                m_m,
+                A,
+                Z,
+                BA,
+                ZB,
+                LOG_SOFTMAX,
+                HAS_GQ,
+            )
             b_dv += tl.sum(b_dq, axis=1)
         tl.store(dv + o_m[:, None] * Z + o_z[None, :], b_dv, mask=m_m[:, None] & (o_z < Z)[None, :])
     for t in range(0, NT):
-        b_dq = _dq_tile(go, s_gb, s_ga, s_gz, gq, s_qb, s_qa, out, support, t, o_m, m_m, A, Z,
-                        BA, ZB, LOG_SOFTMAX, HAS_GQ)
+        b_dq = _dq_tile(
+            go, s_gb, s_ga, s_gz, gq, s_qb, s_qa, out, support, t, o_m, m_m, A, Z, BA, ZB, LOG_SOFTMAX, HAS_GQ
+        )
         if DUELING:
             b_dq = b_dq - b_dv[:, None, :] / A
         o_a = t * BA + tl.arange(0, BA)
@@ -197,9 +367,14 @@ def _config(num_actions: int, atoms: int, dtype: torch.dtype) -> dict[str, int]:
     if dtype == torch.float32:
         bm = min(bm, 32)
     return {
-        "BM": bm, "BK": max(16, min(64, 8192 // (width * size))), "BA": ba, "ZB": zb,
-        "VB": max(16, zb), "NT": triton.cdiv(num_actions, ba),
-        "num_warps": 8 if width >= 256 else 4, "num_stages": 2 if width * size >= 1024 else 3,
+        "BM": bm,
+        "BK": max(16, min(64, 8192 // (width * size))),
+        "BA": ba,
+        "ZB": zb,
+        "VB": max(16, zb),
+        "NT": triton.cdiv(num_actions, ba),
+        "num_warps": 8 if width >= 256 else 4,
+        "num_stages": 2 if width * size >= 1024 else 3,
     }
 
 
@@ -235,12 +410,29 @@ def noisy_dueling_fwd(
 
     nt = cfg.pop("NT")
     _noisy_dueling_fwd_kernel[(triton.cdiv(b_, cfg["BM"]),)](
-        xv, xa, xv.stride(0), xv.stride(1), xa.stride(0), xa.stride(1),
-        *layer(val), *layer(adv),
-        support if support is not None else out, out, q if q is not None else out,
-        b_, i_, num_actions, atoms, nt,
-        **cfg, NOISE=noise, HAS_BIAS=has_bias, DUELING=val is not None,
-        LOG_SOFTMAX=log_softmax and atoms > 1, HAS_SUPPORT=support is not None, SINGLE=nt == 1,
+        xv,
+        xa,
+        xv.stride(0),
+        xv.stride(1),
+        xa.stride(0),
+        xa.stride(1),
+        *layer(val),
+        *layer(adv),
+        support if support is not None else out,
+        out,
+        q if q is not None else out,
+        b_,
+        i_,
+        num_actions,
+        atoms,
+        nt,
+        **cfg,
+        NOISE=noise,
+        HAS_BIAS=has_bias,
+        DUELING=val is not None,
+        LOG_SOFTMAX=log_softmax and atoms > 1,
+        HAS_SUPPORT=support is not None,
+        SINGLE=nt == 1,
         **dot_flags(x.dtype),
     )
     return out, q
@@ -280,18 +472,46 @@ def noisy_dueling_bwd(
     gq_ = gq if gq is not None else out
     s_q = (gq.stride(0), gq.stride(1)) if gq is not None else (0, 0)
     _noisy_dueling_bwd_kernel[(triton.cdiv(b_, bm),)](
-        go, go.stride(0), go.stride(1), go.stride(2), gq_, *s_q, out,
-        support if support is not None else out, dv, da,
-        b_, num_actions, atoms, nt, BM=bm, BA=ba, ZB=zb,
-        DUELING=dueling, LOG_SOFTMAX=log_softmax and atoms > 1, HAS_GQ=has_gq,
+        go,
+        go.stride(0),
+        go.stride(1),
+        go.stride(2),
+        gq_,
+        *s_q,
+        out,
+        support if support is not None else out,
+        dv,
+        da,
+        b_,
+        num_actions,
+        atoms,
+        nt,
+        BM=bm,
+        BA=ba,
+        ZB=zb,
+        DUELING=dueling,
+        LOG_SOFTMAX=log_softmax and atoms > 1,
+        HAS_GQ=has_gq,
     )
     dx = empty(x.shape, dtype=x.dtype, device=x.device) if need_dx else None
     shared = x.dim() == 2
 
     def stream(g: torch.Tensor, xs: torch.Tensor, p: NoisyParams, dx_s, acc: bool, need_w: bool):
         return noisy_linear_bwd(
-            g, xs, None, p.weight_mu, p.weight_sigma, p.eps_in, p.eps_out, noise=noise, relu=False,
-            has_bias=p.bias_mu is not None, need_dx=need_dx, need_dw=need_w, dx=dx_s, accumulate=acc,
+            g,
+            xs,
+            None,
+            p.weight_mu,
+            p.weight_sigma,
+            p.eps_in,
+            p.eps_out,
+            noise=noise,
+            relu=False,
+            has_bias=p.bias_mu is not None,
+            need_dx=need_dx,
+            need_dw=need_w,
+            dx=dx_s,
+            accumulate=acc,
         )[1:]
 
     g_val: tuple[torch.Tensor | None, ...] = (None,) * 4
@@ -328,8 +548,20 @@ class NoisyDuelingFunction(torch.autograd.Function):
         def run() -> tuple[torch.Tensor | None, ...]:
             g = go if go is not None else torch.zeros_like(out)
             dx, g_adv, g_val = noisy_dueling_bwd(
-                g, gq, x, out, support, adv, val, num_actions, atoms, noise, log_softmax,
-                need_dx=needs[0], need_adv=any(need_flat[:4]), need_val=any(need_flat[6:10]),
+                g,
+                gq,
+                x,
+                out,
+                support,
+                adv,
+                val,
+                num_actions,
+                atoms,
+                noise,
+                log_softmax,
+                need_dx=needs[0],
+                need_adv=any(need_flat[:4]),
+                need_val=any(need_flat[6:10]),
             )
             w_adv = (g_adv[0], g_adv[1], g_adv[2], g_adv[3], None, None)
             w_val = (g_val[0], g_val[1], g_val[2], g_val[3], None, None)

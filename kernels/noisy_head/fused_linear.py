@@ -26,15 +26,37 @@ from tritonrl.kernels.noisy_head.reference import noisy_linear_ref
 from tritonrl.kernels.tl_helpers import dot, dot_flags
 
 __all__ = [
-    "NoisyLinearFunction", "noisy_linear_bwd", "noisy_linear_fwd", "noisy_linear_triton", "noisy_tile",
+    "NoisyLinearFunction",
+    "noisy_linear_bwd",
+    "noisy_linear_fwd",
+    "noisy_linear_triton",
+    "noisy_tile",
 ]
+
 
 @triton.jit
 def noisy_tile(
-    x, s_xb, s_xi, w_mu, w_sigma, bias_mu, bias_sigma, eps_in, eps_out,
-    o_m, m_m, o_r, m_r, I,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-    NOISE: tl.constexpr, HAS_BIAS: tl.constexpr, INTERPRET: tl.constexpr, IEEE: tl.constexpr,
+    x,
+    s_xb,
+    s_xi,
+    w_mu,
+    w_sigma,
+    bias_mu,
+    bias_sigma,
+    eps_in,
+    eps_out,
+    o_m,
+    m_m,
+    o_r,
+    m_r,
+    I,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    NOISE: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    INTERPRET: tl.constexpr,
+    IEEE: tl.constexpr,
 ):
     """f32 [BM, BN]: rows o_m of x through output units o_r (masked by m_r) of one noisy layer.
 
@@ -69,11 +91,29 @@ def noisy_tile(
 
 @triton.jit
 def _noisy_linear_fwd_kernel(
-    x, w_mu, w_sigma, bias_mu, bias_sigma, eps_in, eps_out, y,
-    B, I, O, NB_O, s_xb, s_xi, s_yb,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-    NOISE: tl.constexpr, HAS_BIAS: tl.constexpr, RELU: tl.constexpr,
-    INTERPRET: tl.constexpr, IEEE: tl.constexpr,
+    x,
+    w_mu,
+    w_sigma,
+    bias_mu,
+    bias_sigma,
+    eps_in,
+    eps_out,
+    y,
+    B,
+    I,
+    O,
+    NB_O,
+    s_xb,
+    s_xi,
+    s_yb,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    NOISE: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    RELU: tl.constexpr,
+    INTERPRET: tl.constexpr,
+    IEEE: tl.constexpr,
 ):
     # y [B, G, O] = x [B, I] through G layers; program (row block, (group, column block))
     i_m = tl.program_id(0).to(tl.int64)
@@ -85,9 +125,27 @@ def _noisy_linear_fwd_kernel(
     m_m = o_m < B
     m_n = o_n < O
     b_acc = noisy_tile(
-        x, s_xb, s_xi, w_mu + i_g * O * I, w_sigma + i_g * O * I, bias_mu + i_g * O,
-        bias_sigma + i_g * O, eps_in + i_g * I, eps_out + i_g * O,
-        o_m, m_m, o_n, m_n, I, BM, BN, BK, NOISE, HAS_BIAS, INTERPRET, IEEE,
+        x,
+        s_xb,
+        s_xi,
+        w_mu + i_g * O * I,
+        w_sigma + i_g * O * I,
+        bias_mu + i_g * O,
+        bias_sigma + i_g * O,
+        eps_in + i_g * I,
+        eps_out + i_g * O,
+        o_m,
+        m_m,
+        o_n,
+        m_n,
+        I,
+        BM,
+        BN,
+        BK,
+        NOISE,
+        HAS_BIAS,
+        INTERPRET,
+        IEEE,
     )
     if RELU:
         b_acc = tl.maximum(b_acc, 0.0)
@@ -97,11 +155,32 @@ def _noisy_linear_fwd_kernel(
 
 @triton.jit
 def _noisy_linear_bwd_dx_kernel(
-    g, y, w_mu, w_sigma, eps_in, eps_out, dx,
-    B, I, O, G_PER, s_gb, s_gg, s_go, s_yb, s_dxb, s_dxg, s_dxi,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-    NOISE: tl.constexpr, RELU: tl.constexpr, ACCUMULATE: tl.constexpr,
-    INTERPRET: tl.constexpr, IEEE: tl.constexpr,
+    g,
+    y,
+    w_mu,
+    w_sigma,
+    eps_in,
+    eps_out,
+    dx,
+    B,
+    I,
+    O,
+    G_PER,
+    s_gb,
+    s_gg,
+    s_go,
+    s_yb,
+    s_dxb,
+    s_dxg,
+    s_dxi,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    NOISE: tl.constexpr,
+    RELU: tl.constexpr,
+    ACCUMULATE: tl.constexpr,
+    INTERPRET: tl.constexpr,
+    IEEE: tl.constexpr,
 ):
     # dx[:, i_x] = sum over the G_PER groups i_g reading x[:, i_x] of
     #   g_g @ W_mu_g + ((g_g * eps_out_g) @ W_sigma_g) * eps_in_g
@@ -148,11 +227,39 @@ def _noisy_linear_bwd_dx_kernel(
 
 @triton.jit
 def _noisy_linear_bwd_dw_kernel(
-    g, y, x, eps_in, eps_out, dw_mu, dw_sigma, db_mu, db_sigma, ws_w, ws_b,
-    B, I, O, NB_O, R, CHUNK, s_gb, s_gg, s_go, s_yb, s_xb, s_xg, s_xi,
-    BN: tl.constexpr, BK: tl.constexpr, BB: tl.constexpr,
-    NOISE: tl.constexpr, HAS_BIAS: tl.constexpr, RELU: tl.constexpr, DIRECT: tl.constexpr,
-    INTERPRET: tl.constexpr, IEEE: tl.constexpr,
+    g,
+    y,
+    x,
+    eps_in,
+    eps_out,
+    dw_mu,
+    dw_sigma,
+    db_mu,
+    db_sigma,
+    ws_w,
+    ws_b,
+    B,
+    I,
+    O,
+    NB_O,
+    R,
+    CHUNK,
+    s_gb,
+    s_gg,
+    s_go,
+    s_yb,
+    s_xb,
+    s_xg,
+    s_xi,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    BB: tl.constexpr,
+    NOISE: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    RELU: tl.constexpr,
+    DIRECT: tl.constexpr,
+    INTERPRET: tl.constexpr,
+    IEEE: tl.constexpr,
 ):
     # dW_mu[g, o, i] = sum_b g[b, g, o] x[b, (g), i] over batch chunk i_s; DIRECT: one chunk,
     # write the gradients; else write f32 partials ws_w [S, R, I], ws_b [S, R] (R = G * O).
@@ -180,8 +287,11 @@ def _noisy_linear_bwd_dw_kernel(
             b_gt = tl.where(b_yt.to(tl.float32) > 0, b_gt, 0.0)
         b_gs += b_gt
         # [BB, BK]
-        b_x = tl.load(x + o_b[:, None] * s_xb + i_g * s_xg + o_k[None, :] * s_xi,
-                      mask=m_b[:, None] & m_k[None, :], other=0)
+        b_x = tl.load(
+            x + o_b[:, None] * s_xb + i_g * s_xg + o_k[None, :] * s_xi,
+            mask=m_b[:, None] & m_k[None, :],
+            other=0,
+        )
         b_dw = dot(b_gt.to(x.dtype.element_ty), b_x, b_dw, INTERPRET, IEEE)
     b_db = tl.sum(b_gs, axis=1)
     o_r = i_g * O + o_n
@@ -209,9 +319,22 @@ def _noisy_linear_bwd_dw_kernel(
 
 @triton.jit
 def _noisy_linear_bwd_reduce_kernel(
-    ws_w, ws_b, eps_in, eps_out, dw_mu, dw_sigma, db_mu, db_sigma,
-    R, I, O, S,
-    BR: tl.constexpr, BC: tl.constexpr, NOISE: tl.constexpr, HAS_BIAS: tl.constexpr,
+    ws_w,
+    ws_b,
+    eps_in,
+    eps_out,
+    dw_mu,
+    dw_sigma,
+    db_mu,
+    db_sigma,
+    R,
+    I,
+    O,
+    S,
+    BR: tl.constexpr,
+    BC: tl.constexpr,
+    NOISE: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
 ):
     # Sum the S batch-chunk partials of the weight (and bias) gradients; scale for the sigma ones.
     i_r = tl.program_id(0).to(tl.int64)
@@ -281,10 +404,28 @@ def noisy_linear_fwd(
     has_bias = b_mu is not None
     d = w_mu  # stands in for pointers a constexpr flag switches off
     _noisy_linear_fwd_kernel[(triton.cdiv(b_, bm), g_ * nb_o)](
-        x, w_mu, w_sigma if noise else d, b_mu if has_bias else d,
-        b_sigma if (noise and has_bias) else d, eps_in if noise else d, eps_out if noise else d, y,
-        b_, i_, o_, nb_o, x.stride(0), x.stride(1), g_ * o_,
-        BM=bm, BN=bn, BK=bk, NOISE=noise, HAS_BIAS=has_bias, RELU=relu, **dot_flags(x.dtype),
+        x,
+        w_mu,
+        w_sigma if noise else d,
+        b_mu if has_bias else d,
+        b_sigma if (noise and has_bias) else d,
+        eps_in if noise else d,
+        eps_out if noise else d,
+        y,
+        b_,
+        i_,
+        o_,
+        nb_o,
+        x.stride(0),
+        x.stride(1),
+        g_ * o_,
+        BM=bm,
+        BN=bn,
+        BK=bk,
+        NOISE=noise,
+        HAS_BIAS=has_bias,
+        RELU=relu,
+        **dot_flags(x.dtype),
     )
     return y
 
@@ -345,9 +486,27 @@ def noisy_linear_bwd(
             else (out_dx.stride(0), 0, out_dx.stride(1))
         )
         _noisy_linear_bwd_dx_kernel[(triton.cdiv(b_, bm), triton.cdiv(i_, bk), gx)](
-            g, y_, w_mu, w_sigma if noise else d, eps_in if noise else d, eps_out if noise else d, out_dx,
-            b_, i_, o_, g_ // gx, *s_g, s_yb, *s_dx,
-            BM=bm, BN=bn, BK=bk, NOISE=noise, RELU=relu, ACCUMULATE=accumulate, **flags,
+            g,
+            y_,
+            w_mu,
+            w_sigma if noise else d,
+            eps_in if noise else d,
+            eps_out if noise else d,
+            out_dx,
+            b_,
+            i_,
+            o_,
+            g_ // gx,
+            *s_g,
+            s_yb,
+            *s_dx,
+            BM=bm,
+            BN=bn,
+            BK=bk,
+            NOISE=noise,
+            RELU=relu,
+            ACCUMULATE=accumulate,
+            **flags,
         )
     if not need_dw:
         return out_dx, None, None, None, None
@@ -365,18 +524,55 @@ def noisy_linear_bwd(
     ws_w = empty((s, r_, i_), dtype=torch.float32, device=w_mu.device) if s > 1 else d
     ws_b = empty((s, r_), dtype=torch.float32, device=w_mu.device) if (s > 1 and has_bias) else d
     s_x = (x.stride(0), x.stride(1), x.stride(2)) if x.dim() == 3 else (x.stride(0), 0, x.stride(1))
-    outs = (dw_mu, dw_sigma if noise else d, db_mu if has_bias else d,
-            db_sigma if (has_bias and noise) else d)
+    outs = (
+        dw_mu,
+        dw_sigma if noise else d,
+        db_mu if has_bias else d,
+        db_sigma if (has_bias and noise) else d,
+    )
     _noisy_linear_bwd_dw_kernel[(g_ * nb_o, nb_i, s)](
-        g, y_, x, eps_in if noise else d, eps_out if noise else d, *outs, ws_w, ws_b,
-        b_, i_, o_, nb_o, r_, chunk, *s_g, s_yb, *s_x,
-        BN=bn, BK=bk, BB=bb, NOISE=noise, HAS_BIAS=has_bias, RELU=relu, DIRECT=s == 1, **flags,
+        g,
+        y_,
+        x,
+        eps_in if noise else d,
+        eps_out if noise else d,
+        *outs,
+        ws_w,
+        ws_b,
+        b_,
+        i_,
+        o_,
+        nb_o,
+        r_,
+        chunk,
+        *s_g,
+        s_yb,
+        *s_x,
+        BN=bn,
+        BK=bk,
+        BB=bb,
+        NOISE=noise,
+        HAS_BIAS=has_bias,
+        RELU=relu,
+        DIRECT=s == 1,
+        **flags,
     )
     if s > 1:
         br, bc = 32, 64
         _noisy_linear_bwd_reduce_kernel[(triton.cdiv(r_, br), triton.cdiv(i_, bc))](
-            ws_w, ws_b, eps_in if noise else d, eps_out if noise else d, *outs,
-            r_, i_, o_, s, BR=br, BC=bc, NOISE=noise, HAS_BIAS=has_bias,
+            ws_w,
+            ws_b,
+            eps_in if noise else d,
+            eps_out if noise else d,
+            *outs,
+            r_,
+            i_,
+            o_,
+            s,
+            BR=br,
+            BC=bc,
+            NOISE=noise,
+            HAS_BIAS=has_bias,
         )
     return out_dx, dw_mu, dw_sigma, db_mu, db_sigma
 
@@ -399,8 +595,18 @@ class NoisyLinearFunction(torch.autograd.Function):
 
         def run() -> tuple[torch.Tensor | None, ...]:
             return noisy_linear_bwd(
-                gy, x, y, w_mu, w_sigma, eps_in, eps_out, noise=ctx.noise, relu=ctx.relu,
-                has_bias=b_mu is not None, need_dx=needs[0], need_dw=any(needs[1:]),
+                gy,
+                x,
+                y,
+                w_mu,
+                w_sigma,
+                eps_in,
+                eps_out,
+                noise=ctx.noise,
+                relu=ctx.relu,
+                has_bias=b_mu is not None,
+                need_dx=needs[0],
+                need_dw=any(needs[1:]),
             )
 
         def fallback() -> tuple[torch.Tensor | None, ...]:

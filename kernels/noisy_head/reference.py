@@ -54,6 +54,7 @@ def noisy_linear_ref(
     Computed in the inputs' dtype.
     """
     if weight_mu.dim() == 3:
+
         def pick(t: torch.Tensor | None, g: int) -> torch.Tensor | None:
             return None if t is None else t[g]
 
@@ -103,4 +104,3 @@ def noisy_dueling_ref(
     if support is None:
         return q
     return q, (q.exp() * support.float()).sum(dim=-1)
-

@@ -159,8 +159,15 @@ def _check_tree_slow(tree: SumTree) -> Geometry:
         "status": ((2,), torch.int32),
     }
     for name, (shape, dtype) in expected.items():
-        check_tensor(f"tree.{name}", getattr(tree, name), dtype=dtype, shape=shape, device=tree.sums.device,
-                     device_of="tree.sums", contiguous=True)
+        check_tensor(
+            f"tree.{name}",
+            getattr(tree, name),
+            dtype=dtype,
+            shape=shape,
+            device=tree.sums.device,
+            device_of="tree.sums",
+            contiguous=True,
+        )
     return g
 
 

@@ -111,10 +111,12 @@ def test_one_dimensional_flow_matches_torch_distributions_with_random_weights():
         mean, std = mean * k.exp() + t, std * k.exp()
     # Before the squash (random weights can push actions to within 1e-9 of the bounds, where a
     # reference that inverts the tanh loses digits) the flow output is exactly N(mean, std).
-    torch.testing.assert_close(flow.log_prob_raw(feat, y), Normal(mean, std).log_prob(y).sum(-1),
-                               rtol=0, atol=1e-10)
-    torch.testing.assert_close(logp, Normal(mean, std).log_prob(y).sum(-1) - flow.bounds.log_det(y),
-                               rtol=0, atol=1e-10)
+    torch.testing.assert_close(
+        flow.log_prob_raw(feat, y), Normal(mean, std).log_prob(y).sum(-1), rtol=0, atol=1e-10
+    )
+    torch.testing.assert_close(
+        logp, Normal(mean, std).log_prob(y).sum(-1) - flow.bounds.log_det(y), rtol=0, atol=1e-10
+    )
 
 
 def test_flow_log_prob_matches_numerical_jacobian():

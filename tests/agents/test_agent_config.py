@@ -76,20 +76,28 @@ BAD = [
     ("ppo-flow", "flow_hidden", "0", "flow_hidden=0 must be >= 1"),
     ("ppo-flow", "flow_layers", "0", "flow_layers=0 must be >= 1"),
     ("ppo", "seq_len", "-1", "seq_len=-1 must be >= 0"),
-    ("ppo-mamba", "mamba_headdim", "7",
-     "mamba_expand * memory_size = 64 must be a multiple of mamba_headdim=7"),
+    (
+        "ppo-mamba",
+        "mamba_headdim",
+        "7",
+        "mamba_expand * memory_size = 64 must be a multiple of mamba_headdim=7",
+    ),
 ]
 
 
 def _build(name: str, overrides: dict[str, str]):
     spec = get_agent(name)
-    act = DISCRETE if name in ("dqn", "c51", "qrdqn", "ppo", "ppo-lstm", "ppo-mamba") else \
-        gym.spaces.Box(-1.0, 1.0, (1,), "float32")
+    act = (
+        DISCRETE
+        if name in ("dqn", "c51", "qrdqn", "ppo", "ppo-lstm", "ppo-mamba")
+        else gym.spaces.Box(-1.0, 1.0, (1,), "float32")
+    )
     return spec.build(OBS, act, num_envs=1, device="cpu", seed=0, total_steps=1000, overrides=overrides)
 
 
-@pytest.mark.parametrize(("name", "key", "value", "fragment"), BAD,
-                         ids=[f"{a}-{k}={v}" for a, k, v, _ in BAD])
+@pytest.mark.parametrize(
+    ("name", "key", "value", "fragment"), BAD, ids=[f"{a}-{k}={v}" for a, k, v, _ in BAD]
+)
 def test_bad_config_values_are_refused_in_one_line(name: str, key: str, value: str, fragment: str) -> None:
     with pytest.raises(ValueError) as info:
         _build(name, {key: value})
@@ -161,8 +169,9 @@ def test_backend_override_is_the_one_check(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv("TRITONRL_BACKEND", " Torch ")
     assert backend_override("cpu") == "torch"
     monkeypatch.setenv("TRITONRL_BACKEND", "bogus")
-    with pytest.raises(ValueError, match="TRITONRL_BACKEND='bogus' is not a backend; allowed values: "
-                                         "auto, triton, torch"):
+    with pytest.raises(
+        ValueError, match="TRITONRL_BACKEND='bogus' is not a backend; allowed values: auto, triton, torch"
+    ):
         backend_override()
     monkeypatch.setenv("TRITONRL_BACKEND", "triton")
     monkeypatch.setenv("TRITON_INTERPRET", "0")
@@ -190,23 +199,45 @@ CLI = [
     ({}, ["--agent", "dqn", "--set", "lr=nan"], "lr=nan must be a finite number"),
     ({}, ["--agent", "dqn", "--set", "buffer_size=1e11"], "buffer_size=100000000000 needs 4.8 TB"),
     ({}, ["--agent", "dqn", "--set", "buffer_size=2.5"], "buffer_size='2.5' is not a valid int"),
-    ({"TRITONRL_BACKEND": "bogus"}, ["--agent", "ppo"],
-     "TRITONRL_BACKEND='bogus' is not a backend; allowed values: auto, triton, torch"),
-    ({"TRITONRL_BACKEND": "triton", "TRITON_INTERPRET": "0"}, ["--agent", "ppo"],
-     "TRITONRL_BACKEND=triton but tensors live on cpu"),
-    ({"TRITONRL_BACKEND": "triton", "TRITON_INTERPRET": "0"}, ["--agent", "rainbow"],
-     "TRITONRL_BACKEND=triton but tensors live on cpu"),
+    (
+        {"TRITONRL_BACKEND": "bogus"},
+        ["--agent", "ppo"],
+        "TRITONRL_BACKEND='bogus' is not a backend; allowed values: auto, triton, torch",
+    ),
+    (
+        {"TRITONRL_BACKEND": "triton", "TRITON_INTERPRET": "0"},
+        ["--agent", "ppo"],
+        "TRITONRL_BACKEND=triton but tensors live on cpu",
+    ),
+    (
+        {"TRITONRL_BACKEND": "triton", "TRITON_INTERPRET": "0"},
+        ["--agent", "rainbow"],
+        "TRITONRL_BACKEND=triton but tensors live on cpu",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("env", "argv", "fragment"), CLI, ids=[" ".join(a[1:]) + str(e) for e, a, _ in CLI])
-def test_cli_refuses_before_training(tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch, env, argv,
-                                     fragment) -> None:
+def test_cli_refuses_before_training(
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch, env, argv, fragment
+) -> None:
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     run_dir = tmp_path / "run"
-    code = main(["train", "--no-progress", "--no-tensorboard", "--env", "CartPole-v1", "--steps", "200",
-                 "--run-dir", str(run_dir), *argv])
+    code = main(
+        [
+            "train",
+            "--no-progress",
+            "--no-tensorboard",
+            "--env",
+            "CartPole-v1",
+            "--steps",
+            "200",
+            "--run-dir",
+            str(run_dir),
+            *argv,
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
     assert len(err) == 1 and err[0].startswith("error: ") and fragment in err[0], err
@@ -230,8 +261,10 @@ def test_check_memory_refuses_only_what_cannot_fit(monkeypatch: pytest.MonkeyPat
 
     checks.check_memory("buffer_size=10", {"observations": 1_000}, "cpu")  # fits: nothing raised
     monkeypatch.setattr(checks, "available_memory", lambda device: 1_500)
-    expected = (r"^capacity=7 needs 2\.0 kB \(observations 1\.5 kB, actions 500 B\) on cpu; this machine "
-                r"has 1\.5 kB available$")
+    expected = (
+        r"^capacity=7 needs 2\.0 kB \(observations 1\.5 kB, actions 500 B\) on cpu; this machine "
+        r"has 1\.5 kB available$"
+    )
     with pytest.raises(ValueError, match=expected):
         checks.check_memory("capacity=7", {"observations": 1_500, "actions": 500}, "cpu")
     monkeypatch.setattr(checks, "available_memory", lambda device: None)  # unknown: never refused

@@ -22,8 +22,17 @@ DISCRETE = gym.spaces.Discrete(3)
 BOX = gym.spaces.Box(-2.0, 2.0, (2,), np.float32)
 E = 2
 DQN_SMALL = {"torso_width": 16, "batch_size": 4, "buffer_size": 64, "learning_starts": 4}
-PPO_TINY = {"num_steps": 8, "seq_len": 4, "num_minibatches": 2, "update_epochs": 1, "hidden": (8,),
-            "memory_size": 16, "mamba_headdim": 8, "total_steps": 1000, "normalize_obs": True}
+PPO_TINY = {
+    "num_steps": 8,
+    "seq_len": 4,
+    "num_minibatches": 2,
+    "update_epochs": 1,
+    "hidden": (8,),
+    "memory_size": 16,
+    "mamba_headdim": 8,
+    "total_steps": 1000,
+    "normalize_obs": True,
+}
 AGENTS = ["dqn", "rainbow", "qrdqn", "ppo", "ppo-continuous", "ppo-squashed", "ppo-lstm", "ppo-mamba"]
 
 
@@ -45,11 +54,19 @@ def _snapshot(agent) -> dict:
     """Everything a step may change: storage, counters, observation statistics, memories."""
     if isinstance(agent, DQNAgent):
         b = agent.buffer
-        return {"n": (len(b), b.steps, b.pending, agent.env_steps), "obs": b._obs.clone(),
-                "next": b._next_obs.clone(), "reward": b._reward.clone()}
+        return {
+            "n": (len(b), b.steps, b.pending, agent.env_steps),
+            "obs": b._obs.clone(),
+            "next": b._next_obs.clone(),
+            "reward": b._reward.clone(),
+        }
     b = agent.buffer
-    snap = {"n": (b.pos, agent.env_steps), "obs": b.obs.clone(), "rewards": b.rewards.clone(),
-            "pending": agent._pending}
+    snap = {
+        "n": (b.pos, agent.env_steps),
+        "obs": b.obs.clone(),
+        "rewards": b.rewards.clone(),
+        "pending": agent._pending,
+    }
     if agent.obs_rms is not None:
         snap["rms"] = (agent.obs_rms.mean.clone(), agent.obs_rms.var.clone(), float(agent.obs_rms.count))
     return snap
@@ -75,13 +92,20 @@ def _same(a: dict, b: dict) -> bool:
 def _step_args(agent):
     obs = torch.randn(E, 4)
     action = agent.act(obs)
-    return {"obs": obs, "action": action, "reward": torch.ones(E), "next_obs": torch.randn(E, 4),
-            "terminated": torch.zeros(E, dtype=torch.bool), "truncated": torch.zeros(E, dtype=torch.bool)}
+    return {
+        "obs": obs,
+        "action": action,
+        "reward": torch.ones(E),
+        "next_obs": torch.randn(E, 4),
+        "terminated": torch.zeros(E, dtype=torch.bool),
+        "truncated": torch.zeros(E, dtype=torch.bool),
+    }
 
 
 def _observe(agent, args: dict) -> None:
-    agent.observe(args["obs"], args["action"], args["reward"], args["next_obs"], args["terminated"],
-                  args["truncated"])
+    agent.observe(
+        args["obs"], args["action"], args["reward"], args["next_obs"], args["terminated"], args["truncated"]
+    )
 
 
 def _bad(agent, case: str) -> tuple[dict, str]:
@@ -161,10 +185,14 @@ def test_multidiscrete_actions_are_checked_per_dimension() -> None:
     no = torch.zeros(E, dtype=torch.bool)
     agent.observe(obs, ok, torch.zeros(E), obs, no, no)
     bad = torch.tensor([[2, 1], [0, 2]])  # 2 is fine in dimension 0, not in dimension 1
-    with pytest.raises(ValueError, match=r"action\[1, 1\] = 2 is outside MultiDiscrete\(\[3, 2\]\) "
-                                         r"\(0 <= a\[\.\.\., 1\] < 2\)"):
-        agent.observe(obs, bad, torch.zeros(E), obs, torch.zeros(E, dtype=torch.bool),
-                      torch.zeros(E, dtype=torch.bool))
+    with pytest.raises(
+        ValueError,
+        match=r"action\[1, 1\] = 2 is outside MultiDiscrete\(\[3, 2\]\) "
+        r"\(0 <= a\[\.\.\., 1\] < 2\)",
+    ):
+        agent.observe(
+            obs, bad, torch.zeros(E), obs, torch.zeros(E, dtype=torch.bool), torch.zeros(E, dtype=torch.bool)
+        )
     assert a.shape == (E, 2)
 
 
@@ -198,8 +226,14 @@ def test_huge_finite_observations_are_not_mistaken_for_inf() -> None:
     agent = _make("dqn")
     obs = torch.full((E, 4), 3e38)
     agent.act(obs)
-    agent.observe(obs, torch.tensor([0, 1]), torch.zeros(E), obs, torch.zeros(E, dtype=torch.bool),
-                  torch.zeros(E, dtype=torch.bool))
+    agent.observe(
+        obs,
+        torch.tensor([0, 1]),
+        torch.zeros(E),
+        obs,
+        torch.zeros(E, dtype=torch.bool),
+        torch.zeros(E, dtype=torch.bool),
+    )
     assert agent.env_steps == E
 
 
@@ -231,8 +265,12 @@ def test_deferred_checks_raise_at_update_before_learning(name: str) -> None:
 
 @pytest.mark.parametrize("name", ["dqn", "ppo", "ppo-squashed"])
 def test_deferred_checks_name_each_argument(name: str) -> None:
-    for case, arg in [("nan obs", "obs"), ("inf next_obs", "next_obs"), ("action -1", "action"),
-                      ("action n", "action")]:
+    for case, arg in [
+        ("nan obs", "obs"),
+        ("inf next_obs", "next_obs"),
+        ("action -1", "action"),
+        ("action n", "action"),
+    ]:
         agent = _make(name)
         agent.inputs.mode = "deferred"
         args, _ = _bad(agent, case)

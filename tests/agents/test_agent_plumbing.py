@@ -39,8 +39,14 @@ class Nested(Config):
 # ----------------------------------------------------------------------------- the serialiser
 
 
-@pytest.mark.parametrize("cfg", [Nested(), Nested(hidden=(), pairs=(), maybe=(3,), grid=((),)),
-                                 Nested(pairs=((5, 6),), maybe=(1, 2, 3), pair=(0, "y"))])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        Nested(),
+        Nested(hidden=(), pairs=(), maybe=(3,), grid=((),)),
+        Nested(pairs=((5, 6),), maybe=(1, 2, 3), pair=(0, "y")),
+    ],
+)
 def test_config_round_trips_through_json_and_a_checkpoint_with_tuples(cfg: Nested, tmp_path: Path) -> None:
     values = cfg.to_dict()
     assert values["pairs"] == cfg.pairs and isinstance(values["pairs"], tuple)  # kept as they are
@@ -105,9 +111,9 @@ def _dqn(obs_space=BOUNDED, num_envs=2, seed=0, **kw):
 def _ppo(obs_space=BOUNDED, num_envs=2, seed=0, **kw):
     from tritonrl.agents.ppo import PPOAgent, preset
 
-    return PPOAgent(obs_space, gym.spaces.Discrete(2), preset("ppo", **{**PPO_SMALL, **kw}),
-                    num_envs=num_envs,
-               seed=seed)
+    return PPOAgent(
+        obs_space, gym.spaces.Discrete(2), preset("ppo", **{**PPO_SMALL, **kw}), num_envs=num_envs, seed=seed
+    )
 
 
 MAKERS = {"dqn": _dqn, "ppo": _ppo}
@@ -132,8 +138,10 @@ def test_header_check_names_what_differs(kind: str) -> None:
     make = MAKERS[kind]
     state = make().state_dict()
     cases = [
-        (make(obs_space=gym.spaces.Box(-1.0, 1.0, (4,), np.float32)),
-         "agent state: observation shape [3] does not match this agent's [4]"),
+        (
+            make(obs_space=gym.spaces.Box(-1.0, 1.0, (4,), np.float32)),
+            "agent state: observation shape [3] does not match this agent's [4]",
+        ),
         (make(obs_space=gym.spaces.Box(-2.0, 2.0, (3,), np.float32)), "agent state: observation space {"),
         (make(num_envs=3), "agent state: saved with num_envs=2, this agent has 3"),
         (MAKERS["ppo" if kind == "dqn" else "dqn"](), f"agent state: holds a {kind!r} agent, not a"),
@@ -145,12 +153,24 @@ def test_header_check_names_what_differs(kind: str) -> None:
     from tritonrl.toolkit.agent import check_header
 
     with pytest.raises(CheckpointError, match=r"^x: action space \{'type': 'Discrete', 'n': 2"):
-        check_header(state, kind=kind, observation_space=BOUNDED, action_space=gym.spaces.Discrete(3),
-                     num_envs=2, where="x")
+        check_header(
+            state,
+            kind=kind,
+            observation_space=BOUNDED,
+            action_space=gym.spaces.Discrete(3),
+            num_envs=2,
+            where="x",
+        )
     missing = r"^x: the observation space \('observation_space'\) is missing"
     with pytest.raises(CheckpointError, match=missing):
-        check_header({k: v for k, v in state.items() if k != "observation_space"}, kind=kind,
-                     observation_space=BOUNDED, action_space=gym.spaces.Discrete(2), num_envs=2, where="x")
+        check_header(
+            {k: v for k, v in state.items() if k != "observation_space"},
+            kind=kind,
+            observation_space=BOUNDED,
+            action_space=gym.spaces.Discrete(2),
+            num_envs=2,
+            where="x",
+        )
 
 
 @pytest.mark.parametrize("kind", ["dqn", "ppo"])
@@ -198,8 +218,14 @@ def test_replay_validate_and_apply_are_public() -> None:
 
     a = PrioritizedReplayBuffer(16, (3,), num_envs=1)
     for i in range(5):
-        a.add(torch.full((1, 3), float(i)), torch.zeros(1, dtype=torch.int64), torch.ones(1),
-              torch.zeros(1, 3), torch.zeros(1, dtype=torch.bool), torch.zeros(1, dtype=torch.bool))
+        a.add(
+            torch.full((1, 3), float(i)),
+            torch.zeros(1, dtype=torch.int64),
+            torch.ones(1),
+            torch.zeros(1, 3),
+            torch.zeros(1, dtype=torch.bool),
+            torch.zeros(1, dtype=torch.bool),
+        )
     b = PrioritizedReplayBuffer(16, (3,), num_envs=1)
     staged = b.parse_state(a.state_dict())
     assert len(b) == 0  # parsing changes nothing
@@ -225,8 +251,13 @@ def test_the_registry_holds_exactly_the_agent_modules_presets() -> None:
     agent = get_agent("rainbow").build(BOUNDED, gym.spaces.Discrete(2), num_envs=2, overrides=DQN_SMALL)
     assert isinstance(get_agent("rainbow").schedule(agent), offpolicy.OffPolicySchedule)
     assert agent.config.tags == ("rainbow",) and agent.config.prioritized
-    ppo_agent = get_agent("ppo").build(BOUNDED, gym.spaces.Discrete(2), num_envs=2, total_steps=640,
-                                       overrides={"num_steps": "4", "hidden": "8"})
+    ppo_agent = get_agent("ppo").build(
+        BOUNDED,
+        gym.spaces.Discrete(2),
+        num_envs=2,
+        total_steps=640,
+        overrides={"num_steps": "4", "hidden": "8"},
+    )
     # the steps_field (total_steps) follows --steps
     assert ppo_agent.config.total_steps == 640 and ppo_agent.config.hidden == (8,)
     assert isinstance(get_agent("ppo").schedule(ppo_agent), onpolicy.OnPolicySchedule)
@@ -250,36 +281,66 @@ def test_a_preset_of_your_own_registers_and_builds(monkeypatch: pytest.MonkeyPat
             self.config, self.num_envs, self.seed = config, num_envs, seed
 
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._registry()))
-    toy = Preset("toy", "a toy", ToyConfig(), agent=Toy, kind="onpolicy", schedule=schedule_for,
-                 default_steps=500, steps_field="total_steps")
+    toy = Preset(
+        "toy",
+        "a toy",
+        ToyConfig(),
+        agent=Toy,
+        kind="onpolicy",
+        schedule=schedule_for,
+        default_steps=500,
+        steps_field="total_steps",
+    )
     register_agent(toy)
     assert get_agent("toy") is toy and "toy" in [p.name for p in registry.list_agents()]
-    built = get_agent("toy").build(None, None, num_envs=3, seed=2, total_steps=99, overrides={"width": "8"},
-                                   config={"width": 1, "total_steps": 1, "num_steps": 5})
+    built = get_agent("toy").build(
+        None,
+        None,
+        num_envs=3,
+        seed=2,
+        total_steps=99,
+        overrides={"width": "8"},
+        config={"width": 1, "total_steps": 1, "num_steps": 5},
+    )
     assert built.config == ToyConfig(width=8, total_steps=99, num_steps=5) and built.num_envs == 3
     assert find_preset([toy], "toy") is toy
     with pytest.raises(ValueError, match="unknown Toy preset 'toi'; choose one of toy"):
         find_preset([toy], "toi", "Toy")
     with pytest.raises(TypeError, match="register_agent takes a Preset, got dict"):
         register_agent({"name": "x"})  # type: ignore[arg-type]
-    bad = [({"kind": "sideways"}, ValueError, "kind must be one of"),
-           ({"name": ""}, ValueError, "preset name must be a non-empty string"),
-           ({"steps_field": "steps"}, ValueError, "steps_field='steps' is not a field of ToyConfig"),
-           ({"default_num_envs": 0}, ValueError, "default_num_envs must be an int >= 1, got 0"),
-           ({"agent": 3}, TypeError, "agent must be callable"),
-           ({"config": ToyConfig}, TypeError, "config must be a config dataclass instance")]
+    bad = [
+        ({"kind": "sideways"}, ValueError, "kind must be one of"),
+        ({"name": ""}, ValueError, "preset name must be a non-empty string"),
+        ({"steps_field": "steps"}, ValueError, "steps_field='steps' is not a field of ToyConfig"),
+        ({"default_num_envs": 0}, ValueError, "default_num_envs must be an int >= 1, got 0"),
+        ({"agent": 3}, TypeError, "agent must be callable"),
+        ({"config": ToyConfig}, TypeError, "config must be a config dataclass instance"),
+    ]
     for change, exc, words in bad:
         with pytest.raises(exc, match=words):
             dataclasses.replace(toy, **change)
 
 
 def test_toolkit_imports_agents_only_in_the_registry_and_lazily() -> None:
-    importers = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "toolkit").rglob("*.py")
-                       if "tritonrl.agents" in "".join(line for line in p.read_text().splitlines(True)
-                                                       if line.lstrip().startswith(("import", "from"))))
+    importers = sorted(
+        p.relative_to(ROOT).as_posix()
+        for p in (ROOT / "toolkit").rglob("*.py")
+        if "tritonrl.agents"
+        in "".join(
+            line for line in p.read_text().splitlines(True) if line.lstrip().startswith(("import", "from"))
+        )
+    )
     assert importers == ["toolkit/registry.py"]
-    code = ("import sys, tritonrl.toolkit, tritonrl.toolkit.registry, tritonrl.toolkit.train; "
-            "print(sorted(m for m in sys.modules if m.startswith('tritonrl.agents')))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True,
-                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    code = (
+        "import sys, tritonrl.toolkit, tritonrl.toolkit.registry, tritonrl.toolkit.train; "
+        "print(sorted(m for m in sys.modules if m.startswith('tritonrl.agents')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
     assert out.stdout.strip() == "[]", out.stderr

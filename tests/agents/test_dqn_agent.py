@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-pytest.importorskip(
-    "gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
+pytest.importorskip("gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
 
 import gymnasium as gym
 from tritonrl.agents.dqn import PRESETS, DQNAgent, DQNConfig, preset
@@ -31,9 +30,14 @@ def _fill(agent: DQNAgent, n: int, seed: int = 0) -> None:
             a = torch.stack([torch.randint(k, (e,), generator=g) for k in agent.action["nvec"]], -1)
         else:
             a = torch.randint(agent.action["n"], (e,), generator=g)
-        agent.observe(torch.randn(e, *shape, generator=g), a, torch.rand(e, generator=g),
-                      torch.randn(e, *shape, generator=g), torch.rand(e, generator=g) < 0.05,
-                      torch.rand(e, generator=g) < 0.02)
+        agent.observe(
+            torch.randn(e, *shape, generator=g),
+            a,
+            torch.rand(e, generator=g),
+            torch.randn(e, *shape, generator=g),
+            torch.rand(e, generator=g) < 0.05,
+            torch.rand(e, generator=g) < 0.02,
+        )
 
 
 def _agent(name: str, *, num_envs: int = 2, obs=OBS, act=ACT, seed: int = 0, **overrides) -> DQNAgent:
@@ -73,8 +77,15 @@ def test_presets_are_registered_as_offpolicy_agents() -> None:
     for p in PRESETS:
         spec = get_agent(p.name)
         assert spec.kind == "offpolicy"
-        agent = spec.build(OBS, ACT, num_envs=3, device="cpu", seed=1, total_steps=100,
-                           overrides={"lr": "1e-4", "n_step": "2"})
+        agent = spec.build(
+            OBS,
+            ACT,
+            num_envs=3,
+            device="cpu",
+            seed=1,
+            total_steps=100,
+            overrides={"lr": "1e-4", "n_step": "2"},
+        )
         assert isinstance(agent, DQNAgent) and agent.config.lr == 1e-4 and agent.config.n_step == 2
         assert agent.num_envs == 3
 
@@ -142,8 +153,9 @@ def test_target_updates_hard_and_polyak() -> None:
     agent.update()
     assert all(torch.equal(a, b) for a, b in zip(t0, agent.target.parameters(), strict=True))
     agent.update()  # third update: hard copy
-    assert all(torch.equal(a, b) for a, b in zip(agent.online.parameters(), agent.target.parameters(),
-                                                 strict=True))
+    assert all(
+        torch.equal(a, b) for a, b in zip(agent.online.parameters(), agent.target.parameters(), strict=True)
+    )
     polyak = _agent("dqn", target_update_every=1, tau=0.25)
     _fill(polyak, 20)
     t0 = [p.detach().clone() for p in polyak.target.parameters()]
@@ -188,8 +200,7 @@ def test_multidiscrete_uses_the_branching_head() -> None:
 @pytest.mark.parametrize("torso", ["resmlp", "attention"])
 def test_torso_options(torso: str) -> None:
     obs = gym.spaces.Box(-np.inf, np.inf, (3, 2), np.float32)  # a history of 3 observations of 2
-    agent = _agent("rainbow", obs=obs, torso=torso, torso_norm="rmsnorm", spectral_norm=True,
-                   torso_depth=1)
+    agent = _agent("rainbow", obs=obs, torso=torso, torso_norm="rmsnorm", spectral_norm=True, torso_depth=1)
     assert agent.act(torch.randn(2, 3, 2)).shape == (2,)
     _fill(agent, 20)
     assert torch.isfinite(agent.update()["losses/td_loss"])
@@ -285,8 +296,11 @@ def test_replay_that_does_not_fit_is_refused_before_anything_changes(tmp_path) -
     a.update()
     a.save(tmp_path / "a.safetensors")
     state = load_checkpoint(tmp_path / "a.safetensors")
-    for kind, overrides in (("rainbow", {"buffer_size": 256}), ("rainbow", {"per_alpha": 0.5}),
-                            ("rainbow", {"n_step": 2})):
+    for kind, overrides in (
+        ("rainbow", {"buffer_size": 256}),
+        ("rainbow", {"per_alpha": 0.5}),
+        ("rainbow", {"n_step": 2}),
+    ):
         b = _agent(kind, seed=1, **overrides)
         _fill(b, 20, seed=4)
         b.update()

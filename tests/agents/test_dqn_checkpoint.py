@@ -9,14 +9,20 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip(
-    "gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
+pytest.importorskip("gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
 
 from tritonrl.agents.dqn import DQNAgent, preset
 from tritonrl.toolkit.envs import make_vec_env
 
-TINY = {"torso_width": 32, "batch_size": 32, "buffer_size": 2_000, "learning_starts": 200, "train_freq": 64,
-        "gradient_steps": 8, "target_update_every": 16}
+TINY = {
+    "torso_width": 32,
+    "batch_size": 32,
+    "buffer_size": 2_000,
+    "learning_starts": 200,
+    "train_freq": 64,
+    "gradient_steps": 8,
+    "target_update_every": 16,
+}
 
 
 def test_agent_checkpoint_of_another_shape_is_refused(tmp_path: Path) -> None:

@@ -13,8 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-pytest.importorskip(
-    "gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
+pytest.importorskip("gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
 
 from tritonrl.agents.dqn import DQNAgent, preset
 from tritonrl.toolkit.envs import make_vec_env
@@ -27,23 +26,50 @@ SOLVED = 475.0  # CartPole-v1's reward threshold
 BUDGET = 50_000  # env steps
 
 
-def _train(name: str, seed: int, *, env_id: str = "CartPole-v1", steps: int = BUDGET, num_envs: int = 4,
-           eval_every: int = 2_500, target: float = SOLVED, **overrides) -> tuple[DQNAgent, dict]:
+def _train(
+    name: str,
+    seed: int,
+    *,
+    env_id: str = "CartPole-v1",
+    steps: int = BUDGET,
+    num_envs: int = 4,
+    eval_every: int = 2_500,
+    target: float = SOLVED,
+    **overrides,
+) -> tuple[DQNAgent, dict]:
     env = make_vec_env(env_id, num_envs, seed=seed)
-    agent = DQNAgent(env.single_observation_space, env.single_action_space, preset(name, **overrides),
-                     num_envs=num_envs, seed=seed)
+    agent = DQNAgent(
+        env.single_observation_space,
+        env.single_action_space,
+        preset(name, **overrides),
+        num_envs=num_envs,
+        seed=seed,
+    )
     t0 = time.perf_counter()
     try:
-        summary = run_training(agent, env, schedule_for(agent), LoopConfig(
-            total_steps=steps, seed=seed, eval_every=eval_every, eval_episodes=10, target_return=target,
-            plot=False, tensorboard=False))
+        summary = run_training(
+            agent,
+            env,
+            schedule_for(agent),
+            LoopConfig(
+                total_steps=steps,
+                seed=seed,
+                eval_every=eval_every,
+                eval_episodes=10,
+                target_return=target,
+                plot=False,
+                tensorboard=False,
+            ),
+        )
     finally:
         env.close()
     wall = time.perf_counter() - t0
     evals = [round(r, 1) for _, r in summary["evaluations"]]
-    print(f"\n[learning] {name} {env_id} seed={seed} dtype={str(agent.dtype).removeprefix('torch.')}: "
-          f"threshold {target} reached at {summary['reached_target_at']} env steps, {agent.updates} updates, "
-          f"{wall:.1f} s; evaluations {evals}")
+    print(
+        f"\n[learning] {name} {env_id} seed={seed} dtype={str(agent.dtype).removeprefix('torch.')}: "
+        f"threshold {target} reached at {summary['reached_target_at']} env steps, {agent.updates} updates, "
+        f"{wall:.1f} s; evaluations {evals}"
+    )
     return agent, summary
 
 
@@ -106,20 +132,34 @@ def test_icm_curiosity_explores_further_than_random() -> None:
 
     length = Corridor().length
     steps, seed = 6_000, 1
-    overrides = dict(icm=True, extrinsic_coef=0.0, learning_starts=500, train_freq=16, gradient_steps=4,
-                     target_update_every=100, eps_decay_steps=2_000, eps_end=0.05, n_step=3, lr=1e-3)
+    overrides = dict(
+        icm=True,
+        extrinsic_coef=0.0,
+        learning_starts=500,
+        train_freq=16,
+        gradient_steps=4,
+        target_update_every=100,
+        eps_decay_steps=2_000,
+        eps_end=0.05,
+        n_step=3,
+        lr=1e-3,
+    )
     env = make_vec_env(CORRIDOR_ID, 1, seed=seed)
     spaces = env.single_observation_space, env.single_action_space
     env.close()
     t0 = time.perf_counter()
-    curious = _coverage(DQNAgent(*spaces, preset("dqn", icm_eta=10.0, **overrides), seed=seed),
-                        CORRIDOR_ID, steps, seed)
-    control = _coverage(DQNAgent(*spaces, preset("dqn", icm_eta=0.0, **overrides), seed=seed),
-                        CORRIDOR_ID, steps, seed)
+    curious = _coverage(
+        DQNAgent(*spaces, preset("dqn", icm_eta=10.0, **overrides), seed=seed), CORRIDOR_ID, steps, seed
+    )
+    control = _coverage(
+        DQNAgent(*spaces, preset("dqn", icm_eta=0.0, **overrides), seed=seed), CORRIDOR_ID, steps, seed
+    )
     random = _coverage(None, CORRIDOR_ID, steps, seed)
-    print(f"\n[learning] ICM corridor coverage in {steps} steps: curious {curious}/{length}, "
-          f"no intrinsic reward {control}/{length}, random {random}/{length}; "
-          f"{time.perf_counter() - t0:.1f} s")
+    print(
+        f"\n[learning] ICM corridor coverage in {steps} steps: curious {curious}/{length}, "
+        f"no intrinsic reward {control}/{length}, random {random}/{length}; "
+        f"{time.perf_counter() - t0:.1f} s"
+    )
     # measured (seed 1): curious 39, control 29, random 29. Curiosity must carry the agent (almost)
     # to the far end and at least 8 cells further than either baseline.
     assert curious >= length - 2
@@ -132,9 +172,22 @@ def test_factored_q_solves_target_match() -> None:
     # reaching 9.5 needs every branch right.
     from dqn_envs import TARGET_MATCH_ID
 
-    agent, summary = _train("dqn", 1, env_id=TARGET_MATCH_ID, steps=20_000, eval_every=1_000, target=9.5,
-                            learning_starts=500, train_freq=16, gradient_steps=4, target_update_every=100,
-                            eps_decay_steps=3_000, eps_end=0.02, gamma=0.1, lr=1e-3)
+    agent, summary = _train(
+        "dqn",
+        1,
+        env_id=TARGET_MATCH_ID,
+        steps=20_000,
+        eval_every=1_000,
+        target=9.5,
+        learning_starts=500,
+        train_freq=16,
+        gradient_steps=4,
+        target_update_every=100,
+        eps_decay_steps=3_000,
+        eps_end=0.02,
+        gamma=0.1,
+        lr=1e-3,
+    )
     assert agent.factored and agent.act(torch.zeros(2, 12)).shape == (2, 6)
     reached = summary["reached_target_at"]
     assert reached is not None, f"factored Q: evaluations {summary['evaluations']}"

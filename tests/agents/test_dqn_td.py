@@ -116,8 +116,9 @@ def test_c51_loss_is_cross_entropy() -> None:
     assert at_target.grad.abs().max().item() < 1e-6
 
 
-def _qr_reference(theta: torch.Tensor, target: torch.Tensor, taus: torch.Tensor, kappa: float
-                  ) -> torch.Tensor:
+def _qr_reference(
+    theta: torch.Tensor, target: torch.Tensor, taus: torch.Tensor, kappa: float
+) -> torch.Tensor:
     b, n = theta.shape
     out = torch.zeros(b, dtype=torch.float64)
     for k in range(b):

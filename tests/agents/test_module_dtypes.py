@@ -35,10 +35,12 @@ def _builders():
         "SpectralLinear": lambda: SpectralLinear(4, 8),
         # PPO: each policy kind as the agent assembles it (core, head, critic), default dtype.
         "PPO-categorical": lambda: ActorCritic(FeedForwardCore(4, (8,)), CategoricalHead(8, 3)),
-        "PPO-gaussian": lambda: ActorCritic(FeedForwardCore(4, (8,)),
-                                            GaussianHead(8, 2, LOW, HIGH, squash=True)),
-        "PPO-flow": lambda: ActorCritic(FeedForwardCore(4, (8,)),
-                                        FlowHead(8, 2, LOW, HIGH, layers=2, hidden=8)),
+        "PPO-gaussian": lambda: ActorCritic(
+            FeedForwardCore(4, (8,)), GaussianHead(8, 2, LOW, HIGH, squash=True)
+        ),
+        "PPO-flow": lambda: ActorCritic(
+            FeedForwardCore(4, (8,)), FlowHead(8, 2, LOW, HIGH, layers=2, hidden=8)
+        ),
         "PPO-lstm": lambda: ActorCritic(LSTMCore(4, (8,), 8), CategoricalHead(8, 3)),
         "PPO-mamba2": lambda: ActorCritic(Mamba2Core(4, 16, headdim=8), GaussianHead(16, 2, LOW, HIGH)),
     }
@@ -61,8 +63,14 @@ def _ppo_agent(policy: str):
 
     obs = gym.spaces.Box(-1.0, 1.0, (4,))
     act = gym.spaces.Discrete(3) if policy in ("discrete", "lstm") else gym.spaces.Box(-2.0, 2.0, (2,))
-    cfg = PPOConfig(policy=policy, hidden=(8,), memory_size=16, mamba_headdim=8, flow_hidden=8,
-                    squash=policy == "continuous")
+    cfg = PPOConfig(
+        policy=policy,
+        hidden=(8,),
+        memory_size=16,
+        mamba_headdim=8,
+        flow_hidden=8,
+        squash=policy == "continuous",
+    )
     return PPOAgent(obs, act, cfg, num_envs=2, seed=0)
 
 

@@ -135,16 +135,24 @@ def _tags(path: Path) -> bool:
 
 # ----------------------------------------------------------------------------- DQN family
 
-DQN_SMALL = {"torso_width": 16, "torso_depth": 1, "buffer_size": 64, "batch_size": 8, "learning_starts": 0,
-             "atoms": 11, "target_update_every": 2}
+DQN_SMALL = {
+    "torso_width": 16,
+    "torso_depth": 1,
+    "buffer_size": 64,
+    "batch_size": 8,
+    "learning_starts": 0,
+    "atoms": 11,
+    "target_update_every": 2,
+}
 
 
 def _dqn(name: str, seed: int, steps: int, **kw: Any):
     from tritonrl.agents.dqn import DQNAgent, preset
 
     obs_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
-    agent = DQNAgent(obs_space, gym.spaces.Discrete(2), preset(name, **{**DQN_SMALL, **kw}), num_envs=2,
-                     seed=seed)
+    agent = DQNAgent(
+        obs_space, gym.spaces.Discrete(2), preset(name, **{**DQN_SMALL, **kw}), num_envs=2, seed=seed
+    )
     rng = np.random.default_rng(seed)
     obs = rng.standard_normal((2, 3)).astype(np.float32)
     for t in range(steps):
@@ -158,8 +166,9 @@ def _dqn(name: str, seed: int, steps: int, **kw: Any):
     return agent
 
 
-@pytest.mark.parametrize("name, kw", [("dqn", {}), ("rainbow", {}), ("dqn", {"icm": True})],
-                         ids=["dqn", "rainbow-per", "dqn-icm"])
+@pytest.mark.parametrize(
+    "name, kw", [("dqn", {}), ("rainbow", {}), ("dqn", {"icm": True})], ids=["dqn", "rainbow-per", "dqn-icm"]
+)
 def test_dqn_damaged_state_is_refused_untouched(name: str, kw: dict) -> None:
     source = _dqn(name, seed=1, steps=13, **kw)
     target = _dqn(name, seed=2, steps=9, **kw)
@@ -170,8 +179,14 @@ def test_dqn_damaged_state_is_refused_untouched(name: str, kw: dict) -> None:
 
 # ----------------------------------------------------------------------------- PPO
 
-PPO_SMALL = {"num_steps": 8, "seq_len": 4, "num_minibatches": 2, "update_epochs": 1, "hidden": (8,),
-             "memory_size": 8}
+PPO_SMALL = {
+    "num_steps": 8,
+    "seq_len": 4,
+    "num_minibatches": 2,
+    "update_epochs": 1,
+    "hidden": (8,),
+    "memory_size": 8,
+}
 
 
 def _ppo(name: str, seed: int, steps: int):
@@ -184,8 +199,14 @@ def _ppo(name: str, seed: int, steps: int):
     for t in range(steps):
         action = agent.act(obs)
         nxt = torch.randn(2, 3, generator=gen)
-        agent.observe(obs, action, torch.randn(2, generator=gen), nxt, torch.tensor([t % 5 == 4, False]),
-                      torch.zeros(2, dtype=torch.bool))
+        agent.observe(
+            obs,
+            action,
+            torch.randn(2, generator=gen),
+            nxt,
+            torch.tensor([t % 5 == 4, False]),
+            torch.zeros(2, dtype=torch.bool),
+        )
         obs = nxt
         if agent.buffer.full:
             agent.update()

@@ -8,8 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-pytest.importorskip(
-    "gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
+pytest.importorskip("gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
 
 from tritonrl.agents.ppo import PPOAgent, PPOConfig, preset
 from tritonrl.toolkit.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
@@ -19,17 +18,32 @@ from tritonrl.toolkit.loop import LoopConfig, run_training
 from tritonrl.toolkit.onpolicy import OnPolicySchedule
 from tritonrl.toolkit.precision import training_dtype
 
-ENVS = {"discrete": "CartPole-v1", "continuous": "Pendulum-v1", "flow": "Pendulum-v1",
-        "lstm": "CartPoleNoVel-v1", "mamba": "CartPoleNoVel-v1"}
-TINY = {"num_steps": 8, "seq_len": 4, "num_minibatches": 2, "update_epochs": 2, "hidden": (16,),
-        "memory_size": 16, "flow_hidden": 8, "mamba_headdim": 8, "total_steps": 1000}
+ENVS = {
+    "discrete": "CartPole-v1",
+    "continuous": "Pendulum-v1",
+    "flow": "Pendulum-v1",
+    "lstm": "CartPoleNoVel-v1",
+    "mamba": "CartPoleNoVel-v1",
+}
+TINY = {
+    "num_steps": 8,
+    "seq_len": 4,
+    "num_minibatches": 2,
+    "update_epochs": 2,
+    "hidden": (16,),
+    "memory_size": 16,
+    "flow_hidden": 8,
+    "mamba_headdim": 8,
+    "total_steps": 1000,
+}
 
 
 def _agent(policy: str, num_envs: int = 3, seed: int = 0, **kw):
     cfg = dataclasses_replace(PPOConfig(policy=policy), **{**TINY, **kw})
     env = make_vec_env(ENVS[policy], num_envs, seed=seed)
-    return PPOAgent(env.single_observation_space, env.single_action_space, cfg, num_envs=num_envs,
-                    seed=seed), env
+    return PPOAgent(
+        env.single_observation_space, env.single_action_space, cfg, num_envs=num_envs, seed=seed
+    ), env
 
 
 def dataclasses_replace(cfg, **kw):
@@ -66,8 +80,15 @@ def test_protocol_shapes_and_first_epoch_ratio_is_one(policy):
     torch.testing.assert_close(logp, data["logprobs"][idx], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(value, data["values"][idx], rtol=1e-5, atol=1e-5)
     metrics = agent.update()
-    assert {"losses/policy_loss", "losses/value_loss", "losses/approx_kl", "losses/entropy",
-            "losses/clipfrac", "losses/explained_variance", "charts/learning_rate"} <= set(metrics)
+    assert {
+        "losses/policy_loss",
+        "losses/value_loss",
+        "losses/approx_kl",
+        "losses/entropy",
+        "losses/clipfrac",
+        "losses/explained_variance",
+        "charts/learning_rate",
+    } <= set(metrics)
     for k, v in metrics.items():
         assert v.dtype == torch.float32 and v.dim() == 0 and torch.isfinite(v), k
     assert agent.buffer.pos == 0 and agent.updates == 1
@@ -101,8 +122,9 @@ def test_truncation_stores_the_value_of_the_final_observation():
     obs = env.obs
     action = agent.act(obs)
     final = torch.tensor([[0.1, 0.2, 0.3, 0.4], [1.0, 1.0, 1.0, 1.0]])
-    agent.observe(obs, action, torch.ones(2), final, torch.tensor([False, False]),
-                  torch.tensor([True, False]))
+    agent.observe(
+        obs, action, torch.ones(2), final, torch.tensor([False, False]), torch.tensor([True, False])
+    )
     with torch.no_grad():
         expected = agent.policy.value(final[:1], None, None)
     assert agent.buffer.has_next_value[0].tolist() == [True, False]
@@ -113,8 +135,14 @@ def test_truncation_stores_the_value_of_the_final_observation():
 def test_observe_without_act_rescores_feed_forward_and_refuses_recurrent():
     agent, env = _agent("discrete", num_envs=2)
     obs = env.obs.clone()
-    agent.observe(obs, torch.tensor([0, 1]), torch.ones(2), obs, torch.zeros(2, dtype=torch.bool),
-                  torch.zeros(2, dtype=torch.bool))
+    agent.observe(
+        obs,
+        torch.tensor([0, 1]),
+        torch.ones(2),
+        obs,
+        torch.zeros(2, dtype=torch.bool),
+        torch.zeros(2, dtype=torch.bool),
+    )
     with torch.no_grad():
         logp, _, _ = agent.policy.evaluate(obs, torch.tensor([0, 1]))
     torch.testing.assert_close(agent.buffer.logprobs[0], logp)
@@ -164,8 +192,9 @@ def test_checkpoint_round_trip_f32_to_bf16_and_back(policy, tmp_path, monkeypatc
     training_dtype.cache_clear()
     half = PPOAgent.load(tmp_path / "f32.safetensors")
     assert half.dtype == torch.bfloat16
-    for (name, p32), p16 in zip(agent.policy.state_dict().items(), half.policy.state_dict().values(),
-                                strict=True):
+    for (name, p32), p16 in zip(
+        agent.policy.state_dict().items(), half.policy.state_dict().values(), strict=True
+    ):
         if p32.is_floating_point() and p16.dtype == torch.bfloat16:
             assert torch.equal(p16, p32.to(torch.bfloat16)), name  # converted once, round to nearest
     assert half.buffer.obs.dtype == torch.bfloat16 and half.buffer.pos == 3
@@ -253,8 +282,24 @@ def _cli(capsys, *args):
 
 def test_cli_trains_resumes_and_writes_its_files(tmp_path, capsys):
     run = tmp_path / "run"
-    common = ["--agent", "ppo", "--env", "CartPole-v1", "--num-envs", "2", "--run-dir", str(run),
-              "--set", "num_steps=16", "--set", "hidden=16", "--eval-episodes", "2", "--log-every", "32"]
+    common = [
+        "--agent",
+        "ppo",
+        "--env",
+        "CartPole-v1",
+        "--num-envs",
+        "2",
+        "--run-dir",
+        str(run),
+        "--set",
+        "num_steps=16",
+        "--set",
+        "hidden=16",
+        "--eval-episodes",
+        "2",
+        "--log-every",
+        "32",
+    ]
     code, out, err = _cli(capsys, *common, "--steps", "64")
     assert code == 0, err
     assert "ppo on CartPole-v1: 64 steps" in out
@@ -275,8 +320,9 @@ def test_cuda_training_step_and_checkpoint_to_cpu(policy, tmp_path):
     on the CPU in f32 with the f32 master weights, and back onto CUDA."""
     cfg = dataclasses_replace(PPOConfig(policy=policy), **{**TINY, "normalize_obs": True})
     env = make_vec_env(ENVS[policy], 3, seed=0, device="cuda")
-    agent = PPOAgent(env.single_observation_space, env.single_action_space, cfg, num_envs=3, device="cuda",
-                     seed=0)
+    agent = PPOAgent(
+        env.single_observation_space, env.single_action_space, cfg, num_envs=3, device="cuda", seed=0
+    )
     assert agent.dtype == training_dtype("cuda")
     assert agent.buffer.obs.device.type == "cuda" and agent.buffer.obs.dtype == agent.dtype
     _collect(agent, env, cfg.num_steps)
@@ -303,9 +349,14 @@ def test_cuda_ppo_learns_cartpole():
     """PPO on CUDA in the device's training dtype (bf16 on Ampere+) solves CartPole like on the CPU."""
     env = make_vec_env("CartPole-v1", 8, seed=1, device="cuda")
     cfg = dataclasses_replace(preset("ppo"), total_steps=100_000)
-    agent = PPOAgent(env.single_observation_space, env.single_action_space, cfg, num_envs=8, device="cuda",
-                     seed=1)
-    summary = run_training(agent, env, OnPolicySchedule(cfg.num_steps),
-                           LoopConfig(total_steps=100_000, seed=1, eval_every=10_000, target_return=475))
+    agent = PPOAgent(
+        env.single_observation_space, env.single_action_space, cfg, num_envs=8, device="cuda", seed=1
+    )
+    summary = run_training(
+        agent,
+        env,
+        OnPolicySchedule(cfg.num_steps),
+        LoopConfig(total_steps=100_000, seed=1, eval_every=10_000, target_return=475),
+    )
     print(f"cuda {agent.dtype}: steps to 475: {summary['reached_target_at']}, {summary['evaluations']}")
     assert summary["reached_target_at"] is not None, summary["evaluations"]

@@ -20,8 +20,7 @@ import dataclasses
 import pytest
 import torch
 
-pytest.importorskip(
-    "gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
+pytest.importorskip("gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
 
 from tritonrl.agents.ppo import PPOAgent, preset
 from tritonrl.toolkit.envs import make_vec_env
@@ -32,18 +31,31 @@ from tritonrl.toolkit.precision import training_dtype
 pytestmark = pytest.mark.learning
 
 
-def learn(name: str, env_id: str, *, steps: int, seed: int, target: float | None, eval_every: int,
-          num_envs: int = 8) -> dict:
+def learn(
+    name: str, env_id: str, *, steps: int, seed: int, target: float | None, eval_every: int, num_envs: int = 8
+) -> dict:
     cfg = dataclasses.replace(preset(name), total_steps=steps)
     env = make_vec_env(env_id, num_envs, seed=seed)
     agent = PPOAgent(env.single_observation_space, env.single_action_space, cfg, num_envs=num_envs, seed=seed)
-    summary = run_training(agent, env, OnPolicySchedule(cfg.num_steps),
-                           LoopConfig(total_steps=steps, seed=seed, eval_every=eval_every, eval_episodes=10,
-                                      target_return=target, final_eval=False))
+    summary = run_training(
+        agent,
+        env,
+        OnPolicySchedule(cfg.num_steps),
+        LoopConfig(
+            total_steps=steps,
+            seed=seed,
+            eval_every=eval_every,
+            eval_episodes=10,
+            target_return=target,
+            final_eval=False,
+        ),
+    )
     env.close()
     evals = [round(r, 1) for _, r in summary["evaluations"]]
-    print(f"\n{name} {env_id} seed {seed} dtype {agent.dtype}: steps to threshold "
-          f"{summary['reached_target_at']} (budget {steps}), evaluations {evals}, {summary['wall_s']:.1f} s")
+    print(
+        f"\n{name} {env_id} seed {seed} dtype {agent.dtype}: steps to threshold "
+        f"{summary['reached_target_at']} (budget {steps}), evaluations {evals}, {summary['wall_s']:.1f} s"
+    )
     return summary
 
 

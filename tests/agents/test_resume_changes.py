@@ -19,11 +19,32 @@ from tritonrl.toolkit.checkpoint import CheckpointError, load_checkpoint  # noqa
 from tritonrl.toolkit.cli import main  # noqa: E402
 from tritonrl.toolkit.config import resumable_fields  # noqa: E402
 
-DQN_SMALL = ["--set", "torso_width=16", "--set", "learning_starts=64", "--set", "train_freq=32",
-             "--set", "gradient_steps=2", "--set", "batch_size=16", "--set", "buffer_size=512"]
+DQN_SMALL = [
+    "--set",
+    "torso_width=16",
+    "--set",
+    "learning_starts=64",
+    "--set",
+    "train_freq=32",
+    "--set",
+    "gradient_steps=2",
+    "--set",
+    "batch_size=16",
+    "--set",
+    "buffer_size=512",
+]
 PPO_ENVS = ["--num-envs", "2"]  # the preset's default is 8; a resume must name the run's number too
-PPO_SMALL = [*PPO_ENVS, "--set", "num_steps=32", "--set", "hidden=16", "--set", "update_epochs=1",
-             "--set", "num_minibatches=2"]
+PPO_SMALL = [
+    *PPO_ENVS,
+    "--set",
+    "num_steps=32",
+    "--set",
+    "hidden=16",
+    "--set",
+    "update_epochs=1",
+    "--set",
+    "num_minibatches=2",
+]
 
 
 def _train(capsys, *args: str) -> tuple[int, list[str]]:
@@ -41,11 +62,35 @@ def _group_lr(agent_state: dict) -> float:
 
 def test_dqn_resume_applies_a_new_learning_rate(tmp_path: Path, capsys) -> None:
     run = tmp_path / "run"
-    code, _ = _train(capsys, "--agent", "dqn", "--steps", "160", "--run-dir", str(run), *DQN_SMALL,
-                     "--set", "lr=0.002", "--set", "eps_end=0.1")
+    code, _ = _train(
+        capsys,
+        "--agent",
+        "dqn",
+        "--steps",
+        "160",
+        "--run-dir",
+        str(run),
+        *DQN_SMALL,
+        "--set",
+        "lr=0.002",
+        "--set",
+        "eps_end=0.1",
+    )
     assert code == 0 and _group_lr(_saved(run)) == 0.002
-    code, err = _train(capsys, "--agent", "dqn", "--steps", "320", "--run-dir", str(run), "--resume",
-                       "--set", "lr=1e-4", "--set", "eps_end=0.02")
+    code, err = _train(
+        capsys,
+        "--agent",
+        "dqn",
+        "--steps",
+        "320",
+        "--run-dir",
+        str(run),
+        "--resume",
+        "--set",
+        "lr=1e-4",
+        "--set",
+        "eps_end=0.02",
+    )
     assert code == 0, err
     assert err == ["resume: applying lr (checkpoint 0.002, now 0.0001), eps_end (checkpoint 0.1, now 0.02)"]
     state = _saved(run)
@@ -56,8 +101,21 @@ def test_dqn_resume_applies_a_new_learning_rate(tmp_path: Path, capsys) -> None:
 
 def test_dqn_resume_without_set_keeps_the_saved_config(tmp_path: Path, capsys) -> None:
     run = tmp_path / "run"
-    assert _train(capsys, "--agent", "dqn", "--steps", "160", "--run-dir", str(run), *DQN_SMALL,
-                  "--set", "lr=0.0005")[0] == 0
+    assert (
+        _train(
+            capsys,
+            "--agent",
+            "dqn",
+            "--steps",
+            "160",
+            "--run-dir",
+            str(run),
+            *DQN_SMALL,
+            "--set",
+            "lr=0.0005",
+        )[0]
+        == 0
+    )
     code, err = _train(capsys, "--agent", "dqn", "--steps", "320", "--run-dir", str(run), "--resume")
     assert code == 0 and err == [], err  # nothing changed: nothing to report
     state = _saved(run)
@@ -65,29 +123,61 @@ def test_dqn_resume_without_set_keeps_the_saved_config(tmp_path: Path, capsys) -
     assert state["counters"]["env_steps"] >= 320
 
 
-@pytest.mark.parametrize("agent, small, change, what", [
-    ("dqn", DQN_SMALL, "gamma=0.9", "gamma (checkpoint 0.99, now 0.9)"),
-    ("dqn", DQN_SMALL, "n_step=3", "n_step (checkpoint 1, now 3)"),
-    ("ppo", PPO_SMALL, "gamma=0.9", "gamma (checkpoint 0.99, now 0.9)"),
-    ("ppo", PPO_SMALL, "hidden=32", "hidden (checkpoint (16,), now (32,))"),
-])
-def test_resume_refuses_a_fixed_field(tmp_path: Path, capsys, agent: str, small: list[str], change: str,
-                                      what: str) -> None:
+@pytest.mark.parametrize(
+    "agent, small, change, what",
+    [
+        ("dqn", DQN_SMALL, "gamma=0.9", "gamma (checkpoint 0.99, now 0.9)"),
+        ("dqn", DQN_SMALL, "n_step=3", "n_step (checkpoint 1, now 3)"),
+        ("ppo", PPO_SMALL, "gamma=0.9", "gamma (checkpoint 0.99, now 0.9)"),
+        ("ppo", PPO_SMALL, "hidden=32", "hidden (checkpoint (16,), now (32,))"),
+    ],
+)
+def test_resume_refuses_a_fixed_field(
+    tmp_path: Path, capsys, agent: str, small: list[str], change: str, what: str
+) -> None:
     run = tmp_path / "run"
     assert _train(capsys, "--agent", agent, "--steps", "128", "--run-dir", str(run), *small)[0] == 0
     files = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
-    code, err = _train(capsys, "--agent", agent, "--steps", "256", "--run-dir", str(run), "--resume",
-                       *(PPO_ENVS if agent == "ppo" else []), "--set", change)
+    code, err = _train(
+        capsys,
+        "--agent",
+        agent,
+        "--steps",
+        "256",
+        "--run-dir",
+        str(run),
+        "--resume",
+        *(PPO_ENVS if agent == "ppo" else []),
+        "--set",
+        change,
+    )
     assert code == 2 and err == [f"error: --resume cannot change {what}: start a new run"], err
     assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == files  # nothing written
 
 
 def test_ppo_resume_anneals_from_the_new_learning_rate(tmp_path: Path, capsys) -> None:
     run = tmp_path / "run"
-    assert _train(capsys, "--agent", "ppo", "--steps", "128", "--run-dir", str(run), *PPO_SMALL,
-                  "--set", "lr=0.002")[0] == 0
-    code, err = _train(capsys, "--agent", "ppo", "--steps", "256", "--run-dir", str(run), "--resume",
-                       *PPO_ENVS, "--set", "lr=0.0004", "--set", "ent_coef=0.02")
+    assert (
+        _train(
+            capsys, "--agent", "ppo", "--steps", "128", "--run-dir", str(run), *PPO_SMALL, "--set", "lr=0.002"
+        )[0]
+        == 0
+    )
+    code, err = _train(
+        capsys,
+        "--agent",
+        "ppo",
+        "--steps",
+        "256",
+        "--run-dir",
+        str(run),
+        "--resume",
+        *PPO_ENVS,
+        "--set",
+        "lr=0.0004",
+        "--set",
+        "ent_coef=0.02",
+    )
     assert code == 0, err
     assert len(err) == 1 and err[0].startswith("resume: applying ")
     # the --set changes are listed; total_steps follows --steps (the annealing horizon), not reported
@@ -103,10 +193,26 @@ def test_ppo_resume_anneals_from_the_new_learning_rate(tmp_path: Path, capsys) -
 
 def test_ppo_resume_without_set_keeps_the_saved_config(tmp_path: Path, capsys) -> None:
     run = tmp_path / "run"
-    assert _train(capsys, "--agent", "ppo", "--steps", "128", "--run-dir", str(run), *PPO_SMALL,
-                  "--set", "lr=0.002", "--set", "anneal_lr=false")[0] == 0
-    code, err = _train(capsys, "--agent", "ppo", "--steps", "128", "--run-dir", str(run), "--resume",
-                       *PPO_ENVS)
+    assert (
+        _train(
+            capsys,
+            "--agent",
+            "ppo",
+            "--steps",
+            "128",
+            "--run-dir",
+            str(run),
+            *PPO_SMALL,
+            "--set",
+            "lr=0.002",
+            "--set",
+            "anneal_lr=false",
+        )[0]
+        == 0
+    )
+    code, err = _train(
+        capsys, "--agent", "ppo", "--steps", "128", "--run-dir", str(run), "--resume", *PPO_ENVS
+    )
     assert code == 0 and err == [], err
     state = _saved(run)
     assert state["config"]["lr"] == 0.002 and _group_lr(state) == 0.002 and state["config"]["hidden"] == (16,)
@@ -120,8 +226,12 @@ def _dqn(**kw):
     from tritonrl.agents.dqn import DQNAgent, preset
 
     space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
-    return DQNAgent(space, gym.spaces.Discrete(2), preset("dqn", torso_width=8, buffer_size=64, batch_size=4,
-                                                           **kw), num_envs=1)
+    return DQNAgent(
+        space,
+        gym.spaces.Discrete(2),
+        preset("dqn", torso_width=8, buffer_size=64, batch_size=4, **kw),
+        num_envs=1,
+    )
 
 
 def test_load_state_dict_takes_resumable_fields_from_the_agent_and_refuses_fixed_ones() -> None:

@@ -22,10 +22,19 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # Every @triton.jit kernel that a launcher starts (helpers such as `dot` are inlined into these).
 KERNELS = {
-    "_noisy_linear_fwd_kernel", "_noisy_linear_bwd_dx_kernel", "_noisy_linear_bwd_dw_kernel",
-    "_noisy_linear_bwd_reduce_kernel", "_noisy_dueling_fwd_kernel", "_noisy_dueling_bwd_kernel",
-    "_mamba2_chunk_fwd_kernel", "_mamba2_chunk_bwd_kernel", "_mamba2_step_kernel",
-    "_per_sample_kernel", "_per_update_kernel", "_per_insert_kernel", "_toy_linear_fwd_kernel",
+    "_noisy_linear_fwd_kernel",
+    "_noisy_linear_bwd_dx_kernel",
+    "_noisy_linear_bwd_dw_kernel",
+    "_noisy_linear_bwd_reduce_kernel",
+    "_noisy_dueling_fwd_kernel",
+    "_noisy_dueling_bwd_kernel",
+    "_mamba2_chunk_fwd_kernel",
+    "_mamba2_chunk_bwd_kernel",
+    "_mamba2_step_kernel",
+    "_per_sample_kernel",
+    "_per_update_kernel",
+    "_per_insert_kernel",
+    "_toy_linear_fwd_kernel",
 }
 
 
@@ -33,9 +42,22 @@ def test_every_kernel_compiles_for_sm90_sm80_and_f32_for_sm75(tmp_path: Path) ->
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     out = tmp_path / "rows.json"
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "tools" / "aot_compile.py"), "--quick", "-j", "2",
-         "--targets", "90,80,75", "--json", str(out)],
-        capture_output=True, text=True, cwd=ROOT, env=env, timeout=600,
+        [
+            sys.executable,
+            str(ROOT / "tools" / "aot_compile.py"),
+            "--quick",
+            "-j",
+            "2",
+            "--targets",
+            "90,80,75",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=600,
     )
     report = proc.stdout[-6000:] + proc.stderr[-3000:]
     assert proc.returncode == 0, report

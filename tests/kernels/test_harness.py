@@ -57,9 +57,21 @@ def test_gpu_flag_without_cuda_fails_loudly() -> None:
     root = Path(__file__).resolve().parents[2]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "--gpu", "-q", "-p", "no:cacheprovider",
-         str(root / "tests" / "toolkit" / "test_precision.py")],
-        capture_output=True, text=True, cwd=root, env=env, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--gpu",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            str(root / "tests" / "toolkit" / "test_precision.py"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        env=env,
+        timeout=120,
     )
     assert proc.returncode != 0
     assert "CUDA is not available" in proc.stdout + proc.stderr

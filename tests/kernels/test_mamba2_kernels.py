@@ -27,8 +27,9 @@ BF16_ATOL_REL = 4e-3
 
 
 def _f64(kw: dict) -> dict:
-    return {k: (v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v)
-            for k, v in kw.items()}
+    return {
+        k: (v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v) for k, v in kw.items()
+    }
 
 
 def _rel(a: torch.Tensor, ref: torch.Tensor) -> float:
@@ -48,8 +49,9 @@ def _run_all(kw: dict, chunk: int, device: str):
     assert MAMBA2_SCAN.counts["triton"] == 2 and MAMBA2_SCAN.last_backend == "triton"  # bwd ran Triton
     r, _ = with_grad(_f64(kw))
     y0, h0 = ref_call(mamba2_scan_ref, r, chunk)
-    ref_grads = torch.autograd.grad((y0, h0), [r[k] for k in names], (gy.double(), gh.double()),
-                                    allow_unused=True)
+    ref_grads = torch.autograd.grad(
+        (y0, h0), [r[k] for k in names], (gy.double(), gh.double()), allow_unused=True
+    )
     ref_grads = [torch.zeros_like(r[k]) if gr is None else gr for k, gr in zip(names, ref_grads, strict=True)]
     return (y, h, dict(zip(names, grads, strict=True))), (y0, h0, dict(zip(names, ref_grads, strict=True)))
 
@@ -66,11 +68,26 @@ def _check_f32(kw: dict, chunk: int, device: str) -> None:
 
 SMALL = [
     Case(),  # L=37: 3 chunks of 16 with a partial one; G < H, D [H], gate, bias, h0, resets
-    Case(batch=1, length=16, nheads=2, headdim=8, ngroups=1, dstate=8, d_mode="hp", gate=False,
-         bias=False, init=False, resets="none", softplus=False, limit=(0.01, 1.5), seed=1),
+    Case(
+        batch=1,
+        length=16,
+        nheads=2,
+        headdim=8,
+        ngroups=1,
+        dstate=8,
+        d_mode="hp",
+        gate=False,
+        bias=False,
+        init=False,
+        resets="none",
+        softplus=False,
+        limit=(0.01, 1.5),
+        seed=1,
+    ),
     Case(batch=2, length=1, nheads=4, headdim=3, ngroups=4, dstate=5, resets="all", seed=2),
-    Case(batch=1, length=40, nheads=3, headdim=7, ngroups=1, dstate=2, d_mode="none",
-         limit=(0.0, 0.5), seed=3),
+    Case(
+        batch=1, length=40, nheads=3, headdim=7, ngroups=1, dstate=2, d_mode="none", limit=(0.0, 0.5), seed=3
+    ),
     # P = 72: several P-blocks (2 in the forward, 3 in the backward), partial sums reduced
     Case(batch=2, length=20, nheads=2, headdim=72, ngroups=1, dstate=4, d_mode="hp", seed=4),
 ]
@@ -83,11 +100,18 @@ def _case_id(c: Case) -> str:
 @pytest.mark.parametrize("case", SMALL, ids=_case_id)
 def test_scan_f32_parity(kernel_device: str, case: Case) -> None:
     if kernel_device == "cuda":
-        case = Case(**{**case.__dict__, "batch": 2, "length": case.length * 9 + 11,
-                       "headdim": {72: 160, 8: 64}.get(case.headdim, 48),
-                       "dstate": 64 if case.dstate > 3 else 128})
-    _check_f32(make_inputs(case, torch.float32, kernel_device), 16 if kernel_device == "cpu" else 64,
-               kernel_device)
+        case = Case(
+            **{
+                **case.__dict__,
+                "batch": 2,
+                "length": case.length * 9 + 11,
+                "headdim": {72: 160, 8: 64}.get(case.headdim, 48),
+                "dstate": 64 if case.dstate > 3 else 128,
+            }
+        )
+    _check_f32(
+        make_inputs(case, torch.float32, kernel_device), 16 if kernel_device == "cpu" else 64, kernel_device
+    )
 
 
 @pytest.mark.interpret
@@ -126,12 +150,30 @@ def test_scan_f32_parity_many_rows(monkeypatch: pytest.MonkeyPatch, dstate: int)
     seed=st.integers(0, 2**16),
 )
 def test_scan_f32_parity_property(
-    monkeypatch: pytest.MonkeyPatch, length: int, chunk: int, heads_groups: tuple[int, int],
-    d_mode: str, gate: bool, init: bool, resets: str, seed: int,
+    monkeypatch: pytest.MonkeyPatch,
+    length: int,
+    chunk: int,
+    heads_groups: tuple[int, int],
+    d_mode: str,
+    gate: bool,
+    init: bool,
+    resets: str,
+    seed: int,
 ) -> None:
     monkeypatch.setenv("TRITONRL_BACKEND", "triton")  # interpreter only: few, small examples
-    case = Case(batch=2, length=length, nheads=heads_groups[0], ngroups=heads_groups[1], headdim=4,
-                dstate=3, d_mode=d_mode, gate=gate, init=init, resets=resets, seed=seed)
+    case = Case(
+        batch=2,
+        length=length,
+        nheads=heads_groups[0],
+        ngroups=heads_groups[1],
+        headdim=4,
+        dstate=3,
+        d_mode=d_mode,
+        gate=gate,
+        init=init,
+        resets=resets,
+        seed=seed,
+    )
     _check_f32(make_inputs(case, torch.float32), chunk, "cpu")
 
 
@@ -147,8 +189,17 @@ def test_scan_bf16_parity(kernel_device: str, case: Case) -> None:
     if kernel_device == "cuda":
         # a long sequence over few rows (small P-blocks), and many rows (the widest P-blocks)
         batch, length = (4, 1000) if case.resets == "random" else (32, 256)
-        case = Case(**{**case.__dict__, "batch": batch, "length": length, "nheads": 8, "ngroups": 2,
-                       "headdim": 64, "dstate": 64})
+        case = Case(
+            **{
+                **case.__dict__,
+                "batch": batch,
+                "length": length,
+                "nheads": 8,
+                "ngroups": 2,
+                "headdim": 64,
+                "dstate": 64,
+            }
+        )
         chunk = 64
     kw = make_inputs(case, torch.bfloat16, kernel_device)
     (y, h, gr), (y0, h0, gr0) = _run_all(kw, chunk, kernel_device)
@@ -162,8 +213,11 @@ def test_scan_bf16_parity(kernel_device: str, case: Case) -> None:
     for name, out, ref, base in [("y", y, y0, y1), ("final states", h, h0, h1)] + [
         (f"grad {k}", gr[k], gr0[k], g1) for k, g1 in zip(names, gr1, strict=True)
     ]:
-        assert out.dtype == (torch.float32 if name in ("final states", "grad initial_states") else kw.get(
-            name.removeprefix("grad "), out).dtype)
+        assert out.dtype == (
+            torch.float32
+            if name in ("final states", "grad initial_states")
+            else kw.get(name.removeprefix("grad "), out).dtype
+        )
         assert_bf16_close(out, ref, base, k=BF16_K, atol=BF16_ATOL_REL * ref.abs().max().item(), name=name)
 
 
@@ -190,43 +244,100 @@ def test_scan_strided_inputs_and_no_grad(kernel_device: str) -> None:
     g = torch.Generator().manual_seed(0)
     proj = torch.randn(b, L, 2 * H * P + 2 * G * N + H, generator=g).to(kernel_device)
     z, x, Bm, Cm, dt = proj.split([H * P, H * P, G * N, G * N, H], dim=-1)
-    args = (x.view(b, L, H, P), dt, -torch.rand(H, generator=g).to(kernel_device),
-            Bm.view(b, L, G, N), Cm.view(b, L, G, N))
+    args = (
+        x.view(b, L, H, P),
+        dt,
+        -torch.rand(H, generator=g).to(kernel_device),
+        Bm.view(b, L, G, N),
+        Cm.view(b, L, G, N),
+    )
     kw = {"z": z.view(b, L, H, P), "D": torch.ones(H, device=kernel_device), "chunk_size": 16}
     with torch.no_grad():
         y = mamba2_scan(*args, **kw)
     assert MAMBA2_SCAN.last_backend == "triton"
-    y0 = mamba2_scan_ref(*[t.contiguous().double() for t in args], kw["D"].double(), kw["z"].double(),
-                         None, True, (0.0, math.inf), None, None, 16, False)
+    y0 = mamba2_scan_ref(
+        *[t.contiguous().double() for t in args],
+        kw["D"].double(),
+        kw["z"].double(),
+        None,
+        True,
+        (0.0, math.inf),
+        None,
+        None,
+        16,
+        False,
+    )
     assert _rel(y, y0) < F32_REL
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("case", [Case(length=6), Case(length=5, d_mode="hp", gate=False, bias=False,
-                                                       resets="none", ngroups=1, dstate=16,
-                                                       softplus=False, limit=(0.01, 1.5), seed=4)])
+@pytest.mark.parametrize(
+    "case",
+    [
+        Case(length=6),
+        Case(
+            length=5,
+            d_mode="hp",
+            gate=False,
+            bias=False,
+            resets="none",
+            ngroups=1,
+            dstate=16,
+            softplus=False,
+            limit=(0.01, 1.5),
+            seed=4,
+        ),
+    ],
+)
 def test_step_parity(kernel_device: str, case: Case, dtype: torch.dtype) -> None:
     if kernel_device == "cuda":
         case = Case(**{**case.__dict__, "batch": 64, "nheads": 8, "ngroups": 2, "headdim": 64, "dstate": 128})
     kw = make_inputs(case, dtype, kernel_device)
     state = kw.get("initial_states")
-    state = torch.zeros(case.batch, case.nheads, case.headdim, case.dstate, device=kernel_device) \
-        if state is None else state.clone()
+    state = (
+        torch.zeros(case.batch, case.nheads, case.headdim, case.dstate, device=kernel_device)
+        if state is None
+        else state.clone()
+    )
     ref_state = state.double().clone()
     k64 = _f64(kw)
     MAMBA2_STEP.reset()
     for t in range(case.length):
-        sl = {k: (kw[k][:, t] if kw.get(k) is not None else None)
-              for k in ("x", "dt", "B", "C", "z", "resets")}
-        y = mamba2_step(state, sl["x"], sl["dt"], kw["A"], sl["B"], sl["C"], D=kw.get("D"), z=sl["z"],
-                        dt_bias=kw.get("dt_bias"), dt_softplus=case.softplus, dt_limit=case.limit,
-                        reset=sl["resets"])
+        sl = {
+            k: (kw[k][:, t] if kw.get(k) is not None else None) for k in ("x", "dt", "B", "C", "z", "resets")
+        }
+        y = mamba2_step(
+            state,
+            sl["x"],
+            sl["dt"],
+            kw["A"],
+            sl["B"],
+            sl["C"],
+            D=kw.get("D"),
+            z=sl["z"],
+            dt_bias=kw.get("dt_bias"),
+            dt_softplus=case.softplus,
+            dt_limit=case.limit,
+            reset=sl["resets"],
+        )
         assert MAMBA2_STEP.last_backend == "triton" and y.dtype == dtype
         from tritonrl.kernels.mamba2.reference import mamba2_step_ref
 
         s64 = {k: (k64[k][:, t] if k64.get(k) is not None else None) for k in ("x", "dt", "B", "C", "z")}
-        y0 = mamba2_step_ref(ref_state, s64["x"], s64["dt"], k64["A"], s64["B"], s64["C"], k64.get("D"),
-                             s64["z"], k64.get("dt_bias"), case.softplus, case.limit, sl["resets"])
+        y0 = mamba2_step_ref(
+            ref_state,
+            s64["x"],
+            s64["dt"],
+            k64["A"],
+            s64["B"],
+            s64["C"],
+            k64.get("D"),
+            s64["z"],
+            k64.get("dt_bias"),
+            case.softplus,
+            case.limit,
+            sl["resets"],
+        )
         # f32 state and f32 math in both: only the output's rounding differs. bf16: within one bf16
         # ulp (2^-7 relative), as the interpreter converts f32 -> bf16 by truncation, not rounding.
         tol = F32_REL if dtype == torch.float32 else 2.0**-7

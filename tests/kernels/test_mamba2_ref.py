@@ -24,9 +24,19 @@ def _torch_backend(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _naive(kw: dict):
     return mamba2_scan_naive(
-        kw["x"], kw["dt"], kw["A"], kw["B"], kw["C"], D=kw.get("D"), z=kw.get("z"),
-        dt_bias=kw.get("dt_bias"), dt_softplus=kw["dt_softplus"], dt_limit=kw["dt_limit"],
-        initial_states=kw.get("initial_states"), resets=kw.get("resets"), return_final_states=True,
+        kw["x"],
+        kw["dt"],
+        kw["A"],
+        kw["B"],
+        kw["C"],
+        D=kw.get("D"),
+        z=kw.get("z"),
+        dt_bias=kw.get("dt_bias"),
+        dt_softplus=kw["dt_softplus"],
+        dt_limit=kw["dt_limit"],
+        initial_states=kw.get("initial_states"),
+        resets=kw.get("resets"),
+        return_final_states=True,
     )
 
 
@@ -81,8 +91,9 @@ def test_reference_gradients_match_naive_f64(case: Case) -> None:
 
 
 def test_reference_gradcheck_small() -> None:
-    kw = make_inputs(Case(batch=1, length=5, nheads=2, headdim=2, ngroups=1, dstate=2, d_mode="hp"),
-                     torch.float64)
+    kw = make_inputs(
+        Case(batch=1, length=5, nheads=2, headdim=2, ngroups=1, dstate=2, d_mode="hp"), torch.float64
+    )
     a, names = with_grad(kw)
 
     def f(*ts):
@@ -112,11 +123,22 @@ def test_step_equals_scan(case: Case) -> None:
     resets = kw.get("resets")
     ys = []
     for t in range(case.length):
-        ys.append(mamba2_step_ref(
-            state, kw["x"][:, t], kw["dt"][:, t], kw["A"], kw["B"][:, t], kw["C"][:, t], kw.get("D"),
-            None if kw.get("z") is None else kw["z"][:, t], kw.get("dt_bias"), kw["dt_softplus"],
-            kw["dt_limit"], None if resets is None else resets[:, t],
-        ))
+        ys.append(
+            mamba2_step_ref(
+                state,
+                kw["x"][:, t],
+                kw["dt"][:, t],
+                kw["A"],
+                kw["B"][:, t],
+                kw["C"][:, t],
+                kw.get("D"),
+                None if kw.get("z") is None else kw["z"][:, t],
+                kw.get("dt_bias"),
+                kw["dt_softplus"],
+                kw["dt_limit"],
+                None if resets is None else resets[:, t],
+            )
+        )
     torch.testing.assert_close(torch.stack(ys, 1), y, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(state, h, rtol=1e-10, atol=1e-10)
 
@@ -127,8 +149,12 @@ def test_public_scan_cpu_runs_reference_and_dtypes() -> None:
     y, h = mamba2_scan(**kw, chunk_size=16, return_final_states=True)
     assert MAMBA2_SCAN.last_backend == "torch"
     assert y.dtype == torch.float32 and h.dtype == torch.float32 and h.shape == (2, 4, 5, 3)
-    y0, h0 = _naive({k: (v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v)
-                     for k, v in kw.items()})
+    y0, h0 = _naive(
+        {
+            k: (v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v)
+            for k, v in kw.items()
+        }
+    )
     torch.testing.assert_close(y.double(), y0, rtol=1e-4, atol=1e-4)  # f32 vs f64 oracle
     y_only = mamba2_scan(**kw, chunk_size=32)
     assert isinstance(y_only, torch.Tensor)
@@ -152,11 +178,24 @@ def test_public_step_cpu_updates_in_place() -> None:
     state = kw["initial_states"].clone()
     ptr = state.data_ptr()
     MAMBA2_STEP.reset()
-    y = mamba2_step(state, kw["x"][:, 0], kw["dt"][:, 0], kw["A"], kw["B"][:, 0], kw["C"][:, 0],
-                    D=kw["D"], z=kw["z"][:, 0], dt_bias=kw["dt_bias"], reset=kw["resets"][:, 0])
+    y = mamba2_step(
+        state,
+        kw["x"][:, 0],
+        kw["dt"][:, 0],
+        kw["A"],
+        kw["B"][:, 0],
+        kw["C"][:, 0],
+        D=kw["D"],
+        z=kw["z"][:, 0],
+        dt_bias=kw["dt_bias"],
+        reset=kw["resets"][:, 0],
+    )
     assert MAMBA2_STEP.last_backend == "torch" and state.data_ptr() == ptr
-    y1, h1 = mamba2_scan(**{**kw, **{k: kw[k][:, :1] for k in ("x", "dt", "B", "C", "z", "resets")}},
-                         chunk_size=16, return_final_states=True)
+    y1, h1 = mamba2_scan(
+        **{**kw, **{k: kw[k][:, :1] for k in ("x", "dt", "B", "C", "z", "resets")}},
+        chunk_size=16,
+        return_final_states=True,
+    )
     torch.testing.assert_close(y, y1[:, 0], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(state, h1, rtol=1e-5, atol=1e-5)
     # reset zeroes the state before the step: only the new input remains
@@ -182,15 +221,21 @@ def test_scan_bad_inputs_name_the_argument() -> None:
         (TypeError, "x must be a torch.Tensor", _bad(kw, x=[1.0])),
         (ValueError, "dt must have shape", _bad(kw, dt=kw["dt"][:, :5])),
         (ValueError, "A must have shape", _bad(kw, A=kw["A"][:3])),
-        (ValueError, "divisible by the groups G=3",
-         _bad(kw, B=torch.randn(2, 8, 3, 3), C=torch.randn(2, 8, 3, 3))),
+        (
+            ValueError,
+            "divisible by the groups G=3",
+            _bad(kw, B=torch.randn(2, 8, 3, 3), C=torch.randn(2, 8, 3, 3)),
+        ),
         (ValueError, "C must have shape", _bad(kw, C=kw["C"][..., :2])),
         (TypeError, "B must have dtype", _bad(kw, B=kw["B"].bfloat16())),
         (ValueError, "D must have shape", _bad(kw, D=torch.randn(3))),
         (ValueError, "z must have shape", _bad(kw, z=kw["z"][:, :3])),
         (ValueError, "dt_bias must have shape", _bad(kw, dt_bias=torch.randn(5))),
-        (TypeError, "initial_states must have dtype",
-         _bad(kw, initial_states=kw["initial_states"].bfloat16())),
+        (
+            TypeError,
+            "initial_states must have dtype",
+            _bad(kw, initial_states=kw["initial_states"].bfloat16()),
+        ),
         (ValueError, "initial_states must have shape", _bad(kw, initial_states=torch.randn(2, 4, 5, 4))),
         (TypeError, "resets must have dtype", _bad(kw, resets=kw["resets"].float())),
         (ValueError, "resets must have shape", _bad(kw, resets=kw["resets"][:, :3])),

@@ -33,10 +33,17 @@ from tritonrl.kernels.noisy_head.reference import noisy_dueling_ref, noisy_linea
 
 
 def make_layer(
-    o: int, i: int, gen: torch.Generator, *, lead: tuple[int, ...] = (), bias: bool = True,
-    dtype: torch.dtype = torch.float32, device: str = "cpu",
+    o: int,
+    i: int,
+    gen: torch.Generator,
+    *,
+    lead: tuple[int, ...] = (),
+    bias: bool = True,
+    dtype: torch.dtype = torch.float32,
+    device: str = "cpu",
 ) -> NoisyParams:
     """Random layer tensors; weights and biases are leaves that require grad, noise does not."""
+
     def leaf(t: torch.Tensor) -> torch.Tensor:
         return t.to(device=device, dtype=dtype).requires_grad_()
 
@@ -68,9 +75,9 @@ def as64(p: NoisyParams | None) -> NoisyParams | None:
     """Detached float64 copies (same device) of a layer, requiring grad like the original."""
     if p is None:
         return None
-    return NoisyParams(*(
-        None if t is None else t.detach().double().requires_grad_(t.requires_grad) for t in p
-    ))
+    return NoisyParams(
+        *(None if t is None else t.detach().double().requires_grad_(t.requires_grad) for t in p)
+    )
 
 
 def x64(x: torch.Tensor) -> torch.Tensor:
@@ -135,8 +142,13 @@ def assert_f32_close(got, ref, name: str, rel: float = 1e-5) -> None:
         return
     assert not torch.isnan(got).any(), f"{name}: NaN (an output element was never written)"
     scale = max(1.0, ref.abs().max().item())
-    torch.testing.assert_close(got.detach().double(), ref.detach().double().to(got.device), rtol=rel,
-                               atol=rel * scale, msg=lambda m: f"{name}: {m}")
+    torch.testing.assert_close(
+        got.detach().double(),
+        ref.detach().double().to(got.device),
+        rtol=rel,
+        atol=rel * scale,
+        msg=lambda m: f"{name}: {m}",
+    )
 
 
 def assert_bf16_ok(got, ref, torch_bf16, name: str) -> None:
@@ -152,8 +164,14 @@ def assert_bf16_ok(got, ref, torch_bf16, name: str) -> None:
     assert not torch.isnan(got).any(), f"{name}: NaN (an output element was never written)"
     scale = max(1.0, ref.abs().max().item())
     floor = 2.0**-7 if got.device.type == "cpu" else 1e-3
-    assert_bf16_close(got.detach().cpu(), ref.detach().cpu(), torch_bf16.detach().cpu(), k=2.0,
-                      atol=floor * scale, name=name)
+    assert_bf16_close(
+        got.detach().cpu(),
+        ref.detach().cpu(),
+        torch_bf16.detach().cpu(),
+        k=2.0,
+        atol=floor * scale,
+        name=name,
+    )
 
 
 @pytest.fixture
@@ -216,8 +234,9 @@ def test_dueling_reference_vs_ground_truth(b, i, a, z, noise, dueling, two_input
     x.requires_grad_()
     support = torch.linspace(-5, 5, z) if (z > 1 and log_softmax) else None
     NOISY_DUELING.reset()
-    out = noisy_dueling(x, adv, val, num_actions=a, atoms=z, noise=noise, log_softmax=log_softmax,
-                        support=support)
+    out = noisy_dueling(
+        x, adv, val, num_actions=a, atoms=z, noise=noise, log_softmax=log_softmax, support=support
+    )
     assert NOISY_DUELING.last_backend == "torch"
     outs = out if isinstance(out, tuple) else (out,)
     assert outs[0].shape == (b, a, z) and outs[0].dtype == torch.float32
@@ -430,8 +449,19 @@ def test_linear_triton_split_weight_grads(kernel_device, fresh_ops, groups) -> N
     x = torch.randn(b, i, generator=gen).to(kernel_device)
     y = noisy_linear_ref(x, *(t.detach() for t in p), noise=True, relu=True)
     g = torch.randn(y.shape, generator=gen).to(kernel_device)
-    got = noisy_linear_bwd(g, x, y, p.weight_mu.detach(), p.weight_sigma.detach(), p.eps_in, p.eps_out,
-                           noise=True, relu=True, has_bias=True, split=3)
+    got = noisy_linear_bwd(
+        g,
+        x,
+        y,
+        p.weight_mu.detach(),
+        p.weight_sigma.detach(),
+        p.eps_in,
+        p.eps_out,
+        noise=True,
+        relu=True,
+        has_bias=True,
+        split=3,
+    )
     xd, pd = x.double().requires_grad_(), as64(p)
     ref = relu_like(noisy_linear_ref(xd, *pd, noise=True), y)
     want = torch.autograd.grad(ref, leaves(xd, pd), g.cpu().double())
@@ -440,11 +470,11 @@ def test_linear_triton_split_weight_grads(kernel_device, fresh_ops, groups) -> N
 
 
 DUELING_CASES = [  # (B, I, A, Z, dueling, two_inputs, log_softmax, support)
-    (5, 7, 3, 1, True, False, True, False),     # scalar Q, both streams read x
-    (20, 33, 18, 1, True, True, True, False),   # Atari-size action set, hidden streams [B, 2, I]
-    (4, 10, 3, 3, False, False, True, True),    # non-dueling C51, tiny atom count
-    (3, 16, 2, 51, True, True, True, True),     # C51, one action tile
-    (9, 17, 5, 51, True, False, True, True),    # C51, two action tiles (parked raw tiles)
+    (5, 7, 3, 1, True, False, True, False),  # scalar Q, both streams read x
+    (20, 33, 18, 1, True, True, True, False),  # Atari-size action set, hidden streams [B, 2, I]
+    (4, 10, 3, 3, False, False, True, True),  # non-dueling C51, tiny atom count
+    (3, 16, 2, 51, True, True, True, True),  # C51, one action tile
+    (9, 17, 5, 51, True, False, True, True),  # C51, two action tiles (parked raw tiles)
     (6, 12, 5, 51, True, False, False, False),  # QR-DQN quantiles: no softmax
 ]
 

@@ -30,9 +30,15 @@ from tritonrl.toolkit.checkpoint import (
 
 
 def _state() -> dict:
-    return {"w": torch.arange(6, dtype=torch.float32).reshape(2, 3), "step": 3, "t": (1, "a"),
-            "ids": {0: torch.ones(2, dtype=torch.int64)}, "arr": np.arange(3, dtype=np.int32),
-            "dtype": torch.bfloat16, "cfg": {"lr": 1e-3, "tags": ["x"]}}
+    return {
+        "w": torch.arange(6, dtype=torch.float32).reshape(2, 3),
+        "step": 3,
+        "t": (1, "a"),
+        "ids": {0: torch.ones(2, dtype=torch.int64)},
+        "arr": np.arange(3, dtype=np.int32),
+        "dtype": torch.bfloat16,
+        "cfg": {"lr": 1e-3, "tags": ["x"]},
+    }
 
 
 @pytest.fixture(scope="module")

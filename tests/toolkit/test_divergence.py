@@ -23,15 +23,40 @@ from tritonrl.toolkit.loop import DivergenceError, LoopConfig, TrainingError, ru
 from tritonrl.toolkit.onpolicy import OnPolicySchedule
 
 TINY = {
-    "dqn": ["--set", "learning_starts=100", "--set", "train_freq=4", "--set", "batch_size=16",
-            "--set", "buffer_size=1000", "--set", "torso_width=16"],
+    "dqn": [
+        "--set",
+        "learning_starts=100",
+        "--set",
+        "train_freq=4",
+        "--set",
+        "batch_size=16",
+        "--set",
+        "buffer_size=1000",
+        "--set",
+        "torso_width=16",
+    ],
     "ppo": ["--set", "num_steps=16", "--set", "hidden=16"],
 }
 
 
 def _train(capsys: pytest.CaptureFixture[str], agent: str, run: Path, *args: str) -> tuple[int, list[str]]:
-    code = main(["train", "--agent", agent, "--num-envs", "2", "--no-progress", "--no-tensorboard",
-                 "--eval-episodes", "1", "--run-dir", str(run), *TINY[agent], *args])
+    code = main(
+        [
+            "train",
+            "--agent",
+            agent,
+            "--num-envs",
+            "2",
+            "--no-progress",
+            "--no-tensorboard",
+            "--eval-episodes",
+            "1",
+            "--run-dir",
+            str(run),
+            *TINY[agent],
+            *args,
+        ]
+    )
     return code, capsys.readouterr().err.strip().splitlines()
 
 
@@ -47,14 +72,29 @@ def _tensors(tree: Any) -> list[torch.Tensor]:
 
 @pytest.mark.parametrize(("agent", "every"), [("dqn", "64"), ("ppo", "16")])
 def test_a_huge_learning_rate_stops_the_run_and_keeps_the_last_good_checkpoint(
-        agent: str, every: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    agent: str, every: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     run = tmp_path / "run"
-    code, err = _train(capsys, agent, run, "--steps", "600", "--log-every", every,
-                       "--checkpoint-every", every, "--set", "lr=1e30")
+    code, err = _train(
+        capsys,
+        agent,
+        run,
+        "--steps",
+        "600",
+        "--log-every",
+        every,
+        "--checkpoint-every",
+        every,
+        "--set",
+        "lr=1e30",
+    )
     assert code == 1
     assert len(err) == 1, err
-    m = re.fullmatch(r"error: non-finite (losses/\w+|parameters) at step (\d+) \(lr=1e\+30\?\): stopped; "
-                     r"the last good checkpoint \(step (\d+)\) is kept", err[0])
+    m = re.fullmatch(
+        r"error: non-finite (losses/\w+|parameters) at step (\d+) \(lr=1e\+30\?\): stopped; "
+        r"the last good checkpoint \(step (\d+)\) is kept",
+        err[0],
+    )
     assert m, err[0]
     state = load_checkpoint(run / "checkpoint.safetensors")
     assert state["loop"]["step"] == int(m.group(3)) < int(m.group(2))
@@ -95,8 +135,14 @@ class Toy:
 
 def _loop(agent: Any, run: Path | None, **kw: Any) -> dict[str, Any]:
     env = make_vec_env("CartPole-v1", 2, seed=0)
-    opts: dict[str, Any] = {"total_steps": 64, "log_every": 16, "final_eval": False, "tensorboard": False,
-                            "plot": False, "run_dir": str(run) if run is not None else None}
+    opts: dict[str, Any] = {
+        "total_steps": 64,
+        "log_every": 16,
+        "final_eval": False,
+        "tensorboard": False,
+        "plot": False,
+        "run_dir": str(run) if run is not None else None,
+    }
     opts.update(kw)
     try:
         return run_training(agent, env, OnPolicySchedule(4), LoopConfig(**opts))
@@ -106,8 +152,11 @@ def _loop(agent: Any, run: Path | None, **kw: Any) -> dict[str, Any]:
 
 def test_non_finite_parameters_stop_the_run_even_without_a_loss_metric(tmp_path: Path) -> None:
     # updates every 4 vector steps (8 env steps): the 3rd (step 24) poisons; the flush at 32 sees it
-    with pytest.raises(DivergenceError, match=r"^non-finite parameters at step 32: stopped; the last good "
-                                              r"checkpoint \(step 16\) is kept$"):
+    with pytest.raises(
+        DivergenceError,
+        match=r"^non-finite parameters at step 32: stopped; the last good "
+        r"checkpoint \(step 16\) is kept$",
+    ):
         _loop(Toy(poison_at=3), tmp_path, checkpoint_every=16)
     assert load_checkpoint(tmp_path / "checkpoint.safetensors")["loop"]["step"] == 16
     with pytest.raises(DivergenceError, match="no run folder, nothing saved"):
@@ -115,8 +164,9 @@ def test_non_finite_parameters_stop_the_run_even_without_a_loss_metric(tmp_path:
     assert _loop(Toy(), None)["global_step"] == 64
 
 
-def test_agent_errors_reach_the_user_as_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_agent_errors_reach_the_user_as_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     from tritonrl.agents.ppo import PPOAgent
 
     real = PPOAgent.observe
@@ -132,8 +182,10 @@ def test_agent_errors_reach_the_user_as_one_line(tmp_path: Path, capsys: pytest.
     run = tmp_path / "run"
     code, err = _train(capsys, "ppo", run, "--steps", "200", "--checkpoint-every", "48", "--log-every", "16")
     assert code == 1
-    assert err == ["error: observe: next_obs holds NaN or inf (environment bug?) (at step 58): stopped; "
-                   "the last good checkpoint (step 48) is kept"]
+    assert err == [
+        "error: observe: next_obs holds NaN or inf (environment bug?) (at step 58): stopped; "
+        "the last good checkpoint (step 48) is kept"
+    ]
     assert load_checkpoint(run / "checkpoint.safetensors")["loop"]["step"] == 48
     assert not (run / ".lock").read_text()  # released
 
@@ -148,9 +200,9 @@ def test_bugs_are_not_dressed_up_as_training_errors(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("target", ["checkpoint", "metrics"])
-def test_a_full_disk_mid_run_is_one_line_and_keeps_the_checkpoint(target: str, tmp_path: Path,
-                                                                   capsys: pytest.CaptureFixture[str],
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_full_disk_mid_run_is_one_line_and_keeps_the_checkpoint(
+    target: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     run = tmp_path / "run"
     if target == "checkpoint":
         real_replace = ckpt_mod.os.replace
@@ -180,8 +232,10 @@ def test_a_full_disk_mid_run_is_one_line_and_keeps_the_checkpoint(target: str, t
         bad_file, step = run / "metrics.csv", 64  # the second append
     code, err = _train(capsys, "ppo", run, "--steps", "200", "--checkpoint-every", "32", "--log-every", "16")
     assert code == 1
-    assert err == [f"error: cannot write {bad_file}: No space left on device (at step {step}): stopped; "
-                   "the last good checkpoint (step 32) is kept"]
+    assert err == [
+        f"error: cannot write {bad_file}: No space left on device (at step {step}): stopped; "
+        "the last good checkpoint (step 32) is kept"
+    ]
     assert load_checkpoint(run / "checkpoint.safetensors")["loop"]["step"] == 32
     assert not list(run.glob(".*.tmp"))
 
@@ -202,8 +256,10 @@ def test_read_only_run_folder_mid_run(tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.setattr(ckpt_mod.tempfile, "mkstemp", mkstemp)
     with pytest.raises(TrainingError) as info:
         _loop(Toy(), tmp_path, checkpoint_every=16, log_every=1000)
-    assert str(info.value) == (f"cannot write {tmp_path / 'checkpoint.safetensors'}: Permission denied "
-                               "(at step 48): stopped; the last good checkpoint (step 32) is kept")
+    assert str(info.value) == (
+        f"cannot write {tmp_path / 'checkpoint.safetensors'}: Permission denied "
+        "(at step 48): stopped; the last good checkpoint (step 32) is kept"
+    )
     assert info.value.checkpoint_step == 32 and info.value.step == 48
 
 
@@ -229,7 +285,8 @@ def _poisoned(what: str, after: int) -> Any:
 
 @pytest.mark.parametrize(("agent", "what"), [("dqn", "obs"), ("ppo", "obs"), ("ppo", "reward")])
 def test_an_environment_emitting_nan_stops_the_run_in_one_line(
-        agent: str, what: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    agent: str, what: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """NaN from the environment is refused at the agent's boundary: exit 1, one line, checkpoint kept."""
     import gymnasium as gym
 
@@ -237,14 +294,40 @@ def test_an_environment_emitting_nan_stops_the_run_in_one_line(
     if env_id not in gym.registry:
         gym.register(env_id, entry_point=lambda: _poisoned(what, 60))
     run = tmp_path / "run"
-    code = main(["train", "--agent", agent, "--env", env_id, "--num-envs", "2", "--no-progress",
-                 "--no-tensorboard", "--eval-every", "0", "--eval-episodes", "1", "--run-dir", str(run),
-                 "--steps", "400", "--checkpoint-every", "32", "--log-every", "32", *TINY[agent]])
+    code = main(
+        [
+            "train",
+            "--agent",
+            agent,
+            "--env",
+            env_id,
+            "--num-envs",
+            "2",
+            "--no-progress",
+            "--no-tensorboard",
+            "--eval-every",
+            "0",
+            "--eval-episodes",
+            "1",
+            "--run-dir",
+            str(run),
+            "--steps",
+            "400",
+            "--checkpoint-every",
+            "32",
+            "--log-every",
+            "32",
+            *TINY[agent],
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1, err
     assert len(err) == 1, err
-    m = re.fullmatch(r"error: \w+\.(act|observe): (obs|next_obs|reward)\[[\d, ]+\] = .* is not finite "
-                     r"\(at step (\d+)\): stopped; the last good checkpoint \(step (\d+)\) is kept", err[0])
+    m = re.fullmatch(
+        r"error: \w+\.(act|observe): (obs|next_obs|reward)\[[\d, ]+\] = .* is not finite "
+        r"\(at step (\d+)\): stopped; the last good checkpoint \(step (\d+)\) is kept",
+        err[0],
+    )
     assert m, err[0]
     saved = load_checkpoint(run / "checkpoint.safetensors")
     assert saved["loop"]["step"] == int(m.group(4)) <= 120  # nothing saved after the NaN (step ~120)

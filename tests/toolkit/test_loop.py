@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-pytest.importorskip(
-    "gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
+pytest.importorskip("gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
 
 from toy_agent import ToyAgent
 from tritonrl.toolkit.config import apply_overrides
@@ -134,8 +133,12 @@ def test_overrides_convert_types():
 
 def test_target_return_stops_early(tmp_path):
     env = make_vec_env("CartPole-v1", 2, seed=0)
-    summary = run_training(ToyAgent(2), env, OnPolicySchedule(4),
-                           LoopConfig(total_steps=10_000, eval_every=16, eval_episodes=2, target_return=1.0))
+    summary = run_training(
+        ToyAgent(2),
+        env,
+        OnPolicySchedule(4),
+        LoopConfig(total_steps=10_000, eval_every=16, eval_episodes=2, target_return=1.0),
+    )
     assert summary["reached_target_at"] == 16 and summary["global_step"] == 16
 
 

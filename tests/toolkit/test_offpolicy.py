@@ -34,8 +34,9 @@ def _drive(schedule: OffPolicySchedule, agent: _Counting, num_envs: int, vector_
     num_envs=st.integers(1, 16),
     vector_steps=st.integers(1, 120),
 )
-def test_updates_match_the_env_step_count(learning_starts, train_freq, gradient_steps, num_envs,
-                                          vector_steps) -> None:
+def test_updates_match_the_env_step_count(
+    learning_starts, train_freq, gradient_steps, num_envs, vector_steps
+) -> None:
     schedule = OffPolicySchedule(learning_starts, train_freq, gradient_steps)
     agent = _Counting()
     metrics = _drive(schedule, agent, num_envs, vector_steps)

@@ -16,8 +16,10 @@ class _State:
 
 
 def _tree() -> dict:
-    return {"lstm": (torch.arange(2.0), torch.arange(3.0)),
-            "mamba": [_State(torch.ones(2, 2), torch.zeros(1))]}
+    return {
+        "lstm": (torch.arange(2.0), torch.arange(3.0)),
+        "mamba": [_State(torch.ones(2, 2), torch.zeros(1))],
+    }
 
 
 def test_leaves_follow_the_container_order_and_tree_map_keeps_the_structure() -> None:

@@ -491,8 +491,9 @@ def test_interrupted_save_keeps_the_previous_file(tmp_path: Path, monkeypatch: p
     assert path.read_bytes() == old and [p.name for p in tmp_path.iterdir()] == ["r.safetensors"]
 
 
-def test_save_syncs_the_temporary_file_before_the_rename(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-                                                         ) -> None:
+def test_save_syncs_the_temporary_file_before_the_rename(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Without an fsync before os.replace, a power loss can leave the new name pointing at an empty
     # or partial file (the rename reaches the disk before the data).
     import os

@@ -22,8 +22,7 @@ from typing import Any
 import pytest
 import torch
 
-pytest.importorskip(
-    "gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
+pytest.importorskip("gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
 
 from toy_agent import ToyAgent
 from tritonrl.agents.dqn import DQNAgent
@@ -36,33 +35,74 @@ from tritonrl.toolkit.offpolicy import schedule_for
 from tritonrl.toolkit.onpolicy import OnPolicySchedule
 from tritonrl.toolkit.replay.prioritized import PrioritizedReplayBuffer
 
-DQN_TINY = {"torso_width": 32, "batch_size": 32, "buffer_size": 2_000, "learning_starts": 200,
-            "train_freq": 64, "gradient_steps": 8, "target_update_every": 16}
-PPO_TINY = {"num_steps": 8, "seq_len": 4, "num_minibatches": 2, "update_epochs": 2, "hidden": (16,),
-            "memory_size": 16, "flow_hidden": 8, "mamba_headdim": 8, "total_steps": 1000,
-            "normalize_obs": True}
+DQN_TINY = {
+    "torso_width": 32,
+    "batch_size": 32,
+    "buffer_size": 2_000,
+    "learning_starts": 200,
+    "train_freq": 64,
+    "gradient_steps": 8,
+    "target_update_every": 16,
+}
+PPO_TINY = {
+    "num_steps": 8,
+    "seq_len": 4,
+    "num_minibatches": 2,
+    "update_epochs": 2,
+    "hidden": (16,),
+    "memory_size": 16,
+    "flow_hidden": 8,
+    "mamba_headdim": 8,
+    "total_steps": 1000,
+    "normalize_obs": True,
+}
 
 
 def _toy(run_dir: Path, **kw: Any) -> tuple[Any, dict]:
     env = make_vec_env("CartPole-v1", 4, seed=7)
     agent = ToyAgent(2)
-    cfg = LoopConfig(total_steps=400, seed=7, run_dir=str(run_dir), log_every=64, eval_every=160,
-                     eval_episodes=2, checkpoint_every=96, tensorboard=False, **kw)
+    cfg = LoopConfig(
+        total_steps=400,
+        seed=7,
+        run_dir=str(run_dir),
+        log_every=64,
+        eval_every=160,
+        eval_episodes=2,
+        checkpoint_every=96,
+        tensorboard=False,
+        **kw,
+    )
     return agent, run_training(agent, env, OnPolicySchedule(8), cfg)
 
 
 def _dqn(name: str) -> Callable[..., tuple[Any, dict]]:
     def run(run_dir: Path, **kw: Any) -> tuple[Any, dict]:
         env = make_vec_env("CartPole-v1", 2, seed=3)
-        agent = DQNAgent(env.single_observation_space, env.single_action_space, dqn_preset(name, **DQN_TINY),
-                         num_envs=2, seed=3)
-        cfg = LoopConfig(total_steps=1_600, seed=3, run_dir=str(run_dir), log_every=400, eval_every=800,
-                         eval_episodes=2, checkpoint_every=400, plot=False, tensorboard=False,
-                         meta=(("agent", name),), **kw)
+        agent = DQNAgent(
+            env.single_observation_space,
+            env.single_action_space,
+            dqn_preset(name, **DQN_TINY),
+            num_envs=2,
+            seed=3,
+        )
+        cfg = LoopConfig(
+            total_steps=1_600,
+            seed=3,
+            run_dir=str(run_dir),
+            log_every=400,
+            eval_every=800,
+            eval_episodes=2,
+            checkpoint_every=400,
+            plot=False,
+            tensorboard=False,
+            meta=(("agent", name),),
+            **kw,
+        )
         try:
             return agent, run_training(agent, env, schedule_for(agent), cfg)
         finally:
             env.close()
+
     return run
 
 
@@ -71,9 +111,19 @@ def _ppo(name: str, env_id: str) -> Callable[..., tuple[Any, dict]]:
         cfg = dataclasses.replace(ppo_preset(name), **PPO_TINY)
         env = make_vec_env(env_id, 2, seed=3)
         agent = PPOAgent(env.single_observation_space, env.single_action_space, cfg, num_envs=2, seed=3)
-        loop = LoopConfig(total_steps=96, seed=3, run_dir=str(run_dir), log_every=16, checkpoint_every=20,
-                          eval_every=48, eval_episodes=2, tensorboard=False, **kw)
+        loop = LoopConfig(
+            total_steps=96,
+            seed=3,
+            run_dir=str(run_dir),
+            log_every=16,
+            checkpoint_every=20,
+            eval_every=48,
+            eval_episodes=2,
+            tensorboard=False,
+            **kw,
+        )
         return agent, run_training(agent, env, OnPolicySchedule(cfg.num_steps), loop)
+
     return run
 
 
@@ -115,17 +165,39 @@ class Case:
 
 CASES = [
     # checkpoints every 96 steps, stopped at 200: resumed from 192
-    Case("toy", _toy, _toy_state, stop_at=200, total_steps=400, loss="losses/toy", updates=400 // 32,
-         curve=True),
+    Case(
+        "toy",
+        _toy,
+        _toy_state,
+        stop_at=200,
+        total_steps=400,
+        loss="losses/toy",
+        updates=400 // 32,
+        curve=True,
+    ),
     # stopped after 1,000 env steps (checkpoint at 800): weights, replay priorities, counters
     Case("dqn", _dqn("dqn"), _dqn_state, stop_at=1_000, total_steps=1_600, loss="losses/td_loss"),
-    Case("rainbow", _dqn("rainbow"), _dqn_state, stop_at=1_000, total_steps=1_600, loss="losses/td_loss",
-         compares=("priorities",)),
+    Case(
+        "rainbow",
+        _dqn("rainbow"),
+        _dqn_state,
+        stop_at=1_000,
+        total_steps=1_600,
+        loss="losses/td_loss",
+        compares=("priorities",),
+    ),
     # stopped mid-rollout (rollouts are 16 steps), checkpoint at 20
-    Case("ppo", _ppo("ppo", "CartPole-v1"), _ppo_state, stop_at=40, total_steps=96,
-         loss="losses/policy_loss"),
-    Case("ppo-lstm", _ppo("ppo-lstm", "CartPoleNoVel-v1"), _ppo_state, stop_at=40, total_steps=96,
-         loss="losses/policy_loss"),
+    Case(
+        "ppo", _ppo("ppo", "CartPole-v1"), _ppo_state, stop_at=40, total_steps=96, loss="losses/policy_loss"
+    ),
+    Case(
+        "ppo-lstm",
+        _ppo("ppo-lstm", "CartPoleNoVel-v1"),
+        _ppo_state,
+        stop_at=40,
+        total_steps=96,
+        loss="losses/policy_loss",
+    ),
 ]
 
 

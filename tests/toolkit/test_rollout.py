@@ -27,8 +27,11 @@ def gae_loop(rewards, values, next_values, terminated, truncated, gamma, lam):
 
 
 @given(
-    T=st.integers(1, 12), E=st.integers(1, 5), seed=st.integers(0, 2**16),
-    gamma=st.sampled_from([0.0, 0.9, 0.99, 1.0]), lam=st.sampled_from([0.0, 0.95, 1.0]),
+    T=st.integers(1, 12),
+    E=st.integers(1, 5),
+    seed=st.integers(0, 2**16),
+    gamma=st.sampled_from([0.0, 0.9, 0.99, 1.0]),
+    lam=st.sampled_from([0.0, 0.95, 1.0]),
 )
 def test_gae_matches_python_loop(T, E, seed, gamma, lam):
     g = torch.Generator().manual_seed(seed)
@@ -38,8 +41,15 @@ def test_gae_matches_python_loop(T, E, seed, gamma, lam):
     terminated = torch.rand(T, E, generator=g) < 0.2
     truncated = (torch.rand(T, E, generator=g) < 0.2) & ~terminated
     adv, ret = compute_gae(rewards, values, next_values, terminated, truncated, gamma, lam)
-    ref_adv, ref_ret = gae_loop(rewards.tolist(), values.tolist(), next_values.tolist(), terminated.tolist(),
-                                truncated.tolist(), gamma, lam)
+    ref_adv, ref_ret = gae_loop(
+        rewards.tolist(),
+        values.tolist(),
+        next_values.tolist(),
+        terminated.tolist(),
+        truncated.tolist(),
+        gamma,
+        lam,
+    )
     assert adv.dtype == ret.dtype == torch.float32
     # f32 accumulation over <= 12 steps vs python doubles: a few ulps of the magnitudes involved.
     torch.testing.assert_close(adv, torch.tensor(ref_adv), rtol=1e-5, atol=1e-5)
@@ -48,8 +58,15 @@ def test_gae_matches_python_loop(T, E, seed, gamma, lam):
 
 def test_gae_bf16_inputs_are_computed_in_f32():
     values = torch.full((3, 1), 1.0 / 3.0, dtype=torch.bfloat16)
-    adv, _ = compute_gae(torch.ones(3, 1), values, values, torch.zeros(3, 1, dtype=torch.bool),
-                         torch.zeros(3, 1, dtype=torch.bool), 0.99, 0.95)
+    adv, _ = compute_gae(
+        torch.ones(3, 1),
+        values,
+        values,
+        torch.zeros(3, 1, dtype=torch.bool),
+        torch.zeros(3, 1, dtype=torch.bool),
+        0.99,
+        0.95,
+    )
     assert adv.dtype == torch.float32
 
 
@@ -93,8 +110,16 @@ def test_buffer_uses_stored_bootstrap_values_only_where_set():
     final_v = torch.tensor([3.0, 0.0, 0.0])
     last_v = torch.tensor([0.5, -0.5, 2.0])
     for t in range(T):
-        buf.add(torch.randn(E, 2), torch.zeros(E, dtype=torch.long), torch.zeros(E), values[t], rewards[t],
-                terminated[t], truncated[t], torch.zeros(E, dtype=torch.bool))
+        buf.add(
+            torch.randn(E, 2),
+            torch.zeros(E, dtype=torch.long),
+            torch.zeros(E),
+            values[t],
+            rewards[t],
+            terminated[t],
+            truncated[t],
+            torch.zeros(E, dtype=torch.bool),
+        )
         if t == 1:
             buf.set_next_values(final_v, truncated[t])
         if t == T - 1:
@@ -103,8 +128,15 @@ def test_buffer_uses_stored_bootstrap_values_only_where_set():
     buf.compute_advantages(0.9, 0.8)
     next_values = torch.cat([values[1:], last_v[None]])
     next_values[1, 0] = 3.0
-    ref, _ = gae_loop(rewards.tolist(), values.tolist(), next_values.tolist(), terminated.tolist(),
-                      truncated.tolist(), 0.9, 0.8)
+    ref, _ = gae_loop(
+        rewards.tolist(),
+        values.tolist(),
+        next_values.tolist(),
+        terminated.tolist(),
+        truncated.tolist(),
+        0.9,
+        0.8,
+    )
     torch.testing.assert_close(buf.advantages, torch.tensor(ref), rtol=1e-5, atol=1e-5)
     with pytest.raises(RuntimeError, match="full"):
         buf.add(*[torch.zeros(E)] * 8)

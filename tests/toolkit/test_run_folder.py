@@ -63,9 +63,17 @@ def _run(run_dir: Path, should_stop: Any = None, **kw: Any) -> dict[str, Any]:
     # flushes at 64, 96 (checkpoint), 128, 192 (checkpoint; eval/mean_return first appears: a
     # rewrite), 256, 288 (checkpoint), 320, 384, 400
     env = make_vec_env("CartPole-v1", 4, seed=7)
-    opts: dict[str, Any] = {"total_steps": 400, "seed": 7, "run_dir": str(run_dir), "log_every": 64,
-                            "eval_every": 160, "eval_episodes": 2, "checkpoint_every": 96,
-                            "tensorboard": False, "plot": False}
+    opts: dict[str, Any] = {
+        "total_steps": 400,
+        "seed": 7,
+        "run_dir": str(run_dir),
+        "log_every": 64,
+        "eval_every": 160,
+        "eval_episodes": 2,
+        "checkpoint_every": 96,
+        "tensorboard": False,
+        "plot": False,
+    }
     opts.update(kw)
     try:
         return run_training(Toy(), env, OnPolicySchedule(8), LoopConfig(**opts), should_stop=should_stop)
@@ -96,17 +104,23 @@ def test_nan_is_written_as_nan_and_empty_stays_not_logged(tmp_path: Path) -> Non
     log.flush(2)
     log.close()
     assert (tmp_path / "metrics.csv").read_text().splitlines() == [
-        "global_step,losses/a,losses/b", "1,nan,2.0", "2,,inf"]
+        "global_step,losses/a,losses/b",
+        "1,nan,2.0",
+        "2,,inf",
+    ]
     rows = read_csv(tmp_path / "metrics.csv")
     assert rows[0]["losses/a"] != rows[0]["losses/a"]  # NaN
     assert "losses/a" not in rows[1] and rows[1]["losses/b"] == float("inf")
 
 
-@pytest.mark.parametrize(("text", "line"), [
-    ("global_step,a\n1,2.0\n2,3.0,9\n", "line 3"),       # merged / extra field
-    ("global_step,a\n1,2.0\n2,[1]\n", "line 3"),         # not a number
-    ("global_step,a\n1,2.0\n2,3.", "line 3 is cut short"),  # a kill mid-append
-])
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("global_step,a\n1,2.0\n2,3.0,9\n", "line 3"),  # merged / extra field
+        ("global_step,a\n1,2.0\n2,[1]\n", "line 3"),  # not a number
+        ("global_step,a\n1,2.0\n2,3.", "line 3 is cut short"),  # a kill mid-append
+    ],
+)
 def test_read_csv_names_a_damaged_line(tmp_path: Path, text: str, line: str) -> None:
     (tmp_path / "m.csv").write_text(text)
     with pytest.raises(ValueError, match=line):
@@ -170,6 +184,7 @@ def _fault(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(logger_mod, "atomic_write_bytes", counting_atomic)
 
     if mode == "mid-temp-write":
+
         class HalfWriter(io.BufferedWriter):
             def write(self, b):  # type: ignore[override]
                 super().write(bytes(b)[: len(b) // 2])
@@ -183,6 +198,7 @@ def _fault(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
 
         monkeypatch.setattr(ckpt_mod.os, "fdopen", fdopen)
     elif mode == "before-rename":
+
         def replace(src: str, dst: str) -> None:
             if in_eval_rewrite() and str(dst).endswith("metrics.csv"):
                 os._exit(9)
@@ -190,6 +206,7 @@ def _fault(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
 
         monkeypatch.setattr(ckpt_mod.os, "replace", replace)
     elif mode == "after-rename":
+
         def fsync_dir(folder: Path) -> None:
             if in_eval_rewrite():
                 os._exit(9)
@@ -219,8 +236,12 @@ def _fault(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="kills a forked child (POSIX only)")
 @pytest.mark.parametrize("mode", ["mid-temp-write", "before-rename", "after-rename", "mid-append"])
 def test_killed_while_writing_metrics_then_resumed_matches_the_uninterrupted_run(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, full_rows: list[dict[str, str]], mode: str,
-        capfd: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    full_rows: list[dict[str, str]],
+    mode: str,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
     run = tmp_path / "run"
     pid = os.fork()
     if pid == 0:  # the child trains until the injected fault kills it
@@ -252,7 +273,8 @@ def test_killed_while_writing_metrics_then_resumed_matches_the_uninterrupted_run
 
 
 def test_restart_before_the_first_checkpoint_moves_the_dead_run_aside(
-        tmp_path: Path, full_rows: list[dict[str, str]], capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, full_rows: list[dict[str, str]], capsys: pytest.CaptureFixture[str]
+) -> None:
     run = tmp_path / "run"
     _run(run, checkpoint_every=0, checkpoint_seconds=0, stop_at=250)  # dies before any save
     assert not (run / "checkpoint.safetensors").exists()
@@ -268,15 +290,18 @@ def test_restart_before_the_first_checkpoint_moves_the_dead_run_aside(
 
 
 def test_resume_without_a_checkpoint_says_so_and_starts_fresh(
-        tmp_path: Path, full_rows: list[dict[str, str]], capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, full_rows: list[dict[str, str]], capsys: pytest.CaptureFixture[str]
+) -> None:
     run = tmp_path / "run"
     _run(run, checkpoint_every=0, checkpoint_seconds=0, stop_at=150)
     capsys.readouterr()
     summary = _run(run, resume=True)
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1
-    assert err[0].startswith(f"notice: --resume: {run} holds no checkpoint.safetensors: starting a fresh "
-                             "run; the earlier run's files moved to ")
+    assert err[0].startswith(
+        f"notice: --resume: {run} holds no checkpoint.safetensors: starting a fresh "
+        "run; the earlier run's files moved to "
+    )
     assert summary["global_step"] == 400 and _rows(run / "metrics.csv") == full_rows
     # an empty folder: the notice alone
     _run(tmp_path / "empty", resume=True, total_steps=16)
@@ -290,8 +315,9 @@ def test_tensorboard_holds_each_tag_step_once_after_a_resume(tmp_path: Path) -> 
     def pairs(run: Path) -> list[tuple[str, int]]:
         acc = ea.EventAccumulator(str(run))
         acc.Reload()
-        return sorted((tag, e.step) for tag in acc.Tags()["scalars"] for e in acc.Scalars(tag)
-                      if tag != "charts/SPS")
+        return sorted(
+            (tag, e.step) for tag in acc.Tags()["scalars"] for e in acc.Scalars(tag) if tag != "charts/SPS"
+        )
 
     _run(tmp_path / "full", tensorboard=True, checkpoint_every=192)
     # checkpoint at 192, flush at 256, stop at 260: the events of step 256 lie past the checkpoint
@@ -307,15 +333,34 @@ def test_tensorboard_holds_each_tag_step_once_after_a_resume(tmp_path: Path) -> 
 # ----------------------------------------------------------------------------- one writer
 
 
-def test_a_second_trainer_is_refused_with_the_holder_named(tmp_path: Path,
-                                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_second_trainer_is_refused_with_the_holder_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     run = tmp_path / "run"
     with RunLock(run):
         with pytest.raises(RunFolderBusy, match=rf"{run} is in use by process {os.getpid()} on host "):
             _run(run, total_steps=16)
-        code = main(["train", "--agent", "ppo", "--no-progress", "--no-tensorboard", "--steps", "64",
-                     "--num-envs", "2", "--set", "num_steps=16", "--set", "hidden=8", "--eval-episodes", "1",
-                     "--run-dir", str(run)])
+        code = main(
+            [
+                "train",
+                "--agent",
+                "ppo",
+                "--no-progress",
+                "--no-tensorboard",
+                "--steps",
+                "64",
+                "--num-envs",
+                "2",
+                "--set",
+                "num_steps=16",
+                "--set",
+                "hidden=8",
+                "--eval-episodes",
+                "1",
+                "--run-dir",
+                str(run),
+            ]
+        )
         err = capsys.readouterr().err.strip().splitlines()
         assert code == 2
         assert len(err) == 1
@@ -333,8 +378,12 @@ def test_the_lock_is_released_when_training_fails(tmp_path: Path) -> None:
 
     env = make_vec_env("CartPole-v1", 2, seed=0)
     with pytest.raises(TrainingError, match="observations hold NaN"):
-        run_training(Broken(), env, OnPolicySchedule(4), LoopConfig(total_steps=8, run_dir=str(tmp_path),
-                                                                     tensorboard=False))
+        run_training(
+            Broken(),
+            env,
+            OnPolicySchedule(4),
+            LoopConfig(total_steps=8, run_dir=str(tmp_path), tensorboard=False),
+        )
     env.close()
     RunLock(tmp_path).acquire().release()
 
@@ -342,8 +391,9 @@ def test_the_lock_is_released_when_training_fails(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------- temporary files
 
 
-def test_stale_temp_files_go_at_the_start_and_at_each_save(tmp_path: Path,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_stale_temp_files_go_at_the_start_and_at_each_save(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     run = tmp_path / "run"
     run.mkdir()
     for name in (".checkpoint.safetensors.abc123.tmp", ".metrics.csv.x1.tmp"):
@@ -360,13 +410,17 @@ def test_stale_temp_files_go_at_the_start_and_at_each_save(tmp_path: Path,
         real_save(path, state)
 
     import tritonrl.toolkit.loop as loop_mod
+
     monkeypatch.setattr(loop_mod, "save_checkpoint", save_after_a_kill)
     monkeypatch.setattr(loop_mod, "remove_stale_temps", _spy_removals(remove_stale_temps))
     _run(run)
     assert saves["n"] == 5  # 96, 192, 288, 384 and the end
     assert sorted(p.name for p in run.glob(".*.tmp")) == [".other.safetensors.q.tmp"]
-    assert _REMOVED == [".checkpoint.safetensors.abc123.tmp", ".metrics.csv.x1.tmp",
-                        ".checkpoint.safetensors.zz.tmp"]
+    assert _REMOVED == [
+        ".checkpoint.safetensors.abc123.tmp",
+        ".metrics.csv.x1.tmp",
+        ".checkpoint.safetensors.zz.tmp",
+    ]
 
 
 _REMOVED: list[str] = []
@@ -383,8 +437,9 @@ def _spy_removals(real: Any) -> Any:
     return spy
 
 
-def test_atomic_write_fsyncs_the_folder_after_the_rename(tmp_path: Path,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_atomic_write_fsyncs_the_folder_after_the_rename(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     events: list[str] = []
     real_fsync, real_replace = os.fsync, os.replace
 
@@ -406,6 +461,7 @@ def test_atomic_write_fsyncs_the_folder_after_the_rename(tmp_path: Path,
 def test_checkpoint_saves_by_wall_time_at_a_flush(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     saved_at: list[int] = []
     import tritonrl.toolkit.loop as loop_mod
+
     real_save = loop_mod.save_checkpoint
 
     def spy(path: Path, state: Any) -> None:
@@ -422,13 +478,25 @@ def test_checkpoint_saves_by_wall_time_at_a_flush(tmp_path: Path, monkeypatch: p
 
 
 @pytest.mark.parametrize("minutes", ["-1", "nan", "inf"])
-def test_checkpoint_minutes_must_be_a_finite_number(minutes: str, tmp_path: Path,
-                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["train", "--agent", "ppo", "--no-progress", "--run-dir", str(tmp_path / "run"),
-                 "--checkpoint-minutes", minutes])
+def test_checkpoint_minutes_must_be_a_finite_number(
+    minutes: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(
+        [
+            "train",
+            "--agent",
+            "ppo",
+            "--no-progress",
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--checkpoint-minutes",
+            minutes,
+        ]
+    )
     assert code == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        f"error: --checkpoint-minutes must be a finite number >= 0, got {float(minutes)}"]
+        f"error: --checkpoint-minutes must be a finite number >= 0, got {float(minutes)}"
+    ]
     assert not (tmp_path / "run").exists()
 
 

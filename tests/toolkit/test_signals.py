@@ -19,9 +19,26 @@ from tritonrl.toolkit.checkpoint import load_checkpoint
 from tritonrl.toolkit.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = ["--agent", "ppo", "--env", "CartPole-v1", "--num-envs", "2", "--set", "num_steps=16",
-        "--set", "hidden=16", "--eval-every", "0", "--eval-episodes", "1", "--log-every", "64",
-        "--no-progress", "--no-tensorboard"]
+TINY = [
+    "--agent",
+    "ppo",
+    "--env",
+    "CartPole-v1",
+    "--num-envs",
+    "2",
+    "--set",
+    "num_steps=16",
+    "--set",
+    "hidden=16",
+    "--eval-every",
+    "0",
+    "--eval-episodes",
+    "1",
+    "--log-every",
+    "64",
+    "--no-progress",
+    "--no-tensorboard",
+]
 
 
 def _env() -> dict[str, str]:
@@ -30,14 +47,33 @@ def _env() -> dict[str, str]:
     return env
 
 
-@pytest.mark.parametrize("signals", [("SIGINT",), ("SIGTERM",), ("SIGINT", "SIGTERM")],
-                         ids=["sigint", "sigterm", "sigint-then-sigterm"])
-def test_a_signal_saves_prints_one_line_and_resume_continues(signals: tuple[str, ...], tmp_path: Path,
-                                                             capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "signals",
+    [("SIGINT",), ("SIGTERM",), ("SIGINT", "SIGTERM")],
+    ids=["sigint", "sigterm", "sigint-then-sigterm"],
+)
+def test_a_signal_saves_prints_one_line_and_resume_continues(
+    signals: tuple[str, ...], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     run = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "tritonrl.toolkit", "train", *TINY, "--steps", "100000000",
-                             "--run-dir", str(run)], cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tritonrl.toolkit",
+            "train",
+            *TINY,
+            "--steps",
+            "100000000",
+            "--run-dir",
+            str(run),
+        ],
+        cwd=tmp_path,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 120
         while not (run / "metrics.csv").exists():  # training has started (first metric flush)
@@ -56,8 +92,11 @@ def test_a_signal_saves_prints_one_line_and_resume_continues(signals: tuple[str,
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
     assert "Traceback" not in err and out == ""
-    m = re.fullmatch(rf"interrupted by {signals[0]} at step (\d+): checkpoint saved to "
-                     rf"{re.escape(str(run / 'checkpoint.safetensors'))}; continue with --resume", lines[0])
+    m = re.fullmatch(
+        rf"interrupted by {signals[0]} at step (\d+): checkpoint saved to "
+        rf"{re.escape(str(run / 'checkpoint.safetensors'))}; continue with --resume",
+        lines[0],
+    )
     assert m, lines[0]
     step = int(m.group(1))
     assert load_checkpoint(run / "checkpoint.safetensors")["loop"]["step"] == step >= 64
@@ -90,12 +129,18 @@ sys.exit(main(sys.argv[1:]))
 
 def test_without_matplotlib_the_curve_is_skipped_with_one_notice(tmp_path: Path) -> None:
     run = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-c", _HIDE_MATPLOTLIB, "train", *TINY, "--steps", "64",
-                           "--run-dir", str(run)], cwd=tmp_path, env=_env(), capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", _HIDE_MATPLOTLIB, "train", *TINY, "--steps", "64", "--run-dir", str(run)],
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.strip().splitlines() == [
-        "notice: matplotlib is not installed: curve.png skipped (pip install 'tritonrl[train]')"]
+        "notice: matplotlib is not installed: curve.png skipped (pip install 'tritonrl[train]')"
+    ]
     assert (run / "metrics.csv").exists() and (run / "checkpoint.safetensors").exists()
     assert not (run / "curve.png").exists()
     assert "(metrics.csv, checkpoint.safetensors)" in proc.stdout

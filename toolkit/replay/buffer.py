@@ -166,9 +166,19 @@ class ReplayBuffer:
         ):
             raise TypeError(f"obs_dtype must be None, torch.uint8 or a floating dtype, got {obs_dtype!r}")
         self.obs_dtype = obs_dtype
-        check_memory(f"capacity={self._capacity}", self.memory_bytes(
-            self._capacity, self.obs_shape, obs_dtype=obs_dtype, action_shape=self.action_shape,
-            action_dtype=action_dtype, num_envs=self.num_envs, n_step=self.n_step), self.device)
+        check_memory(
+            f"capacity={self._capacity}",
+            self.memory_bytes(
+                self._capacity,
+                self.obs_shape,
+                obs_dtype=obs_dtype,
+                action_shape=self.action_shape,
+                action_dtype=action_dtype,
+                num_envs=self.num_envs,
+                n_step=self.n_step,
+            ),
+            self.device,
+        )
         C, dev = self._capacity, self.device
         self._obs = torch.zeros((C, *self.obs_shape), dtype=obs_dtype, device=dev)
         self._next_obs = torch.zeros_like(self._obs)
@@ -206,9 +216,11 @@ class ReplayBuffer:
         obs_item = math.prod(obs_shape) * _itemsize(obs_dtype)
         act_item = math.prod(action_shape) * _itemsize(action_dtype)
         staged = (n_step - 1) * num_envs
-        return {"observations": (2 * capacity + staged) * obs_item,
-                "actions": (capacity + staged) * act_item,
-                "rewards and discounts": capacity * 8}
+        return {
+            "observations": (2 * capacity + staged) * obs_item,
+            "actions": (capacity + staged) * act_item,
+            "rewards and discounts": capacity * 8,
+        }
 
     @property
     def capacity(self) -> int:
@@ -445,8 +457,9 @@ class ReplayBuffer:
                 for k, v in mine.items()
                 if not isinstance(config, dict) or config.get(k) != v
             }
-            raise ValueError(f"state was saved by a buffer with another configuration (saved, this): "
-                             f"{str(diff)[:200]}")
+            raise ValueError(
+                f"state was saved by a buffer with another configuration (saved, this): {str(diff)[:200]}"
+            )
         size, pos = meta.get("size"), meta.get("pos")
         if isinstance(size, bool) or isinstance(pos, bool):
             size = pos = None
@@ -458,11 +471,14 @@ class ReplayBuffer:
         steps, committed = meta.get("steps"), meta.get("committed")
         for key, value in (("steps", steps), ("committed", committed)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ValueError(f"state meta {key!r} is missing or not a non-negative int "
-                                 f"(got {repr(value)[:40]})")
+                raise ValueError(
+                    f"state meta {key!r} is missing or not a non-negative int (got {repr(value)[:40]})"
+                )
         if committed % C != pos or min(committed, C) != size or committed > steps * E:
-            raise ValueError(f"state counters disagree: committed={committed}, size={size}, pos={pos}, "
-                             f"steps={steps} for capacity {C} and {E} environments")
+            raise ValueError(
+                f"state counters disagree: committed={committed}, size={size}, pos={pos}, "
+                f"steps={steps} for capacity {C} and {E} environments"
+            )
         shapes = {
             "obs": ((size, *self.obs_shape), self.obs_dtype),
             "next_obs": ((size, *self.obs_shape), self.obs_dtype),
