@@ -305,13 +305,9 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any]:
     from tritonrl.toolkit.config import config_changes, fixed_changes, format_change
     from tritonrl.toolkit.envs import make_vec_env
     from tritonrl.toolkit.loop import CHECKPOINT_NAME, LoopConfig
-    from tritonrl.toolkit.registry import get_agent, list_agents
+    from tritonrl.toolkit.registry import get_agent
 
     _validate(args)
-    if args.agent == "list":
-        raise UsageError(
-            "known agents: " + "; ".join(f"{s.name} ({s.kind}): {s.description}" for s in list_agents())
-        )
     try:
         spec = get_agent(args.agent)
     except ValueError as exc:
@@ -442,6 +438,12 @@ def run(args: argparse.Namespace) -> int:
     """
     from tritonrl.toolkit.checkpoint import CheckpointError
 
+    if args.agent == "list":  # the presets, one a line on stdout: a listing, not a mistake
+        from tritonrl.toolkit.registry import list_agents
+
+        for spec in list_agents():
+            print(f"{spec.name:<16} {spec.kind:<10} {spec.description}")
+        return 0
     try:
         from tritonrl.toolkit.loop import TrainingError, run_training
     except ModuleNotFoundError as exc:  # a core dependency missing (gymnasium on a bare GPU machine)

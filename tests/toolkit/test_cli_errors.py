@@ -589,3 +589,17 @@ def test_read_only_folder_without_injection(tmp_path: Path, capsys: pytest.Captu
     assert code == 2
     assert re.fullmatch(r"error: --run-dir .*/run is not writable: permission denied\n", err), err
     assert _snapshot(tmp_path) == before
+
+
+def test_agent_list_is_a_listing_not_a_mistake(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--agent list`` prints one preset a line on stdout, exit 0, and writes nothing."""
+    from tritonrl.toolkit.registry import list_agents
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "--agent", "list"]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert [line.split()[0] for line in out.splitlines()] == [s.name for s in list_agents()]
+    assert list(tmp_path.iterdir()) == []
