@@ -24,6 +24,7 @@ changes anything. A subclass provides three hooks::
 
 from __future__ import annotations
 
+import abc
 import os
 from collections.abc import Mapping
 from typing import Any, ClassVar, Protocol, runtime_checkable
@@ -180,7 +181,7 @@ def reseed(generator: torch.Generator, seed: int, updates: int) -> None:
 # ----------------------------------------------------------------------------- the base class
 
 
-class AgentBase:
+class AgentBase(abc.ABC):
     """Save, load, check-then-apply ``load_state_dict`` and ``check_inputs``, shared by the agent
     families.
 
@@ -210,20 +211,20 @@ class AgentBase:
 
     # ---- hooks
 
+    @abc.abstractmethod
     def _state_parts(self) -> dict[str, Any]:
         """The agent's own entries of :meth:`state_dict` (networks, optimizers, buffers, ...)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _check_parts(self, state: Mapping[str, Any], where: str) -> dict[str, Any]:
         """Validate the agent's own entries of ``state``; return what :meth:`_load_parts` needs
         (converted data, staged). Raise :class:`~tritonrl.toolkit.checkpoint.CheckpointError`
         (message starting with ``where``), or ``ValueError`` / ``TypeError`` / ``KeyError``
         (prefixed with ``where`` by the caller). Changes nothing."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _load_parts(self, state: Mapping[str, Any], staged: dict[str, Any]) -> None:
         """Apply the agent's own entries (already checked; counters already restored)."""
-        raise NotImplementedError
 
     # ---- shared
 
