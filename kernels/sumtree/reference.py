@@ -41,6 +41,7 @@ import functools
 import weakref
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
 __all__ = [
@@ -171,6 +172,7 @@ class _Views(NamedTuple):
     shifts: torch.Tensor  # int64 [L, 1]: 5, 10, ..., 5L (leaf index -> row index of level l)
     one: torch.Tensor  # int64 0-d: 1
     work: dict[int, _Work]  # descent buffers by batch size
+    host: list[_HostViews]  # CPU trees: numpy views of the tensors, made on first use
 
 
 # Views of each tree's levels, built once per tree: slicing costs as much as the op it feeds on
@@ -213,6 +215,7 @@ def _views(tree: SumTree) -> _Views:
         shifts,
         torch.ones((), dtype=torch.int64, device=sums.device),
         {},
+        [],
     )
     _VIEWS[key] = (weakref.ref(sums), weakref.ref(mins), sums.data_ptr(), views)
     weakref.finalize(sums, _VIEWS.pop, key, None)
@@ -285,18 +288,36 @@ def per_update_ref(
     A batch with a non-finite priority or an index outside ``[0, size)`` changes nothing but
     ``tree.status`` (``[0] += 1``, ``[1] = reason bits``). Duplicate indices: the last occurrence
     wins. The validity test reads three numbers (one synchronisation on CUDA).
+
+    On CPU the leaf part (validation, duplicates, leaf writes) runs on numpy views of the same
+    memory (:func:`_per_update_cpu`), where each small op costs a fraction of a torch op; the
+    results are the same bits as :func:`_per_update_torch`, the device-generic path (tested).
     """
-    B = indices.shape[0]
-    if B == 0:
+    if indices.shape[0] == 0:
         return
+    if indices.device.type == "cpu":
+        _per_update_cpu(tree, indices, td_errors, alpha, eps, size)
+    else:
+        _per_update_torch(tree, indices, td_errors, alpha, eps, size)
+
+
+def _reject(tree: SumTree, finite: bool, in_range: bool) -> None:
+    tree.status[0] += 1
+    tree.status[1] = (0 if finite else BAD_PRIORITY) | (0 if in_range else BAD_INDEX)
+
+
+def _per_update_torch(
+    tree: SumTree, indices: torch.Tensor, td_errors: torch.Tensor, alpha: float, eps: float, size: int
+) -> None:
+    """:func:`per_update_ref` in torch ops on any device (``indices`` non-empty)."""
+    B = indices.shape[0]
     p = td_errors.float().abs().add_(_scalar(eps, indices.device))  # a 0-d tensor adds faster
     p_max = p.max()  # NaN if any p is NaN, inf if any is inf
     lo, hi = torch.aminmax(indices)
     finite = abs(p_max.item()) < float("inf")  # False for NaN and inf
     in_range = lo.item() >= 0 and hi.item() < size
     if not (finite and in_range):
-        tree.status[0] += 1
-        tree.status[1] = (0 if finite else BAD_PRIORITY) | (0 if in_range else BAD_INDEX)
+        _reject(tree, finite, in_range)
         return
     tree.max_priority.clamp_(min=p_max)
     val = p.pow_(alpha)
@@ -308,6 +329,108 @@ def per_update_ref(
     tree.sums.scatter_(0, indices, val)  # leaves are sums[0:P]
     tree.mins.scatter_(0, indices, val)
     _update_ancestors(tree, indices)
+
+
+class _HostViews(NamedTuple):
+    """numpy views of one CPU tree's tensors (the same memory)."""
+
+    sums: np.ndarray
+    mins: np.ndarray
+    scratch: np.ndarray
+    max_priority: np.ndarray
+    children: tuple[np.ndarray, ...]  # _Views.children
+    prefix: tuple[np.ndarray, ...]  # _Views.prefix
+    mins_children: tuple[np.ndarray, ...]  # _Views.mins[l][0]
+    mins_out: tuple[np.ndarray, ...]  # _Views.mins[l][1]
+
+
+def _host_views(tree: SumTree, v: _Views) -> _HostViews:
+    if v.host:
+        return v.host[0]
+    h = _HostViews(
+        tree.sums.numpy(),
+        tree.mins.numpy(),
+        tree.scratch.numpy(),
+        tree.max_priority.numpy(),
+        tuple(c.numpy() for c in v.children),
+        tuple(p.numpy() for p in v.prefix),
+        tuple(c.numpy() for c, _ in v.mins),
+        tuple(o.numpy() for _, o in v.mins),
+    )
+    v.host.append(h)
+    return h
+
+
+def _update_ancestors_cpu(v: _Views, h: _HostViews, idx: np.ndarray) -> None:
+    """:func:`_update_ancestors` on CPU: the same torch ``cumsum`` / ``amin`` on the same values
+    (bit for bit), with the index work (row numbers, gathers, write-backs) in numpy."""
+    B = idx.shape[0]
+    limit = _dense_limit(B)
+    w = _work(v, B, v.one.device)
+    kids, prefix_out, min_out = w.rows.numpy(), w.prefix.numpy(), w.t1.numpy()
+    for lvl, (children, prefix) in enumerate(zip(v.children, v.prefix, strict=True)):
+        if children.numel() <= limit:
+            prefix_ref(children, out=prefix)
+            continue
+        rows = idx >> (FANOUT_LOG2 * (lvl + 1))
+        np.take(h.children[lvl], rows, axis=0, out=kids, mode="clip")  # rows are in range
+        torch.cumsum(w.rows, 1, out=w.prefix)  # prefix_ref on CPU
+        h.prefix[lvl][rows] = prefix_out  # duplicate rows write equal values
+    for lvl, (children, out) in enumerate(v.mins):
+        if children.numel() <= limit:
+            torch.amin(children, 1, out=out)
+            continue
+        rows = idx >> (FANOUT_LOG2 * (lvl + 1))
+        np.take(h.mins_children[lvl], rows, axis=0, out=kids, mode="clip")
+        torch.amin(w.rows, 1, out=w.t1)
+        h.mins_out[lvl][rows] = min_out
+
+
+@functools.lru_cache(maxsize=16)
+def _priority_buffer(B: int) -> tuple[torch.Tensor, np.ndarray]:
+    """An f32 ``[B]`` work tensor and its numpy view (CPU): the priorities of one update."""
+    t = torch.empty(B, dtype=torch.float32)
+    return t, t.numpy()
+
+
+def _per_update_cpu(
+    tree: SumTree, indices: torch.Tensor, td_errors: torch.Tensor, alpha: float, eps: float, size: int
+) -> None:
+    """:func:`_per_update_torch` on CPU with numpy for the leaf part, bit for bit the same.
+
+    Same values step by step: ``|td| + eps`` is one exact abs and one correctly rounded f32 add
+    in both; ``** alpha`` stays a torch op on the same contiguous ``[B]`` tensor (numpy's
+    ``powf`` may differ by an ulp); duplicates resolve by the same scratch rule, with
+    ``np.maximum.at`` (unbuffered, deterministic) for ``scatter_reduce_(amax)``; every duplicate
+    then writes the winner's value, so the order of the leaf writes does not matter.
+    """
+    B = indices.shape[0]
+    v = _views(tree)
+    h = _host_views(tree, v)
+    td = td_errors.float()
+    if td.requires_grad:
+        td = td.detach()
+    idx = indices.numpy()
+    p_t, p = _priority_buffer(B)
+    np.abs(td.numpy(), out=p)
+    np.add(p, np.float32(eps), out=p)
+    p_max = p.max()  # NaN if any p is NaN (numpy propagates it), inf if any is inf
+    finite = bool(abs(p_max) < np.inf)
+    in_range = bool(idx.min() >= 0) and bool(idx.max() < size)
+    if not (finite and in_range):
+        _reject(tree, finite, in_range)
+        return
+    mp = h.max_priority
+    if p_max > mp[0]:
+        mp[0] = p_max
+    p_t.pow_(alpha)  # p now holds the leaf values
+    scratch = h.scratch
+    np.maximum.at(scratch, idx, _positions(B, indices.device).numpy())
+    val = p[scratch[idx]]
+    scratch[idx] = -1
+    h.sums[idx] = val  # leaves are sums[0:P]
+    h.mins[idx] = val
+    _update_ancestors_cpu(v, h, idx)
 
 
 def per_insert_ref(tree: SumTree, start: int, count: int, alpha: float) -> None:

@@ -192,6 +192,47 @@ def test_update_last_duplicate_wins_and_tree_is_consistent(backend: str) -> None
     assert geometry(32).min_offsets[-1] == tree.mins.shape[0] - 1  # the root is the last entry
 
 
+@pytest.mark.parametrize("capacity", [20, 1000, 20_000, 300_000])  # 300k: two sparse levels
+@pytest.mark.parametrize("td_dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_cpu_fast_update_is_bitwise_the_torch_path(
+    capacity: int, td_dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CPU update (numpy index work around torch cumsum/amin/pow) writes exactly what the
+    device-generic torch path writes: random batches with many duplicates, rejected batches too."""
+    from tritonrl.kernels.sumtree import reference as ref
+
+    calls: list[str] = []
+    fast_path = ref._per_update_cpu
+
+    def counted(*args: object) -> None:
+        calls.append("cpu")
+        fast_path(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ref, "_per_update_cpu", counted)
+    g = torch.Generator().manual_seed(capacity)
+    size = capacity - capacity // 7  # a partly filled tree
+    fast, slow = new_sumtree(capacity), new_sumtree(capacity)
+    per_insert(fast, 0, size, alpha=0.6)
+    per_insert(slow, 0, size, alpha=0.6)
+    for step in range(12):
+        B = [1, 7, 256, 1000][step % 4]
+        idx = torch.randint(0, size, (B,), generator=g)
+        idx[B // 2 :] = idx[: B - B // 2].clone()  # half the batch repeats the other half
+        td = (torch.randn(B, generator=g, dtype=torch.float64) * 10 ** (step % 5 - 2)).to(td_dtype)
+        alpha = [0.6, 0.5, 1.0, 0.0][step % 4]
+        if step == 5:
+            td[B // 2] = float("nan")
+        if step == 9:
+            idx[0] = size
+        ref.per_update_ref(fast, idx, td, alpha, 1e-6, size)
+        ref._per_update_torch(slow, idx, td, alpha, 1e-6, size)
+        for a, b in zip(fast, slow, strict=True):
+            assert torch.equal(a, b), (step, B)
+    assert calls == ["cpu"] * 12  # the fast path ran every time
+    assert fast.status.tolist() == [2, BAD_INDEX]
+    _assert_consistent(fast)
+
+
 @pytest.mark.parametrize("start, count", [(0, 1), (37, 41), (5, 95), (99, 1), (64, 32), (0, 100)])
 def test_insert_range_sets_max_priority_and_stays_consistent(backend: str, start: int, count: int) -> None:
     device = backend
