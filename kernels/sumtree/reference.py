@@ -332,7 +332,7 @@ def _per_update_torch(
 
 
 class _HostViews(NamedTuple):
-    """numpy views of one CPU tree's tensors (the same memory)."""
+    """numpy views of one CPU tree's tensors (the same memory) and of its update buffers."""
 
     sums: np.ndarray
     mins: np.ndarray
@@ -342,6 +342,22 @@ class _HostViews(NamedTuple):
     prefix: tuple[np.ndarray, ...]  # _Views.prefix
     mins_children: tuple[np.ndarray, ...]  # _Views.mins[l][0]
     mins_out: tuple[np.ndarray, ...]  # _Views.mins[l][1]
+    work: dict[int, _HostWork]  # update buffers by batch size
+
+
+class _HostWork(NamedTuple):
+    """Buffers of one CPU update of ``B`` leaves: each torch tensor with its numpy view."""
+
+    rows_t: torch.Tensor  # f32 [B, 32] gathered children
+    rows: np.ndarray
+    prefix_t: torch.Tensor  # f32 [B, 32] their prefix sums
+    prefix: np.ndarray
+    minima_t: torch.Tensor  # f32 [B] their minima
+    minima: np.ndarray
+    prio_t: torch.Tensor  # f32 [B] the priorities, then the leaf values
+    prio: np.ndarray
+    positions: np.ndarray  # int32 [B] batch positions (read-only)
+    sparse: tuple[bool, ...]  # per level: gather the touched rows (else recompute it whole)
 
 
 def _host_views(tree: SumTree, v: _Views) -> _HostViews:
@@ -356,41 +372,55 @@ def _host_views(tree: SumTree, v: _Views) -> _HostViews:
         tuple(p.numpy() for p in v.prefix),
         tuple(c.numpy() for c, _ in v.mins),
         tuple(o.numpy() for _, o in v.mins),
+        {},
     )
     v.host.append(h)
     return h
 
 
-def _update_ancestors_cpu(v: _Views, h: _HostViews, idx: np.ndarray) -> None:
+def _host_work(h: _HostViews, v: _Views, B: int) -> _HostWork:
+    hw = h.work.get(B)
+    if hw is None:
+        if len(h.work) >= 4:
+            h.work.clear()
+        rows_t, prefix_t = torch.empty(B, FANOUT), torch.empty(B, FANOUT)
+        minima_t, prio_t = torch.empty(B), torch.empty(B)
+        limit = _dense_limit(B)
+        hw = h.work[B] = _HostWork(
+            rows_t,
+            rows_t.numpy(),
+            prefix_t,
+            prefix_t.numpy(),
+            minima_t,
+            minima_t.numpy(),
+            prio_t,
+            prio_t.numpy(),
+            _positions(B, torch.device("cpu")).numpy(),
+            tuple(c.numel() > limit for c in v.children),
+        )
+    return hw
+
+
+def _update_ancestors_cpu(v: _Views, h: _HostViews, hw: _HostWork, idx: np.ndarray) -> None:
     """:func:`_update_ancestors` on CPU: the same torch ``cumsum`` / ``amin`` on the same values
     (bit for bit), with the index work (row numbers, gathers, write-backs) in numpy."""
-    B = idx.shape[0]
-    limit = _dense_limit(B)
-    w = _work(v, B, v.one.device)
-    kids, prefix_out, min_out = w.rows.numpy(), w.prefix.numpy(), w.t1.numpy()
-    for lvl, (children, prefix) in enumerate(zip(v.children, v.prefix, strict=True)):
-        if children.numel() <= limit:
-            prefix_ref(children, out=prefix)
+    for lvl, sparse in enumerate(hw.sparse):
+        if not sparse:
+            prefix_ref(v.children[lvl], out=v.prefix[lvl])
             continue
         rows = idx >> (FANOUT_LOG2 * (lvl + 1))
-        np.take(h.children[lvl], rows, axis=0, out=kids, mode="clip")  # rows are in range
-        torch.cumsum(w.rows, 1, out=w.prefix)  # prefix_ref on CPU
-        h.prefix[lvl][rows] = prefix_out  # duplicate rows write equal values
-    for lvl, (children, out) in enumerate(v.mins):
-        if children.numel() <= limit:
+        h.children[lvl].take(rows, 0, hw.rows, "clip")  # rows are in range
+        torch.cumsum(hw.rows_t, 1, out=hw.prefix_t)  # prefix_ref on CPU
+        h.prefix[lvl][rows] = hw.prefix  # duplicate rows write equal values
+    for lvl, sparse in enumerate(hw.sparse):
+        if not sparse:
+            children, out = v.mins[lvl]
             torch.amin(children, 1, out=out)
             continue
         rows = idx >> (FANOUT_LOG2 * (lvl + 1))
-        np.take(h.mins_children[lvl], rows, axis=0, out=kids, mode="clip")
-        torch.amin(w.rows, 1, out=w.t1)
-        h.mins_out[lvl][rows] = min_out
-
-
-@functools.lru_cache(maxsize=16)
-def _priority_buffer(B: int) -> tuple[torch.Tensor, np.ndarray]:
-    """An f32 ``[B]`` work tensor and its numpy view (CPU): the priorities of one update."""
-    t = torch.empty(B, dtype=torch.float32)
-    return t, t.numpy()
+        h.mins_children[lvl].take(rows, 0, hw.rows, "clip")
+        torch.amin(hw.rows_t, 1, out=hw.minima_t)
+        h.mins_out[lvl][rows] = hw.minima
 
 
 def _per_update_cpu(
@@ -402,16 +432,17 @@ def _per_update_cpu(
     in both; ``** alpha`` stays a torch op on the same contiguous ``[B]`` tensor (numpy's
     ``powf`` may differ by an ulp); duplicates resolve by the same scratch rule, with
     ``np.maximum.at`` (unbuffered, deterministic) for ``scatter_reduce_(amax)``; every duplicate
-    then writes the winner's value, so the order of the leaf writes does not matter.
+    then writes the winner's value, so the order of the leaf writes does not matter. The tree
+    walk runs the same torch ``cumsum`` / ``amin`` on the same rows as :func:`_update_ancestors`.
     """
-    B = indices.shape[0]
     v = _views(tree)
     h = _host_views(tree, v)
+    hw = _host_work(h, v, indices.shape[0])
     td = td_errors.float()
     if td.requires_grad:
         td = td.detach()
     idx = indices.numpy()
-    p_t, p = _priority_buffer(B)
+    p = hw.prio
     np.abs(td.numpy(), out=p)
     np.add(p, np.float32(eps), out=p)
     p_max = p.max()  # NaN if any p is NaN (numpy propagates it), inf if any is inf
@@ -423,14 +454,14 @@ def _per_update_cpu(
     mp = h.max_priority
     if p_max > mp[0]:
         mp[0] = p_max
-    p_t.pow_(alpha)  # p now holds the leaf values
+    hw.prio_t.pow_(alpha)  # p now holds the leaf values
     scratch = h.scratch
-    np.maximum.at(scratch, idx, _positions(B, indices.device).numpy())
+    np.maximum.at(scratch, idx, hw.positions)
     val = p[scratch[idx]]
     scratch[idx] = -1
     h.sums[idx] = val  # leaves are sums[0:P]
     h.mins[idx] = val
-    _update_ancestors_cpu(v, h, idx)
+    _update_ancestors_cpu(v, h, hw, idx)
 
 
 def per_insert_ref(tree: SumTree, start: int, count: int, alpha: float) -> None:
