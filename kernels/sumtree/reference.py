@@ -334,6 +334,7 @@ def _per_update_torch(
 class _HostViews(NamedTuple):
     """numpy views of one CPU tree's tensors (the same memory) and of its update buffers."""
 
+    tensors: tuple[torch.Tensor, torch.Tensor]  # tree.scratch and tree.max_priority (not in _Views' key)
     sums: np.ndarray
     mins: np.ndarray
     scratch: np.ndarray
@@ -362,8 +363,12 @@ class _HostWork(NamedTuple):
 
 def _host_views(tree: SumTree, v: _Views) -> _HostViews:
     if v.host:
-        return v.host[0]
+        h = v.host[0]
+        if h.tensors[0] is tree.scratch and h.tensors[1] is tree.max_priority:
+            return h
+        v.host.clear()  # the same sums and mins in a tree with other scratch / max_priority tensors
     h = _HostViews(
+        (tree.scratch, tree.max_priority),
         tree.sums.numpy(),
         tree.mins.numpy(),
         tree.scratch.numpy(),
@@ -409,8 +414,12 @@ def _update_ancestors_cpu(v: _Views, h: _HostViews, hw: _HostWork, idx: np.ndarr
             prefix_ref(v.children[lvl], out=v.prefix[lvl])
             continue
         rows = idx >> (FANOUT_LOG2 * (lvl + 1))
-        h.children[lvl].take(rows, 0, hw.rows, "clip")  # rows are in range
-        torch.cumsum(hw.rows_t, 1, out=hw.prefix_t)  # prefix_ref on CPU
+        if lvl == 0:  # the leaves: contiguous rows (mode "clip" skips a bounds pass; rows are valid)
+            h.children[lvl].take(rows, 0, hw.rows, "clip")
+            kids = hw.rows_t
+        else:  # a strided column of totals, which take() would first copy whole; indexing does not
+            kids = torch.from_numpy(h.children[lvl][rows])
+        torch.cumsum(kids, 1, out=hw.prefix_t)  # prefix_ref on CPU
         h.prefix[lvl][rows] = hw.prefix  # duplicate rows write equal values
     for lvl, sparse in enumerate(hw.sparse):
         if not sparse:

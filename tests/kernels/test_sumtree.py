@@ -233,6 +233,19 @@ def test_cpu_fast_update_is_bitwise_the_torch_path(
     _assert_consistent(fast)
 
 
+def test_cpu_update_writes_the_trees_own_tensors() -> None:
+    """The CPU update caches numpy views per tree; a tree that shares ``sums`` and ``mins`` with
+    another but has its own ``scratch`` and ``max_priority`` gets its own."""
+    a = new_sumtree(100)
+    per_insert(a, 0, 100, alpha=1.0)
+    per_update(a, torch.tensor([1]), torch.tensor([2.0]), alpha=1.0, eps=1.0, size=100)
+    b = a._replace(scratch=a.scratch.clone(), max_priority=torch.ones(1))
+    per_update(b, torch.tensor([2]), torch.tensor([4.0]), alpha=1.0, eps=1.0, size=100)
+    assert b.max_priority.tolist() == [5.0] and a.max_priority.tolist() == [3.0]
+    assert a.scratch.tolist() == b.scratch.tolist() == [-1] * 128
+    _assert_consistent(b)
+
+
 @pytest.mark.parametrize("start, count", [(0, 1), (37, 41), (5, 95), (99, 1), (64, 32), (0, 100)])
 def test_insert_range_sets_max_priority_and_stays_consistent(backend: str, start: int, count: int) -> None:
     device = backend
