@@ -456,7 +456,7 @@ def _per_update_cpu(
     np.add(p, np.float32(eps), out=p)
     p_max = p.max()  # NaN if any p is NaN (numpy propagates it), inf if any is inf
     finite = bool(abs(p_max) < np.inf)
-    in_range = bool(idx.min() >= 0) and bool(idx.max() < size)
+    in_range = bool(idx.view(np.uint64).max() < size)  # a negative index is >= 2**63 as uint64
     if not (finite and in_range):
         _reject(tree, finite, in_range)
         return

@@ -224,12 +224,14 @@ def test_cpu_fast_update_is_bitwise_the_torch_path(
             td[B // 2] = float("nan")
         if step == 9:
             idx[0] = size
+        if step == 10:
+            idx[-1] = -1
         ref.per_update_ref(fast, idx, td, alpha, 1e-6, size)
         ref._per_update_torch(slow, idx, td, alpha, 1e-6, size)
         for a, b in zip(fast, slow, strict=True):
             assert torch.equal(a, b), (step, B)
     assert calls == ["cpu"] * 12  # the fast path ran every time
-    assert fast.status.tolist() == [2, BAD_INDEX]
+    assert fast.status.tolist() == [3, BAD_INDEX]
     _assert_consistent(fast)
 
 

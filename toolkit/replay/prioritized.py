@@ -148,8 +148,11 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             return
         if self._size == 0:
             raise ValueError("update_priorities on an empty buffer: no index is valid")
-        idx = idx.to(device=self.device, dtype=torch.int64).contiguous()
-        td = td.to(device=self.device).contiguous()
+        if idx.dtype != torch.int64 or idx.device != self.device:
+            idx = idx.to(device=self.device, dtype=torch.int64)
+        if td.device != self.device:
+            td = td.to(device=self.device)
+        idx, td = idx.contiguous(), td.contiguous()
         per_update(self._tree, idx, td, alpha=self.alpha, eps=self.eps, size=self._size)
         if self.check_priorities:
             self.check()
