@@ -293,8 +293,9 @@ MAX_HEADER_BYTES = 100 * 2**20
 names; a big replay buffer's header stays far below): a larger length field means a foreign file."""
 
 
-def _read_file(path: str | os.PathLike, where: str) -> bytes:
-    """The bytes of a regular-file checkpoint, reading the 8-byte length and the header first.
+def _read_file(path: str | os.PathLike, where: str, *, payload: bool = True) -> bytes:
+    """The bytes of a regular-file checkpoint, reading the 8-byte length and the header first
+    (only those with ``payload=False``).
 
     Refuses anything but a regular file (after following links) before reading a byte, so a FIFO
     cannot block and ``/dev/zero`` cannot exhaust memory; a header length beyond the file or
@@ -339,7 +340,7 @@ def _read_file(path: str | os.PathLike, where: str) -> bytes:
                 )
             header = f.read(n)
             _parse_header(header, where)  # a bad header is reported before the payload is read
-            rest = f.read()
+            rest = f.read() if payload else b""
         except OSError as exc:
             raise CheckpointError(f"{where}: cannot read checkpoint ({exc.strerror})") from None
     return head + header + rest
@@ -357,13 +358,28 @@ def _parse_header(raw: bytes, where: str) -> dict:
     return header
 
 
-def load_checkpoint(path: str | os.PathLike, *, device: torch.device | str | None = None) -> dict:
+class _NoTensors(dict):
+    """Stands for the payload when only the header is read: every tensor name maps to ``None``."""
+
+    def __contains__(self, key: object) -> bool:
+        return True
+
+    def __missing__(self, key: str) -> None:
+        return None
+
+
+def load_checkpoint(
+    path: str | os.PathLike, *, device: torch.device | str | None = None, tensors: bool = True
+) -> dict:
     """Read a checkpoint written by :func:`save_checkpoint`; no pickle is involved.
 
     Args:
         path: the checkpoint file (a regular file, or a link to one).
         device: where tensors go (default: CPU). Dtypes are kept as stored; converting them is
             the consumer's job (see :func:`load_into_module`).
+        tensors: ``False`` reads the header alone (configs, counters, identity: what deciding
+            about a resume takes) and leaves ``None`` where each tensor was, without reading the
+            payload; its integrity is checked when the checkpoint is loaded in full.
 
     Returns:
         the nested ``state`` as saved (tuples come back as tuples, int keys as ints).
@@ -375,7 +391,7 @@ def load_checkpoint(path: str | os.PathLike, *, device: torch.device | str | Non
             ``path``.
     """
     where = str(path)
-    data = _read_file(path, where)
+    data = _read_file(path, where, payload=tensors)
     (n,) = struct.unpack("<Q", data[:8])
     header = _parse_header(data[8 : 8 + n], where)
     meta = header.get("__metadata__")
@@ -402,14 +418,20 @@ def load_checkpoint(path: str | os.PathLike, *, device: torch.device | str | Non
         )
     if not isinstance(doc.get("state"), dict):
         raise CheckpointError(f"{where}: corrupt checkpoint (state is missing or not a dict)")
+    payload: Mapping[str, torch.Tensor]
+    if not tensors:
+        payload = _NoTensors()
+    else:
+        try:
+            payload = st_load(data)
+        except Exception as exc:  # safetensors raises its own error type for truncation/corruption
+            raise CheckpointError(
+                f"{where}: truncated or corrupt tensor data ({brief(str(exc), 120)})"
+            ) from None
+        if device is not None and torch.device(device).type != "cpu":
+            payload = {k: v.to(device) for k, v in payload.items()}
     try:
-        tensors = st_load(data)
-    except Exception as exc:  # safetensors raises its own error type for truncation/corruption
-        raise CheckpointError(f"{where}: truncated or corrupt tensor data ({brief(str(exc), 120)})") from None
-    if device is not None and torch.device(device).type != "cpu":
-        tensors = {k: v.to(device) for k, v in tensors.items()}
-    try:
-        state = _decode(doc["state"], tensors)
+        state = _decode(doc["state"], payload)
     except _Corrupt as exc:
         raise CheckpointError(f"{where}: corrupt checkpoint ({exc})") from None
     except RecursionError:

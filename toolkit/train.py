@@ -336,7 +336,8 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any]:
                 "choose another --run-dir"
             )
         try:  # the run's config is the saved one, this command's --set on top (see docs: Training)
-            saved = training_sections(load_checkpoint(ckpt), str(ckpt))
+            # the header alone: the run loads the whole checkpoint once, when it resumes
+            saved = training_sections(load_checkpoint(ckpt, tensors=False), str(ckpt))
             saved_config = section(saved["agent"], "config", str(ckpt), "the agent config")
         except CheckpointError as exc:
             raise UsageError(str(exc)) from None

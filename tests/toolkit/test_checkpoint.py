@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import pickle
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -191,3 +192,16 @@ def test_rng_state_round_trip(tmp_path):
     assert torch.equal(first[0], second[0])
     assert np.array_equal(first[1], second[1])
     assert first[2] == second[2]
+
+
+def test_header_only_load_reads_no_payload(tmp_path: Path) -> None:
+    """``tensors=False``: configs and counters come back, tensors are ``None``, the payload is unread
+    (a checkpoint whose tensor bytes are cut off still gives its header; the full load refuses it)."""
+    path = tmp_path / "c.safetensors"
+    save_checkpoint(path, {"config": {"lr": 0.1, "hidden": (4, 4)}, "w": torch.ones(1000), "step": 7})
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) - 2000])
+    head = load_checkpoint(path, tensors=False)
+    assert head == {"config": {"lr": 0.1, "hidden": (4, 4)}, "w": None, "step": 7}
+    with pytest.raises(CheckpointError, match="truncated or corrupt tensor data"):
+        load_checkpoint(path)
