@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 __all__ = [
+    "MAX_SEED",
     "ActionRule",
     "InputGuard",
     "available_memory",
@@ -38,6 +39,9 @@ __all__ = [
     "check_memory",
     "format_bytes",
 ]
+
+MAX_SEED = 2**32 - 1
+"""Largest seed: numpy's global seed takes 32 bits, gymnasium refuses negative seeds (torch takes 64)."""
 
 # ----------------------------------------------------------------------------- config ranges
 

@@ -70,6 +70,7 @@ from tritonrl.toolkit.checkpoint import (
     save_checkpoint,
     training_sections,
 )
+from tritonrl.toolkit.checks import MAX_SEED
 from tritonrl.toolkit.envs import VecEnv, evaluate
 from tritonrl.toolkit.logger import MetricLogger, ProgressBar, plot_learning_curve, repair_csv
 from tritonrl.toolkit.runfolder import RunLock, move_aside
@@ -86,8 +87,6 @@ __all__ = [
 ]
 
 CHECKPOINT_NAME = "checkpoint.safetensors"
-MAX_SEED = 2**32 - 1
-"""Largest seed: numpy's global seed takes 32 bits, gymnasium refuses negative seeds (torch takes 64)."""
 
 
 class TrainingError(RuntimeError):

@@ -61,12 +61,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from tritonrl.toolkit.checks import MAX_SEED  # light: ``--help`` must not import the loop
 
 __all__ = ["add_parser", "run"]
 
 DEFAULT_AGENT = "rainbow"
 DEFAULT_ENV = "CartPole-v1"
-MAX_SEED = 2**32 - 1  # = tritonrl.toolkit.loop.MAX_SEED (not imported: ``--help`` must not import the loop)
 MAX_ENVS = 65_536
 """Most environments (``--num-envs``, ``--eval-episodes``): each is a gymnasium env in this process
 (CartPole: about 60 KB each), so a typo like 10**8 would exhaust memory instead of failing."""

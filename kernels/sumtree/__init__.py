@@ -10,42 +10,6 @@ functions), ``reference.py`` (the layout, the torch specification and the tuned 
 ``fused.py`` (the Triton kernels, imported only when a Triton path runs).
 """
 
-from tritonrl.kernels.sumtree.api import (
-    BAD_INDEX,
-    BAD_PRIORITY,
-    FANOUT,
-    PER_INSERT,
-    PER_SAMPLE,
-    PER_UPDATE,
-    Geometry,
-    SumTree,
-    geometry,
-    leaves,
-    leaves_for,
-    new_sumtree,
-    per_insert,
-    per_sample,
-    per_update,
-    rebuild,
-    total,
-)
-
-__all__ = [
-    "BAD_INDEX",
-    "BAD_PRIORITY",
-    "FANOUT",
-    "PER_INSERT",
-    "PER_SAMPLE",
-    "PER_UPDATE",
-    "Geometry",
-    "SumTree",
-    "geometry",
-    "leaves",
-    "leaves_for",
-    "new_sumtree",
-    "per_insert",
-    "per_sample",
-    "per_update",
-    "rebuild",
-    "total",
-]
+# The package's public names are api.py's: one list, in api.__all__.
+from tritonrl.kernels.sumtree.api import *  # noqa: F403
+from tritonrl.kernels.sumtree.api import __all__  # noqa: F401
