@@ -20,7 +20,8 @@ The variable is validated in one function, :func:`backend_override`, which dispa
 constructors (hence the command line, before training) call.
 
 ``op.select(device)`` answers which implementation would run and why; ``op.last_backend`` and
-``op.counts`` record what actually ran, so tests can assert the path. Nothing here imports triton
+``op.counts`` record what actually ran, so tests can assert the path (eager calls only: a call
+inside a ``torch.compile``'d region is traced once and not counted). Nothing here imports triton
 or queries CUDA at import time.
 """
 
@@ -320,8 +321,11 @@ class KernelOp:
             return self._ran("torch", fallback())
 
     def _ran(self, backend: str, result: T) -> T:
-        self.last_backend = backend
-        self.counts[backend] += 1
+        # Inside a torch.compile'd region the call is traced once, not run per step: a count taken
+        # there would be wrong, and Dynamo would guard on the counter's value (a recompile per call).
+        if not torch.compiler.is_compiling():
+            self.last_backend = backend
+            self.counts[backend] += 1
         return result
 
     def __repr__(self) -> str:

@@ -232,8 +232,9 @@ class AgentBase(abc.ABC):
         """Raise now if a deferred input check failed (one host sync when checks are pending).
 
         Inputs that live on an accelerator are checked without a sync per step (see
-        :class:`tritonrl.toolkit.checks.InputGuard`); ``update`` calls this first, and a training
-        loop may call it at its log interval.
+        :class:`tritonrl.toolkit.checks.InputGuard`): the training loop calls this at every log
+        interval and before every checkpoint; ``update`` calls it first only when
+        ``inputs.check_at_update`` is set (it then costs a sync per round of updates).
 
         Raises:
             ValueError: an earlier ``act``/``observe`` received NaN/inf or an out-of-range action.

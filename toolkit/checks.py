@@ -11,8 +11,9 @@ Three mechanisms, each in one place:
   agent's boundary (``act``/``observe``), before anything is stored or learned. Host inputs (numpy
   arrays, CPU tensors) are checked at once, at a cost of about a microsecond per tensor; tensors on
   an accelerator are never read on the step: their checks accumulate into a device-side flag that
-  :meth:`InputGuard.check` reads (one sync) when the agent's ``update()`` starts or when the
-  training loop calls ``agent.check_inputs()``.
+  :meth:`InputGuard.check` reads (one sync) when the training loop calls ``agent.check_inputs()``
+  (at every log interval and before every checkpoint), or, with
+  :attr:`InputGuard.check_at_update`, when the agent's ``update()`` starts.
 """
 
 from __future__ import annotations
@@ -95,13 +96,24 @@ def _field_types(cls: type) -> dict[str, tuple[type, bool, bool]]:
     return out
 
 
+@functools.cache
+def _choice_fields(cls: type) -> dict[str, tuple[Any, ...]]:
+    """``{field: allowed values}`` for the ``Literal[...]`` fields of a config dataclass."""
+    return {
+        name: typing.get_args(tp)
+        for name, tp in typing.get_type_hints(cls).items()
+        if typing.get_origin(tp) is typing.Literal
+    }
+
+
 def numeric_fields(cls: type) -> list[str]:
     """The int and float fields (plain, optional or tuples of them) of a config dataclass."""
     return [k for k, (tp, _, _) in _field_types(cls).items() if tp is not bool]
 
 
 def check_config(config: Any, ranges: Mapping[str, str]) -> None:
-    """Check the types of a config's int/float/bool fields and the range of each numeric one.
+    """Check the types of a config's int/float/bool fields, the range of each numeric one, and that
+    each ``Literal[...]`` field holds one of its values.
 
     Args:
         config: a dataclass instance (its type hints give each field's type).
@@ -111,10 +123,16 @@ def check_config(config: Any, ranges: Mapping[str, str]) -> None:
 
     Raises:
         ValueError: one line naming the field and its value: a wrong type (an int field holding
-            ``1.5`` or ``True``), NaN or inf, or a value outside its interval.
+            ``1.5`` or ``True``), NaN or inf, a value outside its interval, or a value that is not
+            one of a ``Literal`` field's (``compile='fast' is not one of ('none', 'default',
+            'reduce-overhead')``).
         KeyError: a numeric field has no range (a programming error in the config class).
     """
     cls: type = type(config)
+    for name, allowed in _choice_fields(cls).items():
+        value = getattr(config, name)
+        if not any(type(value) is type(a) and value == a for a in allowed):
+            raise ValueError(f"{name}={value!r} is not one of {allowed}")
     for name, (tp, optional, is_tuple) in _field_types(cls).items():
         value = getattr(config, name)
         if value is None and optional:
@@ -271,18 +289,28 @@ class InputGuard:
             ``"eager"``: every input is checked at once (a host sync per tensor on an accelerator,
             for debugging: the message gives the exact entry); ``"deferred"``: every input only
             sets the device-side flag (how tests exercise the accelerator path on a CPU).
+        check_at_update: ``False`` (default): ``update()`` reads no flag (no host sync in a
+            learner step); the flags are read by ``agent.check_inputs()``, which the training loop
+            calls at every log interval and before every checkpoint, so a checkpoint never holds
+            what was learned from bad data, and the run stops with this error at the next log
+            interval. ``True``: ``update()`` reads the flags first whenever new inputs arrived
+            (one host sync per round of updates on an accelerator), and nothing is ever learned
+            from bad data.
 
     Eager errors are one line naming the call, the argument, the step-local index of the first bad
     entry and its value: ``DQNAgent.observe: reward[3] = nan is not finite``. Deferred errors name
     the call and the argument (the entry is unknown without a sync per step); the bad data may
-    already be stored, but no update has learned from it when :meth:`check` runs first in
-    ``update()``.
+    already be stored, and updates before the check may have learned from it (none has with
+    ``check_at_update``).
     """
 
-    def __init__(self, owner: str, actions: ActionRule, *, mode: str = "auto") -> None:
+    def __init__(
+        self, owner: str, actions: ActionRule, *, mode: str = "auto", check_at_update: bool = False
+    ) -> None:
         self.owner = owner
         self.rule = actions
         self.mode = mode
+        self.check_at_update = check_at_update
         # (call, argument) -> 0-dim bool tensor on the input's device: all inputs so far were valid
         self._flags: dict[tuple[str, str, str], torch.Tensor] = {}
         self.pending = False  # deferred checks were queued since the last check()

@@ -19,14 +19,27 @@ already are f32 are optimized in place (no copy, no cost), so one code path serv
 exactly; ``load_state_dict`` accepts a state saved with a different parameter dtype (masters
 become the parameters' values when the new parameters are f32; they are rebuilt from the
 parameters when the saved state had none).
+
+The agents' learner step is :meth:`MasterWeightOptimizer.clip_and_step` (Adam with ``fused=True``
+only): clip and step as one function of tensors, which reads no tensor value on the host and
+which ``torch.compile`` traces whole (``compile="default"`` or ``"reduce-overhead"``; see
+:mod:`tritonrl.toolkit.compile`)::
+
+    opt = MasterWeightOptimizer(model.parameters(), torch.optim.Adam, lr=3e-4, fused=True)
+    opt.zero_grad()
+    loss.backward()
+    grad_norm = opt.clip_and_step(0.5)     # = clip_grad_norm_(0.5); step(), without host reads
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import functools
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
+from torch.optim.adam import adam
+from tritonrl.toolkit.compile import Compiled
 
 __all__ = ["MasterWeightOptimizer"]
 
@@ -37,16 +50,22 @@ class MasterWeightOptimizer:
     Args:
         params: the parameters (an iterable of tensors requiring grad; one param group).
         optimizer_cls: a ``torch.optim.Optimizer`` subclass (Adam, AdamW, SGD, ...).
+        compile: how :meth:`clip_and_step` runs, one of
+            :data:`tritonrl.toolkit.compile.COMPILE_MODES`; anything but ``"none"`` needs
+            ``torch.optim.Adam`` with ``fused=True``.
         **kwargs: passed to ``optimizer_cls`` (``lr``, ``eps``, ...).
 
     Raises:
-        ValueError: ``params`` is empty or holds a parameter that does not require grad.
+        ValueError: ``params`` is empty or holds a parameter that does not require grad, or
+            ``compile`` is unknown or set for another optimizer than fused Adam.
     """
 
     def __init__(
         self,
         params: Iterable[torch.nn.Parameter],
         optimizer_cls: type[torch.optim.Optimizer] = torch.optim.Adam,
+        *,
+        compile: str = "none",
         **kwargs: Any,
     ) -> None:
         self.params = list(params)
@@ -61,6 +80,28 @@ class MasterWeightOptimizer:
         ]
         self.optimizer = optimizer_cls(self.masters, **kwargs)
         self._gathered = False  # master grads hold this step's (possibly clipped) gradients
+        group = self.optimizer.param_groups[0]
+        self._fused_adam = type(self.optimizer) is torch.optim.Adam and bool(group.get("fused"))
+        if compile != "none" and not self._fused_adam:
+            raise ValueError(
+                f"compile={compile!r} needs torch.optim.Adam with fused=True, got "
+                f"{optimizer_cls.__name__} (fused={group.get('fused')})"
+            )
+        # clip_and_step reads the learning rate from this 0-d tensor (set_lr fills it): a Python
+        # float would be a constant of a compiled graph, recompiled at every change.
+        self._lr = torch.tensor(float(group["lr"]), dtype=torch.float32, device=self.params[0].device)
+        self._step = Compiled(
+            functools.partial(
+                _adam_step,
+                betas=tuple(group["betas"]) if "betas" in group else (0.9, 0.999),
+                eps=float(group.get("eps", 1e-8)),
+                weight_decay=float(group.get("weight_decay", 0.0)),
+                amsgrad=bool(group.get("amsgrad", False)),
+                maximize=bool(group.get("maximize", False)),
+            ),
+            compile,
+            self.params[0].device,
+        )
 
     @property
     def has_masters(self) -> bool:
@@ -73,9 +114,10 @@ class MasterWeightOptimizer:
         return self.optimizer.param_groups
 
     def set_lr(self, lr: float) -> None:
-        """Set the learning rate of every param group."""
+        """Set the learning rate of every param group (a device fill, no sync)."""
         for group in self.optimizer.param_groups:
             group["lr"] = lr
+        self._lr.fill_(lr)
 
     def zero_grad(self) -> None:
         """Drop the gradients of the parameters and of the masters (call it before each backward)."""
@@ -119,6 +161,60 @@ class MasterWeightOptimizer:
                 if m is not p:
                     p.copy_(m)
         self._gathered = False
+
+    def clip_and_step(self, max_norm: float) -> torch.Tensor:
+        """Clip the global gradient norm to ``max_norm`` and take one Adam step, without host reads.
+
+        The same update as :meth:`clip_grad_norm_` then :meth:`step` (f32 master gradients, the
+        norm computed in f32, Adam on the f32 masters, the parameters rounded from them), written
+        as one function of tensors: the fused Adam kernel when eager, foreach ops when compiled
+        (the fused kernel is opaque to Dynamo; the two agree to f32 rounding). The learning rate
+        comes from :meth:`set_lr`. Needs ``torch.optim.Adam(fused=True)``.
+
+        Returns:
+            the norm before clipping, an f32 0-d tensor on the parameters' device.
+
+        Raises:
+            TypeError: the inner optimizer is not a fused Adam.
+        """
+        if not self._fused_adam:
+            raise TypeError(
+                "clip_and_step needs torch.optim.Adam with fused=True; use clip_grad_norm_ and step"
+            )
+        steps, exp_avgs, exp_avg_sqs, max_sqs = self._adam_state()
+        grads = [p.grad for p in self.params]
+        # eager: the float learning rate, as step() passes it; compiled: the tensor (see __init__)
+        lr = self._lr if self._step.compiled else self.optimizer.param_groups[0]["lr"]
+        norm = self._step(
+            self.params, self.masters, grads, exp_avgs, exp_avg_sqs, max_sqs, steps, lr, max_norm
+        )
+        self._gathered = False
+        return norm
+
+    def _adam_state(
+        self,
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
+        """Adam's per-master state lists (created as ``torch.optim.Adam(fused=True)`` creates
+        them on its first step: f32 ``step`` on the device, zero moments)."""
+        amsgrad = bool(self.optimizer.param_groups[0]["amsgrad"])
+        steps, exp_avgs, exp_avg_sqs, max_sqs = [], [], [], []
+        for m in self.masters:
+            state = self.optimizer.state[m]
+            if len(state) == 0:
+                state["step"] = torch.zeros((), dtype=torch.float32, device=m.device)
+                state["exp_avg"] = torch.zeros_like(m, memory_format=torch.preserve_format)
+                state["exp_avg_sq"] = torch.zeros_like(m, memory_format=torch.preserve_format)
+                if amsgrad:
+                    state["max_exp_avg_sq"] = torch.zeros_like(m, memory_format=torch.preserve_format)
+            if self._step.cudagraphs:  # mutated in place by the graph: inputs at fixed addresses
+                for t in (m, *state.values()):
+                    torch._dynamo.mark_static_address(t)
+            steps.append(state["step"])
+            exp_avgs.append(state["exp_avg"])
+            exp_avg_sqs.append(state["exp_avg_sq"])
+            if amsgrad:
+                max_sqs.append(state["max_exp_avg_sq"])
+        return steps, exp_avgs, exp_avg_sqs, max_sqs
 
     def state_dict(self) -> dict[str, Any]:
         """Inner optimizer state plus the f32 masters (``None`` where the parameter is f32)."""
@@ -221,12 +317,70 @@ class MasterWeightOptimizer:
         inner = state["optimizer"]
         # Moments are cast to the masters' dtype (f32) by torch's load_state_dict.
         self.optimizer.load_state_dict(inner)
+        self._lr.fill_(float(self.optimizer.param_groups[0]["lr"]))
         with torch.no_grad():
             for p, m, saved in zip(self.params, self.masters, state["masters"], strict=True):
                 source = saved if saved is not None else p
                 m.copy_(source.to(device=m.device, dtype=m.dtype))
                 if m is not p:
                     p.copy_(m)
+
+
+@torch.no_grad()
+def _adam_step(
+    params: Sequence[torch.Tensor],
+    masters: Sequence[torch.Tensor],
+    grads: Sequence[torch.Tensor | None],
+    exp_avgs: Sequence[torch.Tensor],
+    exp_avg_sqs: Sequence[torch.Tensor],
+    max_exp_avg_sqs: Sequence[torch.Tensor],
+    steps: Sequence[torch.Tensor],
+    lr: float | torch.Tensor,
+    max_norm: float,
+    *,
+    betas: tuple[float, float],
+    eps: float,
+    weight_decay: float,
+    amsgrad: bool,
+    maximize: bool,
+) -> torch.Tensor:
+    """The body of :meth:`MasterWeightOptimizer.clip_and_step`: a pure function of its tensors.
+
+    ``grads[i]`` is the gradient of ``params[i]`` (``None``: the parameter is skipped, as Adam
+    does); f32 master gradients, global-norm clip (f32), Adam on the masters, then each
+    low-precision parameter <- round(master). Returns the f32 norm before clipping.
+    """
+    keep = [i for i, g in enumerate(grads) if g is not None]
+    if not keep:
+        return torch.zeros((), dtype=torch.float32, device=steps[0].device)
+    g32 = [grads[i].float() for i in keep]  # type: ignore[union-attr]  # a no-op for f32 gradients
+    total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(g32, 2.0)), 2.0)
+    g32 = torch._foreach_mul(g32, torch.clamp(max_norm / (total + 1e-6), max=1.0))
+    compiling = torch.compiler.is_compiling()
+    adam(
+        [masters[i] for i in keep],
+        g32,
+        [exp_avgs[i] for i in keep],
+        [exp_avg_sqs[i] for i in keep],
+        [max_exp_avg_sqs[i] for i in keep] if amsgrad else [],
+        [steps[i] for i in keep],
+        # eager: the fused kernel (no host read of `step`); compiled: foreach ops (the fused
+        # kernel is opaque to Dynamo), capturable so that `step` stays a device tensor
+        foreach=compiling,
+        capturable=compiling,
+        fused=not compiling,
+        amsgrad=amsgrad,
+        beta1=betas[0],
+        beta2=betas[1],
+        lr=lr,
+        weight_decay=weight_decay,
+        eps=eps,
+        maximize=maximize,
+    )
+    low = [i for i in keep if masters[i] is not params[i]]
+    if low:
+        torch._foreach_copy_([params[i] for i in low], [masters[i] for i in low])
+    return total
 
 
 def _brief(value: Any, limit: int = 60) -> str:

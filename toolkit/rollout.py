@@ -15,7 +15,7 @@ truncations and at the last step of the rollout.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -241,10 +241,13 @@ class RolloutBuffer:
         self.next_values[t] = torch.where(mask, values.float(), self.next_values[t])
         self.has_next_value[t] = mask | self.has_next_value[t]
 
-    def compute_advantages(self, gamma: float, lam: float) -> None:
+    def compute_advantages(
+        self, gamma: float, lam: float, *, gae: Callable[..., tuple[torch.Tensor, torch.Tensor]] = compute_gae
+    ) -> None:
         """Fill ``advantages`` and ``returns`` (see :func:`compute_gae`).
 
         ``V(s'_t)`` is the stored bootstrap value where there is one, else ``V(s_{t+1})``.
+        ``gae``: :func:`compute_gae` or a compiled version of it (same arguments).
 
         Raises:
             RuntimeError: the buffer is not full.
@@ -253,7 +256,7 @@ class RolloutBuffer:
             raise RuntimeError(f"rollout holds {self.pos} of {self.num_steps} steps")
         shifted = torch.cat([self.values[1:], torch.zeros_like(self.values[:1])])
         next_values = torch.where(self.has_next_value, self.next_values, shifted)
-        self.advantages, self.returns = compute_gae(
+        self.advantages, self.returns = gae(
             self.rewards, self.values, next_values, self.terminated, self.truncated, gamma, lam
         )
 

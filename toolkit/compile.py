@@ -1,0 +1,117 @@
+"""``torch.compile`` of the learner step and the acting forward: one switch, one helper.
+
+Every agent config has a field ``compile`` (resumable: a resumed run may switch it):
+
+- ``"none"`` (default): eager PyTorch;
+- ``"default"``: ``torch.compile(fn, fullgraph=True, dynamic=False)``, TorchInductor (C++ on a
+  CPU, Triton on CUDA);
+- ``"reduce-overhead"``: the same, plus CUDA graphs on CUDA (cudagraph trees): each compiled
+  region of a step is replayed as one graph.
+
+On a CPU, ``"reduce-overhead"`` runs exactly what ``"default"`` runs: Inductor captures CUDA graphs
+only of graphs whose tensors are all on one CUDA device, and skips a CPU graph with the warning
+``skipping cudagraphs due to cpu device (...)`` (logged under ``TORCH_LOGS=cudagraphs``, counted
+in ``torch._dynamo.utils.counters["inductor"]["cudagraph_skips"]``). Shapes are static
+(``dynamic=False``): a new batch size is a new graph (the last, shorter PPO minibatch is the
+second one), which suits CUDA graphs.
+
+What each agent compiles (:class:`Compiled` wraps each function):
+
+- the **loss** of an update: forward of the online and target networks, TD targets or the PPO
+  objective, the per-sample priorities. Its backward is compiled with it (AOTAutograd) and runs
+  from the eager ``loss.backward()`` call;
+- the **optimizer step**: :meth:`tritonrl.toolkit.optim.MasterWeightOptimizer.functional_step`
+  (f32 master gradients, global-norm clip, Adam, the rounding back into low-precision parameters);
+- the **acting forward**: network and greedy choice (DQN), network and sampling (PPO).
+
+Random draws from the agents' ``torch.Generator`` stay outside the compiled regions (Dynamo
+cannot trace a call that takes a generator object: "Failed to convert args/kwargs to proxy"):
+replay sampling, the NoisyNet noise, PPO's minibatch permutation and the noise of its sampling
+and entropy estimates are drawn eagerly and passed in. Replay sampling and the priority update
+stay outside too: they are kernel ops with host-side bookkeeping (sizes, the beta schedule).
+
+With CUDA graphs, outputs of a replayed graph are overwritten by the next replay: :class:`Compiled`
+marks the start of each step (``torch.compiler.cudagraph_mark_step_begin``) and the agents copy
+what outlives a step (metrics, priorities, actions, recurrent memories) with :func:`escape`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal
+
+import torch
+from tritonrl.toolkit import pytree
+
+__all__ = ["COMPILE_MODES", "CompileMode", "Compiled", "escape"]
+
+CompileMode = Literal["none", "default", "reduce-overhead"]
+COMPILE_MODES: tuple[str, ...] = ("none", "default", "reduce-overhead")
+"""The values of the agents' ``compile`` config field."""
+
+
+class Compiled:
+    """``fn`` run eagerly (``mode="none"``) or through ``torch.compile`` (static shapes).
+
+    Args:
+        fn: the function (often a bound method; Dynamo guards on the attributes it reads).
+        mode: one of :data:`COMPILE_MODES`.
+        device: where the function's tensors live (CUDA graphs only on CUDA).
+        fullgraph: refuse graph breaks (an unsupported call raises at the first call instead of
+            silently splitting the region).
+
+    Raises:
+        ValueError: an unknown ``mode``.
+    """
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        mode: str,
+        device: torch.device | str,
+        *,
+        fullgraph: bool = True,
+    ) -> None:
+        if mode not in COMPILE_MODES:
+            raise ValueError(f"compile={mode!r} is not one of {COMPILE_MODES}")
+        self.fn = fn
+        self.mode = mode
+        self.fullgraph = fullgraph
+        self.cudagraphs = mode == "reduce-overhead" and torch.device(device).type == "cuda"
+        """Whether the compiled function is replayed as a CUDA graph (its outputs then live in
+        graph-owned memory, overwritten by the next replay: see :func:`escape`)."""
+        if mode == "none":
+            self._call = fn
+        else:
+            self._call = torch.compile(
+                fn, mode=None if mode == "default" else mode, fullgraph=fullgraph, dynamic=False
+            )
+
+    @property
+    def compiled(self) -> bool:
+        """Whether calls go through ``torch.compile``."""
+        return self.mode != "none"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run ``fn`` (compiled on the first call for each new set of shapes and settings)."""
+        return self._call(*args, **kwargs)
+
+    def step_begin(self) -> None:
+        """Mark the start of a new step for CUDA-graph replays (a no-op without CUDA graphs).
+
+        Call it once per update (or act) before the first compiled call: outputs of the previous
+        step's replays may be overwritten from then on.
+        """
+        if self.cudagraphs:
+            torch.compiler.cudagraph_mark_step_begin()
+
+
+def escape(tree: Any, compiled: Compiled) -> Any:
+    """``tree`` (a nest of tensors), made safe to keep past the current step.
+
+    With CUDA graphs (:attr:`Compiled.cudagraphs`) each tensor is cloned out of the graph's memory
+    (a device copy, no host sync); otherwise ``tree`` is returned as it is.
+    """
+    if not compiled.cudagraphs:
+        return tree
+    return pytree.tree_map(torch.clone, tree)
