@@ -9,6 +9,11 @@ entropy and value leaves in f32. What stays f32 in every training dtype, and why
 bounds of the squashing heads (buffers used on the f32 side of that boundary); the observation
 statistics (owned by the agent) and Mamba2's SSM state (see :mod:`tritonrl.agents.mamba2`).
 
+Random draws: a head's ``sample`` (and the entropy estimate of the squashed heads' ``evaluate``)
+draws from a ``generator``, or takes the same draw made beforehand as ``noise``
+(:meth:`CategoricalHead.draw` and the others make it): that is how a compiled policy step gets its
+randomness, since ``torch.compile`` cannot trace a call that takes a generator.
+
 Action heads (each returns the *raw* action it samples, which is what PPO stores and scores):
 
 - :class:`CategoricalHead`: ``Discrete(n)``; raw action = env action (int64).
@@ -88,12 +93,26 @@ def squash_log_det(u: torch.Tensor, log_scale: torch.Tensor) -> torch.Tensor:
 # ----------------------------------------------------------------------------- heads
 
 
-def _rsample(normal: torch.distributions.Normal, generator: torch.Generator | None) -> torch.Tensor:
-    """A reparameterised sample ``mean + std * eps`` with ``eps`` drawn from ``generator``."""
-    eps = torch.randn(
-        normal.mean.shape, generator=generator, device=normal.mean.device, dtype=normal.mean.dtype
-    )
+def _rsample(
+    normal: torch.distributions.Normal, generator: torch.Generator | None, noise: torch.Tensor | None = None
+) -> torch.Tensor:
+    """A reparameterised sample ``mean + std * eps``: ``eps`` is ``noise`` when given, else drawn
+    from ``generator`` (the same draw as :func:`_normal_noise`)."""
+    eps = noise if noise is not None else _normal_noise(normal.mean.shape, generator, normal.mean)
     return normal.mean + normal.stddev * eps
+
+
+def _normal_noise(
+    shape: torch.Size | tuple[int, ...], generator: torch.Generator | None, like: torch.Tensor
+) -> torch.Tensor:
+    """Standard normal draws of ``shape`` in ``like``'s dtype and device."""
+    return torch.randn(shape, generator=generator, device=like.device, dtype=like.dtype)
+
+
+def _f32_side(param: torch.Tensor) -> torch.Tensor:
+    """A 0-d tensor with the dtype and device of the heads' f32 side for parameters like ``param``
+    (what :func:`_up` makes of them), to draw noise in."""
+    return torch.empty((), dtype=_up(param[:0]).dtype, device=param.device)
 
 
 class CategoricalHead(nn.Module):
@@ -113,17 +132,31 @@ class CategoricalHead(nn.Module):
     def _dist(self, feat: torch.Tensor) -> torch.distributions.Categorical:
         return torch.distributions.Categorical(logits=_up(self.logits(feat)), validate_args=False)
 
+    def draw(self, batch: int, generator: torch.Generator | None = None) -> torch.Tensor:
+        """The noise :meth:`sample` draws for ``batch`` rows: uniforms ``[batch, n]`` f32 in ``[0, 1)``."""
+        w = self.logits.weight
+        return torch.rand((batch, w.shape[0]), generator=generator, device=w.device)
+
     def sample(
-        self, feat: torch.Tensor, deterministic: bool, generator: torch.Generator | None = None
+        self,
+        feat: torch.Tensor,
+        deterministic: bool,
+        generator: torch.Generator | None = None,
+        noise: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(env_action [B] int64, raw_action [B] int64, logprob [B] f32)`` (Gumbel-max sampling)."""
+        """``(env_action [B] int64, raw_action [B] int64, logprob [B] f32)`` (Gumbel-max sampling;
+        ``noise``: the uniforms of :meth:`draw`, else drawn from ``generator``)."""
         dist = self._dist(feat)
         if deterministic:
             a = dist.logits.argmax(-1)
         else:
-            u = torch.rand(dist.logits.shape, generator=generator, device=feat.device).clamp_(1e-12, 1.0)
+            u = noise if noise is not None else self.draw(feat.shape[0], generator)
+            u = u.clamp(1e-12, 1.0)
             a = (dist.logits - torch.log(-torch.log(u))).argmax(-1)
         return a, a, dist.log_prob(a)
+
+    entropy_noise = False
+    """Whether :meth:`evaluate` draws noise (never: the entropy is exact)."""
 
     def evaluate(
         self,
@@ -131,6 +164,7 @@ class CategoricalHead(nn.Module):
         raw: torch.Tensor,
         generator: torch.Generator | None = None,
         entropy_grad: bool = True,
+        noise: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(logprob, entropy)`` of stored actions, f32 (exact entropy)."""
         dist = self._dist(feat)
@@ -210,12 +244,28 @@ class GaussianHead(nn.Module):
         mean = _up(self.mean(feat))
         return torch.distributions.Normal(mean, _up(self.log_std).exp().expand_as(mean), validate_args=False)
 
+    @property
+    def entropy_noise(self) -> bool:
+        """Whether :meth:`evaluate` draws noise (the squashed entropy estimate, with ``entropy_grad``)."""
+        return self.squash
+
+    def draw(self, shape: int | tuple[int, ...], generator: torch.Generator | None = None) -> torch.Tensor:
+        """The noise :meth:`sample` (``shape`` = batch rows) or :meth:`evaluate` (``shape`` = the
+        raw actions' leading dims) draws: standard normals ``[*shape, D]`` on the f32 side."""
+        lead = (shape,) if isinstance(shape, int) else tuple(shape)
+        return _normal_noise((*lead, self.log_std.shape[0]), generator, _f32_side(self.log_std))
+
     def sample(
-        self, feat: torch.Tensor, deterministic: bool, generator: torch.Generator | None = None
+        self,
+        feat: torch.Tensor,
+        deterministic: bool,
+        generator: torch.Generator | None = None,
+        noise: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(env_action [B, D] f32, raw_action u [B, D] f32, logprob [B] f32)``."""
+        """``(env_action [B, D] f32, raw_action u [B, D] f32, logprob [B] f32)`` (``noise``: the
+        draw of :meth:`draw`, else drawn from ``generator``)."""
         normal = self._normal(feat)
-        u = normal.mean if deterministic else _rsample(normal, generator).detach()
+        u = normal.mean if deterministic else _rsample(normal, generator, noise).detach()
         logp = normal.log_prob(u).sum(-1)
         if not self.squash:
             return u, u, logp
@@ -227,9 +277,11 @@ class GaussianHead(nn.Module):
         raw: torch.Tensor,
         generator: torch.Generator | None = None,
         entropy_grad: bool = True,
+        noise: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(logprob, entropy)`` of raw actions, f32. Squashed: no closed form; the entropy is a
-        one-sample estimate ``-log pi`` of a reparameterised fresh sample, or, with
+        one-sample estimate ``-log pi`` of a reparameterised fresh sample (``noise``: its draw,
+        :meth:`draw` of ``raw``'s leading dims, else drawn from ``generator``), or, with
         ``entropy_grad=False`` (no entropy bonus), the cheap detached ``-log pi`` of ``raw``."""
         normal = self._normal(feat)
         logp = normal.log_prob(raw).sum(-1)
@@ -238,7 +290,7 @@ class GaussianHead(nn.Module):
         logp = logp - self.bounds.log_det(raw)
         if not entropy_grad:
             return logp, -logp.detach()
-        u = _rsample(normal, generator)
+        u = _rsample(normal, generator, noise)
         entropy = -(normal.log_prob(u).sum(-1) - self.bounds.log_det(u))
         return logp, entropy
 
@@ -380,15 +432,28 @@ class FlowHead(nn.Module):
             log_det = log_det + ld
         return self._base(feat).log_prob(x).sum(-1) - log_det
 
+    entropy_noise = True
+    """Whether :meth:`evaluate` draws noise (the entropy estimate, with ``entropy_grad``)."""
+
+    def draw(self, shape: int | tuple[int, ...], generator: torch.Generator | None = None) -> torch.Tensor:
+        """The noise :meth:`sample` or :meth:`evaluate` draws (see :meth:`GaussianHead.draw`)."""
+        lead = (shape,) if isinstance(shape, int) else tuple(shape)
+        return _normal_noise((*lead, self.log_std.shape[0]), generator, _f32_side(self.log_std))
+
     def sample(
-        self, feat: torch.Tensor, deterministic: bool, generator: torch.Generator | None = None
+        self,
+        feat: torch.Tensor,
+        deterministic: bool,
+        generator: torch.Generator | None = None,
+        noise: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(env_action [B, D] f32, raw y [B, D] f32, logprob [B] f32)``.
+        """``(env_action [B, D] f32, raw y [B, D] f32, logprob [B] f32)`` (``noise``: the draw of
+        :meth:`draw`, else drawn from ``generator``).
 
         Deterministic: the base mean pushed through the flow (not the exact mode of the flow).
         """
         base = self._base(feat)
-        z = base.mean if deterministic else _rsample(base, generator)
+        z = base.mean if deterministic else _rsample(base, generator, noise)
         y, log_det = self._forward_flow(feat, z)
         logp = base.log_prob(z).sum(-1) - log_det - self.bounds.log_det(y)
         return self.bounds.squash(y), y, logp
@@ -399,14 +464,16 @@ class FlowHead(nn.Module):
         raw: torch.Tensor,
         generator: torch.Generator | None = None,
         entropy_grad: bool = True,
+        noise: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(logprob, entropy)``: exact log-prob of stored ``y``; the entropy is estimated as ``-log pi``
-        of a reparameterised fresh sample, or, with ``entropy_grad=False``, the detached ``-log pi(raw)``."""
+        of a reparameterised fresh sample (``noise``: its draw, else drawn from ``generator``), or,
+        with ``entropy_grad=False``, the detached ``-log pi(raw)``."""
         logp = self.log_prob_raw(feat, raw) - self.bounds.log_det(_up(raw))
         if not entropy_grad:
             return logp, -logp.detach()
         base = self._base(feat)
-        z = _rsample(base, generator)
+        z = _rsample(base, generator, noise)
         y, log_det = self._forward_flow(feat, z)
         entropy = -(base.log_prob(z).sum(-1) - log_det - self.bounds.log_det(y))
         return logp, entropy
@@ -622,10 +689,12 @@ class ActorCritic(nn.Module):
         starts: torch.Tensor | None,
         deterministic: bool,
         generator: torch.Generator | None = None,
+        noise: torch.Tensor | None = None,
     ):
-        """``x [B, obs_dim]`` -> ``(env_action, raw_action, logprob f32, value f32 [B], new_state)``."""
+        """``x [B, obs_dim]`` -> ``(env_action, raw_action, logprob f32, value f32 [B], new_state)``
+        (``noise``: the head's draw for ``B`` rows, ``head.draw(B)``, else drawn from ``generator``)."""
         fa, fc, state = self._features(x, state, starts)
-        env_a, raw, logp = self.head.sample(fa, deterministic, generator)
+        env_a, raw, logp = self.head.sample(fa, deterministic, generator, noise)
         return env_a, raw, logp, self.critic(fc).float().squeeze(-1), state
 
     def value(self, x: torch.Tensor, state: State, starts: torch.Tensor | None) -> torch.Tensor:
@@ -641,17 +710,19 @@ class ActorCritic(nn.Module):
         state: State = None,
         generator: torch.Generator | None = None,
         entropy_grad: bool = True,
+        noise: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(logprob, entropy, value)`` (f32) of stored raw actions.
 
         Feed-forward: ``x [N, obs_dim]``, ``raw [N, ...]`` -> ``[N]`` each. Recurrent: sequences
         ``x [B, L, obs_dim]``, ``raw [B, L, ...]``, ``starts [B, L]``, ``state`` at step 0 ->
         ``[B, L]`` each. ``entropy_grad=False`` lets sample-based heads return a cheap detached
-        estimate (when no entropy bonus is trained).
+        estimate (when no entropy bonus is trained). ``noise``: the entropy estimate's draw
+        (``head.draw(raw.shape[:-1])`` where ``head.entropy_noise``), else drawn from ``generator``.
         """
         if self.recurrent:
             fa, fc = self.core.sequence(x, starts, state)
         else:
             fa, fc = self.core(x)
-        logp, entropy = self.head.evaluate(fa, raw, generator, entropy_grad)
+        logp, entropy = self.head.evaluate(fa, raw, generator, entropy_grad, noise)
         return logp, entropy, self.critic(fc).float().squeeze(-1)

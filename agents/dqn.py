@@ -60,12 +60,13 @@ from tritonrl.kernels.backend import backend_override
 from tritonrl.toolkit.agent import AgentBase
 from tritonrl.toolkit.checkpoint import CheckpointError, check_module_tensors, load_into_module, section
 from tritonrl.toolkit.checks import ActionRule, InputGuard, check_config, check_memory
+from tritonrl.toolkit.compile import Compiled, CompileMode, escape
 from tritonrl.toolkit.config import Config, resumable
 from tritonrl.toolkit.offpolicy import schedule_for
 from tritonrl.toolkit.optim import MasterWeightOptimizer
 from tritonrl.toolkit.precision import training_dtype
 from tritonrl.toolkit.registry import Preset, find_preset
-from tritonrl.toolkit.replay import PrioritizedReplayBuffer, ReplayBuffer
+from tritonrl.toolkit.replay import PrioritizedReplayBuffer, ReplayBatch, ReplayBuffer
 
 __all__ = ["AGENT_KIND", "DQNAgent", "DQNConfig", "PRESETS", "QNetwork", "preset"]
 
@@ -182,6 +183,11 @@ class DQNConfig(Config):
     """ICM: hidden width of encoder, forward and inverse models."""
     extrinsic_coef: float = resumable(1.0)
     """Weight of the environment's reward (0 explores on curiosity alone)."""
+    # ---- speed
+    compile: CompileMode = resumable("none")
+    """``torch.compile`` of the learner step and the acting forward: ``"none"`` (eager),
+    ``"default"`` (TorchInductor) or ``"reduce-overhead"`` (also CUDA graphs on CUDA; on a CPU the
+    same as ``"default"``). See :mod:`tritonrl.toolkit.compile`. The first update compiles (seconds)."""
     # ---- metadata
     tags: tuple[str, ...] = resumable(())
     """Free-form labels (a preset records its name here)."""
@@ -382,7 +388,12 @@ class DQNAgent(AgentBase):
         self.target.requires_grad_(False)
         # fused: one kernel for all parameters (torch defaults to a per-parameter loop on CPU)
         self.optimizer = MasterWeightOptimizer(
-            self.online.parameters(), torch.optim.Adam, lr=cfg.lr, eps=cfg.adam_eps, fused=True
+            self.online.parameters(),
+            torch.optim.Adam,
+            compile=cfg.compile,
+            lr=cfg.lr,
+            eps=cfg.adam_eps,
+            fused=True,
         )
         # Polyak averaging in bf16 would round small steps away: average f32 copies instead.
         self._target_master: list[torch.Tensor] | None = None
@@ -393,7 +404,7 @@ class DQNAgent(AgentBase):
         self.icm_buffer: ReplayBuffer | None = None  # set exactly when icm_module is
         if self.icm_module is not None:
             self.icm_optimizer = MasterWeightOptimizer(
-                self.icm_module.parameters(), torch.optim.Adam, lr=cfg.icm_lr, fused=True
+                self.icm_module.parameters(), torch.optim.Adam, compile=cfg.compile, lr=cfg.icm_lr, fused=True
             )
             # one-step transitions for the forward/inverse models, whatever n_step the Q target uses
             self.icm_buffer = ReplayBuffer(
@@ -413,6 +424,11 @@ class DQNAgent(AgentBase):
             self.taus = quantile_midpoints(cfg.quantiles, device=self.device)
         self.env_steps = 0
         self.updates = 0
+        # The compiled regions (tritonrl.toolkit.compile): the loss of an update (its backward
+        # compiled with it), the ICM loss, the acting forward. Eager functions for compile="none".
+        self._learn = Compiled(self._loss, cfg.compile, self.device)
+        self._learn_icm = Compiled(self._icm_loss, cfg.compile, self.device)
+        self._act_q = Compiled(self._online_q, cfg.compile, self.device)
 
     # ------------------------------------------------------------------ construction
 
@@ -526,17 +542,22 @@ class DQNAgent(AgentBase):
 
         ``explore=False`` runs the network in eval mode: noisy layers at their mean weights.
         """
-        return self._q(self._ingest(obs, "q_values"), explore)
+        return escape(self._q(self._ingest(obs, "q_values"), explore), self._act_q)
+
+    def _online_q(self, x: torch.Tensor) -> torch.Tensor:
+        """Expected Q of the online network (the compiled acting forward)."""
+        return self._q_of(self.online, x)
 
     @torch.no_grad()
     def _q(self, x: torch.Tensor, explore: bool) -> torch.Tensor:
+        self._act_q.step_begin()
         if not explore:
             self.online.eval()
             try:
-                return self._q_of(self.online, x)
+                return self._act_q(x)
             finally:
                 self.online.train()
-        return self._q_of(self.online, x)
+        return self._act_q(x)
 
     def _ingest(self, obs: Any, call: str = "act") -> torch.Tensor:
         """The one cast of an observation: f32 (or numpy) -> training dtype on the device, after the
@@ -676,57 +697,72 @@ class DQNAgent(AgentBase):
         loss = quantile_huber_loss(theta, target, self.taus, cfg.kappa)
         return loss, loss.detach(), {"values/q": theta.detach().mean()}
 
+    def _loss(self, batch: ReplayBatch) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """``(loss, priority [B], metrics)``: the importance-weighted mean loss of one batch; the
+        compiled region of an update (its backward is compiled with it)."""
+        per_sample, priority, metrics = self._per_sample_loss(batch)
+        return (batch.weights * per_sample).mean(), priority, metrics
+
     def update(self) -> dict[str, torch.Tensor]:
         """One gradient step on a replay batch (plus the target and ICM updates when due).
 
-        Returns f32 scalar metrics on the device (no sync): ``losses/td_loss``,
-        ``losses/grad_norm``, ``values/q``, and ``losses/icm_*`` with ICM.
+        Returns f32 scalar metrics on the device: ``losses/td_loss``, ``losses/grad_norm``,
+        ``values/q``, and ``losses/icm_*`` with ICM. Reads no tensor value on the host (no
+        device sync; tested), unless ``inputs.check_at_update`` is set (see :meth:`check_inputs`).
+        With ``compile`` set, the loss and the optimizer step run compiled.
 
         Raises:
             RuntimeError: the buffer holds fewer transitions than ``batch_size``.
-            ValueError: a deferred input check failed (see :meth:`check_inputs`); nothing learned.
+            ValueError: with ``inputs.check_at_update``, a deferred input check failed (see
+                :meth:`check_inputs`); nothing learned.
         """
         cfg = self.config
-        if self.inputs.pending:
+        if self.inputs.pending and self.inputs.check_at_update:
             self.inputs.check()
         if len(self.buffer) < cfg.batch_size:
             raise RuntimeError(
                 f"the replay buffer holds {len(self.buffer)} transitions, fewer than "
                 f"batch_size={cfg.batch_size}: call update() after learning_starts"
             )
+        learn = self._learn
+        learn.step_begin()
+        # random draws from the agent's generator stay out of the compiled region
         batch = self.buffer.sample(cfg.batch_size, generator=self.generator)
         if cfg.noisy:
             self.online.reset_noise(self.generator)
             self.target.reset_noise(self.generator)
-        per_sample, priority, metrics = self._per_sample_loss(batch)
-        loss = (batch.weights * per_sample).mean()
         self.optimizer.zero_grad()
+        loss, priority, metrics = learn(batch)
         loss.backward()
-        grad_norm = self.optimizer.clip_grad_norm_(cfg.max_grad_norm)
-        self.optimizer.step()
+        grad_norm = self.optimizer.clip_and_step(cfg.max_grad_norm)
         if cfg.prioritized:
             self.buffer.update_priorities(batch.indices, priority)
         self.updates += 1
         if self.updates % cfg.target_update_every == 0:
             self.update_target()
         metrics["losses/td_loss"] = loss.detach()
-        metrics["losses/grad_norm"] = grad_norm.detach().float()
+        metrics["losses/grad_norm"] = grad_norm
         if self.icm_module is not None:
             metrics.update(self._update_icm())
-        return metrics
+        return escape(metrics, learn)
+
+    def _icm_loss(self, batch: ReplayBatch) -> dict[str, torch.Tensor]:
+        """The ICM losses of one batch and its mean reward (compiled like :meth:`_loss`)."""
+        assert self.icm_module is not None  # called only with ICM on
+        parts = self.icm_module.loss(batch.obs, batch.action, batch.next_obs)
+        return {**parts, "reward": batch.reward.mean()}
 
     def _update_icm(self) -> dict[str, torch.Tensor]:
         assert self.icm_module is not None and self.icm_buffer is not None  # called only with ICM on
         batch = self.icm_buffer.sample(self.config.batch_size, generator=self.generator)
-        parts = self.icm_module.loss(batch.obs, batch.action, batch.next_obs)
         self.icm_optimizer.zero_grad()
+        parts = self._learn_icm(batch)
         parts["loss"].backward()
-        self.icm_optimizer.clip_grad_norm_(self.config.max_grad_norm)
-        self.icm_optimizer.step()
+        self.icm_optimizer.clip_and_step(self.config.max_grad_norm)
         return {
             "losses/icm_inverse": parts["inverse"].detach(),
             "losses/icm_forward": parts["forward"].detach(),
-            "charts/intrinsic_reward": batch.reward.mean(),
+            "charts/intrinsic_reward": parts["reward"],
         }
 
     @torch.no_grad()

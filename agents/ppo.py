@@ -63,12 +63,13 @@ from tritonrl.toolkit.checkpoint import (
     section,
 )
 from tritonrl.toolkit.checks import ActionRule, InputGuard, check_config
+from tritonrl.toolkit.compile import Compiled, CompileMode, escape
 from tritonrl.toolkit.config import Config, resumable
 from tritonrl.toolkit.onpolicy import schedule_for
 from tritonrl.toolkit.optim import MasterWeightOptimizer
 from tritonrl.toolkit.precision import training_dtype
 from tritonrl.toolkit.registry import Preset, find_preset
-from tritonrl.toolkit.rollout import RolloutBuffer, RunningMeanStd
+from tritonrl.toolkit.rollout import RolloutBuffer, RunningMeanStd, compute_gae
 
 __all__ = ["AGENT_KIND", "POLICIES", "PPOAgent", "PRESETS", "PPOConfig", "preset"]
 
@@ -149,7 +150,13 @@ class PPOConfig(Config):
     max_grad_norm: float = resumable(0.5)
     """Global gradient-norm clip."""
     target_kl: float | None = resumable(None)
-    """Stop the epochs of an update once the approximate KL exceeds this (one sync per epoch)."""
+    """Stop the epochs of an update once the approximate KL exceeds this. Reading the KL is a host
+    sync per epoch: the one sync of an update, and only when this is set (default ``None``)."""
+    # ---- speed
+    compile: CompileMode = resumable("none")
+    """``torch.compile`` of the learner step (GAE, minibatch loss, optimizer step) and the acting
+    forward: ``"none"`` (eager), ``"default"`` (TorchInductor) or ``"reduce-overhead"`` (also CUDA
+    graphs on CUDA; on a CPU the same as ``"default"``). See :mod:`tritonrl.toolkit.compile`."""
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -268,8 +275,14 @@ class PPOAgent(AgentBase):
         with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
             torch.manual_seed(self.seed)
             self.policy = self._build_policy()
+        # fused: the step counter stays a device tensor (the default Adam reads it on the host)
         self.optimizer = MasterWeightOptimizer(
-            self.policy.parameters(), torch.optim.Adam, lr=cfg.lr, eps=cfg.adam_eps
+            self.policy.parameters(),
+            torch.optim.Adam,
+            compile=cfg.compile,
+            lr=cfg.lr,
+            eps=cfg.adam_eps,
+            fused=True,
         )
         discrete = isinstance(action_space, gym.spaces.Discrete)
         squashed = cfg.policy == "flow" or cfg.squash
@@ -304,6 +317,11 @@ class PPOAgent(AgentBase):
         self._pending: _Pending | None = None
         self.updates = 0
         self.env_steps = 0
+        # The compiled regions (tritonrl.toolkit.compile): GAE, the minibatch loss (its backward
+        # compiled with it), the acting forward. Eager functions for compile="none".
+        self._gae = Compiled(compute_gae, cfg.compile, self.device)
+        self._learn = Compiled(self._minibatch_loss, cfg.compile, self.device)
+        self._act = Compiled(self.policy.act, cfg.compile, self.device)
 
     # ------------------------------------------------------------------ construction
 
@@ -414,7 +432,11 @@ class PPOAgent(AgentBase):
         """
         x = self._ingest(obs, update_stats=explore, call="act")
         starts = self._acting_starts()
-        env_a, raw, logp, value, state = self.policy.act(x, self.state, starts, not explore, self.generator)
+        # the sampling noise is drawn here, from the agent's generator, outside the compiled forward
+        noise = self.policy.head.draw(x.shape[0], self.generator) if explore else None
+        self._act.step_begin()
+        out = escape(self._act(x, self.state, starts, not explore, None, noise), self._act)
+        env_a, raw, logp, value, state = out
         self._pending = _Pending(obs, x, raw, logp, value, starts)
         self.state = state
         self.starts = torch.zeros_like(self.starts)
@@ -512,21 +534,28 @@ class PPOAgent(AgentBase):
         return seqs, C * b.num_envs
 
     def update(self) -> dict[str, torch.Tensor]:
-        """One PPO update on the full rollout; returns f32 scalar metrics on the device (no sync,
-        except one per epoch when ``target_kl`` is set).
+        """One PPO update on the full rollout; returns f32 scalar metrics on the device.
+
+        Reads no tensor value on the host (no device sync; tested), except the approximate KL once
+        per epoch when ``target_kl`` is set, and the deferred input checks first when
+        ``inputs.check_at_update`` is set (see :meth:`check_inputs`). With ``compile`` set, GAE,
+        the minibatch loss and the optimizer step run compiled.
 
         Raises:
             RuntimeError: the rollout is not full yet.
-            ValueError: a deferred input check failed (see :meth:`check_inputs`); nothing learned.
+            ValueError: with ``inputs.check_at_update``, a deferred input check failed (see
+                :meth:`check_inputs`); nothing learned.
         """
-        if self.inputs.pending:
+        if self.inputs.pending and self.inputs.check_at_update:
             self.inputs.check()
         cfg, b = self.config, self.buffer
         if not b.full:
             raise RuntimeError(f"update() needs a full rollout: {b.pos} of {b.num_steps} steps stored")
         lr = self.current_lr()
         self.optimizer.set_lr(lr)
-        b.compute_advantages(cfg.gamma, cfg.gae_lambda)
+        learn = self._learn
+        learn.step_begin()
+        b.compute_advantages(cfg.gamma, cfg.gae_lambda, gae=self._gae)
         data, n = self._batches()
         mb_size = max(1, math.ceil(n / cfg.num_minibatches))
         sums: dict[str, torch.Tensor] = {}
@@ -538,6 +567,7 @@ class PPOAgent(AgentBase):
                 for k, v in metrics.items():
                     sums[k] = sums[k] + v if k in sums else v
                 count += 1
+            # the one host read of an update, only with target_kl (an early stop needs the value)
             if cfg.target_kl is not None and float(metrics["losses/approx_kl"]) > cfg.target_kl:
                 break
         out = {k: v / count for k, v in sums.items()}
@@ -546,13 +576,33 @@ class PPOAgent(AgentBase):
         out["losses/explained_variance"] = torch.where(
             var_y > 0, 1 - (y_true - y_pred).var() / var_y, torch.zeros_like(var_y)
         )
-        out["charts/learning_rate"] = torch.tensor(lr, dtype=torch.float32, device=self.device)
-        out["losses/epochs"] = torch.tensor(float(_epoch + 1), device=self.device)
+        # filled on the device (torch.tensor(x, device=cuda) would copy from the host)
+        out["charts/learning_rate"] = torch.full((), lr, dtype=torch.float32, device=self.device)
+        out["losses/epochs"] = torch.full((), float(_epoch + 1), dtype=torch.float32, device=self.device)
         self.updates += 1
         b.reset()
-        return out
+        return escape(out, learn)
 
     def _minibatch_step(self, data: dict[str, Any], idx: torch.Tensor) -> dict[str, torch.Tensor]:
+        cfg = self.config
+        head = self.policy.head
+        # the entropy estimate's noise is drawn here, from the agent's generator, outside the
+        # compiled loss (the same draw, in the same order, as a head drawing it itself)
+        noise = None
+        if head.entropy_noise and cfg.ent_coef != 0:
+            # raw actions [N, D] (or [S, L, D] sequences): one draw per minibatch row (and step)
+            noise = head.draw((idx.shape[0], *data["raw"].shape[1:-1]), self.generator)
+        self.optimizer.zero_grad()
+        loss, metrics = self._learn(data, idx, noise)
+        loss.backward()
+        metrics["losses/grad_norm"] = self.optimizer.clip_and_step(cfg.max_grad_norm)
+        return metrics
+
+    def _minibatch_loss(
+        self, data: dict[str, Any], idx: torch.Tensor, noise: torch.Tensor | None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``(loss, metrics)`` of the minibatch ``idx`` of ``data`` (the compiled region of a
+        minibatch step; its backward is compiled with it)."""
         cfg = self.config
         state = pytree.tree_map(lambda s: s[idx], data["state"]) if self.recurrent else None
         logp, entropy, value = self.policy.evaluate(
@@ -560,8 +610,8 @@ class PPOAgent(AgentBase):
             data["raw"][idx],
             data["starts"][idx],
             state,
-            self.generator,
             entropy_grad=cfg.ent_coef != 0,
+            noise=noise,
         )
         old_logp, old_v = data["logprobs"][idx], data["values"][idx]
         adv, ret = data["advantages"][idx], data["returns"][idx]
@@ -581,18 +631,13 @@ class PPOAgent(AgentBase):
             v_loss = 0.5 * (value - ret).square().mean()
         ent = entropy.mean()
         loss = pg_loss - cfg.ent_coef * ent + cfg.vf_coef * v_loss
-        self.optimizer.zero_grad()
-        loss.backward()
-        grad_norm = self.optimizer.clip_grad_norm_(cfg.max_grad_norm)
-        self.optimizer.step()
-        return {
+        return loss, {
             "losses/policy_loss": pg_loss.detach(),
             "losses/value_loss": v_loss.detach(),
             "losses/entropy": ent.detach(),
             "losses/old_approx_kl": old_approx_kl,
             "losses/approx_kl": approx_kl,
             "losses/clipfrac": clipfrac,
-            "losses/grad_norm": grad_norm,
         }
 
     # ------------------------------------------------------------------ evaluation

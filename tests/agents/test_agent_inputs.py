@@ -242,10 +242,12 @@ def test_huge_finite_observations_are_not_mistaken_for_inf() -> None:
 
 @pytest.mark.parametrize("name", ["dqn", "rainbow", "ppo", "ppo-squashed", "ppo-lstm"])
 def test_deferred_checks_raise_at_update_before_learning(name: str) -> None:
-    # The accelerator path, forced on CPU: no check reads a value on the step; a device-side flag
-    # is read once, when update() starts, which refuses to learn from the bad data.
+    # The accelerator path, forced on CPU: no check reads a value on the step. With
+    # check_at_update, a device-side flag is read once, when update() starts, which refuses to
+    # learn from the bad data.
     agent = _make(name)
     agent.inputs.mode = "deferred"
+    agent.inputs.check_at_update = True
     steps = 8 if isinstance(agent, PPOAgent) else 6
     for t in range(steps):
         args = _step_args(agent)
@@ -284,9 +286,29 @@ def test_deferred_checks_name_each_argument(name: str) -> None:
         agent.check_inputs()
 
 
+@pytest.mark.parametrize("name", ["dqn", "ppo"])
+def test_by_default_update_reads_no_flag_and_check_inputs_raises(name: str) -> None:
+    # The default: update() stays free of host reads (it learns from whatever was stored); the
+    # flag is read by check_inputs(), which the loop calls at every log interval and before
+    # every checkpoint.
+    agent = _make(name)
+    agent.inputs.mode = "deferred"
+    assert not agent.inputs.check_at_update
+    steps = 8 if isinstance(agent, PPOAgent) else 6
+    for t in range(steps):
+        args = _step_args(agent)
+        if t == 2:
+            args["next_obs"][1, 1] = float("nan")
+        _observe(agent, args)
+    agent.update()  # no error
+    with pytest.raises(ValueError, match=r"\.observe: next_obs held NaN or inf"):
+        agent.check_inputs()
+
+
 def test_deferred_checks_pass_good_data_and_sync_once_per_round() -> None:
     agent = _make("dqn")
     agent.inputs.mode = "deferred"
+    agent.inputs.check_at_update = True
     for _ in range(6):
         _observe(agent, _step_args(agent))
     assert agent.inputs.pending

@@ -1,0 +1,301 @@
+"""No host synchronisation inside a learner step or an acting step (DESIGN section 7).
+
+``update()`` and ``act()`` of every agent run under :class:`HostReads`, which fails on every read
+of a tensor's value by the host: ``aten._local_scalar_dense`` (what ``.item()``, ``bool(t)``,
+``float(t)`` and ``int(t)`` dispatch to) through a ``TorchDispatchMode``, and, since a CPU
+tensor's ``.tolist()``, ``.numpy()``, ``__array__`` and ``.cpu()`` never reach the dispatcher,
+those methods patched on ``torch.Tensor``, together with ``.to("cpu")``. On an accelerator each of
+these is a device-to-host copy that waits for the device.
+
+What a CPU run can and cannot prove:
+
+- Inputs are tensors on the agent's device, and the agents run their accelerator defaults,
+  forced on the CPU: ``inputs.mode = "deferred"`` (NaN/inf and action checks fold into a
+  device-side flag instead of being read at once) and, for prioritized replay,
+  ``check_priorities = False`` (rejected priority batches are counted on the device). On a CPU
+  both default to checking at once, which reads host memory and costs no sync there. Host inputs
+  (numpy arrays) are a documented host path and not covered.
+- ``.to(d)`` with a ``torch.device`` object ``d`` cannot be told from a move to the agent's own
+  device when both are the CPU; the code under test writes host moves as ``.cpu()`` or
+  ``.to("cpu")``, which are caught.
+- ``per_update``'s CPU implementation (the priority-tree update of prioritized replay) works on
+  numpy views of the tree, host memory by design; it runs with the guard lifted (see
+  :meth:`HostReads.lifted`). On CUDA its Triton launcher reads no tensor value
+  (``kernels/sumtree/fused.py``: shapes and Python scalars only).
+- ``target_kl`` (PPO's early stop) reads the KL once per epoch by design; it is off by default
+  and stays off here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode, _pop_mode_temporarily
+
+gym = pytest.importorskip("gymnasium")
+
+from tritonrl.agents.dqn import DQNAgent  # noqa: E402  (imports gymnasium)
+from tritonrl.agents.dqn import preset as dqn_preset  # noqa: E402
+from tritonrl.agents.ppo import PPOAgent  # noqa: E402
+from tritonrl.agents.ppo import preset as ppo_preset  # noqa: E402
+from tritonrl.toolkit.logger import MetricLogger  # noqa: E402
+from tritonrl.toolkit.replay import prioritized  # noqa: E402
+
+
+class HostReadError(AssertionError):
+    """A tensor value was read on the host inside a guarded step."""
+
+
+class HostReads:
+    """Context manager: any host read of a tensor value inside raises :class:`HostReadError`.
+
+    Catches ``aten._local_scalar_dense`` (``.item()``, ``bool``, ``float``, ``int`` of a tensor)
+    in a dispatch mode, and calls of ``Tensor.tolist``, ``Tensor.numpy``, ``Tensor.__array__``,
+    ``Tensor.cpu`` and ``Tensor.to`` with a ``"cpu"`` string target. ``lifted()`` suspends it
+    (for a host implementation of a device op).
+    """
+
+    def __init__(self) -> None:
+        self._monkeypatch = pytest.MonkeyPatch()
+        self.active = False
+        guard = self
+
+        class _Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+                if func is torch.ops.aten._local_scalar_dense.default and guard.active:
+                    raise HostReadError(f"host read of a tensor value ({func}) inside the step")
+                return func(*args, **(kwargs or {}))
+
+        self._mode = _Mode()
+
+    def _patch(self) -> None:
+        guard = self
+
+        def failing(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+            def wrapper(t: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+                if guard.active:
+                    raise HostReadError(f"Tensor.{name}() inside the step")
+                return original(t, *args, **kwargs)
+
+            return wrapper
+
+        for name in ("tolist", "numpy", "__array__", "cpu"):
+            self._monkeypatch.setattr(torch.Tensor, name, failing(name, getattr(torch.Tensor, name)))
+        original_to = torch.Tensor.to
+
+        def to(t: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            target = kwargs.get("device", args[0] if args else None)
+            if guard.active and isinstance(target, str) and target.startswith("cpu"):
+                raise HostReadError(f"Tensor.to({target!r}) inside the step")
+            return original_to(t, *args, **kwargs)
+
+        self._monkeypatch.setattr(torch.Tensor, "to", to)
+
+    def __enter__(self) -> HostReads:
+        self._patch()
+        self._mode.__enter__()
+        self.active = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.active = False
+        self._mode.__exit__(*exc)
+        self._monkeypatch.undo()
+
+    @contextlib.contextmanager
+    def lifted(self) -> Iterator[None]:
+        """Inside: nothing is checked (the dispatch mode is popped, as for a custom op's kernel)."""
+        if not self.active:
+            yield
+            return
+        self.active = False
+        try:
+            with _pop_mode_temporarily():
+                yield
+        finally:
+            self.active = True
+
+
+# ----------------------------------------------------------------------------- the guard can fail
+
+
+SYNCS: dict[str, Callable[[torch.Tensor], object]] = {
+    "item": lambda t: t.sum().item(),
+    "bool": lambda t: bool(t.sum() > 0),
+    "float": lambda t: float(t.sum()),
+    "int": lambda t: int(t.argmax()),
+    "tolist": lambda t: t.tolist(),
+    "numpy": lambda t: t.numpy(),
+    "np.asarray": lambda t: np.asarray(t),
+    "cpu": lambda t: t.cpu(),
+    "to('cpu')": lambda t: t.to("cpu"),
+    "to(device='cpu')": lambda t: t.to(device="cpu"),
+}
+
+
+@pytest.mark.parametrize("name", list(SYNCS))
+def test_the_guard_catches_each_kind_of_host_read(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    t = torch.arange(6.0).reshape(2, 3)
+    with pytest.raises(HostReadError), HostReads():
+        SYNCS[name](t)
+    SYNCS[name](t)  # outside the guard: allowed again
+
+
+def test_the_guard_lets_device_work_through_and_can_be_lifted(monkeypatch: pytest.MonkeyPatch) -> None:
+    t = torch.randn(4, 3)
+    with HostReads() as guard:
+        out = (t @ t.T).relu().sum(0).argmax()  # stays a tensor: no read
+        flag = torch.isfinite(t).all()
+        with guard.lifted():
+            assert t.sum().item() == pytest.approx(float(t.sum()))
+        with pytest.raises(HostReadError):
+            bool(flag)
+    assert out.shape == ()
+
+
+# ----------------------------------------------------------------------------- agents
+
+OBS = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
+DISCRETE = gym.spaces.Discrete(3)
+BOX = gym.spaces.Box(-2.0, 2.0, (2,), np.float32)
+E = 2
+DQN_SMALL = {"torso_width": 16, "batch_size": 4, "buffer_size": 64, "atoms": 11, "quantiles": 8}
+DQN_CASES: dict[str, tuple[str, dict[str, Any], gym.Space]] = {
+    "dqn": ("dqn", {}, DISCRETE),
+    "double": ("double", {}, DISCRETE),
+    "dueling": ("dueling", {}, DISCRETE),
+    "noisy": ("noisy", {}, DISCRETE),
+    "c51": ("c51", {}, DISCRETE),
+    "qrdqn": ("qrdqn", {}, DISCRETE),
+    "rainbow": ("rainbow", {}, DISCRETE),
+    "per": ("dqn", {"prioritized": True, "n_step": 3}, DISCRETE),
+    "factored": ("double", {"dueling": True}, gym.spaces.MultiDiscrete([3, 2])),
+    "icm": ("dqn", {"icm": True, "icm_embed": 8, "icm_hidden": 16}, DISCRETE),
+    "resmlp-rmsnorm": ("dqn", {"torso": "resmlp", "torso_norm": "rmsnorm"}, DISCRETE),
+}
+PPO_TINY = {
+    "num_steps": 8,
+    "seq_len": 4,
+    "num_minibatches": 2,
+    "update_epochs": 2,
+    "hidden": (8,),
+    "memory_size": 16,
+    "mamba_headdim": 8,
+    "total_steps": 1000,
+    "normalize_obs": True,
+}
+PPO_CASES: dict[str, tuple[str, dict[str, Any], gym.Space]] = {
+    "discrete": ("ppo", {}, DISCRETE),
+    "continuous": ("ppo-continuous", {"ent_coef": 0.01}, BOX),
+    "squashed": ("ppo-continuous", {"squash": True, "ent_coef": 0.01}, BOX),
+    "lstm": ("ppo-lstm", {}, DISCRETE),
+    "lstm-box": ("ppo-lstm", {}, BOX),
+    "flow": ("ppo-flow", {"ent_coef": 0.01}, BOX),
+    "mamba": ("ppo-mamba", {}, DISCRETE),
+}
+
+
+def _accelerator_defaults(agent: Any) -> None:
+    """The defaults an agent has on an accelerator, forced on the CPU (see the module docstring)."""
+    agent.inputs.mode = "deferred"
+    assert not agent.inputs.check_at_update
+    if getattr(agent.config, "prioritized", False):
+        agent.buffer.check_priorities = False
+
+
+def _step(agent: Any, g: torch.Generator) -> None:
+    obs = torch.randn(E, 4, generator=g)
+    action = agent.act(obs)
+    agent.observe(
+        obs,
+        action,
+        torch.randn(E, generator=g),
+        torch.randn(E, 4, generator=g),
+        torch.rand(E, generator=g) < 0.2,
+        torch.zeros(E, dtype=torch.bool),
+    )
+
+
+def _lift_host_kernels(guard: HostReads, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run per_update's CPU implementation (numpy views of host memory) with the guard lifted."""
+    original = prioritized.per_update
+
+    def per_update(*args: Any, **kwargs: Any) -> None:
+        with guard.lifted():
+            original(*args, **kwargs)
+
+    monkeypatch.setattr(prioritized, "per_update", per_update)
+
+
+def _check_step(agent: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, torch.Tensor]:
+    obs = torch.randn(E, 4)
+    guard = HostReads()
+    _lift_host_kernels(guard, monkeypatch)
+    with guard:
+        metrics = agent.update()
+        agent.act(obs)
+        agent.act(obs, explore=False)
+    for name, value in metrics.items():
+        assert isinstance(value, torch.Tensor) and value.device == agent.device, name
+    return metrics
+
+
+@pytest.mark.parametrize("case", list(DQN_CASES))
+def test_dqn_update_and_act_read_nothing_on_the_host(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    name, extra, space = DQN_CASES[case]
+    agent = DQNAgent(OBS, space, dqn_preset(name, **{**DQN_SMALL, **extra}), num_envs=E, seed=0)
+    _accelerator_defaults(agent)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(6):
+        _step(agent, g)
+    agent.update()  # one update outside the guard, then new inputs: flags pending again
+    _step(agent, g)
+    assert agent.inputs.pending
+    metrics = _check_step(agent, monkeypatch)
+    assert "losses/td_loss" in metrics and ("losses/icm_forward" in metrics) == (case == "icm")
+
+
+@pytest.mark.parametrize("case", list(PPO_CASES))
+def test_ppo_update_and_act_read_nothing_on_the_host(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    name, extra, space = PPO_CASES[case]
+    cfg = dataclasses.replace(ppo_preset(name), **{**PPO_TINY, **extra})
+    agent = PPOAgent(OBS, space, cfg, num_envs=E, seed=0)
+    _accelerator_defaults(agent)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(cfg.num_steps):
+        _step(agent, g)
+    assert agent.inputs.pending
+    metrics = _check_step(agent, monkeypatch)
+    assert {"losses/policy_loss", "losses/grad_norm", "charts/learning_rate"} <= set(metrics)
+
+
+def test_ppo_target_kl_is_the_documented_host_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The early stop needs the KL's value on the host: one read per epoch, only with target_kl.
+    cfg = dataclasses.replace(ppo_preset("ppo"), **PPO_TINY, target_kl=0.5)
+    agent = PPOAgent(OBS, DISCRETE, cfg, num_envs=E, seed=0)
+    _accelerator_defaults(agent)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(cfg.num_steps):
+        _step(agent, g)
+    with pytest.raises(HostReadError, match="_local_scalar_dense"), HostReads():
+        agent.update()
+
+
+def test_metrics_stay_on_the_device_until_the_log_interval(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The loop's logger keeps running sums as tensors (log reads nothing); flush is the one read.
+    logger = MetricLogger(tmp_path, tensorboard=False)
+    metrics = {"losses/td_loss": torch.tensor(0.5), "values/q": torch.tensor(2.0)}
+    with HostReads():
+        for step in range(3):
+            logger.log(step, metrics)
+    with pytest.raises(HostReadError), HostReads():
+        logger.flush(3)
+    assert logger.flush(3) == {"losses/td_loss": 0.5, "values/q": 2.0}
