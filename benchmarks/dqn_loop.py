@@ -9,6 +9,9 @@ Rows:
 - ``dqn`` / ``rainbow`` phases: seconds per env step spent acting, stepping the environments,
   in the replay buffer (adds and samples), and in updates (forward, backward, optimizer, target).
 - learner updates/s of each agent (updates back to back on a full buffer).
+- compiled vs eager: learner updates/s with ``compile="default"`` against eager, the two agents
+  timed in alternating windows in one process (ratio: the median of the windows' ratios), and the
+  seconds the first compiled update takes (compilation).
 - on a GPU: rainbow learner updates/s in bf16 against f32 at batch 256.
 
 ``ratio`` of the env-steps/s rows is against the reference; of the bf16 row, against f32.
@@ -16,6 +19,7 @@ Rows:
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -278,9 +282,10 @@ def phases(name: str, steps: int, num_envs: int) -> dict[str, float]:
         env.close()
 
 
-def learner_updates_per_s(name: str, device: str = "cpu", batch: int = BATCH, min_time: float = 1.0) -> float:
-    """Back-to-back ``agent.update()`` calls per second on a buffer of 2,000 random transitions."""
-    agent, env = _agent(name, 1, device=device, batch_size=batch)
+def _learner(name: str, device: str = "cpu", batch: int = BATCH, compile: str = "none"):
+    """An agent of 1 environment whose buffer holds 2,000 random transitions (the same for every
+    call), ready for back-to-back updates."""
+    agent, env = _agent(name, 1, device=device, batch_size=batch, compile=compile)
     env.close()
     g = torch.Generator().manual_seed(0)
     for _ in range(2_000):
@@ -293,6 +298,15 @@ def learner_updates_per_s(name: str, device: str = "cpu", batch: int = BATCH, mi
             torch.zeros(1, dtype=torch.bool),
             torch.zeros(1, dtype=torch.bool),
         )
+    return agent
+
+
+def learner_updates_per_s(
+    name: str, device: str = "cpu", batch: int = BATCH, min_time: float = 1.0, compile: str = "none"
+) -> float:
+    """Back-to-back ``agent.update()`` calls per second on a buffer of 2,000 random transitions
+    (``compile``: the agent's compile mode; its compilation happens before the timing)."""
+    agent = _learner(name, device, batch, compile)
     for _ in range(10):
         agent.update()
     sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
@@ -304,6 +318,43 @@ def learner_updates_per_s(name: str, device: str = "cpu", batch: int = BATCH, mi
         n += 20
         sync()
     return n / (time.perf_counter() - t0)
+
+
+def compiled_vs_eager(
+    name: str, mode: str = "default", *, rounds: int = 8, window: float = 0.25, batch: int = BATCH
+) -> dict[str, float]:
+    """Learner updates/s of an eager and a compiled agent (same seed, same data) on the CPU.
+
+    The two are timed in ``rounds`` alternating windows of ``window`` seconds each, so a load
+    change on a shared machine hits both alike. Returns ``eager`` and ``compiled`` (median
+    updates/s of their windows), ``ratio`` (median of the per-round ratios compiled / eager) and
+    ``compile_s`` (seconds of the first compiled update: Dynamo, AOTAutograd and Inductor, forward,
+    backward and optimizer graphs).
+    """
+    eager = _learner(name, batch=batch)
+    compiled = _learner(name, batch=batch, compile=mode)
+    t0 = time.perf_counter()
+    compiled.update()
+    compile_s = time.perf_counter() - t0
+    for agent in (eager, compiled):  # warm: caches, the recompile after the first call
+        for _ in range(10):
+            agent.update()
+    rates: dict[str, list[float]] = {"eager": [], "compiled": []}
+    for _ in range(rounds):
+        for key, agent in (("eager", eager), ("compiled", compiled)):
+            n, t0 = 0, time.perf_counter()
+            while time.perf_counter() - t0 < window:
+                for _ in range(5):
+                    agent.update()
+                n += 5
+            rates[key].append(n / (time.perf_counter() - t0))
+    ratios = [c / e for c, e in zip(rates["compiled"], rates["eager"], strict=True)]
+    return {
+        "eager": statistics.median(rates["eager"]),
+        "compiled": statistics.median(rates["compiled"]),
+        "ratio": statistics.median(ratios),
+        "compile_s": compile_s,
+    }
 
 
 def run(quick: bool = False) -> list[Row]:
@@ -364,6 +415,21 @@ def run(quick: bool = False) -> list[Row]:
             )
         ups = learner_updates_per_s(name, min_time=0.5 if quick else 2.0)
         rows.append(Row(NAME, f"learner updates/s, batch {BATCH}, cpu", name, ups, "updates/s"))
+    for name in ("dqn", "rainbow"):
+        cmp = compiled_vs_eager(name, rounds=4 if quick else 8)
+        case = f"{name} learner updates/s, batch {BATCH}, cpu: compiled vs eager"
+        rows.append(Row(NAME, case, "eager", cmp["eager"], "updates/s", 1.0))
+        rows.append(
+            Row(
+                NAME,
+                case,
+                "compile=default",
+                cmp["compiled"],
+                "updates/s",
+                cmp["ratio"],
+                f"first update (compilation) {cmp['compile_s']:.1f} s; alternating windows",
+            )
+        )
     if torch.cuda.is_available():
         rows.extend(_gpu_rows(quick))
     return rows
