@@ -10,6 +10,11 @@ mamba on CartPoleNoVel-v1; 8 environments, each preset's rollout length):
 - ``update``: milliseconds per ``update()`` (all epochs over one rollout) and per 1,000
   transitions in ``extra``; ratio against the discrete policy's update.
 
+Compiled vs eager (``compile="default"``, CPU): ``update`` and ``collect`` of a compiled agent
+against an eager one, timed in alternating rounds in one process (ratio: the median of the
+rounds' ratios, > 1 = compiled faster), with the seconds the first compiled update took; every
+kind in a full run, the discrete policy with ``quick``.
+
 The ``reference`` row is the common single-file PPO shape: a gymnasium vector env with numpy
 arrays, a numpy -> torch conversion every step, torch storage, the same network sizes and the
 same update arithmetic (4 epochs x 4 minibatches), written plainly in one function.
@@ -21,6 +26,7 @@ mamba policies in the device's training dtype against f32 (forced), ratio bf16 v
 from __future__ import annotations
 
 import dataclasses
+import statistics
 import time
 
 import numpy as np
@@ -118,11 +124,11 @@ def _env_only_sps(env_id: str, steps: int) -> float:
     return sps
 
 
-def _agent(preset_name: str, env_id: str, steps: int, device: str = "cpu"):
+def _agent(preset_name: str, env_id: str, steps: int, device: str = "cpu", compile: str = "none"):
     from tritonrl.agents.ppo import PPOAgent, preset
     from tritonrl.toolkit.envs import make_vec_env
 
-    cfg = dataclasses.replace(preset(preset_name), total_steps=steps)
+    cfg = dataclasses.replace(preset(preset_name), total_steps=steps, compile=compile)
     env = make_vec_env(env_id, NUM_ENVS, seed=0, device=device)
     agent = PPOAgent(
         env.single_observation_space, env.single_action_space, cfg, num_envs=NUM_ENVS, seed=0, device=device
@@ -160,6 +166,44 @@ def _timed(preset_name: str, env_id: str, device: str, reps: int) -> tuple[float
     n = agent.config.num_steps * NUM_ENVS
     dtype = str(agent.dtype).removeprefix("torch.")
     return n / float(np.median(t_collect)), float(np.median(t_update)) * 1e3, dtype
+
+
+def compiled_vs_eager(
+    preset_name: str, env_id: str, mode: str = "default", rounds: int = 3
+) -> dict[str, float]:
+    """Update and collection times of an eager and a compiled agent (CPU), alternating rounds.
+
+    Returns ``update_eager`` / ``update_compiled`` (median ms per update), ``update_ratio``
+    (median of the rounds' eager / compiled), the same for ``collect`` (seconds per rollout) and
+    ``compile_s`` (seconds of the first rollout and update of the compiled agent: its compilation).
+    """
+    agents = {
+        key: _agent(preset_name, env_id, 10**6, compile=m)
+        for key, m in (("eager", "none"), ("compiled", mode))
+    }
+    start = time.perf_counter()
+    for key in ("compiled", "eager"):  # compile (and warm up) outside the timing
+        agent, env = agents[key]
+        _collect(agent, env)
+        agent.update()
+        if key == "compiled":
+            compile_s = time.perf_counter() - start
+    times: dict[str, dict[str, list[float]]] = {k: {"update": [], "collect": []} for k in agents}
+    for _ in range(rounds):
+        for key, (agent, env) in agents.items():
+            times[key]["collect"].append(_collect(agent, env))
+            t0 = time.perf_counter()
+            agent.update()
+            times[key]["update"].append(time.perf_counter() - t0)
+    for _, env in agents.values():
+        env.close()
+    out = {"compile_s": compile_s}
+    for what in ("update", "collect"):
+        e, c = times["eager"][what], times["compiled"][what]
+        out[f"{what}_eager"] = statistics.median(e) * 1e3
+        out[f"{what}_compiled"] = statistics.median(c) * 1e3
+        out[f"{what}_ratio"] = statistics.median([x / y for x, y in zip(e, c, strict=True)])
+    return out
 
 
 def _cuda_rows(reps: int) -> list[Row]:
@@ -268,6 +312,31 @@ def _run(quick: bool) -> list[Row]:
                 note="run_training; ratio vs " + ("reference" if kind == "discrete" else "env only"),
             )
         )
+    for kind, preset_name, env_id in KINDS[:1] if quick else KINDS:
+        cmp = compiled_vs_eager(preset_name, env_id, rounds=2 if quick else 5)
+        case = f"{kind} {env_id}: compiled vs eager"
+        note = f"first rollout + update (compilation) {cmp['compile_s']:.0f} s; alternating rounds"
+        rows += [
+            Row(NAME, case, "update eager", cmp["update_eager"], "ms/update", 1.0),
+            Row(
+                NAME,
+                case,
+                "update compile=default",
+                cmp["update_compiled"],
+                "ms/update",
+                cmp["update_ratio"],
+                note,
+            ),
+            Row(NAME, case, "collect eager", cmp["collect_eager"], "ms/rollout", 1.0),
+            Row(
+                NAME,
+                case,
+                "collect compile=default",
+                cmp["collect_compiled"],
+                "ms/rollout",
+                cmp["collect_ratio"],
+            ),
+        ]
     if torch.cuda.is_available():
         rows += _cuda_rows(reps)
     return rows

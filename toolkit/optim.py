@@ -315,8 +315,14 @@ class MasterWeightOptimizer:
         """
         self.check_state_dict(state)
         inner = state["optimizer"]
-        # Moments are cast to the masters' dtype (f32) by torch's load_state_dict.
+        # Moments are cast to the masters' dtype (f32) by torch's load_state_dict, which keeps a
+        # tensor that needs no cast: clone those, or a live agent's state_dict() loaded into another
+        # agent would leave both stepping the same moments.
         self.optimizer.load_state_dict(inner)
+        for per_param in self.optimizer.state.values():
+            for key, value in per_param.items():
+                if isinstance(value, torch.Tensor):
+                    per_param[key] = value.clone()
         self._lr.fill_(float(self.optimizer.param_groups[0]["lr"]))
         with torch.no_grad():
             for p, m, saved in zip(self.params, self.masters, state["masters"], strict=True):

@@ -63,3 +63,59 @@ def test_bad_arguments_and_mismatched_state():
     with pytest.raises(ValueError, match=r"shape \(2,\), expected \(3,\)"):
         b.load_state_dict(a.state_dict())
     assert torch.equal(b_param, torch.zeros(3)) and not b.optimizer.state
+
+
+def _adam_pair(dtype: torch.dtype, **kw):
+    torch.manual_seed(0)
+    nets = [torch.nn.Linear(3, 2).to(dtype) for _ in range(2)]
+    nets[1].load_state_dict(nets[0].state_dict())
+    opts = [MasterWeightOptimizer(n.parameters(), torch.optim.Adam, lr=0.01, fused=True, **kw) for n in nets]
+    return nets, opts
+
+
+def _backward(net: torch.nn.Module, x: torch.Tensor) -> None:
+    (net(x.to(net.weight.dtype)).float() ** 2).sum().backward()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_clip_and_step_is_clip_grad_norm_then_step_bit_for_bit(dtype: torch.dtype) -> None:
+    (a, b), (opt_a, opt_b) = _adam_pair(dtype)
+    x = torch.randn(8, 3)
+    for _ in range(3):
+        for opt, net in ((opt_a, a), (opt_b, b)):
+            opt.zero_grad()
+            _backward(net, x)
+        norm_a = opt_a.clip_grad_norm_(0.5)
+        opt_a.step()
+        norm_b = opt_b.clip_and_step(0.5)
+        assert torch.equal(norm_a, norm_b)
+    for p, q in zip(a.parameters(), b.parameters(), strict=True):
+        assert torch.equal(p, q)
+    for m, n in zip(opt_a.masters, opt_b.masters, strict=True):
+        assert torch.equal(m, n)
+
+
+def test_clip_and_step_needs_fused_adam() -> None:
+    p = torch.nn.Parameter(torch.zeros(2))
+    with pytest.raises(ValueError, match=r"compile='default' needs torch.optim.Adam with fused=True"):
+        MasterWeightOptimizer([p], torch.optim.Adam, compile="default", lr=0.1)
+    with pytest.raises(TypeError, match="clip_and_step needs torch.optim.Adam with fused=True"):
+        MasterWeightOptimizer([p], torch.optim.SGD, lr=0.1).clip_and_step(1.0)
+
+
+def test_a_loaded_state_is_not_shared_with_its_source() -> None:
+    # torch's load_state_dict keeps tensors that need no cast: a live optimizer's state loaded into
+    # another must not leave the two stepping the same moments.
+    (a, b), (opt_a, opt_b) = _adam_pair(torch.float32)
+    x = torch.randn(8, 3)
+    opt_a.zero_grad()
+    _backward(a, x)
+    opt_a.clip_and_step(1.0)
+    opt_b.load_state_dict(opt_a.state_dict())
+    before = [s["exp_avg"].clone() for s in opt_a.optimizer.state.values()]
+    opt_b.zero_grad()
+    _backward(b, x)
+    opt_b.clip_and_step(1.0)
+    assert all(
+        torch.equal(s["exp_avg"], v) for s, v in zip(opt_a.optimizer.state.values(), before, strict=True)
+    )

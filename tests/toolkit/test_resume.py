@@ -75,13 +75,13 @@ def _toy(run_dir: Path, **kw: Any) -> tuple[Any, dict]:
     return agent, run_training(agent, env, OnPolicySchedule(8), cfg)
 
 
-def _dqn(name: str) -> Callable[..., tuple[Any, dict]]:
+def _dqn(name: str, **overrides: Any) -> Callable[..., tuple[Any, dict]]:
     def run(run_dir: Path, **kw: Any) -> tuple[Any, dict]:
         env = make_vec_env("CartPole-v1", 2, seed=3)
         agent = DQNAgent(
             env.single_observation_space,
             env.single_action_space,
-            dqn_preset(name, **DQN_TINY),
+            dqn_preset(name, **DQN_TINY, **overrides),
             num_envs=2,
             seed=3,
         )
@@ -185,6 +185,15 @@ CASES = [
         total_steps=1_600,
         loss="losses/td_loss",
         compares=("priorities",),
+    ),
+    # compiled (tritonrl.toolkit.compile): the same exactness; the acting forward is compiled too
+    Case(
+        "dqn-compiled",
+        _dqn("dqn", compile="default"),
+        _dqn_state,
+        stop_at=1_000,
+        total_steps=1_600,
+        loss="losses/td_loss",
     ),
     # stopped mid-rollout (rollouts are 16 steps), checkpoint at 20
     Case(
