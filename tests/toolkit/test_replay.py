@@ -32,6 +32,11 @@ def _step(t: int, E: int, rng: np.random.Generator, p_term: float = 0.2, p_trunc
     )
 
 
+def _tensors(step: tuple) -> tuple:
+    """A step as CPU tensors: float obs, int64 actions, f32 rewards, bool flags."""
+    return tuple(torch.from_numpy(np.asarray(x)) for x in step)
+
+
 class Model:
     """Plain-Python n-step replay: the specification the buffer is checked against."""
 
@@ -116,11 +121,16 @@ class ReplayMachine(RuleBasedStateMachine):
         self.rng = np.random.default_rng(seed)
         self.t = 0
 
-    @rule(p_term=st.sampled_from([0.0, 0.3]), p_trunc=st.sampled_from([0.0, 0.2]))
-    def add(self, p_term: float, p_trunc: float) -> None:
+    @rule(
+        p_term=st.sampled_from([0.0, 0.3]),
+        p_trunc=st.sampled_from([0.0, 0.2]),
+        as_tensors=st.booleans(),
+    )
+    def add(self, p_term: float, p_trunc: float, as_tensors: bool) -> None:
         s = _step(self.t, self.model.E, self.rng, p_term, p_trunc)
         self.t += 1
-        self.buf.add(*s)
+        # tensors (what the vector env hands over) take add()'s direct path when n_step == 1
+        self.buf.add(*(_tensors(s) if as_tensors else s))
         self.model.step(*s)
 
     @rule(T=st.integers(1, 5))
@@ -240,6 +250,53 @@ def test_nstep_returns_by_hand() -> None:
     assert got == expected
     assert len(buf) == 7
     assert buf.pending == 3  # steps 3 and 4 of env 0 (its new episode), step 4 of env 1
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+@pytest.mark.parametrize("obs_dtype", [torch.float32, torch.bfloat16])
+def test_direct_add_equals_extend(prioritized: bool, obs_dtype: torch.dtype) -> None:
+    """add() of tensors writes the ring directly (numpy views of f32 CPU storage, copy_ otherwise);
+    the buffer must equal one filled by extend() bit for bit, across the ring's wrap-around and with
+    inputs whose dtypes need converting (f64 observations, int32 actions, f64 rewards)."""
+    rng = np.random.default_rng(1)
+    steps = [_step(t, 3, rng) for t in range(30)]
+    kw: dict[str, Any] = dict(num_envs=3, gamma=0.9, obs_dtype=obs_dtype)
+    kind = PrioritizedReplayBuffer if prioritized else ReplayBuffer
+    a, b = kind(17, OBS, **kw), kind(17, OBS, **kw)
+    for t, s in enumerate(steps):
+        obs, act, rew, nxt, term, trunc = _tensors(s)
+        if t % 2:
+            obs, nxt, act, rew = obs.double(), nxt.double(), act.int(), rew.double()
+        a.add(obs, act, rew, nxt, term, trunc)
+    assert a._views is not None if obs_dtype == torch.float32 else a._views is None  # both branches run
+    b.extend(*(np.stack(f) for f in zip(*steps, strict=True)))
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.pop("meta") == sb.pop("meta")
+    for k in sa:
+        assert torch.equal(sa[k], sb[k]), k
+
+
+def test_direct_add_rejects_what_extend_rejects() -> None:
+    """Bad tensors on add()'s direct path raise extend()'s errors and store nothing."""
+    buf = ReplayBuffer(8, OBS, num_envs=2)
+    good = _tensors(_step(0, 2, np.random.default_rng(0)))
+    buf.add(*good)
+    before = {k: v.clone() for k, v in buf.state_dict().items() if k != "meta"}
+    bad_reward = good[2].clone()
+    bad_reward[1] = float("nan")
+    cases = [
+        ((good[0][:1], *good[1:]), ValueError, "obs must have shape"),
+        ((*good[:2], bad_reward, *good[3:]), ValueError, "NaN"),
+        ((*good[:4], good[4].float(), good[5]), TypeError, "terminated must be boolean"),
+        ((good[0], good[1].float(), *good[2:]), TypeError, "action must have an integer dtype"),
+    ]
+    for args, error, match in cases:
+        with pytest.raises(error, match=match):
+            buf.add(*args)
+    after = buf.state_dict()
+    assert after["meta"]["size"] == 2
+    for k, v in before.items():
+        assert torch.equal(v, after[k]), k
 
 
 def test_extend_equals_repeated_add() -> None:
