@@ -205,6 +205,9 @@ class ReplayBuffer:
         storage = (self._obs, self._next_obs, self._action, self._reward, self._discount)
         if dev.type == "cpu" and all(t.dtype in _NUMPY_DTYPES for t in storage):
             self._views = tuple(t.numpy() for t in storage)  # the storage is never reassigned
+        self._stage_views: tuple[np.ndarray, np.ndarray] | None = None
+        if self._views is not None:
+            self._stage_views = (self._stage_obs.numpy(), self._stage_action.numpy())
 
     # ---- sizes ---------------------------------------------------------------------------------
 
@@ -347,11 +350,58 @@ class ReplayBuffer:
         self._nstep = new_state
         self._steps += T
 
+    def _write_host(
+        self, commits: Any, obs: torch.Tensor, action: torch.Tensor, next_obs: torch.Tensor, T: int
+    ) -> None:
+        """:meth:`_write` for n-step buffers on the CPU, through numpy views of the ring and the
+        staging area: the same gathers and copies (and casts to the stored dtypes) without a
+        tensor op each."""
+        E, K, C = self.num_envs, self.n_step - 1, self._capacity
+        assert self._views is not None and self._stage_views is not None  # checked by the caller
+        np_obs, np_next, np_act, np_rew, np_disc = self._views
+        stage_obs, stage_act = self._stage_views
+        o = _np(obs).astype(np_obs.dtype, copy=False)  # [T, E, *obs_shape] in the stored dtype
+        a = _np(action).astype(np_act.dtype, copy=False)
+        nxt = _np(next_obs).reshape(T * E, *self.obs_shape)
+        flat_o, flat_a = o.reshape(T * E, *self.obs_shape), a.reshape(T * E, *self.action_shape)
+        m = len(commits.reward)
+        skip = max(0, m - C)  # more commits than slots: only the last C survive
+        count = m - skip
+        if count > 0:
+            start, end = commits.start[skip:], commits.end[skip:]
+            if (start < K * E).any():  # some start in staging
+                src_o = np.concatenate([stage_obs.reshape(K * E, *self.obs_shape), flat_o])
+                src_a = np.concatenate([stage_act.reshape(K * E, *self.action_shape), flat_a])
+            else:
+                src_o, src_a, start = flat_o, flat_a, start - K * E
+            srcs = (src_o[start], src_a[start], nxt[end], commits.reward[skip:], commits.discount[skip:])
+            pos = (self._pos + skip) % C  # commit k goes to slot (pos + k) % C, skipped ones too
+            first = min(count, C - pos)
+            for dst, src in zip((np_obs, np_act, np_next, np_rew, np_disc), srcs, strict=True):
+                dst[pos : pos + first] = src[:first]
+                if count > first:
+                    dst[: count - first] = src[first:]
+            self._on_commit(pos, count)
+        self._pos = (self._pos + m) % C
+        self._size = min(C, self._size + m)
+        self._committed += m
+        if T >= K:  # staging keeps the last K steps, oldest first
+            stage_obs[:] = o[T - K :]
+            stage_act[:] = a[T - K :]
+        else:
+            stage_obs[: K - T] = stage_obs[T:].copy()
+            stage_act[: K - T] = stage_act[T:].copy()
+            stage_obs[K - T :] = o
+            stage_act[K - T :] = a
+
     def _write(
         self, commits: Any, obs: torch.Tensor, action: torch.Tensor, next_obs: torch.Tensor, T: int
     ) -> None:
         """Copy the committed transitions into the ring and the open ones into staging."""
         E, K, C, dev = self.num_envs, self.n_step - 1, self._capacity, self.device
+        if K and self._stage_views is not None:
+            self._write_host(commits, obs, action, next_obs, T)
+            return
         if K:  # gathers below: bring the inputs to the device in the stored dtype (the one cast)
             obs = obs.to(device=dev, dtype=self.obs_dtype)
             action = action.to(device=dev, dtype=self.action_dtype)
