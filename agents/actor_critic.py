@@ -129,8 +129,15 @@ class CategoricalHead(nn.Module):
         super().__init__()
         self.logits = _linear(feature_dim, n, 0.01, _fk(device, dtype))
 
-    def _dist(self, feat: torch.Tensor) -> torch.distributions.Categorical:
-        return torch.distributions.Categorical(logits=_up(self.logits(feat)), validate_args=False)
+    def log_probs(self, feat: torch.Tensor) -> torch.Tensor:
+        """Normalised log-probabilities ``[..., n]`` f32 (``log_softmax`` of the logits).
+
+        The distribution is written out in tensor ops rather than built as a
+        ``torch.distributions.Categorical`` (the same distribution to rounding): at a few
+        environments per step its construction, ``logsumexp`` and ``log_prob`` cost more than the
+        network.
+        """
+        return torch.log_softmax(_up(self.logits(feat)), -1)
 
     def draw(self, batch: int, generator: torch.Generator | None = None) -> torch.Tensor:
         """The noise :meth:`sample` draws for ``batch`` rows: uniforms ``[batch, n]`` f32 in ``[0, 1)``."""
@@ -146,14 +153,14 @@ class CategoricalHead(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(env_action [B] int64, raw_action [B] int64, logprob [B] f32)`` (Gumbel-max sampling;
         ``noise``: the uniforms of :meth:`draw`, else drawn from ``generator``)."""
-        dist = self._dist(feat)
+        logp = self.log_probs(feat)
         if deterministic:
-            a = dist.logits.argmax(-1)
+            a = logp.argmax(-1)
         else:
             u = noise if noise is not None else self.draw(feat.shape[0], generator)
             u = u.clamp(1e-12, 1.0)
-            a = (dist.logits - torch.log(-torch.log(u))).argmax(-1)
-        return a, a, dist.log_prob(a)
+            a = (logp - torch.log(-torch.log(u))).argmax(-1)
+        return a, a, logp.gather(-1, a.unsqueeze(-1)).squeeze(-1)
 
     entropy_noise = False
     """Whether :meth:`evaluate` draws noise (never: the entropy is exact)."""
@@ -167,8 +174,11 @@ class CategoricalHead(nn.Module):
         noise: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(logprob, entropy)`` of stored actions, f32 (exact entropy)."""
-        dist = self._dist(feat)
-        return dist.log_prob(raw), dist.entropy()
+        logp = self.log_probs(feat)
+        chosen = logp.gather(-1, raw.long().unsqueeze(-1)).squeeze(-1)
+        # -sum p log p, with log p clamped to the dtype's lowest value so that 0 * -inf counts as 0
+        floor = torch.finfo(logp.dtype).min
+        return chosen, -(logp.clamp(min=floor) * logp.softmax(-1)).sum(-1)
 
     def to_raw(self, action: torch.Tensor) -> torch.Tensor:
         """The raw action behind an env action (identity here)."""

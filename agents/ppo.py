@@ -489,14 +489,16 @@ class PPOAgent(AgentBase):
         truncated_in = torch.as_tensor(truncated)
         terminated = torch.as_tensor(terminated).to(dev, torch.bool)
         truncated = truncated_in.to(dev, torch.bool)
-        reward = torch.as_tensor(reward).to(dev, torch.float32) * self.config.reward_scale
+        reward = torch.as_tensor(reward).to(dev, torch.float32)
+        if self.config.reward_scale != 1.0:  # (x * 1.0 == x: skipped, not changed)
+            reward = reward * self.config.reward_scale
         self.buffer.add(x, raw, logp, value, reward, terminated, truncated, starts)
         self.env_steps += self.num_envs
         # Bootstrap values: at truncations and at the end of the rollout. Flags that arrive on the
         # CPU (from the environments) are checked for free; flags already on an accelerator are
         # not synced on: the critic then runs every step.
         last = self.buffer.full
-        need = last or truncated_in.device.type != "cpu" or bool(truncated_in.any())
+        need = last or not truncated_in.is_cpu or bool(truncated_in.numpy().any())
         if need:
             x_next = self._ingest(next_obs, update_stats=False)
             v_next = self.policy.value(x_next, self.state, torch.zeros_like(self.starts))

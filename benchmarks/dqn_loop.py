@@ -43,18 +43,18 @@ class _HostReplay:
     every field on ``add``, uniform indices from numpy and one numpy -> torch conversion per field
     on ``sample`` (the shape of the widely used library buffer such scripts import)."""
 
-    def __init__(self, size: int, obs_dim: int, rng: np.random.Generator) -> None:
-        self.obs = np.zeros((size, 1, obs_dim), np.float32)
-        self.next_obs = np.zeros((size, 1, obs_dim), np.float32)
-        self.actions = np.zeros((size, 1, 1), np.int64)
-        self.rewards = np.zeros((size, 1), np.float32)
-        self.dones = np.zeros((size, 1), np.float32)
-        self.size, self.pos, self.full, self.rng = size, 0, False, rng
+    def __init__(self, size: int, obs_dim: int, n_envs: int, rng: np.random.Generator) -> None:
+        self.obs = np.zeros((size, n_envs, obs_dim), np.float32)
+        self.next_obs = np.zeros((size, n_envs, obs_dim), np.float32)
+        self.actions = np.zeros((size, n_envs, 1), np.int64)
+        self.rewards = np.zeros((size, n_envs), np.float32)
+        self.dones = np.zeros((size, n_envs), np.float32)
+        self.size, self.n_envs, self.pos, self.full, self.rng = size, n_envs, 0, False, rng
 
     def add(self, obs, next_obs, action, reward, done) -> None:
         self.obs[self.pos] = np.array(obs).copy()
         self.next_obs[self.pos] = np.array(next_obs).copy()
-        self.actions[self.pos] = np.array(action).reshape(1, 1).copy()
+        self.actions[self.pos] = np.array(action).reshape(self.n_envs, 1).copy()
         self.rewards[self.pos] = np.array(reward).copy()
         self.dones[self.pos] = np.array(done).copy()
         self.pos += 1
@@ -64,7 +64,7 @@ class _HostReplay:
     def sample(self, batch_size: int) -> tuple[torch.Tensor, ...]:
         upper = self.size if self.full else self.pos
         idx = self.rng.integers(0, upper, size=batch_size)
-        env = self.rng.integers(0, 1, size=batch_size)
+        env = self.rng.integers(0, self.n_envs, size=batch_size)
         data = (
             self.obs[idx, env],
             self.actions[idx, env],
@@ -75,49 +75,76 @@ class _HostReplay:
         return tuple(torch.tensor(d) for d in data)
 
 
+# The single-file DQN's defaults (CleanRL's dqn.py): what the reference runs and what ``_agent``
+# sets tritonrl to. The exploration schedule and learning_starts are shortened: the timing
+# covers the steady state after them (a greedy forward on ~95% of steps, one update per 10).
+CLEANRL = {
+    "lr": 2.5e-4,
+    "buffer_size": 10_000,
+    "gamma": 0.99,
+    "tau": 1.0,
+    "target_update_every": 500,  # env steps (CleanRL's target_network_frequency)
+    "batch_size": BATCH,
+    "eps_start": 1.0,
+    "eps_end": 0.05,
+    "train_freq": TRAIN_FREQ,
+    "loss": "mse",
+}
+HIDDEN = (120, 84)  # CleanRL's network; tritonrl's MLP torso is uniform: torso_width=120, depth 2
+LEARNING_STARTS = 1_000
+
+
 def reference_dqn(
-    steps: int, *, seed: int = 0, learning_starts: int = 1_000, lean: bool = False, learn: bool = True
+    steps: int,
+    *,
+    num_envs: int = 1,
+    seed: int = 0,
+    learning_starts: int = LEARNING_STARTS,
+    lean: bool = False,
+    learn: bool = True,
 ) -> float:
-    """A single-file DQN loop; returns env steps per second (learning included).
+    """A single-file DQN loop at CleanRL's defaults; returns env steps per second (learning included).
 
-    The common shape (``lean=False``): a gymnasium vector env of one environment with episode
-    statistics, a ``torch.Tensor(obs)`` -> network -> ``.cpu().numpy()`` round trip every greedy
-    step, the host replay buffer above, a 120-84 MLP, one update of batch 128 every 10 steps and a
-    target copy every 500. ``lean=True`` strips it to the bone (a plain env, preallocated numpy
-    arrays, one fancy-indexing gather per update, a 128-128 MLP): the fastest such loop we know
-    to write in eager PyTorch, shown for scale.
+    The common shape (``lean=False``): a gymnasium vector env of ``num_envs`` environments with
+    episode statistics, a ``torch.Tensor(obs)`` -> network -> ``.cpu().numpy()`` round trip every
+    greedy step, the host replay buffer above, a 120-84 MLP, one update of batch 128 every 10 env
+    steps (at ``num_envs > 1``: as many updates as multiples of 10 the vector step crosses, the same
+    update-to-data ratio) and a target copy every 500 env steps. ``lean=True`` (one env only) strips
+    it to the bone (a plain env, preallocated numpy arrays, one fancy-indexing gather per update):
+    the fastest such loop we know to write in eager PyTorch, shown for scale.
 
-    Epsilon decays to 0.05 during the first ``learning_starts`` steps; the timing covers the
-    ``steps`` after them (the steady state: a greedy forward on ~95% of steps, one update per 10).
-    ``learn=False`` times collection alone (acting, stepping, storing).
+    Epsilon decays to 0.05 during the first ``learning_starts`` env steps; the timing covers the
+    ``steps`` env steps after them. ``learn=False`` times collection alone (acting, stepping,
+    storing).
     """
     import gymnasium as gym  # here, not at the top: the module imports on machines without it
 
+    if lean and num_envs != 1:
+        raise ValueError("the lean reference steps one environment")
     rng = np.random.default_rng(seed)
     torch.manual_seed(seed)
     if lean:
         env = gym.make(ENV_ID)
         obs_dim, n_actions = env.observation_space.shape[0], int(env.action_space.n)
-        hidden = (128, 128)
     else:
-        env = gym.vector.SyncVectorEnv([lambda: gym.make(ENV_ID)])
+        env = gym.vector.SyncVectorEnv([lambda: gym.make(ENV_ID) for _ in range(num_envs)])
         env = gym.wrappers.vector.RecordEpisodeStatistics(env)
         obs_dim, n_actions = env.single_observation_space.shape[0], int(env.single_action_space.n)
-        hidden = (120, 84)
 
     def mlp() -> torch.nn.Module:
         return torch.nn.Sequential(
-            torch.nn.Linear(obs_dim, hidden[0]),
+            torch.nn.Linear(obs_dim, HIDDEN[0]),
             torch.nn.ReLU(),
-            torch.nn.Linear(hidden[0], hidden[1]),
+            torch.nn.Linear(HIDDEN[0], HIDDEN[1]),
             torch.nn.ReLU(),
-            torch.nn.Linear(hidden[1], n_actions),
+            torch.nn.Linear(HIDDEN[1], n_actions),
         )
 
     q, target = mlp(), mlp()
     target.load_state_dict(q.state_dict())
-    opt = torch.optim.Adam(q.parameters(), lr=1e-3)
-    cap = 50_000
+    opt = torch.optim.Adam(q.parameters(), lr=CLEANRL["lr"])
+    cap = CLEANRL["buffer_size"]
+    gamma = CLEANRL["gamma"]
     if lean:
         b_obs = np.zeros((cap, obs_dim), np.float32)
         b_next = np.zeros((cap, obs_dim), np.float32)
@@ -126,13 +153,16 @@ def reference_dqn(
         b_done = np.zeros(cap, np.float32)
         pos = size = 0
     else:
-        rb = _HostReplay(cap, obs_dim, rng)
+        rb = _HostReplay(cap // num_envs, obs_dim, num_envs, rng)
     obs, _ = env.reset(seed=seed)
     t0 = time.perf_counter()
-    for step in range(learning_starts + steps):
-        if step == learning_starts:
-            t0 = time.perf_counter()
-        eps = max(0.05, 1.0 - step / learning_starts)
+    env_steps = 0
+    total = learning_starts + steps
+    timed_from = None
+    while env_steps < total:
+        if timed_from is None and env_steps >= learning_starts:
+            t0, timed_from = time.perf_counter(), env_steps
+        eps = max(CLEANRL["eps_end"], 1.0 - env_steps / learning_starts)
         if lean:
             if rng.random() < eps:
                 action = int(rng.integers(n_actions))
@@ -147,14 +177,17 @@ def reference_dqn(
                 obs, _ = env.reset()
         else:
             if rng.random() < eps:
-                actions = np.array([env.single_action_space.sample()])
+                actions = np.array([env.single_action_space.sample() for _ in range(num_envs)])
             else:
                 actions = torch.argmax(q(torch.Tensor(obs)), dim=1).cpu().numpy()
             next_obs, rewards, terminations, truncations, infos = env.step(actions)
             real_next = next_obs.copy()  # the vector env autoresets on the next call
             rb.add(obs, real_next, actions, rewards, terminations)
             obs = next_obs
-        if learn and step >= learning_starts and step % TRAIN_FREQ == 0:
+        prev, env_steps = env_steps, env_steps + num_envs
+        if not learn or env_steps < learning_starts:
+            continue
+        for _ in range(env_steps // TRAIN_FREQ - prev // TRAIN_FREQ):
             if lean:
                 idx = rng.integers(size, size=BATCH)
                 o, r = torch.as_tensor(b_obs[idx]), torch.as_tensor(b_rew[idx])
@@ -164,15 +197,15 @@ def reference_dqn(
                 o, a, n, d, r = rb.sample(BATCH)
                 r, d = r.flatten(), d.flatten()
             with torch.no_grad():
-                y = r + 0.99 * target(n).max(1).values * (1 - d)
+                y = r + gamma * target(n).max(1).values * (1 - d)
             loss = torch.nn.functional.mse_loss(q(o).gather(1, a).squeeze(1), y)
             opt.zero_grad()
             loss.backward()
             opt.step()
-            if step % 500 == 0:
-                target.load_state_dict(q.state_dict())
+        if env_steps // CLEANRL["target_update_every"] > prev // CLEANRL["target_update_every"]:
+            target.load_state_dict(q.state_dict())
     env.close()
-    return steps / (time.perf_counter() - t0)
+    return (env_steps - (timed_from or 0)) / (time.perf_counter() - t0)
 
 
 # ----------------------------------------------------------------------------- ours
@@ -183,12 +216,14 @@ def _agent(name: str, num_envs: int, device: str = "cpu", **overrides: Any):
     from tritonrl.toolkit.envs import make_vec_env
 
     env = make_vec_env(ENV_ID, num_envs, seed=0, device=device)
-    settings = {
-        "batch_size": BATCH,
-        "train_freq": TRAIN_FREQ,
+    settings = {  # the reference's settings (CLEANRL), in tritonrl's units
+        **{k: v for k, v in CLEANRL.items() if k != "target_update_every"},
+        "target_update_every": CLEANRL["target_update_every"] // TRAIN_FREQ,  # counted in updates
         "gradient_steps": 1,
-        "learning_starts": 1_000,
-        "target_update_every": 50,
+        "learning_starts": LEARNING_STARTS,
+        "eps_decay_steps": LEARNING_STARTS,
+        "torso_width": HIDDEN[0],
+        "torso_depth": len(HIDDEN),
         **overrides,
     }
     cfg = preset(name, **settings)

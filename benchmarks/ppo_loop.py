@@ -1,6 +1,10 @@
 """PPO throughput per policy kind (CPU, one torch thread), beside a single-file reference.
 
-Rows, for each policy kind (discrete on CartPole-v1, continuous and flow on Pendulum-v1, lstm and
+First, at CleanRL's defaults (4 environments x 128 steps, 4 epochs x 4 minibatches, 2x64 tanh
+MLPs, lr 2.5e-4): the single-file reference and tritonrl's ``ppo`` preset through
+:func:`tritonrl.toolkit.loop.run_training`, env steps/s, ratio against the reference.
+
+Then, for each policy kind (discrete on CartPole-v1, continuous and flow on Pendulum-v1, lstm and
 mamba on CartPoleNoVel-v1; 8 environments, each preset's rollout length):
 
 - ``env only``: the vector env stepped with random actions (the floor every loop pays);
@@ -15,7 +19,7 @@ against an eager one, timed in alternating rounds in one process (ratio: the med
 rounds' ratios, > 1 = compiled faster), with the seconds the first compiled update took; every
 kind in a full run, the discrete policy with ``quick``.
 
-The ``reference`` row is the common single-file PPO shape: a gymnasium vector env with numpy
+The ``reference`` rows are the common single-file PPO shape: a gymnasium vector env with numpy
 arrays, a numpy -> torch conversion every step, torch storage, the same network sizes and the
 same update arithmetic (4 epochs x 4 minibatches), written plainly in one function.
 
@@ -28,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
+from typing import Any
 
 import numpy as np
 import torch
@@ -46,11 +51,17 @@ KINDS = [
 ]
 
 
-def _reference_sps(total_steps: int, num_steps: int = 128) -> float:
-    """A plain single-file PPO loop on CartPole-v1 (discrete, 2x64 tanh MLPs), env steps/s."""
+REF_ENVS = 4  # CleanRL ppo.py's default num_envs
+
+
+def _reference_sps(total_steps: int, num_steps: int = 128, num_envs: int = REF_ENVS) -> float:
+    """A plain single-file PPO loop on CartPole-v1 at CleanRL's defaults (discrete, 2x64 tanh MLPs,
+    4 envs x 128 steps, 4 epochs x 4 minibatches, lr 2.5e-4 annealed, clipped value loss, advantage
+    normalisation, grad clip 0.5), env steps/s."""
     import gymnasium as gym  # here, not at the top: the module imports on machines without it
 
-    envs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(NUM_ENVS)])
+    envs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(num_envs)])
+    envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)
     torch.manual_seed(0)
 
     def layer(i: int, o: int, std: float = np.sqrt(2)) -> nn.Linear:
@@ -62,15 +73,18 @@ def _reference_sps(total_steps: int, num_steps: int = 128) -> float:
     critic = nn.Sequential(layer(4, 64), nn.Tanh(), layer(64, 64), nn.Tanh(), layer(64, 1, 1.0))
     actor = nn.Sequential(layer(4, 64), nn.Tanh(), layer(64, 64), nn.Tanh(), layer(64, 2, 0.01))
     params = list(critic.parameters()) + list(actor.parameters())
-    opt = torch.optim.Adam(params, lr=1e-3, eps=1e-5)
-    T, E = num_steps, NUM_ENVS
+    lr = 2.5e-4
+    opt = torch.optim.Adam(params, lr=lr, eps=1e-5)
+    T, E = num_steps, num_envs
     obs_buf, act_buf = torch.zeros(T, E, 4), torch.zeros(T, E, dtype=torch.long)
     logp_buf, rew_buf, done_buf, val_buf = (torch.zeros(T, E) for _ in range(4))
-    next_obs = torch.tensor(envs.reset(seed=0)[0])
+    next_obs = torch.Tensor(envs.reset(seed=0)[0])
     next_done = torch.zeros(E)
+    n_updates = max(1, total_steps // (T * E))
     start = time.perf_counter()
     steps = 0
-    while steps < total_steps:
+    for update in range(n_updates):
+        opt.param_groups[0]["lr"] = (1.0 - update / n_updates) * lr
         for t in range(T):
             obs_buf[t], done_buf[t] = next_obs, next_done
             with torch.no_grad():
@@ -78,11 +92,11 @@ def _reference_sps(total_steps: int, num_steps: int = 128) -> float:
                 action = dist.sample()
                 val_buf[t] = critic(next_obs).flatten()
             act_buf[t], logp_buf[t] = action, dist.log_prob(action)
-            o, r, term, trunc, _ = envs.step(action.numpy())
-            rew_buf[t] = torch.tensor(r)
-            next_obs, next_done = torch.tensor(o), torch.tensor(term | trunc, dtype=torch.float32)
+            o, r, term, trunc, _ = envs.step(action.cpu().numpy())
+            rew_buf[t] = torch.tensor(r).view(-1)
+            next_obs, next_done = torch.Tensor(o), torch.Tensor(np.logical_or(term, trunc))
         with torch.no_grad():
-            last = critic(next_obs).flatten()
+            last = critic(next_obs).reshape(1, -1)[0]
             adv = torch.zeros(T, E)
             gae = torch.zeros(E)
             for t in reversed(range(T)):
@@ -91,14 +105,16 @@ def _reference_sps(total_steps: int, num_steps: int = 128) -> float:
                 gae = delta + 0.99 * 0.95 * (1 - nd) * gae
                 adv[t] = gae
             ret = adv + val_buf
-        b = [x.reshape(T * E, *x.shape[2:]) for x in (obs_buf, act_buf, logp_buf, adv, ret)]
+        b = [x.reshape(T * E, *x.shape[2:]) for x in (obs_buf, act_buf, logp_buf, adv, ret, val_buf)]
         for _ in range(4):
             for idx in torch.randperm(T * E).split(T * E // 4):
                 dist = torch.distributions.Categorical(logits=actor(b[0][idx]))
                 ratio = (dist.log_prob(b[1][idx]) - b[2][idx]).exp()
                 a = (b[3][idx] - b[3][idx].mean()) / (b[3][idx].std() + 1e-8)
                 pg = torch.max(-a * ratio, -a * ratio.clamp(0.8, 1.2)).mean()
-                v = 0.5 * (critic(b[0][idx]).flatten() - b[4][idx]).square().mean()
+                v_new = critic(b[0][idx]).flatten()
+                v_clip = b[5][idx] + (v_new - b[5][idx]).clamp(-0.2, 0.2)
+                v = 0.5 * torch.max((v_new - b[4][idx]).square(), (v_clip - b[4][idx]).square()).mean()
                 loss = pg - 0.01 * dist.entropy().mean() + 0.5 * v
                 opt.zero_grad()
                 loss.backward()
@@ -124,16 +140,34 @@ def _env_only_sps(env_id: str, steps: int) -> float:
     return sps
 
 
-def _agent(preset_name: str, env_id: str, steps: int, device: str = "cpu", compile: str = "none"):
+def _agent(
+    preset_name: str, env_id: str, steps: int, device: str = "cpu", num_envs: int = NUM_ENVS, **overrides
+):
     from tritonrl.agents.ppo import PPOAgent, preset
     from tritonrl.toolkit.envs import make_vec_env
 
-    cfg = dataclasses.replace(preset(preset_name), total_steps=steps, compile=compile)
-    env = make_vec_env(env_id, NUM_ENVS, seed=0, device=device)
+    cfg = dataclasses.replace(preset(preset_name), total_steps=steps, **overrides)
+    env = make_vec_env(env_id, num_envs, seed=0, device=device)
     agent = PPOAgent(
-        env.single_observation_space, env.single_action_space, cfg, num_envs=NUM_ENVS, seed=0, device=device
+        env.single_observation_space, env.single_action_space, cfg, num_envs=num_envs, seed=0, device=device
     )
     return agent, env
+
+
+def train_sps(preset_name: str, env_id: str, steps: int, num_envs: int = NUM_ENVS, **overrides: Any) -> float:
+    """Env steps/s of ``run_training`` (collection and updates, no evaluation, no logging files)."""
+    from tritonrl.toolkit.loop import LoopConfig, run_training
+    from tritonrl.toolkit.onpolicy import OnPolicySchedule
+
+    agent, env = _agent(preset_name, env_id, steps, num_envs=num_envs, **overrides)
+    try:
+        quiet = {"final_eval": False, "plot": False, "tensorboard": False}
+        summary = run_training(
+            agent, env, OnPolicySchedule(agent.config.num_steps), LoopConfig(total_steps=steps, **quiet)
+        )
+    finally:
+        env.close()
+    return float(summary["sps"])
 
 
 def _collect(agent, env) -> float:
@@ -174,7 +208,7 @@ def compiled_vs_eager(
     """Update and collection times of an eager and a compiled agent (CPU), alternating rounds.
 
     Returns ``update_eager`` / ``update_compiled`` (median ms per update), ``update_ratio``
-    (median of the rounds' eager / compiled), the same for ``collect`` (seconds per rollout) and
+    (median of the rounds' eager / compiled), the same for ``collect`` (ms per rollout) and
     ``compile_s`` (seconds of the first rollout and update of the compiled agent: its compilation).
     """
     agents = {
@@ -242,17 +276,23 @@ def run(quick: bool = False) -> list[Row]:
 
 
 def _run(quick: bool) -> list[Row]:
-    from tritonrl.toolkit.loop import LoopConfig, run_training
-    from tritonrl.toolkit.onpolicy import OnPolicySchedule
 
     rows: list[Row] = []
     reps = 1 if quick else 3
     ref_steps = 8_192 if quick else 40_960
-    ref = _reference_sps(ref_steps)
+    # CleanRL's defaults side by side: 4 envs x 128 steps, 4 epochs x 4 minibatches, 2x64 tanh MLPs
+    ref4 = _reference_sps(ref_steps)
+    case4 = f"discrete CartPole-v1, {REF_ENVS} envs (CleanRL defaults)"
+    rows.append(Row(NAME, case4, "reference", ref4, "env steps/s", note="single-file PPO loop"))
+    ours4 = train_sps("ppo", "CartPole-v1", ref_steps, num_envs=REF_ENVS, lr=2.5e-4)
+    rows.append(
+        Row(NAME, case4, "ppo", ours4, "env steps/s", ratio=ours4 / ref4, note="run_training; vs reference")
+    )
+    ref = _reference_sps(ref_steps, num_envs=NUM_ENVS)
     rows.append(
         Row(
             NAME,
-            "discrete CartPole-v1",
+            f"discrete CartPole-v1, {NUM_ENVS} envs",
             "reference",
             ref,
             "env steps/s",
@@ -291,24 +331,16 @@ def _run(quick: bool) -> list[Row]:
             )
         )
         steps = n * (2 if quick else 4)
-        agent, env = _agent(preset_name, env_id, steps)
-        summary = run_training(
-            agent,
-            env,
-            OnPolicySchedule(agent.config.num_steps),
-            LoopConfig(total_steps=steps, final_eval=False),
-        )
-        env.close()
-        train_sps = summary["sps"]
+        sps = train_sps(preset_name, env_id, steps)
         base = ref if kind == "discrete" else env_sps
         rows.append(
             Row(
                 NAME,
                 case,
                 "train",
-                train_sps,
+                sps,
                 "env steps/s",
-                ratio=train_sps / base,
+                ratio=sps / base,
                 note="run_training; ratio vs " + ("reference" if kind == "discrete" else "env only"),
             )
         )

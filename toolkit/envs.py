@@ -286,24 +286,33 @@ class VecEnv:
         self._returns = np.zeros(self.num_envs, dtype=np.float64)
         self._lengths = np.zeros(self.num_envs, dtype=np.int64)
         self.obs: torch.Tensor | None = None
+        self._cpu = self.device.type == "cpu"
+        self._obs_shape = (self.num_envs, *(self.single_observation_space.shape or ()))
         space = self.single_action_space
         self._box = isinstance(space, spaces.Box)
         if isinstance(space, spaces.Box):
             self._low, self._high = space.low, space.high
 
-    def _tensor(self, x: np.ndarray, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        return torch.as_tensor(np.asarray(x), dtype=dtype).to(self.device)
+    def _tensor(self, x: np.ndarray) -> torch.Tensor:
+        """``x`` (a fresh array of this step, already in its final dtype) as a tensor on the device
+        (zero-copy on CPU)."""
+        t = torch.from_numpy(x)
+        return t if self._cpu else t.to(self.device)
 
     def reset(self) -> torch.Tensor:
         """Reset every environment with seeds ``seed, seed + 1, ...``; returns ``obs`` [E, *obs_shape] f32."""
         obs, _ = self.vec.reset(seed=[self.seed + i for i in range(self.num_envs)])
         self._returns[:] = 0.0
         self._lengths[:] = 0
-        self.obs = self._tensor(obs)
+        self.obs = self._tensor(np.asarray(obs, dtype=np.float32))
         return self.obs
 
     def step(self, actions: torch.Tensor | np.ndarray) -> Transition:
         """Step every environment once; finished ones reset in the same call (see :class:`Transition`).
+
+        The sub-environments are stepped here, one Python call each, with the same-step autoreset
+        of the wrapped ``SyncVectorEnv`` (same calls in the same order, so the same episodes),
+        without its per-step copies and space bookkeeping.
 
         Raises:
             RuntimeError: called before :meth:`reset`.
@@ -311,31 +320,50 @@ class VecEnv:
         """
         if self.obs is None:
             raise RuntimeError("VecEnv.step called before reset()")
-        a = actions.detach().cpu().numpy() if isinstance(actions, torch.Tensor) else np.asarray(actions)
-        if a.shape[0] != self.num_envs:
-            raise ValueError(f"actions has leading size {a.shape[0]}, expected num_envs={self.num_envs}")
+        if isinstance(actions, torch.Tensor):
+            a = actions.detach()
+            a = (a if a.device.type == "cpu" else a.cpu()).numpy()
+        else:
+            a = np.asarray(actions)
+        if a.ndim == 0 or a.shape[0] != self.num_envs:
+            lead = a.shape[0] if a.ndim else "none"
+            raise ValueError(f"actions has leading size {lead}, expected num_envs={self.num_envs}")
         if self._box:
             a = np.clip(a.astype(self._low.dtype, copy=False), self._low, self._high)
-        obs, reward, terminated, truncated, info = self.vec.step(a)
-        done = terminated | truncated
+        n = self.num_envs
+        obs = np.empty(self._obs_shape, np.float32)
+        reward = np.empty(n, np.float32)
+        terminated = np.empty(n, np.bool_)
+        truncated = np.empty(n, np.bool_)
+        finals: list[tuple[int, Any]] = []
+        for i, env in enumerate(self.vec.envs):
+            o, r, te, tr, _ = env.step(a[i])
+            reward[i], terminated[i], truncated[i] = r, te, tr
+            if te or tr:
+                finals.append((i, o))
+                o, _ = env.reset()
+            obs[i] = o
+        returns, lengths = self._returns, self._lengths
+        returns += reward
+        lengths += 1
+        ep_returns: list[float] = []
+        ep_lengths: list[int] = []
         next_obs = obs
-        if done.any():
+        if finals:
             next_obs = obs.copy()
-            for i in np.flatnonzero(done):
-                next_obs[i] = info["final_obs"][i]
-        self._returns += reward
-        self._lengths += 1
-        ep_returns = [float(self._returns[i]) for i in np.flatnonzero(done)]
-        ep_lengths = [int(self._lengths[i]) for i in np.flatnonzero(done)]
-        self._returns[done] = 0.0
-        self._lengths[done] = 0
-        self.obs = self._tensor(obs)
+            for i, o in finals:
+                next_obs[i] = o
+                ep_returns.append(float(returns[i]))
+                ep_lengths.append(int(lengths[i]))
+                returns[i] = 0.0
+                lengths[i] = 0
+        self.obs = obs_t = self._tensor(obs)
         return Transition(
-            obs=self.obs,
+            obs=obs_t,
             reward=self._tensor(reward),
-            next_obs=self.obs if next_obs is obs else self._tensor(next_obs),
-            terminated=self._tensor(terminated, torch.bool),
-            truncated=self._tensor(truncated, torch.bool),
+            next_obs=obs_t if next_obs is obs else self._tensor(next_obs),
+            terminated=self._tensor(terminated),
+            truncated=self._tensor(truncated),
             episode_returns=ep_returns,
             episode_lengths=ep_lengths,
         )

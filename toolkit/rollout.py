@@ -187,6 +187,9 @@ class RolloutBuffer:
         self.device = torch.device(device)
         kw: dict[str, Any] = {"device": self.device}
         self.obs = torch.zeros((T, E, *obs_shape), dtype=obs_dtype, **kw)
+        self._cpu = self.device.type == "cpu"
+        self._views: tuple[Any, ...] | None = None  # numpy views for add() (see _write_host)
+        self._viewed: tuple[torch.Tensor, ...] = ()
         self.actions = torch.zeros((T, E, *action_shape), dtype=action_dtype, **kw)
         self.logprobs = torch.zeros((T, E), dtype=torch.float32, **kw)
         self.values = torch.zeros((T, E), dtype=torch.float32, **kw)
@@ -224,16 +227,39 @@ class RolloutBuffer:
         if self.full:
             raise RuntimeError(f"rollout buffer is full ({self.num_steps} steps): update, then reset()")
         t = self.pos
-        self.obs[t] = obs
-        self.actions[t] = actions
-        self.logprobs[t] = logprobs
-        self.values[t] = values
-        self.rewards[t] = rewards
-        self.terminated[t] = terminated
-        self.truncated[t] = truncated
-        self.starts[t] = starts
-        self.has_next_value[t] = False
+        args = (obs, actions, logprobs, values, rewards, terminated, truncated, starts)
+        if not (self._cpu and self._write_host(t, args)):
+            self.obs[t] = obs
+            self.actions[t] = actions
+            self.logprobs[t] = logprobs
+            self.values[t] = values
+            self.rewards[t] = rewards
+            self.terminated[t] = terminated
+            self.truncated[t] = truncated
+            self.starts[t] = starts
+            self.has_next_value[t] = False
         self.pos += 1
+
+    _ADDED = ("obs", "actions", "logprobs", "values", "rewards", "terminated", "truncated", "starts")
+
+    def _write_host(self, t: int, args: tuple[Any, ...]) -> bool:
+        """Row ``t`` written through numpy views of CPU storage (the same values as the tensor
+        assignment, at a third of its cost a field); ``False`` when a field or an argument is not
+        a CPU tensor numpy can read (bf16 storage, a tensor that requires grad, another device)."""
+        fields = tuple(getattr(self, name) for name in self._ADDED)
+        views = self._views
+        if views is None or any(a is not b for a, b in zip(fields, self._viewed, strict=True)):
+            if not all(f.dtype in _NUMPY_DTYPES for f in fields):
+                return False
+            views = self._views = tuple(f.numpy() for f in fields) + (self.has_next_value.numpy(),)
+            self._viewed = fields
+        try:
+            for view, a in zip(views, args, strict=False):
+                view[t] = a.numpy() if type(a) is torch.Tensor else a
+        except (RuntimeError, TypeError, ValueError):  # requires grad, not on the CPU, a shape numpy
+            return False  # broadcasts differently: the tensor path writes (or raises) all fields
+        views[-1][t] = False
+        return True
 
     def set_next_values(self, values: torch.Tensor, mask: torch.Tensor) -> None:
         """``V(s'_t)`` for the step just added, where ``mask`` ([E] bool; truncations, the last step)."""
@@ -296,6 +322,17 @@ class RolloutBuffer:
         for name in self.FIELDS:
             getattr(self, name).copy_(state[name].to(self.device))
         self.pos = int(state["pos"])
+
+
+_NUMPY_DTYPES = (
+    torch.float32,
+    torch.float64,
+    torch.float16,
+    torch.int64,
+    torch.int32,
+    torch.uint8,
+    torch.bool,
+)
 
 
 def _kind(dtype: torch.dtype) -> str:

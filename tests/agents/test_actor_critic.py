@@ -178,3 +178,34 @@ def test_lstm_sequence_equals_stepping_with_resets():
     s1 = core.step(x[:, 0], (torch.randn(B, 6), torch.randn(B, 6)), torch.ones(B, dtype=torch.bool))[0]
     s2 = core.step(x[:, 0], state0, torch.ones(B, dtype=torch.bool))[0]
     torch.testing.assert_close(s1, s2, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_categorical_head_equals_torch_distributions(dtype):
+    """The categorical head writes the distribution out in tensor ops (log_softmax where
+    Categorical takes logits - logsumexp: the two round differently in the last bit); log-probs
+    and entropy must match torch.distributions.Categorical to a few ulps (rtol 1e-6 f32, 1e-14
+    f64; atol for values near 0), the same actions must be drawn, including for logits so peaked
+    that some probabilities underflow to 0, where the entropy's 0 * log 0 must count as 0."""
+    from tritonrl.agents.actor_critic import CategoricalHead
+
+    head = CategoricalHead(8, 5, dtype=dtype)
+    g = torch.Generator().manual_seed(0)
+    feat = torch.randn(64, 8, generator=g, dtype=dtype)
+    feat[:4] *= 1e4  # peaked rows: exp underflows
+    raw = torch.randint(0, 5, (64,), generator=g)
+    logits = head.logits(feat)
+    ref = torch.distributions.Categorical(logits=logits if dtype == torch.float64 else logits.float())
+    tol = {"rtol": 1e-6, "atol": 1e-6} if dtype == torch.float32 else {"rtol": 1e-14, "atol": 1e-14}
+    logp, entropy = head.evaluate(feat, raw)
+    torch.testing.assert_close(logp, ref.log_prob(raw), **tol)
+    torch.testing.assert_close(entropy, ref.entropy(), **tol)
+    assert torch.isfinite(entropy).all()
+    a, raw_a, lp = head.sample(feat, False, torch.Generator().manual_seed(1))
+    u = torch.rand(ref.logits.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float32)
+    want = (ref.logits - torch.log(-torch.log(u.clamp(1e-12, 1.0)))).argmax(-1)  # the same Gumbel draw
+    assert torch.equal(a, raw_a) and torch.equal(a, want)
+    torch.testing.assert_close(lp, ref.log_prob(a), **tol)
+    greedy, _, lp_g = head.sample(feat, True)
+    assert torch.equal(greedy, ref.logits.argmax(-1))
+    torch.testing.assert_close(lp_g, ref.log_prob(greedy), **tol)

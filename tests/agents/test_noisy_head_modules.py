@@ -197,3 +197,25 @@ def test_bad_module_arguments() -> None:
         DuelingHead(3, 2, atoms=0)
     with pytest.raises(ValueError, match="support"):
         DuelingHead(3, 2)(torch.randn(1, 3), torch.zeros(1))  # scalar Q has no support
+
+
+def test_params_follow_the_module_through_to_and_parametrizations():
+    """NoisyLinear.params() reads the parameter/buffer registries directly; it must hand out the
+    module's current tensors after .to() (new buffers) and through a parametrization (a subclass
+    whose weight is computed), exactly as attribute access does."""
+    from torch.nn.utils import parametrize
+
+    layer = NoisyLinear(6, 3, dtype=torch.float32)
+    layer.to(torch.float64)
+    p = layer.params()
+    names = ("weight_mu", "weight_sigma", "bias_mu", "bias_sigma", "eps_in", "eps_out")
+    assert all(a is getattr(layer, n) for a, n in zip(p, names, strict=True))
+    assert p.eps_in.dtype == torch.float64
+
+    class Double(torch.nn.Module):
+        def forward(self, w: torch.Tensor) -> torch.Tensor:
+            return 2 * w
+
+    parametrize.register_parametrization(layer, "weight_mu", Double())
+    p = layer.params()
+    assert torch.equal(p.weight_mu, 2 * layer.parametrizations.weight_mu.original)

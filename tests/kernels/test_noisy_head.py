@@ -257,23 +257,41 @@ def test_dueling_reference_vs_ground_truth(b, i, a, z, noise, dueling, two_input
         assert_f32_close(g, r, f"grad #{k}")
 
 
-def test_reference_never_builds_the_noisy_weight(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No [O, I]-shaped product of sigma and noise: only x-sized and y-sized elementwise work."""
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_reference_builds_the_noisy_weight_only_in_f32(monkeypatch: pytest.MonkeyPatch, dtype) -> None:
+    """16-bit dtypes: no [O, I]-shaped product of sigma and noise, only x-sized and y-sized
+    elementwise work (the kernels' two-product form); f32: the noisy weight is built once (one
+    [O, I] addcmul) and multiplied once."""
     gen = torch.Generator().manual_seed(0)
-    p = make_layer(7, 5, gen)
-    x = torch.randn(3, 5, generator=gen)
+    p = NoisyParams(*(None if t is None else t.to(dtype) for t in make_layer(7, 5, gen)))
+    x = torch.randn(3, 5, generator=gen).to(dtype)
     seen: list[tuple[int, ...]] = []
-    real_mul = torch.Tensor.__mul__
+    real_mul, real_addcmul, real_linear = torch.Tensor.__mul__, torch.addcmul, torch.nn.functional.linear
+    linears: list[tuple[int, ...]] = []
 
     def spy(a, b):
         r = real_mul(a, b)
         seen.append(tuple(r.shape))
         return r
 
+    def spy_addcmul(*args, **kwargs):
+        r = real_addcmul(*args, **kwargs)
+        seen.append(tuple(r.shape))
+        return r
+
+    def spy_linear(inp, w, b=None):
+        linears.append(tuple(w.shape))
+        return real_linear(inp, w, b)
+
     monkeypatch.setattr(torch.Tensor, "__mul__", spy)
+    monkeypatch.setattr(torch, "addcmul", spy_addcmul)
+    monkeypatch.setattr(torch.nn.functional, "linear", spy_linear)
     noisy_linear_ref(x, *p, noise=True)
     monkeypatch.undo()
-    assert seen and (7, 5) not in seen, seen
+    if dtype == torch.float32:
+        assert seen.count((7, 5)) == 1 and linears == [(7, 5)], (seen, linears)
+    else:
+        assert seen and (7, 5) not in seen and len(linears) == 2, (seen, linears)
 
 
 def test_expected_q_matches_support_average() -> None:

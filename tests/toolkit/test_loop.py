@@ -47,6 +47,53 @@ def test_truncation_is_reported_separately():
     assert not torch.equal(tr.next_obs, tr.obs)
 
 
+@pytest.mark.parametrize(
+    ("env_id", "num_envs", "draw"),
+    [
+        ("CartPole-v1", 1, lambda g, n: torch.randint(0, 2, (n,), generator=g)),
+        ("CartPole-v1", 3, lambda g, n: torch.randint(0, 2, (n,), generator=g)),
+        # actions beyond the bounds: VecEnv clips them once, the reference gets them clipped too
+        ("Pendulum-v1", 2, lambda g, n: 4.0 * torch.randn(n, 1, generator=g)),
+    ],
+)
+def test_vec_env_steps_like_gymnasium_same_step_autoreset(env_id, num_envs, draw):
+    """VecEnv steps its sub-environments itself: the transitions must be those of gymnasium's own
+    SyncVectorEnv in same-step autoreset mode (bit for bit: same env calls in the same order)."""
+    import gymnasium as gym
+
+    ours = make_vec_env(env_id, num_envs, seed=5)
+    ref = gym.vector.SyncVectorEnv(
+        [lambda: gym.make(env_id, disable_env_checker=True) for _ in range(num_envs)],
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+    )
+    ref_obs, _ = ref.reset(seed=[5 + i for i in range(num_envs)])
+    assert torch.equal(ours.obs, torch.as_tensor(ref_obs, dtype=torch.float32))
+    space = ref.single_action_space
+    g = torch.Generator().manual_seed(0)
+    ends = 0
+    for _ in range(260):
+        a = draw(g, num_envs)
+        tr = ours.step(a)
+        a_ref = a.numpy()
+        if isinstance(space, gym.spaces.Box):
+            a_ref = np.clip(a_ref, space.low, space.high)
+        obs, reward, term, trunc, info = ref.step(a_ref)
+        done = term | trunc
+        next_obs = obs.copy()
+        for i in np.flatnonzero(done):
+            next_obs[i] = info["final_obs"][i]
+        ends += int(done.sum())
+        assert torch.equal(tr.obs, torch.as_tensor(obs, dtype=torch.float32))
+        assert torch.equal(tr.next_obs, torch.as_tensor(next_obs, dtype=torch.float32))
+        assert torch.equal(tr.reward, torch.as_tensor(reward, dtype=torch.float32))
+        assert torch.equal(tr.terminated, torch.as_tensor(term))
+        assert torch.equal(tr.truncated, torch.as_tensor(trunc))
+        assert tr.obs.dtype == tr.reward.dtype == torch.float32 and tr.terminated.dtype == torch.bool
+    assert ends >= num_envs  # episodes ended (and reset) during the comparison
+    with pytest.raises(ValueError, match="leading size"):
+        ours.step(draw(g, num_envs + 1))
+
+
 def test_env_state_round_trip_continues_exactly():
     env = make_vec_env("CartPoleNoVel-v1", 4, seed=3)
     assert env.obs.shape == (4, 2)

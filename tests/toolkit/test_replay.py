@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from tritonrl.toolkit.replay import PrioritizedReplayBuffer, ReplayBatch, ReplayBuffer
@@ -30,6 +30,11 @@ def _step(t: int, E: int, rng: np.random.Generator, p_term: float = 0.2, p_trunc
         rng.random(E) < p_term,
         rng.random(E) < p_trunc,
     )
+
+
+def _tensors(step: tuple) -> tuple:
+    """A step as CPU tensors: float obs, int64 actions, f32 rewards, bool flags."""
+    return tuple(torch.from_numpy(np.asarray(x)) for x in step)
 
 
 class Model:
@@ -116,11 +121,16 @@ class ReplayMachine(RuleBasedStateMachine):
         self.rng = np.random.default_rng(seed)
         self.t = 0
 
-    @rule(p_term=st.sampled_from([0.0, 0.3]), p_trunc=st.sampled_from([0.0, 0.2]))
-    def add(self, p_term: float, p_trunc: float) -> None:
+    @rule(
+        p_term=st.sampled_from([0.0, 0.3]),
+        p_trunc=st.sampled_from([0.0, 0.2]),
+        as_tensors=st.booleans(),
+    )
+    def add(self, p_term: float, p_trunc: float, as_tensors: bool) -> None:
         s = _step(self.t, self.model.E, self.rng, p_term, p_trunc)
         self.t += 1
-        self.buf.add(*s)
+        # tensors (what the vector env hands over) take add()'s direct path when n_step == 1
+        self.buf.add(*(_tensors(s) if as_tensors else s))
         self.model.step(*s)
 
     @rule(T=st.integers(1, 5))
@@ -240,6 +250,53 @@ def test_nstep_returns_by_hand() -> None:
     assert got == expected
     assert len(buf) == 7
     assert buf.pending == 3  # steps 3 and 4 of env 0 (its new episode), step 4 of env 1
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+@pytest.mark.parametrize("obs_dtype", [torch.float32, torch.bfloat16])
+def test_direct_add_equals_extend(prioritized: bool, obs_dtype: torch.dtype) -> None:
+    """add() of tensors writes the ring directly (numpy views of f32 CPU storage, copy_ otherwise);
+    the buffer must equal one filled by extend() bit for bit, across the ring's wrap-around and with
+    inputs whose dtypes need converting (f64 observations, int32 actions, f64 rewards)."""
+    rng = np.random.default_rng(1)
+    steps = [_step(t, 3, rng) for t in range(30)]
+    kw: dict[str, Any] = dict(num_envs=3, gamma=0.9, obs_dtype=obs_dtype)
+    kind = PrioritizedReplayBuffer if prioritized else ReplayBuffer
+    a, b = kind(17, OBS, **kw), kind(17, OBS, **kw)
+    for t, s in enumerate(steps):
+        obs, act, rew, nxt, term, trunc = _tensors(s)
+        if t % 2:
+            obs, nxt, act, rew = obs.double(), nxt.double(), act.int(), rew.double()
+        a.add(obs, act, rew, nxt, term, trunc)
+    assert a._views is not None if obs_dtype == torch.float32 else a._views is None  # both branches run
+    b.extend(*(np.stack(f) for f in zip(*steps, strict=True)))
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.pop("meta") == sb.pop("meta")
+    for k in sa:
+        assert torch.equal(sa[k], sb[k]), k
+
+
+def test_direct_add_rejects_what_extend_rejects() -> None:
+    """Bad tensors on add()'s direct path raise extend()'s errors and store nothing."""
+    buf = ReplayBuffer(8, OBS, num_envs=2)
+    good = _tensors(_step(0, 2, np.random.default_rng(0)))
+    buf.add(*good)
+    before = {k: v.clone() for k, v in buf.state_dict().items() if k != "meta"}
+    bad_reward = good[2].clone()
+    bad_reward[1] = float("nan")
+    cases = [
+        ((good[0][:1], *good[1:]), ValueError, "obs must have shape"),
+        ((*good[:2], bad_reward, *good[3:]), ValueError, "NaN"),
+        ((*good[:4], good[4].float(), good[5]), TypeError, "terminated must be boolean"),
+        ((good[0], good[1].float(), *good[2:]), TypeError, "action must have an integer dtype"),
+    ]
+    for args, error, match in cases:
+        with pytest.raises(error, match=match):
+            buf.add(*args)
+    after = buf.state_dict()
+    assert after["meta"]["size"] == 2
+    for k, v in before.items():
+        assert torch.equal(v, after[k]), k
 
 
 def test_extend_equals_repeated_add() -> None:
@@ -545,3 +602,67 @@ def test_gpu_buffer_end_to_end() -> None:
     buf.check_priorities = True
     with pytest.raises(ValueError, match="indices"):
         buf.update_priorities(torch.tensor([len(buf)], device="cuda"), torch.ones(1, device="cuda"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    n=st.integers(2, 7),
+    E=st.integers(1, 5),
+    gamma=st.sampled_from([0.0, 0.5, 0.9, 0.99, 1.0]),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_one_step_schedule_equals_the_timeline_schedule(n: int, E: int, gamma: float, seed: int) -> None:
+    """add()'s n-step bookkeeping for one vector step (a few Python operations per environment)
+    must give the timeline version's commits and state bit for bit, over any reachable state:
+    rewards that do not sum exactly, episode ends by termination and by truncation."""
+    from tritonrl.toolkit.replay.nstep import NStepState, _schedule_one, _schedule_window, schedule
+
+    rng = np.random.default_rng(seed)
+    K = n - 1
+    state = NStepState(rng.integers(0, K + 1, E).astype(np.int64), rng.normal(size=(K, E)) * 10.0)
+    for _ in range(6):
+        r = (rng.normal(size=(1, E)) * 3.0).astype(np.float32)
+        term = rng.random((1, E)) < 0.2
+        trunc = ~term & (rng.random((1, E)) < 0.2)
+        got, got_state = schedule(state, r, term, trunc, n, gamma)
+        r64 = r.astype(np.float64)
+        want, want_state = _schedule_window(state, r64, term, term | trunc, n, gamma)
+        again, _ = _schedule_one(state, r64[0], term[0], (term | trunc)[0], n, gamma)
+        for c in (got, again):
+            for field in ("start", "end", "reward", "discount"):
+                a, b = getattr(c, field), getattr(want, field)
+                assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes(), field
+        assert got_state.pending.tobytes() == want_state.pending.tobytes()
+        assert got_state.rewards.tobytes() == want_state.rewards.tobytes()
+        state = got_state
+
+
+@pytest.mark.parametrize("n", [2, 3, 5])
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_nstep_host_write_equals_tensor_write(n: int, prioritized: bool) -> None:
+    """n-step buffers on the CPU write through numpy views; the tensor path (the one accelerators
+    and bf16 storage take) must leave the same state bit for bit: one-step adds of tensors and of
+    f64 arrays, multi-step extends, episode ends and the ring's wrap-around."""
+    rng = np.random.default_rng(7)
+    kw: dict[str, Any] = dict(num_envs=3, n_step=n, gamma=0.9)
+    kind = PrioritizedReplayBuffer if prioritized else ReplayBuffer
+    host, tensor = kind(11, OBS, **kw), kind(11, OBS, **kw)
+    tensor._stage_views = None  # the tensor path
+    assert host._stage_views is not None
+    t = 0
+    for round_ in range(12):
+        if round_ % 3 == 2:
+            steps = [_step(t + k, 3, rng, 0.3, 0.2) for k in range(4)]
+            t += 4
+            for buf in (host, tensor):
+                buf.extend(*(np.stack(f) for f in zip(*steps, strict=True)))
+        else:
+            s = _step(t, 3, rng, 0.3, 0.2)
+            t += 1
+            args = _tensors(s) if round_ % 2 else (s[0].astype(np.float64), *s[1:])
+            host.add(*args)
+            tensor.add(*args)
+    sh, st_ = host.state_dict(), tensor.state_dict()
+    assert sh.pop("meta") == st_.pop("meta")
+    for k in sh:
+        assert torch.equal(sh[k], st_[k]), k

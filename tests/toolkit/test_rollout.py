@@ -167,3 +167,32 @@ def test_running_mean_std_matches_numpy():
     z = rms.normalize(data, clip=10.0)
     torch.testing.assert_close(z.mean(0), torch.zeros(3), rtol=0, atol=1e-4)
     assert rms.normalize(torch.full((1, 3), 1e6)).max().item() == 10.0
+
+
+@pytest.mark.parametrize("obs_dtype", [torch.float32, torch.bfloat16])
+def test_add_through_numpy_views_equals_tensor_assignment(obs_dtype):
+    """On the CPU, add() writes through numpy views of the storage (f32 storage) or by tensor
+    assignment (bf16 storage, or an argument numpy cannot read): the rows must be the same bit for bit,
+    including inputs that need casting (f64 values, int32 actions) and one that requires grad."""
+    g = torch.Generator().manual_seed(0)
+    T, E = 5, 3
+    fast = RolloutBuffer(T, E, (2,), (), torch.int64, obs_dtype, "cpu")
+    slow = RolloutBuffer(T, E, (2,), (), torch.int64, obs_dtype, "cpu")
+    slow._cpu = False  # the tensor-assignment path
+    for t in range(T):
+        args = [
+            torch.randn(E, 2, generator=g, dtype=torch.float64),
+            torch.randint(0, 4, (E,), generator=g, dtype=torch.int32),
+            torch.randn(E, generator=g),
+            torch.randn(E, generator=g, dtype=torch.float64).requires_grad_(t == 2),
+            torch.randn(E, generator=g),
+            torch.rand(E, generator=g) < 0.3,
+            torch.rand(E, generator=g) < 0.3,
+            torch.rand(E, generator=g) < 0.3,
+        ]
+        fast.add(*args)
+        slow.add(*args)
+    assert (fast._views is not None) == (obs_dtype == torch.float32)
+    for name in RolloutBuffer.FIELDS:
+        assert torch.equal(getattr(fast, name), getattr(slow, name)), name
+    assert fast.pos == slow.pos == T

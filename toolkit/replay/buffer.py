@@ -193,6 +193,21 @@ class ReplayBuffer:
         self._size = 0  # complete transitions stored
         self._steps = 0  # vector steps added
         self._committed = 0  # complete transitions ever written
+        # for add()'s direct path: full input shapes, dtype-kind tests, numpy views of CPU storage
+        self._obs_full = torch.Size((E, *self.obs_shape))
+        self._act_full = torch.Size((E, *self.action_shape))
+        if obs_dtype == torch.uint8:
+            self._obs_kind = _is_uint8
+        else:
+            self._obs_kind = _is_float
+        self._act_kind = _is_float if action_dtype.is_floating_point else _is_int
+        self._views: tuple[np.ndarray, ...] | None = None
+        storage = (self._obs, self._next_obs, self._action, self._reward, self._discount)
+        if dev.type == "cpu" and all(t.dtype in _NUMPY_DTYPES for t in storage):
+            self._views = tuple(t.numpy() for t in storage)  # the storage is never reassigned
+        self._stage_views: tuple[np.ndarray, np.ndarray] | None = None
+        if self._views is not None:
+            self._stage_views = (self._stage_obs.numpy(), self._stage_action.numpy())
 
     # ---- sizes ---------------------------------------------------------------------------------
 
@@ -257,7 +272,60 @@ class ReplayBuffer:
         Raises:
             ValueError / TypeError: wrong shape, dtype or non-finite reward; nothing is added.
         """
+        if self.n_step == 1 and self._add_one(obs, action, reward, next_obs, terminated, truncated):
+            return
         self.extend(*(_lead(x) for x in (obs, action, reward, next_obs, terminated, truncated)))
+
+    def _add_one(
+        self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any
+    ) -> bool:
+        """The common case of :meth:`add`, written directly into the ring: one-step returns, tensor
+        observations and actions of exactly the stored shapes and dtype kinds, host (CPU) rewards and
+        flags, and no wrap-around. Returns ``False`` (nothing changed) for anything else, which
+        :meth:`extend` then handles, with its errors."""
+        E, pos = self.num_envs, self._pos
+        if pos + E > self._capacity:
+            return False
+        T = torch.Tensor
+        if not (type(obs) is T and type(next_obs) is T and type(action) is T):
+            return False
+        full = self._obs_full
+        if obs.shape != full or next_obs.shape != full or action.shape != self._act_full:
+            return False
+        obs_kind = self._obs_kind
+        if not (obs_kind(obs.dtype) and obs_kind(next_obs.dtype) and self._act_kind(action.dtype)):
+            return False
+        rew, term, trunc = _host_vec(reward), _host_vec(terminated), _host_vec(truncated)
+        if rew is None or term is None or trunc is None:
+            return False
+        if rew.shape != (E,) or term.shape != (E,) or trunc.shape != (E,):
+            return False
+        if term.dtype != np.bool_ or trunc.dtype != np.bool_ or rew.dtype.kind not in "fiu":
+            return False
+        if rew.dtype.kind == "f" and not np.isfinite(rew).all():
+            return False  # extend raises the error
+        end = pos + E
+        views = self._views
+        if views is not None:  # CPU storage numpy can address: plain array writes
+            np_obs, np_next, np_act, np_rew, np_disc = views
+            np_obs[pos:end] = _np(obs)
+            np_next[pos:end] = _np(next_obs)
+            np_act[pos:end] = _np(action)
+            np_rew[pos:end] = rew
+            np.multiply(~term, np.float32(self.gamma), out=np_disc[pos:end])
+        else:  # copy_ casts and moves in one go (the one cast of the stored dtype)
+            self._obs[pos:end].copy_(obs)
+            self._next_obs[pos:end].copy_(next_obs)
+            self._action[pos:end].copy_(action)
+            self._reward[pos:end].copy_(torch.from_numpy(rew.astype(np.float32, copy=False)))
+            disc = np.multiply(~term, np.float32(self.gamma), dtype=np.float32)
+            self._discount[pos:end].copy_(torch.from_numpy(disc))
+        self._on_commit(pos, E)
+        self._pos = end % self._capacity
+        self._size = min(self._capacity, self._size + E)
+        self._committed += E
+        self._steps += 1
+        return True
 
     def extend(
         self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any
@@ -282,11 +350,58 @@ class ReplayBuffer:
         self._nstep = new_state
         self._steps += T
 
+    def _write_host(
+        self, commits: Any, obs: torch.Tensor, action: torch.Tensor, next_obs: torch.Tensor, T: int
+    ) -> None:
+        """:meth:`_write` for n-step buffers on the CPU, through numpy views of the ring and the
+        staging area: the same gathers and copies (and casts to the stored dtypes) without a
+        tensor op each."""
+        E, K, C = self.num_envs, self.n_step - 1, self._capacity
+        assert self._views is not None and self._stage_views is not None  # checked by the caller
+        np_obs, np_next, np_act, np_rew, np_disc = self._views
+        stage_obs, stage_act = self._stage_views
+        o = _np(obs).astype(np_obs.dtype, copy=False)  # [T, E, *obs_shape] in the stored dtype
+        a = _np(action).astype(np_act.dtype, copy=False)
+        nxt = _np(next_obs).reshape(T * E, *self.obs_shape)
+        flat_o, flat_a = o.reshape(T * E, *self.obs_shape), a.reshape(T * E, *self.action_shape)
+        m = len(commits.reward)
+        skip = max(0, m - C)  # more commits than slots: only the last C survive
+        count = m - skip
+        if count > 0:
+            start, end = commits.start[skip:], commits.end[skip:]
+            if (start < K * E).any():  # some start in staging
+                src_o = np.concatenate([stage_obs.reshape(K * E, *self.obs_shape), flat_o])
+                src_a = np.concatenate([stage_act.reshape(K * E, *self.action_shape), flat_a])
+            else:
+                src_o, src_a, start = flat_o, flat_a, start - K * E
+            srcs = (src_o[start], src_a[start], nxt[end], commits.reward[skip:], commits.discount[skip:])
+            pos = (self._pos + skip) % C  # commit k goes to slot (pos + k) % C, skipped ones too
+            first = min(count, C - pos)
+            for dst, src in zip((np_obs, np_act, np_next, np_rew, np_disc), srcs, strict=True):
+                dst[pos : pos + first] = src[:first]
+                if count > first:
+                    dst[: count - first] = src[first:]
+            self._on_commit(pos, count)
+        self._pos = (self._pos + m) % C
+        self._size = min(C, self._size + m)
+        self._committed += m
+        if T >= K:  # staging keeps the last K steps, oldest first
+            stage_obs[:] = o[T - K :]
+            stage_act[:] = a[T - K :]
+        else:
+            stage_obs[: K - T] = stage_obs[T:].copy()
+            stage_act[: K - T] = stage_act[T:].copy()
+            stage_obs[K - T :] = o
+            stage_act[K - T :] = a
+
     def _write(
         self, commits: Any, obs: torch.Tensor, action: torch.Tensor, next_obs: torch.Tensor, T: int
     ) -> None:
         """Copy the committed transitions into the ring and the open ones into staging."""
         E, K, C, dev = self.num_envs, self.n_step - 1, self._capacity, self.device
+        if K and self._stage_views is not None:
+            self._write_host(commits, obs, action, next_obs, T)
+            return
         if K:  # gathers below: bring the inputs to the device in the stored dtype (the one cast)
             obs = obs.to(device=dev, dtype=self.obs_dtype)
             action = action.to(device=dev, dtype=self.action_dtype)
@@ -573,6 +688,36 @@ def _dims(x: Any) -> tuple[int, ...]:
     if len(shape) < 2:
         raise ValueError(f"obs must have leading dims [T, num_envs], got shape {shape}")
     return shape
+
+
+_NUMPY_DTYPES = (torch.float32, torch.float64, torch.float16, torch.int64, torch.int32, torch.uint8)
+
+
+def _is_float(dtype: torch.dtype) -> bool:
+    return dtype.is_floating_point
+
+
+def _is_uint8(dtype: torch.dtype) -> bool:
+    return dtype == torch.uint8
+
+
+def _is_int(dtype: torch.dtype) -> bool:
+    return not dtype.is_floating_point and not dtype.is_complex and dtype != torch.bool
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    """A tensor's values as an array (no copy on the CPU)."""
+    t = t.detach()
+    return (t if t.is_cpu else t.cpu()).numpy()
+
+
+def _host_vec(x: Any) -> np.ndarray | None:
+    """A CPU tensor or numpy array as an array (no copy), else ``None`` (the general path reads it)."""
+    if type(x) is np.ndarray:
+        return x
+    if type(x) is torch.Tensor and x.device.type == "cpu" and x.dtype in _NUMPY_DTYPES + (torch.bool,):
+        return x.detach().numpy()
+    return None
 
 
 def _lead(x: Any) -> Any:

@@ -82,6 +82,80 @@ def schedule(
         discount = np.where(terminated, 0.0, gamma).astype(np.float32).reshape(-1)
         flat = np.arange(T * E, dtype=np.int64)
         return Commits(flat, flat, r.astype(np.float32).reshape(-1), discount, True), state
+    if T == 1:
+        return _schedule_one(state, r[0], terminated[0], done[0], n_step, gamma)
+    return _schedule_window(state, r, terminated, done, n_step, gamma)
+
+
+def _schedule_one(
+    state: NStepState, r: np.ndarray, terminated: np.ndarray, done: np.ndarray, n_step: int, gamma: float
+) -> tuple[Commits, NStepState]:
+    """:func:`schedule` of one vector step (``r``, flags ``[E]``), ``n_step >= 2``: the same commits,
+    bit for bit, from a few Python operations per environment instead of the timeline arrays.
+
+    With one new step the timeline is the ``K`` remembered steps plus this one, and no remembered
+    step ends an episode. An environment that ends its episode now completes every pending start
+    and the new one (all ending now); otherwise only its oldest start completes, when ``K`` are
+    pending. Returns and discounts are summed in the order :func:`_schedule_window` sums them
+    (``w_0 + w_1 + ...`` over the whole window, zero weights included), so they round alike.
+    """
+    K = n_step - 1
+    E = r.shape[0]
+    old = state.rewards  # [K, E]
+    powers = [gamma ** float(j) for j in range(n_step + 1)]
+    starts: list[int] = []
+    rets: list[float] = []
+    discs: list[float] = []
+    pending = state.pending.copy()
+    for e in range(E):
+        p = int(state.pending[e])
+        if done[e]:
+            taus = range(K - p, K + 1)
+            pending[e] = 0
+        elif p == K:
+            taus = range(0, 1)
+            # pending stays K: the oldest start leaves, the new one joins
+        else:
+            taus = range(0)
+            pending[e] = p + 1
+        if not taus:
+            continue
+        window = [float(old[t, e]) for t in range(K)] + [float(r[e])] + [0.0] * K
+        for tau in taus:
+            steps = K - tau + 1  # every commit here ends now, at timeline index K
+            ret = 0.0
+            for j in range(n_step):
+                w = window[tau + j] * (powers[j] if j < steps else 0.0)
+                ret = w if j == 0 else ret + w
+            starts.append(tau * E + e)
+            rets.append(ret)
+            discs.append(0.0 if terminated[e] else powers[steps])
+    m = len(starts)
+    commits = Commits(
+        start=np.array(starts, dtype=np.int64).reshape(m),
+        end=np.array([s % E for s in starts], dtype=np.int64).reshape(m),
+        reward=np.array(rets, dtype=np.float64).reshape(m).astype(np.float32),
+        discount=np.array(discs, dtype=np.float64).reshape(m).astype(np.float32),
+        identity=False,
+    )
+    rewards = np.empty_like(old)
+    rewards[: K - 1] = old[1:]
+    rewards[K - 1] = r
+    return commits, NStepState(pending, rewards)
+
+
+def _schedule_window(
+    state: NStepState,
+    r: np.ndarray,
+    terminated: np.ndarray,
+    done: np.ndarray,
+    n_step: int,
+    gamma: float,
+) -> tuple[Commits, NStepState]:
+    """:func:`schedule` for ``n_step >= 2`` over the whole timeline of remembered and new steps
+    (``r`` f64 and the flags ``[T, E]``)."""
+    T, E = r.shape
+    K = n_step - 1
     n_tl = K + T
     r_all = np.concatenate([state.rewards, r], axis=0)  # [K+T, E]
     done_all = np.concatenate([np.zeros((K, E), bool), done], axis=0)
