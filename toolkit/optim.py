@@ -363,30 +363,71 @@ def _adam_step(
     total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(g32, 2.0)), 2.0)
     g32 = torch._foreach_mul(g32, torch.clamp(max_norm / (total + 1e-6), max=1.0))
     compiling = torch.compiler.is_compiling()
-    adam(
-        [masters[i] for i in keep],
-        g32,
-        [exp_avgs[i] for i in keep],
-        [exp_avg_sqs[i] for i in keep],
-        [max_exp_avg_sqs[i] for i in keep] if amsgrad else [],
-        [steps[i] for i in keep],
-        # eager: the fused kernel (no host read of `step`); compiled: foreach ops (the fused
-        # kernel is opaque to Dynamo), capturable so that `step` stays a device tensor
-        foreach=compiling,
-        capturable=compiling,
-        fused=not compiling,
-        amsgrad=amsgrad,
-        beta1=betas[0],
-        beta2=betas[1],
-        lr=lr,
-        weight_decay=weight_decay,
-        eps=eps,
-        maximize=maximize,
-    )
+    if compiling and not (amsgrad or maximize or weight_decay):
+        _adam_traced(
+            [masters[i] for i in keep],
+            g32,
+            [exp_avgs[i] for i in keep],
+            [exp_avg_sqs[i] for i in keep],
+            [steps[i] for i in keep],
+            lr,
+            betas,
+            eps,
+        )
+    else:
+        adam(
+            [masters[i] for i in keep],
+            g32,
+            [exp_avgs[i] for i in keep],
+            [exp_avg_sqs[i] for i in keep],
+            [max_exp_avg_sqs[i] for i in keep] if amsgrad else [],
+            [steps[i] for i in keep],
+            # eager: the fused kernel (no host read of `step`); compiled: foreach ops (the fused
+            # kernel is opaque to Dynamo), capturable so that `step` stays a device tensor
+            foreach=compiling,
+            capturable=compiling,
+            fused=not compiling,
+            amsgrad=amsgrad,
+            beta1=betas[0],
+            beta2=betas[1],
+            lr=lr,
+            weight_decay=weight_decay,
+            eps=eps,
+            maximize=maximize,
+        )
     low = [i for i in keep if masters[i] is not params[i]]
     if low:
         torch._foreach_copy_([params[i] for i in low], [masters[i] for i in low])
     return total
+
+
+def _adam_traced(
+    params: list[torch.Tensor],
+    grads: list[torch.Tensor],
+    exp_avgs: list[torch.Tensor],
+    exp_avg_sqs: list[torch.Tensor],
+    steps: list[torch.Tensor],
+    lr: float | torch.Tensor,
+    betas: tuple[float, float],
+    eps: float,
+) -> None:
+    """Adam (no weight decay, amsgrad or maximize) as ``torch.optim.Adam`` computes it, written for
+    Inductor: the bias corrections of all parameters are one ``[n]`` tensor, computed once, where
+    ``torch.optim.adam``'s foreach form has Inductor recompute ``beta ** step`` (two ``pow``) in
+    every vector iteration of every parameter's loop (on a CPU, 40 of the 84 us of a DQN step)."""
+    beta1, beta2 = betas
+    torch._foreach_add_(steps, 1)
+    step = torch.stack(steps)  # [n] f32
+    scalars = torch.stack([lr / (1 - beta1**step), (1 - beta2**step).sqrt()])  # [2, n]
+    # Inductor inlines a pointwise scalar into every loop that reads it; a reduction it computes
+    # once. The max of two equal copies is the value itself, bit for bit.
+    step_size, bias_correction2_sqrt = torch.stack([scalars, scalars]).amax(0)
+    torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
+    torch._foreach_mul_(exp_avg_sqs, beta2)
+    torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1 - beta2)
+    for i, p in enumerate(params):
+        denom = exp_avg_sqs[i].sqrt() / bias_correction2_sqrt[i] + eps
+        p.sub_(step_size[i] * exp_avgs[i] / denom)
 
 
 def _brief(value: Any, limit: int = 60) -> str:
