@@ -557,7 +557,7 @@ class PPOAgent(AgentBase):
         self.optimizer.set_lr(lr)
         learn = self._learn
         learn.step_begin()
-        b.compute_advantages(cfg.gamma, cfg.gae_lambda, gae=self._gae)
+        b.compute_advantages(cfg.gamma, cfg.gae_lambda, gae=self._advantages)
         data, n = self._batches()
         mb_size = max(1, math.ceil(n / cfg.num_minibatches))
         sums: dict[str, torch.Tensor] = {}
@@ -583,7 +583,7 @@ class PPOAgent(AgentBase):
         out["losses/epochs"] = torch.full((), float(_epoch + 1), dtype=torch.float32, device=self.device)
         self.updates += 1
         b.reset()
-        return escape(out, learn)
+        return out  # computed eagerly from escaped minibatch metrics
 
     def _minibatch_step(self, data: dict[str, Any], idx: torch.Tensor) -> dict[str, torch.Tensor]:
         cfg = self.config
@@ -598,7 +598,11 @@ class PPOAgent(AgentBase):
         loss, metrics = self._learn(data, idx, noise)
         loss.backward()
         metrics["losses/grad_norm"] = self.optimizer.clip_and_step(cfg.max_grad_norm)
-        return metrics
+        return escape(metrics, self._learn)  # summed over minibatches: kept past the next replay
+
+    def _advantages(self, *args: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """The compiled GAE; its outputs live in the rollout for the whole update."""
+        return escape(self._gae(*args), self._gae)
 
     def _minibatch_loss(
         self, data: dict[str, Any], idx: torch.Tensor, noise: torch.Tensor | None
