@@ -8,7 +8,7 @@ from the op's epilogue (the loss boundary), so no forward casts anything.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -120,7 +120,12 @@ class NoisyLinear(nn.Module):
         if type(self) is NoisyLinear:  # read the registries directly (module __getattr__ costs ~1 us
             p, b = self._parameters, self._buffers  # a name; this runs per layer per step)
             return NoisyParams(
-                p["weight_mu"], p["weight_sigma"], p["bias_mu"], p["bias_sigma"], b["eps_in"], b["eps_out"]
+                cast(torch.Tensor, p["weight_mu"]),
+                p["weight_sigma"],
+                p["bias_mu"],
+                p["bias_sigma"],
+                b["eps_in"],
+                b["eps_out"],
             )
         # a subclass (e.g. parametrised) may compute its tensors: go through attribute access
         return NoisyParams(

@@ -292,6 +292,20 @@ class KernelOp:
             lambda: self.torch_impl(*args, **kwargs),
         )
 
+    def dispatch(
+        self, device: torch.device | str, triton_call: Callable[[], T], torch_call: Callable[[], T]
+    ) -> T:
+        """Run ``triton_call`` or ``torch_call`` by the rule of :meth:`select`, Triton through
+        :meth:`guard`; recorded in ``counts`` / ``last_backend`` like :meth:`__call__`.
+
+        :meth:`__call__` with calls of the caller's choosing: the torch custom ops
+        (:mod:`tritonrl.kernels.library`) run the host launchers directly (no autograd.Function
+        below the op) and their own backward through it.
+        """
+        if self.select(device).backend == "torch":
+            return self._ran("torch", torch_call())
+        return self.guard(device, triton_call, torch_call)
+
     def guard(self, device: torch.device | str, triton_call: Callable[[], T], fallback: Callable[[], T]) -> T:
         """Run ``triton_call``; if it fails on CUDA in auto mode with a compile, resource or driver
         error (see :func:`is_device_failure`), warn once and run ``fallback``.

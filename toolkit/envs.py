@@ -320,9 +320,10 @@ class VecEnv:
         """
         if self.obs is None:
             raise RuntimeError("VecEnv.step called before reset()")
+        a: np.ndarray
         if isinstance(actions, torch.Tensor):
-            a = actions.detach()
-            a = (a if a.device.type == "cpu" else a.cpu()).numpy()
+            t = actions.detach()
+            a = (t if t.is_cpu else t.cpu()).numpy()
         else:
             a = np.asarray(actions)
         if a.ndim == 0 or a.shape[0] != self.num_envs:

@@ -7,9 +7,12 @@
 
 Files (the kernel-folder convention, docs/pages/kernels.md): ``api.py`` (ops, validation, public
 functions), ``reference.py`` (the torch chunked specification and CPU path), ``chunk.py`` and
-``step.py`` (the Triton kernels, imported only when a Triton path runs), ``naive.py`` (test only).
+``step.py`` (the Triton kernels, imported only when a Triton path runs), ``library.py`` (the ops
+as torch custom ops, ``torch.ops.tritonrl.*``, for ``torch.compile``), ``naive.py`` (test only).
 """
 
+# torch.ops.tritonrl.mamba2_scan / mamba2_step (+ the backward op): what torch.compile traces
+from tritonrl.kernels.mamba2 import library  # noqa: F401  (registers the custom ops)
 from tritonrl.kernels.mamba2.api import MAMBA2_SCAN, MAMBA2_STEP, mamba2_scan, mamba2_step
 
 __all__ = ["MAMBA2_SCAN", "MAMBA2_STEP", "mamba2_scan", "mamba2_step"]

@@ -160,6 +160,28 @@ def mamba2_scan(
         or chunk_size & (chunk_size - 1)
     ):
         raise ValueError(f"chunk_size must be a power of two in [16, {_MAX_CHUNK}], got {chunk_size!r}")
+    if torch.compiler.is_compiling():  # the custom op (checks above ran once, at trace time)
+        tensors = (x, dt, A, B, C, D, z, dt_bias, initial_states)
+        need_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+        y, final, _ = torch.ops.tritonrl.mamba2_scan(
+            x,
+            dt,
+            A,
+            B,
+            C,
+            D,
+            z,
+            dt_bias,
+            bool(dt_softplus),
+            float(dt_limit[0]),
+            float(dt_limit[1]),
+            initial_states,
+            resets,
+            chunk_size,
+            bool(return_final_states),
+            need_grad,
+        )
+        return (y, final) if return_final_states else y
     return MAMBA2_SCAN(
         dev,
         x,
@@ -259,6 +281,22 @@ def mamba2_step(
     if reset is not None:
         check_tensor("reset", reset, shape=(batch,), what="[B]", dtype=torch.bool, device=dev)
     with torch.no_grad():
+        if torch.compiler.is_compiling():  # the custom op (checks above ran once, at trace time)
+            return torch.ops.tritonrl.mamba2_step(
+                state,
+                x,
+                dt,
+                A,
+                B,
+                C,
+                D,
+                z,
+                dt_bias,
+                bool(dt_softplus),
+                float(dt_limit[0]),
+                float(dt_limit[1]),
+                reset,
+            )
         return MAMBA2_STEP(
             dev,
             state,

@@ -62,7 +62,8 @@ def mamba2_scan_ref(
     return_final_states: bool,
     *,
     compute_dtype: torch.dtype | None = None,
-) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    return_chunk_states: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, ...]:
     """The chunked SSD scan in torch (arguments as :func:`tritonrl.kernels.mamba2.mamba2_scan`).
 
     x: [B, L, H, P]; dt: [B, L, H]; A: [H]; B, C: [B, L, G, N]; D: [H] or [H, P]; z like x;
@@ -70,6 +71,9 @@ def mamba2_scan_ref(
     ``x.dtype``, and the final states [B, H, P, N] (float32, float64 for float64 x) if asked.
     Any ``chunk_size >= 1`` works here; the result does not depend on it. ``compute_dtype``
     overrides the internal dtype (tests use bfloat16 to measure what plain torch loses in bf16).
+    ``return_chunk_states`` (with ``return_final_states``) also returns the states entering
+    every chunk, [B, H, NC, P, N] contiguous, the layout the Triton forward stores for its
+    backward (the custom op :func:`tritonrl.kernels.mamba2.library.mamba2_scan_op` returns them).
     """
     batch, length, nheads, headdim = x.shape
     ngroups, dstate = B.shape[-2:]
@@ -130,6 +134,8 @@ def mamba2_scan_ref(
     if z is not None:
         y = y * F.silu(z.to(cdt))
     y = y.to(x.dtype)
+    if return_chunk_states and return_final_states:
+        return y, state, S0.transpose(1, 2).contiguous()
     return (y, state) if return_final_states else y
 
 

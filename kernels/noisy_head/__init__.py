@@ -8,9 +8,12 @@
 
 Files (the kernel-folder convention, docs/pages/kernels.md): ``api.py`` (ops, validation, public
 functions), ``reference.py`` (torch specification and CPU path), ``fused_linear.py`` and
-``fused_dueling.py`` (the Triton kernels, imported only when a Triton path runs).
+``fused_dueling.py`` (the Triton kernels, imported only when a Triton path runs), ``library.py``
+(the ops as torch custom ops, ``torch.ops.tritonrl.*``, for ``torch.compile``).
 """
 
+# torch.ops.tritonrl.noisy_linear / noisy_dueling (+ backward ops): what torch.compile traces
+from tritonrl.kernels.noisy_head import library  # noqa: F401  (registers the custom ops)
 from tritonrl.kernels.noisy_head.api import (
     NOISY_DUELING,
     NOISY_LINEAR,

@@ -179,18 +179,28 @@ def noisy_linear(
             ``noise=True``; an unknown ``activation``.
     """
     p = NoisyParams(weight_mu, weight_sigma, bias_mu, bias_sigma, eps_in, eps_out)
+    if torch.compiler.is_compiling():  # traced once: plain checks, then the custom op
+        _check_linear(x, p, noise, activation)
+        if not noise:
+            p = NoisyParams(weight_mu, None, bias_mu, None, None, None)
+        return torch.ops.tritonrl.noisy_linear(x, *p, bool(noise), activation == "relu")
     sig = _signature((x, *p)) if type(x) is torch.Tensor else None
     key = None if sig is None else (sig, bool(noise), activation)
     if key is None or key not in _validated_linear:
-        if activation not in (None, "relu"):
-            raise ValueError(f"activation must be None or 'relu', got {activation!r}")
-        x = _check_input("x", x, (2,))
-        check_noisy_params("", p, x=x, in_features=x.shape[1], out_features=None, noise=noise)
+        _check_linear(x, p, noise, activation)
         if key is not None:
             _remember(_validated_linear, key)
     if not noise:
         p = NoisyParams(weight_mu, None, bias_mu, None, None, None)
     return NOISY_LINEAR(x.device, x, *p, bool(noise), activation == "relu")
+
+
+def _check_linear(x: object, p: NoisyParams, noise: bool, activation: str | None) -> None:
+    """Every input check of :func:`noisy_linear`."""
+    if activation not in (None, "relu"):
+        raise ValueError(f"activation must be None or 'relu', got {activation!r}")
+    x = _check_input("x", x, (2,))
+    check_noisy_params("", p, x=x, in_features=x.shape[1], out_features=None, noise=noise)
 
 
 def _as_params(name: str, p: object) -> NoisyParams:
@@ -242,6 +252,14 @@ def noisy_dueling(
     """
     check_int("num_actions", num_actions, low=1)
     check_int("atoms", atoms, low=1)
+    if torch.compiler.is_compiling():  # traced once: plain checks, then the custom op
+        advantage, value = _check(x, advantage, value, num_actions, atoms, noise, log_softmax, support)
+        adv = _strip(advantage, noise)
+        val = (None,) * 6 if value is None else _strip(value, noise)
+        out, q = torch.ops.tritonrl.noisy_dueling(
+            x, *adv, *val, support, num_actions, atoms, bool(noise), bool(log_softmax)
+        )
+        return out if support is None else (out, q)
     key = None
     layers_ok = type(advantage) is NoisyParams and (value is None or type(value) is NoisyParams)
     if type(x) is torch.Tensor and layers_ok:
@@ -253,20 +271,22 @@ def noisy_dueling(
         if key is not None:
             _remember(_validated_dueling, key)
 
-    def strip(p: NoisyParams) -> NoisyParams:
-        return p if noise else NoisyParams(p.weight_mu, None, p.bias_mu, None, None, None)
-
     return NOISY_DUELING(
         x.device,
         x,
-        strip(advantage),
-        None if value is None else strip(value),
+        _strip(advantage, noise),
+        None if value is None else _strip(value, noise),
         num_actions,
         atoms,
         bool(noise),
         bool(log_softmax),
         support,
     )
+
+
+def _strip(p: NoisyParams, noise: bool) -> NoisyParams:
+    """``p`` without its sigma and noise tensors when ``noise`` is off (the mu terms only)."""
+    return p if noise else NoisyParams(p.weight_mu, None, p.bias_mu, None, None, None)
 
 
 def _check(

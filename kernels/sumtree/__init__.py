@@ -7,9 +7,12 @@
 
 Files (the kernel-folder convention, docs/pages/kernels.md): ``api.py`` (ops, validation, public
 functions), ``reference.py`` (the layout, the torch specification and the tuned CPU path),
-``fused.py`` (the Triton kernels, imported only when a Triton path runs).
+``fused.py`` (the Triton kernels, imported only when a Triton path runs), ``library.py`` (the ops as
+torch custom ops, ``torch.ops.tritonrl.*``, for ``torch.compile``).
 """
 
-# The package's public names are api.py's: one list, in api.__all__.
+# library registers torch.ops.tritonrl.per_sample / per_update / per_insert (what torch.compile
+# traces); the package's public names are api.py's: one list, in api.__all__.
+from tritonrl.kernels.sumtree import library  # noqa: F401
 from tritonrl.kernels.sumtree.api import *  # noqa: F403
 from tritonrl.kernels.sumtree.api import __all__  # noqa: F401

@@ -108,6 +108,8 @@ _F32, _I32 = torch.float32, torch.int32
 
 
 def _check_tree(tree: SumTree) -> Geometry:
+    if torch.compiler.is_compiling():  # traced once: the plain checks (no try block)
+        return _check_tree_slow(tree)
     # fast path: one expression over the metadata; anything unusual goes to the detailed checks
     try:
         sums, mins, scratch, max_p, status = tree
@@ -150,7 +152,8 @@ def _check_tree_slow(tree: SumTree) -> Geometry:
             f"tree.scratch must have shape [P] with P a power of two >= {FANOUT}, "
             f"got {tuple(getattr(scratch, 'shape', ()))}"
         )
-    g = geometry(P)
+    # traced: the uncached body (dynamo warns on lru_cache wrappers; geometry is pure in P)
+    g = geometry.__wrapped__(P) if torch.compiler.is_compiling() else geometry(P)
     expected = {
         "sums": ((g.sum_size,), torch.float32),
         "mins": ((g.min_size,), torch.float32),
@@ -211,6 +214,8 @@ def per_sample(
     _check_vec("uniforms", uniforms, (torch.float32,), tree.sums.device)
     check_real("beta", beta)
     _check_size(size, g.P)
+    if torch.compiler.is_compiling():  # the custom op
+        return torch.ops.tritonrl.per_sample(*tree, uniforms, float(beta), size)
     return PER_SAMPLE(tree.sums.device, tree, uniforms, float(beta), size)
 
 
@@ -243,6 +248,9 @@ def per_update(
     check_real("alpha", alpha)
     check_real("eps", eps, positive=True)
     _check_size(size, g.P)
+    if torch.compiler.is_compiling():  # the custom op; priorities take no gradient
+        torch.ops.tritonrl.per_update(*tree, indices, td_errors.detach(), float(alpha), float(eps), size)
+        return
     PER_UPDATE(dev, tree, indices, td_errors, float(alpha), float(eps), size)
 
 
@@ -260,6 +268,9 @@ def per_insert(tree: SumTree, start: int, count: int, *, alpha: float) -> None:
     if start + count > g.P:
         raise ValueError(f"leaves {start} .. {start + count - 1} exceed the tree's {g.P} leaves")
     check_real("alpha", alpha)
+    if torch.compiler.is_compiling():  # the custom op
+        torch.ops.tritonrl.per_insert(*tree, start, count, float(alpha))
+        return
     PER_INSERT(tree.sums.device, tree, start, count, float(alpha))
 
 
