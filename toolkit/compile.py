@@ -45,7 +45,7 @@ from typing import Any, Literal
 import torch
 from tritonrl.toolkit import pytree
 
-__all__ = ["COMPILE_MODES", "CompileMode", "Compiled", "escape", "fullgraph_default"]
+__all__ = ["COMPILE_MODES", "CompileMode", "Compiled", "escape"]
 
 CompileMode = Literal["none", "default", "reduce-overhead"]
 COMPILE_MODES: tuple[str, ...] = ("none", "default", "reduce-overhead")
@@ -66,7 +66,9 @@ class Compiled:
         mode: one of :data:`COMPILE_MODES`.
         device: where the function's tensors live (CUDA graphs only on CUDA).
         fullgraph: refuse graph breaks (an unsupported call raises at the first call instead of
-            silently splitting the region). ``None`` (default): :func:`fullgraph_default`.
+            silently splitting the region). Every region of the agents traces whole: the kernel
+            ops are torch custom ops where a Triton kernel runs, their torch references (plain
+            torch) elsewhere (``KernelOp.compiled_as_custom_op``).
 
     Raises:
         ValueError: an unknown ``mode``.
@@ -78,13 +80,13 @@ class Compiled:
         mode: str,
         device: torch.device | str,
         *,
-        fullgraph: bool | None = None,
+        fullgraph: bool = True,
     ) -> None:
         if mode not in COMPILE_MODES:
             raise ValueError(f"compile={mode!r} is not one of {COMPILE_MODES}")
         self.fn = fn
         self.mode = mode
-        self.fullgraph = fullgraph_default(device) if fullgraph is None else fullgraph
+        self.fullgraph = fullgraph
         self.cudagraphs = mode == "reduce-overhead" and torch.device(device).type == "cuda"
         """Whether the compiled function is replayed as a CUDA graph (its outputs then live in
         graph-owned memory, overwritten by the next replay: see :func:`escape`)."""
@@ -114,22 +116,6 @@ class Compiled:
         """
         if self.cudagraphs:
             torch.compiler.cudagraph_mark_step_begin()
-
-
-def fullgraph_default(device: torch.device | str) -> bool:
-    """Whether compiled regions on ``device`` are compiled with ``fullgraph=True``.
-
-    True where every kernel op of :mod:`tritonrl.kernels` selects its torch reference (a CPU, or
-    ``TRITONRL_BACKEND=torch``): Dynamo traces those references whole (checked for every DQN preset
-    and PPO policy with ``torch._dynamo.explain``: one graph, no break). Where a Triton
-    implementation would run (CUDA), the op's Python dispatch (``KernelOp.__call__`` -> ``guard``'s
-    try/except fallback -> the ``autograd.Function`` -> the ``kernel[grid](...)`` launch) is not
-    known to trace without a break until the ops are registered as torch custom ops, so regions
-    there may split (``fullgraph=False``) rather than fail.
-    """
-    from tritonrl.kernels.backend import registry
-
-    return all(op.select(device).backend == "torch" for op in registry().values())
 
 
 def _own_code(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -179,7 +179,8 @@ def noisy_linear(
             ``noise=True``; an unknown ``activation``.
     """
     p = NoisyParams(weight_mu, weight_sigma, bias_mu, bias_sigma, eps_in, eps_out)
-    if torch.compiler.is_compiling():  # traced once: plain checks, then the custom op
+    # traced once: plain checks, then the custom op (a torch selection traces the reference instead)
+    if torch.compiler.is_compiling() and NOISY_LINEAR.compiled_as_custom_op(x.device):
         _check_linear(x, p, noise, activation)
         if not noise:
             p = NoisyParams(weight_mu, None, bias_mu, None, None, None)
@@ -252,7 +253,8 @@ def noisy_dueling(
     """
     check_int("num_actions", num_actions, low=1)
     check_int("atoms", atoms, low=1)
-    if torch.compiler.is_compiling():  # traced once: plain checks, then the custom op
+    # traced once: plain checks, then the custom op (a torch selection traces the reference instead)
+    if torch.compiler.is_compiling() and NOISY_DUELING.compiled_as_custom_op(x.device):
         advantage, value = _check(x, advantage, value, num_actions, atoms, noise, log_softmax, support)
         adv = _strip(advantage, noise)
         val = (None,) * 6 if value is None else _strip(value, noise)

@@ -6,7 +6,10 @@
   the torch reference and its autograd (inside the op when compiled): the graph only passes the
   tensors to the opaque op, so outputs and gradients are compared bit for bit (tolerance 0).
 - Eager calls take the direct ``KernelOp`` path, compiled calls the custom op (a spy on
-  ``KernelOp.dispatch`` tells which); ``op.counts`` records both.
+  ``KernelOp.dispatch`` tells which); ``op.counts`` records both. A compiled call that selects
+  the torch reference of a differentiable op traces the reference instead
+  (``KernelOp.compiled_as_custom_op``): the tests here force the custom op on the CPU, except
+  ``test_a_torch_selection_traces_the_reference_under_compile``.
 - Under the Triton interpreter (and with ``--gpu`` on CUDA) the compiled path runs the Triton
   launchers, forward and backward, and equals eager Triton bit for bit (same launchers, same
   launch configurations, no atomics).
@@ -24,6 +27,7 @@ import pytest
 import torch
 from mamba2_cases import Case, make_inputs, ref_call, with_grad
 from tritonrl.kernels import load_all, registry
+from tritonrl.kernels.backend import KernelOp
 from tritonrl.kernels.mamba2 import MAMBA2_SCAN, MAMBA2_STEP, mamba2_scan, mamba2_step
 from tritonrl.kernels.mamba2.reference import mamba2_scan_ref
 from tritonrl.kernels.noisy_head import NOISY_DUELING, NOISY_LINEAR, NoisyParams, noisy_dueling, noisy_linear
@@ -51,9 +55,14 @@ KERNEL_OPS = (
 ALL_OPS = (NOISY_LINEAR, NOISY_DUELING, MAMBA2_SCAN, MAMBA2_STEP, PER_SAMPLE, PER_UPDATE, PER_INSERT)
 
 
+_TRACES_REFERENCE = KernelOp.compiled_as_custom_op
+
+
 @pytest.fixture(autouse=True)
 def _fresh(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.delenv("TRITONRL_BACKEND", raising=False)
+    # the custom op under compile on the CPU too (a torch selection would trace the reference)
+    monkeypatch.setattr(KernelOp, "compiled_as_custom_op", lambda self, device: True)
     torch._dynamo.reset()  # each test compiles its own functions (no recompile limit carried over)
     for op in ALL_OPS:
         op.reset()
@@ -434,6 +443,32 @@ def test_eager_calls_skip_the_custom_op(monkeypatch: pytest.MonkeyPatch) -> None
     assert ran == [] and NOISY_LINEAR.counts == {"torch": 1}
     compiled(lambda x, w: noisy_linear(x, w, noise=False))(x, w)
     assert ran == ["custom op"] and NOISY_LINEAR.counts == {"torch": 2}
+
+
+def test_a_torch_selection_traces_the_reference_under_compile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the opaque op, the reference traces into the graph (Inductor fuses it with the code
+    around it; no custom-op call, so only the eager call is counted), to f32 rounding of eager:
+    Inductor fuses the noisy weight's ``addcmul`` and the bias add (1e-6 relative bounds a few
+    roundings of values of size ~1; a missing noise term moves outputs by ~0.1)."""
+    monkeypatch.setattr(KernelOp, "compiled_as_custom_op", _TRACES_REFERENCE)
+    ran: list[str] = []
+    real = NOISY_LINEAR.dispatch
+    monkeypatch.setattr(NOISY_LINEAR, "dispatch", lambda *a: ran.append("custom op") or real(*a))
+    gen = torch.Generator().manual_seed(0)
+    p = layer(6, 9, gen)
+    x = torch.randn(5, 9, generator=gen, requires_grad=True)
+
+    def f(x: torch.Tensor, p: NoisyParams) -> torch.Tensor:
+        return noisy_linear(x, *p, activation="relu") * 2
+
+    assert not NOISY_LINEAR.compiled_as_custom_op("cpu")
+    leaves = grad_leaves(x, p)
+    y = f(x, p)
+    y_c = compiled(f, backend="inductor")(x, p)
+    assert ran == [] and NOISY_LINEAR.counts == {"torch": 1}
+    torch.testing.assert_close(y_c, y, rtol=1e-6, atol=1e-6)
+    for g, g_c in zip(grads(y, leaves), grads(y_c, leaves), strict=True):
+        torch.testing.assert_close(g_c, g, rtol=1e-6, atol=1e-6)
 
 
 # ----------------------------------------------------------------------------- Triton path
