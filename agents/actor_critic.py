@@ -139,10 +139,12 @@ class CategoricalHead(nn.Module):
         """
         return torch.log_softmax(_up(self.logits(feat)), -1)
 
-    def draw(self, batch: int, generator: torch.Generator | None = None) -> torch.Tensor:
-        """The noise :meth:`sample` draws for ``batch`` rows: uniforms ``[batch, n]`` f32 in ``[0, 1)``."""
+    def draw(self, shape: int | tuple[int, ...], generator: torch.Generator | None = None) -> torch.Tensor:
+        """The noise :meth:`sample` draws for ``shape`` rows (an int: the batch): uniforms
+        ``[*shape, n]`` f32 in ``[0, 1)``."""
+        lead = (shape,) if isinstance(shape, int) else tuple(shape)
         w = self.logits.weight
-        return torch.rand((batch, w.shape[0]), generator=generator, device=w.device)
+        return torch.rand((*lead, w.shape[0]), generator=generator, device=w.device)
 
     def sample(
         self,

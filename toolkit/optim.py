@@ -361,7 +361,7 @@ def _adam_step(
         return torch.zeros((), dtype=torch.float32, device=steps[0].device)
     g32 = [grads[i].float() for i in keep]  # type: ignore[union-attr]  # a no-op for f32 gradients
     total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(g32, 2.0)), 2.0)
-    g32 = torch._foreach_mul(g32, torch.clamp(max_norm / (total + 1e-6), max=1.0))
+    g32 = list(torch._foreach_mul(g32, torch.clamp(max_norm / (total + 1e-6), max=1.0)))
     compiling = torch.compiler.is_compiling()
     if compiling and not (amsgrad or maximize or weight_decay):
         _adam_traced(
