@@ -6,7 +6,9 @@
   the torch reference and its autograd (inside the op when compiled): the graph only passes the
   tensors to the opaque op, so outputs and gradients are compared bit for bit (tolerance 0).
 - Eager calls take the direct ``KernelOp`` path, compiled calls the custom op (a spy on
-  ``KernelOp.dispatch`` tells which); ``op.counts`` records both.
+  ``KernelOp.dispatch`` tells which); ``op.counts`` records both. (With the default
+  ``INLINE_REFERENCE``, compiled CPU calls of the noisy-head ops trace the torch reference
+  itself instead: tested at the end; every other test here turns it off.)
 - Under the Triton interpreter (and with ``--gpu`` on CUDA) the compiled path runs the Triton
   launchers, forward and backward, and equals eager Triton bit for bit (same launchers, same
   launch configurations, no atomics).
@@ -23,7 +25,7 @@ from typing import Any
 import pytest
 import torch
 from mamba2_cases import Case, make_inputs, ref_call, with_grad
-from tritonrl.kernels import load_all, registry
+from tritonrl.kernels import library, load_all, registry
 from tritonrl.kernels.mamba2 import MAMBA2_SCAN, MAMBA2_STEP, mamba2_scan, mamba2_step
 from tritonrl.kernels.mamba2.reference import mamba2_scan_ref
 from tritonrl.kernels.noisy_head import NOISY_DUELING, NOISY_LINEAR, NoisyParams, noisy_dueling, noisy_linear
@@ -54,6 +56,9 @@ ALL_OPS = (NOISY_LINEAR, NOISY_DUELING, MAMBA2_SCAN, MAMBA2_STEP, PER_SAMPLE, PE
 @pytest.fixture(autouse=True)
 def _fresh(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.delenv("TRITONRL_BACKEND", raising=False)
+    # these tests are about the op path: compiled calls take the custom op even where the torch
+    # reference would be traced inline (test_compiled_cpu_calls_inline_the_reference covers that)
+    monkeypatch.setattr(library, "INLINE_REFERENCE", False)
     torch._dynamo.reset()  # each test compiles its own functions (no recompile limit carried over)
     for op in ALL_OPS:
         op.reset()
@@ -573,3 +578,37 @@ def test_bad_input_raises_under_compile() -> None:
     with pytest.raises(ValueError, match="^activation must be None or 'relu', got 'gelu'"):
         f(x, w)
     assert NOISY_LINEAR.counts == {}
+
+
+# ----------------------------------------------------------------------------- inline reference
+
+
+def test_compiled_cpu_calls_inline_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With INLINE_REFERENCE (the default), a compiled CPU call of the noisy-head ops traces the
+    torch reference into the graph (no custom op, no KernelOp dispatch: nothing counted) and
+    equals eager bit for bit under aot_eager (the same ops); forcing the Triton backend under the
+    interpreter still takes the custom op (the selection is no longer the reference)."""
+    monkeypatch.setattr(library, "INLINE_REFERENCE", True)
+    ran: list[str] = []
+    for op in (NOISY_LINEAR, NOISY_DUELING):
+        real = op.dispatch
+        monkeypatch.setattr(op, "dispatch", lambda *a, _real=real, _n=op.name: (ran.append(_n), _real(*a))[1])
+    gen = torch.Generator().manual_seed(0)
+    p = layer(6, 9, gen)
+    adv, val = layer(4 * 5, 6, gen), layer(5, 6, gen)
+    x = torch.randn(5, 9, generator=gen, requires_grad=True)
+    support = torch.linspace(-3.0, 3.0, 5)
+
+    def f(x: torch.Tensor) -> Any:
+        h = noisy_linear(x, *p, activation="relu")
+        return noisy_dueling(h, adv, val, num_actions=4, atoms=5, support=support)
+
+    leaves = grad_leaves(x, p, adv, val)
+    out = f(x)
+    for op in (NOISY_LINEAR, NOISY_DUELING):
+        op.reset()
+    out_c = compiled(f)(x)
+    assert ran == [] and NOISY_LINEAR.counts == {} and NOISY_DUELING.counts == {}
+    assert_same(out, out_c)
+    assert_same(grads(out, leaves), grads(out_c, leaves))
+    assert library.traces_reference(NOISY_LINEAR, torch.device("cpu"))
