@@ -173,6 +173,7 @@ class _Views(NamedTuple):
     one: torch.Tensor  # int64 0-d: 1
     work: dict[int, _Work]  # descent buffers by batch size
     host: list[_HostViews]  # CPU trees: numpy views of the tensors, made on first use
+    sample: dict[int, _SampleWork]  # CPU trees: descent buffers with numpy views, by batch size
 
 
 # Views of each tree's levels, built once per tree: slicing costs as much as the op it feeds on
@@ -216,6 +217,7 @@ def _views(tree: SumTree) -> _Views:
         torch.ones((), dtype=torch.int64, device=sums.device),
         {},
         [],
+        {},
     )
     _VIEWS[key] = (weakref.ref(sums), weakref.ref(mins), sums.data_ptr(), views)
     weakref.finalize(sums, _VIEWS.pop, key, None)
@@ -408,10 +410,13 @@ def _host_work(h: _HostViews, v: _Views, B: int) -> _HostWork:
 
 def _update_ancestors_cpu(v: _Views, h: _HostViews, hw: _HostWork, idx: np.ndarray) -> None:
     """:func:`_update_ancestors` on CPU: the same torch ``cumsum`` / ``amin`` on the same values
-    (bit for bit), with the index work (row numbers, gathers, write-backs) in numpy."""
+    (bit for bit), with the index work (row numbers, gathers, write-backs) in numpy. Both trees
+    are walked in one pass, so a sparse level computes its row numbers once."""
     for lvl, sparse in enumerate(hw.sparse):
         if not sparse:
             prefix_ref(v.children[lvl], out=v.prefix[lvl])
+            children, out = v.mins[lvl]
+            torch.amin(children, 1, out=out)
             continue
         rows = idx >> (FANOUT_LOG2 * (lvl + 1))
         if lvl == 0:  # the leaves: contiguous rows (mode "clip" skips a bounds pass; rows are valid)
@@ -421,12 +426,6 @@ def _update_ancestors_cpu(v: _Views, h: _HostViews, hw: _HostWork, idx: np.ndarr
             kids = torch.from_numpy(h.children[lvl][rows])
         torch.cumsum(kids, 1, out=hw.prefix_t)  # prefix_ref on CPU
         h.prefix[lvl][rows] = hw.prefix  # duplicate rows write equal values
-    for lvl, sparse in enumerate(hw.sparse):
-        if not sparse:
-            children, out = v.mins[lvl]
-            torch.amin(children, 1, out=out)
-            continue
-        rows = idx >> (FANOUT_LOG2 * (lvl + 1))
         h.mins_children[lvl].take(rows, 0, hw.rows, "clip")
         torch.amin(hw.rows_t, 1, out=hw.minima_t)
         h.mins_out[lvl][rows] = hw.minima
@@ -529,7 +528,19 @@ def per_sample_ref(
     Sample ``j`` targets the mass ``(j + uniforms[j]) * (total * f32(1/B))`` and descends the
     rows from the root (the descent rule of the module docstring). The leaf index is clamped to
     ``size - 1`` (rounding can only push a descent into the empty tail).
+
+    On CPU the index work runs on numpy views of the same memory (:func:`_per_sample_cpu`); the
+    results are the same bits as :func:`_per_sample_torch`, the device-generic path (tested).
     """
+    if uniforms.device.type == "cpu":
+        return _per_sample_cpu(tree, uniforms, beta, size)
+    return _per_sample_torch(tree, uniforms, beta, size)
+
+
+def _per_sample_torch(
+    tree: SumTree, uniforms: torch.Tensor, beta: float, size: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`per_sample_ref` in torch ops on any device."""
     v = _views(tree)
     B = uniforms.shape[0]
     w = _work(v, B, uniforms.device)
@@ -550,6 +561,98 @@ def per_sample_ref(
     idx = torch.clamp_max(node, size - 1)  # the leaf (a fresh tensor)
     weights = tree.sums.index_select(0, idx).div_(v.min_root).pow_(-beta)
     return idx, weights
+
+
+class _SampleWork(NamedTuple):
+    """numpy views of one CPU tree (the same memory) and the buffers of a descent of ``B`` targets."""
+
+    sums: np.ndarray  # tree.sums
+    mins: np.ndarray  # tree.mins
+    levels: tuple[np.ndarray, ...]  # [stored rows, 33] of levels L - 1 .. 1 (descent order)
+    root: np.ndarray  # [33] the root row
+    root_search: np.ndarray  # _Views.root_search
+    total: int  # position of the root's total in sums
+    min_root: int  # position of the global minimum in mins
+    strata: np.ndarray  # f32 [B]: 0 .. B - 1 (read-only)
+    inv_b: np.float32  # f32(1 / B)
+    row_start: np.ndarray  # int64 [B]: 33 j, where sample j's row starts in the flat rows
+    t: np.ndarray  # f32 [B]: the target mass, then what is left of it below the current row
+    t_col: np.ndarray  # [B, 1] view of t
+    rows: np.ndarray  # f32 [B, 33] the gathered rows
+    rows_flat: np.ndarray  # [B * 33] view of rows
+    le: np.ndarray  # bool [B, 33]: rows <= t
+    le_inner: np.ndarray  # uint8 [B, 31] view of le's inner prefixes (entries 1 .. 31)
+    child: np.ndarray  # uint8 [B]: inner prefixes <= t, the child taken
+    flat: np.ndarray  # int64 [B]: flat position of the child's prefix in rows
+    sub: np.ndarray  # f32 [B]: that prefix
+
+
+def _sample_work(tree: SumTree, v: _Views, B: int) -> _SampleWork:
+    s = v.sample.get(B)
+    if s is None:
+        if len(v.sample) >= 4:
+            v.sample.clear()
+        g = geometry(tree.scratch.shape[0])
+        t = np.empty(B, dtype=np.float32)
+        rows = np.empty((B, ROW), dtype=np.float32)
+        le = np.empty((B, ROW), dtype=np.bool_)
+        s = v.sample[B] = _SampleWork(
+            tree.sums.numpy(),
+            tree.mins.numpy(),
+            tuple(r.numpy() for r in reversed(v.stored[:-1])),
+            v.root.numpy(),
+            v.root_search.numpy(),
+            g.total_offset,
+            g.min_offsets[-1],
+            np.arange(B, dtype=np.float32),
+            np.float32(1.0 / B),
+            np.arange(0, ROW * B, ROW, dtype=np.int64),
+            t,
+            t[:, None],
+            rows,
+            rows.reshape(ROW * B),
+            le,
+            le.view(np.uint8)[:, 1:FANOUT],
+            np.empty(B, dtype=np.uint8),
+            np.empty(B, dtype=np.int64),
+            np.empty(B, dtype=np.float32),
+        )
+    return s
+
+
+def _per_sample_cpu(
+    tree: SumTree, uniforms: torch.Tensor, beta: float, size: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_per_sample_torch` on CPU in numpy, on views of the same memory, bit for bit.
+
+    Same values step by step: the target is the same two correctly rounded f32 operations
+    (``strata + u``, times the f32 product ``total * f32(1/B)``). A level's child is the number
+    of inner prefixes ``<= t`` (entries 1 .. 31; entry 0 is 0 and ``t >= 0``, so this is the
+    torch path's ``searchsorted - 1``, counted with one comparison instead of a branchy search),
+    and ``t`` loses the same f32 prefix. ``leaf / min_leaf`` is one correctly rounded f32
+    division; ``** -beta`` stays the torch ``pow_`` on a contiguous ``[B]`` tensor (numpy's
+    ``powf`` may differ by an ulp).
+    """
+    v = _views(tree)
+    s = _sample_work(tree, v, uniforms.shape[0])
+    t, child, flat = s.t, s.child, s.flat
+    np.add(s.strata, (uniforms.detach() if uniforms.requires_grad else uniforms).numpy(), out=t)
+    t *= s.sums[s.total] * s.inv_b  # two f32 scalars: an f32 product
+    # root row: count only its real children (the others are padding)
+    node = np.searchsorted(s.root_search, t, side="right")  # a fresh array: the result
+    t -= s.root.take(node)
+    for level in s.levels:
+        level.take(node, 0, s.rows, "clip")  # [B, 33]; mode "clip" skips a bounds pass
+        np.less_equal(s.rows, s.t_col, out=s.le)
+        np.einsum("ij->i", s.le_inner, out=child)  # a byte sum: at most 31
+        np.add(s.row_start, child, out=flat)
+        t -= s.rows_flat.take(flat, out=s.sub)
+        node *= FANOUT  # the next level's row: FANOUT * node + child
+        node += child
+    np.minimum(node, size - 1, out=node)  # the leaf
+    w = s.sums.take(node)
+    w /= s.mins[s.min_root]
+    return torch.from_numpy(node), torch.from_numpy(w).pow_(-beta)
 
 
 def rebuild_ref(tree: SumTree, exact: bool = False) -> None:

@@ -235,6 +235,61 @@ def test_cpu_fast_update_is_bitwise_the_torch_path(
     _assert_consistent(fast)
 
 
+@settings(max_examples=60)
+@given(
+    capacity=st.integers(1, 70_000),  # P = 32 .. 131072: 1 to 4 levels of rows, padded roots
+    fill=st.floats(0.0, 1.0),
+    batch=st.integers(1, 300),
+    seed=st.integers(0, 2**31 - 1),
+    spread=st.sampled_from([1.0, 1e3, 1e12]),  # 1e12: rows whose f64 sums are inexact
+    alpha=st.sampled_from([0.0, 0.6, 1.0]),
+    beta=st.sampled_from([0.0, 0.4, 0.5, 1.0]),  # 0.5: torch's pow takes its rsqrt path
+    edges=st.booleans(),
+)
+def test_cpu_fast_sample_is_bitwise_the_torch_path(
+    capacity: int,
+    fill: float,
+    batch: int,
+    seed: int,
+    spread: float,
+    alpha: float,
+    beta: float,
+    edges: bool,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The CPU descent (numpy on views of the tree) returns exactly the indices and weights of
+    the device-generic torch path for the same uniforms, on random trees of every depth."""
+    from tritonrl.kernels.sumtree import reference as ref
+
+    calls: list[str] = []
+    fast_path = ref._per_sample_cpu
+
+    def counted(*args: object) -> tuple[torch.Tensor, torch.Tensor]:
+        calls.append("cpu")
+        return fast_path(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ref, "_per_sample_cpu", counted)
+    g = torch.Generator().manual_seed(seed)
+    size = max(1, round(capacity * fill))
+    tree = new_sumtree(capacity)
+    per_insert(tree, 0, size, alpha=alpha)
+    n = min(size, 5000)
+    idx = torch.randint(0, size, (n,), generator=g)
+    td = torch.rand(n, generator=g, dtype=torch.float64) ** 3 * spread
+    per_update(tree, idx, td.float(), alpha=alpha, eps=1e-6, size=size)
+    u = torch.rand(batch, generator=g)
+    if edges:  # the ends of [0, 1): the first and the last target of a stratum
+        u[::2] = 0.0
+        u[1::2] = 1.0 - 2.0**-24
+    fast = per_sample(tree, u, beta, size)
+    slow = ref._per_sample_torch(tree, u, beta, size)
+    assert calls == ["cpu"]
+    assert torch.equal(fast[0], slow[0]), "indices differ"
+    assert torch.equal(fast[1], slow[1]), "weights differ"
+    assert fast[0].dtype == torch.int64 and fast[1].dtype == torch.float32
+    assert int(fast[0].max()) < size
+
+
 def test_cpu_update_writes_the_trees_own_tensors() -> None:
     """The CPU update caches numpy views per tree; a tree that shares ``sums`` and ``mins`` with
     another but has its own ``scratch`` and ``max_priority`` gets its own."""
