@@ -171,13 +171,15 @@ class _Views(NamedTuple):
     total: torch.Tensor  # 0-d: the root's total
     shifts: torch.Tensor  # int64 [L, 1]: 5, 10, ..., 5L (leaf index -> row index of level l)
     one: torch.Tensor  # int64 0-d: 1
+    all_sums: torch.Tensor  # tree.sums whole, as an alias (the cache must not hold the tree's tensors)
+    all_mins: torch.Tensor  # tree.mins whole, as an alias
     work: dict[int, _Work]  # descent buffers by batch size
     host: list[_HostViews]  # CPU trees: numpy views of the tensors, made on first use
     sample: dict[int, _SampleWork]  # CPU trees: descent buffers with numpy views, by batch size
 
 
 # Views of each tree's levels, built once per tree: slicing costs as much as the op it feeds on
-# CPU. Keyed by id(sums), checked against weak references, dropped when the tree's tensors die.
+# CPU. Keyed by id(sums), checked against weak references, dropped when tree.sums dies.
 _VIEWS: dict[int, tuple[weakref.ref, weakref.ref, int, _Views]] = {}
 
 
@@ -187,6 +189,10 @@ def _views(tree: SumTree) -> _Views:
     hit = _VIEWS.get(key)
     if hit is not None and hit[0]() is sums and hit[1]() is mins and hit[2] == sums.data_ptr():
         return hit[3]
+    # The views hang off aliases (detach(): the same memory, other tensor objects; views and
+    # numpy arrays keep their base tensor alive), so this cache keeps the memory but not the
+    # tree's own tensors alive: when they die, the finalizer below drops the entry.
+    sums, mins = sums.detach(), mins.detach()
     g = geometry(tree.scratch.shape[0])
     so, mo = g.sum_offsets, g.min_offsets
     stored, prefix, children, min_views = [], [], [], []
@@ -215,12 +221,14 @@ def _views(tree: SumTree) -> _Views:
         sums[g.total_offset],
         shifts,
         torch.ones((), dtype=torch.int64, device=sums.device),
+        sums,
+        mins,
         {},
         [],
         {},
     )
-    _VIEWS[key] = (weakref.ref(sums), weakref.ref(mins), sums.data_ptr(), views)
-    weakref.finalize(sums, _VIEWS.pop, key, None)
+    _VIEWS[key] = (weakref.ref(tree.sums), weakref.ref(tree.mins), sums.data_ptr(), views)
+    weakref.finalize(tree.sums, _VIEWS.pop, key, None)
     return views
 
 
@@ -230,7 +238,7 @@ def prefix_ref(children: torch.Tensor, out: torch.Tensor | None = None) -> torch
     ``children``: f32 ``[n, 32]``. Writes into ``out`` (f32 ``[n, 32]``, any strides) when given;
     returns the f32 prefix sums.
     """
-    if children.device.type == "cpu":  # cumsum of f32 accumulates in f64 on CPU (tested)
+    if children.is_cpu:  # cumsum of f32 accumulates in f64 on CPU (tested)
         return torch.cumsum(children, 1) if out is None else torch.cumsum(children, 1, out=out)
     cs = torch.cumsum(children, 1, dtype=torch.float64)
     return cs.float() if out is None else out.copy_(cs)
@@ -297,7 +305,7 @@ def per_update_ref(
     """
     if indices.shape[0] == 0:
         return
-    if indices.device.type == "cpu":
+    if indices.is_cpu:
         _per_update_cpu(tree, indices, td_errors, alpha, eps, size)
     else:
         _per_update_torch(tree, indices, td_errors, alpha, eps, size)
@@ -371,8 +379,8 @@ def _host_views(tree: SumTree, v: _Views) -> _HostViews:
         v.host.clear()  # the same sums and mins in a tree with other scratch / max_priority tensors
     h = _HostViews(
         (tree.scratch, tree.max_priority),
-        tree.sums.numpy(),
-        tree.mins.numpy(),
+        v.all_sums.numpy(),
+        v.all_mins.numpy(),
         tree.scratch.numpy(),
         tree.max_priority.numpy(),
         tuple(c.numpy() for c in v.children),
@@ -446,16 +454,16 @@ def _per_update_cpu(
     v = _views(tree)
     h = _host_views(tree, v)
     hw = _host_work(h, v, indices.shape[0])
-    td = td_errors.float()
+    td = td_errors if td_errors.dtype == torch.float32 else td_errors.float()
     if td.requires_grad:
         td = td.detach()
     idx = indices.numpy()
     p = hw.prio
     np.abs(td.numpy(), out=p)
     np.add(p, np.float32(eps), out=p)
-    p_max = p.max()  # NaN if any p is NaN (numpy propagates it), inf if any is inf
+    p_max = np.maximum.reduce(p)  # NaN if any p is NaN (numpy propagates it), inf if any is inf
     finite = bool(abs(p_max) < np.inf)
-    in_range = bool(idx.view(np.uint64).max() < size)  # a negative index is >= 2**63 as uint64
+    in_range = bool(np.maximum.reduce(idx.view(np.uint64)) < size)  # a negative index is >= 2**63
     if not (finite and in_range):
         _reject(tree, finite, in_range)
         return
@@ -532,7 +540,7 @@ def per_sample_ref(
     On CPU the index work runs on numpy views of the same memory (:func:`_per_sample_cpu`); the
     results are the same bits as :func:`_per_sample_torch`, the device-generic path (tested).
     """
-    if uniforms.device.type == "cpu":
+    if uniforms.is_cpu:
         return _per_sample_cpu(tree, uniforms, beta, size)
     return _per_sample_torch(tree, uniforms, beta, size)
 
@@ -597,8 +605,8 @@ def _sample_work(tree: SumTree, v: _Views, B: int) -> _SampleWork:
         rows = np.empty((B, ROW), dtype=np.float32)
         le = np.empty((B, ROW), dtype=np.bool_)
         s = v.sample[B] = _SampleWork(
-            tree.sums.numpy(),
-            tree.mins.numpy(),
+            v.all_sums.numpy(),
+            v.all_mins.numpy(),
             tuple(r.numpy() for r in reversed(v.stored[:-1])),
             v.root.numpy(),
             v.root_search.numpy(),
