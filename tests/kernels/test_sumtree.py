@@ -578,6 +578,39 @@ def test_metadata_errors_name_the_argument() -> None:
         new_sumtree(0)
 
 
+def test_checked_trees_are_remembered_by_their_tensors() -> None:
+    """The ops check a tree's metadata once and remember it by its five tensor objects: a tree
+    with any tensor replaced is checked again (and refused when wrong), and the memo keeps no
+    tree alive."""
+    import gc
+    import weakref
+
+    from tritonrl.kernels.sumtree import api
+
+    tree = new_sumtree(8)
+    per_insert(tree, 0, 8, alpha=0.6)
+    per_sample(tree, torch.rand(2), 0.4, 8)
+    assert id(tree) in api._CHECKED
+    bad = [
+        (tree._replace(sums=tree.sums.double()), TypeError, "tree.sums"),
+        (tree._replace(mins=tree.mins[:-1].clone()), ValueError, "tree.mins"),
+        (tree._replace(status=torch.zeros(3, dtype=torch.int32)), ValueError, "tree.status"),
+        (tree._replace(max_priority=torch.ones(1, dtype=torch.float64)), TypeError, "tree.max_priority"),
+        (tree._replace(scratch=torch.full((64,), -1, dtype=torch.int32)), ValueError, "tree.sums"),
+    ]
+    for wrong, error, match in bad:
+        for _ in range(2):  # a refused tree is never remembered
+            with pytest.raises(error, match=match):
+                per_sample(wrong, torch.rand(2), 0.4, 8)
+            with pytest.raises(error, match=match):
+                per_update(wrong, torch.tensor([1]), torch.ones(1), alpha=0.6, eps=1e-6, size=8)
+    per_update(tree, torch.tensor([1]), torch.ones(1), alpha=0.6, eps=1e-6, size=8)  # still fine
+    sums = weakref.ref(tree.sums)
+    del tree, bad, wrong
+    gc.collect()
+    assert sums() is None, "the memo keeps a tree alive"
+
+
 def test_cpu_auto_runs_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TRITONRL_BACKEND", raising=False)
     tree = new_sumtree(8)
