@@ -360,7 +360,7 @@ def test_gather_copies_the_sampled_rows(
     buf = PrioritizedReplayBuffer(
         40, (3, 2), obs_dtype=obs_dtype, action_shape=action_shape, action_dtype=action_dtype
     )
-    assert (buf._host is not None) == numpy_path
+    assert (buf._views is not None) == numpy_path
     rng = np.random.default_rng(0)
     T = 50  # wraps
     obs = rng.integers(0, 200, (T, 1, 3, 2)).astype(np.float32)

@@ -185,7 +185,6 @@ class ReplayBuffer:
         self._action = torch.zeros((C, *self.action_shape), dtype=action_dtype, device=dev)
         self._reward = torch.zeros(C, dtype=torch.float32, device=dev)
         self._discount = torch.zeros(C, dtype=torch.float32, device=dev)
-        self._host = self._numpy_fields()
         K, E = self.n_step - 1, self.num_envs
         self._stage_obs = torch.zeros((K, E, *self.obs_shape), dtype=obs_dtype, device=dev)
         self._stage_action = torch.zeros((K, E, *self.action_shape), dtype=action_dtype, device=dev)
@@ -468,28 +467,14 @@ class ReplayBuffer:
         if batch_size > self._size:
             raise ValueError(f"batch_size={batch_size} exceeds the {self._size} transitions stored")
 
-    def _numpy_fields(self) -> tuple[np.ndarray, ...] | None:
-        """numpy views of the stored fields (obs, action, reward, next_obs, discount) of a CPU
-        buffer, for :meth:`_gather`; ``None`` on other devices or for a dtype numpy lacks (bf16).
-
-        The tensors are allocated once and written in place (``copy_``), so the views stay valid.
-        """
-        if self.device.type != "cpu":
-            return None
-        fields = (self._obs, self._action, self._reward, self._next_obs, self._discount)
-        try:
-            return tuple(t.numpy() for t in fields)
-        except TypeError:  # torch.bfloat16 has no numpy dtype
-            return None
-
     def _gather(self, idx: torch.Tensor, weights: torch.Tensor) -> ReplayBatch:
         """The rows ``idx`` (int64 ``[B]`` on the buffer's device, all in ``[0, len)``) of every
         field, as fresh tensors. On CPU numpy's ``take`` copies the rows (cheaper per call than
         ``index_select``, the same values)."""
-        host = self._host
-        if host is not None:
+        views = self._views
+        if views is not None:
             i = idx.numpy()
-            obs, action, reward, next_obs, discount = host
+            obs, next_obs, action, reward, discount = views
             return ReplayBatch(
                 obs=torch.from_numpy(obs.take(i, 0)),
                 action=torch.from_numpy(action.take(i, 0)),
