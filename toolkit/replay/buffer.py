@@ -470,9 +470,9 @@ class ReplayBuffer:
     def _gather(self, idx: torch.Tensor, weights: torch.Tensor) -> ReplayBatch:
         """The rows ``idx`` (int64 ``[B]`` on the buffer's device, all in ``[0, len)``) of every
         field, as fresh tensors. On CPU numpy's ``take`` copies the rows (cheaper per call than
-        ``index_select``, the same values)."""
+        ``index_select``, the same values); traced by ``torch.compile``, ``index_select``."""
         views = self._views
-        if views is not None:
+        if views is not None and not torch.compiler.is_compiling():
             i = idx.numpy()
             obs, next_obs, action, reward, discount = views
             return ReplayBatch(
