@@ -387,6 +387,10 @@ def test_gather_copies_the_sampled_rows(
     batch.reward.fill_(-1.0)
     assert torch.equal(buf.state_dict()["obs"], before)
     assert torch.equal(buf.sample(40, generator=torch.Generator().manual_seed(0)).indices, i)
+    if numpy_path:  # traced, the gather leaves numpy for index_select: one graph, the same rows
+        traced = torch.compile(buf._gather, fullgraph=True, backend="eager")(i, batch.weights)
+        for name in ("obs", "action", "reward", "next_obs", "discount"):
+            assert torch.equal(getattr(traced, name), sd[name].index_select(0, i)), name
 
 
 # ---- bad input --------------------------------------------------------------------------------
