@@ -416,6 +416,11 @@ def _host_work(h: _HostViews, v: _Views, B: int) -> _HostWork:
     return hw
 
 
+# numpy's row-wise minimum beats torch.amin's fixed cost on a level of at most this many rows,
+# and loses on larger ones (it reduces each short row separately)
+_NUMPY_MIN_ROWS = 8
+
+
 def _update_ancestors_cpu(v: _Views, h: _HostViews, hw: _HostWork, idx: np.ndarray) -> None:
     """:func:`_update_ancestors` on CPU: the same torch ``cumsum`` / ``amin`` on the same values
     (bit for bit), with the index work (row numbers, gathers, write-backs) in numpy. Both trees
@@ -423,8 +428,11 @@ def _update_ancestors_cpu(v: _Views, h: _HostViews, hw: _HostWork, idx: np.ndarr
     for lvl, sparse in enumerate(hw.sparse):
         if not sparse:
             prefix_ref(v.children[lvl], out=v.prefix[lvl])
-            children, out = v.mins[lvl]
-            torch.amin(children, 1, out=out)
+            if v.prefix[lvl].shape[0] <= _NUMPY_MIN_ROWS:  # a minimum is exact: any order, same bits
+                np.minimum.reduce(h.mins_children[lvl], 1, out=h.mins_out[lvl])
+            else:
+                children, out = v.mins[lvl]
+                torch.amin(children, 1, out=out)
             continue
         rows = idx >> (FANOUT_LOG2 * (lvl + 1))
         if lvl == 0:  # the leaves: contiguous rows (mode "clip" skips a bounds pass; rows are valid)
