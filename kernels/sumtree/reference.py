@@ -368,6 +368,7 @@ class _HostWork(NamedTuple):
     prio_t: torch.Tensor  # f32 [B] the priorities, then the leaf values
     prio: np.ndarray
     positions: np.ndarray  # int32 [B] batch positions (read-only)
+    rising: np.ndarray  # bool [B - 1]: idx[k + 1] > idx[k]
     sparse: tuple[bool, ...]  # per level: gather the touched rows (else recompute it whole)
 
 
@@ -411,6 +412,7 @@ def _host_work(h: _HostViews, v: _Views, B: int) -> _HostWork:
             prio_t,
             prio_t.numpy(),
             _positions(B, torch.device("cpu")).numpy(),
+            np.empty(max(B - 1, 0), dtype=np.bool_),
             tuple(c.numel() > limit for c in v.children),
         )
     return hw
@@ -456,8 +458,11 @@ def _per_update_cpu(
     in both; ``** alpha`` stays a torch op on the same contiguous ``[B]`` tensor (numpy's
     ``powf`` may differ by an ulp); duplicates resolve by the same scratch rule, with
     ``np.maximum.at`` (unbuffered, deterministic) for ``scatter_reduce_(amax)``; every duplicate
-    then writes the winner's value, so the order of the leaf writes does not matter. The tree
-    walk runs the same torch ``cumsum`` / ``amin`` on the same rows as :func:`_update_ancestors`.
+    then writes the winner's value, so the order of the leaf writes does not matter. Strictly
+    increasing indices (what stratified sampling returns, unless a leaf spans two strata) repeat
+    none: their range is their two ends, and every leaf is written once with its own value. The
+    tree walk runs the same torch ``cumsum`` / ``amin`` on the same rows as
+    :func:`_update_ancestors`.
     """
     v = _views(tree)
     h = _host_views(tree, v)
@@ -471,7 +476,12 @@ def _per_update_cpu(
     np.add(p, np.float32(eps), out=p)
     p_max = np.maximum.reduce(p)  # NaN if any p is NaN (numpy propagates it), inf if any is inf
     finite = bool(abs(p_max) < np.inf)
-    in_range = bool(np.maximum.reduce(idx.view(np.uint64)) < size)  # a negative index is >= 2**63
+    rising = hw.rising
+    unique = bool(np.greater(idx[1:], idx[:-1], out=rising).all())  # True for B = 1
+    if unique:  # strictly increasing: the ends are the extremes
+        in_range = bool(idx[0] >= 0 and idx[-1] < size)
+    else:
+        in_range = bool(np.maximum.reduce(idx.view(np.uint64)) < size)  # a negative index is >= 2**63
     if not (finite and in_range):
         _reject(tree, finite, in_range)
         return
@@ -479,10 +489,13 @@ def _per_update_cpu(
     if p_max > mp[0]:
         mp[0] = p_max
     hw.prio_t.pow_(alpha)  # p now holds the leaf values
-    scratch = h.scratch
-    np.maximum.at(scratch, idx, hw.positions)
-    val = p[scratch[idx]]
-    scratch[idx] = -1
+    if unique:
+        val = p
+    else:  # the last occurrence wins
+        scratch = h.scratch
+        np.maximum.at(scratch, idx, hw.positions)
+        val = p[scratch[idx]]
+        scratch[idx] = -1
     h.sums[idx] = val  # leaves are sums[0:P]
     h.mins[idx] = val
     _update_ancestors_cpu(v, h, hw, idx)

@@ -214,10 +214,13 @@ def test_cpu_fast_update_is_bitwise_the_torch_path(
     fast, slow = new_sumtree(capacity), new_sumtree(capacity)
     per_insert(fast, 0, size, alpha=0.6)
     per_insert(slow, 0, size, alpha=0.6)
-    for step in range(12):
+    for step in range(20):
         B = [1, 7, 256, 1000][step % 4]
         idx = torch.randint(0, size, (B,), generator=g)
         idx[B // 2 :] = idx[: B - B // 2].clone()  # half the batch repeats the other half
+        if step >= 12:  # sorted, as stratified sampling returns them: without repeats, or with
+            idx = idx.unique() if step % 2 else idx.sort().values
+            B = idx.shape[0]
         td = (torch.randn(B, generator=g, dtype=torch.float64) * 10 ** (step % 5 - 2)).to(td_dtype)
         alpha = [0.6, 0.5, 1.0, 0.0][step % 4]
         if step == 5:
@@ -226,12 +229,16 @@ def test_cpu_fast_update_is_bitwise_the_torch_path(
             idx[0] = size
         if step == 10:
             idx[-1] = -1
+        if step == 15:  # increasing, below the range at its first end
+            idx[0] = -1
+        if step == 17:  # increasing, above the range at its last end
+            idx[-1] = size
         ref.per_update_ref(fast, idx, td, alpha, 1e-6, size)
         ref._per_update_torch(slow, idx, td, alpha, 1e-6, size)
         for a, b in zip(fast, slow, strict=True):
             assert torch.equal(a, b), (step, B)
-    assert calls == ["cpu"] * 12  # the fast path ran every time
-    assert fast.status.tolist() == [3, BAD_INDEX]
+    assert calls == ["cpu"] * 20  # the fast path ran every time
+    assert fast.status.tolist() == [5, BAD_INDEX]
     _assert_consistent(fast)
 
 
