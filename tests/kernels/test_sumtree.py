@@ -242,9 +242,9 @@ def test_cpu_fast_update_is_bitwise_the_torch_path(
     _assert_consistent(fast)
 
 
-@settings(max_examples=60)
-@given(
-    capacity=st.integers(1, 70_000),  # P = 32 .. 131072: 1 to 4 levels of rows, padded roots
+@settings(max_examples=150)
+@given(  # P = 32 .. 131072: 1 to 4 levels of rows, padded roots
+    capacity=st.one_of(st.integers(1, 2000), st.integers(2000, 70_000)),
     fill=st.floats(0.0, 1.0),
     batch=st.integers(1, 300),
     seed=st.integers(0, 2**31 - 1),
