@@ -669,13 +669,16 @@ def _per_sample_cpu(
     t *= s.sums[s.total] * s.inv_b  # two f32 scalars: an f32 product
     # root row: count only its real children (the others are padding)
     node = np.searchsorted(s.root_search, t, side="right")  # a fresh array: the result
-    t -= s.root.take(node)
-    for level in s.levels:
+    last = len(s.levels) - 1  # what is left of t after the last level is not needed
+    if last >= 0:
+        t -= s.root.take(node)
+    for lvl, level in enumerate(s.levels):
         level.take(node, 0, s.rows, "clip")  # [B, 33]; mode "clip" skips a bounds pass
         np.less_equal(s.rows, s.t_col, out=s.le)
         np.einsum("ij->i", s.le_inner, out=child)  # a byte sum: at most 31
-        np.add(s.row_start, child, out=flat)
-        t -= s.rows_flat.take(flat, out=s.sub)
+        if lvl < last:
+            np.add(s.row_start, child, out=flat)
+            t -= s.rows_flat.take(flat, out=s.sub)
         node *= FANOUT  # the next level's row: FANOUT * node + child
         node += child
     np.minimum(node, size - 1, out=node)  # the leaf

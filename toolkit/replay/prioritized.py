@@ -218,8 +218,10 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             ValueError: empty buffer, or ``batch_size`` not in ``[1, len(self)]``.
         """
         self._check_batch_size(batch_size)
-        gdev = self.device if generator is None else generator.device
-        uniforms = torch.rand(batch_size, generator=generator, device=gdev).to(self.device)
+        if generator is None:  # the device's default generator: the same stream as below
+            uniforms = torch.rand(batch_size, device=self.device)
+        else:
+            uniforms = torch.rand(batch_size, generator=generator, device=generator.device).to(self.device)
         idx, weights = per_sample(self._tree, uniforms, self.current_beta, self._size)
         self._sample_calls += 1
         return self._gather(idx, weights)
