@@ -28,11 +28,17 @@ Design decisions:
   when the weights require grad), so the public functions route through the custom op only when
   ``torch.compiler.is_compiling()`` (a 50 ns check); eager calls run exactly as before. Tests
   check that both paths give the same outputs and gradients.
-- **A compiled call on the torch reference traces it** (``KernelOp.compiled_as_custom_op``) for
-  the differentiable ops with plain-torch references (noisy_linear, noisy_dueling, mamba2_scan,
-  mamba2_step): Inductor fuses the reference with the graph around it, where the opaque op would
-  cost a custom-op call and an autograd pass per layer (a compiled DQN update on a CPU: 0.83x
-  eager through the op, 1.27x traced). The custom op is what a Triton selection needs.
+- **The torch reference is traced inline where it is what would run** (the noisy-head ops,
+  :func:`traces_reference`): when the op's selection for the device is the torch reference
+  (every CPU tensor unless ``TRITONRL_BACKEND=triton`` under the interpreter), the compiled
+  public functions call the reference itself, which Inductor fuses with the code around it. The
+  opaque op runs its reference through a Python implementation and a Python backward
+  (``reference_grads``) and made a compiled Rainbow-head step on a CPU 1.8x *slower* than eager
+  (1,720 against 970 us; traced inline: 830 us). The selection is taken once, when the graph is
+  traced (``torch.compiler.assume_constant_result``): a compiled function keeps the backend it
+  was traced with (set ``TRITONRL_BACKEND`` before compiling). ``INLINE_REFERENCE = False``
+  routes every compiled call through the custom op (the tests of the op path do). Counters:
+  an inlined reference runs inside the graph and is not counted in ``op.counts``.
 - **Gradients**: the backward ops run the Triton backward on a Triton selection (through
   :meth:`KernelOp.guard`, falling back to :func:`~tritonrl.kernels.fallback.reference_grads`) and
   :func:`~tritonrl.kernels.fallback.reference_grads` over the torch reference otherwise, which is
@@ -59,6 +65,7 @@ from tritonrl.kernels.backend import KernelOp
 from tritonrl.kernels.fallback import reference_grads
 
 __all__ = [
+    "INLINE_REFERENCE",
     "NAMESPACE",
     "absent",
     "fake_grads",
@@ -66,11 +73,33 @@ __all__ = [
     "place_grads",
     "reference_grads_in_op",
     "run_backward",
+    "traces_reference",
 ]
 
 T = TypeVar("T")
 
 NAMESPACE = "tritonrl"
+
+INLINE_REFERENCE = True
+"""Compiled calls of the noisy-head ops trace the torch reference inline where it is what would
+run (see the module doc); ``False``: they always call the custom op."""
+
+
+@torch.compiler.assume_constant_result
+def _selects_reference(name: str, device: str) -> bool:
+    """Whether op ``name`` would run its torch reference on ``device`` (taken at trace time)."""
+    from tritonrl.kernels.backend import registry
+
+    return registry()[name].select(torch.device(device)).backend == "torch"
+
+
+def traces_reference(op: KernelOp, device: torch.device) -> bool:
+    """Under ``torch.compile``: call ``op``'s torch reference inline (``True``) or its custom op.
+
+    ``True`` when :data:`INLINE_REFERENCE` is on and ``op`` selects its reference for ``device``
+    (decided once per traced graph). Only meaningful while tracing.
+    """
+    return INLINE_REFERENCE and _selects_reference(op.name, str(device))
 
 
 def _autograd_keys() -> torch._C.DispatchKeySet:

@@ -160,8 +160,7 @@ def mamba2_scan(
         or chunk_size & (chunk_size - 1)
     ):
         raise ValueError(f"chunk_size must be a power of two in [16, {_MAX_CHUNK}], got {chunk_size!r}")
-    # the custom op (checks above ran once, at trace time); a torch selection traces the reference
-    if torch.compiler.is_compiling() and MAMBA2_SCAN.compiled_as_custom_op(dev):
+    if torch.compiler.is_compiling():  # the custom op (checks above ran once, at trace time)
         tensors = (x, dt, A, B, C, D, z, dt_bias, initial_states)
         need_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
         y, final, _ = torch.ops.tritonrl.mamba2_scan(
@@ -282,8 +281,7 @@ def mamba2_step(
     if reset is not None:
         check_tensor("reset", reset, shape=(batch,), what="[B]", dtype=torch.bool, device=dev)
     with torch.no_grad():
-        # the custom op (checks above ran once, at trace time); a torch selection traces the reference
-        if torch.compiler.is_compiling() and MAMBA2_STEP.compiled_as_custom_op(dev):
+        if torch.compiler.is_compiling():  # the custom op (checks above ran once, at trace time)
             return torch.ops.tritonrl.mamba2_step(
                 state,
                 x,

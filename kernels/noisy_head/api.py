@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import torch
 from tritonrl.kernels.backend import KernelOp
+from tritonrl.kernels.library import traces_reference
 from tritonrl.kernels.noisy_head.reference import NoisyParams, noisy_dueling_ref, noisy_linear_ref
 from tritonrl.kernels.validate import check_int, check_tensor
 
@@ -179,11 +180,12 @@ def noisy_linear(
             ``noise=True``; an unknown ``activation``.
     """
     p = NoisyParams(weight_mu, weight_sigma, bias_mu, bias_sigma, eps_in, eps_out)
-    # traced once: plain checks, then the custom op (a torch selection traces the reference instead)
-    if torch.compiler.is_compiling() and NOISY_LINEAR.compiled_as_custom_op(x.device):
+    if torch.compiler.is_compiling():  # traced once: plain checks, then the reference or the custom op
         _check_linear(x, p, noise, activation)
         if not noise:
             p = NoisyParams(weight_mu, None, bias_mu, None, None, None)
+        if traces_reference(NOISY_LINEAR, x.device):
+            return noisy_linear_ref(x, *p, bool(noise), activation == "relu")
         return torch.ops.tritonrl.noisy_linear(x, *p, bool(noise), activation == "relu")
     sig = _signature((x, *p)) if type(x) is torch.Tensor else None
     key = None if sig is None else (sig, bool(noise), activation)
@@ -253,9 +255,20 @@ def noisy_dueling(
     """
     check_int("num_actions", num_actions, low=1)
     check_int("atoms", atoms, low=1)
-    # traced once: plain checks, then the custom op (a torch selection traces the reference instead)
-    if torch.compiler.is_compiling() and NOISY_DUELING.compiled_as_custom_op(x.device):
+    if torch.compiler.is_compiling():  # traced once: plain checks, then the reference or the custom op
         advantage, value = _check(x, advantage, value, num_actions, atoms, noise, log_softmax, support)
+        if traces_reference(NOISY_DUELING, x.device):
+            strip_v = None if value is None else _strip(value, noise)
+            return noisy_dueling_ref(
+                x,
+                _strip(advantage, noise),
+                strip_v,
+                num_actions,
+                atoms,
+                bool(noise),
+                bool(log_softmax),
+                support,
+            )
         adv = _strip(advantage, noise)
         val = (None,) * 6 if value is None else _strip(value, noise)
         out, q = torch.ops.tritonrl.noisy_dueling(

@@ -18,6 +18,8 @@ Ops (each one :class:`~tritonrl.kernels.backend.KernelOp`: Triton on CUDA, torch
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 from tritonrl.kernels.backend import KernelOp
 from tritonrl.kernels.sumtree.reference import (
@@ -107,9 +109,36 @@ def total(tree: SumTree, *, exact: bool = False) -> torch.Tensor:
 _F32, _I32 = torch.float32, torch.int32
 
 
+# Trees that passed _check_tree, by id: weak references to their five tensors, and the geometry.
+# A SumTree is immutable and a tensor's dtype and device never change, so the same five tensor
+# objects are a tree already checked (changing a tensor's shape in place, with resize_ or set_,
+# is not supported on a tree). Weak references: the memo keeps no tree alive, and a new tree
+# that reuses a dead one's id fails the identity test.
+_CHECKED: dict[int, tuple[tuple[weakref.ref, ...], Geometry]] = {}
+
+
 def _check_tree(tree: SumTree) -> Geometry:
-    if torch.compiler.is_compiling():  # traced once: the plain checks (no try block)
+    if torch.compiler.is_compiling():  # traced once: the plain checks (no try block, no memo)
         return _check_tree_slow(tree)
+    hit = _CHECKED.get(id(tree))
+    if hit is not None and type(tree) is SumTree:
+        (r_sums, r_mins, r_scratch, r_max, r_status), g = hit
+        if (
+            r_sums() is tree.sums
+            and r_mins() is tree.mins
+            and r_scratch() is tree.scratch
+            and r_max() is tree.max_priority
+            and r_status() is tree.status
+        ):
+            return g
+    g = _check_tree_meta(tree)
+    if len(_CHECKED) >= 64:
+        _CHECKED.clear()
+    _CHECKED[id(tree)] = (tuple(weakref.ref(t) for t in tree), g)
+    return g
+
+
+def _check_tree_meta(tree: SumTree) -> Geometry:
     # fast path: one expression over the metadata; anything unusual goes to the detailed checks
     try:
         sums, mins, scratch, max_p, status = tree
@@ -175,6 +204,14 @@ def _check_tree_slow(tree: SumTree) -> Geometry:
 
 
 def _check_vec(name: str, t: torch.Tensor, dtypes: tuple[torch.dtype, ...], device: torch.device) -> None:
+    if (  # the common case in one expression; anything else gets the detailed check and its error
+        type(t) is torch.Tensor
+        and t.dtype in dtypes
+        and t.dim() == 1
+        and t.device == device
+        and t.is_contiguous()
+    ):
+        return
     check_tensor(name, t, dtype=dtypes, ndim=1, device=device, device_of="tree.sums", contiguous=True)
 
 

@@ -171,12 +171,15 @@ class _Views(NamedTuple):
     total: torch.Tensor  # 0-d: the root's total
     shifts: torch.Tensor  # int64 [L, 1]: 5, 10, ..., 5L (leaf index -> row index of level l)
     one: torch.Tensor  # int64 0-d: 1
+    all_sums: torch.Tensor  # tree.sums whole, as an alias (the cache must not hold the tree's tensors)
+    all_mins: torch.Tensor  # tree.mins whole, as an alias
     work: dict[int, _Work]  # descent buffers by batch size
     host: list[_HostViews]  # CPU trees: numpy views of the tensors, made on first use
+    sample: dict[int, _SampleWork]  # CPU trees: descent buffers with numpy views, by batch size
 
 
 # Views of each tree's levels, built once per tree: slicing costs as much as the op it feeds on
-# CPU. Keyed by id(sums), checked against weak references, dropped when the tree's tensors die.
+# CPU. Keyed by id(sums), checked against weak references, dropped when tree.sums dies.
 _VIEWS: dict[int, tuple[weakref.ref, weakref.ref, int, _Views]] = {}
 
 
@@ -186,6 +189,10 @@ def _views(tree: SumTree) -> _Views:
     hit = _VIEWS.get(key)
     if hit is not None and hit[0]() is sums and hit[1]() is mins and hit[2] == sums.data_ptr():
         return hit[3]
+    # The views hang off aliases (detach(): the same memory, other tensor objects; views and
+    # numpy arrays keep their base tensor alive), so this cache keeps the memory but not the
+    # tree's own tensors alive: when they die, the finalizer below drops the entry.
+    sums, mins = sums.detach(), mins.detach()
     g = geometry(tree.scratch.shape[0])
     so, mo = g.sum_offsets, g.min_offsets
     stored, prefix, children, min_views = [], [], [], []
@@ -214,11 +221,14 @@ def _views(tree: SumTree) -> _Views:
         sums[g.total_offset],
         shifts,
         torch.ones((), dtype=torch.int64, device=sums.device),
+        sums,
+        mins,
         {},
         [],
+        {},
     )
-    _VIEWS[key] = (weakref.ref(sums), weakref.ref(mins), sums.data_ptr(), views)
-    weakref.finalize(sums, _VIEWS.pop, key, None)
+    _VIEWS[key] = (weakref.ref(tree.sums), weakref.ref(tree.mins), sums.data_ptr(), views)
+    weakref.finalize(tree.sums, _VIEWS.pop, key, None)
     return views
 
 
@@ -228,7 +238,7 @@ def prefix_ref(children: torch.Tensor, out: torch.Tensor | None = None) -> torch
     ``children``: f32 ``[n, 32]``. Writes into ``out`` (f32 ``[n, 32]``, any strides) when given;
     returns the f32 prefix sums.
     """
-    if children.device.type == "cpu":  # cumsum of f32 accumulates in f64 on CPU (tested)
+    if children.is_cpu:  # cumsum of f32 accumulates in f64 on CPU (tested)
         return torch.cumsum(children, 1) if out is None else torch.cumsum(children, 1, out=out)
     cs = torch.cumsum(children, 1, dtype=torch.float64)
     return cs.float() if out is None else out.copy_(cs)
@@ -295,7 +305,7 @@ def per_update_ref(
     """
     if indices.shape[0] == 0:
         return
-    if indices.device.type == "cpu":
+    if indices.is_cpu:
         _per_update_cpu(tree, indices, td_errors, alpha, eps, size)
     else:
         _per_update_torch(tree, indices, td_errors, alpha, eps, size)
@@ -358,6 +368,7 @@ class _HostWork(NamedTuple):
     prio_t: torch.Tensor  # f32 [B] the priorities, then the leaf values
     prio: np.ndarray
     positions: np.ndarray  # int32 [B] batch positions (read-only)
+    rising: np.ndarray  # bool [B - 1]: idx[k + 1] > idx[k]
     sparse: tuple[bool, ...]  # per level: gather the touched rows (else recompute it whole)
 
 
@@ -369,8 +380,8 @@ def _host_views(tree: SumTree, v: _Views) -> _HostViews:
         v.host.clear()  # the same sums and mins in a tree with other scratch / max_priority tensors
     h = _HostViews(
         (tree.scratch, tree.max_priority),
-        tree.sums.numpy(),
-        tree.mins.numpy(),
+        v.all_sums.numpy(),
+        v.all_mins.numpy(),
         tree.scratch.numpy(),
         tree.max_priority.numpy(),
         tuple(c.numpy() for c in v.children),
@@ -401,17 +412,29 @@ def _host_work(h: _HostViews, v: _Views, B: int) -> _HostWork:
             prio_t,
             prio_t.numpy(),
             _positions(B, torch.device("cpu")).numpy(),
+            np.empty(max(B - 1, 0), dtype=np.bool_),
             tuple(c.numel() > limit for c in v.children),
         )
     return hw
 
 
+# numpy's row-wise minimum beats torch.amin's fixed cost on a level of at most this many rows,
+# and loses on larger ones (it reduces each short row separately)
+_NUMPY_MIN_ROWS = 8
+
+
 def _update_ancestors_cpu(v: _Views, h: _HostViews, hw: _HostWork, idx: np.ndarray) -> None:
     """:func:`_update_ancestors` on CPU: the same torch ``cumsum`` / ``amin`` on the same values
-    (bit for bit), with the index work (row numbers, gathers, write-backs) in numpy."""
+    (bit for bit), with the index work (row numbers, gathers, write-backs) in numpy. Both trees
+    are walked in one pass, so a sparse level computes its row numbers once."""
     for lvl, sparse in enumerate(hw.sparse):
         if not sparse:
             prefix_ref(v.children[lvl], out=v.prefix[lvl])
+            if v.prefix[lvl].shape[0] <= _NUMPY_MIN_ROWS:  # a minimum is exact: any order, same bits
+                np.minimum.reduce(h.mins_children[lvl], 1, out=h.mins_out[lvl])
+            else:
+                children, out = v.mins[lvl]
+                torch.amin(children, 1, out=out)
             continue
         rows = idx >> (FANOUT_LOG2 * (lvl + 1))
         if lvl == 0:  # the leaves: contiguous rows (mode "clip" skips a bounds pass; rows are valid)
@@ -421,12 +444,6 @@ def _update_ancestors_cpu(v: _Views, h: _HostViews, hw: _HostWork, idx: np.ndarr
             kids = torch.from_numpy(h.children[lvl][rows])
         torch.cumsum(kids, 1, out=hw.prefix_t)  # prefix_ref on CPU
         h.prefix[lvl][rows] = hw.prefix  # duplicate rows write equal values
-    for lvl, sparse in enumerate(hw.sparse):
-        if not sparse:
-            children, out = v.mins[lvl]
-            torch.amin(children, 1, out=out)
-            continue
-        rows = idx >> (FANOUT_LOG2 * (lvl + 1))
         h.mins_children[lvl].take(rows, 0, hw.rows, "clip")
         torch.amin(hw.rows_t, 1, out=hw.minima_t)
         h.mins_out[lvl][rows] = hw.minima
@@ -441,22 +458,30 @@ def _per_update_cpu(
     in both; ``** alpha`` stays a torch op on the same contiguous ``[B]`` tensor (numpy's
     ``powf`` may differ by an ulp); duplicates resolve by the same scratch rule, with
     ``np.maximum.at`` (unbuffered, deterministic) for ``scatter_reduce_(amax)``; every duplicate
-    then writes the winner's value, so the order of the leaf writes does not matter. The tree
-    walk runs the same torch ``cumsum`` / ``amin`` on the same rows as :func:`_update_ancestors`.
+    then writes the winner's value, so the order of the leaf writes does not matter. Strictly
+    increasing indices (what stratified sampling returns, unless a leaf spans two strata) repeat
+    none: their range is their two ends, and every leaf is written once with its own value. The
+    tree walk runs the same torch ``cumsum`` / ``amin`` on the same rows as
+    :func:`_update_ancestors`.
     """
     v = _views(tree)
     h = _host_views(tree, v)
     hw = _host_work(h, v, indices.shape[0])
-    td = td_errors.float()
+    td = td_errors if td_errors.dtype == torch.float32 else td_errors.float()
     if td.requires_grad:
         td = td.detach()
     idx = indices.numpy()
     p = hw.prio
     np.abs(td.numpy(), out=p)
     np.add(p, np.float32(eps), out=p)
-    p_max = p.max()  # NaN if any p is NaN (numpy propagates it), inf if any is inf
+    p_max = np.maximum.reduce(p)  # NaN if any p is NaN (numpy propagates it), inf if any is inf
     finite = bool(abs(p_max) < np.inf)
-    in_range = bool(idx.view(np.uint64).max() < size)  # a negative index is >= 2**63 as uint64
+    rising = hw.rising
+    unique = bool(np.greater(idx[1:], idx[:-1], out=rising).all())  # True for B = 1
+    if unique:  # strictly increasing: the ends are the extremes
+        in_range = bool(idx[0] >= 0 and idx[-1] < size)
+    else:
+        in_range = bool(np.maximum.reduce(idx.view(np.uint64)) < size)  # a negative index is >= 2**63
     if not (finite and in_range):
         _reject(tree, finite, in_range)
         return
@@ -464,10 +489,13 @@ def _per_update_cpu(
     if p_max > mp[0]:
         mp[0] = p_max
     hw.prio_t.pow_(alpha)  # p now holds the leaf values
-    scratch = h.scratch
-    np.maximum.at(scratch, idx, hw.positions)
-    val = p[scratch[idx]]
-    scratch[idx] = -1
+    if unique:
+        val = p
+    else:  # the last occurrence wins
+        scratch = h.scratch
+        np.maximum.at(scratch, idx, hw.positions)
+        val = p[scratch[idx]]
+        scratch[idx] = -1
     h.sums[idx] = val  # leaves are sums[0:P]
     h.mins[idx] = val
     _update_ancestors_cpu(v, h, hw, idx)
@@ -529,7 +557,19 @@ def per_sample_ref(
     Sample ``j`` targets the mass ``(j + uniforms[j]) * (total * f32(1/B))`` and descends the
     rows from the root (the descent rule of the module docstring). The leaf index is clamped to
     ``size - 1`` (rounding can only push a descent into the empty tail).
+
+    On CPU the index work runs on numpy views of the same memory (:func:`_per_sample_cpu`); the
+    results are the same bits as :func:`_per_sample_torch`, the device-generic path (tested).
     """
+    if uniforms.is_cpu:
+        return _per_sample_cpu(tree, uniforms, beta, size)
+    return _per_sample_torch(tree, uniforms, beta, size)
+
+
+def _per_sample_torch(
+    tree: SumTree, uniforms: torch.Tensor, beta: float, size: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`per_sample_ref` in torch ops on any device."""
     v = _views(tree)
     B = uniforms.shape[0]
     w = _work(v, B, uniforms.device)
@@ -550,6 +590,101 @@ def per_sample_ref(
     idx = torch.clamp_max(node, size - 1)  # the leaf (a fresh tensor)
     weights = tree.sums.index_select(0, idx).div_(v.min_root).pow_(-beta)
     return idx, weights
+
+
+class _SampleWork(NamedTuple):
+    """numpy views of one CPU tree (the same memory) and the buffers of a descent of ``B`` targets."""
+
+    sums: np.ndarray  # tree.sums
+    mins: np.ndarray  # tree.mins
+    levels: tuple[np.ndarray, ...]  # [stored rows, 33] of levels L - 1 .. 1 (descent order)
+    root: np.ndarray  # [33] the root row
+    root_search: np.ndarray  # _Views.root_search
+    total: int  # position of the root's total in sums
+    min_root: int  # position of the global minimum in mins
+    strata: np.ndarray  # f32 [B]: 0 .. B - 1 (read-only)
+    inv_b: np.float32  # f32(1 / B)
+    row_start: np.ndarray  # int64 [B]: 33 j, where sample j's row starts in the flat rows
+    t: np.ndarray  # f32 [B]: the target mass, then what is left of it below the current row
+    t_col: np.ndarray  # [B, 1] view of t
+    rows: np.ndarray  # f32 [B, 33] the gathered rows
+    rows_flat: np.ndarray  # [B * 33] view of rows
+    le: np.ndarray  # bool [B, 33]: rows <= t
+    le_inner: np.ndarray  # uint8 [B, 31] view of le's inner prefixes (entries 1 .. 31)
+    child: np.ndarray  # uint8 [B]: inner prefixes <= t, the child taken
+    flat: np.ndarray  # int64 [B]: flat position of the child's prefix in rows
+    sub: np.ndarray  # f32 [B]: that prefix
+
+
+def _sample_work(tree: SumTree, v: _Views, B: int) -> _SampleWork:
+    s = v.sample.get(B)
+    if s is None:
+        if len(v.sample) >= 4:
+            v.sample.clear()
+        g = geometry(tree.scratch.shape[0])
+        t = np.empty(B, dtype=np.float32)
+        rows = np.empty((B, ROW), dtype=np.float32)
+        le = np.empty((B, ROW), dtype=np.bool_)
+        s = v.sample[B] = _SampleWork(
+            v.all_sums.numpy(),
+            v.all_mins.numpy(),
+            tuple(r.numpy() for r in reversed(v.stored[:-1])),
+            v.root.numpy(),
+            v.root_search.numpy(),
+            g.total_offset,
+            g.min_offsets[-1],
+            np.arange(B, dtype=np.float32),
+            np.float32(1.0 / B),
+            np.arange(0, ROW * B, ROW, dtype=np.int64),
+            t,
+            t[:, None],
+            rows,
+            rows.reshape(ROW * B),
+            le,
+            le.view(np.uint8)[:, 1:FANOUT],
+            np.empty(B, dtype=np.uint8),
+            np.empty(B, dtype=np.int64),
+            np.empty(B, dtype=np.float32),
+        )
+    return s
+
+
+def _per_sample_cpu(
+    tree: SumTree, uniforms: torch.Tensor, beta: float, size: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_per_sample_torch` on CPU in numpy, on views of the same memory, bit for bit.
+
+    Same values step by step: the target is the same two correctly rounded f32 operations
+    (``strata + u``, times the f32 product ``total * f32(1/B)``). A level's child is the number
+    of inner prefixes ``<= t`` (entries 1 .. 31; entry 0 is 0 and ``t >= 0``, so this is the
+    torch path's ``searchsorted - 1``, counted with one comparison instead of a branchy search),
+    and ``t`` loses the same f32 prefix. ``leaf / min_leaf`` is one correctly rounded f32
+    division; ``** -beta`` stays the torch ``pow_`` on a contiguous ``[B]`` tensor (numpy's
+    ``powf`` may differ by an ulp).
+    """
+    v = _views(tree)
+    s = _sample_work(tree, v, uniforms.shape[0])
+    t, child, flat = s.t, s.child, s.flat
+    np.add(s.strata, (uniforms.detach() if uniforms.requires_grad else uniforms).numpy(), out=t)
+    t *= s.sums[s.total] * s.inv_b  # two f32 scalars: an f32 product
+    # root row: count only its real children (the others are padding)
+    node = np.searchsorted(s.root_search, t, side="right")  # a fresh array: the result
+    last = len(s.levels) - 1  # what is left of t after the last level is not needed
+    if last >= 0:
+        t -= s.root.take(node)
+    for lvl, level in enumerate(s.levels):
+        level.take(node, 0, s.rows, "clip")  # [B, 33]; mode "clip" skips a bounds pass
+        np.less_equal(s.rows, s.t_col, out=s.le)
+        np.einsum("ij->i", s.le_inner, out=child)  # a byte sum: at most 31
+        if lvl < last:
+            np.add(s.row_start, child, out=flat)
+            t -= s.rows_flat.take(flat, out=s.sub)
+        node *= FANOUT  # the next level's row: FANOUT * node + child
+        node += child
+    np.minimum(node, size - 1, out=node)  # the leaf
+    w = s.sums.take(node)
+    w /= s.mins[s.min_root]
+    return torch.from_numpy(node), torch.from_numpy(w).pow_(-beta)
 
 
 def rebuild_ref(tree: SumTree, exact: bool = False) -> None:

@@ -6,10 +6,9 @@
   the torch reference and its autograd (inside the op when compiled): the graph only passes the
   tensors to the opaque op, so outputs and gradients are compared bit for bit (tolerance 0).
 - Eager calls take the direct ``KernelOp`` path, compiled calls the custom op (a spy on
-  ``KernelOp.dispatch`` tells which); ``op.counts`` records both. A compiled call that selects
-  the torch reference of a differentiable op traces the reference instead
-  (``KernelOp.compiled_as_custom_op``): the tests here force the custom op on the CPU, except
-  ``test_a_torch_selection_traces_the_reference_under_compile``.
+  ``KernelOp.dispatch`` tells which); ``op.counts`` records both. (With the default
+  ``INLINE_REFERENCE``, compiled CPU calls of the noisy-head ops trace the torch reference
+  itself instead: tested at the end; every other test here turns it off.)
 - Under the Triton interpreter (and with ``--gpu`` on CUDA) the compiled path runs the Triton
   launchers, forward and backward, and equals eager Triton bit for bit (same launchers, same
   launch configurations, no atomics).
@@ -26,8 +25,7 @@ from typing import Any
 import pytest
 import torch
 from mamba2_cases import Case, make_inputs, ref_call, with_grad
-from tritonrl.kernels import load_all, registry
-from tritonrl.kernels.backend import KernelOp
+from tritonrl.kernels import library, load_all, registry
 from tritonrl.kernels.mamba2 import MAMBA2_SCAN, MAMBA2_STEP, mamba2_scan, mamba2_step
 from tritonrl.kernels.mamba2.reference import mamba2_scan_ref
 from tritonrl.kernels.noisy_head import NOISY_DUELING, NOISY_LINEAR, NoisyParams, noisy_dueling, noisy_linear
@@ -55,14 +53,12 @@ KERNEL_OPS = (
 ALL_OPS = (NOISY_LINEAR, NOISY_DUELING, MAMBA2_SCAN, MAMBA2_STEP, PER_SAMPLE, PER_UPDATE, PER_INSERT)
 
 
-_TRACES_REFERENCE = KernelOp.compiled_as_custom_op
-
-
 @pytest.fixture(autouse=True)
 def _fresh(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.delenv("TRITONRL_BACKEND", raising=False)
-    # the custom op under compile on the CPU too (a torch selection would trace the reference)
-    monkeypatch.setattr(KernelOp, "compiled_as_custom_op", lambda self, device: True)
+    # these tests are about the op path: compiled calls take the custom op even where the torch
+    # reference would be traced inline (test_compiled_cpu_calls_inline_the_reference covers that)
+    monkeypatch.setattr(library, "INLINE_REFERENCE", False)
     torch._dynamo.reset()  # each test compiles its own functions (no recompile limit carried over)
     for op in ALL_OPS:
         op.reset()
@@ -445,32 +441,6 @@ def test_eager_calls_skip_the_custom_op(monkeypatch: pytest.MonkeyPatch) -> None
     assert ran == ["custom op"] and NOISY_LINEAR.counts == {"torch": 2}
 
 
-def test_a_torch_selection_traces_the_reference_under_compile(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without the opaque op, the reference traces into the graph (Inductor fuses it with the code
-    around it; no custom-op call, so only the eager call is counted), to f32 rounding of eager:
-    Inductor fuses the noisy weight's ``addcmul`` and the bias add (1e-6 relative bounds a few
-    roundings of values of size ~1; a missing noise term moves outputs by ~0.1)."""
-    monkeypatch.setattr(KernelOp, "compiled_as_custom_op", _TRACES_REFERENCE)
-    ran: list[str] = []
-    real = NOISY_LINEAR.dispatch
-    monkeypatch.setattr(NOISY_LINEAR, "dispatch", lambda *a: ran.append("custom op") or real(*a))
-    gen = torch.Generator().manual_seed(0)
-    p = layer(6, 9, gen)
-    x = torch.randn(5, 9, generator=gen, requires_grad=True)
-
-    def f(x: torch.Tensor, p: NoisyParams) -> torch.Tensor:
-        return noisy_linear(x, *p, activation="relu") * 2
-
-    assert not NOISY_LINEAR.compiled_as_custom_op("cpu")
-    leaves = grad_leaves(x, p)
-    y = f(x, p)
-    y_c = compiled(f, backend="inductor")(x, p)
-    assert ran == [] and NOISY_LINEAR.counts == {"torch": 1}
-    torch.testing.assert_close(y_c, y, rtol=1e-6, atol=1e-6)
-    for g, g_c in zip(grads(y, leaves), grads(y_c, leaves), strict=True):
-        torch.testing.assert_close(g_c, g, rtol=1e-6, atol=1e-6)
-
-
 # ----------------------------------------------------------------------------- Triton path
 
 
@@ -608,3 +578,37 @@ def test_bad_input_raises_under_compile() -> None:
     with pytest.raises(ValueError, match="^activation must be None or 'relu', got 'gelu'"):
         f(x, w)
     assert NOISY_LINEAR.counts == {}
+
+
+# ----------------------------------------------------------------------------- inline reference
+
+
+def test_compiled_cpu_calls_inline_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With INLINE_REFERENCE (the default), a compiled CPU call of the noisy-head ops traces the
+    torch reference into the graph (no custom op, no KernelOp dispatch: nothing counted) and
+    equals eager bit for bit under aot_eager (the same ops); forcing the Triton backend under the
+    interpreter still takes the custom op (the selection is no longer the reference)."""
+    monkeypatch.setattr(library, "INLINE_REFERENCE", True)
+    ran: list[str] = []
+    for op in (NOISY_LINEAR, NOISY_DUELING):
+        real = op.dispatch
+        monkeypatch.setattr(op, "dispatch", lambda *a, _real=real, _n=op.name: (ran.append(_n), _real(*a))[1])
+    gen = torch.Generator().manual_seed(0)
+    p = layer(6, 9, gen)
+    adv, val = layer(4 * 5, 6, gen), layer(5, 6, gen)
+    x = torch.randn(5, 9, generator=gen, requires_grad=True)
+    support = torch.linspace(-3.0, 3.0, 5)
+
+    def f(x: torch.Tensor) -> Any:
+        h = noisy_linear(x, *p, activation="relu")
+        return noisy_dueling(h, adv, val, num_actions=4, atoms=5, support=support)
+
+    leaves = grad_leaves(x, p, adv, val)
+    out = f(x)
+    for op in (NOISY_LINEAR, NOISY_DUELING):
+        op.reset()
+    out_c = compiled(f)(x)
+    assert ran == [] and NOISY_LINEAR.counts == {} and NOISY_DUELING.counts == {}
+    assert_same(out, out_c)
+    assert_same(grads(out, leaves), grads(out_c, leaves))
+    assert library.traces_reference(NOISY_LINEAR, torch.device("cpu"))

@@ -94,6 +94,37 @@ def test_cached_selection_follows_the_environment(monkeypatch: pytest.MonkeyPatc
     assert OK.select("cuda:0").backend == "triton"
 
 
+def test_environment_read_follows_every_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    """select() reads the two variables through os.environ's encoded dict: the values it sees
+    change exactly when os.environ's do (set, changed, non-ASCII, unset), and a plain mapping put
+    in os.environ's place is read too."""
+    import os
+
+    from tritonrl.kernels.backend import _environ_state
+
+    def seen() -> tuple[bool, bool]:
+        return tuple(v is not None for v in _environ_state())  # type: ignore[return-value]
+
+    monkeypatch.delenv("TRITONRL_BACKEND", raising=False)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    states = {_environ_state()}
+    assert seen() == (False, True)
+    for value in ("torch", "triton", " Torch ", "é"):
+        monkeypatch.setenv("TRITONRL_BACKEND", value)
+        states.add(_environ_state())
+        assert seen() == (True, True)
+    assert len(states) == 5, "each value must be a different cache key"
+    monkeypatch.delenv("TRITON_INTERPRET")
+    assert seen() == (True, False)
+    monkeypatch.setenv("TRITONRL_BACKEND", "torch")
+    assert OK.select("cuda:0").backend == "torch"
+    monkeypatch.setattr(os, "environ", {"TRITONRL_BACKEND": "bogus"})
+    with pytest.raises(ValueError, match="bogus"):
+        OK.select("cuda:0")
+    monkeypatch.setattr(os, "environ", {})
+    assert OK.select("cuda:0").backend == "triton"
+
+
 def test_bad_backend_value(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRITONRL_BACKEND", "cuda")
     with pytest.raises(ValueError, match="auto, triton, torch"):

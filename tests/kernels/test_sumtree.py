@@ -214,10 +214,13 @@ def test_cpu_fast_update_is_bitwise_the_torch_path(
     fast, slow = new_sumtree(capacity), new_sumtree(capacity)
     per_insert(fast, 0, size, alpha=0.6)
     per_insert(slow, 0, size, alpha=0.6)
-    for step in range(12):
+    for step in range(20):
         B = [1, 7, 256, 1000][step % 4]
         idx = torch.randint(0, size, (B,), generator=g)
         idx[B // 2 :] = idx[: B - B // 2].clone()  # half the batch repeats the other half
+        if step >= 12:  # sorted, as stratified sampling returns them: without repeats, or with
+            idx = idx.unique() if step % 2 else idx.sort().values
+            B = idx.shape[0]
         td = (torch.randn(B, generator=g, dtype=torch.float64) * 10 ** (step % 5 - 2)).to(td_dtype)
         alpha = [0.6, 0.5, 1.0, 0.0][step % 4]
         if step == 5:
@@ -226,13 +229,72 @@ def test_cpu_fast_update_is_bitwise_the_torch_path(
             idx[0] = size
         if step == 10:
             idx[-1] = -1
+        if step == 15:  # increasing, below the range at its first end
+            idx[0] = -1
+        if step == 17:  # increasing, above the range at its last end
+            idx[-1] = size
         ref.per_update_ref(fast, idx, td, alpha, 1e-6, size)
         ref._per_update_torch(slow, idx, td, alpha, 1e-6, size)
         for a, b in zip(fast, slow, strict=True):
             assert torch.equal(a, b), (step, B)
-    assert calls == ["cpu"] * 12  # the fast path ran every time
-    assert fast.status.tolist() == [3, BAD_INDEX]
+    assert calls == ["cpu"] * 20  # the fast path ran every time
+    assert fast.status.tolist() == [5, BAD_INDEX]
     _assert_consistent(fast)
+
+
+@settings(max_examples=150)
+@given(  # P = 32 .. 131072: 1 to 4 levels of rows, padded roots
+    capacity=st.one_of(st.integers(1, 2000), st.integers(2000, 70_000)),
+    fill=st.floats(0.0, 1.0),
+    batch=st.integers(1, 300),
+    seed=st.integers(0, 2**31 - 1),
+    spread=st.sampled_from([1.0, 1e3, 1e12]),  # 1e12: rows whose f64 sums are inexact
+    alpha=st.sampled_from([0.0, 0.6, 1.0]),
+    beta=st.sampled_from([0.0, 0.4, 0.5, 1.0]),  # 0.5: torch's pow takes its rsqrt path
+    edges=st.booleans(),
+)
+def test_cpu_fast_sample_is_bitwise_the_torch_path(
+    capacity: int,
+    fill: float,
+    batch: int,
+    seed: int,
+    spread: float,
+    alpha: float,
+    beta: float,
+    edges: bool,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The CPU descent (numpy on views of the tree) returns exactly the indices and weights of
+    the device-generic torch path for the same uniforms, on random trees of every depth."""
+    from tritonrl.kernels.sumtree import reference as ref
+
+    calls: list[str] = []
+    fast_path = ref._per_sample_cpu
+
+    def counted(*args: object) -> tuple[torch.Tensor, torch.Tensor]:
+        calls.append("cpu")
+        return fast_path(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ref, "_per_sample_cpu", counted)
+    g = torch.Generator().manual_seed(seed)
+    size = max(1, round(capacity * fill))
+    tree = new_sumtree(capacity)
+    per_insert(tree, 0, size, alpha=alpha)
+    n = min(size, 5000)
+    idx = torch.randint(0, size, (n,), generator=g)
+    td = torch.rand(n, generator=g, dtype=torch.float64) ** 3 * spread
+    per_update(tree, idx, td.float(), alpha=alpha, eps=1e-6, size=size)
+    u = torch.rand(batch, generator=g)
+    if edges:  # the ends of [0, 1): the first and the last target of a stratum
+        u[::2] = 0.0
+        u[1::2] = 1.0 - 2.0**-24
+    fast = per_sample(tree, u, beta, size)
+    slow = ref._per_sample_torch(tree, u, beta, size)
+    assert calls == ["cpu"]
+    assert torch.equal(fast[0], slow[0]), "indices differ"
+    assert torch.equal(fast[1], slow[1]), "weights differ"
+    assert fast[0].dtype == torch.int64 and fast[1].dtype == torch.float32
+    assert int(fast[0].max()) < size
 
 
 def test_cpu_update_writes_the_trees_own_tensors() -> None:
@@ -521,6 +583,39 @@ def test_metadata_errors_name_the_argument() -> None:
         per_sample(tuple(tree), torch.rand(4), 0.4, 8)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="capacity"):
         new_sumtree(0)
+
+
+def test_checked_trees_are_remembered_by_their_tensors() -> None:
+    """The ops check a tree's metadata once and remember it by its five tensor objects: a tree
+    with any tensor replaced is checked again (and refused when wrong), and the memo keeps no
+    tree alive."""
+    import gc
+    import weakref
+
+    from tritonrl.kernels.sumtree import api
+
+    tree = new_sumtree(8)
+    per_insert(tree, 0, 8, alpha=0.6)
+    per_sample(tree, torch.rand(2), 0.4, 8)
+    assert id(tree) in api._CHECKED
+    bad = [
+        (tree._replace(sums=tree.sums.double()), TypeError, "tree.sums"),
+        (tree._replace(mins=tree.mins[:-1].clone()), ValueError, "tree.mins"),
+        (tree._replace(status=torch.zeros(3, dtype=torch.int32)), ValueError, "tree.status"),
+        (tree._replace(max_priority=torch.ones(1, dtype=torch.float64)), TypeError, "tree.max_priority"),
+        (tree._replace(scratch=torch.full((64,), -1, dtype=torch.int32)), ValueError, "tree.sums"),
+    ]
+    for wrong, error, match in bad:
+        for _ in range(2):  # a refused tree is never remembered
+            with pytest.raises(error, match=match):
+                per_sample(wrong, torch.rand(2), 0.4, 8)
+            with pytest.raises(error, match=match):
+                per_update(wrong, torch.tensor([1]), torch.ones(1), alpha=0.6, eps=1e-6, size=8)
+    per_update(tree, torch.tensor([1]), torch.ones(1), alpha=0.6, eps=1e-6, size=8)  # still fine
+    sums = weakref.ref(tree.sums)
+    del tree, bad, wrong
+    gc.collect()
+    assert sums() is None, "the memo keeps a tree alive"
 
 
 def test_cpu_auto_runs_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:

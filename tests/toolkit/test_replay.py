@@ -343,6 +343,56 @@ def test_dtype_rules(monkeypatch: pytest.MonkeyPatch) -> None:
     )
 
 
+@pytest.mark.parametrize(
+    "obs_dtype, action_shape, action_dtype, numpy_path",
+    [
+        (torch.float32, (), torch.int64, True),
+        (torch.uint8, (), torch.int32, True),
+        (torch.float32, (2,), torch.float32, True),
+        (torch.bfloat16, (), torch.int64, False),  # numpy has no bf16: index_select
+    ],
+)
+def test_gather_copies_the_sampled_rows(
+    obs_dtype: torch.dtype, action_shape: tuple[int, ...], action_dtype: torch.dtype, numpy_path: bool
+) -> None:
+    """A sampled batch holds exactly the stored rows at its indices, in fresh tensors of the
+    stored dtypes, on the numpy path (CPU, numpy dtypes) and on index_select."""
+    buf = PrioritizedReplayBuffer(
+        40, (3, 2), obs_dtype=obs_dtype, action_shape=action_shape, action_dtype=action_dtype
+    )
+    assert (buf._views is not None) == numpy_path
+    rng = np.random.default_rng(0)
+    T = 50  # wraps
+    obs = rng.integers(0, 200, (T, 1, 3, 2)).astype(np.float32)
+    if obs_dtype == torch.uint8:
+        obs = obs.astype(np.uint8)
+    action = rng.integers(0, 5, (T, 1, *action_shape))
+    if action_dtype.is_floating_point:
+        action = action.astype(np.float32)
+    buf.extend(obs, action, rng.random((T, 1)), obs + 1, rng.random((T, 1)) < 0.1, np.zeros((T, 1), bool))
+    sd = buf.state_dict()
+    batch = buf.sample(40, generator=torch.Generator().manual_seed(0))
+    i = batch.indices
+    for name, key in [
+        ("obs", "obs"),
+        ("action", "action"),
+        ("reward", "reward"),
+        ("next_obs", "next_obs"),
+        ("discount", "discount"),
+    ]:
+        got, want = getattr(batch, name), sd[key].index_select(0, i)
+        assert got.dtype == want.dtype and torch.equal(got, want), name
+    before = buf.state_dict()["obs"].clone()
+    batch.obs.zero_()  # the batch owns its memory
+    batch.reward.fill_(-1.0)
+    assert torch.equal(buf.state_dict()["obs"], before)
+    assert torch.equal(buf.sample(40, generator=torch.Generator().manual_seed(0)).indices, i)
+    if numpy_path:  # traced, the gather leaves numpy for index_select: one graph, the same rows
+        traced = torch.compile(buf._gather, fullgraph=True, backend="eager")(i, batch.weights)
+        for name in ("obs", "action", "reward", "next_obs", "discount"):
+            assert torch.equal(getattr(traced, name), sd[name].index_select(0, i)), name
+
+
 # ---- bad input --------------------------------------------------------------------------------
 
 

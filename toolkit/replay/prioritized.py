@@ -23,6 +23,7 @@ import torch
 from tritonrl.kernels.sumtree import (
     BAD_INDEX,
     BAD_PRIORITY,
+    SumTree,
     geometry,
     leaves,
     leaves_for,
@@ -92,7 +93,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             raise TypeError(f"check_priorities must be None or a bool, got {check_priorities!r}")
         super().__init__(capacity, obs_shape, **kwargs)
         self.check_priorities = self.device.type == "cpu" if check_priorities is None else check_priorities
-        self._tree = new_sumtree(self.capacity, self.device)
+        self._set_tree(new_sumtree(self.capacity, self.device))
         self._sample_calls = 0
         self._rejections_seen = 0
 
@@ -106,6 +107,12 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         return parts
 
     # ---- priorities ----------------------------------------------------------------------------
+
+    def _set_tree(self, tree: SumTree) -> None:
+        """Adopt ``tree``; on CPU keep a numpy view of its status, which :meth:`check` reads
+        after every update (a fraction of ``tolist()``'s cost)."""
+        self._tree = tree
+        self._status_host = tree.status.numpy() if tree.status.is_cpu else None
 
     @property
     def current_beta(self) -> float:
@@ -165,6 +172,9 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         Raises:
             ValueError: names what was wrong (non-finite TD errors, indices out of range).
         """
+        host = self._status_host
+        if host is not None and host[0] <= self._rejections_seen:  # CPU, nothing new rejected
+            return
         rejected, reason = (int(v) for v in self._tree.status.tolist())
         if rejected > self._rejections_seen:
             n_new = rejected - self._rejections_seen
@@ -208,8 +218,10 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             ValueError: empty buffer, or ``batch_size`` not in ``[1, len(self)]``.
         """
         self._check_batch_size(batch_size)
-        gdev = self.device if generator is None else generator.device
-        uniforms = torch.rand(batch_size, generator=generator, device=gdev).to(self.device)
+        if generator is None:  # the device's default generator: the same stream as below
+            uniforms = torch.rand(batch_size, device=self.device)
+        else:
+            uniforms = torch.rand(batch_size, generator=generator, device=generator.device).to(self.device)
         idx, weights = per_sample(self._tree, uniforms, self.current_beta, self._size)
         self._sample_calls += 1
         return self._gather(idx, weights)
@@ -272,6 +284,6 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         rebuild(tree)
         tree.max_priority.copy_(staged["max_priority"])
         tree.status.copy_(staged["status"])
-        self._tree = tree
+        self._set_tree(tree)
         self._sample_calls = staged["meta"]["sample_calls"]
         self._rejections_seen = staged["meta"]["rejections_seen"]
