@@ -18,10 +18,13 @@ What a CPU run can and cannot prove:
 - ``.to(d)`` with a ``torch.device`` object ``d`` cannot be told from a move to the agent's own
   device when both are the CPU; the code under test writes host moves as ``.cpu()`` or
   ``.to("cpu")``, which are caught.
-- ``per_update``'s CPU implementation (the priority-tree update of prioritized replay) works on
-  numpy views of the tree, host memory by design; it runs with the guard lifted (see
-  :meth:`HostReads.lifted`). On CUDA its Triton launcher reads no tensor value
-  (``kernels/sumtree/fused.py``: shapes and Python scalars only).
+- The replay buffer's CPU fast path reads and writes its storage through numpy views (host
+  memory, where the storage lives on a CPU; a CUDA buffer has none): the test switches the views
+  off, so that the gather runs the ``index_select`` a CUDA buffer runs.
+- The CPU implementations of ``per_sample`` and ``per_update`` (the priority tree of
+  prioritized replay) work on numpy views of the tree, host memory by design; they run with the
+  guard lifted (see :meth:`HostReads.lifted`). On CUDA their Triton launchers read no tensor
+  value (``kernels/sumtree/fused.py``: shapes and Python scalars only).
 - ``target_kl`` (PPO's early stop) reads the KL once per epoch by design; it is off by default
   and stays off here.
 """
@@ -45,7 +48,7 @@ from tritonrl.agents.dqn import preset as dqn_preset  # noqa: E402
 from tritonrl.agents.ppo import PPOAgent  # noqa: E402
 from tritonrl.agents.ppo import preset as ppo_preset  # noqa: E402
 from tritonrl.toolkit.logger import MetricLogger  # noqa: E402
-from tritonrl.toolkit.replay import prioritized  # noqa: E402
+from tritonrl.toolkit.replay import ReplayBuffer, prioritized  # noqa: E402
 
 
 class HostReadError(AssertionError):
@@ -207,6 +210,10 @@ def _accelerator_defaults(agent: Any) -> None:
     assert not agent.inputs.check_at_update
     if getattr(agent.config, "prioritized", False):
         agent.buffer.check_priorities = False
+    for buffer in (agent.buffer, getattr(agent, "icm_buffer", None)):
+        if isinstance(buffer, ReplayBuffer):  # without its numpy views of CPU storage (see above)
+            assert buffer._views is not None
+            buffer._views = buffer._stage_views = None
 
 
 def _step(agent: Any, g: torch.Generator) -> None:
@@ -223,14 +230,15 @@ def _step(agent: Any, g: torch.Generator) -> None:
 
 
 def _lift_host_kernels(guard: HostReads, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Run per_update's CPU implementation (numpy views of host memory) with the guard lifted."""
-    original = prioritized.per_update
+    """Run the sum-tree ops' CPU implementations (numpy views of host memory) with the guard lifted."""
+    for name in ("per_sample", "per_update"):
+        original = getattr(prioritized, name)
 
-    def per_update(*args: Any, **kwargs: Any) -> None:
-        with guard.lifted():
-            original(*args, **kwargs)
+        def lifted(*args: Any, _original: Callable[..., Any] = original, **kwargs: Any) -> Any:
+            with guard.lifted():
+                return _original(*args, **kwargs)
 
-    monkeypatch.setattr(prioritized, "per_update", per_update)
+        monkeypatch.setattr(prioritized, name, lifted)
 
 
 def _check_step(agent: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, torch.Tensor]:
