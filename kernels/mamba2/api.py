@@ -11,6 +11,7 @@ import math
 
 import torch
 from tritonrl.kernels.backend import KernelOp
+from tritonrl.kernels.library import traces_reference
 from tritonrl.kernels.mamba2.reference import mamba2_scan_ref, mamba2_step_ref
 from tritonrl.kernels.validate import check_tensor
 
@@ -160,7 +161,13 @@ def mamba2_scan(
         or chunk_size & (chunk_size - 1)
     ):
         raise ValueError(f"chunk_size must be a power of two in [16, {_MAX_CHUNK}], got {chunk_size!r}")
-    if torch.compiler.is_compiling():  # the custom op (checks above ran once, at trace time)
+    if torch.compiler.is_compiling():  # the reference or the custom op (checks above ran once, at trace time)
+        if traces_reference(MAMBA2_SCAN, dev):  # inline: Inductor fuses it, AOTAutograd differentiates it
+            limit = (float(dt_limit[0]), float(dt_limit[1]))
+            return mamba2_scan_ref(
+                x, dt, A, B, C, D, z, dt_bias, bool(dt_softplus), limit, initial_states, resets,
+                chunk_size, bool(return_final_states),
+            )  # fmt: skip
         tensors = (x, dt, A, B, C, D, z, dt_bias, initial_states)
         need_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
         y, final, _ = torch.ops.tritonrl.mamba2_scan(
@@ -281,7 +288,10 @@ def mamba2_step(
     if reset is not None:
         check_tensor("reset", reset, shape=(batch,), what="[B]", dtype=torch.bool, device=dev)
     with torch.no_grad():
-        if torch.compiler.is_compiling():  # the custom op (checks above ran once, at trace time)
+        if torch.compiler.is_compiling():  # the reference or the custom op (checks ran at trace time)
+            if traces_reference(MAMBA2_STEP, dev):  # inline: Inductor fuses it
+                limit = (float(dt_limit[0]), float(dt_limit[1]))
+                return mamba2_step_ref(state, x, dt, A, B, C, D, z, dt_bias, bool(dt_softplus), limit, reset)
             return torch.ops.tritonrl.mamba2_step(
                 state,
                 x,

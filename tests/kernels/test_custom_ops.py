@@ -612,3 +612,31 @@ def test_compiled_cpu_calls_inline_the_reference(monkeypatch: pytest.MonkeyPatch
     assert_same(out, out_c)
     assert_same(grads(out, leaves), grads(out_c, leaves))
     assert library.traces_reference(NOISY_LINEAR, torch.device("cpu"))
+
+
+def test_compiled_cpu_mamba2_calls_inline_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Mamba2 ops inline their reference too: no custom op runs, and scan (with gradients)
+    and step equal eager bit for bit under aot_eager (the same ops)."""
+    monkeypatch.setattr(library, "INLINE_REFERENCE", True)
+    ran: list[str] = []
+    for op in (MAMBA2_SCAN, MAMBA2_STEP):
+        real = op.dispatch
+        monkeypatch.setattr(op, "dispatch", lambda *a, _real=real, _n=op.name: (ran.append(_n), _real(*a))[1])
+    kw, names = with_grad(make_inputs(Case(length=37)))
+
+    def scan(kw: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        return mamba2_scan(**kw, chunk_size=16, return_final_states=True)
+
+    leaves = [kw[k] for k in names]
+    out = scan(kw)
+    out_c = compiled(scan)(kw)
+    assert_same(out, out_c)
+    assert_same(grads(out, leaves), grads(out_c, leaves))
+    step = make_inputs(Case(length=1))
+    args = {k: step[k][:, 0] for k in ("x", "dt", "B", "C", "z")}
+    args.update(A=step["A"], D=step["D"], dt_bias=step["dt_bias"], reset=step["resets"][:, 0])
+    state = torch.randn(2, 4, 5, 3)
+    s_e, s_c = state.clone(), state.clone()
+    assert_same(mamba2_step(s_e, **args), compiled(mamba2_step)(s_c, **args))
+    assert_same(s_e, s_c)
+    assert ran == [] and MAMBA2_SCAN.counts == {"torch": 1} and MAMBA2_STEP.counts == {"torch": 1}
