@@ -20,9 +20,10 @@ length, atoms, seeds' effects; changing one on resume is refused
         hidden: int = 64                       # fixed
         lr: float = resumable(3e-4)            # may change on resume
 
-:func:`check_config_dict` reads a config dict back from a checkpoint strictly: every field
-present, no unknown one, each value of its declared type (``int`` is not ``bool``, ``float``
-accepts ints, tuples come back as lists or tuples). :func:`config_changes` and
+:func:`check_config_dict` reads a config dict back from a checkpoint strictly: every fixed field
+present (a resumable field saved before it existed takes its default), no unknown one, each
+value of its declared type (``int`` is not ``bool``, ``float`` accepts ints, tuples come back as
+lists or tuples). :func:`config_changes` and
 :func:`fixed_changes` compare two configs field by field.
 """
 
@@ -117,7 +118,8 @@ def _type_ok(value: Any, tp: Any) -> bool:
 
 
 def check_config_dict(config_cls: type, values: Any, *, where: str = "config") -> None:
-    """Raise ``ValueError`` unless ``values`` is a complete, well-typed dict of ``config_cls``'s fields.
+    """Raise ``ValueError`` unless ``values`` is a well-typed dict of ``config_cls``'s fields, complete
+    but for resumable fields (those take their defaults: a checkpoint older than the field).
 
     Changes nothing and builds nothing (the config's own ``__post_init__`` checks ranges).
 
@@ -129,7 +131,10 @@ def check_config_dict(config_cls: type, values: Any, *, where: str = "config") -
         raise ValueError(f"{where} is a {type(values).__name__}, not a dict of {config_cls.__name__} fields")
     hints = typing.get_type_hints(config_cls)
     names = [f.name for f in dataclasses.fields(config_cls)]
-    missing = [n for n in names if n not in values]
+    # A resumable field missing from a checkpoint (one saved before the field existed) takes its
+    # default, as a resume could set it to anything anyway; a fixed one cannot be guessed.
+    optional = resumable_fields(config_cls)
+    missing = [n for n in names if n not in values and n not in optional]
     if missing:
         more = "..." if len(missing) > 4 else ""
         raise ValueError(f"{where} lacks field(s) {', '.join(missing[:4])}{more}")
@@ -137,7 +142,7 @@ def check_config_dict(config_cls: type, values: Any, *, where: str = "config") -
     if unknown:
         raise ValueError(f"{where} has unknown field(s) {', '.join(unknown[:4])}")
     for name in names:
-        if not _type_ok(values[name], hints[name]):
+        if name in values and not _type_ok(values[name], hints[name]):
             raise ValueError(
                 f"{where} field {name}={_short(values[name])} is not a {_type_name(hints[name])}"
             )

@@ -270,3 +270,19 @@ def test_check_memory_refuses_only_what_cannot_fit(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(checks, "available_memory", lambda device: None)  # unknown: never refused
     checks.check_memory("capacity=7", {"observations": 10**18}, "cuda:0")
     assert checks.format_bytes(3.2e12) == "3.2 TB" and checks.format_bytes(999) == "999 B"
+
+
+@pytest.mark.parametrize("cls", [DQNConfig, PPOConfig], ids=["dqn", "ppo"])
+def test_a_checkpoint_older_than_a_resumable_field_still_reads(cls: type) -> None:
+    """A config saved before a resumable field existed (``compile`` came later) reads back with
+    that field's default; a missing fixed field is still refused (it cannot be guessed)."""
+    from tritonrl.toolkit.config import check_config_dict, resumable_fields
+
+    saved = cls().to_dict()
+    assert "compile" in resumable_fields(cls)
+    del saved["compile"]
+    check_config_dict(cls, saved)
+    assert cls.from_dict(saved).compile == "none"
+    del saved["gamma"]
+    with pytest.raises(ValueError, match="lacks field.*gamma"):
+        check_config_dict(cls, saved)
