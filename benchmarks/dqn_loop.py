@@ -2,19 +2,21 @@
 
 Rows:
 
-- ``reference``: the common single-file DQN shape: one environment, a numpy -> torch -> numpy
-  round trip every step, a numpy replay buffer, one update of batch 128 every 10 env steps.
-- ``dqn`` / ``rainbow`` through :func:`tritonrl.toolkit.loop.run_training` with the same update-to-data
-  ratio (one update of batch 128 per 10 env steps), on ``E`` vector environments.
-- ``dqn`` / ``rainbow`` phases: seconds per env step spent acting, stepping the environments,
-  in the replay buffer (adds and samples), and in updates (forward, backward, optimizer, target).
-- learner updates/s of each agent (updates back to back on a full buffer).
+- at 1 and at 8 environments, env steps/s at CleanRL's DQN defaults (``CLEANRL``: a 120-84
+  network, batch 128, one update per 10 env steps, target copy every 500): the single-file
+  ``reference`` (a gymnasium vector env, a numpy -> torch -> numpy round trip every step, a host
+  replay buffer), and ``dqn`` (and, at 8 envs, ``rainbow``) through
+  :func:`tritonrl.toolkit.loop.run_training` set to the same settings, eager and with
+  ``compile="default"``; ratio against the reference at the same number of environments. At 1
+  env, the ``lean`` reference (a plain env, preallocated arrays) for scale.
+- collection only (act, step, store), against the reference's collection.
+- ``dqn`` / ``rainbow`` phases at 8 envs: seconds per env step spent acting, stepping the
+  environments, in the replay buffer (adds and samples), and in updates.
 - compiled vs eager: learner updates/s with ``compile="default"`` against eager, the two agents
   timed in alternating windows in one process (ratio: the median of the windows' ratios), and the
   seconds the first compiled update takes (compilation).
-- on a GPU: rainbow learner updates/s in bf16 against f32 at batch 256.
-
-``ratio`` of the env-steps/s rows is against the reference; of the bf16 row, against f32.
+- on a GPU: rainbow learner updates/s at batch 256: ``compile="reduce-overhead"`` (CUDA graphs)
+  against eager in the training dtype, and bf16 against f32 (eager).
 """
 
 from __future__ import annotations
@@ -233,15 +235,19 @@ def _agent(name: str, num_envs: int, device: str = "cpu", **overrides: Any):
     return agent, env
 
 
-def loop_sps(name: str, steps: int, num_envs: int, *, learn: bool = True) -> float:
+def loop_sps(name: str, steps: int, num_envs: int, *, learn: bool = True, compile: str = "none") -> float:
     """Env steps per second of ``name`` through the shared loop (no logging, no evaluation).
 
-    ``learn=False`` times collection alone (acting, stepping, storing).
+    ``learn=False`` times collection alone (acting, stepping, storing). ``compile``: the agent's
+    compile mode (compilation happens during the warm-up, before the timing).
     """
     from tritonrl.toolkit.loop import LoopConfig, run_training
     from tritonrl.toolkit.offpolicy import OffPolicySchedule, schedule_for
 
-    agent, env = _agent(name, num_envs, **({} if learn else {"learning_starts": 10**9}))
+    overrides: dict[str, Any] = {"compile": compile}
+    if not learn:
+        overrides["learning_starts"] = 10**9
+    agent, env = _agent(name, num_envs, **overrides)
     try:
         # warm up past learning_starts so the timed part is the steady state
         quiet = {"final_eval": False, "plot": False, "tensorboard": False}
@@ -396,41 +402,36 @@ def run(quick: bool = False) -> list[Row]:
     """The rows described in the module docstring."""
     steps = 3_000 if quick else 20_000
     num_envs = 8
-    case = f"{ENV_ID} env steps/s, 1 update (batch {BATCH}) / {TRAIN_FREQ} steps"
     rows: list[Row] = []
-    ref = reference_dqn(steps)
-    rows.append(
-        Row(
-            NAME,
-            case,
-            "reference: common single file (1 env)",
-            ref,
-            "steps/s",
-            1.0,
-            "vector env of 1, host replay, numpy<->torch per step",
-        )
-    )
-    lean = reference_dqn(steps, lean=True)
-    rows.append(
-        Row(
-            NAME,
-            case,
-            "reference: lean single file (1 env)",
-            lean,
-            "steps/s",
-            lean / ref,
-            "plain env, preallocated arrays",
-        )
-    )
-    for name, envs in (("dqn", 1), ("dqn", num_envs), ("rainbow", num_envs)):
-        sps = loop_sps(name, steps, envs)
-        label = f"{name} ({envs} env{'s' if envs > 1 else ''})"
+    loop_note = "tritonrl.toolkit.loop + offpolicy schedule"
+    for envs in (1, num_envs):
+        plural = "s" if envs > 1 else ""
+        case = f"{ENV_ID}, {envs} env{plural}: env steps/s at CleanRL's defaults"
+        ref = reference_dqn(steps, num_envs=envs)
         rows.append(
-            Row(NAME, case, label, sps, "steps/s", sps / ref, "tritonrl.toolkit.loop + offpolicy schedule")
+            Row(
+                NAME,
+                case,
+                "reference: single file",
+                ref,
+                "steps/s",
+                1.0,
+                "vector env, host replay, numpy<->torch",
+            )
         )
+        if envs == 1:
+            lean = reference_dqn(steps, lean=True)
+            rows.append(
+                Row(NAME, case, "reference: lean single file", lean, "steps/s", lean / ref, "for scale")
+            )
+        for name in ("dqn", "rainbow") if envs > 1 else ("dqn",):
+            for mode in ("none", "default"):
+                sps = loop_sps(name, steps, envs, compile=mode)
+                label = name if mode == "none" else f"{name}, compile={mode}"
+                rows.append(Row(NAME, case, label, sps, "steps/s", sps / ref, loop_note))
     collect = f"{ENV_ID} env steps/s, collection only (act, step, store)"
     ref_c = reference_dqn(steps, learn=False)
-    rows.append(Row(NAME, collect, "reference: common single file (1 env)", ref_c, "steps/s", 1.0))
+    rows.append(Row(NAME, collect, "reference: single file (1 env)", ref_c, "steps/s", 1.0))
     for name, envs in (("dqn", 1), ("dqn", num_envs), ("rainbow", num_envs)):
         sps = loop_sps(name, steps, envs, learn=False)
         label = f"{name} ({envs} env{'s' if envs > 1 else ''})"
@@ -448,8 +449,6 @@ def run(quick: bool = False) -> list[Row]:
                     note=f"{ph['updates']} updates" if key == "update" else "",
                 )
             )
-        ups = learner_updates_per_s(name, min_time=0.5 if quick else 2.0)
-        rows.append(Row(NAME, f"learner updates/s, batch {BATCH}, cpu", name, ups, "updates/s"))
     for name in ("dqn", "rainbow"):
         cmp = compiled_vs_eager(name, rounds=4 if quick else 8)
         case = f"{name} learner updates/s, batch {BATCH}, cpu: compiled vs eager"
@@ -491,7 +490,21 @@ def _gpu_rows(quick: bool) -> list[Row]:
             os.environ["TRITONRL_DTYPE"] = old
         training_dtype.cache_clear()
     gpu = torch.cuda.get_device_name(0)
+    secs = 1.0 if quick else 3.0
+    eager = learner_updates_per_s("rainbow", device="cuda", batch=256, min_time=secs)
+    graphs = learner_updates_per_s(
+        "rainbow", device="cuda", batch=256, min_time=secs, compile="reduce-overhead"
+    )
     return [
+        Row(
+            NAME,
+            "rainbow learner updates/s, batch 256, cuda, training dtype",
+            "compile=reduce-overhead (CUDA graphs)",
+            graphs,
+            "updates/s",
+            graphs / eager,
+            f"{gpu}; ratio vs eager",
+        ),
         Row(NAME, "rainbow learner updates/s, batch 256, cuda", "f32", out["f32"], "updates/s", 1.0, gpu),
         Row(
             NAME,

@@ -68,7 +68,7 @@ class Compiled:
         fullgraph: refuse graph breaks (an unsupported call raises at the first call instead of
             silently splitting the region). Every region of the agents traces whole: the kernel
             ops are torch custom ops where a Triton kernel runs, their torch references (plain
-            torch) elsewhere (``KernelOp.compiled_as_custom_op``).
+            torch) elsewhere (:func:`tritonrl.kernels.library.traces_reference`).
 
     Raises:
         ValueError: an unknown ``mode``.
