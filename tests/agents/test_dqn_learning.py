@@ -96,6 +96,16 @@ def test_rainbow_bf16_solves_cartpole(monkeypatch: pytest.MonkeyPatch) -> None:
     assert reached is not None and reached <= BUDGET, f"bf16 rainbow: evaluations {summary['evaluations']}"
 
 
+@pytest.mark.parametrize("name", ["dqn", "rainbow"])
+def test_compiled_learner_solves_cartpole(name: str) -> None:
+    # compile="default": the loss, its backward and the optimizer step through Inductor (rounding
+    # differs from eager: sums reordered, Adam in foreach form); the same threshold and budget.
+    agent, summary = _train(name, 1, compile="default")
+    assert agent._learn.compiled
+    reached = summary["reached_target_at"]
+    assert reached is not None and reached <= BUDGET, f"compiled {name}: evaluations {summary['evaluations']}"
+
+
 def _coverage(agent: DQNAgent | None, env_id: str, steps: int, seed: int) -> int:
     """Distinct corridor positions seen in ``steps`` env steps by ``agent`` (learning as it goes) or by
     a uniformly random policy (``agent=None``)."""
