@@ -1,8 +1,11 @@
-"""Shared assertions for kernel tests."""
+"""Shared assertions and inputs for kernel tests."""
 
 from __future__ import annotations
 
+import math
+
 import torch
+from tritonrl.kernels.noisy_head import NoisyParams
 
 # bf16 keeps 8 bits of mantissa: one rounding costs up to 2**-8 relative.
 BF16_EPS = 2.0**-8
@@ -34,3 +37,33 @@ def assert_bf16_close(
 def nan_like(t: torch.Tensor) -> torch.Tensor:
     """A fresh buffer like ``t`` filled with NaN, so unwritten elements fail comparisons."""
     return torch.full_like(t, float("nan"))
+
+
+def make_layer(
+    o: int,
+    i: int,
+    gen: torch.Generator,
+    *,
+    lead: tuple[int, ...] = (),
+    bias: bool = True,
+    dtype: torch.dtype = torch.float32,
+    device: str = "cpu",
+) -> NoisyParams:
+    """Random layer tensors; weights and biases are leaves that require grad, noise does not."""
+
+    def leaf(t: torch.Tensor) -> torch.Tensor:
+        return t.to(device=device, dtype=dtype).requires_grad_()
+
+    def noise(*shape: int) -> torch.Tensor:
+        u = torch.randn(*shape, generator=gen)
+        return (u.sign() * u.abs().sqrt()).to(device=device, dtype=dtype)
+
+    s = 1.0 / math.sqrt(i)
+    return NoisyParams(
+        leaf(torch.randn(*lead, o, i, generator=gen) * s),
+        leaf((0.5 + torch.rand(*lead, o, i, generator=gen)) * s),
+        leaf(torch.randn(*lead, o, generator=gen) * 0.1) if bias else None,
+        leaf((0.5 + torch.rand(*lead, o, generator=gen)) * s) if bias else None,
+        noise(*lead, i),
+        noise(*lead, o),
+    )

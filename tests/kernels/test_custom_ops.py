@@ -17,13 +17,13 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 import pytest
 import torch
+from helpers import make_layer as layer
 from mamba2_cases import Case, make_inputs, ref_call, with_grad
 from tritonrl.kernels import library, load_all, registry
 from tritonrl.kernels.mamba2 import MAMBA2_SCAN, MAMBA2_STEP, mamba2_scan, mamba2_step
@@ -86,27 +86,6 @@ def assert_same(a: Any, b: Any) -> None:
 
 
 # ----------------------------------------------------------------------------- inputs
-
-
-def layer(o: int, i: int, gen: torch.Generator, *, lead=(), bias=True, dtype=torch.float32, device="cpu"):
-    """A noisy layer: weights and biases are leaves requiring grad, the noise is not."""
-
-    def leaf(t: torch.Tensor) -> torch.Tensor:
-        return t.to(device=device, dtype=dtype).requires_grad_()
-
-    def noise(*shape: int) -> torch.Tensor:
-        u = torch.randn(*shape, generator=gen)
-        return (u.sign() * u.abs().sqrt()).to(device=device, dtype=dtype)
-
-    s = 1.0 / math.sqrt(i)
-    return NoisyParams(
-        leaf(torch.randn(*lead, o, i, generator=gen) * s),
-        leaf((0.5 + torch.rand(*lead, o, i, generator=gen)) * s),
-        leaf(torch.randn(*lead, o, generator=gen) * 0.1) if bias else None,
-        leaf((0.5 + torch.rand(*lead, o, generator=gen)) * s) if bias else None,
-        noise(*lead, i),
-        noise(*lead, o),
-    )
 
 
 def grad_leaves(*items: Any) -> list[torch.Tensor]:

@@ -12,11 +12,9 @@ Every gradient uses a random upstream gradient.
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
-from helpers import assert_bf16_close
+from helpers import assert_bf16_close, make_layer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tritonrl.kernels.noisy_head import (
@@ -30,36 +28,6 @@ from tritonrl.kernels.noisy_head import (
 from tritonrl.kernels.noisy_head.reference import noisy_dueling_ref, noisy_linear_ref
 
 # ----------------------------------------------------------------------------- cases
-
-
-def make_layer(
-    o: int,
-    i: int,
-    gen: torch.Generator,
-    *,
-    lead: tuple[int, ...] = (),
-    bias: bool = True,
-    dtype: torch.dtype = torch.float32,
-    device: str = "cpu",
-) -> NoisyParams:
-    """Random layer tensors; weights and biases are leaves that require grad, noise does not."""
-
-    def leaf(t: torch.Tensor) -> torch.Tensor:
-        return t.to(device=device, dtype=dtype).requires_grad_()
-
-    def noise(*shape: int) -> torch.Tensor:
-        u = torch.randn(*shape, generator=gen)
-        return (u.sign() * u.abs().sqrt()).to(device=device, dtype=dtype)
-
-    s = 1.0 / math.sqrt(i)
-    return NoisyParams(
-        leaf(torch.randn(*lead, o, i, generator=gen) * s),
-        leaf((0.5 + torch.rand(*lead, o, i, generator=gen)) * s),
-        leaf(torch.randn(*lead, o, generator=gen) * 0.1) if bias else None,
-        leaf((0.5 + torch.rand(*lead, o, generator=gen)) * s) if bias else None,
-        noise(*lead, i),
-        noise(*lead, o),
-    )
 
 
 def leaves(x: torch.Tensor, *layers: NoisyParams | None) -> list[torch.Tensor]:
