@@ -381,6 +381,15 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any]:
                 "resume: applying " + ", ".join(format_change(k, *v) for k, v in changes.items()),
                 file=sys.stderr,
             )
+        # resumable fields newer than the checkpoint take their defaults: say which
+        assert saved_config is not None  # before is built from it
+        absent = [k for k in agent.config.to_dict() if k not in saved_config and k not in overrides]
+        if absent:
+            print(
+                "resume: the checkpoint predates "
+                + ", ".join(f"{k} (using {getattr(agent.config, k)!r})" for k in absent),
+                file=sys.stderr,
+            )
     try:
         schedule = spec.schedule(agent)
         cfg = LoopConfig(

@@ -264,3 +264,20 @@ def test_training_docs_list_exactly_the_resumable_fields() -> None:
         assert match, f"training.md lists no resumable fields for the {family} family"
         listed = set(re.findall(r"`(\w+)`", match.group(1)))
         assert listed == set(resumable_fields(cls)), family
+
+
+def test_resume_from_a_checkpoint_older_than_a_resumable_field(tmp_path: Path, capsys) -> None:
+    """A checkpoint saved before ``compile`` existed resumes with its default and says so."""
+    from tritonrl.toolkit.checkpoint import save_checkpoint
+
+    run = tmp_path / "run"
+    args = ("--agent", "dqn", "--run-dir", str(run))
+    assert _train(capsys, *args, "--steps", "160", *DQN_SMALL)[0] == 0
+    path = run / "checkpoint.safetensors"
+    state = load_checkpoint(path)
+    del state["agent"]["config"]["compile"]
+    save_checkpoint(path, state)
+    code, err = _train(capsys, *args, "--steps", "320", "--resume")
+    assert code == 0, err
+    assert err == ["resume: the checkpoint predates compile (using 'none')"], err
+    assert _saved(run)["config"]["compile"] == "none"  # the next checkpoint has the field
