@@ -30,6 +30,7 @@ from tritonrl.agents.dqn import DQNAgent, DQNConfig  # noqa: E402  (imports gymn
 from tritonrl.agents.dqn import preset as dqn_preset  # noqa: E402
 from tritonrl.agents.ppo import PPOAgent, PPOConfig  # noqa: E402
 from tritonrl.agents.ppo import preset as ppo_preset  # noqa: E402
+from tritonrl.toolkit.compile import Compiled  # noqa: E402
 from tritonrl.toolkit.config import apply_overrides  # noqa: E402
 
 OBS = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
@@ -96,6 +97,13 @@ def test_compiled_dqn_updates_match_eager(name: str) -> None:
             torch.testing.assert_close(a, b, **PARAMS)
     obs = torch.randn(5, 4)  # a new batch size: a new acting graph (static shapes)
     torch.testing.assert_close(eager.q_values(obs), compiled.q_values(obs), **METRICS)
+    # the acting forward is compiled on CUDA only; compile it here too, to test that graph
+    assert not compiled._act_q.compiled
+    compiled._act_q = Compiled(compiled._online_q, "default", compiled.device)
+    for explore in (True, False):
+        torch.testing.assert_close(
+            eager.q_values(obs, explore=explore), compiled.q_values(obs, explore=explore), **METRICS
+        )
     if name == "rainbow":  # the priorities written from the compiled loss
         torch.testing.assert_close(eager.buffer.priorities(), compiled.buffer.priorities(), **METRICS)
 

@@ -186,7 +186,7 @@ CASES = [
         loss="losses/td_loss",
         compares=("priorities",),
     ),
-    # compiled (tritonrl.toolkit.compile): the same exactness; the acting forward is compiled too
+    # compiled (tritonrl.toolkit.compile): the same exactness (the acting forward is compiled on CUDA)
     Case(
         "dqn-compiled",
         _dqn("dqn", compile="default"),
