@@ -769,6 +769,22 @@ class DQNAgent(AgentBase):
         }
 
     @torch.no_grad()
+    def check_inputs(self) -> None:
+        """Raise now if a deferred input check failed, or if the prioritized replay rejected a
+        priority update (NaN/inf TD errors) since the last check.
+
+        On a CPU both are checked as they happen; on an accelerator neither reads the device
+        inside a step: the training loop calls this at every log interval and before every
+        checkpoint (one host sync for each when there is something to read).
+
+        Raises:
+            ValueError: an earlier ``act``/``observe`` received NaN/inf or an out-of-range action,
+                or an update's priorities were rejected (the buffer kept the old ones).
+        """
+        super().check_inputs()
+        if isinstance(self.buffer, PrioritizedReplayBuffer):
+            self.buffer.check()
+
     def update_target(self) -> None:
         """Copy (``tau == 1``) or Polyak-average (``tau < 1``) the online weights into the target."""
         tau = self.config.tau

@@ -378,3 +378,21 @@ def test_deferred_checks_read_nothing_on_the_host(name: str) -> None:
                 _observe(agent, {**args, "action": args["action"].clone()})
         counts.append(len(probe.reads))
     assert counts[0] == counts[1]
+
+
+def test_check_inputs_reports_a_rejected_priority_update() -> None:
+    """With prioritized replay checked lazily (the accelerator default: update_priorities reads
+    nothing back), a batch of NaN priorities changes nothing and check_inputs() -- which the loop
+    calls at every log interval -- raises for it, once."""
+    agent = DQNAgent(OBS, DISCRETE, dqn_preset("dqn", prioritized=True, **DQN_SMALL), num_envs=E, seed=0)
+    agent.buffer.check_priorities = False
+    for _ in range(6):
+        _observe(agent, _step_args(agent))
+    agent.update()
+    agent.check_inputs()  # nothing rejected yet
+    before = agent.buffer.priorities().clone()
+    agent.buffer.update_priorities(torch.tensor([0, 1]), torch.tensor([1.0, float("nan")]))
+    assert torch.equal(agent.buffer.priorities(), before)
+    with pytest.raises(ValueError, match="rejected 1 batch"):
+        agent.check_inputs()
+    agent.check_inputs()  # reported once
