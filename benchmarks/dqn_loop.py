@@ -15,8 +15,12 @@ Rows:
 - compiled vs eager: learner updates/s with ``compile="default"`` against eager, the two agents
   timed in alternating windows in one process (ratio: the median of the windows' ratios), and the
   seconds the first compiled update takes (compilation).
-- on a GPU: rainbow learner updates/s at batch 256: ``compile="reduce-overhead"`` (CUDA graphs)
-  against eager in the training dtype, and bf16 against f32 (eager).
+- on a GPU (first, so that a time limit cuts CPU rows, not these): rainbow learner updates/s at
+  batch 256: ``compile="reduce-overhead"`` (CUDA graphs) against eager in the training dtype, and
+  bf16 against f32 (eager).
+
+``quick`` (smoke runs and the GPU check) leaves out the compiled loop rows and Rainbow's compiled
+vs eager row (each compilation costs seconds to a minute).
 """
 
 from __future__ import annotations
@@ -403,7 +407,10 @@ def run(quick: bool = False) -> list[Row]:
     steps = 3_000 if quick else 20_000
     num_envs = 8
     rows: list[Row] = []
+    if torch.cuda.is_available():  # first: on a GPU machine they are the point, and a time limit cuts the end
+        rows.extend(_gpu_rows(quick))
     loop_note = "tritonrl.toolkit.loop + offpolicy schedule"
+    modes = ("none",) if quick else ("none", "default")  # quick: no compilation in the loop rows
     for envs in (1, num_envs):
         plural = "s" if envs > 1 else ""
         case = f"{ENV_ID}, {envs} env{plural}: env steps/s at CleanRL's defaults"
@@ -425,7 +432,7 @@ def run(quick: bool = False) -> list[Row]:
                 Row(NAME, case, "reference: lean single file", lean, "steps/s", lean / ref, "for scale")
             )
         for name in ("dqn", "rainbow") if envs > 1 else ("dqn",):
-            for mode in ("none", "default"):
+            for mode in modes:
                 sps = loop_sps(name, steps, envs, compile=mode)
                 label = name if mode == "none" else f"{name}, compile={mode}"
                 rows.append(Row(NAME, case, label, sps, "steps/s", sps / ref, loop_note))
@@ -449,7 +456,7 @@ def run(quick: bool = False) -> list[Row]:
                     note=f"{ph['updates']} updates" if key == "update" else "",
                 )
             )
-    for name in ("dqn", "rainbow"):
+    for name in ("dqn",) if quick else ("dqn", "rainbow"):
         cmp = compiled_vs_eager(name, rounds=4 if quick else 8)
         case = f"{name} learner updates/s, batch {BATCH}, cpu: compiled vs eager"
         rows.append(Row(NAME, case, "eager", cmp["eager"], "updates/s", 1.0))
@@ -464,8 +471,6 @@ def run(quick: bool = False) -> list[Row]:
                 f"first update (compilation) {cmp['compile_s']:.1f} s; alternating windows",
             )
         )
-    if torch.cuda.is_available():
-        rows.extend(_gpu_rows(quick))
     return rows
 
 
