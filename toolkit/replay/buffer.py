@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -100,16 +101,8 @@ def _tensor(name: str, value: Any, shape: tuple[int, ...], target: torch.dtype) 
     t = value if isinstance(value, torch.Tensor) else torch.as_tensor(np.asarray(value))
     if tuple(t.shape) != shape:
         raise ValueError(f"{name} must have shape {shape}, got {tuple(t.shape)}")
-    if target == torch.uint8:
-        ok = t.dtype == torch.uint8
-        want = "uint8"
-    elif target.is_floating_point:
-        ok = t.dtype.is_floating_point
-        want = "a floating dtype"
-    else:
-        ok = not t.dtype.is_floating_point and not t.dtype.is_complex and t.dtype != torch.bool
-        want = "an integer dtype"
-    if not ok:
+    ok, want = _kind_rule(target)
+    if not ok(t.dtype):
         raise TypeError(f"{name} must have {want} (stored as {target}), got {t.dtype}")
     return t
 
@@ -196,11 +189,8 @@ class ReplayBuffer:
         # for add()'s direct path: full input shapes, dtype-kind tests, numpy views of CPU storage
         self._obs_full = torch.Size((E, *self.obs_shape))
         self._act_full = torch.Size((E, *self.action_shape))
-        if obs_dtype == torch.uint8:
-            self._obs_kind = _is_uint8
-        else:
-            self._obs_kind = _is_float
-        self._act_kind = _is_float if action_dtype.is_floating_point else _is_int
+        self._obs_kind = _kind_rule(obs_dtype)[0]  # the dtype kinds _tensor() accepts
+        self._act_kind = _kind_rule(action_dtype)[0]
         self._views: tuple[np.ndarray, ...] | None = None
         storage = (self._obs, self._next_obs, self._action, self._reward, self._discount)
         if dev.type == "cpu" and all(t.dtype in _NUMPY_DTYPES for t in storage):
@@ -719,6 +709,16 @@ def _is_uint8(dtype: torch.dtype) -> bool:
 
 def _is_int(dtype: torch.dtype) -> bool:
     return not dtype.is_floating_point and not dtype.is_complex and dtype != torch.bool
+
+
+def _kind_rule(target: torch.dtype) -> tuple[Callable[[torch.dtype], bool], str]:
+    """Which input dtypes a field stored as ``target`` takes, and how errors name them: uint8
+    exactly for uint8 storage, any floating dtype for floating storage, else any integer dtype."""
+    if target == torch.uint8:
+        return _is_uint8, "uint8"
+    if target.is_floating_point:
+        return _is_float, "a floating dtype"
+    return _is_int, "an integer dtype"
 
 
 def _np(t: torch.Tensor) -> np.ndarray:
