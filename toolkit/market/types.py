@@ -1,0 +1,104 @@
+"""The two records the market pipeline passes around: host bars and device-resident market data.
+
+:class:`Bars` is what a source yields (a CSV file, the synthetic generator, a packaged series):
+plain numpy arrays on the host, sorted by time. :class:`MarketData` is what an environment or a
+forecaster consumes: the features in the training dtype and the returns in f32, on one device,
+uploaded once (:func:`tritonrl.toolkit.market.data.upload`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+__all__ = ["Bars", "MarketData"]
+
+
+@dataclass(frozen=True)
+class Bars:
+    """OHLCV bars of one instrument, oldest first (``T`` bars).
+
+    Attributes:
+        name: a short label (``"synthetic"``, ``"googl"``, a file stem).
+        time: ``[T]`` ``datetime64[s]``, strictly increasing.
+        open, high, low, close: ``[T]`` f64 prices, finite and positive.
+        volume: ``[T]`` f64, finite and non-negative.
+        periods_per_year: bars per year (252 for daily stock bars, 6,240 for hourly forex bars
+            traded 24 x 5 x 52), used to annualise the Sharpe ratio.
+    """
+
+    name: str
+    time: np.ndarray
+    open: np.ndarray
+    high: np.ndarray
+    low: np.ndarray
+    close: np.ndarray
+    volume: np.ndarray
+    periods_per_year: float = 252.0
+
+    def __len__(self) -> int:
+        return int(self.close.shape[0])
+
+
+@dataclass(frozen=True)
+class MarketData:
+    """Features and returns of one instrument on one device (``T`` rows, ``F`` features).
+
+    Row ``t`` of every tensor depends only on bars ``0..t`` (no look-ahead).
+
+    Attributes:
+        name: the source's label.
+        features: ``[T, F]`` in the training dtype of ``device`` (the one cast).
+        log_return: ``[T]`` f32, ``log(close[t] / close[t-1])`` (0 at ``t = 0``): the return a
+            position held from bar ``t-1`` to bar ``t`` earns.
+        close: ``[T]`` f32 close prices (for equity curves and the compatibility mode).
+        time: ``[T]`` ``datetime64[s]`` on the host.
+        feature_names: ``F`` names, in column order.
+        periods_per_year: as :attr:`Bars.periods_per_year`.
+        offset: the row of the full series this data's row 0 is (splits keep it; 0 for the whole
+            series).
+    """
+
+    name: str
+    features: torch.Tensor
+    log_return: torch.Tensor
+    close: torch.Tensor
+    time: np.ndarray
+    feature_names: tuple[str, ...]
+    periods_per_year: float = 252.0
+    offset: int = 0
+
+    def __len__(self) -> int:
+        return int(self.features.shape[0])
+
+    @property
+    def device(self) -> torch.device:
+        """Where the tensors live."""
+        return self.features.device
+
+    @property
+    def num_features(self) -> int:
+        """``F``."""
+        return int(self.features.shape[1])
+
+    def rows(self, start: int, stop: int) -> MarketData:
+        """Rows ``start .. stop - 1`` as views (no copy, no cast); ``offset`` moves with them.
+
+        Raises:
+            ValueError: an empty or out-of-range slice.
+        """
+        n = len(self)
+        if not (0 <= start < stop <= n):
+            raise ValueError(f"rows({start}, {stop}) is not a non-empty slice of {n} rows")
+        return MarketData(
+            name=self.name,
+            features=self.features[start:stop],
+            log_return=self.log_return[start:stop],
+            close=self.close[start:stop],
+            time=self.time[start:stop],
+            feature_names=self.feature_names,
+            periods_per_year=self.periods_per_year,
+            offset=self.offset + start,
+        )
