@@ -8,8 +8,19 @@ field is cast exactly once, when it enters (``add``/``extend``); sampling only g
 Transitions whose n-step window is still open wait in a small staging area (``n - 1`` steps per
 environment, on the device) and are neither counted by ``len()`` nor sampled.
 
-Rewards and done flags are read on the host (numpy arrays or CPU tensors, as gymnasium returns
-them); passing them as CUDA tensors costs one synchronisation per ``add``/``extend``.
+Two staging modes (``staging=`` of the constructor) decide how the n-step windows are closed:
+
+- ``"host"`` (default): rewards and done flags are read on the host (numpy arrays or CPU
+  tensors, as gymnasium returns them; CUDA tensors cost one synchronisation per
+  ``add``/``extend``); a transition is committed as soon as its window closes (``n`` steps or an
+  episode end), pending ones wait in a staging area of ``n - 1`` steps per environment.
+- ``"device"``: :meth:`ReplayBuffer.add` reads no tensor value on the host. Every argument may
+  be a tensor on the buffer's device (host inputs are moved there); shapes are fixed: every
+  vector step (after ``n - 1`` warm-up steps) commits exactly ``num_envs`` transitions, those
+  that started ``n - 1`` steps earlier, each return cut at the first episode end in its window.
+  The last ``n`` steps of every field wait in a device staging ring. Over a whole stream both
+  modes store the same set of transitions (tested); they differ only in when (and so in which
+  order) a transition whose window an episode end closed early enters the ring.
 """
 
 from __future__ import annotations
@@ -32,6 +43,8 @@ __all__ = ["ReplayBatch", "ReplayBuffer"]
 
 _FORMAT = "tritonrl.replay"
 _VERSION = 1
+STAGINGS = ("host", "device")
+"""The staging modes of :class:`ReplayBuffer` (``staging=``)."""
 
 
 class ReplayBatch(NamedTuple):
@@ -121,6 +134,13 @@ class ReplayBuffer:
         action_dtype: an integer dtype (discrete) or ``torch.float32`` (continuous).
         obs_dtype: ``None`` -> ``training_dtype(device)``; ``torch.uint8`` keeps image bytes;
             another floating dtype is an explicit override for experiments.
+        staging: ``"host"`` or ``"device"`` (see the module docstring): where the n-step windows
+            are closed, and whether ``add`` reads rewards and done flags on the host.
+
+    ``len()`` counts committed (sampleable) transitions in both modes; :attr:`pending` counts the
+    started transitions not committed yet: in host mode the open windows, in device mode every
+    start of the last ``n - 1`` steps (some of them may be complete already; they are committed at
+    their fixed step).
 
     Raises:
         ValueError / TypeError: an argument is out of range or of the wrong type, or the storage
@@ -139,7 +159,11 @@ class ReplayBuffer:
         action_shape: tuple[int, ...] = (),
         action_dtype: torch.dtype = torch.int64,
         obs_dtype: torch.dtype | None = None,
+        staging: str = "host",
     ) -> None:
+        if staging not in STAGINGS:
+            raise ValueError(f"staging must be one of {STAGINGS}, got {staging!r}")
+        self.staging = staging
         self._capacity = _positive_int("capacity", capacity)
         self.obs_shape = _shape("obs_shape", obs_shape)
         self.action_shape = _shape("action_shape", action_shape)
@@ -169,6 +193,7 @@ class ReplayBuffer:
                 action_dtype=action_dtype,
                 num_envs=self.num_envs,
                 n_step=self.n_step,
+                staging=staging,
             ),
             self.device,
         )
@@ -179,6 +204,8 @@ class ReplayBuffer:
         self._reward = torch.zeros(C, dtype=torch.float32, device=dev)
         self._discount = torch.zeros(C, dtype=torch.float32, device=dev)
         K, E = self.n_step - 1, self.num_envs
+        if staging == "device":
+            K = 0  # the host staging area stays empty: the device ring replaces it
         self._stage_obs = torch.zeros((K, E, *self.obs_shape), dtype=obs_dtype, device=dev)
         self._stage_action = torch.zeros((K, E, *self.action_shape), dtype=action_dtype, device=dev)
         self._nstep = NStepState.empty(self.n_step, E)
@@ -198,6 +225,28 @@ class ReplayBuffer:
         self._stage_views: tuple[np.ndarray, np.ndarray] | None = None
         if self._views is not None:
             self._stage_views = (self._stage_obs.numpy(), self._stage_action.numpy())
+        if staging == "device":
+            self._init_ring()
+
+    def _init_ring(self) -> None:
+        """Device staging: a ring of the last ``R = n`` steps of every field (``R = 0`` for
+        one-step returns, which commit straight from the inputs), written at slot
+        ``stage_steps % R`` (a Python int); rewards are kept in f64 so that returns round once,
+        as in host mode (f32 where the device has no f64)."""
+        E, dev, R = self.num_envs, self.device, self.n_step if self.n_step > 1 else 0
+        self._acc_dtype = torch.float32 if dev.type == "mps" else torch.float64
+        self._ring_obs = torch.zeros((R, E, *self.obs_shape), dtype=self.obs_dtype, device=dev)
+        self._ring_next_obs = torch.zeros_like(self._ring_obs)
+        self._ring_action = torch.zeros((R, E, *self.action_shape), dtype=self.action_dtype, device=dev)
+        self._ring_reward = torch.zeros((R, E), dtype=self._acc_dtype, device=dev)
+        self._ring_terminated = torch.zeros((R, E), dtype=torch.bool, device=dev)
+        self._ring_done = torch.zeros((R, E), dtype=torch.bool, device=dev)
+        self._stage_steps = 0  # steps in the ring since it was last emptied (warm-up below n - 1)
+        self._env_index = torch.arange(E, device=dev)
+        # discounts gamma**k, k = 0..n, computed in f64 and rounded once as host mode does
+        self._discounts = torch.tensor(
+            [self.gamma ** float(k) for k in range(self.n_step + 1)], dtype=torch.float64
+        ).to(device=dev, dtype=torch.float32)
 
     # ---- sizes ---------------------------------------------------------------------------------
 
@@ -212,14 +261,24 @@ class ReplayBuffer:
         action_dtype: torch.dtype = torch.int64,
         num_envs: int = 1,
         n_step: int = 1,
+        staging: str = "host",
     ) -> dict[str, int]:
         """Bytes a buffer of these settings allocates, by component (nothing is allocated).
 
-        ``observations``: ``obs`` and ``next_obs`` rings plus the n-step staging area;
-        ``actions``; ``rewards and discounts`` (f32). Subclasses add their own parts.
+        ``observations``: ``obs`` and ``next_obs`` rings plus the n-step staging area (host mode:
+        ``n - 1`` observations per environment; device mode: ``n`` observations and ``n`` next
+        observations); ``actions``; ``rewards and discounts`` (f32; device mode adds its f64
+        rewards and two flags per staged step). Subclasses add their own parts.
         """
         obs_item = math.prod(obs_shape) * _itemsize(obs_dtype)
         act_item = math.prod(action_shape) * _itemsize(action_dtype)
+        if staging == "device":
+            ring = (n_step if n_step > 1 else 0) * num_envs
+            return {
+                "observations": (2 * capacity + 2 * ring) * obs_item,
+                "actions": (capacity + ring) * act_item,
+                "rewards and discounts": capacity * 8 + ring * 10,
+            }
         staged = (n_step - 1) * num_envs
         return {
             "observations": (2 * capacity + staged) * obs_item,
@@ -238,7 +297,11 @@ class ReplayBuffer:
 
     @property
     def pending(self) -> int:
-        """Transitions waiting for their n-step window to close (not sampleable yet)."""
+        """Started transitions not committed yet (not sampleable): host mode, those whose n-step
+        window is still open; device mode, every start of the last ``n - 1`` steps,
+        ``min(stage_steps, n - 1) * num_envs`` (a Python int: nothing is read)."""
+        if self.staging == "device":
+            return min(self._stage_steps, self.n_step - 1) * self.num_envs
         return int(self._nstep.pending.sum())
 
     @property
@@ -261,7 +324,12 @@ class ReplayBuffer:
 
         Raises:
             ValueError / TypeError: wrong shape, dtype or non-finite reward; nothing is added.
+                In device mode only shapes and dtypes are checked (a NaN reward is stored; the
+                agents' input guards flag it on the device).
         """
+        if self.staging == "device":
+            self._add_device(obs, action, reward, next_obs, terminated, truncated)
+            return
         if self.n_step == 1 and self._add_one(obs, action, reward, next_obs, terminated, truncated):
             return
         self.extend(*(_lead(x) for x in (obs, action, reward, next_obs, terminated, truncated)))
@@ -324,6 +392,12 @@ class ReplayBuffer:
 
         Same result as ``T`` calls of :meth:`add`. Field rules and errors as in :meth:`add`.
         """
+        if self.staging == "device":
+            obs_t = _tensor("obs", obs, tuple(_dims(obs)[:2]) + self.obs_shape, self.obs_dtype)
+            fields = (obs, action, reward, next_obs, terminated, truncated)
+            for k in range(obs_t.shape[0]):  # checked per step; an error stops at that step
+                self._add_device(*(x[k] if isinstance(x, torch.Tensor) else np.asarray(x)[k] for x in fields))
+            return
         obs_t = _tensor("obs", obs, tuple(_dims(obs)[:2]) + self.obs_shape, self.obs_dtype)
         T, E = obs_t.shape[0], self.num_envs
         if obs_t.shape[1] != E:
@@ -444,6 +518,82 @@ class ReplayBuffer:
                 self._stage_obs[K - T :].copy_(obs)
                 self._stage_action[K - T :].copy_(action)
 
+    def _add_device(
+        self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any
+    ) -> None:
+        """:meth:`add` in device mode: metadata checks only, then fixed-shape tensor ops.
+
+        The step enters the staging ring at slot ``stage_steps % n``; once ``n - 1`` earlier
+        steps are there, the ``E`` transitions that started ``n - 1`` steps ago are committed:
+        return ``sum_{j<k} gamma**j r_j`` (``k`` up to and including the first episode end in
+        the window, summed in f64 in host mode's order), bootstrap observation ``next_obs`` of the
+        window's step ``k - 1``, discount ``gamma**k`` or 0 where that step terminated.
+        """
+        E = self.num_envs
+        obs_t = _tensor("obs", obs, tuple(self._obs_full), self.obs_dtype)
+        next_t = _tensor("next_obs", next_obs, tuple(self._obs_full), self.obs_dtype)
+        act_t = _tensor("action", action, tuple(self._act_full), self.action_dtype)
+        rew = _device_vec("reward", reward, E, "real")
+        term = _device_vec("terminated", terminated, E, "bool")
+        trunc = _device_vec("truncated", truncated, E, "bool")
+        dev, n = self.device, self.n_step
+        self._steps += 1
+        if n == 1:  # one-step returns: commit straight from the inputs (copy_ casts and moves)
+            term_d = term.to(device=dev)
+            disc = torch.where(term_d, 0.0, self._discounts[1])
+            self._commit_device(obs_t, act_t, rew, next_t, disc)
+            return
+        slot = self._stage_steps % n
+        self._ring_obs[slot].copy_(obs_t)
+        self._ring_action[slot].copy_(act_t)
+        self._ring_next_obs[slot].copy_(next_t)
+        self._ring_reward[slot].copy_(rew)
+        self._ring_terminated[slot].copy_(term)
+        torch.logical_or(self._ring_terminated[slot], trunc.to(device=dev), out=self._ring_done[slot])
+        self._stage_steps += 1
+        if self._stage_steps < n:  # warm-up: no window is full yet
+            return
+        first = self._stage_steps % n  # slot of the step n - 1 steps ago (the oldest)
+        ret = self._ring_reward[first].clone()  # j = 0: weight gamma**0 = 1
+        alive = ~self._ring_done[first]  # no episode end in the window's steps 0 .. j - 1
+        k = torch.ones(E, dtype=torch.int64, device=dev)
+        for j in range(1, n):
+            s = (first + j) % n
+            ret = ret + torch.where(alive, self._ring_reward[s] * (self.gamma ** float(j)), 0.0)
+            k = k + alive
+            alive = alive & ~self._ring_done[s]
+        end = ((k - 1 + first) % n) * E + self._env_index  # flat [n * E] index of the window's end
+        terminated_end = self._ring_terminated.view(n * E).index_select(0, end)
+        disc = torch.where(terminated_end, 0.0, self._discounts.index_select(0, k))
+        boot = self._ring_next_obs.view(n * E, *self.obs_shape).index_select(0, end)
+        self._commit_device(self._ring_obs[first], self._ring_action[first], ret, boot, disc)
+
+    def _commit_device(
+        self,
+        obs: torch.Tensor,
+        action: torch.Tensor,
+        reward: torch.Tensor,
+        next_obs: torch.Tensor,
+        discount: torch.Tensor,
+    ) -> None:
+        """Write ``E`` transitions (one per environment, in environment order) at the ring's
+        position; ``copy_`` casts and moves each field once. More than ``capacity``: the last
+        ``capacity`` survive, as in host mode."""
+        E, C = self.num_envs, self._capacity
+        skip = max(0, E - C)
+        count = E - skip
+        pos = (self._pos + skip) % C
+        first = min(count, C - pos)
+        dsts = (self._obs, self._action, self._reward, self._next_obs, self._discount)
+        for dst, src in zip(dsts, (obs, action, reward, next_obs, discount), strict=True):
+            dst[pos : pos + first].copy_(src[skip : skip + first])
+            if count > first:
+                dst[: count - first].copy_(src[skip + first :])
+        self._on_commit(pos, count)
+        self._pos = (self._pos + E) % C
+        self._size = min(C, self._size + E)
+        self._committed += E
+
     def _on_commit(self, pos: int, count: int) -> None:
         """Hook: slots ``pos .. pos + count - 1`` (mod capacity) now hold new transitions."""
 
@@ -512,6 +662,7 @@ class ReplayBuffer:
             "gamma": self.gamma,
             "action_shape": list(self.action_shape),
             "action_dtype": str(self.action_dtype).removeprefix("torch."),
+            **({"staging": "device"} if self.staging == "device" else {}),  # absent: host
         }
 
     def state_dict(self) -> dict[str, Any]:
@@ -519,6 +670,12 @@ class ReplayBuffer:
 
         The ``meta`` entry is JSON-serialisable (config and counters); every other entry is a
         tensor. Observations keep their stored dtype; :meth:`load_state_dict` casts them.
+
+        Host mode saves its staging area (``stage_obs``, ``stage_action``) and the pending n-step
+        rewards (``nstep_pending``, ``nstep_rewards``); device mode saves its whole staging ring
+        (``ring_obs``, ``ring_action``, ``ring_next_obs``, ``ring_reward``, ``ring_terminated``,
+        ``ring_done``, ``[n, E, ...]``) and ``meta["stage_steps"]``, and its ``config`` holds
+        ``"staging": "device"``.
         """
         n = self._size
         sd: dict[str, Any] = {
@@ -527,11 +684,24 @@ class ReplayBuffer:
             "action": self._action[:n],
             "reward": self._reward[:n],
             "discount": self._discount[:n],
-            "stage_obs": self._stage_obs,
-            "stage_action": self._stage_action,
-            "nstep_pending": torch.from_numpy(self._nstep.pending.copy()),
-            "nstep_rewards": torch.from_numpy(self._nstep.rewards.copy()),
         }
+        if self.staging == "device":
+            ring = (
+                self._ring_obs,
+                self._ring_action,
+                self._ring_next_obs,
+                self._ring_reward,
+                self._ring_terminated,
+                self._ring_done,
+            )
+            sd.update(zip(_RING_KEYS, ring, strict=True))
+        else:
+            sd.update(
+                stage_obs=self._stage_obs,
+                stage_action=self._stage_action,
+                nstep_pending=torch.from_numpy(self._nstep.pending.copy()),
+                nstep_rewards=torch.from_numpy(self._nstep.rewards.copy()),
+            )
         sd["meta"] = {
             "format": _FORMAT,
             "version": _VERSION,
@@ -541,10 +711,16 @@ class ReplayBuffer:
             "steps": self._steps,
             "committed": self._committed,
         }
+        if self.staging == "device":
+            sd["meta"]["stage_steps"] = self._stage_steps
         return sd
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore from :meth:`state_dict` (possibly saved on another device or in another dtype).
+
+        A state saved in the other staging mode loads too (a run resumed with another
+        ``staging``): the stored transitions and counters are kept and the staging starts empty,
+        so the at most ``(n - 1) * num_envs`` transitions whose windows were open are dropped.
 
         Raises:
             ValueError: the state is not a replay-buffer state, or its configuration, shapes or
@@ -572,6 +748,12 @@ class ReplayBuffer:
         if meta.get("format") != _FORMAT or meta.get("version") != _VERSION:
             raise ValueError(f"not a {_FORMAT} v{_VERSION} state: format={meta.get('format')!r}")
         config, mine = meta.get("config"), self._config()
+        saved_staging = config.get("staging", "host") if isinstance(config, dict) else "host"
+        if isinstance(config, dict):  # either staging mode loads (see load_state_dict)
+            config = {k: v for k, v in config.items() if k != "staging"}
+        mine.pop("staging", None)
+        if saved_staging not in STAGINGS:
+            raise ValueError(f"state has an unknown staging mode {saved_staging!r}")
         if config != mine:
             diff = {
                 k: (config.get(k) if isinstance(config, dict) else None, v)
@@ -606,12 +788,32 @@ class ReplayBuffer:
             "action": ((size, *self.action_shape), self.action_dtype),
             "reward": ((size,), torch.float32),
             "discount": ((size,), torch.float32),
-            "stage_obs": ((K, E, *self.obs_shape), self.obs_dtype),
-            "stage_action": ((K, E, *self.action_shape), self.action_dtype),
-            "nstep_pending": ((E,), torch.int64),
-            "nstep_rewards": ((K, E), torch.float64),
         }
-        out: dict[str, Any] = {"meta": meta}
+        if saved_staging == "host":
+            shapes.update(
+                stage_obs=((K, E, *self.obs_shape), self.obs_dtype),
+                stage_action=((K, E, *self.action_shape), self.action_dtype),
+                nstep_pending=((E,), torch.int64),
+                nstep_rewards=((K, E), torch.float64),
+            )
+        else:
+            R = self.n_step if self.n_step > 1 else 0
+            shapes.update(
+                ring_obs=((R, E, *self.obs_shape), self.obs_dtype),
+                ring_action=((R, E, *self.action_shape), self.action_dtype),
+                ring_next_obs=((R, E, *self.obs_shape), self.obs_dtype),
+                ring_reward=((R, E), torch.float64),
+                ring_terminated=((R, E), torch.bool),
+                ring_done=((R, E), torch.bool),
+            )
+            stage_steps = meta.get("stage_steps")
+            ok = isinstance(stage_steps, int) and not isinstance(stage_steps, bool)
+            if not ok or not 0 <= stage_steps <= steps:
+                raise ValueError(f"state meta 'stage_steps' is invalid (got {repr(stage_steps)[:40]})")
+        if saved_staging != self.staging:
+            ring_fields = ("obs", "next_obs", "action", "reward", "discount")
+            shapes = {k: v for k, v in shapes.items() if k in ring_fields}  # the other staging is dropped
+        out: dict[str, Any] = {"meta": meta, "same_staging": saved_staging == self.staging}
         for key, (shape, dtype) in shapes.items():
             t = state.get(key)
             if not isinstance(t, torch.Tensor):
@@ -620,11 +822,16 @@ class ReplayBuffer:
                 raise ValueError(f"state tensor {key!r} has shape {tuple(t.shape)}, expected {shape}")
             if t.dtype != dtype and not (t.dtype.is_floating_point and dtype.is_floating_point):
                 raise ValueError(f"state tensor {key!r} has dtype {t.dtype}, cannot load into {dtype}")
+            if t.dtype != dtype and (dtype == torch.bool or t.dtype == torch.bool):
+                raise ValueError(f"state tensor {key!r} has dtype {t.dtype}, cannot load into {dtype}")
             dev = "cpu" if key.startswith("nstep_") else self.device
+            if key == "ring_reward":
+                dtype = self._acc_dtype
             out[key] = t.to(device=dev, dtype=dtype)  # the load boundary: one cast
-        pending = out["nstep_pending"].numpy()
-        if (pending < 0).any() or (pending > K).any():
-            raise ValueError(f"state has invalid pending counts {pending.tolist()}")
+        if "nstep_pending" in out:
+            pending = out["nstep_pending"].numpy()
+            if (pending < 0).any() or (pending > K).any():
+                raise ValueError(f"state has invalid pending counts {pending.tolist()}")
         return out
 
     def apply_state(self, staged: dict[str, Any]) -> None:
@@ -639,11 +846,34 @@ class ReplayBuffer:
             ("discount", self._discount),
         ):
             dst[:n].copy_(staged[key])
-        self._stage_obs.copy_(staged["stage_obs"])
-        self._stage_action.copy_(staged["stage_action"])
-        self._nstep = NStepState(
-            staged["nstep_pending"].numpy().copy(), staged["nstep_rewards"].numpy().copy()
-        )
+        same = staged.get("same_staging", True)
+        if self.staging == "device":
+            ring = (
+                self._ring_obs,
+                self._ring_action,
+                self._ring_next_obs,
+                self._ring_reward,
+                self._ring_terminated,
+                self._ring_done,
+            )
+            if same:
+                for key, dst in zip(_RING_KEYS, ring, strict=True):
+                    dst.copy_(staged[key])
+                self._stage_steps = int(meta["stage_steps"])
+            else:  # saved in host mode: its open windows are dropped
+                for dst in ring:
+                    dst.zero_()
+                self._stage_steps = 0
+        elif same:
+            self._stage_obs.copy_(staged["stage_obs"])
+            self._stage_action.copy_(staged["stage_action"])
+            self._nstep = NStepState(
+                staged["nstep_pending"].numpy().copy(), staged["nstep_rewards"].numpy().copy()
+            )
+        else:  # saved in device mode: its staged steps are dropped
+            self._stage_obs.zero_()
+            self._stage_action.zero_()
+            self._nstep = NStepState.empty(self.n_step, self.num_envs)
         self._pos, self._size = meta["pos"], n
         self._steps, self._committed = int(meta["steps"]), int(meta["committed"])
 
@@ -696,6 +926,8 @@ def _dims(x: Any) -> tuple[int, ...]:
     return shape
 
 
+_RING_KEYS = ("ring_obs", "ring_action", "ring_next_obs", "ring_reward", "ring_terminated", "ring_done")
+
 _NUMPY_DTYPES = (torch.float32, torch.float64, torch.float16, torch.int64, torch.int32, torch.uint8)
 
 
@@ -734,6 +966,19 @@ def _host_vec(x: Any) -> np.ndarray | None:
     if type(x) is torch.Tensor and x.device.type == "cpu" and x.dtype in _NUMPY_DTYPES + (torch.bool,):
         return x.detach().numpy()
     return None
+
+
+def _device_vec(name: str, value: Any, E: int, kind: str) -> torch.Tensor:
+    """A reward / flag vector ``[E]`` as a tensor (host inputs are wrapped, not yet moved), after
+    shape and dtype-kind checks; no value is read."""
+    t = value if isinstance(value, torch.Tensor) else torch.as_tensor(np.asarray(value))
+    if tuple(t.shape) != (E,):
+        raise ValueError(f"{name} must have shape {(E,)}, got {tuple(t.shape)}")
+    if kind == "bool" and t.dtype != torch.bool:
+        raise TypeError(f"{name} must be boolean, got dtype {t.dtype}")
+    if kind == "real" and (t.dtype == torch.bool or t.dtype.is_complex):
+        raise TypeError(f"{name} must be a real number array, got dtype {t.dtype}")
+    return t
 
 
 def _lead(x: Any) -> Any:
