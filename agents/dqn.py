@@ -67,11 +67,13 @@ from tritonrl.toolkit.optim import MasterWeightOptimizer
 from tritonrl.toolkit.precision import training_dtype
 from tritonrl.toolkit.registry import Preset, find_preset
 from tritonrl.toolkit.replay import PrioritizedReplayBuffer, ReplayBatch, ReplayBuffer
+from tritonrl.toolkit.replay.buffer import STAGINGS
 
 __all__ = ["AGENT_KIND", "DQNAgent", "DQNConfig", "PRESETS", "QNetwork", "preset"]
 
 AGENT_KIND = "dqn"
 DISTRIBUTIONS = ("none", "c51", "qr")
+REPLAY_STAGINGS = ("auto", *STAGINGS)
 
 
 @dataclass(frozen=True)
@@ -183,6 +185,13 @@ class DQNConfig(Config):
     """ICM: hidden width of encoder, forward and inverse models."""
     extrinsic_coef: float = resumable(1.0)
     """Weight of the environment's reward (0 explores on curiosity alone)."""
+    replay_staging: str = resumable("auto")
+    """Where the replay buffer closes its n-step windows (:mod:`tritonrl.toolkit.replay`): ``"host"``
+    reads rewards and done flags on the host (free on a CPU; a sync per step on an accelerator),
+    ``"device"`` keeps them on the device (fixed shapes: each step commits the transitions that
+    started ``n_step - 1`` steps earlier); ``"auto"``: host on a CPU, device on an accelerator. A
+    resume may switch it (the open windows, at most ``(n_step - 1) * num_envs`` transitions, are
+    dropped)."""
     # ---- speed
     compile: CompileMode = resumable("none")
     """``torch.compile`` of the learner step and the acting forward: ``"none"`` (eager),
@@ -202,6 +211,10 @@ class DQNConfig(Config):
                 f"distribution={self.distribution!r} is not one of {DISTRIBUTIONS}",
             ),
             (self.loss in ("huber", "mse"), f"loss={self.loss!r} is not 'huber' or 'mse'"),
+            (
+                self.replay_staging in REPLAY_STAGINGS,
+                f"replay_staging={self.replay_staging!r} is not one of {REPLAY_STAGINGS}",
+            ),
             (self.v_max > self.v_min, f"v_max={self.v_max} must exceed v_min={self.v_min}"),
             (
                 self.buffer_size >= self.batch_size,
@@ -367,6 +380,11 @@ class DQNAgent(AgentBase):
             action_shape: tuple[int, ...] = ()
         else:
             action_shape = (len(self.action["nvec"]),)
+        staging = cfg.replay_staging
+        self.replay_staging = (
+            staging if staging != "auto" else ("host" if self.device.type == "cpu" else "device")
+        )
+        """The resolved ``config.replay_staging``: ``"host"`` or ``"device"``."""
         self._check_replay_memory(cfg, action_shape)
         self.inputs = InputGuard(
             "DQNAgent",
@@ -416,6 +434,7 @@ class DQNAgent(AgentBase):
                 gamma=cfg.gamma,
                 action_shape=action_shape,
                 action_dtype=torch.int64,
+                staging=self.replay_staging,
             )
 
         if cfg.distribution == "c51":
@@ -494,6 +513,7 @@ class DQNAgent(AgentBase):
         kw: dict[str, Any] = dict(
             obs_dtype=self.dtype, action_shape=action_shape, action_dtype=torch.int64, num_envs=self.num_envs
         )
+        kw["staging"] = self.replay_staging
         parts = buffer_cls.memory_bytes(cfg.buffer_size, self.obs_shape, n_step=cfg.n_step, **kw)
         if cfg.icm:
             icm = ReplayBuffer.memory_bytes(cfg.buffer_size, self.obs_shape, **kw)
@@ -508,6 +528,7 @@ class DQNAgent(AgentBase):
             gamma=cfg.gamma,
             action_shape=action_shape,
             action_dtype=torch.int64,
+            staging=self.replay_staging,
         )
         if cfg.prioritized:
             return PrioritizedReplayBuffer(
@@ -594,10 +615,17 @@ class DQNAgent(AgentBase):
                 :meth:`check_inputs`, see :attr:`inputs`).
         """
         q = self._q(self._ingest(obs, "act"), explore)
-        greedy = q.argmax(-1)
-        eps = self.epsilon() if explore else 0.0
+        action = self.epsilon_greedy(q.argmax(-1), self.epsilon() if explore else 0.0)
+        self.inputs.acted(action)
+        return action
+
+    def epsilon_greedy(self, greedy: torch.Tensor, eps: float) -> torch.Tensor:
+        """``greedy`` actions (``[E]`` int64, ``[E, D]`` for MultiDiscrete, on the agent's device),
+        each replaced with probability ``eps`` by a uniform random action drawn from the agent's
+        generator (all sub-actions of an environment at once); ``eps <= 0`` returns ``greedy``
+        itself and draws nothing. Reads nothing on the host (also used by
+        :class:`tritonrl.toolkit.market.collector.Collector`)."""
         if eps <= 0.0:
-            self.inputs.acted(greedy)
             return greedy
         n = greedy.shape[0]
         if self.factored:
@@ -607,18 +635,18 @@ class DQNAgent(AgentBase):
         else:
             rand = torch.randint(self.action["n"], (n,), device=self.device, generator=self.generator)
             pick = torch.rand((n,), device=self.device, generator=self.generator) < eps
-        action = torch.where(pick, rand, greedy)
-        self.inputs.acted(action)
-        return action
+        return torch.where(pick, rand, greedy)
 
     def observe(
         self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any
     ) -> None:
         """Store one vector-env step (leading dim ``num_envs``); with ICM, add the intrinsic reward.
 
-        ``next_obs`` is the true next observation (the final one at episode ends). Rewards and done
-        flags are best passed on the host (numpy or CPU tensors), where the replay buffer reads
-        them; with ICM on CUDA the intrinsic reward is brought there (one sync per call).
+        ``next_obs`` is the true next observation (the final one at episode ends). With
+        ``replay_staging`` host (the CPU default), rewards and done flags are best passed on the
+        host (numpy or CPU tensors), where the replay buffer reads them, and with ICM on CUDA the
+        intrinsic reward is brought there (one sync per call); with device staging (the
+        accelerator default) nothing is read on the host: pass device tensors.
 
         Raises:
             ValueError: NaN/inf in ``obs``, ``reward`` or ``next_obs``, or an ``action`` outside the
@@ -634,8 +662,10 @@ class DQNAgent(AgentBase):
         if self.icm_module is not None:
             x, x_next = self._ingest(obs, "observe"), self._ingest(next_obs, "observe")
             a = torch.as_tensor(action, device=self.device, dtype=torch.int64)
-            r_int = self.icm_module.intrinsic_reward(x, a, x_next).cpu()
-            r_ext = torch.as_tensor(reward, dtype=torch.float32).cpu()
+            r_int = self.icm_module.intrinsic_reward(x, a, x_next)
+            if self.replay_staging == "host":  # the buffer reads rewards on the host
+                r_int = r_int.cpu()
+            r_ext = torch.as_tensor(reward, dtype=torch.float32).to(r_int.device)
             reward = self.config.extrinsic_coef * r_ext + r_int
             obs, next_obs, action = x, x_next, a
             assert self.icm_buffer is not None  # created with icm_module
