@@ -58,16 +58,11 @@ class Collector:
     """
 
     def __init__(self, agent: Any, env: Any, *, sync_every: int = 1) -> None:
-        from tritonrl.agents.dqn import DQNAgent
-        from tritonrl.agents.ppo import PPOAgent
-
         if not isinstance(sync_every, int) or isinstance(sync_every, bool) or sync_every < 1:
             raise ValueError(f"sync_every must be a positive int, got {sync_every!r}")
-        if isinstance(agent, DQNAgent):
-            self.kind = "dqn"
-        elif isinstance(agent, PPOAgent):
-            self.kind = "ppo"
-        else:
+        # the agent's family by its checkpoint kind (the toolkit never imports tritonrl.agents)
+        self.kind = getattr(agent, "kind", None)
+        if self.kind not in ("dqn", "ppo"):
             raise TypeError(f"agent must be a DQNAgent or a PPOAgent, got {type(agent).__name__}")
         if int(env.num_envs) != agent.num_envs:
             raise ValueError(f"env has {env.num_envs} environments, the agent was built for {agent.num_envs}")
