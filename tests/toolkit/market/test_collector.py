@@ -305,3 +305,33 @@ def test_replay_staging_auto_is_host_on_a_cpu_and_old_configs_read_it_as_auto() 
     device = _dqn(replay_staging="device")
     device.load_state_dict(host.state_dict())
     assert len(device.buffer) == len(host.buffer) and device.buffer.pending == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["rainbow", "ppo"])
+def test_collector_steps_never_synchronise_on_cuda(name: str) -> None:
+    """On CUDA the device proves it: ``torch.cuda.set_sync_debug_mode("error")`` raises on any
+    synchronising call (a device-to-host read) inside the collector's steps ("auto" replay
+    staging is the device staging there)."""
+    env = WalkEnv(device="cuda", horizon=3)
+    if name == "ppo":
+        cfg = dataclasses.replace(ppo_preset("ppo"), num_steps=16, hidden=(8,))
+        agent: Any = PPOAgent(
+            env.single_observation_space, env.single_action_space, cfg, num_envs=E, device="cuda"
+        )
+    else:
+        cfg = dqn_preset(name, **{**DQN_TINY, "replay_staging": "auto"})
+        agent = DQNAgent(
+            env.single_observation_space, env.single_action_space, cfg, num_envs=E, device="cuda"
+        )
+        assert agent.buffer.staging == "device"
+    collector = Collector(agent, env)
+    collector.step()  # first call: reset and lazy initialisation outside the check
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(8):
+            collector.step()
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    torch.cuda.synchronize()
+    assert agent.env_steps == 9 * E
