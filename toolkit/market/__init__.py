@@ -2,3 +2,7 @@
 
 See :mod:`tritonrl.toolkit.market.data` (bars, features, the one upload cast, splits by time).
 """
+
+from tritonrl.toolkit.market.anytrading import ANYTRADING_WINDOW as ANYTRADING_WINDOW
+from tritonrl.toolkit.market.anytrading import AnyTradingEnv as AnyTradingEnv
+from tritonrl.toolkit.market.anytrading import process_data as process_data
