@@ -3,6 +3,16 @@
 See :mod:`tritonrl.toolkit.market.data` (bars, features, the one upload cast, splits by time).
 """
 
-from tritonrl.toolkit.market.anytrading import ANYTRADING_WINDOW as ANYTRADING_WINDOW
-from tritonrl.toolkit.market.anytrading import AnyTradingEnv as AnyTradingEnv
-from tritonrl.toolkit.market.anytrading import process_data as process_data
+import importlib
+from typing import Any
+
+# Names that need gymnasium import on first use (PEP 562), so that `import tritonrl.toolkit.market`
+# and its data modules work on a bare machine without gymnasium.
+_LAZY: dict[str, str] = {}
+_LAZY.update(dict.fromkeys(("ANYTRADING_WINDOW", "AnyTradingEnv", "process_data"), "anytrading"))
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

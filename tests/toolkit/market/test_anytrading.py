@@ -23,11 +23,11 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+gym = pytest.importorskip("gymnasium")  # first: a bare machine's skip reason names gymnasium
 gym_anytrading = pytest.importorskip(
     "gym_anytrading",
     reason="gym-anytrading is not installed (the 'market' extra: pip install 'tritonrl[market]')",
 )
-gym = pytest.importorskip("gymnasium")
 
 from gym_anytrading import datasets  # noqa: E402
 from gym_anytrading.envs import ForexEnv, StocksEnv  # noqa: E402
