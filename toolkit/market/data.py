@@ -98,13 +98,16 @@ def load_csv(
         :class:`Bars` with ``[T]`` ``datetime64[s]`` times and f64 prices and volumes.
 
     Raises:
-        ValueError: naming the file, the line and the column: missing columns, a short or empty
-            row, an empty or unparsable value, a NaN or infinite value, a non-positive price, a
-            negative volume, unsorted or duplicate timestamps, fewer than ``min_rows`` rows.
+        ValueError: no such file, or (naming the file, the line and the column) missing columns,
+            a short or empty row, an empty or unparsable value, a NaN or infinite value, a
+            non-positive price, a negative volume, unsorted or duplicate timestamps, fewer than
+            ``min_rows`` rows.
     """
     path = Path(path)
     if min_rows < 2:
         raise ValueError(f"min_rows={min_rows}: at least 2 bars are needed (one return)")
+    if not path.is_file():
+        raise ValueError(f"{path}: no such file")
     with path.open(newline="", encoding="utf-8-sig") as f:
         reader = csv.reader(f)
         header = next(reader, None)

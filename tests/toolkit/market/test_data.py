@@ -145,6 +145,8 @@ def test_csv_min_rows_and_trailing_blank_lines(tmp_path: Path) -> None:
     assert len(load_csv(path, min_rows=5)) == 5
     with pytest.raises(ValueError, match="5 rows of bars, fewer than the 34 needed"):
         load_csv(path, min_rows=34)
+    with pytest.raises(ValueError, match="nothing.csv: no such file"):
+        load_csv(tmp_path / "nothing.csv")
 
 
 # ---------------------------------------------------------------- packaged series
