@@ -2,3 +2,43 @@
 
 See :mod:`tritonrl.toolkit.market.data` (bars, features, the one upload cast, splits by time).
 """
+
+import importlib
+from typing import Any
+
+from tritonrl.toolkit.market.data import (
+    FEATURES,
+    anytrading_bars,
+    compute_features,
+    load_csv,
+    source_bars,
+    split,
+    synthetic_bars,
+    upload,
+)
+from tritonrl.toolkit.market.types import Bars, MarketData
+
+# Names that need gymnasium import on first use (PEP 562), so that `import tritonrl.toolkit.market`
+# and its data modules work on a bare machine without gymnasium.
+_LAZY: dict[str, str] = {}
+_LAZY.update(dict.fromkeys(("ANYTRADING_WINDOW", "AnyTradingEnv", "process_data"), "anytrading"))
+
+__all__ = [
+    "FEATURES",
+    "Bars",
+    "MarketData",
+    "anytrading_bars",
+    "compute_features",
+    "load_csv",
+    "source_bars",
+    "split",
+    "synthetic_bars",
+    "upload",
+    *_LAZY,
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,385 @@
+"""gym-anytrading 2.0.0's ``StocksEnv`` and ``ForexEnv``, N copies stepped at once as tensor ops.
+
+A compatibility mode for users of `gym-anytrading <https://github.com/AminHP/gym-anytrading>`_:
+:class:`AnyTradingEnv` reproduces the published environments step for step (observations,
+rewards, position flips, fees, ``total_reward``, ``total_profit``, truncation at the end tick and
+the info keys), so results can be compared across the move. The tests check it against the
+installed package, bit for bit, on both of its datasets.
+
+The published semantics, in this module's words (``W`` = ``window_size``, ``prices`` and
+``signal_features`` as :func:`process_data` makes them, ``T`` rows):
+
+- **Data.** ``prices`` = the close series sliced to ``[frame_bound[0] - W, frame_bound[1])``;
+  ``signal_features`` = ``[price, diff]`` per row with ``diff[0] = 0`` and
+  ``diff[t] = price[t] - price[t-1]`` (computed in f64, then both cast to f32).
+- **Episode.** Ticks run from ``start = W`` to ``end = T - 1``. Reset: tick ``start``, position
+  Short (0), last trade tick ``start - 1``, ``total_reward = 0``, ``total_profit = 1``.
+  The observation at tick ``t`` is ``signal_features[t - W + 1 .. t]``: ``[W, F]`` f32.
+- **Step** with action Sell (0) or Buy (1): the tick advances; ``truncated`` is true when it
+  reaches ``end`` (``terminated`` is always false). A *trade* happens when the action points
+  the other way from the position held (Buy while Short, Sell while Long). The reward and the
+  profit use the position held *before* the step, the price at the new tick (``cur``) and the
+  price at the last trade tick (``last``):
+
+  - stocks: reward ``cur - last`` on a trade out of Long, else 0; on a trade or at truncation,
+    while Long: ``total_profit = (total_profit * (1 - ask) / last) * (1 - bid) * cur`` (fees
+    ``trade_fee_ask_percent = 0.005``, ``trade_fee_bid_percent = 0.01``);
+  - forex: reward ``(cur - last) * 10000`` on a trade out of Long, ``-(cur - last) * 10000`` out
+    of Short (pips); on a trade or at truncation, ``unit_side="left"`` (the default) while
+    Short: ``total_profit = total_profit * (last - fee) / cur``; ``"right"`` while Long:
+    ``total_profit = total_profit / last * (cur - fee)`` (``trade_fee = 0.0003``).
+
+  Then a trade flips the position and sets the last trade tick to the new tick.
+
+**Precision.** Under NumPy >= 2 (NEP 50 promotion) the package does all of this arithmetic in
+f32: its prices are f32 and every Python constant it mixes in is cast to f32. This module does the
+same operations in the same order on f32 tensors (each one correctly rounded, as NumPy's are), so
+it agrees with the package bit for bit. Under NumPy 1.x the package's scalar arithmetic promotes
+to f64 and the two drift apart in the last bits of ``total_reward`` and ``total_profit``.
+
+**Batching.** The published env has no random start: every episode runs from ``start`` to
+``end``. N envs stepped together therefore stay on the same tick, which is a Python int here, so
+truncation and the autoreset are decided on the host with no read of a tensor. Per-env state
+(position, last trade tick, totals) lives in ``[N]`` tensors on the device. Where the package
+needs a ``reset()`` after truncation, this env resets in the same step (gymnasium's same-step
+autoreset): the returned observation is the reset one and ``info["final_obs"]`` is the last one
+of the finished episode, whose totals and position the info reports.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium.vector import AutoresetMode
+from gymnasium.vector.utils import batch_space
+from tritonrl.toolkit.envs import Transition
+from tritonrl.toolkit.market.types import Bars
+
+__all__ = ["ANYTRADING_WINDOW", "AnyTradingEnv", "process_data"]
+
+#: The window sizes of the package's registered ids: ``stocks-v0`` (GOOGL) and ``forex-v0``
+#: (EUR/USD); both register ``frame_bound = (window_size, len(df))``.
+ANYTRADING_WINDOW: dict[str, int] = {"stocks": 30, "forex": 24}
+
+_KINDS = ("stocks", "forex")
+_PIP = 10000.0  # the forex reward unit: price differences are reported in pips
+_OBS_BOUND = 1e10  # the package's observation Box bounds
+
+
+def process_data(
+    close: np.ndarray, window_size: int, frame_bound: tuple[int, int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The published ``_process_data`` of both envs: prices and ``[price, diff]`` features.
+
+    Args:
+        close: ``[L]`` close prices (any real dtype; the diff is taken in f64 as the package does
+            with its pandas column).
+        window_size: ``W >= 1``.
+        frame_bound: ``(first, stop)`` with ``W <= first < stop <= L`` and ``stop - first >= 2``
+            (one step at least). The package lets ``first < W`` wrap around to the end of the
+            series and clips ``stop > L`` silently; both are errors here.
+
+    Returns:
+        ``prices`` ``[T]`` f32 and ``signal_features`` ``[T, 2]`` f32 with
+        ``T = stop - first + W`` (rows ``first - W .. stop - 1`` of ``close``).
+
+    Raises:
+        ValueError: ``close`` not 1-D or not finite, ``window_size < 1``, a bad ``frame_bound``.
+    """
+    close = np.asarray(close)
+    if close.ndim != 1 or not np.issubdtype(close.dtype, np.number):
+        raise ValueError(f"close must be a 1-D numeric array, got shape {close.shape} {close.dtype}")
+    w = _check_window(window_size)
+    if len(frame_bound) != 2:
+        raise ValueError(f"frame_bound must be (first, stop), got {frame_bound!r}")
+    first, stop = (int(b) for b in frame_bound)
+    if not (w <= first and first + 2 <= stop <= close.shape[0]):
+        raise ValueError(
+            f"frame_bound={tuple(frame_bound)!r} with window_size={w} needs "
+            f"window_size <= first, first + 2 <= stop <= len(close) = {close.shape[0]}"
+        )
+    prices = close[first - w : stop].astype(np.float64)
+    if not np.isfinite(prices).all():
+        raise ValueError("close holds NaN or inf inside frame_bound")
+    diff = np.concatenate([[0.0], np.diff(prices)])
+    features = np.stack([prices, diff], axis=1)
+    return prices.astype(np.float32), features.astype(np.float32)
+
+
+def _check_window(window_size: int) -> int:
+    if isinstance(window_size, bool) or not isinstance(window_size, (int, np.integer)) or window_size < 1:
+        raise ValueError(f"window_size must be an int >= 1, got {window_size!r}")
+    return int(window_size)
+
+
+class AnyTradingEnv(gym.vector.VectorEnv):
+    """``num_envs`` copies of gym-anytrading's ``StocksEnv`` or ``ForexEnv`` (see the module doc).
+
+    Args:
+        prices: ``[T]`` prices (the package's ``env.prices``), cast to f32 once, here.
+        signal_features: ``[T, F]`` features (the package's ``env.signal_features``; a custom
+            ``_process_data`` may return any ``F``), cast to f32 once, here.
+        kind: ``"stocks"`` or ``"forex"``: which reward and profit rules apply.
+        window_size: ``W``, with ``T >= W + 2``.
+        num_envs: ``N >= 1``.
+        device: where the state and the returned tensors live.
+        trade_fee_bid_percent, trade_fee_ask_percent: stocks fees (fractions), as published.
+        trade_fee: forex fee in price units, as published.
+        unit_side: forex only: ``"left"`` (published default) or ``"right"``.
+
+    Spaces: ``single_observation_space = Box(-1e10, 1e10, (W, F), float32)``,
+    ``single_action_space = Discrete(2)`` (0 Sell, 1 Buy), batched versions in
+    ``observation_space`` / ``action_space``.
+
+    Tensors out: observations ``[N, W, F]`` f32 (a fresh tensor every call), rewards ``[N]``
+    f32, ``terminated`` / ``truncated`` ``[N]`` bool. ``info`` holds ``total_reward`` ``[N]``
+    f32, ``total_profit`` ``[N]`` f32 and ``position`` ``[N]`` int64 (0 Short, 1 Long): the
+    episode as it stood after this step (the finished one where truncated); ``step`` adds
+    ``final_obs`` ``[N, W, F]`` (the last observation of the finished episode where truncated,
+    equal to the returned observation elsewhere).
+
+    Raises:
+        ValueError: bad shapes, kind, window, counts, fees or ``unit_side``.
+    """
+
+    metadata: dict[str, Any] = {"autoreset_mode": AutoresetMode.SAME_STEP}
+
+    def __init__(
+        self,
+        prices: np.ndarray | torch.Tensor,
+        signal_features: np.ndarray | torch.Tensor,
+        *,
+        kind: Literal["stocks", "forex"],
+        window_size: int,
+        num_envs: int = 1,
+        device: torch.device | str = "cpu",
+        trade_fee_bid_percent: float = 0.01,
+        trade_fee_ask_percent: float = 0.005,
+        trade_fee: float = 0.0003,
+        unit_side: Literal["left", "right"] = "left",
+    ) -> None:
+        if kind not in _KINDS:
+            raise ValueError(f"kind must be one of {_KINDS}, got {kind!r}")
+        if str(unit_side).lower() not in ("left", "right"):
+            raise ValueError(f"unit_side must be 'left' or 'right', got {unit_side!r}")
+        if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
+            raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
+        w = _check_window(window_size)
+        device = torch.device(device)
+        p = torch.as_tensor(prices).to(device=device, dtype=torch.float32)
+        f = torch.as_tensor(signal_features).to(device=device, dtype=torch.float32)
+        if p.ndim != 1 or f.ndim != 2 or f.shape[0] != p.shape[0]:
+            raise ValueError(
+                f"prices must be [T] and signal_features [T, F], got {tuple(p.shape)} and {tuple(f.shape)}"
+            )
+        if p.shape[0] < w + 2:
+            raise ValueError(
+                f"{p.shape[0]} price rows are too few for window_size={w} (need window_size + 2)"
+            )
+        for name, fee in (
+            ("trade_fee_bid_percent", trade_fee_bid_percent),
+            ("trade_fee_ask_percent", trade_fee_ask_percent),
+            ("trade_fee", trade_fee),
+        ):
+            if not np.isfinite(fee):
+                raise ValueError(f"{name} must be finite, got {fee!r}")
+
+        self.kind = kind
+        self.unit_side = str(unit_side).lower()
+        self.window_size = w
+        self.num_envs = int(num_envs)
+        self.device = device
+        self.env_id = f"anytrading:{kind}"
+        self.prices = p.contiguous()
+        self.signal_features = f.contiguous()
+        self.start_tick = w
+        self.end_tick = int(p.shape[0]) - 1
+        self.trade_fee_bid_percent = float(trade_fee_bid_percent)
+        self.trade_fee_ask_percent = float(trade_fee_ask_percent)
+        self.trade_fee = float(trade_fee)
+
+        # The package mixes Python floats into f32 arithmetic; NEP 50 casts each to f32 first.
+        def const(x: float) -> torch.Tensor:
+            return torch.tensor(x, dtype=torch.float32, device=device)
+
+        self._keep_ask = const(1 - self.trade_fee_ask_percent)
+        self._keep_bid = const(1 - self.trade_fee_bid_percent)
+        self._fee = const(self.trade_fee)
+        self._pip = const(_PIP)
+
+        self.single_observation_space = gym.spaces.Box(
+            low=-_OBS_BOUND, high=_OBS_BOUND, shape=(w, int(f.shape[1])), dtype=np.float32
+        )
+        self.single_action_space = gym.spaces.Discrete(2)
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+
+        self.obs: torch.Tensor | None = None  # the observation to act on next (None before reset)
+        self._tick = self.start_tick
+        n = self.num_envs
+        self._position = torch.zeros(n, dtype=torch.int64, device=device)
+        self._last_trade_tick = torch.full((n,), self.start_tick - 1, dtype=torch.int64, device=device)
+        self._total_reward = torch.zeros(n, dtype=torch.float32, device=device)
+        self._total_profit = torch.ones(n, dtype=torch.float32, device=device)
+
+    # ------------------------------------------------------------------ constructors
+
+    @classmethod
+    def from_close(
+        cls,
+        close: np.ndarray,
+        *,
+        kind: Literal["stocks", "forex"] = "stocks",
+        window_size: int | None = None,
+        frame_bound: tuple[int, int] | None = None,
+        num_envs: int = 1,
+        device: torch.device | str = "cpu",
+        **fees: Any,
+    ) -> AnyTradingEnv:
+        """Build from a close series as the package builds from a DataFrame's ``Close`` column.
+
+        Args:
+            close: ``[L]`` close prices (e.g. ``df["Close"].to_numpy()`` of the package's data).
+            kind: ``"stocks"`` or ``"forex"``.
+            window_size: defaults to the registered id's (:data:`ANYTRADING_WINDOW`: 30 / 24).
+            frame_bound: defaults to ``(window_size, len(close))``, as the registered ids.
+            num_envs, device: as the constructor.
+            **fees: ``trade_fee_bid_percent``, ``trade_fee_ask_percent``, ``trade_fee``,
+                ``unit_side``, as the constructor.
+
+        Raises:
+            ValueError: as :func:`process_data` and the constructor.
+        """
+        if kind not in _KINDS:
+            raise ValueError(f"kind must be one of {_KINDS}, got {kind!r}")
+        w = ANYTRADING_WINDOW[kind] if window_size is None else window_size
+        close = np.asarray(close)
+        bound = (w, close.shape[0] if close.ndim == 1 else 0) if frame_bound is None else frame_bound
+        prices, features = process_data(close, w, bound)
+        return cls(prices, features, kind=kind, window_size=w, num_envs=num_envs, device=device, **fees)
+
+    @classmethod
+    def from_bars(cls, bars: Bars, **kwargs: Any) -> AnyTradingEnv:
+        """:meth:`from_close` on ``bars.close`` (e.g. ``anytrading_bars("googl")``); same keywords."""
+        return cls.from_close(bars.close, **kwargs)
+
+    # ------------------------------------------------------------------ gymnasium API
+
+    def reset(
+        self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Reset every env to the start tick (the published reset is deterministic: ``seed``
+        only seeds :attr:`np_random`, as gymnasium's base class does).
+
+        Returns:
+            ``(obs [N, W, F] f32, info)`` with ``total_reward`` 0, ``total_profit`` 1,
+            ``position`` 0 (Short).
+        """
+        super().reset(seed=seed if not isinstance(seed, list) else seed[0], options=options)
+        self._reset_state()
+        self.obs = self._window(self._tick)
+        return self.obs, self._info()
+
+    def step(
+        self, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """Step every env with ``actions`` ``[N]`` int64 on :attr:`device` (0 Sell, 1 Buy).
+
+        No tensor value is read on the host. Values other than 0 and 1 trade never (as in the
+        package, which compares against the two action values).
+
+        Returns:
+            ``(obs, reward, terminated, truncated, info)`` as the class doc says.
+
+        Raises:
+            RuntimeError: before :meth:`reset`.
+            ValueError: ``actions`` not an int64 ``[N]`` tensor on :attr:`device`.
+        """
+        if self.obs is None:
+            raise RuntimeError("step() before reset()")
+        self._check_actions(actions)
+        self._tick += 1
+        tick = self._tick
+        truncated = tick == self.end_tick
+
+        pos = self._position
+        long = pos == 1
+        trade = ((actions == 1) & ~long) | ((actions == 0) & long)
+        cur = self.prices[tick]
+        last = self.prices.index_select(0, self._last_trade_tick)
+        booked = trade | truncated  # when the package updates total_profit
+        profit = self._total_profit
+        if self.kind == "stocks":
+            reward = torch.where(trade & long, cur - last, 0.0)
+            shares = profit * self._keep_ask / last
+            profit = torch.where(booked & long, shares * self._keep_bid * cur, profit)
+        else:
+            pips = (cur - last) * self._pip
+            # The package negates the difference before scaling; negation is exact either way.
+            reward = torch.where(trade, torch.where(long, pips, -pips), 0.0)
+            if self.unit_side == "left":
+                profit = torch.where(booked & ~long, profit * (last - self._fee) / cur, profit)
+            else:
+                profit = torch.where(booked & long, profit / last * (cur - self._fee), profit)
+        self._total_reward = self._total_reward + reward
+        self._total_profit = profit
+        self._position = torch.where(trade, 1 - pos, pos)
+        self._last_trade_tick = torch.where(trade, tick, self._last_trade_tick)
+
+        obs = self._window(tick)
+        info = self._info()
+        info["final_obs"] = obs
+        if truncated:
+            self._reset_state()
+            obs = self._window(self._tick)
+        self.obs = obs
+        n = self.num_envs
+        terminated = torch.zeros(n, dtype=torch.bool, device=self.device)
+        truncated_t = torch.full((n,), truncated, dtype=torch.bool, device=self.device)
+        return obs, reward, terminated, truncated_t, info
+
+    def step_transition(self, actions: torch.Tensor) -> Transition:
+        """:meth:`step` as a tritonrl :class:`~tritonrl.toolkit.envs.Transition` (episode lists
+        left empty: filling them would read the device)."""
+        obs, reward, terminated, truncated, info = self.step(actions)
+        return Transition(
+            obs=obs, reward=reward, next_obs=info["final_obs"], terminated=terminated, truncated=truncated
+        )
+
+    # ------------------------------------------------------------------ internals
+
+    def _reset_state(self) -> None:
+        self._tick = self.start_tick
+        self._position = torch.zeros_like(self._position)
+        self._last_trade_tick = torch.full_like(self._last_trade_tick, self.start_tick - 1)
+        self._total_reward = torch.zeros_like(self._total_reward)
+        self._total_profit = torch.ones_like(self._total_profit)
+
+    def _window(self, tick: int) -> torch.Tensor:
+        rows = self.signal_features[tick - self.window_size + 1 : tick + 1]  # [W, F]
+        return rows.expand(self.num_envs, *rows.shape).contiguous()  # [N, W, F], a fresh tensor
+
+    def _info(self) -> dict[str, torch.Tensor]:
+        return {
+            "total_reward": self._total_reward,
+            "total_profit": self._total_profit,
+            "position": self._position,
+        }
+
+    def _check_actions(self, actions: torch.Tensor) -> None:
+        if not isinstance(actions, torch.Tensor):
+            raise ValueError(f"actions must be a torch.Tensor, got {type(actions).__name__}")
+        if actions.shape != (self.num_envs,) or actions.dtype != torch.int64 or actions.device != self.device:
+            raise ValueError(
+                f"actions must be int64 [{self.num_envs}] on {self.device}, got "
+                f"{actions.dtype} {list(actions.shape)} on {actions.device}"
+            )
+
+    def __repr__(self) -> str:
+        return (
+            f"AnyTradingEnv(kind={self.kind!r}, window_size={self.window_size}, "
+            f"ticks={self.start_tick}..{self.end_tick}, num_envs={self.num_envs}, device={self.device})"
+        )
