@@ -22,6 +22,7 @@ from tritonrl.toolkit.market.types import Bars, MarketData
 # and its data modules work on a bare machine without gymnasium.
 _LAZY: dict[str, str] = {}
 _LAZY.update(dict.fromkeys(("ANYTRADING_WINDOW", "AnyTradingEnv", "process_data"), "anytrading"))
+_LAZY["Collector"] = "collector"
 
 __all__ = [
     "FEATURES",
