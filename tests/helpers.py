@@ -1,5 +1,4 @@
-"""Shared assertions and inputs for kernel tests, and the :class:`HostReads` guard (no host read of
-a tensor value inside a step; used by ``tests/agents/test_no_host_sync.py`` and the market tests)."""
+"""Shared assertions, inputs and guards for tests (kernel tolerances, noisy layers, host reads)."""
 
 from __future__ import annotations
 
@@ -73,6 +72,10 @@ def make_layer(
         noise(*lead, i),
         noise(*lead, o),
     )
+
+
+# ----------------------------------------------------------------------------- host reads
+# (what tests/agents/test_no_host_sync.py explains: used there and by the market env tests)
 
 
 class HostReadError(AssertionError):

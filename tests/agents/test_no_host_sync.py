@@ -41,7 +41,7 @@ import torch
 
 gym = pytest.importorskip("gymnasium")
 
-from helpers import HostReadError, HostReads  # noqa: E402  (the guard lives in tests/helpers.py)
+from helpers import HostReadError, HostReads  # noqa: E402  (tests/helpers.py: shared with other tests)
 from tritonrl.agents.dqn import DQNAgent  # noqa: E402  (imports gymnasium)
 from tritonrl.agents.dqn import preset as dqn_preset  # noqa: E402
 from tritonrl.agents.ppo import PPOAgent  # noqa: E402
