@@ -1,10 +1,15 @@
-"""Shared assertions and inputs for kernel tests."""
+"""Shared assertions, inputs and guards for tests (kernel tolerances, noisy layers, host reads)."""
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Callable, Iterator
+from typing import Any
 
+import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode, _pop_mode_temporarily
 from tritonrl.kernels.noisy_head import NoisyParams
 
 # bf16 keeps 8 bits of mantissa: one rounding costs up to 2**-8 relative.
@@ -67,3 +72,81 @@ def make_layer(
         noise(*lead, i),
         noise(*lead, o),
     )
+
+
+# ----------------------------------------------------------------------------- host reads
+# (what tests/agents/test_no_host_sync.py explains: used there and by the market env tests)
+
+
+class HostReadError(AssertionError):
+    """A tensor value was read on the host inside a guarded step."""
+
+
+class HostReads:
+    """Context manager: any host read of a tensor value inside raises :class:`HostReadError`.
+
+    Catches ``aten._local_scalar_dense`` (``.item()``, ``bool``, ``float``, ``int`` of a tensor)
+    in a dispatch mode, and calls of ``Tensor.tolist``, ``Tensor.numpy``, ``Tensor.__array__``,
+    ``Tensor.cpu`` and ``Tensor.to`` with a ``"cpu"`` string target. ``lifted()`` suspends it
+    (for a host implementation of a device op).
+    """
+
+    def __init__(self) -> None:
+        self._monkeypatch = pytest.MonkeyPatch()
+        self.active = False
+        guard = self
+
+        class _Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+                if func is torch.ops.aten._local_scalar_dense.default and guard.active:
+                    raise HostReadError(f"host read of a tensor value ({func}) inside the step")
+                return func(*args, **(kwargs or {}))
+
+        self._mode = _Mode()
+
+    def _patch(self) -> None:
+        guard = self
+
+        def failing(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+            def wrapper(t: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+                if guard.active:
+                    raise HostReadError(f"Tensor.{name}() inside the step")
+                return original(t, *args, **kwargs)
+
+            return wrapper
+
+        for name in ("tolist", "numpy", "__array__", "cpu"):
+            self._monkeypatch.setattr(torch.Tensor, name, failing(name, getattr(torch.Tensor, name)))
+        original_to = torch.Tensor.to
+
+        def to(t: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            target = kwargs.get("device", args[0] if args else None)
+            if guard.active and isinstance(target, str) and target.startswith("cpu"):
+                raise HostReadError(f"Tensor.to({target!r}) inside the step")
+            return original_to(t, *args, **kwargs)
+
+        self._monkeypatch.setattr(torch.Tensor, "to", to)
+
+    def __enter__(self) -> HostReads:
+        self._patch()
+        self._mode.__enter__()
+        self.active = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.active = False
+        self._mode.__exit__(*exc)
+        self._monkeypatch.undo()
+
+    @contextlib.contextmanager
+    def lifted(self) -> Iterator[None]:
+        """Inside: nothing is checked (the dispatch mode is popped, as for a custom op's kernel)."""
+        if not self.active:
+            yield
+            return
+        self.active = False
+        try:
+            with _pop_mode_temporarily():
+                yield
+        finally:
+            self.active = True

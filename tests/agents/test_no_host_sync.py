@@ -31,99 +31,23 @@ What a CPU run can and cannot prove:
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode, _pop_mode_temporarily
 
 gym = pytest.importorskip("gymnasium")
 
+from helpers import HostReadError, HostReads  # noqa: E402  (tests/helpers.py: shared with other tests)
 from tritonrl.agents.dqn import DQNAgent  # noqa: E402  (imports gymnasium)
 from tritonrl.agents.dqn import preset as dqn_preset  # noqa: E402
 from tritonrl.agents.ppo import PPOAgent  # noqa: E402
 from tritonrl.agents.ppo import preset as ppo_preset  # noqa: E402
 from tritonrl.toolkit.logger import MetricLogger  # noqa: E402
 from tritonrl.toolkit.replay import ReplayBuffer, prioritized  # noqa: E402
-
-
-class HostReadError(AssertionError):
-    """A tensor value was read on the host inside a guarded step."""
-
-
-class HostReads:
-    """Context manager: any host read of a tensor value inside raises :class:`HostReadError`.
-
-    Catches ``aten._local_scalar_dense`` (``.item()``, ``bool``, ``float``, ``int`` of a tensor)
-    in a dispatch mode, and calls of ``Tensor.tolist``, ``Tensor.numpy``, ``Tensor.__array__``,
-    ``Tensor.cpu`` and ``Tensor.to`` with a ``"cpu"`` string target. ``lifted()`` suspends it
-    (for a host implementation of a device op).
-    """
-
-    def __init__(self) -> None:
-        self._monkeypatch = pytest.MonkeyPatch()
-        self.active = False
-        guard = self
-
-        class _Mode(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-                if func is torch.ops.aten._local_scalar_dense.default and guard.active:
-                    raise HostReadError(f"host read of a tensor value ({func}) inside the step")
-                return func(*args, **(kwargs or {}))
-
-        self._mode = _Mode()
-
-    def _patch(self) -> None:
-        guard = self
-
-        def failing(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
-            def wrapper(t: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-                if guard.active:
-                    raise HostReadError(f"Tensor.{name}() inside the step")
-                return original(t, *args, **kwargs)
-
-            return wrapper
-
-        for name in ("tolist", "numpy", "__array__", "cpu"):
-            self._monkeypatch.setattr(torch.Tensor, name, failing(name, getattr(torch.Tensor, name)))
-        original_to = torch.Tensor.to
-
-        def to(t: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-            target = kwargs.get("device", args[0] if args else None)
-            if guard.active and isinstance(target, str) and target.startswith("cpu"):
-                raise HostReadError(f"Tensor.to({target!r}) inside the step")
-            return original_to(t, *args, **kwargs)
-
-        self._monkeypatch.setattr(torch.Tensor, "to", to)
-
-    def __enter__(self) -> HostReads:
-        self._patch()
-        self._mode.__enter__()
-        self.active = True
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.active = False
-        self._mode.__exit__(*exc)
-        self._monkeypatch.undo()
-
-    @contextlib.contextmanager
-    def lifted(self) -> Iterator[None]:
-        """Inside: nothing is checked (the dispatch mode is popped, as for a custom op's kernel)."""
-        if not self.active:
-            yield
-            return
-        self.active = False
-        try:
-            with _pop_mode_temporarily():
-                yield
-        finally:
-            self.active = True
-
 
 # ----------------------------------------------------------------------------- the guard can fail
 
