@@ -2,3 +2,6 @@
 
 See :mod:`tritonrl.toolkit.market.data` (bars, features, the one upload cast, splits by time).
 """
+
+from tritonrl.toolkit.market.env import MarketEnv as MarketEnv
+from tritonrl.toolkit.market.env import MarketEnvConfig as MarketEnvConfig
