@@ -96,6 +96,18 @@ _STATE: dict[str, torch.dtype] = {
     "reward_m2": torch.float32,  # running sum of squared deviations (Welford)
 }
 
+# _step's result: obs, reward, terminated, truncated, final_obs, done, and the info values
+# (equity, sharpe, max_drawdown, turnover, position).
+_StepOut = tuple[
+    torch.Tensor,
+    torch.Tensor,
+    torch.Tensor,
+    torch.Tensor,
+    torch.Tensor,
+    torch.Tensor,
+    tuple[torch.Tensor, ...],
+]
+
 # The entries of get_state().
 _STATE_KEYS = (
     "env_id",
@@ -194,7 +206,7 @@ class MarketEnv(gym.vector.VectorEnv):
         self._last_start = t_rows - 1 - length if config.random_start else w - 1
         self._last_row = t_rows - 1
         self._sqrt_ppy = math.sqrt(data.periods_per_year)
-        # a drawdown is 1 - exp(x) < 1 for any finite x: "never" needs no comparison at all
+        # max_drawdown 1.0 means never: compared with inf, as a drawdown 1 - exp(x) can round to 1.0
         self._dd_limit = config.max_drawdown if config.max_drawdown < 1.0 else math.inf
         self._acc_dtype = torch.float32 if self.device.type == "mps" else torch.float64
         self._fixed_starts = torch.full((num_envs,), self._first, dtype=torch.int64, device=self.device)
@@ -231,9 +243,11 @@ class MarketEnv(gym.vector.VectorEnv):
 
     def _observe(self, row: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
         """``[E, W*F + 1]``: the feature windows ending at ``row`` and the ``position`` column."""
-        window = self._windows.index_select(0, row - self._first)
-        column = position.to(window.dtype).unsqueeze(1)  # [E] f32 -> the features' dtype
-        return torch.cat((window, column), dim=1)
+        out = torch.empty((self.num_envs, self.obs_dim), dtype=self._windows.dtype, device=self.device)
+        # gathered straight into the observation (a cat would copy the windows once more)
+        torch.index_select(self._windows, 0, row - self._first, out=out.narrow(1, 0, self._width))
+        out[:, self._width] = position  # [E] f32 written in the features' dtype
+        return out
 
     def _actions(self, actions: Any) -> torch.Tensor:
         """Check ``actions`` (shape, dtype, device; never their values) and return the positions
@@ -256,7 +270,7 @@ class MarketEnv(gym.vector.VectorEnv):
             raise ValueError(f"continuous actions must have shape ({e}, 1), got {tuple(actions.shape)}")
         return actions.reshape(e).to(torch.float32).clamp(-1.0, 1.0)
 
-    def _step(self, actions: Any) -> tuple[torch.Tensor, ...]:
+    def _step(self, actions: Any) -> _StepOut:
         """One step of every env: ``(obs, reward, terminated, truncated, final_obs, done, info
         values)``; updates the state, the accumulators and :attr:`obs`."""
         if self.obs is None:
