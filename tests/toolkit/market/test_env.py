@@ -17,16 +17,18 @@ import dataclasses
 import math
 import statistics
 
-import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from helpers import HostReads
 from torch.utils._python_dispatch import TorchDispatchMode
-from tritonrl.toolkit.checkpoint import load_checkpoint, save_checkpoint
-from tritonrl.toolkit.envs import Transition
-from tritonrl.toolkit.market import MarketEnv, MarketEnvConfig
-from tritonrl.toolkit.market.types import MarketData
+
+gym = pytest.importorskip("gymnasium")
+
+from helpers import HostReads  # noqa: E402
+from tritonrl.toolkit.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
+from tritonrl.toolkit.envs import Transition  # noqa: E402  (imports gymnasium)
+from tritonrl.toolkit.market import MarketEnv, MarketEnvConfig  # noqa: E402
+from tritonrl.toolkit.market.types import MarketData  # noqa: E402
 
 PPY = 252.0
 
