@@ -4,7 +4,7 @@ See :mod:`tritonrl.toolkit.market.data` (bars, features, the one upload cast, sp
 """
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tritonrl.toolkit.market.data import (
     FEATURES,
@@ -23,6 +23,13 @@ from tritonrl.toolkit.market.types import Bars, MarketData
 _LAZY: dict[str, str] = {}
 _LAZY.update(dict.fromkeys(("ANYTRADING_WINDOW", "AnyTradingEnv", "process_data"), "anytrading"))
 _LAZY["Collector"] = "collector"
+_LAZY.update(dict.fromkeys(("MarketEnv", "MarketEnvConfig"), "env"))
+
+if TYPE_CHECKING:  # the lazy names, for type checkers
+    from tritonrl.toolkit.market.anytrading import AnyTradingEnv as AnyTradingEnv
+    from tritonrl.toolkit.market.collector import Collector as Collector
+    from tritonrl.toolkit.market.env import MarketEnv as MarketEnv
+    from tritonrl.toolkit.market.env import MarketEnvConfig as MarketEnvConfig
 
 __all__ = [
     "FEATURES",

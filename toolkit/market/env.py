@@ -1,0 +1,522 @@
+"""A batched trading environment: ``N`` environments over one series, stepped as tensor operations.
+
+:class:`MarketEnv` is a gymnasium ``VectorEnv`` whose state, observations, rewards and flags are
+tensors on the device of its :class:`~tritonrl.toolkit.market.types.MarketData`. A step is a fixed
+sequence of tensor operations of fixed shapes: no value is read by the host, no Python branch
+depends on a tensor, so a step on an accelerator never waits for it.
+
+One environment, at its decision row ``t`` (``t >= W - 1``):
+
+- observes ``features[t - W + 1 .. t]`` flattened (``W * F`` values, oldest row first) and the
+  position it holds, ``p_{t-1}`` (0 at the first decision): ``[W * F + 1]`` in the features' dtype;
+- chooses a position ``p_t``: discrete actions ``{0, 1, 2}`` are short, flat, long (-1, 0, +1);
+  continuous actions are a target position, clipped to ``[-1, 1]``;
+- moves to ``t + 1`` and earns, in log-return units (f32),
+  ``reward = p_t * log_return[t + 1] - cost * |p_t - p_{t-1}| - borrow_cost * max(-p_t, 0)``;
+  its log-equity (the episode's return: equity starts at 1) grows by the reward;
+- ends with ``terminated`` when its drawdown ``1 - equity / peak equity`` exceeds
+  ``max_drawdown``, and with ``truncated`` after ``episode_length`` decisions or when ``t + 1``
+  is the last row (no return follows it); both flags are computed, independently.
+
+Where an episode ends, the environment resets in the same step (gymnasium's ``SAME_STEP``
+autoreset): the returned observation is the first of the next episode (a new start row, position
+0, equity 1), ``info["final_obs"]`` holds the true next observation. Start rows are uniform over
+``[W - 1, T - 1 - episode_length]`` (``random_start``; every episode fits in the data) or the first
+decision row ``W - 1``; they come from the environment's own ``torch.Generator`` on the device,
+drawn for every environment at every step so that shapes never depend on how many ended.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium import spaces
+from gymnasium.vector.utils import batch_space
+from tritonrl.toolkit.agent import reseed
+from tritonrl.toolkit.checkpoint import generator_state_fits
+from tritonrl.toolkit.checks import check_config
+from tritonrl.toolkit.config import Config, check_config_dict
+from tritonrl.toolkit.envs import Transition
+from tritonrl.toolkit.market.types import MarketData
+
+__all__ = ["MarketEnv", "MarketEnvConfig"]
+
+
+@dataclass(frozen=True)
+class MarketEnvConfig(Config):
+    """The trading rules of :class:`MarketEnv` (immutable; copy with ``dataclasses.replace``)."""
+
+    window: int = 32
+    """``W``: bars per observation (the rows ``t - W + 1 .. t`` of the features)."""
+    episode_length: int = 256
+    """Decisions per episode; the episode is truncated after the last one."""
+    actions: Literal["discrete", "continuous"] = "discrete"
+    """``"discrete"``: ``Discrete(3)``, ``{0: short, 1: flat, 2: long}`` -> position -1 / 0 / +1;
+    ``"continuous"``: ``Box(-1, 1, (1,))``, the target position (clipped to [-1, 1])."""
+    cost: float = 1e-4
+    """Transaction cost per unit of ``|position change|``, in log-return units."""
+    borrow_cost: float = 0.0
+    """Cost per step per unit of short position, in log-return units."""
+    max_drawdown: float = 0.5
+    """Terminate when equity falls below ``(1 - max_drawdown) * peak equity``; 1.0: never."""
+    random_start: bool = True
+    """Episodes start at a uniform row of the data (every episode fits in it); ``False``: at the
+    first decision row ``W - 1`` every time (evaluation over a whole period)."""
+
+    def __post_init__(self) -> None:
+        check_config(self, _RANGES)
+
+
+_RANGES = {
+    "window": "[1, inf)",
+    "episode_length": "[1, inf)",
+    "cost": "[0, inf)",
+    "borrow_cost": "[0, inf)",
+    "max_drawdown": "(0, 1]",
+}
+
+# Accumulated per finished episode, in this order (episode_stats names the means).
+_STATS = ("return", "length", "equity", "sharpe", "max_drawdown", "turnover")
+
+# The per-env state: name -> dtype (saved, checked and restored by get_state / set_state).
+_STATE: dict[str, torch.dtype] = {
+    "row": torch.int64,  # decision row t
+    "position": torch.float32,  # p_{t-1}: held going into the decision
+    "log_equity": torch.float32,  # sum of this episode's rewards
+    "peak": torch.float32,  # max log-equity of this episode (0 at the start)
+    "max_drawdown": torch.float32,  # worst drawdown of this episode so far
+    "turnover": torch.float32,  # sum of |position changes|
+    "steps": torch.int64,  # decisions made in this episode
+    "reward_mean": torch.float32,  # running mean of this episode's rewards (Welford)
+    "reward_m2": torch.float32,  # running sum of squared deviations (Welford)
+}
+
+# _step's result: obs, reward, terminated, truncated, final_obs, done, and the info values
+# (equity, sharpe, max_drawdown, turnover, position).
+_StepOut = tuple[
+    torch.Tensor,
+    torch.Tensor,
+    torch.Tensor,
+    torch.Tensor,
+    torch.Tensor,
+    torch.Tensor,
+    tuple[torch.Tensor, ...],
+]
+
+# The entries of get_state().
+_STATE_KEYS = (
+    "env_id",
+    "num_envs",
+    "rows",
+    "config",
+    "vector_steps",
+    "state",
+    "accumulators",
+    "generator",
+    "obs",
+)
+
+
+class MarketEnv(gym.vector.VectorEnv):
+    """``num_envs`` trading environments over ``data``, as tensor operations on ``data.device``.
+
+    Implements gymnasium's vector API (:meth:`reset`, :meth:`step`, same-step autoreset) with
+    tensors in place of arrays, and tritonrl's loop interface (:meth:`step_transition`,
+    :meth:`episode_stats`, :meth:`get_state` / :meth:`check_state` / :meth:`set_state`). See the
+    module docstring for the rules.
+
+    Observations are ``[E, W * F + 1]`` in ``data.features.dtype`` (the training dtype: the
+    features are not cast; only the position column is written in that dtype);
+    ``single_observation_space`` states the shape (its dtype says float32, the contract of the
+    spaces; tensors carry the training dtype). Rewards are ``[E]`` f32, flags ``[E]`` bool.
+
+    Attributes:
+        data: the series.
+        config: the rules.
+        num_envs: ``E``.
+        device: ``data.device``.
+        env_id: ``"market:" + data.name``.
+        obs: the observation to act on next (``None`` before :meth:`reset`).
+        generator: the ``torch.Generator`` on ``device`` that draws start rows.
+    """
+
+    metadata: dict[str, Any] = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
+
+    def __init__(
+        self, data: MarketData, num_envs: int, config: MarketEnvConfig | None = None, *, seed: int = 0
+    ) -> None:
+        """Build the environments (they start after :meth:`reset`).
+
+        Args:
+            data: features ``[T, F]`` (any float dtype, used as they are) and f32 log returns
+                ``[T]``, on one device.
+            num_envs: ``E >= 1``.
+            config: the rules (default :class:`MarketEnvConfig()`).
+            seed: seeds the start-row generator.
+
+        Raises:
+            ValueError: ``num_envs < 1``, a config that is not a :class:`MarketEnvConfig`, data
+                shorter than ``window + episode_length`` rows (``random_start``) or
+                ``window + 1`` rows (one decision), or malformed data (shapes, dtypes, devices).
+        """
+        config = MarketEnvConfig() if config is None else config
+        if not isinstance(config, MarketEnvConfig):
+            raise ValueError(f"config must be a MarketEnvConfig, got {type(config).__name__}")
+        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+            raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ValueError(f"seed must be an int, got {seed!r}")
+        _check_data(data)
+        w, length, t_rows = config.window, config.episode_length, len(data)
+        need = w + length if config.random_start else w + 1
+        if t_rows < need:
+            what = "window + episode_length" if config.random_start else "window + 1"
+            raise ValueError(
+                f"market data {data.name!r} has {t_rows} rows, fewer than {what} = {need}"
+                + (" (random_start: every episode must fit in the data)" if config.random_start else "")
+            )
+        self.data = data
+        self.config = config
+        self.num_envs = num_envs
+        self.seed = seed
+        self.device = data.device
+        self.env_id = "market:" + data.name
+        n_features = data.num_features
+        self._width = w * n_features
+        self.obs_dim = self._width + 1
+        self.single_observation_space = spaces.Box(-np.inf, np.inf, (self.obs_dim,), np.float32)
+        self.single_action_space: spaces.Space
+        if config.actions == "discrete":
+            self.single_action_space = spaces.Discrete(3)
+        else:
+            self.single_action_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
+        self.observation_space = batch_space(self.single_observation_space, num_envs)
+        self.action_space = batch_space(self.single_action_space, num_envs)
+        # Row i of the windows is features[i .. i + W - 1] flattened: a strided view, no copy
+        # (one contiguous copy, never a cast, if the features are not contiguous).
+        features = data.features if data.features.is_contiguous() else data.features.contiguous()
+        self._windows = features.as_strided((t_rows - w + 1, self._width), (n_features, 1))
+        self._log_return = data.log_return
+        self._first = w - 1  # the first decision row
+        self._last_start = t_rows - 1 - length if config.random_start else w - 1
+        self._last_row = t_rows - 1
+        self._sqrt_ppy = math.sqrt(data.periods_per_year)
+        # max_drawdown 1.0 means never: compared with inf, as a drawdown 1 - exp(x) can round to 1.0
+        self._dd_limit = config.max_drawdown if config.max_drawdown < 1.0 else math.inf
+        self._acc_dtype = torch.float32 if self.device.type == "mps" else torch.float64
+        self._fixed_starts = torch.full((num_envs,), self._first, dtype=torch.int64, device=self.device)
+        self._ones = torch.ones(num_envs, device=self.device)
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(seed)
+        self.vector_steps = 0  # steps taken since construction (reseeds a generator across devices)
+        self._state = self._initial_state(draw=False)  # reset() draws the first starts
+        self._acc = torch.zeros(1 + len(_STATS), dtype=self._acc_dtype, device=self.device)
+        self.obs: torch.Tensor | None = None
+
+    # ------------------------------------------------------------------------------- internals
+
+    def _initial_state(self, draw: bool = True) -> dict[str, torch.Tensor]:
+        """Every env at the start of an episode: a drawn start row (``draw``; else the first
+        decision row, drawing nothing), flat, equity 1."""
+        e, dev = self.num_envs, self.device
+        state = {name: torch.zeros(e, dtype=dtype, device=dev) for name, dtype in _STATE.items()}
+        state["row"] = self._draw_starts() if draw else self._fixed_starts.clone()
+        return state
+
+    def _draw_starts(self) -> torch.Tensor:
+        """``[E]`` int64 start rows (uniform over the allowed starts, or the first decision row)."""
+        if self._last_start == self._first:  # random_start off, or exactly one start fits
+            return self._fixed_starts
+        return torch.randint(
+            self._first,
+            self._last_start + 1,
+            (self.num_envs,),
+            generator=self.generator,
+            device=self.device,
+            dtype=torch.int64,
+        )
+
+    def _observe(self, row: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
+        """``[E, W*F + 1]``: the feature windows ending at ``row`` and the ``position`` column."""
+        out = torch.empty((self.num_envs, self.obs_dim), dtype=self._windows.dtype, device=self.device)
+        # gathered straight into the observation (a cat would copy the windows once more)
+        torch.index_select(self._windows, 0, row - self._first, out=out.narrow(1, 0, self._width))
+        out[:, self._width] = position  # [E] f32 written in the features' dtype
+        return out
+
+    def _actions(self, actions: Any) -> torch.Tensor:
+        """Check ``actions`` (shape, dtype, device; never their values) and return the positions
+        ``[E]`` f32. Discrete values outside {0, 1, 2} are clamped to short / long; continuous
+        ones are clipped to [-1, 1] (a NaN stays NaN and shows in that env's reward)."""
+        if not isinstance(actions, torch.Tensor):
+            actions = torch.as_tensor(np.asarray(actions), device=self.device)
+        e = self.num_envs
+        if actions.device != self.device:
+            raise ValueError(f"actions are on {actions.device}, the env on {self.device}")
+        if self.config.actions == "discrete":
+            if actions.dtype.is_floating_point or actions.dtype.is_complex or actions.dtype == torch.bool:
+                raise ValueError(f"discrete actions must be integers (int64), got {actions.dtype}")
+            if tuple(actions.shape) != (e,):
+                raise ValueError(f"discrete actions must have shape ({e},), got {tuple(actions.shape)}")
+            return (actions - 1).clamp(-1, 1).to(torch.float32)
+        if not actions.dtype.is_floating_point:
+            raise ValueError(f"continuous actions must be floating point, got {actions.dtype}")
+        if tuple(actions.shape) != (e, 1):
+            raise ValueError(f"continuous actions must have shape ({e}, 1), got {tuple(actions.shape)}")
+        return actions.reshape(e).to(torch.float32).clamp(-1.0, 1.0)
+
+    def _step(self, actions: Any) -> _StepOut:
+        """One step of every env: ``(obs, reward, terminated, truncated, final_obs, done, info
+        values)``; updates the state, the accumulators and :attr:`obs`."""
+        if self.obs is None:
+            raise RuntimeError("MarketEnv.step called before reset()")
+        cfg, s = self.config, self._state
+        position = self._actions(actions)
+        row, held = s["row"], s["position"]
+        change = (position - held).abs()
+        reward = position * self._log_return.index_select(0, row + 1) - cfg.cost * change
+        if cfg.borrow_cost:
+            reward = reward - cfg.borrow_cost * (-position).clamp(min=0.0)
+        row = row + 1
+        steps = s["steps"] + 1
+        log_equity = s["log_equity"] + reward
+        peak = torch.maximum(s["peak"], log_equity)
+        drawdown = -torch.expm1(log_equity - peak)  # 1 - equity / peak
+        max_drawdown = torch.maximum(s["max_drawdown"], drawdown)
+        turnover = s["turnover"] + change
+        # Welford's running mean and squared deviations (exact 0 for a constant reward)
+        n = steps.to(torch.float32)
+        delta = reward - s["reward_mean"]
+        reward_mean = s["reward_mean"] + delta / n
+        reward_m2 = s["reward_m2"] + delta * (reward - reward_mean)
+        std = (reward_m2 / n).sqrt()
+        sharpe = torch.where(reward_m2 > 0, reward_mean / std * self._sqrt_ppy, 0.0)
+        terminated = drawdown > self._dd_limit
+        truncated = (steps >= cfg.episode_length) | (row >= self._last_row)
+        done = terminated | truncated
+        equity = log_equity.exp()
+        final_obs = self._observe(row, position)
+        # same-step autoreset (a start is drawn for every env; used where done)
+        starts = self._draw_starts()
+        self._state = {
+            "row": torch.where(done, starts, row),
+            "position": torch.where(done, 0.0, position),
+            "log_equity": torch.where(done, 0.0, log_equity),
+            "peak": torch.where(done, 0.0, peak),
+            "max_drawdown": torch.where(done, 0.0, max_drawdown),
+            "turnover": torch.where(done, 0.0, turnover),
+            "steps": torch.where(done, 0, steps),
+            "reward_mean": torch.where(done, 0.0, reward_mean),
+            "reward_m2": torch.where(done, 0.0, reward_m2),
+        }
+        obs = self._observe(self._state["row"], self._state["position"])
+        # the finished episodes' figures, summed: [E] @ [E, 1 + len(_STATS)] (count first)
+        finished = torch.stack((self._ones, log_equity, n, equity, sharpe, max_drawdown, turnover), dim=1)
+        self._acc.add_(done.to(torch.float32) @ finished)
+        self.obs = obs
+        self.vector_steps += 1
+        return (
+            obs,
+            reward,
+            terminated,
+            truncated,
+            final_obs,
+            done,
+            (equity, sharpe, max_drawdown, turnover, position),
+        )
+
+    # ------------------------------------------------------------------------------- gymnasium API
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
+        """Start a new episode in every env (episodes in progress are dropped, uncounted).
+
+        Args:
+            seed: reseed the start-row generator first (``None``: continue its stream).
+            options: unused (gymnasium's signature).
+
+        Returns:
+            ``(obs [E, W*F + 1] in the features' dtype, {})``.
+        """
+        if seed is not None:
+            if isinstance(seed, bool) or not isinstance(seed, int):
+                raise ValueError(f"seed must be an int, got {seed!r}")
+            self.generator.manual_seed(seed)
+        self._state = self._initial_state()
+        self.obs = self._observe(self._state["row"], self._state["position"])
+        return self.obs, {}
+
+    def step(
+        self, actions: Any
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
+        """Step every env once; finished ones reset in the same step.
+
+        Args:
+            actions: ``[E]`` integer (discrete) or ``[E, 1]`` float (continuous), a tensor on the
+                env's device (a numpy array is moved there: a host path).
+
+        Returns:
+            ``(obs, reward, terminated, truncated, info)``: ``obs`` ``[E, D]`` (the reset
+            observation where an episode ended), ``reward`` ``[E]`` f32, flags ``[E]`` bool;
+            ``info`` holds ``final_obs`` ``[E, D]`` (the true next observation; equal to ``obs``
+            where nothing ended), ``_final_obs`` ``[E]`` bool (where an episode ended), and per
+            env, f32 ``[E]``, the episode as it stood after this step (the finished one where it
+            ended): ``equity``, ``sharpe`` (annualised, of the episode's rewards so far),
+            ``max_drawdown``, ``turnover`` and ``position`` (held after this step).
+
+        Raises:
+            RuntimeError: before :meth:`reset`.
+            ValueError: actions of the wrong shape, dtype or device (values are never read).
+        """
+        obs, reward, terminated, truncated, final_obs, done, values = self._step(actions)
+        equity, sharpe, max_drawdown, turnover, position = values
+        info = {
+            "final_obs": final_obs,
+            "_final_obs": done,
+            "equity": equity,
+            "sharpe": sharpe,
+            "max_drawdown": max_drawdown,
+            "turnover": turnover,
+            "position": position,
+        }
+        return obs, reward, terminated, truncated, info
+
+    # ------------------------------------------------------------------------------- tritonrl's loop
+
+    def step_transition(self, actions: Any) -> Transition:
+        """:meth:`step` as a :class:`~tritonrl.toolkit.envs.Transition` (``next_obs`` is the true
+        next observation; the episode lists stay empty: finished episodes are counted on the
+        device, see :meth:`episode_stats`). Same arguments and errors as :meth:`step`."""
+        obs, reward, terminated, truncated, final_obs, _, _ = self._step(actions)
+        return Transition(
+            obs=obs, reward=reward, next_obs=final_obs, terminated=terminated, truncated=truncated
+        )
+
+    def episode_stats(self) -> dict[str, float]:
+        """The episodes finished since the last call, summed on the device: read (one sync) and
+        cleared.
+
+        Returns:
+            ``{"episodes": n}`` and, when ``n > 0``, the means over them: ``mean_return`` (sum of
+            rewards, the final log-equity), ``mean_length`` (decisions), ``mean_equity`` (final),
+            ``mean_sharpe``, ``mean_max_drawdown``, ``mean_turnover``.
+        """
+        values = self._acc.tolist()
+        self._acc.zero_()
+        n = values[0]
+        out = {"episodes": n}
+        if n > 0:
+            out.update({f"mean_{name}": v / n for name, v in zip(_STATS, values[1:], strict=True)})
+        return out
+
+    def get_state(self) -> dict[str, Any]:
+        """Everything needed to continue exactly: the per-env state tensors, the generator state,
+        the episode accumulators, ``obs`` (copies, on the env's device), the counters and the
+        identity checked on restore (env id, number of envs, config, data rows)."""
+        return {
+            "env_id": self.env_id,
+            "num_envs": self.num_envs,
+            "rows": len(self.data),
+            "config": self.config.to_dict(),
+            "vector_steps": self.vector_steps,
+            "state": {k: v.clone() for k, v in self._state.items()},
+            "accumulators": self._acc.clone(),
+            "generator": self.generator.get_state(),
+            "obs": None if self.obs is None else self.obs.clone(),
+        }
+
+    def check_state(self, state: dict[str, Any]) -> bool:
+        """Raise ``ValueError`` unless ``state`` is a :meth:`get_state` of an env like this one
+        (reads the saved values: a resume, not a step); changes nothing.
+
+        Returns:
+            whether the saved generator state fits this device (``False``: saved on another
+            device type; :meth:`set_state` then reseeds from ``seed`` and ``vector_steps``).
+        """
+        if not isinstance(state, dict):
+            raise ValueError(f"env state is a {type(state).__name__}, not a dict")
+        missing = [k for k in _STATE_KEYS if k not in state]
+        if missing:
+            raise ValueError(f"env state lacks {', '.join(missing)}")
+        if (state["env_id"], state["num_envs"], state["rows"]) != (
+            self.env_id,
+            self.num_envs,
+            len(self.data),
+        ):
+            raise ValueError(
+                f"env state is for {str(state['env_id'])[:60]!r} x {str(state['num_envs'])[:20]} envs "
+                f"over {str(state['rows'])[:20]} rows, this is {self.env_id!r} x {self.num_envs} "
+                f"over {len(self.data)}"
+            )
+        check_config_dict(MarketEnvConfig, state["config"], where="env state config")
+        saved = MarketEnvConfig.from_dict(state["config"])
+        if saved != self.config:
+            raise ValueError(f"env state was saved with {saved}, this env has {self.config}")
+        steps = state["vector_steps"]
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+            raise ValueError(f"env state vector_steps={str(steps)[:20]} is not a non-negative int")
+        tensors = state["state"]
+        if not isinstance(tensors, dict) or set(tensors) != set(_STATE):
+            raise ValueError(f"env state 'state' must hold exactly {sorted(_STATE)}")
+        for name, dtype in _STATE.items():
+            t = tensors[name]
+            if not isinstance(t, torch.Tensor) or t.dtype != dtype or tuple(t.shape) != (self.num_envs,):
+                raise ValueError(f"env state {name!r} is not a {dtype} tensor of shape ({self.num_envs},)")
+        row = tensors["row"]
+        lo, hi = self._first, self._last_row - 1
+        if bool(((row < lo) | (row > hi)).any()):
+            raise ValueError(f"env state rows lie outside the decision rows [{lo}, {hi}] of this data")
+        acc = state["accumulators"]
+        if (
+            not isinstance(acc, torch.Tensor)
+            or tuple(acc.shape) != tuple(self._acc.shape)
+            or not acc.is_floating_point()
+        ):
+            raise ValueError(
+                f"env state accumulators are not a float tensor of shape {tuple(self._acc.shape)}"
+            )
+        obs = state["obs"]
+        shape = (self.num_envs, self.obs_dim)
+        if obs is not None and (not isinstance(obs, torch.Tensor) or tuple(obs.shape) != shape):
+            raise ValueError(f"env state 'obs' is not a tensor of shape {shape}")
+        return generator_state_fits(state["generator"], self.device)
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore a :meth:`get_state` (every part checked before anything changes).
+
+        Raises:
+            ValueError: another env id, number of envs, data length or config, or damaged parts.
+        """
+        fits = self.check_state(state)
+        dev = self.device
+        self._state = {k: state["state"][k].to(dev).clone() for k in _STATE}
+        self._acc = state["accumulators"].to(dev, self._acc_dtype).clone()
+        self.vector_steps = state["vector_steps"]
+        if fits:
+            self.generator.set_state(state["generator"].cpu())
+        else:
+            reseed(self.generator, self.seed, self.vector_steps)
+        dtype = self._windows.dtype
+        self.obs = None if state["obs"] is None else state["obs"].to(dev, dtype).clone()
+
+
+def _check_data(data: MarketData) -> None:
+    """Raise ``ValueError`` unless ``data`` has the shapes, dtypes and one device the env needs."""
+    if not isinstance(data, MarketData):
+        raise ValueError(f"data must be a MarketData, got {type(data).__name__}")
+    f, r = data.features, data.log_return
+    if f.dim() != 2 or f.shape[1] < 1 or not f.dtype.is_floating_point:
+        raise ValueError(f"data.features must be a float [T, F] tensor, got {f.dtype} {tuple(f.shape)}")
+    if tuple(r.shape) != (f.shape[0],) or r.dtype != torch.float32:
+        raise ValueError(f"data.log_return must be f32 [{f.shape[0]}], got {r.dtype} {tuple(r.shape)}")
+    if r.device != f.device:
+        raise ValueError(f"data.log_return is on {r.device}, the features on {f.device}")
+    ppy = data.periods_per_year
+    if not (isinstance(ppy, (int, float)) and math.isfinite(ppy) and ppy > 0):
+        raise ValueError(f"data.periods_per_year must be a positive number, got {ppy!r}")
