@@ -1,0 +1,82 @@
+"""The collector on ``MarketEnv`` (synthetic bars uploaded once): DQN with n-step PER and PPO
+(discrete and continuous positions) step with no host read, and the replay fills as specified."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+import torch
+
+gym = pytest.importorskip("gymnasium")
+
+from helpers import HostReads  # noqa: E402
+from test_collector import _accelerator_defaults  # noqa: E402
+from tritonrl.agents.dqn import DQNAgent  # noqa: E402
+from tritonrl.agents.dqn import preset as dqn_preset  # noqa: E402
+from tritonrl.agents.ppo import PPOAgent  # noqa: E402
+from tritonrl.agents.ppo import preset as ppo_preset  # noqa: E402
+from tritonrl.toolkit.market.collector import Collector  # noqa: E402
+from tritonrl.toolkit.market.data import synthetic_bars, upload  # noqa: E402
+from tritonrl.toolkit.market.env import MarketEnv, MarketEnvConfig  # noqa: E402
+
+E = 8
+
+
+def _env(actions: str = "discrete") -> MarketEnv:
+    data = upload(synthetic_bars(400, seed=0))
+    return MarketEnv(data, E, MarketEnvConfig(window=8, episode_length=6, actions=actions), seed=0)
+
+
+def test_dqn_collector_on_market_env() -> None:
+    env = _env()
+    cfg = dqn_preset(
+        "rainbow", torso_width=16, batch_size=4, buffer_size=256, atoms=11, replay_staging="device"
+    )
+    agent = DQNAgent(env.single_observation_space, env.single_action_space, cfg, num_envs=E, seed=0)
+    _accelerator_defaults(agent)
+    collector = Collector(agent, env)
+    for _ in range(2):
+        with HostReads():
+            for _ in range(5):  # episodes of 6 decisions: truncations inside the window
+                collector.step()
+        agent.update()
+        agent.check_inputs()
+    assert agent.env_steps == 10 * E and len(agent.buffer) == (10 - 2) * E
+    stats = env.episode_stats()  # the one sync, at a log interval
+    assert stats["episodes"] >= E  # every env truncated after 6 decisions (some may have terminated earlier)
+
+
+@pytest.mark.parametrize("actions", ["discrete", "continuous"])
+def test_ppo_collector_on_market_env(actions: str) -> None:
+    env = _env(actions)
+    name = "ppo" if actions == "discrete" else "ppo-continuous"
+    cfg = dataclasses.replace(ppo_preset(name), num_steps=8, num_minibatches=2, update_epochs=1, hidden=(8,))
+    agent = PPOAgent(env.single_observation_space, env.single_action_space, cfg, num_envs=E, seed=0)
+    _accelerator_defaults(agent)
+    collector = Collector(agent, env)
+    flags: list[torch.Tensor] = []
+    step_transition = env.step_transition
+
+    def recording(a: Any) -> Any:
+        t = step_transition(a)
+        flags.append(t.truncated)
+        return t
+
+    env.step_transition = recording  # type: ignore[method-assign]
+    with HostReads() as guard, pytest.MonkeyPatch.context() as mp:
+        guarded = torch.Tensor.numpy
+
+        def numpy(t: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            if flags and t is flags[-1]:  # PPO's documented read of CPU truncation flags
+                with guard.lifted():
+                    return guarded(t, *args, **kwargs)
+            return guarded(t, *args, **kwargs)
+
+        mp.setattr(torch.Tensor, "numpy", numpy)
+        for _ in range(cfg.num_steps):
+            collector.step()
+    assert agent.buffer.full
+    agent.update()
+    agent.check_inputs()
