@@ -570,7 +570,9 @@ def run(args: argparse.Namespace) -> int:
         return 128 + int(signum)
     final = summary["final_eval"]
     line = f"{spec.name} on {args.env}: {summary['global_step']} steps in {summary['wall_s']:.1f} s"
-    if final is not None:
+    if final is not None and "report" in final:  # a market run: one pass over the validation period
+        line += f", validation log return {final['mean_return']:.3f} (Sharpe {final['sharpe']:.2f})"
+    elif final is not None:
         line += f", greedy evaluation {final['mean_return']:.1f} +- {final['std_return']:.1f}"
     if summary["reached_target_at"] is not None:
         line += f", target reached at step {summary['reached_target_at']}"
