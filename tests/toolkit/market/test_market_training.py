@@ -92,8 +92,10 @@ def _rows(path: Path) -> list[dict[str, float]]:
 
 
 @pytest.mark.parametrize("agent", ["dqn", "ppo-continuous"])
-def test_train_cli_reports_and_resumes(agent: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    torch.set_num_threads(1)
+def test_train_cli_reports_and_resumes(
+    agent: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """(The CLI runs on one torch thread, its --threads default.)"""
     # PPO's learning rate anneals over --steps: off, so that 768 + 768 steps equal 1536
     extra = ["learning_starts=256"] if agent == "dqn" else ["num_steps=32", "anneal_lr=false"]
     base = [*ARGS, "--agent", agent, *(a for x in extra for a in ("--set", x))]
