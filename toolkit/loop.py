@@ -22,6 +22,20 @@ at step k and resumed writes the same metrics as one that never stopped (``chart
 By default it is also written every ``checkpoint_seconds`` (600 s) of wall time, at the first
 metric flush past that time (so it adds no metric row and keeps runs reproducible), and at the end.
 
+Environments that keep their tensors on the device (:class:`tritonrl.toolkit.market.env.MarketEnv`)
+join through three optional hooks, each used when the env (or ``evaluator``) has it:
+
+- ``env.step_transition(actions) -> Transition`` is called instead of ``env.step`` (a gymnasium
+  vector env's ``step`` returns a tuple; this returns the loop's :class:`~tritonrl.toolkit.envs.Transition`,
+  with empty episode lists, so nothing is read on the host in a step);
+- ``env.episode_stats() -> dict[str, float]`` is called at every metric flush (one sync): the
+  episodes finished since the last call are logged as ``charts/episodic_return`` and
+  ``charts/episodic_length`` (their means) and the other entries as ``market/<name>``
+  (see :func:`episode_metrics`); the progress bar and ``recent_return`` take the mean return;
+- ``evaluate_policy(policy, episodes, seed) -> dict`` (with ``"mean_return"``), on the
+  ``evaluator`` argument of :func:`run_training` or else on the env, replaces the gymnasium
+  :func:`~tritonrl.toolkit.envs.evaluate` (a market run evaluates on its validation period).
+
 The run folder is as crash-safe as the checkpoint (DESIGN.md section 8):
 
 - one writer: the folder is locked (``<run_dir>/.lock``, :class:`tritonrl.toolkit.runfolder.RunLock`) for
@@ -78,10 +92,12 @@ from tritonrl.toolkit.runfolder import RunLock, move_aside
 __all__ = [
     "CHECKPOINT_NAME",
     "DivergenceError",
+    "Evaluator",
     "LoopConfig",
     "MAX_SEED",
     "Schedule",
     "TrainingError",
+    "episode_metrics",
     "run_training",
     "seed_everything",
 ]
@@ -195,6 +211,46 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
 
 
+class Evaluator(Protocol):
+    """An evaluation other than the gymnasium one (a market run's validation period)."""
+
+    def evaluate_policy(
+        self, policy: Callable[[torch.Tensor], torch.Tensor], episodes: int, seed: int
+    ) -> dict[str, Any]:
+        """Run the greedy ``policy``; return at least ``{"mean_return": float}``."""
+        ...
+
+
+_STATS_RETURN = ("mean_return", "return", "episodic_return")
+_STATS_LENGTH = ("mean_length", "length", "episodic_length")
+_STATS_COUNT = ("count", "episodes")
+
+
+def episode_metrics(stats: Mapping[str, float]) -> dict[str, float]:
+    """Metric names for an ``env.episode_stats()`` dict (means over the episodes it drained).
+
+    The mean return (key ``mean_return``, ``return`` or ``episodic_return``) becomes
+    ``charts/episodic_return``, the mean length (``mean_length``, ``length``,
+    ``episodic_length``) ``charts/episodic_length``, any other entry ``market/<name>`` (a
+    ``mean_`` prefix dropped: ``mean_sharpe`` -> ``market/sharpe``); the count (``count`` or
+    ``episodes``) is left out. No finished episode (a count of 0): an empty dict.
+    """
+    count = next((stats[k] for k in _STATS_COUNT if k in stats), None)
+    if count is not None and count <= 0:
+        return {}
+    out: dict[str, float] = {}
+    for key, value in stats.items():
+        if key in _STATS_COUNT:
+            continue
+        if key in _STATS_RETURN:
+            out["charts/episodic_return"] = float(value)
+        elif key in _STATS_LENGTH:
+            out["charts/episodic_length"] = float(value)
+        else:
+            out[f"market/{key.removeprefix('mean_')}"] = float(value)
+    return out
+
+
 def _eval_policy(agent: Any):
     make = getattr(agent, "eval_policy", None)
     if make is not None:
@@ -255,14 +311,23 @@ def run_training(
     cfg: LoopConfig,
     *,
     should_stop: Callable[[], bool] | None = None,
+    evaluator: Evaluator | None = None,
 ) -> dict[str, Any]:
     """Train ``agent`` on ``env`` for ``cfg.total_steps`` environment steps.
+
+    ``env`` is a :class:`~tritonrl.toolkit.envs.VecEnv` or any env with its attributes
+    (``num_envs``, ``device``, ``env_id``, ``obs``, ``reset``, ``get_state``/``set_state``) and
+    either ``step`` returning a :class:`~tritonrl.toolkit.envs.Transition` or
+    ``step_transition`` (see the module doc for that hook and ``episode_stats``).
 
     Args:
         should_stop: polled after every vector step; when it returns true the run ends there
             (metrics flushed, a checkpoint saved when ``run_dir`` is set, ``interrupted`` and
             ``stopped`` = ``"should_stop"`` in the summary). A signal handler setting a
             ``threading.Event`` whose ``is_set`` is passed here is the intended use.
+        evaluator: has ``evaluate_policy(policy, episodes, seed) -> dict`` (``"mean_return"``
+            at least): used for every evaluation instead of the gymnasium one on
+            ``cfg.eval_env_id``; ``None``: the env's own ``evaluate_policy`` if it has one.
 
     Returns:
         a summary: ``global_step``, ``evaluations`` (``[step, mean_return]`` pairs),
@@ -288,9 +353,9 @@ def run_training(
     if not (cfg.checkpoint_seconds >= 0 and math.isfinite(cfg.checkpoint_seconds)):
         raise ValueError(f"checkpoint_seconds must be finite and >= 0, got {cfg.checkpoint_seconds}")
     if cfg.run_dir is None:
-        return _run(agent, env, schedule, cfg, should_stop)
+        return _run(agent, env, schedule, cfg, should_stop, evaluator)
     with RunLock(cfg.run_dir):
-        return _run(agent, env, schedule, cfg, should_stop)
+        return _run(agent, env, schedule, cfg, should_stop, evaluator)
 
 
 def _notice(message: str) -> None:
@@ -368,9 +433,14 @@ def _prepare_run_dir(run_dir: Path, ckpt_path: Path, resume_step: int | None, cf
 
 
 def _run(
-    agent: Any, env: VecEnv, schedule: Schedule, cfg: LoopConfig, should_stop: Callable[[], bool] | None
+    agent: Any,
+    env: VecEnv,
+    schedule: Schedule,
+    cfg: LoopConfig,
+    should_stop: Callable[[], bool] | None,
+    evaluator: Evaluator | None = None,
 ) -> dict[str, Any]:
-    run = _Run(agent, env, schedule, cfg)
+    run = _Run(agent, env, schedule, cfg, evaluator)
     run.start()
     run.train(should_stop)
     return run.finish()
@@ -381,8 +451,14 @@ class _Run:
     folder), :meth:`train` (the loop: :meth:`env_step`, then evaluation, :meth:`flush_and_check`
     and :meth:`save` when due; the end of the run), :meth:`finish` (the curve and the summary)."""
 
-    def __init__(self, agent: Any, env: VecEnv, schedule: Schedule, cfg: LoopConfig) -> None:
+    def __init__(
+        self, agent: Any, env: VecEnv, schedule: Schedule, cfg: LoopConfig, evaluator: Evaluator | None = None
+    ) -> None:
         self.agent, self.env, self.schedule, self.cfg = agent, env, schedule, cfg
+        # the optional hooks of a device env (module doc)
+        self.step_env: Callable[[Any], Any] = getattr(env, "step_transition", None) or env.step
+        self.episode_stats: Callable[[], Mapping[str, float]] | None = getattr(env, "episode_stats", None)
+        self.evaluate_policy = getattr(evaluator if evaluator is not None else env, "evaluate_policy", None)
         self.run_dir = Path(cfg.run_dir) if cfg.run_dir is not None else None
         self.ckpt_path = self.run_dir / CHECKPOINT_NAME if self.run_dir is not None else None
         self.counters = _Counters()
@@ -499,7 +575,7 @@ class _Run:
         updates. Returns the new global step."""
         agent, env, logger, counters = self.agent, self.env, self.logger, self.counters
         actions = agent.act(self.obs)
-        tr = env.step(actions)
+        tr = self.step_env(actions)
         agent.observe(self.obs, actions, tr.reward, tr.next_obs, tr.terminated, tr.truncated)
         self.obs = tr.obs
         step = counters.step = counters.step + env.num_envs
@@ -589,6 +665,12 @@ class _Run:
         """
         logger = self.logger
         means: Mapping[str, float] = {}
+        if self.episode_stats is not None:  # a device env's finished episodes (one sync)
+            finished = episode_metrics(self.episode_stats())
+            if "charts/episodic_return" in finished:
+                self.recent = (self.recent + [finished["charts/episodic_return"]])[-20:]
+            if logger is not None and finished:
+                logger.log(step, finished)
         if logger is not None:
             now = time.perf_counter()
             if sps:
@@ -609,13 +691,16 @@ class _Run:
     def evaluate(self, step: int) -> None:
         """A greedy evaluation at ``step``; sets :attr:`stop` when it reaches ``target_return``."""
         cfg = self.cfg
-        result = evaluate(
-            _eval_policy(self.agent),
-            self.eval_env_id,
-            cfg.eval_episodes,
-            seed=cfg.seed + 100_000,
-            device=self.env.device,
-        )
+        if self.evaluate_policy is not None:
+            result = self.evaluate_policy(_eval_policy(self.agent), cfg.eval_episodes, cfg.seed + 100_000)
+        else:
+            result = evaluate(
+                _eval_policy(self.agent),
+                self.eval_env_id,
+                cfg.eval_episodes,
+                seed=cfg.seed + 100_000,
+                device=self.env.device,
+            )
         self.final_eval = result
         self.counters.evaluations.append([step, result["mean_return"]])
         if self.logger is not None:

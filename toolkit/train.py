@@ -5,6 +5,12 @@
     python -m tritonrl.toolkit train --agent ppo --env CartPole-v1 --steps 100000 --eval-every 10000
     python -m tritonrl.toolkit train --agent ppo-continuous --env Pendulum-v1 --set lr=1e-3 --set gamma=0.9
     python -m tritonrl.toolkit train --agent ppo --env CartPole-v1 --run-dir runs/a --resume
+    python -m tritonrl.toolkit train --agent rainbow --env market:synthetic,ar=0.3 --set env.cost=2e-4
+
+``--env market:SOURCE`` trains on market data (``synthetic[,ar=F,...]``, ``googl``, ``eurusd``,
+``csv=PATH``) with the preset's market overrides, ``--set env.FIELD=VALUE`` for the trading rules,
+evaluation on the validation period and, at the end, the test-period report printed and saved
+(``test_report.json``, ``equity.png``): see :mod:`tritonrl.toolkit.market.training`.
 
 Each run writes ``metrics.csv``, TensorBoard files, ``checkpoint.safetensors`` and ``curve.png``
 into ``--run-dir`` (default ``runs/<agent>-<env>-s<seed>``). ``--resume`` continues from that
@@ -50,6 +56,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import json
 import math
 import os
 import signal
@@ -86,7 +93,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         default=DEFAULT_AGENT,
         help=f"agent preset (default {DEFAULT_AGENT}); `--agent list` lists them",
     )
-    p.add_argument("--env", default=DEFAULT_ENV, help=f"gymnasium environment id (default {DEFAULT_ENV})")
+    p.add_argument(
+        "--env",
+        default=DEFAULT_ENV,
+        help=f"gymnasium environment id, or market:SOURCE (synthetic[,ar=F], googl, eurusd, csv=PATH) "
+        f"(default {DEFAULT_ENV})",
+    )
     p.add_argument("--steps", type=int, default=None, help="environment steps (default: the preset's)")
     p.add_argument("--seed", type=int, default=1, help=f"0 to {MAX_SEED} (default 1)")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default cpu)")
@@ -144,7 +156,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override an agent config field (repeatable)",
+        help="override an agent config field (repeatable); env.FIELD=VALUE: a market env field",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--no-tensorboard", action="store_true", help="metrics.csv only")
@@ -293,7 +305,13 @@ def _undo(probe: Path, made: list[Path]) -> None:
             break
 
 
-def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any]:
+def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any, Any]:
+    """The preset, agent, env, schedule, loop config and (``--env market:...``) the market run's
+    parts (:class:`tritonrl.toolkit.market.training.MarketRun`, else ``None``).
+
+    Raises:
+        UsageError: any bad argument (before anything is written).
+    """
     import gymnasium as gym
     from tritonrl.toolkit.checkpoint import (
         CheckpointError,
@@ -305,6 +323,7 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any]:
     from tritonrl.toolkit.config import config_changes, fixed_changes, format_change
     from tritonrl.toolkit.envs import make_vec_env
     from tritonrl.toolkit.loop import CHECKPOINT_NAME, LoopConfig
+    from tritonrl.toolkit.market.training import is_market, market_preset, split_overrides
     from tritonrl.toolkit.registry import get_agent
 
     _validate(args)
@@ -312,19 +331,23 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any]:
         spec = get_agent(args.agent)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    overrides = _parse_overrides(args.overrides)
+    overrides, env_overrides = split_overrides(_parse_overrides(args.overrides))
+    market = is_market(args.env)
+    if env_overrides and not market:
+        raise UsageError("--set env.FIELD=VALUE sets a market environment's field (--env market:...)")
+    defaults = market_preset(spec) if market else spec
     device = _device(args.device)
     torch.set_num_threads(args.threads)
-    steps = args.steps if args.steps is not None else spec.default_steps
-    eval_every = args.eval_every if args.eval_every is not None else spec.default_eval_every
+    steps = args.steps if args.steps is not None else defaults.default_steps
+    eval_every = args.eval_every if args.eval_every is not None else defaults.default_eval_every
     target_return = args.target_return
-    if target_return is None and args.eval_every is None and eval_every > 0:
+    if target_return is None and args.eval_every is None and eval_every > 0 and not market:
         # the preset's periodic evaluation stops the run once the env's registered score is reached
         try:
             target_return = gym.spec(args.env).reward_threshold
         except gym.error.Error:
             target_return = None  # unknown id: make_vec_env reports it below
-    num_envs = args.num_envs if args.num_envs is not None else spec.default_num_envs
+    num_envs = args.num_envs if args.num_envs is not None else defaults.default_num_envs
     run_dir = Path(args.run_dir) if args.run_dir is not None else _default_run_dir(args)
     ckpt = run_dir / CHECKPOINT_NAME
     meta = (("agent", args.agent), ("env", args.env), ("num_envs", str(num_envs)))
@@ -349,9 +372,23 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any]:
                 )
         if not isinstance(saved_config, dict):
             raise UsageError(f"{ckpt}: the agent config is a {type(saved_config).__name__}, not a dict")
+    # a market run starts from the preset's market overrides; a resumed one from its checkpoint
+    build_overrides = {**defaults.overrides, **overrides} if market and saved_config is None else overrides
+    run = None
     try:
-        env = make_vec_env(args.env, num_envs, args.seed, device=device)
-    except ValueError as exc:
+        if market:
+            run = _market_run(args, spec, build_overrides, saved_config, steps, num_envs, device)
+            env = run.env
+            meta += (("market_env", json.dumps(run.env_config.to_dict(), sort_keys=True)),)
+            if saved_config is not None and saved["meta"].get("market_env") != meta[-1][1]:
+                env.close()
+                raise UsageError(
+                    f"{ckpt} was made with the market env {saved['meta'].get('market_env')}, this run "
+                    f"has {meta[-1][1]} (--set env.* must match the checkpoint's)"
+                )
+        else:
+            env = make_vec_env(args.env, num_envs, args.seed, device=device)
+    except ValueError as exc:  # UsageError included
         raise UsageError(str(exc)) from None
     try:
         agent = spec.build(
@@ -361,7 +398,7 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any]:
             device=device,
             seed=args.seed,
             total_steps=steps,
-            overrides=overrides,
+            overrides=build_overrides,
             config=saved_config,
         )
         before = None if saved_config is None else type(agent.config).from_dict(saved_config)
@@ -411,7 +448,30 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any]:
     except ValueError as exc:  # UsageError included; LoopConfig repeats _validate's checks
         env.close()
         raise UsageError(str(exc)) from None
-    return spec, agent, env, schedule, cfg
+    return spec, agent, env, schedule, cfg, run
+
+
+def _market_run(
+    args: argparse.Namespace,
+    spec: Any,
+    overrides: dict[str, Any],
+    saved_config: dict[str, Any] | None,
+    steps: int,
+    num_envs: int,
+    device: torch.device,
+) -> Any:
+    """The market data, env and evaluator of ``--env market:...`` (the env config follows the
+    agent's policy and ``--set env.*``).
+
+    Raises:
+        ValueError: a bad source, option, env field, or data too short.
+    """
+    from tritonrl.toolkit.market.training import build_market_run, env_config_for, split_overrides
+
+    agent_config = spec.configure(overrides, config=saved_config, total_steps=steps)
+    _, env_overrides = split_overrides(_parse_overrides(args.overrides))
+    env_config = env_config_for(agent_config, env_overrides)
+    return build_market_run(args.env, num_envs, env_config, device=device, seed=args.seed)
 
 
 @contextmanager
@@ -468,7 +528,7 @@ def run(args: argparse.Namespace) -> int:
     from tritonrl.toolkit.runfolder import RunFolderBusy
 
     try:
-        spec, agent, env, schedule, cfg = _build(args)
+        spec, agent, env, schedule, cfg, market = _build(args)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -477,7 +537,14 @@ def run(args: argparse.Namespace) -> int:
         return 130
     try:
         with _stop_on_signals() as (should_stop, received):
-            summary = run_training(agent, env, schedule, cfg, should_stop=should_stop)
+            evaluator = market.evaluator if market is not None else None
+            summary = run_training(agent, env, schedule, cfg, should_stop=should_stop, evaluator=evaluator)
+            if market is not None and summary["stopped"] is None:
+                from tritonrl.toolkit.market.evaluate import format_report
+                from tritonrl.toolkit.market.training import market_report
+
+                report = market_report(agent, market, seed=args.seed, run_dir=cfg.run_dir)
+                print(format_report(report))
     except (CheckpointError, RunFolderBusy) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -503,14 +570,22 @@ def run(args: argparse.Namespace) -> int:
         return 128 + int(signum)
     final = summary["final_eval"]
     line = f"{spec.name} on {args.env}: {summary['global_step']} steps in {summary['wall_s']:.1f} s"
-    if final is not None:
+    if final is not None and "report" in final:  # a market run: one pass over the validation period
+        line += f", validation log return {final['mean_return']:.3f} (Sharpe {final['sharpe']:.2f})"
+    elif final is not None:
         line += f", greedy evaluation {final['mean_return']:.1f} +- {final['std_return']:.1f}"
     if summary["reached_target_at"] is not None:
         line += f", target reached at step {summary['reached_target_at']}"
     print(line)
     files = [
         n
-        for n in ("metrics.csv", "curve.png", Path(summary["checkpoint"] or "").name)
+        for n in (
+            "metrics.csv",
+            "curve.png",
+            "equity.png",
+            "test_report.json",
+            Path(summary["checkpoint"] or "").name,
+        )
         if n and (Path(cfg.run_dir) / n).exists()
     ]
     print(f"run folder: {cfg.run_dir} ({', '.join(files)})")

@@ -1,0 +1,127 @@
+"""Market evaluation figures, the market presets and ``train --env market:...`` (report, resume)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
+
+from tritonrl.toolkit.cli import main
+from tritonrl.toolkit.logger import read_csv
+from tritonrl.toolkit.market.data import synthetic_bars, upload
+from tritonrl.toolkit.market.env import MarketEnvConfig
+from tritonrl.toolkit.market.evaluate import evaluate_market, format_report, strategy_figures
+from tritonrl.toolkit.market.training import market_preset, split_overrides
+from tritonrl.toolkit.registry import get_agent
+
+
+def test_strategy_figures_by_hand() -> None:
+    r = np.log([1.1, 0.5, 1.2])  # equity 1 -> 1.1 -> 0.55 -> 0.66
+    f = strategy_figures(r, np.array([1.0, -1.0, -1.0]), periods_per_year=4.0)
+    assert f["equity"] == pytest.approx([1.0, 1.1, 0.55, 0.66], rel=1e-12)
+    assert f["total_return"] == pytest.approx(-0.34, rel=1e-12)
+    assert f["max_drawdown"] == pytest.approx(0.5, rel=1e-12)  # 1.1 -> 0.55
+    assert f["turnover"] == 3.0  # 0 -> 1 -> -1
+    assert f["sharpe"] == pytest.approx(r.mean() / r.std(ddof=1) * 2.0, rel=1e-12)
+    flat = strategy_figures(np.zeros(5), np.zeros(5), 252.0)
+    assert flat["sharpe"] == 0.0 and flat["turnover"] == 0.0 and flat["max_drawdown"] == 0.0
+    with pytest.raises(ValueError, match="equal, non-empty"):
+        strategy_figures(np.zeros(3), np.zeros(2), 252.0)
+
+
+def test_evaluate_market_books_buy_and_hold_and_the_whole_period() -> None:
+    data = upload(synthetic_bars(300, seed=3))
+    cost = 1e-3
+    cfg = MarketEnvConfig(window=10, cost=cost)  # random_start and max_drawdown are overridden
+    report = evaluate_market(lambda obs: torch.ones(obs.shape[0], dtype=torch.long), data, cfg, seed=0)
+    n = len(data) - 10
+    assert report["period"]["decisions"] == n
+    bh, flat = report["buy_and_hold"], report["agent"]
+    # long from the first decision (row 9) to the last bar: the returns of rows 10 .. T-1, one entry cost
+    held = float(data.log_return[10:].double().sum())
+    assert bh["log_return"] == pytest.approx(held - cost, abs=1e-5)  # f32 rewards summed: ~1e-7 each
+    assert bh["turnover"] == 1.0 and len(bh["equity"]) == n + 1
+    assert flat["total_return"] == 0.0 and flat["turnover"] == 0.0
+    rnd = report["random"]
+    assert rnd["runs"] == 16 and rnd["sharpe_std"] > 0 and rnd["turnover"] > n / 2
+    assert report["sharpe_stderr"] == pytest.approx(math.sqrt(252.0 / n))
+    again = evaluate_market(lambda obs: torch.ones(obs.shape[0], dtype=torch.long), data, cfg, seed=0)
+    assert again == report  # seeded
+    assert "buy-and-hold" in format_report(report)
+
+
+def test_market_presets_per_family() -> None:
+    rainbow, ppo, cont = (market_preset(get_agent(n)) for n in ("rainbow", "ppo", "ppo-continuous"))
+    assert rainbow.overrides["v_max"] < 1.0 and rainbow.overrides["gamma"] < 0.99
+    assert "v_max" not in ppo.overrides and ppo.overrides["gamma"] < 0.99
+    assert "log_std_init" in cont.overrides and "log_std_init" not in ppo.overrides
+    # the overrides are valid for every built-in preset
+    for name in ("dqn", "double", "dueling", "noisy", "c51", "qrdqn", "rainbow", "ppo", "ppo-continuous"):
+        spec = get_agent(name)
+        spec.configure(market_preset(spec).overrides)
+    assert split_overrides({"lr": "1", "env.cost": "2"}) == ({"lr": "1"}, {"cost": "2"})
+
+
+ARGS = [
+    "train",
+    "--env",
+    "market:synthetic,bars=1500",
+    "--set",
+    "env.window=8",
+    "--set",
+    "env.episode_length=64",
+    "--num-envs",
+    "4",
+    "--no-progress",
+    "--no-tensorboard",
+    "--log-every",
+    "256",
+]
+
+
+def _rows(path: Path) -> list[dict[str, float]]:
+    drop = ("charts/SPS", "eval/mean_return")
+    rows = [{k: v for k, v in r.items() if k not in drop} for r in read_csv(path / "metrics.csv")]
+    return [r for r in rows if len(r) > 1]  # rows that held only an evaluation
+
+
+@pytest.mark.parametrize("agent", ["dqn", "ppo-continuous"])
+def test_train_cli_reports_and_resumes(
+    agent: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """(The CLI runs on one torch thread, its --threads default.)"""
+    # PPO's learning rate anneals over --steps: off, so that 768 + 768 steps equal 1536
+    extra = ["learning_starts=256"] if agent == "dqn" else ["num_steps=32", "anneal_lr=false"]
+    base = [*ARGS, "--agent", agent, *(a for x in extra for a in ("--set", x))]
+    whole, part = tmp_path / "whole", tmp_path / "part"
+    assert main([*base, "--steps", "1536", "--run-dir", str(whole)]) == 0
+    out = capsys.readouterr().out
+    assert "buy-and-hold" in out and "test_report.json" in out
+    report = json.loads((whole / "test_report.json").read_text())
+    assert set(report) >= {"agent", "buy_and_hold", "random", "period", "sharpe_stderr"}
+    assert (whole / "equity.png").exists() and (whole / "curve.png").exists()
+    rows = _rows(whole)
+    assert any("market/sharpe" in r and "charts/episodic_return" in r for r in rows)
+    # stop at 768, resume to 1536: the same training metrics (evaluations aside: the first run's
+    # final one falls at 768)
+    assert main([*base, "--steps", "768", "--run-dir", str(part)]) == 0
+    assert main([*base, "--steps", "1536", "--run-dir", str(part), "--resume"]) == 0
+    assert _rows(part) == rows
+    capsys.readouterr()
+    # the trading rules are part of the run's identity
+    other = [*base, "--steps", "2048", "--run-dir", str(part), "--resume", "--set", "env.cost=0.01"]
+    assert main(other) == 2
+    assert "market env" in capsys.readouterr().err
+
+
+def test_env_settings_need_a_market_env(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["train", "--env", "CartPole-v1", "--set", "env.cost=0", "--run-dir", str(tmp_path / "r")])
+    assert code == 2 and "market" in capsys.readouterr().err
+    code = main([*ARGS, "--set", "env.bogus=1", "--run-dir", str(tmp_path / "r")])
+    assert code == 2 and "bogus" in capsys.readouterr().err

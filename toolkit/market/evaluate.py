@@ -1,0 +1,263 @@
+"""Evaluation over a whole held-out period: the greedy policy against buy-and-hold and random.
+
+:func:`evaluate_market` runs one :class:`~tritonrl.toolkit.market.env.MarketEnv` episode that is the
+period itself (no random start, no drawdown termination, every decision from the period's first,
+at its row ``window - 1``, to its last bar) with ``2 + random_runs`` rows stepped together: row 0
+acts with the policy, row 1 holds a long position throughout (buy-and-hold), the others act
+uniformly at random from a seeded generator. Rewards and positions stay on the device during the
+episode and are read once at the end; every figure is computed from them on the host in f64:
+
+- ``total_return``: ``exp(sum r) - 1`` (rewards are log returns net of costs);
+- ``annual_return``: ``exp(mean(r) * periods_per_year) - 1``;
+- ``sharpe``: ``mean(r) / std(r) * sqrt(periods_per_year)`` (per-decision log returns, sample
+  standard deviation; 0 when they do not vary, e.g. always flat);
+- ``max_drawdown``: the largest fall of the equity curve from its running peak, as a fraction;
+- ``turnover``: ``sum |p_t - p_{t-1}|`` from a flat start (buy-and-hold: 1, its one entry);
+- ``equity``: the curve, ``1`` before the first decision then ``exp(cumsum r)`` (``n + 1`` values).
+
+The random policy's figures are means over its runs, with ``sharpe_std`` (their spread). The
+report's ``sharpe_stderr = sqrt(periods_per_year / n)`` is the standard error of an annualised
+Sharpe estimate from ``n`` independent returns when the true Sharpe is near 0 (Lo, 2002): the
+scale of "noise" when comparing two strategies on the same period.
+
+:class:`MarketEvaluator` adapts this to the training loop's ``evaluate_policy`` hook
+(:func:`tritonrl.toolkit.loop.run_training`'s ``evaluator``): a market run is evaluated on its
+validation period; :func:`plot_equity` draws the ``equity.png`` of a run folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tritonrl.toolkit.market.types import MarketData
+
+__all__ = ["MarketEvaluator", "evaluate_market", "format_report", "plot_equity", "strategy_figures"]
+
+Policy = Callable[[torch.Tensor], torch.Tensor]
+
+
+def strategy_figures(rewards: np.ndarray, positions: np.ndarray, periods_per_year: float) -> dict[str, Any]:
+    """The figures of one strategy over a period (see the module doc for their definitions).
+
+    Args:
+        rewards: ``[n]`` per-decision rewards (log returns net of costs).
+        positions: ``[n]`` the position held after each decision (``p_t``), in [-1, 1].
+        periods_per_year: bars per year, to annualise.
+
+    Returns:
+        ``total_return``, ``annual_return``, ``sharpe``, ``max_drawdown``, ``turnover``,
+        ``mean_position``, ``log_return`` (``sum r``) and ``equity`` (a list of ``n + 1`` floats).
+
+    Raises:
+        ValueError: empty or mismatched inputs.
+    """
+    r = np.asarray(rewards, dtype=np.float64)
+    p = np.asarray(positions, dtype=np.float64)
+    if r.ndim != 1 or r.shape != p.shape or r.size == 0:
+        raise ValueError(f"rewards {r.shape} and positions {p.shape} must be equal, non-empty 1-D arrays")
+    log_equity = np.concatenate([[0.0], np.cumsum(r)])
+    equity = np.exp(log_equity)
+    peak = np.maximum.accumulate(equity)
+    std = float(r.std(ddof=1)) if r.size > 1 else 0.0
+    sharpe = float(r.mean()) / std * math.sqrt(periods_per_year) if std > 1e-12 else 0.0
+    return {
+        "total_return": float(equity[-1] - 1.0),
+        "annual_return": float(math.expm1(float(r.mean()) * periods_per_year)),
+        "sharpe": sharpe,
+        "max_drawdown": float((1.0 - equity / peak).max()),
+        "turnover": float(np.abs(np.diff(p, prepend=0.0)).sum()),
+        "mean_position": float(p.mean()),
+        "log_return": float(log_equity[-1]),
+        "equity": equity.tolist(),
+    }
+
+
+def _period_config(env_config: Any, decisions: int) -> Any:
+    """``env_config`` with the episode made the whole period: no random start, no drawdown stop."""
+    return dataclasses.replace(env_config, random_start=False, max_drawdown=1.0, episode_length=decisions)
+
+
+@torch.no_grad()
+def evaluate_market(
+    policy: Policy,
+    data: MarketData,
+    env_config: Any,
+    *,
+    seed: int = 0,
+    random_runs: int = 16,
+) -> dict[str, Any]:
+    """Run ``policy`` greedily over all of ``data`` (one period) beside buy-and-hold and random.
+
+    Args:
+        policy: ``policy(obs [E, W*F + 1]) -> actions`` (``[E]`` int64 for discrete actions,
+            ``[E, 1]`` float for continuous), greedy (e.g. ``agent.eval_policy()`` or
+            ``lambda o: agent.act(o, explore=False)``). A ``reset(mask [E] bool)`` method, if it
+            has one (a recurrent policy's memory), is called with all ``True`` first.
+        data: the period, with ``window - 1`` warm-up rows before its first decision (a split
+            from :func:`tritonrl.toolkit.market.data.split`).
+        env_config: a :class:`~tritonrl.toolkit.market.env.MarketEnvConfig` (window, actions,
+            costs); ``random_start``, ``max_drawdown`` and ``episode_length`` are overridden.
+        seed: seeds the env and the random policy's generator.
+        random_runs: rows acting at random (0: none; the report then has no ``random`` entry).
+
+    Returns:
+        ``{"period": {...}, "agent": figures, "buy_and_hold": figures, "random": figures and
+        ``sharpe_std``/``runs``, "sharpe_stderr": float}`` with figures as in
+        :func:`strategy_figures`; ``period`` holds ``name``, ``start``/``end`` (ISO times of the
+        first decision and the last bar), ``decisions`` and ``periods_per_year``.
+
+    Raises:
+        ValueError: ``data`` holds no decision after the warm-up, or ``random_runs < 0``.
+    """
+    from tritonrl.toolkit.market.env import MarketEnv
+
+    if isinstance(random_runs, bool) or not isinstance(random_runs, int) or random_runs < 0:
+        raise ValueError(f"random_runs must be an int >= 0, got {random_runs!r}")
+    window = int(env_config.window)
+    decisions = len(data) - window
+    if decisions < 1:
+        raise ValueError(
+            f"the period {data.name!r} has {len(data)} rows: it needs more than window={window} "
+            "(window - 1 warm-up rows, then at least one decision and the bar after it)"
+        )
+    rows = 2 + random_runs
+    env = MarketEnv(data, rows, _period_config(env_config, decisions), seed=seed)
+    device = env.device
+    discrete = env_config.actions == "discrete"
+    gen = torch.Generator(device=device).manual_seed(int(seed))
+    obs, _ = env.reset(seed=seed)
+    reset = getattr(policy, "reset", None)
+    if reset is not None:
+        reset(torch.ones(rows, dtype=torch.bool, device=device))
+    rewards = torch.empty(decisions, rows, dtype=torch.float32, device=device)
+    positions = torch.empty(decisions, rows, dtype=torch.float32, device=device)
+    try:
+        for k in range(decisions):
+            actions = policy(obs)
+            if discrete:
+                actions = actions.to(device=device, dtype=torch.long).reshape(rows).clone()
+                actions[1] = 2  # long
+                actions[2:] = torch.randint(0, 3, (random_runs,), generator=gen, device=device)
+            else:
+                actions = actions.to(device=device, dtype=torch.float32).reshape(rows, 1).clone()
+                actions[1] = 1.0
+                actions[2:] = torch.rand(random_runs, 1, generator=gen, device=device) * 2.0 - 1.0
+            obs, reward, _, _, info = env.step(actions)
+            rewards[k] = reward
+            positions[k] = info["position"].reshape(rows)
+    finally:
+        env.close()
+    r = rewards.double().cpu().numpy()  # the one read of the episode
+    p = positions.double().cpu().numpy()
+    ppy = float(data.periods_per_year)
+    report: dict[str, Any] = {
+        "period": {
+            "name": data.name,
+            "start": str(data.time[window - 1]),
+            "end": str(data.time[-1]),
+            "decisions": decisions,
+            "periods_per_year": ppy,
+        },
+        "agent": strategy_figures(r[:, 0], p[:, 0], ppy),
+        "buy_and_hold": strategy_figures(r[:, 1], p[:, 1], ppy),
+        "sharpe_stderr": math.sqrt(ppy / decisions),
+    }
+    if random_runs:
+        runs = [strategy_figures(r[:, i], p[:, i], ppy) for i in range(2, rows)]
+        mean = {k: float(np.mean([f[k] for f in runs])) for k in runs[0] if k != "equity"}
+        mean["equity"] = np.mean([f["equity"] for f in runs], axis=0).tolist()
+        mean["sharpe_std"] = float(np.std([f["sharpe"] for f in runs], ddof=1)) if random_runs > 1 else 0.0
+        mean["runs"] = random_runs
+        report["random"] = mean
+    return report
+
+
+class MarketEvaluator:
+    """The training loop's ``evaluate_policy`` hook for a market run: one greedy pass over ``data``
+    (the validation period) with :func:`evaluate_market`.
+
+    ``mean_return`` is the policy's summed reward over the period (its log return net of costs,
+    the unit of ``charts/episodic_return``); the period is one deterministic episode, so
+    ``episodes`` only seeds nothing and is accepted for the hook's signature.
+    """
+
+    def __init__(self, data: MarketData, env_config: Any, *, random_runs: int = 0) -> None:
+        self.data, self.env_config, self.random_runs = data, env_config, random_runs
+        self.last: dict[str, Any] | None = None
+
+    def evaluate_policy(self, policy: Policy, episodes: int, seed: int) -> dict[str, Any]:
+        """Evaluate ``policy`` on the period; ``{"mean_return", "std_return" (0), "sharpe",
+        "buy_and_hold_return", "report"}``."""
+        del episodes
+        report = evaluate_market(policy, self.data, self.env_config, seed=seed, random_runs=self.random_runs)
+        self.last = report
+        agent = report["agent"]
+        return {
+            "mean_return": agent["log_return"],
+            "std_return": 0.0,
+            "mean_length": float(report["period"]["decisions"]),
+            "sharpe": agent["sharpe"],
+            "buy_and_hold_return": report["buy_and_hold"]["log_return"],
+            "report": report,
+        }
+
+
+_ROWS = (("agent", "agent (greedy)"), ("buy_and_hold", "buy-and-hold"), ("random", "random"))
+
+
+def format_report(report: Mapping[str, Any]) -> str:
+    """A small text table of :func:`evaluate_market`'s report (one line per strategy)."""
+    period = report["period"]
+    lines = [
+        f"test period {period['name']} {period['start']} .. {period['end']} "
+        f"({period['decisions']} decisions; Sharpe standard error {report['sharpe_stderr']:.2f})",
+        f"{'strategy':<16} {'return':>9} {'Sharpe':>7} {'max DD':>7} {'turnover':>9}",
+    ]
+    for key, label in _ROWS:
+        f = report.get(key)
+        if f is None:
+            continue
+        spread = f" (+- {f['sharpe_std']:.2f} over {f['runs']} runs)" if "sharpe_std" in f else ""
+        lines.append(
+            f"{label:<16} {100 * f['total_return']:>8.1f}% {f['sharpe']:>7.2f} "
+            f"{100 * f['max_drawdown']:>6.1f}% {f['turnover']:>9.1f}{spread}"
+        )
+    return "\n".join(lines)
+
+
+def plot_equity(report: Mapping[str, Any], png_path: str | Path, *, title: str | None = None) -> Path:
+    """Draw the equity curves of a report (agent, buy-and-hold, mean of the random runs) to a PNG.
+
+    Returns:
+        the PNG path.
+
+    Raises:
+        ModuleNotFoundError: matplotlib is not installed (the ``train`` extra).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for key, label in _ROWS:
+        f = report.get(key)
+        if f is not None:
+            ax.plot(f["equity"], label=f"{label} (Sharpe {f['sharpe']:.2f})")
+    period = report["period"]
+    ax.set_xlabel(f"decisions from {period['start']}")
+    ax.set_ylabel("equity")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    ax.set_title(title or f"{period['name']}: test period")
+    fig.tight_layout()
+    png_path = Path(png_path)
+    fig.savefig(png_path, dpi=100)
+    plt.close(fig)
+    return png_path
