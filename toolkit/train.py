@@ -323,7 +323,7 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any, Any]:
     from tritonrl.toolkit.config import config_changes, fixed_changes, format_change
     from tritonrl.toolkit.envs import make_vec_env
     from tritonrl.toolkit.loop import CHECKPOINT_NAME, LoopConfig
-    from tritonrl.toolkit.market.training import is_market, market_preset, split_overrides
+    from tritonrl.toolkit.market.training import MarketPreset, is_market, market_preset, split_overrides
     from tritonrl.toolkit.registry import get_agent
 
     _validate(args)
@@ -350,7 +350,11 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any, Any]:
     num_envs = args.num_envs if args.num_envs is not None else defaults.default_num_envs
     run_dir = Path(args.run_dir) if args.run_dir is not None else _default_run_dir(args)
     ckpt = run_dir / CHECKPOINT_NAME
-    meta = (("agent", args.agent), ("env", args.env), ("num_envs", str(num_envs)))
+    meta: tuple[tuple[str, str], ...] = (
+        ("agent", args.agent),
+        ("env", args.env),
+        ("num_envs", str(num_envs)),
+    )
     saved_config = None
     if ckpt.exists():
         if not args.resume:
@@ -373,7 +377,9 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any, Any]:
         if not isinstance(saved_config, dict):
             raise UsageError(f"{ckpt}: the agent config is a {type(saved_config).__name__}, not a dict")
     # a market run starts from the preset's market overrides; a resumed one from its checkpoint
-    build_overrides = {**defaults.overrides, **overrides} if market and saved_config is None else overrides
+    build_overrides = overrides
+    if isinstance(defaults, MarketPreset) and saved_config is None:
+        build_overrides = {**defaults.overrides, **overrides}
     run = None
     try:
         if market:
