@@ -143,11 +143,16 @@ def space_from_json(d: dict[str, Any]) -> gym.Space:
 class Transition:
     """One vector step. ``E`` is the number of environments.
 
+    :class:`VecEnv` fills it with f32 observations on the host's or the given device; a device
+    env (:class:`tritonrl.toolkit.market.MarketEnv`) fills it with observations already in the
+    training dtype on its device and leaves the episode lists empty (its finished episodes are
+    read at log intervals through ``episode_stats()``, one sync).
+
     Attributes:
-        obs: ``[E, *obs_shape]`` f32: the observation to act on next (a reset observation
-            where an episode just ended).
+        obs: ``[E, *obs_shape]`` f32 (or the device env's dtype): the observation to act on next
+            (a reset observation where an episode just ended).
         reward: ``[E]`` f32.
-        next_obs: ``[E, *obs_shape]`` f32: the true next observation of this transition (the
+        next_obs: ``[E, *obs_shape]``, as ``obs``: the true next observation of this transition (the
             final observation where an episode ended; equal to ``obs`` elsewhere).
         terminated: ``[E]`` bool: the episode reached a terminal state (do not bootstrap).
         truncated: ``[E]`` bool: the episode was cut (time limit): bootstrap from ``next_obs``.
