@@ -36,6 +36,13 @@ join through three optional hooks, each used when the env (or ``evaluator``) has
   ``evaluator`` argument of :func:`run_training` or else on the env, replaces the gymnasium
   :func:`~tritonrl.toolkit.envs.evaluate` (a market run evaluates on its validation period).
 
+A ``collector`` (:class:`tritonrl.toolkit.market.collector.Collector`, or anything with ``step()
+-> Transition`` and ``state_dict``/``load_state_dict``) replaces the act / env step / observe of
+each vector step: ``collector.step()`` acts, steps the env, stores the transition and counts the
+env steps. Its state is the checkpoint's ``collector`` section; a checkpoint without one (written
+by a run without a collector) leaves the collector as built and calls its ``sync()``, if it has
+one, after the agent is loaded.
+
 The run folder is as crash-safe as the checkpoint (DESIGN.md section 8):
 
 - one writer: the folder is locked (``<run_dir>/.lock``, :class:`tritonrl.toolkit.runfolder.RunLock`) for
@@ -96,6 +103,7 @@ __all__ = [
     "LoopConfig",
     "MAX_SEED",
     "Schedule",
+    "StepCollector",
     "TrainingError",
     "episode_metrics",
     "run_training",
@@ -211,6 +219,23 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
 
 
+class StepCollector(Protocol):
+    """Steps the env with the agent and stores what happened, for :func:`run_training`
+    (:class:`tritonrl.toolkit.market.collector.Collector` is one)."""
+
+    def step(self) -> Any:
+        """One vector step; returns the env's :class:`~tritonrl.toolkit.envs.Transition`."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a resume needs (the checkpoint's ``collector`` section)."""
+        ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` output; raise ``ValueError`` (changing nothing) on a bad one."""
+        ...
+
+
 class Evaluator(Protocol):
     """An evaluation other than the gymnasium one (a market run's validation period)."""
 
@@ -312,6 +337,7 @@ def run_training(
     *,
     should_stop: Callable[[], bool] | None = None,
     evaluator: Evaluator | None = None,
+    collector: StepCollector | None = None,
 ) -> dict[str, Any]:
     """Train ``agent`` on ``env`` for ``cfg.total_steps`` environment steps.
 
@@ -328,6 +354,8 @@ def run_training(
         evaluator: has ``evaluate_policy(policy, episodes, seed) -> dict`` (``"mean_return"``
             at least): used for every evaluation instead of the gymnasium one on
             ``cfg.eval_env_id``; ``None``: the env's own ``evaluate_policy`` if it has one.
+        collector: steps ``env`` with ``agent`` (``collector.step()``) instead of ``agent.act``,
+            the env step and ``agent.observe``; built for this agent and env (module doc).
 
     Returns:
         a summary: ``global_step``, ``evaluations`` (``[step, mean_return]`` pairs),
@@ -338,7 +366,8 @@ def run_training(
         and ``stopped`` (``None``, ``"stop_at"`` or ``"should_stop"``).
 
     Raises:
-        ValueError: inconsistent settings (checkpoints or resume without ``run_dir``).
+        ValueError: inconsistent settings (checkpoints or resume without ``run_dir``, a
+            ``collector`` of another agent or env).
         CheckpointError: ``resume`` with a checkpoint of another agent, env or format, or a
             ``metrics.csv`` whose header is not one.
         RunFolderBusy: another process trains in ``run_dir``.
@@ -352,10 +381,14 @@ def run_training(
         raise ValueError("checkpoint_every and resume need run_dir")
     if not (cfg.checkpoint_seconds >= 0 and math.isfinite(cfg.checkpoint_seconds)):
         raise ValueError(f"checkpoint_seconds must be finite and >= 0, got {cfg.checkpoint_seconds}")
+    if collector is not None and (
+        getattr(collector, "agent", agent) is not agent or getattr(collector, "env", env) is not env
+    ):
+        raise ValueError("the collector was built for another agent or env than run_training's")
     if cfg.run_dir is None:
-        return _run(agent, env, schedule, cfg, should_stop, evaluator)
+        return _run(agent, env, schedule, cfg, should_stop, evaluator, collector)
     with RunLock(cfg.run_dir):
-        return _run(agent, env, schedule, cfg, should_stop, evaluator)
+        return _run(agent, env, schedule, cfg, should_stop, evaluator, collector)
 
 
 def _notice(message: str) -> None:
@@ -439,8 +472,9 @@ def _run(
     cfg: LoopConfig,
     should_stop: Callable[[], bool] | None,
     evaluator: Evaluator | None = None,
+    collector: StepCollector | None = None,
 ) -> dict[str, Any]:
-    run = _Run(agent, env, schedule, cfg, evaluator)
+    run = _Run(agent, env, schedule, cfg, evaluator, collector)
     run.start()
     run.train(should_stop)
     return run.finish()
@@ -452,9 +486,16 @@ class _Run:
     and :meth:`save` when due; the end of the run), :meth:`finish` (the curve and the summary)."""
 
     def __init__(
-        self, agent: Any, env: VecEnv, schedule: Schedule, cfg: LoopConfig, evaluator: Evaluator | None = None
+        self,
+        agent: Any,
+        env: VecEnv,
+        schedule: Schedule,
+        cfg: LoopConfig,
+        evaluator: Evaluator | None = None,
+        collector: StepCollector | None = None,
     ) -> None:
         self.agent, self.env, self.schedule, self.cfg = agent, env, schedule, cfg
+        self.collector = collector
         # the optional hooks of a device env (module doc)
         self.step_env: Callable[[Any], Any] = getattr(env, "step_transition", None) or env.step
         self.episode_stats: Callable[[], Mapping[str, float]] | None = getattr(env, "episode_stats", None)
@@ -530,11 +571,16 @@ class _Run:
             ):
                 if check is not None:
                     check(state[key])
+            collector, saved_collector = self.collector, state.get("collector")
+            if collector is not None and saved_collector is not None:
+                collector.load_state_dict(saved_collector)  # checks before it changes anything
             restore_rng_state(state["rng"], where="random generator states")
             schedule.load_state_dict(state["schedule"])
             agent.load_state_dict(state["agent"])
             env.set_state(state["env"])
             self.counters.load(state["loop"])
+            if collector is not None and saved_collector is None and hasattr(collector, "sync"):
+                collector.sync()  # a run without a collector saved this: act from the loaded learner
         except CheckpointError as exc:
             raise CheckpointError(f"{ckpt_path}: {cut(str(exc), 300)}") from None
         except (KeyError, TypeError, ValueError) as exc:  # settings of this run differ from the saved one
@@ -571,12 +617,15 @@ class _Run:
                 self.logger.close()
 
     def env_step(self) -> int:
-        """One vector step: act, step the env, observe, log finished episodes, run the schedule's
-        updates. Returns the new global step."""
+        """One vector step: act, step the env, observe (or ``collector.step()``), log finished
+        episodes, run the schedule's updates. Returns the new global step."""
         agent, env, logger, counters = self.agent, self.env, self.logger, self.counters
-        actions = agent.act(self.obs)
-        tr = self.step_env(actions)
-        agent.observe(self.obs, actions, tr.reward, tr.next_obs, tr.terminated, tr.truncated)
+        if self.collector is not None:
+            tr = self.collector.step()
+        else:
+            actions = agent.act(self.obs)
+            tr = self.step_env(actions)
+            agent.observe(self.obs, actions, tr.reward, tr.next_obs, tr.terminated, tr.truncated)
         self.obs = tr.obs
         step = counters.step = counters.step + env.num_envs
         if tr.episode_returns:
@@ -642,18 +691,18 @@ class _Run:
         counters = self.counters
         counters.wall = self.wall_before + time.perf_counter() - self.t_start
         remove_stale_temps(self.ckpt_path)  # a kill during an earlier save (the folder lock makes this safe)
-        save_checkpoint(
-            self.ckpt_path,
-            {
-                "format": TRAIN_FORMAT,
-                "meta": self.meta,
-                "agent": self.agent.state_dict(),
-                "env": self.env.get_state(),
-                "schedule": self.schedule.state_dict(),
-                "loop": counters.state(),
-                "rng": capture_rng_state(),
-            },
-        )
+        state = {
+            "format": TRAIN_FORMAT,
+            "meta": self.meta,
+            "agent": self.agent.state_dict(),
+            "env": self.env.get_state(),
+            "schedule": self.schedule.state_dict(),
+            "loop": counters.state(),
+            "rng": capture_rng_state(),
+        }
+        if self.collector is not None:
+            state["collector"] = self.collector.state_dict()
+        save_checkpoint(self.ckpt_path, state)
         self.checkpoint_step = counters.step
         self.t_saved = time.perf_counter()
 

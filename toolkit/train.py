@@ -9,8 +9,10 @@
 
 ``--env market:SOURCE`` trains on market data (``synthetic[,ar=F,...]``, ``googl``, ``eurusd``,
 ``csv=PATH``) with the preset's market overrides, ``--set env.FIELD=VALUE`` for the trading rules,
-evaluation on the validation period and, at the end, the test-period report printed and saved
-(``test_report.json``, ``equity.png``): see :mod:`tritonrl.toolkit.market.training`.
+the device experience collector stepping the env (``--set icm=true``: the plain ``act`` /
+``observe`` path, with a notice), evaluation on the validation period and, at the end, the
+test-period report printed and saved (``test_report.json``, ``equity.png``): see
+:mod:`tritonrl.toolkit.market.training`.
 
 Each run writes ``metrics.csv``, TensorBoard files, ``checkpoint.safetensors`` and ``curve.png``
 into ``--run-dir`` (default ``runs/<agent>-<env>-s<seed>``). ``--resume`` continues from that
@@ -433,6 +435,20 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any, Any]:
                 + ", ".join(f"{k} (using {getattr(agent.config, k)!r})" for k in absent),
                 file=sys.stderr,
             )
+    if run is not None:
+        from tritonrl.toolkit.market.training import market_collector
+
+        try:
+            run.collector = market_collector(agent, env, sync_every=1)
+        except (ValueError, TypeError) as exc:
+            env.close()
+            raise UsageError(f"agent {args.agent!r} on {args.env}: {exc}") from None
+        if run.collector is None:
+            print(
+                "notice: icm=True: the device collector does not feed ICM's replay; this run steps "
+                "through agent.act / agent.observe",
+                file=sys.stderr,
+            )
     try:
         schedule = spec.schedule(agent)
         cfg = LoopConfig(
@@ -544,7 +560,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         with _stop_on_signals() as (should_stop, received):
             evaluator = market.evaluator if market is not None else None
-            summary = run_training(agent, env, schedule, cfg, should_stop=should_stop, evaluator=evaluator)
+            collector = market.collector if market is not None else None
+            summary = run_training(
+                agent, env, schedule, cfg, should_stop=should_stop, evaluator=evaluator, collector=collector
+            )
             if market is not None and summary["stopped"] is None:
                 from tritonrl.toolkit.market.evaluate import format_report
                 from tritonrl.toolkit.market.training import market_report

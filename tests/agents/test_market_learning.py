@@ -1,7 +1,8 @@
 """Agents learn to trade a planted signal, and nothing is "learned" from a random walk.
 
 Fixed seeds, CPU, one torch thread, the market presets (:func:`market_preset`) with a window of 8
-bars (the planted signal needs one). Data: ``synthetic_bars`` with 5,000 daily bars split 70 / 15
+bars (the planted signal needs one), stepped by the device collector as the CLI steps a market
+run (:func:`market_collector`). Data: ``synthetic_bars`` with 5,000 daily bars split 70 / 15
 / 15 % by time; every figure is over the held-out test period (749 decisions), from
 :func:`evaluate_market` (greedy, beside buy-and-hold and 16 random runs). Noise is the standard
 error of an annualised Sharpe estimate from ``n`` returns, ``SE = sqrt(252 / n) = 0.58``.
@@ -29,7 +30,13 @@ pytest.importorskip("gymnasium", reason="gymnasium is not installed (benchmarks/
 
 from tritonrl.toolkit.loop import LoopConfig, run_training
 from tritonrl.toolkit.market.evaluate import evaluate_market
-from tritonrl.toolkit.market.training import build_market_run, env_config_for, market_preset, market_report
+from tritonrl.toolkit.market.training import (
+    build_market_run,
+    env_config_for,
+    market_collector,
+    market_preset,
+    market_report,
+)
 from tritonrl.toolkit.registry import get_agent
 
 pytestmark = pytest.mark.learning
@@ -63,7 +70,9 @@ def train_and_report(agent_name: str, env_id: str, steps: int, *, seed: int = 1)
         overrides=overrides,
     )
     cfg = LoopConfig(total_steps=steps, seed=seed, log_every=steps, final_eval=False)
-    run_training(agent, run.env, spec.schedule(agent), cfg, evaluator=run.evaluator)
+    collector = market_collector(agent, run.env)  # as the CLI steps a market run
+    assert collector is not None
+    run_training(agent, run.env, spec.schedule(agent), cfg, evaluator=run.evaluator, collector=collector)
     report = market_report(agent, run, seed=seed)
     a, b, r = report["agent"], report["buy_and_hold"], report["random"]
     print(

@@ -126,7 +126,8 @@ class AnyTradingEnv(gym.vector.VectorEnv):
         window_size: ``W``, with ``T >= W + 2``.
         num_envs: ``N >= 1``.
         device: where the state and the returned tensors live.
-        trade_fee_bid_percent, trade_fee_ask_percent: stocks fees (fractions), as published.
+        trade_fee_bid_percent: stocks fee on selling (a fraction), as published.
+        trade_fee_ask_percent: stocks fee on buying (a fraction), as published.
         trade_fee: forex fee in price units, as published.
         unit_side: forex only: ``"left"`` (published default) or ``"right"``.
 
@@ -246,7 +247,8 @@ class AnyTradingEnv(gym.vector.VectorEnv):
             kind: ``"stocks"`` or ``"forex"``.
             window_size: defaults to the registered id's (:data:`ANYTRADING_WINDOW`: 30 / 24).
             frame_bound: defaults to ``(window_size, len(close))``, as the registered ids.
-            num_envs, device: as the constructor.
+            num_envs: as the constructor.
+            device: as the constructor.
             **fees: ``trade_fee_bid_percent``, ``trade_fee_ask_percent``, ``trade_fee``,
                 ``unit_side``, as the constructor.
 

@@ -12,8 +12,10 @@ import torch
 
 pytest.importorskip("gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
 
+from tritonrl.toolkit.checkpoint import load_checkpoint
 from tritonrl.toolkit.cli import main
 from tritonrl.toolkit.logger import read_csv
+from tritonrl.toolkit.loop import CHECKPOINT_NAME
 from tritonrl.toolkit.market.data import synthetic_bars, upload
 from tritonrl.toolkit.market.env import MarketEnvConfig
 from tritonrl.toolkit.market.evaluate import evaluate_market, format_report, strategy_figures
@@ -108,6 +110,12 @@ def test_train_cli_reports_and_resumes(
     assert (whole / "equity.png").exists() and (whole / "curve.png").exists()
     rows = _rows(whole)
     assert any("market/sharpe" in r and "charts/episodic_return" in r for r in rows)
+    # the device collector stepped the run (its state is a checkpoint section); DQN stages on the device
+    saved = load_checkpoint(whole / CHECKPOINT_NAME)
+    assert saved["collector"]["sync_every"] == 1
+    if agent == "dqn":
+        assert saved["agent"]["config"]["replay_staging"] == "device"
+        assert saved["collector"]["synced_at"] > 0  # the snapshot followed the learner
     # stop at 768, resume to 1536: the same training metrics (evaluations aside: the first run's
     # final one falls at 768)
     assert main([*base, "--steps", "768", "--run-dir", str(part)]) == 0
@@ -118,6 +126,30 @@ def test_train_cli_reports_and_resumes(
     other = [*base, "--steps", "2048", "--run-dir", str(part), "--resume", "--set", "env.cost=0.01"]
     assert main(other) == 2
     assert "market env" in capsys.readouterr().err
+
+
+def test_icm_runs_without_the_collector(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The collector refuses ICM (it does not feed ICM's replay): the CLI steps such a run through
+    agent.act / agent.observe, says so once, and the run trains, reports and resumes."""
+    run_dir = tmp_path / "icm"
+    base = [
+        *ARGS,
+        "--agent",
+        "dqn",
+        "--set",
+        "icm=true",
+        "--set",
+        "learning_starts=256",
+        "--run-dir",
+        str(run_dir),
+    ]
+    assert main([*base, "--steps", "512"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.count("does not feed ICM") == 1 and "buy-and-hold" in captured.out
+    saved = load_checkpoint(run_dir / CHECKPOINT_NAME)
+    assert "collector" not in saved and saved["agent"]["config"]["icm"] is True
+    assert any("losses/td_loss" in r for r in _rows(run_dir))
+    assert main([*base, "--steps", "768", "--resume"]) == 0
 
 
 def test_env_settings_need_a_market_env(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
