@@ -43,6 +43,7 @@ __all__ = [
     "missing_requirements",
     "one_cpu_thread",
     "time_fn",
+    "time_loop",
 ]
 
 
@@ -105,6 +106,32 @@ def time_fn(
         times.append(time.perf_counter() - t0)
     q = statistics.quantiles(times, n=4) if len(times) >= 2 else [times[0]] * 3
     return {"median": statistics.median(times), "q1": q[0], "q3": q[2]}
+
+
+def time_loop(
+    fn: Callable[[], object],
+    device: torch.device | str = "cpu",
+    *,
+    block: int = 16,
+    min_time: float = 0.2,
+) -> dict[str, float]:
+    """Median, first and third quartile of one call of ``fn`` called in a loop, in seconds.
+
+    For loop-level work (an env step, a collector step) whose launch overhead is part of the cost.
+    On CPU this is :func:`time_fn`. On CUDA, the wall time of blocks of ``block`` calls ending in
+    one ``torch.cuda.synchronize``, divided by ``block``: the throughput a training loop sees
+    (``do_bench`` times kernels, each call apart with the L2 cache flushed before it).
+    """
+    if torch.device(device).type != "cuda":
+        return time_fn(fn, "cpu", min_time=min_time)
+
+    def run_block() -> None:
+        for _ in range(block):
+            fn()
+        torch.cuda.synchronize()
+
+    stats = time_fn(run_block, "cpu", warmup=2, min_time=min_time)
+    return {k: v / block for k, v in stats.items()}
 
 
 def env_header() -> str:

@@ -54,13 +54,23 @@ if [ ${#kernel_benches[@]} -gt 0 ]; then
   timeout "$budget" "${py[@]}" -m tritonrl.toolkit bench "${kernel_benches[@]}" 2>&1 | tee "$out/bench.txt"
   rc_bench=${PIPESTATUS[0]}
 fi
-left=$(( budget - ($(date +%s) - bench_start) ))
-if [ ${#loop_benches[@]} -gt 0 ] && [ "$left" -ge 30 ]; then
-  timeout "$left" "${py[@]}" -m tritonrl.toolkit bench --quick "${loop_benches[@]}" 2>&1 | tee "$out/bench-loops.txt"
-  rc_loops=${PIPESTATUS[0]}
-  [ "$rc_bench" = 0 ] && rc_bench=$rc_loops
-elif [ ${#loop_benches[@]} -gt 0 ]; then
-  echo "loop benchmarks (${loop_benches[*]}) not run: ${left} s of BENCH_TIMEOUT left" | tee -a "$out/summary.txt"
+# One bench process per loop benchmark (the table is printed when a process ends, so a timeout
+# loses only the benchmark it cuts); the market ones first: they take seconds in --quick mode, so
+# a long compile in another cannot starve them.
+if [ ${#loop_benches[@]} -gt 0 ]; then
+  mapfile -t loop_benches < <(printf '%s\n' "${loop_benches[@]}" | grep '^market_'
+                              printf '%s\n' "${loop_benches[@]}" | grep -v '^market_')
 fi
+: >"$out/bench-loops.txt"
+for name in "${loop_benches[@]}"; do
+  left=$(( budget - ($(date +%s) - bench_start) ))
+  if [ "$left" -lt 30 ]; then
+    echo "loop benchmark $name not run: ${left} s of BENCH_TIMEOUT left" | tee -a "$out/summary.txt"
+    continue
+  fi
+  timeout "$left" "${py[@]}" -m tritonrl.toolkit bench --quick "$name" 2>&1 | tee -a "$out/bench-loops.txt"
+  rc_loop=${PIPESTATUS[0]}
+  [ "$rc_bench" = 0 ] && rc_bench=$rc_loop
+done
 echo "pytest --gpu exit $rc_test, bench exit $rc_bench" | tee -a "$out/summary.txt"
 [ "$rc_test" = 0 ] && [ "$rc_bench" = 0 ]

@@ -72,11 +72,11 @@ def test_gymnasium_benchmarks_skip_in_one_line_without_gymnasium(
     monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
     monkeypatch.setitem(sys.modules, "gymnasium", None)  # `import gymnasium` raises ModuleNotFoundError
-    assert bench_main(ROOT / "benchmarks", only=["dqn_loop", "ppo_loop"], quick=True) == 0
+    names = ["dqn_loop", "market_collect", "market_env", "ppo_loop"]
+    assert bench_main(ROOT / "benchmarks", only=names, quick=True) == 0
     out, err = capsys.readouterr()
     assert [ln for ln in out.splitlines() if ln.startswith("skipped")] == [
-        "skipped dqn_loop: needs gymnasium, which is not installed",
-        "skipped ppo_loop: needs gymnasium, which is not installed",
+        f"skipped {name}: needs gymnasium, which is not installed" for name in names
     ]
     assert "Traceback" not in err
 
