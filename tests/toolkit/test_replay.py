@@ -102,6 +102,9 @@ def _check_batch(batch: ReplayBatch, model: Model, B: int) -> None:
 class ReplayMachine(RuleBasedStateMachine):
     """Random streams from several envs, with episode ends and ring wrap, against :class:`Model`."""
 
+    STAGING = "host"
+    model_class: type[Model] = Model
+
     @initialize(
         capacity=st.integers(1, 12),
         E=st.integers(1, 3),
@@ -111,12 +114,11 @@ class ReplayMachine(RuleBasedStateMachine):
         seed=st.integers(0, 2**16),
     )
     def setup(self, capacity: int, E: int, n: int, gamma: float, prioritized: bool, seed: int) -> None:
-        kw = dict(num_envs=E, n_step=n, gamma=gamma)
+        self.kw: dict[str, Any] = dict(num_envs=E, n_step=n, gamma=gamma, staging=self.STAGING)
         if prioritized:
-            self.buf = PrioritizedReplayBuffer(capacity, OBS, alpha=0.6, eps=1e-3, beta_steps=10, **kw)
-        else:
-            self.buf = ReplayBuffer(capacity, OBS, **kw)
-        self.model = Model(capacity, E, n, gamma, 0.6, 1e-3)
+            self.kw.update(alpha=0.6, eps=1e-3, beta_steps=10)
+        self.buf = (PrioritizedReplayBuffer if prioritized else ReplayBuffer)(capacity, OBS, **self.kw)
+        self.model = self.model_class(capacity, E, n, gamma, 0.6, 1e-3)
         self.prioritized = prioritized
         self.rng = np.random.default_rng(seed)
         self.t = 0
@@ -760,23 +762,8 @@ class DeviceReplayMachine(ReplayMachine):
     """:class:`ReplayMachine`'s rules (add, extend, sample, priority updates, bad inputs, resume)
     on a device-staging buffer, against :class:`DeviceModel`."""
 
-    @initialize(
-        capacity=st.integers(1, 12),
-        E=st.integers(1, 3),
-        n=st.integers(1, 4),
-        gamma=st.sampled_from([0.5, 0.9]),
-        prioritized=st.booleans(),
-        seed=st.integers(0, 2**16),
-    )
-    def setup(self, capacity: int, E: int, n: int, gamma: float, prioritized: bool, seed: int) -> None:
-        self.kw: dict[str, Any] = dict(num_envs=E, n_step=n, gamma=gamma, staging="device")
-        if prioritized:
-            self.kw.update(alpha=0.6, eps=1e-3, beta_steps=10)
-        self.buf = (PrioritizedReplayBuffer if prioritized else ReplayBuffer)(capacity, OBS, **self.kw)
-        self.model = DeviceModel(capacity, E, n, gamma, 0.6, 1e-3)
-        self.prioritized = prioritized
-        self.rng = np.random.default_rng(seed)
-        self.t = 0
+    STAGING = "device"
+    model_class = DeviceModel
 
     @rule()
     def roundtrip(self) -> None:

@@ -665,6 +665,17 @@ class ReplayBuffer:
             **({"staging": "device"} if self.staging == "device" else {}),  # absent: host
         }
 
+    def _ring_tensors(self) -> tuple[torch.Tensor, ...]:
+        """The device staging ring's tensors, in the order of ``_RING_KEYS``."""
+        return (
+            self._ring_obs,
+            self._ring_action,
+            self._ring_next_obs,
+            self._ring_reward,
+            self._ring_terminated,
+            self._ring_done,
+        )
+
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume: tensors (views of the stored part) and a ``meta`` dict.
 
@@ -686,14 +697,7 @@ class ReplayBuffer:
             "discount": self._discount[:n],
         }
         if self.staging == "device":
-            ring = (
-                self._ring_obs,
-                self._ring_action,
-                self._ring_next_obs,
-                self._ring_reward,
-                self._ring_terminated,
-                self._ring_done,
-            )
+            ring = self._ring_tensors()
             sd.update(zip(_RING_KEYS, ring, strict=True))
         else:
             sd.update(
@@ -848,14 +852,7 @@ class ReplayBuffer:
             dst[:n].copy_(staged[key])
         same = staged.get("same_staging", True)
         if self.staging == "device":
-            ring = (
-                self._ring_obs,
-                self._ring_action,
-                self._ring_next_obs,
-                self._ring_reward,
-                self._ring_terminated,
-                self._ring_done,
-            )
+            ring = self._ring_tensors()
             if same:
                 for key, dst in zip(_RING_KEYS, ring, strict=True):
                     dst.copy_(staged[key])
