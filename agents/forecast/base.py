@@ -1,0 +1,93 @@
+"""What every forecaster is: a window of bars ``[B, W, F]`` in, a forecast ``[B, H, T]`` out.
+
+A forecaster is a plain ``nn.Module`` whose parameters are created in the dtype it is given
+(default ``training_dtype(device)``) and whose ``forward`` never casts: the window arrives in that
+dtype (the features were cast once, when they were uploaded) and the forecast leaves in it; the
+trainer upcasts it once to f32 for the loss.
+
+Sequence models (LSTM, GRU, TCN, Transformer, Mamba2) also expose :meth:`Forecaster.encode`: per-step
+features ``[B, W, D]`` where step ``s`` depends only on steps ``<= s`` (causal), which is what an
+agent can use as a torso over an observation window.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from tritonrl.toolkit.precision import training_dtype
+
+__all__ = ["Forecaster"]
+
+
+def _positive(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return value
+
+
+class Forecaster(nn.Module):
+    """Base of the forecasters: sizes, dtype, device and the input check.
+
+    Args:
+        window: ``W``, bars per input window.
+        num_features: ``F``, features per bar.
+        horizon: ``H``, bars forecast ahead.
+        num_targets: ``T``, target columns forecast per bar ahead.
+        device: where the parameters live (default CPU).
+        dtype: the parameter dtype (default ``training_dtype(device)``).
+
+    Raises:
+        ValueError: a size that is not a positive int.
+
+    Subclasses build their layers with ``**self.factory`` (``device=``, ``dtype=``) and implement
+    ``forward(x [B, W, F]) -> [B, H, T]``; causal sequence models set ``causal = True`` and
+    implement ``encode(x [B, W, F]) -> [B, W, D]`` (``D = self.encoding_dim``).
+    """
+
+    name: str = "forecaster"
+    """The registry name (``--model``)."""
+    causal: bool = False
+    """``True``: :meth:`encode` is causal over the window's steps."""
+
+    def __init__(
+        self,
+        window: int,
+        num_features: int,
+        horizon: int = 1,
+        num_targets: int = 1,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        self.window = _positive("window", window)
+        self.num_features = _positive("num_features", num_features)
+        self.horizon = _positive("horizon", horizon)
+        self.num_targets = _positive("num_targets", num_targets)
+        dev = torch.device(device) if device is not None else torch.device("cpu")
+        self.param_dtype = dtype or training_dtype(dev)
+        self.factory: dict[str, Any] = {"device": dev, "dtype": self.param_dtype}
+        self.encoding_dim = 0
+
+    def check_input(self, x: torch.Tensor) -> None:
+        """Raise unless ``x`` is ``[B, W, F]`` in the parameter dtype (shape and dtype only: no read).
+
+        Raises:
+            ValueError: wrong rank or sizes.
+            TypeError: another dtype than the parameters'.
+        """
+        if x.dim() != 3 or x.shape[1] != self.window or x.shape[2] != self.num_features:
+            want = f"[batch, {self.window}, {self.num_features}]"
+            raise ValueError(f"{self.name}: input must be {want}, got {tuple(x.shape)}")
+        if x.dtype != self.param_dtype:
+            raise TypeError(f"{self.name}: input is {x.dtype}, the parameters are {self.param_dtype}")
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        """Per-step causal features ``[B, W, D]`` (sequence models only).
+
+        Raises:
+            NotImplementedError: this model has no causal per-step encoding.
+        """
+        raise NotImplementedError(f"{self.name} has no causal per-step encoding")
