@@ -126,14 +126,15 @@ def _bench(folder: Path, names: Sequence[str], *, quick: bool) -> int:
 
 
 def _register_extra(sub: argparse._SubParsersAction) -> None:
-    """Subcommands added by later modules (training); each sets ``run`` on its parser."""
-    try:
-        from tritonrl.toolkit.train import add_parser
-    except ImportError as exc:
-        if exc.name != "tritonrl.toolkit.train":
-            raise
-        return
-    add_parser(sub)
+    """Subcommands added by later modules (``train``, ``fit``); each sets ``run`` on its parser."""
+    for module in ("tritonrl.toolkit.train", "tritonrl.toolkit.forecast"):
+        try:
+            add_parser = importlib.import_module(module).add_parser
+        except ImportError as exc:
+            if exc.name != module:
+                raise
+            continue
+        add_parser(sub)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ class that config builds, the schedule of the shared loop that drives it, and th
 defaults (environments, steps, evaluation cadence). Each agent module lists its presets in a
 ``PRESETS`` tuple; this registry imports those modules explicitly, on first use
 (:func:`get_agent`, :func:`list_agents`). This is the only place where ``toolkit`` imports
-``agents``, and it does so lazily, so ``import tritonrl.toolkit`` stays light. A preset of your
+``agents``, and it does so lazily, so ``import tritonrl.toolkit`` stays light (the forecasters of
+``tritonrl fit`` come through here too: :func:`forecasters`). A preset of your
 own joins with :func:`register_agent`.
 
 ::
@@ -25,7 +26,7 @@ from typing import Any
 
 from tritonrl.toolkit.config import apply_overrides
 
-__all__ = ["KINDS", "Preset", "find_preset", "get_agent", "list_agents", "register_agent"]
+__all__ = ["KINDS", "Preset", "find_preset", "forecasters", "get_agent", "list_agents", "register_agent"]
 
 KINDS = ("offpolicy", "onpolicy")
 
@@ -200,3 +201,13 @@ def get_agent(name: str) -> Preset:
     if name not in registry:
         raise ValueError(f"unknown agent {name!r}; known agents: {', '.join(sorted(registry)) or 'none'}")
     return registry[name]
+
+
+def forecasters() -> dict[str, type]:
+    """The forecaster registry, ``tritonrl.agents.forecast.FORECASTERS`` (``--model NAME`` -> class),
+    imported on first use: the trainer (:mod:`tritonrl.toolkit.forecast`) reaches ``agents`` only
+    through here. The dict itself is returned: a model added to it is found by ``fit --model``.
+    """
+    from tritonrl.agents.forecast import FORECASTERS
+
+    return FORECASTERS
