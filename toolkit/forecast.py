@@ -1,0 +1,1043 @@
+"""Training forecasters on market bars: windows, baselines, the trainer ``fit`` and ``tritonrl fit``.
+
+::
+
+    tritonrl fit --list
+    tritonrl fit --model patchtst --data market:googl --horizon 1 --window 64
+    tritonrl fit --model gru --data market:synthetic,ar=0.3 --target price_z --set hidden=32
+    tritonrl fit --model gru --data market:synthetic,ar=0.3 --run-dir runs/g --resume
+
+**Windows** (:class:`WindowData`): a window ending at row ``t`` of a split holds the features of
+rows ``t - W + 1 .. t`` (in the training dtype they were uploaded in: one gather per batch, never a
+cast) and its target is rows ``t + 1 .. t + H`` of the target series (f32), so no input reads a
+bar after the window's end. The target is the next-bar log return by default
+(``MarketData.log_return``), ``close``, or any feature column taken in f32 from the host features
+before the upload (:func:`target_series`). Targets are normalised with the mean and std of the
+TRAIN split's target rows only (:class:`Normalizer`); every MSE and MAE is in those units (an MSE
+of 1 is the train split's variance).
+
+**Baselines** (every report): ``naive`` (no change: a zero return, or the last value for a
+level-like target such as ``close`` or ``price_z``), ``seasonal_naive`` (the value one season
+back, ``season`` bars), and ``train_mean`` (the training split's mean target).
+**Directional accuracy** scores each forecast step against the no-change forecast: 1 when the
+forecast and the truth move the same way from it, 0 when opposite, 1/2 when either does not move
+(so the naive forecast scores exactly 1/2, a coin flip).
+
+**The trainer** (:func:`fit`): AdamW through :class:`~tritonrl.toolkit.optim.MasterWeightOptimizer`
+(bf16 parameters keep f32 masters), the f32 MSE loss on the forecast upcast once, gradient
+clipping, a cosine or linear learning-rate schedule with linear warm-up, early stopping on the
+validation MSE (``patience`` epochs; the best weights are restored for the test), deterministic
+seeds (the epoch's shuffle is a function of the seed and the epoch), metrics to ``metrics.csv``
+and TensorBoard (:class:`~tritonrl.toolkit.logger.MetricLogger`: ``losses/train_mse``,
+``losses/grad_norm``, ``charts/lr`` every ``log_every`` steps; ``val/mse``, ``val/mae``,
+``val/direction`` each epoch), a progress bar, and exact resume from
+``<run_dir>/checkpoint.safetensors`` (:func:`tritonrl.toolkit.checkpoint.save_checkpoint`, format
+:data:`FIT_FORMAT`; written at each epoch's end and when ``should_stop`` asks, at a metric flush,
+so a resumed run writes the same rows as an uninterrupted one). A run folder has one writer
+(:class:`~tritonrl.toolkit.runfolder.RunLock`).
+
+The CLI follows ``train``'s rules (:mod:`tritonrl.toolkit.train`): bad input is one ``error:``
+line and exit status 2 before anything is written; an existing checkpoint is never overwritten
+without ``--resume``; a non-finite loss stops the run with status 1, keeping the last checkpoint;
+SIGINT / SIGTERM save a checkpoint and exit with 130 / 143. The models come from
+:func:`tritonrl.toolkit.registry.forecasters` (the lazy import of ``tritonrl.agents.forecast``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import math
+import os
+import random
+import signal
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tritonrl.toolkit.config import Config
+
+__all__ = [
+    "BASELINES",
+    "CHANGE_TARGETS",
+    "FIT_FORMAT",
+    "FitConfig",
+    "FitError",
+    "Normalizer",
+    "WindowData",
+    "add_parser",
+    "baselines",
+    "evaluate",
+    "fit",
+    "format_report",
+    "load_windows",
+    "lr_at",
+    "run",
+    "target_series",
+]
+
+FIT_FORMAT = "tritonrl-fit"
+"""``format`` entry of a forecaster training checkpoint: sections ``model``, ``optimizer``, ``best``,
+``loop``, ``rng``, ``meta`` and ``config``."""
+CHECKPOINT_NAME = "checkpoint.safetensors"
+REPORT_NAME = "fit_report.json"
+CHANGE_TARGETS = frozenset({"log_return", "return"})
+"""Targets that are changes: their no-change forecast is 0. Every other target is a level (``close``,
+``price_z``, ``volatility``, ...): its no-change forecast is the last observed value."""
+BASELINES = ("naive", "seasonal_naive", "train_mean")
+
+
+class FitError(RuntimeError):
+    """Training stopped by an error (a non-finite loss, a failed write); the last checkpoint stays."""
+
+
+# ----------------------------------------------------------------------------- targets and windows
+
+
+def target_series(data: Any, target: str = "log_return", host_features: Any = None) -> torch.Tensor:
+    """The target column of ``data`` (a :class:`~tritonrl.toolkit.market.MarketData`), ``[T]`` f32.
+
+    ``log_return`` and ``close`` are ``data``'s f32 columns; a feature name is taken from
+    ``host_features`` (the ``[T, F]`` f32 host array of
+    :func:`~tritonrl.toolkit.market.compute_features`, before the upload's cast), or from
+    ``data.features`` when those are f32 already.
+
+    Raises:
+        ValueError: an unknown target, or a feature target of bf16 features without ``host_features``.
+    """
+    if target == "log_return":
+        return data.log_return
+    if target == "close":
+        return data.close
+    names = tuple(data.feature_names)
+    if target not in names:
+        raise ValueError(
+            f"unknown target {target!r}; choose log_return, close or a feature: {', '.join(names)}"
+        )
+    col = names.index(target)
+    if host_features is not None:
+        host = torch.as_tensor(np.asarray(host_features, dtype=np.float32))
+        if host.dim() != 2 or host.shape != (len(data), len(names)):
+            raise ValueError(f"host_features must be [{len(data)}, {len(names)}], got {tuple(host.shape)}")
+        return host[:, col].contiguous().to(data.device)
+    if data.features.dtype != torch.float32:
+        raise ValueError(
+            f"target {target!r}: the features are {data.features.dtype}; pass host_features (the f32 "
+            "compute_features array) so the target is not read from the rounded copy"
+        )
+    return data.features[:, col]
+
+
+@dataclass(frozen=True)
+class Normalizer:
+    """``z = (y - mean) / std`` of a target series, from the training split only."""
+
+    mean: float
+    std: float
+
+    @classmethod
+    def from_train(cls, values: torch.Tensor, window: int, horizon: int) -> Normalizer:
+        """Mean and std (f64 on the host) of rows ``window .. T - 1`` of the train split's target
+        series: exactly the rows its windows forecast.
+
+        Raises:
+            ValueError: fewer than 2 such rows, or a constant target (std 0).
+        """
+        rows = values[window:].double().cpu()
+        if rows.numel() < 2:
+            raise ValueError(f"the train split has {rows.numel()} target rows, fewer than 2")
+        mean, std = float(rows.mean()), float(rows.std(correction=0))
+        if not (math.isfinite(std) and std > 0):
+            raise ValueError(f"the target is constant over the train split (std {std}): nothing to forecast")
+        return cls(mean, std)
+
+    def to_dict(self) -> dict[str, float]:
+        """``{"mean", "std"}``."""
+        return {"mean": self.mean, "std": self.std}
+
+
+class WindowData:
+    """The windows of one split: inputs ``[B, W, F]`` in the features' dtype, targets f32 ``[B, H, 1]``.
+
+    Args:
+        data: one split (:class:`~tritonrl.toolkit.market.MarketData`, ``T`` rows).
+        window: ``W``.
+        horizon: ``H``.
+        target: the target's name (for change vs level: :data:`CHANGE_TARGETS`).
+        values: the split's target series, ``[T]`` f32 on ``data``'s device (default
+            :func:`target_series` of ``data``).
+        normalizer: the train split's :class:`Normalizer`; ``None`` computes it from this split
+            (pass it for validation and test).
+        split: a label for messages (``"train"``, ``"validation"``, ``"test"``).
+
+    Windows end at rows ``W - 1 .. T - 1 - H`` (``num_windows = T - W - H + 1``).
+
+    Raises:
+        ValueError: ``W`` or ``H`` below 1, the split shorter than ``W + H`` rows, a NaN or
+            infinite feature or target (one host read, here), ``values`` of the wrong shape.
+        TypeError: ``values`` not f32.
+    """
+
+    def __init__(
+        self,
+        data: Any,
+        window: int,
+        horizon: int = 1,
+        *,
+        target: str = "log_return",
+        values: torch.Tensor | None = None,
+        normalizer: Normalizer | None = None,
+        split: str = "train",
+    ) -> None:
+        if window < 1 or horizon < 1:
+            raise ValueError(f"window={window} and horizon={horizon} must be >= 1")
+        n = len(data)
+        if n < window + horizon:
+            raise ValueError(
+                f"the {split} split of {data.name!r} has {n} rows, fewer than window + horizon = "
+                f"{window} + {horizon}: shorten --window or --horizon, or use a longer series"
+            )
+        values = target_series(data, target) if values is None else values
+        if values.dtype != torch.float32:
+            raise TypeError(f"target values must be float32, got {values.dtype}")
+        if values.shape != (n,) or values.device != data.device:
+            raise ValueError(f"target values must be [{n}] on {data.device}, got {tuple(values.shape)}")
+        bad = torch.stack([(~torch.isfinite(data.features)).any(), (~torch.isfinite(values)).any()]).tolist()
+        if bad[0] or bad[1]:
+            what = "features" if bad[0] else f"target {target!r}"
+            raise ValueError(f"the {split} split of {data.name!r} holds NaN or infinite {what}")
+        self.data, self.window, self.horizon, self.target, self.split = data, window, horizon, target, split
+        self.normalizer = normalizer or Normalizer.from_train(values, window, horizon)
+        self.values = values
+        self.y = (values - self.normalizer.mean) / self.normalizer.std  # [T] f32, normalised
+        self.num_windows = n - window - horizon + 1
+        self.ends = torch.arange(window - 1, n - horizon, device=data.device)  # [N] last row of each window
+        self._x = data.features.unfold(0, window, 1).transpose(
+            1, 2
+        )  # [T - W + 1, W, F] view, row i: i..i+W-1
+        self._y = self.y.unfold(0, horizon, 1)  # [T - H + 1, H] view, row i: i..i+H-1
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The inputs' dtype (the training dtype the features were uploaded in)."""
+        return self.data.features.dtype
+
+    @property
+    def device(self) -> torch.device:
+        """Where the windows live."""
+        return self.data.device
+
+    @property
+    def num_features(self) -> int:
+        """``F``."""
+        return int(self.data.features.shape[1])
+
+    def __len__(self) -> int:
+        return self.num_windows
+
+    def batch(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Windows ``idx`` (``[B]`` int64 window numbers): ``(x [B, W, F]`` features dtype, ``y
+        [B, H, 1]`` f32 normalised); one gather each."""
+        end = self.ends[idx]
+        return self._x[end - (self.window - 1)], self._y[end + 1].unsqueeze(-1)
+
+    def naive(self, idx: torch.Tensor) -> torch.Tensor:
+        """The no-change forecast ``[B, H, 1]`` f32 (normalised): a zero change, or the last value."""
+        if self.target in CHANGE_TARGETS:
+            zero = -self.normalizer.mean / self.normalizer.std
+            return torch.full((idx.shape[0], self.horizon, 1), zero, device=self.device)
+        return self.y[self.ends[idx]][:, None, None].expand(-1, self.horizon, 1)
+
+    def seasonal_naive(self, idx: torch.Tensor, season: int) -> torch.Tensor:
+        """Each step ``h`` forecast by the value ``season * ceil(h / season)`` rows before it, the
+        most recent observed value one season back; ``[B, H, 1]`` f32 normalised.
+
+        Raises:
+            ValueError: ``season`` outside ``1 .. W`` (the window's rows are what is observed).
+        """
+        if not 1 <= season <= self.window:
+            raise ValueError(f"season={season} must lie between 1 and the window {self.window}")
+        h = torch.arange(1, self.horizon + 1, device=self.device)
+        back = h - season * torch.div(h + season - 1, season, rounding_mode="floor")  # <= 0
+        return self.y[self.ends[idx][:, None] + back[None, :]].unsqueeze(-1)
+
+    def train_mean(self, idx: torch.Tensor) -> torch.Tensor:
+        """The training mean (0 once normalised), ``[B, H, 1]`` f32."""
+        return torch.zeros(idx.shape[0], self.horizon, 1, device=self.device)
+
+
+def load_windows(
+    source: Any,
+    window: int,
+    horizon: int = 1,
+    *,
+    target: str = "log_return",
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype | None = None,
+    fractions: tuple[float, float, float] = (0.7, 0.15, 0.15),
+) -> tuple[WindowData, WindowData, WindowData]:
+    """Train, validation and test windows of a bar source (a ``market:`` spec string or
+    :class:`~tritonrl.toolkit.market.Bars`): upload once, split by time, normalise on train.
+
+    Raises:
+        ValueError: a bad source, target, sizes, or data (from the source, :func:`split` or
+            :class:`WindowData`).
+    """
+    from tritonrl.toolkit.market import compute_features, source_bars, split, upload
+
+    bars = source_bars(source) if isinstance(source, str) else source
+    if window < 1 or horizon < 1:
+        raise ValueError(f"window={window} and horizon={horizon} must be >= 1")
+    if len(bars) < window + horizon + 2:
+        raise ValueError(
+            f"{bars.name!r} has {len(bars)} bars, too few for window + horizon = {window} + {horizon} "
+            "in each of three splits"
+        )
+    data = upload(bars, device, dtype=dtype)
+    host = None if target in ("log_return", "close") else compute_features(bars)
+    values = target_series(data, target, host)
+    parts = split(data, window, fractions)
+    out: list[WindowData] = []
+    for label, part in zip(("train", "validation", "test"), parts, strict=True):
+        vals = values[part.offset : part.offset + len(part)]
+        norm = out[0].normalizer if out else None
+        out.append(
+            WindowData(part, window, horizon, target=target, values=vals, normalizer=norm, split=label)
+        )
+    return out[0], out[1], out[2]
+
+
+# ----------------------------------------------------------------------------- metrics and baselines
+
+
+def _sums(pred: torch.Tensor, y: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    """``[3]`` f32 sums of squared error, absolute error and direction score (see the module doc)."""
+    err = pred - y
+    hit = 0.5 * (1.0 + torch.sign(pred - ref) * torch.sign(y - ref))
+    return torch.stack([(err * err).sum(), err.abs().sum(), hit.sum()])
+
+
+def _metrics(
+    data: WindowData, forecast: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], batch: int
+) -> dict[str, float]:
+    total = torch.zeros(3, device=data.device, dtype=torch.float64)
+    for start in range(0, len(data), batch):
+        idx = torch.arange(start, min(start + batch, len(data)), device=data.device)
+        x, y = data.batch(idx)
+        total += _sums(forecast(idx, x), y, data.naive(idx)).double()
+    count = len(data) * data.horizon
+    mse, mae, hit = (v / count for v in total.tolist())  # the one host read
+    return {"mse": mse, "mae": mae, "direction": hit}
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, data: WindowData, *, batch: int = 1024) -> dict[str, float]:
+    """MSE, MAE (normalised units) and directional accuracy of ``model`` over every window of ``data``.
+
+    The forecast is upcast to f32 once; one host read at the end. The model is put in eval mode
+    and back in the mode it was in.
+    """
+    was = model.training
+    model.eval()
+    try:
+        return _metrics(data, lambda idx, x: model(x).float(), batch)
+    finally:
+        model.train(was)
+
+
+def baselines(data: WindowData, *, season: int = 5, batch: int = 4096) -> dict[str, dict[str, float]]:
+    """``{name: {"mse", "mae", "direction"}}`` of the :data:`BASELINES` over ``data``'s windows.
+
+    Raises:
+        ValueError: ``season`` outside ``1 .. W``.
+    """
+    return {
+        "naive": _metrics(data, lambda idx, x: data.naive(idx), batch),
+        "seasonal_naive": _metrics(data, lambda idx, x: data.seasonal_naive(idx, season), batch),
+        "train_mean": _metrics(data, lambda idx, x: data.train_mean(idx), batch),
+    }
+
+
+# ----------------------------------------------------------------------------- the trainer
+
+
+SCHEDULES = ("cosine", "linear", "constant")
+
+
+@dataclass(frozen=True)
+class FitConfig(Config):
+    """How :func:`fit` trains (every field is fixed for a resumed run; see ``fit``)."""
+
+    epochs: int = 20
+    """Passes over the training windows (at most)."""
+    batch_size: int = 64
+    """Windows per step."""
+    lr: float = 1e-3
+    """Peak AdamW learning rate."""
+    weight_decay: float = 1e-2
+    """AdamW's decoupled weight decay."""
+    grad_clip: float = 1.0
+    """Global gradient-norm clip (on the f32 master gradients); 0: none."""
+    schedule: str = "cosine"
+    """After the warm-up: ``cosine`` or ``linear`` decay to ``min_lr_fraction * lr``, or ``constant``."""
+    warmup_steps: int = 100
+    """Steps of linear warm-up from ``lr / warmup_steps`` to ``lr``."""
+    min_lr_fraction: float = 0.1
+    """Where the decay ends, as a fraction of ``lr``."""
+    patience: int = 5
+    """Stop after this many epochs without a validation MSE below the best minus ``min_delta``."""
+    min_delta: float = 0.0
+    """The improvement that counts (normalised MSE units)."""
+    seed: int = 0
+    """Seeds the global RNGs (dropout) and each epoch's shuffle."""
+    log_every: int = 50
+    """Steps between metric rows (each epoch's end writes one too)."""
+    eval_batch: int = 1024
+    """Windows per evaluation batch."""
+    season: int = 5
+    """The seasonal-naive baseline's season in bars (5: a week of daily bars; 24: a day of hourly);
+    a season longer than the window is cut to the window (the report's ``season`` says which)."""
+
+    def __post_init__(self) -> None:
+        for name, lo in (("epochs", 1), ("batch_size", 1), ("warmup_steps", 0), ("patience", 1)):
+            _check_int(name, getattr(self, name), lo)
+        for name, lo in (("log_every", 1), ("eval_batch", 1), ("season", 1), ("seed", 0)):
+            _check_int(name, getattr(self, name), lo)
+        for name in ("lr", "weight_decay", "grad_clip", "min_lr_fraction", "min_delta"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number, got {value!r}")
+            if value < 0 or (name == "lr" and value == 0):
+                raise ValueError(f"{name} must be {'> 0' if name == 'lr' else '>= 0'}, got {value!r}")
+        if self.min_lr_fraction > 1:
+            raise ValueError(f"min_lr_fraction must be <= 1, got {self.min_lr_fraction}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
+
+
+def _check_int(name: str, value: Any, lo: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+        raise ValueError(f"{name} must be an int >= {lo}, got {value!r}")
+
+
+def lr_at(config: FitConfig, step: int, total_steps: int) -> float:
+    """The learning rate of step ``step`` (0-based) of ``total_steps``: linear warm-up, then the
+    schedule's decay from ``lr`` to ``min_lr_fraction * lr`` at the last step."""
+    if step < config.warmup_steps:
+        return config.lr * (step + 1) / config.warmup_steps
+    if config.schedule == "constant":
+        return config.lr
+    p = min(max((step - config.warmup_steps) / max(total_steps - 1 - config.warmup_steps, 1), 0.0), 1.0)
+    shape = 0.5 * (1.0 + math.cos(math.pi * p)) if config.schedule == "cosine" else 1.0 - p
+    floor = config.min_lr_fraction
+    return config.lr * (floor + (1.0 - floor) * shape)
+
+
+def _permutation(seed: int, epoch: int, n: int, device: torch.device) -> torch.Tensor:
+    """The training windows' order in ``epoch``: a function of ``(seed, epoch)`` alone (so a resumed
+    run draws the same one)."""
+    g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    return torch.randperm(n, generator=g).to(device)
+
+
+def _seed_everything(seed: int) -> None:
+    torch.manual_seed(seed)
+    np.random.seed(seed)  # noqa: NPY002 - the legacy global generator is the one to seed
+    random.seed(seed)
+
+
+def _meta(model: torch.nn.Module, train: WindowData, extra: Mapping[str, str] | None) -> dict[str, str]:
+    meta = {
+        "model": str(getattr(model, "name", type(model).__name__)),
+        "model_class": f"{type(model).__module__}.{type(model).__qualname__}",
+        "window": str(train.window),
+        "horizon": str(train.horizon),
+        "num_features": str(train.num_features),
+        "target": train.target,
+        "data": str(train.data.name),
+    }
+    meta.update({str(k): str(v) for k, v in (extra or {}).items()})
+    return meta
+
+
+def _check_model(model: torch.nn.Module, train: WindowData, *others: WindowData) -> torch.dtype:
+    params = list(model.parameters())
+    if not params:
+        raise ValueError(f"{type(model).__name__} has no parameters to train")
+    dtype = params[0].dtype
+    for what, want in (
+        ("window", train.window),
+        ("horizon", train.horizon),
+        ("num_features", train.num_features),
+    ):
+        have = getattr(model, what, want)
+        if have != want:
+            raise ValueError(f"the model's {what} is {have}, the data's {want}")
+    if getattr(model, "num_targets", 1) != 1:
+        raise ValueError(f"the model forecasts {model.num_targets} targets; the windows hold 1")
+    for data in (train, *others):
+        if data.dtype != dtype:
+            raise TypeError(
+                f"the {data.split} windows are {data.dtype}, the model's parameters {dtype}: upload the "
+                "features in the training dtype (one cast) or build the model with dtype="
+            )
+        if (data.window, data.horizon, data.target) != (train.window, train.horizon, train.target):
+            raise ValueError(
+                f"the {data.split} windows differ from the train windows in window, horizon or target"
+            )
+        if data.normalizer != train.normalizer:
+            raise ValueError(f"the {data.split} windows are not normalised with the train split's normalizer")
+    return dtype
+
+
+def fit(
+    model: torch.nn.Module,
+    train: WindowData,
+    validation: WindowData,
+    test: WindowData,
+    config: FitConfig | None = None,
+    *,
+    run_dir: str | Path | None = None,
+    resume: bool = False,
+    progress: bool = False,
+    tensorboard: bool = True,
+    should_stop: Callable[[], bool] | None = None,
+    meta: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Train ``model`` (a forecaster ``[B, W, F] -> [B, H, 1]``) on ``train``; report on ``test``.
+
+    Args:
+        model: its parameters in the windows' dtype (bf16 ones are trained through f32 masters).
+        train, validation, test: from :func:`load_windows` (validation and test normalised with
+            the train split's :class:`Normalizer`).
+        config: :class:`FitConfig` (default ``FitConfig()``).
+        run_dir: where ``metrics.csv``, TensorBoard files, ``checkpoint.safetensors`` and
+            ``fit_report.json`` go (held with a lock for the run); ``None``: nothing is written.
+        resume: continue from ``run_dir``'s checkpoint exactly (its config, data identity and
+            model must match); without one, start fresh. Without ``resume`` an existing
+            checkpoint is an error, never overwritten.
+        progress: draw a progress bar on stderr.
+        tensorboard: also write TensorBoard scalars.
+        should_stop: polled at each metric flush; ``True`` saves a checkpoint and returns
+            (``stopped == "should_stop"``).
+        meta: extra identity strings stored in the checkpoint and compared on resume.
+
+    Returns:
+        the report: ``stopped`` (``"epochs"``, ``"early"`` or ``"should_stop"``), ``global_step``,
+        ``epochs`` run, ``best_epoch``, ``best_val_mse``, ``wall_s``, ``windows_per_s``,
+        ``normalizer``, ``test`` and ``validation`` (``{"model": metrics, baseline: metrics}``,
+        absent when stopped by ``should_stop``) and ``checkpoint`` (a path or ``None``).
+
+    Raises:
+        ValueError / TypeError: sizes, dtypes or normalisers that do not fit, an existing
+            checkpoint without ``resume``, a checkpoint of another run.
+        FitError: a non-finite loss or validation MSE (nothing saved after it).
+        RunFolderBusy: another process trains in ``run_dir``.
+        CheckpointError: a damaged checkpoint.
+    """
+    from tritonrl.toolkit.checkpoint import (
+        CheckpointError,
+        capture_rng_state,
+        load_checkpoint,
+        load_into_module,
+        remove_stale_temps,
+        restore_rng_state,
+        save_checkpoint,
+        section,
+    )
+    from tritonrl.toolkit.config import fixed_changes, format_change
+    from tritonrl.toolkit.logger import MetricLogger, ProgressBar, repair_csv
+    from tritonrl.toolkit.optim import MasterWeightOptimizer
+    from tritonrl.toolkit.runfolder import RunLock, move_aside
+
+    config = config or FitConfig()
+    _check_model(model, train, validation, test)
+    ident = _meta(model, train, meta)
+    folder = Path(run_dir) if run_dir is not None else None
+    ckpt = folder / CHECKPOINT_NAME if folder is not None else None
+    if ckpt is not None and ckpt.exists() and not resume:
+        raise ValueError(
+            f"{folder} already holds a checkpoint: pass resume=True (--resume), or use another folder"
+        )
+    _seed_everything(config.seed)
+    opt = MasterWeightOptimizer(
+        model.parameters(), torch.optim.AdamW, lr=config.lr, weight_decay=config.weight_decay
+    )
+    steps_per_epoch = math.ceil(len(train) / config.batch_size)
+    total_steps = config.epochs * steps_per_epoch
+    loop = {"global_step": 0, "epoch": 0, "batch": 0, "best_val": math.inf, "best_epoch": -1, "bad_epochs": 0}
+    best: dict[str, torch.Tensor] | None = None
+    lock = RunLock(folder).acquire() if folder is not None else None
+    logger = None
+    try:
+        if ckpt is not None and ckpt.exists():
+            remove_stale_temps(ckpt)
+            where = str(ckpt)
+            state = load_checkpoint(ckpt, device=train.device)
+            if not isinstance(state, dict) or state.get("format") != FIT_FORMAT:
+                raise CheckpointError(
+                    f"{where}: not a forecaster training checkpoint (format {FIT_FORMAT!r})"
+                )
+            saved_meta = section(state, "meta", where, "the run identity section")
+            for key, value in ident.items():
+                if saved_meta.get(key) != value:
+                    raise ValueError(
+                        f"{where} was made with {key}={saved_meta.get(key)!r}, this run has {value!r}"
+                    )
+            saved_cfg = FitConfig.from_dict(section(state, "config", where, "the fit config section"))
+            changed = fixed_changes(saved_cfg, config)
+            if changed:
+                listed = ", ".join(format_change(k, *v) for k, v in changed.items())
+                raise ValueError(f"resume cannot change {listed}: start a new run")
+            load_into_module(
+                model, section(state, "model", where, "the model section"), where=f"{where} (model)"
+            )
+            try:
+                opt.load_state_dict(section(state, "optimizer", where, "the optimizer section"))
+            except ValueError as exc:
+                raise CheckpointError(f"{where}: the optimizer section does not fit ({exc})") from None
+            saved_loop = section(state, "loop", where, "the loop counters section")
+            loop.update({k: saved_loop[k] for k in loop})
+            saved_best = section(state, "best", where, "the best weights section")
+            if saved_best:
+                best = {k: v.detach().clone() for k, v in model.state_dict().items()}
+                scratch = _Holder(best)
+                load_into_module(scratch, saved_best, where=f"{where} (best weights)")
+            restore_rng_state(section(state, "rng", where), where=f"{where} (rng)")
+            repair_csv(folder / "metrics.csv", loop["global_step"])  # type: ignore[operator]
+        elif folder is not None:
+            stale = move_aside(folder, (*_RUN_FILES, REPORT_NAME))
+            if stale is not None:
+                print(f"notice: {folder} held an earlier run's files: moved to {stale}", file=sys.stderr)
+        if folder is not None:
+            purge = loop["global_step"] + 1 if loop["global_step"] else None
+            logger = MetricLogger(folder, tensorboard=tensorboard, purge_step=purge)
+
+        def save() -> None:
+            if ckpt is None:
+                return
+            save_checkpoint(
+                ckpt,
+                {
+                    "format": FIT_FORMAT,
+                    "model": model.state_dict(),
+                    "optimizer": opt.state_dict(),
+                    "best": best or {},
+                    "loop": dict(loop),
+                    "rng": capture_rng_state(),
+                    "meta": ident,
+                    "config": config.to_dict(),
+                },
+            )
+
+        pending: dict[str, Any] = {}
+
+        def flush(step: int, extra: Mapping[str, float] | None = None) -> dict[str, float]:
+            """Write the interval's means (one host read); raise on a non-finite loss."""
+            nonlocal pending
+            means = _means(pending)
+            pending = {}
+            means.update(extra or {})
+            bad = [k for k in ("losses/train_mse", "val/mse") if k in means and not math.isfinite(means[k])]
+            if bad:
+                raise FitError(
+                    f"non-finite {bad[0]} at step {step}: stopped; the last checkpoint stays "
+                    "(lower the learning rate or check the data)"
+                )
+            if logger is not None and means:
+                logger.log(step, means)
+                logger.flush(step)
+            return means
+
+        bar = ProgressBar(total_steps, initial=loop["global_step"], enabled=progress)
+        model.train()
+        stopped = None
+        windows = 0
+        t0 = time.perf_counter()
+        while stopped is None and loop["epoch"] < config.epochs:
+            perm = _permutation(config.seed, loop["epoch"], len(train), train.device)
+            while loop["batch"] < steps_per_epoch:
+                k = loop["batch"]
+                idx = perm[k * config.batch_size : (k + 1) * config.batch_size]
+                x, y = train.batch(idx)
+                lr = lr_at(config, loop["global_step"], total_steps)
+                opt.set_lr(lr)
+                loss = torch.nn.functional.mse_loss(model(x).float(), y)  # the one upcast: f32 loss
+                opt.zero_grad()
+                loss.backward()
+                norm = opt.clip_grad_norm_(config.grad_clip) if config.grad_clip > 0 else None
+                opt.step()
+                loop["global_step"] += 1
+                loop["batch"] += 1
+                windows += int(idx.shape[0])
+                _add(pending, "losses/train_mse", loss.detach())
+                if norm is not None:
+                    _add(pending, "losses/grad_norm", norm)
+                _add(pending, "charts/lr", lr)
+                if loop["global_step"] % config.log_every == 0 and loop["batch"] < steps_per_epoch:
+                    flush(loop["global_step"])
+                    bar.update(loop["global_step"])
+                    if should_stop is not None and should_stop():
+                        save()
+                        stopped = "should_stop"
+                        break
+            if stopped is not None:
+                break
+            val = evaluate(model, validation, batch=config.eval_batch)
+            loop["epoch"] += 1
+            loop["batch"] = 0
+            flush(
+                loop["global_step"],
+                {
+                    "val/mse": val["mse"],
+                    "val/mae": val["mae"],
+                    "val/direction": val["direction"],
+                    "charts/epoch": loop["epoch"],
+                },
+            )
+            if val["mse"] < loop["best_val"] - config.min_delta:
+                loop.update(best_val=val["mse"], best_epoch=loop["epoch"], bad_epochs=0)
+                best = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            else:
+                loop["bad_epochs"] += 1
+            save()
+            bar.update(loop["global_step"], f"epoch {loop['epoch']} val_mse {val['mse']:.4f}")
+            if loop["bad_epochs"] >= config.patience:
+                stopped = "early"
+            elif should_stop is not None and should_stop():
+                stopped = "should_stop"
+        bar.close()
+        wall = time.perf_counter() - t0
+        report: dict[str, Any] = {
+            "stopped": stopped or "epochs",
+            "global_step": loop["global_step"],
+            "epochs": loop["epoch"],
+            "best_epoch": loop["best_epoch"],
+            "best_val_mse": loop["best_val"],
+            "wall_s": wall,
+            "windows_per_s": windows / wall if wall > 0 else float("nan"),
+            "target": train.target,
+            "normalizer": train.normalizer.to_dict(),
+            "checkpoint": str(ckpt) if ckpt is not None else None,
+        }
+        if stopped == "should_stop":
+            return report
+        if best is not None:
+            load_into_module(model, best, where="best weights")
+        for name, data in (("validation", validation), ("test", test)):
+            report[name] = {"model": evaluate(model, data, batch=config.eval_batch)}
+            report[name].update(baselines(data, season=min(config.season, data.window)))
+        report["season"] = min(config.season, train.window)
+        if folder is not None:
+            from tritonrl.toolkit.checkpoint import atomic_write_bytes
+
+            atomic_write_bytes(folder / REPORT_NAME, json.dumps({**report, "meta": ident}, indent=2).encode())
+        return report
+    finally:
+        if logger is not None:
+            logger.close()
+        if lock is not None:
+            lock.release()
+
+
+_RUN_FILES = ("metrics.csv", "checkpoint.safetensors", "events.out.tfevents.*")
+
+
+class _Holder(torch.nn.Module):
+    """A module whose state dict is ``tensors`` (to load the best weights with the same checks)."""
+
+    def __init__(self, tensors: dict[str, torch.Tensor]) -> None:
+        super().__init__()
+        self._tensors = tensors
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, torch.Tensor]:  # type: ignore[override]
+        return self._tensors
+
+
+def _add(pending: dict[str, Any], name: str, value: torch.Tensor | float) -> None:
+    total, n = pending.get(name, (0.0, 0))
+    pending[name] = (total + value, n + 1)
+
+
+def _means(pending: Mapping[str, Any]) -> dict[str, float]:
+    """The interval means of ``pending`` (``name -> (sum, count)``), with one device read."""
+    sums = [v[0] for v in pending.values()]
+    on_device = [i for i, v in enumerate(sums) if isinstance(v, torch.Tensor)]
+    if on_device:
+        host = torch.stack([sums[i].float() for i in on_device]).cpu().tolist()
+        for i, h in zip(on_device, host, strict=True):
+            sums[i] = h
+    return {name: float(total) / v[1] for (name, v), total in zip(pending.items(), sums, strict=True)}
+
+
+def format_report(report: Mapping[str, Any], split: str = "test") -> str:
+    """The report's ``split`` as a table: MSE, MAE (normalised units) and directional accuracy of
+    the model and each baseline."""
+    rows = report[split]
+    lines = [
+        f"{split} windows, target {report['target']} normalised by the train split (mean "
+        f"{report['normalizer']['mean']:.4g}, std {report['normalizer']['std']:.4g}: MSE 1 = its variance)",
+        f"{'forecast':<22} {'MSE':>9} {'MAE':>9} {'direction':>9}",
+    ]
+    for name, m in rows.items():
+        label = f"{name} (s={report['season']})" if name == "seasonal_naive" else name
+        lines.append(f"{label:<22} {m['mse']:>9.4f} {m['mae']:>9.4f} {m['direction']:>9.3f}")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- the command line
+
+DEFAULT_DATA = "market:synthetic,ar=0.3"
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add the ``fit`` subcommand to ``python -m tritonrl.toolkit``'s parser."""
+    from tritonrl.toolkit.checks import MAX_SEED
+
+    p = subparsers.add_parser(
+        "fit", help="train a forecaster on market bars", description=__doc__.splitlines()[0]
+    )
+    p.add_argument("--model", default=None, help="forecaster name (`--list` lists them)")
+    p.add_argument("--list", action="store_true", help="list the registered forecasters and exit")
+    p.add_argument(
+        "--data",
+        default=DEFAULT_DATA,
+        help="market:SOURCE: synthetic[,ar=F,seed=N,bars=N], googl, eurusd, csv=PATH "
+        f"(default {DEFAULT_DATA})",
+    )
+    p.add_argument("--window", type=int, default=64, help="bars per input window (default 64)")
+    p.add_argument("--horizon", type=int, default=1, help="bars forecast ahead (default 1)")
+    p.add_argument(
+        "--target",
+        default="log_return",
+        help="log_return (default), close, or a feature column (price_z, volatility, ...)",
+    )
+    d = FitConfig()
+    p.add_argument(
+        "--epochs", type=int, default=d.epochs, help=f"at most this many epochs (default {d.epochs})"
+    )
+    p.add_argument(
+        "--batch-size", type=int, default=d.batch_size, help=f"windows per step (default {d.batch_size})"
+    )
+    p.add_argument("--lr", type=float, default=d.lr, help=f"peak learning rate (default {d.lr})")
+    p.add_argument(
+        "--weight-decay", type=float, default=d.weight_decay, help=f"AdamW (default {d.weight_decay})"
+    )
+    p.add_argument("--grad-clip", type=float, default=d.grad_clip, help=f"0: none (default {d.grad_clip})")
+    p.add_argument("--schedule", default=d.schedule, help=f"{', '.join(SCHEDULES)} (default {d.schedule})")
+    p.add_argument("--warmup-steps", type=int, default=d.warmup_steps, help=f"(default {d.warmup_steps})")
+    p.add_argument(
+        "--patience", type=int, default=d.patience, help=f"early stopping epochs (default {d.patience})"
+    )
+    p.add_argument(
+        "--season", type=int, default=d.season, help=f"seasonal-naive season in bars (default {d.season})"
+    )
+    p.add_argument(
+        "--log-every", type=int, default=d.log_every, help=f"steps per metric row (default {d.log_every})"
+    )
+    p.add_argument("--seed", type=int, default=1, help=f"0 to {MAX_SEED} (default 1)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default cpu)")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    p.add_argument("--run-dir", default=None, help="output folder (default runs/fit-<model>-<data>-s<seed>)")
+    p.add_argument("--resume", action="store_true", help="continue from the run dir's checkpoint")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a model hyperparameter (repeatable), e.g. --set hidden=32",
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-tensorboard", action="store_true", help="metrics.csv only")
+    p.set_defaults(run=run)
+    return p
+
+
+def _model_kwargs(items: list[str]) -> dict[str, Any]:
+    """``--set KEY=VALUE`` as keyword arguments (Python literals; anything else stays a string)."""
+    from tritonrl.toolkit.train import UsageError, _parse_overrides
+
+    out: dict[str, Any] = {}
+    for key, text in _parse_overrides(items).items():
+        if not key.isidentifier() or key in (
+            "window",
+            "num_features",
+            "horizon",
+            "num_targets",
+            "device",
+            "dtype",
+        ):
+            raise UsageError(
+                f"--set {key}=...: not a model hyperparameter (window, horizon: their own flags)"
+            )
+        try:
+            out[key] = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            out[key] = text
+    return out
+
+
+def _default_run_dir(args: argparse.Namespace) -> Path:
+    data = args.data.removeprefix("market:").replace("/", "_").replace(",", "_").replace("=", "")
+    return Path(f"runs/fit-{args.model}-{data}-s{args.seed}")
+
+
+def _prepare(args: argparse.Namespace) -> tuple[Any, tuple[WindowData, ...], FitConfig, Path, dict[str, str]]:
+    """Everything ``fit`` needs, every check before anything is written (the run folder's write
+    probe last).
+
+    Raises:
+        UsageError: the first bad argument.
+    """
+    from tritonrl.toolkit.checkpoint import CheckpointError, load_checkpoint
+    from tritonrl.toolkit.checks import MAX_SEED
+    from tritonrl.toolkit.registry import forecasters
+    from tritonrl.toolkit.train import UsageError, _check_run_dir_path, _device, _probe_run_dir, _whole
+
+    if not args.model:
+        raise UsageError("--model is required (`tritonrl fit --list` lists the forecasters)")
+    _whole("--window", args.window, 1)
+    _whole("--horizon", args.horizon, 1)
+    _whole("--seed", args.seed, 0, MAX_SEED)
+    _whole("--threads", args.threads, 1, os.cpu_count() or 1, " (the CPU count of this machine)")
+    device = _device(args.device)
+    try:
+        config = FitConfig(
+            epochs=args.epochs,
+            batch_size=args.batch_size,
+            lr=args.lr,
+            weight_decay=args.weight_decay,
+            grad_clip=args.grad_clip,
+            schedule=args.schedule,
+            warmup_steps=args.warmup_steps,
+            patience=args.patience,
+            season=args.season,
+            log_every=args.log_every,
+            seed=args.seed,
+        )
+    except ValueError as exc:
+        flag = str(exc).split(" ", 1)[0].replace("_", "-")
+        raise UsageError(f"--{flag} {str(exc).split(' ', 1)[1]}") from None
+    if config.season > args.window:
+        raise UsageError(f"--season {config.season} is longer than the window {args.window}")
+    kwargs = _model_kwargs(args.overrides)
+    run_dir = Path(args.run_dir) if args.run_dir is not None else _default_run_dir(args)
+    _check_run_dir_path(str(run_dir))
+    registry = forecasters()
+    if args.model not in registry:
+        known = ", ".join(sorted(registry)) or "none registered"
+        raise UsageError(f"unknown model {args.model!r}; known models: {known} (`tritonrl fit --list`)")
+    meta = {"data_spec": args.data, "model_kwargs": json.dumps(kwargs, sort_keys=True, default=str)}
+    ckpt = run_dir / CHECKPOINT_NAME
+    if ckpt.exists():
+        if not args.resume:
+            raise UsageError(
+                f"{run_dir} already holds a checkpoint: pass --resume to continue it, or choose "
+                "another --run-dir"
+            )
+        try:
+            saved = load_checkpoint(ckpt, tensors=False)
+        except CheckpointError as exc:
+            raise UsageError(str(exc)) from None
+        if not isinstance(saved, dict) or saved.get("format") != FIT_FORMAT:
+            raise UsageError(f"{ckpt}: not a forecaster training checkpoint (`tritonrl fit` writes those)")
+        saved_meta = saved.get("meta") if isinstance(saved.get("meta"), dict) else {}
+        mine = {
+            "model": args.model,
+            "window": str(args.window),
+            "horizon": str(args.horizon),
+            "target": args.target,
+            **meta,
+        }
+        for key, value in mine.items():
+            if saved_meta.get(key) != value:
+                raise UsageError(
+                    f"{ckpt} was made with {key}={saved_meta.get(key)!r}, this run has {value!r}"
+                )
+    torch.set_num_threads(args.threads)
+    try:
+        windows = load_windows(args.data, args.window, args.horizon, target=args.target, device=device)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    torch.manual_seed(config.seed)  # the model's initialisation
+    try:
+        model = registry[args.model](
+            args.window, windows[0].num_features, args.horizon, 1, device=device, **kwargs
+        )
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"model {args.model!r}: {exc}") from None
+    _probe_run_dir(run_dir)  # last: the only check that writes (and it leaves nothing behind)
+    return model, windows, config, run_dir, meta
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the ``fit`` subcommand; the exit status (0 done, 1 stopped by an error, 2 usage error,
+    130 / 143 interrupted by SIGINT / SIGTERM after saving a checkpoint)."""
+    from tritonrl.toolkit.checkpoint import CheckpointError
+    from tritonrl.toolkit.runfolder import RunFolderBusy
+    from tritonrl.toolkit.train import UsageError, _stop_on_signals
+
+    if args.list:
+        from tritonrl.toolkit.registry import forecasters
+
+        for name, cls in sorted(forecasters().items()):
+            doc = (cls.__doc__ or "").strip().splitlines()
+            kind = "sequence" if getattr(cls, "causal", False) else "window"
+            print(f"{name:<14} {kind:<9} {doc[0] if doc else ''}")
+        return 0
+    try:
+        model, (train, validation, test), config, run_dir, meta = _prepare(args)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted by SIGINT before training started: nothing saved", file=sys.stderr)
+        return 130
+    try:
+        with _stop_on_signals() as (should_stop, received):
+            report = fit(
+                model,
+                train,
+                validation,
+                test,
+                config,
+                run_dir=run_dir,
+                resume=args.resume,
+                progress=not args.no_progress,
+                tensorboard=not args.no_tensorboard,
+                should_stop=should_stop,
+                meta=meta,
+            )
+    except (CheckpointError, RunFolderBusy, ValueError, TypeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except FitError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename is not None else ""
+        print(f"error: writing the run folder {run_dir}: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 1
+    if report["stopped"] == "should_stop":
+        signum = received[0] if received else signal.SIGINT
+        print(
+            f"interrupted by {signal.Signals(signum).name} at step {report['global_step']}: checkpoint "
+            f"saved to {report['checkpoint']}; continue with --resume",
+            file=sys.stderr,
+        )
+        return 128 + int(signum)
+    print(format_report(report))
+    print(
+        f"{args.model} on {args.data}: {report['epochs']} epochs ({report['stopped']}), best epoch "
+        f"{report['best_epoch']}, {report['global_step']} steps in {report['wall_s']:.1f} s "
+        f"({report['windows_per_s']:,.0f} windows/s)"
+    )
+    print(f"run folder: {run_dir} (metrics.csv, {CHECKPOINT_NAME}, {REPORT_NAME})")
+    return 0
