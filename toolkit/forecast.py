@@ -530,7 +530,8 @@ def fit(
 
     Returns:
         the report: ``stopped`` (``"epochs"``, ``"early"`` or ``"should_stop"``), ``global_step``,
-        ``epochs`` run, ``best_epoch``, ``best_val_mse``, ``wall_s``, ``windows_per_s``,
+        ``epochs`` run, ``best_epoch``, ``best_val_mse``, ``wall_s`` (this call's loop),
+        ``train_s`` (its training steps alone), ``windows_per_s`` (training windows / ``train_s``),
         ``normalizer``, ``test`` and ``validation`` (``{"model": metrics, baseline: metrics}``,
         absent when stopped by ``should_stop``) and ``checkpoint`` (a path or ``None``).
 
@@ -612,6 +613,8 @@ def fit(
             restore_rng_state(section(state, "rng", where), where=f"{where} (rng)")
             repair_csv(folder / "metrics.csv", loop["global_step"])  # type: ignore[operator]
         elif folder is not None:
+            if resume:
+                print(f"notice: no checkpoint in {folder} to resume: starting a new run", file=sys.stderr)
             stale = move_aside(folder, (*_RUN_FILES, REPORT_NAME))
             if stale is not None:
                 print(f"notice: {folder} held an earlier run's files: moved to {stale}", file=sys.stderr)
@@ -658,10 +661,11 @@ def fit(
         bar = ProgressBar(total_steps, initial=loop["global_step"], enabled=progress)
         model.train()
         stopped = None
-        windows = 0
+        windows, train_s = 0, 0.0
         t0 = time.perf_counter()
         while stopped is None and loop["epoch"] < config.epochs:
             perm = _permutation(config.seed, loop["epoch"], len(train), train.device)
+            t_epoch = time.perf_counter()
             while loop["batch"] < steps_per_epoch:
                 k = loop["batch"]
                 idx = perm[k * config.batch_size : (k + 1) * config.batch_size]
@@ -687,6 +691,9 @@ def fit(
                         save()
                         stopped = "should_stop"
                         break
+            if train.device.type == "cuda":  # the steps' time, not the evaluation's: one sync an epoch
+                torch.cuda.synchronize(train.device)
+            train_s += time.perf_counter() - t_epoch
             if stopped is not None:
                 break
             val = evaluate(model, validation, batch=config.eval_batch)
@@ -721,7 +728,8 @@ def fit(
             "best_epoch": loop["best_epoch"],
             "best_val_mse": loop["best_val"],
             "wall_s": wall,
-            "windows_per_s": windows / wall if wall > 0 else float("nan"),
+            "train_s": train_s,
+            "windows_per_s": windows / train_s if train_s > 0 else float("nan"),
             "target": train.target,
             "normalizer": train.normalizer.to_dict(),
             "checkpoint": str(ckpt) if ckpt is not None else None,
