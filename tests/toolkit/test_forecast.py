@@ -314,6 +314,18 @@ def test_resume_is_exact(tmp_path: Path) -> None:
         fit(_model(t3), t3, v3, te3, SMALL, run_dir=part, resume=True)
 
 
+def test_a_non_finite_loss_stops_the_run_before_saving(tmp_path: Path) -> None:
+    from tritonrl.toolkit.forecast import FitError
+
+    train, validation, test = _windows(8, 1)
+    model = _model(train)
+    with torch.no_grad():
+        model.lin.weight.fill_(float("nan"))
+    with pytest.raises(FitError, match=r"non-finite losses/train_mse at step 7: stopped"):
+        fit(model, train, validation, test, SMALL, run_dir=tmp_path, tensorboard=False)
+    assert not (tmp_path / "checkpoint.safetensors").exists()  # nothing saved after it
+
+
 def test_bf16_parameters_train_with_an_f32_loss(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRITONRL_DTYPE", "bf16")
     train, validation, test = load_windows(LEARNABLE, 4, 1)
