@@ -572,7 +572,14 @@ def fit(
     )
     steps_per_epoch = math.ceil(len(train) / config.batch_size)
     total_steps = config.epochs * steps_per_epoch
-    loop = {"global_step": 0, "epoch": 0, "batch": 0, "best_val": math.inf, "best_epoch": -1, "bad_epochs": 0}
+    loop: dict[str, Any] = {
+        "global_step": 0,
+        "epoch": 0,
+        "batch": 0,
+        "best_val": math.inf,
+        "best_epoch": -1,
+        "bad_epochs": 0,
+    }
     best: dict[str, torch.Tensor] | None = None
     lock = RunLock(folder).acquire() if folder is not None else None
     logger = None
@@ -604,6 +611,8 @@ def fit(
             except ValueError as exc:
                 raise CheckpointError(f"{where}: the optimizer section does not fit ({exc})") from None
             saved_loop = section(state, "loop", where, "the loop counters section")
+            for key in loop:
+                section(saved_loop, key, where, f"the loop counter {key!r}")
             loop.update({k: saved_loop[k] for k in loop})
             saved_best = section(state, "best", where, "the best weights section")
             if saved_best:
@@ -611,7 +620,7 @@ def fit(
                 scratch = _Holder(best)
                 load_into_module(scratch, saved_best, where=f"{where} (best weights)")
             restore_rng_state(section(state, "rng", where), where=f"{where} (rng)")
-            repair_csv(folder / "metrics.csv", loop["global_step"])  # type: ignore[operator]
+            repair_csv(Path(ckpt).parent / "metrics.csv", loop["global_step"])
         elif folder is not None:
             if resume:
                 print(f"notice: no checkpoint in {folder} to resume: starting a new run", file=sys.stderr)
@@ -956,7 +965,7 @@ def _prepare(args: argparse.Namespace) -> tuple[Any, tuple[WindowData, ...], Fit
             raise UsageError(str(exc)) from None
         if not isinstance(saved, dict) or saved.get("format") != FIT_FORMAT:
             raise UsageError(f"{ckpt}: not a forecaster training checkpoint (`tritonrl fit` writes those)")
-        saved_meta = saved.get("meta") if isinstance(saved.get("meta"), dict) else {}
+        saved_meta: dict[str, Any] = saved["meta"] if isinstance(saved.get("meta"), dict) else {}
         mine = {
             "model": args.model,
             "window": str(args.window),
