@@ -10,3 +10,12 @@ FORECASTERS: dict[str, type[Forecaster]] = {}
 """Every forecaster by name (filled by the model modules below)."""
 
 __all__ = ["FORECASTERS", "Forecaster"]
+
+from tritonrl.agents.forecast.attention import PatchTST, Transformer  # noqa: E402
+from tritonrl.agents.forecast.conv import TCN  # noqa: E402
+from tritonrl.agents.forecast.mamba import Mamba2Forecaster  # noqa: E402
+
+FORECASTERS[TCN.name] = TCN
+FORECASTERS[Transformer.name] = Transformer
+FORECASTERS[PatchTST.name] = PatchTST
+FORECASTERS[Mamba2Forecaster.name] = Mamba2Forecaster
