@@ -5,9 +5,15 @@
 """
 
 from tritonrl.agents.forecast.base import Forecaster
+from tritonrl.agents.forecast.linear import MLP, DLinear
+from tritonrl.agents.forecast.recurrent import GRU, LSTM
 
 FORECASTERS: dict[str, type[Forecaster]] = {}
 """Every forecaster by name (filled by the model modules below)."""
+FORECASTERS[DLinear.name] = DLinear
+FORECASTERS[MLP.name] = MLP
+FORECASTERS[LSTM.name] = LSTM
+FORECASTERS[GRU.name] = GRU
 
 __all__ = ["FORECASTERS", "Forecaster"]
 
