@@ -4,8 +4,11 @@
 ``(window, num_features, horizon, num_targets, *, device, dtype, **hyperparameters)``.
 """
 
+from tritonrl.agents.forecast.attention import PatchTST, Transformer
 from tritonrl.agents.forecast.base import Forecaster
+from tritonrl.agents.forecast.conv import TCN
 from tritonrl.agents.forecast.linear import MLP, DLinear
+from tritonrl.agents.forecast.mamba import Mamba2Forecaster
 from tritonrl.agents.forecast.recurrent import GRU, LSTM
 
 FORECASTERS: dict[str, type[Forecaster]] = {}
@@ -14,14 +17,9 @@ FORECASTERS[DLinear.name] = DLinear
 FORECASTERS[MLP.name] = MLP
 FORECASTERS[LSTM.name] = LSTM
 FORECASTERS[GRU.name] = GRU
-
-__all__ = ["FORECASTERS", "Forecaster"]
-
-from tritonrl.agents.forecast.attention import PatchTST, Transformer  # noqa: E402
-from tritonrl.agents.forecast.conv import TCN  # noqa: E402
-from tritonrl.agents.forecast.mamba import Mamba2Forecaster  # noqa: E402
-
 FORECASTERS[TCN.name] = TCN
 FORECASTERS[Transformer.name] = Transformer
 FORECASTERS[PatchTST.name] = PatchTST
 FORECASTERS[Mamba2Forecaster.name] = Mamba2Forecaster
+
+__all__ = ["FORECASTERS", "Forecaster"]
