@@ -11,15 +11,20 @@ from tritonrl.agents.forecast.linear import MLP, DLinear
 from tritonrl.agents.forecast.mamba import Mamba2Forecaster
 from tritonrl.agents.forecast.recurrent import GRU, LSTM
 
-FORECASTERS: dict[str, type[Forecaster]] = {}
-"""Every forecaster by name (filled by the model modules below)."""
-FORECASTERS[DLinear.name] = DLinear
-FORECASTERS[MLP.name] = MLP
-FORECASTERS[LSTM.name] = LSTM
-FORECASTERS[GRU.name] = GRU
-FORECASTERS[TCN.name] = TCN
-FORECASTERS[Transformer.name] = Transformer
-FORECASTERS[PatchTST.name] = PatchTST
-FORECASTERS[Mamba2Forecaster.name] = Mamba2Forecaster
+FORECASTERS: dict[str, type[Forecaster]] = {
+    cls.name: cls for cls in (DLinear, MLP, LSTM, GRU, TCN, Transformer, PatchTST, Mamba2Forecaster)
+}
+"""Every forecaster by its ``--model`` name."""
 
-__all__ = ["FORECASTERS", "Forecaster"]
+__all__ = [
+    "FORECASTERS",
+    "GRU",
+    "LSTM",
+    "MLP",
+    "TCN",
+    "DLinear",
+    "Forecaster",
+    "Mamba2Forecaster",
+    "PatchTST",
+    "Transformer",
+]
