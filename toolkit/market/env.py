@@ -250,7 +250,7 @@ class MarketEnv(gym.vector.VectorEnv):
         self._acc_dtype = torch.float32 if self.device.type == "mps" else torch.float64
         dev, e = self.device, num_envs
         # constants as device tensors (a Python number is wrapped into a tensor at every use)
-        f32 = {"dtype": torch.float32, "device": dev}
+        f32: dict[str, Any] = {"dtype": torch.float32, "device": dev}
         self._cost = torch.tensor(config.cost, **f32)
         # max_drawdown 1.0 means never: compared with inf, as a drawdown 1 - exp(x) can round to 1.0
         self._dd_limit = torch.tensor(config.max_drawdown if config.max_drawdown < 1.0 else math.inf, **f32)
@@ -351,7 +351,7 @@ class MarketEnv(gym.vector.VectorEnv):
         done = terminated | truncated
         # the finished episodes' figures, summed: [1 + len(_STATS), E] @ [E] (done * done counts)
         self._acc.add_(torch.mv(self._finished, r["done"].copy_(done)))
-        values = ()
+        values: tuple[torch.Tensor, ...] = ()
         if info:  # the episode as it stood after this step, before the autoreset
             block = self._block.clone()
             values = tuple(block[_R[k]] for k in ("equity", "sharpe", "max_drawdown", "turnover"))
