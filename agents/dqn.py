@@ -86,7 +86,8 @@ class DQNConfig(Config):
 
     # ---- network
     torso: str = "mlp"
-    """Torso: ``"mlp"``, ``"resmlp"`` (residual blocks) or ``"attention"`` (over an observation history)."""
+    """Torso: ``"mlp"``, ``"resmlp"`` (residual blocks), ``"attention"`` or ``"tcn"`` (the TCN
+    forecaster's causal encoder; both over an observation history ``[K, D]``)."""
     torso_width: int = 128
     """Hidden width of the torso."""
     torso_depth: int = 2
@@ -219,6 +220,10 @@ class DQNConfig(Config):
             (
                 self.buffer_size >= self.batch_size,
                 f"buffer_size={self.buffer_size} must be >= batch_size={self.batch_size}",
+            ),
+            (
+                self.torso != "tcn" or not self.spectral_norm,
+                "spectral_norm is not available with torso='tcn' (its layers are convolutions)",
             ),
             (
                 self.torso != "attention" or self.torso_width % self.attention_heads == 0,

@@ -13,6 +13,9 @@ the rollout or ``act``).
   pre-norm residual blocks.
 - ``"attention"``: input ``[B, K, D]`` (the last ``K`` observations); per-step embedding plus a
   learned position, ``depth`` causal pre-norm self-attention blocks, the newest step's features.
+- ``"tcn"``: input ``[B, K, D]``; the TCN forecaster's causal encoder
+  (:class:`tritonrl.agents.forecast.conv.TCNEncoder`: ``depth`` dilated causal convolution blocks
+  of ``width`` channels) over the window, the newest step's features (:class:`SequenceTorso`).
 
 ``norm="rmsnorm"`` adds RMSNorm; ``spectral_norm=True`` makes every hidden linear layer a
 :class:`SpectralLinear` (weight divided by its largest singular value, estimated by one power
@@ -36,6 +39,7 @@ __all__ = [
     "AttentionTorso",
     "MLPTorso",
     "ResidualMLPTorso",
+    "SequenceTorso",
     "SpectralLinear",
     "TORSO_KINDS",
     "build_torso",
@@ -43,7 +47,7 @@ __all__ = [
     "init_orthogonal_",
 ]
 
-TORSO_KINDS = ("mlp", "resmlp", "attention")
+TORSO_KINDS = ("mlp", "resmlp", "attention", "tcn")
 NORMS = ("none", "rmsnorm")
 ACTIVATIONS = {"relu": torch.relu, "tanh": torch.tanh}
 _LinearT = TypeVar("_LinearT", bound="nn.Linear | SpectralLinear")
@@ -294,11 +298,16 @@ class ResidualMLPTorso(nn.Module):
 
 
 class _AttentionBlock(nn.Module):
-    """Pre-norm causal multi-head self-attention, then a pre-norm MLP, both residual."""
+    """Pre-norm multi-head self-attention (causal unless ``causal=False``), then a pre-norm MLP,
+    both residual. Also the block of the Transformer and PatchTST forecasters
+    (:mod:`tritonrl.agents.forecast.attention`)."""
 
-    def __init__(self, width: int, heads: int, norm: str, spectral: bool, device, dtype) -> None:
+    def __init__(
+        self, width: int, heads: int, norm: str, spectral: bool, device, dtype, *, causal: bool = True
+    ) -> None:
         super().__init__()
         self.heads = heads
+        self.causal = causal
         # RMSNorm is the transformer norm here even with norm="none": attention needs it.
         self.norm1 = _norm("rmsnorm" if norm == "none" else norm, width, device, dtype)
         self.qkv = _linear(width, 3 * width, spectral, device, dtype)
@@ -310,9 +319,9 @@ class _AttentionBlock(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x [B, K, W]
         b, k, w = x.shape
         q, key, v = self.qkv(self.norm1(x)).view(b, k, 3, self.heads, w // self.heads).unbind(2)
-        # [B, H, K, W/H] each; causal so step t only sees steps <= t
+        # [B, H, K, W/H] each; causal: step t only sees steps <= t
         att = F.scaled_dot_product_attention(
-            q.transpose(1, 2), key.transpose(1, 2), v.transpose(1, 2), is_causal=True
+            q.transpose(1, 2), key.transpose(1, 2), v.transpose(1, 2), is_causal=self.causal
         )
         x = x + self.out(att.transpose(1, 2).reshape(b, k, w))
         return x + self.fc2(F.relu(self.fc1(self.norm2(x))))
@@ -360,6 +369,25 @@ class AttentionTorso(nn.Module):
         return F.relu(self.out_norm(h[:, -1]))
 
 
+class SequenceTorso(nn.Module):
+    """A sequence forecaster's causal encoder as a torso over an observation window.
+
+    Input ``[B, K, D]`` (the last ``K`` observations, oldest first); ``encoder`` maps it to per-step
+    features ``[B, K, features]`` causally (the encoder a forecaster's ``encode`` runs: the same
+    module, not a copy); the output is the newest step's features, RMSNorm-ed for
+    ``norm="rmsnorm"``: ``[B, features]``.
+    """
+
+    def __init__(self, encoder: nn.Module, features: int, norm: str, device, dtype) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.out_features = features
+        self.out_norm = _norm(norm, self.out_features, device, dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x [B, K, D]
+        return self.out_norm(self.encoder(x)[:, -1])
+
+
 def build_torso(
     obs_shape: tuple[int, ...],
     kind: str = "mlp",
@@ -371,13 +399,14 @@ def build_torso(
     heads: int = 2,
     device: torch.device | str | None = None,
     dtype: torch.dtype | None = None,
-) -> MLPTorso | ResidualMLPTorso | AttentionTorso:
+) -> MLPTorso | ResidualMLPTorso | AttentionTorso | SequenceTorso:
     """A torso for observations of shape ``obs_shape``; its feature size is ``.out_features``.
 
     Raises:
-        ValueError: unknown ``kind`` or ``norm``; ``"attention"`` with an observation that is not
-            ``[K, D]`` (a history of ``K`` flat observations); a non-positive width, depth or
-            number of attention heads.
+        ValueError: unknown ``kind`` or ``norm``; ``"attention"`` or ``"tcn"`` with an
+            observation that is not ``[K, D]`` (a history of ``K`` flat observations);
+            ``spectral_norm`` with ``"tcn"``; a non-positive width, depth or number of attention
+            heads.
     """
     if kind not in TORSO_KINDS:
         raise ValueError(f"torso kind={kind!r} is unknown; choose one of {', '.join(TORSO_KINDS)}")
@@ -387,12 +416,23 @@ def build_torso(
         raise ValueError(f"torso width={width} and depth={depth} must be >= 1")
     if kind == "attention" and heads < 1:
         raise ValueError(f"attention heads={heads} must be >= 1")
-    if kind == "attention":
-        if len(obs_shape) != 2:
+    if kind in ("attention", "tcn") and len(obs_shape) != 2:
+        raise ValueError(
+            f"the {kind} torso needs observations of shape [history, features], got "
+            f"obs_shape={tuple(obs_shape)} (stack past observations, e.g. FrameStackObservation)"
+        )
+    if kind == "tcn":
+        if spectral_norm:
             raise ValueError(
-                f"the attention torso needs observations of shape [history, features], got "
-                f"obs_shape={tuple(obs_shape)} (stack past observations, e.g. FrameStackObservation)"
+                "spectral_norm is not available with the tcn torso (its layers are convolutions)"
             )
+        # Imported here: tritonrl.agents.forecast imports this module (its attention block).
+        from tritonrl.agents.forecast.conv import TCNEncoder
+
+        dtype = dtype if dtype is not None else training_dtype(device)
+        encoder = TCNEncoder(obs_shape[1], width=width, depth=depth, device=device, dtype=dtype)
+        return SequenceTorso(encoder, encoder.out_features, norm, device, dtype)
+    if kind == "attention":
         return AttentionTorso(
             obs_shape[0],
             obs_shape[1],

@@ -13,6 +13,7 @@ import math
 
 import torch
 from torch import nn
+from tritonrl.toolkit.optim import MasterWeightOptimizer
 
 __all__ = ["ForecastTask", "make_task", "naive_mse", "train_and_test_mse"]
 
@@ -58,18 +59,25 @@ def train_and_test_mse(
     lr: float = 3e-3,
     seed: int = 0,
 ) -> float:
-    """Train ``model`` (f32 parameters) with AdamW on MSE for ``steps`` minibatches; its test MSE."""
+    """Train ``model`` with AdamW on MSE for ``steps`` minibatches; its test MSE (f32 loss).
+
+    AdamW runs through :class:`~tritonrl.toolkit.optim.MasterWeightOptimizer`: f32 parameters are
+    updated in place (the same steps as plain AdamW), others through f32 master copies. The inputs
+    are cast once, before the loop, to the dtype of the model's first parameter.
+    """
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr)
-    n = task.x_train.shape[0]
+    opt = MasterWeightOptimizer(model.parameters(), torch.optim.AdamW, lr=lr)
+    dtype = next(model.parameters()).dtype
+    x_train, x_test = task.x_train.to(dtype), task.x_test.to(dtype)
+    n = x_train.shape[0]
     model.train()
     for _ in range(steps):
         idx = torch.randint(n, (batch,), generator=g)
-        loss = ((model(task.x_train[idx]).float() - task.y_train[idx]) ** 2).mean()
-        opt.zero_grad(set_to_none=True)
+        loss = ((model(x_train[idx]).float() - task.y_train[idx]) ** 2).mean()
+        opt.zero_grad()
         loss.backward()
         opt.step()
     model.eval()
     with torch.no_grad():
-        return float(((model(task.x_test).float() - task.y_test) ** 2).mean())
+        return float(((model(x_test).float() - task.y_test) ** 2).mean())

@@ -4,9 +4,27 @@
 ``(window, num_features, horizon, num_targets, *, device, dtype, **hyperparameters)``.
 """
 
+from tritonrl.agents.forecast.attention import PatchTST, Transformer
 from tritonrl.agents.forecast.base import Forecaster
+from tritonrl.agents.forecast.conv import TCN
+from tritonrl.agents.forecast.linear import MLP, DLinear
+from tritonrl.agents.forecast.mamba import Mamba2Forecaster
+from tritonrl.agents.forecast.recurrent import GRU, LSTM
 
-FORECASTERS: dict[str, type[Forecaster]] = {}
-"""Every forecaster by name (filled by the model modules below)."""
+FORECASTERS: dict[str, type[Forecaster]] = {
+    cls.name: cls for cls in (DLinear, MLP, LSTM, GRU, TCN, Transformer, PatchTST, Mamba2Forecaster)
+}
+"""Every forecaster by its ``--model`` name."""
 
-__all__ = ["FORECASTERS", "Forecaster"]
+__all__ = [
+    "FORECASTERS",
+    "GRU",
+    "LSTM",
+    "MLP",
+    "TCN",
+    "DLinear",
+    "Forecaster",
+    "Mamba2Forecaster",
+    "PatchTST",
+    "Transformer",
+]

@@ -96,6 +96,35 @@ _STATE: dict[str, torch.dtype] = {
     "reward_m2": torch.float32,  # running sum of squared deviations (Welford)
 }
 
+# Inside, the f32 state is one [len(_ROWS), E] tensor updated in place (few, larger tensor
+# operations: a step's cost is mostly per-operation overhead), its rows in this order:
+# - "final_position": p_t, the position after the step (the final observation's column, the
+#   info's "position"); kept out of the block the autoreset zeroes;
+# - then the block the autoreset zeroes where an episode ended: "position" (p_{t-1} of the next
+#   decision: the next observation's column, adjacent to "final_position" so that one copy writes
+#   both columns), "peak", "reward_mean", "reward_m2", "done" (f32 0/1), and the finished
+#   episode's figures in the order of the accumulators (count first: "done" * "done" is the
+#   count in the one matrix-vector product that sums them).
+# The step count is f32 ("steps": exact up to 2**24, hence the limit on episode lengths).
+_ROWS = (
+    "final_position",
+    "position",
+    "peak",
+    "reward_mean",
+    "reward_m2",
+    "done",
+    "log_equity",
+    "steps",
+    "equity",
+    "sharpe",
+    "max_drawdown",
+    "turnover",
+)
+_R = {name: i for i, name in enumerate(_ROWS)}
+_RESET = slice(_R["position"], len(_ROWS))  # zeroed where an episode ended
+_ACC = slice(_R["done"], len(_ROWS))  # done, then _STATS' figures, in order
+_MAX_STEPS = 2**24  # f32 counts steps exactly up to here
+
 # _step's result: obs, reward, terminated, truncated, final_obs, done, and the info values
 # (equity, sharpe, max_drawdown, turnover, position).
 _StepOut = tuple[
@@ -162,7 +191,8 @@ class MarketEnv(gym.vector.VectorEnv):
         Raises:
             ValueError: ``num_envs < 1``, a config that is not a :class:`MarketEnvConfig`, data
                 shorter than ``window + episode_length`` rows (``random_start``) or
-                ``window + 1`` rows (one decision), or malformed data (shapes, dtypes, devices).
+                ``window + 1`` rows (one decision), episodes of more than ``2**24`` decisions
+                (steps are counted in f32), or malformed data (shapes, dtypes, devices).
         """
         config = MarketEnvConfig() if config is None else config
         if not isinstance(config, MarketEnvConfig):
@@ -179,6 +209,14 @@ class MarketEnv(gym.vector.VectorEnv):
             raise ValueError(
                 f"market data {data.name!r} has {t_rows} rows, fewer than {what} = {need}"
                 + (" (random_start: every episode must fit in the data)" if config.random_start else "")
+            )
+        # decisions before truncation: the episode length, or the data's end from the first row
+        # (from a random start the episode always fits: its length comes first)
+        max_steps = min(length, t_rows - w)
+        if max_steps > _MAX_STEPS:
+            raise ValueError(
+                f"episodes of {max_steps} decisions are longer than {_MAX_STEPS} (2**24): the env "
+                "counts steps in f32, exact up to there"
             )
         self.data = data
         self.config = config
@@ -201,61 +239,62 @@ class MarketEnv(gym.vector.VectorEnv):
         # (one contiguous copy, never a cast, if the features are not contiguous).
         features = data.features if data.features.is_contiguous() else data.features.contiguous()
         self._windows = features.as_strided((t_rows - w + 1, self._width), (n_features, 1))
-        self._log_return = data.log_return
         self._first = w - 1  # the first decision row
         self._last_start = t_rows - 1 - length if config.random_start else w - 1
         self._last_row = t_rows - 1
-        self._sqrt_ppy = math.sqrt(data.periods_per_year)
-        # max_drawdown 1.0 means never: compared with inf, as a drawdown 1 - exp(x) can round to 1.0
-        self._dd_limit = config.max_drawdown if config.max_drawdown < 1.0 else math.inf
+        self._max_steps = max_steps
+        # Rows are kept as window indices (row - first): the window to observe, and the index of
+        # the return earned moving to that row in log_return[first:].
+        self._returns = data.log_return[self._first :]
+        self._num_starts = self._last_start - self._first + 1
         self._acc_dtype = torch.float32 if self.device.type == "mps" else torch.float64
-        self._fixed_starts = torch.full((num_envs,), self._first, dtype=torch.int64, device=self.device)
-        self._ones = torch.ones(num_envs, device=self.device)
-        self.generator = torch.Generator(device=self.device)
+        dev, e = self.device, num_envs
+        # constants as device tensors (a Python number is wrapped into a tensor at every use)
+        f32: dict[str, Any] = {"dtype": torch.float32, "device": dev}
+        self._cost = torch.tensor(config.cost, **f32)
+        # max_drawdown 1.0 means never: compared with inf, as a drawdown 1 - exp(x) can round to 1.0
+        self._dd_limit = torch.tensor(config.max_drawdown if config.max_drawdown < 1.0 else math.inf, **f32)
+        self._length = torch.tensor(float(max_steps), **f32)
+        self._sqrt_ppy = torch.tensor(math.sqrt(data.periods_per_year), **f32)
+        self._zero = torch.tensor(0.0, **f32)
+        self._one = torch.tensor(1.0, **f32)
+        self._one_row = torch.tensor(1, dtype=torch.int64, device=dev)
+        # discrete action a (clamped to {0, 1, 2}) -> position a - 1, and its borrow cost per step
+        self._position_of = torch.tensor([-1.0, 0.0, 1.0], **f32)
+        self._borrow_of = torch.tensor([config.borrow_cost, 0.0, 0.0], **f32)
+        self._borrow = torch.tensor(config.borrow_cost, **f32)
+        # the state (see _ROWS): one f32 block with a view per row, the rows as window indices:
+        # [0] after the step (the final observation's), [1] the current one (the next observation's)
+        self._block = torch.zeros(len(_ROWS), e, **f32)
+        self._row = dict(zip(_ROWS, self._block.unbind(0), strict=True))
+        self._reset_bits = self._block.view(torch.int32)[_RESET]  # zeroed by a product with ~done
+        self._finished = self._block[_ACC]
+        self._columns = self._block[: _R["position"] + 1].view(-1)  # final_position, position
+        self._rows = torch.zeros(2, e, dtype=torch.int64, device=dev)
+        self._rows_flat = self._rows.view(-1)
+        self.generator = torch.Generator(device=dev)
         self.generator.manual_seed(seed)
         self.vector_steps = 0  # steps taken since construction (reseeds a generator across devices)
-        self._state = self._initial_state(draw=False)  # reset() draws the first starts
-        self._acc = torch.zeros(1 + len(_STATS), dtype=self._acc_dtype, device=self.device)
+        self._acc = torch.zeros(1 + len(_STATS), dtype=self._acc_dtype, device=dev)
         self.obs: torch.Tensor | None = None
 
     # ------------------------------------------------------------------------------- internals
 
-    def _initial_state(self, draw: bool = True) -> dict[str, torch.Tensor]:
-        """Every env at the start of an episode: a drawn start row (``draw``; else the first
-        decision row, drawing nothing), flat, equity 1."""
-        e, dev = self.num_envs, self.device
-        state = {name: torch.zeros(e, dtype=dtype, device=dev) for name, dtype in _STATE.items()}
-        state["row"] = self._draw_starts() if draw else self._fixed_starts.clone()
-        return state
-
     def _draw_starts(self) -> torch.Tensor:
-        """``[E]`` int64 start rows (uniform over the allowed starts, or the first decision row)."""
-        if self._last_start == self._first:  # random_start off, or exactly one start fits
-            return self._fixed_starts
+        """``[E]`` int64 start rows as window indices, uniform over the allowed starts (call only
+        when there is more than one)."""
         return torch.randint(
-            self._first,
-            self._last_start + 1,
-            (self.num_envs,),
-            generator=self.generator,
-            device=self.device,
-            dtype=torch.int64,
+            0, self._num_starts, (self.num_envs,), generator=self.generator, device=self.device
         )
 
-    def _observe(self, row: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
-        """``[E, W*F + 1]``: the feature windows ending at ``row`` and the ``position`` column."""
-        out = torch.empty((self.num_envs, self.obs_dim), dtype=self._windows.dtype, device=self.device)
-        # gathered straight into the observation (a cat would copy the windows once more)
-        torch.index_select(self._windows, 0, row - self._first, out=out.narrow(1, 0, self._width))
-        out[:, self._width] = position  # [E] f32 written in the features' dtype
-        return out
-
-    def _actions(self, actions: Any) -> torch.Tensor:
-        """Check ``actions`` (shape, dtype, device; never their values) and return the positions
-        ``[E]`` f32. Discrete values outside {0, 1, 2} are clamped to short / long; continuous
-        ones are clipped to [-1, 1] (a NaN stays NaN and shows in that env's reward)."""
+    def _position_after(self, actions: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Check ``actions`` (shape, dtype, device; never their values), write the positions they
+        choose into the ``final_position`` row and return it with their borrow costs (``None``
+        when ``borrow_cost`` is 0). Discrete values outside {0, 1, 2} are clamped to short / long;
+        continuous ones are clipped to [-1, 1] (a NaN stays NaN and shows in that env's reward)."""
         if not isinstance(actions, torch.Tensor):
             actions = torch.as_tensor(np.asarray(actions), device=self.device)
-        e = self.num_envs
+        e, position = self.num_envs, self._row["final_position"]
         if actions.device != self.device:
             raise ValueError(f"actions are on {actions.device}, the env on {self.device}")
         if self.config.actions == "discrete":
@@ -263,72 +302,76 @@ class MarketEnv(gym.vector.VectorEnv):
                 raise ValueError(f"discrete actions must be integers (int64), got {actions.dtype}")
             if tuple(actions.shape) != (e,):
                 raise ValueError(f"discrete actions must have shape ({e},), got {tuple(actions.shape)}")
-            return (actions - 1).clamp(-1, 1).to(torch.float32)
+            if actions.dtype not in (torch.int64, torch.int32):  # index_select's index dtypes
+                actions = actions.to(torch.int64)
+            index = actions.clamp(0, 2)
+            torch.index_select(self._position_of, 0, index, out=position)
+            borrow = self._borrow_of.index_select(0, index) if self.config.borrow_cost else None
+            return position, borrow
         if not actions.dtype.is_floating_point:
             raise ValueError(f"continuous actions must be floating point, got {actions.dtype}")
         if tuple(actions.shape) != (e, 1):
             raise ValueError(f"continuous actions must have shape ({e}, 1), got {tuple(actions.shape)}")
-        return actions.reshape(e).to(torch.float32).clamp(-1.0, 1.0)
+        torch.clamp(actions.reshape(e).to(torch.float32), -1.0, 1.0, out=position)
+        if not self.config.borrow_cost:
+            return position, None
+        return position, position.neg().clamp_(min=0.0).mul_(self._borrow)
 
-    def _step(self, actions: Any) -> _StepOut:
+    def _step(self, actions: Any, info: bool) -> _StepOut:
         """One step of every env: ``(obs, reward, terminated, truncated, final_obs, done, info
-        values)``; updates the state, the accumulators and :attr:`obs`."""
+        values)`` (the info values, fresh copies, only when ``info``; else ``()``); updates the
+        state, the accumulators and :attr:`obs`."""
         if self.obs is None:
             raise RuntimeError("MarketEnv.step called before reset()")
-        cfg, s = self.config, self._state
-        position = self._actions(actions)
-        row, held = s["row"], s["position"]
-        change = (position - held).abs()
-        reward = position * self._log_return.index_select(0, row + 1) - cfg.cost * change
-        if cfg.borrow_cost:
-            reward = reward - cfg.borrow_cost * (-position).clamp(min=0.0)
-        row = row + 1
-        steps = s["steps"] + 1
-        log_equity = s["log_equity"] + reward
-        peak = torch.maximum(s["peak"], log_equity)
-        drawdown = -torch.expm1(log_equity - peak)  # 1 - equity / peak
-        max_drawdown = torch.maximum(s["max_drawdown"], drawdown)
-        turnover = s["turnover"] + change
+        r, rows, e = self._row, self._rows, self.num_envs
+        position, borrow = self._position_after(actions)  # p_t, in its row
+        held = r["position"]  # p_{t-1}
+        torch.add(rows[1], self._one_row, out=rows[0])  # t + 1
+        change = (position - held).abs_()
+        reward = position * self._returns.index_select(0, rows[0])
+        reward.sub_(change * self._cost)
+        if borrow is not None:
+            reward.sub_(borrow)
+        held.copy_(position)
+        log_equity, peak, steps = r["log_equity"].add_(reward), r["peak"], r["steps"].add_(self._one)
+        r["turnover"].add_(change)
+        torch.maximum(peak, log_equity, out=peak)
+        drawdown = (log_equity - peak).expm1_().neg_()  # 1 - equity / peak
+        torch.maximum(r["max_drawdown"], drawdown, out=r["max_drawdown"])
         # Welford's running mean and squared deviations (exact 0 for a constant reward)
-        n = steps.to(torch.float32)
-        delta = reward - s["reward_mean"]
-        reward_mean = s["reward_mean"] + delta / n
-        reward_m2 = s["reward_m2"] + delta * (reward - reward_mean)
-        std = (reward_m2 / n).sqrt()
-        sharpe = torch.where(reward_m2 > 0, reward_mean / std * self._sqrt_ppy, 0.0)
+        mean, m2 = r["reward_mean"], r["reward_m2"]
+        delta = reward - mean
+        mean.addcdiv_(delta, steps)
+        m2.add_(delta.mul_(reward - mean))  # (addcmul_ may fuse the product: other bits)
+        sharpe = mean / (m2 / steps).sqrt_()
+        torch.where(m2 > self._zero, sharpe.mul_(self._sqrt_ppy), self._zero, out=r["sharpe"])
+        torch.exp(log_equity, out=r["equity"])
         terminated = drawdown > self._dd_limit
-        truncated = (steps >= cfg.episode_length) | (row >= self._last_row)
+        truncated = steps >= self._length
         done = terminated | truncated
-        equity = log_equity.exp()
-        final_obs = self._observe(row, position)
-        # same-step autoreset (a start is drawn for every env; used where done)
-        starts = self._draw_starts()
-        self._state = {
-            "row": torch.where(done, starts, row),
-            "position": torch.where(done, 0.0, position),
-            "log_equity": torch.where(done, 0.0, log_equity),
-            "peak": torch.where(done, 0.0, peak),
-            "max_drawdown": torch.where(done, 0.0, max_drawdown),
-            "turnover": torch.where(done, 0.0, turnover),
-            "steps": torch.where(done, 0, steps),
-            "reward_mean": torch.where(done, 0.0, reward_mean),
-            "reward_m2": torch.where(done, 0.0, reward_m2),
-        }
-        obs = self._observe(self._state["row"], self._state["position"])
-        # the finished episodes' figures, summed: [E] @ [E, 1 + len(_STATS)] (count first)
-        finished = torch.stack((self._ones, log_equity, n, equity, sharpe, max_drawdown, turnover), dim=1)
-        self._acc.add_(done.to(torch.float32) @ finished)
+        # the finished episodes' figures, summed: [1 + len(_STATS), E] @ [E] (done * done counts)
+        self._acc.add_(torch.mv(self._finished, r["done"].copy_(done)))
+        values: tuple[torch.Tensor, ...] = ()
+        if info:  # the episode as it stood after this step, before the autoreset
+            block = self._block.clone()
+            values = tuple(block[_R[k]] for k in ("equity", "sharpe", "max_drawdown", "turnover"))
+            values += (block[_R["final_position"]],)
+        # same-step autoreset (a start is drawn for every env; used where done): the state's
+        # bits times ~done (NaN-safe, unlike a float product), the rows from the starts
+        kept = ~done
+        self._reset_bits.mul_(kept)
+        if self._num_starts > 1:
+            torch.where(done, self._draw_starts(), rows[0], out=rows[1])
+        else:  # the one start is window 0
+            torch.mul(rows[0], kept, out=rows[1])
+        # both observations in one gather: the true next ones, then the next episode's where done
+        both = torch.empty((2 * e, self.obs_dim), dtype=self._windows.dtype, device=self.device)
+        torch.index_select(self._windows, 0, self._rows_flat, out=both.narrow(1, 0, self._width))
+        both.select(1, self._width).copy_(self._columns)  # [2E] f32 written in the features' dtype
+        final_obs, obs = both[:e], both[e:]
         self.obs = obs
         self.vector_steps += 1
-        return (
-            obs,
-            reward,
-            terminated,
-            truncated,
-            final_obs,
-            done,
-            (equity, sharpe, max_drawdown, turnover, position),
-        )
+        return obs, reward, terminated, truncated, final_obs, done, values
 
     # ------------------------------------------------------------------------------- gymnasium API
 
@@ -348,9 +391,16 @@ class MarketEnv(gym.vector.VectorEnv):
             if isinstance(seed, bool) or not isinstance(seed, int):
                 raise ValueError(f"seed must be an int, got {seed!r}")
             self.generator.manual_seed(seed)
-        self._state = self._initial_state()
-        self.obs = self._observe(self._state["row"], self._state["position"])
-        return self.obs, {}
+        self._block.zero_()
+        if self._num_starts > 1:
+            self._rows[1].copy_(self._draw_starts())
+        else:
+            self._rows[1].zero_()
+        obs = torch.empty((self.num_envs, self.obs_dim), dtype=self._windows.dtype, device=self.device)
+        torch.index_select(self._windows, 0, self._rows[1], out=obs.narrow(1, 0, self._width))
+        obs.select(1, self._width).zero_()  # flat
+        self.obs = obs
+        return obs, {}
 
     def step(
         self, actions: Any
@@ -368,13 +418,14 @@ class MarketEnv(gym.vector.VectorEnv):
             where nothing ended), ``_final_obs`` ``[E]`` bool (where an episode ended), and per
             env, f32 ``[E]``, the episode as it stood after this step (the finished one where it
             ended): ``equity``, ``sharpe`` (annualised, of the episode's rewards so far),
-            ``max_drawdown``, ``turnover`` and ``position`` (held after this step).
+            ``max_drawdown``, ``turnover`` and ``position`` (held after this step). ``obs`` and
+            ``final_obs`` are the two halves of one tensor, written once: never changed later.
 
         Raises:
             RuntimeError: before :meth:`reset`.
             ValueError: actions of the wrong shape, dtype or device (values are never read).
         """
-        obs, reward, terminated, truncated, final_obs, done, values = self._step(actions)
+        obs, reward, terminated, truncated, final_obs, done, values = self._step(actions, info=True)
         equity, sharpe, max_drawdown, turnover, position = values
         info = {
             "final_obs": final_obs,
@@ -393,7 +444,7 @@ class MarketEnv(gym.vector.VectorEnv):
         """:meth:`step` as a :class:`~tritonrl.toolkit.envs.Transition` (``next_obs`` is the true
         next observation; the episode lists stay empty: finished episodes are counted on the
         device, see :meth:`episode_stats`). Same arguments and errors as :meth:`step`."""
-        obs, reward, terminated, truncated, final_obs, _, _ = self._step(actions)
+        obs, reward, terminated, truncated, final_obs, _, _ = self._step(actions, info=False)
         return Transition(
             obs=obs, reward=reward, next_obs=final_obs, terminated=terminated, truncated=truncated
         )
@@ -425,11 +476,23 @@ class MarketEnv(gym.vector.VectorEnv):
             "rows": len(self.data),
             "config": self.config.to_dict(),
             "vector_steps": self.vector_steps,
-            "state": {k: v.clone() for k, v in self._state.items()},
+            "state": self._state_tensors(),
             "accumulators": self._acc.clone(),
             "generator": self.generator.get_state(),
             "obs": None if self.obs is None else self.obs.clone(),
         }
+
+    def _state_tensors(self) -> dict[str, torch.Tensor]:
+        """The per-env state as :data:`_STATE` names it (copies, on the env's device)."""
+        out = {}
+        for name, dtype in _STATE.items():
+            if name == "row":
+                out[name] = self._rows[1] + self._first
+            elif name == "steps":
+                out[name] = self._row[name].to(dtype)
+            else:
+                out[name] = self._row[name].clone()
+        return out
 
     def check_state(self, state: dict[str, Any]) -> bool:
         """Raise ``ValueError`` unless ``state`` is a :meth:`get_state` of an env like this one
@@ -472,6 +535,14 @@ class MarketEnv(gym.vector.VectorEnv):
         lo, hi = self._first, self._last_row - 1
         if bool(((row < lo) | (row > hi)).any()):
             raise ValueError(f"env state rows lie outside the decision rows [{lo}, {hi}] of this data")
+        # every env is `steps` decisions into an episode that started at an allowed start row
+        # (truncation counts the steps alone: it relies on this)
+        steps, start = tensors["steps"], row - tensors["steps"]
+        if bool(((steps < 0) | (steps >= self._max_steps) | (start < lo) | (start > self._last_start)).any()):
+            raise ValueError(
+                f"env state steps do not fit its rows: each must be in [0, {self._max_steps}) with "
+                f"row - steps a start row in [{lo}, {self._last_start}]"
+            )
         acc = state["accumulators"]
         if (
             not isinstance(acc, torch.Tensor)
@@ -495,7 +566,13 @@ class MarketEnv(gym.vector.VectorEnv):
         """
         fits = self.check_state(state)
         dev = self.device
-        self._state = {k: state["state"][k].to(dev).clone() for k in _STATE}
+        saved = state["state"]
+        self._block.zero_()
+        for name in _STATE:
+            if name not in ("row", "steps"):
+                self._row[name].copy_(saved[name])
+        self._row["steps"].copy_(saved["steps"])  # exact: fewer than 2**24 (checked)
+        self._rows[1].copy_(saved["row"].to(dev) - self._first)
         self._acc = state["accumulators"].to(dev, self._acc_dtype).clone()
         self.vector_steps = state["vector_steps"]
         if fits:

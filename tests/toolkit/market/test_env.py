@@ -317,7 +317,9 @@ def test_bf16_features_give_bf16_observations_without_casting_the_features() -> 
         assert torch.equal(obs[e, :-1], data.features[rows[e] - 4 : rows[e] + 1].reshape(-1))
     bf16_casts = [c for c in casts if torch.bfloat16 in c[:2]]
     assert bf16_casts, "the position column is written in bf16: the probe must see that cast"
-    assert all(c == (torch.float32, torch.bfloat16, 6) for c in bf16_casts), bf16_casts
+    # only the position columns: both observations of a step (the true next one and the one after
+    # the autoreset, 2 x 6 values) in one copy, and a reset's zeros written in place
+    assert all(c == (torch.float32, torch.bfloat16, 12) for c in bf16_casts), bf16_casts
 
 
 # ----------------------------------------------------------------------------- seeds and resume
@@ -389,6 +391,13 @@ def test_check_state_refuses_another_env_and_changes_nothing() -> None:
         (MarketEnv(dataclasses.replace(data, name="other"), 4, cfg).get_state(), "market:other"),
         (damaged(state={**good["state"], "position": torch.zeros(4, dtype=torch.float64)}), "position"),
         (damaged(state=bad_rows), "outside the decision rows"),
+        # a row the steps could not have reached from an allowed start (truncation counts steps)
+        (damaged(state={**good["state"], "steps": good["state"]["row"]}), "steps do not fit"),  # start 0
+        (
+            damaged(state={**good["state"], "row": good["state"]["row"] + 10, "steps": torch.full((4,), 10)}),
+            "steps do not fit",
+        ),  # the episode is 10 decisions long: it ended
+        (damaged(state={**good["state"], "steps": torch.full((4,), -1)}), "steps do not fit"),
         (damaged(generator=torch.zeros(3, dtype=torch.uint8)), "generator state"),
         (damaged(obs=torch.zeros(4, 3)), "obs"),
     ]:
@@ -401,6 +410,20 @@ def test_check_state_refuses_another_env_and_changes_nothing() -> None:
 
 
 # ----------------------------------------------------------------------------- loop interface
+
+
+def test_discrete_actions_of_any_integer_dtype_choose_the_same_positions() -> None:
+    data = make_data(60)
+    cfg = MarketEnvConfig(window=3, episode_length=20, borrow_cost=1e-3, max_drawdown=1.0)
+    actions = torch.tensor([0, 1, 2, 0, 5, 2])  # 5: clamped to long
+    outs = []
+    for dtype in (torch.int64, torch.int32, torch.int16, torch.uint8):
+        env = MarketEnv(data, 6, cfg, seed=4)
+        env.reset()
+        obs, reward, *_ = env.step(actions.to(dtype))
+        outs.append((obs, reward))
+        assert obs[:, -1].tolist() == [-1.0, 0.0, 1.0, -1.0, 1.0, 1.0], dtype  # uint8 0 is short
+    assert all(torch.equal(o, outs[0][0]) and torch.equal(r, outs[0][1]) for o, r in outs)
 
 
 def test_step_transition_reads_nothing_on_the_host() -> None:

@@ -1,0 +1,213 @@
+"""Attention forecasters: a causal Transformer encoder, and PatchTST (Nie et al., 2023).
+
+Both are built from the agents' attention block (``tritonrl.agents.torsos._AttentionBlock``:
+pre-norm multi-head self-attention and a pre-norm ReLU MLP, both residual, RMSNorm), the block of
+the ``"attention"`` torso: one implementation of self-attention in the package.
+
+- :class:`Transformer`: ``x [B, W, F] -> Linear(F, width) + positions -> depth`` causal blocks
+  ``-> RMSNorm`` (the causal encoding ``[B, W, width]``), and a linear forecast of ``H x T`` values
+  from the last step. Positions are learned (``positions="learned"``) or the fixed sinusoids of
+  Vaswani et al. (``"sinusoidal"``).
+- :class:`PatchTST`: channel independence: each of the ``F`` feature series (optionally
+  normalised per window, RevIN without affine) is cut into patches of ``patch_len`` steps every
+  ``stride`` steps (aligned to end at the last step; leading steps that do not fill a patch are
+  dropped), each patch embedded by one shared ``Linear(patch_len, width)`` plus a learned patch
+  position, ``depth`` non-causal blocks over the patches (shared by all channels), a flatten head
+  ``Linear(patches * width, H)`` per channel (shared), the normalisation undone, and a projection
+  of the ``F`` channels to the ``T`` targets. Not causal per step (``causal = False``): a patch
+  mixes its steps.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+from tritonrl.agents.forecast.base import Forecaster, _positive
+from tritonrl.agents.torsos import _AttentionBlock
+
+__all__ = ["POSITIONS", "PatchTST", "Transformer"]
+
+POSITIONS = ("learned", "sinusoidal")
+
+
+def _check_heads(width: int, heads: int) -> None:
+    _positive("width", width)
+    _positive("heads", heads)
+    if width % heads:
+        raise ValueError(f"width={width} must be divisible by heads={heads}")
+
+
+def _learned_positions(length: int, width: int, factory: dict[str, Any]) -> nn.Parameter:
+    """``[length, width]`` drawn N(0, 0.02^2) in f32 and rounded once into the parameter dtype."""
+    init = torch.randn(length, width, device=factory["device"], dtype=torch.float32) * 0.02
+    return nn.Parameter(init.to(factory["dtype"]))
+
+
+def _sinusoids(length: int, width: int, factory: dict[str, Any]) -> torch.Tensor:
+    """The fixed ``[length, width]`` sin/cos positions (Vaswani et al.), computed in f32 and rounded
+    once into the parameter dtype."""
+    pos = torch.arange(length, device=factory["device"], dtype=torch.float32)[:, None]
+    freq = torch.exp(
+        torch.arange(0, width, 2, device=factory["device"], dtype=torch.float32)
+        * (-math.log(10000.0) / width)
+    )
+    table = torch.zeros(length, width, device=factory["device"], dtype=torch.float32)
+    table[:, 0::2] = torch.sin(pos * freq)
+    table[:, 1::2] = torch.cos(pos * freq)[:, : width // 2]
+    return table.to(factory["dtype"])
+
+
+class Transformer(Forecaster):
+    """Causal Transformer encoder forecaster (forecast from the last step's encoding).
+
+    Args:
+        window, num_features, horizon, num_targets, device, dtype: see :class:`Forecaster`.
+        width: model width (``encoding_dim``); a multiple of ``heads``.
+        depth: attention blocks.
+        heads: attention heads.
+        positions: ``"learned"`` (a parameter ``[W, width]``) or ``"sinusoidal"`` (a fixed buffer).
+
+    Raises:
+        ValueError: a size that is not a positive int, ``width % heads``, unknown ``positions``.
+    """
+
+    name = "transformer"
+    causal = True
+
+    def __init__(
+        self,
+        window: int,
+        num_features: int,
+        horizon: int = 1,
+        num_targets: int = 1,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+        width: int = 32,
+        depth: int = 2,
+        heads: int = 4,
+        positions: str = "learned",
+    ) -> None:
+        super().__init__(window, num_features, horizon, num_targets, device=device, dtype=dtype)
+        _check_heads(width, heads)
+        _positive("depth", depth)
+        if positions not in POSITIONS:
+            raise ValueError(f"positions={positions!r} is unknown; choose one of {', '.join(POSITIONS)}")
+        fk = self.factory
+        self.embed = nn.Linear(num_features, width, **fk)
+        self.pos: torch.Tensor
+        if positions == "learned":
+            self.pos = _learned_positions(window, width, fk)
+        else:
+            self.register_buffer("pos", _sinusoids(window, width, fk), persistent=False)
+        self.blocks = nn.Sequential(
+            *[
+                _AttentionBlock(width, heads, "rmsnorm", False, fk["device"], fk["dtype"])
+                for _ in range(depth)
+            ]
+        )
+        self.out_norm = nn.RMSNorm(width, eps=1e-6, **fk)
+        self.head = nn.Linear(width, horizon * num_targets, **fk)
+        self.encoding_dim = width
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        """``x [B, W, F] -> [B, W, width]``; step ``s`` attends to steps ``<= s`` only.
+
+        Raises:
+            ValueError / TypeError: see :meth:`Forecaster.check_input`.
+        """
+        self.check_input(x)
+        return self.out_norm(self.blocks(self.embed(x) + self.pos))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x [B, W, F] -> [B, H, T]`` in the parameter dtype.
+
+        Raises:
+            ValueError / TypeError: see :meth:`Forecaster.check_input`.
+        """
+        return self.head(self.encode(x)[:, -1]).view(x.shape[0], self.horizon, self.num_targets)
+
+
+class PatchTST(Forecaster):
+    """PatchTST: patches of each channel, a shared Transformer encoder, a flatten head per channel.
+
+    Args:
+        window, num_features, horizon, num_targets, device, dtype: see :class:`Forecaster`.
+        patch_len: steps per patch (<= ``window``).
+        stride: steps between patch starts.
+        width: model width (a multiple of ``heads``).
+        depth: attention blocks.
+        heads: attention heads.
+        revin: normalise each channel of each window by its mean and standard deviation (over the
+            window) before the encoder, and undo it on the channel's forecast.
+
+    Raises:
+        ValueError: a size that is not a positive int, ``patch_len > window``, ``width % heads``.
+    """
+
+    name = "patchtst"
+    causal = False
+
+    def __init__(
+        self,
+        window: int,
+        num_features: int,
+        horizon: int = 1,
+        num_targets: int = 1,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+        patch_len: int = 8,
+        stride: int = 4,
+        width: int = 32,
+        depth: int = 2,
+        heads: int = 4,
+        revin: bool = True,
+    ) -> None:
+        super().__init__(window, num_features, horizon, num_targets, device=device, dtype=dtype)
+        _positive("patch_len", patch_len)
+        _positive("stride", stride)
+        _positive("depth", depth)
+        _check_heads(width, heads)
+        if patch_len > window:
+            raise ValueError(f"patch_len={patch_len} must be <= window={window}")
+        fk = self.factory
+        self.patch_len, self.stride, self.revin = patch_len, stride, revin
+        self.num_patches = (window - patch_len) // stride + 1
+        self.start = window - patch_len - (self.num_patches - 1) * stride  # steps dropped in front
+        self.embed = nn.Linear(patch_len, width, **fk)
+        self.pos = _learned_positions(self.num_patches, width, fk)
+        self.blocks = nn.Sequential(
+            *[
+                _AttentionBlock(width, heads, "rmsnorm", False, fk["device"], fk["dtype"], causal=False)
+                for _ in range(depth)
+            ]
+        )
+        self.out_norm = nn.RMSNorm(width, eps=1e-6, **fk)
+        self.flatten_head = nn.Linear(self.num_patches * width, horizon, **fk)
+        self.channel_proj = nn.Linear(num_features, num_targets, **fk)
+        self.revin_eps = 1e-5
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x [B, W, F] -> [B, H, T]`` in the parameter dtype.
+
+        Raises:
+            ValueError / TypeError: see :meth:`Forecaster.check_input`.
+        """
+        self.check_input(x)
+        b, f = x.shape[0], self.num_features
+        if self.revin:
+            mean = x.mean(dim=1, keepdim=True)  # [B, 1, F]
+            std = torch.sqrt(x.var(dim=1, keepdim=True, unbiased=False) + self.revin_eps)
+            x = (x - mean) / std
+        series = x[:, self.start :].transpose(1, 2)  # [B, F, W']
+        patches = series.unfold(-1, self.patch_len, self.stride)  # [B, F, Np, P]
+        h = self.embed(patches.reshape(b * f, self.num_patches, self.patch_len)) + self.pos
+        h = self.out_norm(self.blocks(h))  # [B*F, Np, width]
+        y = self.flatten_head(h.flatten(1)).view(b, f, self.horizon).transpose(1, 2)  # [B, H, F]
+        if self.revin:
+            y = y * std + mean
+        return self.channel_proj(y)  # [B, H, T]

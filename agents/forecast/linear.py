@@ -1,0 +1,171 @@
+"""Window-level forecasters without recurrence: DLinear and an MLP over the flattened window.
+
+- :class:`DLinear` (Zeng et al., "Are Transformers Effective for Time Series Forecasting?", 2023):
+  each feature channel of the window is split into a **trend** (a centred moving average over the
+  steps, the ends padded by repeating the first/last bar) and a **seasonal** remainder
+  (``x - trend``); one linear map over the window steps (``W -> H``) is applied to each part and
+  the two are summed, giving a per-channel forecast ``[B, H, F]``. The ``F`` channel forecasts are
+  then mixed into the ``T`` targets by one learned linear map over the channel dim (``F -> T``,
+  with bias), applied at every horizon step. With ``individual=True`` (default) every channel has
+  its own pair of maps, so for ``T = 1`` the model spans every linear function of the window; with
+  ``individual=False`` the maps are shared across channels (the paper's channel-independent form).
+- :class:`MLP`: the window flattened to ``W * F`` values, ``layers`` x (``Linear``, GELU,
+  dropout), a ``Linear`` to ``H * T`` values, reshaped to ``[B, H, T]``.
+
+Neither is causal over the window steps (the moving average looks both ways inside the window, the
+MLP mixes every step), so neither has :meth:`~tritonrl.agents.forecast.base.Forecaster.encode`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from tritonrl.agents.forecast.base import Forecaster, _positive
+
+__all__ = ["MLP", "DLinear"]
+
+
+class DLinear(Forecaster):
+    """Trend/seasonal decomposition, one linear map per part over the window, a channel mix to targets.
+
+    Args:
+        window, num_features, horizon, num_targets, device, dtype: see
+            :class:`~tritonrl.agents.forecast.base.Forecaster`.
+        kernel_size: steps of the moving average that gives the trend (odd, >= 1; it may exceed
+            the window: the padding repeats the end bars).
+        individual: one pair of ``W -> H`` maps per feature channel (``True``) or one pair shared
+            by every channel (``False``).
+
+    Shapes: ``forward(x [B, W, F]) -> [B, H, T]``, both in the parameter dtype.
+
+    Raises:
+        ValueError: a size that is not a positive int, or an even ``kernel_size``.
+    """
+
+    name = "dlinear"
+
+    def __init__(
+        self,
+        window: int,
+        num_features: int,
+        horizon: int = 1,
+        num_targets: int = 1,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+        kernel_size: int = 25,
+        individual: bool = True,
+    ) -> None:
+        super().__init__(window, num_features, horizon, num_targets, device=device, dtype=dtype)
+        self.kernel_size = _positive("kernel_size", kernel_size)
+        if kernel_size % 2 == 0:
+            raise ValueError(f"kernel_size must be odd (a centred moving average), got {kernel_size}")
+        self.individual = bool(individual)
+        channels = num_features if self.individual else 1
+        # nn.Linear's default init (uniform in +-1/sqrt(fan_in)), drawn directly in the parameter
+        # dtype: a uniform draw has no init math to lose in bf16.
+        bound = 1.0 / math.sqrt(window)
+        self.seasonal_weight = nn.Parameter(
+            torch.empty(channels, horizon, window, **self.factory).uniform_(-bound, bound)
+        )
+        self.trend_weight = nn.Parameter(
+            torch.empty(channels, horizon, window, **self.factory).uniform_(-bound, bound)
+        )
+        # one bias per (channel, horizon step): the paper's two Linear biases only ever add up
+        self.bias = nn.Parameter(torch.empty(channels, horizon, **self.factory).uniform_(-bound, bound))
+        self.project = nn.Linear(num_features, num_targets, **self.factory)
+
+    def decompose(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Split a window into its trend and seasonal parts.
+
+        Args:
+            x: ``[B, W, F]`` in the parameter dtype.
+
+        Returns:
+            ``(trend, seasonal)``, each ``[B, W, F]`` in the parameter dtype, ``trend + seasonal ==
+            x`` up to one rounding of the subtraction.
+
+        Raises:
+            ValueError, TypeError: as :meth:`check_input`.
+        """
+        self.check_input(x)
+        half = (self.kernel_size - 1) // 2
+        series = x.transpose(1, 2)  # [B, F, W]
+        padded = torch.cat(
+            [series[:, :, :1].expand(-1, -1, half), series, series[:, :, -1:].expand(-1, -1, half)], dim=2
+        )  # [B, F, W + kernel_size - 1]
+        trend = F.avg_pool1d(padded, self.kernel_size, stride=1).transpose(1, 2)  # [B, W, F]
+        return trend, x - trend
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Forecast ``[B, H, T]`` (parameter dtype) from a window ``x [B, W, F]`` (parameter dtype).
+
+        Raises:
+            ValueError: ``x`` is not ``[B, W, F]``.
+            TypeError: ``x`` is not in the parameter dtype.
+        """
+        trend, seasonal = self.decompose(x)
+        # per channel c: out[b, h, c] = sum_w weight[c, h, w] * part[b, w, c] + bias[c, h]
+        # (with individual=False the single channel's maps broadcast over every c)
+        out = torch.einsum("bwc,chw->bhc", seasonal, self.seasonal_weight.expand(self.num_features, -1, -1))
+        out = out + torch.einsum("bwc,chw->bhc", trend, self.trend_weight.expand(self.num_features, -1, -1))
+        out = out + self.bias.transpose(0, 1)  # [H, C] over [B, H, F]
+        return self.project(out)  # [B, H, F] -> [B, H, T]
+
+
+class MLP(Forecaster):
+    """The flattened window through ``layers`` hidden layers to ``H * T`` outputs.
+
+    Args:
+        window, num_features, horizon, num_targets, device, dtype: see
+            :class:`~tritonrl.agents.forecast.base.Forecaster`.
+        hidden: units per hidden layer.
+        layers: hidden layers (``Linear`` + GELU + dropout each), >= 1.
+        dropout: dropout probability after each hidden layer, in ``[0, 1)``.
+
+    Shapes: ``forward(x [B, W, F]) -> [B, H, T]``, both in the parameter dtype.
+
+    Raises:
+        ValueError: a size that is not a positive int, or ``dropout`` outside ``[0, 1)``.
+    """
+
+    name = "mlp"
+
+    def __init__(
+        self,
+        window: int,
+        num_features: int,
+        horizon: int = 1,
+        num_targets: int = 1,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+        hidden: int = 128,
+        layers: int = 2,
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__(window, num_features, horizon, num_targets, device=device, dtype=dtype)
+        _positive("hidden", hidden)
+        _positive("layers", layers)
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
+        blocks: list[nn.Module] = []
+        width = window * num_features
+        for _ in range(layers):
+            blocks += [nn.Linear(width, hidden, **self.factory), nn.GELU(), nn.Dropout(dropout)]
+            width = hidden
+        blocks.append(nn.Linear(width, horizon * num_targets, **self.factory))
+        self.net = nn.Sequential(*blocks)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Forecast ``[B, H, T]`` (parameter dtype) from a window ``x [B, W, F]`` (parameter dtype).
+
+        Raises:
+            ValueError: ``x`` is not ``[B, W, F]``.
+            TypeError: ``x`` is not in the parameter dtype.
+        """
+        self.check_input(x)
+        return self.net(x.flatten(1)).view(x.shape[0], self.horizon, self.num_targets)

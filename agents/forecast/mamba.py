@@ -1,0 +1,142 @@
+"""The Mamba2 forecaster: :class:`tritonrl.agents.mamba2.Mamba2Block` layers over the window.
+
+``x [B, W, F] -> Linear(F, width) -> depth x (h + Mamba2Block(RMSNorm(h))) -> RMSNorm`` is the
+causal encoding ``[B, W, width]``; the forecast is ``Linear(width, H * T)`` of the last step.
+Training runs the chunked selective scan (``kernels.mamba2.mamba2_scan``: Triton on CUDA, the torch
+chunked reference on CPU) over the whole window from a zero state.
+
+:meth:`Mamba2Forecaster.step` rolls the model forward one bar at a time with
+``Mamba2Block.step`` (the fused single-step op; no gradient): from :meth:`initial_state`, ``W``
+steps over a window's bars give the forecast :meth:`forward` gives for that window (tested within
+float tolerance). Stepping on past ``W`` bars keeps the whole history in the state, unlike the
+window, which forgets everything older than ``W`` bars.
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+import torch
+from torch import nn
+from tritonrl.agents.forecast.base import Forecaster, _positive
+from tritonrl.agents.mamba2 import Mamba2Block, Mamba2State
+
+__all__ = ["Mamba2Forecaster"]
+
+
+class Mamba2Forecaster(Forecaster):
+    """Mamba2 forecaster: a residual stack of Mamba2 blocks, the forecast from the last step.
+
+    Args:
+        window, num_features, horizon, num_targets, device, dtype: see :class:`Forecaster`.
+        width: model width (``encoding_dim``, the blocks' ``d_model``).
+        depth: Mamba2 blocks.
+        d_state, d_conv, expand, headdim, chunk_size: of every block (see
+            :class:`tritonrl.agents.mamba2.Mamba2Block`; ``expand * width`` must be a multiple of
+            ``headdim``). ``chunk_size=None``: the power of two >= ``window`` within [16, 64]
+            (the scan pads the window to whole chunks: a chunk of 64 over a window of 32 doubles
+            the work: on CPU, 100 training steps at W = 32 took 6.4 s with 64, 1.9 s with 32).
+
+    Raises:
+        ValueError: a size that is not a positive int; inconsistent block sizes.
+    """
+
+    name = "mamba2"
+    causal = True
+
+    def __init__(
+        self,
+        window: int,
+        num_features: int,
+        horizon: int = 1,
+        num_targets: int = 1,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+        width: int = 32,
+        depth: int = 2,
+        d_state: int = 16,
+        d_conv: int = 4,
+        expand: int = 2,
+        headdim: int = 16,
+        chunk_size: int | None = None,
+    ) -> None:
+        super().__init__(window, num_features, horizon, num_targets, device=device, dtype=dtype)
+        _positive("width", width)
+        _positive("depth", depth)
+        if chunk_size is None:
+            chunk_size = min(64, max(16, 1 << (window - 1).bit_length()))
+        fk = self.factory
+        self.proj = nn.Linear(num_features, width, **fk)
+        self.norms = nn.ModuleList(nn.RMSNorm(width, eps=1e-6, **fk) for _ in range(depth))
+        self.blocks = nn.ModuleList(
+            Mamba2Block(
+                width,
+                d_state=d_state,
+                d_conv=d_conv,
+                expand=expand,
+                headdim=headdim,
+                chunk_size=chunk_size,
+                **fk,
+            )
+            for _ in range(depth)
+        )
+        self.out_norm = nn.RMSNorm(width, eps=1e-6, **fk)
+        self.head = nn.Linear(width, horizon * num_targets, **fk)
+        self.encoding_dim = width
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        """``x [B, W, F] -> [B, W, width]`` by the scan; step ``s`` depends on steps ``<= s`` only.
+
+        Raises:
+            ValueError / TypeError: see :meth:`Forecaster.check_input`.
+        """
+        self.check_input(x)
+        h = self.proj(x)
+        for norm, block in zip(self.norms, self.blocks, strict=True):
+            h = h + block(norm(h))
+        return self.out_norm(h)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x [B, W, F] -> [B, H, T]`` in the parameter dtype.
+
+        Raises:
+            ValueError / TypeError: see :meth:`Forecaster.check_input`.
+        """
+        return self.head(self.encode(x)[:, -1]).view(x.shape[0], self.horizon, self.num_targets)
+
+    def initial_state(self, batch_size: int) -> list[Mamba2State]:
+        """Zero memory of every block for ``batch_size`` series (conv windows in the parameter
+        dtype, SSM states f32)."""
+        return [block.initial_state(batch_size) for block in self._blocks()]
+
+    def _blocks(self) -> list[Mamba2Block]:
+        return cast("list[Mamba2Block]", list(self.blocks))
+
+    def step(
+        self, x_t: torch.Tensor, state: list[Mamba2State], *, inplace: bool = False
+    ) -> tuple[torch.Tensor, list[Mamba2State]]:
+        """Roll forward one bar: ``x_t [B, F]`` (parameter dtype) -> ``(forecast [B, H, T], state)``.
+
+        The forecast is the one made after every bar stepped so far. ``state`` (from
+        :meth:`initial_state` or a previous step) is left untouched unless ``inplace=True``. For
+        acting/inference: run it under ``torch.no_grad()`` (the fused step carries no gradient).
+
+        Raises:
+            ValueError: ``x_t`` is not ``[B, F]``, or ``state`` does not hold one state per block.
+            TypeError: ``x_t`` is not in the parameter dtype.
+        """
+        if x_t.dim() != 2 or x_t.shape[1] != self.num_features:
+            raise ValueError(f"{self.name}: x_t must be [batch, {self.num_features}], got {tuple(x_t.shape)}")
+        if x_t.dtype != self.param_dtype:
+            raise TypeError(f"{self.name}: x_t is {x_t.dtype}, the parameters are {self.param_dtype}")
+        if not isinstance(state, (list, tuple)) or len(state) != len(self.blocks):
+            raise ValueError(f"{self.name}: state must be a list of {len(self.blocks)} Mamba2State")
+        h = self.proj(x_t)
+        new_state = []
+        for norm, block, s in zip(self.norms, self._blocks(), state, strict=True):
+            y, s = block.step(norm(h), s, inplace=inplace)
+            h = h + y
+            new_state.append(s)
+        out = self.head(self.out_norm(h)).view(x_t.shape[0], self.horizon, self.num_targets)
+        return out, new_state
