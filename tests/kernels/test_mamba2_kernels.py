@@ -9,7 +9,7 @@ from functools import partial
 import pytest
 import torch
 from helpers import assert_bf16_close
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from mamba2_cases import Case, make_inputs, ref_call, with_grad
 from tritonrl.kernels.mamba2 import MAMBA2_SCAN, MAMBA2_STEP, mamba2_scan, mamba2_step
@@ -19,6 +19,11 @@ from tritonrl.kernels.mamba2.reference import mamba2_scan_ref
 # Errors are measured relative to the largest reference value of each tensor (sums over L and P
 # make some gradients, dA and dD, large).
 F32_REL = 1e-4
+# ...except where a gradient is a near-cancelling sum (terms of order 1 summing to 1e-2): there the
+# plain torch reference computing in f32 is itself off by more (2.6e-4 seen for dA, hypothesis case
+# L=17, chunk 16, seed 419), and the kernel, summing per chunk in another order, may be F32_K times
+# that (3.8x seen). A gradient over F32_REL must stay within F32_K x torch-f32's own error.
+F32_K = 8.0
 # bf16 kernels: err <= K * err(plain torch computing in bf16) + ATOL_REL * max|ref|. Measured under
 # the interpreter, the kernel is 0.3x to 2.3x torch's bf16 error (bf16 rounding of intra-chunk
 # operands and of the stored outputs); torch bf16 itself is off by 0.3% to 10% of max|ref|.
@@ -56,14 +61,29 @@ def _run_all(kw: dict, chunk: int, device: str):
     return (y, h, dict(zip(names, grads, strict=True))), (y0, h0, dict(zip(names, ref_grads, strict=True)))
 
 
+def _torch_f32_grads(kw: dict, chunk: int) -> dict:
+    """The torch reference's gradients computed in f32 (same upstream gradients as :func:`_run_all`)."""
+    a, names = with_grad({k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in kw.items()})
+    y, h = ref_call(mamba2_scan_ref, a, chunk)
+    g = torch.Generator().manual_seed(123)
+    gy, gh = torch.randn(y.shape, generator=g), torch.randn(h.shape, generator=g)
+    grads = torch.autograd.grad((y, h), [a[k] for k in names], (gy.to(y.dtype), gh), allow_unused=True)
+    return {k: torch.zeros_like(a[k]) if gk is None else gk for k, gk in zip(names, grads, strict=True)}
+
+
 def _check_f32(kw: dict, chunk: int, device: str) -> None:
     (y, h, gr), (y0, h0, gr0) = _run_all(kw, chunk, device)
     assert y.dtype == kw["x"].dtype and h.dtype == torch.float32
     assert _rel(y, y0) < F32_REL, f"y: rel err {_rel(y, y0):.2e}"
     assert _rel(h, h0) < F32_REL, f"final states: rel err {_rel(h, h0):.2e}"
+    torch_f32: dict | None = None  # computed only when a gradient exceeds F32_REL
     for k in gr:
         assert gr[k].dtype == kw[k].dtype and gr[k].shape == kw[k].shape, k
-        assert _rel(gr[k], gr0[k]) < F32_REL, f"grad {k}: rel err {_rel(gr[k], gr0[k]):.2e}"
+        err = _rel(gr[k], gr0[k])
+        if err >= F32_REL:
+            torch_f32 = torch_f32 or _torch_f32_grads(kw, chunk)
+            bound = F32_K * _rel(torch_f32[k], gr0[k].cpu())
+            assert err < bound, f"grad {k}: rel err {err:.2e} (torch f32: {bound / F32_K:.2e})"
 
 
 SMALL = [
@@ -148,6 +168,10 @@ def test_scan_f32_parity_many_rows(monkeypatch: pytest.MonkeyPatch, dstate: int)
     init=st.booleans(),
     resets=st.sampled_from(["none", "random"]),
     seed=st.integers(0, 2**16),
+)
+# a near-cancelling dA (see F32_K), found by hypothesis
+@example(
+    length=17, chunk=16, heads_groups=(2, 1), d_mode="h", gate=True, init=True, resets="random", seed=419
 )
 def test_scan_f32_parity_property(
     monkeypatch: pytest.MonkeyPatch,
