@@ -44,6 +44,7 @@ def _run_info() -> dict[str, object]:
     spec = importlib.util.spec_from_file_location("_harness", ROOT / "benchmarks" / "_harness.py")
     assert spec is not None and spec.loader is not None
     harness = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = harness  # dataclasses look their module up there
     spec.loader.exec_module(harness)
     return harness.run_info()
 
@@ -81,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
             if report.is_file():
                 stripped = _strip_equity(json.loads(report.read_text()))
                 (DATA / f"{run_dir.name}.test.json").write_text(json.dumps(stripped, indent=1) + "\n")
-    meta = {"machine": _run_info(), "seeds": list(SEEDS), "groups": list(GROUPS), "wall_s": walls,
+    machine = {**_run_info(), "torch_threads": 1}  # each run's --threads, not this process's
+    meta = {"machine": machine, "seeds": list(SEEDS), "groups": list(GROUPS), "wall_s": walls,
             "commands": commands}  # fmt: skip
     (DATA / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
     print(f"stored {len(walls)} runs in {DATA}")
