@@ -1,4 +1,4 @@
-"""Make the learning runs behind ``docs/pages/results.md`` and store them under ``docs/data/runs/``.
+"""Make the learning runs behind ``docs/pages/results.md`` and store them under ``docs/data/learning/``.
 
 Each group (a preset on its reference environment) runs for a fixed number of steps with several
 seeds, one torch thread, through the CLI (``python -m tritonrl.toolkit train``). An explicit
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT / "docs" / "data" / "runs"
+DATA = ROOT / "docs" / "data" / "learning"
 SEEDS = (1, 2, 3)
 
 # name, agent, env, steps, eval_every, threshold (steps-to-threshold on eval/mean_return; None: none)
@@ -57,7 +57,7 @@ def _strip_equity(report: object) -> object:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run every group and seed, copy the results into ``docs/data/runs/``; the exit code."""
+    """Run every group and seed, copy the results into ``docs/data/learning/``; the exit code."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", type=Path, default=None, help="run folders (default: a temporary folder)")
     args = parser.parse_args(argv)
