@@ -249,12 +249,16 @@ def to_json(
 
 def plot_ratios(rows: Sequence[Row], out_dir: Path, *, subtitle: str = "") -> list[Path]:
     """One PNG per benchmark in ``out_dir`` (``<benchmark>.png``): each row's ``ratio`` as a horizontal
-    bar, grouped by case, one colour per implementation, a line at 1 (the baseline). Rows without a
-    ratio are left out; a benchmark with none gets no figure. Returns the files written.
+    bar labelled ``case: impl``, the bars of one case together, one colour per implementation, a line
+    at 1 (the baseline; a log axis when the ratios span more than 30x). Rows without a ratio are left
+    out; a benchmark with no ratio other than 1 (a baseline without peers) gets no figure.
+    Returns the files written.
 
     Raises:
         ImportError: matplotlib is not installed (the ``train`` extra).
     """
+    import textwrap
+
     import matplotlib
 
     matplotlib.use("Agg")
@@ -265,31 +269,38 @@ def plot_ratios(rows: Sequence[Row], out_dir: Path, *, subtitle: str = "") -> li
     written = []
     for bench in dict.fromkeys(r.benchmark for r in rows):
         rated = [r for r in rows if r.benchmark == bench and r.ratio is not None and math.isfinite(r.ratio)]
-        if not rated:
+        if not any(r.ratio != 1.0 for r in rated):
             continue
-        cases = list(dict.fromkeys(r.case for r in rated))
         impls = list(dict.fromkeys(r.impl for r in rated))
         colors = plt.get_cmap("tab10")
-        bar = 0.8 / len(impls)
-        fig, ax = plt.subplots(figsize=(8, 1.2 + 0.28 * len(cases) * max(1, min(len(impls), 3))))
-        for j, impl in enumerate(impls):
-            ys, xs = [], []
-            for i, case in enumerate(cases):
-                for r in rated:
-                    if r.case == case and r.impl == impl:
-                        ys.append(i - 0.4 + bar * (j + 0.5))
-                        xs.append(r.ratio)
-                        break
-            ax.barh(ys, xs, height=bar, color=colors(j % 10), label=impl)
+        ys, labels, y, last_case = [], [], 0.0, None
+        for r in rated:  # in the benchmark's order; a gap between cases
+            if last_case is not None and r.case != last_case:
+                y += 0.6
+            ys.append(y)
+            label = f"{r.case}: {r.impl}"
+            labels.append(label if len(label) <= 70 else label[:67] + "...")
+            last_case, y = r.case, y + 1
+        fig, ax = plt.subplots(figsize=(9, 1.4 + 0.24 * y))
+        ax.barh(
+            ys,
+            [r.ratio for r in rated],
+            height=0.8,
+            color=[colors(impls.index(r.impl) % 10) for r in rated],
+        )
+        for yi, r in zip(ys, rated, strict=True):
+            ax.annotate(f"{r.ratio:.2f}x", (r.ratio, yi), xytext=(3, 0), textcoords="offset points",
+                        va="center", fontsize=6)  # fmt: skip
         ax.axvline(1.0, color="black", linewidth=0.8)
         ratios = [r.ratio for r in rated if r.ratio and r.ratio > 0]
         if ratios and max(ratios) / min(ratios) > 30:
             ax.set_xscale("log")
-        ax.set_yticks(range(len(cases)), cases, fontsize=7)
+        ax.set_yticks(ys, labels, fontsize=6.5)
         ax.invert_yaxis()
-        ax.set_xlabel("ratio against the baseline in the same run (> 1: faster)")
-        ax.set_title(f"{bench}" + (f"\n{subtitle}" if subtitle else ""), fontsize=9)
-        ax.legend(fontsize=7, loc="best")
+        ax.margins(x=0.12)
+        ax.set_xlabel("ratio against the baseline in the same run (> 1: faster)", fontsize=8)
+        title = bench if not subtitle else bench + "\n" + "\n".join(textwrap.wrap(subtitle, 100))
+        ax.set_title(title, fontsize=8)
         fig.tight_layout()
         path = out_dir / f"{bench}.png"
         fig.savefig(path, dpi=110)
