@@ -514,8 +514,9 @@ def fit(
 
     Args:
         model: its parameters in the windows' dtype (bf16 ones are trained through f32 masters).
-        train, validation, test: from :func:`load_windows` (validation and test normalised with
-            the train split's :class:`Normalizer`).
+        train: the training windows, from :func:`load_windows`.
+        validation: the validation windows (normalised with the train split's :class:`Normalizer`).
+        test: the test windows (normalised the same way).
         config: :class:`FitConfig` (default ``FitConfig()``).
         run_dir: where ``metrics.csv``, TensorBoard files, ``checkpoint.safetensors`` and
             ``fit_report.json`` go (held with a lock for the run); ``None``: nothing is written.
