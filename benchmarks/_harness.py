@@ -20,21 +20,28 @@ cores, and torch's thread pool collapses when anything else runs); the header sa
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import importlib.util
+import json
+import math
 import os
+import platform
 import statistics
 import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
 __all__ = [
+    "JSON_SCHEMA",
     "Row",
     "discover",
     "env_header",
@@ -42,9 +49,15 @@ __all__ = [
     "main",
     "missing_requirements",
     "one_cpu_thread",
+    "plot_ratios",
+    "run_info",
     "time_fn",
     "time_loop",
+    "to_json",
 ]
+
+JSON_SCHEMA = 1
+"""Version of the ``--json`` document's layout (:func:`to_json`); bumped when a key changes meaning."""
 
 
 @dataclass
@@ -134,28 +147,166 @@ def time_loop(
     return {k: v / block for k, v in stats.items()}
 
 
-def env_header() -> str:
-    """Machine, versions, commit and thread settings, printed above every table."""
+def _git_commit(short: bool) -> str | None:
+    """The checkout's HEAD commit (``+dirty`` when tracked files differ), or None outside a git checkout."""
     try:
-        commit = (
-            subprocess.run(
-                ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5
-            ).stdout.strip()
-            or "unknown"
-        )
+        args = ["git", "rev-parse", *(["--short"] if short else []), "HEAD"]
+        commit = subprocess.run(args, capture_output=True, text=True, timeout=5).stdout.strip()
+        if not commit:
+            return None
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.strip()
+        return commit + ("+dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
-        commit = "unknown"
+        return None
+
+
+def _cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo`` on Linux), else ``platform.processor()`` or ``"unknown"``."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def run_info() -> dict[str, Any]:
+    """Where and when the benchmarks ran: date (UTC, ISO 8601), commit (None outside a git checkout),
+    torch and triton versions (triton None when not installed), device (the GPU's name, or the CPU's
+    model with ``cpu:`` in front), CPU count, torch CPU threads, Python and OS."""
     try:
         import triton
 
-        triton_version = triton.__version__
+        triton_version: str | None = triton.__version__
     except Exception:
-        triton_version = "not installed"
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none (CPU only)"
+        triton_version = None
+    cuda = torch.cuda.is_available()
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "commit": _git_commit(short=False),
+        "torch": torch.__version__,
+        "triton": triton_version,
+        "device": torch.cuda.get_device_name(0) if cuda else f"cpu: {_cpu_name()}",
+        "cuda": cuda,
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "platform": platform.platform(terse=True),
+    }
+
+
+def env_header() -> str:
+    """Machine, versions, commit and thread settings, printed above every table."""
+    commit = _git_commit(short=True) or "unknown"
+    info = run_info()
+    gpu = info["device"] if info["cuda"] else "none (CPU only)"
     return (
-        f"tritonrl bench | commit {commit} | torch {torch.__version__} | triton {triton_version}"
-        f" | GPU {gpu} | torch CPU threads {torch.get_num_threads()}"
+        f"tritonrl bench | commit {commit} | torch {info['torch']}"
+        f" | triton {info['triton'] or 'not installed'}"
+        f" | GPU {gpu} | torch CPU threads {info['torch_threads']}"
     )
+
+
+def _finite(x: float | None) -> float | None:
+    """``x``, or None for NaN and infinities (which strict JSON cannot hold)."""
+    return None if x is None or not math.isfinite(x) else float(x)
+
+
+def to_json(
+    rows: Sequence[Row],
+    info: Mapping[str, Any],
+    config: Mapping[str, Any],
+    *,
+    failed: Sequence[str] = (),
+    skipped: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The ``--json`` document: ``schema``, ``run`` (:func:`run_info`), ``config`` (the run's options),
+    ``rows`` (every :class:`Row` as a dict, each with that ``config``), ``failed`` and ``skipped``
+    (benchmark name -> why). NaN and infinite numbers become ``null``: the output is strict JSON."""
+    out_rows = []
+    for r in rows:
+        d = dataclasses.asdict(r)
+        d["value"] = _finite(r.value)
+        d["ratio"] = _finite(r.ratio)
+        d["extra"] = {k: _finite(v) for k, v in r.extra.items()}
+        d["config"] = dict(config)
+        out_rows.append(d)
+    return {
+        "schema": JSON_SCHEMA,
+        "run": dict(info),
+        "config": dict(config),
+        "rows": out_rows,
+        "failed": list(failed),
+        "skipped": dict(skipped or {}),
+    }
+
+
+def plot_ratios(rows: Sequence[Row], out_dir: Path, *, subtitle: str = "") -> list[Path]:
+    """One PNG per benchmark in ``out_dir`` (``<benchmark>.png``): each row's ``ratio`` as a horizontal
+    bar labelled ``case: impl``, the bars of one case together, one colour per implementation, a line
+    at 1 (the baseline; a log axis when the ratios span more than 30x). Rows without a ratio are left
+    out; a benchmark with no ratio other than 1 (a baseline without peers) gets no figure.
+    Returns the files written.
+
+    Raises:
+        ImportError: matplotlib is not installed (the ``train`` extra).
+    """
+    import textwrap
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for bench in dict.fromkeys(r.benchmark for r in rows):
+        rated = [r for r in rows if r.benchmark == bench and r.ratio is not None and math.isfinite(r.ratio)]
+        if not any(r.ratio != 1.0 for r in rated):
+            continue
+        impls = list(dict.fromkeys(r.impl for r in rated))
+        colors = plt.get_cmap("tab10")
+        ys, labels, y, last_case = [], [], 0.0, None
+        for r in rated:  # in the benchmark's order; a gap between cases
+            if last_case is not None and r.case != last_case:
+                y += 0.6
+            ys.append(y)
+            label = f"{r.case}: {r.impl}"
+            labels.append(label if len(label) <= 70 else label[:67] + "...")
+            last_case, y = r.case, y + 1
+        fig, ax = plt.subplots(figsize=(9, 1.4 + 0.24 * y))
+        ax.barh(
+            ys,
+            [r.ratio for r in rated],
+            height=0.8,
+            color=[colors(impls.index(r.impl) % 10) for r in rated],
+        )
+        for yi, r in zip(ys, rated, strict=True):
+            ax.annotate(f"{r.ratio:.2f}x", (r.ratio, yi), xytext=(3, 0), textcoords="offset points",
+                        va="center", fontsize=6)  # fmt: skip
+        ax.axvline(1.0, color="black", linewidth=0.8)
+        ratios = [r.ratio for r in rated if r.ratio and r.ratio > 0]
+        if ratios and max(ratios) / min(ratios) > 30:
+            ax.set_xscale("log")
+        ax.set_yticks(ys, labels, fontsize=6.5)
+        ax.invert_yaxis()
+        ax.margins(x=0.12)
+        ax.set_xlabel("ratio against the baseline in the same run (> 1: faster)", fontsize=8)
+        title = bench if not subtitle else bench + "\n" + "\n".join(textwrap.wrap(subtitle, 100))
+        ax.set_title(title, fontsize=8)
+        fig.tight_layout()
+        path = out_dir / f"{bench}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    return written
 
 
 def format_table(rows: Sequence[Row]) -> str:
@@ -209,8 +360,19 @@ def missing_requirements(module: object) -> list[str]:
     return missing
 
 
-def main(directory: str | Path = "benchmarks", only: Sequence[str] = (), quick: bool = False) -> int:
+def main(
+    directory: str | Path = "benchmarks",
+    only: Sequence[str] = (),
+    quick: bool = False,
+    *,
+    json_path: str | Path | None = None,
+    plot_dir: str | Path | None = None,
+) -> int:
     """Run every benchmark in ``directory`` (or those named in ``only``) and print one table.
+
+    With ``json_path``, also write every row with the run's config, versions, device, commit and
+    date there (:func:`to_json`); with ``plot_dir``, one PNG per benchmark of its ratios
+    (:func:`plot_ratios`; without matplotlib, one notice line and no figures, not a failure).
 
     Returns the process exit code: 1 if any benchmark raised (its rows are missing then), 2 (one
     ``error:`` line, nothing run) if ``directory`` is missing or ``only`` names an unknown benchmark.
@@ -234,6 +396,7 @@ def main(directory: str | Path = "benchmarks", only: Sequence[str] = (), quick: 
     print(env_header())
     rows: list[Row] = []
     failed = []
+    skipped: dict[str, str] = {}
     for path in discover(directory):
         if only and path.stem not in only:
             continue
@@ -242,12 +405,31 @@ def main(directory: str | Path = "benchmarks", only: Sequence[str] = (), quick: 
             module = _load(path)
             if missing := missing_requirements(module):
                 print(f"skipped {path.stem}: needs {', '.join(missing)}, which is not installed", flush=True)
+                skipped[path.stem] = f"needs {', '.join(missing)}"
                 continue
             rows.extend(module.run(quick=quick))
         except Exception:
             failed.append(path.stem)
             traceback.print_exc()
     print(format_table(rows))
+    if json_path is not None:
+        config = {"quick": quick, "only": list(only), "directory": str(directory)}
+        doc = to_json(rows, run_info(), config, failed=failed, skipped=skipped)
+        json_path = Path(json_path)
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(doc, indent=1, allow_nan=False) + "\n")
+        print(f"wrote {len(rows)} rows to {json_path}")
+    if plot_dir is not None:
+        try:
+            written = plot_ratios(
+                rows, Path(plot_dir), subtitle=env_header().removeprefix("tritonrl bench | ")
+            )
+        except ImportError as exc:
+            if exc.name is None or exc.name.split(".")[0] != "matplotlib":
+                raise
+            print("notice: matplotlib is not installed: --plot skipped (pip install 'tritonrl[train]')")
+        else:
+            print(f"wrote {len(written)} figure{'s' if len(written) != 1 else ''} to {plot_dir}")
     if failed:
         print(f"benchmarks that failed: {', '.join(failed)}", file=sys.stderr)
         return 1

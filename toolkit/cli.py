@@ -1,7 +1,8 @@
 """``tritonrl`` (or ``python -m tritonrl.toolkit``): the command line.
 
 Subcommands: ``info`` (versions, devices, dtypes, which kernel path each op takes) and
-``bench`` (every benchmark under ``benchmarks/`` in one table).
+``bench`` (every benchmark under ``benchmarks/`` in one table; ``--json PATH`` and ``--plot DIR``
+save the rows and one figure per benchmark).
 """
 
 from __future__ import annotations
@@ -83,6 +84,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_bench.add_argument("names", nargs="*", help="benchmark file stems (default: all)")
     p_bench.add_argument("--dir", default="benchmarks", help="benchmark folder")
     p_bench.add_argument("--quick", action="store_true", help="fewer cases, for smoke runs")
+    p_bench.add_argument(
+        "--json",
+        metavar="PATH",
+        default=None,
+        help="also write every row with its config, versions, device, commit and date as JSON",
+    )
+    p_bench.add_argument(
+        "--plot",
+        metavar="DIR",
+        default=None,
+        help="also draw one PNG per benchmark (ratios against the baseline) into DIR (needs matplotlib)",
+    )
     _register_extra(sub)
     try:
         args = parser.parse_args(argv)
@@ -92,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(info())
         return 0
     if args.command == "bench":
-        return _bench(Path(args.dir), args.names, quick=args.quick)
+        return _bench(Path(args.dir), args.names, quick=args.quick, json_path=args.json, plot_dir=args.plot)
     return args.run(args)
 
 
@@ -100,10 +113,17 @@ HARNESS = "_harness.py"
 """The bench runner in the benchmark folder: ``benchmarks/_harness.py``, not in the wheel."""
 
 
-def _bench(folder: Path, names: Sequence[str], *, quick: bool) -> int:
+def _bench(
+    folder: Path,
+    names: Sequence[str],
+    *,
+    quick: bool,
+    json_path: str | None = None,
+    plot_dir: str | None = None,
+) -> int:
     """``bench``: load ``<folder>/_harness.py`` (as module ``_harness``, which the benchmarks import) and
-    run its ``main``; the exit code. A folder without it (an install without a checkout) is one
-    ``error:`` line and status 2."""
+    run its ``main`` (``json_path``, ``plot_dir``: ``--json``, ``--plot``); the exit code. A folder
+    without it (an install without a checkout) is one ``error:`` line and status 2."""
     path = folder / HARNESS
     if not path.is_file():
         what = "no benchmark folder" if not folder.is_dir() else f"no {HARNESS} in the benchmark folder"
@@ -122,7 +142,7 @@ def _bench(folder: Path, names: Sequence[str], *, quick: bool) -> int:
         loaded = importlib.util.module_from_spec(spec)
         sys.modules["_harness"] = loaded
         spec.loader.exec_module(loaded)
-    return loaded.main(folder, names, quick=quick)
+    return loaded.main(folder, names, quick=quick, json_path=json_path, plot_dir=plot_dir)
 
 
 def _register_extra(sub: argparse._SubParsersAction) -> None:

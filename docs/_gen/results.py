@@ -1,0 +1,353 @@
+"""Write ``docs/pages/results.md`` and its figures from the stored data under ``docs/data/``.
+
+Inputs (nothing is measured here):
+
+- ``docs/data/bench.json``: ``tritonrl bench --quick --json docs/data/bench.json`` (rows, machine, date);
+- ``docs/data/learning/``: the learning runs of ``docs/_gen/runs.py`` (``<group>-s<seed>.csv`` metrics,
+  ``<group>-s<seed>.test.json`` market test reports, ``meta.json``).
+
+Outputs: ``results.md`` in the pages folder and PNGs under ``img/results/`` beside it (the learning
+curves, one ratio chart per benchmark)::
+
+    python docs/_gen/results.py [--data docs/data] [--pages docs/pages]
+
+The markdown depends on the data alone (:func:`render`, no matplotlib), so a test can regenerate it
+and compare it with the committed page; the figures need matplotlib (:func:`draw`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import importlib.util
+import json
+import math
+import statistics
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "docs" / "data"
+PAGES = ROOT / "docs" / "pages"
+IMG = "img/results"
+"""Figures' folder, relative to the pages folder (and so to ``results.md``)."""
+CURVES_PNG = "learning-curves.png"
+EVAL = "eval/mean_return"
+
+
+@dataclass
+class Group:
+    """One preset on one environment over several seeds: each seed's ``(step, eval return)`` points."""
+
+    name: str
+    agent: str
+    env: str
+    steps: int
+    eval_every: int
+    threshold: float | None
+    curves: dict[int, list[tuple[int, float]]]
+    reports: dict[int, dict[str, Any]]
+    wall_s: dict[int, float]
+
+
+def load_runs(data: Path = DATA) -> tuple[dict[str, Any], list[Group]]:
+    """``meta.json`` and every group's per-seed greedy-evaluation curves (and market test reports).
+
+    Raises:
+        FileNotFoundError: ``meta.json`` or a seed's ``.csv`` is missing.
+    """
+    runs = Path(data) / "learning"
+    meta = json.loads((runs / "meta.json").read_text())
+    groups = []
+    for g in meta["groups"]:
+        curves, reports, walls = {}, {}, {}
+        for seed in meta["seeds"]:
+            stem = f"{g['name']}-s{seed}"
+            with (runs / f"{stem}.csv").open() as f:
+                curves[seed] = [
+                    (int(row["global_step"]), float(row[EVAL])) for row in csv.DictReader(f) if row.get(EVAL)
+                ]
+            report = runs / f"{stem}.test.json"
+            if report.is_file():
+                reports[seed] = json.loads(report.read_text())
+            walls[seed] = float(meta["wall_s"][stem])
+        groups.append(
+            Group(
+                g["name"],
+                g["agent"],
+                g["env"],
+                int(g["steps"]),
+                int(g["eval_every"]),
+                g["threshold"],
+                curves,
+                reports,
+                walls,
+            )  # fmt: skip
+        )
+    return meta, groups
+
+
+def load_bench(data: Path = DATA) -> dict[str, Any]:
+    """The stored ``tritonrl bench --json`` document."""
+    return json.loads((Path(data) / "bench.json").read_text())
+
+
+def steps_to_threshold(curve: Sequence[tuple[int, float]], threshold: float) -> int | None:
+    """The first evaluation step whose greedy return reaches ``threshold``; None if none does."""
+    return next((step for step, ret in curve if ret >= threshold), None)
+
+
+def _num(x: float | None, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "n/a"
+    return f"{x:.{digits}g}" if abs(x) < 10**digits else f"{x:,.0f}"
+
+
+def _mean_sd(xs: Sequence[float]) -> str:
+    sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
+    return f"{statistics.mean(xs):.1f} ± {sd:.1f}"
+
+
+def _machine(info: dict[str, Any]) -> str:
+    full = info.get("commit") or "unknown"
+    commit = full[:12] + (" + uncommitted changes" if full.endswith("+dirty") else "")
+    triton = info.get("triton") or "not installed"
+    return (
+        f"{info['device']}, {info['cpu_count']} CPUs, torch {info['torch']} ({info['torch_threads']} thread"
+        f"{'s' if info['torch_threads'] != 1 else ''}), triton {triton}, Python {info['python']}, "
+        f"commit {commit}, {info['date'][:10]}"
+    )
+
+
+def _learning_tables(meta: dict[str, Any], groups: Sequence[Group]) -> list[str]:
+    seeds = meta["seeds"]
+    out = [
+        "| preset | environment | env steps | seeds reaching the threshold | steps to threshold, per seed |"
+        " median | final greedy return (mean ± sd) | wall time per run (median) |",
+        "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: |",
+    ]
+    for g in groups:
+        finals = [g.curves[s][-1][1] for s in seeds]
+        wall = f"{statistics.median(g.wall_s.values()):.0f} s"
+        if g.threshold is None:
+            out.append(
+                f"| `{g.agent}` | `{g.env}` | {g.steps:,} | (no threshold) | | "
+                f"| {_mean_sd(finals)} | {wall} |"
+            )
+            continue
+        hits = [steps_to_threshold(g.curves[s], g.threshold) for s in seeds]
+        reached = [h for h in hits if h is not None]
+        per_seed = ", ".join("not reached" if h is None else f"{h:,}" for h in hits)
+        median = f"{statistics.median(reached):,.0f}" if len(reached) == len(hits) else "n/a"
+        out.append(
+            f"| `{g.agent}` | `{g.env}` | {g.steps:,} | {len(reached)}/{len(hits)} (≥ {g.threshold:g}) "
+            f"| {per_seed} | {median} | {_mean_sd(finals)} | {wall} |"
+        )
+    return out
+
+
+def _market_tables(groups: Sequence[Group]) -> list[str]:
+    out: list[str] = []
+    for g in groups:
+        if not g.reports:
+            continue
+        period = next(iter(g.reports.values()))["period"]
+        out += [
+            f"### `{g.agent}` on `{g.env}`: the held-out test period",
+            "",
+            f"The test period ({period['start'][:10]} to {period['end'][:10]}, "
+            f"{period['decisions']} decisions) "
+            "follows the training and validation periods and is scored once, at the end of each run. "
+            "Random: the mean over "
+            f"{next(iter(g.reports.values()))['random'].get('runs', 'several')} uniformly random policies.",
+            "",
+            "| seed | total return | Sharpe (± s.e.) | max drawdown | turnover "
+            "| buy and hold: return, Sharpe "
+            "| random: Sharpe |",
+            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for seed, r in sorted(g.reports.items()):
+            a, b, rnd = r["agent"], r["buy_and_hold"], r["random"]
+            out.append(
+                f"| {seed} | {a['total_return']:+.1%} | {a['sharpe']:.2f} ± {r['sharpe_stderr']:.2f} "
+                f"| {a['max_drawdown']:.1%} | {a['turnover']:.0f} "
+                f"| {b['total_return']:+.1%}, {b['sharpe']:.2f} "
+                f"| {rnd['sharpe']:.2f} |"
+            )
+        out.append("")
+    return out
+
+
+def _bench_tables(bench: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    rows = bench["rows"]
+    for name in dict.fromkeys(r["benchmark"] for r in rows):
+        mine = [r for r in rows if r["benchmark"] == name]
+        out += [f"### `{name}`", ""]
+        if any(r["ratio"] not in (None, 1.0) for r in mine):  # the rule of plot_ratios
+            out += [f"![{name}: ratios against the baseline]({IMG}/bench-{name}.png)", ""]
+        out += [
+            "| case | implementation | value | unit | ratio | note |",
+            "| --- | --- | ---: | --- | ---: | --- |",
+        ]
+        for r in mine:
+            ratio = "" if r["ratio"] is None else f"{r['ratio']:.2f}×"
+            note = r["note"].replace("|", "\\|")
+            out.append(f"| {r['case']} | {r['impl']} | {_num(r['value'])} | {r['unit']} | {ratio} | {note} |")
+        out.append("")
+    skipped = bench.get("skipped") or {}
+    if skipped:
+        out += ["Skipped: " + "; ".join(f"`{k}` ({v})" for k, v in sorted(skipped.items())) + ".", ""]
+    return out
+
+
+def render(data: Path = DATA) -> str:
+    """The whole ``results.md`` from the stored data (deterministic: the same data, the same text)."""
+    meta, groups = load_runs(data)
+    bench = load_bench(data)
+    lines = [
+        "# Results",
+        "",
+        "<!-- Generated by docs/_gen/results.py from docs/data/: edit those, not this page. -->",
+        "",
+        "How well the presets learn and how fast the pieces run, measured once and stored: "
+        "`docs/_gen/runs.py` made the learning runs, `tritonrl bench --quick --json docs/data/bench.json` "
+        "the speed table, and `docs/_gen/results.py` wrote this page and its figures from them. "
+        "CI rebuilds the page from the stored data and checks it matches; it does not re-measure. "
+        "The machine is small and was shared with other work while these ran: compare rows of one "
+        "table with each other (they ran side by side), and take absolute numbers as orders of magnitude.",
+        "",
+        '!!! note "Where and when"',
+        f"    Learning runs: {_machine(meta['machine'])}.",
+        "",
+        f"    Benchmarks: {_machine(bench['run'])}; `--quick` cases.",
+        "",
+        "## Learning curves",
+        "",
+        f"Each preset on its reference environment, {len(meta['seeds'])} seeds "
+        f"({', '.join(map(str, meta['seeds']))}), a fixed number of environment steps (an explicit "
+        "`--eval-every`, so no run stops early at the solved score). The curve is the greedy evaluation "
+        "return (`eval/mean_return` in `metrics.csv`: 10 episodes on CartPole; on the market env, the "
+        "log return over the validation period); the line is the mean over seeds, the band their "
+        "minimum to maximum.",
+        "",
+        "![Greedy evaluation return against environment steps, mean and range over seeds]"
+        f"({IMG}/{CURVES_PNG})",
+        "",
+        "## Steps to threshold",
+        "",
+        "The first greedy evaluation at or above the environment's solved score (CartPole-v1: 475). "
+        "An evaluation runs once per `--eval-every` steps (at the first rollout or flush boundary "
+        "past it), so each count is an upper bound.",
+        "",
+        *_learning_tables(meta, groups),
+        "",
+        "Reproduce one run (the commands are in `docs/data/learning/meta.json`):",
+        "",
+        "```bash",
+        meta["commands"][0]
+        .replace("python -m tritonrl.toolkit", "tritonrl")
+        .replace("RUN_DIR", "runs/ppo-s1"),
+        "```",
+        "",
+        *_market_tables(groups),
+        "## Throughput against the peers",
+        "",
+        "Every row of `tritonrl bench --quick`; `ratio` is the speed against the row's baseline in the "
+        "same process (`> 1`: faster; the note names the baseline where the case has several). "
+        + (
+            "These were measured on a CPU: the Triton kernels run on a GPU only, so the ratios here "
+            "compare the torch paths: eager against `torch.compile`, the project's loops against "
+            "single-file reference loops, its replay against cpprb, its batched market env against "
+            "gym-anytrading. `bash benchmarks/gpu-check.sh` measures the kernels on a GPU."
+            if not bench["run"].get("cuda")
+            else "Measured on a GPU: the Triton kernels against their peers."
+        ),
+        "",
+        *_bench_tables(bench),
+    ]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _load_harness() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "tritonrl_docs_harness", ROOT / "benchmarks" / "_harness.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def draw(data: Path = DATA, img_dir: Path = PAGES / IMG) -> list[Path]:
+    """The page's figures into ``img_dir``: ``learning-curves.png`` and ``bench-<name>.png``.
+
+    Raises:
+        ImportError: matplotlib is not installed.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    meta, groups = load_runs(data)
+    img_dir = Path(img_dir)
+    img_dir.mkdir(parents=True, exist_ok=True)
+    fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 3.4), squeeze=False)
+    for ax, g in zip(axes[0], groups, strict=True):
+        seeds = meta["seeds"]
+        steps = [s for s, _ in g.curves[seeds[0]]]
+        n = min(len(g.curves[s]) for s in seeds)
+        values = [[g.curves[s][i][1] for s in seeds] for i in range(n)]
+        x = steps[:n]
+        ax.fill_between(x, [min(v) for v in values], [max(v) for v in values], alpha=0.25, linewidth=0)
+        ax.plot(x, [statistics.mean(v) for v in values], linewidth=1.8)
+        if g.threshold is not None:
+            ax.axhline(g.threshold, color="gray", linestyle="--", linewidth=0.8)
+        ax.set_title(f"{g.agent} on {g.env}", fontsize=9)
+        ax.set_xlabel("environment steps", fontsize=8)
+        ax.set_ylabel("greedy return" if g.threshold is not None else "validation log return", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"mean and min-max over {len(meta['seeds'])} seeds", fontsize=8)
+    fig.tight_layout()
+    written = [img_dir / CURVES_PNG]
+    fig.savefig(written[0], dpi=110)
+    plt.close(fig)
+
+    harness = _load_harness()
+    bench = load_bench(data)
+    rows = [
+        harness.Row(r["benchmark"], r["case"], r["impl"], r["value"] if r["value"] is not None else math.nan,
+                    r["unit"], r["ratio"], r["note"])
+        for r in bench["rows"]
+    ]  # fmt: skip
+    tmp = img_dir / ".bench"
+    for path in harness.plot_ratios(
+        rows, tmp, subtitle=f"{bench['run']['device']}, {bench['run']['date'][:10]}"
+    ):
+        written.append(path.replace(img_dir / f"bench-{path.name}"))
+    tmp.rmdir()
+    return written
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Write the page and its figures; the exit code."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=DATA, help="stored data (default docs/data)")
+    parser.add_argument(
+        "--pages", type=Path, default=PAGES, help="the site's pages folder (default docs/pages)"
+    )
+    args = parser.parse_args(argv)
+    (args.pages / "results.md").write_text(render(args.data))
+    figures = draw(args.data, args.pages / IMG)
+    print(f"wrote {args.pages / 'results.md'} and {len(figures)} figures in {args.pages / IMG}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""Make the learning runs behind ``docs/pages/results.md`` and store them under ``docs/data/learning/``.
+
+Each group (a preset on its reference environment) runs for a fixed number of steps with several
+seeds, one torch thread, through the CLI (``python -m tritonrl.toolkit train``). An explicit
+``--eval-every`` means no early stop at the solved score, so every seed's curve covers the same
+steps. Stored per run: ``<group>-s<seed>.csv`` (its ``metrics.csv``) and, for market runs,
+``<group>-s<seed>.test.json`` (its ``test_report.json`` without the equity curves); plus
+``meta.json``: the groups, the commands, and where and when they ran.
+
+    PYTHONPATH=. python docs/_gen/runs.py [--work DIR]       # from the repository root; ~3 min on 1 core
+
+Then ``python docs/_gen/results.py`` rewrites the page and its figures from the stored data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "docs" / "data" / "learning"
+SEEDS = (1, 2, 3)
+
+# name, agent, env, steps, eval_every, threshold (steps-to-threshold on eval/mean_return; None: none)
+GROUPS: tuple[dict[str, object], ...] = (
+    {"name": "ppo-CartPole-v1", "agent": "ppo", "env": "CartPole-v1", "steps": 100_000, "eval_every": 5_000,
+     "threshold": 475.0},
+    {"name": "dqn-CartPole-v1", "agent": "dqn", "env": "CartPole-v1", "steps": 50_000, "eval_every": 2_500,
+     "threshold": 475.0},
+    {"name": "dqn-market-synthetic-ar0.3", "agent": "dqn", "env": "market:synthetic,ar=0.3", "steps": 50_000,
+     "eval_every": 5_000, "threshold": None},
+)  # fmt: skip
+
+
+def _run_info() -> dict[str, object]:
+    """The bench harness's :func:`run_info` (machine, versions, commit, date), loaded from the checkout."""
+    spec = importlib.util.spec_from_file_location("_harness", ROOT / "benchmarks" / "_harness.py")
+    assert spec is not None and spec.loader is not None
+    harness = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = harness  # dataclasses look their module up there
+    spec.loader.exec_module(harness)
+    return harness.run_info()
+
+
+def _strip_equity(report: object) -> object:
+    """A test report without its long lists (the equity curves): the summary numbers only."""
+    if isinstance(report, dict):
+        return {k: _strip_equity(v) for k, v in report.items() if not isinstance(v, list)}
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run every group and seed, copy the results into ``docs/data/learning/``; the exit code."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--work", type=Path, default=None, help="run folders (default: a temporary folder)")
+    args = parser.parse_args(argv)
+    work = args.work or Path(tempfile.mkdtemp(prefix="tritonrl-docs-runs-"))
+    DATA.mkdir(parents=True, exist_ok=True)
+    commands, walls = [], {}
+    for seed in SEEDS:
+        for g in GROUPS:
+            run_dir = work / f"{g['name']}-s{seed}"
+            cmd = [
+                sys.executable, "-m", "tritonrl.toolkit", "train", "--agent", str(g["agent"]),
+                "--env", str(g["env"]), "--steps", str(g["steps"]), "--eval-every", str(g["eval_every"]),
+                "--seed", str(seed), "--threads", "1", "--run-dir", str(run_dir),
+                "--no-tensorboard", "--no-progress",
+            ]  # fmt: skip
+            t0 = time.perf_counter()
+            subprocess.run(cmd, check=True, cwd=ROOT)
+            walls[run_dir.name] = round(time.perf_counter() - t0, 1)
+            commands.append(" ".join(["python", *cmd[1:-4], "--run-dir", "RUN_DIR", *cmd[-2:]]))
+            shutil.copy(run_dir / "metrics.csv", DATA / f"{run_dir.name}.csv")
+            report = run_dir / "test_report.json"
+            if report.is_file():
+                stripped = _strip_equity(json.loads(report.read_text()))
+                (DATA / f"{run_dir.name}.test.json").write_text(json.dumps(stripped, indent=1) + "\n")
+    machine = {**_run_info(), "torch_threads": 1}  # each run's --threads, not this process's
+    meta = {"machine": machine, "seeds": list(SEEDS), "groups": list(GROUPS), "wall_s": walls,
+            "commands": commands}  # fmt: skip
+    (DATA / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+    print(f"stored {len(walls)} runs in {DATA}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
