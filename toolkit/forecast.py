@@ -7,6 +7,8 @@
     tritonrl fit --model gru --data market:synthetic,ar=0.3 --target price_z --set hidden=32
     tritonrl fit --model gru --data market:synthetic,ar=0.3 --run-dir runs/g --resume
 
+(the command line: :mod:`tritonrl.toolkit.forecast_cli`)
+
 **Windows** (:class:`WindowData`): a window ending at row ``t`` of a split holds the features of
 rows ``t - W + 1 .. t`` (in the training dtype they were uploaded in: one gather per batch, never a
 cast) and its target is rows ``t + 1 .. t + H`` of the target series (f32), so no input reads a
@@ -36,22 +38,19 @@ and TensorBoard (:class:`~tritonrl.toolkit.logger.MetricLogger`: ``losses/train_
 so a resumed run writes the same rows as an uninterrupted one). A run folder has one writer
 (:class:`~tritonrl.toolkit.runfolder.RunLock`).
 
-The CLI follows ``train``'s rules (:mod:`tritonrl.toolkit.train`): bad input is one ``error:``
-line and exit status 2 before anything is written; an existing checkpoint is never overwritten
-without ``--resume``; a non-finite loss stops the run with status 1, keeping the last checkpoint;
-SIGINT / SIGTERM save a checkpoint and exit with 130 / 143. The models come from
+The CLI (:mod:`tritonrl.toolkit.forecast_cli`) follows ``train``'s rules
+(:mod:`tritonrl.toolkit.cli_common`): bad input is one ``error:`` line and exit status 2 before
+anything is written; an existing checkpoint is never overwritten without ``--resume``; a
+non-finite loss stops the run with status 1, keeping the last checkpoint; SIGINT / SIGTERM save a
+checkpoint and exit with 130 / 143. The models come from
 :func:`tritonrl.toolkit.registry.forecasters` (the lazy import of ``tritonrl.agents.forecast``).
 """
 
 from __future__ import annotations
 
-import argparse
-import ast
 import json
 import math
-import os
 import random
-import signal
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -71,14 +70,12 @@ __all__ = [
     "FitError",
     "Normalizer",
     "WindowData",
-    "add_parser",
     "baselines",
     "evaluate",
     "fit",
     "format_report",
     "load_windows",
     "lr_at",
-    "run",
     "target_series",
 ]
 
@@ -807,255 +804,3 @@ def format_report(report: Mapping[str, Any], split: str = "test") -> str:
         label = f"{name} (s={report['season']})" if name == "seasonal_naive" else name
         lines.append(f"{label:<22} {m['mse']:>9.4f} {m['mae']:>9.4f} {m['direction']:>9.3f}")
     return "\n".join(lines)
-
-
-# ----------------------------------------------------------------------------- the command line
-
-DEFAULT_DATA = "market:synthetic,ar=0.3"
-
-
-def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add the ``fit`` subcommand to ``python -m tritonrl.toolkit``'s parser."""
-    from tritonrl.toolkit.checks import MAX_SEED
-
-    p = subparsers.add_parser(
-        "fit", help="train a forecaster on market bars", description=__doc__.splitlines()[0]
-    )
-    p.add_argument("--model", default=None, help="forecaster name (`--list` lists them)")
-    p.add_argument("--list", action="store_true", help="list the registered forecasters and exit")
-    p.add_argument(
-        "--data",
-        default=DEFAULT_DATA,
-        help="market:SOURCE: synthetic[,ar=F,seed=N,bars=N], googl, eurusd, csv=PATH "
-        f"(default {DEFAULT_DATA})",
-    )
-    p.add_argument("--window", type=int, default=64, help="bars per input window (default 64)")
-    p.add_argument("--horizon", type=int, default=1, help="bars forecast ahead (default 1)")
-    p.add_argument(
-        "--target",
-        default="log_return",
-        help="log_return (default), close, or a feature column (price_z, volatility, ...)",
-    )
-    d = FitConfig()
-    p.add_argument(
-        "--epochs", type=int, default=d.epochs, help=f"at most this many epochs (default {d.epochs})"
-    )
-    p.add_argument(
-        "--batch-size", type=int, default=d.batch_size, help=f"windows per step (default {d.batch_size})"
-    )
-    p.add_argument("--lr", type=float, default=d.lr, help=f"peak learning rate (default {d.lr})")
-    p.add_argument(
-        "--weight-decay", type=float, default=d.weight_decay, help=f"AdamW (default {d.weight_decay})"
-    )
-    p.add_argument("--grad-clip", type=float, default=d.grad_clip, help=f"0: none (default {d.grad_clip})")
-    p.add_argument("--schedule", default=d.schedule, help=f"{', '.join(SCHEDULES)} (default {d.schedule})")
-    p.add_argument("--warmup-steps", type=int, default=d.warmup_steps, help=f"(default {d.warmup_steps})")
-    p.add_argument(
-        "--patience", type=int, default=d.patience, help=f"early stopping epochs (default {d.patience})"
-    )
-    p.add_argument(
-        "--season", type=int, default=d.season, help=f"seasonal-naive season in bars (default {d.season})"
-    )
-    p.add_argument(
-        "--log-every", type=int, default=d.log_every, help=f"steps per metric row (default {d.log_every})"
-    )
-    p.add_argument("--seed", type=int, default=1, help=f"0 to {MAX_SEED} (default 1)")
-    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default cpu)")
-    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
-    p.add_argument("--run-dir", default=None, help="output folder (default runs/fit-<model>-<data>-s<seed>)")
-    p.add_argument("--resume", action="store_true", help="continue from the run dir's checkpoint")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a model hyperparameter (repeatable), e.g. --set hidden=32",
-    )
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--no-tensorboard", action="store_true", help="metrics.csv only")
-    p.set_defaults(run=run)
-    return p
-
-
-def _model_kwargs(items: list[str]) -> dict[str, Any]:
-    """``--set KEY=VALUE`` as keyword arguments (Python literals; anything else stays a string)."""
-    from tritonrl.toolkit.train import UsageError, _parse_overrides
-
-    out: dict[str, Any] = {}
-    for key, text in _parse_overrides(items).items():
-        if not key.isidentifier() or key in (
-            "window",
-            "num_features",
-            "horizon",
-            "num_targets",
-            "device",
-            "dtype",
-        ):
-            raise UsageError(
-                f"--set {key}=...: not a model hyperparameter (window, horizon: their own flags)"
-            )
-        try:
-            out[key] = ast.literal_eval(text)
-        except (ValueError, SyntaxError):
-            out[key] = text
-    return out
-
-
-def _default_run_dir(args: argparse.Namespace) -> Path:
-    data = args.data.removeprefix("market:").replace("/", "_").replace(",", "_").replace("=", "")
-    return Path(f"runs/fit-{args.model}-{data}-s{args.seed}")
-
-
-def _prepare(args: argparse.Namespace) -> tuple[Any, tuple[WindowData, ...], FitConfig, Path, dict[str, str]]:
-    """Everything ``fit`` needs, every check before anything is written (the run folder's write
-    probe last).
-
-    Raises:
-        UsageError: the first bad argument.
-    """
-    from tritonrl.toolkit.checkpoint import CheckpointError, load_checkpoint
-    from tritonrl.toolkit.checks import MAX_SEED
-    from tritonrl.toolkit.registry import forecasters
-    from tritonrl.toolkit.train import UsageError, _check_run_dir_path, _device, _probe_run_dir, _whole
-
-    if not args.model:
-        raise UsageError("--model is required (`tritonrl fit --list` lists the forecasters)")
-    _whole("--window", args.window, 1)
-    _whole("--horizon", args.horizon, 1)
-    _whole("--seed", args.seed, 0, MAX_SEED)
-    _whole("--threads", args.threads, 1, os.cpu_count() or 1, " (the CPU count of this machine)")
-    device = _device(args.device)
-    try:
-        config = FitConfig(
-            epochs=args.epochs,
-            batch_size=args.batch_size,
-            lr=args.lr,
-            weight_decay=args.weight_decay,
-            grad_clip=args.grad_clip,
-            schedule=args.schedule,
-            warmup_steps=args.warmup_steps,
-            patience=args.patience,
-            season=args.season,
-            log_every=args.log_every,
-            seed=args.seed,
-        )
-    except ValueError as exc:
-        flag = str(exc).split(" ", 1)[0].replace("_", "-")
-        raise UsageError(f"--{flag} {str(exc).split(' ', 1)[1]}") from None
-    if config.season > args.window:
-        raise UsageError(f"--season {config.season} is longer than the window {args.window}")
-    kwargs = _model_kwargs(args.overrides)
-    run_dir = Path(args.run_dir) if args.run_dir is not None else _default_run_dir(args)
-    _check_run_dir_path(str(run_dir))
-    registry = forecasters()
-    if args.model not in registry:
-        known = ", ".join(sorted(registry)) or "none registered"
-        raise UsageError(f"unknown model {args.model!r}; known models: {known} (`tritonrl fit --list`)")
-    meta = {"data_spec": args.data, "model_kwargs": json.dumps(kwargs, sort_keys=True, default=str)}
-    ckpt = run_dir / CHECKPOINT_NAME
-    if ckpt.exists():
-        if not args.resume:
-            raise UsageError(
-                f"{run_dir} already holds a checkpoint: pass --resume to continue it, or choose "
-                "another --run-dir"
-            )
-        try:
-            saved = load_checkpoint(ckpt, tensors=False)
-        except CheckpointError as exc:
-            raise UsageError(str(exc)) from None
-        if not isinstance(saved, dict) or saved.get("format") != FIT_FORMAT:
-            raise UsageError(f"{ckpt}: not a forecaster training checkpoint (`tritonrl fit` writes those)")
-        saved_meta: dict[str, Any] = saved["meta"] if isinstance(saved.get("meta"), dict) else {}
-        mine = {
-            "model": args.model,
-            "window": str(args.window),
-            "horizon": str(args.horizon),
-            "target": args.target,
-            **meta,
-        }
-        for key, value in mine.items():
-            if saved_meta.get(key) != value:
-                raise UsageError(
-                    f"{ckpt} was made with {key}={saved_meta.get(key)!r}, this run has {value!r}"
-                )
-    torch.set_num_threads(args.threads)
-    try:
-        windows = load_windows(args.data, args.window, args.horizon, target=args.target, device=device)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    torch.manual_seed(config.seed)  # the model's initialisation
-    try:
-        model = registry[args.model](
-            args.window, windows[0].num_features, args.horizon, 1, device=device, **kwargs
-        )
-    except (TypeError, ValueError) as exc:
-        raise UsageError(f"model {args.model!r}: {exc}") from None
-    _probe_run_dir(run_dir)  # last: the only check that writes (and it leaves nothing behind)
-    return model, windows, config, run_dir, meta
-
-
-def run(args: argparse.Namespace) -> int:
-    """Run the ``fit`` subcommand; the exit status (0 done, 1 stopped by an error, 2 usage error,
-    130 / 143 interrupted by SIGINT / SIGTERM after saving a checkpoint)."""
-    from tritonrl.toolkit.checkpoint import CheckpointError
-    from tritonrl.toolkit.runfolder import RunFolderBusy
-    from tritonrl.toolkit.train import UsageError, _stop_on_signals
-
-    if args.list:
-        from tritonrl.toolkit.registry import forecasters
-
-        for name, cls in sorted(forecasters().items()):
-            doc = (cls.__doc__ or "").strip().splitlines()
-            kind = "sequence" if getattr(cls, "causal", False) else "window"
-            print(f"{name:<14} {kind:<9} {doc[0] if doc else ''}")
-        return 0
-    try:
-        model, (train, validation, test), config, run_dir, meta = _prepare(args)
-    except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted by SIGINT before training started: nothing saved", file=sys.stderr)
-        return 130
-    try:
-        with _stop_on_signals() as (should_stop, received):
-            report = fit(
-                model,
-                train,
-                validation,
-                test,
-                config,
-                run_dir=run_dir,
-                resume=args.resume,
-                progress=not args.no_progress,
-                tensorboard=not args.no_tensorboard,
-                should_stop=should_stop,
-                meta=meta,
-            )
-    except (CheckpointError, RunFolderBusy, ValueError, TypeError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except FitError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except OSError as exc:
-        where = f"{exc.filename}: " if exc.filename is not None else ""
-        print(f"error: writing the run folder {run_dir}: {where}{exc.strerror or exc}", file=sys.stderr)
-        return 1
-    if report["stopped"] == "should_stop":
-        signum = received[0] if received else signal.SIGINT
-        print(
-            f"interrupted by {signal.Signals(signum).name} at step {report['global_step']}: checkpoint "
-            f"saved to {report['checkpoint']}; continue with --resume",
-            file=sys.stderr,
-        )
-        return 128 + int(signum)
-    print(format_report(report))
-    print(
-        f"{args.model} on {args.data}: {report['epochs']} epochs ({report['stopped']}), best epoch "
-        f"{report['best_epoch']}, {report['global_step']} steps in {report['wall_s']:.1f} s "
-        f"({report['windows_per_s']:,.0f} windows/s)"
-    )
-    print(f"run folder: {run_dir} (metrics.csv, {CHECKPOINT_NAME}, {REPORT_NAME})")
-    return 0

@@ -57,20 +57,30 @@ The agent, its config and its schedule come from the preset (:class:`tritonrl.to
 from __future__ import annotations
 
 import argparse
-import errno
 import json
 import math
-import os
-import signal
 import sys
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import torch
 from tritonrl.toolkit.checks import MAX_SEED  # light: ``--help`` must not import the loop
+from tritonrl.toolkit.cli_common import (
+    UsageError,
+    add_output_flags,
+    add_run_folder_flags,
+    add_seed_device_flags,
+    add_set_flag,
+    check_no_overwrite,
+    check_range,
+    check_run_dir_path,
+    check_threads,
+    parse_device,
+    parse_overrides,
+    probe_run_dir,
+    report_interrupted,
+    stop_on_signals,
+)
 
 __all__ = ["add_parser", "run"]
 
@@ -79,10 +89,6 @@ DEFAULT_ENV = "CartPole-v1"
 MAX_ENVS = 65_536
 """Most environments (``--num-envs``, ``--eval-episodes``): each is a gymnasium env in this process
 (CartPole: about 60 KB each), so a typo like 10**8 would exhaust memory instead of failing."""
-
-
-class UsageError(ValueError):
-    """A command-line mistake: reported as one line, exit status 2."""
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -102,13 +108,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         f"(default {DEFAULT_ENV})",
     )
     p.add_argument("--steps", type=int, default=None, help="environment steps (default: the preset's)")
-    p.add_argument("--seed", type=int, default=1, help=f"0 to {MAX_SEED} (default 1)")
-    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default cpu)")
-    p.add_argument(
-        "--threads",
-        type=int,
-        default=1,
-        help="torch CPU threads, at most the CPU count (default 1: small RL networks run fastest "
+    add_seed_device_flags(
+        p,
+        threads_help="torch CPU threads, at most the CPU count (default 1: small RL networks run fastest "
         "on one thread, and a thread pool beside other busy processes slows down many times)",
     )
     p.add_argument(
@@ -117,11 +119,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         default=None,
         help=f"parallel environments, at most {MAX_ENVS} (default: the preset's)",
     )
-    p.add_argument("--run-dir", default=None, help="output folder (default runs/<agent>-<env>-s<seed>)")
-    p.add_argument(
-        "--resume",
-        action="store_true",
-        help="continue from the run dir's checkpoint (without one: start fresh, with a notice)",
+    add_run_folder_flags(
+        p,
+        default="runs/<agent>-<env>-s<seed>",
+        resume_help="continue from the run dir's checkpoint (without one: start fresh, with a notice)",
     )
     p.add_argument(
         "--checkpoint-every",
@@ -152,56 +153,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     p.add_argument("--log-every", type=int, default=2048, help="env steps between metric flushes")
     p.add_argument("--target-return", type=float, default=None, help="stop once an evaluation reaches this")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override an agent config field (repeatable); env.FIELD=VALUE: a market env field",
-    )
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--no-tensorboard", action="store_true", help="metrics.csv only")
+    add_set_flag(p, help="override an agent config field (repeatable); env.FIELD=VALUE: a market env field")
+    add_output_flags(p)
     p.set_defaults(run=run)
     return p
-
-
-def _parse_overrides(items: list[str]) -> dict[str, str]:
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"--set expects KEY=VALUE, got {item!r}")
-        out[key.strip()] = value.strip()
-    return out
-
-
-def _device(name: str) -> torch.device:
-    supported = "supported: cpu, cuda, cuda:N, auto"
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(name)
-    except RuntimeError:
-        raise UsageError(f"--device {name!r} is not a device ({supported})") from None
-    if dev.type == "cpu" and dev.index in (None, 0):
-        return torch.device("cpu")
-    if dev.type != "cuda":
-        raise UsageError(f"--device {name!r} is not supported ({supported})")
-    if not torch.cuda.is_available():
-        raise UsageError(f"--device {name!r}: CUDA is not available on this machine")
-    if dev.index is not None and dev.index >= torch.cuda.device_count():
-        raise UsageError(f"--device {name!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
-    return dev
-
-
-def _whole(flag: str, value: int | None, lo: int, hi: int | None = None, why: str = "") -> None:
-    """``value`` (``None``: not given, the preset's default) must lie in ``[lo, hi]``."""
-    if value is None:
-        return
-    if value < lo or (hi is not None and value > hi):
-        bound = f">= {lo}" if hi is None else f"between {lo} and {hi}"
-        raise UsageError(f"{flag} must be {bound}{why}, got {value}")
 
 
 def _validate(args: argparse.Namespace) -> None:
@@ -217,94 +172,28 @@ def _validate(args: argparse.Namespace) -> None:
         raise UsageError("--agent must not be empty (`--agent list` lists the presets)")
     if not args.env:
         raise UsageError("--env must not be empty (a gymnasium id such as CartPole-v1)")
-    _whole("--steps", args.steps, 1)
-    _whole("--seed", args.seed, 0, MAX_SEED, " (numpy seeds take 32 bits, gymnasium no negatives)")
-    _device(args.device)
-    _whole("--threads", args.threads, 1, os.cpu_count() or 1, " (the CPU count of this machine)")
-    _whole("--num-envs", args.num_envs, 1, MAX_ENVS)
-    _check_run_dir_path(args.run_dir if args.run_dir is not None else str(_default_run_dir(args)))
-    _whole("--checkpoint-every", args.checkpoint_every, 0, why=" (0: at the end only)")
+    check_range("--steps", args.steps, 1)
+    check_range("--seed", args.seed, 0, MAX_SEED, " (numpy seeds take 32 bits, gymnasium no negatives)")
+    parse_device(args.device)
+    check_threads(args.threads)
+    check_range("--num-envs", args.num_envs, 1, MAX_ENVS)
+    check_run_dir_path(args.run_dir if args.run_dir is not None else str(_default_run_dir(args)))
+    check_range("--checkpoint-every", args.checkpoint_every, 0, why=" (0: at the end only)")
     if not (math.isfinite(args.checkpoint_minutes) and args.checkpoint_minutes >= 0):
         raise UsageError(f"--checkpoint-minutes must be a finite number >= 0, got {args.checkpoint_minutes}")
-    _whole("--eval-every", args.eval_every, 0, why=" (0: at the end only)")
-    _whole("--eval-episodes", args.eval_episodes, 1, MAX_ENVS)
-    _whole("--log-every", args.log_every, 1)
+    check_range("--eval-every", args.eval_every, 0, why=" (0: at the end only)")
+    check_range("--eval-episodes", args.eval_episodes, 1, MAX_ENVS)
+    check_range("--log-every", args.log_every, 1)
     if args.target_return is not None and not math.isfinite(args.target_return):
         raise UsageError(
             f"--target-return must be a finite number, got {args.target_return} (to evaluate "
             "without stopping, leave it out and give --eval-every)"
         )
-    _parse_overrides(args.overrides)
+    parse_overrides(args.overrides)
 
 
 def _default_run_dir(args: argparse.Namespace) -> Path:
     return Path(f"runs/{args.agent}-{args.env.replace('/', '_')}-s{args.seed}")
-
-
-def _check_run_dir_path(name: str) -> None:
-    """``--run-dir`` names a folder or a path that can become one (no writes: see :func:`_probe_run_dir`)."""
-    if not name.strip():
-        raise UsageError("--run-dir must not be empty")
-    if "\0" in name:
-        raise UsageError(f"--run-dir {name!r} contains a NUL character")
-    path = Path(name)
-    try:
-        for p in (path, *path.parents):
-            if p.exists() or p.is_symlink():
-                if not p.is_dir():
-                    what = "is" if p == path else f"is under {p}, which is"
-                    raise UsageError(f"--run-dir {name} {what} not a folder")
-                return
-    except OSError as exc:  # e.g. a parent folder that may not be searched
-        raise UsageError(f"--run-dir {name} cannot be checked: {exc.strerror or exc}") from None
-
-
-def _probe_run_dir(run_dir: Path) -> None:
-    """Create ``run_dir`` and write, fsync and remove a probe file in it; undo the folders made on failure.
-
-    A read-only folder (EROFS, or EACCES for a non-root user), a full disk (ENOSPC, often reported
-    only at fsync) or a path under a file fails here, before training, with nothing left behind.
-    As root, permission bits do not stop writes, so a chmod-ed folder is writable for root.
-
-    Raises:
-        UsageError: the folder cannot be created or written.
-    """
-    made = [p for p in (run_dir, *run_dir.parents) if not p.exists()][::-1]  # outermost first
-    probe = run_dir / f".write-probe-{os.getpid()}"
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            os.write(fd, b"tritonrl write probe\n")
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except (OSError, ValueError) as exc:
-        reasons: dict[int | None, str] = {
-            errno.ENOSPC: "the disk is full",
-            errno.EDQUOT: "the disk quota is exceeded",
-            errno.EROFS: "the file system is read-only",
-            errno.EACCES: "permission denied",
-            errno.EPERM: "permission denied",
-            errno.ENOTDIR: "a part of the path is a file",
-            errno.EEXIST: "a part of the path is a file",
-        }
-        reason = reasons.get(getattr(exc, "errno", None), getattr(exc, "strerror", None) or str(exc))
-        _undo(probe, made)
-        raise UsageError(f"--run-dir {run_dir} is not writable: {reason}") from None
-    _undo(probe, [])
-
-
-def _undo(probe: Path, made: list[Path]) -> None:
-    try:
-        probe.unlink(missing_ok=True)
-    except OSError:
-        pass
-    for p in reversed(made):  # innermost first; rmdir only removes an empty folder
-        try:
-            p.rmdir()
-        except OSError:
-            break
 
 
 def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any, Any]:
@@ -333,12 +222,12 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any, Any]:
         spec = get_agent(args.agent)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    overrides, env_overrides = split_overrides(_parse_overrides(args.overrides))
+    overrides, env_overrides = split_overrides(parse_overrides(args.overrides))
     market = is_market(args.env)
     if env_overrides and not market:
         raise UsageError("--set env.FIELD=VALUE sets a market environment's field (--env market:...)")
     defaults = market_preset(spec) if market else spec
-    device = _device(args.device)
+    device = parse_device(args.device)
     torch.set_num_threads(args.threads)
     steps = args.steps if args.steps is not None else defaults.default_steps
     eval_every = args.eval_every if args.eval_every is not None else defaults.default_eval_every
@@ -358,12 +247,7 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any, Any]:
         ("num_envs", str(num_envs)),
     )
     saved_config = None
-    if ckpt.exists():
-        if not args.resume:
-            raise UsageError(
-                f"{run_dir} already holds a checkpoint: pass --resume to continue it, or "
-                "choose another --run-dir"
-            )
+    if check_no_overwrite(ckpt, args.resume):
         try:  # the run's config is the saved one, this command's --set on top (see docs: Training)
             # the header alone: the run loads the whole checkpoint once, when it resumes
             saved = training_sections(load_checkpoint(ckpt, tensors=False), str(ckpt))
@@ -466,7 +350,7 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any, Any]:
             tensorboard=not args.no_tensorboard,
             meta=meta,
         )
-        _probe_run_dir(run_dir)  # last: the only check that writes (and it leaves nothing behind)
+        probe_run_dir(run_dir)  # last: the only check that writes (and it leaves nothing behind)
     except ValueError as exc:  # UsageError included; LoopConfig repeats _validate's checks
         env.close()
         raise UsageError(str(exc)) from None
@@ -491,35 +375,9 @@ def _market_run(
     from tritonrl.toolkit.market.training import build_market_run, env_config_for, split_overrides
 
     agent_config = spec.configure(overrides, config=saved_config, total_steps=steps)
-    _, env_overrides = split_overrides(_parse_overrides(args.overrides))
+    _, env_overrides = split_overrides(parse_overrides(args.overrides))
     env_config = env_config_for(agent_config, env_overrides)
     return build_market_run(args.env, num_envs, env_config, device=device, seed=args.seed)
-
-
-@contextmanager
-def _stop_on_signals() -> Iterator[tuple[Callable[[], bool], list[int]]]:
-    """SIGINT and SIGTERM set a flag (polled by the loop) instead of killing the process.
-
-    Yields ``(should_stop, received)``; the previous handlers come back on exit. Outside the main
-    thread (where Python cannot install handlers) nothing is installed.
-    """
-    event = threading.Event()
-    received: list[int] = []
-
-    def handler(signum: int, frame: object) -> None:
-        del frame
-        received.append(signum)  # a second signal while saving just lands here: the save completes
-        event.set()
-
-    previous: dict[signal.Signals, Any] = {}
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.signal(sig, handler)
-    try:
-        yield event.is_set, received
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old if old is not None else signal.SIG_DFL)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -558,7 +416,7 @@ def run(args: argparse.Namespace) -> int:
         print("interrupted by SIGINT before training started: nothing saved", file=sys.stderr)
         return 130
     try:
-        with _stop_on_signals() as (should_stop, received):
+        with stop_on_signals() as (should_stop, received):
             evaluator = market.evaluator if market is not None else None
             collector = market.collector if market is not None else None
             summary = run_training(
@@ -586,13 +444,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         env.close()
     if summary["stopped"] == "should_stop":
-        signum = received[0] if received else signal.SIGINT
-        print(
-            f"interrupted by {signal.Signals(signum).name} at step {summary['global_step']}: checkpoint "
-            f"saved to {summary['checkpoint']}; continue with --resume",
-            file=sys.stderr,
-        )
-        return 128 + int(signum)
+        return report_interrupted(received, summary["global_step"], summary["checkpoint"])
     final = summary["final_eval"]
     line = f"{spec.name} on {args.env}: {summary['global_step']} steps in {summary['wall_s']:.1f} s"
     if final is not None and "report" in final:  # a market run: one pass over the validation period

@@ -7,95 +7,54 @@ about 0.2 s and 0.15 s each.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from functools import partial
 
 import pytest
 import torch
-from forecast_task import ForecastTask, make_task, naive_mse, train_and_test_mse
-from tritonrl.agents.forecast import FORECASTERS
+from forecast_model_checks import (
+    check_bad_input,
+    check_bf16_matches_f32,
+    check_dtypes,
+    check_learns,
+    check_registered,
+    check_shapes,
+)
 from tritonrl.agents.forecast.linear import MLP, DLinear
-from tritonrl.toolkit.precision import training_dtype
 
 MODELS = [DLinear, MLP]
 DTYPES = [torch.float32, torch.bfloat16]
-
-
-@pytest.fixture
-def one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def task() -> ForecastTask:
-    return make_task()
+SIZE_ARGS = {DLinear: (), MLP: ("hidden", "layers")}  # 0 for each: "must be a positive int"
 
 
 def test_registered() -> None:
-    assert FORECASTERS["dlinear"] is DLinear
-    assert FORECASTERS["mlp"] is MLP
+    check_registered("dlinear", DLinear)
+    check_registered("mlp", MLP)
+    assert not DLinear.causal and not MLP.causal
 
 
 @pytest.mark.parametrize("cls", MODELS)
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize(
-    ("batch", "window", "features", "horizon", "targets"), [(1, 1, 1, 1, 1), (5, 17, 3, 4, 2)]
-)
-def test_shapes_and_dtype(
-    cls: type, dtype: torch.dtype, batch: int, window: int, features: int, horizon: int, targets: int
-) -> None:
-    model = cls(window, features, horizon, targets, dtype=dtype)
-    out = model(torch.randn(batch, window, features).to(dtype))
-    assert out.shape == (batch, horizon, targets)
-    assert out.dtype == dtype
-    assert torch.isfinite(out.float()).all()
+def test_shapes_and_dtype(cls: type, dtype: torch.dtype) -> None:
+    check_shapes(cls, sizes=[(1, 1, 1, 1, 1), (5, 17, 3, 4, 2)], dtype=dtype)
 
 
 @pytest.mark.parametrize("cls", MODELS)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_parameters_in_dtype_from_construction(cls: type, dtype: torch.dtype) -> None:
-    model = cls(16, 3, 2, 2, dtype=dtype)
-    params = dict(model.named_parameters())
-    assert params, "no parameters"
-    assert {name: p.dtype for name, p in params.items()} == dict.fromkeys(params, dtype)
-    default = cls(16, 3, 2, 2)
-    assert {p.dtype for p in default.parameters()} == {training_dtype(torch.device("cpu"))}
-
-
-@pytest.mark.parametrize("cls", MODELS)
-def test_not_causal_no_encode(cls: type) -> None:
-    model = cls(8, 2)
-    assert model.causal is False
-    with pytest.raises(NotImplementedError, match="no causal per-step encoding"):
-        model.encode(torch.randn(1, 8, 2))
+    check_dtypes(cls, dtype)
 
 
 @pytest.mark.parametrize("cls", MODELS)
 def test_bad_input(cls: type) -> None:
-    model = cls(8, 2, dtype=torch.float32)
-    with pytest.raises(ValueError, match=r"input must be \[batch, 8, 2\], got \(3, 7, 2\)"):
-        model(torch.randn(3, 7, 2))  # wrong window
-    with pytest.raises(ValueError, match="got \\(3, 8, 3\\)"):
-        model(torch.randn(3, 8, 3))  # wrong feature count
-    with pytest.raises(ValueError, match="got \\(8, 2\\)"):
-        model(torch.randn(8, 2))  # no batch dim
-    with pytest.raises(TypeError, match="input is torch.bfloat16, the parameters are torch.float32"):
-        model(torch.randn(3, 8, 2, dtype=torch.bfloat16))
+    """Bad windows and sizes (the shared check: also that neither model has ``encode``)."""
+    check_bad_input(partial(cls, dtype=torch.float32), sizes=SIZE_ARGS[cls])
 
 
 def test_bad_hyperparameters() -> None:
-    with pytest.raises(ValueError, match="window must be a positive int"):
-        DLinear(0, 2)
     with pytest.raises(ValueError, match="kernel_size must be odd"):
         DLinear(16, 2, kernel_size=4)
     with pytest.raises(ValueError, match="kernel_size must be a positive int"):
         DLinear(16, 2, kernel_size=-1)
-    with pytest.raises(ValueError, match="hidden must be a positive int"):
-        MLP(16, 2, hidden=0)
-    with pytest.raises(ValueError, match="layers must be a positive int"):
-        MLP(16, 2, layers=0)
     with pytest.raises(ValueError, match="dropout must be in"):
         MLP(16, 2, dropout=1.0)
 
@@ -139,22 +98,13 @@ def test_dlinear_shared_maps() -> None:
 
 
 @pytest.mark.parametrize("cls", MODELS)
-def test_learns(cls: type, task: ForecastTask, one_thread: None) -> None:
-    torch.manual_seed(0)
-    model = cls(32, 2, dtype=torch.float32)
-    mse = train_and_test_mse(model, task, steps=300)
-    assert mse <= 0.5 * naive_mse(task), (cls.name, mse, naive_mse(task))
+def test_learns(cls: type) -> None:
+    check_learns(partial(cls, dtype=torch.float32), steps=300)
 
 
-def test_dlinear_bf16_matches_f32(task: ForecastTask, one_thread: None) -> None:
+def test_dlinear_bf16_matches_f32() -> None:
     """bf16 parameters trained through f32 masters reach the f32 test MSE within 10%.
 
     Measured (seeds 0, 1, 2): bf16 / f32 - 1 = +0.1%, +0.4%, +0.5% (f32 MSE ~0.0113).
     """
-    mses = {}
-    for dtype in DTYPES:
-        torch.manual_seed(0)
-        mses[dtype] = train_and_test_mse(DLinear(32, 2, dtype=dtype), task, steps=300)
-    f32, bf16 = mses[torch.float32], mses[torch.bfloat16]
-    assert f32 <= 0.5 * naive_mse(task)
-    assert abs(bf16 - f32) <= 0.10 * f32, (f32, bf16)
+    check_bf16_matches_f32(DLinear, steps=300)
