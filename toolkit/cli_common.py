@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import errno
 import os
+import re
 import signal
 import sys
 import threading
@@ -26,6 +27,7 @@ import torch
 from tritonrl.toolkit.checks import MAX_SEED  # light: ``--help`` must not import the loop
 
 __all__ = [
+    "default_run_dir",
     "UsageError",
     "add_output_flags",
     "add_run_folder_flags",
@@ -88,6 +90,12 @@ def add_output_flags(p: argparse.ArgumentParser) -> None:
 
 
 # ----------------------------------------------------------------------------- checks
+
+
+def default_run_dir(*parts: str) -> Path:
+    """``runs/<parts joined by "-">`` with every character outside ``[A-Za-z0-9._-]`` made ``_``
+    (an env id such as ``ALE/Pong-v5`` or ``market:synthetic,ar=0.3`` becomes one plain folder name)."""
+    return Path("runs") / re.sub(r"[^A-Za-z0-9._-]", "_", "-".join(parts))
 
 
 def parse_overrides(items: list[str]) -> dict[str, str]:

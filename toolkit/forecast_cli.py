@@ -36,6 +36,7 @@ from tritonrl.toolkit.cli_common import (
     check_range,
     check_run_dir_path,
     check_threads,
+    default_run_dir,
     parse_device,
     parse_overrides,
     probe_run_dir,
@@ -138,8 +139,7 @@ def _model_kwargs(items: list[str]) -> dict[str, Any]:
 
 
 def _default_run_dir(args: argparse.Namespace) -> Path:
-    data = args.data.removeprefix("market:").replace("/", "_").replace(",", "_").replace("=", "")
-    return Path(f"runs/fit-{args.model}-{data}-s{args.seed}")
+    return default_run_dir("fit", args.model, args.data.removeprefix("market:"), f"s{args.seed}")
 
 
 def _prepare(args: argparse.Namespace) -> tuple[Any, tuple[WindowData, ...], FitConfig, Path, dict[str, str]]:

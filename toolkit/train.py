@@ -75,6 +75,7 @@ from tritonrl.toolkit.cli_common import (
     check_range,
     check_run_dir_path,
     check_threads,
+    default_run_dir,
     parse_device,
     parse_overrides,
     probe_run_dir,
@@ -193,7 +194,7 @@ def _validate(args: argparse.Namespace) -> None:
 
 
 def _default_run_dir(args: argparse.Namespace) -> Path:
-    return Path(f"runs/{args.agent}-{args.env.replace('/', '_')}-s{args.seed}")
+    return default_run_dir(args.agent, args.env, f"s{args.seed}")
 
 
 def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any, Any]:

@@ -603,3 +603,13 @@ def test_agent_list_is_a_listing_not_a_mistake(
     assert err == ""
     assert [line.split()[0] for line in out.splitlines()] == [s.name for s in list_agents()]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_default_run_dir_is_one_plain_folder_name() -> None:
+    """Env ids and data specs with ``/ : , =`` or spaces give one folder of plain characters."""
+    from tritonrl.toolkit.cli_common import default_run_dir
+
+    assert default_run_dir("dqn", "CartPole-v1", "s1") == Path("runs/dqn-CartPole-v1-s1")
+    assert default_run_dir("dqn", "ALE/Pong-v5", "s1") == Path("runs/dqn-ALE_Pong-v5-s1")
+    odd = default_run_dir("rainbow", "market:csv=/data/my bars.csv,x", "s2")
+    assert odd.parent == Path("runs") and odd.name == "rainbow-market_csv__data_my_bars.csv_x-s2"
