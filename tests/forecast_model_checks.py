@@ -120,6 +120,9 @@ def check_bad_input(make: Make, sizes: Sequence[str] = ("width",)) -> None:
     horizon or target count that is not a positive int, and 0 for each size argument in ``sizes``."""
     model = make(window=16, num_features=3)
     calls = (model, model.encode) if model.causal else (model,)
+    if not model.causal:  # no per-step encoding: encode says so instead of returning something
+        with pytest.raises(NotImplementedError, match="has no causal per-step encoding"):
+            model.encode(torch.randn(2, 16, 3))
     for call in calls:
         with pytest.raises(ValueError, match=r"input must be \[batch, 16, 3\], got \(2, 15, 3\)"):
             call(torch.randn(2, 15, 3))  # wrong window

@@ -128,7 +128,7 @@ class Transformer(Forecaster):
         Raises:
             ValueError / TypeError: see :meth:`Forecaster.check_input`.
         """
-        return self.head(self.encode(x)[:, -1]).view(x.shape[0], self.horizon, self.num_targets)
+        return self.to_forecast(self.head(self.encode(x)[:, -1]))
 
 
 class PatchTST(Forecaster):

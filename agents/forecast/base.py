@@ -84,6 +84,10 @@ class Forecaster(nn.Module):
         if x.dtype != self.param_dtype:
             raise TypeError(f"{self.name}: input is {x.dtype}, the parameters are {self.param_dtype}")
 
+    def to_forecast(self, flat: torch.Tensor) -> torch.Tensor:
+        """``flat [B, H * T]`` (a head's output) as the forecast ``[B, H, T]`` (a view, no copy)."""
+        return flat.view(flat.shape[0], self.horizon, self.num_targets)
+
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         """Per-step causal features ``[B, W, D]`` (sequence models only).
 

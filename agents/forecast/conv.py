@@ -145,4 +145,4 @@ class TCN(Forecaster):
             ValueError / TypeError: see :meth:`Forecaster.check_input`.
         """
         h = self.encode(x)[:, -1]
-        return self.head(h).view(x.shape[0], self.horizon, self.num_targets)
+        return self.to_forecast(self.head(h))

@@ -168,4 +168,4 @@ class MLP(Forecaster):
             TypeError: ``x`` is not in the parameter dtype.
         """
         self.check_input(x)
-        return self.net(x.flatten(1)).view(x.shape[0], self.horizon, self.num_targets)
+        return self.to_forecast(self.net(x.flatten(1)))

@@ -103,7 +103,7 @@ class Mamba2Forecaster(Forecaster):
         Raises:
             ValueError / TypeError: see :meth:`Forecaster.check_input`.
         """
-        return self.head(self.encode(x)[:, -1]).view(x.shape[0], self.horizon, self.num_targets)
+        return self.to_forecast(self.head(self.encode(x)[:, -1]))
 
     def initial_state(self, batch_size: int) -> list[Mamba2State]:
         """Zero memory of every block for ``batch_size`` series (conv windows in the parameter
@@ -138,5 +138,5 @@ class Mamba2Forecaster(Forecaster):
             y, s = block.step(norm(h), s, inplace=inplace)
             h = h + y
             new_state.append(s)
-        out = self.head(self.out_norm(h)).view(x_t.shape[0], self.horizon, self.num_targets)
+        out = self.to_forecast(self.head(self.out_norm(h)))
         return out, new_state

@@ -90,7 +90,7 @@ class _Recurrent(Forecaster):
             TypeError: ``x`` is not in the parameter dtype.
         """
         last = self.encode(x)[:, -1]  # [B, hidden]
-        return self.head(last).view(x.shape[0], self.horizon, self.num_targets)
+        return self.to_forecast(self.head(last))
 
 
 class LSTM(_Recurrent):
