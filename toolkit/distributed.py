@@ -1,0 +1,316 @@
+"""Data-parallel training on ``torch.distributed``: one process per device, launched by ``torchrun``.
+
+tritonrl adds no launcher or scheme of its own: ``torchrun`` starts the processes and sets
+``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT``;
+:func:`init_distributed` reads them, joins the process group and returns the process's
+:class:`DistContext`. ::
+
+    torchrun --nproc-per-node 2 -m tritonrl.toolkit train --agent ppo --env CartPole-v1
+
+The context answers the few questions data-parallel code asks (which rank, how many, is this the
+main process) and carries the collectives the agents, the training loop and the trainers use:
+
+- :meth:`DistContext.all_reduce_mean_` averages a list of tensors in place with **one flat
+  all-reduce** per dtype (gradients: each rank's loss is the mean over its share of the global
+  batch, so the average of the ranks' gradients is the gradient of the global batch's mean loss);
+- :meth:`DistContext.all_reduce_sum_` sums a tensor across ranks (global statistics: the advantage
+  normalisation's sums, the early-stopping KL);
+- :meth:`DistContext.broadcast_tensors_`, :meth:`DistContext.broadcast_object`,
+  :meth:`DistContext.all_gather_objects` (rank 0's weights at the start, episode returns of every
+  rank at a metric flush, per-rank checkpoint sections);
+- :meth:`DistContext.check_same` (every rank runs the same configuration, else a clear error on
+  every rank) and :meth:`DistContext.shard` (a global count split evenly, else a clear error).
+
+A single process (no ``torchrun``, or ``--nproc-per-node 1``) gets :data:`SINGLE_PROCESS`, whose
+collectives return at once: code written against a context runs unchanged on one process.
+
+Backend and device: NCCL when the process trains on CUDA, gloo on a CPU; the device of a rank is
+``cuda:<LOCAL_RANK>``. Every collective waits at most ``timeout_s`` (default 300 s, or
+``TRITONRL_DIST_TIMEOUT`` seconds): a rank that dies or falls behind raises an error on the
+others instead of hanging them (and ``torchrun`` stops the whole group when one process fails).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "SINGLE_PROCESS",
+    "DistContext",
+    "DistributedError",
+    "current",
+    "init_distributed",
+    "launched_by_torchrun",
+    "shutdown",
+]
+
+DEFAULT_TIMEOUT_S = 300.0
+"""Seconds a collective waits for the other ranks (``TRITONRL_DIST_TIMEOUT`` overrides it)."""
+
+
+class DistributedError(RuntimeError):
+    """A data-parallel run that cannot go on: ranks disagree, a count does not split evenly, or
+    the launch environment is incomplete. The message names what differs and where."""
+
+
+@dataclass(frozen=True)
+class DistContext:
+    """The process's place in a data-parallel run (see the module docstring).
+
+    Attributes:
+        rank: this process's rank, ``0 <= rank < world_size``.
+        world_size: the number of processes.
+        local_rank: the rank on this node (the CUDA device index of a GPU rank).
+        backend: ``"nccl"``, ``"gloo"``, or ``None`` for a single process.
+        device: the device this rank trains on.
+    """
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    backend: str | None = None
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+
+    @property
+    def enabled(self) -> bool:
+        """True when collectives reach other processes (``world_size > 1``)."""
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        """True on rank 0: the process that writes the run folder."""
+        return self.rank == 0
+
+    # -- collectives -------------------------------------------------------------------------------
+
+    def all_reduce_mean_(self, tensors: Sequence[torch.Tensor | None]) -> None:
+        """Average ``tensors`` across ranks, in place, with one flat all-reduce per (device, dtype).
+
+        Floating-point tensors of a low precision are summed in f32 and written back rounded once.
+        ``None`` entries (a parameter without a gradient) are skipped; every rank must pass the
+        same shapes in the same order. No host read: the result stays on the device.
+
+        Raises:
+            TypeError: a tensor is not floating point.
+        """
+        if not self.enabled:
+            return
+        groups: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
+        for t in tensors:
+            if t is None:
+                continue
+            if not t.is_floating_point():
+                raise TypeError(f"all_reduce_mean_ averages floating-point tensors, got {t.dtype}")
+            groups.setdefault((t.device, t.dtype), []).append(t)
+        for group in groups.values():
+            flat = torch.cat([t.detach().reshape(-1).float() for t in group])
+            dist.all_reduce(flat)
+            flat.div_(self.world_size)
+            offset = 0
+            with torch.no_grad():
+                for t in group:
+                    n = t.numel()
+                    t.copy_(flat[offset : offset + n].view_as(t))
+                    offset += n
+
+    def all_reduce_sum_(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Sum ``tensor`` across ranks in place and return it (no host read)."""
+        if self.enabled:
+            dist.all_reduce(tensor)
+        return tensor
+
+    def broadcast_tensors_(self, tensors: Sequence[torch.Tensor]) -> None:
+        """Overwrite ``tensors`` on every rank with rank 0's values, in place."""
+        if not self.enabled:
+            return
+        with torch.no_grad():
+            for t in tensors:
+                dist.broadcast(t.data if isinstance(t, torch.nn.Parameter) else t, src=0)
+
+    def broadcast_object(self, obj: Any) -> Any:
+        """Rank 0's ``obj`` (picklable) on every rank."""
+        if not self.enabled:
+            return obj
+        box = [obj if self.is_main else None]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def all_gather_objects(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj`` (picklable), indexed by rank."""
+        if not self.enabled:
+            return [obj]
+        out: list[Any] = [None] * self.world_size
+        dist.all_gather_object(out, obj)
+        return out
+
+    def any(self, flag: bool) -> bool:
+        """True on every rank when ``flag`` is true on any rank (one small all-reduce)."""
+        if not self.enabled:
+            return flag
+        t = torch.tensor([1.0 if flag else 0.0], device=self.device)
+        dist.all_reduce(t)
+        return bool(t.item() > 0)
+
+    def barrier(self) -> None:
+        """Wait until every rank arrives here."""
+        if self.enabled:
+            dist.barrier()
+
+    # -- checks ------------------------------------------------------------------------------------
+
+    def check_same(self, what: str, value: Any) -> None:
+        """Raise on every rank unless every rank passes an equal ``value`` (compared as JSON).
+
+        Raises:
+            DistributedError: ``"<what> differs across ranks: rank 0 has ..., rank 1 has ..."``.
+        """
+        if not self.enabled:
+            return
+        mine = json.dumps(value, sort_keys=True, default=repr)
+        seen = self.all_gather_objects(mine)
+        if any(s != seen[0] for s in seen):
+            differ = [r for r, s in enumerate(seen) if s != seen[0]]
+            shown = "; ".join(f"rank {r} has {_brief(seen[r])}" for r in [0, *differ[:2]])
+            raise DistributedError(f"{what} differs across ranks: {shown}")
+
+    def shard(self, total: int, what: str) -> int:
+        """``total / world_size``: each rank's share of a global count.
+
+        Raises:
+            DistributedError: ``total`` is not divisible by the world size.
+        """
+        if total % self.world_size:
+            raise DistributedError(
+                f"{what}={total} is not divisible by the world size {self.world_size}: "
+                f"use a multiple of {self.world_size} (each of the {self.world_size} ranks takes an "
+                "equal share)"
+            )
+        return total // self.world_size
+
+
+SINGLE_PROCESS = DistContext()
+"""The context of a run in one process: every collective returns at once."""
+
+_current: DistContext = SINGLE_PROCESS
+
+
+def _brief(text: str, limit: int = 120) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def launched_by_torchrun() -> bool:
+    """True when the launch environment (``torchrun``) asks for more than one process."""
+    try:
+        return int(os.environ.get("WORLD_SIZE", "1")) > 1
+    except ValueError:
+        return False
+
+
+def _env_int(name: str) -> int:
+    raw = os.environ.get(name)
+    if raw is None:
+        raise DistributedError(
+            f"{name} is not set: start data-parallel runs with torchrun "
+            "(torchrun --nproc-per-node N -m tritonrl.toolkit train ...)"
+        )
+    try:
+        return int(raw)
+    except ValueError:
+        raise DistributedError(f"{name}={raw!r} is not an integer") from None
+
+
+def _timeout(timeout_s: float | None) -> float:
+    if timeout_s is None:
+        raw = os.environ.get("TRITONRL_DIST_TIMEOUT")
+        try:
+            timeout_s = float(raw) if raw is not None else DEFAULT_TIMEOUT_S
+        except ValueError:
+            raise DistributedError(f"TRITONRL_DIST_TIMEOUT={raw!r} is not a number of seconds") from None
+    if not (math.isfinite(timeout_s) and timeout_s > 0):
+        raise DistributedError(
+            f"the collective timeout must be a finite number of seconds > 0, got {timeout_s}"
+        )
+    return timeout_s
+
+
+def init_distributed(
+    device: torch.device | str | None = None, *, timeout_s: float | None = None
+) -> DistContext:
+    """Join the process group ``torchrun`` describes and return this process's context.
+
+    Without a multi-process launch (``WORLD_SIZE`` unset or 1) nothing is joined and
+    :data:`SINGLE_PROCESS` (on ``device``) is returned. Otherwise the backend is NCCL for a CUDA
+    ``device`` and gloo for a CPU one; the rank's device is ``cuda:<LOCAL_RANK>`` (``device``
+    ``None``/``"auto"``: CUDA when available). Calling it again returns the same context.
+
+    Args:
+        device: ``"cpu"``, ``"cuda"``, ``"auto"`` or ``None``; ``cuda:N`` only with ``N`` equal to
+            the local rank (each rank owns the device of its local rank).
+        timeout_s: how long a collective waits for the other ranks (default
+            ``TRITONRL_DIST_TIMEOUT`` or :data:`DEFAULT_TIMEOUT_S`).
+
+    Raises:
+        DistributedError: an incomplete launch environment, a CUDA device asked for on a
+            machine without enough GPUs, ``cuda:N`` that is not the local rank, a bad timeout.
+    """
+    global _current
+    if dist.is_available() and dist.is_initialized() and _current.enabled:
+        return _current
+    name = "auto" if device is None else str(device)
+    if not launched_by_torchrun():
+        if name == "auto":
+            name = "cuda" if torch.cuda.is_available() else "cpu"
+        dev = torch.device(name)
+        _current = DistContext(device=dev)
+        return _current
+    if not dist.is_available():
+        raise DistributedError("this torch build has no torch.distributed support")
+    rank, world, local = _env_int("RANK"), _env_int("WORLD_SIZE"), _env_int("LOCAL_RANK")
+    timeout = _timeout(timeout_s)
+    asked = torch.device(name) if name != "auto" else None
+    use_cuda = torch.cuda.is_available() if asked is None else asked.type == "cuda"
+    if use_cuda:
+        if asked is not None and asked.index is not None and asked.index != local:
+            raise DistributedError(
+                f"--device {name} on local rank {local}: each rank trains on cuda:<LOCAL_RANK>; "
+                "give --device cuda (or auto) and choose GPUs with CUDA_VISIBLE_DEVICES"
+            )
+        if local >= torch.cuda.device_count():
+            raise DistributedError(
+                f"local rank {local} needs cuda:{local}, but this machine has "
+                f"{torch.cuda.device_count()} CUDA device(s): use --nproc-per-node "
+                f"{torch.cuda.device_count()} or fewer"
+            )
+        torch.cuda.set_device(local)
+        dev, backend = torch.device("cuda", local), "nccl"
+    else:
+        dev, backend = torch.device("cpu"), "gloo"
+    kwargs: dict[str, Any] = {"backend": backend, "timeout": datetime.timedelta(seconds=timeout)}
+    if backend == "nccl":
+        kwargs["device_id"] = dev  # binds the communicator to this rank's GPU
+    dist.init_process_group(**kwargs)
+    _current = DistContext(rank=rank, world_size=world, local_rank=local, backend=backend, device=dev)
+    return _current
+
+
+def current() -> DistContext:
+    """The context :func:`init_distributed` set up in this process (:data:`SINGLE_PROCESS` before)."""
+    return _current
+
+
+def shutdown() -> None:
+    """Leave the process group (if joined) and return to :data:`SINGLE_PROCESS`."""
+    global _current
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+    _current = SINGLE_PROCESS
