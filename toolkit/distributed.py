@@ -17,7 +17,8 @@ main process) and carries the collectives the agents, the training loop and the 
   normalisation's sums, the early-stopping KL);
 - :meth:`DistContext.broadcast_tensors_`, :meth:`DistContext.broadcast_object`,
   :meth:`DistContext.all_gather_objects` (rank 0's weights at the start, episode returns of every
-  rank at a metric flush, per-rank checkpoint sections);
+  rank at a metric flush), :meth:`DistContext.gather_objects` and
+  :meth:`DistContext.scatter_objects` (per-rank checkpoint sections to and from rank 0);
 - :meth:`DistContext.check_same` (every rank runs the same configuration, else a clear error on
   every rank) and :meth:`DistContext.shard` (a global count split evenly, else a clear error).
 
@@ -152,6 +153,38 @@ class DistContext:
         out: list[Any] = [None] * self.world_size
         dist.all_gather_object(out, obj)
         return out
+
+    def gather_objects(self, obj: Any) -> list[Any] | None:
+        """Every rank's ``obj`` (picklable), indexed by rank, on rank 0; ``None`` on the others.
+
+        Cheaper than :meth:`all_gather_objects` for large objects only rank 0 needs (the per-rank
+        parts of a checkpoint: replay buffers, environment states). Move tensors to the CPU first:
+        an object is unpickled on rank 0 onto the device it was pickled from.
+        """
+        if not self.enabled:
+            return [obj]
+        out: list[Any] | None = [None] * self.world_size if self.is_main else None
+        dist.gather_object(obj, out, dst=0)
+        return out
+
+    def scatter_objects(self, objs: Sequence[Any] | None) -> Any:
+        """``objs[rank]`` on every rank: rank 0 passes one picklable object per rank, the others
+        pass ``None`` (a resumed checkpoint's per-rank parts).
+
+        Raises:
+            ValueError: on rank 0, ``objs`` does not hold one object per rank.
+        """
+        if self.is_main and (objs is None or len(objs) != self.world_size):
+            raise ValueError(
+                f"scatter_objects needs {self.world_size} objects on rank 0, got "
+                f"{None if objs is None else len(objs)}"
+            )
+        if not self.enabled:
+            assert objs is not None
+            return objs[0]
+        box: list[Any] = [None]
+        dist.scatter_object_list(box, list(objs) if self.is_main and objs is not None else None, src=0)
+        return box[0]
 
     def any(self, flag: bool) -> bool:
         """True on every rank when ``flag`` is true on any rank (one small all-reduce)."""

@@ -62,6 +62,42 @@ The run folder is as crash-safe as the checkpoint (DESIGN.md section 8):
 - ``ValueError``, ``RuntimeError`` and ``OSError`` raised while training (the agent refusing bad
   data, a failed write) become :class:`TrainingError` naming the step and the last checkpoint.
   Other exceptions (``TypeError``, ``KeyError``, ...) are bugs and propagate unchanged.
+
+Data-parallel runs (``torchrun``, :mod:`tritonrl.toolkit.distributed`): every rank calls
+:func:`run_training` with its own agent and its own shard of the environments; ``cfg`` is the
+same on every rank (``run_dir`` included).
+
+- The step counter is global: a vector step adds ``env.num_envs * world_size``, so every rank
+  reaches each multiple of ``log_every``, ``eval_every`` and ``checkpoint_every`` at the same
+  vector step and the schedules stay in step without communication.
+- Rank 0 alone touches the run folder: the lock, moving an earlier run aside, ``metrics.csv``,
+  TensorBoard, the progress bar, ``curve.png``, the checkpoint, the notices. The other ranks write
+  and print nothing.
+- Episode returns and lengths of every rank (and every rank's ``env.episode_stats()``, merged by
+  :func:`merge_episode_stats`) are gathered at each metric flush (one ``all_gather_objects``) and
+  logged by rank 0; ``recent_return`` is then the mean over all ranks' episodes. ``losses/...``
+  metrics are rank 0's (gradients are averaged, so every rank holds the same weights).
+- Rank 0 evaluates; the result, and with it the target-return stop, is broadcast.
+- ``should_stop`` is polled at each metric flush, not after every vector step, and a stop on
+  any rank stops every rank at that flush: the cost is the flag riding on the flush's gather, and a
+  stop waits up to ``log_every`` env steps. The wall-time checkpoint is rank 0's clock, broadcast.
+- Divergence and input checks agree: a non-finite parameter or a refused input on any rank
+  raises the same error on every rank at that flush (naming the rank), before anything is saved.
+- The checkpoint is one file written by rank 0: the sections of a single-process checkpoint hold
+  rank 0's state, ``meta["world_size"]`` the number of ranks, and ``ranks`` (world > 1) one entry
+  per other rank with its own ``env``, ``rng``, ``collector`` and ``agent`` state, in which every
+  part equal to rank 0's (the averaged weights, the optimizer, the counters) is stored once, as
+  the marker ``{"__same_as_rank_0__": True}``. Every rank's parts are gathered to rank 0 first
+  (``gather_objects``), so a save is all ranks' or none.
+- Resume on M ranks of a checkpoint written by N: M == N resumes each rank exactly from its own
+  parts. M != N loads what the ranks share (the agent with ``load_state_dict(...,
+  rank_parts=False)``, schedule, loop counters) and starts each rank's own parts fresh: replay
+  and rollout buffers empty, environments reset, random streams seeded from ``(seed, rank, step)``,
+  the on-policy schedule restarting its rollout and the off-policy one refilling the replay for
+  ``learning_starts`` steps (``restart_collection``); rank 0 prints one notice line.
+- An error on rank 0 while it alone works (the lock, the run folder, reading the checkpoint,
+  evaluating, writing) is broadcast and raised on every rank; a rank that dies or hangs makes
+  the others fail at their next collective (``TRITONRL_DIST_TIMEOUT``), not hang.
 """
 
 from __future__ import annotations
@@ -92,6 +128,7 @@ from tritonrl.toolkit.checkpoint import (
     training_sections,
 )
 from tritonrl.toolkit.checks import MAX_SEED
+from tritonrl.toolkit.distributed import DistContext, current
 from tritonrl.toolkit.envs import VecEnv, evaluate
 from tritonrl.toolkit.logger import MetricLogger, ProgressBar, plot_learning_curve, repair_csv
 from tritonrl.toolkit.runfolder import RunLock, move_aside
@@ -106,6 +143,7 @@ __all__ = [
     "StepCollector",
     "TrainingError",
     "episode_metrics",
+    "merge_episode_stats",
     "run_training",
     "seed_everything",
 ]
@@ -276,6 +314,30 @@ def episode_metrics(stats: Mapping[str, float]) -> dict[str, float]:
     return out
 
 
+def merge_episode_stats(stats: list[Mapping[str, float] | None]) -> dict[str, float]:
+    """One ``env.episode_stats()`` dict for several ranks' (``None``: a rank without the hook).
+
+    Each mean is weighted by its rank's episode count (``count`` or ``episodes``; without one, the
+    ranks weigh equally); the count becomes the sum. Ranks without finished episodes add nothing.
+    """
+    present = [s for s in stats if s]
+    if not present:
+        return {}
+    counts = [next((float(s[k]) for k in _STATS_COUNT if k in s), None) for s in present]
+    count_key = next((k for k in _STATS_COUNT if k in present[0]), None)
+    weights = [1.0] * len(present) if any(c is None for c in counts) else [float(c) for c in counts]  # type: ignore[arg-type]
+    out: dict[str, float] = {}
+    if count_key is not None and all(c is not None for c in counts):
+        out[count_key] = sum(weights)
+    keys = [k for s in present for k in s if k not in _STATS_COUNT]
+    for key in dict.fromkeys(keys):
+        pairs = [(float(s[key]), w) for s, w in zip(present, weights, strict=True) if key in s and w > 0]
+        total = sum(w for _, w in pairs)
+        if total > 0:
+            out[key] = sum(v * w for v, w in pairs) / total
+    return out
+
+
 def _eval_policy(agent: Any):
     make = getattr(agent, "eval_policy", None)
     if make is not None:
@@ -338,8 +400,9 @@ def run_training(
     should_stop: Callable[[], bool] | None = None,
     evaluator: Evaluator | None = None,
     collector: StepCollector | None = None,
+    dist: DistContext | None = None,
 ) -> dict[str, Any]:
-    """Train ``agent`` on ``env`` for ``cfg.total_steps`` environment steps.
+    """Train ``agent`` on ``env`` for ``cfg.total_steps`` environment steps (summed over all ranks).
 
     ``env`` is a :class:`~tritonrl.toolkit.envs.VecEnv` or any env with its attributes
     (``num_envs``, ``device``, ``env_id``, ``obs``, ``reset``, ``get_state``/``set_state``) and
@@ -356,6 +419,8 @@ def run_training(
             ``cfg.eval_env_id``; ``None``: the env's own ``evaluate_policy`` if it has one.
         collector: steps ``env`` with ``agent`` (``collector.step()``) instead of ``agent.act``,
             the env step and ``agent.observe``; built for this agent and env (module doc).
+        dist: this process's place in a data-parallel run (module doc); ``None``: the agent's
+            ``dist`` attribute if it has one, else :func:`tritonrl.toolkit.distributed.current`.
 
     Returns:
         a summary: ``global_step``, ``evaluations`` (``[step, mean_return]`` pairs),
@@ -363,11 +428,13 @@ def run_training(
         ``final_eval`` (the last evaluation's dict), ``recent_return`` (mean of the last 20
         training episodes), ``wall_s``, ``sps``, ``checkpoint`` (path or ``None``),
         ``checkpoint_step`` (step of the last checkpoint written or resumed from), ``interrupted``
-        and ``stopped`` (``None``, ``"stop_at"`` or ``"should_stop"``).
+        and ``stopped`` (``None``, ``"stop_at"`` or ``"should_stop"``). The same on every rank,
+        except ``final_eval``'s and ``recent_return``'s sources (all ranks') and ``wall_s``/``sps``
+        (each rank's clock).
 
     Raises:
         ValueError: inconsistent settings (checkpoints or resume without ``run_dir``, a
-            ``collector`` of another agent or env).
+            ``collector`` of another agent or env, a ``dist`` other than the agent's).
         CheckpointError: ``resume`` with a checkpoint of another agent, env or format, or a
             ``metrics.csv`` whose header is not one.
         RunFolderBusy: another process trains in ``run_dir``.
@@ -385,10 +452,110 @@ def run_training(
         getattr(collector, "agent", agent) is not agent or getattr(collector, "env", env) is not env
     ):
         raise ValueError("the collector was built for another agent or env than run_training's")
+    ctx = _context(agent, dist)
     if cfg.run_dir is None:
-        return _run(agent, env, schedule, cfg, should_stop, evaluator, collector)
-    with RunLock(cfg.run_dir):
-        return _run(agent, env, schedule, cfg, should_stop, evaluator, collector)
+        return _run(agent, env, schedule, cfg, should_stop, evaluator, collector, ctx)
+    if not ctx.enabled:
+        with RunLock(cfg.run_dir):
+            return _run(agent, env, schedule, cfg, should_stop, evaluator, collector, ctx)
+    lock = RunLock(cfg.run_dir)
+    _on_main(ctx, lock.acquire)  # rank 0 alone holds the folder; a busy folder fails every rank
+    try:
+        return _run(agent, env, schedule, cfg, should_stop, evaluator, collector, ctx)
+    finally:
+        lock.release()  # a no-op on the ranks that never acquired it
+
+
+def _context(agent: Any, dist: DistContext | None) -> DistContext:
+    """``dist``, else the agent's ``dist`` attribute, else the process's context.
+
+    Raises:
+        ValueError: ``dist`` and the agent's context name different ranks or world sizes.
+    """
+    own = getattr(agent, "dist", None)
+    if dist is None:
+        return own if isinstance(own, DistContext) else current()
+    if isinstance(own, DistContext) and (own.rank, own.world_size) != (dist.rank, dist.world_size):
+        raise ValueError(
+            f"run_training(dist=rank {dist.rank} of {dist.world_size}) but the agent was built for "
+            f"rank {own.rank} of {own.world_size}"
+        )
+    return dist
+
+
+_AGREED_ERRORS = (ValueError, RuntimeError, OSError)
+"""What rank 0 may raise while it alone works: sent to every rank and raised there too."""
+
+
+def _on_main(ctx: DistContext, fn: Callable[[], Any]) -> Any:
+    """``fn()`` run on rank 0, its result on every rank; a ``ValueError``, ``RuntimeError`` or
+    ``OSError`` it raises is raised on every rank (one broadcast). One process: just ``fn()``."""
+    if not ctx.enabled:
+        return fn()
+    outcome: tuple[bool, Any] | None = None
+    error: BaseException | None = None
+    if ctx.is_main:
+        try:
+            outcome = (True, fn())
+        except _AGREED_ERRORS as exc:
+            error = exc
+            outcome = (False, _portable(exc))
+    outcome = ctx.broadcast_object(outcome)
+    assert outcome is not None
+    ok, value = outcome
+    if ok:
+        return value
+    raise error if error is not None else value
+
+
+def _scatter_from_main(ctx: DistContext, fn: Callable[[], list[Any]]) -> Any:
+    """``fn()[rank]`` on every rank, ``fn`` (one item per rank) run on rank 0 alone; an error it
+    raises as in :func:`_on_main` (one scatter)."""
+    if not ctx.enabled:
+        return fn()[0]
+    items: list[tuple[bool, Any]] | None = None
+    error: BaseException | None = None
+    if ctx.is_main:
+        try:
+            items = [(True, x) for x in fn()]
+        except _AGREED_ERRORS as exc:
+            error = exc
+            items = [(False, _portable(exc))] * ctx.world_size
+    ok, value = ctx.scatter_objects(items)
+    if ok:
+        return value
+    raise error if error is not None else value
+
+
+def _portable(exc: BaseException) -> BaseException:
+    """``exc`` if it survives pickling (sent to the other ranks), else a ``RuntimeError`` with its text."""
+    import pickle
+
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:
+        return RuntimeError(_first_line(exc))
+
+
+def _agree_on_errors(ctx: DistContext, error: BaseException | None) -> None:
+    """Raise on every rank when ``error`` (this rank's, or ``None``) is set on any rank: the first
+    rank's, its message prefixed with ``rank R:`` for a rank other than this one."""
+    if not ctx.enabled:
+        if error is not None:
+            raise error
+        return
+    seen = ctx.all_gather_objects(None if error is None else _portable(error))
+    for rank, exc in enumerate(seen):
+        if exc is None:
+            continue
+        if rank == ctx.rank and error is not None:
+            raise error
+        assert isinstance(exc, BaseException)
+        try:
+            raise type(exc)(f"rank {rank}: {_first_line(exc)}")
+        except TypeError:  # an exception type with another signature
+            raise RuntimeError(f"rank {rank}: {_first_line(exc)}") from None
 
 
 def _notice(message: str) -> None:
@@ -473,11 +640,138 @@ def _run(
     should_stop: Callable[[], bool] | None,
     evaluator: Evaluator | None = None,
     collector: StepCollector | None = None,
+    ctx: DistContext | None = None,
 ) -> dict[str, Any]:
-    run = _Run(agent, env, schedule, cfg, evaluator, collector)
+    run = _Run(agent, env, schedule, cfg, evaluator, collector, ctx)
     run.start()
     run.train(should_stop)
     return run.finish()
+
+
+SAME_AS_RANK_0 = "__same_as_rank_0__"
+"""Key of the marker ``{SAME_AS_RANK_0: True}`` that stands, in a rank's checkpoint part, for a
+subtree equal to rank 0's (stored once, in the top-level section)."""
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two leaves of a state are equal (tensors: dtype, shape and every element)."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return (
+            isinstance(a, torch.Tensor)
+            and isinstance(b, torch.Tensor)
+            and a.dtype == b.dtype
+            and a.shape == b.shape
+            and bool(torch.equal(a.cpu(), b.cpu()))
+        )
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return (
+            isinstance(a, np.ndarray)
+            and isinstance(b, np.ndarray)
+            and a.dtype == b.dtype
+            and a.shape == b.shape
+            and bool(np.array_equal(a, b))
+        )
+    return type(a) is type(b) and a == b
+
+
+def _shared_marker(tree: Any, base: Any) -> Any:
+    """``tree`` with every subtree equal to ``base``'s at the same place replaced by the marker
+    (:data:`SAME_AS_RANK_0`): a rank's agent state stored without what it shares with rank 0."""
+    marker = {SAME_AS_RANK_0: True}
+    if isinstance(tree, Mapping) and isinstance(base, Mapping):
+        out = {k: _shared_marker(v, base[k]) if k in base else v for k, v in tree.items()}
+        if out.keys() == base.keys() and all(_is_marker(v) for v in out.values()):
+            return marker
+        return out
+    if isinstance(tree, (list, tuple)) and isinstance(base, (list, tuple)) and type(tree) is type(base):
+        if len(tree) != len(base):
+            return tree
+        items = [_shared_marker(v, b) for v, b in zip(tree, base, strict=True)]
+        if all(_is_marker(v) for v in items):
+            return marker
+        return type(tree)(items)
+    if isinstance(tree, (Mapping, list, tuple)) or isinstance(base, (Mapping, list, tuple)):
+        return tree
+    return marker if _same(tree, base) else tree
+
+
+def _fill_shared(tree: Any, base: Any) -> Any:
+    """Undo :func:`_shared_marker`: every marker replaced by ``base``'s subtree at its place.
+
+    Raises:
+        ValueError: a marker where ``base`` has nothing (a damaged checkpoint).
+    """
+    if _is_marker(tree):
+        return base
+    if isinstance(tree, Mapping):
+        if not any(_holds_marker(v) for v in tree.values()):
+            return dict(tree)
+        if not isinstance(base, Mapping):
+            raise ValueError("a rank's agent state refers to rank 0's where rank 0 has no such entry")
+        return {k: _fill_shared(v, base.get(k)) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        if not any(_holds_marker(v) for v in tree):
+            return tree
+        if not isinstance(base, (list, tuple)) or len(base) != len(tree):
+            raise ValueError("a rank's agent state refers to rank 0's where rank 0 has no such entry")
+        return type(tree)(_fill_shared(v, b) for v, b in zip(tree, base, strict=True))
+    return tree
+
+
+def _is_marker(tree: Any) -> bool:
+    return isinstance(tree, Mapping) and tree.keys() == {SAME_AS_RANK_0}
+
+
+def _holds_marker(tree: Any) -> bool:
+    if isinstance(tree, Mapping):
+        return _is_marker(tree) or any(_holds_marker(v) for v in tree.values())
+    if isinstance(tree, (list, tuple)):
+        return any(_holds_marker(v) for v in tree)
+    return False
+
+
+def _to_cpu(tree: Any) -> Any:
+    """``tree`` with every tensor copied to the CPU (sent to rank 0 by pickling)."""
+    if isinstance(tree, torch.Tensor):
+        return tree.detach().cpu()
+    if isinstance(tree, Mapping):
+        return {k: _to_cpu(v) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_to_cpu(v) for v in tree)
+    return tree
+
+
+_RANK_PARTS = ("agent", "env", "rng", "collector")
+"""A rank's own sections of a checkpoint (``ranks[r - 1]`` for rank ``r >= 1``)."""
+
+
+def _saved_world_size(state: Mapping[str, Any], where: str) -> int:
+    """The number of ranks that wrote ``state`` (1 for a checkpoint without ``meta["world_size"]``).
+
+    Raises:
+        CheckpointError: a world size that is not an int >= 1, or a ``ranks`` section that does
+            not hold one dict with the per-rank parts for each rank but 0.
+    """
+    world = state["meta"].get("world_size", 1)
+    if type(world) is not int or world < 1:
+        raise CheckpointError(f"{where}: the world size in the run identity section is {brief(world, 20)}")
+    ranks = state.get("ranks", [])
+    if (
+        not isinstance(ranks, list)
+        or len(ranks) != world - 1
+        or not all(isinstance(p, Mapping) and all(k in p for k in ("agent", "env", "rng")) for p in ranks)
+    ):
+        raise CheckpointError(
+            f"{where}: the per-rank section ('ranks') is damaged: {world} ranks need {world - 1} "
+            "entries with 'agent', 'env' and 'rng'"
+        )
+    return world
+
+
+def _rank_seed(seed: int, rank: int, step: int = 0) -> int:
+    """The global RNG seed of ``rank``: ``seed`` on rank 0 of a fresh run (a single process's),
+    ``seed + rank`` on the others, plus ``step`` when per-rank parts restart mid-run."""
+    return (seed + rank + step) % 2**63
 
 
 class _Run:
@@ -493,9 +787,12 @@ class _Run:
         cfg: LoopConfig,
         evaluator: Evaluator | None = None,
         collector: StepCollector | None = None,
+        ctx: DistContext | None = None,
     ) -> None:
         self.agent, self.env, self.schedule, self.cfg = agent, env, schedule, cfg
         self.collector = collector
+        self.ctx = ctx if ctx is not None else current()
+        self.main = self.ctx.is_main
         # the optional hooks of a device env (module doc)
         self.step_env: Callable[[Any], Any] = getattr(env, "step_transition", None) or env.step
         self.episode_stats: Callable[[], Mapping[str, float]] | None = getattr(env, "episode_stats", None)
@@ -510,31 +807,44 @@ class _Run:
         self.final_eval: dict[str, Any] | None = None
         self.stop = False  # an evaluation reached target_return
         self.stopped: str | None = None  # None, "stop_at" or "should_stop"
+        # data-parallel runs: this rank's episodes since the last flush, and what the ranks agreed
+        self.pending: list[tuple[float, int]] = []
+        self.should_stop: Callable[[], bool] | None = None
+        self.stop_agreed = False  # a rank's should_stop was set at the last flush
+        self.save_by_time = False  # rank 0's clock asked for a checkpoint at the last flush
 
     # -- start: resume or seed, then the run folder ------------------------------------------------
 
     def start(self) -> None:
         """Resume from the checkpoint (``cfg.resume``, one exists) or seed a fresh run; prepare the
-        run folder and the logger; start the clocks."""
-        cfg = self.cfg
-        resumed = cfg.resume and self.ckpt_path is not None and self.ckpt_path.exists()
+        run folder and the logger (rank 0); start the clocks."""
+        cfg, ctx = self.cfg, self.ctx
+        ckpt = self.ckpt_path
+        resumed = _on_main(ctx, lambda: cfg.resume and ckpt is not None and ckpt.exists())
         if resumed:
             self._resume()
             self.checkpoint_step = self.counters.step
         else:
-            seed_everything(cfg.seed)
+            seed_everything(_rank_seed(cfg.seed, ctx.rank))
             if self.env.obs is None:
                 self.env.reset()
         if self.run_dir is not None:
-            assert self.ckpt_path is not None
-            _prepare_run_dir(self.run_dir, self.ckpt_path, self.checkpoint_step, cfg)
-            self.logger = MetricLogger(
-                self.run_dir,
-                tensorboard=cfg.tensorboard,
-                purge_step=self.counters.step + 1 if resumed else None,
-            )
+            run_dir = self.run_dir
+            assert ckpt is not None
+
+            def prepare() -> None:
+                _prepare_run_dir(run_dir, ckpt, self.checkpoint_step, cfg)
+                self.logger = MetricLogger(
+                    run_dir,
+                    tensorboard=cfg.tensorboard,
+                    purge_step=self.counters.step + 1 if resumed else None,
+                )
+
+            _on_main(ctx, prepare)
         self.eval_env_id = cfg.eval_env_id or self.env.env_id
-        self.bar = ProgressBar(cfg.total_steps, initial=self.counters.step, enabled=cfg.progress)
+        self.bar = ProgressBar(
+            cfg.total_steps, initial=self.counters.step, enabled=cfg.progress and self.main
+        )
         self.t_start = time.perf_counter()
         self.wall_before = self.counters.wall
         self.t_flush, self.step_flush = self.t_start, self.counters.step
@@ -544,15 +854,21 @@ class _Run:
         self.params = _parameters(self.agent)
         self.check_inputs = getattr(self.agent, "check_inputs", None)
 
-    def _resume(self) -> None:
-        """Check every saved section against this run, then load them all (or none).
+    def _read_checkpoint(self) -> list[dict[str, Any]]:
+        """Rank 0: read and check the checkpoint's top level; what each rank is to load.
+
+        Returns:
+            one dict per rank of this run: ``schedule``, ``loop``, ``agent`` (complete), ``exact``
+            (the checkpoint was written by as many ranks: each rank also gets its ``env``,
+            ``rng`` and ``collector``) and ``saved_world``.
 
         Raises:
-            CheckpointError: another format, identity (``meta``), agent, env or damaged sections.
+            CheckpointError: another format, identity (``meta``), or a damaged ``ranks`` section.
         """
         assert self.ckpt_path is not None
         ckpt_path = self.ckpt_path
-        state = training_sections(load_checkpoint(ckpt_path), str(ckpt_path))
+        where = str(ckpt_path)
+        state = training_sections(load_checkpoint(ckpt_path), where)
         saved_meta = dict(state["meta"])
         for key, value in self.meta.items():
             if key in saved_meta and saved_meta[key] != value:
@@ -560,31 +876,88 @@ class _Run:
                     f"{ckpt_path}: checkpoint was made with "
                     f"{key}={brief(saved_meta[key], 60)}, this run has {key}={value!r}"
                 )
-        agent, env, schedule = self.agent, self.env, self.schedule
+        saved_world = _saved_world_size(state, where)
+        world = self.ctx.world_size
+        shared = {"schedule": state["schedule"], "loop": state["loop"], "saved_world": saved_world}
+        if saved_world != world:
+            return [{**shared, "agent": state["agent"], "exact": False} for _ in range(world)]
+        out = [{**shared, "exact": True, **{k: state.get(k) for k in _RANK_PARTS}}]
+        for part in state.get("ranks", []):
+            try:
+                agent = _fill_shared(part["agent"], state["agent"])
+            except ValueError as exc:
+                raise CheckpointError(f"{where}: {exc}") from None
+            out.append({**shared, "exact": True, **{k: part.get(k) for k in _RANK_PARTS}, "agent": agent})
+        return out
+
+    def _resume(self) -> None:
+        """Check every saved section against this run, then load them all (or none); every rank
+        loads its own (module doc: resume on another number of ranks).
+
+        Raises:
+            CheckpointError: another format, identity (``meta``), agent, env or damaged sections
+                (on every rank when any rank's part does not fit).
+        """
+        assert self.ckpt_path is not None
+        ctx = self.ctx
+        payload = _scatter_from_main(ctx, self._read_checkpoint)
+        error: CheckpointError | None = None
         try:
-            # every section is checked before any is loaded (the RNG restore checks, then sets)
-            for check, key in (
-                (getattr(schedule, "check_state_dict", None), "schedule"),
-                (getattr(agent, "check_state_dict", None), "agent"),
-                (getattr(env, "check_state", None), "env"),
-                (_Counters.check, "loop"),
-            ):
-                if check is not None:
-                    check(state[key])
-            collector, saved_collector = self.collector, state.get("collector")
-            if collector is not None and saved_collector is not None:
-                collector.load_state_dict(saved_collector)  # checks before it changes anything
-            restore_rng_state(state["rng"], where="random generator states")
-            schedule.load_state_dict(state["schedule"])
-            agent.load_state_dict(state["agent"])
-            env.set_state(state["env"])
-            self.counters.load(state["loop"])
-            if collector is not None and saved_collector is None and hasattr(collector, "sync"):
-                collector.sync()  # a run without a collector saved this: act from the loaded learner
+            self._load(payload)
         except CheckpointError as exc:
-            raise CheckpointError(f"{ckpt_path}: {cut(str(exc), 300)}") from None
+            error = CheckpointError(f"{self.ckpt_path}: {cut(str(exc), 300)}")
         except (KeyError, TypeError, ValueError) as exc:  # settings of this run differ from the saved one
-            raise CheckpointError(f"{ckpt_path}: {cut(str(exc), 300)}") from None
+            error = CheckpointError(f"{self.ckpt_path}: {cut(str(exc), 300)}")
+        _agree_on_errors(ctx, error)
+        if not payload["exact"] and self.main:
+            _notice(
+                f"{self.ckpt_path} was written by {payload['saved_world']} rank"
+                f"{'s' if payload['saved_world'] > 1 else ''}, this run has {ctx.world_size}: "
+                "the shared state is loaded (weights, optimizer, counters, schedule, normalisation); "
+                "each rank's replay or rollout buffer, environments and random streams start fresh"
+            )
+
+    def _load(self, payload: Mapping[str, Any]) -> None:
+        """Load this rank's ``payload`` (from :meth:`_read_checkpoint`), each section checked first."""
+        agent, env, schedule, collector = self.agent, self.env, self.schedule, self.collector
+        exact = payload["exact"]
+        # every section is checked before any is loaded (the RNG restore checks, then sets)
+        for check, key in (
+            (getattr(schedule, "check_state_dict", None), "schedule"),
+            (getattr(env, "check_state", None) if exact else None, "env"),
+            (_Counters.check, "loop"),
+        ):
+            if check is not None:
+                check(payload[key])
+        check_agent = getattr(agent, "check_state_dict", None)
+        if check_agent is not None:
+            if exact:
+                check_agent(payload["agent"])
+            else:
+                check_agent(payload["agent"], rank_parts=False)
+        if not exact:
+            schedule.load_state_dict(payload["schedule"])
+            agent.load_state_dict(payload["agent"], rank_parts=False)
+            self.counters.load(payload["loop"])
+            step = self.counters.step
+            restart = getattr(schedule, "restart_collection", None)
+            if restart is not None:
+                restart(step)
+            seed_everything(_rank_seed(self.cfg.seed, self.ctx.rank, step))
+            env.reset()
+            if collector is not None and hasattr(collector, "sync"):
+                collector.sync()  # act from the loaded learner
+            return
+        saved_collector = payload.get("collector")
+        if collector is not None and saved_collector is not None:
+            collector.load_state_dict(saved_collector)  # checks before it changes anything
+        restore_rng_state(payload["rng"], where="random generator states")
+        schedule.load_state_dict(payload["schedule"])
+        agent.load_state_dict(payload["agent"])
+        env.set_state(payload["env"])
+        self.counters.load(payload["loop"])
+        if collector is not None and saved_collector is None and hasattr(collector, "sync"):
+            collector.sync()  # a run without a collector saved this: act from the loaded learner
 
     # -- the loop ----------------------------------------------------------------------------------
 
@@ -597,6 +970,7 @@ class _Run:
                 (:class:`DivergenceError` from :meth:`flush_and_check` passes unchanged).
         """
         cfg, counters = self.cfg, self.counters
+        self.should_stop = should_stop
         try:
             while counters.step < cfg.total_steps and not self.stop:
                 prev = counters.step
@@ -627,12 +1001,15 @@ class _Run:
             tr = self.step_env(actions)
             agent.observe(self.obs, actions, tr.reward, tr.next_obs, tr.terminated, tr.truncated)
         self.obs = tr.obs
-        step = counters.step = counters.step + env.num_envs
+        step = counters.step = counters.step + env.num_envs * self.ctx.world_size
         if tr.episode_returns:
-            self.recent = (self.recent + tr.episode_returns)[-20:]
-            if logger is not None:
-                for r, n in zip(tr.episode_returns, tr.episode_lengths, strict=True):
-                    logger.log(step, {"charts/episodic_return": r, "charts/episodic_length": float(n)})
+            if self.ctx.enabled:  # gathered and logged by rank 0 at the next flush
+                self.pending.extend(zip(tr.episode_returns, tr.episode_lengths, strict=True))
+            else:
+                self.recent = (self.recent + tr.episode_returns)[-20:]
+                if logger is not None:
+                    for r, n in zip(tr.episode_returns, tr.episode_lengths, strict=True):
+                        logger.log(step, {"charts/episodic_return": r, "charts/episodic_length": float(n)})
         for metrics in self.schedule.after_step(agent, step):
             if logger is not None:
                 logger.log(step, metrics)
@@ -647,7 +1024,9 @@ class _Run:
         checkpoint_due = self.ckpt_path is not None and _crossed(prev, step, cfg.checkpoint_every)
         if _crossed(prev, step, cfg.log_every) or checkpoint_due:
             self.flush_and_check(step)
-            if (
+            if self.ctx.enabled:
+                checkpoint_due = checkpoint_due or self.save_by_time
+            elif (
                 self.ckpt_path is not None
                 and not checkpoint_due
                 and cfg.checkpoint_seconds > 0
@@ -661,9 +1040,14 @@ class _Run:
 
     def _stop_reason(self, step: int, should_stop: Callable[[], bool] | None) -> str | None:
         """``"should_stop"`` (after flushing and saving this step) or ``"stop_at"`` to end the run
-        early here, else ``None``."""
+        early here, else ``None``. A data-parallel run stops on ``should_stop`` only at the flush
+        that agreed on it (:meth:`flush_and_check`)."""
         cfg = self.cfg
-        if should_stop is not None and should_stop() and step < cfg.total_steps and not self.stop:
+        if self.ctx.enabled:
+            requested = self.stop_agreed and self.step_flush == step
+        else:
+            requested = should_stop is not None and should_stop()
+        if requested and step < cfg.total_steps and not self.stop:
             if self.step_flush != step:  # a flush at this step already wrote its row
                 self.flush_and_check(step)
             if self.ckpt_path is not None and self.checkpoint_step != step:
@@ -686,23 +1070,42 @@ class _Run:
     # -- the steps the loop calls ------------------------------------------------------------------
 
     def save(self) -> None:
-        """Write the checkpoint (agent, env, schedule, loop counters, RNG states) atomically."""
+        """Write the checkpoint (agent, env, schedule, loop counters, RNG states) atomically; in a
+        data-parallel run every rank's parts are gathered to rank 0, which writes (module doc)."""
         assert self.ckpt_path is not None
-        counters = self.counters
+        ckpt_path, counters, ctx = self.ckpt_path, self.counters, self.ctx
         counters.wall = self.wall_before + time.perf_counter() - self.t_start
-        remove_stale_temps(self.ckpt_path)  # a kill during an earlier save (the folder lock makes this safe)
-        state = {
-            "format": TRAIN_FORMAT,
-            "meta": self.meta,
+        parts: dict[str, Any] = {
             "agent": self.agent.state_dict(),
             "env": self.env.get_state(),
-            "schedule": self.schedule.state_dict(),
-            "loop": counters.state(),
             "rng": capture_rng_state(),
         }
         if self.collector is not None:
-            state["collector"] = self.collector.state_dict()
-        save_checkpoint(self.ckpt_path, state)
+            parts["collector"] = self.collector.state_dict()
+        gathered = ctx.gather_objects(parts if self.main else _to_cpu(parts))
+
+        def write() -> None:
+            assert gathered is not None
+            remove_stale_temps(ckpt_path)  # a kill during an earlier save (the folder lock makes this safe)
+            own = gathered[0]
+            state = {
+                "format": TRAIN_FORMAT,
+                "meta": {**self.meta, "world_size": ctx.world_size},
+                "agent": own["agent"],
+                "env": own["env"],
+                "schedule": self.schedule.state_dict(),
+                "loop": counters.state(),
+                "rng": own["rng"],
+            }
+            if "collector" in own:
+                state["collector"] = own["collector"]
+            if ctx.enabled:
+                state["ranks"] = [
+                    {**part, "agent": _shared_marker(part["agent"], own["agent"])} for part in gathered[1:]
+                ]
+            save_checkpoint(ckpt_path, state)
+
+        _on_main(ctx, write)
         self.checkpoint_step = counters.step
         self.t_saved = time.perf_counter()
 
@@ -712,6 +1115,9 @@ class _Run:
         Raises:
             DivergenceError: a ``losses/...`` mean or a parameter is NaN or infinite.
         """
+        if self.ctx.enabled:
+            self._flush_and_check_ranks(step, sps)
+            return
         logger = self.logger
         means: Mapping[str, float] = {}
         if self.episode_stats is not None:  # a device env's finished episodes (one sync)
@@ -730,26 +1136,96 @@ class _Run:
             self.check_inputs()
         bad = _nonfinite(means, self.params)
         if bad is not None:
-            raise DivergenceError(
-                f"non-finite {bad} at step {step}{_lr_hint(self.agent)}: stopped; "
-                f"{_kept(self.checkpoint_step, self.ckpt_path)}",
-                step=step,
-                checkpoint_step=self.checkpoint_step,
+            raise self._divergence(bad, step)
+
+    def _flush_and_check_ranks(self, step: int, sps: bool) -> None:
+        """:meth:`flush_and_check` of a data-parallel run: every rank's episodes, ``episode_stats``,
+        stop request and check verdict gathered (one ``all_gather_objects``); rank 0 logs and
+        flushes, then broadcasts its verdict (a non-finite loss) and whether its clock asks for a
+        checkpoint. Every rank raises the same error.
+
+        Raises:
+            DivergenceError: a non-finite ``losses/...`` mean (rank 0's) or parameter (any rank's).
+            ValueError: a rank's deferred input check failed (``rank R: ...`` on the others).
+        """
+        ctx, logger = self.ctx, self.logger
+        stats = dict(self.episode_stats()) if self.episode_stats is not None else None
+        verdict: tuple[str, str] | None = None  # ("inputs", message) or ("diverged", what)
+        if self.check_inputs is not None:
+            try:
+                self.check_inputs()
+            except ValueError as exc:
+                verdict = ("inputs", _first_line(exc))
+        if verdict is None and _nonfinite({}, self.params) is not None:
+            verdict = ("diverged", "parameters")
+        stop = self.should_stop is not None and self.should_stop()
+        seen = ctx.all_gather_objects((self.pending, stats, stop, verdict))
+        self.pending = []
+        episodes = [ep for rank_episodes, _, _, _ in seen for ep in rank_episodes]
+        finished = episode_metrics(merge_episode_stats([s for _, s, _, _ in seen]))
+        returns = [float(r) for r, _ in episodes]
+        if "charts/episodic_return" in finished:
+            returns.append(finished["charts/episodic_return"])
+        self.recent = (self.recent + returns)[-20:]
+        self.stop_agreed = any(s for _, _, s, _ in seen)
+        now = time.perf_counter()
+        first = next(((r, v) for r, (_, _, _, v) in enumerate(seen) if v is not None), None)
+
+        def flush() -> tuple[tuple[int, str, str] | None, bool]:
+            means: Mapping[str, float] = {}
+            if logger is not None:
+                for r, n in episodes:
+                    logger.log(step, {"charts/episodic_return": r, "charts/episodic_length": float(n)})
+                if finished:
+                    logger.log(step, finished)
+                if sps:
+                    logger.log(step, {"charts/SPS": (step - self.step_flush) / max(now - self.t_flush, 1e-9)})
+                means = logger.flush(step)
+            if first is not None:
+                return (first[0], *first[1]), False
+            bad = _nonfinite(means, [])
+            by_time = (
+                self.ckpt_path is not None
+                and self.cfg.checkpoint_seconds > 0
+                and now - self.t_saved >= self.cfg.checkpoint_seconds
             )
+            return (None if bad is None else (0, "diverged", bad)), by_time
+
+        outcome, self.save_by_time = _on_main(ctx, flush)
+        self.t_flush, self.step_flush = now, step
+        if outcome is None:
+            return
+        rank, kind, what = outcome
+        if kind == "inputs":
+            raise ValueError(what if rank == ctx.rank else f"rank {rank}: {what}")
+        where = "" if what.startswith("losses/") else f" on rank {rank}"
+        raise self._divergence(f"{what}{where}", step)
+
+    def _divergence(self, bad: str, step: int) -> DivergenceError:
+        return DivergenceError(
+            f"non-finite {bad} at step {step}{_lr_hint(self.agent)}: stopped; "
+            f"{_kept(self.checkpoint_step, self.ckpt_path)}",
+            step=step,
+            checkpoint_step=self.checkpoint_step,
+        )
 
     def evaluate(self, step: int) -> None:
-        """A greedy evaluation at ``step``; sets :attr:`stop` when it reaches ``target_return``."""
+        """A greedy evaluation at ``step`` (on rank 0, its result sent to every rank); sets
+        :attr:`stop` when it reaches ``target_return``."""
         cfg = self.cfg
-        if self.evaluate_policy is not None:
-            result = self.evaluate_policy(_eval_policy(self.agent), cfg.eval_episodes, cfg.seed + 100_000)
-        else:
-            result = evaluate(
+
+        def run() -> dict[str, Any]:
+            if self.evaluate_policy is not None:
+                return self.evaluate_policy(_eval_policy(self.agent), cfg.eval_episodes, cfg.seed + 100_000)
+            return evaluate(
                 _eval_policy(self.agent),
                 self.eval_env_id,
                 cfg.eval_episodes,
                 seed=cfg.seed + 100_000,
                 device=self.env.device,
             )
+
+        result = _on_main(self.ctx, run)
         self.final_eval = result
         self.counters.evaluations.append([step, result["mean_return"]])
         if self.logger is not None:
@@ -788,6 +1264,10 @@ class _Run:
         ):
             _plot(logger.csv_path, self.run_dir / "curve.png", self.meta)
         ckpt_path = self.ckpt_path
+        if self.main:
+            saved = ckpt_path is not None and ckpt_path.exists()
+        else:  # rank 0's folder may be on another node
+            saved = ckpt_path is not None and self.checkpoint_step is not None
         return {
             "global_step": counters.step,
             "evaluations": [tuple(e) for e in counters.evaluations],
@@ -796,7 +1276,7 @@ class _Run:
             "recent_return": float(np.mean(self.recent)) if self.recent else None,
             "wall_s": wall,
             "sps": (counters.step - self.start_step) / max(wall, 1e-9),
-            "checkpoint": str(ckpt_path) if ckpt_path is not None and ckpt_path.exists() else None,
+            "checkpoint": str(ckpt_path) if saved else None,
             "checkpoint_step": self.checkpoint_step,
             "interrupted": self.stopped is not None,
             "stopped": self.stopped,

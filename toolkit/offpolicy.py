@@ -61,10 +61,12 @@ class OffPolicySchedule:
         self.last_step = 0
         self.rounds = 0
         self.updates = 0
+        self.refill_until = 0  # no updates before this global step (replay restarted empty)
 
     def rounds_due(self, prev: int, step: int) -> int:
-        """Multiples ``k * train_freq`` in ``(prev, step]`` that are ``>= learning_starts``."""
-        lo = max(prev, self.learning_starts - 1)
+        """Multiples ``k * train_freq`` in ``(prev, step]`` that are ``>= learning_starts`` (and
+        ``>= refill_until``, see :meth:`restart_collection`)."""
+        lo = max(prev, self.learning_starts - 1, self.refill_until - 1)
         return max(0, step // self.train_freq - lo // self.train_freq) if step > lo else 0
 
     def after_step(self, agent: Any, step: int) -> list[Mapping[str, torch.Tensor]]:
@@ -84,9 +86,16 @@ class OffPolicySchedule:
                 out.append(metrics)
         return out
 
+    def restart_collection(self, step: int) -> None:
+        """The agent's replay restarted empty at global step ``step`` (a data-parallel checkpoint
+        resumed on another number of ranks, :func:`tritonrl.toolkit.loop.run_training`): no
+        updates until ``learning_starts`` new env steps have refilled it."""
+        self.refill_until = step + self.learning_starts
+
     def state_dict(self) -> dict[str, Any]:
-        """Settings and counters."""
-        return {
+        """Settings and counters (``refill_until`` only when a refill is set: a checkpoint without
+        it loads as 0)."""
+        state = {
             "learning_starts": self.learning_starts,
             "train_freq": self.train_freq,
             "gradient_steps": self.gradient_steps,
@@ -94,6 +103,9 @@ class OffPolicySchedule:
             "rounds": self.rounds,
             "updates": self.updates,
         }
+        if self.refill_until:
+            state["refill_until"] = self.refill_until
+        return state
 
     def check_state_dict(self, state: Mapping[str, Any]) -> None:
         """Raise ``ValueError`` unless ``state`` is this schedule's (same settings, counters that are
@@ -104,6 +116,9 @@ class OffPolicySchedule:
             value = state.get(key)
             if type(value) is not int or value < 0:
                 raise ValueError(f"schedule state {key}={repr(value)[:20]} is missing or not an int >= 0")
+        refill = state.get("refill_until", 0)
+        if type(refill) is not int or refill < 0:
+            raise ValueError(f"schedule state refill_until={repr(refill)[:20]} is not an int >= 0")
         for key in ("learning_starts", "train_freq", "gradient_steps"):
             if state[key] != getattr(self, key):
                 raise ValueError(
@@ -120,6 +135,7 @@ class OffPolicySchedule:
         self.last_step = state["last_step"]
         self.rounds = state["rounds"]
         self.updates = state["updates"]
+        self.refill_until = state.get("refill_until", 0)
 
 
 def schedule_for(agent: Any) -> OffPolicySchedule:
