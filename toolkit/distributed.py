@@ -37,7 +37,7 @@ import datetime
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +45,7 @@ import torch
 import torch.distributed as dist
 
 __all__ = [
+    "AGREED_ERRORS",
     "DEFAULT_TIMEOUT_S",
     "SINGLE_PROCESS",
     "DistContext",
@@ -52,6 +53,8 @@ __all__ = [
     "current",
     "init_distributed",
     "launched_by_torchrun",
+    "on_main",
+    "picklable_error",
     "shutdown",
 ]
 
@@ -334,6 +337,49 @@ def init_distributed(
     dist.init_process_group(**kwargs)
     _current = DistContext(rank=rank, world_size=world, local_rank=local, backend=backend, device=dev)
     return _current
+
+
+AGREED_ERRORS: tuple[type[BaseException], ...] = (ValueError, RuntimeError, OSError)
+"""What :func:`on_main` sends from rank 0 to every rank (usage errors, failed reads and writes);
+other exceptions are bugs and stay on rank 0 (the others then fail at their next collective)."""
+
+
+def on_main(ctx: DistContext, fn: Callable[[], Any]) -> Any:
+    """``fn()`` run on rank 0 alone, its result (picklable) returned on every rank (one broadcast).
+
+    For the work only rank 0 does (the run folder, reading a checkpoint, evaluating): an error of
+    :data:`AGREED_ERRORS` that ``fn`` raises is raised on every rank, so no rank goes on alone.
+    On one process this is ``fn()``.
+    """
+    if not ctx.enabled:
+        return fn()
+    outcome: tuple[bool, Any] | None = None
+    error: BaseException | None = None
+    if ctx.is_main:
+        try:
+            outcome = (True, fn())
+        except AGREED_ERRORS as exc:
+            error = exc
+            outcome = (False, picklable_error(exc))
+    outcome = ctx.broadcast_object(outcome)
+    assert outcome is not None
+    ok, value = outcome
+    if ok:
+        return value
+    raise error if error is not None else value
+
+
+def picklable_error(exc: BaseException) -> BaseException:
+    """``exc`` if it survives pickling (to send it to other ranks), else a ``RuntimeError`` with
+    its first line."""
+    import pickle
+
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:
+        text = str(exc).strip()
+        return RuntimeError(text.splitlines()[0] if text else type(exc).__name__)
 
 
 def current() -> DistContext:

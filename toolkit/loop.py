@@ -128,7 +128,7 @@ from tritonrl.toolkit.checkpoint import (
     training_sections,
 )
 from tritonrl.toolkit.checks import MAX_SEED
-from tritonrl.toolkit.distributed import DistContext, current
+from tritonrl.toolkit.distributed import AGREED_ERRORS, DistContext, current, on_main, picklable_error
 from tritonrl.toolkit.envs import VecEnv, evaluate
 from tritonrl.toolkit.logger import MetricLogger, ProgressBar, plot_learning_curve, repair_csv
 from tritonrl.toolkit.runfolder import RunLock, move_aside
@@ -459,7 +459,7 @@ def run_training(
         with RunLock(cfg.run_dir):
             return _run(agent, env, schedule, cfg, should_stop, evaluator, collector, ctx)
     lock = RunLock(cfg.run_dir)
-    _on_main(ctx, lock.acquire)  # rank 0 alone holds the folder; a busy folder fails every rank
+    on_main(ctx, lock.acquire)  # rank 0 alone holds the folder; a busy folder fails every rank
     try:
         return _run(agent, env, schedule, cfg, should_stop, evaluator, collector, ctx)
     finally:
@@ -483,34 +483,9 @@ def _context(agent: Any, dist: DistContext | None) -> DistContext:
     return dist
 
 
-_AGREED_ERRORS = (ValueError, RuntimeError, OSError)
-"""What rank 0 may raise while it alone works: sent to every rank and raised there too."""
-
-
-def _on_main(ctx: DistContext, fn: Callable[[], Any]) -> Any:
-    """``fn()`` run on rank 0, its result on every rank; a ``ValueError``, ``RuntimeError`` or
-    ``OSError`` it raises is raised on every rank (one broadcast). One process: just ``fn()``."""
-    if not ctx.enabled:
-        return fn()
-    outcome: tuple[bool, Any] | None = None
-    error: BaseException | None = None
-    if ctx.is_main:
-        try:
-            outcome = (True, fn())
-        except _AGREED_ERRORS as exc:
-            error = exc
-            outcome = (False, _portable(exc))
-    outcome = ctx.broadcast_object(outcome)
-    assert outcome is not None
-    ok, value = outcome
-    if ok:
-        return value
-    raise error if error is not None else value
-
-
 def _scatter_from_main(ctx: DistContext, fn: Callable[[], list[Any]]) -> Any:
     """``fn()[rank]`` on every rank, ``fn`` (one item per rank) run on rank 0 alone; an error it
-    raises as in :func:`_on_main` (one scatter)."""
+    raises as in :func:`~tritonrl.toolkit.distributed.on_main` (one scatter)."""
     if not ctx.enabled:
         return fn()[0]
     items: list[tuple[bool, Any]] | None = None
@@ -518,24 +493,13 @@ def _scatter_from_main(ctx: DistContext, fn: Callable[[], list[Any]]) -> Any:
     if ctx.is_main:
         try:
             items = [(True, x) for x in fn()]
-        except _AGREED_ERRORS as exc:
+        except AGREED_ERRORS as exc:
             error = exc
-            items = [(False, _portable(exc))] * ctx.world_size
+            items = [(False, picklable_error(exc))] * ctx.world_size
     ok, value = ctx.scatter_objects(items)
     if ok:
         return value
     raise error if error is not None else value
-
-
-def _portable(exc: BaseException) -> BaseException:
-    """``exc`` if it survives pickling (sent to the other ranks), else a ``RuntimeError`` with its text."""
-    import pickle
-
-    try:
-        pickle.loads(pickle.dumps(exc))
-        return exc
-    except Exception:
-        return RuntimeError(_first_line(exc))
 
 
 def _agree_on_errors(ctx: DistContext, error: BaseException | None) -> None:
@@ -545,7 +509,7 @@ def _agree_on_errors(ctx: DistContext, error: BaseException | None) -> None:
         if error is not None:
             raise error
         return
-    seen = ctx.all_gather_objects(None if error is None else _portable(error))
+    seen = ctx.all_gather_objects(None if error is None else picklable_error(error))
     for rank, exc in enumerate(seen):
         if exc is None:
             continue
@@ -820,7 +784,7 @@ class _Run:
         run folder and the logger (rank 0); start the clocks."""
         cfg, ctx = self.cfg, self.ctx
         ckpt = self.ckpt_path
-        resumed = _on_main(ctx, lambda: cfg.resume and ckpt is not None and ckpt.exists())
+        resumed = on_main(ctx, lambda: cfg.resume and ckpt is not None and ckpt.exists())
         if resumed:
             self._resume()
             self.checkpoint_step = self.counters.step
@@ -840,7 +804,7 @@ class _Run:
                     purge_step=self.counters.step + 1 if resumed else None,
                 )
 
-            _on_main(ctx, prepare)
+            on_main(ctx, prepare)
         self.eval_env_id = cfg.eval_env_id or self.env.env_id
         self.bar = ProgressBar(
             cfg.total_steps, initial=self.counters.step, enabled=cfg.progress and self.main
@@ -1105,7 +1069,7 @@ class _Run:
                 ]
             save_checkpoint(ckpt_path, state)
 
-        _on_main(ctx, write)
+        on_main(ctx, write)
         self.checkpoint_step = counters.step
         self.t_saved = time.perf_counter()
 
@@ -1191,7 +1155,7 @@ class _Run:
             )
             return (None if bad is None else (0, "diverged", bad)), by_time
 
-        outcome, self.save_by_time = _on_main(ctx, flush)
+        outcome, self.save_by_time = on_main(ctx, flush)
         self.t_flush, self.step_flush = now, step
         if outcome is None:
             return
@@ -1225,7 +1189,7 @@ class _Run:
                 device=self.env.device,
             )
 
-        result = _on_main(self.ctx, run)
+        result = on_main(self.ctx, run)
         self.final_eval = result
         self.counters.evaluations.append([step, result["mean_return"]])
         if self.logger is not None:

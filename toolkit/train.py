@@ -52,6 +52,20 @@ Exit statuses:
 
 The agent, its config and its schedule come from the preset (:class:`tritonrl.toolkit.registry.Preset`:
 ``spec.build(...)`` and ``spec.schedule(agent)``).
+
+Data-parallel training: launched by ``torchrun`` (``torchrun --nproc-per-node N -m
+tritonrl.toolkit train ...``; :mod:`tritonrl.toolkit.distributed`), every process joins the group
+(gloo on a CPU, NCCL with ``--device cuda``: rank ``r`` on ``cuda:<LOCAL_RANK>``) and trains one
+shard. Every flag is global: ``--num-envs N`` is the total over all ranks (each rank steps
+``N / world_size`` environments, rank ``r``'s environment ``i`` seeded ``seed + r * N/world + i``,
+so the ranks together step the environments one process would), ``--steps``, ``--log-every``,
+``--eval-every`` and ``--checkpoint-every`` count the env steps of all ranks. The ranks check that
+they were given the same flags; rank 0 alone writes the run folder and prints; the others print
+only errors (``rank R: error: ...``). A ``--num-envs`` (or a preset default) that the world size
+does not divide, a failed launch (``init_distributed``) or flags that differ across ranks exit 2
+before anything is written. A rank that dies makes the others fail within the collective timeout
+(``TRITONRL_DIST_TIMEOUT`` seconds, default 300) and ``torchrun`` stops the group; the checkpoint
+on disk is the last complete one.
 """
 
 from __future__ import annotations
@@ -59,6 +73,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -197,12 +212,22 @@ def _default_run_dir(args: argparse.Namespace) -> Path:
     return default_run_dir(args.agent, args.env, f"s{args.seed}")
 
 
-def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any, Any]:
+def _flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The command line's flags (what every rank must be given alike)."""
+    return {
+        k: v
+        for k, v in sorted(vars(args).items())
+        if v is None or isinstance(v, (str, int, float, bool, list))
+    }
+
+
+def _build(args: argparse.Namespace, ctx: Any) -> tuple[Any, Any, Any, Any, Any, Any]:
     """The preset, agent, env, schedule, loop config and (``--env market:...``) the market run's
-    parts (:class:`tritonrl.toolkit.market.training.MarketRun`, else ``None``).
+    parts (:class:`tritonrl.toolkit.market.training.MarketRun`, else ``None``) of this rank
+    (``ctx``, a :class:`tritonrl.toolkit.distributed.DistContext`).
 
     Raises:
-        UsageError: any bad argument (before anything is written).
+        UsageError: any bad argument (before anything is written), on every rank alike.
     """
     import gymnasium as gym
     from tritonrl.toolkit.checkpoint import (
@@ -213,11 +238,16 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any, Any]:
         training_sections,
     )
     from tritonrl.toolkit.config import config_changes, fixed_changes, format_change
+    from tritonrl.toolkit.distributed import DistributedError, on_main
     from tritonrl.toolkit.envs import make_vec_env
     from tritonrl.toolkit.loop import CHECKPOINT_NAME, LoopConfig
     from tritonrl.toolkit.market.training import MarketPreset, is_market, market_preset, split_overrides
     from tritonrl.toolkit.registry import get_agent
 
+    try:
+        ctx.check_same("the command-line flags", _flags(args))
+    except DistributedError as exc:
+        raise UsageError(str(exc)) from None
     _validate(args)
     try:
         spec = get_agent(args.agent)
@@ -228,7 +258,7 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any, Any]:
     if env_overrides and not market:
         raise UsageError("--set env.FIELD=VALUE sets a market environment's field (--env market:...)")
     defaults = market_preset(spec) if market else spec
-    device = parse_device(args.device)
+    device = ctx.device if ctx.enabled else parse_device(args.device)
     torch.set_num_threads(args.threads)
     steps = args.steps if args.steps is not None else defaults.default_steps
     eval_every = args.eval_every if args.eval_every is not None else defaults.default_eval_every
@@ -240,6 +270,11 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any, Any]:
         except gym.error.Error:
             target_return = None  # unknown id: make_vec_env reports it below
     num_envs = args.num_envs if args.num_envs is not None else defaults.default_num_envs
+    try:
+        local_envs = ctx.shard(num_envs, "--num-envs")  # this rank's environments
+    except DistributedError as exc:
+        raise UsageError(str(exc)) from None
+    env_seed = args.seed + ctx.rank * local_envs
     run_dir = Path(args.run_dir) if args.run_dir is not None else _default_run_dir(args)
     ckpt = run_dir / CHECKPOINT_NAME
     meta: tuple[tuple[str, str], ...] = (
@@ -247,8 +282,11 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any, Any]:
         ("env", args.env),
         ("num_envs", str(num_envs)),
     )
-    saved_config = None
-    if check_no_overwrite(ckpt, args.resume):
+
+    def read_saved() -> tuple[dict[str, Any] | None, dict[str, Any]]:
+        """Rank 0: the saved agent config and identity (``None, {}`` without a checkpoint)."""
+        if not check_no_overwrite(ckpt, args.resume):
+            return None, {}
         try:  # the run's config is the saved one, this command's --set on top (see docs: Training)
             # the header alone: the run loads the whole checkpoint once, when it resumes
             saved = training_sections(load_checkpoint(ckpt, tensors=False), str(ckpt))
@@ -263,6 +301,10 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any, Any]:
                 )
         if not isinstance(saved_config, dict):
             raise UsageError(f"{ckpt}: the agent config is a {type(saved_config).__name__}, not a dict")
+        return saved_config, dict(saved["meta"])
+
+    # rank 0 reads the run folder (the other ranks may be on nodes without it) and tells them
+    saved_config, saved_meta = on_main(ctx, read_saved)
     # a market run starts from the preset's market overrides; a resumed one from its checkpoint
     build_overrides = overrides
     if isinstance(defaults, MarketPreset) and saved_config is None:
@@ -270,29 +312,32 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any, Any]:
     run = None
     try:
         if market:
-            run = _market_run(args, spec, build_overrides, saved_config, steps, num_envs, device)
+            run = _market_run(
+                args, spec, build_overrides, saved_config, steps, local_envs, device, seed=env_seed
+            )
             env = run.env
             meta += (("market_env", json.dumps(run.env_config.to_dict(), sort_keys=True)),)
-            if saved_config is not None and saved["meta"].get("market_env") != meta[-1][1]:
+            if saved_config is not None and saved_meta.get("market_env") != meta[-1][1]:
                 env.close()
                 raise UsageError(
-                    f"{ckpt} was made with the market env {saved['meta'].get('market_env')}, this run "
+                    f"{ckpt} was made with the market env {saved_meta.get('market_env')}, this run "
                     f"has {meta[-1][1]} (--set env.* must match the checkpoint's)"
                 )
         else:
-            env = make_vec_env(args.env, num_envs, args.seed, device=device)
+            env = make_vec_env(args.env, local_envs, env_seed, device=device)
     except ValueError as exc:  # UsageError included
         raise UsageError(str(exc)) from None
     try:
         agent = spec.build(
             env.single_observation_space,
             env.single_action_space,
-            num_envs=num_envs,
+            num_envs=local_envs,
             device=device,
             seed=args.seed,
             total_steps=steps,
             overrides=build_overrides,
             config=saved_config,
+            dist=ctx,
         )
         before = None if saved_config is None else type(agent.config).from_dict(saved_config)
     except (ValueError, TypeError) as exc:
@@ -306,7 +351,7 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any, Any]:
             raise UsageError(f"--resume cannot change {listed}: start a new run")
         # --set changes are reported; PPO's total_steps follows --steps, which the user just typed
         changes = {k: v for k, v in config_changes(before, agent.config).items() if k in overrides}
-        if changes:
+        if changes and ctx.is_main:
             print(
                 "resume: applying " + ", ".join(format_change(k, *v) for k, v in changes.items()),
                 file=sys.stderr,
@@ -314,7 +359,7 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any, Any]:
         # resumable fields newer than the checkpoint take their defaults: say which
         assert saved_config is not None  # before is built from it
         absent = [k for k in agent.config.to_dict() if k not in saved_config and k not in overrides]
-        if absent:
+        if absent and ctx.is_main:
             print(
                 "resume: the checkpoint predates "
                 + ", ".join(f"{k} (using {getattr(agent.config, k)!r})" for k in absent),
@@ -328,7 +373,7 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any, Any]:
         except (ValueError, TypeError) as exc:
             env.close()
             raise UsageError(f"agent {args.agent!r} on {args.env}: {exc}") from None
-        if run.collector is None:
+        if run.collector is None and ctx.is_main:
             print(
                 "notice: icm=True: the device collector does not feed ICM's replay; this run steps "
                 "through agent.act / agent.observe",
@@ -351,10 +396,14 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, Any, Any]:
             tensorboard=not args.no_tensorboard,
             meta=meta,
         )
-        probe_run_dir(run_dir)  # last: the only check that writes (and it leaves nothing behind)
     except ValueError as exc:  # UsageError included; LoopConfig repeats _validate's checks
         env.close()
         raise UsageError(str(exc)) from None
+    try:  # last: the only check that writes (and it leaves nothing behind); rank 0's folder
+        on_main(ctx, lambda: probe_run_dir(run_dir))
+    except UsageError:
+        env.close()
+        raise
     return spec, agent, env, schedule, cfg, run
 
 
@@ -366,9 +415,11 @@ def _market_run(
     steps: int,
     num_envs: int,
     device: torch.device,
+    *,
+    seed: int,
 ) -> Any:
     """The market data, env and evaluator of ``--env market:...`` (the env config follows the
-    agent's policy and ``--set env.*``).
+    agent's policy and ``--set env.*``); ``num_envs`` and ``seed`` are this rank's.
 
     Raises:
         ValueError: a bad source, option, env field, or data too short.
@@ -378,17 +429,16 @@ def _market_run(
     agent_config = spec.configure(overrides, config=saved_config, total_steps=steps)
     _, env_overrides = split_overrides(parse_overrides(args.overrides))
     env_config = env_config_for(agent_config, env_overrides)
-    return build_market_run(args.env, num_envs, env_config, device=device, seed=args.seed)
+    return build_market_run(args.env, num_envs, env_config, device=device, seed=seed)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the ``train`` subcommand; returns the exit status (see the module docstring's table).
 
     0 finished; 1 stopped by an error during training; 2 usage error before anything is written;
-    130/143 interrupted by SIGINT/SIGTERM after saving a checkpoint.
+    130/143 interrupted by SIGINT/SIGTERM after saving a checkpoint. Under ``torchrun`` every
+    rank returns the same status (module doc); a rank that fails alone returns 1.
     """
-    from tritonrl.toolkit.checkpoint import CheckpointError
-
     if args.agent == "list":  # the presets, one a line on stdout: a listing, not a mistake
         from tritonrl.toolkit.registry import list_agents
 
@@ -396,7 +446,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"{spec.name:<16} {spec.kind:<10} {spec.description}")
         return 0
     try:
-        from tritonrl.toolkit.loop import TrainingError, run_training
+        import tritonrl.toolkit.loop  # noqa: F401 (the training dependencies, checked here)
     except ModuleNotFoundError as exc:  # a core dependency missing (gymnasium on a bare GPU machine)
         if exc.name is None or exc.name.startswith("tritonrl"):
             raise
@@ -406,44 +456,81 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    from tritonrl.toolkit.runfolder import RunFolderBusy
+    from tritonrl.toolkit import distributed
 
+    if not distributed.launched_by_torchrun():
+        return _train(args, distributed.SINGLE_PROCESS)
     try:
-        spec, agent, env, schedule, cfg, market = _build(args)
-    except UsageError as exc:
+        ctx = distributed.init_distributed(args.device)
+    except distributed.DistributedError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    try:
+        return _train(args, ctx)
+    finally:
+        distributed.shutdown()
+
+
+def _train(args: argparse.Namespace, ctx: Any) -> int:
+    """:func:`run` once the process knows its place (``ctx``); rank 0 prints, the other ranks
+    print only the errors that may be theirs alone (training errors, prefixed ``rank R:``)."""
+    from tritonrl.toolkit.checkpoint import CheckpointError
+    from tritonrl.toolkit.loop import TrainingError, run_training
+    from tritonrl.toolkit.runfolder import RunFolderBusy
+
+    def error(message: str, *, agreed: bool) -> None:
+        if ctx.is_main:
+            print(f"error: {message}", file=sys.stderr)
+        elif not agreed:
+            print(f"rank {ctx.rank}: error: {message}", file=sys.stderr)
+
+    try:
+        spec, agent, env, schedule, cfg, market = _build(args, ctx)
+    except UsageError as exc:  # every rank raises it alike: rank 0 says it
+        error(str(exc), agreed=True)
+        return 2
     except KeyboardInterrupt:
-        print("interrupted by SIGINT before training started: nothing saved", file=sys.stderr)
+        if ctx.is_main:
+            print("interrupted by SIGINT before training started: nothing saved", file=sys.stderr)
         return 130
     try:
         with stop_on_signals() as (should_stop, received):
             evaluator = market.evaluator if market is not None else None
             collector = market.collector if market is not None else None
             summary = run_training(
-                agent, env, schedule, cfg, should_stop=should_stop, evaluator=evaluator, collector=collector
+                agent,
+                env,
+                schedule,
+                cfg,
+                should_stop=should_stop,
+                evaluator=evaluator,
+                collector=collector,
+                dist=ctx,
             )
-            if market is not None and summary["stopped"] is None:
+            if market is not None and summary["stopped"] is None and ctx.is_main:
                 from tritonrl.toolkit.market.evaluate import format_report
                 from tritonrl.toolkit.market.training import market_report
 
                 report = market_report(agent, market, seed=args.seed, run_dir=cfg.run_dir)
                 print(format_report(report))
-    except (CheckpointError, RunFolderBusy) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except (CheckpointError, RunFolderBusy) as exc:  # before training: raised on every rank alike
+        error(str(exc), agreed=True)
         return 2
     except TrainingError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        error(str(exc), agreed=False)
         return 1
     except OSError as exc:  # preparing the run folder (lock file, moving an earlier run aside)
         where = f"{exc.filename}: " if exc.filename is not None else ""
-        print(
-            f"error: cannot prepare the run folder {cfg.run_dir}: {where}{exc.strerror or exc}",
-            file=sys.stderr,
-        )
+        error(f"cannot prepare the run folder {cfg.run_dir}: {where}{exc.strerror or exc}", agreed=True)
         return 1
     finally:
         env.close()
+    if not ctx.is_main:
+        return (
+            128 + int(received[0] if received else signal.SIGINT)
+            if summary["stopped"] == "should_stop"
+            else 0
+        )
     if summary["stopped"] == "should_stop":
         return report_interrupted(received, summary["global_step"], summary["checkpoint"])
     final = summary["final_eval"]
