@@ -184,7 +184,15 @@ def _train_split_and_resume(ctx: DistContext, root: str) -> dict[str, Any]:
     env, agent = _env(ctx), RankToyAgent(ctx)
     summary = run_training(agent, env, OnPolicySchedule(4), _cfg(Path(root) / "split", resume=True))
     out["resumed"] = {"summary": summary, "state": _rank_state(agent)}
+    out["two"] = _train_one_segment(ctx, f"{root}/two")  # resumed on other numbers of ranks below
     return out
+
+
+@pytest.fixture(scope="module")
+def toy_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, Any]]]:
+    """The 2-rank toy runs (one launch of 2 ranks for the tests that read them)."""
+    root = tmp_path_factory.mktemp("toy")
+    return root, run_ranks(_train_split_and_resume, 2, str(root))
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
@@ -208,8 +216,8 @@ def _same_state(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     return True
 
 
-def test_two_ranks_rank0_writes_metrics_of_both_ranks_and_resumes_exactly(tmp_path: Path) -> None:
-    res = run_ranks(_train_split_and_resume, 2, str(tmp_path))
+def test_two_ranks_rank0_writes_metrics_of_both_ranks_and_resumes_exactly(toy_runs) -> None:
+    tmp_path, res = toy_runs
     full = [r["full"] for r in res]
     # the global step counts both ranks' envs; both ranks agree on the summary
     for r in full:
@@ -281,11 +289,11 @@ def _train_one_segment(ctx: DistContext, run_dir: str) -> dict[str, Any]:
     return {"summary": summary, "state": _rank_state(agent)}
 
 
-def test_checkpoint_of_two_ranks_resumes_on_one_and_one_on_two(tmp_path: Path, capsys) -> None:
+def test_checkpoint_of_two_ranks_resumes_on_one_and_one_on_two(toy_runs, capsys) -> None:
     """N != M: the shared state (weights, counters, schedule) carries over, each rank's own part
     starts fresh, the on-policy rollout restarts, one notice line; the run then goes on."""
-    two = tmp_path / "two"
-    saved = run_ranks(_train_one_segment, 2, str(two))  # 424 = 106 vector steps: mid-rollout
+    two = toy_runs[0] / "two"
+    saved = [r["two"] for r in toy_runs[1]]  # 424 = 106 vector steps: mid-rollout
     ckpt = load_checkpoint(two / "checkpoint.safetensors")
     assert ckpt["schedule"]["vector_steps"] == 106 and ckpt["loop"]["step"] == 424
 
@@ -459,6 +467,7 @@ def _real_split_and_resume(ctx: DistContext, root: str) -> dict[str, Any]:
             summary = run_training(agent, env, schedule, cfg)
             key = "resumed" if kw.get("resume") else name
             out[f"{family}/{key}"] = {"summary": summary, "state": _flat(agent.state_dict())}
+    out["dqn/800"] = _real_dqn_to(ctx, f"{root}/one", 800)  # resumed on 1 rank below
     return out
 
 
@@ -499,7 +508,7 @@ def test_real_agents_resume_exactly_on_two_ranks_and_go_on_on_one(tmp_path: Path
 
     # 2 -> 1: a DQN checkpoint of 2 ranks x 2 envs at step 800 goes on on 1 rank x 4 envs
     run = tmp_path / "one"
-    saved = run_ranks(_real_dqn_to, 2, str(run), 800)[0]
+    saved = res[0]["dqn/800"]
     env = make_vec_env("CartPole-v1", 2 * LOCAL_ENVS, 3)
     agent, schedule = _real_agent("dqn", env, SINGLE_PROCESS, 2 * LOCAL_ENVS)
     capsys.readouterr()
@@ -649,17 +658,20 @@ def _no_warnings(text: str) -> str:
     return "\n".join(line for line in text.splitlines() if "Warning" not in line and line.strip()).strip()
 
 
-def test_cli_two_ranks_rank0_writes_the_run_folder_with_every_ranks_episodes(tmp_path: Path) -> None:
-    """(a) ``train`` under torchrun on FixedLength-v0: rank 0 alone prints and writes, and each
-    metric row's mean return is the mean over the episodes both ranks finished in that interval
-    (the lengths follow from the seeds: envs 0, 1 on rank 0 and 2, 3 on rank 1)."""
+def test_cli_two_ranks_write_one_run_folder_and_resume_on_two_and_on_one(tmp_path: Path) -> None:
+    """(a) ``train`` (DQN) under torchrun on FixedLength-v0: rank 0 alone prints and writes, and
+    each metric row's mean return is the mean over the episodes both ranks finished in that
+    interval (the lengths follow from the seeds: envs 0, 1 on rank 0 and 2, 3 on rank 1).
+    (c) That checkpoint (each rank's replay buffer its own part) goes on on 2 ranks (no notice)
+    and on 1 rank (one notice line: the shared state goes on, the replay starts empty); exact
+    resume is tested at the loop level above."""
     run = tmp_path / "run"
     seed, num_envs, log_every, steps = 1, 4, 96, 960
-    args = ["train", "--env", FIXED_LENGTH_ID, *PPO_TINY, *QUIET, "--seed", str(seed)]
-    args += ["--num-envs", str(num_envs), "--steps", str(steps), "--log-every", str(log_every)]
-    res = _torchrun([*args, "--run-dir", str(run)], tmp_path)
+    base = ["train", "--env", FIXED_LENGTH_ID, *DQN_TINY, *QUIET, "--seed", str(seed)]
+    base += ["--num-envs", str(num_envs), "--log-every", str(log_every)]
+    res = _torchrun([*base, "--steps", str(steps), "--run-dir", str(run)], tmp_path)
     assert res.returncode == 0, res.err
-    assert "ppo on FixedLength-v0: 960 steps" in res.out[0] and f"run folder: {run}" in res.out[0]
+    assert "dqn on FixedLength-v0: 960 steps" in res.out[0] and f"run folder: {run}" in res.out[0]
     assert res.out[1] == "" and _no_warnings(res.err[1]) == "", (res.out[1], res.err[1])
     assert {p.name for p in run.iterdir()} <= {".lock", "metrics.csv", "checkpoint.safetensors", "curve.png"}
 
@@ -675,33 +687,21 @@ def test_cli_two_ranks_rank0_writes_the_run_folder_with_every_ranks_episodes(tmp
         assert row["charts/episodic_length"] == row["charts/episodic_return"]  # a reward of 1 a step
         prev = now
     ckpt = load_checkpoint(run / "checkpoint.safetensors", tensors=False)
-    assert ckpt["meta"]["world_size"] == 2 and ckpt["loop"]["step"] == steps
+    assert ckpt["meta"]["world_size"] == 2 and ckpt["loop"]["step"] == steps and len(ckpt["ranks"]) == 1
 
-
-def test_cli_dqn_checkpoint_of_two_ranks_resumes_on_two_and_on_one(tmp_path: Path) -> None:
-    """(c) DQN on 2 ranks to step 512 (each rank's replay buffer saved as its own part), then on
-    2 ranks to 1024 (no notice) and on 1 rank to 1024 (one notice line: the shared state goes
-    on, the replay starts empty). Exactness is tested at the loop level above."""
-    base = ["train", "--env", "CartPole-v1", *DQN_TINY, *QUIET, "--num-envs", "4", "--log-every", "64"]
-    split = tmp_path / "split"
-    first = _torchrun([*base, "--steps", "512", "--run-dir", str(split)], tmp_path)
-    assert first.returncode == 0, first.err
-    ckpt = load_checkpoint(split / "checkpoint.safetensors", tensors=False)
-    assert ckpt["meta"]["world_size"] == 2 and ckpt["loop"]["step"] == 512 and len(ckpt["ranks"]) == 1
     one = tmp_path / "one"
-    shutil.copytree(split, one)
-
-    both = _torchrun([*base, "--steps", "1024", "--run-dir", str(split), "--resume"], tmp_path)
+    shutil.copytree(run, one)
+    both = _torchrun([*base, "--steps", "1280", "--run-dir", str(run), "--resume"], tmp_path)
     assert both.returncode == 0, both.err
-    assert "notice" not in both.err[0] and "dqn on CartPole-v1: 1024 steps" in both.out[0]
-    assert load_checkpoint(split / "checkpoint.safetensors", tensors=False)["meta"]["world_size"] == 2
+    assert "notice" not in both.err[0] and "dqn on FixedLength-v0: 1280 steps" in both.out[0]
+    assert load_checkpoint(run / "checkpoint.safetensors", tensors=False)["meta"]["world_size"] == 2
 
-    alone = _single([*base, "--steps", "1024", "--run-dir", str(one), "--resume"], tmp_path)
+    alone = _single([*base, "--steps", "1280", "--run-dir", str(one), "--resume"], tmp_path)
     assert alone.returncode == 0, alone.stderr
     assert alone.stderr.count("notice:") == 1 and "written by 2 ranks, this run has 1" in alone.stderr
-    assert "dqn on CartPole-v1: 1024 steps" in alone.stdout
+    assert "dqn on FixedLength-v0: 1280 steps" in alone.stdout
     after = load_checkpoint(one / "checkpoint.safetensors", tensors=False)
-    assert after["meta"]["world_size"] == 1 and after["loop"]["step"] == 1024 and "ranks" not in after
+    assert after["meta"]["world_size"] == 1 and after["loop"]["step"] == 1280 and "ranks" not in after
 
 
 def test_cli_num_envs_not_divisible_exits_2_and_writes_nothing(tmp_path: Path) -> None:
