@@ -49,8 +49,8 @@ def _worker(rank: int, world: int, port: int, fn: Callable[..., Any], args: tupl
     try:
         ctx = distributed.init_distributed("cpu")
         try:
-            # plain pickle bytes: a tensor put on the queue as itself is shared by a file
-            # descriptor, which is gone once this process exits before the parent reads it
+            # pickled here, tensors by value: the queue's own pickler would share their storage
+            # through this process, which may have exited before the parent unpickles them
             out.put((rank, True, pickle.dumps(fn(ctx, *args))))
         finally:
             distributed.shutdown()
