@@ -48,7 +48,8 @@ rc_test=${PIPESTATUS[0]}
 bench_start=$(date +%s)
 budget=${BENCH_TIMEOUT:-240}
 mapfile -t kernel_benches < <(grep -L '^REQUIRES' benchmarks/[!_]*.py | xargs -rn1 basename | sed 's/\.py$//')
-mapfile -t loop_benches < <(grep -l '^REQUIRES' benchmarks/[!_]*.py | xargs -rn1 basename | sed 's/\.py$//')
+mapfile -t loop_benches < <(grep -l '^REQUIRES' benchmarks/[!_]*.py | xargs -rn1 basename | sed 's/\.py$//' \
+                            | grep -vx scaling)  # data-parallel scaling: last, on 2+ GPUs only (below)
 rc_bench=0
 if [ ${#kernel_benches[@]} -gt 0 ]; then
   timeout "$budget" "${py[@]}" -m tritonrl.toolkit bench "${kernel_benches[@]}" 2>&1 | tee "$out/bench.txt"
@@ -72,5 +73,21 @@ for name in "${loop_benches[@]}"; do
   rc_loop=${PIPESTATUS[0]}
   [ "$rc_bench" = 0 ] && rc_bench=$rc_loop
 done
+# Data-parallel scaling (torchrun, 1 vs 2 processes; NCCL on 2 GPUs, and gloo on the CPU) needs
+# two GPUs; with fewer it is not run, and the summary says so.
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+if [ "$gpus" -ge 2 ]; then
+  left=$(( budget - ($(date +%s) - bench_start) ))
+  if [ "$left" -lt 60 ]; then
+    echo "scaling benchmark not run: ${left} s of BENCH_TIMEOUT left" | tee -a "$out/summary.txt"
+  else
+    timeout "$left" "${py[@]}" -m tritonrl.toolkit bench --quick scaling 2>&1 | tee "$out/bench-scaling.txt"
+    rc_scale=${PIPESTATUS[0]}
+    [ "$rc_bench" = 0 ] && rc_bench=$rc_scale
+  fi
+else
+  echo "scaling benchmark not run: $gpus GPU(s) on this machine, multi-GPU (NCCL) scaling needs 2 or more" \
+    | tee -a "$out/summary.txt"
+fi
 echo "pytest --gpu exit $rc_test, bench exit $rc_bench" | tee -a "$out/summary.txt"
 [ "$rc_test" = 0 ] && [ "$rc_bench" = 0 ]
