@@ -466,7 +466,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
-        return _train(args, ctx)
+        status = _train(args, ctx)
+        if status != 1:  # an outcome every rank shares: leave together (a rank that tears the group
+            ctx.barrier()  # down while another still sends to it can abort in gloo's threads, SIGABRT)
+        return status
     finally:
         distributed.shutdown()
 
