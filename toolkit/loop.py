@@ -324,10 +324,12 @@ def merge_episode_stats(stats: list[Mapping[str, float] | None]) -> dict[str, fl
     if not present:
         return {}
     counts = [next((float(s[k]) for k in _STATS_COUNT if k in s), None) for s in present]
-    count_key = next((k for k in _STATS_COUNT if k in present[0]), None)
-    weights = [1.0] * len(present) if any(c is None for c in counts) else [float(c) for c in counts]  # type: ignore[arg-type]
+    known = [c for c in counts if c is not None]
+    counted = len(known) == len(present)
+    weights = known if counted else [1.0] * len(present)
     out: dict[str, float] = {}
-    if count_key is not None and all(c is not None for c in counts):
+    count_key = next((k for k in _STATS_COUNT if k in present[0]), None)
+    if counted and count_key is not None:
         out[count_key] = sum(weights)
     keys = [k for s in present for k in s if k not in _STATS_COUNT]
     for key in dict.fromkeys(keys):
