@@ -245,7 +245,7 @@ def _build(args: argparse.Namespace, ctx: Any) -> tuple[Any, Any, Any, Any, Any,
     from tritonrl.toolkit.registry import get_agent
 
     try:
-        ctx.check_same("the command-line flags", _flags(args))
+        ctx.check_same("the command line", _flags(args))
     except DistributedError as exc:
         raise UsageError(str(exc)) from None
     _validate(args)
