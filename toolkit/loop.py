@@ -461,7 +461,11 @@ def run_training(
         with RunLock(cfg.run_dir):
             return _run(agent, env, schedule, cfg, should_stop, evaluator, collector, ctx)
     lock = RunLock(cfg.run_dir)
-    on_main(ctx, lock.acquire)  # rank 0 alone holds the folder; a busy folder fails every rank
+
+    def take() -> None:  # rank 0 alone holds the folder; a busy folder fails every rank
+        lock.acquire()
+
+    on_main(ctx, take)
     try:
         return _run(agent, env, schedule, cfg, should_stop, evaluator, collector, ctx)
     finally:
