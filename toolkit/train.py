@@ -73,8 +73,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import signal
 import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -437,7 +439,8 @@ def run(args: argparse.Namespace) -> int:
 
     0 finished; 1 stopped by an error during training; 2 usage error before anything is written;
     130/143 interrupted by SIGINT/SIGTERM after saving a checkpoint. Under ``torchrun`` every
-    rank returns the same status (module doc); a rank that fails alone returns 1.
+    rank ends with the same status (module doc), a rank that fails alone with 1, and the process
+    exits right here (``os._exit``) once it has left the group instead of returning.
     """
     if args.agent == "list":  # the presets, one a line on stdout: a listing, not a mistake
         from tritonrl.toolkit.registry import list_agents
@@ -465,13 +468,28 @@ def run(args: argparse.Namespace) -> int:
     except distributed.DistributedError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    status = 1
     try:
         status = _train(args, ctx)
         if status != 1:  # an outcome every rank shares: leave together (a rank that tears the group
             ctx.barrier()  # down while another still sends to it can abort in gloo's threads, SIGABRT)
-        return status
+    except KeyboardInterrupt:
+        status = 130
+    except BaseException:  # a bug, or the group failing as the ranks leave: the traceback, status 1
+        traceback.print_exc()
+        status = 1
     finally:
-        distributed.shutdown()
+        try:
+            distributed.shutdown()
+        except Exception:  # a broken group may refuse to be destroyed: the process ends anyway
+            pass
+        # End the process here, with its status: after a peer died, gloo's threads can abort the
+        # interpreter's normal exit (SIGABRT, "terminate called without an active exception"),
+        # which would replace the status and the error line's meaning. Everything is written
+        # and closed by now (run folder, TensorBoard, env); only the standard streams are left.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
 
 
 def _train(args: argparse.Namespace, ctx: Any) -> int:
