@@ -172,6 +172,19 @@ def test_a_larger_layout_only_pads_and_a_smaller_one_fails(kind: str) -> None:
         core.sequence(inp["x"], starts, inp["state"], (rows - 1, length))
 
 
+def test_compiled_evaluate_breaks_the_graph_around_the_split_and_agrees() -> None:
+    # torch.compile of a caller of sequence(): the split recurrence runs eagerly (a graph break,
+    # torch.compiler.disable), the rest compiled; same numbers as eager (f32 tolerance: Inductor
+    # reorders the heads' reductions).
+    policy = _policy("lstm", torch.float32)
+    inp = _inputs("lstm", _starts(list(CASES.values())), torch.float32)
+    compiled = torch.compile(policy.evaluate, dynamic=False)
+    for starts in (inp["starts"], torch.zeros_like(inp["starts"])):  # two layouts
+        args = (inp["x"], inp["raw"], starts, inp["state"])
+        for a, b in zip(compiled(*args), policy.evaluate(*args), strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
 def test_subsequence_stats_and_layout() -> None:
     starts = _starts(list(CASES.values()))
     count, longest = subsequence_stats(starts)
