@@ -620,9 +620,9 @@ class _RecurrentCore(nn.Module):
         """One cell step: ``x [B, D]``, state -> new state (its first tensor is the output ``h``)."""
         raise NotImplementedError
 
-    def _fused(self, x: torch.Tensor, state: tuple[torch.Tensor, ...]) -> torch.Tensor:
-        """The cell run over ``x [R, L, D]`` (batch first) from ``state`` (``[R, size]`` each):
-        outputs ``[R, L, size]``, by torch's fused multi-layer op with the cell's own weights."""
+    def _fused(self, x: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        """The cell run over ``x [R, L, D]`` (batch first) from ``state [n, R, size]`` (the state's
+        tensors stacked): outputs ``[R, L, size]``, by torch's fused op with the cell's own weights."""
         raise NotImplementedError
 
     def _weights(self) -> list[torch.Tensor]:
@@ -707,9 +707,10 @@ def _run_split(
     first = count.cumsum(0) - count  # [B]: layout row of each row's first sub-sequence
     flat = ((first[:, None] + piece) * length + tau).reshape(-1)  # [B * L] into [rows * length]
     x = enc.new_zeros(rows * length, D).index_copy(0, flat, enc.reshape(B * L, D)).view(rows, length, D)
-    # the first sub-sequence of a row continues the stored memory (zero where the row starts an episode)
-    fresh = starts[:, :1]  # [B, 1]
-    init = tuple(s.new_zeros(rows, s.shape[1]).index_copy(0, first, s.masked_fill(fresh, 0)) for s in state)
+    # the first sub-sequence of a row continues the stored memory (zero where the row starts an
+    # episode); later ones start from zero
+    stored = torch.stack(state).masked_fill(starts[None, :, :1], 0)  # [n, B, size]
+    init = stored.new_zeros(len(state), rows, stored.shape[2]).index_copy(1, first, stored)
     y = core._fused(x, init)  # [rows, length, size]
     feat = y.reshape(rows * length, -1).index_select(0, flat).view(B, L, -1)
     return feat, feat
@@ -744,12 +745,10 @@ class LSTMCore(_RecurrentCore):
         h, c = state
         return tuple(self.cell(x, (h, c)))
 
-    def _fused(self, x: torch.Tensor, state: tuple[torch.Tensor, ...]) -> torch.Tensor:
-        h, c = state
+    def _fused(self, x: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        hx = (state[0:1], state[1:2])  # [num_layers = 1, R, size] each
         # (input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first)
-        return torch.lstm(
-            x, (h[None], c[None]), self._weights(), True, 1, 0.0, torch.is_grad_enabled(), False, True
-        )[0]
+        return torch.lstm(x, hx, self._weights(), True, 1, 0.0, torch.is_grad_enabled(), False, True)[0]
 
 
 class GRUCore(_RecurrentCore):
@@ -779,11 +778,10 @@ class GRUCore(_RecurrentCore):
     def _cell_step(self, x: torch.Tensor, state: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
         return (self.cell(x, state[0]),)
 
-    def _fused(self, x: torch.Tensor, state: tuple[torch.Tensor, ...]) -> torch.Tensor:
-        # (input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first)
-        return torch.gru(
-            x, state[0][None], self._weights(), True, 1, 0.0, torch.is_grad_enabled(), False, True
-        )[0]
+    def _fused(self, x: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        # (input, hx [num_layers = 1, R, size], params, has_biases, num_layers, dropout, train,
+        # bidirectional, batch_first)
+        return torch.gru(x, state, self._weights(), True, 1, 0.0, torch.is_grad_enabled(), False, True)[0]
 
 
 class Mamba2Core(nn.Module):
