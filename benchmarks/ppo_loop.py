@@ -4,8 +4,8 @@ First, at CleanRL's defaults (4 environments x 128 steps, 4 epochs x 4 minibatch
 MLPs, lr 2.5e-4): the single-file reference and tritonrl's ``ppo`` preset through
 :func:`tritonrl.toolkit.loop.run_training`, env steps/s, ratio against the reference.
 
-Then, for each policy kind (discrete on CartPole-v1, continuous and flow on Pendulum-v1, lstm and
-mamba on CartPoleNoVel-v1; 8 environments, each preset's rollout length):
+Then, for each policy kind (discrete on CartPole-v1, continuous and flow on Pendulum-v1, lstm,
+mamba and gru on CartPoleNoVel-v1; 8 environments, each preset's rollout length):
 
 - ``env only``: the vector env stepped with random actions (the floor every loop pays);
 - ``collect``: ``act`` + env step + ``observe`` (env steps/s); ratio against ``env only``;
@@ -56,6 +56,7 @@ KINDS = [
     ("flow", "ppo-flow", "Pendulum-v1"),
     ("lstm", "ppo-lstm", "CartPoleNoVel-v1"),
     ("mamba", "ppo-mamba", "CartPoleNoVel-v1"),
+    ("gru", "ppo-gru", "CartPoleNoVel-v1"),  # last: _cuda_rows picks KINDS[4]
 ]
 
 
@@ -257,6 +258,7 @@ def _recurrent_rows(kind: str, preset_name: str, env_id: str, quick: bool) -> li
     case = f"{kind} vs feed-forward, same sizes ({env_id})"
     sizes = f"{n} transitions, {cfg.update_epochs} epochs x {cfg.num_minibatches} minibatches"
     steps = n * (2 if quick else 4)
+    goal = "; goal ratio >= 0.5" if kind == "lstm" else ""  # the stated goals are the LSTM's
     ff_sps = train_sps(preset_name, env_id, steps, **feedforward_twin(preset_name))
     sps = train_sps(preset_name, env_id, steps)
     return [
@@ -268,7 +270,7 @@ def _recurrent_rows(kind: str, preset_name: str, env_id: str, quick: bool) -> li
             cmp["update_recurrent"],
             "ms/update",
             cmp["update_ratio"],
-            "alternating rounds; goal ratio >= 0.5 (within 2x)",
+            "alternating rounds" + goal,
         ),
         Row(NAME, case, "collect feed-forward", cmp["collect_feedforward"], "ms/rollout", 1.0),
         Row(NAME, case, f"collect {kind}", cmp["collect_recurrent"], "ms/rollout", cmp["collect_ratio"]),
@@ -280,7 +282,7 @@ def _recurrent_rows(kind: str, preset_name: str, env_id: str, quick: bool) -> li
             sps,
             "env steps/s",
             sps / ff_sps,
-            "run_training; goal ratio >= 0.5",
+            "run_training" + goal,
         ),
     ]
 
