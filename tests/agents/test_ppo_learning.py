@@ -5,7 +5,7 @@
 | --- | --- | --- |
 | ``ppo`` on CartPole-v1, seeds 1 and 2 (f32), seed 3 with bf16 forced | >= 475 | 100,000 |
 | ``ppo-continuous`` and ``ppo-flow`` on Pendulum-v1 (and ``ppo-continuous`` in bf16) | >= -250 | 200,000 |
-| ``ppo-lstm``, ``ppo-gru``, ``ppo-mamba`` on CartPoleNoVel-v1 (no velocities; ``ppo-lstm`` and ``ppo-gru`` also bf16) | >= 400 | 100,000 |
+| ``ppo-lstm``, ``ppo-gru``, ``ppo-mamba`` on CartPoleNoVel-v1 (lstm and gru also bf16) | >= 400 | 100,000 |
 | feed-forward ``ppo`` on CartPoleNoVel-v1, same budget | stays < 200 | 100,000 |
 
 bf16 is forced with ``TRITONRL_DTYPE=bf16`` (emulated on the CPU): parameters, stored observations
