@@ -1,4 +1,4 @@
-"""PPO (clipped surrogate) with discrete, continuous, LSTM, normalizing-flow and Mamba2 policies.
+"""PPO (clipped surrogate) with discrete, continuous, LSTM, GRU, normalizing-flow and Mamba2 policies.
 
 The algorithm, top to bottom: collect ``num_steps`` vector steps into a :class:`RolloutBuffer`
 (``act`` samples and remembers log-prob and value; ``observe`` stores the transition and, where
@@ -12,9 +12,12 @@ terminations and truncations kept apart (:func:`tritonrl.toolkit.rollout.compute
     loss   = L_pi - ent_coef * entropy + vf_coef * L_v
 
 with gradient-norm clipping, linear learning-rate annealing and an optional early stop of the
-epochs once the approximate KL exceeds ``target_kl``. Recurrent policies (LSTM, Mamba2) train on
-sequence minibatches of ``seq_len`` steps starting from the memory stored when the segment was
-collected, with the memory reset where an episode starts.
+epochs once the approximate KL exceeds ``target_kl``. Recurrent policies (LSTM, GRU, Mamba2) train
+on sequence minibatches of ``seq_len`` steps starting from the memory stored when the segment was
+collected, with the memory reset where an episode starts (LSTM and GRU: each sequence split at its
+episode starts, all pieces run through one fused recurrence; see
+:meth:`tritonrl.agents.actor_critic.LSTMCore.sequence`), and act one step at a time, the memory
+carried per environment and reset where an episode ended.
 
 The agent is a plain object; :func:`tritonrl.toolkit.loop.run_training` drives it with the on-policy
 schedule, and you can drive it yourself::
@@ -49,8 +52,10 @@ from tritonrl.agents.actor_critic import (
     FeedForwardCore,
     FlowHead,
     GaussianHead,
+    GRUCore,
     LSTMCore,
     Mamba2Core,
+    subsequence_stats,
 )
 from tritonrl.kernels.backend import backend_override
 from tritonrl.toolkit import pytree
@@ -74,7 +79,7 @@ from tritonrl.toolkit.rollout import RolloutBuffer, RunningMeanStd, compute_gae
 __all__ = ["AGENT_KIND", "POLICIES", "PPOAgent", "PRESETS", "PPOConfig", "preset"]
 
 AGENT_KIND = "ppo"
-POLICIES = ("discrete", "continuous", "lstm", "flow", "mamba")
+POLICIES = ("discrete", "continuous", "lstm", "gru", "flow", "mamba")
 
 
 @dataclass(frozen=True)
@@ -86,10 +91,11 @@ class PPOConfig(Config):
     """
 
     # ---- policy
-    policy: Literal["discrete", "continuous", "lstm", "flow", "mamba"] = "discrete"
-    """Policy kind: ``discrete`` (categorical MLP), ``continuous`` (Gaussian MLP), ``lstm``, ``flow``
-    (normalizing flow over a Gaussian base), ``mamba`` (Mamba2 memory). ``lstm``/``mamba`` pick a
-    categorical head for ``Discrete`` and a Gaussian head for ``Box`` action spaces."""
+    policy: Literal["discrete", "continuous", "lstm", "gru", "flow", "mamba"] = "discrete"
+    """Policy kind: ``discrete`` (categorical MLP), ``continuous`` (Gaussian MLP), ``lstm``, ``gru``,
+    ``flow`` (normalizing flow over a Gaussian base), ``mamba`` (Mamba2 memory).
+    ``lstm``/``gru``/``mamba`` pick a categorical head for ``Discrete`` and a Gaussian head for
+    ``Box`` action spaces."""
     hidden: tuple[int, ...] = (64, 64)
     """Hidden layer sizes of the MLPs (actor and critic each; the encoder of recurrent cores)."""
     squash: bool = False
@@ -102,7 +108,7 @@ class PPOConfig(Config):
     flow_hidden: int = 64
     """Width of each coupling layer's network."""
     memory_size: int = 64
-    """LSTM hidden size, or the Mamba2 model width ``d_model``."""
+    """LSTM/GRU hidden size, or the Mamba2 model width ``d_model``."""
     mamba_d_state: int = 16
     """Mamba2 state size per head."""
     mamba_headdim: int = 16
@@ -229,7 +235,8 @@ class PPOAgent(AgentBase):
 
     Args:
         observation_space: a gymnasium ``Box`` (flat observations).
-        action_space: ``Discrete`` (discrete, lstm, mamba) or ``Box`` (continuous, flow, lstm, mamba).
+        action_space: ``Discrete`` (discrete, lstm, gru, mamba) or ``Box`` (continuous, flow, lstm,
+            gru, mamba).
         config: a :class:`PPOConfig` (default: the ``ppo`` preset).
         num_envs: environments per ``act``/``observe`` call (the leading dim of every argument).
         device: where networks and the rollout live; the dtype is ``training_dtype(device)``.
@@ -320,6 +327,9 @@ class PPOAgent(AgentBase):
         # The compiled regions (tritonrl.toolkit.compile): GAE, the minibatch loss (its backward
         # compiled with it), the acting forward. Eager functions for compile="none".
         self._gae = Compiled(compute_gae, cfg.compile, self.device)
+        # LSTM/GRU: the sequences' features are computed eagerly, before the compiled loss (the
+        # size of the split layout changes with the data; see LSTMCore.sequence)
+        self._splits = bool(getattr(self.policy.core, "splits_at_starts", False))
         self._learn = Compiled(self._minibatch_loss, cfg.compile, self.device)
         self._act = Compiled(self.policy.act, cfg.compile, self.device)
 
@@ -337,11 +347,13 @@ class PPOAgent(AgentBase):
             raise ValueError(f"PPO supports Discrete and flat Box action spaces, got {space}")
         # Every module is created on the device in the training dtype (DESIGN section 2): no cast.
         fk: dict[str, Any] = {"device": self.device, "dtype": self.dtype}
-        core: FeedForwardCore | LSTMCore | Mamba2Core
+        core: FeedForwardCore | LSTMCore | GRUCore | Mamba2Core
         if cfg.policy in ("discrete", "continuous", "flow"):
             core = FeedForwardCore(self.obs_dim, cfg.hidden, **fk)
         elif cfg.policy == "lstm":
             core = LSTMCore(self.obs_dim, cfg.hidden, cfg.memory_size, **fk)
+        elif cfg.policy == "gru":
+            core = GRUCore(self.obs_dim, cfg.hidden, cfg.memory_size, **fk)
         else:
             core = Mamba2Core(
                 self.obs_dim,
@@ -539,8 +551,11 @@ class PPOAgent(AgentBase):
         """One PPO update on the full rollout; returns f32 scalar metrics on the device.
 
         Reads no tensor value on the host (no device sync; tested), except the approximate KL once
-        per epoch when ``target_kl`` is set, and the deferred input checks first when
-        ``inputs.check_at_update`` is set (see :meth:`check_inputs`). With ``compile`` set, GAE,
+        per epoch when ``target_kl`` is set, the deferred input checks first when
+        ``inputs.check_at_update`` is set (see :meth:`check_inputs`), and, for the LSTM and GRU
+        policies, one small integer tensor per update: the sizes of the layouts every minibatch's
+        sequences are split into at episode starts (:meth:`_minibatch_layouts`; the epochs'
+        permutations are drawn first, all at once, for it). With ``compile`` set, GAE,
         the minibatch loss and the optimizer step run compiled.
 
         Raises:
@@ -560,12 +575,20 @@ class PPOAgent(AgentBase):
         b.compute_advantages(cfg.gamma, cfg.gae_lambda, gae=self._advantages)
         data, n = self._batches()
         mb_size = max(1, math.ceil(n / cfg.num_minibatches))
+        perms: list[torch.Tensor] = []
+        layouts: list[list[tuple[int, int]]] = []
+        if self._splits:  # LSTM/GRU: every permutation first, for the one host read of the layouts
+            perms = [
+                torch.randperm(n, generator=self.generator, device=self.device)
+                for _ in range(cfg.update_epochs)
+            ]
+            layouts = self._minibatch_layouts(data["starts"], perms, mb_size)
         sums: dict[str, torch.Tensor] = {}
         count = 0
         for _epoch in range(cfg.update_epochs):
-            perm = torch.randperm(n, generator=self.generator, device=self.device)
-            for idx in perm.split(mb_size):
-                metrics = self._minibatch_step(data, idx)
+            perm = perms[_epoch] if perms else torch.randperm(n, generator=self.generator, device=self.device)
+            for i, idx in enumerate(perm.split(mb_size)):
+                metrics = self._minibatch_step(data, idx, layouts[_epoch][i] if layouts else None)
                 for k, v in metrics.items():
                     sums[k] = sums[k] + v if k in sums else v
                 count += 1
@@ -585,7 +608,28 @@ class PPOAgent(AgentBase):
         b.reset()
         return out  # computed eagerly from escaped minibatch metrics
 
-    def _minibatch_step(self, data: dict[str, Any], idx: torch.Tensor) -> dict[str, torch.Tensor]:
+    @staticmethod
+    def _minibatch_layouts(
+        starts: torch.Tensor, perms: list[torch.Tensor], mb_size: int
+    ) -> list[list[tuple[int, int]]]:
+        """``(rows, length)`` of the split layout (:meth:`LSTMCore.sequence`) of each minibatch
+        ``perm.split(mb_size)`` of each epoch's ``perm``, for sequences ``starts [S, L]``: the
+        layouts of a whole update read on the host at once (one transfer of ``[2, epochs,
+        minibatches]`` integers: a device synchronisation on CUDA, once per update)."""
+        count, longest = subsequence_stats(starts)  # [S] each
+        n = starts.shape[0]
+        m = -(-n // mb_size)  # minibatches per epoch (the last one may be shorter)
+        pad = count.new_full((m * mb_size - n,), n)  # index n: a zero appended to the stats
+        idx = torch.stack([torch.cat([p, pad]) for p in perms]).view(len(perms), m, mb_size)
+        zero = count.new_zeros(1)
+        rows = torch.cat([count, zero])[idx].sum(-1)
+        length = torch.cat([longest, zero])[idx].amax(-1)
+        both = torch.stack([rows, length], -1).tolist()  # the host read
+        return [[(int(r), int(t)) for r, t in epoch] for epoch in both]
+
+    def _minibatch_step(
+        self, data: dict[str, Any], idx: torch.Tensor, layout: tuple[int, int] | None = None
+    ) -> dict[str, torch.Tensor]:
         cfg = self.config
         head = self.policy.head
         # the entropy estimate's noise is drawn here, from the agent's generator, outside the
@@ -595,7 +639,11 @@ class PPOAgent(AgentBase):
             # raw actions [N, D] (or [S, L, D] sequences): one draw per minibatch row (and step)
             noise = head.draw((idx.shape[0], *data["raw"].shape[1:-1]), self.generator)
         self.optimizer.zero_grad()
-        loss, metrics = self._learn(data, idx, noise)
+        features = None
+        if layout is not None:  # LSTM/GRU: the split recurrence, eagerly (see LSTMCore.sequence)
+            state = pytree.tree_map(lambda s: s[idx], data["state"])
+            features = self.policy.features(data["obs"][idx], data["starts"][idx], state, layout)
+        loss, metrics = self._learn(data, idx, noise, features)
         loss.backward()
         metrics["losses/grad_norm"] = self.optimizer.clip_and_step(cfg.max_grad_norm)
         return escape(metrics, self._learn)  # summed over minibatches: kept past the next replay
@@ -605,20 +653,30 @@ class PPOAgent(AgentBase):
         return escape(self._gae(*args), self._gae)
 
     def _minibatch_loss(
-        self, data: dict[str, Any], idx: torch.Tensor, noise: torch.Tensor | None
+        self,
+        data: dict[str, Any],
+        idx: torch.Tensor,
+        noise: torch.Tensor | None,
+        features: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """``(loss, metrics)`` of the minibatch ``idx`` of ``data`` (the compiled region of a
-        minibatch step; its backward is compiled with it)."""
+        minibatch step; its backward is compiled with it). ``features``: the policy's features of
+        the minibatch, computed before (LSTM/GRU policies); else computed here."""
         cfg = self.config
-        state = pytree.tree_map(lambda s: s[idx], data["state"]) if self.recurrent else None
-        logp, entropy, value = self.policy.evaluate(
-            data["obs"][idx],
-            data["raw"][idx],
-            data["starts"][idx],
-            state,
-            entropy_grad=cfg.ent_coef != 0,
-            noise=noise,
-        )
+        if features is not None:
+            logp, entropy, value = self.policy.evaluate_features(
+                *features, data["raw"][idx], entropy_grad=cfg.ent_coef != 0, noise=noise
+            )
+        else:
+            state = pytree.tree_map(lambda s: s[idx], data["state"]) if self.recurrent else None
+            logp, entropy, value = self.policy.evaluate(
+                data["obs"][idx],
+                data["raw"][idx],
+                data["starts"][idx],
+                state,
+                entropy_grad=cfg.ent_coef != 0,
+                noise=noise,
+            )
         old_logp, old_v = data["logprobs"][idx], data["values"][idx]
         adv, ret = data["advantages"][idx], data["returns"][idx]
         logratio = logp - old_logp
@@ -837,6 +895,26 @@ PRESETS: tuple[Preset, ...] = (
         "PPO with an LSTM memory (partially observed tasks)",
         PPOConfig(
             policy="lstm",
+            hidden=(64,),
+            memory_size=64,
+            num_steps=128,
+            seq_len=32,
+            normalize_obs=True,
+            lr=5e-4,
+            update_epochs=8,
+            num_minibatches=8,
+            reward_scale=0.1,
+            clip_vloss=False,
+            total_steps=200_000,
+        ),
+        200_000,
+    ),
+    # The GRU twin of ppo-lstm: the same sizes and schedule.
+    _preset(
+        "ppo-gru",
+        "PPO with a GRU memory (partially observed tasks)",
+        PPOConfig(
+            policy="gru",
             hidden=(64,),
             memory_size=64,
             num_steps=128,
