@@ -2,7 +2,9 @@
 
 - :func:`mamba2_scan`: the chunked selective scan over a sequence, differentiable (Triton forward
   and backward on CUDA, the torch chunked reference with autograd on CPU);
-- :func:`mamba2_step`: one recurrence step for acting, updating an f32 state in place.
+- :func:`mamba2_step`: one recurrence step for acting, updating an f32 state in place;
+  :func:`mamba2_step_unchecked` is the same without the input checks, for a caller that built the
+  inputs itself (the Mamba2 block's ``step``: at a few environments the checks cost as much as the step).
 """
 
 from __future__ import annotations
