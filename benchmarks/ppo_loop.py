@@ -22,6 +22,11 @@ epochs, minibatches, observation normalisation), on the same env, in one process
 "within 2x"), ``collect`` (act + step + observe, alternating rounds) and ``train``
 (``run_training``, env steps/s, ratio recurrent / feed-forward).
 
+For the mamba policy, two more: ``core step`` (microseconds of one acting step of the memory,
+``Mamba2Core.step`` at 1 and 8 environments, against the feed-forward core's MLP at the same
+batch: the per-step overhead of acting), and ``train vs ppo`` (its training loop's env steps/s
+against the discrete policy's ``train`` row: the goal is >= 0.5).
+
 Compiled vs eager (``compile="default"``, CPU): ``update`` and ``collect`` of a compiled agent
 against an eager one, timed in alternating rounds in one process (ratio: the median of the
 rounds' ratios, > 1 = compiled faster), with the seconds the first compiled update took; every
@@ -44,7 +49,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from _harness import Row, one_cpu_thread
+from _harness import Row, one_cpu_thread, time_fn
 from torch import nn
 
 NAME = "ppo_loop"
@@ -387,6 +392,7 @@ def _run(quick: bool) -> list[Row]:
         )
     )
     update_base = None
+    train_by_kind: dict[str, float] = {}
     for kind, preset_name, env_id in KINDS:
         case = f"{kind} {env_id}"
         env_sps = _env_only_sps(env_id, 4_096 if quick else 16_384)
@@ -418,7 +424,7 @@ def _run(quick: bool) -> list[Row]:
             )
         )
         steps = n * (2 if quick else 4)
-        sps = train_sps(preset_name, env_id, steps)
+        sps = train_by_kind[kind] = train_sps(preset_name, env_id, steps)
         base = ref if kind == "discrete" else env_sps
         rows.append(
             Row(
@@ -434,6 +440,7 @@ def _run(quick: bool) -> list[Row]:
     for kind, preset_name, env_id in KINDS:
         if kind in RECURRENT:
             rows += _recurrent_rows(kind, preset_name, env_id, quick)
+    rows += _mamba_rows(train_by_kind)
     for kind, preset_name, env_id in KINDS[:1] if quick else KINDS:
         cmp = compiled_vs_eager(preset_name, env_id, rounds=2 if quick else 5)
         case = f"{kind} {env_id}: compiled vs eager"
@@ -459,6 +466,54 @@ def _run(quick: bool) -> list[Row]:
                 cmp["collect_ratio"],
             ),
         ]
+    return rows
+
+
+def core_step_us(policy: str, num_envs: int) -> float:
+    """Median microseconds of one acting step of a PPO preset's core (``core.step`` for memories,
+    the MLP core's forward otherwise) on CartPoleNoVel-v1 observations, under ``torch.no_grad``."""
+    agent, env = _agent(policy, "CartPoleNoVel-v1", 10**6, num_envs=num_envs)
+    env.close()
+    core = agent.policy.core
+    x = torch.randn(num_envs, agent.obs_dim, dtype=agent.dtype)
+    state = agent.policy.initial_state(num_envs)
+    starts = torch.zeros(num_envs, dtype=torch.bool)
+    if getattr(core, "recurrent", False):
+
+        def fn() -> object:
+            return core.step(x, state, starts)
+    else:
+
+        def fn() -> object:
+            return core(x)
+
+    with torch.no_grad():
+        return time_fn(fn)["median"] * 1e6
+
+
+def _mamba_rows(train_by_kind: dict[str, float]) -> list[Row]:
+    """The mamba policy's acting step (1 and 8 envs, vs the MLP core) and its training loop against
+    the feed-forward one (issue 17's goal: >= 0.5x)."""
+    case = "mamba CartPoleNoVel-v1"
+    rows = []
+    for num_envs in (1, NUM_ENVS):
+        us, ff = core_step_us("ppo-mamba", num_envs), core_step_us("ppo", num_envs)
+        note = f"Mamba2Core.step, {num_envs} env{'s' if num_envs > 1 else ''}; ratio: MLP core / this"
+        rows.append(Row(NAME, case, f"core step {num_envs}", us, "us/step", ratio=ff / us, note=note))
+    if "mamba" in train_by_kind and "discrete" in train_by_kind:
+        sps = train_by_kind["mamba"]
+        ratio = sps / train_by_kind["discrete"]
+        rows.append(
+            Row(
+                NAME,
+                case,
+                "train vs ppo",
+                sps,
+                "env steps/s",
+                ratio=ratio,
+                note="vs the discrete train row; goal >= 0.5",
+            )
+        )
     return rows
 
 
