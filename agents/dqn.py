@@ -371,6 +371,7 @@ class DQNAgent(AgentBase):
 
     kind = AGENT_KIND
     config_class = DQNConfig
+    rank_part_keys = ("generator", "replay", "icm_replay")
 
     def __init__(
         self,

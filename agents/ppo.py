@@ -262,6 +262,7 @@ class PPOAgent(AgentBase):
 
     kind = AGENT_KIND
     config_class = PPOConfig
+    rank_part_keys = ("generator", "rollout", "memory", "obs_rms_rank")
 
     def __init__(
         self,
@@ -758,21 +759,23 @@ class PPOAgent(AgentBase):
         return cfg.lr * max(0.0, 1.0 - self.updates / total_updates)
 
     def _state_parts(self) -> dict[str, Any]:
+        rms = self._obs_shared if self._obs_shared is not None else self.obs_rms
         parts: dict[str, Any] = {
             "policy": self.policy.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "rollout": self.buffer.state_dict(),
-            "obs_rms": self.obs_rms.state_dict() if self.obs_rms is not None else None,
+            "obs_rms": rms.state_dict() if rms is not None else None,  # what every rank shares
             "memory": {
                 "state": pytree.leaves(self.state),
                 "starts": self.starts,
                 "segments": [None if s is None else pytree.leaves(s) for s in self.segment_states],
             },
         }
-        if self._obs_shared is not None and self._obs_local is not None:
-            # data-parallel: obs_rms is this rank's (shared + local); "shared" is what every rank has
-            parts["obs_rms_ranks"] = {
-                "shared": self._obs_shared.state_dict(),
+        if self._obs_shared is not None and self._obs_local is not None and self.obs_rms is not None:
+            # data-parallel: this rank's statistics (the shared ones and its own observations since
+            # they were pooled) and those own observations alone
+            parts["obs_rms_rank"] = {
+                "current": self.obs_rms.state_dict(),
                 "local": self._obs_local.state_dict(),
             }
         return parts
@@ -805,16 +808,16 @@ class PPOAgent(AgentBase):
         rms = section(state, "obs_rms", where, "the observation statistics")
         if (rms is None) != (self.obs_rms is None):
             raise ValueError("observation normalisation differs (normalize_obs)")
-        ranks = state.get("obs_rms_ranks")
         if self.obs_rms is not None:
             self._check_rms(rms, "obs_rms")
-            if ranks is not None:
-                if not isinstance(ranks, Mapping):
-                    raise ValueError("obs_rms_ranks is not a mapping of 'shared' and 'local' statistics")
-                for key in ("shared", "local"):
-                    self._check_rms(ranks.get(key), f"obs_rms_ranks {key}")
         if not rank_parts:
             return {}
+        own = state.get("obs_rms_rank")
+        if own is not None:
+            if self.obs_rms is None or not isinstance(own, Mapping):
+                raise ValueError("obs_rms_rank is not a mapping of 'current' and 'local' statistics")
+            for key in ("current", "local"):
+                self._check_rms(own.get(key), f"obs_rms_rank {key}")
         self.buffer.check_state_dict(section(state, "rollout", where, "the rollout buffer"))
         memory = section(state, "memory", where, "the recurrent memory")
         leaves = section(memory, "state", where, "the recurrent memory state")
@@ -864,22 +867,18 @@ class PPOAgent(AgentBase):
         self._pending = None
 
     def _load_obs_stats(self, state: Mapping[str, Any], rank_parts: bool) -> None:
-        """Restore the observation statistics. The shared part is the saved ``obs_rms_ranks``
-        ``shared`` statistics (a data-parallel run's) or else ``obs_rms`` (a single process's);
-        ``rank_parts`` also restores this rank's observations since the last pooling."""
+        """Restore the observation statistics: ``obs_rms`` is what every rank shares (a single
+        process's statistics; a data-parallel run's pooled at its last update); with
+        ``rank_parts``, a data-parallel rank's ``obs_rms_rank`` adds its own observations since."""
         if self.obs_rms is None:
             return
-        ranks = state.get("obs_rms_ranks")
-        shared = ranks["shared"] if ranks is not None else state["obs_rms"]
-        if rank_parts:
-            self.obs_rms.load_state_dict(state["obs_rms"])
-        else:
-            self.obs_rms.load_state_dict(shared)
+        own = state.get("obs_rms_rank") if rank_parts else None
+        self.obs_rms.load_state_dict(own["current"] if own is not None else state["obs_rms"])
         if self._obs_shared is not None and self._obs_local is not None:
-            self._obs_shared.load_state_dict(shared)
+            self._obs_shared.load_state_dict(state["obs_rms"])
             self._obs_local = RunningMeanStd((self.obs_dim,), self.device, epsilon=0.0)
-            if rank_parts and ranks is not None:
-                self._obs_local.load_state_dict(ranks["local"])
+            if own is not None:
+                self._obs_local.load_state_dict(own["local"])
 
 
 def _same_obs(acted: Any, observed: Any) -> bool:

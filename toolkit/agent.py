@@ -27,9 +27,10 @@ rank, else :class:`~tritonrl.toolkit.distributed.DistributedError` on every rank
 generator with :func:`rank_seed` (each rank explores and samples differently; rank 0 as a single
 process does), and :func:`broadcast_modules_` gives every rank rank 0's parameters. A state splits
 into what every rank shares (weights, optimizers, counters, config, normalisation statistics) and
-what is this rank's own (replay or rollout, acting memory, generator):
-``load_state_dict(state, rank_parts=False)`` loads the first and starts the second fresh (a run
-of N ranks resumed on M != N).
+what is this rank's own (replay or rollout, acting memory, generator; the top-level entries
+named by :attr:`AgentBase.rank_part_keys`): ``load_state_dict(state, rank_parts=False)`` loads the
+first, without needing the second, and starts this rank's own parts fresh (a run of N ranks
+resumed on M != N).
 """
 
 from __future__ import annotations
@@ -288,6 +289,10 @@ class AgentBase(abc.ABC):
     """The ``agent`` entry of the state (``"dqn"``, ``"ppo"``)."""
     config_class: ClassVar[type[Config]]
     """The config dataclass (with ``to_dict`` / ``from_dict``)."""
+    rank_part_keys: ClassVar[tuple[str, ...]] = ("generator",)
+    """The top-level entries of :meth:`state_dict` that are this rank's own in a data-parallel run
+    (present or not; every other entry is shared by the ranks): what a checkpoint keeps per rank,
+    and what ``load_state_dict(..., rank_parts=False)`` neither needs nor reads."""
 
     config: Any
     observation_space: gym.Space

@@ -154,6 +154,7 @@ def _ppo_ranks(ctx: DistContext, data: dict[str, torch.Tensor], target_kl: float
     assert agent.obs_rms is not None
     out["obs_rms"] = {k: v.clone() for k, v in agent.obs_rms.state_dict().items()}
     out["env_steps"] = agent.env_steps
+    agent.act(data["obs"][2, envs])  # this rank's statistics move on from the pooled ones
     out["state"] = agent.state_dict()
     return out
 
@@ -193,12 +194,20 @@ def test_ppo_two_ranks_update_equals_one_process_on_the_union() -> None:
     )
     with pytest.raises(ValueError, match="num_envs=2"):
         one.check_state_dict(state)  # this rank's parts do not fit 4 environments
-    one.check_state_dict(state, rank_parts=False)
-    one.load_state_dict(state, rank_parts=False)
+    shared = {k: v for k, v in state.items() if k not in PPOAgent.rank_part_keys}  # what is loaded
+    one.check_state_dict(shared, rank_parts=False)
+    one.load_state_dict(shared, rank_parts=False)
     _same(list(one.policy.state_dict().values()), list(state["policy"].values()), "loaded policy")
     assert one.obs_rms is not None
     _same(list(one.obs_rms.state_dict().values()), list(ranks[0]["obs_rms"].values()), "loaded obs_rms")
     assert one.buffer.pos == 0 and one.env_steps == state["counters"]["env_steps"]
+    # the same rank's whole state (an exact resume of that rank): its own statistics come back
+    own = PPOAgent(OBS, ACT, _ppo_config(normalize_obs=True, num_steps=2), num_envs=2, dist=SINGLE_PROCESS)
+    own.load_state_dict(state)
+    assert own.obs_rms is not None
+    current = state["obs_rms_rank"]["current"]
+    _same(list(own.obs_rms.state_dict().values()), list(current.values()), "this rank's obs_rms")
+    assert not torch.equal(current["mean"], state["obs_rms"]["mean"])
     assert one.updates == 1 and bool(one.starts.all())
     saved_opt = state["optimizer"]["optimizer"]["state"]
     for i, per_param in one.optimizer.optimizer.state_dict()["state"].items():
@@ -350,8 +359,9 @@ def test_dqn_rank_parts_false_loads_weights_and_starts_an_empty_replay() -> None
         a.update()
     state = a.state_dict()
     b = DQNAgent(OBS, ACT, cfg, num_envs=1, seed=1)
-    b.check_state_dict(state, rank_parts=False)
-    b.load_state_dict(state, rank_parts=False)
+    shared = {k: v for k, v in state.items() if k not in DQNAgent.rank_part_keys}  # what is loaded
+    b.check_state_dict(shared, rank_parts=False)
+    b.load_state_dict(shared, rank_parts=False)
     for net in ("online", "target", "icm_module"):
         _same(list(getattr(b, net).state_dict().values()), list(getattr(a, net).state_dict().values()), net)
     _same(b.optimizer.masters, a.optimizer.masters, "optimizer masters")
