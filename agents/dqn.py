@@ -39,6 +39,7 @@ averaged across the ranks before each clip and step, so every rank takes the sam
 updates count updates, and the PER ``beta`` schedule sampled batches, the same on every rank;
 epsilon counts the environment steps of every rank (``env_steps`` advances by
 ``num_envs * N`` per :meth:`DQNAgent.observe`). PER priorities stay with the rank that sampled them.
+Exploration, noisy-layer noise and replay sampling draw from each rank's own generator.
 """
 
 from __future__ import annotations

@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import os
 
-import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+
+pytest.importorskip("gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
+
+import gymnasium as gym
 from dist_run import run_ranks
 from tritonrl.agents.dqn import DQNAgent
 from tritonrl.agents.dqn import preset as dqn_preset
