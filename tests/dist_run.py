@@ -12,6 +12,7 @@ fails (a hang is a failure, never a stuck CI job). ``fn`` and its results must b
 from __future__ import annotations
 
 import os
+import pickle
 import queue
 import socket
 import traceback
@@ -48,7 +49,9 @@ def _worker(rank: int, world: int, port: int, fn: Callable[..., Any], args: tupl
     try:
         ctx = distributed.init_distributed("cpu")
         try:
-            out.put((rank, True, fn(ctx, *args)))
+            # pickled here, tensors by value: the queue's own pickler would share their storage
+            # through this process, which may have exited before the parent unpickles them
+            out.put((rank, True, pickle.dumps(fn(ctx, *args))))
         finally:
             distributed.shutdown()
     except BaseException:  # reported to the parent, which fails the test with it
@@ -78,7 +81,7 @@ def run_ranks(fn: Callable[..., Any], world: int = 2, *args: Any, timeout: float
                 raise AssertionError(f"the {world} ranks did not finish within {timeout:.0f} s") from None
             if not ok:
                 raise AssertionError(f"rank {rank} raised:\n{value}")
-            results[rank] = value
+            results[rank] = pickle.loads(value)
     finally:
         for p in procs:
             p.join(timeout=10)
