@@ -289,9 +289,12 @@ def _run(args: argparse.Namespace, ctx: DistContext) -> int:
         if say:
             print("interrupted by SIGINT before training started: nothing saved", file=sys.stderr)
         return 130
-    if ctx.any(failed is not None):  # rank 0's write probe can fail alone: every rank stops
-        if failed is not None and say:
-            print(f"error: {failed}", file=sys.stderr)
+    # a check can fail on some ranks alone (rank 0's write probe): every rank stops, rank 0 says why
+    errors = ctx.all_gather_objects(None if failed is None else str(failed))
+    first = next(((r, e) for r, e in enumerate(errors) if e is not None), None)
+    if first is not None:
+        if say:
+            print(f"error: {'' if first[0] == 0 else f'rank {first[0]}: '}{first[1]}", file=sys.stderr)
         return 2
     try:
         with stop_on_signals() as (should_stop, received):
