@@ -627,8 +627,10 @@ def fit(
     if ctx.rank:  # each rank its own dropout stream; rank 0's is the single process's
         torch.manual_seed(_rank_seed(config.seed, ctx.rank))
     ctx.broadcast_tensors_(list(model.state_dict().values()))  # rank 0's weights, before the masters
+    # data-parallel: the optimizer averages the ranks' f32 gradients (the global batch's gradient)
+    # before clipping and stepping (a no-op in a single process)
     opt = MasterWeightOptimizer(
-        model.parameters(), torch.optim.AdamW, lr=config.lr, weight_decay=config.weight_decay
+        model.parameters(), torch.optim.AdamW, lr=config.lr, weight_decay=config.weight_decay, dist=ctx
     )
     steps_per_epoch = math.ceil(len(train) / config.batch_size)
     total_steps = config.epochs * steps_per_epoch
@@ -776,9 +778,6 @@ def fit(
                     loss = loss * weight
                 opt.zero_grad()
                 loss.backward()
-                # Data-parallel: the mean of the ranks' gradients = the global batch's gradient,
-                # before clipping (a no-op in a single process).
-                ctx.all_reduce_mean_([p.grad for p in opt.params])
                 norm = opt.clip_grad_norm_(config.grad_clip) if config.grad_clip > 0 else None
                 opt.step()
                 loop["global_step"] += 1
