@@ -28,6 +28,18 @@ are cast once where they enter (``act``, the replay buffer); network outputs are
 once, at the loss; TD targets, losses and priorities are f32. The optimizer keeps f32 master
 weights (:class:`tritonrl.toolkit.optim.MasterWeightOptimizer`) so bf16 updates do not vanish, and Polyak
 target updates in bf16 run on f32 copies for the same reason.
+
+Data-parallel (``dist``, a :class:`tritonrl.toolkit.distributed.DistContext` of N ranks, each
+stepping ``num_envs`` of the run's environments with its own replay): ``buffer_size`` and
+``batch_size`` are the run's, each rank keeping ``buffer_size / N`` transitions and sampling
+``batch_size / N`` of each global batch (both must divide by N, else a
+:class:`~tritonrl.toolkit.distributed.DistributedError`). Every rank starts from rank 0's
+parameters (the target network and masters follow from them); the Q (and ICM) gradients are
+averaged across the ranks before each clip and step, so every rank takes the same step; target
+updates count updates, and the PER ``beta`` schedule sampled batches, the same on every rank;
+epsilon counts the environment steps of every rank (``env_steps`` advances by
+``num_envs * N`` per :meth:`DQNAgent.observe`). PER priorities stay with the rank that sampled them.
+Exploration, noisy-layer noise and replay sampling draw from each rank's own generator.
 """
 
 from __future__ import annotations
@@ -57,11 +69,12 @@ from tritonrl.agents.td import (
 )
 from tritonrl.agents.torsos import NORMS, TORSO_KINDS, build_torso
 from tritonrl.kernels.backend import backend_override
-from tritonrl.toolkit.agent import AgentBase
+from tritonrl.toolkit.agent import AgentBase, broadcast_modules_, join_ranks, rank_seed
 from tritonrl.toolkit.checkpoint import CheckpointError, check_module_tensors, load_into_module, section
 from tritonrl.toolkit.checks import ActionRule, InputGuard, check_config, check_memory
 from tritonrl.toolkit.compile import Compiled, CompileMode, escape
 from tritonrl.toolkit.config import Config, resumable
+from tritonrl.toolkit.distributed import DistContext
 from tritonrl.toolkit.offpolicy import schedule_for
 from tritonrl.toolkit.optim import MasterWeightOptimizer
 from tritonrl.toolkit.precision import training_dtype
@@ -339,17 +352,27 @@ class DQNAgent(AgentBase):
         action_space: ``Discrete`` (Q head) or ``MultiDiscrete`` (branching head).
         config: a :class:`DQNConfig` (default: the ``dqn`` preset).
         device: where networks and replay live; the dtype is ``training_dtype(device)``.
-        num_envs: environments per ``observe`` call (the leading dim of every argument).
-        seed: seeds the parameters and the agent's own generator (exploration, noise, replay).
+        num_envs: environments per ``observe`` call (the leading dim of every argument); with
+            ``dist``, this rank's share of the run's environments.
+        seed: seeds the parameters and the agent's own generator (exploration, noise, replay;
+            rank ``r`` of a data-parallel run seeds it with
+            :func:`tritonrl.toolkit.agent.rank_seed` ``(seed, r)``).
+        dist: the data-parallel context (``None``: :func:`tritonrl.toolkit.distributed.current`,
+            a single process unless ``init_distributed`` joined a group); see the module
+            docstring. Every rank must build the agent at the same point.
 
     Raises:
         ValueError: an unsupported space, a distributional config with a MultiDiscrete space, a
             replay (``buffer_size``) that cannot fit in the device's free memory, or a
             ``TRITONRL_BACKEND`` that cannot run on ``device``.
+        tritonrl.toolkit.distributed.DistributedError: the ranks' configs, spaces or ``num_envs``
+            differ, or ``buffer_size`` or ``batch_size`` is not divisible by the world size (on
+            every rank).
     """
 
     kind = AGENT_KIND
     config_class = DQNConfig
+    rank_part_keys = ("generator", "replay", "icm_replay")
 
     def __init__(
         self,
@@ -360,12 +383,27 @@ class DQNAgent(AgentBase):
         device: torch.device | str = "cpu",
         num_envs: int = 1,
         seed: int = 0,
+        dist: DistContext | None = None,
     ) -> None:
         cfg = config if config is not None else preset("dqn")
         if not isinstance(cfg, DQNConfig):
             raise TypeError(f"config must be a DQNConfig, got {type(cfg).__name__}")
         if num_envs < 1:
             raise ValueError(f"num_envs={num_envs} must be >= 1")
+        self.dist = join_ranks(
+            dist,
+            kind=self.kind,
+            config=cfg,
+            observation_space=observation_space,
+            action_space=action_space,
+            num_envs=num_envs,
+            device=torch.device(device),
+        )
+        """The data-parallel context (a single process: every collective is a no-op)."""
+        self.batch_size = self.dist.shard(cfg.batch_size, "batch_size")
+        """Transitions this rank samples per update: ``batch_size / world_size``."""
+        self.buffer_size = self.dist.shard(cfg.buffer_size, "buffer_size")
+        """This rank's replay capacity: ``buffer_size / world_size``."""
         self.config = cfg
         self.device = torch.device(device)
         self.dtype = training_dtype(self.device)
@@ -401,12 +439,14 @@ class DQNAgent(AgentBase):
         ``mode``
         (``"auto"``, ``"eager"``, ``"deferred"``) says when inputs on an accelerator are checked."""
         self.generator = torch.Generator(device=self.device)
-        self.generator.manual_seed(self.seed)
+        self.generator.manual_seed(rank_seed(self.seed, self.dist.rank))
 
         with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
             torch.manual_seed(self.seed)
             self.online = self._build_network()
             self.icm_module = self._build_icm() if cfg.icm else None
+        # rank 0's weights; the target network and the optimizers' masters are copied from them
+        broadcast_modules_(self.dist, self.online, self.icm_module)
         self.target = copy.deepcopy(self.online)
         self.target.requires_grad_(False)
         # fused: one kernel for all parameters (torch defaults to a per-parameter loop on CPU)
@@ -414,6 +454,7 @@ class DQNAgent(AgentBase):
             self.online.parameters(),
             torch.optim.Adam,
             compile=cfg.compile,
+            dist=self.dist,
             lr=cfg.lr,
             eps=cfg.adam_eps,
             fused=True,
@@ -423,24 +464,19 @@ class DQNAgent(AgentBase):
         if cfg.tau < 1.0 and self.dtype != torch.float32:
             self._target_master = [p.detach().float().clone() for p in self.target.parameters()]
 
+        self._action_shape = action_shape
         self.buffer = self._build_buffer(cfg, action_shape)
         self.icm_buffer: ReplayBuffer | None = None  # set exactly when icm_module is
         if self.icm_module is not None:
             self.icm_optimizer = MasterWeightOptimizer(
-                self.icm_module.parameters(), torch.optim.Adam, compile=cfg.compile, lr=cfg.icm_lr, fused=True
+                self.icm_module.parameters(),
+                torch.optim.Adam,
+                compile=cfg.compile,
+                dist=self.dist,
+                lr=cfg.icm_lr,
+                fused=True,
             )
-            # one-step transitions for the forward/inverse models, whatever n_step the Q target uses
-            self.icm_buffer = ReplayBuffer(
-                cfg.buffer_size,
-                self.obs_shape,
-                device=self.device,
-                num_envs=num_envs,
-                n_step=1,
-                gamma=cfg.gamma,
-                action_shape=action_shape,
-                action_dtype=torch.int64,
-                staging=self.replay_staging,
-            )
+            self.icm_buffer = self._build_icm_buffer()
 
         if cfg.distribution == "c51":
             self.support = torch.linspace(cfg.v_min, cfg.v_max, cfg.atoms, device=self.device)
@@ -512,16 +548,16 @@ class DQNAgent(AgentBase):
         )
 
     def _check_replay_memory(self, cfg: DQNConfig, action_shape: tuple[int, ...]) -> None:
-        """Refuse a ``buffer_size`` whose replay (and ICM replay) cannot fit on the device, before
-        anything is allocated."""
+        """Refuse a ``buffer_size`` whose replay (and ICM replay; this rank's share) cannot fit on
+        the device, before anything is allocated."""
         buffer_cls = PrioritizedReplayBuffer if cfg.prioritized else ReplayBuffer
         kw: dict[str, Any] = dict(
             obs_dtype=self.dtype, action_shape=action_shape, action_dtype=torch.int64, num_envs=self.num_envs
         )
         kw["staging"] = self.replay_staging
-        parts = buffer_cls.memory_bytes(cfg.buffer_size, self.obs_shape, n_step=cfg.n_step, **kw)
+        parts = buffer_cls.memory_bytes(self.buffer_size, self.obs_shape, n_step=cfg.n_step, **kw)
         if cfg.icm:
-            icm = ReplayBuffer.memory_bytes(cfg.buffer_size, self.obs_shape, **kw)
+            icm = ReplayBuffer.memory_bytes(self.buffer_size, self.obs_shape, **kw)
             parts["ICM replay"] = sum(icm.values())
         check_memory(f"buffer_size={cfg.buffer_size}", parts, self.device)
 
@@ -537,7 +573,7 @@ class DQNAgent(AgentBase):
         )
         if cfg.prioritized:
             return PrioritizedReplayBuffer(
-                cfg.buffer_size,
+                self.buffer_size,
                 self.obs_shape,
                 alpha=cfg.per_alpha,
                 beta=cfg.per_beta,
@@ -546,7 +582,22 @@ class DQNAgent(AgentBase):
                 eps=cfg.per_eps,
                 **kw,
             )
-        return ReplayBuffer(cfg.buffer_size, self.obs_shape, **kw)
+        return ReplayBuffer(self.buffer_size, self.obs_shape, **kw)
+
+    def _build_icm_buffer(self) -> ReplayBuffer:
+        """The ICM's replay: one-step transitions for the forward/inverse models, whatever
+        ``n_step`` the Q target uses (this rank's share of ``buffer_size``)."""
+        return ReplayBuffer(
+            self.buffer_size,
+            self.obs_shape,
+            device=self.device,
+            num_envs=self.num_envs,
+            n_step=1,
+            gamma=self.config.gamma,
+            action_shape=self._action_shape,
+            action_dtype=torch.int64,
+            staging=self.replay_staging,
+        )
 
     # ------------------------------------------------------------------ values
 
@@ -676,7 +727,7 @@ class DQNAgent(AgentBase):
             assert self.icm_buffer is not None  # created with icm_module
             self.icm_buffer.add(obs, action, reward, next_obs, terminated, truncated)
         self.buffer.add(obs, action, reward, next_obs, terminated, truncated)
-        self.env_steps += self.num_envs
+        self.env_steps += self.num_envs * self.dist.world_size  # global: every rank's environments
 
     # ------------------------------------------------------------------ learning
 
@@ -747,25 +798,29 @@ class DQNAgent(AgentBase):
         Returns f32 scalar metrics on the device: ``losses/td_loss``, ``losses/grad_norm``,
         ``values/q``, and ``losses/icm_*`` with ICM. Reads no tensor value on the host (no
         device sync; tested), unless ``inputs.check_at_update`` is set (see :meth:`check_inputs`).
-        With ``compile`` set, the loss and the optimizer step run compiled.
+        With ``compile`` set, the loss and the optimizer step run compiled. With ``dist``, every
+        rank calls it together: each samples :attr:`batch_size` transitions of its own replay and
+        the gradients are averaged (the metrics are this rank's).
 
         Raises:
-            RuntimeError: the buffer holds fewer transitions than ``batch_size``.
+            RuntimeError: the buffer holds fewer transitions than :attr:`batch_size` (this rank's
+                share of ``config.batch_size``).
             ValueError: with ``inputs.check_at_update``, a deferred input check failed (see
                 :meth:`check_inputs`); nothing learned.
         """
         cfg = self.config
         if self.inputs.pending and self.inputs.check_at_update:
             self.inputs.check()
-        if len(self.buffer) < cfg.batch_size:
+        if len(self.buffer) < self.batch_size:
+            share = f" (this rank's share of {cfg.batch_size})" if self.dist.enabled else ""
             raise RuntimeError(
                 f"the replay buffer holds {len(self.buffer)} transitions, fewer than "
-                f"batch_size={cfg.batch_size}: call update() after learning_starts"
+                f"batch_size={self.batch_size}{share}: call update() after learning_starts"
             )
         learn = self._learn
         learn.step_begin()
         # random draws from the agent's generator stay out of the compiled region
-        batch = self.buffer.sample(cfg.batch_size, generator=self.generator)
+        batch = self.buffer.sample(self.batch_size, generator=self.generator)
         if cfg.noisy:
             self.online.reset_noise(self.generator)
             self.target.reset_noise(self.generator)
@@ -792,7 +847,7 @@ class DQNAgent(AgentBase):
 
     def _update_icm(self) -> dict[str, torch.Tensor]:
         assert self.icm_module is not None and self.icm_buffer is not None  # called only with ICM on
-        batch = self.icm_buffer.sample(self.config.batch_size, generator=self.generator)
+        batch = self.icm_buffer.sample(self.batch_size, generator=self.generator)
         self.icm_optimizer.zero_grad()
         parts = self._learn_icm(batch)
         parts["loss"].backward()
@@ -853,7 +908,7 @@ class DQNAgent(AgentBase):
             state["icm_replay"] = self.icm_buffer.state_dict()
         return state
 
-    def _check_parts(self, state: Mapping[str, Any], where: str) -> dict[str, Any]:
+    def _check_parts(self, state: Mapping[str, Any], where: str, rank_parts: bool) -> dict[str, Any]:
         check_module_tensors(
             self.online,
             section(state, "online", where, "the online network"),
@@ -871,16 +926,18 @@ class DQNAgent(AgentBase):
             )
         staged: dict[str, Any] = {}
         self.optimizer.check_state_dict(section(state, "optimizer", where, "the optimizer state"))
-        staged["replay"] = self.buffer.parse_state(section(state, "replay", where, "the replay buffer"))
+        if rank_parts:
+            staged["replay"] = self.buffer.parse_state(section(state, "replay", where, "the replay buffer"))
         if self.icm_module is not None:
             check_module_tensors(self.icm_module, state["icm"], where=f"{where} (ICM)")
             self.icm_optimizer.check_state_dict(
                 section(state, "icm_optimizer", where, "the ICM optimizer state")
             )
             assert self.icm_buffer is not None  # created with icm_module
-            staged["icm_replay"] = self.icm_buffer.parse_state(
-                section(state, "icm_replay", where, "the ICM replay buffer")
-            )
+            if rank_parts:
+                staged["icm_replay"] = self.icm_buffer.parse_state(
+                    section(state, "icm_replay", where, "the ICM replay buffer")
+                )
         masters = state.get("target_master")
         if masters is not None:
             shapes = [tuple(p.shape) for p in self.target.parameters()]
@@ -895,12 +952,15 @@ class DQNAgent(AgentBase):
                 raise ValueError("target_master does not hold a float tensor per target parameter")
         return staged
 
-    def _load_parts(self, state: Mapping[str, Any], staged: dict[str, Any]) -> None:
+    def _load_parts(self, state: Mapping[str, Any], staged: dict[str, Any], rank_parts: bool) -> None:
         load_into_module(self.online, state["online"])
         load_into_module(self.target, state["target"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.optimizer.set_lr(self.config.lr)
-        self.buffer.apply_state(staged["replay"])
+        if rank_parts:
+            self.buffer.apply_state(staged["replay"])
+        else:
+            self._fresh_replays()
         if self._target_master is not None:
             saved = state.get("target_master")
             src = saved if saved is not None else list(self.target.parameters())
@@ -911,7 +971,21 @@ class DQNAgent(AgentBase):
             self.icm_optimizer.load_state_dict(state["icm_optimizer"])
             self.icm_optimizer.set_lr(self.config.icm_lr)
             assert self.icm_buffer is not None  # created with icm_module
-            self.icm_buffer.apply_state(staged["icm_replay"])
+            if rank_parts:
+                self.icm_buffer.apply_state(staged["icm_replay"])
+
+    def _fresh_replays(self) -> None:
+        """Empty replay buffers (this rank's own part, for ``rank_parts=False``): rebuilt unless
+        still unused (the old storage is released first). A prioritized replay continues its
+        ``beta`` schedule from the update count (one sampled batch per update)."""
+        if self.buffer.steps:
+            self.buffer = None  # release the storage before building the new one
+            self.buffer = self._build_buffer(self.config, self._action_shape)
+        if isinstance(self.buffer, PrioritizedReplayBuffer):
+            self.buffer.sample_calls = self.updates
+        if self.icm_buffer is not None and self.icm_buffer.steps:
+            self.icm_buffer = None
+            self.icm_buffer = self._build_icm_buffer()
 
 
 # ----------------------------------------------------------------------------- presets

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tritonrl.kernels.mamba2 import mamba2_scan, mamba2_step
+from tritonrl.kernels.mamba2 import mamba2_scan, mamba2_step_unchecked
 from tritonrl.toolkit.precision import training_dtype
 
 __all__ = ["Mamba2Block", "Mamba2State"]
@@ -259,6 +259,75 @@ class Mamba2Block(nn.Module):
             return y, Mamba2State(conv=window, ssm=ssm)
         return y
 
+    def _check_step(
+        self, x_t: torch.Tensor, state: Mamba2State, reset: torch.Tensor | None, inplace: bool
+    ) -> None:
+        """What :meth:`step` takes from outside: ``x_t``, ``state`` and ``reset`` (shapes, dtypes,
+        devices; the SSM state float32, contiguous when updated in place). The rest of what the
+        single-step op needs the block builds itself from its parameters, so the op runs without
+        its own checks (:func:`tritonrl.kernels.mamba2.mamba2_step_unchecked`). A fast test of all
+        of it first; anything unusual goes to the detailed checks, which name the problem."""
+        try:
+            batch = x_t.shape[0]
+            conv, ssm = state.conv, state.ssm
+            dev = self.conv_bias.device
+            if (
+                type(state) is Mamba2State
+                and x_t.shape == (batch, self.d_model)
+                and x_t.dtype == conv.dtype == self.conv_bias.dtype
+                and conv.shape == (batch, self.d_conv - 1, self.conv_dim)
+                and ssm.shape == (batch, self.nheads, self.headdim, self.d_state)
+                and ssm.dtype == torch.float32
+                and x_t.device == dev
+                and conv.device == dev
+                and ssm.device == dev
+                and (not inplace or ssm.is_contiguous())
+                and (
+                    reset is None
+                    or (
+                        type(reset) is torch.Tensor
+                        and reset.dtype == torch.bool
+                        and reset.shape == (batch,)
+                        and reset.device == dev
+                    )
+                )
+            ):
+                return
+        except (AttributeError, IndexError, TypeError):  # the detailed checks raise the right error
+            pass
+        self._check_step_slow(x_t, state, reset, inplace)
+
+    def _check_step_slow(
+        self, x_t: torch.Tensor, state: Mamba2State, reset: torch.Tensor | None, inplace: bool
+    ) -> None:
+        if not isinstance(x_t, torch.Tensor) or x_t.dim() != 2:
+            raise ValueError(
+                f"x_t must have shape [B, d_model] with d_model = {self.d_model}, "
+                f"got {tuple(getattr(x_t, 'shape', ()))}"
+            )
+        batch = x_t.shape[0]
+        self._check(x_t, (batch, self.d_model), "[B, d_model]")
+        self._check_state(state, batch)
+        if state.conv.dtype != self.dtype:
+            raise TypeError(f"state.conv has dtype {state.conv.dtype}, want the parameter dtype {self.dtype}")
+        if state.ssm.dtype != torch.float32:
+            raise TypeError(
+                f"state.ssm has dtype {state.ssm.dtype}, want torch.float32 (the SSM state is f32)"
+            )
+        dev = self.conv_bias.device
+        for name, t in (("x_t", x_t), ("state.conv", state.conv), ("state.ssm", state.ssm)):
+            if t.device != dev:
+                raise ValueError(f"{name} is on {t.device}, the block's parameters on {dev}")
+        if inplace and not state.ssm.is_contiguous():
+            raise ValueError("state.ssm must be contiguous to be updated in place (inplace=True)")
+        if reset is not None:
+            if not isinstance(reset, torch.Tensor) or reset.dtype != torch.bool:
+                raise TypeError(f"reset must be a bool tensor, got {getattr(reset, 'dtype', type(reset))}")
+            if tuple(reset.shape) != (batch,):
+                raise ValueError(f"reset must have shape [B] = ({batch},), got {tuple(reset.shape)}")
+            if reset.device != dev:
+                raise ValueError(f"reset is on {reset.device}, the block's parameters on {dev}")
+
     def step(
         self,
         x_t: torch.Tensor,
@@ -271,46 +340,45 @@ class Mamba2Block(nn.Module):
 
         ``reset [B]`` (bool) clears that row's memory (conv window and SSM state) before the step.
         The given ``state`` is left untouched and a new one is returned, unless ``inplace=True``
-        (faster: the state's tensors are updated and returned). The SSM update runs the fused
+        (the state's tensors are updated and returned). The SSM update runs the fused
         single-step op, which carries no gradient, and the returned state never holds an autograd
         graph: ``step`` is for acting (run it under ``torch.no_grad()``); train with ``forward``.
 
+        The new state's conv window is a view of a fresh ``[B, d_conv, conv_dim]`` buffer (the
+        window and the new input side by side), not a contiguous tensor: nothing is copied to
+        shift it. Any layout of ``state.conv`` is accepted.
+
         Raises:
-            ValueError / TypeError: wrong shape or dtype of ``x_t``, ``reset`` or ``state``.
+            ValueError / TypeError: wrong shape, dtype or device of ``x_t``, ``reset`` or ``state``
+                (a non-float32 SSM state; a non-contiguous one with ``inplace=True``).
         """
-        if x_t.dim() != 2:
-            raise ValueError(
-                f"x_t must have shape [B, d_model] with d_model = {self.d_model}, got {tuple(x_t.shape)}"
-            )
+        self._check_step(x_t, state, reset, inplace)
         batch = x_t.shape[0]
-        self._check(x_t, (batch, self.d_model), "[B, d_model]")
-        self._check_state(state, batch)
-        if reset is not None:
-            if not isinstance(reset, torch.Tensor) or reset.dtype != torch.bool:
-                raise TypeError(f"reset must be a bool tensor, got {getattr(reset, 'dtype', type(reset))}")
-            if tuple(reset.shape) != (batch,):
-                raise ValueError(f"reset must have shape [B] = ({batch},), got {tuple(reset.shape)}")
-        H, P, G, N = self.nheads, self.headdim, self.ngroups, self.d_state
-        conv, ssm = (state.conv, state.ssm) if inplace else (state.conv.clone(), state.ssm.clone())
+        H, P, G, N, W = self.nheads, self.headdim, self.ngroups, self.d_state, self.d_conv
         z, xbc, dt = torch.split(self.in_proj(x_t), [self.d_inner, self.conv_dim, H], dim=-1)
-        if reset is not None:
-            conv.masked_fill_(reset[:, None, None], 0.0)
-        full = torch.cat([conv, xbc[:, None]], dim=1)  # [B, d_conv, C]
+        full = torch.cat([state.conv, xbc[:, None]], dim=1)  # [B, d_conv, C]: the window, then x_t's
+        if reset is not None:  # an episode starts: forget the window (on the new buffer, not the state)
+            full[:, : W - 1].masked_fill_(reset[:, None, None], 0.0)
         xc = (full * self.conv_weight.t()).sum(dim=1) + self.conv_bias
-        conv.copy_(full[:, 1:].detach())  # states never hold an autograd graph
+        if inplace:
+            conv, ssm = state.conv, state.ssm
+            conv.copy_(full[:, 1:])
+        else:  # the next window is the buffer's tail; the SSM state a contiguous copy (updated in place)
+            conv, ssm = full[:, 1:].detach(), state.ssm.clone(memory_format=torch.contiguous_format)
         xs, Bm, Cm = torch.split(F.silu(xc), [self.d_inner, G * N, G * N], dim=-1)
-        y = mamba2_step(
+        y = mamba2_step_unchecked(  # every argument checked by _check_step or built here
             ssm,
             xs.view(batch, H, P),
             dt,
             -torch.exp(self.A_log),
             Bm.view(batch, G, N),
             Cm.view(batch, G, N),
-            D=self.D,
-            z=z.view(batch, H, P),
-            dt_bias=self.dt_bias,
-            dt_softplus=True,
-            reset=reset,
+            self.D,
+            z.view(batch, H, P),
+            self.dt_bias,
+            True,
+            (0.0, math.inf),
+            reset,
         )
         y = F.rms_norm(y.view(batch, self.d_inner), (self.d_inner,), self.norm_weight, self.norm_eps)
         return self.out_proj(y), Mamba2State(conv=conv, ssm=ssm)

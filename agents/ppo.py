@@ -1,4 +1,4 @@
-"""PPO (clipped surrogate) with discrete, continuous, LSTM, normalizing-flow and Mamba2 policies.
+"""PPO (clipped surrogate) with discrete, continuous, LSTM, GRU, normalizing-flow and Mamba2 policies.
 
 The algorithm, top to bottom: collect ``num_steps`` vector steps into a :class:`RolloutBuffer`
 (``act`` samples and remembers log-prob and value; ``observe`` stores the transition and, where
@@ -12,9 +12,12 @@ terminations and truncations kept apart (:func:`tritonrl.toolkit.rollout.compute
     loss   = L_pi - ent_coef * entropy + vf_coef * L_v
 
 with gradient-norm clipping, linear learning-rate annealing and an optional early stop of the
-epochs once the approximate KL exceeds ``target_kl``. Recurrent policies (LSTM, Mamba2) train on
-sequence minibatches of ``seq_len`` steps starting from the memory stored when the segment was
-collected, with the memory reset where an episode starts.
+epochs once the approximate KL exceeds ``target_kl``. Recurrent policies (LSTM, GRU, Mamba2) train
+on sequence minibatches of ``seq_len`` steps starting from the memory stored when the segment was
+collected, with the memory reset where an episode starts (LSTM and GRU: each sequence split at its
+episode starts, all pieces run through one fused recurrence; see
+:meth:`tritonrl.agents.actor_critic.LSTMCore.sequence`), and act one step at a time, the memory
+carried per environment and reset where an episode ended.
 
 The agent is a plain object; :func:`tritonrl.toolkit.loop.run_training` drives it with the on-policy
 schedule, and you can drive it yourself::
@@ -31,6 +34,17 @@ Precision: parameters live in ``training_dtype(device)`` and are optimized throu
 weights (:class:`tritonrl.toolkit.optim.MasterWeightOptimizer`), so bf16 learns like f32. Observations are
 normalised (optionally, running statistics in f32) and cast once, where they enter; log-probs,
 values, rewards, advantages, returns and the loss are f32.
+
+Data-parallel (``dist``, a :class:`tritonrl.toolkit.distributed.DistContext` of N ranks, each
+stepping ``num_envs`` of the run's ``N * num_envs`` environments): N ranks follow the algorithm of
+one process with all the environments. Every rank starts from rank 0's parameters; each
+minibatch is the union of one local minibatch per rank (``num_minibatches`` per rank, the same
+count everywhere), whose gradients are averaged (:class:`~tritonrl.toolkit.optim.MasterWeightOptimizer`'s
+``dist``) and whose advantages are normalised with the global mean and standard deviation; the
+``target_kl`` stop reads the mean approximate KL of the ranks (every rank stops in the same
+epoch); the observation statistics are pooled across the ranks at each :meth:`PPOAgent.update`
+(so that every rank normalises alike afterwards; between updates each rank adds its own
+observations); ``env_steps`` and the learning-rate annealing count the environments of every rank.
 """
 
 from __future__ import annotations
@@ -49,12 +63,14 @@ from tritonrl.agents.actor_critic import (
     FeedForwardCore,
     FlowHead,
     GaussianHead,
+    GRUCore,
     LSTMCore,
     Mamba2Core,
+    subsequence_stats,
 )
 from tritonrl.kernels.backend import backend_override
 from tritonrl.toolkit import pytree
-from tritonrl.toolkit.agent import AgentBase
+from tritonrl.toolkit.agent import AgentBase, broadcast_modules_, join_ranks, rank_seed
 from tritonrl.toolkit.checkpoint import (
     CheckpointError,
     brief,
@@ -65,6 +81,7 @@ from tritonrl.toolkit.checkpoint import (
 from tritonrl.toolkit.checks import ActionRule, InputGuard, check_config
 from tritonrl.toolkit.compile import Compiled, CompileMode, escape
 from tritonrl.toolkit.config import Config, resumable
+from tritonrl.toolkit.distributed import DistContext
 from tritonrl.toolkit.onpolicy import schedule_for
 from tritonrl.toolkit.optim import MasterWeightOptimizer
 from tritonrl.toolkit.precision import training_dtype
@@ -74,7 +91,7 @@ from tritonrl.toolkit.rollout import RolloutBuffer, RunningMeanStd, compute_gae
 __all__ = ["AGENT_KIND", "POLICIES", "PPOAgent", "PRESETS", "PPOConfig", "preset"]
 
 AGENT_KIND = "ppo"
-POLICIES = ("discrete", "continuous", "lstm", "flow", "mamba")
+POLICIES = ("discrete", "continuous", "lstm", "gru", "flow", "mamba")
 
 
 @dataclass(frozen=True)
@@ -86,10 +103,11 @@ class PPOConfig(Config):
     """
 
     # ---- policy
-    policy: Literal["discrete", "continuous", "lstm", "flow", "mamba"] = "discrete"
-    """Policy kind: ``discrete`` (categorical MLP), ``continuous`` (Gaussian MLP), ``lstm``, ``flow``
-    (normalizing flow over a Gaussian base), ``mamba`` (Mamba2 memory). ``lstm``/``mamba`` pick a
-    categorical head for ``Discrete`` and a Gaussian head for ``Box`` action spaces."""
+    policy: Literal["discrete", "continuous", "lstm", "gru", "flow", "mamba"] = "discrete"
+    """Policy kind: ``discrete`` (categorical MLP), ``continuous`` (Gaussian MLP), ``lstm``, ``gru``,
+    ``flow`` (normalizing flow over a Gaussian base), ``mamba`` (Mamba2 memory).
+    ``lstm``/``gru``/``mamba`` pick a categorical head for ``Discrete`` and a Gaussian head for
+    ``Box`` action spaces."""
     hidden: tuple[int, ...] = (64, 64)
     """Hidden layer sizes of the MLPs (actor and critic each; the encoder of recurrent cores)."""
     squash: bool = False
@@ -102,7 +120,7 @@ class PPOConfig(Config):
     flow_hidden: int = 64
     """Width of each coupling layer's network."""
     memory_size: int = 64
-    """LSTM hidden size, or the Mamba2 model width ``d_model``."""
+    """LSTM/GRU hidden size, or the Mamba2 model width ``d_model``."""
     mamba_d_state: int = 16
     """Mamba2 state size per head."""
     mamba_headdim: int = 16
@@ -229,19 +247,29 @@ class PPOAgent(AgentBase):
 
     Args:
         observation_space: a gymnasium ``Box`` (flat observations).
-        action_space: ``Discrete`` (discrete, lstm, mamba) or ``Box`` (continuous, flow, lstm, mamba).
+        action_space: ``Discrete`` (discrete, lstm, gru, mamba) or ``Box`` (continuous, flow, lstm,
+            gru, mamba).
         config: a :class:`PPOConfig` (default: the ``ppo`` preset).
-        num_envs: environments per ``act``/``observe`` call (the leading dim of every argument).
+        num_envs: environments per ``act``/``observe`` call (the leading dim of every argument);
+            with ``dist``, this rank's share of the run's environments.
         device: where networks and the rollout live; the dtype is ``training_dtype(device)``.
-        seed: seeds the parameters and the agent's own generator (sampling, minibatch order).
+        seed: seeds the parameters and the agent's own generator (sampling, minibatch order;
+            rank ``r`` of a data-parallel run seeds it with
+            :func:`tritonrl.toolkit.agent.rank_seed` ``(seed, r)``).
+        dist: the data-parallel context (``None``: :func:`tritonrl.toolkit.distributed.current`,
+            a single process unless ``init_distributed`` joined a group); see the module
+            docstring. Every rank must build the agent at the same point.
 
     Raises:
         ValueError: an action space the policy kind cannot drive, or a non-flat observation space.
         TypeError: ``config`` is not a :class:`PPOConfig`.
+        tritonrl.toolkit.distributed.DistributedError: the ranks' configs, spaces or ``num_envs``
+            differ (on every rank).
     """
 
     kind = AGENT_KIND
     config_class = PPOConfig
+    rank_part_keys = ("generator", "rollout", "memory", "obs_rms_rank")
 
     def __init__(
         self,
@@ -252,12 +280,23 @@ class PPOAgent(AgentBase):
         num_envs: int = 1,
         device: torch.device | str = "cpu",
         seed: int = 0,
+        dist: DistContext | None = None,
     ) -> None:
         cfg = config if config is not None else preset("ppo")
         if not isinstance(cfg, PPOConfig):
             raise TypeError(f"config must be a PPOConfig, got {type(cfg).__name__}")
         if not isinstance(num_envs, int) or num_envs < 1:
             raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
+        self.dist = join_ranks(
+            dist,
+            kind=self.kind,
+            config=cfg,
+            observation_space=observation_space,
+            action_space=action_space,
+            num_envs=num_envs,
+            device=torch.device(device),
+        )
+        """The data-parallel context (a single process: every collective is a no-op)."""
         if not isinstance(observation_space, gym.spaces.Box) or len(observation_space.shape) != 1:
             raise ValueError(f"observation_space must be a flat Box, got {observation_space}")
         self.config = cfg
@@ -270,16 +309,18 @@ class PPOAgent(AgentBase):
         self.obs_dim = int(observation_space.shape[0])
         backend_override(self.device)  # a TRITONRL_BACKEND that cannot run here fails now, not mid-run
         self.generator = torch.Generator(device=self.device)
-        self.generator.manual_seed(self.seed)
+        self.generator.manual_seed(rank_seed(self.seed, self.dist.rank))
 
         with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
             torch.manual_seed(self.seed)
             self.policy = self._build_policy()
+        broadcast_modules_(self.dist, self.policy)  # rank 0's weights; the masters copy them below
         # fused: the step counter stays a device tensor (the default Adam reads it on the host)
         self.optimizer = MasterWeightOptimizer(
             self.policy.parameters(),
             torch.optim.Adam,
             compile=cfg.compile,
+            dist=self.dist,
             lr=cfg.lr,
             eps=cfg.adam_eps,
             fused=True,
@@ -310,6 +351,13 @@ class PPOAgent(AgentBase):
             self.device,
         )
         self.obs_rms = RunningMeanStd((self.obs_dim,), self.device) if cfg.normalize_obs else None
+        # Data-parallel observation statistics: the pooled statistics of the last update (shared)
+        # and this rank's observations since then; obs_rms is always their merge.
+        self._obs_shared: RunningMeanStd | None = None
+        self._obs_local: RunningMeanStd | None = None
+        if self.obs_rms is not None and self.dist.enabled:
+            self._obs_shared = RunningMeanStd((self.obs_dim,), self.device)
+            self._obs_local = RunningMeanStd((self.obs_dim,), self.device, epsilon=0.0)
         self.recurrent = self.policy.recurrent
         self.state = self.policy.initial_state(num_envs)
         self.starts = torch.ones(num_envs, dtype=torch.bool, device=self.device)
@@ -320,6 +368,9 @@ class PPOAgent(AgentBase):
         # The compiled regions (tritonrl.toolkit.compile): GAE, the minibatch loss (its backward
         # compiled with it), the acting forward. Eager functions for compile="none".
         self._gae = Compiled(compute_gae, cfg.compile, self.device)
+        # LSTM/GRU: the sequences' features are computed eagerly, before the compiled loss (the
+        # size of the split layout changes with the data; see LSTMCore.sequence)
+        self._splits = bool(getattr(self.policy.core, "splits_at_starts", False))
         self._learn = Compiled(self._minibatch_loss, cfg.compile, self.device)
         self._act = Compiled(self.policy.act, cfg.compile, self.device)
 
@@ -337,11 +388,13 @@ class PPOAgent(AgentBase):
             raise ValueError(f"PPO supports Discrete and flat Box action spaces, got {space}")
         # Every module is created on the device in the training dtype (DESIGN section 2): no cast.
         fk: dict[str, Any] = {"device": self.device, "dtype": self.dtype}
-        core: FeedForwardCore | LSTMCore | Mamba2Core
+        core: FeedForwardCore | LSTMCore | GRUCore | Mamba2Core
         if cfg.policy in ("discrete", "continuous", "flow"):
             core = FeedForwardCore(self.obs_dim, cfg.hidden, **fk)
         elif cfg.policy == "lstm":
             core = LSTMCore(self.obs_dim, cfg.hidden, cfg.memory_size, **fk)
+        elif cfg.policy == "gru":
+            core = GRUCore(self.obs_dim, cfg.hidden, cfg.memory_size, **fk)
         else:
             core = Mamba2Core(
                 self.obs_dim,
@@ -404,6 +457,8 @@ class PPOAgent(AgentBase):
         if self.obs_rms is not None:
             if update_stats:
                 self.obs_rms.update(x)
+                if self._obs_local is not None:
+                    self._obs_local.update(x)
             x = self.obs_rms.normalize(x, self.config.obs_clip)
         return x.to(self.dtype)
 
@@ -493,7 +548,7 @@ class PPOAgent(AgentBase):
         if self.config.reward_scale != 1.0:  # (x * 1.0 == x: skipped, not changed)
             reward = reward * self.config.reward_scale
         self.buffer.add(x, raw, logp, value, reward, terminated, truncated, starts)
-        self.env_steps += self.num_envs
+        self.env_steps += self.num_envs * self.dist.world_size  # global: every rank's environments
         # Bootstrap values: at truncations and at the end of the rollout. Flags that arrive on the
         # CPU (from the environments) are checked for free; flags already on an accelerator are
         # not synced on: the critic then runs every step.
@@ -539,9 +594,13 @@ class PPOAgent(AgentBase):
         """One PPO update on the full rollout; returns f32 scalar metrics on the device.
 
         Reads no tensor value on the host (no device sync; tested), except the approximate KL once
-        per epoch when ``target_kl`` is set, and the deferred input checks first when
-        ``inputs.check_at_update`` is set (see :meth:`check_inputs`). With ``compile`` set, GAE,
-        the minibatch loss and the optimizer step run compiled.
+        per epoch when ``target_kl`` is set, the deferred input checks first when
+        ``inputs.check_at_update`` is set (see :meth:`check_inputs`), and, for the LSTM and GRU
+        policies, one small integer tensor per update: the sizes of the layouts every minibatch's
+        sequences are split into at episode starts (:meth:`_minibatch_layouts`; the epochs'
+        permutations are drawn first, all at once, for it). With ``compile`` set, GAE,
+        the minibatch loss and the optimizer step run compiled. With ``dist``, every rank calls it
+        together (see the module docstring for what is exchanged).
 
         Raises:
             RuntimeError: the rollout is not full yet.
@@ -553,6 +612,7 @@ class PPOAgent(AgentBase):
         cfg, b = self.config, self.buffer
         if not b.full:
             raise RuntimeError(f"update() needs a full rollout: {b.pos} of {b.num_steps} steps stored")
+        self._pool_obs_stats()
         lr = self.current_lr()
         self.optimizer.set_lr(lr)
         learn = self._learn
@@ -560,17 +620,25 @@ class PPOAgent(AgentBase):
         b.compute_advantages(cfg.gamma, cfg.gae_lambda, gae=self._advantages)
         data, n = self._batches()
         mb_size = max(1, math.ceil(n / cfg.num_minibatches))
+        perms: list[torch.Tensor] = []
+        layouts: list[list[tuple[int, int]]] = []
+        if self._splits:  # LSTM/GRU: every permutation first, for the one host read of the layouts
+            perms = [
+                torch.randperm(n, generator=self.generator, device=self.device)
+                for _ in range(cfg.update_epochs)
+            ]
+            layouts = self._minibatch_layouts(data["starts"], perms, mb_size)
         sums: dict[str, torch.Tensor] = {}
         count = 0
         for _epoch in range(cfg.update_epochs):
-            perm = torch.randperm(n, generator=self.generator, device=self.device)
-            for idx in perm.split(mb_size):
-                metrics = self._minibatch_step(data, idx)
+            perm = perms[_epoch] if perms else torch.randperm(n, generator=self.generator, device=self.device)
+            for i, idx in enumerate(perm.split(mb_size)):
+                metrics = self._minibatch_step(data, idx, layouts[_epoch][i] if layouts else None)
                 for k, v in metrics.items():
                     sums[k] = sums[k] + v if k in sums else v
                 count += 1
             # the one host read of an update, only with target_kl (an early stop needs the value)
-            if cfg.target_kl is not None and float(metrics["losses/approx_kl"]) > cfg.target_kl:
+            if cfg.target_kl is not None and self._kl_exceeded(metrics["losses/approx_kl"], cfg.target_kl):
                 break
         out = {k: v / count for k, v in sums.items()}
         y_true, y_pred = b.returns.reshape(-1), b.values.reshape(-1)
@@ -585,7 +653,28 @@ class PPOAgent(AgentBase):
         b.reset()
         return out  # computed eagerly from escaped minibatch metrics
 
-    def _minibatch_step(self, data: dict[str, Any], idx: torch.Tensor) -> dict[str, torch.Tensor]:
+    @staticmethod
+    def _minibatch_layouts(
+        starts: torch.Tensor, perms: list[torch.Tensor], mb_size: int
+    ) -> list[list[tuple[int, int]]]:
+        """``(rows, length)`` of the split layout (:meth:`LSTMCore.sequence`) of each minibatch
+        ``perm.split(mb_size)`` of each epoch's ``perm``, for sequences ``starts [S, L]``: the
+        layouts of a whole update read on the host at once (one transfer of ``[2, epochs,
+        minibatches]`` integers: a device synchronisation on CUDA, once per update)."""
+        count, longest = subsequence_stats(starts)  # [S] each
+        n = starts.shape[0]
+        m = -(-n // mb_size)  # minibatches per epoch (the last one may be shorter)
+        pad = count.new_full((m * mb_size - n,), n)  # index n: a zero appended to the stats
+        idx = torch.stack([torch.cat([p, pad]) for p in perms]).view(len(perms), m, mb_size)
+        zero = count.new_zeros(1)
+        rows = torch.cat([count, zero])[idx].sum(-1)
+        length = torch.cat([longest, zero])[idx].amax(-1)
+        both = torch.stack([rows, length], -1).tolist()  # the host read
+        return [[(int(r), int(t)) for r, t in epoch] for epoch in both]
+
+    def _minibatch_step(
+        self, data: dict[str, Any], idx: torch.Tensor, layout: tuple[int, int] | None = None
+    ) -> dict[str, torch.Tensor]:
         cfg = self.config
         head = self.policy.head
         # the entropy estimate's noise is drawn here, from the agent's generator, outside the
@@ -594,31 +683,87 @@ class PPOAgent(AgentBase):
         if head.entropy_noise and cfg.ent_coef != 0:
             # raw actions [N, D] (or [S, L, D] sequences): one draw per minibatch row (and step)
             noise = head.draw((idx.shape[0], *data["raw"].shape[1:-1]), self.generator)
+        adv_stats = None
+        if cfg.norm_adv and self.dist.enabled:  # the global minibatch's statistics
+            adv_stats = self._global_adv_stats(data["advantages"][idx])
         self.optimizer.zero_grad()
-        loss, metrics = self._learn(data, idx, noise)
+        features = None
+        if layout is not None:  # LSTM/GRU: the split recurrence, eagerly (see LSTMCore.sequence)
+            state = pytree.tree_map(lambda s: s[idx], data["state"])
+            features = self.policy.features(data["obs"][idx], data["starts"][idx], state, layout)
+        loss, metrics = self._learn(data, idx, noise, features, adv_stats)
         loss.backward()
         metrics["losses/grad_norm"] = self.optimizer.clip_and_step(cfg.max_grad_norm)
         return escape(metrics, self._learn)  # summed over minibatches: kept past the next replay
+
+    def _global_adv_stats(self, adv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(mean, std)`` (f32 0-d) of the advantages of the global minibatch: the union of every
+        rank's ``adv`` (any shape), with the same unbiased rule as ``Tensor.std`` in one process.
+
+        Two small all-reduces, outside the compiled loss, no host read: the count and sum give the
+        mean, then the sum of squared deviations about it (two passes: no ``E[a^2] - mean^2``
+        cancellation)."""
+        a = adv.detach().float().reshape(-1)
+        sums = torch.stack([a.new_full((), a.numel()), a.sum()])
+        self.dist.all_reduce_sum_(sums)
+        count = sums[0]
+        mean = sums[1] / count
+        sq = (a - mean).square().sum().reshape(1)
+        self.dist.all_reduce_sum_(sq)
+        std = (sq[0] / (count - 1).clamp(min=1)).sqrt()  # unbiased when the minibatch has > 1
+        return mean, std
+
+    def _kl_exceeded(self, approx_kl: torch.Tensor, target_kl: float) -> bool:
+        """Whether the approximate KL of the epoch's last minibatch (with ``dist``: the mean over
+        the ranks, so that every rank stops in the same epoch) exceeds ``target_kl``; a host read."""
+        if self.dist.enabled:
+            approx_kl = approx_kl.detach().clone()
+            self.dist.all_reduce_mean_([approx_kl])
+        return float(approx_kl) > target_kl
+
+    def _pool_obs_stats(self) -> None:
+        """With ``dist`` and ``normalize_obs``: pool the observations every rank added since the
+        last update into the shared statistics, identical on every rank afterwards (no host read)."""
+        if self._obs_shared is None or self._obs_local is None:
+            return
+        self._obs_local.all_reduce_(self.dist)
+        self._obs_shared.merge(self._obs_local)
+        assert self.obs_rms is not None  # set whenever _obs_shared is
+        self.obs_rms.load_state_dict(self._obs_shared.state_dict())
+        self._obs_local = RunningMeanStd((self.obs_dim,), self.device, epsilon=0.0)
 
     def _advantages(self, *args: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """The compiled GAE; its outputs live in the rollout for the whole update."""
         return escape(self._gae(*args), self._gae)
 
     def _minibatch_loss(
-        self, data: dict[str, Any], idx: torch.Tensor, noise: torch.Tensor | None
+        self,
+        data: dict[str, Any],
+        idx: torch.Tensor,
+        noise: torch.Tensor | None,
+        features: tuple[torch.Tensor, torch.Tensor] | None = None,
+        adv_stats: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """``(loss, metrics)`` of the minibatch ``idx`` of ``data`` (the compiled region of a
-        minibatch step; its backward is compiled with it)."""
+        minibatch step; its backward is compiled with it). ``features``: the policy's features of
+        the minibatch, computed before (LSTM/GRU policies); else computed here. ``adv_stats``: the
+        ``(mean, std)`` that normalise the advantages (data-parallel: the global minibatch's);
+        ``None``: this minibatch's own."""
         cfg = self.config
-        state = pytree.tree_map(lambda s: s[idx], data["state"]) if self.recurrent else None
-        logp, entropy, value = self.policy.evaluate(
-            data["obs"][idx],
-            data["raw"][idx],
-            data["starts"][idx],
-            state,
-            entropy_grad=cfg.ent_coef != 0,
-            noise=noise,
-        )
+        if features is not None:
+            logp, entropy, value = self.policy.evaluate_features(
+                *features, data["raw"][idx], entropy_grad=cfg.ent_coef != 0, noise=noise
+            )
+        else:
+            state = pytree.tree_map(lambda s: s[idx], data["state"]) if self.recurrent else None
+            logp, entropy, value = self.policy.evaluate(
+                data["obs"][idx],
+                data["raw"][idx],
+                data["starts"][idx],
+                state,
+                entropy_grad=cfg.ent_coef != 0,
+                noise=noise,
+            )
         old_logp, old_v = data["logprobs"][idx], data["values"][idx]
         adv, ret = data["advantages"][idx], data["returns"][idx]
         logratio = logp - old_logp
@@ -628,7 +773,11 @@ class PPOAgent(AgentBase):
             approx_kl = ((ratio - 1) - logratio).mean()
             clipfrac = ((ratio - 1.0).abs() > cfg.clip_coef).float().mean()
         if cfg.norm_adv:
-            adv = (adv - adv.mean()) / (adv.std(unbiased=adv.numel() > 1) + 1e-8)
+            if adv_stats is None:
+                adv = (adv - adv.mean()) / (adv.std(unbiased=adv.numel() > 1) + 1e-8)
+            else:
+                adv_mean, adv_std = adv_stats
+                adv = (adv - adv_mean) / (adv_std + 1e-8)
         pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
         if cfg.clip_vloss:
             v_clipped = old_v + (value - old_v).clamp(-cfg.clip_coef, cfg.clip_coef)
@@ -656,27 +805,51 @@ class PPOAgent(AgentBase):
     # ------------------------------------------------------------------ state (AgentBase hooks)
 
     def current_lr(self) -> float:
-        """The learning rate of the next update: ``lr``, annealed linearly to 0 over ``total_steps``."""
+        """The learning rate of the next update: ``lr``, annealed linearly to 0 over ``total_steps``
+        (environment steps of every rank)."""
         cfg = self.config
         if not cfg.anneal_lr:
             return cfg.lr
-        total_updates = max(1, cfg.total_steps // (cfg.num_steps * self.num_envs))
+        total_updates = max(1, cfg.total_steps // (cfg.num_steps * self.num_envs * self.dist.world_size))
         return cfg.lr * max(0.0, 1.0 - self.updates / total_updates)
 
     def _state_parts(self) -> dict[str, Any]:
-        return {
+        rms = self._obs_shared if self._obs_shared is not None else self.obs_rms
+        parts: dict[str, Any] = {
             "policy": self.policy.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "rollout": self.buffer.state_dict(),
-            "obs_rms": self.obs_rms.state_dict() if self.obs_rms is not None else None,
+            "obs_rms": rms.state_dict() if rms is not None else None,  # what every rank shares
             "memory": {
                 "state": pytree.leaves(self.state),
                 "starts": self.starts,
                 "segments": [None if s is None else pytree.leaves(s) for s in self.segment_states],
             },
         }
+        if self._obs_shared is not None and self._obs_local is not None and self.obs_rms is not None:
+            # data-parallel: this rank's statistics (the shared ones and its own observations since
+            # they were pooled) and those own observations alone
+            parts["obs_rms_rank"] = {
+                "current": self.obs_rms.state_dict(),
+                "local": self._obs_local.state_dict(),
+            }
+        return parts
 
-    def _check_parts(self, state: Mapping[str, Any], where: str) -> dict[str, Any]:
+    def _check_rms(self, rms: Any, what: str) -> None:
+        """Raise ``ValueError`` unless ``rms`` is a RunningMeanStd state of this observation size."""
+        assert self.obs_rms is not None  # called only with normalize_obs
+        if not isinstance(rms, Mapping) or any(
+            not isinstance(rms.get(k), torch.Tensor)
+            or not rms[k].is_floating_point()
+            or rms[k].numel() != v.numel()
+            for k, v in self.obs_rms.state_dict().items()
+        ):
+            raise ValueError(
+                f"observation statistics ({what}) are not float tensors "
+                "mean, var, count of this observation size"
+            )
+
+    def _check_parts(self, state: Mapping[str, Any], where: str, rank_parts: bool) -> dict[str, Any]:
         config = section(state, "config", where, "the agent config")
         saved_policy = config.get("policy") if isinstance(config, Mapping) else None
         if saved_policy != self.config.policy:
@@ -687,22 +860,20 @@ class PPOAgent(AgentBase):
             self.policy, section(state, "policy", where, "the policy network"), where=f"{where} (policy)"
         )
         self.optimizer.check_state_dict(section(state, "optimizer", where, "the optimizer state"))
-        self.buffer.check_state_dict(section(state, "rollout", where, "the rollout buffer"))
         rms = section(state, "obs_rms", where, "the observation statistics")
         if (rms is None) != (self.obs_rms is None):
             raise ValueError("observation normalisation differs (normalize_obs)")
         if self.obs_rms is not None:
-            own_rms = self.obs_rms.state_dict()
-            if not isinstance(rms, Mapping) or any(
-                not isinstance(rms.get(k), torch.Tensor)
-                or not rms[k].is_floating_point()
-                or rms[k].numel() != v.numel()
-                for k, v in own_rms.items()
-            ):
-                raise ValueError(
-                    "observation statistics (obs_rms) are not float tensors "
-                    "mean, var, count of this observation size"
-                )
+            self._check_rms(rms, "obs_rms")
+        if not rank_parts:
+            return {}
+        own = state.get("obs_rms_rank")
+        if own is not None:
+            if self.obs_rms is None or not isinstance(own, Mapping):
+                raise ValueError("obs_rms_rank is not a mapping of 'current' and 'local' statistics")
+            for key in ("current", "local"):
+                self._check_rms(own.get(key), f"obs_rms_rank {key}")
+        self.buffer.check_state_dict(section(state, "rollout", where, "the rollout buffer"))
         memory = section(state, "memory", where, "the recurrent memory")
         leaves = section(memory, "state", where, "the recurrent memory state")
         segments = section(memory, "segments", where, "the sequence segment memories")
@@ -728,22 +899,41 @@ class PPOAgent(AgentBase):
             raise ValueError("recurrent memory saved for a policy without memory")
         return {}
 
-    def _load_parts(self, state: Mapping[str, Any], staged: dict[str, Any]) -> None:
+    def _load_parts(self, state: Mapping[str, Any], staged: dict[str, Any], rank_parts: bool) -> None:
         load_into_module(self.policy, state["policy"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.buffer.load_state_dict(state["rollout"])
-        if self.obs_rms is not None:
-            self.obs_rms.load_state_dict(state["obs_rms"])
-        memory = state["memory"]
-        if self.recurrent:
-            template = self.state
-            self.state = pytree.from_leaves(template, memory["state"])
-            self.segment_states = [
-                None if s is None else pytree.from_leaves(template, s) for s in memory["segments"]
-            ]
-        self.starts = memory["starts"].to(self.device, torch.bool).clone()
+        self._load_obs_stats(state, rank_parts)
+        if rank_parts:
+            self.buffer.load_state_dict(state["rollout"])
+            memory = state["memory"]
+            if self.recurrent:
+                template = self.state
+                self.state = pytree.from_leaves(template, memory["state"])
+                self.segment_states = [
+                    None if s is None else pytree.from_leaves(template, s) for s in memory["segments"]
+                ]
+            self.starts = memory["starts"].to(self.device, torch.bool).clone()
+        else:  # this rank's own parts start fresh: an empty rollout, zero memory, episodes starting
+            self.buffer.reset()
+            self.state = self.policy.initial_state(self.num_envs)
+            self.segment_states = [None] * len(self.segment_states)
+            self.starts = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
         self.optimizer.set_lr(self.current_lr())  # after the counters: annealed to this update
         self._pending = None
+
+    def _load_obs_stats(self, state: Mapping[str, Any], rank_parts: bool) -> None:
+        """Restore the observation statistics: ``obs_rms`` is what every rank shares (a single
+        process's statistics; a data-parallel run's pooled at its last update); with
+        ``rank_parts``, a data-parallel rank's ``obs_rms_rank`` adds its own observations since."""
+        if self.obs_rms is None:
+            return
+        own = state.get("obs_rms_rank") if rank_parts else None
+        self.obs_rms.load_state_dict(own["current"] if own is not None else state["obs_rms"])
+        if self._obs_shared is not None and self._obs_local is not None:
+            self._obs_shared.load_state_dict(state["obs_rms"])
+            self._obs_local = RunningMeanStd((self.obs_dim,), self.device, epsilon=0.0)
+            if own is not None:
+                self._obs_local.load_state_dict(own["local"])
 
 
 def _same_obs(acted: Any, observed: Any) -> bool:
@@ -837,6 +1027,26 @@ PRESETS: tuple[Preset, ...] = (
         "PPO with an LSTM memory (partially observed tasks)",
         PPOConfig(
             policy="lstm",
+            hidden=(64,),
+            memory_size=64,
+            num_steps=128,
+            seq_len=32,
+            normalize_obs=True,
+            lr=5e-4,
+            update_epochs=8,
+            num_minibatches=8,
+            reward_scale=0.1,
+            clip_vloss=False,
+            total_steps=200_000,
+        ),
+        200_000,
+    ),
+    # The GRU twin of ppo-lstm: the same sizes and schedule.
+    _preset(
+        "ppo-gru",
+        "PPO with a GRU memory (partially observed tasks)",
+        PPOConfig(
+            policy="gru",
             hidden=(64,),
             memory_size=64,
             num_steps=128,

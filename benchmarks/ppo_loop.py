@@ -4,8 +4,8 @@ First, at CleanRL's defaults (4 environments x 128 steps, 4 epochs x 4 minibatch
 MLPs, lr 2.5e-4): the single-file reference and tritonrl's ``ppo`` preset through
 :func:`tritonrl.toolkit.loop.run_training`, env steps/s, ratio against the reference.
 
-Then, for each policy kind (discrete on CartPole-v1, continuous and flow on Pendulum-v1, lstm and
-mamba on CartPoleNoVel-v1; 8 environments, each preset's rollout length):
+Then, for each policy kind (discrete on CartPole-v1, continuous and flow on Pendulum-v1, lstm,
+mamba and gru on CartPoleNoVel-v1; 8 environments, each preset's rollout length):
 
 - ``env only``: the vector env stepped with random actions (the floor every loop pays);
 - ``collect``: ``act`` + env step + ``observe`` (env steps/s); ratio against ``env only``;
@@ -13,6 +13,19 @@ mamba on CartPoleNoVel-v1; 8 environments, each preset's rollout length):
   no evaluation), env steps/s; ratio against the reference (discrete) or ``env only``;
 - ``update``: milliseconds per ``update()`` (all epochs over one rollout) and per 1,000
   transitions in ``extra``; ratio against the discrete policy's update.
+
+Recurrent vs feed-forward at the same sizes (lstm, gru): the recurrent preset beside a
+feed-forward policy with the same config except the core (``policy="discrete"``, hidden layers
+= the encoder's plus one of the memory's width, so the same depth and width; same rollout,
+epochs, minibatches, observation normalisation), on the same env, in one process: ``update``
+(alternating rounds, ratio = median of the rounds' feed-forward / recurrent times: >= 0.5 means
+"within 2x"), ``collect`` (act + step + observe, alternating rounds) and ``train``
+(``run_training``, env steps/s, ratio recurrent / feed-forward).
+
+For the mamba policy, two more: ``core step`` (microseconds of one acting step of the memory,
+``Mamba2Core.step`` at 1 and 8 environments, against the feed-forward core's MLP at the same
+batch: the per-step overhead of acting), and ``train vs ppo`` (its training loop's env steps/s
+against the discrete policy's ``train`` row: the goal is >= 0.5).
 
 Compiled vs eager (``compile="default"``, CPU): ``update`` and ``collect`` of a compiled agent
 against an eager one, timed in alternating rounds in one process (ratio: the median of the
@@ -36,7 +49,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from _harness import Row, one_cpu_thread
+from _harness import Row, one_cpu_thread, time_fn
 from torch import nn
 
 NAME = "ppo_loop"
@@ -48,6 +61,7 @@ KINDS = [
     ("flow", "ppo-flow", "Pendulum-v1"),
     ("lstm", "ppo-lstm", "CartPoleNoVel-v1"),
     ("mamba", "ppo-mamba", "CartPoleNoVel-v1"),
+    ("gru", "ppo-gru", "CartPoleNoVel-v1"),  # last: _cuda_rows picks KINDS[4]
 ]
 
 
@@ -202,6 +216,82 @@ def _timed(preset_name: str, env_id: str, device: str, reps: int) -> tuple[float
     return n / float(np.median(t_collect)), float(np.median(t_update)) * 1e3, dtype
 
 
+RECURRENT = ("lstm", "gru")
+
+
+def feedforward_twin(preset_name: str) -> dict[str, Any]:
+    """Overrides that turn the recurrent preset ``preset_name`` into a feed-forward policy of the
+    same sizes: same rollout, epochs, minibatches and optimisation; hidden = encoder + memory width."""
+    cfg = _preset(preset_name)
+    return {"policy": "discrete", "hidden": (*cfg.hidden, cfg.memory_size), "seq_len": 0}
+
+
+def recurrent_vs_feedforward(preset_name: str, env_id: str, rounds: int = 3) -> dict[str, float]:
+    """Update and collection times of the recurrent preset and its :func:`feedforward_twin`, in
+    alternating rounds in one process (medians in ms, ``*_ratio``: median of feed-forward /
+    recurrent per round, > 1 = recurrent faster)."""
+    agents = {
+        "recurrent": _agent(preset_name, env_id, 10**6),
+        "feedforward": _agent(preset_name, env_id, 10**6, **feedforward_twin(preset_name)),
+    }
+    for agent, env in agents.values():  # warm up outside the timing
+        _collect(agent, env)
+        agent.update()
+    times: dict[str, dict[str, list[float]]] = {k: {"update": [], "collect": []} for k in agents}
+    for _ in range(rounds):
+        for key, (agent, env) in agents.items():
+            times[key]["collect"].append(_collect(agent, env))
+            t0 = time.perf_counter()
+            agent.update()
+            times[key]["update"].append(time.perf_counter() - t0)
+    for _, env in agents.values():
+        env.close()
+    out: dict[str, float] = {}
+    for what in ("update", "collect"):
+        r, f = times["recurrent"][what], times["feedforward"][what]
+        out[f"{what}_recurrent"] = statistics.median(r) * 1e3
+        out[f"{what}_feedforward"] = statistics.median(f) * 1e3
+        out[f"{what}_ratio"] = statistics.median([y / x for x, y in zip(r, f, strict=True)])
+    return out
+
+
+def _recurrent_rows(kind: str, preset_name: str, env_id: str, quick: bool) -> list[Row]:
+    """The rows of :func:`recurrent_vs_feedforward` and of both training loops, for one kind."""
+    cmp = recurrent_vs_feedforward(preset_name, env_id, rounds=2 if quick else 5)
+    cfg = _preset(preset_name)
+    n = cfg.num_steps * NUM_ENVS
+    case = f"{kind} vs feed-forward, same sizes ({env_id})"
+    sizes = f"{n} transitions, {cfg.update_epochs} epochs x {cfg.num_minibatches} minibatches"
+    steps = n * (2 if quick else 4)
+    goal = "; goal ratio >= 0.5" if kind == "lstm" else ""  # the stated goals are the LSTM's
+    ff_sps = train_sps(preset_name, env_id, steps, **feedforward_twin(preset_name))
+    sps = train_sps(preset_name, env_id, steps)
+    return [
+        Row(NAME, case, "update feed-forward", cmp["update_feedforward"], "ms/update", 1.0, sizes),
+        Row(
+            NAME,
+            case,
+            f"update {kind}",
+            cmp["update_recurrent"],
+            "ms/update",
+            cmp["update_ratio"],
+            "alternating rounds" + goal,
+        ),
+        Row(NAME, case, "collect feed-forward", cmp["collect_feedforward"], "ms/rollout", 1.0),
+        Row(NAME, case, f"collect {kind}", cmp["collect_recurrent"], "ms/rollout", cmp["collect_ratio"]),
+        Row(NAME, case, "train feed-forward", ff_sps, "env steps/s", 1.0, "run_training"),
+        Row(
+            NAME,
+            case,
+            f"train {kind}",
+            sps,
+            "env steps/s",
+            sps / ff_sps,
+            "run_training" + goal,
+        ),
+    ]
+
+
 def compiled_vs_eager(
     preset_name: str, env_id: str, mode: str = "default", rounds: int = 3
 ) -> dict[str, float]:
@@ -302,6 +392,7 @@ def _run(quick: bool) -> list[Row]:
         )
     )
     update_base = None
+    train_by_kind: dict[str, float] = {}
     for kind, preset_name, env_id in KINDS:
         case = f"{kind} {env_id}"
         env_sps = _env_only_sps(env_id, 4_096 if quick else 16_384)
@@ -333,7 +424,7 @@ def _run(quick: bool) -> list[Row]:
             )
         )
         steps = n * (2 if quick else 4)
-        sps = train_sps(preset_name, env_id, steps)
+        sps = train_by_kind[kind] = train_sps(preset_name, env_id, steps)
         base = ref if kind == "discrete" else env_sps
         rows.append(
             Row(
@@ -346,6 +437,10 @@ def _run(quick: bool) -> list[Row]:
                 note="run_training; ratio vs " + ("reference" if kind == "discrete" else "env only"),
             )
         )
+    for kind, preset_name, env_id in KINDS:
+        if kind in RECURRENT:
+            rows += _recurrent_rows(kind, preset_name, env_id, quick)
+    rows += _mamba_rows(train_by_kind)
     for kind, preset_name, env_id in KINDS[:1] if quick else KINDS:
         cmp = compiled_vs_eager(preset_name, env_id, rounds=2 if quick else 5)
         case = f"{kind} {env_id}: compiled vs eager"
@@ -371,6 +466,54 @@ def _run(quick: bool) -> list[Row]:
                 cmp["collect_ratio"],
             ),
         ]
+    return rows
+
+
+def core_step_us(policy: str, num_envs: int) -> float:
+    """Median microseconds of one acting step of a PPO preset's core (``core.step`` for memories,
+    the MLP core's forward otherwise) on CartPoleNoVel-v1 observations, under ``torch.no_grad``."""
+    agent, env = _agent(policy, "CartPoleNoVel-v1", 10**6, num_envs=num_envs)
+    env.close()
+    core = agent.policy.core
+    x = torch.randn(num_envs, agent.obs_dim, dtype=agent.dtype)
+    state = agent.policy.initial_state(num_envs)
+    starts = torch.zeros(num_envs, dtype=torch.bool)
+    if getattr(core, "recurrent", False):
+
+        def fn() -> object:
+            return core.step(x, state, starts)
+    else:
+
+        def fn() -> object:
+            return core(x)
+
+    with torch.no_grad():
+        return time_fn(fn)["median"] * 1e6
+
+
+def _mamba_rows(train_by_kind: dict[str, float]) -> list[Row]:
+    """The mamba policy's acting step (1 and 8 envs, vs the MLP core) and its training loop against
+    the feed-forward one (issue 17's goal: >= 0.5x)."""
+    case = "mamba CartPoleNoVel-v1"
+    rows = []
+    for num_envs in (1, NUM_ENVS):
+        us, ff = core_step_us("ppo-mamba", num_envs), core_step_us("ppo", num_envs)
+        note = f"Mamba2Core.step, {num_envs} env{'s' if num_envs > 1 else ''}; ratio: MLP core / this"
+        rows.append(Row(NAME, case, f"core step {num_envs}", us, "us/step", ratio=ff / us, note=note))
+    if "mamba" in train_by_kind and "discrete" in train_by_kind:
+        sps = train_by_kind["mamba"]
+        ratio = sps / train_by_kind["discrete"]
+        rows.append(
+            Row(
+                NAME,
+                case,
+                "train vs ppo",
+                sps,
+                "env steps/s",
+                ratio=ratio,
+                note="vs the discrete train row; goal >= 0.5",
+            )
+        )
     return rows
 
 

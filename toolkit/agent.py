@@ -18,8 +18,19 @@ changes anything. A subclass provides three hooks::
         config_class = MyConfig
 
         def _state_parts(self) -> dict: ...                  # {"policy": ..., "optimizer": ...}
-        def _check_parts(self, state, where) -> dict: ...    # validate; return what loading needs
-        def _load_parts(self, state, staged) -> None: ...    # apply (counters are already restored)
+        def _check_parts(self, state, where, rank_parts) -> dict: ...  # validate; what loading needs
+        def _load_parts(self, state, staged, rank_parts) -> None: ...  # apply (counters restored)
+
+Data-parallel runs (:mod:`tritonrl.toolkit.distributed`): an agent built with a context of more
+than one rank calls :func:`join_ranks` first (the same config, spaces and ``num_envs`` on every
+rank, else :class:`~tritonrl.toolkit.distributed.DistributedError` on every rank), seeds its own
+generator with :func:`rank_seed` (each rank explores and samples differently; rank 0 as a single
+process does), and :func:`broadcast_modules_` gives every rank rank 0's parameters. A state splits
+into what every rank shares (weights, optimizers, counters, config, normalisation statistics) and
+what is this rank's own (replay or rollout, acting memory, generator; the top-level entries
+named by :attr:`AgentBase.rank_part_keys`): ``load_state_dict(state, rank_parts=False)`` loads the
+first, without needing the second, and starts this rank's own parts fresh (a run of N ranks
+resumed on M != N).
 """
 
 from __future__ import annotations
@@ -31,6 +42,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import gymnasium as gym
 import torch
+from tritonrl.toolkit import distributed
 from tritonrl.toolkit.checkpoint import (
     CheckpointError,
     agent_state,
@@ -43,14 +55,19 @@ from tritonrl.toolkit.checkpoint import (
 )
 from tritonrl.toolkit.checks import InputGuard
 from tritonrl.toolkit.config import Config, check_config_dict, fixed_changes, format_change
+from tritonrl.toolkit.distributed import DistContext, DistributedError
 from tritonrl.toolkit.envs import space_from_json, space_to_json
 
 __all__ = [
+    "RANK_SEED_STRIDE",
     "RESEED_STRIDE",
     "Agent",
     "AgentBase",
+    "broadcast_modules_",
     "check_header",
     "checkpoint_header",
+    "join_ranks",
+    "rank_seed",
     "read_header",
     "reseed",
 ]
@@ -58,6 +75,11 @@ __all__ = [
 RESEED_STRIDE = 7919
 """A generator state saved on another device type is replaced by ``seed + RESEED_STRIDE * updates``
 (a prime, so that runs with nearby seeds and update counts do not share a stream)."""
+
+RANK_SEED_STRIDE = 1_000_003
+"""Rank ``r`` of a data-parallel run seeds its agent's generator with ``seed + RANK_SEED_STRIDE * r``
+(:func:`rank_seed`; a prime far above any run's update count, so that the ranks' streams, and
+their reseeds after :data:`RESEED_STRIDE` steps, do not meet)."""
 
 
 @runtime_checkable
@@ -125,11 +147,18 @@ def _space_mismatch(words: str, saved: Any, own: dict[str, Any]) -> str | None:
 
 
 def check_header(
-    state: Any, *, kind: str, observation_space: gym.Space, action_space: gym.Space, num_envs: int, where: str
+    state: Any,
+    *,
+    kind: str,
+    observation_space: gym.Space,
+    action_space: gym.Space,
+    num_envs: int | None,
+    where: str,
 ) -> None:
     """Raise :class:`tritonrl.toolkit.checkpoint.CheckpointError` unless ``state``'s header is this
-    agent's: the same kind, spaces and ``num_envs`` (the config and seed are checked by the agent,
-    after its parts: see :meth:`AgentBase.check_state_dict`).
+    agent's: the same kind, spaces and ``num_envs`` (``None``: not compared, as when a data-parallel
+    run resumes on another number of ranks; the config and seed are checked by the agent, after its
+    parts: see :meth:`AgentBase.check_state_dict`).
 
     Messages start with ``where``: ``"<where>: holds a 'ppo' agent, not a 'dqn' agent"``,
     ``"<where>: observation shape [2] does not match this agent's [4]"``, ``"<where>: action space
@@ -145,6 +174,8 @@ def check_header(
         wrong = _space_mismatch(words, section(state, key, where, f"the {words} space"), space_to_json(space))
         if wrong:
             raise CheckpointError(f"{where}: {wrong}")
+    if num_envs is None:
+        return
     saved_envs = section(state, "num_envs", where, "the number of environments")
     if type(saved_envs) is not int or saved_envs != num_envs:
         raise CheckpointError(
@@ -172,6 +203,66 @@ def read_header(
     return config_class.from_dict(config), obs_space, act_space, num_envs, seed
 
 
+def rank_seed(seed: int, rank: int) -> int:
+    """The seed of rank ``rank``'s sampling generator (exploration, minibatch order, replay
+    sampling): ``seed + RANK_SEED_STRIDE * rank``; rank 0 (and a single process) uses ``seed``."""
+    return int(seed) + RANK_SEED_STRIDE * int(rank)
+
+
+def join_ranks(
+    dist: DistContext | None,
+    *,
+    kind: str,
+    config: Any,
+    observation_space: gym.Space,
+    action_space: gym.Space,
+    num_envs: int,
+    device: torch.device,
+) -> DistContext:
+    """The agent's data-parallel context (``dist``, or :func:`tritonrl.toolkit.distributed.current`
+    when ``None``), after checking that every rank builds the same agent.
+
+    With more than one rank: ``config.to_dict()`` is compared across the ranks
+    (``ctx.check_same("agent config", ...)``), then the agent kind, both spaces and ``num_envs``
+    (each rank's share of the environments; ``"agent environments"``). Every rank must call it.
+
+    Raises:
+        DistributedError: on every rank, naming what differs and on which ranks; or an NCCL
+            context for an agent that is not on a CUDA device.
+    """
+    ctx = dist if dist is not None else distributed.current()
+    if not ctx.enabled:
+        return ctx
+    if ctx.backend == "nccl" and device.type != "cuda":
+        raise DistributedError(
+            f"the process group runs NCCL, which needs the agent on a CUDA device, not {device}"
+        )
+    ctx.check_same("agent config", config.to_dict())
+    ctx.check_same(
+        "agent environments",
+        {
+            "agent": kind,
+            "num_envs": int(num_envs),
+            "observation_space": space_to_json(observation_space),
+            "action_space": space_to_json(action_space),
+        },
+    )
+    return ctx
+
+
+def broadcast_modules_(dist: DistContext, *modules: torch.nn.Module | None) -> None:
+    """Overwrite every parameter and buffer of ``modules`` with rank 0's, in place (``None``
+    entries are skipped; no-op in a single process). Every rank must pass the same modules."""
+    if not dist.enabled:
+        return
+    tensors: list[torch.Tensor] = []
+    for m in modules:
+        if m is not None:
+            tensors.extend(m.parameters())
+            tensors.extend(m.buffers())
+    dist.broadcast_tensors_(tensors)
+
+
 def reseed(generator: torch.Generator, seed: int, updates: int) -> None:
     """Reseed ``generator`` deterministically from ``seed`` and the update count: what replaces a
     generator state saved on another device type (CUDA <-> CPU states cannot cross over)."""
@@ -187,16 +278,21 @@ class AgentBase(abc.ABC):
 
     A subclass sets :attr:`kind` and :attr:`config_class`, has the attributes ``config``,
     ``observation_space``, ``action_space``, ``num_envs``, ``seed``, ``device``, ``generator``
-    (a ``torch.Generator``), ``env_steps``, ``updates`` and ``inputs`` (the
-    :class:`tritonrl.toolkit.checks.InputGuard` of ``act``/``observe``), and implements ``_state_parts``,
+    (a ``torch.Generator`` seeded with :func:`rank_seed`), ``env_steps``, ``updates``, ``inputs``
+    (the :class:`tritonrl.toolkit.checks.InputGuard` of ``act``/``observe``) and ``dist`` (its
+    :class:`~tritonrl.toolkit.distributed.DistContext`), and implements ``_state_parts``,
     ``_check_parts`` and ``_load_parts`` (see the module docstring). Its constructor takes
-    ``(observation_space, action_space, config, *, num_envs, device, seed)``.
+    ``(observation_space, action_space, config, *, num_envs, device, seed, dist)``.
     """
 
     kind: ClassVar[str]
     """The ``agent`` entry of the state (``"dqn"``, ``"ppo"``)."""
     config_class: ClassVar[type[Config]]
     """The config dataclass (with ``to_dict`` / ``from_dict``)."""
+    rank_part_keys: ClassVar[tuple[str, ...]] = ("generator",)
+    """The top-level entries of :meth:`state_dict` that are this rank's own in a data-parallel run
+    (present or not; every other entry is shared by the ranks): what a checkpoint keeps per rank,
+    and what ``load_state_dict(..., rank_parts=False)`` neither needs nor reads."""
 
     config: Any
     observation_space: gym.Space
@@ -208,6 +304,7 @@ class AgentBase(abc.ABC):
     env_steps: int
     updates: int
     inputs: InputGuard
+    dist: DistContext
 
     # ---- hooks
 
@@ -216,15 +313,17 @@ class AgentBase(abc.ABC):
         """The agent's own entries of :meth:`state_dict` (networks, optimizers, buffers, ...)."""
 
     @abc.abstractmethod
-    def _check_parts(self, state: Mapping[str, Any], where: str) -> dict[str, Any]:
+    def _check_parts(self, state: Mapping[str, Any], where: str, rank_parts: bool) -> dict[str, Any]:
         """Validate the agent's own entries of ``state``; return what :meth:`_load_parts` needs
         (converted data, staged). Raise :class:`~tritonrl.toolkit.checkpoint.CheckpointError`
         (message starting with ``where``), or ``ValueError`` / ``TypeError`` / ``KeyError``
-        (prefixed with ``where`` by the caller). Changes nothing."""
+        (prefixed with ``where`` by the caller). Changes nothing. ``rank_parts=False``: only the
+        entries every rank shares are read (the rank's own may be missing)."""
 
     @abc.abstractmethod
-    def _load_parts(self, state: Mapping[str, Any], staged: dict[str, Any]) -> None:
-        """Apply the agent's own entries (already checked; counters already restored)."""
+    def _load_parts(self, state: Mapping[str, Any], staged: dict[str, Any], rank_parts: bool) -> None:
+        """Apply the agent's own entries (already checked; counters already restored);
+        ``rank_parts=False``: the shared ones, and this rank's own parts start fresh."""
 
     # ---- shared
 
@@ -253,29 +352,35 @@ class AgentBase(abc.ABC):
             **self._state_parts(),
         }
 
-    def check_state_dict(self, state: Mapping[str, Any], *, where: str = "agent state") -> None:
+    def check_state_dict(
+        self, state: Mapping[str, Any], *, where: str = "agent state", rank_parts: bool = True
+    ) -> None:
         """Raise :class:`tritonrl.toolkit.checkpoint.CheckpointError` (a ``ValueError``, one line
         starting with ``where``) unless ``state`` fits this agent; changes nothing.
 
         Checks every entry :meth:`load_state_dict` reads: the header (kind, spaces, environments),
         the agent's parts, counters, seed, generator, and the saved config (complete, well typed,
         and equal to this agent's in every field a resume cannot change, see
-        :mod:`tritonrl.toolkit.config`).
+        :mod:`tritonrl.toolkit.config`). ``rank_parts=False`` checks what
+        ``load_state_dict(..., rank_parts=False)`` reads: the shared entries only (neither
+        ``num_envs`` nor the rank's own parts, which may be missing).
         """
-        self._check_state(state, where)
+        self._check_state(state, where, rank_parts)
 
-    def _check_state(self, state: Mapping[str, Any], where: str) -> tuple[dict[str, Any], bool]:
+    def _check_state(
+        self, state: Mapping[str, Any], where: str, rank_parts: bool = True
+    ) -> tuple[dict[str, Any], bool]:
         """:meth:`check_state_dict`, returning the staged parts and whether the generator state fits."""
         check_header(
             state,
             kind=self.kind,
             observation_space=self.observation_space,
             action_space=self.action_space,
-            num_envs=self.num_envs,
+            num_envs=self.num_envs if rank_parts else None,
             where=where,
         )
         try:
-            staged = self._check_parts(state, where)
+            staged = self._check_parts(state, where, rank_parts)
             counters = section(state, "counters", where, "the step counters")
             for key in ("env_steps", "updates"):
                 value = section(counters, key, where, f"the {key} counter")
@@ -284,8 +389,10 @@ class AgentBase(abc.ABC):
             seed = section(state, "seed", where, "the seed")
             if type(seed) is not int:
                 raise ValueError(f"seed={brief(seed, 20)} is not an int")
-            generator = section(state, "generator", where, "the generator state")
-            fits = generator_state_fits(generator, self.device)
+            fits = False
+            if rank_parts:
+                generator = section(state, "generator", where, "the generator state")
+                fits = generator_state_fits(generator, self.device)
             config = section(state, "config", where, "the agent config")
             check_config_dict(self.config_class, config, where="config")
             fixed = fixed_changes(self.config_class.from_dict(config), self.config)
@@ -298,12 +405,21 @@ class AgentBase(abc.ABC):
             raise CheckpointError(f"{where}: {cut(str(exc), 240)}") from None
         return staged, fits
 
-    def load_state_dict(self, state: Mapping[str, Any], *, where: str = "agent state") -> None:
+    def load_state_dict(
+        self, state: Mapping[str, Any], *, where: str = "agent state", rank_parts: bool = True
+    ) -> None:
         """Restore a :meth:`state_dict`, possibly saved in another dtype or on another device
         (converted once, here). Learning rates come from this agent's config, not from the saved
         optimizer state, so a run resumed with another ``lr`` uses it. A generator state saved on
         another device type (CUDA <-> CPU) cannot be restored: the generator is then reseeded from
-        ``seed`` and the update count (:func:`reseed`: deterministic, not the saved stream).
+        this rank's seed (:func:`rank_seed`) and the update count (:func:`reseed`: deterministic,
+        not the saved stream).
+
+        ``rank_parts=False`` loads only what every rank of a data-parallel run shares (weights,
+        optimizer, counters, config, normalisation statistics) and starts this rank's own parts
+        fresh (replay or rollout empty, acting memory zero, the generator reseeded as above);
+        ``num_envs`` may differ from the saved one. It is how a checkpoint of N ranks resumes on
+        M != N ranks (each rank loads the same shared state).
 
         Raises:
             tritonrl.toolkit.checkpoint.CheckpointError: (a ``ValueError``, one line starting with
@@ -311,15 +427,15 @@ class AgentBase(abc.ABC):
                 field changed, or any entry missing or not fitting; all checked before anything
                 changes.
         """
-        staged, generator_fits = self._check_state(state, where)
+        staged, generator_fits = self._check_state(state, where, rank_parts)
         counters = state["counters"]
         if generator_fits:
             self.generator.set_state(state["generator"].cpu())
         else:
-            reseed(self.generator, self.seed, counters["updates"])
+            reseed(self.generator, rank_seed(self.seed, self.dist.rank), counters["updates"])
         self.env_steps = counters["env_steps"]
         self.updates = counters["updates"]
-        self._load_parts(state, staged)
+        self._load_parts(state, staged, rank_parts)
 
     def save(self, path: str | os.PathLike) -> None:
         """Write :meth:`state_dict` atomically (:func:`tritonrl.toolkit.checkpoint.save_checkpoint`)."""

@@ -208,7 +208,9 @@ class DistContext:
         """Raise on every rank unless every rank passes an equal ``value`` (compared as JSON).
 
         Raises:
-            DistributedError: ``"<what> differs across ranks: rank 0 has ..., rank 1 has ..."``.
+            DistributedError: ``"<what> differs across ranks: rank 0 has ...; rank 1 has ..."``;
+                for mappings, the (first three) differing keys: ``"<what> differs across ranks:
+                lr: rank 0 has 0.001, rank 1 has 0.002"``.
         """
         if not self.enabled:
             return
@@ -216,7 +218,15 @@ class DistContext:
         seen = self.all_gather_objects(mine)
         if any(s != seen[0] for s in seen):
             differ = [r for r, s in enumerate(seen) if s != seen[0]]
-            shown = "; ".join(f"rank {r} has {_brief(seen[r])}" for r in [0, *differ[:2]])
+            keys = _differing_keys(seen[0], seen[differ[0]])
+            if keys:  # mappings: name the entries that differ, not the first characters of each
+                ranks = [0, *differ[:2]]
+                shown = "; ".join(
+                    f"{k}: " + ", ".join(f"rank {r} has {_brief(_entry(seen[r], k), 60)}" for r in ranks)
+                    for k in keys[:3]
+                )
+            else:
+                shown = "; ".join(f"rank {r} has {_brief(seen[r])}" for r in [0, *differ[:2]])
             raise DistributedError(f"{what} differs across ranks: {shown}")
 
     def shard(self, total: int, what: str) -> int:
@@ -242,6 +252,20 @@ _current: DistContext = SINGLE_PROCESS
 
 def _brief(text: str, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _differing_keys(a: str, b: str) -> list[str]:
+    """The keys whose values differ between two JSON objects (sorted); ``[]`` unless both are."""
+    x, y = json.loads(a), json.loads(b)
+    if not (isinstance(x, dict) and isinstance(y, dict)):
+        return []
+    return sorted(k for k in x.keys() | y.keys() if k not in x or k not in y or x[k] != y[k])
+
+
+def _entry(text: str, key: str) -> str:
+    """Entry ``key`` of a JSON object, as JSON (``<absent>`` when missing)."""
+    value = json.loads(text)
+    return json.dumps(value[key], sort_keys=True) if key in value else "<absent>"
 
 
 def launched_by_torchrun() -> bool:

@@ -38,6 +38,21 @@ and TensorBoard (:class:`~tritonrl.toolkit.logger.MetricLogger`: ``losses/train_
 so a resumed run writes the same rows as an uninterrupted one). A run folder has one writer
 (:class:`~tritonrl.toolkit.runfolder.RunLock`).
 
+**Data-parallel** (``torchrun --nproc-per-node N -m tritonrl.toolkit fit ...``, or ``fit(...,
+dist=ctx)`` on every rank): the configuration is global. The ``batch_size`` windows of a step are
+split evenly over the ranks (``batch_size`` must be a multiple of the world size, else
+:class:`~tritonrl.toolkit.distributed.DistributedError`): every rank draws the same epoch
+permutation and takes its contiguous share of each batch; the gradients are averaged (one flat
+all-reduce) before clipping, so N ranks take the steps of one process with the same
+``batch_size``, to f32 rounding. A last batch shorter than the others is split as evenly as
+possible and each rank's mean loss weighted by its share (``n_r * N / b``), so the averaged
+gradient is still the gradient of that batch's mean loss. Validation and test metrics are exact
+global means (f64 sums all-reduced over each rank's share of the windows), so early stopping and
+the best weights are decided identically on every rank. Every rank checks that the others run the
+same configuration and data, starts from rank 0's weights, and draws its own dropout stream
+(rank 0 the single process's); rank 0 alone locks and writes the run folder (metrics, checkpoint
+with every rank's RNG state, report) and prints; ``should_stop`` is agreed at each flush.
+
 The CLI (:mod:`tritonrl.toolkit.forecast_cli`) follows ``train``'s rules
 (:mod:`tritonrl.toolkit.cli_common`): bad input is one ``error:`` line and exit status 2 before
 anything is written; an existing checkpoint is never overwritten without ``--resume``; a
@@ -60,7 +75,9 @@ from typing import Any
 
 import numpy as np
 import torch
+from tritonrl.toolkit import distributed
 from tritonrl.toolkit.config import Config
+from tritonrl.toolkit.distributed import DistContext
 
 __all__ = [
     "BASELINES",
@@ -320,30 +337,52 @@ def _sums(pred: torch.Tensor, y: torch.Tensor, ref: torch.Tensor) -> torch.Tenso
     return torch.stack([(err * err).sum(), err.abs().sum(), hit.sum()])
 
 
+def _even_slice(n: int, rank: int, world: int) -> tuple[int, int]:
+    """``(start, stop)`` of rank ``rank``'s contiguous share of ``n`` items split as evenly as
+    possible over ``world`` ranks (the first ``n % world`` ranks take one more)."""
+    q, rem = divmod(n, world)
+    start = rank * q + min(rank, rem)
+    return start, start + q + (rank < rem)
+
+
 def _metrics(
-    data: WindowData, forecast: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], batch: int
+    data: WindowData,
+    forecast: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    batch: int,
+    dist: DistContext | None = None,
 ) -> dict[str, float]:
     total = torch.zeros(3, device=data.device, dtype=torch.float64)
-    for start in range(0, len(data), batch):
-        idx = torch.arange(start, min(start + batch, len(data)), device=data.device)
+    lo, hi = 0, len(data)
+    if dist is not None and dist.enabled:  # this rank's contiguous share of the windows
+        lo, hi = _even_slice(len(data), dist.rank, dist.world_size)
+    for start in range(lo, hi, batch):
+        idx = torch.arange(start, min(start + batch, hi), device=data.device)
         x, y = data.batch(idx)
         total += _sums(forecast(idx, x), y, data.naive(idx)).double()
+    if dist is not None and dist.enabled:
+        dist.all_reduce_sum_(total)  # the global sums (f64) ...
+        dist.broadcast_tensors_([total])  # ... with rank 0's bits on every rank: same decisions
     count = len(data) * data.horizon
     mse, mae, hit = (v / count for v in total.tolist())  # the one host read
     return {"mse": mse, "mae": mae, "direction": hit}
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, data: WindowData, *, batch: int = 1024) -> dict[str, float]:
+def evaluate(
+    model: torch.nn.Module, data: WindowData, *, batch: int = 1024, dist: DistContext | None = None
+) -> dict[str, float]:
     """MSE, MAE (normalised units) and directional accuracy of ``model`` over every window of ``data``.
 
     The forecast is upcast to f32 once; one host read at the end. The model is put in eval mode
-    and back in the mode it was in.
+    and back in the mode it was in. With a data-parallel ``dist`` (every rank calls it, with the
+    same model) each rank forecasts a contiguous share of the windows and the f64 sums are
+    all-reduced: the exact global means (sum over every window / count), equal on every rank.
+    ``None``: this process alone evaluates every window.
     """
     was = model.training
     model.eval()
     try:
-        return _metrics(data, lambda idx, x: model(x).float(), batch)
+        return _metrics(data, lambda idx, x: model(x).float(), batch, dist)
     finally:
         model.train(was)
 
@@ -506,6 +545,7 @@ def fit(
     tensorboard: bool = True,
     should_stop: Callable[[], bool] | None = None,
     meta: Mapping[str, str] | None = None,
+    dist: DistContext | None = None,
 ) -> dict[str, Any]:
     """Train ``model`` (a forecaster ``[B, W, F] -> [B, H, 1]``) on ``train``; report on ``test``.
 
@@ -525,13 +565,18 @@ def fit(
         should_stop: polled at each metric flush; ``True`` saves a checkpoint and returns
             (``stopped == "should_stop"``).
         meta: extra identity strings stored in the checkpoint and compared on resume.
+        dist: the data-parallel context (``None``: :func:`tritonrl.toolkit.distributed.current`,
+            a single process unless :func:`~tritonrl.toolkit.distributed.init_distributed` joined
+            a group). With several ranks every rank calls ``fit`` with the same arguments and
+            data (see **Data-parallel** in the module docstring).
 
     Returns:
         the report: ``stopped`` (``"epochs"``, ``"early"`` or ``"should_stop"``), ``global_step``,
         ``epochs`` run, ``best_epoch``, ``best_val_mse``, ``wall_s`` (this call's loop),
-        ``train_s`` (its training steps alone), ``windows_per_s`` (training windows / ``train_s``),
-        ``normalizer``, ``test`` and ``validation`` (``{"model": metrics, baseline: metrics}``,
-        absent when stopped by ``should_stop``) and ``checkpoint`` (a path or ``None``).
+        ``train_s`` (its training steps alone), ``windows_per_s`` (training windows of every
+        rank / ``train_s``), ``normalizer``, ``test`` and ``validation`` (``{"model": metrics,
+        baseline: metrics}``, absent when stopped by ``should_stop``) and ``checkpoint`` (a path
+        or ``None``). Every rank returns the same report but for the timings.
 
     Raises:
         ValueError / TypeError: sizes, dtypes or normalisers that do not fit, an existing
@@ -539,6 +584,9 @@ def fit(
         FitError: a non-finite loss or validation MSE (nothing saved after it).
         RunFolderBusy: another process trains in ``run_dir``.
         CheckpointError: a damaged checkpoint.
+        DistributedError: (several ranks) ``batch_size`` not divisible by the world size, or
+            the ranks' configurations, data or ``run_dir`` differ. Errors met by rank 0 alone
+            (the run folder, the checkpoint file) are raised on every rank.
     """
     from tritonrl.toolkit.checkpoint import (
         CheckpointError,
@@ -555,18 +603,34 @@ def fit(
     from tritonrl.toolkit.optim import MasterWeightOptimizer
     from tritonrl.toolkit.runfolder import RunLock, move_aside
 
+    ctx = dist if dist is not None else distributed.current()
     config = config or FitConfig()
     _check_model(model, train, validation, test)
     ident = _meta(model, train, meta)
+    if ctx.enabled:
+        ctx.check_same(
+            "the fit configuration, data or run folder",
+            {
+                "config": config.to_dict(),
+                "meta": ident,
+                "windows": [len(train), len(validation), len(test)],
+                "normalizer": train.normalizer.to_dict(),
+                "run_dir": None if run_dir is None else str(run_dir),
+                "resume": resume,
+            },
+        )
+        ctx.shard(config.batch_size, "batch_size")  # DistributedError unless it splits evenly
+    writes = ctx.is_main  # rank 0 alone writes the run folder, prints and draws the bar
     folder = Path(run_dir) if run_dir is not None else None
     ckpt = folder / CHECKPOINT_NAME if folder is not None else None
-    if ckpt is not None and ckpt.exists() and not resume:
-        raise ValueError(
-            f"{folder} already holds a checkpoint: pass resume=True (--resume), or use another folder"
-        )
     _seed_everything(config.seed)
+    if ctx.rank:  # each rank its own dropout stream; rank 0's is the single process's
+        torch.manual_seed(_rank_seed(config.seed, ctx.rank))
+    ctx.broadcast_tensors_(list(model.state_dict().values()))  # rank 0's weights, before the masters
+    # data-parallel: the optimizer averages the ranks' f32 gradients (the global batch's gradient)
+    # before clipping and stepping (a no-op in a single process)
     opt = MasterWeightOptimizer(
-        model.parameters(), torch.optim.AdamW, lr=config.lr, weight_decay=config.weight_decay
+        model.parameters(), torch.optim.AdamW, lr=config.lr, weight_decay=config.weight_decay, dist=ctx
     )
     steps_per_epoch = math.ceil(len(train) / config.batch_size)
     total_steps = config.epochs * steps_per_epoch
@@ -579,17 +643,41 @@ def fit(
         "bad_epochs": 0,
     }
     best: dict[str, torch.Tensor] | None = None
-    lock = RunLock(folder).acquire() if folder is not None else None
+
+    def open_run() -> tuple[RunLock | None, dict | None]:
+        """Rank 0: refuse an overwrite, lock the folder, read its checkpoint or clear old files."""
+        if ckpt is not None and ckpt.exists() and not resume:
+            raise ValueError(
+                f"{folder} already holds a checkpoint: pass resume=True (--resume), or use another folder"
+            )
+        held = RunLock(folder).acquire() if folder is not None else None
+        try:
+            if ckpt is not None and ckpt.exists():
+                remove_stale_temps(ckpt)
+                # several ranks: read on the host, sent to every rank, loaded onto each one's device
+                saved = load_checkpoint(ckpt, device="cpu" if ctx.enabled else train.device)
+                if not isinstance(saved, dict) or saved.get("format") != FIT_FORMAT:
+                    raise CheckpointError(
+                        f"{ckpt}: not a forecaster training checkpoint (format {FIT_FORMAT!r})"
+                    )
+                return held, saved
+            if folder is not None:
+                if resume:
+                    print(f"notice: no checkpoint in {folder} to resume: starting a new run", file=sys.stderr)
+                stale = move_aside(folder, (*_RUN_FILES, REPORT_NAME))
+                if stale is not None:
+                    print(f"notice: {folder} held an earlier run's files: moved to {stale}", file=sys.stderr)
+            return held, None
+        except BaseException:
+            if held is not None:
+                held.release()
+            raise
+
+    lock, state = _on_rank0(ctx, open_run)
     logger = None
     try:
-        if ckpt is not None and ckpt.exists():
-            remove_stale_temps(ckpt)
+        if state is not None:
             where = str(ckpt)
-            state = load_checkpoint(ckpt, device=train.device)
-            if not isinstance(state, dict) or state.get("format") != FIT_FORMAT:
-                raise CheckpointError(
-                    f"{where}: not a forecaster training checkpoint (format {FIT_FORMAT!r})"
-                )
             saved_meta = section(state, "meta", where, "the run identity section")
             for key, value in ident.items():
                 if saved_meta.get(key) != value:
@@ -617,40 +705,45 @@ def fit(
                 best = {k: v.detach().clone() for k, v in model.state_dict().items()}
                 scratch = _Holder(best)
                 load_into_module(scratch, saved_best, where=f"{where} (best weights)")
-            restore_rng_state(section(state, "rng", where), where=f"{where} (rng)")
-            repair_csv(Path(ckpt).parent / "metrics.csv", loop["global_step"])
-        elif folder is not None:
-            if resume:
-                print(f"notice: no checkpoint in {folder} to resume: starting a new run", file=sys.stderr)
-            stale = move_aside(folder, (*_RUN_FILES, REPORT_NAME))
-            if stale is not None:
-                print(f"notice: {folder} held an earlier run's files: moved to {stale}", file=sys.stderr)
-        if folder is not None:
+            _restore_rngs(ctx, state, where, config.seed, loop["global_step"], restore_rng_state)
+            if writes:
+                repair_csv(Path(where).parent / "metrics.csv", loop["global_step"])
+        if folder is not None and writes:
             purge = loop["global_step"] + 1 if loop["global_step"] else None
             logger = MetricLogger(folder, tensorboard=tensorboard, purge_step=purge)
 
         def save() -> None:
             if ckpt is None:
                 return
-            save_checkpoint(
-                ckpt,
-                {
-                    "format": FIT_FORMAT,
-                    "model": model.state_dict(),
-                    "optimizer": opt.state_dict(),
-                    "best": best or {},
-                    "loop": dict(loop),
-                    "rng": capture_rng_state(),
-                    "meta": ident,
-                    "config": config.to_dict(),
-                },
-            )
+            rngs = ctx.all_gather_objects(capture_rng_state()) if ctx.enabled else None
+            if not writes:
+                return
+            payload: dict[str, Any] = {
+                "format": FIT_FORMAT,
+                "model": model.state_dict(),
+                "optimizer": opt.state_dict(),
+                "best": best or {},
+                "loop": dict(loop),
+                "rng": capture_rng_state(),
+                "meta": ident,
+                "config": config.to_dict(),
+            }
+            if rngs is not None:
+                payload["ranks"] = {"world_size": ctx.world_size, "rng": rngs}
+            save_checkpoint(ckpt, payload)
+
+        def stop_asked() -> bool:
+            asked = should_stop is not None and should_stop()
+            return ctx.any(asked) if ctx.enabled else asked  # every rank stops at the same step
 
         pending: dict[str, Any] = {}
 
         def flush(step: int, extra: Mapping[str, float] | None = None) -> dict[str, float]:
             """Write the interval's means (one host read); raise on a non-finite loss."""
             nonlocal pending
+            if ctx.enabled and "losses/train_mse" in pending:
+                # each rank's sum of weighted shard losses -> the sum of the global batch losses
+                ctx.all_reduce_mean_([pending["losses/train_mse"][0]])
             means = _means(pending)
             pending = {}
             means.update(extra or {})
@@ -665,7 +758,7 @@ def fit(
                 logger.flush(step)
             return means
 
-        bar = ProgressBar(total_steps, initial=loop["global_step"], enabled=progress)
+        bar = ProgressBar(total_steps, initial=loop["global_step"], enabled=progress and writes)
         model.train()
         stopped = None
         windows, train_s = 0, 0.0
@@ -676,10 +769,13 @@ def fit(
             while loop["batch"] < steps_per_epoch:
                 k = loop["batch"]
                 idx = perm[k * config.batch_size : (k + 1) * config.batch_size]
-                x, y = train.batch(idx)
+                mine, weight = _rank_share(idx, ctx)
+                x, y = train.batch(mine)
                 lr = lr_at(config, loop["global_step"], total_steps)
                 opt.set_lr(lr)
                 loss = torch.nn.functional.mse_loss(model(x).float(), y)  # the one upcast: f32 loss
+                if weight != 1.0:  # a short last batch over several ranks (see _rank_share)
+                    loss = loss * weight
                 opt.zero_grad()
                 loss.backward()
                 norm = opt.clip_grad_norm_(config.grad_clip) if config.grad_clip > 0 else None
@@ -694,7 +790,7 @@ def fit(
                 if loop["global_step"] % config.log_every == 0 and loop["batch"] < steps_per_epoch:
                     flush(loop["global_step"])
                     bar.update(loop["global_step"])
-                    if should_stop is not None and should_stop():
+                    if stop_asked():
                         save()
                         stopped = "should_stop"
                         break
@@ -703,7 +799,7 @@ def fit(
             train_s += time.perf_counter() - t_epoch
             if stopped is not None:
                 break
-            val = evaluate(model, validation, batch=config.eval_batch)
+            val = evaluate(model, validation, batch=config.eval_batch, dist=ctx)
             loop["epoch"] += 1
             loop["batch"] = 0
             flush(
@@ -724,7 +820,7 @@ def fit(
             bar.update(loop["global_step"], f"epoch {loop['epoch']} val_mse {val['mse']:.4f}")
             if loop["bad_epochs"] >= config.patience:
                 stopped = "early"
-            elif should_stop is not None and should_stop():
+            elif stop_asked():
                 stopped = "should_stop"
         bar.close()
         wall = time.perf_counter() - t0
@@ -746,10 +842,10 @@ def fit(
         if best is not None:
             load_into_module(model, best, where="best weights")
         for name, data in (("validation", validation), ("test", test)):
-            report[name] = {"model": evaluate(model, data, batch=config.eval_batch)}
+            report[name] = {"model": evaluate(model, data, batch=config.eval_batch, dist=ctx)}
             report[name].update(baselines(data, season=min(config.season, data.window)))
         report["season"] = min(config.season, train.window)
-        if folder is not None:
+        if folder is not None and writes:
             from tritonrl.toolkit.checkpoint import atomic_write_bytes
 
             atomic_write_bytes(folder / REPORT_NAME, json.dumps({**report, "meta": ident}, indent=2).encode())
@@ -759,6 +855,94 @@ def fit(
             logger.close()
         if lock is not None:
             lock.release()
+
+
+def _rank_share(idx: torch.Tensor, ctx: DistContext) -> tuple[torch.Tensor, float]:
+    """This rank's windows of the global batch ``idx`` and the weight of its mean loss.
+
+    Every rank takes a contiguous share of ``idx``, split as evenly as possible. The weight
+    ``n_r * world / b`` (``n_r`` of the batch's ``b`` windows) makes the mean over ranks of the
+    weighted shard means equal the batch's mean loss, so the averaged gradient is the single
+    process's gradient of that batch. A full batch splits evenly (``batch_size`` is a multiple of
+    the world size): weight 1. A rank left without a window (a last batch shorter than the
+    world) forecasts the batch's first window with weight 0: the same graph as the others (the
+    same gradients exist), contributing exact zeros.
+    """
+    if not ctx.enabled:
+        return idx, 1.0
+    b = int(idx.shape[0])
+    start, stop = _even_slice(b, ctx.rank, ctx.world_size)
+    if stop == start:
+        return idx[:1], 0.0
+    n = stop - start
+    return idx[start:stop], 1.0 if n * ctx.world_size == b else n * ctx.world_size / b
+
+
+def _on_rank0(ctx: DistContext, fn: Callable[[], tuple[Any, Any]]) -> tuple[Any, Any]:
+    """``fn()`` (``(local, shared)``) on rank 0 alone; every rank gets ``(local or None, shared)``,
+    or raises rank 0's error (the same class and message), so no rank waits for a rank that
+    stopped."""
+    if not ctx.enabled:
+        return fn()
+    local, shared, failure = None, None, None
+    if ctx.is_main:
+        try:
+            local, shared = fn()
+        except Exception as exc:  # raised below on every rank
+            failure = exc
+    sent = ctx.broadcast_object((shared, None if failure is None else (type(failure), str(failure))))
+    if failure is not None:
+        raise failure
+    if sent[1] is not None:
+        cls, message = sent[1]
+        try:
+            error = cls(message)
+        except Exception:
+            error = distributed.DistributedError(f"rank 0: {message}")
+        raise error
+    return local, sent[0]
+
+
+def _rank_seed(seed: int, rank: int, step: int = 0) -> int:
+    """The torch seed of rank ``rank > 0`` (its dropout stream): ``SeedSequence((seed, rank,
+    step))``'s first 63-bit word (``step``: the global step of a resume that starts it fresh)."""
+    word = np.random.SeedSequence([seed, rank, step]).generate_state(1, np.uint64)[0]
+    return int(word) >> 1
+
+
+def _restore_rngs(
+    ctx: DistContext,
+    state: Mapping[str, Any],
+    where: str,
+    seed: int,
+    step: int,
+    restore: Callable[..., None],
+) -> None:
+    """Put back this rank's RNG states from a checkpoint: its own on the world size that saved
+    them (``ranks.rng[rank]``); rank 0's ``rng`` on rank 0 otherwise, and a fresh
+    :func:`_rank_seed` stream on the other ranks (one notice)."""
+    from tritonrl.toolkit.checkpoint import CheckpointError
+
+    ranks = state.get("ranks")
+    if ctx.enabled and isinstance(ranks, Mapping) and ranks.get("world_size") == ctx.world_size:
+        saved = ranks.get("rng")
+        if not isinstance(saved, list) or len(saved) != ctx.world_size:
+            raise CheckpointError(f"{where}: the per-rank RNG states are not a list of {ctx.world_size}")
+        restore(saved[ctx.rank], where=f"{where} (rng of rank {ctx.rank})")
+        return
+    from tritonrl.toolkit.checkpoint import section
+
+    restore(section(state, "rng", where), where=f"{where} (rng)")
+    if ctx.enabled:
+        had = ranks.get("world_size", 1) if isinstance(ranks, Mapping) else 1
+        if ctx.rank:
+            torch.manual_seed(_rank_seed(seed, ctx.rank, step))
+        elif had != ctx.world_size:
+            print(
+                f"notice: {where} was written by {had} process(es), this run has {ctx.world_size}: "
+                "ranks other than 0 start fresh dropout streams",
+                file=sys.stderr,
+            )
 
 
 _RUN_FILES = ("metrics.csv", "checkpoint.safetensors", "events.out.tfevents.*")

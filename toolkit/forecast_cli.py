@@ -6,6 +6,14 @@
     tritonrl fit --model patchtst --data market:googl --horizon 1 --window 64
     tritonrl fit --model gru --data market:synthetic,ar=0.3 --target price_z --set hidden=32
     tritonrl fit --model gru --data market:synthetic,ar=0.3 --run-dir runs/g --resume
+    torchrun --nproc-per-node 2 -m tritonrl.toolkit fit --model mlp --batch-size 64
+
+Under ``torchrun`` (more than one process) every rank joins the process group
+(:func:`tritonrl.toolkit.distributed.init_distributed` on ``--device``) and trains data-parallel
+over windows (:func:`~tritonrl.toolkit.forecast.fit`: ``--batch-size`` is the global batch, split
+evenly over the ranks); rank 0 alone writes the run folder and prints, the others print nothing.
+A launch that cannot start, a ``--batch-size`` not divisible by the number of processes or ranks
+that disagree is one ``error:`` line (on rank 0) and exit status 2 on every rank.
 
 The command follows ``train``'s rules (:mod:`tritonrl.toolkit.cli_common`, shared with
 :mod:`tritonrl.toolkit.train`): bad input is one ``error:`` line and exit status 2 before anything
@@ -20,12 +28,14 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
 
 import torch
-from tritonrl.toolkit import forecast
+from tritonrl.toolkit import distributed, forecast
 from tritonrl.toolkit.cli_common import (
     UsageError,
     add_output_flags,
@@ -43,6 +53,7 @@ from tritonrl.toolkit.cli_common import (
     report_interrupted,
     stop_on_signals,
 )
+from tritonrl.toolkit.distributed import DistContext, DistributedError
 from tritonrl.toolkit.forecast import (
     CHECKPOINT_NAME,
     FIT_FORMAT,
@@ -142,9 +153,11 @@ def _default_run_dir(args: argparse.Namespace) -> Path:
     return default_run_dir("fit", args.model, args.data.removeprefix("market:"), f"s{args.seed}")
 
 
-def _prepare(args: argparse.Namespace) -> tuple[Any, tuple[WindowData, ...], FitConfig, Path, dict[str, str]]:
+def _prepare(
+    args: argparse.Namespace, ctx: DistContext = distributed.SINGLE_PROCESS
+) -> tuple[Any, tuple[WindowData, ...], FitConfig, Path, dict[str, str]]:
     """Everything ``fit`` needs, every check before anything is written (the run folder's write
-    probe last).
+    probe last, on rank 0 alone); several ranks: the data on ``ctx.device``.
 
     Raises:
         UsageError: the first bad argument.
@@ -159,7 +172,7 @@ def _prepare(args: argparse.Namespace) -> tuple[Any, tuple[WindowData, ...], Fit
     check_range("--horizon", args.horizon, 1)
     check_range("--seed", args.seed, 0, MAX_SEED)
     check_threads(args.threads)
-    device = parse_device(args.device)
+    device = ctx.device if ctx.enabled else parse_device(args.device)
     try:
         config = FitConfig(
             epochs=args.epochs,
@@ -177,6 +190,11 @@ def _prepare(args: argparse.Namespace) -> tuple[Any, tuple[WindowData, ...], Fit
     except ValueError as exc:
         flag = str(exc).split(" ", 1)[0].replace("_", "-")
         raise UsageError(f"--{flag} {str(exc).split(' ', 1)[1]}") from None
+    if ctx.enabled:  # the global batch splits evenly over the ranks
+        try:
+            ctx.shard(config.batch_size, "--batch-size")
+        except DistributedError as exc:
+            raise UsageError(str(exc)) from None
     if config.season > args.window:
         raise UsageError(f"--season {config.season} is longer than the window {args.window}")
     kwargs = _model_kwargs(args.overrides)
@@ -220,13 +238,36 @@ def _prepare(args: argparse.Namespace) -> tuple[Any, tuple[WindowData, ...], Fit
         )
     except (TypeError, ValueError) as exc:
         raise UsageError(f"model {args.model!r}: {exc}") from None
-    probe_run_dir(run_dir)  # last: the only check that writes (and it leaves nothing behind)
+    if ctx.is_main:
+        probe_run_dir(run_dir)  # last: the only check that writes (and it leaves nothing behind)
     return model, windows, config, run_dir, meta
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the ``fit`` subcommand; the exit status (0 done, 1 stopped by an error, 2 usage error,
-    130 / 143 interrupted by SIGINT / SIGTERM after saving a checkpoint)."""
+    130 / 143 interrupted by SIGINT / SIGTERM after saving a checkpoint).
+
+    Under ``torchrun`` (:func:`~tritonrl.toolkit.distributed.launched_by_torchrun`) it joins the
+    process group first and leaves it at the end; rank 0 alone prints."""
+    launched = distributed.launched_by_torchrun()
+    if args.list and launched and os.environ.get("RANK", "0") != "0":
+        return 0
+    if args.list or not launched:
+        return _run(args, distributed.SINGLE_PROCESS)
+    try:
+        parse_device(args.device)
+        ctx = distributed.init_distributed(args.device)
+    except (UsageError, DistributedError) as exc:
+        if os.environ.get("RANK", "0") == "0":  # every rank meets the same error: one line
+            print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return _run(args, ctx)
+    finally:
+        distributed.shutdown()
+
+
+def _run(args: argparse.Namespace, ctx: DistContext) -> int:
     from tritonrl.toolkit.checkpoint import CheckpointError
     from tritonrl.toolkit.runfolder import RunFolderBusy
 
@@ -238,14 +279,23 @@ def run(args: argparse.Namespace) -> int:
             kind = "sequence" if getattr(cls, "causal", False) else "window"
             print(f"{name:<14} {kind:<9} {doc[0] if doc else ''}")
         return 0
+    say = ctx.is_main  # rank 0 prints; every error below is met by every rank (fit agrees them)
+    failed: UsageError | None = None
     try:
-        model, (train, validation, test), config, run_dir, meta = _prepare(args)
+        model, (train, validation, test), config, run_dir, meta = _prepare(args, ctx)
     except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        failed = exc
     except KeyboardInterrupt:
-        print("interrupted by SIGINT before training started: nothing saved", file=sys.stderr)
+        if say:
+            print("interrupted by SIGINT before training started: nothing saved", file=sys.stderr)
         return 130
+    # a check can fail on some ranks alone (rank 0's write probe): every rank stops, rank 0 says why
+    errors = ctx.all_gather_objects(None if failed is None else str(failed))
+    first = next(((r, e) for r, e in enumerate(errors) if e is not None), None)
+    if first is not None:
+        if say:
+            print(f"error: {'' if first[0] == 0 else f'rank {first[0]}: '}{first[1]}", file=sys.stderr)
+        return 2
     try:
         with stop_on_signals() as (should_stop, received):
             report = fit(
@@ -260,19 +310,26 @@ def run(args: argparse.Namespace) -> int:
                 tensorboard=not args.no_tensorboard,
                 should_stop=should_stop,
                 meta=meta,
+                dist=ctx,
             )
-    except (CheckpointError, RunFolderBusy, ValueError, TypeError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except (CheckpointError, RunFolderBusy, DistributedError, ValueError, TypeError) as exc:
+        if say:
+            print(f"error: {exc}", file=sys.stderr)
         return 2
     except FitError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        if say:
+            print(f"error: {exc}", file=sys.stderr)
         return 1
-    except OSError as exc:
+    except OSError as exc:  # a write: rank 0's
         where = f"{exc.filename}: " if exc.filename is not None else ""
         print(f"error: writing the run folder {run_dir}: {where}{exc.strerror or exc}", file=sys.stderr)
         return 1
     if report["stopped"] == "should_stop":
+        if not say:
+            return 128 + int(received[0] if received else signal.SIGINT)  # as report_interrupted
         return report_interrupted(received, report["global_step"], report["checkpoint"])
+    if not say:
+        return 0
     print(format_report(report))
     print(
         f"{args.model} on {args.data}: {report['epochs']} epochs ({report['stopped']}), best epoch "

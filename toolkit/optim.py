@@ -29,6 +29,16 @@ which ``torch.compile`` traces whole (``compile="default"`` or ``"reduce-overhea
     opt.zero_grad()
     loss.backward()
     grad_norm = opt.clip_and_step(0.5)     # = clip_grad_norm_(0.5); step(), without host reads
+
+Data-parallel training (:mod:`tritonrl.toolkit.distributed`): with ``dist=ctx`` the gradients are
+averaged across the ranks with one flat :meth:`~tritonrl.toolkit.distributed.DistContext.all_reduce_mean_`
+right before clipping, in :meth:`~MasterWeightOptimizer.clip_grad_norm_` and
+:meth:`~MasterWeightOptimizer.clip_and_step` (and in :meth:`~MasterWeightOptimizer.step` when nothing
+clipped first), outside any compiled region and without a host read. What is averaged are the f32
+gradients the update uses: the master gradients when a parameter is bf16 (its gradient upcast
+once, then summed across ranks in f32 and never rounded back to bf16), the parameter's own
+gradient when it is f32. The norm and the clip therefore see the global gradient, and every rank
+takes the same step.
 """
 
 from __future__ import annotations
@@ -40,6 +50,7 @@ from typing import Any
 import torch
 from torch.optim.adam import adam
 from tritonrl.toolkit.compile import Compiled
+from tritonrl.toolkit.distributed import DistContext
 
 __all__ = ["MasterWeightOptimizer"]
 
@@ -53,6 +64,8 @@ class MasterWeightOptimizer:
         compile: how :meth:`clip_and_step` runs, one of
             :data:`tritonrl.toolkit.compile.COMPILE_MODES`; anything but ``"none"`` needs
             ``torch.optim.Adam`` with ``fused=True``.
+        dist: the data-parallel context whose ranks' gradients are averaged before each clip and
+            step (see the module docstring); ``None`` or a single process: no averaging.
         **kwargs: passed to ``optimizer_cls`` (``lr``, ``eps``, ...).
 
     Raises:
@@ -66,8 +79,11 @@ class MasterWeightOptimizer:
         optimizer_cls: type[torch.optim.Optimizer] = torch.optim.Adam,
         *,
         compile: str = "none",
+        dist: DistContext | None = None,
         **kwargs: Any,
     ) -> None:
+        self.dist = dist if dist is not None and dist.enabled else None
+        """The context whose ranks' gradients are averaged (``None``: a single process)."""
         self.params = list(params)
         if not self.params:
             raise ValueError("params is empty: nothing to optimize")
@@ -80,6 +96,7 @@ class MasterWeightOptimizer:
         ]
         self.optimizer = optimizer_cls(self.masters, **kwargs)
         self._gathered = False  # master grads hold this step's (possibly clipped) gradients
+        self._averaged = False  # this step's gradients are averaged across the ranks
         group = self.optimizer.param_groups[0]
         self._fused_adam = type(self.optimizer) is torch.optim.Adam and bool(group.get("fused"))
         if compile != "none" and not self._fused_adam:
@@ -125,6 +142,7 @@ class MasterWeightOptimizer:
             p.grad = None
             m.grad = None
         self._gathered = False
+        self._averaged = False
 
     def _gather_grads(self) -> None:
         """Copy the parameters' gradients into the f32 masters, once per step."""
@@ -135,13 +153,25 @@ class MasterWeightOptimizer:
                 m.grad = None if p.grad is None else p.grad.float()
         self._gathered = True
 
+    def _average_grads(self) -> None:
+        """Average the f32 master gradients across the ranks, once per step (one flat all-reduce;
+        no-op in a single process)."""
+        if self.dist is None or self._averaged:
+            return
+        self._gather_grads()
+        self.dist.all_reduce_mean_([m.grad for m in self.masters])
+        self._averaged = True
+
     def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
         """Clip the global gradient norm (computed in f32 on the master gradients) to ``max_norm``.
+
+        With ``dist``, the gradients are first averaged across the ranks (the global gradient).
 
         Returns:
             the norm before clipping, an f32 scalar tensor on the parameters' device (no sync).
         """
         self._gather_grads()
+        self._average_grads()
         grads = [m.grad for m in self.masters if m.grad is not None]
         if not grads or len({(g.device, g.dtype) for g in grads}) != 1:
             return torch.nn.utils.clip_grad_norm_(self.masters, max_norm)
@@ -153,14 +183,17 @@ class MasterWeightOptimizer:
         return total
 
     def step(self) -> None:
-        """One optimizer step on the f32 masters, then round them into the parameters."""
+        """One optimizer step on the f32 masters, then round them into the parameters (with
+        ``dist``, on the gradients averaged across the ranks)."""
         self._gather_grads()
+        self._average_grads()
         self.optimizer.step()
         with torch.no_grad():
             for p, m in zip(self.params, self.masters, strict=True):
                 if m is not p:
                     p.copy_(m)
         self._gathered = False
+        self._averaged = False
 
     def clip_and_step(self, max_norm: float) -> torch.Tensor:
         """Clip the global gradient norm to ``max_norm`` and take one Adam step, without host reads.
@@ -169,7 +202,9 @@ class MasterWeightOptimizer:
         norm computed in f32, Adam on the f32 masters, the parameters rounded from them), written
         as one function of tensors: the fused Adam kernel when eager, foreach ops when compiled
         (the fused kernel is opaque to Dynamo; the two agree to f32 rounding). The learning rate
-        comes from :meth:`set_lr`. Needs ``torch.optim.Adam(fused=True)``.
+        comes from :meth:`set_lr`. Needs ``torch.optim.Adam(fused=True)``. With ``dist``, the
+        gradients are averaged across the ranks first, in f32 (bf16 gradients are upcast for it:
+        the step's own upcast then costs nothing), outside the compiled step.
 
         Returns:
             the norm before clipping, an f32 0-d tensor on the parameters' device.
@@ -183,12 +218,16 @@ class MasterWeightOptimizer:
             )
         steps, exp_avgs, exp_avg_sqs, max_sqs = self._adam_state()
         grads = [p.grad for p in self.params]
+        if self.dist is not None:
+            grads = [None if g is None else g.float() for g in grads]  # f32 grads: themselves
+            self.dist.all_reduce_mean_(grads)
         # eager: the float learning rate, as step() passes it; compiled: the tensor (see __init__)
         lr = self._lr if self._step.compiled else self.optimizer.param_groups[0]["lr"]
         norm = self._step(
             self.params, self.masters, grads, exp_avgs, exp_avg_sqs, max_sqs, steps, lr, max_norm
         )
         self._gathered = False
+        self._averaged = False
         return norm
 
     def _adam_state(

@@ -40,7 +40,7 @@ class Preset:
         description: one line for ``--agent list`` and error messages.
         config: the frozen config (a :class:`tritonrl.toolkit.config.Config`) the preset stands for.
         agent: the agent class, called as ``agent(observation_space, action_space, config, *,
-            num_envs, device, seed)``.
+            num_envs, device, seed)`` (and ``dist=`` when :meth:`build` is given one).
         kind: ``"onpolicy"`` or ``"offpolicy"``: which kind of schedule drives it (a label for
             ``--agent list``).
         schedule: ``schedule(agent)`` returns the schedule of the shared loop for a built agent
@@ -127,16 +127,27 @@ class Preset:
         total_steps: int | None = None,
         overrides: Mapping[str, Any] | None = None,
         config: Mapping[str, Any] | None = None,
+        dist: Any = None,
     ) -> Any:
         """An agent of this preset (see :meth:`configure` for ``overrides``, ``config`` and
         ``total_steps``).
 
+        ``dist`` (a :class:`tritonrl.toolkit.distributed.DistContext`) is passed to the agent as
+        ``dist=`` (``num_envs`` is then this rank's share); ``None`` passes nothing, so agent
+        classes without a ``dist`` argument keep working (the built-in agents then use
+        :func:`tritonrl.toolkit.distributed.current`).
+
         Raises:
             ValueError: a bad config key or value, or a space the agent cannot drive.
             TypeError: as the agent's constructor.
+            tritonrl.toolkit.distributed.DistributedError: as the agent's constructor (the ranks
+                disagree, a global size does not split evenly).
         """
         cfg = self.configure(overrides, config=config, total_steps=total_steps)
-        return self.agent(observation_space, action_space, cfg, num_envs=num_envs, device=device, seed=seed)
+        extra: dict[str, Any] = {} if dist is None else {"dist": dist}
+        return self.agent(
+            observation_space, action_space, cfg, num_envs=num_envs, device=device, seed=seed, **extra
+        )
 
 
 def find_preset(presets: Iterable[Preset], name: str, family: str = "agent") -> Preset:

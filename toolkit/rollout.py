@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
+from tritonrl.toolkit.distributed import DistContext
 
 __all__ = ["RolloutBuffer", "RunningMeanStd", "compute_gae"]
 
@@ -114,6 +115,40 @@ class RunningMeanStd:
         self.mean = self.mean + delta * (n / total)
         self.var = (self.var * self.count + batch_var * n + delta.square() * (self.count * n / total)) / total
         self.count = total
+
+    def merge(self, other: RunningMeanStd) -> None:
+        """Merge ``other``'s statistics (of samples disjoint from these) into these, in place
+        (Chan et al.; :meth:`update` is the merge of one batch). Two empty sets (count 0) stay
+        as they are. No host read."""
+        total = self.count + other.count
+        safe = torch.where(total > 0, total, torch.ones_like(total))
+        delta = other.mean - self.mean
+        mean = self.mean + delta * (other.count / safe)
+        m2 = self.var * self.count + other.var * other.count
+        var = (m2 + delta.square() * (self.count * other.count / safe)) / safe
+        keep = total > 0
+        self.mean = torch.where(keep, mean, self.mean)
+        self.var = torch.where(keep, var, self.var)
+        self.count = total
+
+    def all_reduce_(self, dist: DistContext) -> None:
+        """Replace these statistics, on every rank, by the pooled statistics of every rank's
+        (each rank's samples disjoint from the others'), in place.
+
+        Exact pooling with two small all-reduces and no host read: the counts and count-weighted
+        means give the pooled mean ``m``; then each rank's sum of squared deviations about ``m``,
+        ``n_r * (var_r + (mean_r - m)**2)``, summed, gives the pooled variance (no
+        ``E[x^2] - m^2`` cancellation). A single process (``dist.enabled`` false) changes nothing.
+        """
+        if not dist.enabled:
+            return
+        n = self.count.reshape(1)
+        sums = dist.all_reduce_sum_(torch.cat([n, (self.mean * self.count).reshape(-1)]))
+        total = sums[0]
+        safe = torch.where(total > 0, total, torch.ones_like(total))
+        mean = (sums[1:] / safe).view_as(self.mean)
+        m2 = dist.all_reduce_sum_((self.var + (self.mean - mean).square()) * self.count)
+        self.mean, self.var, self.count = mean, m2 / safe, total
 
     def normalize(self, x: torch.Tensor, clip: float = 10.0) -> torch.Tensor:
         """``clamp((x - mean) / sqrt(var + 1e-8), -clip, clip)`` in f32."""

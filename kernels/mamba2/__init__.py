@@ -2,7 +2,9 @@
 
 - :func:`mamba2_scan`: chunked SSD scan over sequences with episode resets, forward and backward
   (Triton in ``chunk.py`` on CUDA, the torch chunked reference in ``reference.py`` on CPU);
-- :func:`mamba2_step`: the single-step update for acting (Triton in ``step.py``);
+- :func:`mamba2_step`: the single-step update for acting (Triton in ``step.py``), and
+  :func:`mamba2_step_unchecked`, the same without the input checks, for callers that built the
+  inputs themselves (the Mamba2 block's ``step``);
 - ``naive.py``: the sequential recurrence, used only as the test oracle.
 
 Files (the kernel-folder convention, docs/pages/kernels.md): ``api.py`` (ops, validation, public
@@ -13,6 +15,12 @@ as torch custom ops, ``torch.ops.tritonrl.*``, for ``torch.compile``), ``naive.p
 
 # torch.ops.tritonrl.mamba2_scan / mamba2_step (+ the backward op): what torch.compile traces
 from tritonrl.kernels.mamba2 import library  # noqa: F401  (registers the custom ops)
-from tritonrl.kernels.mamba2.api import MAMBA2_SCAN, MAMBA2_STEP, mamba2_scan, mamba2_step
+from tritonrl.kernels.mamba2.api import (
+    MAMBA2_SCAN,
+    MAMBA2_STEP,
+    mamba2_scan,
+    mamba2_step,
+    mamba2_step_unchecked,
+)
 
-__all__ = ["MAMBA2_SCAN", "MAMBA2_STEP", "mamba2_scan", "mamba2_step"]
+__all__ = ["MAMBA2_SCAN", "MAMBA2_STEP", "mamba2_scan", "mamba2_step", "mamba2_step_unchecked"]

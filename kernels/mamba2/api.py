@@ -2,7 +2,9 @@
 
 - :func:`mamba2_scan`: the chunked selective scan over a sequence, differentiable (Triton forward
   and backward on CUDA, the torch chunked reference with autograd on CPU);
-- :func:`mamba2_step`: one recurrence step for acting, updating an f32 state in place.
+- :func:`mamba2_step`: one recurrence step for acting, updating an f32 state in place;
+  :func:`mamba2_step_unchecked` is the same without the input checks, for a caller that built the
+  inputs itself (the Mamba2 block's ``step``: at a few environments the checks cost as much as the step).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from tritonrl.kernels.library import traces_reference
 from tritonrl.kernels.mamba2.reference import mamba2_scan_ref, mamba2_step_ref
 from tritonrl.kernels.validate import check_tensor
 
-__all__ = ["MAMBA2_SCAN", "MAMBA2_STEP", "mamba2_scan", "mamba2_step"]
+__all__ = ["MAMBA2_SCAN", "MAMBA2_STEP", "mamba2_scan", "mamba2_step", "mamba2_step_unchecked"]
 
 MAMBA2_SCAN = KernelOp(
     "mamba2_scan", torch_impl=mamba2_scan_ref, triton_impl="tritonrl.kernels.mamba2.chunk:mamba2_scan_triton"
@@ -287,38 +289,41 @@ def mamba2_step(
         check_tensor("z", z, shape=tuple(x.shape), what="[B, H, P] (like x)", dtype=x.dtype, device=dev)
     if reset is not None:
         check_tensor("reset", reset, shape=(batch,), what="[B]", dtype=torch.bool, device=dev)
+    limit = (float(dt_limit[0]), float(dt_limit[1]))
+    return mamba2_step_unchecked(state, x, dt, A, B, C, D, z, dt_bias, bool(dt_softplus), limit, reset)
+
+
+def mamba2_step_unchecked(
+    state: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    dt_softplus: bool,
+    dt_limit: tuple[float, float],
+    reset: torch.Tensor | None,
+) -> torch.Tensor:
+    """:func:`mamba2_step` without its input checks (positional arguments, ``dt_limit`` two floats).
+
+    For a caller that built the arguments itself and checked, once per call, what it took from
+    outside: :meth:`tritonrl.agents.mamba2.Mamba2Block.step` slices them from its own layers and
+    checks its input and state, so the op's checks (a dozen per step) would only repeat them. The
+    arguments must satisfy every condition :func:`mamba2_step` states (``state`` float32 and
+    contiguous, shapes, dtypes, one device): nothing here verifies them, and the Triton kernel
+    reads out of bounds if they do not hold. Everyone else calls :func:`mamba2_step`.
+
+    Returns:
+        y [B, H, P] in the data dtype; ``state`` is updated in place (as :func:`mamba2_step`).
+    """
     with torch.no_grad():
-        if torch.compiler.is_compiling():  # the reference or the custom op (checks ran at trace time)
-            if traces_reference(MAMBA2_STEP, dev):  # inline: Inductor fuses it
-                limit = (float(dt_limit[0]), float(dt_limit[1]))
-                return mamba2_step_ref(state, x, dt, A, B, C, D, z, dt_bias, bool(dt_softplus), limit, reset)
+        if torch.compiler.is_compiling():  # the reference or the custom op (the caller checked)
+            if traces_reference(MAMBA2_STEP, x.device):  # inline: Inductor fuses it
+                return mamba2_step_ref(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_limit, reset)
             return torch.ops.tritonrl.mamba2_step(
-                state,
-                x,
-                dt,
-                A,
-                B,
-                C,
-                D,
-                z,
-                dt_bias,
-                bool(dt_softplus),
-                float(dt_limit[0]),
-                float(dt_limit[1]),
-                reset,
+                state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_limit[0], dt_limit[1], reset
             )
-        return MAMBA2_STEP(
-            dev,
-            state,
-            x,
-            dt,
-            A,
-            B,
-            C,
-            D,
-            z,
-            dt_bias,
-            bool(dt_softplus),
-            (float(dt_limit[0]), float(dt_limit[1])),
-            reset,
-        )
+        return MAMBA2_STEP(x.device, state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_limit, reset)

@@ -18,6 +18,8 @@ the number of resets seen in the chunk up to ``t``,
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -32,12 +34,16 @@ def dt_transform(
 ) -> torch.Tensor:
     """``clamp(softplus(dt + dt_bias), *dt_limit)``; the softplus only if ``dt_softplus``.
 
-    ``dt``: [..., H]; ``dt_bias``: [H] or None. Computes in ``dt``'s dtype.
+    ``dt``: [..., H]; ``dt_bias``: [H] or None. Computes in ``dt``'s dtype. The clamp is skipped
+    where it cannot change a value: a softplus is never negative, so ``(0, inf)`` bounds keep it
+    as it is (NaN included).
     """
     if dt_bias is not None:
         dt = dt + dt_bias.to(dt.dtype)
     if dt_softplus:
         dt = F.softplus(dt)
+        if dt_limit[0] <= 0.0 and dt_limit[1] == math.inf:
+            return dt
     return dt.clamp(min=dt_limit[0], max=dt_limit[1])
 
 
@@ -78,7 +84,9 @@ def mamba2_scan_ref(
     batch, length, nheads, headdim = x.shape
     ngroups, dstate = B.shape[-2:]
     cdt = compute_dtype or _compute_dtype(x)
-    T = chunk_size
+    # A chunk longer than the sequence would only add padding (the result does not depend on the
+    # chunk): one chunk of L steps then. The chunk states are returned per chunk of ``chunk_size``.
+    T = chunk_size if return_chunk_states else min(chunk_size, length)
     nchunks = -(-length // T)
     pad = nchunks * T - length
 
@@ -156,24 +164,28 @@ def mamba2_step_ref(
     """One recurrence step in torch; updates ``state`` in place (arguments as
     :func:`tritonrl.kernels.mamba2.mamba2_step`).
 
-    state: [B, H, P, N] (float32, or float64 in tests); x: [B, H, P]; dt: [B, H]; B, C: [B, G, N];
-    reset: [B] bool. Returns y [B, H, P] in ``x.dtype``.
+    state: [B, H, P, N] contiguous (float32, or float64 in tests); x: [B, H, P]; dt: [B, H];
+    B, C: [B, G, N]; reset: [B] bool. Returns y [B, H, P] in ``x.dtype``.
+
+    The heads are viewed as ``[G, H / G]`` (head ``h`` reads group ``h // (H / G)``), so B and C
+    broadcast over the heads of their group instead of being copied for each.
     """
     sdt = state.dtype
-    nheads = x.shape[1]
-    rep = nheads // B.shape[1]
+    batch, nheads, headdim = x.shape
+    ngroups, dstate = B.shape[1:]
+    rep = nheads // ngroups
     w = dt_transform(dt.to(sdt), dt_bias, dt_softplus, dt_limit)  # [B, H]
     decay = torch.exp(w * A.to(sdt))
     if reset is not None:
-        decay = torch.where(reset[:, None], torch.zeros_like(decay), decay)
+        decay = decay.masked_fill(reset[:, None], 0.0)
     xf = x.to(sdt)
-    Bh = B.to(sdt).repeat_interleave(rep, dim=1)  # [B, H, N]
-    Ch = C.to(sdt).repeat_interleave(rep, dim=1)
-    state.mul_(decay[:, :, None, None]).add_((w[:, :, None] * xf)[..., None] * Bh[:, :, None, :])
-    y = torch.einsum("bhpn,bhn->bhp", state, Ch)
+    h = state.view(batch, ngroups, rep, headdim, dstate)
+    h.mul_(decay.view(batch, ngroups, rep, 1, 1))
+    h.addcmul_((w[:, :, None] * xf).view(batch, ngroups, rep, headdim, 1), B.to(sdt)[:, :, None, None, :])
+    y = (h * C.to(sdt)[:, :, None, None, :]).sum(-1).view(batch, nheads, headdim)  # state @ C per head
     if D is not None:
         Dv = D.to(sdt)
-        y = y + (Dv[:, None] if Dv.dim() == 1 else Dv) * xf
+        y = torch.addcmul(y, Dv[:, None] if Dv.dim() == 1 else Dv, xf)
     if z is not None:
         y = y * F.silu(z.to(sdt))
     return y.to(x.dtype)

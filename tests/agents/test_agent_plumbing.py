@@ -244,7 +244,7 @@ def test_the_registry_holds_exactly_the_agent_modules_presets() -> None:
     from tritonrl.toolkit.registry import get_agent, list_agents
 
     names = [p.name for p in (*dqn.PRESETS, *ppo.PRESETS)]
-    assert len(set(names)) == len(names) == 12
+    assert len(set(names)) == len(names) == 13
     assert [p.name for p in list_agents()] == sorted(names)
     for p in (*dqn.PRESETS, *ppo.PRESETS):
         assert get_agent(p.name) is p

@@ -121,6 +121,25 @@ def test_compiled_ppo_updates_match_eager_and_reduce_overhead_runs_on_cpu() -> N
     assert counters["inductor"]["cudagraph_skips"] > skips
 
 
+@pytest.mark.parametrize("name", ["ppo-lstm", "ppo-gru"])
+def test_compiled_recurrent_ppo_matches_eager(name: str) -> None:
+    # LSTM/GRU: the split recurrence runs eagerly (its layout's size changes with the data) and
+    # hands its features to the compiled loss; updates with new layouts must not recompile the
+    # loss without end (fullgraph: a graph break or the recompile limit would raise).
+    small = {**PPO_SMALL, "seq_len": 8, "memory_size": 16, "hidden": (16,)}
+    eager, compiled = (
+        PPOAgent(OBS, DISCRETE, dataclasses.replace(ppo_preset(name), **small, compile=m), num_envs=E, seed=0)
+        for m in ("none", "default")
+    )
+    assert compiled._learn.fullgraph
+    g = torch.Generator().manual_seed(1)
+    for _ in range(3):
+        _observe([eager, compiled], g, PPO_SMALL["num_steps"])
+        _close(eager.update(), compiled.update(), **METRICS)
+        for a, b in zip(_params(eager), _params(compiled), strict=True):
+            torch.testing.assert_close(a, b, **PARAMS)
+
+
 @pytest.mark.parametrize("kind", ["rainbow", "ppo"])
 def test_compiled_agent_resumes_exactly(kind: str, tmp_path: Path) -> None:
     # Checkpoint a compiled agent, load it into a fresh process-like agent (DQNAgent.load builds it

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tritonrl.agents.mamba2 import Mamba2Block, Mamba2State
-from tritonrl.kernels.mamba2 import MAMBA2_SCAN, MAMBA2_STEP
+from tritonrl.kernels.mamba2 import MAMBA2_SCAN, MAMBA2_STEP, mamba2_step
 
 # f32 on CPU: forward (chunked scan, conv by shifted sums) and step (fused step, conv as one
 # weighted sum) compute the same numbers in a different order: a few ulps of O(1) values.
@@ -48,6 +51,160 @@ def test_step_equals_forward(with_resets: bool, length: int) -> None:
     assert state.ssm.dtype == torch.float32
 
 
+def _step_checked(
+    block: Mamba2Block, x_t: torch.Tensor, state: Mamba2State, reset: torch.Tensor | None
+) -> tuple[torch.Tensor, Mamba2State]:
+    """``Mamba2Block.step`` as written before its fast path: clones of the state, the reset by
+    ``masked_fill_`` on the cloned window, the window shifted by ``cat`` and ``copy_``, and the
+    public (checked) single-step op. The oracle of the fast path."""
+    b = x_t.shape[0]
+    H, P, G, N = block.nheads, block.headdim, block.ngroups, block.d_state
+    conv, ssm = state.conv.clone(), state.ssm.clone()
+    z, xbc, dt = torch.split(block.in_proj(x_t), [block.d_inner, block.conv_dim, H], dim=-1)
+    if reset is not None:
+        conv.masked_fill_(reset[:, None, None], 0.0)
+    full = torch.cat([conv, xbc[:, None]], dim=1)
+    xc = (full * block.conv_weight.t()).sum(dim=1) + block.conv_bias
+    conv.copy_(full[:, 1:])
+    xs, Bm, Cm = torch.split(F.silu(xc), [block.d_inner, G * N, G * N], dim=-1)
+    y = mamba2_step(
+        ssm,
+        xs.view(b, H, P),
+        dt,
+        -torch.exp(block.A_log),
+        Bm.view(b, G, N),
+        Cm.view(b, G, N),
+        D=block.D,
+        z=z.view(b, H, P),
+        dt_bias=block.dt_bias,
+        dt_softplus=True,
+        reset=reset,
+    )
+    y = F.rms_norm(y.view(b, block.d_inner), (block.d_inner,), block.norm_weight, block.norm_eps)
+    return block.out_proj(y), Mamba2State(conv=conv, ssm=ssm)
+
+
+@settings(max_examples=30)
+@given(
+    batch=st.integers(1, 3),
+    length=st.integers(1, 10),
+    d_conv=st.integers(1, 4),
+    ngroups=st.sampled_from([1, 2]),
+    inplace=st.booleans(),
+    seed=st.integers(0, 2**16),
+    data=st.data(),
+)
+def test_fast_step_matches_the_checked_step(
+    batch: int, length: int, d_conv: int, ngroups: int, inplace: bool, seed: int, data: st.DataObject
+) -> None:
+    """The fast step (block-level checks, unchecked op, window as a view of the new buffer) against
+    the step written with the checked op and explicit copies, and against ``forward``, for random
+    reset masks (hypothesis), from a random memory."""
+    block = _block(seed % 5, d_conv=d_conv, ngroups=ngroups)
+    bits = data.draw(
+        st.lists(st.booleans(), min_size=batch * length, max_size=batch * length), label="resets"
+    )
+    resets = torch.tensor(bits, dtype=torch.bool).view(batch, length)
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch, length, 16, generator=g)
+    start = block.initial_state(batch)
+    start.ssm.normal_(generator=g)
+    start.conv.normal_(generator=g)
+    with torch.no_grad():
+        y_fwd, final = block(x, resets, state=start, return_state=True)
+        fast, slow = start.clone(), start.clone()
+        for t in range(length):
+            y_fast, fast_next = block.step(x[:, t], fast, resets[:, t], inplace=inplace)
+            y_slow, slow = _step_checked(block, x[:, t], slow, resets[:, t])
+            if inplace:
+                assert fast_next.ssm is fast.ssm and fast_next.conv is fast.conv
+            fast = fast_next
+            # the same operations in the same order (the reset applied to the new buffer instead of
+            # a clone of the window changes nothing): f32, equal to rounding
+            torch.testing.assert_close(y_fast, y_slow, rtol=1e-6, atol=1e-6)
+            torch.testing.assert_close(y_fast, y_fwd[:, t], **TOL)
+    torch.testing.assert_close(fast.ssm, slow.ssm, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(fast.conv, slow.conv, rtol=0, atol=0)  # raw inputs, copied
+    torch.testing.assert_close(fast.ssm, final.ssm, **TOL)
+    torch.testing.assert_close(fast.conv, final.conv, **TOL)
+
+
+@pytest.mark.parametrize("where", ["first", "mid", "last", "all three"])
+def test_step_equals_forward_with_resets_at(where: str) -> None:
+    """Resets at step 0, in the middle, at the last step (and all three), from a junk memory."""
+    length = 9
+    steps = {"first": [0], "mid": [4], "last": [length - 1], "all three": [0, 4, length - 1]}[where]
+    block = _block(2)
+    g = torch.Generator().manual_seed(8)
+    x = torch.randn(2, length, 16, generator=g)
+    resets = torch.zeros(2, length, dtype=torch.bool)
+    resets[0, steps] = True  # row 1 never resets: its memory runs through
+    state = block.initial_state(2)
+    state.ssm.normal_(generator=g)
+    state.conv.normal_(generator=g)
+    with torch.no_grad():
+        y, final = block(x, resets, state=state, return_state=True)
+        ys = []
+        for t in range(length):
+            y_t, state = block.step(x[:, t], state, resets[:, t])
+            ys.append(y_t)
+    torch.testing.assert_close(torch.stack(ys, 1), y, **TOL)
+    torch.testing.assert_close(state.ssm, final.ssm, **TOL)
+    torch.testing.assert_close(state.conv, final.conv, **TOL)
+
+
+def test_stepped_state_continues_in_forward() -> None:
+    """A state from ``step`` (its window a view of the step's buffer) enters ``forward`` and the
+    Triton-facing checks like any other: stepping k steps then running the rest equals one run."""
+    block = _block(3)
+    x = torch.randn(2, 12, 16, generator=torch.Generator().manual_seed(9))
+    resets = _resets(2, 12, 10)
+    with torch.no_grad():
+        y = block(x, resets)
+        state = block.initial_state(2)
+        for t in range(5):
+            _, state = block.step(x[:, t], state, resets[:, t])
+        assert not state.conv.is_contiguous()  # the view, nothing copied
+        y_rest = block(x[:, 5:], resets[:, 5:], state=state)
+        _, again = block.step(x[:, 5], state, resets[:, 5], inplace=True)  # a view updated in place
+    torch.testing.assert_close(y_rest, y[:, 5:], **TOL)
+    assert again.conv is state.conv
+
+
+def test_step_returns_no_graph_even_with_grad_enabled() -> None:
+    block = _block()
+    y, state = block.step(torch.randn(2, 16), block.initial_state(2), torch.tensor([True, False]))
+    assert y.requires_grad  # the output projection is differentiable; the memory is not
+    assert not state.conv.requires_grad and not state.ssm.requires_grad
+
+
+def test_step_state_checks() -> None:
+    block = _block()
+    x = torch.randn(2, 16)
+    state = block.initial_state(2)
+    with pytest.raises(TypeError, match=r"state.ssm has dtype torch.float64"):
+        block.step(x, Mamba2State(state.conv, state.ssm.double()))
+    with pytest.raises(TypeError, match="state.conv has dtype"):
+        block.step(x, Mamba2State(state.conv.double(), state.ssm))
+    strided = Mamba2State(state.conv, state.ssm.transpose(2, 3).contiguous().transpose(2, 3))
+    assert not strided.ssm.is_contiguous()
+    with pytest.raises(ValueError, match="contiguous to be updated in place"):
+        block.step(x, strided, inplace=True)
+    with torch.no_grad():  # a copy is made when the state is not updated in place: any layout
+        y1, s1 = block.step(x, strided)
+        y2, s2 = block.step(x, state)
+    assert s1.ssm.is_contiguous()
+    torch.testing.assert_close(y1, y2, rtol=0, atol=0)
+    with pytest.raises(TypeError, match="reset must be a bool tensor"):
+        block.step(x, state, torch.zeros(2))
+    with pytest.raises(ValueError, match="reset must have shape"):
+        block.step(x, state, torch.zeros(3, dtype=torch.bool))
+    with pytest.raises(TypeError, match="x has dtype"):
+        block.step(x.double(), state)
+    with pytest.raises(ValueError, match="on meta"):
+        block.step(x, Mamba2State(state.conv, state.ssm.to("meta")))
+
+
 def test_step_leaves_state_alone_unless_inplace() -> None:
     block = _block()
     x = torch.randn(2, 16)
@@ -57,6 +214,9 @@ def test_step_leaves_state_alone_unless_inplace() -> None:
         state.conv.normal_()
         before = state.clone()
         y1, new = block.step(x, state)
+        torch.testing.assert_close(state.ssm, before.ssm, rtol=0, atol=0)
+        torch.testing.assert_close(state.conv, before.conv, rtol=0, atol=0)
+        block.step(x, state, torch.tensor([True, False]))  # a reset clears the new state, not this one
         torch.testing.assert_close(state.ssm, before.ssm, rtol=0, atol=0)
         torch.testing.assert_close(state.conv, before.conv, rtol=0, atol=0)
         y2, same = block.step(x, state, inplace=True)

@@ -27,6 +27,10 @@ What a CPU run can and cannot prove:
   value (``kernels/sumtree/fused.py``: shapes and Python scalars only).
 - ``target_kl`` (PPO's early stop) reads the KL once per epoch by design; it is off by default
   and stays off here.
+- The LSTM and GRU policies split their training sequences at episode starts into a padded
+  layout whose size the host must know: ``PPOAgent._minibatch_layouts`` reads the layouts of all
+  the minibatches of an update in one transfer, the documented read of their updates. The test
+  lets exactly that call read (once per update) and nothing else.
 """
 
 from __future__ import annotations
@@ -123,6 +127,8 @@ PPO_CASES: dict[str, tuple[str, dict[str, Any], gym.Space]] = {
     "squashed": ("ppo-continuous", {"squash": True, "ent_coef": 0.01}, BOX),
     "lstm": ("ppo-lstm", {}, DISCRETE),
     "lstm-box": ("ppo-lstm", {}, BOX),
+    "gru": ("ppo-gru", {}, DISCRETE),
+    "gru-box": ("ppo-gru", {}, BOX),
     "flow": ("ppo-flow", {"ent_coef": 0.01}, BOX),
     "mamba": ("ppo-mamba", {}, DISCRETE),
 }
@@ -165,9 +171,11 @@ def _lift_host_kernels(guard: HostReads, monkeypatch: pytest.MonkeyPatch) -> Non
         monkeypatch.setattr(prioritized, name, lifted)
 
 
-def _check_step(agent: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, torch.Tensor]:
+def _check_step(
+    agent: Any, monkeypatch: pytest.MonkeyPatch, guard: HostReads | None = None
+) -> dict[str, torch.Tensor]:
     obs = torch.randn(E, 4)
-    guard = HostReads()
+    guard = guard if guard is not None else HostReads()
     _lift_host_kernels(guard, monkeypatch)
     with guard:
         metrics = agent.update()
@@ -203,8 +211,33 @@ def test_ppo_update_and_act_read_nothing_on_the_host(case: str, monkeypatch: pyt
     for _ in range(cfg.num_steps):
         _step(agent, g)
     assert agent.inputs.pending
-    metrics = _check_step(agent, monkeypatch)
+    splits = cfg.policy in ("lstm", "gru")
+    guard, reads = HostReads(), []
+    if splits:  # the documented read: the layouts of the update's minibatches, in one call
+        original = PPOAgent._minibatch_layouts
+
+        def layouts(*args: Any) -> list[list[tuple[int, int]]]:
+            reads.append(args)
+            with guard.lifted():
+                return original(*args)
+
+        monkeypatch.setattr(PPOAgent, "_minibatch_layouts", staticmethod(layouts))
+    metrics = _check_step(agent, monkeypatch, guard)
+    assert len(reads) == (1 if splits else 0)
     assert {"losses/policy_loss", "losses/grad_norm", "charts/learning_rate"} <= set(metrics)
+
+
+@pytest.mark.parametrize("name", ["ppo-lstm", "ppo-gru"])
+def test_ppo_recurrent_layout_is_the_documented_host_read(name: str) -> None:
+    # Without the lifted layouts call, the update of a splitting policy reads exactly there.
+    cfg = dataclasses.replace(ppo_preset(name), **PPO_TINY)
+    agent = PPOAgent(OBS, DISCRETE, cfg, num_envs=E, seed=0)
+    _accelerator_defaults(agent)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(cfg.num_steps):
+        _step(agent, g)
+    with pytest.raises(HostReadError, match="tolist"), HostReads():
+        agent.update()
 
 
 def test_ppo_target_kl_is_the_documented_host_read(monkeypatch: pytest.MonkeyPatch) -> None:

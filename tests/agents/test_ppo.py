@@ -23,6 +23,7 @@ ENVS = {
     "continuous": "Pendulum-v1",
     "flow": "Pendulum-v1",
     "lstm": "CartPoleNoVel-v1",
+    "gru": "CartPoleNoVel-v1",
     "mamba": "CartPoleNoVel-v1",
 }
 TINY = {
@@ -62,7 +63,7 @@ def _collect(agent: PPOAgent, env, steps: int):
     return obs
 
 
-@pytest.mark.parametrize("policy", ["discrete", "continuous", "flow", "lstm", "mamba"])
+@pytest.mark.parametrize("policy", ["discrete", "continuous", "flow", "lstm", "gru", "mamba"])
 def test_protocol_shapes_and_first_epoch_ratio_is_one(policy):
     agent, env = _agent(policy, normalize_obs=True, squash=policy == "continuous")
     _collect(agent, env, agent.config.num_steps)
@@ -93,7 +94,7 @@ def test_protocol_shapes_and_first_epoch_ratio_is_one(policy):
         assert v.dtype == torch.float32 and v.dim() == 0 and torch.isfinite(v), k
     assert agent.buffer.pos == 0 and agent.updates == 1
     a = agent.act(env.obs)
-    if policy in ("discrete", "lstm", "mamba"):
+    if policy in ("discrete", "lstm", "gru", "mamba"):
         assert a.shape == (3,) and a.dtype == torch.int64
     else:
         assert a.shape == (3, 1) and a.dtype == torch.float32
@@ -173,14 +174,14 @@ def test_bad_inputs_are_clear_errors():
         PPOAgent(env.single_observation_space, env.single_action_space, preset("ppo-flow"))
     with pytest.raises(ValueError, match="seq_len=5 must be 0 or divide num_steps=8"):
         PPOConfig(num_steps=8, seq_len=5)
-    with pytest.raises(ValueError, match="policy='gru'"):
-        PPOConfig(policy="gru")
+    with pytest.raises(ValueError, match="policy='transformer'"):
+        PPOConfig(policy="transformer")
 
 
 # ----------------------------------------------------------------------------- checkpoints
 
 
-@pytest.mark.parametrize("policy", ["discrete", "flow", "lstm", "mamba"])
+@pytest.mark.parametrize("policy", ["discrete", "flow", "lstm", "gru", "mamba"])
 def test_checkpoint_round_trip_f32_to_bf16_and_back(policy, tmp_path, monkeypatch):
     agent, env = _agent(policy)
     _collect(agent, env, agent.config.num_steps)
@@ -314,7 +315,7 @@ def test_cli_trains_resumes_and_writes_its_files(tmp_path, capsys):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("policy", ["discrete", "continuous", "flow", "lstm", "mamba"])
+@pytest.mark.parametrize("policy", ["discrete", "continuous", "flow", "lstm", "gru", "mamba"])
 def test_cuda_training_step_and_checkpoint_to_cpu(policy, tmp_path):
     """On CUDA (bf16 on Ampere+): a rollout and an update run on the device; the checkpoint loads
     on the CPU in f32 with the f32 master weights, and back onto CUDA."""

@@ -5,11 +5,11 @@
 | --- | --- | --- |
 | ``ppo`` on CartPole-v1, seeds 1 and 2 (f32), seed 3 with bf16 forced | >= 475 | 100,000 |
 | ``ppo-continuous`` and ``ppo-flow`` on Pendulum-v1 (and ``ppo-continuous`` in bf16) | >= -250 | 200,000 |
-| ``ppo-lstm``, ``ppo-mamba`` on CartPoleNoVel-v1 (no velocities; ``ppo-lstm`` also bf16) | >= 400 | 100,000 |
+| ``ppo-lstm``, ``ppo-gru``, ``ppo-mamba`` on CartPoleNoVel-v1 (lstm and gru also bf16) | >= 400 | 100,000 |
 | feed-forward ``ppo`` on CartPoleNoVel-v1, same budget | stays < 200 | 100,000 |
 
 bf16 is forced with ``TRITONRL_DTYPE=bf16`` (emulated on the CPU): parameters, stored observations
-and the conv/LSTM memories are bf16, the optimizer keeps f32 master weights; the same thresholds
+and the conv/LSTM/GRU memories are bf16, the optimizer keeps f32 master weights; the same thresholds
 hold. Each test prints ``steps to threshold`` (run ``pytest -m learning -s`` to see them).
 """
 
@@ -71,8 +71,9 @@ def test_ppo_solves_cartpole_f32(seed):
         ("ppo", "CartPole-v1", 100_000, 3, 475, 5_000),
         ("ppo-continuous", "Pendulum-v1", 200_000, 1, -250, 10_000),
         ("ppo-lstm", "CartPoleNoVel-v1", 100_000, 1, 400, 10_000),
+        ("ppo-gru", "CartPoleNoVel-v1", 100_000, 1, 400, 10_000),
     ],
-    ids=["ppo-cartpole", "ppo-continuous-pendulum", "ppo-lstm-novel"],
+    ids=["ppo-cartpole", "ppo-continuous-pendulum", "ppo-lstm-novel", "ppo-gru-novel"],
 )
 def test_bf16_learns(name, env_id, steps, seed, target, eval_every, monkeypatch):
     monkeypatch.setenv("TRITONRL_DTYPE", "bf16")
@@ -88,7 +89,7 @@ def test_continuous_policies_solve_pendulum(name):
     assert summary["reached_target_at"] is not None, summary["evaluations"]
 
 
-@pytest.mark.parametrize("name", ["ppo-lstm", "ppo-mamba"])
+@pytest.mark.parametrize("name", ["ppo-lstm", "ppo-gru", "ppo-mamba"])
 def test_memory_policies_solve_cartpole_without_velocities(name):
     summary = learn(name, "CartPoleNoVel-v1", steps=100_000, seed=1, target=400, eval_every=10_000)
     assert summary["reached_target_at"] is not None, summary["evaluations"]

@@ -7,12 +7,13 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from mamba2_cases import Case, make_inputs, ref_call, with_grad
-from tritonrl.kernels.mamba2 import MAMBA2_SCAN, MAMBA2_STEP, mamba2_scan, mamba2_step
+from tritonrl.kernels.mamba2 import MAMBA2_SCAN, MAMBA2_STEP, mamba2_scan, mamba2_step, mamba2_step_unchecked
 from tritonrl.kernels.mamba2.naive import mamba2_scan_naive
-from tritonrl.kernels.mamba2.reference import mamba2_scan_ref, mamba2_step_ref
+from tritonrl.kernels.mamba2.reference import dt_transform, mamba2_scan_ref, mamba2_step_ref
 
 CHUNK = 16
 
@@ -268,3 +269,84 @@ def test_step_bad_inputs_name_the_argument() -> None:
         mamba2_step(state, x, dt, A, B, C, reset=torch.zeros(2))
     with pytest.raises(ValueError, match="dt must have shape"):
         mamba2_step(state, x, dt[:, :2], A, B, C)
+
+
+def _step_per_head(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_limit, reset):
+    """The single step written per head (B and C repeated for every head of their group, the
+    reset as a ``where``): the form of ``mamba2_step_ref`` before it broadcast B and C over the
+    heads of a group. The oracle of the grouped form."""
+    sdt = state.dtype
+    rep = x.shape[1] // B.shape[1]
+    w = dt.to(sdt) if dt_bias is None else dt.to(sdt) + dt_bias.to(sdt)
+    w = (F.softplus(w) if dt_softplus else w).clamp(min=dt_limit[0], max=dt_limit[1])
+    decay = torch.exp(w * A.to(sdt))
+    if reset is not None:
+        decay = torch.where(reset[:, None], torch.zeros_like(decay), decay)
+    xf = x.to(sdt)
+    Bh = B.to(sdt).repeat_interleave(rep, dim=1)
+    Ch = C.to(sdt).repeat_interleave(rep, dim=1)
+    state.mul_(decay[:, :, None, None]).add_((w[:, :, None] * xf)[..., None] * Bh[:, :, None, :])
+    y = torch.einsum("bhpn,bhn->bhp", state, Ch)
+    if D is not None:
+        y = y + (D[:, None] if D.dim() == 1 else D) * xf
+    if z is not None:
+        y = y * F.silu(z.to(sdt))
+    return y.to(x.dtype)
+
+
+@settings(max_examples=40)
+@given(case=cases, dtype=st.sampled_from([torch.float32, torch.float64]))
+def test_step_ref_matches_the_per_head_form(case: Case, dtype: torch.dtype) -> None:
+    """The grouped single step (B, C broadcast over a group's heads, the reset by masked_fill)
+    against the per-head form, over a sequence with random resets (t = 0, mid, last)."""
+    kw = make_inputs(case, dtype)
+    h0 = kw.get("initial_states")
+    state = h0 if h0 is not None else torch.zeros(case.batch, case.nheads, case.headdim, case.dstate)
+    state = state.to(torch.float64 if dtype == torch.float64 else torch.float32)
+    s1, s2 = state.clone(), state.clone()
+    resets = kw.get("resets")
+    for t in range(case.length):
+        args = [
+            kw["x"][:, t],
+            kw["dt"][:, t],
+            kw["A"],
+            kw["B"][:, t],
+            kw["C"][:, t],
+            kw.get("D"),
+            None if kw.get("z") is None else kw["z"][:, t],
+            kw.get("dt_bias"),
+            kw["dt_softplus"],
+            kw["dt_limit"],
+            None if resets is None else resets[:, t],
+        ]
+        y1 = mamba2_step_ref(s1, *args)
+        y2 = _step_per_head(s2, *args)
+        # the same products summed in another order (a sum over N instead of einsum's bmm; a fused
+        # multiply-add): f64 to ~1e-15, f32 to a few ulps of O(1) values, over up to 53 steps
+        tol = {"rtol": 1e-12, "atol": 1e-12} if dtype == torch.float64 else {"rtol": 1e-5, "atol": 1e-5}
+        torch.testing.assert_close(y1, y2, **tol)
+        torch.testing.assert_close(s1, s2, **tol)
+
+
+def test_dt_transform_skips_only_a_clamp_that_changes_nothing() -> None:
+    dt = torch.cat([torch.linspace(-200.0, 50.0, 101), torch.tensor([math.nan, -math.inf, math.inf])])
+    bias = None
+    for softplus, limit in [(True, (0.0, math.inf)), (True, (0.05, 2.0)), (False, (0.0, math.inf))]:
+        got = dt_transform(dt, bias, softplus, limit)
+        want = (F.softplus(dt) if softplus else dt).clamp(min=limit[0], max=limit[1])
+        torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)  # bit for bit
+
+
+@pytest.mark.parametrize("reset", [None, "some"])
+def test_step_unchecked_is_the_public_step(reset: str | None) -> None:
+    """The unchecked entry runs the same dispatch and computation as the public op (bit for bit)."""
+    kw = make_inputs(Case(length=2, seed=5), torch.float32)
+    r = torch.tensor([True, False]) if reset else None  # batch 2: one row starts an episode
+    args = [kw["x"][:, 1], kw["dt"][:, 1], kw["A"], kw["B"][:, 1], kw["C"][:, 1]]
+    s1, s2 = kw["initial_states"].clone(), kw["initial_states"].clone()
+    MAMBA2_STEP.reset()
+    y1 = mamba2_step(s1, *args, D=kw["D"], z=kw["z"][:, 1], dt_bias=kw["dt_bias"], reset=r)
+    y2 = mamba2_step_unchecked(s2, *args, kw["D"], kw["z"][:, 1], kw["dt_bias"], True, (0.0, math.inf), r)
+    assert MAMBA2_STEP.counts["torch"] == 2
+    torch.testing.assert_close(y1, y2, rtol=0, atol=0)
+    torch.testing.assert_close(s1, s2, rtol=0, atol=0)

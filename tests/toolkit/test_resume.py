@@ -207,6 +207,14 @@ CASES = [
         total_steps=96,
         loss="losses/policy_loss",
     ),
+    Case(
+        "ppo-gru",
+        _ppo("ppo-gru", "CartPoleNoVel-v1"),
+        _ppo_state,
+        stop_at=40,
+        total_steps=96,
+        loss="losses/policy_loss",
+    ),
 ]
 
 

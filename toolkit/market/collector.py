@@ -139,7 +139,7 @@ class Collector:
         agent.inputs.reward("observe", t.reward)  # deferred device flags on an accelerator
         agent.inputs.obs("observe", "next_obs", t.next_obs)
         agent.buffer.add(obs, action, t.reward, t.next_obs, t.terminated, t.truncated)
-        agent.env_steps += agent.num_envs
+        agent.env_steps += agent.num_envs * agent.dist.world_size  # global, as DQNAgent.observe counts
         return t
 
     # ------------------------------------------------------------------ state

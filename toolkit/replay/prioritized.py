@@ -115,6 +115,19 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self._status_host = tree.status.numpy() if tree.status.is_cpu else None
 
     @property
+    def sample_calls(self) -> int:
+        """Calls of :meth:`sample` so far: the position of the ``beta`` schedule. Settable (a
+        non-negative int), so that a fresh buffer can continue a schedule: an agent resumed
+        without its replay (a data-parallel run on another number of ranks)."""
+        return self._sample_calls
+
+    @sample_calls.setter
+    def sample_calls(self, value: int) -> None:
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"sample_calls must be a non-negative int, got {value!r}")
+        self._sample_calls = value
+
+    @property
     def current_beta(self) -> float:
         """The IS exponent the next :meth:`sample` uses (linear schedule over ``beta_steps``)."""
         frac = min(1.0, self._sample_calls / self.beta_steps)
