@@ -52,7 +52,7 @@ from __future__ import annotations
 import math
 import typing
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import gymnasium as gym
@@ -993,6 +993,24 @@ def _preset(name: str, description: str, config: PPOConfig, steps: int) -> Prese
     )
 
 
+# Partially observed tasks: sequences of 32 steps; values on a small scale so the critic does not
+# swamp the shared memory's features.
+_MEMORY = PPOConfig(
+    policy="lstm",
+    hidden=(64,),
+    memory_size=64,
+    num_steps=128,
+    seq_len=32,
+    normalize_obs=True,
+    lr=5e-4,
+    update_epochs=8,
+    num_minibatches=8,
+    reward_scale=0.1,
+    clip_vloss=False,
+    total_steps=200_000,
+)
+"""ppo-lstm's config (ppo-gru's with ``policy="gru"``)."""
+
 PRESETS: tuple[Preset, ...] = (
     # CartPole-style discrete control.
     _preset(
@@ -1020,45 +1038,12 @@ PRESETS: tuple[Preset, ...] = (
         ),
         200_000,
     ),
-    # Partially observed tasks: sequences of 32 steps; values on a small scale so the critic does not
-    # swamp the shared memory's features.
-    _preset(
-        "ppo-lstm",
-        "PPO with an LSTM memory (partially observed tasks)",
-        PPOConfig(
-            policy="lstm",
-            hidden=(64,),
-            memory_size=64,
-            num_steps=128,
-            seq_len=32,
-            normalize_obs=True,
-            lr=5e-4,
-            update_epochs=8,
-            num_minibatches=8,
-            reward_scale=0.1,
-            clip_vloss=False,
-            total_steps=200_000,
-        ),
-        200_000,
-    ),
+    _preset("ppo-lstm", "PPO with an LSTM memory (partially observed tasks)", _MEMORY, 200_000),
     # The GRU twin of ppo-lstm: the same sizes and schedule.
     _preset(
         "ppo-gru",
         "PPO with a GRU memory (partially observed tasks)",
-        PPOConfig(
-            policy="gru",
-            hidden=(64,),
-            memory_size=64,
-            num_steps=128,
-            seq_len=32,
-            normalize_obs=True,
-            lr=5e-4,
-            update_epochs=8,
-            num_minibatches=8,
-            reward_scale=0.1,
-            clip_vloss=False,
-            total_steps=200_000,
-        ),
+        replace(_MEMORY, policy="gru"),
         200_000,
     ),
     _preset(
