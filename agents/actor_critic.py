@@ -41,6 +41,7 @@ Cores:
 
 from __future__ import annotations
 
+import abc
 import math
 from typing import Any, cast
 
@@ -580,7 +581,7 @@ def subsequence_layout(starts: torch.Tensor) -> tuple[int, int]:
     return int(rows), int(length)
 
 
-class _RecurrentCore(nn.Module):
+class _RecurrentCore(nn.Module, abc.ABC):
     """``obs -> MLP encoder -> recurrent cell``; features shared by actor and critic.
 
     The shared code of :class:`LSTMCore` and :class:`GRUCore`. Acting steps the cell once per
@@ -616,14 +617,14 @@ class _RecurrentCore(nn.Module):
 
     # the two things an LSTM and a GRU do differently
 
+    @abc.abstractmethod
     def _cell_step(self, x: torch.Tensor, state: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
         """One cell step: ``x [B, D]``, state -> new state (its first tensor is the output ``h``)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _fused(self, x: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
         """The cell run over ``x [R, L, D]`` (batch first) from ``state [n, R, size]`` (the state's
         tensors stacked): outputs ``[R, L, size]``, by torch's fused op with the cell's own weights."""
-        raise NotImplementedError
 
     def _weights(self) -> list[torch.Tensor]:
         c = self.cell
