@@ -195,6 +195,21 @@ def _collect(agent, env) -> float:
     return time.perf_counter() - start
 
 
+def _alternating_rounds(agents: dict[str, tuple[Any, Any]], rounds: int) -> dict[str, dict[str, list[float]]]:
+    """Seconds of each agent's rollout collection and update, the agents taking turns in every
+    round (so a load change hits all of them alike); closes the envs."""
+    times: dict[str, dict[str, list[float]]] = {k: {"update": [], "collect": []} for k in agents}
+    for _ in range(rounds):
+        for key, (agent, env) in agents.items():
+            times[key]["collect"].append(_collect(agent, env))
+            t0 = time.perf_counter()
+            agent.update()
+            times[key]["update"].append(time.perf_counter() - t0)
+    for _, env in agents.values():
+        env.close()
+    return times
+
+
 def _timed(preset_name: str, env_id: str, device: str, reps: int) -> tuple[float, float, str]:
     """(collect env steps/s, ms per update, dtype) on ``device``."""
     agent, env = _agent(preset_name, env_id, 10**6, device)
@@ -237,15 +252,7 @@ def recurrent_vs_feedforward(preset_name: str, env_id: str, rounds: int = 3) -> 
     for agent, env in agents.values():  # warm up outside the timing
         _collect(agent, env)
         agent.update()
-    times: dict[str, dict[str, list[float]]] = {k: {"update": [], "collect": []} for k in agents}
-    for _ in range(rounds):
-        for key, (agent, env) in agents.items():
-            times[key]["collect"].append(_collect(agent, env))
-            t0 = time.perf_counter()
-            agent.update()
-            times[key]["update"].append(time.perf_counter() - t0)
-    for _, env in agents.values():
-        env.close()
+    times = _alternating_rounds(agents, rounds)
     out: dict[str, float] = {}
     for what in ("update", "collect"):
         r, f = times["recurrent"][what], times["feedforward"][what]
@@ -312,15 +319,7 @@ def compiled_vs_eager(
         agent.update()
         if key == "compiled":
             compile_s = time.perf_counter() - start
-    times: dict[str, dict[str, list[float]]] = {k: {"update": [], "collect": []} for k in agents}
-    for _ in range(rounds):
-        for key, (agent, env) in agents.items():
-            times[key]["collect"].append(_collect(agent, env))
-            t0 = time.perf_counter()
-            agent.update()
-            times[key]["update"].append(time.perf_counter() - t0)
-    for _, env in agents.values():
-        env.close()
+    times = _alternating_rounds(agents, rounds)
     out = {"compile_s": compile_s}
     for what in ("update", "collect"):
         e, c = times["eager"][what], times["compiled"][what]
