@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install train test lint format typecheck docs bench gpu-check fetch-wheels bare-check clean
+.PHONY: install train test test-portability lint format typecheck docs bench gpu-check fetch-wheels bare-check clean
 
 install: $(VENV)/.installed
 
@@ -23,6 +23,15 @@ train: install
 
 test: install
 	$(BIN)/python -m pytest -q
+
+# The numerics-sensitive tests (different code paths compared within stated tolerances) again on
+# MKL's other GEMM code path (MKL_CBWR=COMPATIBLE rounds as another instruction set would): CI runs
+# it so a comparison that holds bit for bit on one machine only fails here, not on a user's Xeon.
+PORTABILITY_TESTS := tests/test_portability.py tests/agents/test_actor_critic.py \
+	tests/agents/test_recurrent_batched.py tests/agents/test_mamba2_block.py \
+	tests/kernels/test_mamba2_ref.py tests/agents/test_forecast_conv.py tests/agents/test_noisy_head_modules.py
+test-portability: install
+	MKL_CBWR=COMPATIBLE $(BIN)/python -m pytest -q -p no:cacheprovider $(PORTABILITY_TESTS)
 
 # Lint and formatting ([tool.ruff] in pyproject.toml); `make format` rewrites what the check refuses.
 lint: install

@@ -70,7 +70,7 @@ def check_shapes(
             assert enc.shape == (batch, window, model.encoding_dim)
             assert enc.dtype == model.param_dtype
             last = model.head(enc[:, -1]).view(batch, horizon, targets)
-            torch.testing.assert_close(out, last, rtol=0, atol=0)
+            torch.testing.assert_close(out, last, rtol=0, atol=0)  # exact: forward is head(encode(x)[:, -1])
 
 
 def check_dtypes(make: Make, dtype: torch.dtype) -> None:

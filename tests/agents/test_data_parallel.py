@@ -527,9 +527,11 @@ def test_optimizer_averages_the_f32_master_gradients(bf16_ranks: list[dict[str, 
     mean = torch.tensor([1.0 + 2.0**-8])
     for out in (ranks["optimizer"] for ranks in bf16_ranks):
         assert out["master_grad"].dtype == torch.float32
-        torch.testing.assert_close(out["master_grad"], mean, rtol=0, atol=0)  # exact: summed in f32
-        torch.testing.assert_close(out["norm"], mean[0], rtol=0, atol=0)
-        torch.testing.assert_close(out["master"], -mean, rtol=0, atol=0)  # SGD lr 1 on the f32 mean
+        # exact: two ranks summed in f32, halved
+        torch.testing.assert_close(out["master_grad"], mean, rtol=0, atol=0)
+        torch.testing.assert_close(out["norm"], mean[0], rtol=0, atol=0)  # exact: the norm of one element
+        torch.testing.assert_close(out["master"], -mean, rtol=0, atol=0)  # exact: SGD lr 1 on the f32 mean
+        # exact: the norm of one element
         torch.testing.assert_close(out["fused_norm"], mean[0], rtol=0, atol=0)
 
 

@@ -227,6 +227,7 @@ def _resume_matches(tmp_path, name: str, **overrides) -> None:
     b = DQNAgent.load(tmp_path / "a.safetensors")
     assert b.config == a.config and b.env_steps == a.env_steps and b.updates == a.updates
     obs = torch.randn(5, 4)
+    # exact: the same weights after a round trip
     torch.testing.assert_close(a.q_values(obs), b.q_values(obs), atol=0, rtol=0)
     # the same future: identical data, identical updates, identical weights and exploration
     _fill(a, 10, seed=9)

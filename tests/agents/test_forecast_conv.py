@@ -60,10 +60,12 @@ def test_torso_is_the_forecaster_encoder() -> None:
     assert isinstance(torso, SequenceTorso) and type(torso.encoder) is TCNEncoder
     assert torso.out_features == 16
     x = torch.randn(4, 6, 3)
+    # exact: forward is the encoder's last step
     torch.testing.assert_close(torso(x), torso.encoder(x)[:, -1], rtol=0, atol=0)
     # a forecaster with the same seed builds the same encoder first: same weights, same features
     torch.manual_seed(0)
     model = TCN(6, 3, width=16, depth=2)
+    # exact: the same encoder class, weights and input
     torch.testing.assert_close(model.encode(x)[:, -1], torso(x), rtol=0, atol=0)
     bf16 = build_torso((6, 3), "tcn", width=16, depth=2, norm="rmsnorm", dtype=torch.bfloat16)
     assert all(p.dtype == torch.bfloat16 for p in bf16.parameters())

@@ -124,7 +124,7 @@ def test_fast_step_matches_the_checked_step(
             torch.testing.assert_close(y_fast, y_slow, rtol=1e-6, atol=1e-6)
             torch.testing.assert_close(y_fast, y_fwd[:, t], **TOL)
     torch.testing.assert_close(fast.ssm, slow.ssm, rtol=1e-6, atol=1e-6)
-    torch.testing.assert_close(fast.conv, slow.conv, rtol=0, atol=0)  # raw inputs, copied
+    torch.testing.assert_close(fast.conv, slow.conv, rtol=0, atol=0)  # exact: raw inputs, copied
     torch.testing.assert_close(fast.ssm, final.ssm, **TOL)
     torch.testing.assert_close(fast.conv, final.conv, **TOL)
 
@@ -194,7 +194,7 @@ def test_step_state_checks() -> None:
         y1, s1 = block.step(x, strided)
         y2, s2 = block.step(x, state)
     assert s1.ssm.is_contiguous()
-    torch.testing.assert_close(y1, y2, rtol=0, atol=0)
+    torch.testing.assert_close(y1, y2, rtol=0, atol=0)  # exact: the same computation on a contiguous copy
     with pytest.raises(TypeError, match="reset must be a bool tensor"):
         block.step(x, state, torch.zeros(2))
     with pytest.raises(ValueError, match="reset must have shape"):
@@ -214,15 +214,15 @@ def test_step_leaves_state_alone_unless_inplace() -> None:
         state.conv.normal_()
         before = state.clone()
         y1, new = block.step(x, state)
-        torch.testing.assert_close(state.ssm, before.ssm, rtol=0, atol=0)
-        torch.testing.assert_close(state.conv, before.conv, rtol=0, atol=0)
+        torch.testing.assert_close(state.ssm, before.ssm, rtol=0, atol=0)  # exact: untouched
+        torch.testing.assert_close(state.conv, before.conv, rtol=0, atol=0)  # exact: untouched
         block.step(x, state, torch.tensor([True, False]))  # a reset clears the new state, not this one
-        torch.testing.assert_close(state.ssm, before.ssm, rtol=0, atol=0)
-        torch.testing.assert_close(state.conv, before.conv, rtol=0, atol=0)
+        torch.testing.assert_close(state.ssm, before.ssm, rtol=0, atol=0)  # exact: untouched
+        torch.testing.assert_close(state.conv, before.conv, rtol=0, atol=0)  # exact: untouched
         y2, same = block.step(x, state, inplace=True)
     assert same.ssm is state.ssm and same.conv is state.conv
-    torch.testing.assert_close(y1, y2, rtol=0, atol=0)
-    torch.testing.assert_close(state.ssm, new.ssm, rtol=0, atol=0)
+    torch.testing.assert_close(y1, y2, rtol=0, atol=0)  # exact: the same ops, written in place
+    torch.testing.assert_close(state.ssm, new.ssm, rtol=0, atol=0)  # exact: the same ops, written in place
 
 
 def test_forward_carries_state_across_segments() -> None:

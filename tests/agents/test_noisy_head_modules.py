@@ -27,6 +27,7 @@ def test_noisy_linear_init_statistics() -> None:
     assert w.var().item() == pytest.approx(bound**2 / 3, rel=0.03)
     assert layer.bias_mu.abs().max() <= bound
     for p in (layer.weight_sigma, layer.bias_sigma):
+        # exact: filled with the constant
         torch.testing.assert_close(p.detach(), torch.full_like(p, sigma0 / math.sqrt(i)), rtol=0, atol=0)
     # the noise is drawn at construction: f(u) = sign(u) sqrt(|u|) of standard normals is not zero
     assert layer.eps_in.abs().min() > 0 and layer.eps_out.abs().min() > 0

@@ -53,12 +53,15 @@ def test_collectives_on_two_ranks() -> None:
     for r, out in enumerate(res):
         assert out["rank"] == r and out["main"] == (r == 0) and out["backend"] == "gloo"
         # mean of [1, 2] and [2, 4]: exact in f32
+        # exact: halves of small integers
         torch.testing.assert_close(out["mean"], torch.tensor([1.5, 3.0]), rtol=0, atol=0)
         # bf16 averaged in f32 and rounded once: 1.5 is exact in bf16
         assert out["bf16"].dtype == torch.bfloat16
+        # exact: 1.5 is a bf16 value
         torch.testing.assert_close(out["bf16"].float(), torch.full((3,), 1.5), rtol=0, atol=0)
+        # exact: small integers
         torch.testing.assert_close(out["sum"], torch.tensor([1.0, 2.0]), rtol=0, atol=0)
-        torch.testing.assert_close(out["broadcast"], torch.zeros(2), rtol=0, atol=0)
+        torch.testing.assert_close(out["broadcast"], torch.zeros(2), rtol=0, atol=0)  # exact: a copy
         assert out["object"] == {"from": 0}
         assert out["gathered"] == [0, 10]
         assert out["any"] is True and out["none"] is False

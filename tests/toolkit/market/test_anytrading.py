@@ -219,6 +219,7 @@ def test_from_bars_and_custom_features() -> None:
     )
     a = AnyTradingEnv.from_bars(bars, num_envs=2)
     b = AnyTradingEnv.from_close(close, num_envs=2)
+    # exact: the same features from the same closes
     torch.testing.assert_close(a.reset()[0], b.reset()[0], rtol=0, atol=0)
     # A custom _process_data (three features) goes through the plain constructor.
     prices, feats = process_data(close, 4, (4, 50))
