@@ -1,7 +1,7 @@
 """The DQN family in one agent: DQN, double, dueling, noisy, n-step, PER, C51, QR-DQN, Rainbow.
 
 One :class:`DQNConfig` switches the pieces on; the named presets (:data:`PRESETS`, one
-:class:`tritonrl.toolkit.registry.Preset` each) are configs:
+:class:`tritonrl.toolkit.preset.Preset` each) are configs:
 
 | preset | what is on |
 | --- | --- |
@@ -14,9 +14,9 @@ One :class:`DQNConfig` switches the pieces on; the named presets (:data:`PRESETS
 | ``rainbow`` | double + dueling + noisy + n-step + prioritized replay + C51 |
 
 ``icm=True`` attaches curiosity (:mod:`tritonrl.agents.icm`) to any preset; a MultiDiscrete action space
-selects the factored (branching) head (:mod:`tritonrl.agents.factored`).
+selects the factored (branching) head (:mod:`tritonrl.agents.nets.factored`).
 
-The agent is a plain object, driven by :mod:`tritonrl.toolkit.offpolicy` or by your own loop::
+The agent is a plain object, driven by :mod:`tritonrl.toolkit.training.offpolicy` or by your own loop::
 
     agent = DQNAgent(env.observation_space, env.action_space, preset("rainbow"), device="cpu", seed=0)
     action = agent.act(obs)                      # [E] int64 ([E, D] for MultiDiscrete)
@@ -54,9 +54,10 @@ import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
-from tritonrl.agents.factored import BranchingHead, branching_q
-from tritonrl.agents.heads import DuelingHead
 from tritonrl.agents.icm import ICM
+from tritonrl.agents.nets.factored import BranchingHead, branching_q
+from tritonrl.agents.nets.heads import DuelingHead
+from tritonrl.agents.nets.torsos import NORMS, TORSO_KINDS, build_torso
 from tritonrl.agents.td import (
     branching_td_target,
     c51_loss,
@@ -67,7 +68,6 @@ from tritonrl.agents.td import (
     quantile_midpoints,
     scalar_td_target,
 )
-from tritonrl.agents.torsos import NORMS, TORSO_KINDS, build_torso
 from tritonrl.kernels.backend import backend_override
 from tritonrl.toolkit.agent import AgentBase, broadcast_modules_, join_ranks, rank_seed
 from tritonrl.toolkit.checkpoint import CheckpointError, check_module_tensors, load_into_module, section
@@ -75,12 +75,12 @@ from tritonrl.toolkit.checks import ActionRule, InputGuard, check_config, check_
 from tritonrl.toolkit.compile import Compiled, CompileMode, escape
 from tritonrl.toolkit.config import Config, resumable
 from tritonrl.toolkit.distributed import DistContext
-from tritonrl.toolkit.offpolicy import schedule_for
 from tritonrl.toolkit.optim import MasterWeightOptimizer
 from tritonrl.toolkit.precision import training_dtype
-from tritonrl.toolkit.registry import Preset, find_preset
+from tritonrl.toolkit.preset import Preset, find_preset
 from tritonrl.toolkit.replay import PrioritizedReplayBuffer, ReplayBatch, ReplayBuffer
 from tritonrl.toolkit.replay.buffer import STAGINGS
+from tritonrl.toolkit.training.offpolicy import schedule_for
 
 __all__ = ["AGENT_KIND", "DQNAgent", "DQNConfig", "PRESETS", "QNetwork", "preset"]
 
@@ -166,7 +166,7 @@ class DQNConfig(Config):
     """Adam epsilon (Rainbow uses ``1.5e-4`` on Atari)."""
     max_grad_norm: float = resumable(10.0)
     """Global gradient-norm clip (computed in f32)."""
-    # ---- schedule (read by tritonrl.toolkit.offpolicy or by your loop)
+    # ---- schedule (read by tritonrl.toolkit.training.offpolicy or by your loop)
     learning_starts: int = 1_000
     """Environment steps (all envs) before the first update."""
     train_freq: int = 256
@@ -293,7 +293,8 @@ _RANGES = {
 
 class QNetwork(nn.Module):
     """Torso + head. ``forward(obs)`` returns the head's output (see
-    :class:`tritonrl.agents.heads.DuelingHead` and :class:`tritonrl.agents.factored.BranchingHead`)."""
+    :class:`tritonrl.agents.nets.heads.DuelingHead` and
+    :class:`tritonrl.agents.nets.factored.BranchingHead`)."""
 
     def __init__(self, torso: nn.Module, head: nn.Module) -> None:
         super().__init__()
@@ -680,7 +681,7 @@ class DQNAgent(AgentBase):
         each replaced with probability ``eps`` by a uniform random action drawn from the agent's
         generator (all sub-actions of an environment at once); ``eps <= 0`` returns ``greedy``
         itself and draws nothing. Reads nothing on the host (also used by
-        :class:`tritonrl.toolkit.market.collector.Collector`)."""
+        :class:`tritonrl.toolkit.training.collector.Collector`)."""
         if eps <= 0.0:
             return greedy
         n = greedy.shape[0]
@@ -1030,7 +1031,7 @@ PRESETS: tuple[Preset, ...] = (
         distribution="c51",
     ),
 )
-"""The named presets; the registry (:mod:`tritonrl.toolkit.registry`) imports them for ``--agent NAME``."""
+"""The named presets; the command line's registry (:mod:`tritonrl.toolkit.cli.registry`) collects them."""
 
 
 def preset(name: str, **overrides: Any) -> DQNConfig:

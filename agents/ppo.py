@@ -3,7 +3,7 @@
 The algorithm, top to bottom: collect ``num_steps`` vector steps into a :class:`RolloutBuffer`
 (``act`` samples and remembers log-prob and value; ``observe`` stores the transition and, where
 an episode was truncated, the value of its real final observation); compute GAE in f32 with
-terminations and truncations kept apart (:func:`tritonrl.toolkit.rollout.compute_gae`); then
+terminations and truncations kept apart (:func:`tritonrl.toolkit.replay.rollout.compute_gae`); then
 ``update_epochs`` passes over shuffled minibatches of the clipped objective::
 
     ratio  = exp(log pi(a|s) - log pi_old(a|s))
@@ -16,10 +16,10 @@ epochs once the approximate KL exceeds ``target_kl``. Recurrent policies (LSTM, 
 on sequence minibatches of ``seq_len`` steps starting from the memory stored when the segment was
 collected, with the memory reset where an episode starts (LSTM and GRU: each sequence split at its
 episode starts, all pieces run through one fused recurrence; see
-:meth:`tritonrl.agents.actor_critic.LSTMCore.sequence`), and act one step at a time, the memory
+:meth:`tritonrl.agents.nets.actor_critic.LSTMCore.sequence`), and act one step at a time, the memory
 carried per environment and reset where an episode ended.
 
-The agent is a plain object; :func:`tritonrl.toolkit.loop.run_training` drives it with the on-policy
+The agent is a plain object; :func:`tritonrl.toolkit.training.loop.run_training` drives it with the on-policy
 schedule, and you can drive it yourself::
 
     agent = PPOAgent(env.single_observation_space, env.single_action_space, preset("ppo"), num_envs=8)
@@ -57,7 +57,7 @@ from typing import Any, Literal
 
 import gymnasium as gym
 import torch
-from tritonrl.agents.actor_critic import (
+from tritonrl.agents.nets.actor_critic import (
     ActorCritic,
     CategoricalHead,
     FeedForwardCore,
@@ -82,11 +82,11 @@ from tritonrl.toolkit.checks import ActionRule, InputGuard, check_config
 from tritonrl.toolkit.compile import Compiled, CompileMode, escape
 from tritonrl.toolkit.config import Config, resumable
 from tritonrl.toolkit.distributed import DistContext
-from tritonrl.toolkit.onpolicy import schedule_for
 from tritonrl.toolkit.optim import MasterWeightOptimizer
 from tritonrl.toolkit.precision import training_dtype
-from tritonrl.toolkit.registry import Preset, find_preset
-from tritonrl.toolkit.rollout import RolloutBuffer, RunningMeanStd, compute_gae
+from tritonrl.toolkit.preset import Preset, find_preset
+from tritonrl.toolkit.replay.rollout import RolloutBuffer, RunningMeanStd, compute_gae
+from tritonrl.toolkit.training.onpolicy import schedule_for
 
 __all__ = ["AGENT_KIND", "POLICIES", "PPOAgent", "PRESETS", "PPOConfig", "preset"]
 
@@ -798,7 +798,8 @@ class PPOAgent(AgentBase):
     # ------------------------------------------------------------------ evaluation
 
     def eval_policy(self) -> Callable[[torch.Tensor], torch.Tensor]:
-        """A greedy policy with its own memory (for :func:`tritonrl.toolkit.envs.evaluate`): ``policy(obs)``
+        """A greedy policy with its own memory (for :func:`tritonrl.toolkit.envs.vector.evaluate`):
+        ``policy(obs)``
         returns actions, ``policy.reset(mask)`` clears the memory of the rows in ``mask``."""
         return _GreedyPolicy(self)
 
@@ -1084,7 +1085,7 @@ PRESETS: tuple[Preset, ...] = (
         200_000,
     ),
 )
-"""The named presets; the registry (:mod:`tritonrl.toolkit.registry`) imports them for ``--agent NAME``."""
+"""The named presets; the command line's registry (:mod:`tritonrl.toolkit.cli.registry`) collects them."""
 
 
 def preset(name: str, **overrides: Any) -> PPOConfig:

@@ -6,7 +6,7 @@ Rows:
   network, batch 128, one update per 10 env steps, target copy every 500): the single-file
   ``reference`` (a gymnasium vector env, a numpy -> torch -> numpy round trip every step, a host
   replay buffer), and ``dqn`` (and, at 8 envs, ``rainbow``) through
-  :func:`tritonrl.toolkit.loop.run_training` set to the same settings, eager and with
+  :func:`tritonrl.toolkit.training.loop.run_training` set to the same settings, eager and with
   ``compile="default"``; ratio against the reference at the same number of environments. At 1
   env, the ``lean`` reference (a plain env, preallocated arrays) for scale.
 - collection only (act, step, store), against the reference's collection.
@@ -219,7 +219,7 @@ def reference_dqn(
 
 def _agent(name: str, num_envs: int, device: str = "cpu", **overrides: Any):
     from tritonrl.agents.dqn import DQNAgent, preset
-    from tritonrl.toolkit.envs import make_vec_env
+    from tritonrl.toolkit.envs.vector import make_vec_env
 
     env = make_vec_env(ENV_ID, num_envs, seed=0, device=device)
     settings = {  # the reference's settings (CLEANRL), in tritonrl's units
@@ -245,8 +245,8 @@ def loop_sps(name: str, steps: int, num_envs: int, *, learn: bool = True, compil
     ``learn=False`` times collection alone (acting, stepping, storing). ``compile``: the agent's
     compile mode (compilation happens during the warm-up, before the timing).
     """
-    from tritonrl.toolkit.loop import LoopConfig, run_training
-    from tritonrl.toolkit.offpolicy import OffPolicySchedule, schedule_for
+    from tritonrl.toolkit.training.loop import LoopConfig, run_training
+    from tritonrl.toolkit.training.offpolicy import OffPolicySchedule, schedule_for
 
     overrides: dict[str, Any] = {"compile": compile}
     if not learn:
@@ -283,7 +283,7 @@ class _Timer:
 
 def phases(name: str, steps: int, num_envs: int) -> dict[str, float]:
     """Seconds per env step in act, env step, replay (add + sample) and update (the rest of it)."""
-    from tritonrl.toolkit.offpolicy import schedule_for
+    from tritonrl.toolkit.training.offpolicy import schedule_for
 
     agent, env = _agent(name, num_envs)
     timer = _Timer()
@@ -409,7 +409,7 @@ def run(quick: bool = False) -> list[Row]:
     rows: list[Row] = []
     if torch.cuda.is_available():  # first: on a GPU machine they are the point, and a time limit cuts the end
         rows.extend(_gpu_rows(quick))
-    loop_note = "tritonrl.toolkit.loop + offpolicy schedule"
+    loop_note = "tritonrl.toolkit.training.loop + offpolicy schedule"
     modes = ("none",) if quick else ("none", "default")  # quick: no compilation in the loop rows
     for envs in (1, num_envs):
         plural = "s" if envs > 1 else ""

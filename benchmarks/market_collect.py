@@ -1,6 +1,6 @@
 """Experience collection on market data: ``Collector`` (policy + ``MarketEnv`` + replay write) in env steps/s.
 
-Each row times :meth:`tritonrl.toolkit.market.collector.Collector.step` (act with the policy, step
+Each row times :meth:`tritonrl.toolkit.training.collector.Collector.step` (act with the policy, step
 the env, write the transition into the agent's buffer; no learner update) on ``MarketEnv`` over
 synthetic bars (5,000 regime-switching bars, seed 0, uploaded once; ``MarketEnvConfig()``: window
 32, 6 features, observation 193 wide, 256-decision episodes from random starts):
@@ -55,7 +55,7 @@ WARMUP_STEPS = 4  # before timing: the n-step windows fill, lazy allocations hap
 
 
 def _env(data: Any, n: int) -> Any:
-    from tritonrl.toolkit.market.env import MarketEnv, MarketEnvConfig
+    from tritonrl.toolkit.envs.market.env import MarketEnv, MarketEnvConfig
 
     env = MarketEnv(data, n, MarketEnvConfig(), seed=0)
     env.reset(seed=0)
@@ -78,7 +78,7 @@ def _env_alone(data: Any, n: int, device: str) -> Callable[[], object]:
 def _dqn(name: str, **switches: Any) -> Callable[[Any, int, str], Callable[[], object]]:
     def make(data: Any, n: int, device: str) -> Callable[[], object]:
         from tritonrl.agents.dqn import DQNAgent, preset
-        from tritonrl.toolkit.market.collector import Collector
+        from tritonrl.toolkit.training.collector import Collector
 
         env = _env(data, n)
         cfg = preset(
@@ -100,7 +100,7 @@ def _dqn(name: str, **switches: Any) -> Callable[[Any, int, str], Callable[[], o
 
 def _ppo(data: Any, n: int, device: str) -> Callable[[], object]:
     from tritonrl.agents.ppo import PPOAgent, preset
-    from tritonrl.toolkit.market.collector import Collector
+    from tritonrl.toolkit.training.collector import Collector
 
     env = _env(data, n)
     cfg = preset("ppo", hidden=(WIDTH, WIDTH), num_steps=64, compile="none")
@@ -133,7 +133,7 @@ def run(quick: bool = False) -> list[Row]:
 
 
 def _run(quick: bool) -> list[Row]:
-    from tritonrl.toolkit.market.data import synthetic_bars, upload
+    from tritonrl.toolkit.envs.market.data import synthetic_bars, upload
 
     min_time = 0.1 if quick else 0.5
     bars = synthetic_bars(BARS, seed=0)

@@ -67,7 +67,7 @@ def _cycle(pool: list[Any]) -> Callable[[], Any]:
 
 
 def _market_env_step(data: Any, n: int, device: str) -> Callable[[], object]:
-    from tritonrl.toolkit.market.env import MarketEnv, MarketEnvConfig
+    from tritonrl.toolkit.envs.market.env import MarketEnv, MarketEnvConfig
 
     env = MarketEnv(data, n, MarketEnvConfig(window=WINDOW), seed=0)
     env.reset(seed=0)
@@ -77,7 +77,7 @@ def _market_env_step(data: Any, n: int, device: str) -> Callable[[], object]:
 
 
 def _anytrading_step(bars: Any, n: int, device: str) -> Callable[[], object]:
-    from tritonrl.toolkit.market.anytrading import AnyTradingEnv
+    from tritonrl.toolkit.envs.market.anytrading import AnyTradingEnv
 
     env = AnyTradingEnv.from_bars(bars, kind="stocks", window_size=WINDOW, num_envs=n, device=device)
     env.reset(seed=0)
@@ -111,7 +111,7 @@ def anytrading_parity(df: Any, bars: Any, device: str) -> str:
     """
     import gym_anytrading  # noqa: F401  (registers stocks-v0)
     import gymnasium as gym
-    from tritonrl.toolkit.market.anytrading import AnyTradingEnv
+    from tritonrl.toolkit.envs.market.anytrading import AnyTradingEnv
 
     n = PARITY_ENVS
     ours = AnyTradingEnv.from_bars(bars, kind="stocks", window_size=WINDOW, num_envs=n, device=device)
@@ -153,7 +153,7 @@ def anytrading_parity(df: Any, bars: Any, device: str) -> str:
 
 def _data(device: str) -> tuple[Any, Any, str, Any]:
     """(bars, MarketData on ``device``, what they are, the package's DataFrame or None)."""
-    from tritonrl.toolkit.market.data import anytrading_bars, synthetic_bars, upload
+    from tritonrl.toolkit.envs.market.data import anytrading_bars, synthetic_bars, upload
 
     try:
         from gym_anytrading import datasets

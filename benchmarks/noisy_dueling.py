@@ -2,7 +2,7 @@
 
 Implementations of the same head, same parameters:
 
-- ``triton``: :class:`tritonrl.agents.heads.DuelingHead` on CUDA: two fused launches forward.
+- ``triton``: :class:`tritonrl.agents.nets.heads.DuelingHead` on CUDA: two fused launches forward.
 - ``eager``: the torch reference ops (:mod:`tritonrl.kernels.noisy_head.reference`), the CPU path.
 - ``compile``: ``torch.compile`` of that reference function (on CUDA: bf16, hidden 512, 18 actions,
   while the run is under 90 s; on a CPU: one case of full runs).
@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import torch
 from _harness import Row, one_cpu_thread, time_fn
-from tritonrl.agents.heads import DuelingHead
+from tritonrl.agents.nets.heads import DuelingHead
 from tritonrl.kernels.noisy_head.reference import noisy_dueling_ref, noisy_linear_ref
 
 NAME = "noisy_dueling"

@@ -2,14 +2,15 @@
 
 First, at CleanRL's defaults (4 environments x 128 steps, 4 epochs x 4 minibatches, 2x64 tanh
 MLPs, lr 2.5e-4): the single-file reference and tritonrl's ``ppo`` preset through
-:func:`tritonrl.toolkit.loop.run_training`, env steps/s, ratio against the reference.
+:func:`tritonrl.toolkit.training.loop.run_training`, env steps/s, ratio against the reference.
 
 Then, for each policy kind (discrete on CartPole-v1, continuous and flow on Pendulum-v1, lstm,
 mamba and gru on CartPoleNoVel-v1; 8 environments, each preset's rollout length):
 
 - ``env only``: the vector env stepped with random actions (the floor every loop pays);
 - ``collect``: ``act`` + env step + ``observe`` (env steps/s); ratio against ``env only``;
-- ``train``: the whole loop through :func:`tritonrl.toolkit.loop.run_training` (collection and updates,
+- ``train``: the whole loop through :func:`tritonrl.toolkit.training.loop.run_training` (collection and
+  updates,
   no evaluation), env steps/s; ratio against the reference (discrete) or ``env only``;
 - ``update``: milliseconds per ``update()`` (all epochs over one rollout) and per 1,000
   transitions in ``extra``; ratio against the discrete policy's update.
@@ -140,7 +141,7 @@ def _reference_sps(total_steps: int, num_steps: int = 128, num_envs: int = REF_E
 
 
 def _env_only_sps(env_id: str, steps: int) -> float:
-    from tritonrl.toolkit.envs import make_vec_env
+    from tritonrl.toolkit.envs.vector import make_vec_env
 
     env = make_vec_env(env_id, NUM_ENVS, seed=0)
     space = env.single_action_space
@@ -158,7 +159,7 @@ def _agent(
     preset_name: str, env_id: str, steps: int, device: str = "cpu", num_envs: int = NUM_ENVS, **overrides
 ):
     from tritonrl.agents.ppo import PPOAgent, preset
-    from tritonrl.toolkit.envs import make_vec_env
+    from tritonrl.toolkit.envs.vector import make_vec_env
 
     cfg = dataclasses.replace(preset(preset_name), total_steps=steps, **overrides)
     env = make_vec_env(env_id, num_envs, seed=0, device=device)
@@ -170,8 +171,8 @@ def _agent(
 
 def train_sps(preset_name: str, env_id: str, steps: int, num_envs: int = NUM_ENVS, **overrides: Any) -> float:
     """Env steps/s of ``run_training`` (collection and updates, no evaluation, no logging files)."""
-    from tritonrl.toolkit.loop import LoopConfig, run_training
-    from tritonrl.toolkit.onpolicy import OnPolicySchedule
+    from tritonrl.toolkit.training.loop import LoopConfig, run_training
+    from tritonrl.toolkit.training.onpolicy import OnPolicySchedule
 
     agent, env = _agent(preset_name, env_id, steps, num_envs=num_envs, **overrides)
     try:

@@ -1,13 +1,13 @@
 """The agent protocol, and the checkpoint plumbing every agent family shares.
 
-:class:`Agent` is what :func:`tritonrl.toolkit.loop.run_training` drives: ``act``, ``observe``,
+:class:`Agent` is what :func:`tritonrl.toolkit.training.loop.run_training` drives: ``act``, ``observe``,
 ``update``, ``state_dict``, ``load_state_dict`` and a ``config``. Any object with those works.
 
 :class:`AgentBase` is the one home of the plumbing around an algorithm (in the spirit of
 Stable-Baselines3's ``common/base_class.py``): save and load, and the deferred input checks.
 Every agent state starts with the same header
 (:func:`checkpoint_header`: kind, config, both spaces through
-:func:`tritonrl.toolkit.envs.space_to_json`, ``num_envs``, ``seed``), then counters and the
+:func:`tritonrl.toolkit.spaces.space_to_json`, ``num_envs``, ``seed``), then counters and the
 agent's generator, then the parts the agent lists itself. Loading checks everything first (the
 header with :func:`check_header`, the agent's parts, counters, seed, generator, and the saved
 config against the agent's own: only fields declared ``resumable`` may differ) and only then
@@ -56,7 +56,7 @@ from tritonrl.toolkit.checkpoint import (
 from tritonrl.toolkit.checks import InputGuard
 from tritonrl.toolkit.config import Config, check_config_dict, fixed_changes, format_change
 from tritonrl.toolkit.distributed import DistContext, DistributedError
-from tritonrl.toolkit.envs import space_from_json, space_to_json
+from tritonrl.toolkit.spaces import space_from_json, space_to_json
 
 __all__ = [
     "RANK_SEED_STRIDE",
@@ -84,7 +84,7 @@ their reseeds after :data:`RESEED_STRIDE` steps, do not meet)."""
 
 @runtime_checkable
 class Agent(Protocol):
-    """What the shared loop drives (:func:`tritonrl.toolkit.loop.run_training`).
+    """What the shared loop drives (:func:`tritonrl.toolkit.training.loop.run_training`).
 
     Optional extras the loop uses when present: ``eval_policy()`` (a greedy policy with its own
     memory), ``check_inputs()`` (deferred input checks), ``check_state_dict(state)`` (validate a
@@ -124,7 +124,7 @@ def checkpoint_header(
     kind: str, config: Any, observation_space: gym.Space, action_space: gym.Space, num_envs: int, seed: int
 ) -> dict[str, Any]:
     """The first entries of every agent state: ``agent`` (the kind), ``config`` (``to_dict()``),
-    ``observation_space`` and ``action_space`` (:func:`tritonrl.toolkit.envs.space_to_json`),
+    ``observation_space`` and ``action_space`` (:func:`tritonrl.toolkit.spaces.space_to_json`),
     ``num_envs`` and ``seed``."""
     return {
         "agent": kind,

@@ -442,7 +442,8 @@ def load_checkpoint(
 # ----------------------------------------------------------------------------- sections
 
 TRAIN_FORMAT = "tritonrl-train"
-"""``format`` entry of a training-run checkpoint (:mod:`tritonrl.toolkit.loop`): sections ``agent``, ``env``,
+"""``format`` entry of a training-run checkpoint (:mod:`tritonrl.toolkit.training.loop`): sections
+``agent``, ``env``,
 ``schedule``, ``loop``, ``rng`` and ``meta``."""
 
 SECTIONS = {
@@ -468,7 +469,7 @@ def section(state: Any, key: str, where: str, words: str | None = None) -> Any:
 
 
 def training_sections(state: Any, where: str) -> dict:
-    """Check the top level of a training-run checkpoint (:mod:`tritonrl.toolkit.loop`) and return it.
+    """Check the top level of a training-run checkpoint (:mod:`tritonrl.toolkit.training.loop`) and return it.
 
     Raises:
         CheckpointError: another format (an agent-only save, say), or a section missing or of the

@@ -1,7 +1,7 @@
 """Leaf-wise helpers for nested containers of tensors (recurrent memories, batched states).
 
 A *tree* is ``None``, a tensor, or a tuple, list, dict or dataclass instance whose fields are
-trees (for example :class:`tritonrl.agents.mamba2.Mamba2State`, or an LSTM's ``(h, c)``). The
+trees (for example :class:`tritonrl.agents.nets.mamba2.Mamba2State`, or an LSTM's ``(h, c)``). The
 leaves are visited in a fixed order (container order, dict insertion order, dataclass field
 order), which is how recurrent memories are flattened into checkpoints and rebuilt from them.
 """

@@ -207,7 +207,7 @@ def _noisy_head(
 ) -> Callable[[], None]:
     def run() -> None:
         import torch
-        from tritonrl.agents.heads import DuelingHead
+        from tritonrl.agents.nets.heads import DuelingHead
 
         torch.manual_seed(0)
         head = DuelingHead(hid, a, atoms=z, hidden=hid, dueling=dueling, device="cpu", dtype=dtype)

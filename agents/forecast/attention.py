@@ -1,6 +1,6 @@
 """Attention forecasters: a causal Transformer encoder, and PatchTST (Nie et al., 2023).
 
-Both are built from the agents' attention block (``tritonrl.agents.torsos._AttentionBlock``:
+Both are built from the agents' attention block (``tritonrl.agents.nets.torsos.AttentionBlock``:
 pre-norm multi-head self-attention and a pre-norm ReLU MLP, both residual, RMSNorm), the block of
 the ``"attention"`` torso: one implementation of self-attention in the package.
 
@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 from tritonrl.agents.forecast.base import Forecaster, _positive
-from tritonrl.agents.torsos import _AttentionBlock
+from tritonrl.agents.nets.torsos import AttentionBlock
 
 __all__ = ["POSITIONS", "PatchTST", "Transformer"]
 
@@ -104,10 +104,7 @@ class Transformer(Forecaster):
         else:
             self.register_buffer("pos", _sinusoids(window, width, fk), persistent=False)
         self.blocks = nn.Sequential(
-            *[
-                _AttentionBlock(width, heads, "rmsnorm", False, fk["device"], fk["dtype"])
-                for _ in range(depth)
-            ]
+            *[AttentionBlock(width, heads, "rmsnorm", False, fk["device"], fk["dtype"]) for _ in range(depth)]
         )
         self.out_norm = nn.RMSNorm(width, eps=1e-6, **fk)
         self.head = nn.Linear(width, horizon * num_targets, **fk)
@@ -182,7 +179,7 @@ class PatchTST(Forecaster):
         self.pos = _learned_positions(self.num_patches, width, fk)
         self.blocks = nn.Sequential(
             *[
-                _AttentionBlock(width, heads, "rmsnorm", False, fk["device"], fk["dtype"], causal=False)
+                AttentionBlock(width, heads, "rmsnorm", False, fk["device"], fk["dtype"], causal=False)
                 for _ in range(depth)
             ]
         )

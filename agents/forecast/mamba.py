@@ -1,4 +1,4 @@
-"""The Mamba2 forecaster: :class:`tritonrl.agents.mamba2.Mamba2Block` layers over the window.
+"""The Mamba2 forecaster: :class:`tritonrl.agents.nets.mamba2.Mamba2Block` layers over the window.
 
 ``x [B, W, F] -> Linear(F, width) -> depth x (h + Mamba2Block(RMSNorm(h))) -> RMSNorm`` is the
 causal encoding ``[B, W, width]``; the forecast is ``Linear(width, H * T)`` of the last step.
@@ -19,7 +19,7 @@ from typing import cast
 import torch
 from torch import nn
 from tritonrl.agents.forecast.base import Forecaster, _positive
-from tritonrl.agents.mamba2 import Mamba2Block, Mamba2State
+from tritonrl.agents.nets.mamba2 import Mamba2Block, Mamba2State
 
 __all__ = ["Mamba2Forecaster"]
 
@@ -32,7 +32,7 @@ class Mamba2Forecaster(Forecaster):
         width: model width (``encoding_dim``, the blocks' ``d_model``).
         depth: Mamba2 blocks.
         d_state, d_conv, expand, headdim, chunk_size: of every block (see
-            :class:`tritonrl.agents.mamba2.Mamba2Block`; ``expand * width`` must be a multiple of
+            :class:`tritonrl.agents.nets.mamba2.Mamba2Block`; ``expand * width`` must be a multiple of
             ``headdim``). ``chunk_size=None``: the power of two >= ``window`` within [16, 64]
             (the scan pads the window to whole chunks: a chunk of 64 over a window of 32 doubles
             the work: on CPU, 100 training steps at W = 32 took 6.4 s with 64, 1.9 s with 32).

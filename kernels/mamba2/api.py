@@ -310,7 +310,7 @@ def mamba2_step_unchecked(
     """:func:`mamba2_step` without its input checks (positional arguments, ``dt_limit`` two floats).
 
     For a caller that built the arguments itself and checked, once per call, what it took from
-    outside: :meth:`tritonrl.agents.mamba2.Mamba2Block.step` slices them from its own layers and
+    outside: :meth:`tritonrl.agents.nets.mamba2.Mamba2Block.step` slices them from its own layers and
     checks its input and state, so the op's checks (a dozen per step) would only repeat them. The
     arguments must satisfy every condition :func:`mamba2_step` states (``state`` float32 and
     contiguous, shapes, dtypes, one device): nothing here verifies them, and the Triton kernel

@@ -15,9 +15,9 @@ from tritonrl.agents.dqn import DQNConfig  # noqa: E402  (imports gymnasium)
 from tritonrl.agents.ppo import PPOConfig  # noqa: E402
 from tritonrl.kernels.backend import backend_override  # noqa: E402
 from tritonrl.toolkit.checks import check_config, numeric_fields  # noqa: E402
-from tritonrl.toolkit.cli import main  # noqa: E402
+from tritonrl.toolkit.cli.main import main  # noqa: E402
+from tritonrl.toolkit.cli.registry import get_agent  # noqa: E402
 from tritonrl.toolkit.config import apply_overrides  # noqa: E402
-from tritonrl.toolkit.registry import get_agent  # noqa: E402
 
 OBS = gym.spaces.Box(-math.inf, math.inf, (4,), "float32")
 DISCRETE = gym.spaces.Discrete(2)
@@ -246,7 +246,7 @@ def test_cli_refuses_before_training(
 
 def test_network_builders_refuse_bad_sizes() -> None:
     # Used directly (outside a config), the builders refuse sizes that cannot make a layer.
-    from tritonrl.agents.torsos import MLP, build_torso
+    from tritonrl.agents.nets.torsos import MLP, build_torso
 
     with pytest.raises(ValueError, match="attention heads=0 must be >= 1"):
         build_torso((3, 4), "attention", width=16, heads=0)

@@ -16,7 +16,7 @@ import torch
 gym = pytest.importorskip("gymnasium")
 
 from tritonrl.toolkit.checkpoint import CheckpointError, load_checkpoint, save_checkpoint  # noqa: E402
-from tritonrl.toolkit.cli import main  # noqa: E402
+from tritonrl.toolkit.cli.main import main  # noqa: E402
 
 SMALL = {
     "dqn": [
@@ -192,9 +192,9 @@ def test_resume_refuses_a_section_of_the_wrong_type(
 def test_library_resume_checks_every_section_before_loading_any(tmp_path: Path, runs) -> None:
     """run_training's resume: a damaged later section (RNG) leaves agent and schedule untouched."""
     from tritonrl.agents.dqn import DQNAgent
-    from tritonrl.toolkit.envs import make_vec_env
-    from tritonrl.toolkit.loop import LoopConfig, run_training
-    from tritonrl.toolkit.offpolicy import schedule_for
+    from tritonrl.toolkit.envs.vector import make_vec_env
+    from tritonrl.toolkit.training.loop import LoopConfig, run_training
+    from tritonrl.toolkit.training.offpolicy import schedule_for
 
     state = load_checkpoint(runs["dqn"])
     state["rng"] = {**state["rng"], "torch": state["rng"]["torch"][:10]}

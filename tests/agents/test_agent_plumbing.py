@@ -122,7 +122,7 @@ MAKERS = {"dqn": _dqn, "ppo": _ppo}
 @pytest.mark.parametrize("kind", ["dqn", "ppo"])
 def test_every_agent_state_starts_with_the_one_header(kind: str) -> None:
     from tritonrl.toolkit.agent import checkpoint_header
-    from tritonrl.toolkit.envs import space_to_json
+    from tritonrl.toolkit.envs.vector import space_to_json
 
     agent = MAKERS[kind](seed=5)
     state = agent.state_dict()
@@ -241,7 +241,7 @@ def test_replay_validate_and_apply_are_public() -> None:
 def test_the_registry_holds_exactly_the_agent_modules_presets() -> None:
     from tritonrl.agents import dqn, ppo
     from tritonrl.toolkit import offpolicy, onpolicy
-    from tritonrl.toolkit.registry import get_agent, list_agents
+    from tritonrl.toolkit.cli.registry import get_agent, list_agents
 
     names = [p.name for p in (*dqn.PRESETS, *ppo.PRESETS)]
     assert len(set(names)) == len(names) == 13
@@ -267,8 +267,8 @@ def test_the_registry_holds_exactly_the_agent_modules_presets() -> None:
 
 def test_a_preset_of_your_own_registers_and_builds(monkeypatch: pytest.MonkeyPatch) -> None:
     from tritonrl.toolkit import registry
-    from tritonrl.toolkit.onpolicy import schedule_for
-    from tritonrl.toolkit.registry import Preset, find_preset, get_agent, register_agent
+    from tritonrl.toolkit.preset import Preset, find_preset, get_agent, register_agent
+    from tritonrl.toolkit.training.onpolicy import schedule_for
 
     @dataclasses.dataclass(frozen=True)
     class ToyConfig(Config):
@@ -330,9 +330,9 @@ def test_toolkit_imports_agents_only_in_the_registry_and_lazily() -> None:
             line for line in p.read_text().splitlines(True) if line.lstrip().startswith(("import", "from"))
         )
     )
-    assert importers == ["toolkit/registry.py"]
+    assert importers == ["toolkit/cli/registry.py"]
     code = (
-        "import sys, tritonrl.toolkit, tritonrl.toolkit.registry, tritonrl.toolkit.train; "
+        "import sys, tritonrl.toolkit, tritonrl.toolkit.cli.registry, tritonrl.toolkit.cli.train; "
         "print(sorted(m for m in sys.modules if m.startswith('tritonrl.agents')))"
     )
     out = subprocess.run(

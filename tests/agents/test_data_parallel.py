@@ -33,7 +33,7 @@ from tritonrl.toolkit.distributed import SINGLE_PROCESS, DistContext, Distribute
 from tritonrl.toolkit.optim import MasterWeightOptimizer
 from tritonrl.toolkit.precision import training_dtype
 from tritonrl.toolkit.replay import PrioritizedReplayBuffer, ReplayBatch
-from tritonrl.toolkit.rollout import RunningMeanStd
+from tritonrl.toolkit.replay.rollout import RunningMeanStd
 
 OBS = gym.spaces.Box(-10.0, 10.0, (4,), np.float32)
 ACT = gym.spaces.Discrete(3)

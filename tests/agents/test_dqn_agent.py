@@ -13,7 +13,7 @@ pytest.importorskip("gymnasium", reason="gymnasium is not installed (benchmarks/
 import gymnasium as gym
 from tritonrl.agents.dqn import PRESETS, DQNAgent, DQNConfig, preset
 from tritonrl.toolkit.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from tritonrl.toolkit.registry import find_preset
+from tritonrl.toolkit.cli.registry import find_preset
 
 OBS = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
 ACT = gym.spaces.Discrete(2)
@@ -72,7 +72,7 @@ def test_rainbow_is_the_sum_of_its_parts() -> None:
 
 
 def test_presets_are_registered_as_offpolicy_agents() -> None:
-    from tritonrl.toolkit.registry import get_agent
+    from tritonrl.toolkit.cli.registry import get_agent
 
     for p in PRESETS:
         spec = get_agent(p.name)

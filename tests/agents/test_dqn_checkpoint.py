@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
 
 from tritonrl.agents.dqn import DQNAgent, preset
-from tritonrl.toolkit.envs import make_vec_env
+from tritonrl.toolkit.envs.vector import make_vec_env
 
 TINY = {
     "torso_width": 32,

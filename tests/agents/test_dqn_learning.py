@@ -16,9 +16,9 @@ import torch
 pytest.importorskip("gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
 
 from tritonrl.agents.dqn import DQNAgent, preset
-from tritonrl.toolkit.envs import make_vec_env
-from tritonrl.toolkit.loop import LoopConfig, run_training
-from tritonrl.toolkit.offpolicy import schedule_for
+from tritonrl.toolkit.envs.vector import make_vec_env
+from tritonrl.toolkit.training.loop import LoopConfig, run_training
+from tritonrl.toolkit.training.offpolicy import schedule_for
 
 pytestmark = pytest.mark.learning
 

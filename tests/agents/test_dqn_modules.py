@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tritonrl.agents.factored import BranchingHead, branching_q
 from tritonrl.agents.icm import ICM
-from tritonrl.agents.torsos import AttentionTorso, SpectralLinear, build_torso
+from tritonrl.agents.nets.factored import BranchingHead, branching_q
+from tritonrl.agents.nets.torsos import AttentionTorso, SpectralLinear, build_torso
 
 DTYPES = [torch.float32, torch.bfloat16]
 

@@ -14,7 +14,7 @@ from forecast_model_checks import (
     check_shapes,
 )
 from tritonrl.agents.forecast.conv import TCN, TCNEncoder
-from tritonrl.agents.torsos import SequenceTorso, build_torso
+from tritonrl.agents.nets.torsos import SequenceTorso, build_torso
 
 SMALL = {"width": 16, "depth": 3, "kernel_size": 3}
 

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tritonrl.agents.mamba2 import Mamba2Block, Mamba2State
+from tritonrl.agents.nets.mamba2 import Mamba2Block, Mamba2State
 from tritonrl.kernels.mamba2 import MAMBA2_SCAN, MAMBA2_STEP, mamba2_step
 
 # f32 on CPU: forward (chunked scan, conv by shifted sums) and step (fused step, conv as one

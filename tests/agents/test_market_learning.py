@@ -28,16 +28,16 @@ import torch
 
 pytest.importorskip("gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
 
-from tritonrl.toolkit.loop import LoopConfig, run_training
-from tritonrl.toolkit.market.evaluate import evaluate_market
-from tritonrl.toolkit.market.training import (
+from tritonrl.toolkit.cli.registry import get_agent
+from tritonrl.toolkit.envs.market.evaluate import evaluate_market
+from tritonrl.toolkit.training.loop import LoopConfig, run_training
+from tritonrl.toolkit.training.market import (
     build_market_run,
     env_config_for,
     market_collector,
     market_preset,
     market_report,
 )
-from tritonrl.toolkit.registry import get_agent
 
 pytestmark = pytest.mark.learning
 

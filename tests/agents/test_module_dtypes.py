@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
-from tritonrl.agents.actor_critic import (
+from tritonrl.agents.icm import ICM
+from tritonrl.agents.nets.actor_critic import (
     ActorCritic,
     CategoricalHead,
     FeedForwardCore,
@@ -15,9 +16,8 @@ from tritonrl.agents.actor_critic import (
     LSTMCore,
     Mamba2Core,
 )
-from tritonrl.agents.factored import BranchingHead
-from tritonrl.agents.icm import ICM
-from tritonrl.agents.torsos import MLP, AttentionTorso, MLPTorso, ResidualMLPTorso, SpectralLinear
+from tritonrl.agents.nets.factored import BranchingHead
+from tritonrl.agents.nets.torsos import MLP, AttentionTorso, MLPTorso, ResidualMLPTorso, SpectralLinear
 from tritonrl.toolkit.precision import training_dtype
 
 LOW, HIGH = torch.tensor([-1.0, -2.0]), torch.tensor([1.0, 2.0])

@@ -1,4 +1,5 @@
-"""tritonrl.agents.heads: NoisyLinear and DuelingHead (init, noise, train/eval, dtypes, wiring, launches)."""
+"""tritonrl.agents.nets.heads: NoisyLinear and DuelingHead (init, noise, train/eval, dtypes, wiring,
+launches)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import math
 
 import pytest
 import torch
-from tritonrl.agents.heads import DuelingHead, NoisyLinear, scaled_noise
+from tritonrl.agents.nets.heads import DuelingHead, NoisyLinear, scaled_noise
 from tritonrl.kernels.noisy_head import NOISY_DUELING, NOISY_LINEAR, expected_q
 from tritonrl.kernels.noisy_head.reference import noisy_linear_ref
 

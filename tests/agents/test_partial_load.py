@@ -236,8 +236,8 @@ def test_ppo_damaged_state_is_refused_untouched(name: str) -> None:
 
 @pytest.mark.parametrize("kind", ["offpolicy", "onpolicy"])
 def test_damaged_schedule_state_is_refused_untouched(kind: str) -> None:
-    from tritonrl.toolkit.offpolicy import OffPolicySchedule
-    from tritonrl.toolkit.onpolicy import OnPolicySchedule
+    from tritonrl.toolkit.training.offpolicy import OffPolicySchedule
+    from tritonrl.toolkit.training.onpolicy import OnPolicySchedule
 
     make = (lambda: OffPolicySchedule(100, 4, 2)) if kind == "offpolicy" else (lambda: OnPolicySchedule(8))
     source, target = make(), make()
@@ -258,7 +258,7 @@ def test_damaged_schedule_state_is_refused_untouched(kind: str) -> None:
 
 
 def test_damaged_env_state_is_refused_untouched() -> None:
-    from tritonrl.toolkit.envs import make_vec_env
+    from tritonrl.toolkit.envs.vector import make_vec_env
 
     source, target = make_vec_env("CartPole-v1", 2, seed=1), make_vec_env("CartPole-v1", 2, seed=5)
     try:

@@ -12,11 +12,11 @@ pytest.importorskip("gymnasium", reason="gymnasium is not installed (benchmarks/
 
 from tritonrl.agents.ppo import PPOAgent, PPOConfig, preset
 from tritonrl.toolkit.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from tritonrl.toolkit.cli import main as cli_main
-from tritonrl.toolkit.envs import make_vec_env
-from tritonrl.toolkit.loop import LoopConfig, run_training
-from tritonrl.toolkit.onpolicy import OnPolicySchedule
+from tritonrl.toolkit.cli.main import main as cli_main
+from tritonrl.toolkit.envs.vector import make_vec_env
 from tritonrl.toolkit.precision import training_dtype
+from tritonrl.toolkit.training.loop import LoopConfig, run_training
+from tritonrl.toolkit.training.onpolicy import OnPolicySchedule
 
 ENVS = {
     "discrete": "CartPole-v1",

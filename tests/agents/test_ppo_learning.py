@@ -23,10 +23,10 @@ import torch
 pytest.importorskip("gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
 
 from tritonrl.agents.ppo import PPOAgent, preset
-from tritonrl.toolkit.envs import make_vec_env
-from tritonrl.toolkit.loop import LoopConfig, run_training
-from tritonrl.toolkit.onpolicy import OnPolicySchedule
+from tritonrl.toolkit.envs.vector import make_vec_env
 from tritonrl.toolkit.precision import training_dtype
+from tritonrl.toolkit.training.loop import LoopConfig, run_training
+from tritonrl.toolkit.training.onpolicy import OnPolicySchedule
 
 pytestmark = pytest.mark.learning
 

@@ -1,7 +1,7 @@
 """The LSTM and GRU policies train on whole sequences at once: each sequence is split at its
 episode starts, the pieces are padded into one batch and run through torch's fused ``lstm`` /
-``gru`` (:meth:`tritonrl.agents.actor_critic.LSTMCore.sequence`). That must equal the step-by-step
-computation the cores act with (:meth:`~tritonrl.agents.actor_critic.LSTMCore.sequence_stepwise`,
+``gru`` (:meth:`tritonrl.agents.nets.actor_critic.LSTMCore.sequence`). That must equal the step-by-step
+computation the cores act with (:meth:`~tritonrl.agents.nets.actor_critic.LSTMCore.sequence_stepwise`,
 one cell call per step, the memory masked where an episode starts): features, log-probs,
 entropies, values and every gradient.
 
@@ -31,7 +31,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tritonrl.agents.actor_critic import (
+from tritonrl.agents.nets.actor_critic import (
     ActorCritic,
     CategoricalHead,
     GRUCore,

@@ -37,18 +37,18 @@ from tritonrl.agents.ppo import preset as ppo_preset
 from tritonrl.toolkit import loop as loop_module
 from tritonrl.toolkit.checkpoint import load_checkpoint
 from tritonrl.toolkit.distributed import SINGLE_PROCESS, DistContext
-from tritonrl.toolkit.envs import make_vec_env
+from tritonrl.toolkit.envs.vector import make_vec_env
 from tritonrl.toolkit.logger import read_csv
-from tritonrl.toolkit.loop import (
+from tritonrl.toolkit.runfolder import RunFolderBusy, RunLock
+from tritonrl.toolkit.training.loop import (
     SAME_AS_RANK_0,
     DivergenceError,
     LoopConfig,
     merge_episode_stats,
     run_training,
 )
-from tritonrl.toolkit.offpolicy import schedule_for as offpolicy_schedule
-from tritonrl.toolkit.onpolicy import OnPolicySchedule
-from tritonrl.toolkit.runfolder import RunFolderBusy, RunLock
+from tritonrl.toolkit.training.offpolicy import schedule_for as offpolicy_schedule
+from tritonrl.toolkit.training.onpolicy import OnPolicySchedule
 
 LOCAL_ENVS = 2
 

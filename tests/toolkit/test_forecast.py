@@ -21,8 +21,9 @@ import pytest
 import torch
 from torch import nn
 from tritonrl.agents.forecast import FORECASTERS, Forecaster
-from tritonrl.toolkit.cli import main
-from tritonrl.toolkit.forecast import (
+from tritonrl.toolkit.cli.main import main
+from tritonrl.toolkit.envs.market import Bars, MarketData, synthetic_bars
+from tritonrl.toolkit.forecast.trainer import (
     FitConfig,
     Normalizer,
     WindowData,
@@ -32,7 +33,6 @@ from tritonrl.toolkit.forecast import (
     load_windows,
     lr_at,
 )
-from tritonrl.toolkit.market import Bars, MarketData, synthetic_bars
 
 
 class TinyLinear(Forecaster):
@@ -315,7 +315,7 @@ def test_resume_is_exact(tmp_path: Path) -> None:
 
 
 def test_a_non_finite_loss_stops_the_run_before_saving(tmp_path: Path) -> None:
-    from tritonrl.toolkit.forecast import FitError
+    from tritonrl.toolkit.forecast.trainer import FitError
 
     train, validation, test = _windows(8, 1)
     model = _model(train)

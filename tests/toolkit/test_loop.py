@@ -12,10 +12,10 @@ pytest.importorskip("gymnasium", reason="gymnasium is not installed (benchmarks/
 
 from toy_agent import ToyAgent
 from tritonrl.toolkit.config import apply_overrides
-from tritonrl.toolkit.envs import evaluate, make_vec_env, space_from_json, space_to_json
+from tritonrl.toolkit.envs.vector import evaluate, make_vec_env, space_from_json, space_to_json
 from tritonrl.toolkit.logger import MetricLogger, ProgressBar, plot_learning_curve, read_csv
-from tritonrl.toolkit.loop import LoopConfig, run_training
-from tritonrl.toolkit.onpolicy import OnPolicySchedule
+from tritonrl.toolkit.training.loop import LoopConfig, run_training
+from tritonrl.toolkit.training.onpolicy import OnPolicySchedule
 
 
 def test_transitions_keep_the_true_final_observation():

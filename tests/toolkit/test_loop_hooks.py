@@ -12,10 +12,10 @@ pytest.importorskip("gymnasium", reason="gymnasium is not installed (benchmarks/
 
 from gymnasium import spaces
 from toy_agent import ToyAgent
-from tritonrl.toolkit.envs import Transition
+from tritonrl.toolkit.envs.vector import Transition
 from tritonrl.toolkit.logger import read_csv
-from tritonrl.toolkit.loop import LoopConfig, episode_metrics, run_training
-from tritonrl.toolkit.onpolicy import OnPolicySchedule
+from tritonrl.toolkit.training.loop import LoopConfig, episode_metrics, run_training
+from tritonrl.toolkit.training.onpolicy import OnPolicySchedule
 
 
 class FakeDeviceEnv:

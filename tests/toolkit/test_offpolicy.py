@@ -6,7 +6,7 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from tritonrl.toolkit.offpolicy import OffPolicySchedule
+from tritonrl.toolkit.training.offpolicy import OffPolicySchedule
 
 
 class _Counting:

@@ -29,11 +29,11 @@ from tritonrl.agents.dqn import DQNAgent
 from tritonrl.agents.dqn import preset as dqn_preset
 from tritonrl.agents.ppo import PPOAgent
 from tritonrl.agents.ppo import preset as ppo_preset
-from tritonrl.toolkit.envs import make_vec_env
-from tritonrl.toolkit.loop import LoopConfig, run_training
-from tritonrl.toolkit.offpolicy import schedule_for
-from tritonrl.toolkit.onpolicy import OnPolicySchedule
+from tritonrl.toolkit.envs.vector import make_vec_env
 from tritonrl.toolkit.replay.prioritized import PrioritizedReplayBuffer
+from tritonrl.toolkit.training.loop import LoopConfig, run_training
+from tritonrl.toolkit.training.offpolicy import schedule_for
+from tritonrl.toolkit.training.onpolicy import OnPolicySchedule
 
 DQN_TINY = {
     "torso_width": 32,

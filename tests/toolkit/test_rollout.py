@@ -7,7 +7,7 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from tritonrl.toolkit.rollout import RolloutBuffer, RunningMeanStd, compute_gae
+from tritonrl.toolkit.replay.rollout import RolloutBuffer, RunningMeanStd, compute_gae
 
 
 def gae_loop(rewards, values, next_values, terminated, truncated, gamma, lam):

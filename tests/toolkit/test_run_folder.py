@@ -24,12 +24,12 @@ pytest.importorskip("gymnasium")
 import tritonrl.toolkit.checkpoint as ckpt_mod
 import tritonrl.toolkit.logger as logger_mod
 from tritonrl.toolkit.checkpoint import atomic_write_bytes, load_checkpoint, remove_stale_temps
-from tritonrl.toolkit.cli import main
-from tritonrl.toolkit.envs import make_vec_env
+from tritonrl.toolkit.cli.main import main
+from tritonrl.toolkit.envs.vector import make_vec_env
 from tritonrl.toolkit.logger import MetricLogger, read_csv, repair_csv
-from tritonrl.toolkit.loop import LoopConfig, TrainingError, run_training
-from tritonrl.toolkit.onpolicy import OnPolicySchedule
 from tritonrl.toolkit.runfolder import RunFolderBusy, RunLock
+from tritonrl.toolkit.training.loop import LoopConfig, TrainingError, run_training
+from tritonrl.toolkit.training.onpolicy import OnPolicySchedule
 
 
 class Toy:
@@ -409,7 +409,7 @@ def test_stale_temp_files_go_at_the_start_and_at_each_save(
             (run / ".checkpoint.safetensors.zz.tmp").write_bytes(b"partial")
         real_save(path, state)
 
-    import tritonrl.toolkit.loop as loop_mod
+    import tritonrl.toolkit.training.loop as loop_mod
 
     monkeypatch.setattr(loop_mod, "save_checkpoint", save_after_a_kill)
     monkeypatch.setattr(loop_mod, "remove_stale_temps", _spy_removals(remove_stale_temps))
@@ -460,7 +460,7 @@ def test_atomic_write_fsyncs_the_folder_after_the_rename(
 
 def test_checkpoint_saves_by_wall_time_at_a_flush(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     saved_at: list[int] = []
-    import tritonrl.toolkit.loop as loop_mod
+    import tritonrl.toolkit.training.loop as loop_mod
 
     real_save = loop_mod.save_checkpoint
 

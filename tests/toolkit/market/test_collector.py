@@ -21,11 +21,11 @@ from tritonrl.agents.dqn import DQNAgent  # noqa: E402
 from tritonrl.agents.dqn import preset as dqn_preset  # noqa: E402
 from tritonrl.agents.ppo import PPOAgent  # noqa: E402
 from tritonrl.agents.ppo import preset as ppo_preset  # noqa: E402
-from tritonrl.toolkit.envs import Transition  # noqa: E402
-from tritonrl.toolkit.market.collector import Collector  # noqa: E402
+from tritonrl.toolkit.envs.vector import Transition  # noqa: E402
 from tritonrl.toolkit.precision import training_dtype  # noqa: E402
 from tritonrl.toolkit.replay import ReplayBuffer  # noqa: E402
-from tritonrl.toolkit.rollout import RolloutBuffer  # noqa: E402
+from tritonrl.toolkit.replay.rollout import RolloutBuffer  # noqa: E402
+from tritonrl.toolkit.training.collector import Collector  # noqa: E402
 
 D = 3  # observation width
 E = 4  # environments

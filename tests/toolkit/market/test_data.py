@@ -1,4 +1,4 @@
-"""Market data (toolkit/market/data.py): CSV errors, the packaged series, the synthetic generator,
+"""Market data (toolkit/envs/market/data.py): CSV errors, the packaged series, the synthetic generator,
 causal features, the one upload cast, and splits by time."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
-from tritonrl.toolkit.market import (
+from tritonrl.toolkit.envs.market import (
     FEATURES,
     Bars,
     anytrading_bars,
@@ -23,7 +23,7 @@ from tritonrl.toolkit.market import (
     synthetic_bars,
     upload,
 )
-from tritonrl.toolkit.market import data as data_module
+from tritonrl.toolkit.envs.market import data as data_module
 from tritonrl.toolkit.precision import training_dtype
 
 HEADER = "Date,Open,High,Low,Close,Adj Close,Volume"

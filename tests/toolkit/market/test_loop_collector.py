@@ -26,10 +26,10 @@ import torch
 pytest.importorskip("gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
 
 from tritonrl.toolkit.checkpoint import load_checkpoint, save_checkpoint
-from tritonrl.toolkit.loop import CHECKPOINT_NAME, LoopConfig, run_training
-from tritonrl.toolkit.market.collector import Collector
-from tritonrl.toolkit.market.training import build_market_run, env_config_for, market_preset
-from tritonrl.toolkit.registry import get_agent
+from tritonrl.toolkit.cli.registry import get_agent
+from tritonrl.toolkit.training.collector import Collector
+from tritonrl.toolkit.training.loop import CHECKPOINT_NAME, LoopConfig, run_training
+from tritonrl.toolkit.training.market import build_market_run, env_config_for, market_preset
 
 SOURCE = "market:synthetic,bars=1500"
 E = 4

@@ -13,14 +13,14 @@ import torch
 pytest.importorskip("gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
 
 from tritonrl.toolkit.checkpoint import load_checkpoint
-from tritonrl.toolkit.cli import main
+from tritonrl.toolkit.cli.main import main
+from tritonrl.toolkit.cli.registry import get_agent
+from tritonrl.toolkit.envs.market.data import synthetic_bars, upload
+from tritonrl.toolkit.envs.market.env import MarketEnvConfig
+from tritonrl.toolkit.envs.market.evaluate import evaluate_market, format_report, strategy_figures
 from tritonrl.toolkit.logger import read_csv
-from tritonrl.toolkit.loop import CHECKPOINT_NAME
-from tritonrl.toolkit.market.data import synthetic_bars, upload
-from tritonrl.toolkit.market.env import MarketEnvConfig
-from tritonrl.toolkit.market.evaluate import evaluate_market, format_report, strategy_figures
-from tritonrl.toolkit.market.training import market_preset, split_overrides
-from tritonrl.toolkit.registry import get_agent
+from tritonrl.toolkit.training.loop import CHECKPOINT_NAME
+from tritonrl.toolkit.training.market import market_preset, split_overrides
 
 
 def test_strategy_figures_by_hand() -> None:

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 from torch import nn
-from tritonrl.agents.heads import NoisyLinear
+from tritonrl.agents.nets.heads import NoisyLinear
 from tritonrl.toolkit.precision import training_dtype
 
 __all__ = ["BranchingHead", "branching_q"]

@@ -147,7 +147,7 @@ def _bench(
 
 def _register_extra(sub: argparse._SubParsersAction) -> None:
     """Subcommands added by later modules (``train``, ``fit``); each sets ``run`` on its parser."""
-    for module in ("tritonrl.toolkit.train", "tritonrl.toolkit.forecast_cli"):
+    for module in ("tritonrl.toolkit.cli.train", "tritonrl.toolkit.cli.fit"):
         try:
             add_parser = importlib.import_module(module).add_parser
         except ImportError as exc:

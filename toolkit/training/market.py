@@ -2,19 +2,19 @@
 
 ``python -m tritonrl.toolkit train --agent rainbow --env market:synthetic`` builds, in order:
 
-1. the bars of the source after ``market:`` (:func:`tritonrl.toolkit.market.data.source_bars`:
+1. the bars of the source after ``market:`` (:func:`tritonrl.toolkit.envs.market.data.source_bars`:
    ``synthetic[,ar=F][,seed=N][,bars=N][,regimes=N]``, ``googl``, ``eurusd``, ``csv=PATH``),
    uploaded once to the device and split by time into train / validation / test periods
    (70 / 15 / 15 %);
-2. a :class:`~tritonrl.toolkit.market.env.MarketEnv` of ``--num-envs`` environments on the
+2. a :class:`~tritonrl.toolkit.envs.market.env.MarketEnv` of ``--num-envs`` environments on the
    train period, with random starts, driven by a
-   :class:`~tritonrl.toolkit.market.collector.Collector` (:func:`market_collector`): the loop's
+   :class:`~tritonrl.toolkit.training.collector.Collector` (:func:`market_collector`): the loop's
    every vector step is ``collector.step()``, so env, acting policy, replay and learner stay on
    one device with no host read per step (an ICM run, which the collector refuses, steps
    through ``agent.act`` / ``agent.observe`` instead, with one notice line);
-3. a :class:`~tritonrl.toolkit.market.evaluate.MarketEvaluator` on the validation period, the
+3. a :class:`~tritonrl.toolkit.envs.market.evaluate.MarketEvaluator` on the validation period, the
    loop's evaluation (``eval/mean_return`` is the greedy policy's log return over that period);
-4. after training, :func:`~tritonrl.toolkit.market.evaluate.evaluate_market` on the test period:
+4. after training, :func:`~tritonrl.toolkit.envs.market.evaluate.evaluate_market` on the test period:
    the report is printed (against buy-and-hold and random) and saved as ``test_report.json``
    with ``equity.png`` beside ``curve.png`` in the run folder.
 
@@ -34,7 +34,7 @@ environments and faster from about 64). The tests
 resumed run never re-applies them: its config comes from the checkpoint.
 
 **Environment settings** come as ``--set env.FIELD=VALUE`` (fields of
-:class:`~tritonrl.toolkit.market.env.MarketEnvConfig`: ``window``, ``episode_length``, ``cost``,
+:class:`~tritonrl.toolkit.envs.market.env.MarketEnvConfig`: ``window``, ``episode_length``, ``cost``,
 ``borrow_cost``, ``max_drawdown``); ``actions`` follows the agent (continuous for PPO's
 ``continuous`` and ``flow`` policies, discrete otherwise) unless set. The env config is part of
 the run's identity: a resume with other settings is refused.
@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tritonrl.toolkit.market.types import MarketData
+from tritonrl.toolkit.envs.market.types import MarketData
 
 __all__ = [
     "ENV_PREFIX",
@@ -140,7 +140,7 @@ _PPO_CONTINUOUS = MarketPreset(
 
 
 def market_preset(preset: Any) -> MarketPreset:
-    """The market overrides and defaults of an agent preset (a :class:`tritonrl.toolkit.registry.Preset`).
+    """The market overrides and defaults of an agent preset (a :class:`tritonrl.toolkit.preset.Preset`).
 
     DQN-family presets (a ``DQNConfig``) share one set; PPO presets one for discrete and one for
     continuous policies (``continuous``, ``flow``); only the fields the preset's config has are
@@ -168,7 +168,7 @@ def split_overrides(overrides: Mapping[str, str]) -> tuple[dict[str, str], dict[
 
 
 def env_config_for(agent_config: Any, env_overrides: Mapping[str, Any]) -> Any:
-    """The :class:`~tritonrl.toolkit.market.env.MarketEnvConfig` of a run: the default one with
+    """The :class:`~tritonrl.toolkit.envs.market.env.MarketEnvConfig` of a run: the default one with
     ``actions`` following the agent (continuous for PPO's continuous and flow policies) and
     ``env_overrides`` on top.
 
@@ -176,7 +176,7 @@ def env_config_for(agent_config: Any, env_overrides: Mapping[str, Any]) -> Any:
         ValueError: an unknown field or a bad value (named).
     """
     from tritonrl.toolkit.config import apply_overrides
-    from tritonrl.toolkit.market.env import MarketEnvConfig
+    from tritonrl.toolkit.envs.market.env import MarketEnvConfig
 
     continuous = getattr(agent_config, "policy", None) in CONTINUOUS_POLICIES
     base = MarketEnvConfig(actions="continuous" if continuous else "discrete")
@@ -198,7 +198,7 @@ class MarketRun:
     test: MarketData
     env_config: Any
     collector: Any = None
-    """The :class:`~tritonrl.toolkit.market.collector.Collector` stepping :attr:`env`, or ``None``:
+    """The :class:`~tritonrl.toolkit.training.collector.Collector` stepping :attr:`env`, or ``None``:
     the loop's ``agent.act`` / ``agent.observe`` (an ICM run)."""
 
 
@@ -206,16 +206,16 @@ def build_market_run(
     env_id: str, num_envs: int, env_config: Any, *, device: torch.device | str = "cpu", seed: int = 0
 ) -> MarketRun:
     """Bars of ``env_id`` (``market:SOURCE``), uploaded once to ``device`` and split by time; a
-    :class:`~tritonrl.toolkit.market.env.MarketEnv` of ``num_envs`` on the train period (seeded
+    :class:`~tritonrl.toolkit.envs.market.env.MarketEnv` of ``num_envs`` on the train period (seeded
     with ``seed``, reset) and a validation evaluator.
 
     Raises:
         ValueError: an unknown source or option, a missing extra, data too short for the window
             and episode length (each named by the source, the split or the env).
     """
-    from tritonrl.toolkit.market.data import source_bars, split, upload
-    from tritonrl.toolkit.market.env import MarketEnv
-    from tritonrl.toolkit.market.evaluate import MarketEvaluator
+    from tritonrl.toolkit.envs.market.data import source_bars, split, upload
+    from tritonrl.toolkit.envs.market.env import MarketEnv
+    from tritonrl.toolkit.envs.market.evaluate import MarketEvaluator
 
     if not is_market(env_id):
         raise ValueError(f"{env_id!r} is not a market environment (market:SOURCE)")
@@ -228,7 +228,7 @@ def build_market_run(
 
 
 def market_collector(agent: Any, env: Any, *, sync_every: int = 1) -> Any:
-    """The :class:`~tritonrl.toolkit.market.collector.Collector` of a market run, or ``None`` for
+    """The :class:`~tritonrl.toolkit.training.collector.Collector` of a market run, or ``None`` for
     an agent with ICM on, which the collector refuses (it does not feed ICM's one-step replay):
     such a run steps through ``agent.act`` / ``agent.observe`` in the loop, on the same device
     (with device staging its intrinsic rewards are not read on the host either).
@@ -241,7 +241,7 @@ def market_collector(agent: Any, env: Any, *, sync_every: int = 1) -> Any:
         ValueError: ``sync_every`` below 1, or the agent built for another number of
             environments or device than ``env``.
     """
-    from tritonrl.toolkit.market.collector import Collector
+    from tritonrl.toolkit.training.collector import Collector
 
     if getattr(agent, "icm_module", None) is not None:
         return None
@@ -257,7 +257,7 @@ def greedy_policy(agent: Any) -> Any:
 def market_report(
     agent: Any, run: MarketRun, *, seed: int, run_dir: str | Path | None = None
 ) -> dict[str, Any]:
-    """The test-period report of ``agent`` (:func:`~tritonrl.toolkit.market.evaluate.evaluate_market`,
+    """The test-period report of ``agent`` (:func:`~tritonrl.toolkit.envs.market.evaluate.evaluate_market`,
     greedy, against buy-and-hold and 16 random runs); with ``run_dir``, saved there as
     ``test_report.json`` and drawn as ``equity.png`` (skipped with one notice line without
     matplotlib).
@@ -265,7 +265,7 @@ def market_report(
     Raises:
         OSError: the run folder cannot be written.
     """
-    from tritonrl.toolkit.market.evaluate import evaluate_market, plot_equity
+    from tritonrl.toolkit.envs.market.evaluate import evaluate_market, plot_equity
 
     report = evaluate_market(greedy_policy(agent), run.test, run.env_config, seed=seed)
     if run_dir is not None:

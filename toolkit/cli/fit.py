@@ -1,4 +1,5 @@
-"""``tritonrl fit``: train a registered forecaster on market bars with :func:`~tritonrl.toolkit.forecast.fit`.
+"""``tritonrl fit``: train a registered forecaster on market bars with
+:func:`~tritonrl.toolkit.forecast.trainer.fit`.
 
 ::
 
@@ -10,16 +11,16 @@
 
 Under ``torchrun`` (more than one process) every rank joins the process group
 (:func:`tritonrl.toolkit.distributed.init_distributed` on ``--device``) and trains data-parallel
-over windows (:func:`~tritonrl.toolkit.forecast.fit`: ``--batch-size`` is the global batch, split
+over windows (:func:`~tritonrl.toolkit.forecast.trainer.fit`: ``--batch-size`` is the global batch, split
 evenly over the ranks); rank 0 alone writes the run folder and prints, the others print nothing.
 A launch that cannot start, a ``--batch-size`` not divisible by the number of processes or ranks
 that disagree is one ``error:`` line (on rank 0) and exit status 2 on every rank.
 
-The command follows ``train``'s rules (:mod:`tritonrl.toolkit.cli_common`, shared with
-:mod:`tritonrl.toolkit.train`): bad input is one ``error:`` line and exit status 2 before anything
+The command follows ``train``'s rules (:mod:`tritonrl.toolkit.cli.common`, shared with
+:mod:`tritonrl.toolkit.cli.train`): bad input is one ``error:`` line and exit status 2 before anything
 is written; an existing checkpoint is never overwritten without ``--resume``; a non-finite loss
 stops the run with status 1, keeping the last checkpoint; SIGINT / SIGTERM save a checkpoint and
-exit with 130 / 143. The models come from :func:`tritonrl.toolkit.registry.forecasters` (the lazy
+exit with 130 / 143. The models come from :func:`tritonrl.toolkit.cli.registry.forecasters` (the lazy
 registry of ``tritonrl.agents.forecast``).
 """
 
@@ -36,7 +37,7 @@ from typing import Any
 
 import torch
 from tritonrl.toolkit import distributed, forecast
-from tritonrl.toolkit.cli_common import (
+from tritonrl.toolkit.cli.common import (
     UsageError,
     add_output_flags,
     add_run_folder_flags,
@@ -54,7 +55,7 @@ from tritonrl.toolkit.cli_common import (
     stop_on_signals,
 )
 from tritonrl.toolkit.distributed import DistContext, DistributedError
-from tritonrl.toolkit.forecast import (
+from tritonrl.toolkit.forecast.trainer import (
     CHECKPOINT_NAME,
     FIT_FORMAT,
     REPORT_NAME,
@@ -164,7 +165,7 @@ def _prepare(
     """
     from tritonrl.toolkit.checkpoint import CheckpointError, load_checkpoint
     from tritonrl.toolkit.checks import MAX_SEED
-    from tritonrl.toolkit.registry import forecasters
+    from tritonrl.toolkit.cli.registry import forecasters
 
     if not args.model:
         raise UsageError("--model is required (`tritonrl fit --list` lists the forecasters)")
@@ -272,7 +273,7 @@ def _run(args: argparse.Namespace, ctx: DistContext) -> int:
     from tritonrl.toolkit.runfolder import RunFolderBusy
 
     if args.list:
-        from tritonrl.toolkit.registry import forecasters
+        from tritonrl.toolkit.cli.registry import forecasters
 
         for name, cls in sorted(forecasters().items()):
             doc = (cls.__doc__ or "").strip().splitlines()

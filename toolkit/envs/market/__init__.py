@@ -1,12 +1,12 @@
-"""Market data, a batched trading environment on the device, and the device experience collector.
+"""Market data, a batched trading environment on the device, and the gym-anytrading compatibility env.
 
-See :mod:`tritonrl.toolkit.market.data` (bars, features, the one upload cast, splits by time).
+See :mod:`tritonrl.toolkit.envs.market.data` (bars, features, the one upload cast, splits by time).
 """
 
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from tritonrl.toolkit.market.data import (
+from tritonrl.toolkit.envs.market.data import (
     FEATURES,
     anytrading_bars,
     compute_features,
@@ -16,20 +16,18 @@ from tritonrl.toolkit.market.data import (
     synthetic_bars,
     upload,
 )
-from tritonrl.toolkit.market.types import Bars, MarketData
+from tritonrl.toolkit.envs.market.types import Bars, MarketData
 
-# Names that need gymnasium import on first use (PEP 562), so that `import tritonrl.toolkit.market`
+# Names that need gymnasium import on first use (PEP 562), so that `import tritonrl.toolkit.envs.market`
 # and its data modules work on a bare machine without gymnasium.
 _LAZY: dict[str, str] = {}
 _LAZY.update(dict.fromkeys(("ANYTRADING_WINDOW", "AnyTradingEnv", "process_data"), "anytrading"))
-_LAZY["Collector"] = "collector"
 _LAZY.update(dict.fromkeys(("MarketEnv", "MarketEnvConfig"), "env"))
 
 if TYPE_CHECKING:  # the lazy names, for type checkers
-    from tritonrl.toolkit.market.anytrading import AnyTradingEnv as AnyTradingEnv
-    from tritonrl.toolkit.market.collector import Collector as Collector
-    from tritonrl.toolkit.market.env import MarketEnv as MarketEnv
-    from tritonrl.toolkit.market.env import MarketEnvConfig as MarketEnvConfig
+    from tritonrl.toolkit.envs.market.anytrading import AnyTradingEnv as AnyTradingEnv
+    from tritonrl.toolkit.envs.market.env import MarketEnv as MarketEnv
+    from tritonrl.toolkit.envs.market.env import MarketEnvConfig as MarketEnvConfig
 
 __all__ = [
     "FEATURES",

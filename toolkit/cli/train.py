@@ -12,7 +12,7 @@
 the device experience collector stepping the env (``--set icm=true``: the plain ``act`` /
 ``observe`` path, with a notice), evaluation on the validation period and, at the end, the
 test-period report printed and saved (``test_report.json``, ``equity.png``): see
-:mod:`tritonrl.toolkit.market.training`.
+:mod:`tritonrl.toolkit.training.market`.
 
 Each run writes ``metrics.csv``, TensorBoard files, ``checkpoint.safetensors`` and ``curve.png``
 into ``--run-dir`` (default ``runs/<agent>-<env>-s<seed>``). ``--resume`` continues from that
@@ -50,7 +50,7 @@ Exit statuses:
   folder in use by another process).
 - ``130`` / ``143``: interrupted by SIGINT / SIGTERM, with a checkpoint saved.
 
-The agent, its config and its schedule come from the preset (:class:`tritonrl.toolkit.registry.Preset`:
+The agent, its config and its schedule come from the preset (:class:`tritonrl.toolkit.preset.Preset`:
 ``spec.build(...)`` and ``spec.schedule(agent)``).
 
 Data-parallel training: launched by ``torchrun`` (``torchrun --nproc-per-node N -m
@@ -82,7 +82,7 @@ from typing import Any
 
 import torch
 from tritonrl.toolkit.checks import MAX_SEED  # light: ``--help`` must not import the loop
-from tritonrl.toolkit.cli_common import (
+from tritonrl.toolkit.cli.common import (
     UsageError,
     add_output_flags,
     add_run_folder_flags,
@@ -225,7 +225,7 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
 
 def _build(args: argparse.Namespace, ctx: Any) -> tuple[Any, Any, Any, Any, Any, Any]:
     """The preset, agent, env, schedule, loop config and (``--env market:...``) the market run's
-    parts (:class:`tritonrl.toolkit.market.training.MarketRun`, else ``None``) of this rank
+    parts (:class:`tritonrl.toolkit.training.market.MarketRun`, else ``None``) of this rank
     (``ctx``, a :class:`tritonrl.toolkit.distributed.DistContext`).
 
     Raises:
@@ -239,12 +239,12 @@ def _build(args: argparse.Namespace, ctx: Any) -> tuple[Any, Any, Any, Any, Any,
         section,
         training_sections,
     )
+    from tritonrl.toolkit.cli.registry import get_agent
     from tritonrl.toolkit.config import config_changes, fixed_changes, format_change
     from tritonrl.toolkit.distributed import DistributedError, on_main
-    from tritonrl.toolkit.envs import make_vec_env
-    from tritonrl.toolkit.loop import CHECKPOINT_NAME, LoopConfig
-    from tritonrl.toolkit.market.training import MarketPreset, is_market, market_preset, split_overrides
-    from tritonrl.toolkit.registry import get_agent
+    from tritonrl.toolkit.envs.vector import make_vec_env
+    from tritonrl.toolkit.training.loop import CHECKPOINT_NAME, LoopConfig
+    from tritonrl.toolkit.training.market import MarketPreset, is_market, market_preset, split_overrides
 
     try:
         ctx.check_same("the command line", _flags(args))
@@ -368,7 +368,7 @@ def _build(args: argparse.Namespace, ctx: Any) -> tuple[Any, Any, Any, Any, Any,
                 file=sys.stderr,
             )
     if run is not None:
-        from tritonrl.toolkit.market.training import market_collector
+        from tritonrl.toolkit.training.market import market_collector
 
         try:
             run.collector = market_collector(agent, env, sync_every=1)
@@ -426,7 +426,7 @@ def _market_run(
     Raises:
         ValueError: a bad source, option, env field, or data too short.
     """
-    from tritonrl.toolkit.market.training import build_market_run, env_config_for, split_overrides
+    from tritonrl.toolkit.training.market import build_market_run, env_config_for, split_overrides
 
     agent_config = spec.configure(overrides, config=saved_config, total_steps=steps)
     _, env_overrides = split_overrides(parse_overrides(args.overrides))
@@ -443,13 +443,13 @@ def run(args: argparse.Namespace) -> int:
     exits right here (``os._exit``) once it has left the group instead of returning.
     """
     if args.agent == "list":  # the presets, one a line on stdout: a listing, not a mistake
-        from tritonrl.toolkit.registry import list_agents
+        from tritonrl.toolkit.cli.registry import list_agents
 
         for spec in list_agents():
             print(f"{spec.name:<16} {spec.kind:<10} {spec.description}")
         return 0
     try:
-        import tritonrl.toolkit.loop  # noqa: F401 (the training dependencies, checked here)
+        import tritonrl.toolkit.training.loop  # noqa: F401 (the training dependencies, checked here)
     except ModuleNotFoundError as exc:  # a core dependency missing (gymnasium on a bare GPU machine)
         if exc.name is None or exc.name.startswith("tritonrl"):
             raise
@@ -496,8 +496,8 @@ def _train(args: argparse.Namespace, ctx: Any) -> int:
     """:func:`run` once the process knows its place (``ctx``); rank 0 prints, the other ranks
     print only the errors that may be theirs alone (training errors, prefixed ``rank R:``)."""
     from tritonrl.toolkit.checkpoint import CheckpointError
-    from tritonrl.toolkit.loop import TrainingError, run_training
     from tritonrl.toolkit.runfolder import RunFolderBusy
+    from tritonrl.toolkit.training.loop import TrainingError, run_training
 
     def error(message: str, *, agreed: bool) -> None:
         if ctx.is_main:
@@ -529,8 +529,8 @@ def _train(args: argparse.Namespace, ctx: Any) -> int:
                 dist=ctx,
             )
             if market is not None and summary["stopped"] is None and ctx.is_main:
-                from tritonrl.toolkit.market.evaluate import format_report
-                from tritonrl.toolkit.market.training import market_report
+                from tritonrl.toolkit.envs.market.evaluate import format_report
+                from tritonrl.toolkit.training.market import market_report
 
                 report = market_report(agent, market, seed=args.seed, run_dir=cfg.run_dir)
                 print(format_report(report))

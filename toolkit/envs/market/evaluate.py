@@ -1,6 +1,6 @@
 """Evaluation over a whole held-out period: the greedy policy against buy-and-hold and random.
 
-:func:`evaluate_market` runs one :class:`~tritonrl.toolkit.market.env.MarketEnv` episode that is the
+:func:`evaluate_market` runs one :class:`~tritonrl.toolkit.envs.market.env.MarketEnv` episode that is the
 period itself (no random start, no drawdown termination, every decision from the period's first,
 at its row ``window - 1``, to its last bar) with ``2 + random_runs`` rows stepped together: row 0
 acts with the policy, row 1 holds a long position throughout (buy-and-hold), the others act
@@ -21,7 +21,7 @@ Sharpe estimate from ``n`` independent returns when the true Sharpe is near 0 (L
 scale of "noise" when comparing two strategies on the same period.
 
 :class:`MarketEvaluator` adapts this to the training loop's ``evaluate_policy`` hook
-(:func:`tritonrl.toolkit.loop.run_training`'s ``evaluator``): a market run is evaluated on its
+(:func:`tritonrl.toolkit.training.loop.run_training`'s ``evaluator``): a market run is evaluated on its
 validation period; :func:`plot_equity` draws the ``equity.png`` of a run folder.
 """
 
@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from tritonrl.toolkit.market.types import MarketData
+from tritonrl.toolkit.envs.market.types import MarketData
 
 __all__ = ["MarketEvaluator", "evaluate_market", "format_report", "plot_equity", "strategy_figures"]
 
@@ -100,8 +100,8 @@ def evaluate_market(
             ``lambda o: agent.act(o, explore=False)``). A ``reset(mask [E] bool)`` method, if it
             has one (a recurrent policy's memory), is called with all ``True`` first.
         data: the period, with ``window - 1`` warm-up rows before its first decision (a split
-            from :func:`tritonrl.toolkit.market.data.split`).
-        env_config: a :class:`~tritonrl.toolkit.market.env.MarketEnvConfig` (window, actions,
+            from :func:`tritonrl.toolkit.envs.market.data.split`).
+        env_config: a :class:`~tritonrl.toolkit.envs.market.env.MarketEnvConfig` (window, actions,
             costs); ``random_start``, ``max_drawdown`` and ``episode_length`` are overridden.
         seed: seeds the env and the random policy's generator.
         random_runs: rows acting at random (0: none; the report then has no ``random`` entry).
@@ -115,7 +115,7 @@ def evaluate_market(
     Raises:
         ValueError: ``data`` holds no decision after the warm-up, or ``random_runs < 0``.
     """
-    from tritonrl.toolkit.market.env import MarketEnv
+    from tritonrl.toolkit.envs.market.env import MarketEnv
 
     if isinstance(random_runs, bool) or not isinstance(random_runs, int) or random_runs < 0:
         raise ValueError(f"random_runs must be an int >= 0, got {random_runs!r}")

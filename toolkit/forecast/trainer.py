@@ -7,7 +7,7 @@
     tritonrl fit --model gru --data market:synthetic,ar=0.3 --target price_z --set hidden=32
     tritonrl fit --model gru --data market:synthetic,ar=0.3 --run-dir runs/g --resume
 
-(the command line: :mod:`tritonrl.toolkit.forecast_cli`)
+(the command line: :mod:`tritonrl.toolkit.cli.fit`)
 
 **Windows** (:class:`WindowData`): a window ending at row ``t`` of a split holds the features of
 rows ``t - W + 1 .. t`` (in the training dtype they were uploaded in: one gather per batch, never a
@@ -53,12 +53,12 @@ same configuration and data, starts from rank 0's weights, and draws its own dro
 (rank 0 the single process's); rank 0 alone locks and writes the run folder (metrics, checkpoint
 with every rank's RNG state, report) and prints; ``should_stop`` is agreed at each flush.
 
-The CLI (:mod:`tritonrl.toolkit.forecast_cli`) follows ``train``'s rules
-(:mod:`tritonrl.toolkit.cli_common`): bad input is one ``error:`` line and exit status 2 before
+The CLI (:mod:`tritonrl.toolkit.cli.fit`) follows ``train``'s rules
+(:mod:`tritonrl.toolkit.cli.common`): bad input is one ``error:`` line and exit status 2 before
 anything is written; an existing checkpoint is never overwritten without ``--resume``; a
 non-finite loss stops the run with status 1, keeping the last checkpoint; SIGINT / SIGTERM save a
 checkpoint and exit with 130 / 143. The models come from
-:func:`tritonrl.toolkit.registry.forecasters` (the lazy import of ``tritonrl.agents.forecast``).
+:func:`tritonrl.toolkit.cli.registry.forecasters` (the lazy import of ``tritonrl.agents.forecast``).
 """
 
 from __future__ import annotations
@@ -115,11 +115,11 @@ class FitError(RuntimeError):
 
 
 def target_series(data: Any, target: str = "log_return", host_features: Any = None) -> torch.Tensor:
-    """The target column of ``data`` (a :class:`~tritonrl.toolkit.market.MarketData`), ``[T]`` f32.
+    """The target column of ``data`` (a :class:`~tritonrl.toolkit.envs.market.MarketData`), ``[T]`` f32.
 
     ``log_return`` and ``close`` are ``data``'s f32 columns; a feature name is taken from
     ``host_features`` (the ``[T, F]`` f32 host array of
-    :func:`~tritonrl.toolkit.market.compute_features`, before the upload's cast), or from
+    :func:`~tritonrl.toolkit.envs.market.compute_features`, before the upload's cast), or from
     ``data.features`` when those are f32 already.
 
     Raises:
@@ -180,7 +180,7 @@ class WindowData:
     """The windows of one split: inputs ``[B, W, F]`` in the features' dtype, targets f32 ``[B, H, 1]``.
 
     Args:
-        data: one split (:class:`~tritonrl.toolkit.market.MarketData`, ``T`` rows).
+        data: one split (:class:`~tritonrl.toolkit.envs.market.MarketData`, ``T`` rows).
         window: ``W``.
         horizon: ``H``.
         target: the target's name (for change vs level: :data:`CHANGE_TARGETS`).
@@ -297,13 +297,13 @@ def load_windows(
     fractions: tuple[float, float, float] = (0.7, 0.15, 0.15),
 ) -> tuple[WindowData, WindowData, WindowData]:
     """Train, validation and test windows of a bar source (a ``market:`` spec string or
-    :class:`~tritonrl.toolkit.market.Bars`): upload once, split by time, normalise on train.
+    :class:`~tritonrl.toolkit.envs.market.Bars`): upload once, split by time, normalise on train.
 
     Raises:
         ValueError: a bad source, target, sizes, or data (from the source, :func:`split` or
             :class:`WindowData`).
     """
-    from tritonrl.toolkit.market import compute_features, source_bars, split, upload
+    from tritonrl.toolkit.envs.market import compute_features, source_bars, split, upload
 
     bars = source_bars(source) if isinstance(source, str) else source
     if window < 1 or horizon < 1:

@@ -44,7 +44,7 @@ class OnPolicySchedule:
 
     def restart_collection(self, step: int) -> None:
         """The agent's rollout restarted empty (a data-parallel checkpoint resumed on another number
-        of ranks, :func:`tritonrl.toolkit.loop.run_training`): the next update comes after a full
+        of ranks, :func:`tritonrl.toolkit.training.loop.run_training`): the next update comes after a full
         rollout of ``rollout_steps`` vector steps again. ``step`` (the global step) is unused."""
         del step
         self.vector_steps -= self.vector_steps % self.rollout_steps

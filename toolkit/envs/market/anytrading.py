@@ -55,8 +55,8 @@ import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
-from tritonrl.toolkit.envs import Transition
-from tritonrl.toolkit.market.types import Bars
+from tritonrl.toolkit.envs.market.types import Bars
+from tritonrl.toolkit.envs.vector import Transition
 
 __all__ = ["ANYTRADING_WINDOW", "AnyTradingEnv", "process_data"]
 
@@ -344,7 +344,7 @@ class AnyTradingEnv(gym.vector.VectorEnv):
         return obs, reward, terminated, truncated_t, info
 
     def step_transition(self, actions: torch.Tensor) -> Transition:
-        """:meth:`step` as a tritonrl :class:`~tritonrl.toolkit.envs.Transition` (episode lists
+        """:meth:`step` as a tritonrl :class:`~tritonrl.toolkit.envs.vector.Transition` (episode lists
         left empty: filling them would read the device)."""
         obs, reward, terminated, truncated, info = self.step(actions)
         return Transition(

@@ -14,7 +14,7 @@ the rollout or ``act``).
 - ``"attention"``: input ``[B, K, D]`` (the last ``K`` observations); per-step embedding plus a
   learned position, ``depth`` causal pre-norm self-attention blocks, the newest step's features.
 - ``"tcn"``: input ``[B, K, D]``; the TCN forecaster's causal encoder
-  (:class:`tritonrl.agents.forecast.conv.TCNEncoder`: ``depth`` dilated causal convolution blocks
+  (:class:`tritonrl.agents.nets.tcn.TCNEncoder`: ``depth`` dilated causal convolution blocks
   of ``width`` channels) over the window, the newest step's features (:class:`SequenceTorso`).
 
 ``norm="rmsnorm"`` adds RMSNorm; ``spectral_norm=True`` makes every hidden linear layer a
@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.modules.module import _global_forward_hooks, _global_forward_pre_hooks
+from tritonrl.agents.nets.tcn import TCNEncoder
 from tritonrl.toolkit.precision import training_dtype
 
 __all__ = [
@@ -297,7 +298,7 @@ class ResidualMLPTorso(nn.Module):
         return F.relu(self.out_norm(self.blocks(self.proj(self.flatten(x)))))
 
 
-class _AttentionBlock(nn.Module):
+class AttentionBlock(nn.Module):
     """Pre-norm multi-head self-attention (causal unless ``causal=False``), then a pre-norm MLP,
     both residual. Also the block of the Transformer and PatchTST forecasters
     (:mod:`tritonrl.agents.forecast.attention`)."""
@@ -359,7 +360,7 @@ class AttentionTorso(nn.Module):
         self.embed = _linear(obs_features, width, spectral_norm, device, dtype)
         self.pos = nn.Parameter(torch.randn(history, width, device=device, dtype=dtype) / math.sqrt(width))
         self.blocks = nn.Sequential(
-            *[_AttentionBlock(width, heads, norm, spectral_norm, device, dtype) for _ in range(depth)]
+            *[AttentionBlock(width, heads, norm, spectral_norm, device, dtype) for _ in range(depth)]
         )
         self.out_norm = _norm("rmsnorm" if norm == "none" else norm, width, device, dtype)
         self.out_features = width
@@ -426,9 +427,6 @@ def build_torso(
             raise ValueError(
                 "spectral_norm is not available with the tcn torso (its layers are convolutions)"
             )
-        # Imported here: tritonrl.agents.forecast imports this module (its attention block).
-        from tritonrl.agents.forecast.conv import TCNEncoder
-
         dtype = dtype if dtype is not None else training_dtype(device)
         encoder = TCNEncoder(obs_shape[1], width=width, depth=depth, device=device, dtype=dtype)
         return SequenceTorso(encoder, encoder.out_features, norm, device, dtype)

@@ -1,7 +1,7 @@
 """A batched trading environment: ``N`` environments over one series, stepped as tensor operations.
 
 :class:`MarketEnv` is a gymnasium ``VectorEnv`` whose state, observations, rewards and flags are
-tensors on the device of its :class:`~tritonrl.toolkit.market.types.MarketData`. A step is a fixed
+tensors on the device of its :class:`~tritonrl.toolkit.envs.market.types.MarketData`. A step is a fixed
 sequence of tensor operations of fixed shapes: no value is read by the host, no Python branch
 depends on a tensor, so a step on an accelerator never waits for it.
 
@@ -41,8 +41,8 @@ from tritonrl.toolkit.agent import reseed
 from tritonrl.toolkit.checkpoint import generator_state_fits
 from tritonrl.toolkit.checks import check_config
 from tritonrl.toolkit.config import Config, check_config_dict
-from tritonrl.toolkit.envs import Transition
-from tritonrl.toolkit.market.types import MarketData
+from tritonrl.toolkit.envs.market.types import MarketData
+from tritonrl.toolkit.envs.vector import Transition
 
 __all__ = ["MarketEnv", "MarketEnvConfig"]
 
@@ -441,7 +441,7 @@ class MarketEnv(gym.vector.VectorEnv):
     # ------------------------------------------------------------------------------- tritonrl's loop
 
     def step_transition(self, actions: Any) -> Transition:
-        """:meth:`step` as a :class:`~tritonrl.toolkit.envs.Transition` (``next_obs`` is the true
+        """:meth:`step` as a :class:`~tritonrl.toolkit.envs.vector.Transition` (``next_obs`` is the true
         next observation; the episode lists stay empty: finished episodes are counted on the
         device, see :meth:`episode_stats`). Same arguments and errors as :meth:`step`."""
         obs, reward, terminated, truncated, final_obs, _, _ = self._step(actions, info=False)

@@ -1,6 +1,6 @@
 """The off-policy schedule of the shared loop: learning starts, train frequency, gradient steps.
 
-The loop (:func:`tritonrl.toolkit.loop.run_training`) stores every vector step through
+The loop (:func:`tritonrl.toolkit.training.loop.run_training`) stores every vector step through
 ``agent.observe``; this schedule decides when the agent learns:
 
 - nothing before ``learning_starts`` environment steps (summed over the vector envs);
@@ -88,7 +88,7 @@ class OffPolicySchedule:
 
     def restart_collection(self, step: int) -> None:
         """The agent's replay restarted empty at global step ``step`` (a data-parallel checkpoint
-        resumed on another number of ranks, :func:`tritonrl.toolkit.loop.run_training`): no
+        resumed on another number of ranks, :func:`tritonrl.toolkit.training.loop.run_training`): no
         updates until ``learning_starts`` new env steps have refilled it."""
         self.refill_until = step + self.learning_starts
 

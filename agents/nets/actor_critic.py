@@ -7,7 +7,7 @@ its parameters there, in that dtype (DESIGN section 2: never built in f32 and ca
 The heads are the f32 boundary: network outputs are upcast once there and every log-prob,
 entropy and value leaves in f32. What stays f32 in every training dtype, and why: the action
 bounds of the squashing heads (buffers used on the f32 side of that boundary); the observation
-statistics (owned by the agent) and Mamba2's SSM state (see :mod:`tritonrl.agents.mamba2`).
+statistics (owned by the agent) and Mamba2's SSM state (see :mod:`tritonrl.agents.nets.mamba2`).
 
 Random draws: a head's ``sample`` (and the entropy estimate of the squashed heads' ``evaluate``)
 draws from a ``generator``, or takes the same draw made beforehand as ``noise``
@@ -30,12 +30,12 @@ Action heads (each returns the *raw* action it samples, which is what PPO stores
 Cores:
 
 - :class:`FeedForwardCore`: separate actor and critic MLPs (tanh, orthogonal init), as in CleanRL;
-  built by :class:`tritonrl.agents.torsos.MLP`, the MLP builder DQN's torsos use too.
+  built by :class:`tritonrl.agents.nets.torsos.MLP`, the MLP builder DQN's torsos use too.
 - :class:`LSTMCore`, :class:`GRUCore`: MLP encoder, ``LSTMCell``/``GRUCell`` memory shared by
   actor and critic; the memory resets where an observation starts an episode. Acting steps the
   cell; training splits the sequences at episode starts and runs torch's fused ``lstm``/``gru``
   once over all the pieces (:func:`subsequence_layout` sizes that layout).
-- :class:`Mamba2Core`: linear encoder, :class:`tritonrl.agents.mamba2.Mamba2Block` with resets at episode
+- :class:`Mamba2Core`: linear encoder, :class:`tritonrl.agents.nets.mamba2.Mamba2Block` with resets at episode
   starts; sequences in training, the single-step form when acting.
 """
 
@@ -47,8 +47,8 @@ from typing import Any, cast
 
 import torch
 from torch import nn
-from tritonrl.agents.mamba2 import Mamba2Block
-from tritonrl.agents.torsos import MLP, init_linear_, init_orthogonal_
+from tritonrl.agents.nets.mamba2 import Mamba2Block
+from tritonrl.agents.nets.torsos import MLP, init_linear_, init_orthogonal_
 from tritonrl.toolkit.precision import training_dtype
 
 __all__ = [
@@ -790,7 +790,7 @@ class Mamba2Core(nn.Module):
 
     Trains on whole sequences with resets at episode starts (the chunked scan), each sequence
     starting from the memory stored when it was collected, and acts with the block's single-step
-    form. State: :class:`tritonrl.agents.mamba2.Mamba2State` (conv window, f32 SSM state).
+    form. State: :class:`tritonrl.agents.nets.mamba2.Mamba2State` (conv window, f32 SSM state).
     """
 
     recurrent = True

@@ -22,11 +22,12 @@ at step k and resumed writes the same metrics as one that never stopped (``chart
 By default it is also written every ``checkpoint_seconds`` (600 s) of wall time, at the first
 metric flush past that time (so it adds no metric row and keeps runs reproducible), and at the end.
 
-Environments that keep their tensors on the device (:class:`tritonrl.toolkit.market.env.MarketEnv`)
+Environments that keep their tensors on the device (:class:`tritonrl.toolkit.envs.market.env.MarketEnv`)
 join through three optional hooks, each used when the env (or ``evaluator``) has it:
 
 - ``env.step_transition(actions) -> Transition`` is called instead of ``env.step`` (a gymnasium
-  vector env's ``step`` returns a tuple; this returns the loop's :class:`~tritonrl.toolkit.envs.Transition`,
+  vector env's ``step`` returns a tuple; this returns the loop's
+  :class:`~tritonrl.toolkit.envs.vector.Transition`,
   with empty episode lists, so nothing is read on the host in a step);
 - ``env.episode_stats() -> dict[str, float]`` is called at every metric flush (one sync): the
   episodes finished since the last call are logged as ``charts/episodic_return`` and
@@ -34,9 +35,9 @@ join through three optional hooks, each used when the env (or ``evaluator``) has
   (see :func:`episode_metrics`); the progress bar and ``recent_return`` take the mean return;
 - ``evaluate_policy(policy, episodes, seed) -> dict`` (with ``"mean_return"``), on the
   ``evaluator`` argument of :func:`run_training` or else on the env, replaces the gymnasium
-  :func:`~tritonrl.toolkit.envs.evaluate` (a market run evaluates on its validation period).
+  :func:`~tritonrl.toolkit.envs.vector.evaluate` (a market run evaluates on its validation period).
 
-A ``collector`` (:class:`tritonrl.toolkit.market.collector.Collector`, or anything with ``step()
+A ``collector`` (:class:`tritonrl.toolkit.training.collector.Collector`, or anything with ``step()
 -> Transition`` and ``state_dict``/``load_state_dict``) replaces the act / env step / observe of
 each vector step: ``collector.step()`` acts, steps the env, stores the transition and counts the
 env steps. Its state is the checkpoint's ``collector`` section; a checkpoint without one (written
@@ -129,7 +130,7 @@ from tritonrl.toolkit.checkpoint import (
 )
 from tritonrl.toolkit.checks import MAX_SEED
 from tritonrl.toolkit.distributed import AGREED_ERRORS, DistContext, current, on_main, picklable_error
-from tritonrl.toolkit.envs import VecEnv, evaluate
+from tritonrl.toolkit.envs.vector import VecEnv, evaluate
 from tritonrl.toolkit.logger import MetricLogger, ProgressBar, plot_learning_curve, repair_csv
 from tritonrl.toolkit.runfolder import RunLock, move_aside
 
@@ -259,10 +260,10 @@ def seed_everything(seed: int) -> None:
 
 class StepCollector(Protocol):
     """Steps the env with the agent and stores what happened, for :func:`run_training`
-    (:class:`tritonrl.toolkit.market.collector.Collector` is one)."""
+    (:class:`tritonrl.toolkit.training.collector.Collector` is one)."""
 
     def step(self) -> Any:
-        """One vector step; returns the env's :class:`~tritonrl.toolkit.envs.Transition`."""
+        """One vector step; returns the env's :class:`~tritonrl.toolkit.envs.vector.Transition`."""
         ...
 
     def state_dict(self) -> dict[str, Any]:
@@ -406,9 +407,9 @@ def run_training(
 ) -> dict[str, Any]:
     """Train ``agent`` on ``env`` for ``cfg.total_steps`` environment steps (summed over all ranks).
 
-    ``env`` is a :class:`~tritonrl.toolkit.envs.VecEnv` or any env with its attributes
+    ``env`` is a :class:`~tritonrl.toolkit.envs.vector.VecEnv` or any env with its attributes
     (``num_envs``, ``device``, ``env_id``, ``obs``, ``reset``, ``get_state``/``set_state``) and
-    either ``step`` returning a :class:`~tritonrl.toolkit.envs.Transition` or
+    either ``step`` returning a :class:`~tritonrl.toolkit.envs.vector.Transition` or
     ``step_transition`` (see the module doc for that hook and ``episode_stats``).
 
     Args:

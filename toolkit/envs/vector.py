@@ -32,6 +32,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 from gymnasium import spaces
+from tritonrl.toolkit.spaces import space_from_json, space_to_json
 
 __all__ = [
     "EXTRA_ENV_IDS",
@@ -91,51 +92,6 @@ def _register_extra() -> None:
 _register_extra()
 
 
-# ----------------------------------------------------------------------------- spaces
-
-
-def space_to_json(space: gym.Space) -> dict[str, Any]:
-    """A JSON description of a Discrete, MultiDiscrete or Box space (for checkpoints).
-
-    Raises:
-        TypeError: another kind of space.
-    """
-    if isinstance(space, spaces.Discrete):
-        return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
-    if isinstance(space, spaces.MultiDiscrete):
-        return {"type": "MultiDiscrete", "nvec": space.nvec.tolist()}
-    if isinstance(space, spaces.Box):
-        return {
-            "type": "Box",
-            "shape": list(space.shape),
-            "low": space.low.tolist(),
-            "high": space.high.tolist(),
-            "dtype": str(space.dtype),
-        }
-    raise TypeError(f"space {space!r} is not supported (Discrete, MultiDiscrete, Box)")
-
-
-def space_from_json(d: dict[str, Any]) -> gym.Space:
-    """Inverse of :func:`space_to_json`.
-
-    Raises:
-        ValueError: an unknown or malformed description.
-    """
-    kind = d.get("type") if isinstance(d, dict) else None
-    if kind == "Discrete":
-        return spaces.Discrete(int(d["n"]), start=int(d.get("start", 0)))
-    if kind == "MultiDiscrete":
-        return spaces.MultiDiscrete(np.asarray(d["nvec"], dtype=np.int64))
-    if kind == "Box":
-        return spaces.Box(
-            np.asarray(d["low"], dtype=d["dtype"]),
-            np.asarray(d["high"], dtype=d["dtype"]),
-            shape=tuple(d["shape"]),
-            dtype=d["dtype"],
-        )
-    raise ValueError(f"unknown space description {d!r}")
-
-
 # ----------------------------------------------------------------------------- vector env
 
 
@@ -144,7 +100,7 @@ class Transition:
     """One vector step. ``E`` is the number of environments.
 
     :class:`VecEnv` fills it with f32 observations on the host's or the given device; a device
-    env (:class:`tritonrl.toolkit.market.MarketEnv`) fills it with observations already in the
+    env (:class:`tritonrl.toolkit.envs.market.MarketEnv`) fills it with observations already in the
     training dtype on its device and leaves the episode lists empty (its finished episodes are
     read at log intervals through ``episode_stats()``, one sync).
 

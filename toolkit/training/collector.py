@@ -1,7 +1,7 @@
 """The device experience collector: policy, environment and replay on one device, no host round trip.
 
 :class:`Collector` drives any vector environment whose ``step_transition(actions)`` returns a
-:class:`tritonrl.toolkit.envs.Transition` of tensors on the agent's device (``MarketEnv``, or your
+:class:`tritonrl.toolkit.envs.vector.Transition` of tensors on the agent's device (``MarketEnv``, or your
 own), and feeds the agent:
 
 - **DQN family**: acting runs from an **f32 snapshot** of the learner's online network.
@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 from tritonrl.toolkit.compile import Compiled
-from tritonrl.toolkit.envs import Transition
+from tritonrl.toolkit.envs.vector import Transition
 
 __all__ = ["Collector"]
 
@@ -119,7 +119,7 @@ class Collector:
         env, store the transition, count ``num_envs`` env steps in the agent.
 
         Returns:
-            the env's :class:`~tritonrl.toolkit.envs.Transition` (device tensors).
+            the env's :class:`~tritonrl.toolkit.envs.vector.Transition` (device tensors).
 
         Raises:
             RuntimeError: PPO's rollout is full (call ``agent.update()`` first).

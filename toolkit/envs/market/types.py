@@ -3,7 +3,7 @@
 :class:`Bars` is what a source yields (a CSV file, the synthetic generator, a packaged series):
 plain numpy arrays on the host, sorted by time. :class:`MarketData` is what an environment or a
 forecaster consumes: the features in the training dtype and the returns in f32, on one device,
-uploaded once (:func:`tritonrl.toolkit.market.data.upload`).
+uploaded once (:func:`tritonrl.toolkit.envs.market.data.upload`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Market data: bar sources, causal features, the one upload cast, and splits by time.
 
-Sources yield host :class:`~tritonrl.toolkit.market.types.Bars`: :func:`load_csv` (any OHLCV
+Sources yield host :class:`~tritonrl.toolkit.envs.market.types.Bars`: :func:`load_csv` (any OHLCV
 file), :func:`synthetic_bars` (seeded regime-switching GBM, optionally with planted AR(1)
 returns), :func:`anytrading_bars` (the two series gym-anytrading ships) and :func:`source_bars`
 (the ``market:...`` spec of ``--env``). :func:`compute_features` turns bars into the
@@ -19,9 +19,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
-from ..precision import training_dtype
-from .types import Bars, MarketData
+from tritonrl.toolkit.envs.market.types import Bars, MarketData
+from tritonrl.toolkit.precision import training_dtype
 
 __all__ = [
     "FEATURES",
