@@ -24,7 +24,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tritonrl.toolkit.precision import training_dtype
+from tritonrl.toolkit.precision import dtype_or_default
 
 __all__ = ["ICM"]
 
@@ -62,7 +62,7 @@ class ICM(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        dtype = dtype if dtype is not None else training_dtype(device)
+        dtype = dtype_or_default(dtype, device)
         dims = [int(n) for n in action_dims]
         if not dims or min(dims) < 2:
             raise ValueError(f"action_dims={list(action_dims)} must be non-empty counts >= 2")

@@ -30,6 +30,7 @@ __all__ = [
     "DTYPE_ENV",
     "PrecisionDecision",
     "PrecisionError",
+    "dtype_or_default",
     "explain",
     "training_dtype",
 ]
@@ -169,3 +170,11 @@ def training_dtype(
 
 training_dtype.cache_clear = _decide.cache_clear  # type: ignore[attr-defined]
 explain.cache_clear = _decide.cache_clear  # type: ignore[attr-defined]
+
+
+def dtype_or_default(
+    dtype: torch.dtype | None, device: torch.device | str | int | None = None
+) -> torch.dtype:
+    """``dtype`` when given, else :func:`training_dtype` of ``device``: the default every module,
+    buffer and upload that takes an optional ``dtype`` argument uses."""
+    return dtype if dtype is not None else training_dtype(device)

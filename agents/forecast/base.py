@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 from torch import nn
-from tritonrl.toolkit.precision import training_dtype
+from tritonrl.toolkit.precision import dtype_or_default
 
 __all__ = ["Forecaster"]
 
@@ -67,7 +67,7 @@ class Forecaster(nn.Module):
         self.horizon = _positive("horizon", horizon)
         self.num_targets = _positive("num_targets", num_targets)
         dev = torch.device(device) if device is not None else torch.device("cpu")
-        self.param_dtype = dtype or training_dtype(dev)
+        self.param_dtype = dtype_or_default(dtype, dev)
         self.factory: dict[str, Any] = {"device": dev, "dtype": self.param_dtype}
         self.encoding_dim = 0
 

@@ -49,7 +49,7 @@ import torch
 from torch import nn
 from tritonrl.agents.nets.mamba2 import Mamba2Block
 from tritonrl.agents.nets.torsos import MLP, init_linear_, init_orthogonal_
-from tritonrl.toolkit.precision import training_dtype
+from tritonrl.toolkit.precision import dtype_or_default
 
 __all__ = [
     "ActorCritic",
@@ -75,7 +75,7 @@ def _up(t: torch.Tensor) -> torch.Tensor:
 
 def _fk(device: torch.device | str | None, dtype: torch.dtype | None) -> dict[str, Any]:
     """Factory kwargs for parameters: ``device`` and ``dtype`` (default ``training_dtype(device)``)."""
-    return {"device": device, "dtype": dtype if dtype is not None else training_dtype(device)}
+    return {"device": device, "dtype": dtype_or_default(dtype, device)}
 
 
 def _linear(n_in: int, n_out: int, gain: float, fk: dict[str, Any]) -> nn.Linear:

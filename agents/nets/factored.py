@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 from tritonrl.agents.nets.heads import NoisyLinear
-from tritonrl.toolkit.precision import training_dtype
+from tritonrl.toolkit.precision import dtype_or_default
 
 __all__ = ["BranchingHead", "branching_q"]
 
@@ -49,7 +49,7 @@ class BranchingHead(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        dtype = dtype if dtype is not None else training_dtype(device)
+        dtype = dtype_or_default(dtype, device)
         counts = [int(n) for n in nvec]
         if not counts or min(counts) < 2:
             raise ValueError(f"nvec={list(nvec)} must be non-empty sub-action counts >= 2")

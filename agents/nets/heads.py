@@ -1,8 +1,8 @@
 """Q-network heads: NoisyNet linear layers and the dueling / distributional (Rainbow) head.
 
 Both run on the fused ops of :mod:`tritonrl.kernels.noisy_head`: Triton on CUDA, the torch reference on
-CPU. Parameters live in ``dtype or training_dtype(device)``; the head's output is f32 straight
-from the op's epilogue (the loss boundary), so no forward casts anything.
+CPU. Parameters live in ``dtype`` (default: the training dtype of ``device``); the head's output is
+f32 straight from the op's epilogue (the loss boundary), so no forward casts anything.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any, cast
 import torch
 from torch import nn
 from tritonrl.kernels.noisy_head import NoisyParams, expected_q, noisy_dueling, noisy_linear
-from tritonrl.toolkit.precision import training_dtype
+from tritonrl.toolkit.precision import dtype_or_default
 
 __all__ = ["DuelingHead", "NoisyLinear", "scaled_noise"]
 
@@ -77,7 +77,7 @@ class NoisyLinear(nn.Module):
             raise ValueError(f"activation must be None or 'relu', got {activation!r}")
         self.in_features, self.out_features, self.groups = in_features, out_features, groups
         self.sigma0, self.activation, self.noisy = float(sigma0), activation, noisy
-        kw: dict[str, Any] = {"device": device, "dtype": dtype or training_dtype(device)}
+        kw: dict[str, Any] = {"device": device, "dtype": dtype_or_default(dtype, device)}
         lead = (groups,) if groups > 1 else ()
         self.weight_mu = nn.Parameter(torch.empty(*lead, out_features, in_features, **kw))
         w_sigma = nn.Parameter(torch.empty_like(self.weight_mu)) if noisy else None
@@ -198,7 +198,7 @@ class DuelingHead(nn.Module):
             "sigma0": sigma0,
             "noisy": noisy,
             "device": device,
-            "dtype": dtype or training_dtype(device),
+            "dtype": dtype_or_default(dtype, device),
         }
         self.hidden = (
             NoisyLinear(in_features, hidden, groups=2 if dueling else 1, activation="relu", **kw)

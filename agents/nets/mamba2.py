@@ -8,8 +8,8 @@ Episode resets (``resets[b, t]`` true where an episode starts at step ``t``) cle
 the scan's state and the conv window, so no output mixes inputs from before a reset. ``step``
 applied ``L`` times gives what ``forward`` gives over the ``L`` steps (tested).
 
-Parameters live in ``dtype or training_dtype(device)``; the recurrent SSM state is float32 in
-every case (a bf16 state drifts over long episodes) and the conv window is in the parameter
+Parameters live in ``dtype`` (default: the training dtype of ``device``); the recurrent SSM state
+is float32 in every case (a bf16 state drifts over long episodes) and the conv window is in the parameter
 dtype (it holds raw inputs). Nothing in ``forward`` or ``step`` casts: the scan takes bf16 inputs
 with a float32 state and returns float32 states; that op is the f32 boundary of the state.
 """
@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from tritonrl.kernels.mamba2 import mamba2_scan, mamba2_step_unchecked
-from tritonrl.toolkit.precision import training_dtype
+from tritonrl.toolkit.precision import dtype_or_default
 
 __all__ = ["Mamba2Block", "Mamba2State"]
 
@@ -102,7 +102,7 @@ class Mamba2Block(nn.Module):
         if chunk_size < 16 or chunk_size > 256 or chunk_size & (chunk_size - 1):
             raise ValueError(f"chunk_size must be a power of two in [16, 256], got {chunk_size}")
         device = torch.device(device) if device is not None else torch.device("cpu")
-        dtype = dtype or training_dtype(device)
+        dtype = dtype_or_default(dtype, device)
         self.d_model, self.d_state, self.d_conv, self.headdim = d_model, d_state, d_conv, headdim
         self.d_inner, self.nheads, self.ngroups, self.chunk_size = d_inner, nheads, ngroups, chunk_size
         self.conv_dim = d_inner + 2 * ngroups * d_state

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from tritonrl.kernels.validate import check_int
-from tritonrl.toolkit.precision import training_dtype
+from tritonrl.toolkit.precision import dtype_or_default
 
 __all__ = ["TCNEncoder"]
 
@@ -75,7 +75,7 @@ class TCNEncoder(nn.Module):
             raise ValueError(f"kernel_size must be >= 2, got {kernel_size}")
         factory: dict[str, Any] = {
             "device": device,
-            "dtype": dtype if dtype is not None else training_dtype(device),
+            "dtype": dtype_or_default(dtype, device),
         }
         self.proj = nn.Linear(num_features, width, **factory)
         self.blocks = nn.ModuleList(_TCNBlock(width, kernel_size, 2**i, factory) for i in range(depth))

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.modules.module import _global_forward_hooks, _global_forward_pre_hooks
 from tritonrl.agents.nets.tcn import TCNEncoder
-from tritonrl.toolkit.precision import training_dtype
+from tritonrl.toolkit.precision import dtype_or_default
 
 __all__ = [
     "ACTIVATIONS",
@@ -106,7 +106,7 @@ class SpectralLinear(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        dtype = dtype if dtype is not None else training_dtype(device)
+        dtype = dtype_or_default(dtype, device)
         lin = nn.Linear(in_features, out_features, bias=bias, device=device, dtype=dtype)
         self.weight = lin.weight
         self.bias = lin.bias
@@ -190,7 +190,7 @@ class MLP(nn.Module):
             raise ValueError(f"activation={activation!r} is unknown; choose one of {', '.join(ACTIVATIONS)}")
         if norm not in NORMS:
             raise ValueError(f"norm={norm!r} is unknown; choose one of {', '.join(NORMS)}")
-        dtype = dtype if dtype is not None else training_dtype(device)
+        dtype = dtype_or_default(dtype, device)
         sizes = [in_features, *hidden]
         layers = []
         for i in range(len(hidden)):
@@ -285,7 +285,7 @@ class ResidualMLPTorso(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        dtype = dtype if dtype is not None else training_dtype(device)
+        dtype = dtype_or_default(dtype, device)
         self.flatten = nn.Flatten(1)
         self.proj = _linear(in_features, width, spectral_norm, device, dtype)
         self.blocks = nn.Sequential(
@@ -354,7 +354,7 @@ class AttentionTorso(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        dtype = dtype if dtype is not None else training_dtype(device)
+        dtype = dtype_or_default(dtype, device)
         if width % heads:
             raise ValueError(f"attention width={width} must be divisible by heads={heads}")
         self.embed = _linear(obs_features, width, spectral_norm, device, dtype)
@@ -427,7 +427,7 @@ def build_torso(
             raise ValueError(
                 "spectral_norm is not available with the tcn torso (its layers are convolutions)"
             )
-        dtype = dtype if dtype is not None else training_dtype(device)
+        dtype = dtype_or_default(dtype, device)
         encoder = TCNEncoder(obs_shape[1], width=width, depth=depth, device=device, dtype=dtype)
         return SequenceTorso(encoder, encoder.out_features, norm, device, dtype)
     if kind == "attention":

@@ -240,8 +240,8 @@ def test_replay_validate_and_apply_are_public() -> None:
 
 def test_the_registry_holds_exactly_the_agent_modules_presets() -> None:
     from tritonrl.agents import dqn, ppo
-    from tritonrl.toolkit import offpolicy, onpolicy
     from tritonrl.toolkit.cli.registry import get_agent, list_agents
+    from tritonrl.toolkit.training import offpolicy, onpolicy
 
     names = [p.name for p in (*dqn.PRESETS, *ppo.PRESETS)]
     assert len(set(names)) == len(names) == 13
@@ -266,7 +266,7 @@ def test_the_registry_holds_exactly_the_agent_modules_presets() -> None:
 
 
 def test_a_preset_of_your_own_registers_and_builds(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tritonrl.toolkit import registry
+    from tritonrl.toolkit.cli import registry
     from tritonrl.toolkit.preset import Preset, find_preset, get_agent, register_agent
     from tritonrl.toolkit.training.onpolicy import schedule_for
 

@@ -182,7 +182,7 @@ def test_c51_q_values_come_from_the_fused_epilogue(monkeypatch, backend: str, ex
     def second_pass(*args, **kwargs):
         raise AssertionError("the agent computed expected Q in a second pass")
 
-    from tritonrl.agents import heads
+    from tritonrl.agents.nets import heads
 
     with monkeypatch.context() as m:
         m.setattr(heads, "expected_q", second_pass)

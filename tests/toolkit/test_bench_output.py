@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tritonrl.toolkit import cli
+import tritonrl.toolkit.cli.main as cli
 
 REPO = Path(__file__).resolve().parents[2]
 

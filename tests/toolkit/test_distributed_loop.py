@@ -34,12 +34,12 @@ from tritonrl.agents.dqn import DQNAgent
 from tritonrl.agents.dqn import preset as dqn_preset
 from tritonrl.agents.ppo import PPOAgent
 from tritonrl.agents.ppo import preset as ppo_preset
-from tritonrl.toolkit import loop as loop_module
 from tritonrl.toolkit.checkpoint import load_checkpoint
 from tritonrl.toolkit.distributed import SINGLE_PROCESS, DistContext
 from tritonrl.toolkit.envs.vector import make_vec_env
 from tritonrl.toolkit.logger import read_csv
 from tritonrl.toolkit.runfolder import RunFolderBusy, RunLock
+from tritonrl.toolkit.training import loop as loop_module
 from tritonrl.toolkit.training.loop import (
     SAME_AS_RANK_0,
     DivergenceError,

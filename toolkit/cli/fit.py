@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tritonrl.toolkit import distributed, forecast
+from tritonrl.toolkit import distributed
 from tritonrl.toolkit.cli.common import (
     UsageError,
     add_output_flags,
@@ -55,6 +55,7 @@ from tritonrl.toolkit.cli.common import (
     stop_on_signals,
 )
 from tritonrl.toolkit.distributed import DistContext, DistributedError
+from tritonrl.toolkit.forecast import trainer as forecast
 from tritonrl.toolkit.forecast.trainer import (
     CHECKPOINT_NAME,
     FIT_FORMAT,

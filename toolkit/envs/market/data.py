@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from tritonrl.toolkit.envs.market.types import Bars, MarketData
-from tritonrl.toolkit.precision import training_dtype
+from tritonrl.toolkit.precision import dtype_or_default
 
 __all__ = [
     "FEATURES",
@@ -434,7 +434,7 @@ def upload(bars: Bars, device: torch.device | str = "cpu", *, dtype: torch.dtype
         ValueError / PrecisionError: from :func:`training_dtype` when the dtype policy is invalid.
     """
     device = torch.device(device)
-    target = dtype if dtype is not None else training_dtype(device)
+    target = dtype_or_default(dtype, device)
     host = torch.from_numpy(compute_features(bars))
     close = np.asarray(bars.close, dtype=np.float64)
     log_return = np.concatenate(([0.0], np.diff(np.log(close)))).astype(np.float32)
