@@ -267,7 +267,8 @@ def test_the_registry_holds_exactly_the_agent_modules_presets() -> None:
 
 def test_a_preset_of_your_own_registers_and_builds(monkeypatch: pytest.MonkeyPatch) -> None:
     from tritonrl.toolkit.cli import registry
-    from tritonrl.toolkit.preset import Preset, find_preset, get_agent, register_agent
+    from tritonrl.toolkit.cli.registry import get_agent, register_agent
+    from tritonrl.toolkit.preset import Preset, find_preset
     from tritonrl.toolkit.training.onpolicy import schedule_for
 
     @dataclasses.dataclass(frozen=True)
