@@ -33,10 +33,12 @@ PORTABILITY_TESTS := tests/test_portability.py tests/agents/test_actor_critic.py
 test-portability: install
 	MKL_CBWR=COMPATIBLE $(BIN)/python -m pytest -q -p no:cacheprovider $(PORTABILITY_TESTS)
 
-# Lint and formatting ([tool.ruff] in pyproject.toml); `make format` rewrites what the check refuses.
+# Lint and formatting ([tool.ruff] in pyproject.toml), then the layer contracts ([tool.importlinter]);
+# `make format` rewrites what the ruff checks refuse.
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/python tools/lint_imports.py
 
 # Rewrites files: ruff's import sorting and fixes, then the formatter ([tool.ruff.format] in pyproject.toml).
 format: install

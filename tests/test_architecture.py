@@ -1,0 +1,198 @@
+"""The layout's rules, read from the source (CONTRIBUTING.md, "Layers").
+
+- import-linter's contracts (``[tool.importlinter]`` in pyproject.toml) hold, and break when a
+  forbidden import is added (so the check cannot pass vacuously);
+- no import cycle between modules, function-level imports included;
+- nothing in ``toolkit/`` reads a private attribute of an agent;
+- inside ``toolkit/``: core modules import no toolkit subpackage; no module outside ``toolkit/cli``
+  imports ``agents``;
+- sizes: no file over 800 lines, no function over 100 lines outside ``kernels/``.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCES = {"kernels": "tritonrl.kernels", "toolkit": "tritonrl.toolkit", "agents": "tritonrl.agents"}
+MAX_FILE_LINES, MAX_FUNCTION_LINES = 800, 100
+CHECKED_FOR_SIZE = ("toolkit", "agents", "tritonrl", "tools", "benchmarks", "tests", "docs")
+
+
+def _modules() -> dict[str, Path]:
+    mods = {}
+    for folder, pkg in SOURCES.items():
+        for path in (ROOT / folder).rglob("*.py"):
+            parts = path.relative_to(ROOT / folder).with_suffix("").parts
+            name = ".".join((pkg, *parts)).removesuffix(".__init__")
+            mods[name] = path
+    return mods
+
+
+def _imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """The project modules ``name`` imports anywhere in its body (function-level too)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([node.module] if node.module else [])])
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                out.add(full if full in known else base)
+        elif isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+    return {m for m in out if m in known and m != name}
+
+
+def _graph() -> dict[str, set[str]]:
+    mods = _modules()
+    return {name: _imports(name, path, set(mods)) for name, path in mods.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycle_between_modules() -> None:
+    assert _cycles(_graph()) == []
+
+
+def test_toolkit_layers() -> None:
+    graph = _graph()
+    subpackages = {"envs", "replay", "training", "forecast", "cli"}
+    bad = []
+    for mod, deps in graph.items():
+        parts = mod.split(".")
+        if parts[1] != "toolkit":
+            continue
+        in_core = len(parts) == 3 and parts[2] not in subpackages | {"__main__"}  # __main__: the CLI entry
+        for dep in deps:
+            dparts = dep.split(".")
+            if dparts[1] == "agents" and (len(parts) < 3 or parts[2] != "cli"):
+                bad.append(f"{mod} -> {dep} (only toolkit.cli imports agents)")
+            if in_core and dparts[1] == "toolkit" and len(dparts) > 2 and dparts[2] in subpackages:
+                bad.append(f"{mod} -> {dep} (a core module imports no toolkit subpackage)")
+    assert not bad, bad
+
+
+class _PrivateAgentAccess(ast.NodeVisitor):
+    """``<...agent...>._name`` reads (``agent._q_of``, ``self.agent._x``), dunders allowed."""
+
+    def __init__(self) -> None:
+        self.hits: list[int] = []
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        owner = node.value
+        owner_name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")
+        if node.attr.startswith("_") and not node.attr.startswith("__") and "agent" in owner_name.lower():
+            self.hits.append(node.lineno)
+        self.generic_visit(node)
+
+
+def _private_agent_reads(source: str) -> list[int]:
+    v = _PrivateAgentAccess()
+    v.visit(ast.parse(source))
+    return v.hits
+
+
+def test_the_private_access_scan_finds_one() -> None:
+    assert _private_agent_reads("q = self.agent._q_of(x)\ny = agent.updates\nz = agent.__class__\n") == [1]
+
+
+def test_toolkit_reads_no_private_attribute_of_an_agent() -> None:
+    found = {
+        str(p.relative_to(ROOT)): hits
+        for p in sorted((ROOT / "toolkit").rglob("*.py"))
+        if (hits := _private_agent_reads(p.read_text()))
+    }
+    assert not found, f"private agent attributes read in toolkit/ (file: lines): {found}"
+
+
+def test_sizes_outside_kernels() -> None:
+    big, long = [], []
+    for folder in CHECKED_FOR_SIZE:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            if ".venv" in path.parts or "site" in path.parts:
+                continue
+            src = path.read_text()
+            rel = str(path.relative_to(ROOT))
+            if (n := src.count("\n")) > MAX_FILE_LINES:
+                big.append(f"{rel} ({n} lines)")
+            for node in ast.walk(ast.parse(src)):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    length = (node.end_lineno or node.lineno) - node.lineno + 1
+                    if length > MAX_FUNCTION_LINES:
+                        long.append(f"{rel}::{node.name} ({length} lines)")
+    assert not big and not long, (
+        f"files over {MAX_FILE_LINES} lines: {big}; functions over {MAX_FUNCTION_LINES}: {long}"
+    )
+
+
+def _lint_tool():
+    spec = importlib.util.spec_from_file_location("lint_imports", ROOT / "tools" / "lint_imports.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+needs_linter = pytest.mark.skipif(
+    not Path(sys.executable).with_name("lint-imports").exists(), reason="import-linter is not installed"
+)
+
+
+@needs_linter
+def test_import_linter_contracts_hold_and_can_break(tmp_path: Path) -> None:
+    tool = _lint_tool()
+    tool.stage(tmp_path / "ok")
+    assert tool.lint(tmp_path / "ok", quiet=True) == 0
+    # one forbidden import in a kernel module breaks the contracts
+    shutil.copytree(tmp_path / "ok", tmp_path / "bad")
+    victim = tmp_path / "bad" / "tritonrl" / "kernels" / "validate.py"
+    victim.write_text(victim.read_text() + "\nimport tritonrl.toolkit.precision  # noqa\n")
+    assert tool.lint(tmp_path / "bad", quiet=True) == 1
