@@ -1,42 +1,13 @@
 """``torch.compile`` of the learner step and the acting forward: one switch, one helper.
 
-Every agent config has a field ``compile`` (resumable: a resumed run may switch it):
-
-- ``"none"`` (default): eager PyTorch;
-- ``"default"``: ``torch.compile(fn, fullgraph=True, dynamic=False)``, TorchInductor (C++ on a
-  CPU, Triton on CUDA);
-- ``"reduce-overhead"``: the same, plus CUDA graphs on CUDA (cudagraph trees): each compiled
-  region of a step is replayed as one graph.
-
-On a CPU, ``"reduce-overhead"`` runs exactly what ``"default"`` runs: Inductor captures CUDA graphs
-only of graphs whose tensors are all on one CUDA device, and skips a CPU graph with the warning
-``skipping cudagraphs due to cpu device (...)`` (logged under ``TORCH_LOGS=cudagraphs``, counted
-in ``torch._dynamo.utils.counters["inductor"]["cudagraph_skips"]``). Shapes are static
-(``dynamic=False``): a new batch size is a new graph (the last, shorter PPO minibatch is the
-second one), which suits CUDA graphs.
-
-What each agent compiles (:class:`Compiled` wraps each function):
-
-- the **loss** of an update: forward of the online and target networks, TD targets or the PPO
-  objective, the per-sample priorities. Its backward is compiled with it (AOTAutograd) and runs
-  from the eager ``loss.backward()`` call;
-- the **optimizer step**: :meth:`tritonrl.toolkit.optim.MasterWeightOptimizer.clip_and_step`
-  (f32 master gradients, global-norm clip, Adam, the rounding back into low-precision parameters).
-  On a CPU it runs as fast as ATen's fused Adam kernel used eagerly (measured inside the DQN and
-  Rainbow updates); on CUDA it is part of the captured graph;
-- the **acting forward**: network and greedy choice (DQN, on CUDA only: on a CPU the compiled
-  MLP act measured slower than eager, 46 against 37 us), network and sampling (PPO: on a CPU
-  about even for MLP policies, faster for the flow and Mamba2 policies).
-
-Random draws from the agents' ``torch.Generator`` stay outside the compiled regions (Dynamo
-cannot trace a call that takes a generator object: "Failed to convert args/kwargs to proxy"):
-replay sampling, the NoisyNet noise, PPO's minibatch permutation and the noise of its sampling
-and entropy estimates are drawn eagerly and passed in. Replay sampling and the priority update
-stay outside too: they are kernel ops with host-side bookkeeping (sizes, the beta schedule).
-
-With CUDA graphs, outputs of a replayed graph are overwritten by the next replay: :class:`Compiled`
-marks the start of each step (``torch.compiler.cudagraph_mark_step_begin``) and the agents copy
-what outlives a step (metrics, priorities, actions, recurrent memories) with :func:`escape`.
+Every agent config has a resumable ``compile`` field: ``"none"`` (eager), ``"default"``
+(``torch.compile(fn, fullgraph=True, dynamic=False)``) or ``"reduce-overhead"`` (the same plus CUDA
+graphs on CUDA; on a CPU exactly ``"default"``). :class:`Compiled` wraps each compiled region (the
+loss with its backward, the optimizer step, the acting forward); draws from the agents'
+generators stay outside, passed in as tensors. Under CUDA graphs a replay overwrites the previous
+outputs: :class:`Compiled` marks each step's start and the agents copy what outlives a step with
+:func:`escape`. What each agent compiles, the rules and the measured effect: docs/pages/speed.md
+("The compile switch").
 """
 
 from __future__ import annotations

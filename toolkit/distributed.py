@@ -1,34 +1,12 @@
 """Data-parallel training on ``torch.distributed``: one process per device, launched by ``torchrun``.
 
-tritonrl adds no launcher or scheme of its own: ``torchrun`` starts the processes and sets
-``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT``;
-:func:`init_distributed` reads them, joins the process group and returns the process's
-:class:`DistContext`. ::
-
-    torchrun --nproc-per-node 2 -m tritonrl.toolkit train --agent ppo --env CartPole-v1
-
-The context answers the few questions data-parallel code asks (which rank, how many, is this the
-main process) and carries the collectives the agents, the training loop and the trainers use:
-
-- :meth:`DistContext.all_reduce_mean_` averages a list of tensors in place with **one flat
-  all-reduce** per dtype (gradients: each rank's loss is the mean over its share of the global
-  batch, so the average of the ranks' gradients is the gradient of the global batch's mean loss);
-- :meth:`DistContext.all_reduce_sum_` sums a tensor across ranks (global statistics: the advantage
-  normalisation's sums, the early-stopping KL);
-- :meth:`DistContext.broadcast_tensors_`, :meth:`DistContext.broadcast_object`,
-  :meth:`DistContext.all_gather_objects` (rank 0's weights at the start, episode returns of every
-  rank at a metric flush), :meth:`DistContext.gather_objects` and
-  :meth:`DistContext.scatter_objects` (per-rank checkpoint sections to and from rank 0);
-- :meth:`DistContext.check_same` (every rank runs the same configuration, else a clear error on
-  every rank) and :meth:`DistContext.shard` (a global count split evenly, else a clear error).
-
-A single process (no ``torchrun``, or ``--nproc-per-node 1``) gets :data:`SINGLE_PROCESS`, whose
-collectives return at once: code written against a context runs unchanged on one process.
-
-Backend and device: NCCL when the process trains on CUDA, gloo on a CPU; the device of a rank is
-``cuda:<LOCAL_RANK>``. Every collective waits at most ``timeout_s`` (default 300 s, or
-``TRITONRL_DIST_TIMEOUT`` seconds): a rank that dies or falls behind raises an error on the
-others instead of hanging them (and ``torchrun`` stops the whole group when one process fails).
+:func:`init_distributed` reads torchrun's environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+...), joins the process group (NCCL on CUDA with ``cuda:<LOCAL_RANK>``, gloo on a CPU; every
+collective waits at most 300 s or ``TRITONRL_DIST_TIMEOUT``) and returns the process's
+:class:`DistContext`: rank, world size, the collectives the agents, loops and trainers use (one
+flat mean all-reduce per dtype, sums, broadcasts, gathers) and the checks every rank must agree on
+(:meth:`DistContext.check_same`, :meth:`DistContext.shard`). A single process gets
+:data:`SINGLE_PROCESS`, whose collectives return at once. Guide: docs/pages/scaling.md.
 """
 
 from __future__ import annotations

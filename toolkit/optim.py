@@ -1,44 +1,13 @@
-"""Optimizers that keep bf16 training from losing its updates.
+"""Optimizers that keep bf16 training from losing its updates: f32 master weights.
 
-A bf16 parameter has 8 bits of mantissa: an Adam step of ``lr = 3e-4`` on a weight of size 1 is
-below half a unit in the last place, and rounding to nearest throws it away. Training in bf16
-therefore keeps **f32 master weights**: the optimizer (its moments included) works on f32
-copies, and after each step the bf16 parameters receive the rounded master values.
-
-:class:`MasterWeightOptimizer` wraps any ``torch.optim`` optimizer class that way. Parameters that
-already are f32 are optimized in place (no copy, no cost), so one code path serves every device::
-
-    opt = MasterWeightOptimizer(model.parameters(), torch.optim.Adam, lr=3e-4, eps=1e-5)
-    opt.zero_grad()
-    loss.backward()
-    grad_norm = opt.clip_grad_norm_(0.5)   # on the f32 master gradients; returns the f32 norm
-    opt.step()                             # f32 update, then bf16 <- round(master)
-    opt.set_lr(1e-4)
-
-``state_dict()`` holds the inner optimizer's state plus the f32 masters, so a checkpoint resumes
-exactly; ``load_state_dict`` accepts a state saved with a different parameter dtype (masters
-become the parameters' values when the new parameters are f32; they are rebuilt from the
-parameters when the saved state had none).
-
-The agents' learner step is :meth:`MasterWeightOptimizer.clip_and_step` (Adam with ``fused=True``
-only): clip and step as one function of tensors, which reads no tensor value on the host and
-which ``torch.compile`` traces whole (``compile="default"`` or ``"reduce-overhead"``; see
-:mod:`tritonrl.toolkit.compile`)::
-
-    opt = MasterWeightOptimizer(model.parameters(), torch.optim.Adam, lr=3e-4, fused=True)
-    opt.zero_grad()
-    loss.backward()
-    grad_norm = opt.clip_and_step(0.5)     # = clip_grad_norm_(0.5); step(), without host reads
-
-Data-parallel training (:mod:`tritonrl.toolkit.distributed`): with ``dist=ctx`` the gradients are
-averaged across the ranks with one flat :meth:`~tritonrl.toolkit.distributed.DistContext.all_reduce_mean_`
-right before clipping, in :meth:`~MasterWeightOptimizer.clip_grad_norm_` and
-:meth:`~MasterWeightOptimizer.clip_and_step` (and in :meth:`~MasterWeightOptimizer.step` when nothing
-clipped first), outside any compiled region and without a host read. What is averaged are the f32
-gradients the update uses: the master gradients when a parameter is bf16 (its gradient upcast
-once, then summed across ranks in f32 and never rounded back to bf16), the parameter's own
-gradient when it is f32. The norm and the clip therefore see the global gradient, and every rank
-takes the same step.
+An Adam step of ``lr = 3e-4`` on a bf16 weight of size 1 is below half a unit in its last place and
+rounds away, so :class:`MasterWeightOptimizer` wraps any ``torch.optim`` optimizer to work on f32
+copies (moments included) and rounds them back into the bf16 parameters after each step; f32
+parameters are optimized in place. ``state_dict()`` holds the masters, so resume is exact, across
+parameter dtypes too. :meth:`MasterWeightOptimizer.clip_and_step` is the agents' learner step: clip
+and Adam as one function of tensors, no host read, traced whole by ``torch.compile``. With
+``dist=`` the f32 gradients are averaged across ranks before clipping (one flat all-reduce), so
+every rank takes the same global step. Guide: docs/pages/precision.md.
 """
 
 from __future__ import annotations
