@@ -1,6 +1,6 @@
 """Triton device helpers shared by every kernel. Imported only where a Triton path runs.
 
-The bf16 convention (DESIGN section 4): kernels load bf16, convert to f32 before element-wise
+The bf16 convention (CONTRIBUTING.md, "Kernels"): kernels load bf16, convert to f32 before element-wise
 math, and store with ``.to(ptr.dtype.element_ty)``. Every matrix product goes through
 :func:`dot`, which upcasts its operands to f32 only under the Triton interpreter (the interpreter
 does no arithmetic on bf16) and otherwise feeds them to tensor cores as they are.

@@ -3,7 +3,7 @@
 An :class:`ActorCritic` is a *core* that turns observations into features (and, if recurrent,
 carries a memory), an *action head* that turns actor features into a distribution, and a linear
 critic. Every module takes ``device`` and ``dtype`` (default ``training_dtype(device)``) and creates
-its parameters there, in that dtype (DESIGN section 2: never built in f32 and cast afterwards).
+its parameters there, in that dtype (CONTRIBUTING.md, "Precision": never built in f32 and cast afterwards).
 The heads are the f32 boundary: network outputs are upcast once there and every log-prob,
 entropy and value leaves in f32. What stays f32 in every training dtype, and why: the action
 bounds of the squashing heads (buffers used on the f32 side of that boundary); the observation

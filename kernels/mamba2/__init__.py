@@ -1,4 +1,4 @@
-"""The Mamba2 selective state-space scan (DESIGN section 3).
+"""The Mamba2 selective state-space scan (an op folder: CONTRIBUTING.md, "Adding an op").
 
 - :func:`mamba2_scan`: chunked SSD scan over sequences with episode resets, forward and backward
   (Triton in ``chunk.py`` on CUDA, the torch chunked reference in ``reference.py`` on CPU);

@@ -1,4 +1,4 @@
-"""No host synchronisation inside a learner step or an acting step (DESIGN section 7).
+"""No host synchronisation in a learner step or an acting step (CONTRIBUTING.md, "No host syncs in a step").
 
 ``update()`` and ``act()`` of every agent run under :class:`HostReads`, which fails on every read
 of a tensor's value by the host: ``aten._local_scalar_dense`` (what ``.item()``, ``bool(t)``,
