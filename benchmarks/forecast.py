@@ -3,7 +3,7 @@
 For each series (synthetic bars with planted AR(1) returns, ``market:synthetic,ar=0.3``; the daily
 GOOGL and hourly EUR/USD bars gym-anytrading ships, when it is installed) and each model
 registered in ``tritonrl.agents.forecast.FORECASTERS`` (built with its default hyperparameters,
-seed 0), :func:`tritonrl.toolkit.forecast.trainer.fit` trains on the first 70 % of the bars (next-bar log
+seed 0), :func:`tritonrl.toolkit.forecast.fit` trains on the first 70 % of the bars (next-bar log
 return, window 32, batch 64, AdamW lr 1e-3 with a 100-step warm-up and a cosine decay, at most 20
 epochs, early stopping after 4 epochs without a better validation MSE) and the table gives the
 test-period MSE in units of the train split's target variance (``value``; 1 = that variance), with
@@ -53,7 +53,7 @@ def _series(quick: bool) -> list[tuple[str, str]]:
 
 def _run(quick: bool) -> list[Row]:
     from tritonrl.toolkit.cli.registry import forecasters
-    from tritonrl.toolkit.forecast.trainer import FitConfig, fit, load_windows
+    from tritonrl.toolkit.forecast import FitConfig, fit, load_windows
 
     window = 16 if quick else 32
     config = FitConfig(
@@ -84,7 +84,7 @@ def _run(quick: bool) -> list[Row]:
             rows.append(Row(NAME, case, name, m["mse"], "test MSE", None, note))
         base = report["test"] if report is not None else None
         if base is None:
-            from tritonrl.toolkit.forecast.trainer import baselines
+            from tritonrl.toolkit.forecast import baselines
 
             base = baselines(test, season=config.season)
         for name in ("naive", "seasonal_naive", "train_mean"):

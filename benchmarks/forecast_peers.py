@@ -5,7 +5,7 @@ is installed; the splits of ``benchmarks/forecast.py``: 70 / 15 / 15 % by time, 
 horizon 1, target the next-bar log return normalised with the TRAIN split's mean and std) and each
 of ``dlinear`` and ``mlp``, three rows:
 
-- ``ours (F features)``: :func:`tritonrl.toolkit.forecast.trainer.fit` on the model's usual input, the
+- ``ours (F features)``: :func:`tritonrl.toolkit.forecast.fit` on the model's usual input, the
   window of every feature column of :func:`~tritonrl.toolkit.envs.market.compute_features` (as in
   ``benchmarks/forecast.py``);
 - ``ours (y only)``: the same trainer and model on the window of the normalised target alone (one
@@ -26,7 +26,7 @@ the same input (y only): ``> 1`` means the peer trains faster.
 Matched on purpose: the series, window, horizon, target and its normalisation, train / validation /
 test periods (NeuralForecast's validation holds one more target, the row at each boundary our
 splits leave out), MSE loss, learning rate 1e-3 with our warm-up + cosine schedule
-(``lr_scheduler=LambdaLR`` over :func:`~tritonrl.toolkit.forecast.trainer.lr_at`), AdamW with weight
+(``lr_scheduler=LambdaLR`` over :func:`~tritonrl.toolkit.forecast.lr_at`), AdamW with weight
 decay 1e-2, gradient-norm clip 1.0, 64 windows per step, the same step budget (20 epochs of ours)
 with a validation check each of our epochs and patience 4 checks, seed 0, one torch thread, the
 model sizes (DLinear moving average 25; MLP 2 hidden layers of 128).
@@ -113,7 +113,7 @@ def _peer_missing() -> str | None:
 def _y_only(w: Any) -> Any:
     """``w``'s windows with the normalised target as the one input feature (``[T, 1]``, f32 cast to
     the features' dtype), the same targets and the train split's normalizer."""
-    from tritonrl.toolkit.forecast.trainer import WindowData
+    from tritonrl.toolkit.forecast import WindowData
 
     part = dataclasses.replace(w.data, features=w.y[:, None].to(w.dtype), feature_names=("y",))
     return WindowData(
@@ -122,7 +122,7 @@ def _y_only(w: Any) -> Any:
 
 
 def _ours(name: str, cls: type, splits: tuple[Any, Any, Any], config: Any) -> dict[str, Any]:
-    from tritonrl.toolkit.forecast.trainer import fit
+    from tritonrl.toolkit.forecast import fit
 
     train, validation, test = splits
     torch.manual_seed(config.seed)
@@ -149,7 +149,7 @@ def _peer(name: str, splits: tuple[Any, Any, Any], config: Any) -> dict[str, Any
     from neuralforecast import NeuralForecast
     from neuralforecast.losses.pytorch import MSE
     from neuralforecast.models import MLP, DLinear
-    from tritonrl.toolkit.forecast.trainer import lr_at
+    from tritonrl.toolkit.forecast import lr_at
 
     for logger_name in ("pytorch_lightning", "lightning_fabric", "lightning", "neuralforecast"):
         logging.getLogger(logger_name).setLevel(logging.ERROR)
@@ -258,7 +258,7 @@ def _note(r: dict[str, Any]) -> str:
 
 def _run(quick: bool) -> list[Row]:
     from tritonrl.toolkit.cli.registry import forecasters
-    from tritonrl.toolkit.forecast.trainer import FitConfig, load_windows
+    from tritonrl.toolkit.forecast import FitConfig, load_windows
 
     window = 16 if quick else 32
     config = FitConfig(

@@ -17,7 +17,7 @@ peers = importlib.import_module("forecast_peers")
 
 
 def test_y_only_windows_hold_the_normalised_target_and_keep_the_targets() -> None:
-    from tritonrl.toolkit.forecast.trainer import load_windows
+    from tritonrl.toolkit.forecast import load_windows
 
     splits = load_windows("synthetic,ar=0.3,seed=1,bars=600", 8, 1)
     for w in splits:

@@ -23,7 +23,7 @@ from torch import nn
 from tritonrl.agents.forecast import FORECASTERS, Forecaster
 from tritonrl.toolkit.cli.main import main
 from tritonrl.toolkit.envs.market import Bars, MarketData, synthetic_bars
-from tritonrl.toolkit.forecast.trainer import (
+from tritonrl.toolkit.forecast import (
     FitConfig,
     Normalizer,
     WindowData,
@@ -315,7 +315,7 @@ def test_resume_is_exact(tmp_path: Path) -> None:
 
 
 def test_a_non_finite_loss_stops_the_run_before_saving(tmp_path: Path) -> None:
-    from tritonrl.toolkit.forecast.trainer import FitError
+    from tritonrl.toolkit.forecast import FitError
 
     train, validation, test = _windows(8, 1)
     model = _model(train)

@@ -24,7 +24,7 @@ from dist_run import run_ranks
 from tritonrl.agents.forecast import MLP
 from tritonrl.toolkit.checkpoint import load_checkpoint
 from tritonrl.toolkit.distributed import DistContext, DistributedError
-from tritonrl.toolkit.forecast.trainer import FitConfig, fit, load_windows
+from tritonrl.toolkit.forecast import FitConfig, fit, load_windows
 
 SOURCE = "synthetic,ar=0.4,bars=401,seed=3"
 REPO = Path(__file__).resolve().parents[2]

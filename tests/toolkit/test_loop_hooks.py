@@ -20,7 +20,10 @@ from tritonrl.toolkit.training.onpolicy import OnPolicySchedule
 
 class FakeDeviceEnv:
     """E counters; every env's episode lasts ``length`` steps with reward 1 per step (return =
-    length). ``step`` raises: the loop must use ``step_transition``."""
+    length). ``step`` raises: the loop must use ``step_transition``. Its episode statistics are
+    logged under ``market/`` (``metric_prefix``), as a market env's are."""
+
+    metric_prefix = "market"
 
     def __init__(self, num_envs: int = 2, length: int = 5) -> None:
         self.num_envs, self.length = num_envs, length
@@ -97,13 +100,13 @@ class CountingEvaluator:
 
 def test_episode_metrics_names() -> None:
     stats = {"count": 3.0, "mean_return": 2.0, "mean_length": 10.0, "mean_sharpe": 0.5, "turnover": 4.0}
-    assert episode_metrics(stats) == {
+    assert episode_metrics(stats, "market") == {
         "charts/episodic_return": 2.0,
         "charts/episodic_length": 10.0,
         "market/sharpe": 0.5,
         "market/turnover": 4.0,
     }
-    assert episode_metrics({"count": 0.0, "mean_return": float("nan")}) == {}
+    assert episode_metrics({"count": 0.0, "mean_return": float("nan")}, "market") == {}
 
 
 def test_device_env_hooks_drive_the_loop(tmp_path) -> None:

@@ -409,7 +409,7 @@ def test_stale_temp_files_go_at_the_start_and_at_each_save(
             (run / ".checkpoint.safetensors.zz.tmp").write_bytes(b"partial")
         real_save(path, state)
 
-    import tritonrl.toolkit.training.loop as loop_mod
+    import tritonrl.toolkit.lifecycle as loop_mod  # the run lifecycle writes the checkpoint
 
     monkeypatch.setattr(loop_mod, "save_checkpoint", save_after_a_kill)
     monkeypatch.setattr(loop_mod, "remove_stale_temps", _spy_removals(remove_stale_temps))
@@ -460,7 +460,7 @@ def test_atomic_write_fsyncs_the_folder_after_the_rename(
 
 def test_checkpoint_saves_by_wall_time_at_a_flush(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     saved_at: list[int] = []
-    import tritonrl.toolkit.training.loop as loop_mod
+    import tritonrl.toolkit.lifecycle as loop_mod  # the run lifecycle writes the checkpoint
 
     real_save = loop_mod.save_checkpoint
 

@@ -1,5 +1,5 @@
 """``tritonrl fit``: train a registered forecaster on market bars with
-:func:`~tritonrl.toolkit.forecast.trainer.fit`.
+:func:`~tritonrl.toolkit.forecast.fit`.
 
 ::
 
@@ -11,7 +11,7 @@
 
 Under ``torchrun`` (more than one process) every rank joins the process group
 (:func:`tritonrl.toolkit.distributed.init_distributed` on ``--device``) and trains data-parallel
-over windows (:func:`~tritonrl.toolkit.forecast.trainer.fit`: ``--batch-size`` is the global batch, split
+over windows (:func:`~tritonrl.toolkit.forecast.fit`: ``--batch-size`` is the global batch, split
 evenly over the ranks); rank 0 alone writes the run folder and prints, the others print nothing.
 A launch that cannot start, a ``--batch-size`` not divisible by the number of processes or ranks
 that disagree is one ``error:`` line (on rank 0) and exit status 2 on every rank.
@@ -55,8 +55,7 @@ from tritonrl.toolkit.cli.common import (
     stop_on_signals,
 )
 from tritonrl.toolkit.distributed import DistContext, DistributedError
-from tritonrl.toolkit.forecast import trainer as forecast
-from tritonrl.toolkit.forecast.trainer import (
+from tritonrl.toolkit.forecast import (
     CHECKPOINT_NAME,
     FIT_FORMAT,
     REPORT_NAME,
@@ -72,6 +71,18 @@ from tritonrl.toolkit.forecast.trainer import (
 __all__ = ["DEFAULT_DATA", "add_parser", "run"]
 
 DEFAULT_DATA = "market:synthetic,ar=0.3"
+DESCRIPTION = (
+    "Training forecasters on market bars: windows, baselines, the trainer ``fit`` and ``tritonrl fit``."
+)
+_INT_FLAGS = (
+    ("epochs", 1),
+    ("batch_size", 1),
+    ("warmup_steps", 0),
+    ("patience", 1),
+    ("season", 1),
+    ("log_every", 1),
+)
+"""The integer flags of :class:`FitConfig` and their lowest value (checked in the CLI's wording)."""
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -79,7 +90,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p = subparsers.add_parser(
         "fit",
         help="train a forecaster on market bars",
-        description=(forecast.__doc__ or "").partition("\n")[0],
+        description=DESCRIPTION,
     )
     p.add_argument("--model", default=None, help="forecaster name (`--list` lists them)")
     p.add_argument("--list", action="store_true", help="list the registered forecasters and exit")
@@ -175,6 +186,10 @@ def _prepare(
     check_range("--seed", args.seed, 0, MAX_SEED)
     check_threads(args.threads)
     device = ctx.device if ctx.enabled else parse_device(args.device)
+    for name, low in _INT_FLAGS:
+        value = getattr(args, name)
+        if value < low:
+            raise UsageError(f"--{name.replace('_', '-')} must be an int >= {low}, got {value}")
     try:
         config = FitConfig(
             epochs=args.epochs,

@@ -78,7 +78,7 @@ def get_agent(name: str) -> Preset:
 
 def forecasters() -> dict[str, type]:
     """The forecaster registry, ``tritonrl.agents.forecast.FORECASTERS`` (``--model NAME`` -> class),
-    imported on first use: the trainer (:mod:`tritonrl.toolkit.forecast.trainer`) reaches ``agents`` only
+    imported on first use: the trainer (:mod:`tritonrl.toolkit.forecast`) reaches ``agents`` only
     through here. The dict itself is returned: a model added to it is found by ``fit --model``.
     """
     from tritonrl.agents.forecast import FORECASTERS

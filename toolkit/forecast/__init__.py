@@ -1,6 +1,49 @@
 """Forecasting: windows over uploaded market data, baselines, and the trainer ``fit``.
 
 Forecasters are networks (:mod:`tritonrl.agents.forecast`); this package trains any of them on the
-same device-resident data the market environment uses. May import the toolkit's core modules,
-``envs`` and ``kernels``; never ``training``, ``cli`` or ``agents``.
+same device-resident data the market environment uses: :mod:`.windows` (the target series, its
+normaliser, the windows of a split), :mod:`.baselines` (scores of a model and of the baselines),
+:mod:`.trainer` (:class:`FitConfig`, :func:`fit`, :func:`lr_at`, the report). May import the
+toolkit's core modules, ``envs`` and ``kernels``; never ``training``, ``cli`` or ``agents``.
+See docs/pages/forecasting.md.
 """
+
+from tritonrl.toolkit.forecast.baselines import BASELINES, baselines, evaluate
+from tritonrl.toolkit.forecast.trainer import (
+    CHECKPOINT_NAME,
+    FIT_FORMAT,
+    REPORT_NAME,
+    SCHEDULES,
+    FitConfig,
+    FitError,
+    fit,
+    format_report,
+    lr_at,
+)
+from tritonrl.toolkit.forecast.windows import (
+    CHANGE_TARGETS,
+    Normalizer,
+    WindowData,
+    load_windows,
+    target_series,
+)
+
+__all__ = [
+    "BASELINES",
+    "CHANGE_TARGETS",
+    "CHECKPOINT_NAME",
+    "FIT_FORMAT",
+    "REPORT_NAME",
+    "SCHEDULES",
+    "FitConfig",
+    "FitError",
+    "Normalizer",
+    "WindowData",
+    "baselines",
+    "evaluate",
+    "fit",
+    "format_report",
+    "load_windows",
+    "lr_at",
+    "target_series",
+]

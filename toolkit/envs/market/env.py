@@ -175,6 +175,8 @@ class MarketEnv(gym.vector.VectorEnv):
     """
 
     metadata: dict[str, Any] = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
+    metric_prefix: str = "market"
+    """The family name the training loop logs :meth:`episode_stats` under (``market/sharpe``, ...)."""
 
     def __init__(
         self, data: MarketData, num_envs: int, config: MarketEnvConfig | None = None, *, seed: int = 0

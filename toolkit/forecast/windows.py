@@ -1,0 +1,237 @@
+"""Forecasting windows over uploaded market bars: the target series, its train-split normaliser and
+the windows of one split (:class:`WindowData`), and :func:`load_windows` for all three splits.
+
+A window ending at row ``t`` of a split holds the features of rows ``t - W + 1 .. t`` (in the
+training dtype they were uploaded in: one gather per batch, never a cast) and its target is rows
+``t + 1 .. t + H`` of the target series (f32), so no input reads a bar after the window's end.
+Targets are normalised with the mean and std of the TRAIN split's target rows only.
+See docs/pages/forecasting.md.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["CHANGE_TARGETS", "Normalizer", "WindowData", "load_windows", "target_series"]
+
+CHANGE_TARGETS = frozenset({"log_return", "return"})
+"""Targets that are changes: their no-change forecast is 0. Every other target is a level (``close``,
+``price_z``, ``volatility``, ...): its no-change forecast is the last observed value."""
+
+
+def target_series(data: Any, target: str = "log_return", host_features: Any = None) -> torch.Tensor:
+    """The target column of ``data`` (a :class:`~tritonrl.toolkit.envs.market.MarketData`), ``[T]`` f32.
+
+    ``log_return`` and ``close`` are ``data``'s f32 columns; a feature name is taken from
+    ``host_features`` (the ``[T, F]`` f32 host array of
+    :func:`~tritonrl.toolkit.envs.market.compute_features`, before the upload's cast), or from
+    ``data.features`` when those are f32 already.
+
+    Raises:
+        ValueError: an unknown target, or a feature target of bf16 features without ``host_features``.
+    """
+    if target == "log_return":
+        return data.log_return
+    if target == "close":
+        return data.close
+    names = tuple(data.feature_names)
+    if target not in names:
+        raise ValueError(
+            f"unknown target {target!r}; choose log_return, close or a feature: {', '.join(names)}"
+        )
+    col = names.index(target)
+    if host_features is not None:
+        host = torch.as_tensor(np.asarray(host_features, dtype=np.float32))
+        if host.dim() != 2 or host.shape != (len(data), len(names)):
+            raise ValueError(f"host_features must be [{len(data)}, {len(names)}], got {tuple(host.shape)}")
+        return host[:, col].contiguous().to(data.device)
+    if data.features.dtype != torch.float32:
+        raise ValueError(
+            f"target {target!r}: the features are {data.features.dtype}; pass host_features (the f32 "
+            "compute_features array) so the target is not read from the rounded copy"
+        )
+    return data.features[:, col]
+
+
+@dataclass(frozen=True)
+class Normalizer:
+    """``z = (y - mean) / std`` of a target series, from the training split only."""
+
+    mean: float
+    std: float
+
+    @classmethod
+    def from_train(cls, values: torch.Tensor, window: int, horizon: int) -> Normalizer:
+        """Mean and std (f64 on the host) of rows ``window .. T - 1`` of the train split's target
+        series: exactly the rows its windows forecast.
+
+        Raises:
+            ValueError: fewer than 2 such rows, or a constant target (std 0).
+        """
+        rows = values[window:].double().cpu()
+        if rows.numel() < 2:
+            raise ValueError(f"the train split has {rows.numel()} target rows, fewer than 2")
+        mean, std = float(rows.mean()), float(rows.std(correction=0))
+        if not (math.isfinite(std) and std > 0):
+            raise ValueError(f"the target is constant over the train split (std {std}): nothing to forecast")
+        return cls(mean, std)
+
+    def to_dict(self) -> dict[str, float]:
+        """``{"mean", "std"}``."""
+        return {"mean": self.mean, "std": self.std}
+
+
+class WindowData:
+    """The windows of one split: inputs ``[B, W, F]`` in the features' dtype, targets f32 ``[B, H, 1]``.
+
+    Args:
+        data: one split (:class:`~tritonrl.toolkit.envs.market.MarketData`, ``T`` rows).
+        window: ``W``.
+        horizon: ``H``.
+        target: the target's name (for change vs level: :data:`CHANGE_TARGETS`).
+        values: the split's target series, ``[T]`` f32 on ``data``'s device (default
+            :func:`target_series` of ``data``).
+        normalizer: the train split's :class:`Normalizer`; ``None`` computes it from this split
+            (pass it for validation and test).
+        split: a label for messages (``"train"``, ``"validation"``, ``"test"``).
+
+    Windows end at rows ``W - 1 .. T - 1 - H`` (``num_windows = T - W - H + 1``).
+
+    Raises:
+        ValueError: ``W`` or ``H`` below 1, the split shorter than ``W + H`` rows, a NaN or
+            infinite feature or target (one host read, here), ``values`` of the wrong shape.
+        TypeError: ``values`` not f32.
+    """
+
+    def __init__(
+        self,
+        data: Any,
+        window: int,
+        horizon: int = 1,
+        *,
+        target: str = "log_return",
+        values: torch.Tensor | None = None,
+        normalizer: Normalizer | None = None,
+        split: str = "train",
+    ) -> None:
+        if window < 1 or horizon < 1:
+            raise ValueError(f"window={window} and horizon={horizon} must be >= 1")
+        n = len(data)
+        if n < window + horizon:
+            raise ValueError(
+                f"the {split} split of {data.name!r} has {n} rows, fewer than window + horizon = "
+                f"{window} + {horizon}: shorten --window or --horizon, or use a longer series"
+            )
+        values = target_series(data, target) if values is None else values
+        if values.dtype != torch.float32:
+            raise TypeError(f"target values must be float32, got {values.dtype}")
+        if values.shape != (n,) or values.device != data.device:
+            raise ValueError(f"target values must be [{n}] on {data.device}, got {tuple(values.shape)}")
+        bad = torch.stack([(~torch.isfinite(data.features)).any(), (~torch.isfinite(values)).any()]).tolist()
+        if bad[0] or bad[1]:
+            what = "features" if bad[0] else f"target {target!r}"
+            raise ValueError(f"the {split} split of {data.name!r} holds NaN or infinite {what}")
+        self.data, self.window, self.horizon, self.target, self.split = data, window, horizon, target, split
+        self.normalizer = normalizer or Normalizer.from_train(values, window, horizon)
+        self.values = values
+        self.y = (values - self.normalizer.mean) / self.normalizer.std  # [T] f32, normalised
+        self.num_windows = n - window - horizon + 1
+        self.ends = torch.arange(window - 1, n - horizon, device=data.device)  # [N] last row of each window
+        self._x = data.features.unfold(0, window, 1).transpose(
+            1, 2
+        )  # [T - W + 1, W, F] view, row i: i..i+W-1
+        self._y = self.y.unfold(0, horizon, 1)  # [T - H + 1, H] view, row i: i..i+H-1
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The inputs' dtype (the training dtype the features were uploaded in)."""
+        return self.data.features.dtype
+
+    @property
+    def device(self) -> torch.device:
+        """Where the windows live."""
+        return self.data.device
+
+    @property
+    def num_features(self) -> int:
+        """``F``."""
+        return int(self.data.features.shape[1])
+
+    def __len__(self) -> int:
+        return self.num_windows
+
+    def batch(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Windows ``idx`` (``[B]`` int64 window numbers): ``(x [B, W, F]`` features dtype, ``y
+        [B, H, 1]`` f32 normalised); one gather each."""
+        end = self.ends[idx]
+        return self._x[end - (self.window - 1)], self._y[end + 1].unsqueeze(-1)
+
+    def naive(self, idx: torch.Tensor) -> torch.Tensor:
+        """The no-change forecast ``[B, H, 1]`` f32 (normalised): a zero change, or the last value."""
+        if self.target in CHANGE_TARGETS:
+            zero = -self.normalizer.mean / self.normalizer.std
+            return torch.full((idx.shape[0], self.horizon, 1), zero, device=self.device)
+        return self.y[self.ends[idx]][:, None, None].expand(-1, self.horizon, 1)
+
+    def seasonal_naive(self, idx: torch.Tensor, season: int) -> torch.Tensor:
+        """Each step ``h`` forecast by the value ``season * ceil(h / season)`` rows before it, the
+        most recent observed value one season back; ``[B, H, 1]`` f32 normalised.
+
+        Raises:
+            ValueError: ``season`` outside ``1 .. W`` (the window's rows are what is observed).
+        """
+        if not 1 <= season <= self.window:
+            raise ValueError(f"season={season} must lie between 1 and the window {self.window}")
+        h = torch.arange(1, self.horizon + 1, device=self.device)
+        back = h - season * torch.div(h + season - 1, season, rounding_mode="floor")  # <= 0
+        return self.y[self.ends[idx][:, None] + back[None, :]].unsqueeze(-1)
+
+    def train_mean(self, idx: torch.Tensor) -> torch.Tensor:
+        """The training mean (0 once normalised), ``[B, H, 1]`` f32."""
+        return torch.zeros(idx.shape[0], self.horizon, 1, device=self.device)
+
+
+def load_windows(
+    source: Any,
+    window: int,
+    horizon: int = 1,
+    *,
+    target: str = "log_return",
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype | None = None,
+    fractions: tuple[float, float, float] = (0.7, 0.15, 0.15),
+) -> tuple[WindowData, WindowData, WindowData]:
+    """Train, validation and test windows of a bar source (a ``market:`` spec string or
+    :class:`~tritonrl.toolkit.envs.market.Bars`): upload once, split by time, normalise on train.
+
+    Raises:
+        ValueError: a bad source, target, sizes, or data (from the source, :func:`split` or
+            :class:`WindowData`).
+    """
+    from tritonrl.toolkit.envs.market import compute_features, source_bars, split, upload
+
+    bars = source_bars(source) if isinstance(source, str) else source
+    if window < 1 or horizon < 1:
+        raise ValueError(f"window={window} and horizon={horizon} must be >= 1")
+    if len(bars) < window + horizon + 2:
+        raise ValueError(
+            f"{bars.name!r} has {len(bars)} bars, too few for window + horizon = {window} + {horizon} "
+            "in each of three splits"
+        )
+    data = upload(bars, device, dtype=dtype)
+    host = None if target in ("log_return", "close") else compute_features(bars)
+    values = target_series(data, target, host)
+    parts = split(data, window, fractions)
+    out: list[WindowData] = []
+    for label, part in zip(("train", "validation", "test"), parts, strict=True):
+        vals = values[part.offset : part.offset + len(part)]
+        norm = out[0].normalizer if out else None
+        out.append(
+            WindowData(part, window, horizon, target=target, values=vals, normalizer=norm, split=label)
+        )
+    return out[0], out[1], out[2]

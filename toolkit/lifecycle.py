@@ -1,0 +1,302 @@
+"""One run's lifecycle in its folder, shared by the RL loop and the forecaster trainer.
+
+:func:`tritonrl.toolkit.training.loop.run_training` and :func:`tritonrl.toolkit.forecast.fit` differ
+in what one step is, what they save and what they evaluate; everything around that lives here,
+once (DESIGN.md section 8):
+
+- **lock**: one writer per folder (:class:`~tritonrl.toolkit.runfolder.RunLock`), held by rank 0
+  of a data-parallel run from :meth:`RunLifecycle.begin` to :meth:`RunLifecycle.close`;
+- **fresh start or resume**: :meth:`~RunLifecycle.begin` says whether a checkpoint is there to
+  resume; :meth:`~RunLifecycle.open` clears temporary files a kill left, then moves an earlier
+  run's files aside (fresh) or trims ``metrics.csv`` to the checkpoint's step (resumed), and opens
+  the :class:`~tritonrl.toolkit.logger.MetricLogger`;
+- **metric flush and divergence check**: :meth:`~RunLifecycle.flush` writes the interval's row,
+  :func:`first_nonfinite` finds a NaN or infinite loss or parameter (one sync per device), and
+  :meth:`~RunLifecycle.kept` words what stays on disk;
+- **checkpoint cadence**: :func:`crossed` (every N steps) and :meth:`~RunLifecycle.due_by_time`
+  (every N seconds of wall time); :meth:`~RunLifecycle.save` writes atomically on rank 0;
+- **signal stop**: :meth:`~RunLifecycle.stop_requested` polls ``should_stop`` (a signal handler's
+  flag) and agrees on it over the ranks;
+- **final report**: :meth:`~RunLifecycle.written` (the checkpoint path the summary names) and
+  :meth:`~RunLifecycle.write_report`.
+
+Rank 0 alone touches the folder; an error it meets there is raised on every rank
+(:func:`tritonrl.toolkit.distributed.on_main`). A core module: it imports no toolkit subpackage.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tritonrl.toolkit.checkpoint import (
+    CheckpointError,
+    atomic_write_bytes,
+    remove_stale_temps,
+    save_checkpoint,
+)
+from tritonrl.toolkit.distributed import DistContext, on_main
+from tritonrl.toolkit.logger import MetricLogger, repair_csv
+from tritonrl.toolkit.runfolder import RUN_FILES, RunLock, move_aside
+
+__all__ = [
+    "CHECKPOINT_NAME",
+    "RunLifecycle",
+    "crossed",
+    "first_nonfinite",
+    "notice",
+    "parameters",
+    "seed_everything",
+]
+
+CHECKPOINT_NAME = "checkpoint.safetensors"
+
+
+def notice(message: str) -> None:
+    """One ``notice: ...`` line on stderr."""
+    print(f"notice: {message}", file=sys.stderr, flush=True)
+
+
+def seed_everything(seed: int) -> None:
+    """Seed torch (CPU and CUDA), numpy's global RNG and python ``random``."""
+    torch.manual_seed(seed)
+    np.random.seed(seed % 2**32)  # noqa: NPY002 (code that uses the global RNG)
+    random.seed(seed)
+
+
+def crossed(prev: int, now: int, every: int) -> bool:
+    """Whether the steps from ``prev`` to ``now`` cross a multiple of ``every`` (0: never)."""
+    return every > 0 and now // every > prev // every
+
+
+def parameters(owner: Any) -> list[torch.Tensor]:
+    """The floating-point tensors ``owner`` trains: ``owner.parameters()`` if it has one, else those
+    of every ``nn.Module`` attribute (an agent's ``online``/``target``, ``policy``, ...)."""
+    params = getattr(owner, "parameters", None)
+    if callable(params):
+        found = list(params())
+    else:
+        found = [p for v in vars(owner).values() if isinstance(v, torch.nn.Module) for p in v.parameters()]
+    unique = {id(p): p.detach() for p in found if isinstance(p, torch.Tensor) and p.is_floating_point()}
+    return list(unique.values())
+
+
+def first_nonfinite(
+    means: Mapping[str, float], watch: Callable[[str], bool], params: Iterable[torch.Tensor] = ()
+) -> str | None:
+    """The first watched metric of ``means`` that is NaN or infinite, else ``"parameters"`` when a
+    tensor of ``params`` holds one (one sync per device), else ``None``."""
+    for name, value in means.items():
+        if watch(name) and not math.isfinite(value):
+            return name
+    by_device: dict[torch.device, list[torch.Tensor]] = {}
+    for p in params:
+        by_device.setdefault(p.device, []).append(p)
+    for group in by_device.values():
+        if not bool(torch.stack([p.isfinite().all() for p in group]).all()):
+            return "parameters"
+    return None
+
+
+class RunLifecycle:
+    """The folder side of one run: lock, fresh start or resume, logger, cadence, stop, report.
+
+    Args:
+        run_dir: the run folder; ``None``: nothing is written (every method is then a no-op that
+            says so: no lock, no logger, :meth:`save` refused).
+        ctx: the data-parallel context (rank 0 owns the folder).
+        run_files: glob patterns of what an earlier run left (moved aside by a fresh start).
+        checkpoint_seconds: :meth:`due_by_time`'s period (0: never).
+
+    Use as a context manager: leaving it closes the logger and releases the lock.
+    """
+
+    def __init__(
+        self,
+        run_dir: str | Path | None,
+        ctx: DistContext,
+        *,
+        run_files: tuple[str, ...] = RUN_FILES,
+        checkpoint_seconds: float = 0.0,
+    ) -> None:
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.ckpt_path = self.run_dir / CHECKPOINT_NAME if self.run_dir is not None else None
+        self.ctx = ctx
+        self.main = ctx.is_main
+        self.run_files = run_files
+        self.checkpoint_seconds = checkpoint_seconds
+        self.checkpoint_step: int | None = None  # step of the last checkpoint written or resumed from
+        self.logger: MetricLogger | None = None
+        self.t_saved = time.perf_counter()
+        self._lock = RunLock(self.run_dir) if self.run_dir is not None else None
+
+    # -- lock, fresh start or resume ---------------------------------------------------------------
+
+    def begin(self, resume: bool, *, refuse_overwrite: str | None = None) -> bool:
+        """Lock the folder (rank 0) and say whether a checkpoint is there to resume (every rank).
+
+        Args:
+            resume: continue from a checkpoint if the folder holds one.
+            refuse_overwrite: the message of the ``ValueError`` raised, before locking, when the
+                folder holds a checkpoint and ``resume`` is false; ``None``: a fresh run moves it aside.
+
+        Raises:
+            RunFolderBusy: another process holds the folder.
+            ValueError: ``refuse_overwrite`` applies.
+            OSError: the lock file cannot be created.
+        """
+        ckpt, lock = self.ckpt_path, self._lock
+
+        def take() -> bool:
+            if ckpt is None or lock is None:
+                return False
+            if refuse_overwrite is not None and not resume and ckpt.exists():
+                raise ValueError(refuse_overwrite)
+            lock.acquire()
+            return resume and ckpt.exists()
+
+        return bool(on_main(self.ctx, take))
+
+    def open(
+        self,
+        resumed_step: int | None,
+        fresh_notices: Callable[[Path | None], Iterable[str]],
+        *,
+        tensorboard: bool = True,
+    ) -> None:
+        """Prepare the folder on rank 0 and open its logger; a no-op without a folder.
+
+        Stale temporary files go first. A fresh run (``resumed_step`` ``None``) moves an earlier
+        run's files aside and prints each line of ``fresh_notices(moved_to)``; a resumed one drops
+        the ``metrics.csv`` rows past ``resumed_step`` (and damaged lines, with a notice) and asks
+        TensorBoard to hide its events past that step.
+
+        Raises:
+            CheckpointError: ``metrics.csv`` is not a metrics file.
+            OSError: the folder cannot be prepared.
+        """
+        run_dir, ckpt = self.run_dir, self.ckpt_path
+        if run_dir is None or ckpt is None:
+            return
+
+        def prepare() -> None:
+            remove_stale_temps(ckpt)
+            remove_stale_temps(run_dir / "metrics.csv")
+            if resumed_step is None:
+                moved = move_aside(run_dir, self.run_files)
+                for line in fresh_notices(moved):
+                    notice(line)
+            else:
+                self._trim_metrics(resumed_step)
+            self.logger = MetricLogger(
+                run_dir,
+                tensorboard=tensorboard,
+                purge_step=resumed_step + 1 if resumed_step is not None else None,
+            )
+
+        on_main(self.ctx, prepare)
+
+    def _trim_metrics(self, step: int) -> None:
+        assert self.run_dir is not None
+        csv_path = self.run_dir / "metrics.csv"
+        try:
+            kept, damaged = repair_csv(csv_path, step)
+        except ValueError as exc:
+            raise CheckpointError(str(exc)) from None
+        if damaged:
+            notice(
+                f"{csv_path}: dropped {damaged} damaged line{'s' if damaged > 1 else ''} "
+                f"(kept {kept} rows up to the checkpoint's step {step})"
+            )
+
+    def resumed(self, step: int) -> None:
+        """Record that the run continues from the checkpoint of ``step``."""
+        self.checkpoint_step = step
+
+    def close(self) -> None:
+        """Close the logger and release the lock (both idempotent)."""
+        if self.logger is not None:
+            self.logger.close()
+        if self._lock is not None:
+            self._lock.release()  # a no-op on the ranks that never acquired it
+
+    def __enter__(self) -> RunLifecycle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- metrics, divergence -----------------------------------------------------------------------
+
+    def flush(self, step: int) -> dict[str, float]:
+        """Write the logger's interval as the row of ``step``; its means (``{}`` without a logger)."""
+        return self.logger.flush(step) if self.logger is not None else {}
+
+    def kept(self) -> str:
+        """What a run stopped now leaves: the last good checkpoint, or why there is none."""
+        if self.ckpt_path is None:
+            return "no run folder, nothing saved"
+        if self.checkpoint_step is None:
+            return "no checkpoint was written"
+        return f"the last good checkpoint (step {self.checkpoint_step}) is kept"
+
+    # -- cadence, checkpoint, stop -----------------------------------------------------------------
+
+    def due_by_time(self, now: float | None = None) -> bool:
+        """Whether ``checkpoint_seconds`` of wall time passed since the last save (this rank's clock)."""
+        now = time.perf_counter() if now is None else now
+        return (
+            self.ckpt_path is not None
+            and self.checkpoint_seconds > 0
+            and now - self.t_saved >= self.checkpoint_seconds
+        )
+
+    def save(self, step: int, state: Callable[[], Mapping[str, Any]]) -> None:
+        """Write ``state()`` (built on rank 0 alone) as the checkpoint of ``step``, atomically; an
+        error writing it is raised on every rank.
+
+        Raises:
+            ValueError: the run has no folder.
+            OSError: the write failed (the previous checkpoint stays).
+        """
+        ckpt = self.ckpt_path
+        if ckpt is None:
+            raise ValueError("a checkpoint needs a run folder")
+
+        def write() -> None:
+            remove_stale_temps(ckpt)  # a kill during an earlier save (the folder lock makes this safe)
+            save_checkpoint(ckpt, state())
+
+        on_main(self.ctx, write)
+        self.checkpoint_step = step
+        self.t_saved = time.perf_counter()
+
+    def stop_requested(self, should_stop: Callable[[], bool] | None) -> bool:
+        """``should_stop()`` (a signal handler's flag), true on every rank when set on any (one
+        all-reduce in a data-parallel run)."""
+        asked = should_stop is not None and bool(should_stop())
+        return self.ctx.any(asked) if self.ctx.enabled else asked
+
+    # -- the report --------------------------------------------------------------------------------
+
+    def written(self) -> str | None:
+        """The checkpoint's path if this run wrote or resumed one, else ``None`` (every rank)."""
+        if self.ckpt_path is None:
+            return None
+        if self.main:
+            return str(self.ckpt_path) if self.ckpt_path.exists() else None
+        return str(self.ckpt_path) if self.checkpoint_step is not None else None  # rank 0's folder
+
+    def write_report(self, name: str, report: Mapping[str, Any]) -> None:
+        """Write ``report`` as ``<run_dir>/<name>`` (indented JSON, atomically) on rank 0."""
+        if self.run_dir is None or not self.main:
+            return
+        atomic_write_bytes(self.run_dir / name, json.dumps(report, indent=2).encode())

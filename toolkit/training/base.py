@@ -1,0 +1,148 @@
+"""The loop's public parts that every other module of it uses: its settings (:class:`LoopConfig`),
+its errors, and the protocols of what it drives (:class:`Schedule`, :class:`StepCollector`,
+:class:`Evaluator`). :mod:`tritonrl.toolkit.training.loop` re-exports them all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+from tritonrl.kernels.validate import check_int, check_real
+from tritonrl.toolkit.checks import MAX_SEED
+from tritonrl.toolkit.lifecycle import CHECKPOINT_NAME
+
+__all__ = [
+    "CHECKPOINT_NAME",
+    "DivergenceError",
+    "Evaluator",
+    "LoopConfig",
+    "MAX_SEED",
+    "Schedule",
+    "StepCollector",
+    "TrainingError",
+]
+
+
+class TrainingError(RuntimeError):
+    """Training stopped by an error (bad data from the env, a failed write, divergence).
+
+    The message is one line naming the step and the last good checkpoint, which stays on disk.
+    """
+
+    def __init__(self, message: str, *, step: int, checkpoint_step: int | None) -> None:
+        super().__init__(message)
+        self.step = step
+        self.checkpoint_step = checkpoint_step
+
+
+class DivergenceError(TrainingError):
+    """A ``losses/...`` metric or a parameter became NaN or infinite; nothing was saved after it."""
+
+
+class Schedule(Protocol):
+    """When the agent learns. Called by the loop after each vector step."""
+
+    def after_step(self, agent: Any, step: int) -> list[Mapping[str, torch.Tensor]]:
+        """Run any updates due at global env step ``step``; return their metrics (device tensors)."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """Counters needed to resume."""
+        ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` output."""
+        ...
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    """Settings of :func:`run_training` (the algorithm's own settings live in the agent's config)."""
+
+    total_steps: int
+    """Environment steps to train for (summed over the vector envs)."""
+    seed: int = 1
+    """Seeds torch, numpy and python ``random`` at the start of a fresh run."""
+    run_dir: str | None = None
+    """Folder for ``metrics.csv``, TensorBoard files, the checkpoint and the curve PNG; ``None``: none."""
+    log_every: int = 2048
+    """Flush metrics (one device sync) after the step crossing each multiple of this."""
+    eval_every: int = 0
+    """Greedy evaluation after the step crossing each multiple of this; 0: only at the end."""
+    eval_episodes: int = 10
+    """Episodes per evaluation (run in parallel, one per environment)."""
+    eval_env_id: str | None = None
+    """Environment of the evaluation; ``None``: the training environment's id."""
+    final_eval: bool = True
+    """Evaluate once more at the end (unless the last evaluation was at the final step)."""
+    target_return: float | None = None
+    """Stop as soon as an evaluation's mean return reaches this."""
+    checkpoint_every: int = 0
+    """Checkpoint after the step crossing each multiple of this (0: only at the end); needs ``run_dir``."""
+    checkpoint_seconds: float = 600.0
+    """Also checkpoint at the first metric flush at least this long (wall time) after the last save
+    (0: off). Saving at a flush adds no metric row, so runs stay reproducible."""
+    resume: bool = False
+    """Continue from ``<run_dir>/checkpoint.safetensors`` if it exists (else start fresh, with a notice)."""
+    stop_at: int | None = None
+    """Stop (as if interrupted) after the step crossing this, once any checkpoint due there is written."""
+    progress: bool = False
+    """Draw a progress bar on stderr."""
+    tensorboard: bool = True
+    """Write TensorBoard event files next to ``metrics.csv``."""
+    plot: bool = True
+    """Write ``curve.png`` (episodic and evaluation returns) at the end."""
+    meta: tuple[tuple[str, str], ...] = ()
+    """Identity stored in the checkpoint and checked on resume (agent name, env id, ...)."""
+
+    def __post_init__(self) -> None:
+        """Reject impossible settings at construction, before any training.
+
+        Raises:
+            ValueError: a field out of range (named in the message).
+        """
+
+        for name, low, high in (
+            ("total_steps", 1, None),
+            ("seed", 0, MAX_SEED),
+            ("log_every", 1, None),
+            ("eval_every", 0, None),
+            ("eval_episodes", 1, None),
+            ("checkpoint_every", 0, None),
+            ("stop_at", 0, None),
+        ):
+            value = getattr(self, name)
+            if name != "stop_at" or value is not None:
+                check_int(f"LoopConfig.{name}", value, low=low, high=high)
+        if self.target_return is not None:
+            check_real("LoopConfig.target_return", self.target_return, nonnegative=False)
+
+
+class StepCollector(Protocol):
+    """Steps the env with the agent and stores what happened, for :func:`run_training`
+    (:class:`tritonrl.toolkit.training.collector.Collector` is one)."""
+
+    def step(self) -> Any:
+        """One vector step; returns the env's :class:`~tritonrl.toolkit.envs.vector.Transition`."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a resume needs (the checkpoint's ``collector`` section)."""
+        ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` output; raise ``ValueError`` (changing nothing) on a bad one."""
+        ...
+
+
+class Evaluator(Protocol):
+    """An evaluation other than the gymnasium one (a market run's validation period)."""
+
+    def evaluate_policy(
+        self, policy: Callable[[torch.Tensor], torch.Tensor], episodes: int, seed: int
+    ) -> dict[str, Any]:
+        """Run the greedy ``policy``; return at least ``{"mean_return": float}``."""
+        ...

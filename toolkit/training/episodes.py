@@ -1,0 +1,88 @@
+"""Episode statistics of device environments, as metric names (the loop's ``env.episode_stats()`` hook).
+
+An env that counts its finished episodes on the device has ``episode_stats() -> dict[str, float]``
+(means over the episodes since the last call, and their count) and names its family's metrics with
+a ``metric_prefix`` attribute (:class:`~tritonrl.toolkit.envs.market.env.MarketEnv`: ``"market"``);
+without one its entries are logged under :data:`DEFAULT_METRIC_PREFIX`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["DEFAULT_METRIC_PREFIX", "episode_metrics", "merge_episode_stats", "metric_prefix"]
+
+DEFAULT_METRIC_PREFIX = "env"
+"""Prefix of the ``episode_stats()`` entries of an env without a ``metric_prefix`` attribute."""
+
+
+def metric_prefix(env: Any) -> str:
+    """``env.metric_prefix`` (a non-empty string), else :data:`DEFAULT_METRIC_PREFIX`.
+
+    Raises:
+        ValueError: a ``metric_prefix`` that is not a non-empty string without ``/``.
+    """
+    prefix = getattr(env, "metric_prefix", None)
+    if prefix is None:
+        return DEFAULT_METRIC_PREFIX
+    if not isinstance(prefix, str) or not prefix or "/" in prefix:
+        raise ValueError(f"the env's metric_prefix must be a non-empty string without '/', got {prefix!r}")
+    return prefix
+
+
+_STATS_RETURN = ("mean_return", "return", "episodic_return")
+_STATS_LENGTH = ("mean_length", "length", "episodic_length")
+_STATS_COUNT = ("count", "episodes")
+
+
+def episode_metrics(stats: Mapping[str, float], prefix: str) -> dict[str, float]:
+    """Metric names for an ``env.episode_stats()`` dict (means over the episodes it drained).
+
+    The mean return (key ``mean_return``, ``return`` or ``episodic_return``) becomes
+    ``charts/episodic_return``, the mean length (``mean_length``, ``length``,
+    ``episodic_length``) ``charts/episodic_length``, any other entry ``<prefix>/<name>`` (a
+    ``mean_`` prefix dropped: ``mean_sharpe`` -> ``market/sharpe`` for the prefix ``market``,
+    :func:`metric_prefix` of the env); the count (``count`` or
+    ``episodes``) is left out. No finished episode (a count of 0): an empty dict.
+    """
+    count = next((stats[k] for k in _STATS_COUNT if k in stats), None)
+    if count is not None and count <= 0:
+        return {}
+    out: dict[str, float] = {}
+    for key, value in stats.items():
+        if key in _STATS_COUNT:
+            continue
+        if key in _STATS_RETURN:
+            out["charts/episodic_return"] = float(value)
+        elif key in _STATS_LENGTH:
+            out["charts/episodic_length"] = float(value)
+        else:
+            out[f"{prefix}/{key.removeprefix('mean_')}"] = float(value)
+    return out
+
+
+def merge_episode_stats(stats: list[Mapping[str, float] | None]) -> dict[str, float]:
+    """One ``env.episode_stats()`` dict for several ranks' (``None``: a rank without the hook).
+
+    Each mean is weighted by its rank's episode count (``count`` or ``episodes``; without one, the
+    ranks weigh equally); the count becomes the sum. Ranks without finished episodes add nothing.
+    """
+    present = [s for s in stats if s]
+    if not present:
+        return {}
+    counts = [next((float(s[k]) for k in _STATS_COUNT if k in s), None) for s in present]
+    known = [c for c in counts if c is not None]
+    counted = len(known) == len(present)
+    weights = known if counted else [1.0] * len(present)
+    out: dict[str, float] = {}
+    count_key = next((k for k in _STATS_COUNT if k in present[0]), None)
+    if counted and count_key is not None:
+        out[count_key] = sum(weights)
+    keys = [k for s in present for k in s if k not in _STATS_COUNT]
+    for key in dict.fromkeys(keys):
+        pairs = [(float(s[key]), w) for s, w in zip(present, weights, strict=True) if key in s and w > 0]
+        total = sum(w for _, w in pairs)
+        if total > 0:
+            out[key] = sum(v * w for v, w in pairs) / total
+    return out
