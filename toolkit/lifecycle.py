@@ -2,7 +2,7 @@
 
 :func:`tritonrl.toolkit.training.loop.run_training` and :func:`tritonrl.toolkit.forecast.fit` differ
 in what one step is, what they save and what they evaluate; everything around that lives here,
-once (DESIGN.md section 8):
+once (CONTRIBUTING.md, "Run folders and checkpoints"):
 
 - **lock**: one writer per folder (:class:`~tritonrl.toolkit.runfolder.RunLock`), held by rank 0
   of a data-parallel run from :meth:`RunLifecycle.begin` to :meth:`RunLifecycle.close`;

@@ -1,107 +1,23 @@
 """The shared training loop: one loop, parameterised by a schedule (on-policy or off-policy).
 
-The loop owns everything that is not the algorithm: seeding, stepping the vector env, episode
-statistics, metric logging (one device sync per log interval), periodic greedy evaluation with
-an optional early stop at a target return, checkpoints every N steps with exact resume (agent
-state, schedule counters, loop counters, RNG states, environment state), a progress bar, and the
-learning-curve PNG at the end.
-
-The algorithm enters through the agent protocol (``act``, ``observe``, ``update``,
-``state_dict``/``load_state_dict``) and a :class:`Schedule` that decides, after every vector step,
-whether the agent updates (PPO: every rollout of T steps; DQN: ``learning_starts``,
-``train_freq``, ``gradient_steps``, target updates). ::
+The loop owns everything that is not the algorithm: seeding, stepping the vector env (or a
+``collector``), episode statistics, metric logging (one device sync per log interval), periodic
+greedy evaluation with an optional early stop at a target return, checkpoints with exact resume,
+a progress bar and the learning curve. The algorithm enters through the agent protocol
+(:mod:`tritonrl.toolkit.agent`) and a :class:`Schedule` that decides after every vector step
+whether the agent updates. ::
 
     env = make_vec_env("CartPole-v1", 8, seed=1)
     agent = PPOAgent(env.single_observation_space, env.single_action_space, num_envs=8)
     summary = run_training(agent, env, OnPolicySchedule(agent.config.num_steps),
                            LoopConfig(total_steps=50_000, eval_every=10_000, target_return=475))
 
-The checkpoint (``<run_dir>/checkpoint.safetensors``) is written after the step that crosses
-each multiple of ``checkpoint_every``; the metric interval is flushed there too, so a run stopped
-at step k and resumed writes the same metrics as one that never stopped (``charts/SPS`` aside).
-By default it is also written every ``checkpoint_seconds`` (600 s) of wall time, at the first
-metric flush past that time (so it adds no metric row and keeps runs reproducible), and at the end.
-
-Environments that keep their tensors on the device (:class:`tritonrl.toolkit.envs.market.env.MarketEnv`)
-join through three optional hooks, each used when the env (or ``evaluator``) has it:
-
-- ``env.step_transition(actions) -> Transition`` is called instead of ``env.step`` (a gymnasium
-  vector env's ``step`` returns a tuple; this returns the loop's
-  :class:`~tritonrl.toolkit.envs.vector.Transition`,
-  with empty episode lists, so nothing is read on the host in a step);
-- ``env.episode_stats() -> dict[str, float]`` is called at every metric flush (one sync): the
-  episodes finished since the last call are logged as ``charts/episodic_return`` and
-  ``charts/episodic_length`` (their means) and the other entries as ``<prefix>/<name>``, the
-  prefix being the env's ``metric_prefix`` attribute (``"market"`` for a market env; without one
-  :data:`DEFAULT_METRIC_PREFIX`, see :func:`episode_metrics`); the progress bar and
-  ``recent_return`` take the mean return;
-- ``evaluate_policy(policy, episodes, seed) -> dict`` (with ``"mean_return"``), on the
-  ``evaluator`` argument of :func:`run_training` or else on the env, replaces the gymnasium
-  :func:`~tritonrl.toolkit.envs.vector.evaluate` (a market run evaluates on its validation period).
-
-A ``collector`` (:class:`tritonrl.toolkit.training.collector.Collector`, or anything with ``step()
--> Transition`` and ``state_dict``/``load_state_dict``) replaces the act / env step / observe of
-each vector step: ``collector.step()`` acts, steps the env, stores the transition and counts the
-env steps. Its state is the checkpoint's ``collector`` section; a checkpoint without one (written
-by a run without a collector) leaves the collector as built and calls its ``sync()``, if it has
-one, after the agent is loaded.
-
-The run folder is as crash-safe as the checkpoint (DESIGN.md section 8); the lifecycle below is
-:class:`tritonrl.toolkit.lifecycle.RunLifecycle`, the same as the forecaster trainer's:
-
-- one writer: the folder is locked (``<run_dir>/.lock``, :class:`tritonrl.toolkit.runfolder.RunLock`) for
-  the whole run; a second run on it raises :class:`tritonrl.toolkit.runfolder.RunFolderBusy`;
-- a fresh run (no ``resume``, or ``resume`` without a checkpoint) never mixes with an earlier one:
-  files of an earlier run move to ``<run_dir>/stale-<UTC time>/`` with one notice line on stderr;
-- a resumed run drops the CSV rows logged after its checkpoint (and damaged lines a kill left,
-  with a notice) atomically, and TensorBoard hides the events past the checkpoint (``purge_step``);
-- temporary files a kill left during a save are removed at the start and at each save;
-- ``should_stop`` (a callable, e.g. ``threading.Event().is_set``, set by a signal handler) ends
-  the run after the current step: metrics flushed, a checkpoint saved, ``interrupted`` in the
-  summary. The loop installs no signal handler itself; ``python -m tritonrl.toolkit train`` does;
-- at every metric flush the agent's deferred input checks (``agent.check_inputs()``, if it has
-  one), the ``losses/...`` means and the agent's parameters (one device sync) are checked: a
-  non-finite one raises :class:`DivergenceError` before anything else is saved, so the last
-  checkpoint on disk is the last good one;
-- ``ValueError``, ``RuntimeError`` and ``OSError`` raised while training (the agent refusing bad
-  data, a failed write) become :class:`TrainingError` naming the step and the last checkpoint.
-  Other exceptions (``TypeError``, ``KeyError``, ...) are bugs and propagate unchanged.
-
-Data-parallel runs (``torchrun``, :mod:`tritonrl.toolkit.distributed`): every rank calls
-:func:`run_training` with its own agent and its own shard of the environments; ``cfg`` is the
-same on every rank (``run_dir`` included).
-
-- The step counter is global: a vector step adds ``env.num_envs * world_size``, so every rank
-  reaches each multiple of ``log_every``, ``eval_every`` and ``checkpoint_every`` at the same
-  vector step and the schedules stay in step without communication.
-- Rank 0 alone touches the run folder: the lock, moving an earlier run aside, ``metrics.csv``,
-  TensorBoard, the progress bar, ``curve.png``, the checkpoint, the notices. The other ranks write
-  and print nothing.
-- Episode returns and lengths of every rank (and every rank's ``env.episode_stats()``, merged by
-  :func:`merge_episode_stats`) are gathered at each metric flush (one ``all_gather_objects``) and
-  logged by rank 0; ``recent_return`` is then the mean over all ranks' episodes. ``losses/...``
-  metrics are rank 0's (gradients are averaged, so every rank holds the same weights).
-- Rank 0 evaluates; the result, and with it the target-return stop, is broadcast.
-- ``should_stop`` is polled at each metric flush, not after every vector step, and a stop on
-  any rank stops every rank at that flush: the cost is the flag riding on the flush's gather, and a
-  stop waits up to ``log_every`` env steps. The wall-time checkpoint is rank 0's clock, broadcast.
-- Divergence and input checks agree: a non-finite parameter or a refused input on any rank
-  raises the same error on every rank at that flush (naming the rank), before anything is saved.
-- The checkpoint is one file written by rank 0: the sections of a single-process checkpoint hold
-  rank 0's state, ``meta["world_size"]`` the number of ranks, and ``ranks`` (world > 1) one entry
-  per other rank with its own ``env``, ``rng``, ``collector`` and ``agent`` state, in which every
-  part equal to rank 0's (the averaged weights, the optimizer, the counters) is stored once, as
-  the marker ``{"__same_as_rank_0__": True}``. Every rank's parts are gathered to rank 0 first
-  (``gather_objects``), so a save is all ranks' or none.
-- Resume on M ranks of a checkpoint written by N: M == N resumes each rank exactly from its own
-  parts. M != N loads what the ranks share (the agent with ``load_state_dict(...,
-  rank_parts=False)``, schedule, loop counters) and starts each rank's own parts fresh: replay
-  and rollout buffers empty, environments reset, random streams seeded from ``(seed, rank, step)``,
-  the on-policy schedule restarting its rollout and the off-policy one refilling the replay for
-  ``learning_starts`` steps (``restart_collection``); rank 0 prints one notice line.
-- An error on rank 0 while it alone works (the lock, the run folder, reading the checkpoint,
-  evaluating, writing) is broadcast and raised on every rank; a rank that dies or hangs makes
-  the others fail at their next collective (``TRITONRL_DIST_TIMEOUT``), not hang.
+Device environments join through optional hooks (``step_transition``, ``episode_stats``,
+``metric_prefix``, ``evaluate_policy``); the run folder's lock, resume, flush, cadence, signal
+stop and divergence check are :class:`tritonrl.toolkit.lifecycle.RunLifecycle`, shared with the
+forecaster trainer (CONTRIBUTING.md, "Run folders and checkpoints"). Under ``torchrun`` every
+rank runs the loop on its shard; rank 0 alone writes the folder. The whole contract:
+docs/pages/training.md (hooks, run folders) and docs/pages/scaling.md (data-parallel runs).
 """
 
 from __future__ import annotations
