@@ -699,8 +699,8 @@ def test_nstep_host_write_equals_tensor_write(n: int, prioritized: bool) -> None
     kw: dict[str, Any] = dict(num_envs=3, n_step=n, gamma=0.9)
     kind = PrioritizedReplayBuffer if prioritized else ReplayBuffer
     host, tensor = kind(11, OBS, **kw), kind(11, OBS, **kw)
-    tensor._stage_views = None  # the tensor path
-    assert host._stage_views is not None
+    tensor._views = None  # the tensor path (without the storage's numpy views)
+    assert host._views is not None and host._staging.views is not None
     t = 0
     for round_ in range(12):
         if round_ % 3 == 2:
