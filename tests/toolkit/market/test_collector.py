@@ -99,7 +99,7 @@ def _accelerator_defaults(agent: Any) -> None:
     if isinstance(buffer, ReplayBuffer):
         if hasattr(buffer, "check_priorities"):
             buffer.check_priorities = False
-        buffer._views = None  # the staging follows: no numpy path without the storage views
+        buffer._views = buffer._stage_views = None
 
 
 # ----------------------------------------------------------------------------- no host read per step
