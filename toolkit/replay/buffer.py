@@ -21,6 +21,9 @@ Two staging modes (``staging=`` of the constructor) decide how the n-step window
   The last ``n`` steps of every field wait in a device staging ring. Over a whole stream both
   modes store the same set of transitions (tested); they differ only in when (and so in which
   order) a transition whose window an episode end closed early enters the ring.
+
+Each mode is a strategy object of :mod:`tritonrl.toolkit.replay.staging` that the buffer holds;
+saved states are checked and written by :mod:`tritonrl.toolkit.replay.state`.
 """
 
 from __future__ import annotations
