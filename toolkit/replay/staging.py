@@ -561,4 +561,4 @@ def staging_class(name: object) -> type[Staging]:
     """
     if name not in _CLASSES:
         raise ValueError(f"staging must be one of {STAGINGS}, got {name!r}")
-    return _CLASSES[name]  # type: ignore[index]
+    return _CLASSES[name]

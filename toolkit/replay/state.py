@@ -89,9 +89,8 @@ def check_counters(meta: dict[str, Any], capacity: int, num_envs: int) -> None:
         raise ValueError(f"state has invalid counters size={size!r} pos={pos!r}")
     if size < C and pos != size:
         raise ValueError(f"state has pos={pos} but size={size} < capacity")
-    steps, committed = meta.get("steps"), meta.get("committed")
-    for key, value in (("steps", steps), ("committed", committed)):
-        check_int(f"state meta {key!r}", value, low=0)
+    steps = check_int("state meta 'steps'", meta.get("steps"), low=0)
+    committed = check_int("state meta 'committed'", meta.get("committed"), low=0)
     if committed % C != pos or min(committed, C) != size or committed > steps * E:
         raise ValueError(
             f"state counters disagree: committed={committed}, size={size}, pos={pos}, "
