@@ -1,6 +1,12 @@
-"""Device-resident replay buffers: uniform and prioritized, with n-step returns.
+"""Replay and rollout storage on the training device: uniform and prioritized replay with n-step
+returns, on-policy rollouts with GAE.
 
-See :class:`ReplayBuffer`, :class:`PrioritizedReplayBuffer` and the guide ``docs/pages/replay.md``.
+``buffer`` (:class:`ReplayBuffer`, :class:`ReplayBatch`) holds the ring and samples it;
+``staging`` holds the two strategies that close the n-step windows (host and device staging);
+``nstep`` is the host staging's bookkeeping; ``state`` checks saved states and writes the
+safetensors file; ``inputs`` checks the fields ``add``/``extend`` take; ``prioritized`` adds the
+sum tree (:class:`PrioritizedReplayBuffer`); ``rollout`` is the on-policy storage. This folder
+imports the toolkit core and kernels only. Guide: ``docs/pages/replay.md``.
 """
 
 from tritonrl.toolkit.replay.buffer import ReplayBatch, ReplayBuffer

@@ -33,20 +33,11 @@ from tritonrl.kernels.sumtree import (
     per_update,
     rebuild,
 )
+from tritonrl.kernels.validate import check_int
 from tritonrl.toolkit.replay.buffer import ReplayBatch, ReplayBuffer
+from tritonrl.toolkit.replay.inputs import check_fraction
 
 __all__ = ["PrioritizedReplayBuffer"]
-
-
-def _real(name: str, value: Any, lo: float, hi: float, *, open_lo: bool = False) -> float:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if ok:
-        v = float(value)
-        ok = (v > lo if open_lo else v >= lo) and v <= hi
-    if not ok:
-        bound = f"({lo}, {hi}]" if open_lo else f"[{lo}, {hi}]"
-        raise ValueError(f"{name} must be a number in {bound}, got {value!r}")
-    return float(value)
 
 
 class PrioritizedReplayBuffer(ReplayBuffer):
@@ -82,13 +73,11 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         check_priorities: bool | None = None,
         **kwargs: Any,
     ) -> None:
-        self.alpha = _real("alpha", alpha, 0.0, 1.0)
-        self.beta = _real("beta", beta, 0.0, 1.0)
-        self.beta_final = _real("beta_final", beta_final, 0.0, 1.0)
-        if not isinstance(beta_steps, int) or isinstance(beta_steps, bool) or beta_steps < 1:
-            raise ValueError(f"beta_steps must be a positive int, got {beta_steps!r}")
-        self.beta_steps = beta_steps
-        self.eps = _real("eps", eps, 0.0, 1.0, open_lo=True)
+        self.alpha = check_fraction("alpha", alpha)
+        self.beta = check_fraction("beta", beta)
+        self.beta_final = check_fraction("beta_final", beta_final)
+        self.beta_steps = check_int("beta_steps", beta_steps, low=1)
+        self.eps = check_fraction("eps", eps, positive=True)
         if check_priorities not in (None, True, False):
             raise TypeError(f"check_priorities must be None or a bool, got {check_priorities!r}")
         super().__init__(capacity, obs_shape, **kwargs)
@@ -123,9 +112,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     @sample_calls.setter
     def sample_calls(self, value: int) -> None:
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise ValueError(f"sample_calls must be a non-negative int, got {value!r}")
-        self._sample_calls = value
+        self._sample_calls = check_int("sample_calls", value, low=0)
 
     @property
     def current_beta(self) -> float:
@@ -283,8 +270,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         if not (mp > 0 and mp < float("inf")):
             raise ValueError(f"state max_priority must be finite and > 0, got {mp}")
         for key in ("sample_calls", "rejections_seen"):
-            if not isinstance(out["meta"].get(key), int) or out["meta"][key] < 0:
-                raise ValueError(f"state meta {key!r} must be a non-negative int")
+            check_int(f"state meta {key!r}", out["meta"].get(key), low=0)
         return out
 
     def apply_state(self, staged: dict[str, Any]) -> None:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
+from tritonrl.kernels.validate import check_int
 from tritonrl.toolkit.distributed import DistContext
 
 __all__ = ["RolloutBuffer", "RunningMeanStd", "compute_gae"]
@@ -215,8 +216,8 @@ class RolloutBuffer:
         obs_dtype: torch.dtype,
         device: torch.device | str,
     ) -> None:
-        if num_steps < 1 or num_envs < 1:
-            raise ValueError(f"num_steps and num_envs must be >= 1, got {num_steps}, {num_envs}")
+        check_int("num_steps", num_steps, low=1)
+        check_int("num_envs", num_envs, low=1)
         T, E = num_steps, num_envs
         self.num_steps, self.num_envs = T, E
         self.device = torch.device(device)

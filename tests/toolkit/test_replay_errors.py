@@ -1,0 +1,122 @@
+"""Replay buffers: bad input raises and changes nothing; sampling (generators, beta annealing,
+uniformity)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from replay_model import OBS, filled, make_step, same_content, snapshot
+from tritonrl.toolkit.replay import PrioritizedReplayBuffer, ReplayBuffer
+
+# ---- bad input --------------------------------------------------------------------------------
+
+
+_GOOD = make_step(0, 2, np.random.default_rng(2))
+
+
+def _with(i: int, value: Any) -> tuple:
+    args = list(_GOOD)
+    args[i] = value
+    return tuple(args)
+
+
+@pytest.mark.parametrize(
+    "args, error, match",
+    [
+        (_with(0, np.zeros((2, 3), np.float32)), ValueError, "obs"),
+        (_with(0, np.zeros((3, 2), np.float32)), ValueError, "obs"),
+        (_with(0, np.zeros((2, 2), np.int64)), TypeError, "obs"),
+        (_with(3, np.zeros((2, 2), np.uint8)), TypeError, "next_obs"),
+        (_with(1, np.zeros(2, np.float32)), TypeError, "action"),
+        (_with(1, np.zeros(3, np.int64)), ValueError, "action"),
+        (_with(2, np.array([1.0, np.nan])), ValueError, "reward"),
+        (_with(2, np.zeros(3)), ValueError, "reward"),
+        (_with(4, np.array([0, 1])), TypeError, "terminated"),
+        (_with(5, np.array([True])), ValueError, "truncated"),
+    ],
+)
+def test_bad_add_raises_and_changes_nothing(args: tuple, error: type, match: str) -> None:
+    buf = filled()
+    before = snapshot(buf)
+    with pytest.raises(error, match=match):
+        buf.add(*args)
+    assert same_content(snapshot(buf), before)
+
+
+def test_bad_sample_and_update() -> None:
+    empty = PrioritizedReplayBuffer(4, OBS)
+    with pytest.raises(ValueError, match="empty"):
+        empty.sample(1)
+    buf = filled()
+    with pytest.raises(ValueError, match="exceeds"):
+        buf.sample(len(buf) + 1)
+    with pytest.raises(ValueError, match="batch_size"):
+        buf.sample(0)
+    before = snapshot(buf)
+    with pytest.raises(ValueError, match="entries"):
+        buf.update_priorities(torch.tensor([0, 1]), torch.tensor([1.0]))
+    with pytest.raises(TypeError, match="indices"):
+        buf.update_priorities(torch.tensor([0.0]), torch.tensor([1.0]))
+    with pytest.raises(ValueError, match="rejected"):
+        buf.update_priorities(torch.tensor([0, len(buf)]), torch.tensor([1.0, 2.0]))
+    assert same_content(snapshot(buf), before)
+    with pytest.raises(ValueError):
+        ReplayBuffer(0, OBS)
+    with pytest.raises(ValueError):
+        PrioritizedReplayBuffer(4, OBS, eps=0.0)
+    with pytest.raises(TypeError):
+        ReplayBuffer(4, OBS, obs_dtype=torch.int32)
+
+
+def test_deferred_priority_check() -> None:
+    """check_priorities=False (the CUDA default): a bad batch is ignored now, reported by check()."""
+    buf = filled()
+    buf.check_priorities = False
+    before = buf.priorities()
+    buf.update_priorities(torch.tensor([1]), torch.tensor([float("nan")]))  # no raise
+    assert torch.equal(buf.priorities(), before) and buf.rejected_updates == 1
+    with pytest.raises(ValueError, match="NaN"):
+        buf.check()
+    buf.check()  # reported once
+
+
+# ---- sampling ---------------------------------------------------------------------------------
+
+
+def test_generator_makes_sampling_reproducible() -> None:
+    buf = filled()
+    a = buf.sample(5, generator=torch.Generator().manual_seed(3))
+    b = buf.sample(5, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(a.indices, b.indices)
+    u = filled(prioritized=False)
+    assert torch.equal(
+        u.sample(6, generator=torch.Generator().manual_seed(1)).indices,
+        u.sample(6, generator=torch.Generator().manual_seed(1)).indices,
+    )
+
+
+def test_beta_anneals_linearly() -> None:
+    buf = PrioritizedReplayBuffer(8, OBS, beta=0.4, beta_final=1.0, beta_steps=4)
+    buf.add(*make_step(0, 1, np.random.default_rng(0), 0.0, 1.0))
+    betas = []
+    for _ in range(6):
+        betas.append(buf.current_beta)
+        buf.sample(1)
+    np.testing.assert_allclose(betas, [0.4, 0.55, 0.7, 0.85, 1.0, 1.0])
+
+
+def test_uniform_sampling_is_uniform() -> None:
+    """Chi-square of slot frequencies against the uniform law (df = 15, p = 0.001: 37.697)."""
+    buf = ReplayBuffer(16, OBS)
+    rng = np.random.default_rng(0)
+    for t in range(20):  # wraps
+        buf.add(*make_step(t, 1, rng))
+    g = torch.Generator().manual_seed(0)
+    counts = torch.zeros(16)
+    for _ in range(50):
+        counts += torch.bincount(buf.sample(16, generator=g).indices, minlength=16)
+    expected = counts.sum() / 16
+    assert float(((counts - expected) ** 2 / expected).sum()) < 37.697

@@ -1,0 +1,167 @@
+"""The replay buffers' saved state: its header and counter checks, the load-boundary cast of its
+tensors, and the safetensors file (``meta`` as JSON in the header, written atomically).
+
+A state is a dict of tensors plus a JSON-serialisable ``meta`` entry (format, version, config,
+counters); :meth:`~tritonrl.toolkit.replay.ReplayBuffer.state_dict` lists its keys.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from tritonrl.kernels.validate import check_int
+from tritonrl.toolkit.checkpoint import atomic_write_bytes
+
+__all__ = [
+    "FORMAT",
+    "VERSION",
+    "check_config",
+    "check_counters",
+    "load_tensors",
+    "read_meta",
+    "read_file",
+    "write_file",
+]
+
+FORMAT = "tritonrl.replay"
+VERSION = 1
+
+Spec = dict[str, tuple[tuple[int, ...], torch.dtype]]
+
+
+def read_meta(state: Any) -> dict[str, Any]:
+    """The ``meta`` entry of a replay-buffer state of this format and version.
+
+    Raises:
+        ValueError: not a replay-buffer state, or another format or version.
+    """
+    if not isinstance(state, dict) or not isinstance(state.get("meta"), dict):
+        raise ValueError("not a replay-buffer state: no 'meta' entry")
+    meta = state["meta"]
+    if meta.get("format") != FORMAT or meta.get("version") != VERSION:
+        raise ValueError(f"not a {FORMAT} v{VERSION} state: format={meta.get('format')!r}")
+    return meta
+
+
+def check_config(config: Any, mine: dict[str, Any], stagings: tuple[str, ...]) -> str:
+    """The staging mode a state was saved with, after checking that its ``config`` equals
+    ``mine`` but for the staging (either mode loads).
+
+    Raises:
+        ValueError: an unknown staging mode, or another configuration (the message lists the
+            differing entries, saved and this).
+    """
+    saved_staging = config.get("staging", "host") if isinstance(config, dict) else "host"
+    if isinstance(config, dict):
+        config = {k: v for k, v in config.items() if k != "staging"}
+    mine = {k: v for k, v in mine.items() if k != "staging"}
+    if saved_staging not in stagings:
+        raise ValueError(f"state has an unknown staging mode {saved_staging!r}")
+    if config != mine:
+        diff = {
+            k: (config.get(k) if isinstance(config, dict) else None, v)
+            for k, v in mine.items()
+            if not isinstance(config, dict) or config.get(k) != v
+        }
+        raise ValueError(
+            f"state was saved by a buffer with another configuration (saved, this): {str(diff)[:200]}"
+        )
+    return saved_staging
+
+
+def check_counters(meta: dict[str, Any], capacity: int, num_envs: int) -> None:
+    """``size``, ``pos``, ``steps`` and ``committed`` of ``meta`` are ints that agree with each
+    other for this capacity and number of environments.
+
+    Raises:
+        ValueError: one is missing, of the wrong type or out of range, or they disagree.
+    """
+    C, E = capacity, num_envs
+    size, pos = meta.get("size"), meta.get("pos")
+    if isinstance(size, bool) or isinstance(pos, bool):
+        size = pos = None
+    if not (isinstance(size, int) and 0 <= size <= C and isinstance(pos, int) and 0 <= pos < C):
+        raise ValueError(f"state has invalid counters size={size!r} pos={pos!r}")
+    if size < C and pos != size:
+        raise ValueError(f"state has pos={pos} but size={size} < capacity")
+    steps = check_int("state meta 'steps'", meta.get("steps"), low=0)
+    committed = check_int("state meta 'committed'", meta.get("committed"), low=0)
+    if committed % C != pos or min(committed, C) != size or committed > steps * E:
+        raise ValueError(
+            f"state counters disagree: committed={committed}, size={size}, pos={pos}, "
+            f"steps={steps} for capacity {C} and {E} environments"
+        )
+
+
+def load_tensors(
+    state: dict[str, Any],
+    spec: Spec,
+    target: Callable[[str, torch.dtype], tuple[torch.device | str, torch.dtype]],
+) -> dict[str, torch.Tensor]:
+    """The tensors of ``spec`` from ``state``, checked and moved to ``target(key, dtype)`` (device
+    and dtype): the load boundary's one cast. A floating tensor loads into any floating dtype;
+    other dtypes must match.
+
+    Raises:
+        ValueError: a tensor is missing, or has another shape or a dtype that cannot load.
+    """
+    out: dict[str, torch.Tensor] = {}
+    for key, (shape, dtype) in spec.items():
+        t = state.get(key)
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"state is missing tensor {key!r}")
+        if tuple(t.shape) != shape:
+            raise ValueError(f"state tensor {key!r} has shape {tuple(t.shape)}, expected {shape}")
+        if t.dtype != dtype and not (t.dtype.is_floating_point and dtype.is_floating_point):
+            raise ValueError(f"state tensor {key!r} has dtype {t.dtype}, cannot load into {dtype}")
+        if t.dtype != dtype and (dtype == torch.bool or t.dtype == torch.bool):
+            raise ValueError(f"state tensor {key!r} has dtype {t.dtype}, cannot load into {dtype}")
+        dev, dtype = target(key, dtype)
+        out[key] = t.to(device=dev, dtype=dtype)
+    return out
+
+
+def write_file(path: str | os.PathLike[str], state: dict[str, Any]) -> None:
+    """Write a state to one safetensors file, ``meta`` as JSON in its header.
+
+    The write is atomic: a temporary file in the same folder, flushed to disk (``fsync``), then
+    ``os.replace``; an interrupted save never destroys the previous file.
+    """
+    from safetensors.torch import save
+
+    sd = dict(state)
+    meta = sd.pop("meta")
+    tensors = {k: v.detach().to("cpu").contiguous() for k, v in sd.items()}
+    atomic_write_bytes(path, save(tensors, metadata={FORMAT: json.dumps(meta)}))
+
+
+def read_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A state read from a file written by :func:`write_file` (tensors on the CPU, as saved).
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: truncated or foreign file, or damaged metadata.
+    """
+    from safetensors import safe_open
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no replay-buffer file at {path}")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            header = f.metadata() or {}
+            tensors = {k: f.get_tensor(k) for k in f.keys()}
+    except Exception as exc:  # safetensors raises its own error types for damaged files
+        raise ValueError(f"{path} is not a readable safetensors file ({type(exc).__name__}: {exc})") from exc
+    if FORMAT not in header:
+        raise ValueError(f"{path} is not a replay-buffer file (no {FORMAT!r} metadata)")
+    try:
+        meta = json.loads(header[FORMAT])
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path} has damaged replay-buffer metadata: {exc}") from exc
+    return {**tensors, "meta": meta}
