@@ -35,11 +35,23 @@ def _modules() -> dict[str, Path]:
     return mods
 
 
+def _runtime_nodes(tree: ast.AST):
+    """Every node except those under ``if TYPE_CHECKING:`` (imports for the type checker only)."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.orelse:
+                yield child
+                yield from _runtime_nodes(child)
+            continue
+        yield node
+        yield from _runtime_nodes(node)
+
+
 def _imports(name: str, path: Path, known: set[str]) -> set[str]:
-    """The project modules ``name`` imports anywhere in its body (function-level too)."""
+    """The project modules ``name`` imports at run time anywhere in its body (function-level too)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in _runtime_nodes(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
