@@ -69,6 +69,7 @@ from tritonrl.agents.td import (
     scalar_td_target,
 )
 from tritonrl.kernels.backend import backend_override
+from tritonrl.toolkit.acting import SnapshotPolicy
 from tritonrl.toolkit.agent import AgentBase, broadcast_modules_, join_ranks, rank_seed
 from tritonrl.toolkit.checkpoint import CheckpointError, check_module_tensors, load_into_module, section
 from tritonrl.toolkit.checks import ActionRule, InputGuard, check_config, check_memory
@@ -987,6 +988,30 @@ class DQNAgent(AgentBase):
         if self.icm_buffer is not None and self.icm_buffer.steps:
             self.icm_buffer = None
             self.icm_buffer = self._build_icm_buffer()
+
+    def acting_policy(self, sync_every: int = 1) -> SnapshotPolicy:
+        """The collector's acting policy: a :class:`tritonrl.toolkit.acting.SnapshotPolicy` of the
+        online network (f32, refreshed every ``sync_every`` updates), acting as :meth:`act` does
+        with ``explore=True``: the expected Q of the snapshot for f32 observations (compiled on CUDA
+        as :meth:`act`'s forward), then :meth:`epsilon_greedy` with the agent's generator and
+        epsilon schedule (noisy layers: the noise as of the last sync). Reads nothing on the host.
+
+        Raises:
+            ValueError: ``sync_every`` is not a positive int.
+        """
+        mode = self.config.compile if self.device.type == "cuda" else "none"  # as act's forward
+        # the compiled region is the snapshot's Q forward (a function of the observations alone)
+        forward = Compiled(lambda x: self._q_of(policy.snapshot, x), mode, self.device)
+
+        def act(snapshot: nn.Module, obs: torch.Tensor) -> torch.Tensor:
+            forward.step_begin()
+            q = forward(obs.to(torch.float32))  # the f32 acting forward (a no-op cast on a CPU)
+            action = self.epsilon_greedy(q.argmax(-1), self.epsilon())
+            self.inputs.acted(action)  # passed back to observe unchanged: not checked again
+            return action
+
+        policy = SnapshotPolicy(self.online, act, lambda: self.updates, sync_every=sync_every)
+        return policy
 
 
 # ----------------------------------------------------------------------------- presets
