@@ -989,7 +989,7 @@ class DQNAgent(AgentBase):
             self.icm_buffer = None
             self.icm_buffer = self._build_icm_buffer()
 
-    def acting_policy(self, sync_every: int = 1) -> SnapshotPolicy:
+    def acting_policy(self, sync_every: int = 1) -> SnapshotPolicy[QNetwork]:
         """The collector's acting policy: a :class:`tritonrl.toolkit.acting.SnapshotPolicy` of the
         online network (f32, refreshed every ``sync_every`` updates), acting as :meth:`act` does
         with ``explore=True``: the expected Q of the snapshot for f32 observations (compiled on CUDA
@@ -1003,7 +1003,7 @@ class DQNAgent(AgentBase):
         # the compiled region is the snapshot's Q forward (a function of the observations alone)
         forward = Compiled(lambda x: self._q_of(policy.snapshot, x), mode, self.device)
 
-        def act(snapshot: nn.Module, obs: torch.Tensor) -> torch.Tensor:
+        def act(snapshot: QNetwork, obs: torch.Tensor) -> torch.Tensor:
             forward.step_begin()
             q = forward(obs.to(torch.float32))  # the f32 acting forward (a no-op cast on a CPU)
             action = self.epsilon_greedy(q.argmax(-1), self.epsilon())

@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import torch
 
 __all__ = ["ActingPolicy", "LearnerPolicy", "SnapshotPolicy", "check_sync_every"]
+
+M = TypeVar("M", bound=torch.nn.Module)
 
 
 @runtime_checkable
@@ -115,7 +117,7 @@ class LearnerPolicy:
         self.synced_at, self.syncs = state["synced_at"], state["syncs"]
 
 
-class SnapshotPolicy:
+class SnapshotPolicy(Generic[M]):
     """Acts from an f32 copy of ``learner``, refreshed every ``sync_every`` learner updates.
 
     The copy is made once (``copy.deepcopy``, cast to f32, no gradients); :meth:`sync` copies every
@@ -136,16 +138,16 @@ class SnapshotPolicy:
 
     def __init__(
         self,
-        learner: torch.nn.Module,
-        act: Callable[[torch.nn.Module, torch.Tensor], torch.Tensor],
+        learner: M,
+        act: Callable[[M, torch.Tensor], torch.Tensor],
         updates: Callable[[], int],
         *,
         sync_every: int = 1,
     ) -> None:
         self.sync_every = check_sync_every(sync_every)
         self.act, self.updates = act, updates
-        self.snapshot: torch.nn.Module = copy.deepcopy(learner).float().requires_grad_(False)
-        """The f32 acting copy of the learner."""
+        self.snapshot: M = copy.deepcopy(learner).float().requires_grad_(False)
+        """The f32 acting copy of the learner (of its class)."""
         self._dst = [*self.snapshot.parameters(), *self.snapshot.buffers()]
         self._src = [*learner.parameters(), *learner.buffers()]
         self.synced_at = 0
