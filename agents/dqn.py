@@ -69,6 +69,7 @@ from tritonrl.agents.td import (
     scalar_td_target,
 )
 from tritonrl.kernels.backend import backend_override
+from tritonrl.toolkit.acting import SnapshotPolicy
 from tritonrl.toolkit.agent import AgentBase, broadcast_modules_, join_ranks, rank_seed
 from tritonrl.toolkit.checkpoint import CheckpointError, check_module_tensors, load_into_module, section
 from tritonrl.toolkit.checks import ActionRule, InputGuard, check_config, check_memory
@@ -77,7 +78,7 @@ from tritonrl.toolkit.config import Config, resumable
 from tritonrl.toolkit.distributed import DistContext
 from tritonrl.toolkit.optim import MasterWeightOptimizer
 from tritonrl.toolkit.precision import training_dtype
-from tritonrl.toolkit.preset import Preset, find_preset
+from tritonrl.toolkit.preset import MarketPreset, Preset, find_preset
 from tritonrl.toolkit.replay import PrioritizedReplayBuffer, ReplayBatch, ReplayBuffer
 from tritonrl.toolkit.replay.buffer import STAGINGS
 from tritonrl.toolkit.training.offpolicy import schedule_for
@@ -988,6 +989,30 @@ class DQNAgent(AgentBase):
             self.icm_buffer = None
             self.icm_buffer = self._build_icm_buffer()
 
+    def acting_policy(self, sync_every: int = 1) -> SnapshotPolicy[QNetwork]:
+        """The collector's acting policy: a :class:`tritonrl.toolkit.acting.SnapshotPolicy` of the
+        online network (f32, refreshed every ``sync_every`` updates), acting as :meth:`act` does
+        with ``explore=True``: the expected Q of the snapshot for f32 observations (compiled on CUDA
+        as :meth:`act`'s forward), then :meth:`epsilon_greedy` with the agent's generator and
+        epsilon schedule (noisy layers: the noise as of the last sync). Reads nothing on the host.
+
+        Raises:
+            ValueError: ``sync_every`` is not a positive int.
+        """
+        mode = self.config.compile if self.device.type == "cuda" else "none"  # as act's forward
+        # the compiled region is the snapshot's Q forward (a function of the observations alone)
+        forward = Compiled(lambda x: self._q_of(policy.snapshot, x), mode, self.device)
+
+        def act(snapshot: QNetwork, obs: torch.Tensor) -> torch.Tensor:
+            forward.step_begin()
+            q = forward(obs.to(torch.float32))  # the f32 acting forward (a no-op cast on a CPU)
+            action = self.epsilon_greedy(q.argmax(-1), self.epsilon())
+            self.inputs.acted(action)  # passed back to observe unchanged: not checked again
+            return action
+
+        policy = SnapshotPolicy(self.online, act, lambda: self.updates, sync_every=sync_every)
+        return policy
+
 
 # ----------------------------------------------------------------------------- presets
 
@@ -995,11 +1020,38 @@ class DQNAgent(AgentBase):
 # steps on two seeds, and kept generic (no CartPole-only tricks such as reward scaling).
 _BASE = DQNConfig()
 
+# Every DQN-family preset on market data (--env market:...): a myopic discount (a position pays
+# over the next bar or two), a short exploration phase, frequent updates on large batches
+# (per-step rewards are log returns, mostly noise), C51's support fitted to log-return rewards
+# (the other presets ignore v_min/v_max) and n-step windows staged on the device. Tuned on
+# synthetic,ar=0.3 (3 seeds, 20k steps: test Sharpe 1.5 to 2.1, against 3.4 for the rule that
+# knows the planted AR(1)).
+_MARKET = MarketPreset(
+    overrides={
+        "gamma": 0.5,
+        "lr": 5e-4,
+        "batch_size": 256,
+        "learning_starts": 2_000,
+        "train_freq": 64,
+        "gradient_steps": 16,
+        "target_update_every": 250,
+        "eps_decay_steps": 10_000,
+        "eps_end": 0.02,
+        "v_min": -0.25,
+        "v_max": 0.25,
+        "replay_staging": "device",
+    },
+    default_num_envs=16,
+    default_steps=60_000,
+    default_eval_every=10_000,
+)
+
 
 def _preset(name: str, description: str, **switches: Any) -> Preset:
     """A DQN preset: ``_BASE`` with ``switches``, tagged with its name; the command line's defaults
     for every DQN preset are 4 environments, 50k steps and a greedy evaluation every 2,500 steps
-    (the run stops at the environment's solved score, e.g. 475 on CartPole-v1)."""
+    (the run stops at the environment's solved score, e.g. 475 on CartPole-v1), and on market
+    data :data:`_MARKET`'s."""
     return Preset(
         name,
         description,
@@ -1010,6 +1062,7 @@ def _preset(name: str, description: str, **switches: Any) -> Preset:
         default_num_envs=4,
         default_steps=50_000,
         default_eval_every=2_500,
+        market=_MARKET,
     )
 
 

@@ -84,7 +84,7 @@ from tritonrl.toolkit.config import Config, resumable
 from tritonrl.toolkit.distributed import DistContext
 from tritonrl.toolkit.optim import MasterWeightOptimizer
 from tritonrl.toolkit.precision import training_dtype
-from tritonrl.toolkit.preset import Preset, find_preset
+from tritonrl.toolkit.preset import MarketPreset, Preset, find_preset
 from tritonrl.toolkit.replay.rollout import RolloutBuffer, RunningMeanStd, compute_gae
 from tritonrl.toolkit.training.onpolicy import schedule_for
 
@@ -192,6 +192,13 @@ class PPOConfig(Config):
     def sequence_length(self) -> int:
         """Training sequence length of recurrent policies."""
         return self.seq_len or self.num_steps
+
+    @property
+    def action_kind(self) -> str:
+        """``"continuous"`` for the policies that drive a Box action (``continuous``, ``flow``),
+        else ``"discrete"``: the action kind an environment built for this config offers (a
+        market run's positions, :func:`tritonrl.toolkit.training.market.env_config_for`)."""
+        return "continuous" if self.policy in ("continuous", "flow") else "discrete"
 
 
 # The valid range of every numeric field (tritonrl.toolkit.checks.check_config; NaN and inf never pass).
@@ -977,9 +984,10 @@ class _GreedyPolicy:
 # ----------------------------------------------------------------------------- presets
 
 
-def _preset(name: str, description: str, config: PPOConfig, steps: int) -> Preset:
+def _preset(name: str, description: str, config: PPOConfig, steps: int, market: MarketPreset) -> Preset:
     """A PPO preset: 8 environments and a greedy evaluation every 10k steps by default; the
-    learning-rate annealing horizon ``total_steps`` follows the run's ``--steps``."""
+    learning-rate annealing horizon ``total_steps`` follows the run's ``--steps``; ``market``: its
+    overrides and defaults on market data."""
     return Preset(
         name,
         description,
@@ -991,7 +999,31 @@ def _preset(name: str, description: str, config: PPOConfig, steps: int) -> Prese
         default_steps=steps,
         default_eval_every=10_000,
         steps_field="total_steps",
+        market=market,
     )
+
+
+# PPO on market data (--env market:...): a myopic discount, returns scaled to O(1), no entropy
+# bonus. Tuned on synthetic,ar=0.3 (3 seeds, 80k steps: test Sharpe 3.0 to 3.3; gamma 0.9: 2.6 to 3.2).
+_MARKET = MarketPreset(
+    overrides={
+        "gamma": 0.5,
+        "gae_lambda": 0.9,
+        "num_steps": 64,
+        "lr": 3e-4,
+        "update_epochs": 4,
+        "num_minibatches": 4,
+        "ent_coef": 0.0,
+        "reward_scale": 10.0,
+    },
+    default_num_envs=16,
+    default_steps=100_000,
+    default_eval_every=10_000,
+)
+# continuous positions (the continuous and flow policies): a narrower initial Gaussian
+_MARKET_CONTINUOUS = replace(_MARKET, overrides={**_MARKET.overrides, "log_std_init": -0.5})
+# recurrent policies keep their rollout, which their seq_len divides
+_MARKET_MEMORY = replace(_MARKET, overrides={k: v for k, v in _MARKET.overrides.items() if k != "num_steps"})
 
 
 # Partially observed tasks: sequences of 32 steps; values on a small scale so the critic does not
@@ -1019,6 +1051,7 @@ PRESETS: tuple[Preset, ...] = (
         "PPO, categorical MLP policy (Discrete actions)",
         PPOConfig(policy="discrete", lr=1e-3),
         100_000,
+        _MARKET,
     ),
     # Pendulum-style continuous control: short horizon, rewards scaled to O(1) returns.
     _preset(
@@ -1038,14 +1071,18 @@ PRESETS: tuple[Preset, ...] = (
             total_steps=200_000,
         ),
         200_000,
+        _MARKET_CONTINUOUS,
     ),
-    _preset("ppo-lstm", "PPO with an LSTM memory (partially observed tasks)", _MEMORY, 200_000),
+    _preset(
+        "ppo-lstm", "PPO with an LSTM memory (partially observed tasks)", _MEMORY, 200_000, _MARKET_MEMORY
+    ),
     # The GRU twin of ppo-lstm: the same sizes and schedule.
     _preset(
         "ppo-gru",
         "PPO with a GRU memory (partially observed tasks)",
         replace(_MEMORY, policy="gru"),
         200_000,
+        _MARKET_MEMORY,
     ),
     _preset(
         "ppo-flow",
@@ -1065,6 +1102,7 @@ PRESETS: tuple[Preset, ...] = (
             total_steps=200_000,
         ),
         200_000,
+        _MARKET_CONTINUOUS,
     ),
     _preset(
         "ppo-mamba",
@@ -1083,6 +1121,7 @@ PRESETS: tuple[Preset, ...] = (
             total_steps=200_000,
         ),
         200_000,
+        _MARKET_MEMORY,
     ),
 )
 """The named presets; the command line's registry (:mod:`tritonrl.toolkit.cli.registry`) collects them."""

@@ -1,7 +1,8 @@
 """The agent protocol, and the checkpoint plumbing every agent family shares.
 
 :class:`Agent` is what :func:`tritonrl.toolkit.training.loop.run_training` drives: ``act``, ``observe``,
-``update``, ``state_dict``, ``load_state_dict`` and a ``config``. Any object with those works.
+``update``, ``state_dict``, ``load_state_dict`` and a ``config``, plus ``acting_policy`` for the
+device collector (:mod:`tritonrl.toolkit.acting`). Any object with those works.
 
 :class:`AgentBase` is the one home of the plumbing around an algorithm (in the spirit of
 Stable-Baselines3's ``common/base_class.py``): save and load, and the deferred input checks.
@@ -43,6 +44,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 import gymnasium as gym
 import torch
 from tritonrl.toolkit import distributed
+from tritonrl.toolkit.acting import ActingPolicy, LearnerPolicy
 from tritonrl.toolkit.checkpoint import (
     CheckpointError,
     agent_state,
@@ -84,7 +86,8 @@ their reseeds after :data:`RESEED_STRIDE` steps, do not meet)."""
 
 @runtime_checkable
 class Agent(Protocol):
-    """What the shared loop drives (:func:`tritonrl.toolkit.training.loop.run_training`).
+    """What the shared loop (:func:`tritonrl.toolkit.training.loop.run_training`) and the collector
+    (:class:`tritonrl.toolkit.training.collector.Collector`, through :meth:`acting_policy`) drive.
 
     Optional extras the loop uses when present: ``eval_policy()`` (a greedy policy with its own
     memory), ``check_inputs()`` (deferred input checks), ``check_state_dict(state)`` (validate a
@@ -114,6 +117,11 @@ class Agent(Protocol):
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict` output (checked before anything changes)."""
+        ...
+
+    def acting_policy(self, sync_every: int = 1) -> ActingPolicy:
+        """The policy a collector acts with (:mod:`tritonrl.toolkit.acting`): an f32 snapshot
+        refreshed every ``sync_every`` learner updates, or the learner itself."""
         ...
 
 
@@ -471,3 +479,9 @@ class AgentBase(abc.ABC):
             ) from None
         agent.load_state_dict(state, where=where)
         return agent
+
+    def acting_policy(self, sync_every: int = 1) -> ActingPolicy:
+        """The policy a collector acts with: by default the learner itself
+        (:class:`tritonrl.toolkit.acting.LearnerPolicy`, ``act``; ``sync_every`` is unused). An
+        agent that acts from a snapshot overrides it."""
+        return LearnerPolicy(self)

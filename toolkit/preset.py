@@ -1,5 +1,6 @@
 """The preset record: a named agent configuration, the agent class it builds, the schedule of the
-shared loop that drives it and the command line's defaults.
+shared loop that drives it and the command line's defaults (and, in :class:`MarketPreset`, what a
+market run changes in them).
 
 Each agent module lists its presets in a ``PRESETS`` tuple of :class:`Preset`; the command line's
 registry (:mod:`tritonrl.toolkit.cli.registry`) collects them. The record lives in the core so that
@@ -10,14 +11,46 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tritonrl.toolkit.config import apply_overrides
 
-__all__ = ["KINDS", "Preset", "find_preset"]
+__all__ = ["KINDS", "MarketPreset", "Preset", "find_preset"]
 
 KINDS = ("offpolicy", "onpolicy")
+
+
+def _check_defaults(owner: str, record: Any) -> None:
+    """Raise ``ValueError`` unless ``record``'s CLI defaults are ints of at least 1 environment, 1
+    step and a 0 evaluation interval."""
+    for what, lo in (("default_num_envs", 1), ("default_steps", 1), ("default_eval_every", 0)):
+        value = getattr(record, what)
+        if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+            raise ValueError(f"{owner}: {what} must be an int >= {lo}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class MarketPreset:
+    """What a market run (``--env market:...``) changes in a preset: agent config overrides and
+    the command line's defaults. A preset declares its own (:attr:`Preset.market`); one without
+    gets this record's defaults and no overrides.
+
+    Raises:
+        ValueError: a default below its minimum (1 environment, 1 step, 0 evaluation interval).
+    """
+
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+    """Agent config fields set before the user's ``--set``."""
+    default_num_envs: int = 16
+    """Environments when ``--num-envs`` is not given."""
+    default_steps: int = 100_000
+    """Environment steps when ``--steps`` is not given."""
+    default_eval_every: int = 10_000
+    """Validation-period evaluation interval when ``--eval-every`` is not given."""
+
+    def __post_init__(self) -> None:
+        _check_defaults("market preset", self)
 
 
 @dataclass(frozen=True)
@@ -42,11 +75,15 @@ class Preset:
             ``reward_threshold`` (its "solved" score) is reached, unless ``--target-return`` is given.
         steps_field: the config field that follows the run's length (``--steps``), such as PPO's
             ``total_steps`` (the learning-rate annealing horizon); ``None``: none does.
+        market: the preset's overrides and defaults on market data (:class:`MarketPreset`, read by
+            :func:`tritonrl.toolkit.training.market.market_preset`); ``None``: the generic ones.
 
     Raises:
-        ValueError: an empty name, an unknown ``kind``, a ``steps_field`` the config lacks, or a
-            default below its minimum (1 environment, 1 step, 0 evaluation interval).
-        TypeError: ``agent`` or ``schedule`` is not callable, or ``config`` not a dataclass instance.
+        ValueError: an empty name, an unknown ``kind``, a ``steps_field`` or a market override the
+            config lacks, or a default below its minimum (1 environment, 1 step, 0 evaluation
+            interval).
+        TypeError: ``agent`` or ``schedule`` is not callable, ``config`` not a dataclass instance,
+            or ``market`` neither a :class:`MarketPreset` nor ``None``.
     """
 
     name: str
@@ -59,6 +96,7 @@ class Preset:
     default_steps: int = 100_000
     default_eval_every: int = 0
     steps_field: str | None = None
+    market: MarketPreset | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -75,17 +113,25 @@ class Preset:
                 f"preset {self.name!r}: config must be a config dataclass instance, got "
                 f"{type(self.config).__name__}"
             )
-        if self.steps_field is not None and self.steps_field not in {
-            f.name for f in dataclasses.fields(self.config)
-        }:
+        names = {f.name for f in dataclasses.fields(self.config)}
+        if self.steps_field is not None and self.steps_field not in names:
             raise ValueError(
                 f"preset {self.name!r}: steps_field={self.steps_field!r} is not a field of "
                 f"{type(self.config).__name__}"
             )
-        for what, lo in (("default_num_envs", 1), ("default_steps", 1), ("default_eval_every", 0)):
-            value = getattr(self, what)
-            if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-                raise ValueError(f"preset {self.name!r}: {what} must be an int >= {lo}, got {value!r}")
+        _check_defaults(f"preset {self.name!r}", self)
+        if self.market is not None:
+            if not isinstance(self.market, MarketPreset):
+                raise TypeError(
+                    f"preset {self.name!r}: market must be a MarketPreset or None, got "
+                    f"{type(self.market).__name__}"
+                )
+            unknown = sorted(k for k in self.market.overrides if k not in names)
+            if unknown:
+                raise ValueError(
+                    f"preset {self.name!r}: market overrides {unknown} are not fields of "
+                    f"{type(self.config).__name__}"
+                )
 
     def configure(
         self,

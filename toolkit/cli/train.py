@@ -9,10 +9,9 @@
 
 ``--env market:SOURCE`` trains on market data (``synthetic[,ar=F,...]``, ``googl``, ``eurusd``,
 ``csv=PATH``) with the preset's market overrides, ``--set env.FIELD=VALUE`` for the trading rules,
-the device experience collector stepping the env (``--set icm=true``: the plain ``act`` /
-``observe`` path, with a notice), evaluation on the validation period and, at the end, the
-test-period report printed and saved (``test_report.json``, ``equity.png``): see
-:mod:`tritonrl.toolkit.training.market`.
+the device experience collector stepping the env (every agent, ICM included), evaluation on the
+validation period and, at the end, the test-period report printed and saved
+(``test_report.json``, ``equity.png``): see :mod:`tritonrl.toolkit.training.market`.
 
 Each run writes ``metrics.csv``, TensorBoard files, ``checkpoint.safetensors`` and ``curve.png``
 into ``--run-dir`` (default ``runs/<agent>-<env>-s<seed>``). ``--resume`` continues from that
@@ -77,6 +76,7 @@ import os
 import signal
 import sys
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -223,6 +223,31 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+@dataclass
+class _Plan:
+    """What ``train``'s flags resolve to before anything is built (this rank's share)."""
+
+    spec: Any
+    """The preset (:class:`tritonrl.toolkit.preset.Preset`)."""
+    overrides: dict[str, str]
+    """``--set`` items for the agent config (``env.*`` ones aside)."""
+    market: bool
+    defaults: Any
+    """Where the CLI's defaults come from: the preset, or its market ones
+    (:class:`~tritonrl.toolkit.preset.MarketPreset`)."""
+    device: torch.device
+    steps: int
+    eval_every: int
+    target_return: float | None
+    local_envs: int
+    """This rank's environments."""
+    env_seed: int
+    run_dir: Path
+    ckpt: Path
+    meta: tuple[tuple[str, str], ...]
+    """The run's identity in the checkpoint (agent, env, environments, market env config)."""
+
+
 def _build(args: argparse.Namespace, ctx: Any) -> tuple[Any, Any, Any, Any, Any, Any]:
     """The preset, agent, env, schedule, loop config and (``--env market:...``) the market run's
     parts (:class:`tritonrl.toolkit.training.market.MarketRun`, else ``None``) of this rank
@@ -231,20 +256,52 @@ def _build(args: argparse.Namespace, ctx: Any) -> tuple[Any, Any, Any, Any, Any,
     Raises:
         UsageError: any bad argument (before anything is written), on every rank alike.
     """
+    from tritonrl.toolkit.distributed import on_main
+
+    plan = _plan(args, ctx)
+    # rank 0 reads the run folder (the other ranks may be on nodes without it) and tells them
+    saved_config, saved_meta = on_main(ctx, lambda: _read_saved(args, plan))
+    # a market run starts from the preset's market overrides; a resumed one from its checkpoint
+    build_overrides: dict[str, Any] = plan.overrides
+    if plan.market and saved_config is None:
+        build_overrides = {**plan.defaults.overrides, **plan.overrides}
+    env, run = _make_env(args, plan, build_overrides, saved_config, saved_meta)
+    agent = _make_agent(args, ctx, plan, env, build_overrides, saved_config)
+    if run is not None:
+        from tritonrl.toolkit.training.market import market_collector
+
+        try:
+            run.collector = market_collector(agent, env, sync_every=1)
+        except (ValueError, TypeError) as exc:
+            env.close()
+            raise UsageError(f"agent {args.agent!r} on {args.env}: {exc}") from None
+    try:
+        schedule = plan.spec.schedule(agent)
+        cfg = _loop_config(args, plan)
+    except ValueError as exc:  # UsageError included; LoopConfig repeats _validate's checks
+        env.close()
+        raise UsageError(str(exc)) from None
+    try:  # last: the only check that writes (and it leaves nothing behind); rank 0's folder
+        on_main(ctx, lambda: probe_run_dir(plan.run_dir))
+    except UsageError:
+        env.close()
+        raise
+    return plan.spec, agent, env, schedule, cfg, run
+
+
+def _plan(args: argparse.Namespace, ctx: Any) -> _Plan:
+    """Check the flags (the same on every rank, each in its range) and resolve them: the preset,
+    its defaults (the market ones on market data), the device, this rank's environments.
+
+    Raises:
+        UsageError: the first bad flag, an unknown agent, ``--set env.*`` without a market env, or
+            a ``--num-envs`` the world size does not divide.
+    """
     import gymnasium as gym
-    from tritonrl.toolkit.checkpoint import (
-        CheckpointError,
-        brief,
-        load_checkpoint,
-        section,
-        training_sections,
-    )
     from tritonrl.toolkit.cli.registry import get_agent
-    from tritonrl.toolkit.config import config_changes, fixed_changes, format_change
-    from tritonrl.toolkit.distributed import DistributedError, on_main
-    from tritonrl.toolkit.envs.vector import make_vec_env
-    from tritonrl.toolkit.training.loop import CHECKPOINT_NAME, LoopConfig
-    from tritonrl.toolkit.training.market import MarketPreset, is_market, market_preset, split_overrides
+    from tritonrl.toolkit.distributed import DistributedError
+    from tritonrl.toolkit.training.loop import CHECKPOINT_NAME
+    from tritonrl.toolkit.training.market import is_market, market_preset, split_overrides
 
     try:
         ctx.check_same("the command line", _flags(args))
@@ -276,68 +333,127 @@ def _build(args: argparse.Namespace, ctx: Any) -> tuple[Any, Any, Any, Any, Any,
         local_envs = ctx.shard(num_envs, "--num-envs")  # this rank's environments
     except DistributedError as exc:
         raise UsageError(str(exc)) from None
-    env_seed = args.seed + ctx.rank * local_envs
     run_dir = Path(args.run_dir) if args.run_dir is not None else _default_run_dir(args)
-    ckpt = run_dir / CHECKPOINT_NAME
-    meta: tuple[tuple[str, str], ...] = (
-        ("agent", args.agent),
-        ("env", args.env),
-        ("num_envs", str(num_envs)),
+    return _Plan(
+        spec=spec,
+        overrides=overrides,
+        market=market,
+        defaults=defaults,
+        device=device,
+        steps=steps,
+        eval_every=eval_every,
+        target_return=target_return,
+        local_envs=local_envs,
+        env_seed=args.seed + ctx.rank * local_envs,
+        run_dir=run_dir,
+        ckpt=run_dir / CHECKPOINT_NAME,
+        meta=(("agent", args.agent), ("env", args.env), ("num_envs", str(num_envs))),
     )
 
-    def read_saved() -> tuple[dict[str, Any] | None, dict[str, Any]]:
-        """Rank 0: the saved agent config and identity (``None, {}`` without a checkpoint)."""
-        if not check_no_overwrite(ckpt, args.resume):
-            return None, {}
-        try:  # the run's config is the saved one, this command's --set on top (see docs: Training)
-            # the header alone: the run loads the whole checkpoint once, when it resumes
-            saved = training_sections(load_checkpoint(ckpt, tensors=False), str(ckpt))
-            saved_config = section(saved["agent"], "config", str(ckpt), "the agent config")
-        except CheckpointError as exc:
-            raise UsageError(str(exc)) from None
-        for key, value in meta:
-            if saved["meta"].get(key) != value:
-                raise UsageError(
-                    f"{ckpt} was made with {key}={brief(saved['meta'].get(key), 60)}, "
-                    f"this run has {key}={value!r}"
-                )
-        if not isinstance(saved_config, dict):
-            raise UsageError(f"{ckpt}: the agent config is a {type(saved_config).__name__}, not a dict")
-        return saved_config, dict(saved["meta"])
 
-    # rank 0 reads the run folder (the other ranks may be on nodes without it) and tells them
-    saved_config, saved_meta = on_main(ctx, read_saved)
-    # a market run starts from the preset's market overrides; a resumed one from its checkpoint
-    build_overrides = overrides
-    if isinstance(defaults, MarketPreset) and saved_config is None:
-        build_overrides = {**defaults.overrides, **overrides}
-    run = None
-    try:
-        if market:
-            run = _market_run(
-                args, spec, build_overrides, saved_config, steps, local_envs, device, seed=env_seed
+def _read_saved(args: argparse.Namespace, plan: _Plan) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """Rank 0: the saved agent config and identity (``None, {}`` without a checkpoint to resume).
+
+    Raises:
+        UsageError: a checkpoint that ``--resume`` was not given for, that cannot be read, or that
+            was made with another agent, env or number of environments.
+    """
+    from tritonrl.toolkit.checkpoint import (
+        CheckpointError,
+        brief,
+        load_checkpoint,
+        section,
+        training_sections,
+    )
+
+    ckpt = plan.ckpt
+    if not check_no_overwrite(ckpt, args.resume):
+        return None, {}
+    try:  # the run's config is the saved one, this command's --set on top (see docs: Training)
+        # the header alone: the run loads the whole checkpoint once, when it resumes
+        saved = training_sections(load_checkpoint(ckpt, tensors=False), str(ckpt))
+        saved_config = section(saved["agent"], "config", str(ckpt), "the agent config")
+    except CheckpointError as exc:
+        raise UsageError(str(exc)) from None
+    for key, value in plan.meta:
+        if saved["meta"].get(key) != value:
+            raise UsageError(
+                f"{ckpt} was made with {key}={brief(saved['meta'].get(key), 60)}, "
+                f"this run has {key}={value!r}"
             )
-            env = run.env
-            meta += (("market_env", json.dumps(run.env_config.to_dict(), sort_keys=True)),)
-            if saved_config is not None and saved_meta.get("market_env") != meta[-1][1]:
-                env.close()
-                raise UsageError(
-                    f"{ckpt} was made with the market env {saved_meta.get('market_env')}, this run "
-                    f"has {meta[-1][1]} (--set env.* must match the checkpoint's)"
-                )
-        else:
-            env = make_vec_env(args.env, local_envs, env_seed, device=device)
+    if not isinstance(saved_config, dict):
+        raise UsageError(f"{ckpt}: the agent config is a {type(saved_config).__name__}, not a dict")
+    return saved_config, dict(saved["meta"])
+
+
+def _make_env(
+    args: argparse.Namespace,
+    plan: _Plan,
+    overrides: dict[str, Any],
+    saved_config: dict[str, Any] | None,
+    saved_meta: dict[str, Any],
+) -> tuple[Any, Any]:
+    """This rank's vector env and, on market data, the market run's parts (else ``None``); a
+    market env's config joins ``plan.meta`` (and must be the checkpoint's on a resume).
+
+    Raises:
+        UsageError: an unknown env, a missing extra, a bad market source or env field, or a
+            market env other than the checkpoint's.
+    """
+    from tritonrl.toolkit.envs.vector import make_vec_env
+
+    try:
+        if not plan.market:
+            return make_vec_env(args.env, plan.local_envs, plan.env_seed, device=plan.device), None
+        run = _market_run(
+            args,
+            plan.spec,
+            overrides,
+            saved_config,
+            plan.steps,
+            plan.local_envs,
+            plan.device,
+            seed=plan.env_seed,
+        )
+        env_json = json.dumps(run.env_config.to_dict(), sort_keys=True)
+        plan.meta += (("market_env", env_json),)
+        if saved_config is not None and saved_meta.get("market_env") != env_json:
+            run.env.close()
+            raise UsageError(
+                f"{plan.ckpt} was made with the market env {saved_meta.get('market_env')}, this run "
+                f"has {env_json} (--set env.* must match the checkpoint's)"
+            )
     except ValueError as exc:  # UsageError included
         raise UsageError(str(exc)) from None
+    return run.env, run
+
+
+def _make_agent(
+    args: argparse.Namespace,
+    ctx: Any,
+    plan: _Plan,
+    env: Any,
+    overrides: dict[str, Any],
+    saved_config: dict[str, Any] | None,
+) -> Any:
+    """The agent of this rank; on a resume, its config is the saved one with ``--set`` on top, and
+    rank 0 says which changes it applies and which fields the checkpoint predates.
+
+    Raises:
+        UsageError: a bad config key or value, a space the agent cannot drive, or a resume that
+            changes a fixed field (the env is closed first).
+    """
+    from tritonrl.toolkit.config import config_changes, fixed_changes, format_change
+
     try:
-        agent = spec.build(
+        agent = plan.spec.build(
             env.single_observation_space,
             env.single_action_space,
-            num_envs=local_envs,
-            device=device,
+            num_envs=plan.local_envs,
+            device=plan.device,
             seed=args.seed,
-            total_steps=steps,
-            overrides=build_overrides,
+            total_steps=plan.steps,
+            overrides=overrides,
             config=saved_config,
             dist=ctx,
         )
@@ -345,68 +461,55 @@ def _build(args: argparse.Namespace, ctx: Any) -> tuple[Any, Any, Any, Any, Any,
     except (ValueError, TypeError) as exc:
         env.close()
         raise UsageError(f"agent {args.agent!r} on {args.env}: {exc}") from None
-    if before is not None:
-        fixed = fixed_changes(before, agent.config)
-        if fixed:
-            env.close()
-            listed = ", ".join(format_change(k, *v) for k, v in fixed.items())
-            raise UsageError(f"--resume cannot change {listed}: start a new run")
-        # --set changes are reported; PPO's total_steps follows --steps, which the user just typed
-        changes = {k: v for k, v in config_changes(before, agent.config).items() if k in overrides}
-        if changes and ctx.is_main:
-            print(
-                "resume: applying " + ", ".join(format_change(k, *v) for k, v in changes.items()),
-                file=sys.stderr,
-            )
-        # resumable fields newer than the checkpoint take their defaults: say which
-        assert saved_config is not None  # before is built from it
-        absent = [k for k in agent.config.to_dict() if k not in saved_config and k not in overrides]
-        if absent and ctx.is_main:
-            print(
-                "resume: the checkpoint predates "
-                + ", ".join(f"{k} (using {getattr(agent.config, k)!r})" for k in absent),
-                file=sys.stderr,
-            )
-    if run is not None:
-        from tritonrl.toolkit.training.market import market_collector
-
-        try:
-            run.collector = market_collector(agent, env, sync_every=1)
-        except (ValueError, TypeError) as exc:
-            env.close()
-            raise UsageError(f"agent {args.agent!r} on {args.env}: {exc}") from None
-        if run.collector is None and ctx.is_main:
-            print(
-                "notice: icm=True: the device collector does not feed ICM's replay; this run steps "
-                "through agent.act / agent.observe",
-                file=sys.stderr,
-            )
-    try:
-        schedule = spec.schedule(agent)
-        cfg = LoopConfig(
-            total_steps=steps,
-            seed=args.seed,
-            run_dir=str(run_dir),
-            log_every=args.log_every,
-            eval_every=eval_every,
-            eval_episodes=args.eval_episodes,
-            target_return=target_return,
-            checkpoint_every=args.checkpoint_every,
-            checkpoint_seconds=60.0 * args.checkpoint_minutes,
-            resume=args.resume,
-            progress=not args.no_progress,
-            tensorboard=not args.no_tensorboard,
-            meta=meta,
+    if before is None:
+        return agent
+    assert saved_config is not None  # before is built from it
+    fixed = fixed_changes(before, agent.config)
+    if fixed:
+        env.close()
+        listed = ", ".join(format_change(k, *v) for k, v in fixed.items())
+        raise UsageError(f"--resume cannot change {listed}: start a new run")
+    # --set changes are reported; PPO's total_steps follows --steps, which the user just typed
+    changes = {k: v for k, v in config_changes(before, agent.config).items() if k in plan.overrides}
+    if changes and ctx.is_main:
+        print(
+            "resume: applying " + ", ".join(format_change(k, *v) for k, v in changes.items()),
+            file=sys.stderr,
         )
-    except ValueError as exc:  # UsageError included; LoopConfig repeats _validate's checks
-        env.close()
-        raise UsageError(str(exc)) from None
-    try:  # last: the only check that writes (and it leaves nothing behind); rank 0's folder
-        on_main(ctx, lambda: probe_run_dir(run_dir))
-    except UsageError:
-        env.close()
-        raise
-    return spec, agent, env, schedule, cfg, run
+    # resumable fields newer than the checkpoint take their defaults: say which
+    absent = [k for k in agent.config.to_dict() if k not in saved_config and k not in plan.overrides]
+    if absent and ctx.is_main:
+        print(
+            "resume: the checkpoint predates "
+            + ", ".join(f"{k} (using {getattr(agent.config, k)!r})" for k in absent),
+            file=sys.stderr,
+        )
+    return agent
+
+
+def _loop_config(args: argparse.Namespace, plan: _Plan) -> Any:
+    """The :class:`tritonrl.toolkit.training.loop.LoopConfig` of the run.
+
+    Raises:
+        ValueError: a setting out of its range (``_validate`` checked them first).
+    """
+    from tritonrl.toolkit.training.loop import LoopConfig
+
+    return LoopConfig(
+        total_steps=plan.steps,
+        seed=args.seed,
+        run_dir=str(plan.run_dir),
+        log_every=args.log_every,
+        eval_every=plan.eval_every,
+        eval_episodes=args.eval_episodes,
+        target_return=plan.target_return,
+        checkpoint_every=args.checkpoint_every,
+        checkpoint_seconds=60.0 * args.checkpoint_minutes,
+        resume=args.resume,
+        progress=not args.no_progress,
+        tensorboard=not args.no_tensorboard,
+        meta=plan.meta,
+    )
 
 
 def _market_run(

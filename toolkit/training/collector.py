@@ -2,160 +2,113 @@
 
 :class:`Collector` drives any vector environment whose ``step_transition(actions)`` returns a
 :class:`tritonrl.toolkit.envs.vector.Transition` of tensors on the agent's device (``MarketEnv``, or your
-own), and feeds the agent:
+own), and feeds any agent of the agent protocol (:class:`tritonrl.toolkit.agent.Agent`) the same way:
 
-- **DQN family**: acting runs from an **f32 snapshot** of the learner's online network.
-  :meth:`Collector.sync` copies the learner's weights (``training_dtype``: bf16 on accelerators)
-  into it, the one boundary cast; :meth:`Collector.step` calls it when at least ``sync_every``
-  learner updates happened since the last one (it compares ``agent.updates``, a Python int).
-  Exploration is the agent's: epsilon-greedy with the agent's generator and epsilon schedule
-  (:meth:`DQNAgent.epsilon_greedy`), or the noisy layers' noise as of the last sync. Transitions go
-  straight into ``agent.buffer`` (``agent.observe`` is bypassed; the agent's ``env_steps`` counter
-  advances and its input guard checks rewards and next observations, deferred on accelerators).
-  With the buffer in device staging (``replay_staging="device"``, the accelerator default of
-  ``"auto"``) nothing in a step reads a tensor value on the host; with host staging the buffer
-  reads rewards and done flags on the host (free on a CPU, a sync per step on an accelerator).
-- **PPO family**: through ``agent.act`` / ``agent.observe`` (device-only already), with the
-  learner's own weights: PPO's importance ratio ``pi_new(a|s) / pi_old(a|s)`` needs the log-probs
-  of the policy that acted, and the clipped objective assumes that policy is the learner at the
-  rollout's start; acting from a separately cast snapshot would make ``pi_old`` a different
-  (rounded) policy than the one the ratio is taken against. The rollout holds one update's data,
-  so there is nothing to sync. (On a CPU, ``observe`` reads the CPU truncation flags to skip the
-  bootstrap critic when nothing was truncated, free there; flags on an accelerator are not read.)
+1. ``policy(obs)``: the agent's acting policy (``agent.acting_policy(sync_every)``, a
+   :class:`tritonrl.toolkit.acting.ActingPolicy`) acts on the env's observations. An off-policy
+   agent (the DQN family) acts from an **f32 snapshot** of its learner, refreshed once at least
+   ``sync_every`` learner updates happened since the last refresh (the one export cast, see
+   :class:`~tritonrl.toolkit.acting.SnapshotPolicy`), with its own exploration; an on-policy
+   agent (PPO) acts with the learner (:class:`~tritonrl.toolkit.acting.LearnerPolicy`: its
+   importance ratio needs the policy that acted to be the learner);
+2. ``env.step_transition(actions)``;
+3. ``agent.observe(obs, actions, reward, next_obs, terminated, truncated)``: the agent stores the
+   step as it always does (input checks, ICM's intrinsic reward, replay or rollout, counters).
 
-Observations enter the f32 snapshot as f32 (the env's features are in the training dtype; the
-acting forward upcasts them, a no-op on a CPU). ICM agents are refused (use ``agent.observe``).
+Nothing in a step reads a tensor value on the host when the agent's own ``observe`` reads none:
+the DQN family with its replay in device staging (``replay_staging="device"``, the accelerator
+default of ``"auto"``; host staging reads rewards and done flags, free on a CPU), PPO on an
+accelerator (on a CPU its ``observe`` reads the CPU truncation flags, free there).
 """
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import torch
-from tritonrl.toolkit.compile import Compiled
+from tritonrl.toolkit.acting import ActingPolicy, check_sync_every
 from tritonrl.toolkit.envs.vector import Transition
 
 __all__ = ["Collector"]
 
 
 class Collector:
-    """Step ``env`` with ``agent``'s policy and store what happens (see the module docstring).
+    """Step ``env`` with ``agent``'s acting policy and let the agent store what happens (see the
+    module docstring).
 
     Args:
-        agent: a :class:`tritonrl.agents.dqn.DQNAgent` or :class:`tritonrl.agents.ppo.PPOAgent` built
-            for ``env.num_envs`` environments on ``env.device``.
+        agent: an agent of the agent protocol (``acting_policy``, ``observe``; its ``num_envs``
+            and ``device``, where it has them, must be the env's), built for ``env.num_envs``
+            environments on ``env.device``.
         env: a vector environment with ``num_envs``, ``device``, ``obs`` (the observations to act
             on next, ``None`` before the first reset), ``reset()`` and
             ``step_transition(actions) -> Transition``, all tensors on ``env.device``.
-        sync_every: learner updates between two refreshes of the f32 acting snapshot (DQN
-            family; ignored for PPO).
+        sync_every: learner updates between two refreshes of an acting snapshot (ignored by a
+            policy that acts with the learner).
 
     Raises:
-        TypeError: ``agent`` is neither a DQN nor a PPO agent.
-        ValueError: ``sync_every`` is not a positive int, the env's number of environments or
-            device differs from the agent's, or the DQN agent has ICM on.
+        TypeError: ``agent`` has no ``acting_policy`` or ``observe``.
+        ValueError: ``sync_every`` is not a positive int, or the env's number of environments or
+            device differs from the agent's.
     """
 
     def __init__(self, agent: Any, env: Any, *, sync_every: int = 1) -> None:
-        if not isinstance(sync_every, int) or isinstance(sync_every, bool) or sync_every < 1:
-            raise ValueError(f"sync_every must be a positive int, got {sync_every!r}")
-        # the agent's family by its checkpoint kind (the toolkit never imports tritonrl.agents)
-        self.kind = getattr(agent, "kind", None)
-        if self.kind not in ("dqn", "ppo"):
-            raise TypeError(f"agent must be a DQNAgent or a PPOAgent, got {type(agent).__name__}")
-        if int(env.num_envs) != agent.num_envs:
-            raise ValueError(f"env has {env.num_envs} environments, the agent was built for {agent.num_envs}")
-        if torch.device(env.device) != agent.device:
-            raise ValueError(f"env tensors live on {env.device}, the agent on {agent.device}")
+        check_sync_every(sync_every)
+        make = getattr(agent, "acting_policy", None)
+        if not callable(make) or not callable(getattr(agent, "observe", None)):
+            raise TypeError(
+                "agent must follow the agent protocol (tritonrl.toolkit.agent.Agent: acting_policy, "
+                f"observe, ...), got {type(agent).__name__}"
+            )
+        num_envs = getattr(agent, "num_envs", None)
+        if num_envs is not None and int(env.num_envs) != num_envs:
+            raise ValueError(f"env has {env.num_envs} environments, the agent was built for {num_envs}")
+        device = getattr(agent, "device", None)
+        if device is not None and torch.device(env.device) != torch.device(device):
+            raise ValueError(f"env tensors live on {env.device}, the agent on {device}")
         self.agent, self.env, self.sync_every = agent, env, sync_every
-        self.syncs = 0
-        """How many times :meth:`sync` ran (construction included)."""
-        self._synced_at = 0
-        self.snapshot: torch.nn.Module | None = None
-        """DQN family: the f32 acting copy of ``agent.online`` (``None`` for PPO)."""
-        if self.kind == "dqn":
-            if agent.icm_module is not None:
-                raise ValueError("the collector does not feed ICM's replay: use agent.act / agent.observe")
-            snapshot = copy.deepcopy(agent.online).float().requires_grad_(False)  # built once
-            self.snapshot = snapshot
-            self._dst = [*snapshot.parameters(), *snapshot.buffers()]
-            self._src = [*agent.online.parameters(), *agent.online.buffers()]
-            mode = agent.config.compile if agent.device.type == "cuda" else "none"  # as DQNAgent.act
-            self._act_q = Compiled(self._snapshot_q, mode, agent.device)
-            self.sync()
+        self.policy: ActingPolicy = make(sync_every)
+        """The agent's acting policy (built once, synced at construction when it has a snapshot)."""
 
-    # ------------------------------------------------------------------ the snapshot
+    @property
+    def syncs(self) -> int:
+        """How many times the acting policy synced with the learner (construction included)."""
+        return self.policy.syncs
 
-    @torch.no_grad()
+    @property
+    def snapshot(self) -> torch.nn.Module | None:
+        """The acting policy's f32 snapshot, ``None`` when the learner acts."""
+        return getattr(self.policy, "snapshot", None)
+
     def sync(self) -> None:
-        """Copy the learner's online weights (and buffers: noise, norms) into the f32 snapshot:
-        the one cast between learner and actor. No-op for PPO (it acts with the learner)."""
-        if self.snapshot is None:
-            return
-        for dst, src in zip(self._dst, self._src, strict=True):
-            dst.copy_(src)
-        self._synced_at = self.agent.updates
-        self.syncs += 1
-
-    def _snapshot_q(self, x: torch.Tensor) -> torch.Tensor:
-        """Expected Q (f32) of the snapshot for f32 observations (the acting forward)."""
-        assert self.snapshot is not None  # DQN family only
-        return self.agent._q_of(self.snapshot, x)
-
-    # ------------------------------------------------------------------ stepping
-
-    @torch.no_grad()
-    def _act_dqn(self, obs: torch.Tensor) -> torch.Tensor:
-        agent = self.agent
-        if agent.updates - self._synced_at >= self.sync_every:
-            self.sync()
-        self._act_q.step_begin()
-        q = self._act_q(obs.to(torch.float32))  # the f32 acting forward (a no-op cast on a CPU)
-        return agent.epsilon_greedy(q.argmax(-1), agent.epsilon())
+        """Refresh the acting policy from the learner now (as after a resume without a saved
+        collector state); a no-op when the learner acts."""
+        self.policy.sync()
 
     def step(self) -> Transition:
         """One vector step: act on ``env.obs`` (resetting the env first if it has none), step the
-        env, store the transition, count ``num_envs`` env steps in the agent.
+        env, ``agent.observe`` the transition.
 
         Returns:
             the env's :class:`~tritonrl.toolkit.envs.vector.Transition` (device tensors).
 
         Raises:
             RuntimeError: PPO's rollout is full (call ``agent.update()`` first).
-            ValueError: from the replay buffer or the env: wrong shapes or dtypes.
+            ValueError: from the agent or the env: wrong shapes, dtypes or values.
         """
-        agent, env = self.agent, self.env
+        env = self.env
         obs = env.obs
         if obs is None:
             obs, _ = env.reset()
-        if self.kind == "ppo":
-            action = agent.act(obs)
-            t = env.step_transition(action)
-            agent.observe(obs, action, t.reward, t.next_obs, t.terminated, t.truncated)
-            return t
-        action = self._act_dqn(obs)
+        action = self.policy(obs)
         t = env.step_transition(action)
-        agent.inputs.reward("observe", t.reward)  # deferred device flags on an accelerator
-        agent.inputs.obs("observe", "next_obs", t.next_obs)
-        agent.buffer.add(obs, action, t.reward, t.next_obs, t.terminated, t.truncated)
-        agent.env_steps += agent.num_envs * agent.dist.world_size  # global, as DQNAgent.observe counts
+        self.agent.observe(obs, action, t.reward, t.next_obs, t.terminated, t.truncated)
         return t
 
-    # ------------------------------------------------------------------ state
-
     def state_dict(self) -> dict[str, Any]:
-        """``sync_every``, the update count of the last sync, the sync count and (DQN family) the
-        snapshot's tensors, so that a resumed collector acts exactly as before (the learner has
-        moved on since the last sync: the snapshot cannot be rebuilt from it)."""
-        state: dict[str, Any] = {
-            "sync_every": self.sync_every,
-            "synced_at": self._synced_at,
-            "syncs": self.syncs,
-        }
-        if self.snapshot is not None:
-            state["snapshot"] = {k: v.detach().clone() for k, v in self.snapshot.state_dict().items()}
-        return state
+        """``sync_every`` and the acting policy's state (``synced_at``, ``syncs`` and, for a
+        snapshot, its tensors as ``snapshot``), so that a resumed collector acts exactly as before."""
+        return {"sync_every": self.sync_every, **self.policy.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore from :meth:`state_dict` (the ``sync_every`` of this collector is kept).
@@ -163,20 +116,4 @@ class Collector:
         Raises:
             ValueError: a missing or mistyped entry, or a snapshot of other shapes; nothing changed.
         """
-        for key in ("synced_at", "syncs"):
-            value = state.get(key)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ValueError(f"collector state {key!r} must be a non-negative int, got {value!r}")
-        if self.snapshot is not None:
-            saved = state.get("snapshot")
-            mine = self.snapshot.state_dict()
-            if not isinstance(saved, dict) or set(saved) != set(mine):
-                raise ValueError("collector state holds no snapshot of this agent's network")
-            for k, v in mine.items():
-                t = saved[k]
-                if not isinstance(t, torch.Tensor) or t.shape != v.shape:
-                    raise ValueError(f"collector snapshot tensor {k!r} does not match {tuple(v.shape)}")
-            with torch.no_grad():
-                for k, v in mine.items():
-                    v.copy_(saved[k])
-        self._synced_at, self.syncs = state["synced_at"], state["syncs"]
+        self.policy.load_state_dict(state)

@@ -1,5 +1,6 @@
 """The device experience collector: no host read per step (DQN with n-step PER, Rainbow, PPO), the
-f32 acting snapshot and its sync, what reaches the replay, state round trips and argument errors.
+f32 acting snapshot and its sync, what reaches the replay (ICM's too), state round trips and
+argument errors.
 
 The environment is a tiny random walk written in tensor ops (:class:`WalkEnv`), so that these
 tests need neither the market data nor ``MarketEnv``.
@@ -201,13 +202,13 @@ def test_greedy_actions_come_from_the_snapshot_and_exploration_from_the_agents_g
     env = WalkEnv()
     collector = Collector(greedy, env)
     obs = env.reset()[0]
-    action = collector._act_dqn(obs)
+    action = collector.policy(obs)
     assert torch.equal(action, greedy.act(obs, explore=False))  # f32 on a CPU: the same network
     # epsilon 1: the agent's own draws, from its generator, in act()'s order
     a, b = _dqn(eps_start=1.0, eps_end=1.0), _dqn(eps_start=1.0, eps_end=1.0)
     ca = Collector(a, WalkEnv())
     for _ in range(3):
-        assert torch.equal(ca._act_dqn(obs), b.act(obs))
+        assert torch.equal(ca.policy(obs), b.act(obs))
 
 
 def test_the_collector_stores_what_agent_observe_would() -> None:
@@ -226,7 +227,7 @@ def test_the_collector_stores_what_agent_observe_would() -> None:
         t = collector.step()
         after = agent.generator.get_state()
         agent.generator.set_state(before)
-        action = collector._act_dqn(obs)  # the same draw again: the action the step took
+        action = collector.policy(obs)  # the same draw again: the action the step took
         agent.generator.set_state(after)
         host.observe(obs, action, t.reward, t.next_obs, t.terminated, t.truncated)
     assert agent.env_steps == host.env_steps == T * E
@@ -276,11 +277,31 @@ def test_bad_arguments() -> None:
         Collector(agent, WalkEnv(), sync_every=0)
     with pytest.raises(ValueError, match="environments"):
         Collector(agent, WalkEnv(num_envs=E + 1))
-    with pytest.raises(TypeError, match="DQNAgent or a PPOAgent"):
+    with pytest.raises(TypeError, match="agent protocol"):
         Collector(object(), WalkEnv())
-    icm = _dqn(icm=True, icm_embed=4, icm_hidden=8)
-    with pytest.raises(ValueError, match="ICM"):
-        Collector(icm, WalkEnv())
+
+
+def test_icm_steps_through_the_collector_as_through_observe() -> None:
+    """The collector hands every step to ``agent.observe``: ICM's intrinsic reward and its own
+    replay are fed, and the replays hold what the plain ``act`` / ``observe`` path stores (on a
+    CPU the f32 snapshot, synced after every update, is the learner)."""
+    icm = {"icm": True, "icm_embed": 4, "icm_hidden": 8, "eps_start": 0.5, "eps_end": 0.5}
+    agent, plain = _dqn(**icm), _dqn(**icm)
+    env, plain_env = WalkEnv(), WalkEnv()
+    collector = Collector(agent, env)
+    obs = plain_env.reset()[0]
+    for _ in range(6):
+        collector.step()
+        action = plain.act(obs)
+        t = plain_env.step_transition(action)
+        plain.observe(obs, action, t.reward, t.next_obs, t.terminated, t.truncated)
+        obs = t.obs
+    assert agent.env_steps == plain.env_steps == 6 * E
+    for buf, want in ((agent.buffer, plain.buffer), (agent.icm_buffer, plain.icm_buffer)):
+        got, ref = buf.state_dict(), want.state_dict()
+        assert len(buf) == len(want) > 0
+        for k in ("obs", "action", "reward", "next_obs"):
+            assert torch.equal(got[k], ref[k]), k  # exact: the same computation twice
 
 
 def test_replay_staging_auto_is_host_on_a_cpu_and_old_configs_read_it_as_auto() -> None:

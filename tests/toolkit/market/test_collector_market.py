@@ -1,5 +1,6 @@
 """The collector on ``MarketEnv`` (synthetic bars uploaded once): DQN with n-step PER and PPO
-(discrete and continuous positions) step with no host read, and the replay fills as specified."""
+(discrete and continuous positions) step with no host read, and the replay fills as specified;
+every preset family (DQN, DQN with ICM, discrete, continuous and recurrent PPO) steps through it."""
 
 from __future__ import annotations
 
@@ -80,3 +81,82 @@ def test_ppo_collector_on_market_env(actions: str) -> None:
     assert agent.buffer.full
     agent.update()
     agent.check_inputs()
+
+
+FAMILIES = {
+    # preset, tiny overrides, vector steps per update
+    "dqn": (
+        "double",
+        {"torso_width": 16, "batch_size": 4, "buffer_size": 256, "replay_staging": "device"},
+        4,
+    ),
+    "dqn-icm": (
+        "dqn",
+        {
+            "torso_width": 16,
+            "batch_size": 4,
+            "buffer_size": 256,
+            "replay_staging": "device",
+            "icm": True,
+            "icm_embed": 4,
+            "icm_hidden": 8,
+        },
+        4,
+    ),
+    "ppo": ("ppo", {"num_steps": 4, "num_minibatches": 2, "update_epochs": 1, "hidden": (8,)}, 4),
+    "ppo-continuous": (
+        "ppo-continuous",
+        {"num_steps": 4, "num_minibatches": 2, "update_epochs": 1, "hidden": (8,)},
+        4,
+    ),
+    "ppo-lstm": (
+        "ppo-lstm",
+        {
+            "num_steps": 4,
+            "seq_len": 2,
+            "num_minibatches": 2,
+            "update_epochs": 1,
+            "hidden": (8,),
+            "memory_size": 8,
+        },
+        4,
+    ),
+}
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_the_collector_steps_every_preset_family(family: str) -> None:
+    """One collector for every family: acting policy -> env -> ``agent.observe``. The DQN family acts
+    from its f32 snapshot (ICM's replay fed too, no host read with device staging), PPO (discrete,
+    continuous, recurrent) with the learner; the env's actions follow the config's action kind."""
+    from tritonrl.toolkit.acting import LearnerPolicy, SnapshotPolicy
+    from tritonrl.toolkit.cli.registry import get_agent
+    from tritonrl.toolkit.training.market import env_config_for
+
+    name, tiny, steps = FAMILIES[family]
+    spec = get_agent(name)
+    config = spec.configure(tiny)
+    actions = env_config_for(config, {}).actions
+    assert actions == ("continuous" if family == "ppo-continuous" else "discrete")
+    env = _env(actions)
+    agent = spec.build(env.single_observation_space, env.single_action_space, num_envs=E, overrides=tiny)
+    dqn = family.startswith("dqn")
+    if dqn:
+        _accelerator_defaults(agent)
+    collector = Collector(agent, env, sync_every=1)
+    assert isinstance(collector.policy, SnapshotPolicy if dqn else LearnerPolicy)
+    for _ in range(2):
+        if dqn:
+            with HostReads():
+                for _ in range(steps):
+                    collector.step()
+        else:
+            for _ in range(steps):
+                collector.step()
+        agent.update()
+        agent.check_inputs()
+    assert agent.env_steps == 2 * steps * E and agent.updates >= 2
+    if family == "dqn-icm":
+        assert len(agent.icm_buffer) == len(agent.buffer) == 2 * steps * E
+    if dqn:
+        assert collector.syncs == 2  # construction, then before the second round

@@ -12,7 +12,7 @@ import torch
 
 pytest.importorskip("gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
 
-from tritonrl.toolkit.checkpoint import load_checkpoint
+from tritonrl.toolkit.checkpoint import load_checkpoint, save_checkpoint
 from tritonrl.toolkit.cli.main import main
 from tritonrl.toolkit.cli.registry import get_agent
 from tritonrl.toolkit.envs.market.data import synthetic_bars, upload
@@ -128,9 +128,11 @@ def test_train_cli_reports_and_resumes(
     assert "market env" in capsys.readouterr().err
 
 
-def test_icm_runs_without_the_collector(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """The collector refuses ICM (it does not feed ICM's replay): the CLI steps such a run through
-    agent.act / agent.observe, says so once, and the run trains, reports and resumes."""
+def test_icm_runs_through_the_collector(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The collector hands every step to ``agent.observe`` (ICM's intrinsic reward and replay
+    included): an ICM run is stepped by it like any other, trains, reports and resumes; a
+    checkpoint without a ``collector`` section (an ICM run stepped through agent.act /
+    agent.observe) resumes too, its snapshot synced from the loaded learner."""
     run_dir = tmp_path / "icm"
     base = [
         *ARGS,
@@ -145,11 +147,14 @@ def test_icm_runs_without_the_collector(tmp_path: Path, capsys: pytest.CaptureFi
     ]
     assert main([*base, "--steps", "512"]) == 0
     captured = capsys.readouterr()
-    assert captured.err.count("does not feed ICM") == 1 and "buy-and-hold" in captured.out
+    assert "notice" not in captured.err and "buy-and-hold" in captured.out
     saved = load_checkpoint(run_dir / CHECKPOINT_NAME)
-    assert "collector" not in saved and saved["agent"]["config"]["icm"] is True
+    assert saved["collector"]["syncs"] > 1 and saved["agent"]["config"]["icm"] is True
     assert any("losses/td_loss" in r for r in _rows(run_dir))
+    del saved["collector"]
+    save_checkpoint(run_dir / CHECKPOINT_NAME, saved)
     assert main([*base, "--steps", "768", "--resume"]) == 0
+    assert "collector" in load_checkpoint(run_dir / CHECKPOINT_NAME)
 
 
 def test_env_settings_need_a_market_env(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

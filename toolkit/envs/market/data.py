@@ -112,18 +112,7 @@ def load_csv(
         header = next(reader, None)
         if header is None:
             raise ValueError(f"{path}: the file is empty (expected a header line)")
-        lower = [h.strip().lower() for h in header]
-        time_name = next((c for c in TIME_COLUMNS if c in lower), None)
-        wanted = (*PRICE_COLUMNS, "volume")
-        missing = [c for c in wanted if c not in lower] + ([] if time_name else ["a time column"])
-        if missing:
-            raise ValueError(
-                f"{path}: missing column(s) {', '.join(missing)} (header: {', '.join(header)}); need a "
-                f"time column (one of {', '.join(TIME_COLUMNS)}) and {', '.join(wanted)}, in any case"
-            )
-        assert time_name is not None
-        columns = [(c, lower.index(c)) for c in wanted]
-        time_index = lower.index(time_name)
+        time_index, columns = _csv_columns(path, header)
         need = max(time_index, *(i for _, i in columns)) + 1
         times: list[datetime] = []
         values: list[list[float]] = []
@@ -138,48 +127,20 @@ def load_csv(
                 raise ValueError(f"{path}, line {blank}: empty row")
             if len(row) < need:
                 raise ValueError(f"{path}, line {line}: {len(row)} fields, the header has {len(header)}")
-            where = f"{path}, line {line}, column {header[time_index].strip()!r}"
-            text = row[time_index].strip()
-            if not text:
-                raise ValueError(f"{where}: empty value")
-            try:
-                times.append(_parse_time(text))
-            except ValueError:
-                raise ValueError(
-                    f"{where}: cannot parse {text!r} as a time (ISO 8601 such as 2017-01-31 or "
-                    "2017-01-31T22:00:00, or day-first 31.01.2017 22:00:00.000)"
-                ) from None
-            parsed = []
-            for column, i in columns:
-                where = f"{path}, line {line}, column {header[i].strip()!r}"
-                text = row[i].strip()
-                if not text:
-                    raise ValueError(f"{where}: empty value")
-                try:
-                    value = float(text)
-                except ValueError:
-                    raise ValueError(f"{where}: {text!r} is not a number") from None
-                if not math.isfinite(value):
-                    raise ValueError(f"{where}: {text!r} is not a finite number")
-                if column == "volume" and value < 0:
-                    raise ValueError(f"{where}: negative volume {text}")
-                if column != "volume" and value <= 0:
-                    raise ValueError(f"{where}: price {text} is not positive")
-                parsed.append(value)
-            values.append(parsed)
+            times.append(
+                _csv_time(f"{path}, line {line}, column {header[time_index].strip()!r}", row[time_index])
+            )
+            values.append(
+                [
+                    _csv_value(f"{path}, line {line}, column {header[i].strip()!r}", c, row[i])
+                    for c, i in columns
+                ]
+            )
             lines.append(line)
     if len(values) < min_rows:
         raise ValueError(f"{path}: {len(values)} rows of bars, fewer than the {min_rows} needed")
     time = np.array(times, dtype="datetime64[s]")
-    step = np.diff(time).astype(np.int64)
-    bad = np.flatnonzero(step <= 0)
-    if bad.size:
-        i = int(bad[0]) + 1
-        what = "duplicate timestamp" if step[i - 1] == 0 else "timestamps not sorted (oldest first)"
-        raise ValueError(
-            f"{path}, line {lines[i]}, column {header[time_index].strip()!r}: {what}: {time[i]} follows "
-            f"{time[i - 1]} (line {lines[i - 1]})"
-        )
+    _check_sorted(f"column {header[time_index].strip()!r}", path, time, lines)
     table = np.array(values, dtype=np.float64)
     return Bars(
         name=name if name is not None else path.stem,
@@ -191,6 +152,82 @@ def load_csv(
         volume=table[:, 4].copy(),
         periods_per_year=float(periods_per_year) if periods_per_year is not None else _periods_per_year(time),
     )
+
+
+def _csv_columns(path: Path, header: list[str]) -> tuple[int, list[tuple[str, int]]]:
+    """The index of the time column and ``(name, index)`` of open, high, low, close, volume.
+
+    Raises:
+        ValueError: a column is missing (the file, the header and what is needed are named).
+    """
+    lower = [h.strip().lower() for h in header]
+    time_name = next((c for c in TIME_COLUMNS if c in lower), None)
+    wanted = (*PRICE_COLUMNS, "volume")
+    missing = [c for c in wanted if c not in lower] + ([] if time_name else ["a time column"])
+    if missing or time_name is None:
+        raise ValueError(
+            f"{path}: missing column(s) {', '.join(missing)} (header: {', '.join(header)}); need a "
+            f"time column (one of {', '.join(TIME_COLUMNS)}) and {', '.join(wanted)}, in any case"
+        )
+    return lower.index(time_name), [(c, lower.index(c)) for c in wanted]
+
+
+def _csv_time(where: str, cell: str) -> datetime:
+    """The timestamp in ``cell`` (``where``: the file, line and column, for messages).
+
+    Raises:
+        ValueError: an empty or unparsable value.
+    """
+    text = cell.strip()
+    if not text:
+        raise ValueError(f"{where}: empty value")
+    try:
+        return _parse_time(text)
+    except ValueError:
+        raise ValueError(
+            f"{where}: cannot parse {text!r} as a time (ISO 8601 such as 2017-01-31 or "
+            "2017-01-31T22:00:00, or day-first 31.01.2017 22:00:00.000)"
+        ) from None
+
+
+def _csv_value(where: str, column: str, cell: str) -> float:
+    """The price or volume (``column``) in ``cell``.
+
+    Raises:
+        ValueError: an empty, unparsable or non-finite value, a non-positive price or a negative
+            volume.
+    """
+    text = cell.strip()
+    if not text:
+        raise ValueError(f"{where}: empty value")
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{where}: {text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise ValueError(f"{where}: {text!r} is not a finite number")
+    if column == "volume" and value < 0:
+        raise ValueError(f"{where}: negative volume {text}")
+    if column != "volume" and value <= 0:
+        raise ValueError(f"{where}: price {text} is not positive")
+    return value
+
+
+def _check_sorted(column: str, path: Path, time: np.ndarray, lines: list[int]) -> None:
+    """Raise ``ValueError`` at the first timestamp that does not follow the one before it.
+
+    Raises:
+        ValueError: a duplicate or an unsorted timestamp (the file, its line and ``column``).
+    """
+    step = np.diff(time).astype(np.int64)
+    bad = np.flatnonzero(step <= 0)
+    if bad.size:
+        i = int(bad[0]) + 1
+        what = "duplicate timestamp" if step[i - 1] == 0 else "timestamps not sorted (oldest first)"
+        raise ValueError(
+            f"{path}, line {lines[i]}, {column}: {what}: {time[i]} follows {time[i - 1]} "
+            f"(line {lines[i - 1]})"
+        )
 
 
 def synthetic_bars(

@@ -151,6 +151,42 @@ _STATE_KEYS = (
 )
 
 
+def _checked(
+    data: MarketData, num_envs: Any, config: MarketEnvConfig | None, seed: Any
+) -> tuple[MarketEnvConfig, int]:
+    """The config (the default one for ``None``) and the decisions before truncation of a
+    :class:`MarketEnv` built with these arguments.
+
+    Raises:
+        ValueError: as :class:`MarketEnv`.
+    """
+    config = MarketEnvConfig() if config is None else config
+    if not isinstance(config, MarketEnvConfig):
+        raise ValueError(f"config must be a MarketEnvConfig, got {type(config).__name__}")
+    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+        raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"seed must be an int, got {seed!r}")
+    _check_data(data)
+    w, length, t_rows = config.window, config.episode_length, len(data)
+    need = w + length if config.random_start else w + 1
+    if t_rows < need:
+        what = "window + episode_length" if config.random_start else "window + 1"
+        raise ValueError(
+            f"market data {data.name!r} has {t_rows} rows, fewer than {what} = {need}"
+            + (" (random_start: every episode must fit in the data)" if config.random_start else "")
+        )
+    # decisions before truncation: the episode length, or the data's end from the first row
+    # (from a random start the episode always fits: its length comes first)
+    max_steps = min(length, t_rows - w)
+    if max_steps > _MAX_STEPS:
+        raise ValueError(
+            f"episodes of {max_steps} decisions are longer than {_MAX_STEPS} (2**24): the env "
+            "counts steps in f32, exact up to there"
+        )
+    return config, max_steps
+
+
 class MarketEnv(gym.vector.VectorEnv):
     """``num_envs`` trading environments over ``data``, as tensor operations on ``data.device``.
 
@@ -196,38 +232,14 @@ class MarketEnv(gym.vector.VectorEnv):
                 ``window + 1`` rows (one decision), episodes of more than ``2**24`` decisions
                 (steps are counted in f32), or malformed data (shapes, dtypes, devices).
         """
-        config = MarketEnvConfig() if config is None else config
-        if not isinstance(config, MarketEnvConfig):
-            raise ValueError(f"config must be a MarketEnvConfig, got {type(config).__name__}")
-        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
-            raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise ValueError(f"seed must be an int, got {seed!r}")
-        _check_data(data)
-        w, length, t_rows = config.window, config.episode_length, len(data)
-        need = w + length if config.random_start else w + 1
-        if t_rows < need:
-            what = "window + episode_length" if config.random_start else "window + 1"
-            raise ValueError(
-                f"market data {data.name!r} has {t_rows} rows, fewer than {what} = {need}"
-                + (" (random_start: every episode must fit in the data)" if config.random_start else "")
-            )
-        # decisions before truncation: the episode length, or the data's end from the first row
-        # (from a random start the episode always fits: its length comes first)
-        max_steps = min(length, t_rows - w)
-        if max_steps > _MAX_STEPS:
-            raise ValueError(
-                f"episodes of {max_steps} decisions are longer than {_MAX_STEPS} (2**24): the env "
-                "counts steps in f32, exact up to there"
-            )
+        config, max_steps = _checked(data, num_envs, config, seed)
         self.data = data
         self.config = config
         self.num_envs = num_envs
         self.seed = seed
         self.device = data.device
         self.env_id = "market:" + data.name
-        n_features = data.num_features
-        self._width = w * n_features
+        self._width = config.window * data.num_features
         self.obs_dim = self._width + 1
         self.single_observation_space = spaces.Box(-np.inf, np.inf, (self.obs_dim,), np.float32)
         self.single_action_space: spaces.Space
@@ -237,27 +249,40 @@ class MarketEnv(gym.vector.VectorEnv):
             self.single_action_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(self.single_action_space, num_envs)
+        self._init_rows(max_steps)
+        self._init_constants(max_steps)
+        self._init_state()
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(seed)
+        self.vector_steps = 0  # steps taken since construction (reseeds a generator across devices)
+        self.obs: torch.Tensor | None = None
+
+    def _init_rows(self, max_steps: int) -> None:
+        """The windows to observe (a strided view of the features) and the rows an episode may use."""
+        data, w, t_rows = self.data, self.config.window, len(self.data)
         # Row i of the windows is features[i .. i + W - 1] flattened: a strided view, no copy
         # (one contiguous copy, never a cast, if the features are not contiguous).
         features = data.features if data.features.is_contiguous() else data.features.contiguous()
-        self._windows = features.as_strided((t_rows - w + 1, self._width), (n_features, 1))
+        self._windows = features.as_strided((t_rows - w + 1, self._width), (data.num_features, 1))
         self._first = w - 1  # the first decision row
-        self._last_start = t_rows - 1 - length if config.random_start else w - 1
+        self._last_start = t_rows - 1 - self.config.episode_length if self.config.random_start else w - 1
         self._last_row = t_rows - 1
         self._max_steps = max_steps
         # Rows are kept as window indices (row - first): the window to observe, and the index of
         # the return earned moving to that row in log_return[first:].
         self._returns = data.log_return[self._first :]
         self._num_starts = self._last_start - self._first + 1
-        self._acc_dtype = torch.float32 if self.device.type == "mps" else torch.float64
-        dev, e = self.device, num_envs
-        # constants as device tensors (a Python number is wrapped into a tensor at every use)
+
+    def _init_constants(self, max_steps: int) -> None:
+        """The rules' numbers as device tensors (a Python number is wrapped into a tensor at every use)."""
+        config, dev = self.config, self.device
         f32: dict[str, Any] = {"dtype": torch.float32, "device": dev}
+        self._acc_dtype = torch.float32 if dev.type == "mps" else torch.float64
         self._cost = torch.tensor(config.cost, **f32)
         # max_drawdown 1.0 means never: compared with inf, as a drawdown 1 - exp(x) can round to 1.0
         self._dd_limit = torch.tensor(config.max_drawdown if config.max_drawdown < 1.0 else math.inf, **f32)
         self._length = torch.tensor(float(max_steps), **f32)
-        self._sqrt_ppy = torch.tensor(math.sqrt(data.periods_per_year), **f32)
+        self._sqrt_ppy = torch.tensor(math.sqrt(self.data.periods_per_year), **f32)
         self._zero = torch.tensor(0.0, **f32)
         self._one = torch.tensor(1.0, **f32)
         self._one_row = torch.tensor(1, dtype=torch.int64, device=dev)
@@ -265,20 +290,20 @@ class MarketEnv(gym.vector.VectorEnv):
         self._position_of = torch.tensor([-1.0, 0.0, 1.0], **f32)
         self._borrow_of = torch.tensor([config.borrow_cost, 0.0, 0.0], **f32)
         self._borrow = torch.tensor(config.borrow_cost, **f32)
-        # the state (see _ROWS): one f32 block with a view per row, the rows as window indices:
-        # [0] after the step (the final observation's), [1] the current one (the next observation's)
-        self._block = torch.zeros(len(_ROWS), e, **f32)
+
+    def _init_state(self) -> None:
+        """The per-env state (see ``_ROWS``) and the episode statistics' accumulator, zeroed."""
+        dev, e = self.device, self.num_envs
+        # one f32 block with a view per row, the rows as window indices: [0] after the step (the
+        # final observation's), [1] the current one (the next observation's)
+        self._block = torch.zeros(len(_ROWS), e, dtype=torch.float32, device=dev)
         self._row = dict(zip(_ROWS, self._block.unbind(0), strict=True))
         self._reset_bits = self._block.view(torch.int32)[_RESET]  # zeroed by a product with ~done
         self._finished = self._block[_ACC]
         self._columns = self._block[: _R["position"] + 1].view(-1)  # final_position, position
         self._rows = torch.zeros(2, e, dtype=torch.int64, device=dev)
         self._rows_flat = self._rows.view(-1)
-        self.generator = torch.Generator(device=dev)
-        self.generator.manual_seed(seed)
-        self.vector_steps = 0  # steps taken since construction (reseeds a generator across devices)
         self._acc = torch.zeros(1 + len(_STATS), dtype=self._acc_dtype, device=dev)
-        self.obs: torch.Tensor | None = None
 
     # ------------------------------------------------------------------------------- internals
 
