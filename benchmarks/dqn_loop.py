@@ -32,10 +32,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from _harness import Row
+from tritonrl.toolkit.cli.bench import Row
 
 NAME = "dqn_loop"
-REQUIRES = ("gymnasium",)  # the bench runner (_harness.py) skips this file, in one line, where it is missing
+REQUIRES = ("gymnasium",)  # where it is missing, `tritonrl bench` skips this file in one line
 ENV_ID = "CartPole-v1"
 BATCH = 128
 TRAIN_FREQ = 10  # env steps per update: the reference's update-to-data ratio

@@ -66,7 +66,7 @@ The peer rows are skipped with one line each when ``neuralforecast`` (or its
 our rows. It is in the ``bench`` extra; install it in its own environment (it pulls Lightning, ray
 and torchmetrics): ``python3 -m venv /tmp/nf && /tmp/nf/bin/pip install torch==2.13.0 &&
 /tmp/nf/bin/pip install neuralforecast numpy safetensors gymnasium gym-anytrading`` and run
-``PYTHONPATH=. /tmp/nf/bin/python benchmarks/_harness.py forecast_peers``.
+``PYTHONPATH=. /tmp/nf/bin/python -m tritonrl.toolkit bench forecast_peers``.
 ``run(quick=True)``: the synthetic series alone, 1,500 bars, window 16, 2 epochs.
 """
 
@@ -82,7 +82,7 @@ import warnings
 from typing import Any
 
 import torch
-from _harness import Row, format_table, one_cpu_thread
+from tritonrl.toolkit.cli.bench import Row, format_table, one_cpu_thread
 
 NAME = "forecast_peers"
 SYNTHETIC = "synthetic,ar=0.3,seed=0"

@@ -50,11 +50,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from _harness import Row, one_cpu_thread, time_fn
 from torch import nn
+from tritonrl.toolkit.cli.bench import Row, one_cpu_thread, time_fn
 
 NAME = "ppo_loop"
-REQUIRES = ("gymnasium",)  # the bench runner (_harness.py) skips this file, in one line, where it is missing
+REQUIRES = ("gymnasium",)  # where it is missing, `tritonrl bench` skips this file in one line
 NUM_ENVS = 8
 KINDS = [
     ("discrete", "ppo", "CartPole-v1"),

@@ -1,13 +1,12 @@
 """``tritonrl bench --json PATH --plot DIR`` on a folder of fake benchmarks (fast: nothing is timed).
 
-The folder holds a copy of the real ``benchmarks/_harness.py`` (the runner under test) and small
+The runner under test is the package's (:mod:`tritonrl.toolkit.cli.bench`); the folder holds small
 benchmark files whose ``run`` returns fixed rows, so the JSON can be compared value for value.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import tritonrl.toolkit.cli.main as cli
 REPO = Path(__file__).resolve().parents[2]
 
 FAKE = """
-from _harness import Row
+from tritonrl.toolkit.cli.bench import Row
 
 def run(quick: bool = False):
     n = 2 if quick else 3
@@ -29,7 +28,7 @@ def run(quick: bool = False):
     return rows
 """
 NO_RATIOS = """
-from _harness import Row
+from tritonrl.toolkit.cli.bench import Row
 
 def run(quick: bool = False):
     return [Row("plain", "one", "only", 1.5, "ms", extra={"peak_mib": 3.0})]
@@ -41,14 +40,12 @@ def run(quick: bool = False):
 
 
 @pytest.fixture
-def bench_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A benchmark folder: the real harness and two fake benchmarks; ``_harness`` restored afterwards."""
+def bench_dir(tmp_path: Path) -> Path:
+    """A benchmark folder with two fake benchmarks."""
     folder = tmp_path / "benchmarks"
     folder.mkdir()
-    shutil.copy(REPO / "benchmarks" / "_harness.py", folder / "_harness.py")
     (folder / "fake.py").write_text(FAKE)
     (folder / "plain.py").write_text(NO_RATIOS)
-    monkeypatch.delitem(sys.modules, "_harness", raising=False)  # the CLI loads the copy; undone after
     return folder
 
 
