@@ -11,9 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-import tritonrl.toolkit.cli.main as cli
-
-REPO = Path(__file__).resolve().parents[2]
+from tritonrl.toolkit.cli.main import main as cli_main
 
 FAKE = """
 from tritonrl.toolkit.cli.bench import Row
@@ -60,7 +58,7 @@ def test_json_holds_every_row_with_config_and_run_info(
     bench_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "out" / "bench.json"
-    assert cli.main(["bench", "--dir", str(bench_dir), "--quick", "--json", str(out)]) == 0
+    assert cli_main(["bench", "--dir", str(bench_dir), "--quick", "--json", str(out)]) == 0
     assert f"wrote 6 rows to {out}" in capsys.readouterr().out
     doc = _strict(out.read_text())
     assert isinstance(doc, dict)
@@ -88,7 +86,7 @@ def test_json_holds_every_row_with_config_and_run_info(
 def test_json_names_the_selected_benchmarks_and_failures(bench_dir: Path, tmp_path: Path) -> None:
     (bench_dir / "broken.py").write_text(BROKEN)
     out = tmp_path / "bench.json"
-    assert cli.main(["bench", "--dir", str(bench_dir), "broken", "plain", "--json", str(out)]) == 1
+    assert cli_main(["bench", "--dir", str(bench_dir), "broken", "plain", "--json", str(out)]) == 1
     doc = _strict(out.read_text())
     assert isinstance(doc, dict)
     assert doc["failed"] == ["broken"]
@@ -101,7 +99,7 @@ def test_plot_draws_one_png_per_benchmark_with_ratios(
 ) -> None:
     pytest.importorskip("matplotlib")
     figs = tmp_path / "figs"
-    assert cli.main(["bench", "--dir", str(bench_dir), "--plot", str(figs)]) == 0
+    assert cli_main(["bench", "--dir", str(bench_dir), "--plot", str(figs)]) == 0
     assert "wrote 1 figure to" in capsys.readouterr().out
     assert sorted(p.name for p in figs.iterdir()) == ["fake.png"]  # plain has no ratio: no figure
     data = (figs / "fake.png").read_bytes()
@@ -113,7 +111,7 @@ def test_plot_without_matplotlib_is_one_notice(
 ) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError
     figs, out = tmp_path / "figs", tmp_path / "bench.json"
-    assert cli.main(["bench", "--dir", str(bench_dir), "--json", str(out), "--plot", str(figs)]) == 0
+    assert cli_main(["bench", "--dir", str(bench_dir), "--json", str(out), "--plot", str(figs)]) == 0
     notices = [line for line in capsys.readouterr().out.splitlines() if line.startswith("notice")]
     assert notices == ["notice: matplotlib is not installed: --plot skipped (pip install 'tritonrl[train]')"]
     assert not figs.exists() and out.is_file()  # the JSON is still written
