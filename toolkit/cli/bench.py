@@ -284,7 +284,7 @@ def plot_ratios(rows: Sequence[Row], out_dir: Path, *, subtitle: str = "") -> li
         fig, ax = plt.subplots(figsize=(9, 1.4 + 0.24 * y))
         ax.barh(
             ys,
-            [r.ratio for r in rated],
+            [r.ratio or 0.0 for r in rated],  # never None here (filtered above): for mypy
             height=0.8,
             color=[colors(impls.index(r.impl) % 10) for r in rated],
         )
