@@ -32,10 +32,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from _harness import Row
+from tritonrl.toolkit.cli.bench import Row
 
 NAME = "dqn_loop"
-REQUIRES = ("gymnasium",)  # the bench runner (_harness.py) skips this file, in one line, where it is missing
+REQUIRES = ("gymnasium",)  # where it is missing, `tritonrl bench` skips this file in one line
 ENV_ID = "CartPole-v1"
 BATCH = 128
 TRAIN_FREQ = 10  # env steps per update: the reference's update-to-data ratio
@@ -123,34 +123,15 @@ def reference_dqn(
     ``steps`` env steps after them. ``learn=False`` times collection alone (acting, stepping,
     storing).
     """
-    import gymnasium as gym  # here, not at the top: the module imports on machines without it
-
     if lean and num_envs != 1:
         raise ValueError("the lean reference steps one environment")
     rng = np.random.default_rng(seed)
     torch.manual_seed(seed)
-    if lean:
-        env = gym.make(ENV_ID)
-        obs_dim, n_actions = env.observation_space.shape[0], int(env.action_space.n)
-    else:
-        env = gym.vector.SyncVectorEnv([lambda: gym.make(ENV_ID) for _ in range(num_envs)])
-        env = gym.wrappers.vector.RecordEpisodeStatistics(env)
-        obs_dim, n_actions = env.single_observation_space.shape[0], int(env.single_action_space.n)
-
-    def mlp() -> torch.nn.Module:
-        return torch.nn.Sequential(
-            torch.nn.Linear(obs_dim, HIDDEN[0]),
-            torch.nn.ReLU(),
-            torch.nn.Linear(HIDDEN[0], HIDDEN[1]),
-            torch.nn.ReLU(),
-            torch.nn.Linear(HIDDEN[1], n_actions),
-        )
-
-    q, target = mlp(), mlp()
+    env, obs_dim, n_actions = _reference_env(lean, num_envs)
+    q, target = _reference_mlp(obs_dim, n_actions), _reference_mlp(obs_dim, n_actions)
     target.load_state_dict(q.state_dict())
     opt = torch.optim.Adam(q.parameters(), lr=CLEANRL["lr"])
     cap = CLEANRL["buffer_size"]
-    gamma = CLEANRL["gamma"]
     if lean:
         b_obs = np.zeros((cap, obs_dim), np.float32)
         b_next = np.zeros((cap, obs_dim), np.float32)
@@ -202,16 +183,49 @@ def reference_dqn(
             else:
                 o, a, n, d, r = rb.sample(BATCH)
                 r, d = r.flatten(), d.flatten()
-            with torch.no_grad():
-                y = r + gamma * target(n).max(1).values * (1 - d)
-            loss = torch.nn.functional.mse_loss(q(o).gather(1, a).squeeze(1), y)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+            _reference_update(q, target, opt, (o, a, n, d, r))
         if env_steps // CLEANRL["target_update_every"] > prev // CLEANRL["target_update_every"]:
             target.load_state_dict(q.state_dict())
     env.close()
     return (env_steps - (timed_from or 0)) / (time.perf_counter() - t0)
+
+
+def _reference_env(lean: bool, num_envs: int) -> tuple[Any, int, int]:
+    """The reference's environment (a plain one when ``lean``, else a vector env of ``num_envs``
+    with episode statistics), its observation size and its number of actions."""
+    import gymnasium as gym  # here, not at the top: the module imports on machines without it
+
+    if lean:
+        env = gym.make(ENV_ID)
+        return env, env.observation_space.shape[0], int(env.action_space.n)
+    env = gym.vector.SyncVectorEnv([lambda: gym.make(ENV_ID) for _ in range(num_envs)])
+    env = gym.wrappers.vector.RecordEpisodeStatistics(env)
+    return env, env.single_observation_space.shape[0], int(env.single_action_space.n)
+
+
+def _reference_mlp(obs_dim: int, n_actions: int) -> torch.nn.Module:
+    """CleanRL's Q-network: ``obs_dim`` -> 120 -> 84 -> ``n_actions``, ReLU between."""
+    return torch.nn.Sequential(
+        torch.nn.Linear(obs_dim, HIDDEN[0]),
+        torch.nn.ReLU(),
+        torch.nn.Linear(HIDDEN[0], HIDDEN[1]),
+        torch.nn.ReLU(),
+        torch.nn.Linear(HIDDEN[1], n_actions),
+    )
+
+
+def _reference_update(
+    q: torch.nn.Module, target: torch.nn.Module, opt: torch.optim.Optimizer, batch: tuple[torch.Tensor, ...]
+) -> None:
+    """One TD update of the reference: MSE against ``r + gamma * max_a' target(n) * (1 - d)``;
+    ``batch`` is ``(obs [B, D], action [B, 1], next_obs [B, D], done [B], reward [B])``."""
+    o, a, n, d, r = batch
+    with torch.no_grad():
+        y = r + CLEANRL["gamma"] * target(n).max(1).values * (1 - d)
+    loss = torch.nn.functional.mse_loss(q(o).gather(1, a).squeeze(1), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
 
 
 # ----------------------------------------------------------------------------- ours

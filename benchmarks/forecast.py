@@ -25,7 +25,7 @@ noise) and the rest above it; on EUR/USD no model beats the training mean (0.637
 DLinear and MLP about 90-100k windows/s, LSTM about 22k, GRU and TCN about 10k, Transformer
 about 6.5k, PatchTST about 4.7k, Mamba2 (its torch reference scan on a CPU) about 3k.
 
-torch runs one CPU thread (benchmarks/_harness.py). ``run(quick=True)``: the synthetic series
+torch runs one CPU thread (tritonrl.toolkit.cli.bench). ``run(quick=True)``: the synthetic series
 alone, 1,500 bars, window 16, 2 epochs.
 """
 
@@ -36,7 +36,7 @@ import sys
 from typing import Any
 
 import torch
-from _harness import Row, format_table, one_cpu_thread
+from tritonrl.toolkit.cli.bench import Row, format_table, one_cpu_thread
 
 NAME = "forecast"
 SYNTHETIC = "synthetic,ar=0.3,seed=0"

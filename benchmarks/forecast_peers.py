@@ -66,7 +66,7 @@ The peer rows are skipped with one line each when ``neuralforecast`` (or its
 our rows. It is in the ``bench`` extra; install it in its own environment (it pulls Lightning, ray
 and torchmetrics): ``python3 -m venv /tmp/nf && /tmp/nf/bin/pip install torch==2.13.0 &&
 /tmp/nf/bin/pip install neuralforecast numpy safetensors gymnasium gym-anytrading`` and run
-``PYTHONPATH=. /tmp/nf/bin/python benchmarks/_harness.py forecast_peers``.
+``PYTHONPATH=. /tmp/nf/bin/python -m tritonrl.toolkit bench forecast_peers``.
 ``run(quick=True)``: the synthetic series alone, 1,500 bars, window 16, 2 epochs.
 """
 
@@ -82,7 +82,7 @@ import warnings
 from typing import Any
 
 import torch
-from _harness import Row, format_table, one_cpu_thread
+from tritonrl.toolkit.cli.bench import Row, format_table, one_cpu_thread
 
 NAME = "forecast_peers"
 SYNTHETIC = "synthetic,ar=0.3,seed=0"
@@ -145,11 +145,7 @@ def _peer(name: str, splits: tuple[Any, Any, Any], config: Any) -> dict[str, Any
     """Fit NeuralForecast's ``name`` on the normalised series of ``splits``; score the test targets."""
     import numpy as np
     import pandas as pd
-    import pytorch_lightning as pl
     from neuralforecast import NeuralForecast
-    from neuralforecast.losses.pytorch import MSE
-    from neuralforecast.models import MLP, DLinear
-    from tritonrl.toolkit.forecast import lr_at
 
     for logger_name in ("pytorch_lightning", "lightning_fabric", "lightning", "neuralforecast"):
         logging.getLogger(logger_name).setLevel(logging.ERROR)
@@ -163,6 +159,41 @@ def _peer(name: str, splits: tuple[Any, Any, Any], config: Any) -> dict[str, Any
         raise RuntimeError(f"the splits do not tile the series ({y.shape[0]} rows, expected {total})")
     test_size = len(test)  # test targets: rows T - test_size .. T - 1, ours and theirs
     val_size = total - test_size - b1  # training targets: rows < b1, as ours
+    model, timer_cls = _peer_model(name, train, config)
+    df = pd.DataFrame({"unique_id": "s", "ds": np.arange(total, dtype=np.int64), "y": y})
+    nf = NeuralForecast(models=[model], freq=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t0 = time.perf_counter()
+        nf.fit(df.iloc[: total - test_size], val_size=val_size)
+        wall = time.perf_counter() - t0
+        # NeuralForecast fits deep copies of the models it is given: read the copy's timer
+        fitted = nf.models[0]
+        timer = next(cb for cb in fitted.trainer_kwargs["callbacks"] if isinstance(cb, timer_cls))
+        cv = nf.cross_validation(
+            df=df, n_windows=None, test_size=test_size, step_size=1, use_fitted=True, refit=False
+        )
+    if torch.get_num_threads() != 1:
+        raise RuntimeError(f"NeuralForecast changed torch's thread count to {torch.get_num_threads()}")
+    mse, direction = _peer_scores(cv, type(model).__name__, train, test)
+    return {
+        "mse": mse,
+        "direction": direction,
+        "windows_per_s": timer.batches * config.batch_size / timer.seconds,
+        "wall_s": wall,
+        "steps": timer.steps,
+        "stopped": "early" if timer.early else "max_steps",
+    }
+
+
+def _peer_model(name: str, train: Any, config: Any) -> tuple[Any, type]:
+    """NeuralForecast's model ``name`` set up as ``config`` trains ours (steps, learning-rate
+    schedule, optimizer, clipping, early stopping on the validation split), with a callback that
+    times its training batches; the model and the callback's class."""
+    import pytorch_lightning as pl
+    from neuralforecast.losses.pytorch import MSE
+    from neuralforecast.models import MLP, DLinear
+    from tritonrl.toolkit.forecast import lr_at
 
     class BatchTimer(pl.Callback):
         def __init__(self) -> None:
@@ -185,7 +216,7 @@ def _peer(name: str, splits: tuple[Any, Any, Any], config: Any) -> dict[str, Any
     max_steps = config.epochs * steps_per_epoch
     common = dict(
         h=1,
-        input_size=window,
+        input_size=train.window,
         loss=MSE(),
         valid_loss=MSE(),
         max_steps=max_steps,
@@ -211,42 +242,30 @@ def _peer(name: str, splits: tuple[Any, Any, Any], config: Any) -> dict[str, Any
         callbacks=[BatchTimer()],
     )
     if name == "dlinear":
-        model = DLinear(moving_avg_window=25, **common)
-    elif name == "mlp":
-        model = MLP(num_layers=2, hidden_size=128, **common)
-    else:
-        raise ValueError(f"no NeuralForecast peer for {name!r}")
-    df = pd.DataFrame({"unique_id": "s", "ds": np.arange(total, dtype=np.int64), "y": y})
-    nf = NeuralForecast(models=[model], freq=1)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        t0 = time.perf_counter()
-        nf.fit(df.iloc[: total - test_size], val_size=val_size)
-        wall = time.perf_counter() - t0
-        # NeuralForecast fits deep copies of the models it is given: read the copy's timer
-        fitted = nf.models[0]
-        timer = next(cb for cb in fitted.trainer_kwargs["callbacks"] if isinstance(cb, BatchTimer))
-        cv = nf.cross_validation(
-            df=df, n_windows=None, test_size=test_size, step_size=1, use_fitted=True, refit=False
-        )
-    if torch.get_num_threads() != 1:
-        raise RuntimeError(f"NeuralForecast changed torch's thread count to {torch.get_num_threads()}")
+        return DLinear(moving_avg_window=25, **common), BatchTimer
+    if name == "mlp":
+        return MLP(num_layers=2, hidden_size=128, **common), BatchTimer
+    raise ValueError(f"no NeuralForecast peer for {name!r}")
+
+
+def _peer_scores(cv: Any, column: str, train: Any, test: Any) -> tuple[float, float]:
+    """The peer's test MSE and direction accuracy from its cross-validation frame ``cv`` (predictions
+    in ``column``), after checking that its targets are ours.
+
+    Raises:
+        RuntimeError: the peer scored other targets than ours.
+    """
+    import numpy as np
+
     cv = cv.sort_values("ds")
-    pred = cv[type(model).__name__].to_numpy(np.float64)
+    pred = cv[column].to_numpy(np.float64)
     truth = cv["y"].to_numpy(np.float64)
-    ours = test.y[window:].double().cpu().numpy()  # test targets, rows window .. of the test split
+    ours = test.y[train.window :].double().cpu().numpy()  # test targets, rows window .. of the test split
     if pred.shape != ours.shape or not np.allclose(truth, ours, atol=1e-6):
         raise RuntimeError("NeuralForecast's test targets are not ours: the comparison would be void")
     ref = -train.normalizer.mean / train.normalizer.std  # a zero return, normalised
     hit = 0.5 * (1.0 + np.sign(pred - ref) * np.sign(truth - ref))
-    return {
-        "mse": float(np.mean((pred - truth) ** 2)),
-        "direction": float(hit.mean()),
-        "windows_per_s": timer.batches * config.batch_size / timer.seconds,
-        "wall_s": wall,
-        "steps": timer.steps,
-        "stopped": "early" if timer.early else "max_steps",
-    }
+    return float(np.mean((pred - truth) ** 2)), float(hit.mean())
 
 
 def _note(r: dict[str, Any]) -> str:

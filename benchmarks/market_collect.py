@@ -19,11 +19,11 @@ synthetic bars (5,000 regime-switching bars, seed 0, uploaded once; ``MarketEnvC
 Every DQN buffer uses ``replay_staging="device"`` (n-step windows closed on the device, no host
 read of rewards or flags) and holds 128 vector steps (``128 * num_envs`` transitions).
 
-On CPU: 1,024 envs, torch on one thread (benchmarks/_harness.py; the notes say so). On CUDA the
+On CPU: 1,024 envs, torch on one thread (tritonrl.toolkit.cli.bench; the notes say so). On CUDA the
 GPU rows are measured and listed first: 16,384 envs (the issue's goal on an H200: >= 10 million
 env steps/s with a small MLP policy; the rows' notes say whether it is met) and 1,024 envs, eager
 (``compile="none"``), timed as wall time over blocks of 16 steps ending in a
-``torch.cuda.synchronize`` (``_harness.time_loop``: the throughput a collection loop sees, launch
+``torch.cuda.synchronize`` (``bench.time_loop``: the throughput a collection loop sees, launch
 overhead included). A row that raises is printed as ``failed`` and the others still run; the
 benchmark then prints the rows it has and raises (the bench run exits 1).
 ``run(quick=True)``: shorter timings.
@@ -38,9 +38,9 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from _harness import Row, format_table, one_cpu_thread, time_loop
+from tritonrl.toolkit.cli.bench import Row, format_table, one_cpu_thread, time_loop
 
-REQUIRES = ("gymnasium",)  # the bench runner (_harness.py) skips this file, in one line, where it is missing
+REQUIRES = ("gymnasium",)  # where it is missing, `tritonrl bench` skips this file in one line
 
 NAME = "market_collect"
 BARS = 5000

@@ -25,11 +25,11 @@ actions through a whole episode and into the next, must agree bit for bit (obser
 
 Where gym-anytrading is not installed (a bare GPU machine), the peer rows and the parity check are
 skipped with the reason, and the tritonrl rows run on synthetic bars of GOOGL's length (2,335)
-with no ratio. On CPU, torch runs one thread (benchmarks/_harness.py; the notes say so).
+with no ratio. On CPU, torch runs one thread (tritonrl.toolkit.cli.bench; the notes say so).
 
 Where CUDA is available, ``MarketEnv`` and ``AnyTradingEnv`` also run on the GPU (measured and
 listed first), against the same CPU peer. A GPU row's time is the wall time of blocks of 16 steps
-ending in a ``torch.cuda.synchronize``, per step (``_harness.time_loop``: the throughput a
+ending in a ``torch.cuda.synchronize``, per step (``bench.time_loop``: the throughput a
 collection loop sees, launch overhead included). ``run(quick=True)``: shorter timings and no
 peer at 16,384 envs (about 0.2 s per vector step there, 4 s to build).
 """
@@ -42,9 +42,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from _harness import Row, format_table, one_cpu_thread, time_fn, time_loop
+from tritonrl.toolkit.cli.bench import Row, format_table, one_cpu_thread, time_fn, time_loop
 
-REQUIRES = ("gymnasium",)  # the bench runner (_harness.py) skips this file, in one line, where it is missing
+REQUIRES = ("gymnasium",)  # where it is missing, `tritonrl bench` skips this file in one line
 
 NAME = "market_env"
 WINDOW = 30  # stocks-v0's window_size

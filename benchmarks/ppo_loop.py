@@ -50,11 +50,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from _harness import Row, one_cpu_thread, time_fn
 from torch import nn
+from tritonrl.toolkit.cli.bench import Row, one_cpu_thread, time_fn
 
 NAME = "ppo_loop"
-REQUIRES = ("gymnasium",)  # the bench runner (_harness.py) skips this file, in one line, where it is missing
+REQUIRES = ("gymnasium",)  # where it is missing, `tritonrl bench` skips this file in one line
 NUM_ENVS = 8
 KINDS = [
     ("discrete", "ppo", "CartPole-v1"),
@@ -366,16 +366,36 @@ def run(quick: bool = False) -> list[Row]:
 
 
 def _run(quick: bool) -> list[Row]:
-
     rows: list[Row] = []
     reps = 1 if quick else 3
     if torch.cuda.is_available():  # first: on a GPU machine they are the point, and a time limit cuts the end
         rows += _cuda_rows(reps)
+    ref_rows, ref = _reference_rows(quick)
+    rows += ref_rows
+    update_base = None
+    train_by_kind: dict[str, float] = {}
+    for kind, preset_name, env_id in KINDS:
+        kind_rows, update_base, train_by_kind[kind] = _kind_rows(
+            kind, preset_name, env_id, quick=quick, reps=reps, ref=ref, update_base=update_base
+        )
+        rows += kind_rows
+    for kind, preset_name, env_id in KINDS:
+        if kind in RECURRENT:
+            rows += _recurrent_rows(kind, preset_name, env_id, quick)
+    rows += _mamba_rows(train_by_kind)
+    for kind, preset_name, env_id in KINDS[:1] if quick else KINDS:
+        rows += _compiled_rows(kind, preset_name, env_id, quick)
+    return rows
+
+
+def _reference_rows(quick: bool) -> tuple[list[Row], float]:
+    """The single-file reference at CleanRL's defaults against ``ppo``, then the reference at this
+    benchmark's sizes; the rows and that last reference speed (env steps/s)."""
     ref_steps = 8_192 if quick else 40_960
     # CleanRL's defaults side by side: 4 envs x 128 steps, 4 epochs x 4 minibatches, 2x64 tanh MLPs
     ref4 = _reference_sps(ref_steps)
     case4 = f"discrete CartPole-v1, {REF_ENVS} envs (CleanRL defaults)"
-    rows.append(Row(NAME, case4, "reference", ref4, "env steps/s", note="single-file PPO loop"))
+    rows = [Row(NAME, case4, "reference", ref4, "env steps/s", note="single-file PPO loop")]
     ours4 = train_sps("ppo", "CartPole-v1", ref_steps, num_envs=REF_ENVS, lr=2.5e-4)
     rows.append(
         Row(NAME, case4, "ppo", ours4, "env steps/s", ratio=ours4 / ref4, note="run_training; vs reference")
@@ -391,82 +411,86 @@ def _run(quick: bool) -> list[Row]:
             note="single-file PPO loop, same sizes",
         )
     )
-    update_base = None
-    train_by_kind: dict[str, float] = {}
-    for kind, preset_name, env_id in KINDS:
-        case = f"{kind} {env_id}"
-        env_sps = _env_only_sps(env_id, 4_096 if quick else 16_384)
-        rows.append(Row(NAME, case, "env only", env_sps, "env steps/s", note="random actions"))
-        collect_sps, upd_ms, _ = _timed(preset_name, env_id, "cpu", reps)
-        n = _preset(preset_name).num_steps * NUM_ENVS
-        rows.append(
-            Row(
-                NAME,
-                case,
-                "collect",
-                collect_sps,
-                "env steps/s",
-                ratio=collect_sps / env_sps,
-                note="act + step + observe; ratio vs env only",
-            )
+    return rows, ref
+
+
+def _kind_rows(
+    kind: str, preset_name: str, env_id: str, *, quick: bool, reps: int, ref: float, update_base: float | None
+) -> tuple[list[Row], float, float]:
+    """Env only, collect, update and train rows of one policy kind; the rows, the update time that
+    later kinds are compared with (the first kind's) and the train speed (env steps/s)."""
+    case = f"{kind} {env_id}"
+    env_sps = _env_only_sps(env_id, 4_096 if quick else 16_384)
+    rows = [Row(NAME, case, "env only", env_sps, "env steps/s", note="random actions")]
+    collect_sps, upd_ms, _ = _timed(preset_name, env_id, "cpu", reps)
+    n = _preset(preset_name).num_steps * NUM_ENVS
+    rows.append(
+        Row(
+            NAME,
+            case,
+            "collect",
+            collect_sps,
+            "env steps/s",
+            ratio=collect_sps / env_sps,
+            note="act + step + observe; ratio vs env only",
         )
-        update_base = update_base or upd_ms
-        rows.append(
-            Row(
-                NAME,
-                case,
-                "update",
-                upd_ms,
-                "ms/update",
-                ratio=update_base / upd_ms,
-                note=f"{n} transitions; ratio vs discrete",
-                extra={"ms_per_1k_transitions": upd_ms / n * 1000},
-            )
+    )
+    update_base = update_base or upd_ms
+    rows.append(
+        Row(
+            NAME,
+            case,
+            "update",
+            upd_ms,
+            "ms/update",
+            ratio=update_base / upd_ms,
+            note=f"{n} transitions; ratio vs discrete",
+            extra={"ms_per_1k_transitions": upd_ms / n * 1000},
         )
-        steps = n * (2 if quick else 4)
-        sps = train_by_kind[kind] = train_sps(preset_name, env_id, steps)
-        base = ref if kind == "discrete" else env_sps
-        rows.append(
-            Row(
-                NAME,
-                case,
-                "train",
-                sps,
-                "env steps/s",
-                ratio=sps / base,
-                note="run_training; ratio vs " + ("reference" if kind == "discrete" else "env only"),
-            )
+    )
+    steps = n * (2 if quick else 4)
+    sps = train_sps(preset_name, env_id, steps)
+    base = ref if kind == "discrete" else env_sps
+    rows.append(
+        Row(
+            NAME,
+            case,
+            "train",
+            sps,
+            "env steps/s",
+            ratio=sps / base,
+            note="run_training; ratio vs " + ("reference" if kind == "discrete" else "env only"),
         )
-    for kind, preset_name, env_id in KINDS:
-        if kind in RECURRENT:
-            rows += _recurrent_rows(kind, preset_name, env_id, quick)
-    rows += _mamba_rows(train_by_kind)
-    for kind, preset_name, env_id in KINDS[:1] if quick else KINDS:
-        cmp = compiled_vs_eager(preset_name, env_id, rounds=2 if quick else 5)
-        case = f"{kind} {env_id}: compiled vs eager"
-        note = f"first rollout + update (compilation) {cmp['compile_s']:.0f} s; alternating rounds"
-        rows += [
-            Row(NAME, case, "update eager", cmp["update_eager"], "ms/update", 1.0),
-            Row(
-                NAME,
-                case,
-                "update compile=default",
-                cmp["update_compiled"],
-                "ms/update",
-                cmp["update_ratio"],
-                note,
-            ),
-            Row(NAME, case, "collect eager", cmp["collect_eager"], "ms/rollout", 1.0),
-            Row(
-                NAME,
-                case,
-                "collect compile=default",
-                cmp["collect_compiled"],
-                "ms/rollout",
-                cmp["collect_ratio"],
-            ),
-        ]
-    return rows
+    )
+    return rows, update_base, sps
+
+
+def _compiled_rows(kind: str, preset_name: str, env_id: str, quick: bool) -> list[Row]:
+    """An eager and a compiled agent of one kind, update and collection, in alternating rounds."""
+    cmp = compiled_vs_eager(preset_name, env_id, rounds=2 if quick else 5)
+    case = f"{kind} {env_id}: compiled vs eager"
+    note = f"first rollout + update (compilation) {cmp['compile_s']:.0f} s; alternating rounds"
+    return [
+        Row(NAME, case, "update eager", cmp["update_eager"], "ms/update", 1.0),
+        Row(
+            NAME,
+            case,
+            "update compile=default",
+            cmp["update_compiled"],
+            "ms/update",
+            cmp["update_ratio"],
+            note,
+        ),
+        Row(NAME, case, "collect eager", cmp["collect_eager"], "ms/rollout", 1.0),
+        Row(
+            NAME,
+            case,
+            "collect compile=default",
+            cmp["collect_compiled"],
+            "ms/rollout",
+            cmp["collect_ratio"],
+        ),
+    ]
 
 
 def core_step_us(policy: str, num_envs: int) -> float:

@@ -8,7 +8,7 @@ naive baseline where neither is installed), so ``> 1`` means faster than the bes
 
 TorchRL and cpprb come with the ``bench`` extra; a library that is missing or cannot run here
 (TorchRL's sum tree is a C++ extension tied to the torch it was built for) is skipped with its
-reason printed. On CPU, torch runs one thread (benchmarks/_harness.py). Where CUDA is available, this
+reason printed. On CPU, torch runs one thread (tritonrl.toolkit.cli.bench). Where CUDA is available, this
 buffer (Triton kernels) and the naive baseline also run on the GPU (timed with
 ``triton.testing.do_bench``). ``run(quick=True)``: 100k only.
 """
@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from _harness import Row, format_table, one_cpu_thread, time_fn
+from tritonrl.toolkit.cli.bench import Row, format_table, one_cpu_thread, time_fn
 
 OBS_DIM = 64
 ALPHA, BETA, EPS = 0.6, 0.4, 1e-6

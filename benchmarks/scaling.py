@@ -32,10 +32,10 @@ import tempfile
 from pathlib import Path
 
 import torch
-from _harness import Row
+from tritonrl.toolkit.cli.bench import Row
 
 NAME = "scaling"
-REQUIRES = ("gymnasium",)  # the bench runner (_harness.py) skips this file, in one line, where it is missing
+REQUIRES = ("gymnasium",)  # where it is missing, `tritonrl bench` skips this file in one line
 AGENTS = [  # (preset, env, global envs, steps, steps with quick, log every)
     ("ppo", "CartPole-v1", 8, 32_768, 12_288, 2_048),
     ("dqn", "CartPole-v1", 4, 12_000, 6_000, 1_000),

@@ -20,8 +20,8 @@ The variable is validated in one function, :func:`backend_override`, which dispa
 constructors (hence the command line, before training) call.
 
 ``op.select(device)`` answers which implementation would run and why; ``op.last_backend`` and
-``op.counts`` record what actually ran, so tests can assert the path. Nothing here imports triton
-or queries CUDA at import time.
+``op.counts`` record what actually ran (``op.reset()`` zeroes them and forgets failures), so a
+caller, and the tests, can see the path. Nothing here imports triton or queries CUDA at import time.
 """
 
 from __future__ import annotations
@@ -143,15 +143,6 @@ def triton_available() -> bool:
     return err is None
 
 
-def _reset_for_tests() -> None:
-    """Forget the triton probe and the one-time warnings (tests only)."""
-    global _warned_missing
-    _triton_import_error.cache_clear()
-    _warned_missing = False
-    for op in _REGISTRY.values():
-        op.reset()
-
-
 # RuntimeErrors without a class of their own that still mean "this device cannot run the kernel":
 # MLIR pass failures while compiling, and launch / driver errors reported by Triton's CUDA driver
 # or by torch builds that predate torch.AcceleratorError.
@@ -234,6 +225,12 @@ class KernelOp:
             that triton is only imported when a Triton path actually runs.
 
     Both implementations take the same arguments and return the same kind of result.
+
+    Attributes:
+        counts: calls run per backend (``{"triton": n, "torch": m}``) since import or :meth:`reset`;
+            a reference traced inline into a compiled graph is not counted.
+        last_backend: the backend of the latest call (``None`` before the first).
+        failed: device -> why Triton failed there (that device runs the reference from then on).
     """
 
     def __init__(
@@ -257,7 +254,12 @@ class KernelOp:
         _REGISTRY[name] = self
 
     def reset(self) -> None:
-        """Forget failures, counters and cached selections (tests)."""
+        """Return the op to its state at import: no device failures, zero counters, no cached selection.
+
+        A debugging aid: call it before a piece of code to read from :attr:`counts` and
+        :attr:`last_backend` which implementation that code ran, or to try Triton again on a
+        device where it failed (the next call compiles anew and, if it fails again, warns again).
+        """
         self.failed.clear()
         self._selections.clear()
         self.counts.clear()

@@ -37,9 +37,10 @@ Design decisions:
   (``reference_grads``) and made a compiled Rainbow-head step on a CPU 1.8x *slower* than eager
   (1,720 against 970 us; traced inline: 830 us). The selection is taken once, when the graph is
   traced (``torch.compiler.assume_constant_result``): a compiled function keeps the backend it
-  was traced with (set ``TRITONRL_BACKEND`` before compiling). ``INLINE_REFERENCE = False``
-  routes every compiled call through the custom op (the tests of the op path do). Counters:
-  an inlined reference runs inside the graph and is not counted in ``op.counts``.
+  was traced with (set ``TRITONRL_BACKEND`` before compiling). ``TRITONRL_INLINE_REFERENCE=0``
+  (:func:`inline_reference`, read when a graph is traced) routes every compiled call through the
+  custom op, to debug or profile the op path on a CPU. Counters: an inlined reference runs inside
+  the graph and is not counted in ``op.counts``.
 - **Gradients**: the backward ops run the Triton backward on a Triton selection (through
   :meth:`KernelOp.guard`, falling back to :func:`~tritonrl.kernels.fallback.reference_grads`) and
   :func:`~tritonrl.kernels.fallback.reference_grads` over the torch reference otherwise, which is
@@ -58,6 +59,7 @@ Design decisions:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
@@ -66,10 +68,11 @@ from tritonrl.kernels.backend import KernelOp
 from tritonrl.kernels.fallback import reference_grads
 
 __all__ = [
-    "INLINE_REFERENCE",
+    "INLINE_REFERENCE_ENV",
     "NAMESPACE",
     "absent",
     "fake_grads",
+    "inline_reference",
     "needed_grads",
     "place_grads",
     "reference_grads_in_op",
@@ -81,26 +84,43 @@ T = TypeVar("T")
 
 NAMESPACE = "tritonrl"
 
-INLINE_REFERENCE = True
-"""Compiled calls of the noisy-head and Mamba2 ops trace the torch reference inline where it is
-what would run (see the module doc); ``False``: they always call the custom op."""
+INLINE_REFERENCE_ENV = "TRITONRL_INLINE_REFERENCE"
+_ON, _OFF = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def inline_reference() -> bool:
+    """Whether compiled calls of the noisy-head and Mamba2 ops trace the torch reference inline
+    where it is what would run (see the module doc): ``TRITONRL_INLINE_REFERENCE``, on when unset.
+
+    ``0`` routes every compiled call through the custom op. Read when a graph is traced (a
+    compiled function keeps the choice it was traced with), never in eager calls.
+
+    Raises:
+        ValueError: the variable holds anything but 1/0 (true/false, yes/no, on/off).
+    """
+    raw = os.environ.get(INLINE_REFERENCE_ENV, "1")
+    value = raw.strip().lower() or "1"
+    if value not in _ON + _OFF:
+        raise ValueError(f"{INLINE_REFERENCE_ENV}={raw!r} is not a switch; allowed values: 1, 0")
+    return value in _ON
 
 
 @torch.compiler.assume_constant_result
-def _selects_reference(name: str, device: str) -> bool:
-    """Whether op ``name`` would run its torch reference on ``device`` (taken at trace time)."""
+def _traces_reference(name: str, device: str) -> bool:
+    """:func:`inline_reference`, and op ``name`` would run its torch reference on ``device``
+    (taken at trace time)."""
     from tritonrl.kernels.backend import registry
 
-    return registry()[name].select(torch.device(device)).backend == "torch"
+    return inline_reference() and registry()[name].select(torch.device(device)).backend == "torch"
 
 
 def traces_reference(op: KernelOp, device: torch.device) -> bool:
     """Under ``torch.compile``: call ``op``'s torch reference inline (``True``) or its custom op.
 
-    ``True`` when :data:`INLINE_REFERENCE` is on and ``op`` selects its reference for ``device``
+    ``True`` when :func:`inline_reference` is on and ``op`` selects its reference for ``device``
     (decided once per traced graph). Only meaningful while tracing.
     """
-    return INLINE_REFERENCE and _selects_reference(op.name, str(device))
+    return _traces_reference(op.name, str(device))
 
 
 def _autograd_keys() -> torch._C.DispatchKeySet:

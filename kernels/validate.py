@@ -1,4 +1,8 @@
-"""Argument checks shared by every op's public function: one dialect for every error message.
+"""Argument checks: the project's one validation dialect.
+
+The kernels' public functions, the toolkit (:func:`tritonrl.toolkit.checks.check_config`, the
+loops, the replay) and the agents check their arguments with these helpers, so every message
+reads the same; this module imports only torch and the standard library, so any layer may use it.
 
 Each helper reads metadata only (type, dtype, shape, device, strides), never tensor data, so a
 check costs no device sync (STYLE item 4). Messages start with the argument's name::
@@ -10,17 +14,35 @@ check costs no device sync (STYLE item 4). Messages start with the argument's na
     state must be contiguous (strides (60, 15, 1, 5))
     chunk_size must be an int in [16, 256], got 8
 
+A config field (:func:`check_field`) is named as a user sets it, ``--set name=value``::
+
+    lr=inf must be a finite number
+    gamma=1.5 must be in [0,1]
+    hidden=(64, 0): each item must be >= 1, got 0
+
 Errors: ``TypeError`` for a wrong type or dtype, ``ValueError`` for everything else.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+import numbers
+import re
 from collections.abc import Sequence
 
 import torch
 
-__all__ = ["check_int", "check_real", "check_tensor", "dtype_names"]
+__all__ = [
+    "check_field",
+    "check_int",
+    "check_real",
+    "check_tensor",
+    "describe_interval",
+    "dtype_names",
+    "in_interval",
+    "parse_interval",
+]
 
 
 def dtype_names(dtypes: Sequence[torch.dtype]) -> str:
@@ -119,3 +141,67 @@ def check_real(name: str, value: object, *, positive: bool = False, nonnegative:
     if nonnegative and value < 0:
         raise ValueError(f"{name} must be >= 0, got {value!r}")
     return float(value)
+
+
+# ----------------------------------------------------------------------------- intervals, fields
+
+_INTERVAL = re.compile(r"^\s*([\[(])\s*(-?inf|[-+0-9.e]+)\s*,\s*(-?inf|[-+0-9.e]+)\s*([\])])\s*$")
+
+
+@functools.cache
+def parse_interval(spec: str) -> tuple[float, bool, float, bool]:
+    """``"(0, 1]"`` -> ``(low, low_closed, high, high_closed)``; ``inf`` bounds allowed.
+
+    Raises:
+        ValueError: ``spec`` is not an interval such as ``"(0, 1]"`` or ``"[1, inf)"``.
+    """
+    m = _INTERVAL.match(spec)
+    if m is None:
+        raise ValueError(f"bad interval {spec!r}: expected e.g. '(0, 1]' or '[1, inf)'")
+    return float(m.group(2)), m.group(1) == "[", float(m.group(3)), m.group(4) == "]"
+
+
+def in_interval(value: float, spec: str) -> bool:
+    """Whether ``value`` lies in the interval ``spec`` (:func:`parse_interval`)."""
+    low, low_closed, high, high_closed = parse_interval(spec)
+    above = value >= low if low_closed else value > low
+    return above and (value <= high if high_closed else value < high)
+
+
+def describe_interval(spec: str) -> str:
+    """How a message states the interval: ``">= 1"``, ``"> 0"``, ``"<= 2"``, ``"in (0,1]"``."""
+    low, low_closed, high, high_closed = parse_interval(spec)
+    if math.isinf(high):
+        return f"{'>=' if low_closed else '>'} {low:g}"
+    if math.isinf(low):
+        return f"{'<=' if high_closed else '<'} {high:g}"
+    return f"in {spec.replace(' ', '')}"
+
+
+def check_field(
+    name: str, value: object, interval: str, *, integer: bool = False, each: bool = False
+) -> None:
+    """A config field's number (or, with ``each``, every item of its tuple) is an int (with
+    ``integer``; numpy integers too) or a real number, finite, and in ``interval``.
+
+    Messages name the field as ``--set`` writes it: ``lr=inf must be a finite number``,
+    ``batch_size=True must be an int``, ``gamma=1.5 must be in [0,1]``,
+    ``hidden=(64, 0): each item must be >= 1, got 0``. Bools are refused.
+
+    Raises:
+        ValueError: the first item that is not such a number.
+    """
+    items: Sequence[object] = value if each else (value,)  # type: ignore[assignment]
+    for item in items:
+        if isinstance(item, bool) or not isinstance(item, numbers.Real):
+            raise ValueError(f"{name}={value!r} must be {'an int' if integer else 'a number'}")
+        if integer and not isinstance(item, numbers.Integral):
+            raise ValueError(f"{name}={value!r} must be an int")
+        if not math.isfinite(item):
+            raise ValueError(f"{name}={value!r} must be a finite number")
+        if not in_interval(float(item), interval):
+            if each:
+                raise ValueError(
+                    f"{name}={tuple(items)!r}: each item must be {describe_interval(interval)}, got {item!r}"
+                )
+            raise ValueError(f"{name}={value!r} must be {describe_interval(interval)}")

@@ -11,7 +11,7 @@ tree. This script, run from anywhere with any Python that has those packages::
 2. runs ``pytest --collect-only -m gpu`` over the whole suite (every test file is imported; the
    ``gpu`` marker only deselects) and counts the ``gpu``-marked tests per file;
 3. imports every benchmark the way ``python -m tritonrl.toolkit bench`` loads it (through
-   ``benchmarks/_harness.py``, the bench runner, which the benchmarks import as ``_harness``).
+   :func:`tritonrl.toolkit.cli.bench.load`, the bench runner whose helpers the benchmarks import).
 
 Exits 1 when a benchmark does not import, a test file does not collect, fewer than ``--min-gpu``
 tests are marked ``gpu`` or a kernel parity file has none (a file that started to skip as a whole
@@ -88,13 +88,12 @@ class _Tally:
 
 
 def _import_benchmarks() -> tuple[list[str], dict[str, str]]:
-    sys.path.insert(0, str(ROOT / "benchmarks"))  # _harness, as `tritonrl bench --dir benchmarks` loads it
-    from _harness import _load, discover
+    from tritonrl.toolkit.cli.bench import discover, load
 
     imported, failed = [], {}
     for path in discover(ROOT / "benchmarks"):
         try:
-            _load(path)
+            load(path)
             imported.append(path.stem)
         except Exception as exc:
             failed[path.stem] = f"{type(exc).__name__}: {exc}"

@@ -10,7 +10,8 @@
 Every test runs with poisoned fresh outputs (:func:`_poison_kernel_allocations`): the kernel
 launchers in ``tritonrl.kernels`` allocate through module-level ``empty`` / ``empty_like``
 (``from torch import empty``), which this file replaces with allocators that fill NaN (integers:
-their minimum), so an element a kernel never writes fails the parity tests.
+their minimum), so an element a kernel never writes fails the parity tests. The ``triton_missing``
+fixture plays a machine without triton (the backend's import probe and one-time warning reset).
 """
 
 from __future__ import annotations
@@ -159,6 +160,28 @@ def _poison_kernel_allocations(monkeypatch: pytest.MonkeyPatch):
             if vars(mod).get(name) is getattr(torch, name):
                 monkeypatch.setattr(mod, name, fn)
     yield
+
+
+@pytest.fixture
+def triton_missing(monkeypatch: pytest.MonkeyPatch):
+    """``import triton`` fails inside the test, as on a machine without it.
+
+    The backend's cached import probe is cleared and its one-time warning re-armed, so the test
+    sees the first call of a fresh process; afterwards the probe is cleared again and every op
+    reset, so no selection made without triton outlives the test. (A test hook that lives here,
+    never in ``tritonrl.kernels``.)
+    """
+    import sys
+
+    from tritonrl.kernels import backend
+
+    monkeypatch.setitem(sys.modules, "triton", None)  # makes `import triton` raise ImportError
+    monkeypatch.setattr(backend, "_warned_missing", False)  # restored after the test
+    backend._triton_import_error.cache_clear()
+    yield
+    backend._triton_import_error.cache_clear()
+    for op in backend.registry().values():
+        op.reset()
 
 
 @pytest.fixture(autouse=True)

@@ -3,7 +3,6 @@ benchmark, and ``python -m tritonrl.toolkit bench`` skips a benchmark whose pack
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import subprocess
@@ -12,11 +11,10 @@ from pathlib import Path
 
 import pytest
 from bare_collect import KERNEL_FILES, MIN_GPU_TESTS
+from tritonrl.toolkit.cli.bench import discover
+from tritonrl.toolkit.cli.bench import main as bench_main
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))  # the bench runner, benchmarks/_harness.py (not in the wheel)
-harness = importlib.import_module("_harness")
-discover, bench_main = harness.discover, harness.main
 
 
 def _bare_collect(*hide: str) -> tuple[subprocess.CompletedProcess[str], dict]:
@@ -56,7 +54,7 @@ def test_bench_skips_a_benchmark_whose_requirement_is_missing(tmp_path: Path, ca
         "def run(quick=False):\n    raise AssertionError('run() of a skipped benchmark was called')\n"
     )
     (tmp_path / "plain.py").write_text(
-        "from _harness import Row\n"
+        "from tritonrl.toolkit.cli.bench import Row\n"
         "def run(quick=False):\n    return [Row('plain', 'case', 'impl', 1.5, 'ms')]\n"
     )
     assert bench_main(tmp_path, quick=True) == 0

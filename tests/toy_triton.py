@@ -1,6 +1,13 @@
-"""Test-only Triton kernel that proves the harness: y = x @ w.T + b (optional ReLU)."""
+"""Test-only Triton kernel that proves the harness: y = x @ w.T + b (optional ReLU).
+
+:func:`aot_cases` hands its launches to ``tools/aot_compile.py --cases toy_triton:aot_cases``
+(``tests/kernels/test_aot_compile.py``), so the toy kernel is compiled for real GPUs too.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
 
 import torch
 import triton
@@ -59,3 +66,15 @@ def toy_linear_triton(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, relu: b
     grid = (triton.cdiv(M, BM), triton.cdiv(N, BN))
     _toy_linear_fwd_kernel[grid](x, w, b, y, M, N, K, BM=BM, BN=BN, BK=BK, RELU=relu, **dot_flags(x.dtype))
     return y
+
+
+def _toy_launch(m: int, n: int, k: int, dtype: torch.dtype, relu: bool) -> None:
+    toy_linear_triton(
+        torch.zeros(m, k, dtype=dtype), torch.zeros(n, k, dtype=dtype), torch.zeros(n, dtype=dtype), relu
+    )
+
+
+def aot_cases() -> list[tuple[str, Callable[[], None]]]:
+    """The toy kernel's ahead-of-time compile cases: ``(name, run)``, bf16 and f32."""
+    dtypes = {"bf16": torch.bfloat16, "f32": torch.float32}
+    return [(f"toy_linear {tag}", partial(_toy_launch, 8, 16, 32, dt, True)) for tag, dt in dtypes.items()]

@@ -4,7 +4,8 @@ Three mechanisms, each in one place:
 
 - :func:`check_config`: the type and the valid range of every field of a frozen config dataclass,
   from a small table of interval strings (``"(0, 1]"``, ``"[1, inf)"``); one ``ValueError`` line
-  naming the field and the value. Non-finite numbers (NaN, inf) are never valid.
+  naming the field and the value. Non-finite numbers (NaN, inf) are never valid. The numbers are
+  checked by :func:`tritonrl.kernels.validate.check_field`, the project's one validation dialect.
 - :func:`check_memory`: refuse an allocation that cannot fit in the device's free memory, saying
   how much it needs, for what, and how much there is.
 - :class:`InputGuard`: NaN/inf observations and rewards and out-of-range actions are rejected at an
@@ -22,7 +23,6 @@ import dataclasses
 import functools
 import math
 import os
-import re
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from tritonrl.kernels.validate import check_field
 
 __all__ = [
     "MAX_SEED",
@@ -45,32 +46,6 @@ MAX_SEED = 2**32 - 1
 """Largest seed: numpy's global seed takes 32 bits, gymnasium refuses negative seeds (torch takes 64)."""
 
 # ----------------------------------------------------------------------------- config ranges
-
-_INTERVAL = re.compile(r"^\s*([\[(])\s*(-?inf|[-+0-9.e]+)\s*,\s*(-?inf|[-+0-9.e]+)\s*([\])])\s*$")
-
-
-@functools.cache
-def _parse_interval(spec: str) -> tuple[float, bool, float, bool]:
-    """``"(0, 1]"`` -> ``(low, low_closed, high, high_closed)``."""
-    m = _INTERVAL.match(spec)
-    if m is None:
-        raise ValueError(f"bad interval {spec!r}: expected e.g. '(0, 1]' or '[1, inf)'")
-    return float(m.group(2)), m.group(1) == "[", float(m.group(3)), m.group(4) == "]"
-
-
-def _describe(spec: str) -> str:
-    low, lc, high, hc = _parse_interval(spec)
-    fmt = lambda v: f"{v:g}"  # noqa: E731
-    if math.isinf(high):
-        return f"{'>=' if lc else '>'} {fmt(low)}"
-    if math.isinf(low):
-        return f"{'<=' if hc else '<'} {fmt(high)}"
-    return f"in {spec.replace(' ', '')}"
-
-
-def _in(value: float, spec: str) -> bool:
-    low, lc, high, hc = _parse_interval(spec)
-    return (value >= low if lc else value > low) and (value <= high if hc else value < high)
 
 
 @functools.cache
@@ -137,27 +112,14 @@ def check_config(config: Any, ranges: Mapping[str, str]) -> None:
         value = getattr(config, name)
         if value is None and optional:
             continue
-        items: Sequence[Any] = value if is_tuple and isinstance(value, (tuple, list)) else (value,)
         if is_tuple and not isinstance(value, (tuple, list)):
             raise ValueError(f"{name}={value!r} must be a tuple of {tp.__name__}s")
-        for item in items:
-            if tp is bool:
-                if not isinstance(item, (bool, np.bool_)):
-                    raise ValueError(f"{name}={value!r} must be true or false")
-                continue
-            if isinstance(item, (bool, np.bool_)) or not isinstance(item, (int, float, np.number)):
-                raise ValueError(f"{name}={value!r} must be {'an int' if tp is int else 'a number'}")
-            if tp is int and not isinstance(item, (int, np.integer)):
-                raise ValueError(f"{name}={value!r} must be an int")
-            if not math.isfinite(item):
-                raise ValueError(f"{name}={value!r} must be a finite number")
-            spec = ranges[name]
-            if not _in(float(item), spec):
-                if is_tuple:
-                    raise ValueError(
-                        f"{name}={tuple(value)!r}: each item must be {_describe(spec)}, got {item!r}"
-                    )
-                raise ValueError(f"{name}={value!r} must be {_describe(spec)}")
+        if tp is bool:
+            items: Sequence[Any] = value if is_tuple else (value,)
+            if not all(isinstance(item, (bool, np.bool_)) for item in items):
+                raise ValueError(f"{name}={value!r} must be true or false")
+        elif not is_tuple or value:
+            check_field(name, value, ranges[name], integer=tp is int, each=is_tuple)
 
 
 # ----------------------------------------------------------------------------- memory

@@ -15,7 +15,8 @@ limit (sm_90: 227 KiB, sm_80: 163 KiB, sm_75: 64 KiB).
 Cases: the GPU shapes of benchmarks/noisy_dueling.py, benchmarks/mamba2_scan.py and
 benchmarks/replay.py, plus small ones (acting batches, the actor-critic's Mamba2 block, every
 optional input switched on). ``--quick`` takes a subset that still reaches every kernel and
-every launch-config branch (what tests/kernels/test_aot_compile.py runs in CI).
+every launch-config branch (what tests/kernels/test_aot_compile.py runs in CI). ``--cases
+MODULE:FUNCTION`` adds the cases of kernels outside the package (the test passes the tests' toy op).
 
 Run without ``TRITON_INTERPRET`` (under the interpreter ``@triton.jit`` makes no compilable
 kernels)::
@@ -306,18 +307,6 @@ def _sumtree(
     return run
 
 
-def _toy(m: int, n: int, k: int, dtype, relu: bool) -> Callable[[], None]:
-    def run() -> None:
-        import torch
-        from toy_triton import toy_linear_triton
-
-        toy_linear_triton(
-            torch.zeros(m, k, dtype=dtype), torch.zeros(n, k, dtype=dtype), torch.zeros(n, dtype=dtype), relu
-        )
-
-    return run
-
-
 def cases(quick: bool) -> list[tuple[str, Callable[[], None]]]:
     """(name, run) of every case; ``quick``: the CI subset (every kernel, every config branch)."""
     import torch
@@ -391,8 +380,29 @@ def cases(quick: bool) -> list[tuple[str, Callable[[], None]]]:
     out.append(
         ("sumtree cap1000 insert1 update bf16", _sumtree(1000, insert=1, update=32, td_dtype=torch.bfloat16))
     )
-    for tag, dt in dtypes.items():
-        out.append((f"toy_linear {tag}", _toy(8, 16, 32, dt, relu=True)))
+    return out
+
+
+def extra_cases(specs: list[str]) -> list[tuple[str, Callable[[], None]]]:
+    """The cases of each ``module:function`` in ``specs`` (``--cases``): an importable module's
+    function that returns ``(name, run)`` pairs like :func:`cases`, for kernels outside the
+    package (the tests' toy op: ``--cases toy_triton:aot_cases`` with ``tests/`` on the path).
+
+    Raises:
+        SystemExit: a spec without ``:``, or a module or function that does not exist (status 1).
+    """
+    import importlib
+
+    out: list[tuple[str, Callable[[], None]]] = []
+    for spec in specs:
+        module, _, attr = spec.partition(":")
+        try:
+            fn = getattr(importlib.import_module(module), attr) if module and attr else None
+        except (ImportError, AttributeError) as exc:
+            raise SystemExit(f"--cases {spec}: {type(exc).__name__}: {exc}") from None
+        if fn is None:
+            raise SystemExit(f"--cases {spec}: expected module:function")
+        out.extend(fn())
     return out
 
 
@@ -454,6 +464,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1, help="compile processes")
     ap.add_argument("-k", dest="only", default="", help="only kernels whose name contains this")
     ap.add_argument("--json", default="", help="write the rows to this file")
+    ap.add_argument(
+        "--cases",
+        action="append",
+        default=[],
+        metavar="MODULE:FUNCTION",
+        help="also the cases FUNCTION() of an importable MODULE returns (repeatable)",
+    )
     args = ap.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         print("unset TRITON_INTERPRET: the interpreter makes no compilable kernels", file=sys.stderr)
@@ -466,13 +483,12 @@ def main(argv: list[str] | None = None) -> int:
     cache = tempfile.TemporaryDirectory(prefix="tritonrl-aot-")
     os.environ["TRITON_CACHE_DIR"] = cache.name
     os.environ["TRITON_DUMP_PTXAS_LOG"] = "1"
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # toy_triton, the test-only op
     import torch
     import triton
 
     torch.set_num_threads(1)
     t0 = time.perf_counter()
-    all_cases = cases(args.quick)
+    all_cases = cases(args.quick) + extra_cases(args.cases)
     for cc in targets:
         specs = record(cc, all_cases)
         if cc in F32_ONLY:

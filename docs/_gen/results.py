@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import importlib.util
 import json
 import math
 import statistics
@@ -272,17 +271,6 @@ def render(data: Path = DATA) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _load_harness() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "tritonrl_docs_harness", ROOT / "benchmarks" / "_harness.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
 def draw(data: Path = DATA, img_dir: Path = PAGES / IMG) -> list[Path]:
     """The page's figures into ``img_dir``: ``learning-curves.png`` and ``bench-<name>.png``.
 
@@ -319,17 +307,16 @@ def draw(data: Path = DATA, img_dir: Path = PAGES / IMG) -> list[Path]:
     fig.savefig(written[0], dpi=110)
     plt.close(fig)
 
-    harness = _load_harness()
+    from tritonrl.toolkit.cli.bench import Row, plot_ratios
+
     bench = load_bench(data)
     rows = [
-        harness.Row(r["benchmark"], r["case"], r["impl"], r["value"] if r["value"] is not None else math.nan,
-                    r["unit"], r["ratio"], r["note"])
+        Row(r["benchmark"], r["case"], r["impl"], r["value"] if r["value"] is not None else math.nan,
+            r["unit"], r["ratio"], r["note"])
         for r in bench["rows"]
     ]  # fmt: skip
     tmp = img_dir / ".bench"
-    for path in harness.plot_ratios(
-        rows, tmp, subtitle=f"{bench['run']['device']}, {bench['run']['date'][:10]}"
-    ):
+    for path in plot_ratios(rows, tmp, subtitle=f"{bench['run']['device']}, {bench['run']['date'][:10]}"):
         written.append(path.replace(img_dir / f"bench-{path.name}"))
     tmp.rmdir()
     return written

@@ -15,7 +15,6 @@ Then ``python docs/_gen/results.py`` rewrites the page and its figures from the 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import shutil
 import subprocess
@@ -40,13 +39,10 @@ GROUPS: tuple[dict[str, object], ...] = (
 
 
 def _run_info() -> dict[str, object]:
-    """The bench harness's :func:`run_info` (machine, versions, commit, date), loaded from the checkout."""
-    spec = importlib.util.spec_from_file_location("_harness", ROOT / "benchmarks" / "_harness.py")
-    assert spec is not None and spec.loader is not None
-    harness = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = harness  # dataclasses look their module up there
-    spec.loader.exec_module(harness)
-    return harness.run_info()
+    """The bench runner's :func:`~tritonrl.toolkit.cli.bench.run_info` (machine, versions, commit, date)."""
+    from tritonrl.toolkit.cli.bench import run_info
+
+    return run_info()
 
 
 def _strip_equity(report: object) -> object:

@@ -1,9 +1,11 @@
 """Every Triton kernel compiles for real GPUs (sm_90, sm_80; f32 variants also sm_75), no GPU needed.
 
 Runs tools/aot_compile.py --quick in a subprocess without TRITON_INTERPRET (this session has the
-interpreter on, and under it ``@triton.jit`` makes no compilable kernels). The script records the
-launchers' exact specializations and compiles each with ptxas; it exits non-zero on a compile
-error or on shared memory above a target's limit.
+interpreter on, and under it ``@triton.jit`` makes no compilable kernels), with the tests' toy
+kernel passed in (``--cases toy_triton:aot_cases``, ``tests/`` on its path: the tool imports
+nothing from the tests by itself). The script records the launchers' exact specializations and
+compiles each with ptxas; it exits non-zero on a compile error or on shared memory above a
+target's limit.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ KERNELS = {
 
 def test_every_kernel_compiles_for_sm90_sm80_and_f32_for_sm75(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "tests"), env.get("PYTHONPATH")) if p)
     out = tmp_path / "rows.json"
     proc = subprocess.run(
         [
@@ -52,6 +55,8 @@ def test_every_kernel_compiles_for_sm90_sm80_and_f32_for_sm75(tmp_path: Path) ->
             "90,80,75",
             "--json",
             str(out),
+            "--cases",
+            "toy_triton:aot_cases",
         ],
         capture_output=True,
         text=True,

@@ -6,9 +6,9 @@
   the torch reference and its autograd (inside the op when compiled): the graph only passes the
   tensors to the opaque op, so outputs and gradients are compared bit for bit (tolerance 0).
 - Eager calls take the direct ``KernelOp`` path, compiled calls the custom op (a spy on
-  ``KernelOp.dispatch`` tells which); ``op.counts`` records both. (With the default
-  ``INLINE_REFERENCE``, compiled CPU calls of the noisy-head ops trace the torch reference
-  itself instead: tested at the end; every other test here turns it off.)
+  ``KernelOp.dispatch`` tells which); ``op.counts`` records both. (By default
+  (``TRITONRL_INLINE_REFERENCE`` unset), compiled CPU calls of the noisy-head and Mamba2 ops trace
+  the torch reference itself instead: tested at the end; every other test here sets it to 0.)
 - Under the Triton interpreter (and with ``--gpu`` on CUDA) the compiled path runs the Triton
   launchers, forward and backward, and equals eager Triton bit for bit (same launchers, same
   launch configurations, no atomics).
@@ -58,7 +58,7 @@ def _fresh(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.delenv("TRITONRL_BACKEND", raising=False)
     # these tests are about the op path: compiled calls take the custom op even where the torch
     # reference would be traced inline (test_compiled_cpu_calls_inline_the_reference covers that)
-    monkeypatch.setattr(library, "INLINE_REFERENCE", False)
+    monkeypatch.setenv("TRITONRL_INLINE_REFERENCE", "0")
     torch._dynamo.reset()  # each test compiles its own functions (no recompile limit carried over)
     for op in ALL_OPS:
         op.reset()
@@ -563,11 +563,12 @@ def test_bad_input_raises_under_compile() -> None:
 
 
 def test_compiled_cpu_calls_inline_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With INLINE_REFERENCE (the default), a compiled CPU call of the noisy-head ops traces the
-    torch reference into the graph (no custom op, no KernelOp dispatch: nothing counted) and
-    equals eager bit for bit under aot_eager (the same ops); forcing the Triton backend under the
-    interpreter still takes the custom op (the selection is no longer the reference)."""
-    monkeypatch.setattr(library, "INLINE_REFERENCE", True)
+    """With TRITONRL_INLINE_REFERENCE unset (the default: on), a compiled CPU call of the
+    noisy-head ops traces the torch reference into the graph (no custom op, no KernelOp dispatch:
+    nothing counted) and equals eager bit for bit under aot_eager (the same ops); forcing the
+    Triton backend under the interpreter still takes the custom op (the selection is no longer the
+    reference)."""
+    monkeypatch.delenv("TRITONRL_INLINE_REFERENCE")
     ran: list[str] = []
     for op in (NOISY_LINEAR, NOISY_DUELING):
         real = op.dispatch
@@ -596,7 +597,7 @@ def test_compiled_cpu_calls_inline_the_reference(monkeypatch: pytest.MonkeyPatch
 def test_compiled_cpu_mamba2_calls_inline_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
     """The Mamba2 ops inline their reference too: no custom op runs, and scan (with gradients)
     and step equal eager bit for bit under aot_eager (the same ops)."""
-    monkeypatch.setattr(library, "INLINE_REFERENCE", True)
+    monkeypatch.delenv("TRITONRL_INLINE_REFERENCE")
     ran: list[str] = []
     for op in (MAMBA2_SCAN, MAMBA2_STEP):
         real = op.dispatch
@@ -619,3 +620,17 @@ def test_compiled_cpu_mamba2_calls_inline_the_reference(monkeypatch: pytest.Monk
     assert_same(mamba2_step(s_e, **args), compiled(mamba2_step)(s_c, **args))
     assert_same(s_e, s_c)
     assert ran == [] and MAMBA2_SCAN.counts == {"torch": 1} and MAMBA2_STEP.counts == {"torch": 1}
+
+
+def test_inline_reference_switch_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """TRITONRL_INLINE_REFERENCE: on when unset or 1/true/yes/on, off for 0/false/no/off, any other
+    value an error naming the variable."""
+    monkeypatch.delenv("TRITONRL_INLINE_REFERENCE")
+    assert library.inline_reference()
+    cases = (("1", True), (" On ", True), ("true", True), ("0", False), ("off", False), ("no", False))
+    for value, on in cases:
+        monkeypatch.setenv("TRITONRL_INLINE_REFERENCE", value)
+        assert library.inline_reference() is on, value
+    monkeypatch.setenv("TRITONRL_INLINE_REFERENCE", "sometimes")
+    with pytest.raises(ValueError, match="^TRITONRL_INLINE_REFERENCE='sometimes' is not a switch"):
+        library.inline_reference()

@@ -6,7 +6,15 @@ import math
 
 import pytest
 import torch
-from tritonrl.kernels.validate import check_int, check_real, check_tensor
+from tritonrl.kernels.validate import (
+    check_field,
+    check_int,
+    check_real,
+    check_tensor,
+    describe_interval,
+    in_interval,
+    parse_interval,
+)
 
 
 def test_check_tensor_names_the_argument_and_what_is_wrong() -> None:
@@ -55,3 +63,42 @@ def test_check_real() -> None:
         check_real("eps", 0.0, positive=True)
     with pytest.raises(ValueError, match="^alpha must be >= 0, got -0.5$"):
         check_real("alpha", -0.5)
+
+
+def test_intervals() -> None:
+    assert parse_interval("(0, 1]") == (0.0, False, 1.0, True)
+    assert parse_interval("[1, inf)") == (1.0, True, math.inf, False)
+    assert in_interval(1.0, "(0, 1]") and not in_interval(0.0, "(0, 1]")
+    assert in_interval(-5.0, "(-inf, inf)") and not in_interval(math.inf, "(-inf, inf)")
+    assert [describe_interval(s) for s in ("[1, inf)", "(0, inf)", "(-inf, 2]", "(0, 1]")] == [
+        ">= 1",
+        "> 0",
+        "<= 2",
+        "in (0,1]",
+    ]
+    with pytest.raises(ValueError, match="^bad interval '0..1'"):
+        parse_interval("0..1")
+
+
+def test_check_field_names_the_field_as_set_writes_it() -> None:
+    np = pytest.importorskip("numpy")
+    check_field("lr", 3e-4, "(0, inf)")
+    check_field("batch_size", np.int64(32), "[1, inf)", integer=True)  # numpy numbers are numbers
+    check_field("hidden", (64, 64), "[1, inf)", integer=True, each=True)
+    cases = [
+        (("lr", math.inf, "(0, inf)"), {}, "lr=inf must be a finite number"),
+        (("lr", "1e-3", "(0, inf)"), {}, "lr='1e-3' must be a number"),
+        (("batch_size", True, "[1, inf)"), {"integer": True}, "batch_size=True must be an int"),
+        (("torso_width", 1.5, "[1, inf)"), {"integer": True}, "torso_width=1.5 must be an int"),
+        (("gamma", 1.5, "[0, 1]"), {}, r"gamma=1.5 must be in \[0,1\]"),
+        (("eps", 0.0, "(0, inf)"), {}, "eps=0.0 must be > 0"),
+        (("hidden", (64, 0), "[1, inf)"), {"integer": True, "each": True}, r"hidden=\(64, 0\): each item"),
+        (
+            ("hidden", [64, 1.5], "[1, inf)"),
+            {"integer": True, "each": True},
+            r"hidden=\[64, 1.5\] must be an int",
+        ),
+    ]
+    for args, kw, message in cases:
+        with pytest.raises(ValueError, match=f"^{message}"):
+            check_field(*args, **kw)

@@ -1,23 +1,20 @@
 """``tritonrl bench --json PATH --plot DIR`` on a folder of fake benchmarks (fast: nothing is timed).
 
-The folder holds a copy of the real ``benchmarks/_harness.py`` (the runner under test) and small
+The runner under test is the package's (:mod:`tritonrl.toolkit.cli.bench`); the folder holds small
 benchmark files whose ``run`` returns fixed rows, so the JSON can be compared value for value.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 from pathlib import Path
 
 import pytest
-import tritonrl.toolkit.cli.main as cli
-
-REPO = Path(__file__).resolve().parents[2]
+from tritonrl.toolkit.cli.main import main as cli_main
 
 FAKE = """
-from _harness import Row
+from tritonrl.toolkit.cli.bench import Row
 
 def run(quick: bool = False):
     n = 2 if quick else 3
@@ -29,7 +26,7 @@ def run(quick: bool = False):
     return rows
 """
 NO_RATIOS = """
-from _harness import Row
+from tritonrl.toolkit.cli.bench import Row
 
 def run(quick: bool = False):
     return [Row("plain", "one", "only", 1.5, "ms", extra={"peak_mib": 3.0})]
@@ -41,14 +38,12 @@ def run(quick: bool = False):
 
 
 @pytest.fixture
-def bench_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A benchmark folder: the real harness and two fake benchmarks; ``_harness`` restored afterwards."""
+def bench_dir(tmp_path: Path) -> Path:
+    """A benchmark folder with two fake benchmarks."""
     folder = tmp_path / "benchmarks"
     folder.mkdir()
-    shutil.copy(REPO / "benchmarks" / "_harness.py", folder / "_harness.py")
     (folder / "fake.py").write_text(FAKE)
     (folder / "plain.py").write_text(NO_RATIOS)
-    monkeypatch.delitem(sys.modules, "_harness", raising=False)  # the CLI loads the copy; undone after
     return folder
 
 
@@ -63,7 +58,7 @@ def test_json_holds_every_row_with_config_and_run_info(
     bench_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "out" / "bench.json"
-    assert cli.main(["bench", "--dir", str(bench_dir), "--quick", "--json", str(out)]) == 0
+    assert cli_main(["bench", "--dir", str(bench_dir), "--quick", "--json", str(out)]) == 0
     assert f"wrote 6 rows to {out}" in capsys.readouterr().out
     doc = _strict(out.read_text())
     assert isinstance(doc, dict)
@@ -91,7 +86,7 @@ def test_json_holds_every_row_with_config_and_run_info(
 def test_json_names_the_selected_benchmarks_and_failures(bench_dir: Path, tmp_path: Path) -> None:
     (bench_dir / "broken.py").write_text(BROKEN)
     out = tmp_path / "bench.json"
-    assert cli.main(["bench", "--dir", str(bench_dir), "broken", "plain", "--json", str(out)]) == 1
+    assert cli_main(["bench", "--dir", str(bench_dir), "broken", "plain", "--json", str(out)]) == 1
     doc = _strict(out.read_text())
     assert isinstance(doc, dict)
     assert doc["failed"] == ["broken"]
@@ -104,7 +99,7 @@ def test_plot_draws_one_png_per_benchmark_with_ratios(
 ) -> None:
     pytest.importorskip("matplotlib")
     figs = tmp_path / "figs"
-    assert cli.main(["bench", "--dir", str(bench_dir), "--plot", str(figs)]) == 0
+    assert cli_main(["bench", "--dir", str(bench_dir), "--plot", str(figs)]) == 0
     assert "wrote 1 figure to" in capsys.readouterr().out
     assert sorted(p.name for p in figs.iterdir()) == ["fake.png"]  # plain has no ratio: no figure
     data = (figs / "fake.png").read_bytes()
@@ -116,7 +111,7 @@ def test_plot_without_matplotlib_is_one_notice(
 ) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError
     figs, out = tmp_path / "figs", tmp_path / "bench.json"
-    assert cli.main(["bench", "--dir", str(bench_dir), "--json", str(out), "--plot", str(figs)]) == 0
+    assert cli_main(["bench", "--dir", str(bench_dir), "--json", str(out), "--plot", str(figs)]) == 0
     notices = [line for line in capsys.readouterr().out.splitlines() if line.startswith("notice")]
     assert notices == ["notice: matplotlib is not installed: --plot skipped (pip install 'tritonrl[train]')"]
     assert not figs.exists() and out.is_file()  # the JSON is still written

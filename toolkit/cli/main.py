@@ -8,7 +8,7 @@ save the rows and one figure per benchmark).
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import importlib
 import os
 import sys
 from collections.abc import Sequence
@@ -109,10 +109,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     return args.run(args)
 
 
-HARNESS = "_harness.py"
-"""The bench runner in the benchmark folder: ``benchmarks/_harness.py``, not in the wheel."""
-
-
 def _bench(
     folder: Path,
     names: Sequence[str],
@@ -121,28 +117,19 @@ def _bench(
     json_path: str | None = None,
     plot_dir: str | None = None,
 ) -> int:
-    """``bench``: load ``<folder>/_harness.py`` (as module ``_harness``, which the benchmarks import) and
-    run its ``main`` (``json_path``, ``plot_dir``: ``--json``, ``--plot``); the exit code. A folder
-    without it (an install without a checkout) is one ``error:`` line and status 2."""
-    path = folder / HARNESS
-    if not path.is_file():
-        what = "no benchmark folder" if not folder.is_dir() else f"no {HARNESS} in the benchmark folder"
+    """``bench``: the runner :func:`tritonrl.toolkit.cli.bench.main` over the benchmark files in
+    ``folder`` (``json_path``, ``plot_dir``: ``--json``, ``--plot``); the exit code. A missing folder
+    (an install without a checkout) is one ``error:`` line and status 2."""
+    if not folder.is_dir():
         print(
-            f"error: {what} at {folder.resolve()}: the benchmarks live in a checkout of the repository, "
-            "not in the installed package (run from the checkout's root, or pass --dir)",
+            f"error: no benchmark folder at {folder.resolve()}: the benchmarks live in a checkout of the "
+            "repository, not in the installed package (run from the checkout's root, or pass --dir)",
             file=sys.stderr,
         )
         return 2
-    loaded = sys.modules.get("_harness")
-    if loaded is None or Path(getattr(loaded, "__file__", "")).resolve() != path.resolve():
-        spec = importlib.util.spec_from_file_location("_harness", path)
-        if spec is None or spec.loader is None:
-            print(f"error: cannot load {path}", file=sys.stderr)
-            return 2
-        loaded = importlib.util.module_from_spec(spec)
-        sys.modules["_harness"] = loaded
-        spec.loader.exec_module(loaded)
-    return loaded.main(folder, names, quick=quick, json_path=json_path, plot_dir=plot_dir)
+    from tritonrl.toolkit.cli.bench import main as run_benchmarks
+
+    return run_benchmarks(folder, names, quick=quick, json_path=json_path, plot_dir=plot_dir)
 
 
 def _register_extra(sub: argparse._SubParsersAction) -> None:

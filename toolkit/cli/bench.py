@@ -1,12 +1,11 @@
 """The benchmark runner: timing helpers and the one table ``tritonrl bench`` prints.
 
-A tool of the checkout, not part of the installed package: ``tritonrl bench`` (and
-``python -m tritonrl.toolkit bench``) loads this file from its ``--dir`` folder (default
-``benchmarks``) under the module name ``_harness``, which the benchmarks import
-(``from _harness import Row``); run alone, ``python benchmarks/_harness.py`` does the same.
+``tritonrl bench`` (and ``python -m tritonrl.toolkit bench``) runs the benchmark files of its
+``--dir`` folder (default ``benchmarks``: they live in a checkout, not in the installed package);
+they import their helpers from here (``from tritonrl.toolkit.cli.bench import Row, time_fn``).
 
 A benchmark is a file ``benchmarks/<name>.py`` with ``run(quick: bool = False) -> list[Row]``;
-files whose name starts with an underscore (this one) are not benchmarks.
+files whose name starts with an underscore are not benchmarks.
 It imports with torch, numpy and the project alone; a benchmark that needs more (gymnasium) names
 those packages in ``REQUIRES`` and imports them inside its functions, and where one is missing
 it is skipped with one line instead of run (bare GPU machines have no gymnasium).
@@ -46,6 +45,7 @@ __all__ = [
     "discover",
     "env_header",
     "format_table",
+    "load",
     "main",
     "missing_requirements",
     "one_cpu_thread",
@@ -284,7 +284,7 @@ def plot_ratios(rows: Sequence[Row], out_dir: Path, *, subtitle: str = "") -> li
         fig, ax = plt.subplots(figsize=(9, 1.4 + 0.24 * y))
         ax.barh(
             ys,
-            [r.ratio for r in rated],
+            [r.ratio or 0.0 for r in rated],  # never None here (filtered above): for mypy
             height=0.8,
             color=[colors(impls.index(r.impl) % 10) for r in rated],
         )
@@ -335,11 +335,16 @@ def format_table(rows: Sequence[Row]) -> str:
 
 
 def discover(directory: Path) -> list[Path]:
-    """Benchmark files in ``directory``: ``*.py`` not starting with an underscore (``_harness.py``)."""
+    """Benchmark files in ``directory``: ``*.py`` not starting with an underscore."""
     return sorted(p for p in directory.glob("*.py") if not p.name.startswith("_"))
 
 
-def _load(path: Path):
+def load(path: Path) -> Any:
+    """Import the benchmark file ``path`` (as module ``tritonrl_bench_<stem>``, not kept in ``sys.modules``).
+
+    Raises:
+        ImportError: the file cannot be loaded; any exception its top level raises propagates.
+    """
     spec = importlib.util.spec_from_file_location(f"tritonrl_bench_{path.stem}", path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load benchmark {path}")
@@ -402,7 +407,7 @@ def main(
             continue
         print(f"running {path.stem} ...", flush=True)
         try:
-            module = _load(path)
+            module = load(path)
             if missing := missing_requirements(module):
                 print(f"skipped {path.stem}: needs {', '.join(missing)}, which is not installed", flush=True)
                 skipped[path.stem] = f"needs {', '.join(missing)}"
@@ -434,8 +439,3 @@ def main(
         print(f"benchmarks that failed: {', '.join(failed)}", file=sys.stderr)
         return 1
     return 0
-
-
-if __name__ == "__main__":
-    sys.modules.setdefault("_harness", sys.modules["__main__"])  # one module for the benchmarks' imports
-    sys.exit(main(os.environ.get("TRITONRL_BENCH_DIR", Path(__file__).resolve().parent), sys.argv[1:]))
