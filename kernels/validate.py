@@ -5,7 +5,7 @@ loops, the replay) and the agents check their arguments with these helpers, so e
 reads the same; this module imports only torch and the standard library, so any layer may use it.
 
 Each helper reads metadata only (type, dtype, shape, device, strides), never tensor data, so a
-check costs no device sync (STYLE item 4). Messages start with the argument's name::
+check costs no device sync (CONTRIBUTING.md, "Validation"). Messages start with the argument's name::
 
     x must be a torch.Tensor, got list
     A must have shape [H] = (4,), got (3,)

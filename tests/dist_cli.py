@@ -58,6 +58,6 @@ if FIXED_LENGTH_ID not in gym.registry:
     gym.register(FIXED_LENGTH_ID, entry_point=FixedLength, max_episode_steps=1000)
 
 if __name__ == "__main__":
-    from tritonrl.toolkit.cli.main import main
+    from tritonrl.toolkit.cli import main
 
     sys.exit(main(sys.argv[1:]))

@@ -25,7 +25,7 @@ def assert_bf16_close(
     atol: float = 1e-3,
     name: str = "output",
 ) -> None:
-    """Bound a bf16 kernel's error by what bf16 itself costs (STYLE item 7).
+    """Bound a bf16 kernel's error by what bf16 itself costs (CONTRIBUTING.md, "Tests").
 
     ``max|out - ref| <= k * max|torch_bf16 - ref| + atol``: the kernel may not be worse than
     ``k`` times plain torch computing the same thing in bf16. ``atol`` covers outputs where torch

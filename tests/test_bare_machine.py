@@ -84,7 +84,7 @@ def test_train_without_gymnasium_is_one_line(tmp_path: Path) -> None:
     shim = (
         "import sys\n"
         "sys.modules['gymnasium'] = None\n"  # `import gymnasium` raises ModuleNotFoundError
-        "from tritonrl.toolkit.cli.main import main\n"
+        "from tritonrl.toolkit.cli import main\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )
     run_dir = tmp_path / "run"

@@ -64,7 +64,7 @@ def test_the_wheel_holds_only_the_tritonrl_namespace(wheel: Path) -> None:
     for pkg in ("toolkit", "kernels", "agents"):
         assert f"tritonrl/{pkg}/__init__.py" in names
     assert "tritonrl/py.typed" in names
-    assert "tritonrl = tritonrl.toolkit.cli.main:main" in entry_points
+    assert "tritonrl = tritonrl.toolkit.cli:main" in entry_points
 
 
 def _standin(root: Path, name: str) -> Path:

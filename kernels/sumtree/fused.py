@@ -15,7 +15,7 @@ other in f64, each prefix rounded to f32, so the rows equal the reference's bit 
 descent uses only compares, counts and one f32 subtraction per level, so it picks exactly the
 leaves the torch reference picks for the same uniforms; the IS weights and ``p ** alpha`` use
 ``exp2``/``log2`` and agree with the reference to a few ulps. The in-place kernels are never
-autotuned (STYLE item 3). Loads of values written earlier in the same launch use
+autotuned (CONTRIBUTING.md, "Kernels"). Loads of values written earlier in the same launch use
 ``cache_modifier=".cg"`` (L2, bypassing L1).
 """
 

@@ -16,7 +16,7 @@ import torch
 gym = pytest.importorskip("gymnasium")
 
 from tritonrl.toolkit.checkpoint import CheckpointError, load_checkpoint, save_checkpoint  # noqa: E402
-from tritonrl.toolkit.cli.main import main  # noqa: E402
+from tritonrl.toolkit.cli import main  # noqa: E402
 
 SMALL = {
     "dqn": [

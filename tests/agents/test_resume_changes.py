@@ -16,7 +16,7 @@ import pytest
 gym = pytest.importorskip("gymnasium")
 
 from tritonrl.toolkit.checkpoint import CheckpointError, load_checkpoint  # noqa: E402
-from tritonrl.toolkit.cli.main import main  # noqa: E402
+from tritonrl.toolkit.cli import main  # noqa: E402
 from tritonrl.toolkit.config import resumable_fields  # noqa: E402
 
 DQN_SMALL = [

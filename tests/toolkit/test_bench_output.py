@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tritonrl.toolkit.cli.main import main as cli_main
+from tritonrl.toolkit.cli import main as cli_main
 
 FAKE = """
 from tritonrl.toolkit.cli.bench import Row

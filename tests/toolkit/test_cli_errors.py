@@ -1,7 +1,7 @@
 """Every command-line mistake: one ``error:`` line on stderr, exit status 2, nothing written.
 
 One table, :data:`CASES`: argv -> exit code -> a regex the single stderr line must match. Each row
-runs in-process through ``tritonrl.toolkit.cli.main.main`` with the working directory set to a fresh
+runs in-process through ``tritonrl.toolkit.cli.commands`` with the working directory set to a fresh
 ``tmp_path`` (so the default ``runs/...`` folder would land there too), and the test asserts:
 the exit code, exactly one stderr line starting with ``error:`` and matching the row, nothing on
 stdout, no ``Traceback``, and every file and folder under ``tmp_path`` unchanged (no run folder
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from tritonrl.toolkit.cli.main import main
+from tritonrl.toolkit.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 SMALL = ("--no-progress", "--no-tensorboard", "--steps", "64", "--eval-episodes", "2")

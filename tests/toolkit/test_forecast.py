@@ -21,7 +21,7 @@ import pytest
 import torch
 from torch import nn
 from tritonrl.agents.forecast import FORECASTERS, Forecaster
-from tritonrl.toolkit.cli.main import main
+from tritonrl.toolkit.cli import main
 from tritonrl.toolkit.envs.market import Bars, MarketData, synthetic_bars
 from tritonrl.toolkit.forecast import (
     FitConfig,

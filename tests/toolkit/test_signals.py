@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("gymnasium")
 
 from tritonrl.toolkit.checkpoint import load_checkpoint
-from tritonrl.toolkit.cli.main import main
+from tritonrl.toolkit.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = [
@@ -122,7 +122,7 @@ class HideMatplotlib:
 sys.meta_path.insert(0, HideMatplotlib())
 for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
     del sys.modules[name]
-from tritonrl.toolkit.cli.main import main
+from tritonrl.toolkit.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 

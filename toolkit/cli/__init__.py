@@ -4,6 +4,6 @@ The only code in ``toolkit`` that imports ``agents``: the registry collects the 
 modules declare and hands the chosen one to the loops, which know only the agent protocol.
 """
 
-from tritonrl.toolkit.cli.main import main
+from tritonrl.toolkit.cli.commands import main
 
 __all__ = ["main"]

@@ -13,7 +13,7 @@ import torch
 pytest.importorskip("gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
 
 from tritonrl.toolkit.checkpoint import load_checkpoint, save_checkpoint
-from tritonrl.toolkit.cli.main import main
+from tritonrl.toolkit.cli import main
 from tritonrl.toolkit.cli.registry import get_agent
 from tritonrl.toolkit.envs.market.data import synthetic_bars, upload
 from tritonrl.toolkit.envs.market.env import MarketEnvConfig
