@@ -1,228 +1,33 @@
-"""PPO (clipped surrogate) with discrete, continuous, LSTM, GRU, normalizing-flow and Mamba2 policies.
+"""The PPO agent: act and remember, observe into the rollout, update on clipped-surrogate epochs.
 
-The algorithm, top to bottom: collect ``num_steps`` vector steps into a :class:`RolloutBuffer`
-(``act`` samples and remembers log-prob and value; ``observe`` stores the transition and, where
-an episode was truncated, the value of its real final observation); compute GAE in f32 with
-terminations and truncations kept apart (:func:`tritonrl.toolkit.replay.rollout.compute_gae`); then
-``update_epochs`` passes over shuffled minibatches of the clipped objective::
-
-    ratio  = exp(log pi(a|s) - log pi_old(a|s))
-    L_pi   = mean(max(-A * ratio, -A * clip(ratio, 1 - eps, 1 + eps)))       # A normalised per minibatch
-    L_v    = 0.5 * mean(max((V - R)^2, (V_old + clip(V - V_old, -eps, eps) - R)^2))   # or unclipped
-    loss   = L_pi - ent_coef * entropy + vf_coef * L_v
-
-with gradient-norm clipping, linear learning-rate annealing and an optional early stop of the
-epochs once the approximate KL exceeds ``target_kl``. Recurrent policies (LSTM, GRU, Mamba2) train
-on sequence minibatches of ``seq_len`` steps starting from the memory stored when the segment was
-collected, with the memory reset where an episode starts (LSTM and GRU: each sequence split at its
-episode starts, all pieces run through one fused recurrence; see
-:meth:`tritonrl.agents.nets.actor_critic.LSTMCore.sequence`), and act one step at a time, the memory
-carried per environment and reset where an episode ended.
-
-The agent is a plain object; :func:`tritonrl.toolkit.training.loop.run_training` drives it with the on-policy
-schedule, and you can drive it yourself::
-
-    agent = PPOAgent(env.single_observation_space, env.single_action_space, preset("ppo"), num_envs=8)
-    for _ in range(agent.config.num_steps):
-        action = agent.act(obs)
-        tr = env.step(action)
-        agent.observe(obs, action, tr.reward, tr.next_obs, tr.terminated, tr.truncated)
-        obs = tr.obs
-    metrics = agent.update()        # dict of f32 scalar tensors on the device
-
-Precision: parameters live in ``training_dtype(device)`` and are optimized through f32 master
-weights (:class:`tritonrl.toolkit.optim.MasterWeightOptimizer`), so bf16 learns like f32. Observations are
-normalised (optionally, running statistics in f32) and cast once, where they enter; log-probs,
-values, rewards, advantages, returns and the loss are f32.
-
-Data-parallel (``dist``, a :class:`tritonrl.toolkit.distributed.DistContext` of N ranks, each
-stepping ``num_envs`` of the run's ``N * num_envs`` environments): N ranks follow the algorithm of
-one process with all the environments. Every rank starts from rank 0's parameters; each
-minibatch is the union of one local minibatch per rank (``num_minibatches`` per rank, the same
-count everywhere), whose gradients are averaged (:class:`~tritonrl.toolkit.optim.MasterWeightOptimizer`'s
-``dist``) and whose advantages are normalised with the global mean and standard deviation; the
-``target_kl`` stop reads the mean approximate KL of the ranks (every rank stops in the same
-epoch); the observation statistics are pooled across the ranks at each :meth:`PPOAgent.update`
-(so that every rank normalises alike afterwards; between updates each rank adds its own
-observations); ``env_steps`` and the learning-rate annealing count the environments of every rank.
+The algorithm is described in :mod:`tritonrl.agents.ppo`; the config, the policy network, the
+presets and the checkpoint parts have modules of their own beside this one.
 """
 
 from __future__ import annotations
 
 import math
 import typing
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import torch
-from tritonrl.agents.nets.actor_critic import (
-    ActorCritic,
-    CategoricalHead,
-    FeedForwardCore,
-    FlowHead,
-    GaussianHead,
-    GRUCore,
-    LSTMCore,
-    Mamba2Core,
-    subsequence_stats,
-)
-from tritonrl.kernels.backend import backend_override
+from tritonrl.agents.nets.recurrent import subsequence_stats
+from tritonrl.agents.ppo.config import AGENT_KIND, PPOConfig
+from tritonrl.agents.ppo.network import build_policy
+from tritonrl.agents.ppo.state import PPOCheckpoint
 from tritonrl.toolkit import pytree
-from tritonrl.toolkit.agent import AgentBase, broadcast_modules_, join_ranks, rank_seed
-from tritonrl.toolkit.checkpoint import (
-    CheckpointError,
-    brief,
-    check_module_tensors,
-    load_into_module,
-    section,
-)
-from tritonrl.toolkit.checks import ActionRule, InputGuard, check_config
-from tritonrl.toolkit.compile import Compiled, CompileMode, escape
-from tritonrl.toolkit.config import Config, resumable
+from tritonrl.toolkit.agent import AgentBase
+from tritonrl.toolkit.checks import ActionRule, InputGuard
+from tritonrl.toolkit.compile import Compiled, escape
 from tritonrl.toolkit.distributed import DistContext
-from tritonrl.toolkit.optim import MasterWeightOptimizer
-from tritonrl.toolkit.precision import training_dtype
-from tritonrl.toolkit.preset import Preset, find_preset
 from tritonrl.toolkit.replay.rollout import RolloutBuffer, RunningMeanStd, compute_gae
-from tritonrl.toolkit.training.onpolicy import schedule_for
 
-__all__ = ["AGENT_KIND", "POLICIES", "PPOAgent", "PRESETS", "PPOConfig", "preset"]
+__all__ = ["PPOAgent"]
 
-AGENT_KIND = "ppo"
-POLICIES = ("discrete", "continuous", "lstm", "gru", "flow", "mamba")
-
-
-@dataclass(frozen=True)
-class PPOConfig(Config):
-    """Every PPO hyperparameter (immutable; copy with ``dataclasses.replace`` or :func:`preset`).
-
-    Fields declared ``resumable(...)`` may change when a run is resumed (``--resume --set lr=...``);
-    every other field is fixed for the life of a run (see :mod:`tritonrl.toolkit.config`).
-    """
-
-    # ---- policy
-    policy: Literal["discrete", "continuous", "lstm", "gru", "flow", "mamba"] = "discrete"
-    """Policy kind: ``discrete`` (categorical MLP), ``continuous`` (Gaussian MLP), ``lstm``, ``gru``,
-    ``flow`` (normalizing flow over a Gaussian base), ``mamba`` (Mamba2 memory).
-    ``lstm``/``gru``/``mamba`` pick a categorical head for ``Discrete`` and a Gaussian head for
-    ``Box`` action spaces."""
-    hidden: tuple[int, ...] = (64, 64)
-    """Hidden layer sizes of the MLPs (actor and critic each; the encoder of recurrent cores)."""
-    squash: bool = False
-    """Continuous/recurrent Gaussian heads: tanh-squash onto the action bounds (with the log-prob
-    correction). Without it, actions are clipped to the bounds by the environment wrapper."""
-    log_std_init: float = 0.0
-    """Initial log standard deviation of Gaussian heads and of the flow's base."""
-    flow_layers: int = 4
-    """Affine coupling layers of the flow policy."""
-    flow_hidden: int = 64
-    """Width of each coupling layer's network."""
-    memory_size: int = 64
-    """LSTM/GRU hidden size, or the Mamba2 model width ``d_model``."""
-    mamba_d_state: int = 16
-    """Mamba2 state size per head."""
-    mamba_headdim: int = 16
-    """Mamba2 head dimension."""
-    mamba_expand: int = 2
-    """Mamba2 inner expansion factor."""
-    seq_len: int = 0
-    """Recurrent policies: length of the training sequences (divides ``num_steps``); 0: ``num_steps``."""
-    # ---- rollout
-    num_steps: int = 128
-    """Vector steps per rollout (``T``); a rollout holds ``T * num_envs`` transitions."""
-    gamma: float = 0.99
-    """Discount factor."""
-    gae_lambda: float = 0.95
-    """GAE lambda."""
-    normalize_obs: bool = False
-    """Normalise observations with running mean and variance (f32), clipped to ``+-obs_clip``."""
-    obs_clip: float = resumable(10.0)
-    """Clip of normalised observations."""
-    reward_scale: float = 1.0
-    """Rewards are multiplied by this before GAE (returns and values live on that scale)."""
-    # ---- optimisation
-    lr: float = resumable(2.5e-4)
-    """Adam learning rate (at the start, if annealed)."""
-    anneal_lr: bool = resumable(True)
-    """Anneal the learning rate linearly to 0 over ``total_steps``."""
-    total_steps: int = resumable(500_000)
-    """Environment steps of the whole run (for the annealing schedule)."""
-    adam_eps: float = 1e-5
-    """Adam epsilon."""
-    update_epochs: int = resumable(4)
-    """Passes over each rollout."""
-    num_minibatches: int = resumable(4)
-    """Minibatches per pass (recurrent policies: of whole sequences)."""
-    norm_adv: bool = resumable(True)
-    """Normalise advantages per minibatch."""
-    clip_coef: float = resumable(0.2)
-    """Surrogate clipping ``eps`` (and the value clipping range)."""
-    clip_vloss: bool = resumable(True)
-    """Clip the value loss around the rollout's values."""
-    ent_coef: float = resumable(0.01)
-    """Entropy bonus coefficient."""
-    vf_coef: float = resumable(0.5)
-    """Value loss coefficient."""
-    max_grad_norm: float = resumable(0.5)
-    """Global gradient-norm clip."""
-    target_kl: float | None = resumable(None)
-    """Stop the epochs of an update once the approximate KL exceeds this. Reading the KL is a host
-    sync per epoch: the one sync of an update, and only when this is set (default ``None``)."""
-    # ---- speed
-    compile: CompileMode = resumable("none")
-    """``torch.compile`` of the learner step (GAE, minibatch loss, optimizer step) and the acting
-    forward: ``"none"`` (eager), ``"default"`` (TorchInductor) or ``"reduce-overhead"`` (also CUDA
-    graphs on CUDA; on a CPU the same as ``"default"``). See :mod:`tritonrl.toolkit.compile`."""
-
-    def __post_init__(self) -> None:
-        if self.policy not in POLICIES:
-            raise ValueError(f"policy={self.policy!r} is not one of {POLICIES}")
-        check_config(self, _RANGES)
-        if self.seq_len and self.num_steps % self.seq_len:
-            raise ValueError(f"seq_len={self.seq_len} must be 0 or divide num_steps={self.num_steps}")
-        if self.policy == "mamba" and (self.mamba_expand * self.memory_size) % self.mamba_headdim:
-            raise ValueError(
-                f"mamba_expand * memory_size = {self.mamba_expand * self.memory_size} must be a "
-                f"multiple of mamba_headdim={self.mamba_headdim}"
-            )
-
-    @property
-    def sequence_length(self) -> int:
-        """Training sequence length of recurrent policies."""
-        return self.seq_len or self.num_steps
-
-
-# The valid range of every numeric field (tritonrl.toolkit.checks.check_config; NaN and inf never pass).
-_RANGES = {
-    "hidden": "[1, inf)",
-    "log_std_init": "[-20, 20]",
-    "flow_layers": "[1, inf)",
-    "flow_hidden": "[1, inf)",
-    "memory_size": "[1, inf)",
-    "mamba_d_state": "[1, inf)",
-    "mamba_headdim": "[1, inf)",
-    "mamba_expand": "[1, inf)",
-    "seq_len": "[0, inf)",
-    "num_steps": "[1, inf)",
-    "gamma": "[0, 1]",
-    "gae_lambda": "[0, 1]",
-    "obs_clip": "(0, inf)",
-    "reward_scale": "(0, inf)",
-    "lr": "(0, inf)",
-    "total_steps": "[1, inf)",
-    "adam_eps": "[0, inf)",
-    "update_epochs": "[1, inf)",
-    "num_minibatches": "[1, inf)",
-    "clip_coef": "(0, inf)",
-    "ent_coef": "[0, inf)",
-    "vf_coef": "[0, inf)",
-    "max_grad_norm": "(0, inf)",
-    "target_kl": "(0, inf)",
-}
-
-# ----------------------------------------------------------------------------- helpers
+_DEFAULT_CONFIG = PPOConfig(policy="discrete", lr=1e-3)
+"""The config of an agent built without one: the ``ppo`` preset's (a test keeps them equal)."""
 
 
 class _Pending(typing.NamedTuple):
@@ -234,10 +39,7 @@ class _Pending(typing.NamedTuple):
     starts: torch.Tensor
 
 
-# ----------------------------------------------------------------------------- the agent
-
-
-class PPOAgent(AgentBase):
+class PPOAgent(PPOCheckpoint, AgentBase):
     """A PPO agent (see the module docstring).
 
     Checkpoints (``state_dict``, ``load_state_dict``, ``save``, ``load``) and ``check_inputs`` are
@@ -282,63 +84,29 @@ class PPOAgent(AgentBase):
         seed: int = 0,
         dist: DistContext | None = None,
     ) -> None:
-        cfg = config if config is not None else preset("ppo")
-        if not isinstance(cfg, PPOConfig):
-            raise TypeError(f"config must be a PPOConfig, got {type(cfg).__name__}")
-        if not isinstance(num_envs, int) or num_envs < 1:
-            raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
-        self.dist = join_ranks(
-            dist,
-            kind=self.kind,
-            config=cfg,
-            observation_space=observation_space,
-            action_space=action_space,
-            num_envs=num_envs,
-            device=torch.device(device),
+        cfg = config if config is not None else _DEFAULT_CONFIG
+        self._init_agent(
+            observation_space, action_space, cfg, num_envs=num_envs, device=device, seed=seed, dist=dist
         )
-        """The data-parallel context (a single process: every collective is a no-op)."""
         if not isinstance(observation_space, gym.spaces.Box) or len(observation_space.shape) != 1:
             raise ValueError(f"observation_space must be a flat Box, got {observation_space}")
-        self.config = cfg
-        self.observation_space = observation_space
-        self.action_space = action_space
-        self.num_envs = num_envs
-        self.seed = int(seed)
-        self.device = torch.device(device)
-        self.dtype = training_dtype(self.device)
         self.obs_dim = int(observation_space.shape[0])
-        backend_override(self.device)  # a TRITONRL_BACKEND that cannot run here fails now, not mid-run
-        self.generator = torch.Generator(device=self.device)
-        self.generator.manual_seed(rank_seed(self.seed, self.dist.rank))
-
-        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
-            torch.manual_seed(self.seed)
-            self.policy = self._build_policy()
-        broadcast_modules_(self.dist, self.policy)  # rank 0's weights; the masters copy them below
-        # fused: the step counter stays a device tensor (the default Adam reads it on the host)
-        self.optimizer = MasterWeightOptimizer(
-            self.policy.parameters(),
-            torch.optim.Adam,
-            compile=cfg.compile,
-            dist=self.dist,
-            lr=cfg.lr,
-            eps=cfg.adam_eps,
-            fused=True,
-        )
-        discrete = isinstance(action_space, gym.spaces.Discrete)
+        self.policy = self._build_seeded(
+            lambda: build_policy(cfg, self.obs_dim, action_space, self.device, self.dtype)
+        )  # rank 0's weights; the masters copy them below
+        self.optimizer = self._adam(self.policy.parameters(), cfg.lr, eps=cfg.adam_eps)
         squashed = cfg.policy == "flow" or cfg.squash
         action_shape: tuple[int, ...]
         if isinstance(action_space, gym.spaces.Discrete):
             action_shape = ()
             rule = ActionRule.discrete(int(action_space.n))
         else:
-            assert isinstance(action_space, gym.spaces.Box)  # _build_policy accepts Discrete or flat Box only
+            assert isinstance(action_space, gym.spaces.Box)  # build_policy accepts Discrete or flat Box only
             action_shape = tuple(action_space.shape)
             rule = ActionRule.box(action_space.low, action_space.high, bounded=squashed)
         self.inputs = InputGuard("PPOAgent", rule)
         """The checks of ``act``/``observe`` inputs (:class:`tritonrl.toolkit.checks.InputGuard`); its
-        ``mode``
-        (``"auto"``, ``"eager"``, ``"deferred"``) says when inputs on an accelerator are checked.
+        ``mode`` (``"auto"``, ``"eager"``, ``"deferred"``) says when inputs on an accelerator are checked.
         Box actions must be finite, and within the bounds for tanh-squashed policies (``squash``,
         ``flow``); an unsquashed Gaussian samples beyond the bounds by design (the env clips)."""
         self.buffer = RolloutBuffer(
@@ -346,7 +114,7 @@ class PPOAgent(AgentBase):
             num_envs,
             (self.obs_dim,),
             action_shape,
-            torch.int64 if discrete else torch.float32,
+            torch.int64 if isinstance(action_space, gym.spaces.Discrete) else torch.float32,
             self.dtype,
             self.device,
         )
@@ -363,8 +131,6 @@ class PPOAgent(AgentBase):
         self.starts = torch.ones(num_envs, dtype=torch.bool, device=self.device)
         self.segment_states: list[Any] = [None] * (cfg.num_steps // cfg.sequence_length)
         self._pending: _Pending | None = None
-        self.updates = 0
-        self.env_steps = 0
         # The compiled regions (tritonrl.toolkit.compile): GAE, the minibatch loss (its backward
         # compiled with it), the acting forward. Eager functions for compile="none".
         self._gae = Compiled(compute_gae, cfg.compile, self.device)
@@ -373,72 +139,6 @@ class PPOAgent(AgentBase):
         self._splits = bool(getattr(self.policy.core, "splits_at_starts", False))
         self._learn = Compiled(self._minibatch_loss, cfg.compile, self.device)
         self._act = Compiled(self.policy.act, cfg.compile, self.device)
-
-    # ------------------------------------------------------------------ construction
-
-    def _build_policy(self) -> ActorCritic:
-        cfg, space = self.config, self.action_space
-        discrete = isinstance(space, gym.spaces.Discrete)
-        box = isinstance(space, gym.spaces.Box) and len(space.shape) == 1
-        if cfg.policy == "discrete" and not discrete:
-            raise ValueError(f"policy 'discrete' needs a Discrete action space, got {space}")
-        if cfg.policy in ("continuous", "flow") and not box:
-            raise ValueError(f"policy {cfg.policy!r} needs a flat Box action space, got {space}")
-        if not (discrete or box):
-            raise ValueError(f"PPO supports Discrete and flat Box action spaces, got {space}")
-        # Every module is created on the device in the training dtype (DESIGN section 2): no cast.
-        fk: dict[str, Any] = {"device": self.device, "dtype": self.dtype}
-        core: FeedForwardCore | LSTMCore | GRUCore | Mamba2Core
-        if cfg.policy in ("discrete", "continuous", "flow"):
-            core = FeedForwardCore(self.obs_dim, cfg.hidden, **fk)
-        elif cfg.policy == "lstm":
-            core = LSTMCore(self.obs_dim, cfg.hidden, cfg.memory_size, **fk)
-        elif cfg.policy == "gru":
-            core = GRUCore(self.obs_dim, cfg.hidden, cfg.memory_size, **fk)
-        else:
-            core = Mamba2Core(
-                self.obs_dim,
-                cfg.memory_size,
-                d_state=cfg.mamba_d_state,
-                headdim=cfg.mamba_headdim,
-                expand=cfg.mamba_expand,
-                **fk,
-            )
-        feat = core.feature_dim
-        head: CategoricalHead | GaussianHead | FlowHead
-        if isinstance(space, gym.spaces.Discrete):
-            head = CategoricalHead(feat, int(space.n), **fk)
-        else:
-            assert isinstance(space, gym.spaces.Box)  # refused above unless Discrete or flat Box
-            low = torch.as_tensor(space.low, dtype=torch.float32)
-            high = torch.as_tensor(space.high, dtype=torch.float32)
-            bounded = bool(torch.isfinite(low).all() and torch.isfinite(high).all())
-            if (cfg.policy == "flow" or cfg.squash) and not bounded:
-                raise ValueError(
-                    f"policy {cfg.policy!r} with tanh squashing needs finite action bounds, got {space}"
-                )
-            if cfg.policy == "flow":
-                head = FlowHead(
-                    feat,
-                    int(space.shape[0]),
-                    low,
-                    high,
-                    layers=cfg.flow_layers,
-                    hidden=cfg.flow_hidden,
-                    log_std_init=cfg.log_std_init,
-                    **fk,
-                )
-            else:
-                head = GaussianHead(
-                    feat,
-                    int(space.shape[0]),
-                    low,
-                    high,
-                    squash=cfg.squash,
-                    log_std_init=cfg.log_std_init,
-                    **fk,
-                )
-        return ActorCritic(core, head, **fk)
 
     # ------------------------------------------------------------------ acting
 
@@ -814,128 +514,6 @@ class PPOAgent(AgentBase):
         total_updates = max(1, cfg.total_steps // (cfg.num_steps * self.num_envs * self.dist.world_size))
         return cfg.lr * max(0.0, 1.0 - self.updates / total_updates)
 
-    def _state_parts(self) -> dict[str, Any]:
-        rms = self._obs_shared if self._obs_shared is not None else self.obs_rms
-        parts: dict[str, Any] = {
-            "policy": self.policy.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "rollout": self.buffer.state_dict(),
-            "obs_rms": rms.state_dict() if rms is not None else None,  # what every rank shares
-            "memory": {
-                "state": pytree.leaves(self.state),
-                "starts": self.starts,
-                "segments": [None if s is None else pytree.leaves(s) for s in self.segment_states],
-            },
-        }
-        if self._obs_shared is not None and self._obs_local is not None and self.obs_rms is not None:
-            # data-parallel: this rank's statistics (the shared ones and its own observations since
-            # they were pooled) and those own observations alone
-            parts["obs_rms_rank"] = {
-                "current": self.obs_rms.state_dict(),
-                "local": self._obs_local.state_dict(),
-            }
-        return parts
-
-    def _check_rms(self, rms: Any, what: str) -> None:
-        """Raise ``ValueError`` unless ``rms`` is a RunningMeanStd state of this observation size."""
-        assert self.obs_rms is not None  # called only with normalize_obs
-        if not isinstance(rms, Mapping) or any(
-            not isinstance(rms.get(k), torch.Tensor)
-            or not rms[k].is_floating_point()
-            or rms[k].numel() != v.numel()
-            for k, v in self.obs_rms.state_dict().items()
-        ):
-            raise ValueError(
-                f"observation statistics ({what}) are not float tensors "
-                "mean, var, count of this observation size"
-            )
-
-    def _check_parts(self, state: Mapping[str, Any], where: str, rank_parts: bool) -> dict[str, Any]:
-        config = section(state, "config", where, "the agent config")
-        saved_policy = config.get("policy") if isinstance(config, Mapping) else None
-        if saved_policy != self.config.policy:
-            raise CheckpointError(
-                f"{where}: a {brief(saved_policy, 20)} policy, this agent has {self.config.policy!r}"
-            )
-        check_module_tensors(
-            self.policy, section(state, "policy", where, "the policy network"), where=f"{where} (policy)"
-        )
-        self.optimizer.check_state_dict(section(state, "optimizer", where, "the optimizer state"))
-        rms = section(state, "obs_rms", where, "the observation statistics")
-        if (rms is None) != (self.obs_rms is None):
-            raise ValueError("observation normalisation differs (normalize_obs)")
-        if self.obs_rms is not None:
-            self._check_rms(rms, "obs_rms")
-        if not rank_parts:
-            return {}
-        own = state.get("obs_rms_rank")
-        if own is not None:
-            if self.obs_rms is None or not isinstance(own, Mapping):
-                raise ValueError("obs_rms_rank is not a mapping of 'current' and 'local' statistics")
-            for key in ("current", "local"):
-                self._check_rms(own.get(key), f"obs_rms_rank {key}")
-        self.buffer.check_state_dict(section(state, "rollout", where, "the rollout buffer"))
-        memory = section(state, "memory", where, "the recurrent memory")
-        leaves = section(memory, "state", where, "the recurrent memory state")
-        segments = section(memory, "segments", where, "the sequence segment memories")
-        starts = section(memory, "starts", where, "the episode-start flags")
-        if (
-            not isinstance(starts, torch.Tensor)
-            or tuple(starts.shape) != (self.num_envs,)
-            or starts.dtype != torch.bool
-        ):
-            raise ValueError(f"episode-start flags are not a bool tensor [{self.num_envs}]")
-        if not isinstance(segments, list) or len(segments) != len(self.segment_states):
-            raise ValueError(
-                f"{brief(segments, 30)} sequence segments, expected a list of {len(self.segment_states)}"
-            )
-        if not isinstance(leaves, list):
-            raise ValueError("recurrent memory state is not a list of tensors")
-        if self.recurrent:
-            for s in [leaves, *(s for s in segments if s is not None)]:
-                if not isinstance(s, list):
-                    raise ValueError("a segment memory is not a list of tensors")
-                pytree.from_leaves(self.state, s)
-        elif leaves or any(s is not None for s in segments):
-            raise ValueError("recurrent memory saved for a policy without memory")
-        return {}
-
-    def _load_parts(self, state: Mapping[str, Any], staged: dict[str, Any], rank_parts: bool) -> None:
-        load_into_module(self.policy, state["policy"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self._load_obs_stats(state, rank_parts)
-        if rank_parts:
-            self.buffer.load_state_dict(state["rollout"])
-            memory = state["memory"]
-            if self.recurrent:
-                template = self.state
-                self.state = pytree.from_leaves(template, memory["state"])
-                self.segment_states = [
-                    None if s is None else pytree.from_leaves(template, s) for s in memory["segments"]
-                ]
-            self.starts = memory["starts"].to(self.device, torch.bool).clone()
-        else:  # this rank's own parts start fresh: an empty rollout, zero memory, episodes starting
-            self.buffer.reset()
-            self.state = self.policy.initial_state(self.num_envs)
-            self.segment_states = [None] * len(self.segment_states)
-            self.starts = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
-        self.optimizer.set_lr(self.current_lr())  # after the counters: annealed to this update
-        self._pending = None
-
-    def _load_obs_stats(self, state: Mapping[str, Any], rank_parts: bool) -> None:
-        """Restore the observation statistics: ``obs_rms`` is what every rank shares (a single
-        process's statistics; a data-parallel run's pooled at its last update); with
-        ``rank_parts``, a data-parallel rank's ``obs_rms_rank`` adds its own observations since."""
-        if self.obs_rms is None:
-            return
-        own = state.get("obs_rms_rank") if rank_parts else None
-        self.obs_rms.load_state_dict(own["current"] if own is not None else state["obs_rms"])
-        if self._obs_shared is not None and self._obs_local is not None:
-            self._obs_shared.load_state_dict(state["obs_rms"])
-            self._obs_local = RunningMeanStd((self.obs_dim,), self.device, epsilon=0.0)
-            if own is not None:
-                self._obs_local.load_state_dict(own["local"])
-
 
 def _same_obs(acted: Any, observed: Any) -> bool:
     """``observed`` is the observation ``act`` saw: the same object, or equal values (a sync, only
@@ -972,127 +550,3 @@ class _GreedyPolicy:
         assert self.starts is not None  # set by reset() above when it was None
         self.starts = torch.zeros_like(self.starts)
         return env_a
-
-
-# ----------------------------------------------------------------------------- presets
-
-
-def _preset(name: str, description: str, config: PPOConfig, steps: int) -> Preset:
-    """A PPO preset: 8 environments and a greedy evaluation every 10k steps by default; the
-    learning-rate annealing horizon ``total_steps`` follows the run's ``--steps``."""
-    return Preset(
-        name,
-        description,
-        config,
-        agent=PPOAgent,
-        kind="onpolicy",
-        schedule=schedule_for,
-        default_num_envs=8,
-        default_steps=steps,
-        default_eval_every=10_000,
-        steps_field="total_steps",
-    )
-
-
-# Partially observed tasks: sequences of 32 steps; values on a small scale so the critic does not
-# swamp the shared memory's features.
-_MEMORY = PPOConfig(
-    policy="lstm",
-    hidden=(64,),
-    memory_size=64,
-    num_steps=128,
-    seq_len=32,
-    normalize_obs=True,
-    lr=5e-4,
-    update_epochs=8,
-    num_minibatches=8,
-    reward_scale=0.1,
-    clip_vloss=False,
-    total_steps=200_000,
-)
-"""ppo-lstm's config (ppo-gru's with ``policy="gru"``)."""
-
-PRESETS: tuple[Preset, ...] = (
-    # CartPole-style discrete control.
-    _preset(
-        "ppo",
-        "PPO, categorical MLP policy (Discrete actions)",
-        PPOConfig(policy="discrete", lr=1e-3),
-        100_000,
-    ),
-    # Pendulum-style continuous control: short horizon, rewards scaled to O(1) returns.
-    _preset(
-        "ppo-continuous",
-        "PPO, diagonal Gaussian MLP policy, optional tanh squash (Box actions)",
-        PPOConfig(
-            policy="continuous",
-            num_steps=256,
-            gamma=0.95,
-            gae_lambda=0.95,
-            lr=1e-3,
-            update_epochs=10,
-            num_minibatches=16,
-            ent_coef=0.0,
-            reward_scale=0.1,
-            clip_vloss=False,
-            total_steps=200_000,
-        ),
-        200_000,
-    ),
-    _preset("ppo-lstm", "PPO with an LSTM memory (partially observed tasks)", _MEMORY, 200_000),
-    # The GRU twin of ppo-lstm: the same sizes and schedule.
-    _preset(
-        "ppo-gru",
-        "PPO with a GRU memory (partially observed tasks)",
-        replace(_MEMORY, policy="gru"),
-        200_000,
-    ),
-    _preset(
-        "ppo-flow",
-        "PPO, normalizing-flow policy (affine couplings, Box actions)",
-        PPOConfig(
-            policy="flow",
-            flow_layers=2,
-            num_steps=256,
-            gamma=0.95,
-            gae_lambda=0.9,
-            lr=1e-3,
-            update_epochs=10,
-            num_minibatches=16,
-            ent_coef=0.0,
-            reward_scale=0.1,
-            clip_vloss=False,
-            total_steps=200_000,
-        ),
-        200_000,
-    ),
-    _preset(
-        "ppo-mamba",
-        "PPO with a Mamba2 memory (partially observed tasks)",
-        PPOConfig(
-            policy="mamba",
-            memory_size=32,
-            num_steps=128,
-            seq_len=32,
-            normalize_obs=True,
-            lr=5e-4,
-            update_epochs=8,
-            num_minibatches=8,
-            reward_scale=0.1,
-            clip_vloss=False,
-            total_steps=200_000,
-        ),
-        200_000,
-    ),
-)
-"""The named presets; the command line's registry (:mod:`tritonrl.toolkit.cli.registry`) collects them."""
-
-
-def preset(name: str, **overrides: Any) -> PPOConfig:
-    """The config of a named preset, with field overrides
-    (:func:`tritonrl.toolkit.config.apply_overrides`).
-
-    Raises:
-        ValueError: unknown preset or field name, or an invalid value.
-    """
-    return find_preset(PRESETS, name, "PPO").configure(overrides)
