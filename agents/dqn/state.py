@@ -31,7 +31,7 @@ class DQNCheckpoint:
     online: QNetwork
     target: QNetwork
     optimizer: MasterWeightOptimizer
-    buffer: ReplayBuffer
+    buffer: Any  # a ReplayBuffer, or a PrioritizedReplayBuffer (update_priorities) with PER
     icm_module: ICM | None
     icm_optimizer: MasterWeightOptimizer
     icm_buffer: ReplayBuffer | None
