@@ -40,6 +40,11 @@ updates count updates, and the PER ``beta`` schedule sampled batches, the same o
 epsilon counts the environment steps of every rank (``env_steps`` advances by
 ``num_envs * N`` per :meth:`DQNAgent.observe`). PER priorities stay with the rank that sampled them.
 Exploration, noisy-layer noise and replay sampling draw from each rank's own generator.
+
+Modules: :mod:`~tritonrl.agents.dqn.config` (the config), :mod:`~tritonrl.agents.dqn.network`
+(torso + head), :mod:`~tritonrl.agents.dqn.agent` (act, observe, loss, update),
+:mod:`~tritonrl.agents.dqn.presets`, :mod:`~tritonrl.agents.dqn.plumbing` (spaces, replays) and
+:mod:`~tritonrl.agents.dqn.state` (checkpoint parts).
 """
 
 from tritonrl.agents.dqn.agent import DQNAgent

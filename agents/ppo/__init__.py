@@ -45,6 +45,10 @@ count everywhere), whose gradients are averaged (:class:`~tritonrl.toolkit.optim
 epoch); the observation statistics are pooled across the ranks at each :meth:`PPOAgent.update`
 (so that every rank normalises alike afterwards; between updates each rank adds its own
 observations); ``env_steps`` and the learning-rate annealing count the environments of every rank.
+
+Modules: :mod:`~tritonrl.agents.ppo.config` (the config), :mod:`~tritonrl.agents.ppo.network` (the
+policy), :mod:`~tritonrl.agents.ppo.agent` (act, observe, loss, update),
+:mod:`~tritonrl.agents.ppo.presets` and :mod:`~tritonrl.agents.ppo.state` (checkpoint parts).
 """
 
 from tritonrl.agents.ppo.agent import PPOAgent
