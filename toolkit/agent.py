@@ -38,11 +38,13 @@ from __future__ import annotations
 
 import abc
 import os
-from collections.abc import Mapping
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 import gymnasium as gym
 import torch
+from tritonrl.kernels.backend import backend_override
+from tritonrl.kernels.validate import check_int
 from tritonrl.toolkit import distributed
 from tritonrl.toolkit.acting import ActingPolicy, LearnerPolicy
 from tritonrl.toolkit.checkpoint import (
@@ -58,6 +60,8 @@ from tritonrl.toolkit.checkpoint import (
 from tritonrl.toolkit.checks import InputGuard
 from tritonrl.toolkit.config import Config, check_config_dict, fixed_changes, format_change
 from tritonrl.toolkit.distributed import DistContext, DistributedError
+from tritonrl.toolkit.optim import MasterWeightOptimizer
+from tritonrl.toolkit.precision import training_dtype
 from tritonrl.toolkit.spaces import space_from_json, space_to_json
 
 __all__ = [
@@ -82,6 +86,8 @@ RANK_SEED_STRIDE = 1_000_003
 """Rank ``r`` of a data-parallel run seeds its agent's generator with ``seed + RANK_SEED_STRIDE * r``
 (:func:`rank_seed`; a prime far above any run's update count, so that the ranks' streams, and
 their reseeds after :data:`RESEED_STRIDE` steps, do not meet)."""
+
+_Built = TypeVar("_Built")
 
 
 @runtime_checkable
@@ -281,16 +287,17 @@ def reseed(generator: torch.Generator, seed: int, updates: int) -> None:
 
 
 class AgentBase(abc.ABC):
-    """Save, load, check-then-apply ``load_state_dict`` and ``check_inputs``, shared by the agent
-    families.
+    """The constructor prologue, save, load, check-then-apply ``load_state_dict`` and
+    ``check_inputs``, shared by the agent families.
 
-    A subclass sets :attr:`kind` and :attr:`config_class`, has the attributes ``config``,
-    ``observation_space``, ``action_space``, ``num_envs``, ``seed``, ``device``, ``generator``
-    (a ``torch.Generator`` seeded with :func:`rank_seed`), ``env_steps``, ``updates``, ``inputs``
-    (the :class:`tritonrl.toolkit.checks.InputGuard` of ``act``/``observe``) and ``dist`` (its
-    :class:`~tritonrl.toolkit.distributed.DistContext`), and implements ``_state_parts``,
-    ``_check_parts`` and ``_load_parts`` (see the module docstring). Its constructor takes
-    ``(observation_space, action_space, config, *, num_envs, device, seed, dist)``.
+    A subclass sets :attr:`kind` and :attr:`config_class`; its constructor takes
+    ``(observation_space, action_space, config, *, num_envs, device, seed, dist)`` and starts with
+    :meth:`_init_agent` (which sets ``config``, ``observation_space``, ``action_space``,
+    ``num_envs``, ``seed``, ``device``, ``dtype``, ``dist``, ``generator`` (seeded with
+    :func:`rank_seed`), ``env_steps`` and ``updates``), builds its networks with
+    :meth:`_build_seeded` and its optimizers with :meth:`_adam`, and sets ``inputs`` (the
+    :class:`tritonrl.toolkit.checks.InputGuard` of ``act``/``observe``). It implements
+    ``_state_parts``, ``_check_parts`` and ``_load_parts`` (see the module docstring).
     """
 
     kind: ClassVar[str]
@@ -308,11 +315,80 @@ class AgentBase(abc.ABC):
     num_envs: int
     seed: int
     device: torch.device
+    dtype: torch.dtype
     generator: torch.Generator
     env_steps: int
     updates: int
     inputs: InputGuard
     dist: DistContext
+
+    # ---- construction
+
+    def _init_agent(
+        self,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        config: Any,
+        *,
+        num_envs: int,
+        device: torch.device | str,
+        seed: int,
+        dist: DistContext | None,
+    ) -> None:
+        """The prologue of every agent constructor: check ``config`` and ``num_envs``, join the
+        ranks (:func:`join_ranks`), set the attributes every agent has (``dtype`` is
+        ``training_dtype(device)``), fail now on a ``TRITONRL_BACKEND`` that cannot run on
+        ``device``, seed the agent's generator with :func:`rank_seed`, zero the counters.
+
+        Raises:
+            TypeError: ``config`` is not a :attr:`config_class`.
+            ValueError: ``num_envs`` is not a positive int, or the backend override cannot run here.
+            tritonrl.toolkit.distributed.DistributedError: the ranks' configs, spaces or
+                ``num_envs`` differ (on every rank).
+        """
+        if not isinstance(config, self.config_class):
+            raise TypeError(f"config must be a {self.config_class.__name__}, got {type(config).__name__}")
+        check_int("num_envs", num_envs, low=1)
+        self.device = torch.device(device)
+        self.dist = join_ranks(
+            dist,
+            kind=self.kind,
+            config=config,
+            observation_space=observation_space,
+            action_space=action_space,
+            num_envs=num_envs,
+            device=self.device,
+        )
+        """The data-parallel context (a single process: every collective is a no-op)."""
+        self.config = config
+        self.observation_space, self.action_space = observation_space, action_space
+        self.num_envs = num_envs
+        self.seed = int(seed)
+        self.dtype = training_dtype(self.device)
+        backend_override(self.device)  # a TRITONRL_BACKEND that cannot run here fails now, not mid-run
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(rank_seed(self.seed, self.dist.rank))
+        self.env_steps = 0
+        self.updates = 0
+
+    def _build_seeded(self, build: Callable[[], _Built]) -> _Built:
+        """``build()`` (the agent's networks: a module, or a tuple of modules and ``None``) with
+        torch's global generator seeded with ``seed`` and restored afterwards (the caller's
+        stream is untouched); then every rank gets rank 0's parameters and buffers
+        (:func:`broadcast_modules_`)."""
+        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+            torch.manual_seed(self.seed)
+            built = build()
+        broadcast_modules_(self.dist, *(built if isinstance(built, tuple) else (built,)))
+        return built
+
+    def _adam(self, params: Iterable[torch.nn.Parameter], lr: float, **kwargs: Any) -> MasterWeightOptimizer:
+        """Adam with f32 master weights (:class:`tritonrl.toolkit.optim.MasterWeightOptimizer`),
+        compiled as ``config.compile``, gradients averaged over ``dist``; fused: one kernel for
+        every parameter, and the step counter stays a device tensor. ``kwargs`` go to Adam."""
+        return MasterWeightOptimizer(
+            params, torch.optim.Adam, compile=self.config.compile, dist=self.dist, lr=lr, fused=True, **kwargs
+        )
 
     # ---- hooks
 

@@ -25,8 +25,9 @@ from typing import Any
 
 import torch
 from torch import nn
-from tritonrl.agents.forecast.base import Forecaster, _positive
+from tritonrl.agents.forecast.base import Forecaster
 from tritonrl.agents.nets.torsos import AttentionBlock
+from tritonrl.kernels.validate import check_int
 
 __all__ = ["POSITIONS", "PatchTST", "Transformer"]
 
@@ -34,8 +35,8 @@ POSITIONS = ("learned", "sinusoidal")
 
 
 def _check_heads(width: int, heads: int) -> None:
-    _positive("width", width)
-    _positive("heads", heads)
+    check_int("width", width, low=1)
+    check_int("heads", heads, low=1)
     if width % heads:
         raise ValueError(f"width={width} must be divisible by heads={heads}")
 
@@ -93,7 +94,7 @@ class Transformer(Forecaster):
     ) -> None:
         super().__init__(window, num_features, horizon, num_targets, device=device, dtype=dtype)
         _check_heads(width, heads)
-        _positive("depth", depth)
+        check_int("depth", depth, low=1)
         if positions not in POSITIONS:
             raise ValueError(f"positions={positions!r} is unknown; choose one of {', '.join(POSITIONS)}")
         fk = self.factory
@@ -165,9 +166,9 @@ class PatchTST(Forecaster):
         revin: bool = True,
     ) -> None:
         super().__init__(window, num_features, horizon, num_targets, device=device, dtype=dtype)
-        _positive("patch_len", patch_len)
-        _positive("stride", stride)
-        _positive("depth", depth)
+        check_int("patch_len", patch_len, low=1)
+        check_int("stride", stride, low=1)
+        check_int("depth", depth, low=1)
         _check_heads(width, heads)
         if patch_len > window:
             raise ValueError(f"patch_len={patch_len} must be <= window={window}")

@@ -16,15 +16,10 @@ from typing import Any
 
 import torch
 from torch import nn
+from tritonrl.kernels.validate import check_int
 from tritonrl.toolkit.precision import dtype_or_default
 
 __all__ = ["Forecaster"]
-
-
-def _positive(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return value
 
 
 class Forecaster(nn.Module):
@@ -62,10 +57,10 @@ class Forecaster(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        self.window = _positive("window", window)
-        self.num_features = _positive("num_features", num_features)
-        self.horizon = _positive("horizon", horizon)
-        self.num_targets = _positive("num_targets", num_targets)
+        self.window = check_int("window", window, low=1)
+        self.num_features = check_int("num_features", num_features, low=1)
+        self.horizon = check_int("horizon", horizon, low=1)
+        self.num_targets = check_int("num_targets", num_targets, low=1)
         dev = torch.device(device) if device is not None else torch.device("cpu")
         self.param_dtype = dtype_or_default(dtype, dev)
         self.factory: dict[str, Any] = {"device": dev, "dtype": self.param_dtype}

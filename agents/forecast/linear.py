@@ -23,7 +23,8 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tritonrl.agents.forecast.base import Forecaster, _positive
+from tritonrl.agents.forecast.base import Forecaster
+from tritonrl.kernels.validate import check_int
 
 __all__ = ["MLP", "DLinear"]
 
@@ -60,7 +61,7 @@ class DLinear(Forecaster):
         individual: bool = True,
     ) -> None:
         super().__init__(window, num_features, horizon, num_targets, device=device, dtype=dtype)
-        self.kernel_size = _positive("kernel_size", kernel_size)
+        self.kernel_size = check_int("kernel_size", kernel_size, low=1)
         if kernel_size % 2 == 0:
             raise ValueError(f"kernel_size must be odd (a centred moving average), got {kernel_size}")
         self.individual = bool(individual)
@@ -148,8 +149,8 @@ class MLP(Forecaster):
         dropout: float = 0.0,
     ) -> None:
         super().__init__(window, num_features, horizon, num_targets, device=device, dtype=dtype)
-        _positive("hidden", hidden)
-        _positive("layers", layers)
+        check_int("hidden", hidden, low=1)
+        check_int("layers", layers, low=1)
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
         blocks: list[nn.Module] = []

@@ -18,8 +18,9 @@ from typing import cast
 
 import torch
 from torch import nn
-from tritonrl.agents.forecast.base import Forecaster, _positive
+from tritonrl.agents.forecast.base import Forecaster
 from tritonrl.agents.nets.mamba2 import Mamba2Block, Mamba2State
+from tritonrl.kernels.validate import check_int
 
 __all__ = ["Mamba2Forecaster"]
 
@@ -62,8 +63,8 @@ class Mamba2Forecaster(Forecaster):
         chunk_size: int | None = None,
     ) -> None:
         super().__init__(window, num_features, horizon, num_targets, device=device, dtype=dtype)
-        _positive("width", width)
-        _positive("depth", depth)
+        check_int("width", width, low=1)
+        check_int("depth", depth, low=1)
         if chunk_size is None:
             chunk_size = min(64, max(16, 1 << (window - 1).bit_length()))
         fk = self.factory

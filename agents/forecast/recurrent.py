@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from tritonrl.agents.forecast.base import Forecaster, _positive
+from tritonrl.agents.forecast.base import Forecaster
+from tritonrl.kernels.validate import check_int
 
 __all__ = ["GRU", "LSTM"]
 
@@ -50,8 +51,8 @@ class _Recurrent(Forecaster):
         dropout: float = 0.0,
     ) -> None:
         super().__init__(window, num_features, horizon, num_targets, device=device, dtype=dtype)
-        _positive("hidden", hidden)
-        _positive("layers", layers)
+        check_int("hidden", hidden, low=1)
+        check_int("layers", layers, low=1)
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
         self.rnn = self.rnn_class(

@@ -13,6 +13,7 @@ from typing import Any, cast
 import torch
 from torch import nn
 from tritonrl.kernels.noisy_head import NoisyParams, expected_q, noisy_dueling, noisy_linear
+from tritonrl.kernels.validate import check_int
 from tritonrl.toolkit.precision import dtype_or_default
 
 __all__ = ["DuelingHead", "NoisyLinear", "scaled_noise"]
@@ -71,8 +72,7 @@ class NoisyLinear(nn.Module):
     ) -> None:
         super().__init__()
         for name, v in (("in_features", in_features), ("out_features", out_features), ("groups", groups)):
-            if not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive int, got {v!r}")
+            check_int(name, v, low=1)
         if activation not in (None, "relu"):
             raise ValueError(f"activation must be None or 'relu', got {activation!r}")
         self.in_features, self.out_features, self.groups = in_features, out_features, groups
@@ -188,10 +188,8 @@ class DuelingHead(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        if not isinstance(atoms, int) or atoms < 1:
-            raise ValueError(f"atoms must be a positive int, got {atoms!r}")
-        if not isinstance(num_actions, int) or num_actions < 1:
-            raise ValueError(f"num_actions must be a positive int, got {num_actions!r}")
+        check_int("atoms", atoms, low=1)
+        check_int("num_actions", num_actions, low=1)
         self.in_features, self.num_actions, self.atoms = in_features, num_actions, atoms
         self.noisy, self.dueling, self.log_softmax = noisy, dueling, log_softmax
         kw: dict[str, Any] = {

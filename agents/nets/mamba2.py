@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from tritonrl.kernels.mamba2 import mamba2_scan, mamba2_step_unchecked
+from tritonrl.kernels.validate import check_int
 from tritonrl.toolkit.precision import dtype_or_default
 
 __all__ = ["Mamba2Block", "Mamba2State"]
@@ -91,8 +92,7 @@ class Mamba2Block(nn.Module):
             ("headdim", headdim),
             ("ngroups", ngroups),
         ):
-            if not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive int, got {v!r}")
+            check_int(name, v, low=1)
         d_inner = expand * d_model
         if d_inner % headdim:
             raise ValueError(f"expand * d_model = {d_inner} must be a multiple of headdim = {headdim}")

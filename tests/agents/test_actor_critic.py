@@ -7,13 +7,8 @@ import math
 import pytest
 import torch
 from torch.distributions import AffineTransform, Normal, TanhTransform, TransformedDistribution
-from tritonrl.agents.nets.actor_critic import (
-    CategoricalHead,
-    FlowHead,
-    GaussianHead,
-    LSTMCore,
-    squash_log_det,
-)
+from tritonrl.agents.nets.policy_heads import CategoricalHead, FlowHead, GaussianHead, squash_log_det
+from tritonrl.agents.nets.recurrent import LSTMCore
 
 LOW, HIGH = torch.tensor([-2.0, 0.0]), torch.tensor([2.0, 1.0])
 
@@ -209,7 +204,7 @@ def test_categorical_head_equals_torch_distributions(dtype):
     and entropy must match torch.distributions.Categorical to a few ulps (rtol 1e-6 f32, 1e-14
     f64; atol for values near 0), the same actions must be drawn, including for logits so peaked
     that some probabilities underflow to 0, where the entropy's 0 * log 0 must count as 0."""
-    from tritonrl.agents.nets.actor_critic import CategoricalHead
+    from tritonrl.agents.nets.policy_heads import CategoricalHead
 
     head = CategoricalHead(8, 5, dtype=dtype)
     g = torch.Generator().manual_seed(0)

@@ -235,6 +235,40 @@ def test_replay_validate_and_apply_are_public() -> None:
         PrioritizedReplayBuffer(8, (3,), num_envs=1).parse_state(a.state_dict())
 
 
+# ----------------------------------------------------------------------------- the constructor prologue
+
+
+@pytest.mark.parametrize("kind", ["dqn", "ppo"])
+def test_an_agent_built_without_a_config_runs_its_first_preset(kind: str) -> None:
+    from tritonrl.agents import dqn, ppo
+
+    module = {"dqn": dqn, "ppo": ppo}[kind]
+    agent_cls = {"dqn": dqn.DQNAgent, "ppo": ppo.PPOAgent}[kind]
+    agent = agent_cls(BOUNDED, gym.spaces.Discrete(2))
+    assert agent.config == module.preset(kind) == module.PRESETS[0].config
+    assert (agent.num_envs, agent.seed, agent.env_steps, agent.updates) == (1, 0, 0, 0)
+
+
+@pytest.mark.parametrize("kind", ["dqn", "ppo"])
+@pytest.mark.parametrize("num_envs", [0, -1, True, 2.0])
+def test_both_families_refuse_num_envs_alike(kind: str, num_envs) -> None:
+    with pytest.raises(ValueError, match=rf"^num_envs must be a positive int, got {num_envs!r}$"):
+        MAKERS[kind](num_envs=num_envs)
+
+
+@pytest.mark.parametrize("kind", ["dqn", "ppo"])
+def test_both_families_refuse_another_config_class_alike(kind: str) -> None:
+    from tritonrl.agents.dqn import DQNAgent, DQNConfig
+    from tritonrl.agents.ppo import PPOAgent, PPOConfig
+
+    agent_cls, other, own = {
+        "dqn": (DQNAgent, PPOConfig, "DQNConfig"),
+        "ppo": (PPOAgent, DQNConfig, "PPOConfig"),
+    }[kind]
+    with pytest.raises(TypeError, match=f"config must be a {own}, got {other.__name__}"):
+        agent_cls(BOUNDED, gym.spaces.Discrete(2), other())
+
+
 # ----------------------------------------------------------------------------- the registry
 
 

@@ -7,16 +7,10 @@ import pytest
 import torch
 from torch import nn
 from tritonrl.agents.icm import ICM
-from tritonrl.agents.nets.actor_critic import (
-    ActorCritic,
-    CategoricalHead,
-    FeedForwardCore,
-    FlowHead,
-    GaussianHead,
-    LSTMCore,
-    Mamba2Core,
-)
+from tritonrl.agents.nets.actor_critic import ActorCritic, FeedForwardCore
 from tritonrl.agents.nets.factored import BranchingHead
+from tritonrl.agents.nets.policy_heads import CategoricalHead, FlowHead, GaussianHead
+from tritonrl.agents.nets.recurrent import LSTMCore, Mamba2Core
 from tritonrl.agents.nets.torsos import MLP, AttentionTorso, MLPTorso, ResidualMLPTorso, SpectralLinear
 from tritonrl.toolkit.precision import training_dtype
 

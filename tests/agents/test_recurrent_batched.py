@@ -1,7 +1,7 @@
 """The LSTM and GRU policies train on whole sequences at once: each sequence is split at its
 episode starts, the pieces are padded into one batch and run through torch's fused ``lstm`` /
-``gru`` (:meth:`tritonrl.agents.nets.actor_critic.LSTMCore.sequence`). That must equal the step-by-step
-computation the cores act with (:meth:`~tritonrl.agents.nets.actor_critic.LSTMCore.sequence_stepwise`,
+``gru`` (:meth:`tritonrl.agents.nets.recurrent.LSTMCore.sequence`). That must equal the step-by-step
+computation the cores act with (:meth:`~tritonrl.agents.nets.recurrent.LSTMCore.sequence_stepwise`,
 one cell call per step, the memory masked where an episode starts): features, log-probs,
 entropies, values and every gradient.
 
@@ -31,14 +31,9 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tritonrl.agents.nets.actor_critic import (
-    ActorCritic,
-    CategoricalHead,
-    GRUCore,
-    LSTMCore,
-    subsequence_layout,
-    subsequence_stats,
-)
+from tritonrl.agents.nets.actor_critic import ActorCritic
+from tritonrl.agents.nets.policy_heads import CategoricalHead
+from tritonrl.agents.nets.recurrent import GRUCore, LSTMCore, subsequence_layout, subsequence_stats
 
 CORES: dict[str, type[LSTMCore] | type[GRUCore]] = {"lstm": LSTMCore, "gru": GRUCore}
 OBS, HIDDEN, SIZE, ACTIONS = 3, (8,), 6, 4

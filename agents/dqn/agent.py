@@ -1,0 +1,499 @@
+"""The DQN agent: act epsilon-greedily (or with noisy weights), observe into a replay, update.
+
+What the config switches on is in :mod:`tritonrl.agents.dqn`; the config, the network, the
+presets, the replay plumbing and the checkpoint parts have modules of their own beside this one.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import gymnasium as gym
+import torch
+from tritonrl.agents.dqn import plumbing
+from tritonrl.agents.dqn.config import AGENT_KIND, DQNConfig
+from tritonrl.agents.dqn.network import QNetwork, build_icm, build_q_network
+from tritonrl.agents.dqn.state import DQNCheckpoint
+from tritonrl.agents.nets.factored import branching_q
+from tritonrl.agents.td import (
+    branching_td_target,
+    c51_loss,
+    c51_project,
+    greedy_actions,
+    huber,
+    quantile_huber_loss,
+    quantile_midpoints,
+    scalar_td_target,
+)
+from tritonrl.toolkit.acting import SnapshotPolicy
+from tritonrl.toolkit.agent import AgentBase
+from tritonrl.toolkit.checks import ActionRule, InputGuard
+from tritonrl.toolkit.compile import Compiled, escape
+from tritonrl.toolkit.distributed import DistContext
+from tritonrl.toolkit.replay import PrioritizedReplayBuffer, ReplayBatch, ReplayBuffer
+
+__all__ = ["DQNAgent"]
+
+_DEFAULT_CONFIG = DQNConfig(tags=("dqn",))
+"""The config of an agent built without one: the ``dqn`` preset's (a test keeps them equal)."""
+
+
+class DQNAgent(DQNCheckpoint, AgentBase):
+    """A DQN-family agent (see the module docstring).
+
+    Checkpoints (``state_dict``, ``load_state_dict``, ``save``, ``load``) and ``check_inputs`` are
+    :class:`tritonrl.toolkit.agent.AgentBase`'s; the agent's own parts are the online and
+    target networks, the optimizer, the replay buffer, the f32 target masters (Polyak in bf16)
+    and, with ICM, its module, optimizer and replay. The learning rates come from the config
+    (``lr``, ``icm_lr``) on load.
+
+    Args:
+        observation_space: a gymnasium ``Box``.
+        action_space: ``Discrete`` (Q head) or ``MultiDiscrete`` (branching head).
+        config: a :class:`DQNConfig` (default: the ``dqn`` preset).
+        device: where networks and replay live; the dtype is ``training_dtype(device)``.
+        num_envs: environments per ``observe`` call (the leading dim of every argument); with
+            ``dist``, this rank's share of the run's environments.
+        seed: seeds the parameters and the agent's own generator (exploration, noise, replay;
+            rank ``r`` of a data-parallel run seeds it with
+            :func:`tritonrl.toolkit.agent.rank_seed` ``(seed, r)``).
+        dist: the data-parallel context (``None``: :func:`tritonrl.toolkit.distributed.current`,
+            a single process unless ``init_distributed`` joined a group); see the module
+            docstring. Every rank must build the agent at the same point.
+
+    Raises:
+        ValueError: an unsupported space, a distributional config with a MultiDiscrete space, a
+            replay (``buffer_size``) that cannot fit in the device's free memory, or a
+            ``TRITONRL_BACKEND`` that cannot run on ``device``.
+        tritonrl.toolkit.distributed.DistributedError: the ranks' configs, spaces or ``num_envs``
+            differ, or ``buffer_size`` or ``batch_size`` is not divisible by the world size (on
+            every rank).
+    """
+
+    kind = AGENT_KIND
+    config_class = DQNConfig
+    rank_part_keys = ("generator", "replay", "icm_replay")
+
+    def __init__(
+        self,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        config: DQNConfig | None = None,
+        *,
+        device: torch.device | str = "cpu",
+        num_envs: int = 1,
+        seed: int = 0,
+        dist: DistContext | None = None,
+    ) -> None:
+        cfg = config if config is not None else _DEFAULT_CONFIG
+        self._init_agent(
+            observation_space, action_space, cfg, num_envs=num_envs, device=device, seed=seed, dist=dist
+        )
+        self.batch_size = self.dist.shard(cfg.batch_size, "batch_size")
+        """Transitions this rank samples per update: ``batch_size / world_size``."""
+        self.buffer_size = self.dist.shard(cfg.buffer_size, "buffer_size")
+        """This rank's replay capacity: ``buffer_size / world_size``."""
+        self.obs_shape = plumbing.obs_shape(observation_space)
+        self.action = plumbing.action_spec(action_space)
+        self.factored = self.action["type"] == "multidiscrete"
+        if self.factored and cfg.distribution != "none":
+            raise ValueError(
+                f"distribution={cfg.distribution!r} with action_space={action_space}: the factored "
+                "(MultiDiscrete) head supports expected-value Q only; use distribution='none'"
+            )
+        self._action_shape = plumbing.action_shape(self.action)
+        self.replay_staging = plumbing.resolve_staging(cfg.replay_staging, self.device)
+        """The resolved ``config.replay_staging``: ``"host"`` or ``"device"``."""
+        plumbing.check_replay_memory(
+            cfg,
+            self.buffer_size,
+            self.obs_shape,
+            self._action_shape,
+            num_envs=self.num_envs,
+            device=self.device,
+            dtype=self.dtype,
+            staging=self.replay_staging,
+        )
+        self.inputs = InputGuard(
+            "DQNAgent",
+            ActionRule.discrete(self.action["n"])
+            if not self.factored
+            else ActionRule.multidiscrete(self.action["nvec"]),
+        )
+        """The checks of ``act``/``observe`` inputs (:class:`tritonrl.toolkit.checks.InputGuard`); its
+        ``mode`` (``"auto"``, ``"eager"``, ``"deferred"``) says when inputs on an accelerator are
+        checked."""
+
+        # rank 0's weights; the target network and the optimizers' masters are copied from them
+        self.online, self.icm_module = self._build_seeded(
+            lambda: (
+                build_q_network(self.obs_shape, self.action, cfg, self.device, self.dtype),
+                build_icm(self.obs_shape, self.action, cfg, self.device, self.dtype) if cfg.icm else None,
+            )
+        )
+        self.target = copy.deepcopy(self.online)
+        self.target.requires_grad_(False)
+        self.optimizer = self._adam(self.online.parameters(), cfg.lr, eps=cfg.adam_eps)
+        # Polyak averaging in bf16 would round small steps away: average f32 copies instead.
+        self._target_master: list[torch.Tensor] | None = None
+        if cfg.tau < 1.0 and self.dtype != torch.float32:
+            self._target_master = [p.detach().float().clone() for p in self.target.parameters()]
+
+        self.buffer = self._build_buffer()
+        self.icm_buffer: ReplayBuffer | None = None  # set exactly when icm_module is
+        if self.icm_module is not None:
+            self.icm_optimizer = self._adam(self.icm_module.parameters(), cfg.icm_lr)
+            self.icm_buffer = self._build_icm_buffer()
+
+        if cfg.distribution == "c51":
+            self.support = torch.linspace(cfg.v_min, cfg.v_max, cfg.atoms, device=self.device)
+        if cfg.distribution == "qr":
+            self.taus = quantile_midpoints(cfg.quantiles, device=self.device)
+        # The compiled regions (tritonrl.toolkit.compile): the loss of an update (its backward
+        # compiled with it), the ICM loss, the acting forward. Eager functions for compile="none".
+        # The acting forward is compiled on CUDA only: on a CPU its guards and wrappers cost more
+        # than the small network saves.
+        self._learn = Compiled(self._loss, cfg.compile, self.device)
+        self._learn_icm = Compiled(self._icm_loss, cfg.compile, self.device)
+        act_mode = cfg.compile if self.device.type == "cuda" else "none"
+        self._act_q = Compiled(self._online_q, act_mode, self.device)
+
+    def _build_buffer(self) -> ReplayBuffer:
+        """An empty replay of this rank's ``buffer_size`` share (:func:`plumbing.build_replay`)."""
+        return plumbing.build_replay(
+            self.config,
+            self.buffer_size,
+            self.obs_shape,
+            self._action_shape,
+            num_envs=self.num_envs,
+            device=self.device,
+            staging=self.replay_staging,
+        )
+
+    def _build_icm_buffer(self) -> ReplayBuffer:
+        """An empty ICM replay (one-step transitions; :func:`plumbing.build_icm_replay`)."""
+        return plumbing.build_icm_replay(
+            self.config,
+            self.buffer_size,
+            self.obs_shape,
+            self._action_shape,
+            num_envs=self.num_envs,
+            device=self.device,
+            staging=self.replay_staging,
+        )
+
+    # ------------------------------------------------------------------ values
+
+    def _q_of(self, net: QNetwork, x: torch.Tensor) -> torch.Tensor:
+        """Expected Q of ``net`` in f32: ``[B, A]``, or ``[B, D, n_max]`` for the factored head.
+
+        C51 takes the expected values from the head's fused epilogue (one launch with the
+        log-probabilities), not from a second pass over ``[B, A, Z]``.
+        """
+        dist = self.config.distribution
+        if dist == "c51" and not self.factored:
+            return net(x, self.support)[1]
+        out = net(x)
+        if self.factored:
+            return branching_q(out[0], out[1], net.head.mask)
+        if dist == "qr":
+            return out.mean(-1)
+        return out
+
+    def q_values(self, obs: torch.Tensor, *, explore: bool = False) -> torch.Tensor:
+        """Expected Q values (f32) of the online network for ``obs [B, *obs_shape]``.
+
+        ``explore=False`` runs the network in eval mode: noisy layers at their mean weights.
+        """
+        return escape(self._q(self._ingest(obs, "q_values"), explore), self._act_q)
+
+    def _online_q(self, x: torch.Tensor) -> torch.Tensor:
+        """Expected Q of the online network (the compiled acting forward)."""
+        return self._q_of(self.online, x)
+
+    @torch.no_grad()
+    def _q(self, x: torch.Tensor, explore: bool) -> torch.Tensor:
+        self._act_q.step_begin()
+        if not explore:
+            self.online.eval()
+            try:
+                return self._act_q(x)
+            finally:
+                self.online.train()
+        return self._act_q(x)
+
+    def _ingest(self, obs: Any, call: str = "act") -> torch.Tensor:
+        """The one cast of an observation: f32 (or numpy) -> training dtype on the device, after the
+        input checks (:attr:`inputs`: NaN/inf is refused where the observation lives)."""
+        x = obs if isinstance(obs, torch.Tensor) else torch.as_tensor(obs)
+        if tuple(x.shape[1:]) != self.obs_shape:
+            raise ValueError(f"obs has shape {tuple(x.shape)}, expected [batch, *{self.obs_shape}]")
+        self.inputs.obs(call, "obs", x)
+        return x.to(device=self.device, dtype=self.dtype)
+
+    # ------------------------------------------------------------------ acting
+
+    def epsilon(self) -> float:
+        """Epsilon now: linear from ``eps_start`` to ``eps_end`` over ``eps_decay_steps``; 0 when noisy."""
+        cfg = self.config
+        if cfg.noisy:
+            return 0.0
+        frac = min(1.0, self.env_steps / max(1, cfg.eps_decay_steps))
+        return cfg.eps_start + frac * (cfg.eps_end - cfg.eps_start)
+
+    def act(self, obs: Any, explore: bool = True) -> torch.Tensor:
+        """Actions for a batch of observations ``[E, *obs_shape]`` (f32 tensor or array).
+
+        ``explore=True``: epsilon-greedy (or the noisy network's current noise); ``False``:
+        greedy at the noise-free weights. Returns ``[E]`` int64 (``[E, D]`` for MultiDiscrete)
+        on the agent's device.
+
+        Raises:
+            ValueError: ``obs`` has the wrong shape, or holds NaN/inf (checked at once for host
+                inputs; for accelerator tensors at the next :meth:`update` or
+                :meth:`check_inputs`, see :attr:`inputs`).
+        """
+        q = self._q(self._ingest(obs, "act"), explore)
+        action = self.epsilon_greedy(q.argmax(-1), self.epsilon() if explore else 0.0)
+        self.inputs.acted(action)
+        return action
+
+    def epsilon_greedy(self, greedy: torch.Tensor, eps: float) -> torch.Tensor:
+        """``greedy`` actions (``[E]`` int64, ``[E, D]`` for MultiDiscrete, on the agent's device),
+        each replaced with probability ``eps`` by a uniform random action drawn from the agent's
+        generator (all sub-actions of an environment at once); ``eps <= 0`` returns ``greedy``
+        itself and draws nothing. Reads nothing on the host (also used by
+        :class:`tritonrl.toolkit.training.collector.Collector`)."""
+        if eps <= 0.0:
+            return greedy
+        n = greedy.shape[0]
+        if self.factored:
+            nvec = self.online.head.mask.sum(-1)  # [D] sub-action counts, already on the device
+            rand = (torch.rand(greedy.shape, device=self.device, generator=self.generator) * nvec).long()
+            pick = torch.rand((n, 1), device=self.device, generator=self.generator) < eps
+        else:
+            rand = torch.randint(self.action["n"], (n,), device=self.device, generator=self.generator)
+            pick = torch.rand((n,), device=self.device, generator=self.generator) < eps
+        return torch.where(pick, rand, greedy)
+
+    def observe(
+        self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any
+    ) -> None:
+        """Store one vector-env step (leading dim ``num_envs``); with ICM, add the intrinsic reward.
+
+        ``next_obs`` is the true next observation (the final one at episode ends). With
+        ``replay_staging`` host (the CPU default), rewards and done flags are best passed on the
+        host (numpy or CPU tensors), where the replay buffer reads them, and with ICM on CUDA the
+        intrinsic reward is brought there (one sync per call); with device staging (the
+        accelerator default) nothing is read on the host: pass device tensors.
+
+        Raises:
+            ValueError: NaN/inf in ``obs``, ``reward`` or ``next_obs``, or an ``action`` outside the
+                action space, named with the first bad entry (host inputs: at once, and nothing is
+                stored; accelerator tensors: at the next :meth:`update` or :meth:`check_inputs`);
+                wrong shapes or dtypes (from the replay buffer, nothing stored).
+        """
+        g = self.inputs
+        g.obs("observe", "obs", obs)
+        g.action("observe", action)
+        g.reward("observe", reward)
+        g.obs("observe", "next_obs", next_obs)
+        if self.icm_module is not None:
+            x, x_next = self._ingest(obs, "observe"), self._ingest(next_obs, "observe")
+            a = torch.as_tensor(action, device=self.device, dtype=torch.int64)
+            r_int = self.icm_module.intrinsic_reward(x, a, x_next)
+            if self.replay_staging == "host":  # the buffer reads rewards on the host
+                r_int = r_int.cpu()
+            r_ext = torch.as_tensor(reward, dtype=torch.float32).to(r_int.device)
+            reward = self.config.extrinsic_coef * r_ext + r_int
+            obs, next_obs, action = x, x_next, a
+            assert self.icm_buffer is not None  # created with icm_module
+            self.icm_buffer.add(obs, action, reward, next_obs, terminated, truncated)
+        self.buffer.add(obs, action, reward, next_obs, terminated, truncated)
+        self.env_steps += self.num_envs * self.dist.world_size  # global: every rank's environments
+
+    # ------------------------------------------------------------------ learning
+
+    def _per_sample_loss(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """``(loss [B], priority [B], metrics)`` in f32 for one sampled batch."""
+        cfg = self.config
+        obs, action, next_obs = batch.obs, batch.action, batch.next_obs
+        reward, discount = batch.reward, batch.discount
+        out = self.online(obs)
+        with torch.no_grad():
+            out_next_t = self.target(next_obs)
+            out_next_o = self.online(next_obs) if cfg.double else None
+        b = torch.arange(action.shape[0], device=self.device)
+
+        if self.factored:
+            q = branching_q(out[0], out[1], self.online.head.mask)  # [B, D, n]
+            q_sa = q.gather(-1, action.unsqueeze(-1)).squeeze(-1)  # [B, D]
+            q_next_t = branching_q(out_next_t[0], out_next_t[1], self.target.head.mask)
+            q_next_o = (
+                None
+                if out_next_o is None
+                else branching_q(out_next_o[0], out_next_o[1], self.online.head.mask)
+            )
+            y = branching_td_target(reward, discount, q_next_t, q_next_o)
+            td = y.unsqueeze(-1) - q_sa
+            loss = (huber(td) if cfg.loss == "huber" else 0.5 * td.square()).mean(-1)
+            return loss, td.detach().abs().mean(-1), {"values/q": q_sa.detach().mean()}
+
+        if cfg.distribution == "none":
+            q_sa = out[b, action]
+            y = scalar_td_target(reward, discount, out_next_t, out_next_o)
+            td = y - q_sa
+            loss = huber(td) if cfg.loss == "huber" else 0.5 * td.square()
+            return loss, td.detach().abs(), {"values/q": q_sa.detach().mean()}
+
+        if cfg.distribution == "c51":
+            with torch.no_grad():
+                q_next_t = self.target.head.expected_q(out_next_t, self.support)
+                q_next_o = (
+                    None if out_next_o is None else self.online.head.expected_q(out_next_o, self.support)
+                )
+                a_star = greedy_actions(q_next_t, q_next_o)
+                m = c51_project(out_next_t[b, a_star].exp(), reward, discount, self.support)
+            log_p = out[b, action]  # [B, Z]
+            loss = c51_loss(log_p, m)
+            q_sa = (log_p.detach().exp() * self.support).sum(-1)
+            return loss, loss.detach(), {"values/q": q_sa.mean()}
+
+        # quantile regression
+        with torch.no_grad():
+            q_next_t = out_next_t.mean(-1)
+            q_next_o = None if out_next_o is None else out_next_o.mean(-1)
+            a_star = greedy_actions(q_next_t, q_next_o)
+            target = reward.unsqueeze(-1) + discount.unsqueeze(-1) * out_next_t[b, a_star]  # [B, N]
+        theta = out[b, action]  # [B, N]
+        loss = quantile_huber_loss(theta, target, self.taus, cfg.kappa)
+        return loss, loss.detach(), {"values/q": theta.detach().mean()}
+
+    def _loss(self, batch: ReplayBatch) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """``(loss, priority [B], metrics)``: the importance-weighted mean loss of one batch; the
+        compiled region of an update (its backward is compiled with it)."""
+        per_sample, priority, metrics = self._per_sample_loss(batch)
+        return (batch.weights * per_sample).mean(), priority, metrics
+
+    def update(self) -> dict[str, torch.Tensor]:
+        """One gradient step on a replay batch (plus the target and ICM updates when due).
+
+        Returns f32 scalar metrics on the device: ``losses/td_loss``, ``losses/grad_norm``,
+        ``values/q``, and ``losses/icm_*`` with ICM. Reads no tensor value on the host (no
+        device sync; tested), unless ``inputs.check_at_update`` is set (see :meth:`check_inputs`).
+        With ``compile`` set, the loss and the optimizer step run compiled. With ``dist``, every
+        rank calls it together: each samples :attr:`batch_size` transitions of its own replay and
+        the gradients are averaged (the metrics are this rank's).
+
+        Raises:
+            RuntimeError: the buffer holds fewer transitions than :attr:`batch_size` (this rank's
+                share of ``config.batch_size``).
+            ValueError: with ``inputs.check_at_update``, a deferred input check failed (see
+                :meth:`check_inputs`); nothing learned.
+        """
+        cfg = self.config
+        if self.inputs.pending and self.inputs.check_at_update:
+            self.inputs.check()
+        if len(self.buffer) < self.batch_size:
+            share = f" (this rank's share of {cfg.batch_size})" if self.dist.enabled else ""
+            raise RuntimeError(
+                f"the replay buffer holds {len(self.buffer)} transitions, fewer than "
+                f"batch_size={self.batch_size}{share}: call update() after learning_starts"
+            )
+        learn = self._learn
+        learn.step_begin()
+        # random draws from the agent's generator stay out of the compiled region
+        batch = self.buffer.sample(self.batch_size, generator=self.generator)
+        if cfg.noisy:
+            self.online.reset_noise(self.generator)
+            self.target.reset_noise(self.generator)
+        self.optimizer.zero_grad()
+        loss, priority, metrics = learn(batch)
+        loss.backward()
+        grad_norm = self.optimizer.clip_and_step(cfg.max_grad_norm)
+        if cfg.prioritized:
+            self.buffer.update_priorities(batch.indices, priority)
+        self.updates += 1
+        if self.updates % cfg.target_update_every == 0:
+            self.update_target()
+        metrics["losses/td_loss"] = loss.detach()
+        metrics["losses/grad_norm"] = grad_norm
+        if self.icm_module is not None:
+            metrics.update(self._update_icm())
+        return escape(metrics, learn)
+
+    def _icm_loss(self, batch: ReplayBatch) -> dict[str, torch.Tensor]:
+        """The ICM losses of one batch and its mean reward (compiled like :meth:`_loss`)."""
+        assert self.icm_module is not None  # called only with ICM on
+        parts = self.icm_module.loss(batch.obs, batch.action, batch.next_obs)
+        return {**parts, "reward": batch.reward.mean()}
+
+    def _update_icm(self) -> dict[str, torch.Tensor]:
+        assert self.icm_module is not None and self.icm_buffer is not None  # called only with ICM on
+        batch = self.icm_buffer.sample(self.batch_size, generator=self.generator)
+        self.icm_optimizer.zero_grad()
+        parts = self._learn_icm(batch)
+        parts["loss"].backward()
+        self.icm_optimizer.clip_and_step(self.config.max_grad_norm)
+        return {
+            "losses/icm_inverse": parts["inverse"].detach(),
+            "losses/icm_forward": parts["forward"].detach(),
+            "charts/intrinsic_reward": parts["reward"],
+        }
+
+    @torch.no_grad()
+    def check_inputs(self) -> None:
+        """Raise now if a deferred input check failed, or if the prioritized replay rejected a
+        priority update (NaN/inf TD errors) since the last check.
+
+        On a CPU both are checked as they happen; on an accelerator neither reads the device
+        inside a step: the training loop calls this at every log interval and before every
+        checkpoint (one host sync for each when there is something to read).
+
+        Raises:
+            ValueError: an earlier ``act``/``observe`` received NaN/inf or an out-of-range action,
+                or an update's priorities were rejected (the buffer kept the old ones).
+        """
+        super().check_inputs()
+        if isinstance(self.buffer, PrioritizedReplayBuffer):
+            self.buffer.check()
+
+    def update_target(self) -> None:
+        """Copy (``tau == 1``) or Polyak-average (``tau < 1``) the online weights into the target."""
+        tau = self.config.tau
+        online: list[torch.Tensor] = list(self.online.parameters())
+        target: list[torch.Tensor] = list(self.target.parameters())
+        if tau >= 1.0:
+            torch._foreach_copy_(target, online)
+        elif self._target_master is None:
+            torch._foreach_lerp_(target, online, tau)
+        else:  # bf16: average f32 copies (the optimizer's masters), round once into the target
+            torch._foreach_lerp_(self._target_master, self.optimizer.masters, tau)
+            torch._foreach_copy_(target, self._target_master)
+        for bt, bo in zip(self.target.buffers(), self.online.buffers(), strict=True):
+            bt.copy_(bo)
+
+    def acting_policy(self, sync_every: int = 1) -> SnapshotPolicy[QNetwork]:
+        """The collector's acting policy: a :class:`tritonrl.toolkit.acting.SnapshotPolicy` of the
+        online network (f32, refreshed every ``sync_every`` updates), acting as :meth:`act` does
+        with ``explore=True``: the expected Q of the snapshot for f32 observations (compiled on CUDA
+        as :meth:`act`'s forward), then :meth:`epsilon_greedy` with the agent's generator and
+        epsilon schedule (noisy layers: the noise as of the last sync). Reads nothing on the host.
+
+        Raises:
+            ValueError: ``sync_every`` is not a positive int.
+        """
+        mode = self.config.compile if self.device.type == "cuda" else "none"  # as act's forward
+        # the compiled region is the snapshot's Q forward (a function of the observations alone)
+        forward = Compiled(lambda x: self._q_of(policy.snapshot, x), mode, self.device)
+
+        def act(snapshot: QNetwork, obs: torch.Tensor) -> torch.Tensor:
+            forward.step_begin()
+            q = forward(obs.to(torch.float32))  # the f32 acting forward (a no-op cast on a CPU)
+            action = self.epsilon_greedy(q.argmax(-1), self.epsilon())
+            self.inputs.acted(action)  # passed back to observe unchanged: not checked again
+            return action
+
+        policy = SnapshotPolicy(self.online, act, lambda: self.updates, sync_every=sync_every)
+        return policy

@@ -1,0 +1,552 @@
+"""The PPO agent: act and remember, observe into the rollout, update on clipped-surrogate epochs.
+
+The algorithm is described in :mod:`tritonrl.agents.ppo`; the config, the policy network, the
+presets and the checkpoint parts have modules of their own beside this one.
+"""
+
+from __future__ import annotations
+
+import math
+import typing
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import torch
+from tritonrl.agents.nets.recurrent import subsequence_stats
+from tritonrl.agents.ppo.config import AGENT_KIND, PPOConfig
+from tritonrl.agents.ppo.network import build_policy
+from tritonrl.agents.ppo.state import PPOCheckpoint
+from tritonrl.toolkit import pytree
+from tritonrl.toolkit.agent import AgentBase
+from tritonrl.toolkit.checks import ActionRule, InputGuard
+from tritonrl.toolkit.compile import Compiled, escape
+from tritonrl.toolkit.distributed import DistContext
+from tritonrl.toolkit.replay.rollout import RolloutBuffer, RunningMeanStd, compute_gae
+
+__all__ = ["PPOAgent"]
+
+_DEFAULT_CONFIG = PPOConfig(policy="discrete", lr=1e-3)
+"""The config of an agent built without one: the ``ppo`` preset's (a test keeps them equal)."""
+
+
+class _Pending(typing.NamedTuple):
+    obs: Any
+    x: torch.Tensor
+    raw: torch.Tensor
+    logprob: torch.Tensor
+    value: torch.Tensor
+    starts: torch.Tensor
+
+
+class PPOAgent(PPOCheckpoint, AgentBase):
+    """A PPO agent (see the module docstring).
+
+    Checkpoints (``state_dict``, ``load_state_dict``, ``save``, ``load``) and ``check_inputs`` are
+    :class:`tritonrl.toolkit.agent.AgentBase`'s; the agent's own parts are the policy, the
+    optimizer, the rollout, the observation statistics and the recurrent memories. On load the
+    learning rate comes from the config (:meth:`current_lr`).
+
+    Args:
+        observation_space: a gymnasium ``Box`` (flat observations).
+        action_space: ``Discrete`` (discrete, lstm, gru, mamba) or ``Box`` (continuous, flow, lstm,
+            gru, mamba).
+        config: a :class:`PPOConfig` (default: the ``ppo`` preset).
+        num_envs: environments per ``act``/``observe`` call (the leading dim of every argument);
+            with ``dist``, this rank's share of the run's environments.
+        device: where networks and the rollout live; the dtype is ``training_dtype(device)``.
+        seed: seeds the parameters and the agent's own generator (sampling, minibatch order;
+            rank ``r`` of a data-parallel run seeds it with
+            :func:`tritonrl.toolkit.agent.rank_seed` ``(seed, r)``).
+        dist: the data-parallel context (``None``: :func:`tritonrl.toolkit.distributed.current`,
+            a single process unless ``init_distributed`` joined a group); see the module
+            docstring. Every rank must build the agent at the same point.
+
+    Raises:
+        ValueError: an action space the policy kind cannot drive, or a non-flat observation space.
+        TypeError: ``config`` is not a :class:`PPOConfig`.
+        tritonrl.toolkit.distributed.DistributedError: the ranks' configs, spaces or ``num_envs``
+            differ (on every rank).
+    """
+
+    kind = AGENT_KIND
+    config_class = PPOConfig
+    rank_part_keys = ("generator", "rollout", "memory", "obs_rms_rank")
+
+    def __init__(
+        self,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        config: PPOConfig | None = None,
+        *,
+        num_envs: int = 1,
+        device: torch.device | str = "cpu",
+        seed: int = 0,
+        dist: DistContext | None = None,
+    ) -> None:
+        cfg = config if config is not None else _DEFAULT_CONFIG
+        self._init_agent(
+            observation_space, action_space, cfg, num_envs=num_envs, device=device, seed=seed, dist=dist
+        )
+        if not isinstance(observation_space, gym.spaces.Box) or len(observation_space.shape) != 1:
+            raise ValueError(f"observation_space must be a flat Box, got {observation_space}")
+        self.obs_dim = int(observation_space.shape[0])
+        self.policy = self._build_seeded(
+            lambda: build_policy(cfg, self.obs_dim, action_space, self.device, self.dtype)
+        )  # rank 0's weights; the masters copy them below
+        self.optimizer = self._adam(self.policy.parameters(), cfg.lr, eps=cfg.adam_eps)
+        squashed = cfg.policy == "flow" or cfg.squash
+        action_shape: tuple[int, ...]
+        if isinstance(action_space, gym.spaces.Discrete):
+            action_shape = ()
+            rule = ActionRule.discrete(int(action_space.n))
+        else:
+            assert isinstance(action_space, gym.spaces.Box)  # build_policy accepts Discrete or flat Box only
+            action_shape = tuple(action_space.shape)
+            rule = ActionRule.box(action_space.low, action_space.high, bounded=squashed)
+        self.inputs = InputGuard("PPOAgent", rule)
+        """The checks of ``act``/``observe`` inputs (:class:`tritonrl.toolkit.checks.InputGuard`); its
+        ``mode`` (``"auto"``, ``"eager"``, ``"deferred"``) says when inputs on an accelerator are checked.
+        Box actions must be finite, and within the bounds for tanh-squashed policies (``squash``,
+        ``flow``); an unsquashed Gaussian samples beyond the bounds by design (the env clips)."""
+        self.buffer = RolloutBuffer(
+            cfg.num_steps,
+            num_envs,
+            (self.obs_dim,),
+            action_shape,
+            torch.int64 if isinstance(action_space, gym.spaces.Discrete) else torch.float32,
+            self.dtype,
+            self.device,
+        )
+        self.obs_rms = RunningMeanStd((self.obs_dim,), self.device) if cfg.normalize_obs else None
+        # Data-parallel observation statistics: the pooled statistics of the last update (shared)
+        # and this rank's observations since then; obs_rms is always their merge.
+        self._obs_shared: RunningMeanStd | None = None
+        self._obs_local: RunningMeanStd | None = None
+        if self.obs_rms is not None and self.dist.enabled:
+            self._obs_shared = RunningMeanStd((self.obs_dim,), self.device)
+            self._obs_local = RunningMeanStd((self.obs_dim,), self.device, epsilon=0.0)
+        self.recurrent = self.policy.recurrent
+        self.state = self.policy.initial_state(num_envs)
+        self.starts = torch.ones(num_envs, dtype=torch.bool, device=self.device)
+        self.segment_states: list[Any] = [None] * (cfg.num_steps // cfg.sequence_length)
+        self._pending: _Pending | None = None
+        # The compiled regions (tritonrl.toolkit.compile): GAE, the minibatch loss (its backward
+        # compiled with it), the acting forward. Eager functions for compile="none".
+        self._gae = Compiled(compute_gae, cfg.compile, self.device)
+        # LSTM/GRU: the sequences' features are computed eagerly, before the compiled loss (the
+        # size of the split layout changes with the data; see LSTMCore.sequence)
+        self._splits = bool(getattr(self.policy.core, "splits_at_starts", False))
+        self._learn = Compiled(self._minibatch_loss, cfg.compile, self.device)
+        self._act = Compiled(self.policy.act, cfg.compile, self.device)
+
+    # ------------------------------------------------------------------ acting
+
+    def _ingest(self, obs: Any, update_stats: bool, call: str | None = None) -> torch.Tensor:
+        """Observations enter here: checked for NaN/inf (by :attr:`inputs`, named after ``call``;
+        ``None``: already checked), f32 on the device, optionally normalised, cast once to the
+        training dtype."""
+        x = obs if isinstance(obs, torch.Tensor) else torch.as_tensor(obs)
+        if x.dim() != 2 or x.shape[1] != self.obs_dim:
+            raise ValueError(f"obs has shape {tuple(x.shape)}, expected [E, {self.obs_dim}]")
+        if call == "act" and x.shape[0] != self.num_envs:
+            raise ValueError(f"obs has {x.shape[0]} rows, this agent was built for num_envs={self.num_envs}")
+        if call is not None:
+            self.inputs.obs(call, "obs", x)
+        x = x.to(self.device, torch.float32)
+        if self.obs_rms is not None:
+            if update_stats:
+                self.obs_rms.update(x)
+                if self._obs_local is not None:
+                    self._obs_local.update(x)
+            x = self.obs_rms.normalize(x, self.config.obs_clip)
+        return x.to(self.dtype)
+
+    def _acting_starts(self) -> torch.Tensor:
+        """Where the core resets its memory before this step (episode starts; segment starts for
+        cores that cannot start a training sequence from a stored state)."""
+        starts = self.starts
+        t = self.buffer.pos
+        if self.recurrent and t % self.config.sequence_length == 0:
+            if not self.policy.core.supports_initial_state:
+                starts = torch.ones_like(starts)
+            self.segment_states[t // self.config.sequence_length] = pytree.tree_map(torch.clone, self.state)
+        return starts
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, explore: bool = True) -> torch.Tensor:
+        """Actions for ``obs [E, obs_dim]`` (f32): ``[E]`` int64 (Discrete) or ``[E, D]`` f32 (Box).
+
+        ``explore=False`` acts greedily (argmax, Gaussian mean, flow of the base mean). The step's
+        log-prob and value are kept for :meth:`observe`; recurrent memories advance.
+
+        Raises:
+            ValueError: ``obs`` has the wrong shape, or holds NaN/inf (checked at once for host
+                inputs, before the observation statistics change; for accelerator tensors at the
+                next :meth:`update` or :meth:`check_inputs`, see :attr:`inputs`).
+        """
+        x = self._ingest(obs, update_stats=explore, call="act")
+        starts = self._acting_starts()
+        # the sampling noise is drawn here, from the agent's generator, outside the compiled forward
+        noise = self.policy.head.draw(x.shape[0], self.generator) if explore else None
+        self._act.step_begin()
+        out = escape(self._act(x, self.state, starts, not explore, None, noise), self._act)
+        env_a, raw, logp, value, state = out
+        self._pending = _Pending(obs, x, raw, logp, value, starts)
+        self.state = state
+        self.starts = torch.zeros_like(self.starts)
+        self.inputs.acted(env_a)
+        return env_a
+
+    @torch.no_grad()
+    def observe(
+        self,
+        obs: torch.Tensor,
+        action: torch.Tensor,
+        reward: torch.Tensor,
+        next_obs: torch.Tensor,
+        terminated: torch.Tensor,
+        truncated: torch.Tensor,
+    ) -> None:
+        """Store one vector step (each argument has leading dim ``E``).
+
+        ``next_obs`` is the true next observation (the final one where an episode ended): it is
+        evaluated by the critic where ``truncated`` (and at the rollout's last step) to bootstrap.
+
+        The step is scored with the log-prob and value :meth:`act` computed for ``obs`` (the
+        same object, or equal values: a numpy copy is fine). An ``obs`` that did not go through
+        :meth:`act` is re-scored by feed-forward policies and refused by recurrent ones.
+
+        Raises:
+            RuntimeError: the rollout is full (call :meth:`update`), or a recurrent policy observes
+                an ``obs`` that did not come through :meth:`act`.
+            ValueError: NaN/inf in ``obs``, ``reward`` or ``next_obs``, or an ``action`` outside the
+                action space, named with the first bad entry (host inputs: at once, nothing is
+                stored; accelerator tensors: at the next :meth:`update` or :meth:`check_inputs`).
+        """
+        g = self.inputs
+        g.obs("observe", "obs", obs)
+        g.action("observe", action)
+        g.reward("observe", reward)
+        g.obs("observe", "next_obs", next_obs)
+        p = self._pending
+        if p is None or not _same_obs(p.obs, obs):
+            if self.recurrent:
+                raise RuntimeError("recurrent PPO: call act(obs) and pass that same obs to observe()")
+            x = self._ingest(obs, update_stats=False)
+            raw = self.policy.head.to_raw(torch.as_tensor(action).to(self.device))
+            logp, _, value = self.policy.evaluate(x, raw, generator=self.generator)
+            starts = self.starts
+        else:
+            x, raw, logp, value, starts = p.x, p.raw, p.logprob, p.value, p.starts
+        self._pending = None
+        dev = self.device
+        truncated_in = torch.as_tensor(truncated)
+        terminated = torch.as_tensor(terminated).to(dev, torch.bool)
+        truncated = truncated_in.to(dev, torch.bool)
+        reward = torch.as_tensor(reward).to(dev, torch.float32)
+        if self.config.reward_scale != 1.0:  # (x * 1.0 == x: skipped, not changed)
+            reward = reward * self.config.reward_scale
+        self.buffer.add(x, raw, logp, value, reward, terminated, truncated, starts)
+        self.env_steps += self.num_envs * self.dist.world_size  # global: every rank's environments
+        # Bootstrap values: at truncations and at the end of the rollout. Flags that arrive on the
+        # CPU (from the environments) are checked for free; flags already on an accelerator are
+        # not synced on: the critic then runs every step.
+        last = self.buffer.full
+        need = last or not truncated_in.is_cpu or bool(truncated_in.numpy().any())
+        if need:
+            x_next = self._ingest(next_obs, update_stats=False)
+            v_next = self.policy.value(x_next, self.state, torch.zeros_like(self.starts))
+            mask = torch.ones_like(truncated) if last else truncated
+            self.buffer.set_next_values(v_next, mask)
+        self.starts = terminated | truncated
+
+    # ------------------------------------------------------------------ learning
+
+    def _batches(self) -> tuple[dict[str, Any], int]:
+        """The rollout as training samples: flat transitions, or ``[S, L]`` sequences (recurrent)."""
+        b = self.buffer
+        fields = {
+            "obs": b.obs,
+            "raw": b.actions,
+            "logprobs": b.logprobs,
+            "values": b.values,
+            "advantages": b.advantages,
+            "returns": b.returns,
+            "starts": b.starts,
+        }
+        if not self.recurrent:
+            flat = {k: v.reshape(-1, *v.shape[2:]) for k, v in fields.items()}
+            return flat, b.num_steps * b.num_envs
+        L = self.config.sequence_length
+        C = b.num_steps // L
+        # [T, E, ...] -> [C, L, E, ...] -> [C, E, L, ...] -> [C * E, L, ...]
+        seqs = {
+            k: v.reshape(C, L, *v.shape[1:]).transpose(1, 2).reshape(C * b.num_envs, L, *v.shape[2:])
+            for k, v in fields.items()
+        }
+        seqs["state"] = pytree.zip_map(
+            lambda *s: torch.stack(s).reshape(-1, *s[0].shape[1:]), *self.segment_states
+        )
+        return seqs, C * b.num_envs
+
+    def update(self) -> dict[str, torch.Tensor]:
+        """One PPO update on the full rollout; returns f32 scalar metrics on the device.
+
+        Reads no tensor value on the host (no device sync; tested), except the approximate KL once
+        per epoch when ``target_kl`` is set, the deferred input checks first when
+        ``inputs.check_at_update`` is set (see :meth:`check_inputs`), and, for the LSTM and GRU
+        policies, one small integer tensor per update: the sizes of the layouts every minibatch's
+        sequences are split into at episode starts (:meth:`_minibatch_layouts`; the epochs'
+        permutations are drawn first, all at once, for it). With ``compile`` set, GAE,
+        the minibatch loss and the optimizer step run compiled. With ``dist``, every rank calls it
+        together (see the module docstring for what is exchanged).
+
+        Raises:
+            RuntimeError: the rollout is not full yet.
+            ValueError: with ``inputs.check_at_update``, a deferred input check failed (see
+                :meth:`check_inputs`); nothing learned.
+        """
+        if self.inputs.pending and self.inputs.check_at_update:
+            self.inputs.check()
+        cfg, b = self.config, self.buffer
+        if not b.full:
+            raise RuntimeError(f"update() needs a full rollout: {b.pos} of {b.num_steps} steps stored")
+        self._pool_obs_stats()
+        lr = self.current_lr()
+        self.optimizer.set_lr(lr)
+        learn = self._learn
+        learn.step_begin()
+        b.compute_advantages(cfg.gamma, cfg.gae_lambda, gae=self._advantages)
+        data, n = self._batches()
+        mb_size = max(1, math.ceil(n / cfg.num_minibatches))
+        perms: list[torch.Tensor] = []
+        layouts: list[list[tuple[int, int]]] = []
+        if self._splits:  # LSTM/GRU: every permutation first, for the one host read of the layouts
+            perms = [
+                torch.randperm(n, generator=self.generator, device=self.device)
+                for _ in range(cfg.update_epochs)
+            ]
+            layouts = self._minibatch_layouts(data["starts"], perms, mb_size)
+        sums: dict[str, torch.Tensor] = {}
+        count = 0
+        for _epoch in range(cfg.update_epochs):
+            perm = perms[_epoch] if perms else torch.randperm(n, generator=self.generator, device=self.device)
+            for i, idx in enumerate(perm.split(mb_size)):
+                metrics = self._minibatch_step(data, idx, layouts[_epoch][i] if layouts else None)
+                for k, v in metrics.items():
+                    sums[k] = sums[k] + v if k in sums else v
+                count += 1
+            # the one host read of an update, only with target_kl (an early stop needs the value)
+            if cfg.target_kl is not None and self._kl_exceeded(metrics["losses/approx_kl"], cfg.target_kl):
+                break
+        out = {k: v / count for k, v in sums.items()}
+        y_true, y_pred = b.returns.reshape(-1), b.values.reshape(-1)
+        var_y = y_true.var()
+        out["losses/explained_variance"] = torch.where(
+            var_y > 0, 1 - (y_true - y_pred).var() / var_y, torch.zeros_like(var_y)
+        )
+        # filled on the device (torch.tensor(x, device=cuda) would copy from the host)
+        out["charts/learning_rate"] = torch.full((), lr, dtype=torch.float32, device=self.device)
+        out["losses/epochs"] = torch.full((), float(_epoch + 1), dtype=torch.float32, device=self.device)
+        self.updates += 1
+        b.reset()
+        return out  # computed eagerly from escaped minibatch metrics
+
+    @staticmethod
+    def _minibatch_layouts(
+        starts: torch.Tensor, perms: list[torch.Tensor], mb_size: int
+    ) -> list[list[tuple[int, int]]]:
+        """``(rows, length)`` of the split layout (:meth:`LSTMCore.sequence`) of each minibatch
+        ``perm.split(mb_size)`` of each epoch's ``perm``, for sequences ``starts [S, L]``: the
+        layouts of a whole update read on the host at once (one transfer of ``[2, epochs,
+        minibatches]`` integers: a device synchronisation on CUDA, once per update)."""
+        count, longest = subsequence_stats(starts)  # [S] each
+        n = starts.shape[0]
+        m = -(-n // mb_size)  # minibatches per epoch (the last one may be shorter)
+        pad = count.new_full((m * mb_size - n,), n)  # index n: a zero appended to the stats
+        idx = torch.stack([torch.cat([p, pad]) for p in perms]).view(len(perms), m, mb_size)
+        zero = count.new_zeros(1)
+        rows = torch.cat([count, zero])[idx].sum(-1)
+        length = torch.cat([longest, zero])[idx].amax(-1)
+        both = torch.stack([rows, length], -1).tolist()  # the host read
+        return [[(int(r), int(t)) for r, t in epoch] for epoch in both]
+
+    def _minibatch_step(
+        self, data: dict[str, Any], idx: torch.Tensor, layout: tuple[int, int] | None = None
+    ) -> dict[str, torch.Tensor]:
+        cfg = self.config
+        head = self.policy.head
+        # the entropy estimate's noise is drawn here, from the agent's generator, outside the
+        # compiled loss (the same draw, in the same order, as a head drawing it itself)
+        noise = None
+        if head.entropy_noise and cfg.ent_coef != 0:
+            # raw actions [N, D] (or [S, L, D] sequences): one draw per minibatch row (and step)
+            noise = head.draw((idx.shape[0], *data["raw"].shape[1:-1]), self.generator)
+        adv_stats = None
+        if cfg.norm_adv and self.dist.enabled:  # the global minibatch's statistics
+            adv_stats = self._global_adv_stats(data["advantages"][idx])
+        self.optimizer.zero_grad()
+        features = None
+        if layout is not None:  # LSTM/GRU: the split recurrence, eagerly (see LSTMCore.sequence)
+            state = pytree.tree_map(lambda s: s[idx], data["state"])
+            features = self.policy.features(data["obs"][idx], data["starts"][idx], state, layout)
+        loss, metrics = self._learn(data, idx, noise, features, adv_stats)
+        loss.backward()
+        metrics["losses/grad_norm"] = self.optimizer.clip_and_step(cfg.max_grad_norm)
+        return escape(metrics, self._learn)  # summed over minibatches: kept past the next replay
+
+    def _global_adv_stats(self, adv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(mean, std)`` (f32 0-d) of the advantages of the global minibatch: the union of every
+        rank's ``adv`` (any shape), with the same unbiased rule as ``Tensor.std`` in one process.
+
+        Two small all-reduces, outside the compiled loss, no host read: the count and sum give the
+        mean, then the sum of squared deviations about it (two passes: no ``E[a^2] - mean^2``
+        cancellation)."""
+        a = adv.detach().float().reshape(-1)
+        sums = torch.stack([a.new_full((), a.numel()), a.sum()])
+        self.dist.all_reduce_sum_(sums)
+        count = sums[0]
+        mean = sums[1] / count
+        sq = (a - mean).square().sum().reshape(1)
+        self.dist.all_reduce_sum_(sq)
+        std = (sq[0] / (count - 1).clamp(min=1)).sqrt()  # unbiased when the minibatch has > 1
+        return mean, std
+
+    def _kl_exceeded(self, approx_kl: torch.Tensor, target_kl: float) -> bool:
+        """Whether the approximate KL of the epoch's last minibatch (with ``dist``: the mean over
+        the ranks, so that every rank stops in the same epoch) exceeds ``target_kl``; a host read."""
+        if self.dist.enabled:
+            approx_kl = approx_kl.detach().clone()
+            self.dist.all_reduce_mean_([approx_kl])
+        return float(approx_kl) > target_kl
+
+    def _pool_obs_stats(self) -> None:
+        """With ``dist`` and ``normalize_obs``: pool the observations every rank added since the
+        last update into the shared statistics, identical on every rank afterwards (no host read)."""
+        if self._obs_shared is None or self._obs_local is None:
+            return
+        self._obs_local.all_reduce_(self.dist)
+        self._obs_shared.merge(self._obs_local)
+        assert self.obs_rms is not None  # set whenever _obs_shared is
+        self.obs_rms.load_state_dict(self._obs_shared.state_dict())
+        self._obs_local = RunningMeanStd((self.obs_dim,), self.device, epsilon=0.0)
+
+    def _advantages(self, *args: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """The compiled GAE; its outputs live in the rollout for the whole update."""
+        return escape(self._gae(*args), self._gae)
+
+    def _minibatch_loss(
+        self,
+        data: dict[str, Any],
+        idx: torch.Tensor,
+        noise: torch.Tensor | None,
+        features: tuple[torch.Tensor, torch.Tensor] | None = None,
+        adv_stats: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``(loss, metrics)`` of the minibatch ``idx`` of ``data`` (the compiled region of a
+        minibatch step; its backward is compiled with it). ``features``: the policy's features of
+        the minibatch, computed before (LSTM/GRU policies); else computed here. ``adv_stats``: the
+        ``(mean, std)`` that normalise the advantages (data-parallel: the global minibatch's);
+        ``None``: this minibatch's own."""
+        cfg = self.config
+        if features is not None:
+            logp, entropy, value = self.policy.evaluate_features(
+                *features, data["raw"][idx], entropy_grad=cfg.ent_coef != 0, noise=noise
+            )
+        else:
+            state = pytree.tree_map(lambda s: s[idx], data["state"]) if self.recurrent else None
+            logp, entropy, value = self.policy.evaluate(
+                data["obs"][idx],
+                data["raw"][idx],
+                data["starts"][idx],
+                state,
+                entropy_grad=cfg.ent_coef != 0,
+                noise=noise,
+            )
+        old_logp, old_v = data["logprobs"][idx], data["values"][idx]
+        adv, ret = data["advantages"][idx], data["returns"][idx]
+        logratio = logp - old_logp
+        ratio = logratio.exp()
+        with torch.no_grad():
+            old_approx_kl = (-logratio).mean()
+            approx_kl = ((ratio - 1) - logratio).mean()
+            clipfrac = ((ratio - 1.0).abs() > cfg.clip_coef).float().mean()
+        if cfg.norm_adv:
+            if adv_stats is None:
+                adv = (adv - adv.mean()) / (adv.std(unbiased=adv.numel() > 1) + 1e-8)
+            else:
+                adv_mean, adv_std = adv_stats
+                adv = (adv - adv_mean) / (adv_std + 1e-8)
+        pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
+        if cfg.clip_vloss:
+            v_clipped = old_v + (value - old_v).clamp(-cfg.clip_coef, cfg.clip_coef)
+            v_loss = 0.5 * torch.max((value - ret).square(), (v_clipped - ret).square()).mean()
+        else:
+            v_loss = 0.5 * (value - ret).square().mean()
+        ent = entropy.mean()
+        loss = pg_loss - cfg.ent_coef * ent + cfg.vf_coef * v_loss
+        return loss, {
+            "losses/policy_loss": pg_loss.detach(),
+            "losses/value_loss": v_loss.detach(),
+            "losses/entropy": ent.detach(),
+            "losses/old_approx_kl": old_approx_kl,
+            "losses/approx_kl": approx_kl,
+            "losses/clipfrac": clipfrac,
+        }
+
+    # ------------------------------------------------------------------ evaluation
+
+    def eval_policy(self) -> Callable[[torch.Tensor], torch.Tensor]:
+        """A greedy policy with its own memory (for :func:`tritonrl.toolkit.envs.vector.evaluate`):
+        ``policy(obs)``
+        returns actions, ``policy.reset(mask)`` clears the memory of the rows in ``mask``."""
+        return _GreedyPolicy(self)
+
+    # ------------------------------------------------------------------ state (AgentBase hooks)
+
+    def current_lr(self) -> float:
+        """The learning rate of the next update: ``lr``, annealed linearly to 0 over ``total_steps``
+        (environment steps of every rank)."""
+        cfg = self.config
+        if not cfg.anneal_lr:
+            return cfg.lr
+        total_updates = max(1, cfg.total_steps // (cfg.num_steps * self.num_envs * self.dist.world_size))
+        return cfg.lr * max(0.0, 1.0 - self.updates / total_updates)
+
+
+def _same_obs(acted: Any, observed: Any) -> bool:
+    """``observed`` is the observation ``act`` saw: the same object, or equal values (a sync, only
+    when a caller passes a copy)."""
+    if acted is observed:
+        return True
+    a, b = torch.as_tensor(acted), torch.as_tensor(observed)
+    return a.shape == b.shape and torch.equal(a.float().cpu(), b.float().cpu())
+
+
+class _GreedyPolicy:
+    """Greedy acting with a private memory, for evaluation (see :meth:`PPOAgent.eval_policy`)."""
+
+    def __init__(self, agent: PPOAgent) -> None:
+        self.agent = agent
+        self.state: Any = None
+        self.starts: torch.Tensor | None = None
+
+    def reset(self, mask: torch.Tensor) -> None:
+        """Clear the memory of rows in ``mask`` ([N] bool) before their next step."""
+        mask = mask.to(self.agent.device, torch.bool)
+        if self.state is None or self.starts is None or self.starts.shape != mask.shape:
+            self.state = self.agent.policy.initial_state(mask.shape[0])
+            self.starts = torch.ones_like(mask)
+        else:
+            self.starts = self.starts | mask
+
+    @torch.no_grad()
+    def __call__(self, obs: torch.Tensor) -> torch.Tensor:
+        x = self.agent._ingest(obs, update_stats=False, call="eval_policy")
+        if self.starts is None or self.starts.shape[0] != x.shape[0]:
+            self.reset(torch.ones(x.shape[0], dtype=torch.bool))
+        env_a, _, _, _, self.state = self.agent.policy.act(x, self.state, self.starts, True)
+        assert self.starts is not None  # set by reset() above when it was None
+        self.starts = torch.zeros_like(self.starts)
+        return env_a
