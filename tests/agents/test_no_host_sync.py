@@ -143,7 +143,7 @@ def _accelerator_defaults(agent: Any) -> None:
     for buffer in (agent.buffer, getattr(agent, "icm_buffer", None)):
         if isinstance(buffer, ReplayBuffer):  # without its numpy views of CPU storage (see above)
             assert buffer._views is not None
-            buffer._views = buffer._stage_views = None
+            buffer._views = None
 
 
 def _step(agent: Any, g: torch.Generator) -> None:

@@ -100,7 +100,7 @@ def _accelerator_defaults(agent: Any) -> None:
     if isinstance(buffer, ReplayBuffer):
         if hasattr(buffer, "check_priorities"):
             buffer.check_priorities = False
-        buffer._views = buffer._stage_views = None
+        buffer._views = None
 
 
 # ----------------------------------------------------------------------------- no host read per step
