@@ -3,68 +3,16 @@
 ::
 
     python -m tritonrl.toolkit train --agent ppo --env CartPole-v1 --steps 100000 --eval-every 10000
-    python -m tritonrl.toolkit train --agent ppo-continuous --env Pendulum-v1 --set lr=1e-3 --set gamma=0.9
-    python -m tritonrl.toolkit train --agent ppo --env CartPole-v1 --run-dir runs/a --resume
     python -m tritonrl.toolkit train --agent rainbow --env market:synthetic,ar=0.3 --set env.cost=2e-4
 
-``--env market:SOURCE`` trains on market data (``synthetic[,ar=F,...]``, ``googl``, ``eurusd``,
-``csv=PATH``) with the preset's market overrides, ``--set env.FIELD=VALUE`` for the trading rules,
-the device experience collector stepping the env (every agent, ICM included), evaluation on the
-validation period and, at the end, the test-period report printed and saved
-(``test_report.json``, ``equity.png``): see :mod:`tritonrl.toolkit.training.market`.
+The command parses and checks every flag before anything is written, builds the agent from its
+preset (:class:`tritonrl.toolkit.preset.Preset`), runs :func:`tritonrl.toolkit.training.loop.run_training`
+in a crash-safe run folder (checkpoints, ``--resume``, signals, exit statuses 0 / 1 / 2 / 130 / 143),
+hands ``market:`` sources to :mod:`tritonrl.toolkit.training.market` and, under ``torchrun``, joins
+the process group (:mod:`tritonrl.toolkit.distributed`).
 
-Each run writes ``metrics.csv``, TensorBoard files, ``checkpoint.safetensors`` and ``curve.png``
-into ``--run-dir`` (default ``runs/<agent>-<env>-s<seed>``). ``--resume`` continues from that
-checkpoint exactly; without ``--resume`` an existing checkpoint is never overwritten. A resumed
-run's config is the saved one with this command's ``--set`` on top: fields declared resumable
-(:mod:`tritonrl.toolkit.config`: learning rate, exploration schedule, loss coefficients, ...) may change and
-are applied; changing any other field is refused.
-
-Bad input (unknown agent or environment, an environment whose optional extra is not installed, a
-config key that does not exist, an action space the agent cannot drive, a checkpoint from another
-agent or environment, any flag out of its range, a run folder that is a file, read-only or on a
-full disk) prints one ``error:`` line and exits with status 2, before training and before
-anything is written: every flag is checked first (``_validate``), the run folder last, by
-creating it and writing, syncing and removing a probe file (folders it created are removed again
-when that fails).
-
-Protection by default: a checkpoint is saved every ``--checkpoint-minutes`` (default 10) of wall
-time, at the first metric flush past it, besides every ``--checkpoint-every`` env steps (default
-0: off) and at the end. SIGINT (Ctrl-C) or SIGTERM finishes the current step, flushes the
-metrics, saves a checkpoint and exits with one line (``interrupted by SIGTERM at step 1234:
-checkpoint saved to runs/x/checkpoint.safetensors; continue with --resume``). A second signal
-while it saves changes nothing (the save is atomic and completes). A run folder has one trainer
-at a time (``<run-dir>/.lock``). A folder holding an earlier run's files but no checkpoint to
-resume (it died before its first save, or ``--resume`` found none) is cleared first: those files
-move to ``<run-dir>/stale-<UTC time>/`` with one notice line, so two runs never mix. A NaN or
-infinite ``losses/...`` metric or parameter stops the run at the next metric flush, keeping the
-last good checkpoint; without matplotlib ``curve.png`` is skipped with one notice line.
-
-Exit statuses:
-
-- ``0``: the run finished.
-- ``1``: a run stopped by an error during training (a non-finite loss or parameter, bad data
-  from the environment, a write that failed): one ``error:`` line; the last good checkpoint stays.
-- ``2``: a usage error, before anything is written (a bad argument, a foreign checkpoint, the run
-  folder in use by another process).
-- ``130`` / ``143``: interrupted by SIGINT / SIGTERM, with a checkpoint saved.
-
-The agent, its config and its schedule come from the preset (:class:`tritonrl.toolkit.preset.Preset`:
-``spec.build(...)`` and ``spec.schedule(agent)``).
-
-Data-parallel training: launched by ``torchrun`` (``torchrun --nproc-per-node N -m
-tritonrl.toolkit train ...``; :mod:`tritonrl.toolkit.distributed`), every process joins the group
-(gloo on a CPU, NCCL with ``--device cuda``: rank ``r`` on ``cuda:<LOCAL_RANK>``) and trains one
-shard. Every flag is global: ``--num-envs N`` is the total over all ranks (each rank steps
-``N / world_size`` environments, rank ``r``'s environment ``i`` seeded ``seed + r * N/world + i``,
-so the ranks together step the environments one process would), ``--steps``, ``--log-every``,
-``--eval-every`` and ``--checkpoint-every`` count the env steps of all ranks. The ranks check that
-they were given the same flags; rank 0 alone writes the run folder and prints; the others print
-only errors (``rank R: error: ...``). A ``--num-envs`` (or a preset default) that the world size
-does not divide, a failed launch (``init_distributed``) or flags that differ across ranks exit 2
-before anything is written. A rank that dies makes the others fail within the collective timeout
-(``TRITONRL_DIST_TIMEOUT`` seconds, default 300) and ``torchrun`` stops the group; the checkpoint
-on disk is the last complete one.
+Guide: docs/pages/training.md ("Command line", "Run folders survive kills, restarts and
+divergence"); data-parallel runs: docs/pages/scaling.md.
 """
 
 from __future__ import annotations
