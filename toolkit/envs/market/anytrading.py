@@ -1,49 +1,14 @@
 """gym-anytrading 2.0.0's ``StocksEnv`` and ``ForexEnv``, N copies stepped at once as tensor ops.
 
 A compatibility mode for users of `gym-anytrading <https://github.com/AminHP/gym-anytrading>`_:
-:class:`AnyTradingEnv` reproduces the published environments step for step (observations,
-rewards, position flips, fees, ``total_reward``, ``total_profit``, truncation at the end tick and
-the info keys), so results can be compared across the move. The tests check it against the
-installed package, bit for bit, on both of its datasets.
+:class:`AnyTradingEnv` reproduces the published environments step for step, bit for bit in f32
+under NumPy >= 2 (observations, rewards, position flips, fees, ``total_reward``,
+``total_profit``, truncation and the info keys), so results can be compared across the move;
+:func:`process_data` builds the prices and signal features the same way. The tests check it
+against the installed package on both of its datasets.
 
-The published semantics, in this module's words (``W`` = ``window_size``, ``prices`` and
-``signal_features`` as :func:`process_data` makes them, ``T`` rows):
-
-- **Data.** ``prices`` = the close series sliced to ``[frame_bound[0] - W, frame_bound[1])``;
-  ``signal_features`` = ``[price, diff]`` per row with ``diff[0] = 0`` and
-  ``diff[t] = price[t] - price[t-1]`` (computed in f64, then both cast to f32).
-- **Episode.** Ticks run from ``start = W`` to ``end = T - 1``. Reset: tick ``start``, position
-  Short (0), last trade tick ``start - 1``, ``total_reward = 0``, ``total_profit = 1``.
-  The observation at tick ``t`` is ``signal_features[t - W + 1 .. t]``: ``[W, F]`` f32.
-- **Step** with action Sell (0) or Buy (1): the tick advances; ``truncated`` is true when it
-  reaches ``end`` (``terminated`` is always false). A *trade* happens when the action points
-  the other way from the position held (Buy while Short, Sell while Long). The reward and the
-  profit use the position held *before* the step, the price at the new tick (``cur``) and the
-  price at the last trade tick (``last``):
-
-  - stocks: reward ``cur - last`` on a trade out of Long, else 0; on a trade or at truncation,
-    while Long: ``total_profit = (total_profit * (1 - ask) / last) * (1 - bid) * cur`` (fees
-    ``trade_fee_ask_percent = 0.005``, ``trade_fee_bid_percent = 0.01``);
-  - forex: reward ``(cur - last) * 10000`` on a trade out of Long, ``-(cur - last) * 10000`` out
-    of Short (pips); on a trade or at truncation, ``unit_side="left"`` (the default) while
-    Short: ``total_profit = total_profit * (last - fee) / cur``; ``"right"`` while Long:
-    ``total_profit = total_profit / last * (cur - fee)`` (``trade_fee = 0.0003``).
-
-  Then a trade flips the position and sets the last trade tick to the new tick.
-
-**Precision.** Under NumPy >= 2 (NEP 50 promotion) the package does all of this arithmetic in
-f32: its prices are f32 and every Python constant it mixes in is cast to f32. This module does the
-same operations in the same order on f32 tensors (each one correctly rounded, as NumPy's are), so
-it agrees with the package bit for bit. Under NumPy 1.x the package's scalar arithmetic promotes
-to f64 and the two drift apart in the last bits of ``total_reward`` and ``total_profit``.
-
-**Batching.** The published env has no random start: every episode runs from ``start`` to
-``end``. N envs stepped together therefore stay on the same tick, which is a Python int here, so
-truncation and the autoreset are decided on the host with no read of a tensor. Per-env state
-(position, last trade tick, totals) lives in ``[N]`` tensors on the device. Where the package
-needs a ``reset()`` after truncation, this env resets in the same step (gymnasium's same-step
-autoreset): the returned observation is the reset one and ``info["final_obs"]`` is the last one
-of the finished episode, whose totals and position the info reports.
+Guide: docs/pages/market.md ("gym-anytrading compatibility": the published semantics, precision
+and batching).
 """
 
 from __future__ import annotations
