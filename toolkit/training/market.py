@@ -1,40 +1,16 @@
 """Training on market data from the command line: ``--env market:...``, presets, the test report.
 
-``python -m tritonrl.toolkit train --agent rainbow --env market:synthetic`` builds, in order:
+``python -m tritonrl.toolkit train --agent rainbow --env market:synthetic`` comes here: the bars of
+the source (:func:`tritonrl.toolkit.envs.market.data.source_bars`) are uploaded once and split by
+time into train / validation / test periods; a
+:class:`~tritonrl.toolkit.envs.market.env.MarketEnv` on the train period is stepped by the device
+:class:`~tritonrl.toolkit.training.collector.Collector` (:func:`market_collector`); a
+:class:`~tritonrl.toolkit.envs.market.evaluate.MarketEvaluator` on the validation period is the
+loop's evaluation; after training the test-period report is printed and saved. The preset's
+market overrides and defaults (:func:`market_preset`) and the ``--set env.FIELD=VALUE`` trading
+rules are applied here.
 
-1. the bars of the source after ``market:`` (:func:`tritonrl.toolkit.envs.market.data.source_bars`:
-   ``synthetic[,ar=F][,seed=N][,bars=N][,regimes=N]``, ``googl``, ``eurusd``, ``csv=PATH``),
-   uploaded once to the device and split by time into train / validation / test periods
-   (70 / 15 / 15 %);
-2. a :class:`~tritonrl.toolkit.envs.market.env.MarketEnv` of ``--num-envs`` environments on the
-   train period, with random starts, driven by a
-   :class:`~tritonrl.toolkit.training.collector.Collector` (:func:`market_collector`): the loop's
-   every vector step is ``collector.step()``, so env, acting policy, replay and learner stay on
-   one device with no host read per step;
-3. a :class:`~tritonrl.toolkit.envs.market.evaluate.MarketEvaluator` on the validation period, the
-   loop's evaluation (``eval/mean_return`` is the greedy policy's log return over that period);
-4. after training, :func:`~tritonrl.toolkit.envs.market.evaluate.evaluate_market` on the test period:
-   the report is printed (against buy-and-hold and random) and saved as ``test_report.json``
-   with ``equity.png`` beside ``curve.png`` in the run folder.
-
-**Presets for market data.** Each preset keeps its name; a market run starts from the preset's
-config with the preset's market overrides on top (:attr:`tritonrl.toolkit.preset.Preset.market`, a
-:class:`~tritonrl.toolkit.preset.MarketPreset`, read by :func:`market_preset`; then the user's
-``--set``), and takes its default steps, environments and evaluation interval from there too. The
-built-in presets declare one set per family (every DQN-family preset, discrete, continuous and
-recurrent PPO): per-step rewards are log returns (about 1e-2), so C51's support shrinks to
-``[-v, v]``; the discount falls to 0.5 (a position pays over the next bar or two); exploration
-decays within the first fifth of the run; DQN learns from batches of 256 and stages n-step windows
-on the device (``replay_staging="device"``: no host read in a step). The tests
-(``tests/agents/test_market_learning.py``) train with these overrides at smaller budgets. A
-resumed run never re-applies them: its config comes from the checkpoint.
-
-**Environment settings** come as ``--set env.FIELD=VALUE`` (fields of
-:class:`~tritonrl.toolkit.envs.market.env.MarketEnvConfig`: ``window``, ``episode_length``, ``cost``,
-``borrow_cost``, ``max_drawdown``); ``actions`` follows the agent config's ``action_kind``
-(``"continuous"`` for PPO's ``continuous`` and ``flow`` policies; discrete for a config without
-one) unless set. The env config is part of the run's identity: a resume with other settings is
-refused.
+Guide: docs/pages/market.md ("From the command line", "Presets on market data").
 """
 
 from __future__ import annotations
