@@ -1,37 +1,14 @@
 """The agent protocol, and the checkpoint plumbing every agent family shares.
 
-:class:`Agent` is what :func:`tritonrl.toolkit.training.loop.run_training` drives: ``act``, ``observe``,
-``update``, ``state_dict``, ``load_state_dict`` and a ``config``, plus ``acting_policy`` for the
-device collector (:mod:`tritonrl.toolkit.acting`). Any object with those works.
+:class:`Agent` is what :func:`tritonrl.toolkit.training.loop.run_training` drives (``act``,
+``observe``, ``update``, ``state_dict``, ``load_state_dict``, ``config``, ``acting_policy``); any
+object with those works. :class:`AgentBase` is the one home of the plumbing around an algorithm:
+the checkpoint header (:func:`checkpoint_header`, :func:`check_header`), save and load with
+check-then-apply ``load_state_dict`` through three hooks, the deferred input checks, and the
+data-parallel helpers (:func:`join_ranks`, :func:`rank_seed`, :func:`broadcast_modules_`).
 
-:class:`AgentBase` is the one home of the plumbing around an algorithm (in the spirit of
-Stable-Baselines3's ``common/base_class.py``): save and load, and the deferred input checks.
-Every agent state starts with the same header
-(:func:`checkpoint_header`: kind, config, both spaces through
-:func:`tritonrl.toolkit.spaces.space_to_json`, ``num_envs``, ``seed``), then counters and the
-agent's generator, then the parts the agent lists itself. Loading checks everything first (the
-header with :func:`check_header`, the agent's parts, counters, seed, generator, and the saved
-config against the agent's own: only fields declared ``resumable`` may differ) and only then
-changes anything. A subclass provides three hooks::
-
-    class MyAgent(AgentBase):
-        kind = "mine"
-        config_class = MyConfig
-
-        def _state_parts(self) -> dict: ...                  # {"policy": ..., "optimizer": ...}
-        def _check_parts(self, state, where, rank_parts) -> dict: ...  # validate; what loading needs
-        def _load_parts(self, state, staged, rank_parts) -> None: ...  # apply (counters restored)
-
-Data-parallel runs (:mod:`tritonrl.toolkit.distributed`): an agent built with a context of more
-than one rank calls :func:`join_ranks` first (the same config, spaces and ``num_envs`` on every
-rank, else :class:`~tritonrl.toolkit.distributed.DistributedError` on every rank), seeds its own
-generator with :func:`rank_seed` (each rank explores and samples differently; rank 0 as a single
-process does), and :func:`broadcast_modules_` gives every rank rank 0's parameters. A state splits
-into what every rank shares (weights, optimizers, counters, config, normalisation statistics) and
-what is this rank's own (replay or rollout, acting memory, generator; the top-level entries
-named by :attr:`AgentBase.rank_part_keys`): ``load_state_dict(state, rank_parts=False)`` loads the
-first, without needing the second, and starts this rank's own parts fresh (a run of N ranks
-resumed on M != N).
+Guide: docs/pages/checkpoints.md ("The plumbing an agent inherits"); the protocol's place in the
+loop: docs/pages/training.md.
 """
 
 from __future__ import annotations
