@@ -3,58 +3,15 @@
 Every :class:`~tritonrl.kernels.backend.KernelOp` has a custom op of the same name
 (``torch.ops.tritonrl.noisy_linear``, ...; registered in ``kernels/<family>/library.py``, imported
 by each family's ``__init__``), with a fake (meta) implementation and, where the op is
-differentiable, autograd whose backward is a custom op too (``tritonrl::noisy_linear_backward``,
-...). ``torch.compile(fullgraph=True)`` then traces code calling the public functions without a
-graph break: under tracing the public functions validate with plain checks (evaluated once, at
-trace time) and call the custom op, which the graph keeps as one opaque call.
+differentiable, autograd whose backward is a custom op too. Under tracing the public functions
+call them, so code using the kernels compiles with ``fullgraph=True``; eager calls keep the direct
+path. This module holds the shared pieces: :func:`inline_reference` and :func:`traces_reference`
+(the torch reference traced inline where it is what would run), :func:`absent` and
+:func:`needed_grads` (flat schemas), :func:`run_backward` and :func:`reference_grads_in_op`
+(gradients inside an op).
 
-Design decisions:
-
-- **Opaque ops** (``torch.library.custom_op``), not ``torch.library.triton_op``: the
-  implementation is chosen at call time by :meth:`KernelOp.dispatch` (``TRITONRL_BACKEND``,
-  the Triton interpreter, the fall back to the torch reference after a device failure, which is
-  remembered per device), so ``op.counts`` / ``op.last_backend`` keep recording what ran. A
-  ``triton_op`` body is traced into the graph, which would freeze that choice at compile time and
-  lose the fallback. The real implementations call the same host launchers as the eager path
-  (``noisy_linear_fwd``, ``mamba2_chunk_bwd``, ...) and the same references.
-- **Flat schemas**: ``NoisyParams`` and ``SumTree`` become tensor arguments, optional tensors are
-  ``Tensor?``. An output that does not exist for some arguments (the expected Q-values without a
-  support, the final states when not asked for) is a 0-element f32 tensor (:func:`absent`), so
-  every op has one fixed return type. Backward ops return ``Tensor[]``: one gradient per input
-  flagged in their ``needs`` argument (:func:`needed_grads`), decided at trace time.
-- **Eager calls keep the direct path.** Calling a custom op costs more Python than the small
-  layers of RL networks (measured, one thread, ``noisy_linear`` on ``[1, 64] x [64, 64]``, CPU
-  time per call: 8 us through the ``KernelOp`` and 16 us through the custom op; 10 us and 38 us
-  when the weights require grad), so the public functions route through the custom op only when
-  ``torch.compiler.is_compiling()`` (a 50 ns check); eager calls run exactly as before. Tests
-  check that both paths give the same outputs and gradients.
-- **The torch reference is traced inline where it is what would run** (the noisy-head and the
-  Mamba2 ops, :func:`traces_reference`; a compiled PPO-Mamba2 update on a CPU was 0.88x eager
-  through the opaque scan, 2.6x with it inline): when the op's selection for the device is the torch reference
-  (every CPU tensor unless ``TRITONRL_BACKEND=triton`` under the interpreter), the compiled
-  public functions call the reference itself, which Inductor fuses with the code around it. The
-  opaque op runs its reference through a Python implementation and a Python backward
-  (``reference_grads``) and made a compiled Rainbow-head step on a CPU 1.8x *slower* than eager
-  (1,720 against 970 us; traced inline: 830 us). The selection is taken once, when the graph is
-  traced (``torch.compiler.assume_constant_result``): a compiled function keeps the backend it
-  was traced with (set ``TRITONRL_BACKEND`` before compiling). ``TRITONRL_INLINE_REFERENCE=0``
-  (:func:`inline_reference`, read when a graph is traced) routes every compiled call through the
-  custom op, to debug or profile the op path on a CPU. Counters: an inlined reference runs inside
-  the graph and is not counted in ``op.counts``.
-- **Gradients**: the backward ops run the Triton backward on a Triton selection (through
-  :meth:`KernelOp.guard`, falling back to :func:`~tritonrl.kernels.fallback.reference_grads`) and
-  :func:`~tritonrl.kernels.fallback.reference_grads` over the torch reference otherwise, which is
-  the gradient eager autograd gives through the reference. The backward decides its backend when
-  it runs (a device that failed in the forward has fallen back for good by then). The backward
-  ops have no autograd of their own: no double backward under ``torch.compile``.
-- **Autograd inside an op.** A custom op's implementation runs below the autograd dispatch keys
-  (``torch._C._AutoDispatchBelowAutograd``), where torch ops record no graph, so
-  :func:`~tritonrl.kernels.fallback.reference_grads` could not differentiate the reference there.
-  :func:`reference_grads_in_op` runs it with exactly those keys re-enabled (private dispatcher
-  guards that torch's own higher-order ops use); the gradients are then the same bits as eager
-  autograd through the reference. ``torch.func.vjp`` (public) would work too, but it is about
-  1.4x slower on the Mamba2 reference and its ``silu`` backward differs from eager's in the last
-  bit.
+Guide: docs/pages/kernels.md ("torch.compile: the ops as custom ops": the design decisions);
+measurements: docs/pages/speed.md.
 """
 
 from __future__ import annotations
