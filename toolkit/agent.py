@@ -274,7 +274,8 @@ class AgentBase(abc.ABC):
     :func:`rank_seed`), ``env_steps`` and ``updates``), builds its networks with
     :meth:`_build_seeded` and its optimizers with :meth:`_adam`, and sets ``inputs`` (the
     :class:`tritonrl.toolkit.checks.InputGuard` of ``act``/``observe``). It implements
-    ``_state_parts``, ``_check_parts`` and ``_load_parts`` (see the module docstring).
+    ``_state_parts``, ``_check_parts`` and ``_load_parts`` (docs/pages/checkpoints.md, "The
+    plumbing an agent inherits").
     """
 
     kind: ClassVar[str]

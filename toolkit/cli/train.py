@@ -486,11 +486,11 @@ def _market_run(
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the ``train`` subcommand; returns the exit status (see the module docstring's table).
+    """Run the ``train`` subcommand; returns the exit status (usage errors: docs/pages/training.md).
 
     0 finished; 1 stopped by an error during training; 2 usage error before anything is written;
     130/143 interrupted by SIGINT/SIGTERM after saving a checkpoint. Under ``torchrun`` every
-    rank ends with the same status (module doc), a rank that fails alone with 1, and the process
+    rank ends with the same status (docs/pages/scaling.md), a rank that fails alone with 1, and the process
     exits right here (``os._exit``) once it has left the group instead of returning.
     """
     if args.agent == "list":  # the presets, one a line on stdout: a listing, not a mistake
