@@ -40,7 +40,7 @@ KERNEL_FILES = (
     "tests/kernels/test_mamba2_kernels.py",
     "tests/kernels/test_noisy_head.py",
     "tests/agents/test_noisy_head_modules.py",
-    "tests/toolkit/test_replay.py",
+    "tests/toolkit/test_replay_checkpoint.py",
     "tests/kernels/test_sumtree.py",
 )
 MIN_GPU_TESTS = 90
