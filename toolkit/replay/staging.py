@@ -16,6 +16,7 @@ advances the buffer's counters with ``_advance``. The interface the buffer uses 
 
 from __future__ import annotations
 
+import abc
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -42,7 +43,7 @@ Spec = dict[str, tuple[tuple[int, ...], torch.dtype]]
 """State tensors by key: expected shape and stored dtype."""
 
 
-class Staging:
+class Staging(abc.ABC):
     """What a :class:`ReplayBuffer` needs from its staging strategy: ingestion (:meth:`add`,
     :meth:`extend`), the pending count, and its part of the buffer's saved state."""
 
@@ -57,36 +58,37 @@ class Staging:
         self.act_full = torch.Size((E, *buf.action_shape))
 
     @staticmethod
+    @abc.abstractmethod
     def memory_bytes(
         capacity: int, obs_item: int, act_item: int, num_envs: int, n_step: int
     ) -> dict[str, int]:
         """:meth:`ReplayBuffer.memory_bytes` with this staging (``*_item``: bytes per obs/action)."""
-        raise NotImplementedError
 
     @property
+    @abc.abstractmethod
     def pending(self) -> int:
         """:attr:`ReplayBuffer.pending`."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def add(self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any) -> None:
         """:meth:`ReplayBuffer.add`."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def extend(
         self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any
     ) -> None:
         """:meth:`ReplayBuffer.extend`."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def state_tensors(self) -> dict[str, torch.Tensor]:
         """The staging's tensors of :meth:`ReplayBuffer.state_dict`."""
-        raise NotImplementedError
 
     def state_meta(self) -> dict[str, Any]:
         """The staging's entries of the state's ``meta``."""
         return {}
 
     @classmethod
+    @abc.abstractmethod
     def state_spec(cls, buf: ReplayBuffer, meta: dict[str, Any]) -> Spec:
         """The tensors a state saved with this staging holds for ``buf``, after checking the
         staging's ``meta`` entries.
@@ -94,23 +96,23 @@ class Staging:
         Raises:
             ValueError: a ``meta`` entry is invalid.
         """
-        raise NotImplementedError
 
     def load_target(self, key: str, dtype: torch.dtype) -> tuple[torch.device | str, torch.dtype]:
         """Device and dtype a saved tensor (stored as ``dtype``) is loaded into."""
         return self.buf.device, dtype
 
     def check_loaded(self, staged: dict[str, Any]) -> None:
-        """Value checks of the loaded staging tensors.
+        """Value checks of the loaded staging tensors (by default none: nothing to check).
 
         Raises:
             ValueError: a value is out of range.
         """
+        return None
 
+    @abc.abstractmethod
     def apply(self, staged: dict[str, Any] | None) -> None:
         """Restore the staging from a state staged by :meth:`ReplayBuffer.parse_state`; ``None``
         (a state of the other staging): start empty."""
-        raise NotImplementedError
 
 
 class HostStaging(Staging):
