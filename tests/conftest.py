@@ -162,6 +162,22 @@ def _poison_kernel_allocations(monkeypatch: pytest.MonkeyPatch):
     yield
 
 
+@pytest.fixture(autouse=True)
+def _one_metrics_row_per_step(request: pytest.FixtureRequest):
+    """After every test that uses ``tmp_path``: each ``metrics.csv`` under it has one row per step."""
+    from pathlib import Path
+
+    folder: Path | None = request.getfixturevalue("tmp_path") if "tmp_path" in request.fixturenames else None
+    yield
+    if folder is None:
+        return
+    from helpers import assert_one_row_per_step
+
+    for path in sorted(folder.rglob("metrics.csv")):
+        if path.is_file():
+            assert_one_row_per_step(path)
+
+
 @pytest.fixture
 def triton_missing(monkeypatch: pytest.MonkeyPatch):
     """``import triton`` fails inside the test, as on a machine without it.

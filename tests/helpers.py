@@ -1,16 +1,39 @@
-"""Shared assertions, inputs and guards for tests (kernel tolerances, noisy layers, host reads)."""
+"""Shared assertions, inputs and guards for tests (kernel tolerances, noisy layers, host reads,
+one metrics row per step)."""
 
 from __future__ import annotations
 
 import contextlib
 import math
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _pop_mode_temporarily
 from tritonrl.kernels.noisy_head import NoisyParams
+
+
+def metric_steps(path: str | Path) -> list[int]:
+    """The ``global_step`` of every row of a ``metrics.csv`` whose first cell is an integer (lines
+    a kill damaged are skipped: :func:`tritonrl.toolkit.logger.repair_csv` drops those)."""
+    steps = []
+    for line in Path(path).read_text().splitlines()[1:]:
+        try:
+            steps.append(int(line.split(",", 1)[0]))
+        except ValueError:
+            continue
+    return steps
+
+
+def assert_one_row_per_step(path: str | Path) -> list[int]:
+    """Fail unless every ``global_step`` of ``path`` (a ``metrics.csv``) is on one row; the steps."""
+    steps = metric_steps(path)
+    twice = sorted({s for s in steps if steps.count(s) > 1})
+    assert not twice, f"{path}: global_step {twice} on more than one row"
+    return steps
+
 
 # bf16 keeps 8 bits of mantissa: one rounding costs up to 2**-8 relative.
 BF16_EPS = 2.0**-8

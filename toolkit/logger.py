@@ -6,9 +6,10 @@ transfer, and writes one CSV row (``metrics.csv`` in the run folder) and TensorB
 Metric names follow CleanRL: ``charts/episodic_return``, ``charts/episodic_length``,
 ``charts/SPS``, ``losses/value_loss``, ``eval/mean_return``.
 
-``metrics.csv`` survives a kill at any moment: rows are appended, and the two rewrites (a new
-column widens the header; a resumed run drops rows past its checkpoint, :func:`repair_csv`) go
-through :func:`tritonrl.toolkit.checkpoint.atomic_write_bytes`. A row cut short by a kill mid-append is
+``metrics.csv`` holds one row per step and survives a kill at any moment: rows are appended, and
+the rewrites (a new column widens the header; a second flush at the last row's step merges into
+that row; a resumed run drops rows past its checkpoint, :func:`repair_csv`) go through
+:func:`tritonrl.toolkit.checkpoint.atomic_write_bytes`. A row cut short by a kill mid-append is
 dropped by :func:`repair_csv` on resume. A cell is a number, ``nan``/``inf`` (a diverged metric),
 or empty (not logged in that interval).
 """
@@ -35,7 +36,8 @@ class MetricLogger:
 
     Args:
         run_dir: the folder that receives ``metrics.csv`` and TensorBoard event files.
-        csv: write ``metrics.csv``. When the file exists (a resumed run) rows are appended.
+        csv: write ``metrics.csv``. When the file exists (a resumed run) rows are appended; a flush
+            at the step of the file's last row merges into that row (one row per step).
         tensorboard: write TensorBoard scalars (needs the ``tensorboard`` package; without it a
             warning line is printed once and only the CSV is written).
         purge_step: a resumed run's first step past its checkpoint: TensorBoard hides the events
@@ -56,8 +58,10 @@ class MetricLogger:
         self._sums: dict[str, torch.Tensor | float] = {}
         self._counts: dict[str, int] = {}
         self._columns: list[str] = []
+        self._last_step: int | None = None  # the step of the file's last row
         if self.csv_path is not None and self.csv_path.exists():
             self._columns = _header_columns(self.csv_path)
+            self._last_step = _last_row_step(self.csv_path)
         self._writer = None
         if tensorboard:
             try:
@@ -124,17 +128,27 @@ class MetricLogger:
     def _write_row(self, step: int, means: Mapping[str, float]) -> None:
         assert self.csv_path is not None
         new = [n for n in means if n not in self._columns]
-        if new or not self.csv_path.exists():
-            # a new column: rewrite the file with the wider header, atomically (a kill leaves the old file)
+        merge = step == self._last_step
+        self._last_step = step
+        if new or merge or not self.csv_path.exists():
+            # a new column, or the last row's step again: rewrite the file, atomically (a kill
+            # leaves the old file)
             text = self.csv_path.read_text() if self.csv_path.exists() else ""
             lines = text.splitlines()[1:]
+            cells: dict[str, float | None] = dict(means)
+            if merge and lines:
+                parsed = _parse_row(lines[-1], len(self._columns) + 1)
+                if parsed is not None:  # this flush's values win over the row's
+                    old = dict(zip(self._columns, parsed[1], strict=True))
+                    cells = {**old, **means}
+                    lines.pop()
             pad = "," * len(new)
             self._columns += new
             out = io.StringIO(newline="")
             w = csv.writer(out, lineterminator="\n")
             w.writerow(["global_step", *self._columns])
             body = out.getvalue() + "".join(line + pad + "\n" for line in lines)
-            row = _row_text(step, [_fmt(means.get(c)) for c in self._columns])
+            row = _row_text(step, [_fmt(cells.get(c)) for c in self._columns])
             atomic_write_bytes(self.csv_path, (body + row).encode())
             return
         row = _row_text(step, [_fmt(means.get(c)) for c in self._columns])
@@ -154,6 +168,20 @@ class MetricLogger:
 def _header_columns(path: Path) -> list[str]:
     with open(path, newline="") as f:
         return next(csv.reader(f), ["global_step"])[1:]
+
+
+def _last_row_step(path: Path) -> int | None:
+    """The step of the last row of ``metrics.csv`` (only its tail is read), ``None`` without one."""
+    with open(path, "rb") as f:
+        f.seek(0, 2)
+        size = f.tell()
+        f.seek(max(0, size - 65536))
+        tail = f.read().decode(errors="replace")
+    lines = [line for line in tail.splitlines() if line.strip()]
+    try:
+        return int(next(csv.reader(lines[-1:]))[0])  # the header alone: not a number
+    except (csv.Error, StopIteration, ValueError, IndexError):
+        return None
 
 
 def _row_text(step: int, cells: list[str]) -> str:

@@ -21,6 +21,7 @@ import torch
 pytest.importorskip("gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
 
 from dist_run import run_ranks
+from helpers import assert_one_row_per_step
 from tritonrl.agents.dqn import DQNAgent
 from tritonrl.agents.dqn import preset as dqn_preset
 from tritonrl.agents.ppo import PPOAgent
@@ -363,12 +364,26 @@ def _evaluate_on_rank_0(ctx: DistContext, run_dir: str) -> dict[str, Any]:
     return run_training(agent, _env(ctx), OnPolicySchedule(4), cfg, evaluator=Evaluator())
 
 
+def _final_eval_after_resume(ctx: DistContext, run_dir: str) -> dict[str, Any]:
+    """Stopped at 80 (a checkpoint), resumed to 160: the last step is a flush and the final evaluation."""
+
+    class Evaluator:
+        def evaluate_policy(self, policy: Any, episodes: int, seed: int) -> dict[str, Any]:
+            return {"mean_return": 2.0}
+
+    for kw in ({"stop_at": 80}, {"resume": True}):
+        cfg = _cfg(Path(run_dir), total_steps=160, checkpoint_every=80, final_eval=True, **kw)
+        summary = run_training(RankToyAgent(ctx), _env(ctx), OnPolicySchedule(4), cfg, evaluator=Evaluator())
+    return summary
+
+
 def _stop_diverge_busy_eval(ctx: DistContext, root: str) -> dict[str, Any]:
     return {
         "stop": _stop_on_rank_1(ctx, f"{root}/stop"),
         "diverge": _diverge_on_rank_1(ctx, f"{root}/diverge"),
         "busy": _busy(ctx, f"{root}/busy"),
         "eval": _evaluate_on_rank_0(ctx, f"{root}/eval"),
+        "final": _final_eval_after_resume(ctx, f"{root}/final"),
     }
 
 
@@ -397,6 +412,12 @@ def test_stop_divergence_errors_and_evaluation_are_agreed_by_every_rank(tmp_path
     assert ev[0]["evaluations"] == ev[1]["evaluations"] and ev[0]["evaluations"][-1] == (672, 42.0)
     assert ev[0]["reached_target_at"] == ev[1]["reached_target_at"] == 672
     assert ev[0]["global_step"] == ev[1]["global_step"] == 672
+
+    # the final evaluation of a resumed run joins the last flush's row: one row per step
+    assert [r["final"]["evaluations"] for r in res] == [[(160, 2.0)]] * 2
+    rows = read_csv(tmp_path / "final" / "metrics.csv")
+    assert assert_one_row_per_step(tmp_path / "final" / "metrics.csv") == [80, 160]
+    assert rows[-1]["eval/mean_return"] == 2.0 and "losses/toy" in rows[-1]
 
 
 # -- 4. real agents: exact resume on 2 ranks, and on 1 rank -----------------------------------

@@ -387,9 +387,10 @@ class _Run:
 
     def after_step(self, prev: int, step: int) -> None:
         """What is due after the step from ``prev`` to ``step``: evaluation, metric flush (and the
-        wall-time checkpoint it may trigger), checkpoint, progress bar."""
+        wall-time checkpoint it may trigger), checkpoint, progress bar. The final evaluation of the
+        last step comes before that step's flush, so ``metrics.csv`` gets one row per step."""
         cfg = self.cfg
-        if crossed(prev, step, cfg.eval_every):
+        if crossed(prev, step, cfg.eval_every) or (cfg.final_eval and step >= cfg.total_steps):
             self.evaluate(step)
         checkpoint_due = self.ckpt_path is not None and crossed(prev, step, cfg.checkpoint_every)
         if crossed(prev, step, cfg.log_every) or checkpoint_due:
@@ -423,7 +424,8 @@ class _Run:
         return None
 
     def end_of_run(self) -> None:
-        """The final evaluation (unless the last one was at this step), flush and checkpoint."""
+        """The final evaluation (unless the last one was at this step: :meth:`after_step` runs it
+        before the last step's flush), flush and checkpoint."""
         counters = self.counters
         evaluated_here = bool(counters.evaluations) and counters.evaluations[-1][0] == counters.step
         if self.cfg.final_eval and not evaluated_here:
