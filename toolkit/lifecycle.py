@@ -174,8 +174,9 @@ class RunLifecycle:
     ) -> None:
         """Prepare the folder on rank 0 and open its logger; a no-op without a folder.
 
-        Stale temporary files go first. A fresh run (``resumed_step`` ``None``) moves an earlier
-        run's files aside and prints each line of ``fresh_notices(moved_to)``; a resumed one drops
+        The temporary files a kill left for the run's files go first. A fresh run (``resumed_step``
+        ``None``) moves an earlier run's files aside and prints each line of
+        ``fresh_notices(moved_to)``; a resumed one drops
         the ``metrics.csv`` rows past ``resumed_step`` (and damaged lines, with a notice) and asks
         TensorBoard to hide its events past that step.
 
@@ -188,8 +189,9 @@ class RunLifecycle:
             return
 
         def prepare() -> None:
-            remove_stale_temps(ckpt)
-            remove_stale_temps(run_dir / "metrics.csv")
+            for name in dict.fromkeys((ckpt.name, "metrics.csv", *self.run_files)):
+                if not any(c in name for c in "*?["):  # a kill during an earlier write of that file
+                    remove_stale_temps(run_dir / name)
             if resumed_step is None:
                 moved = move_aside(run_dir, self.run_files)
                 for line in fresh_notices(moved):

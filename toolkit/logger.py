@@ -11,7 +11,8 @@ the rewrites (a new column widens the header; a second flush at the last row's s
 that row; a resumed run drops rows past its checkpoint, :func:`repair_csv`) go through
 :func:`tritonrl.toolkit.checkpoint.atomic_write_bytes`. A row cut short by a kill mid-append is
 dropped by :func:`repair_csv` on resume. A cell is a number, ``nan``/``inf`` (a diverged metric),
-or empty (not logged in that interval).
+or empty (not logged in that interval). Figures are written whole
+(:func:`tritonrl.toolkit.runfolder.save_figure`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import IO
 
 import torch
 from tritonrl.toolkit.checkpoint import atomic_write_bytes
+from tritonrl.toolkit.runfolder import save_figure
 
 __all__ = ["MetricLogger", "ProgressBar", "plot_learning_curve", "read_csv", "repair_csv"]
 
@@ -327,10 +329,10 @@ def plot_learning_curve(
     if title:
         ax.set_title(title)
     fig.tight_layout()
-    png_path = Path(png_path)
-    fig.savefig(png_path, dpi=100)
-    plt.close(fig)
-    return png_path
+    try:
+        return save_figure(fig, png_path, dpi=100)
+    finally:
+        plt.close(fig)
 
 
 class ProgressBar:

@@ -9,25 +9,51 @@ blocks anyone.
 :func:`move_aside` clears the way for a fresh run in a folder that holds files of an earlier one
 (a run killed before its first checkpoint, or a fresh start over a finished run): they move into
 ``<run_dir>/stale-<UTC time>/``; nothing is deleted.
+
+:func:`atomic_write_text` and :func:`save_figure` write a report or a figure whole, through the
+checkpoint's temporary file, ``fsync`` and rename
+(:func:`tritonrl.toolkit.checkpoint.atomic_write_bytes`): a kill at any moment leaves the old file
+or the new one. Every file a run writes goes through them, except ``metrics.csv``'s appends
+(:class:`tritonrl.toolkit.logger.MetricLogger`) and the lock file.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import io
 import os
 import socket
 from pathlib import Path
+from typing import Any
+
+from tritonrl.toolkit.checkpoint import atomic_write_bytes
 
 try:
     import fcntl
 except ImportError:  # Windows: no advisory locks; the folder is then unguarded
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["LOCK_NAME", "RUN_FILES", "RunFolderBusy", "RunLock", "move_aside"]
+__all__ = [
+    "LOCK_NAME",
+    "RUN_FILES",
+    "RunFolderBusy",
+    "RunLock",
+    "atomic_write_text",
+    "move_aside",
+    "save_figure",
+]
 
 LOCK_NAME = ".lock"
-RUN_FILES = ("metrics.csv", "checkpoint.safetensors", "curve.png", "events.out.tfevents.*")
-"""Glob patterns of the files a run writes into its folder (what :func:`move_aside` moves)."""
+RUN_FILES = (
+    "metrics.csv",
+    "checkpoint.safetensors",
+    "curve.png",
+    "test_report.json",
+    "equity.png",
+    "events.out.tfevents.*",
+)
+"""Glob patterns of the files a run writes into its folder (what :func:`move_aside` moves; the
+temporary files a kill left for the plain names are removed at the next start)."""
 
 
 class RunFolderBusy(RuntimeError):
@@ -116,3 +142,33 @@ def move_aside(run_dir: str | Path, names: tuple[str, ...] = RUN_FILES) -> Path 
     for p in found:
         os.replace(p, dest / p.name)
     return dest
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically: readers see the old file or the new one.
+
+    Returns:
+        the path.
+
+    Raises:
+        OSError: the write failed (the old file stays); the error names ``path``.
+    """
+    atomic_write_bytes(path, text.encode())
+    return Path(path)
+
+
+def save_figure(fig: Any, path: str | Path, *, dpi: int = 100) -> Path:
+    """Render a matplotlib figure into memory (the format named by the suffix, PNG without one)
+    and write it to ``path`` atomically.
+
+    Returns:
+        the path.
+
+    Raises:
+        OSError: the write failed (the old file stays); the error names ``path``.
+    """
+    path = Path(path)
+    buf = io.BytesIO()
+    fig.savefig(buf, format=path.suffix.lstrip(".").lower() or "png", dpi=dpi)
+    atomic_write_bytes(path, buf.getvalue())
+    return path

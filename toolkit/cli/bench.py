@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from tritonrl.toolkit.runfolder import atomic_write_text, save_figure
 
 __all__ = [
     "JSON_SCHEMA",
@@ -303,9 +304,10 @@ def plot_ratios(rows: Sequence[Row], out_dir: Path, *, subtitle: str = "") -> li
         ax.set_title(title, fontsize=8)
         fig.tight_layout()
         path = out_dir / f"{bench}.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(path)
+        try:
+            written.append(save_figure(fig, path, dpi=110))
+        finally:
+            plt.close(fig)
     return written
 
 
@@ -421,8 +423,7 @@ def main(
         config = {"quick": quick, "only": list(only), "directory": str(directory)}
         doc = to_json(rows, run_info(), config, failed=failed, skipped=skipped)
         json_path = Path(json_path)
-        json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(json.dumps(doc, indent=1, allow_nan=False) + "\n")
+        atomic_write_text(json_path, json.dumps(doc, indent=1, allow_nan=False) + "\n")
         print(f"wrote {len(rows)} rows to {json_path}")
     if plot_dir is not None:
         try:

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from tritonrl.toolkit.envs.market.types import MarketData
 from tritonrl.toolkit.preset import MarketPreset, Preset
+from tritonrl.toolkit.runfolder import atomic_write_text
 
 __all__ = [
     "ENV_PREFIX",
@@ -161,7 +162,7 @@ def market_report(
     report = evaluate_market(greedy_policy(agent), run.test, run.env_config, seed=seed)
     if run_dir is not None:
         folder = Path(run_dir)
-        (folder / REPORT_NAME).write_text(json.dumps(report, indent=1) + "\n")
+        atomic_write_text(folder / REPORT_NAME, json.dumps(report, indent=1) + "\n")
         try:
             plot_equity(report, folder / EQUITY_NAME)
         except ModuleNotFoundError as exc:

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 from tritonrl.toolkit.envs.market.types import MarketData
+from tritonrl.toolkit.runfolder import save_figure
 
 __all__ = ["MarketEvaluator", "evaluate_market", "format_report", "plot_equity", "strategy_figures"]
 
@@ -257,7 +258,7 @@ def plot_equity(report: Mapping[str, Any], png_path: str | Path, *, title: str |
     ax.legend()
     ax.set_title(title or f"{period['name']}: test period")
     fig.tight_layout()
-    png_path = Path(png_path)
-    fig.savefig(png_path, dpi=100)
-    plt.close(fig)
-    return png_path
+    try:
+        return save_figure(fig, png_path, dpi=100)
+    finally:
+        plt.close(fig)
