@@ -61,6 +61,8 @@ class MarketData:
         periods_per_year: as :attr:`Bars.periods_per_year`.
         offset: the row of the full series this data's row 0 is (splits keep it; 0 for the whole
             series).
+        warmup: rows ``0 .. warmup - 1`` of the full series have no defined features yet (they
+            hold zeros: :func:`~tritonrl.toolkit.envs.market.compute_features`); splits keep it.
     """
 
     name: str
@@ -71,6 +73,7 @@ class MarketData:
     feature_names: tuple[str, ...]
     periods_per_year: float = 252.0
     offset: int = 0
+    warmup: int = 0
 
     def __len__(self) -> int:
         return int(self.features.shape[0])
@@ -84,6 +87,11 @@ class MarketData:
     def num_features(self) -> int:
         """``F``."""
         return int(self.features.shape[1])
+
+    @property
+    def first_defined(self) -> int:
+        """This data's first row whose features are defined (0 unless it starts inside the warm-up)."""
+        return max(0, self.warmup - self.offset)
 
     def rows(self, start: int, stop: int) -> MarketData:
         """Rows ``start .. stop - 1`` as views (no copy, no cast); ``offset`` moves with them.
@@ -103,6 +111,7 @@ class MarketData:
             feature_names=self.feature_names,
             periods_per_year=self.periods_per_year,
             offset=self.offset + start,
+            warmup=self.warmup,
         )
 
 
