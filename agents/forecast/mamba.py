@@ -34,9 +34,10 @@ class Mamba2Forecaster(Forecaster):
         depth: Mamba2 blocks.
         d_state, d_conv, expand, headdim, chunk_size: of every block (see
             :class:`tritonrl.agents.nets.mamba2.Mamba2Block`; ``expand * width`` must be a multiple of
-            ``headdim``). ``chunk_size=None``: the power of two >= ``window`` within [16, 64]
-            (the scan pads the window to whole chunks: a chunk of 64 over a window of 32 doubles
-            the work: on CPU, 100 training steps at W = 32 took 6.4 s with 64, 1.9 s with 32).
+            ``headdim``). ``chunk_size=None``: 16 for parameters on a CPU, where the scan is the
+            torch reference (its intra-chunk work grows with the chunk, and its chunk loop is cheap);
+            elsewhere the power of two >= ``window`` within [16, 64] (the scan pads the window to
+            whole chunks). The chunk changes the speed, not the result (up to rounding).
 
     Raises:
         ValueError: a size that is not a positive int; inconsistent block sizes.
@@ -65,9 +66,10 @@ class Mamba2Forecaster(Forecaster):
         super().__init__(window, num_features, horizon, num_targets, device=device, dtype=dtype)
         check_int("width", width, low=1)
         check_int("depth", depth, low=1)
-        if chunk_size is None:
-            chunk_size = min(64, max(16, 1 << (window - 1).bit_length()))
         fk = self.factory
+        if chunk_size is None:
+            on_cpu = torch.device(fk["device"]).type == "cpu"
+            chunk_size = 16 if on_cpu else min(64, max(16, 1 << (window - 1).bit_length()))
         self.proj = nn.Linear(num_features, width, **fk)
         self.norms = nn.ModuleList(nn.RMSNorm(width, eps=1e-6, **fk) for _ in range(depth))
         self.blocks = nn.ModuleList(

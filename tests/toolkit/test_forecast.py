@@ -22,7 +22,7 @@ import torch
 from torch import nn
 from tritonrl.agents.forecast import FORECASTERS, Forecaster
 from tritonrl.toolkit.cli import main
-from tritonrl.toolkit.envs.market import Bars, MarketData, synthetic_bars
+from tritonrl.toolkit.envs.market import FEATURE_WARMUP, Bars, MarketData, source_bars, synthetic_bars, upload
 from tritonrl.toolkit.forecast import (
     FitConfig,
     Normalizer,
@@ -102,7 +102,7 @@ def test_normaliser_comes_from_the_train_split_only() -> None:
     moved = Bars(bars.name, bars.time, bars.open, close, close, close, bars.volume)
     assert load_windows(moved, 8, 2)[0].normalizer != train.normalizer
     # the normaliser is the mean/std of exactly the train windows' target rows
-    rows = train.values[train.window :].double()
+    rows = train.values[train.first + train.window :].double()
     assert train.normalizer.mean == pytest.approx(float(rows.mean()), rel=1e-12)
     assert train.normalizer.std == pytest.approx(float(rows.std(correction=0)), rel=1e-12)
 
@@ -111,7 +111,8 @@ def test_normaliser_comes_from_the_train_split_only() -> None:
 def test_windows_never_read_a_bar_after_the_window_end(window: int, horizon: int) -> None:
     train, _, _ = _windows(window, horizon)
     n = len(train.data)
-    assert len(train) == n - window - horizon + 1
+    assert train.first == train.data.first_defined == FEATURE_WARMUP  # the train split starts at row 0
+    assert len(train) == n - FEATURE_WARMUP - window - horizon + 1
     idx = torch.arange(len(train))
     x, y = train.batch(idx)
     assert x.shape == (len(train), window, train.num_features) and x.dtype == train.dtype
@@ -125,14 +126,7 @@ def test_windows_never_read_a_bar_after_the_window_end(window: int, horizon: int
     feats = train.data.features.clone()
     feats[t + 1 :] = torch.randn_like(feats[t + 1 :])
     other = WindowData(
-        MarketData(
-            train.data.name,
-            feats,
-            train.data.log_return,
-            train.data.close,
-            train.data.time,
-            train.data.feature_names,
-        ),
+        dataclasses.replace(train.data, features=feats),
         window,
         horizon,
         normalizer=train.normalizer,
@@ -140,6 +134,30 @@ def test_windows_never_read_a_bar_after_the_window_end(window: int, horizon: int
     upto = torch.arange(len(train) // 2 + 1)
     assert torch.equal(other.batch(upto)[0], train.batch(upto)[0])
     assert not torch.equal(other.batch(idx)[0], x)  # later windows do see the change
+
+
+@pytest.mark.parametrize(("window", "horizon"), [(1, 1), (8, 2), (32, 4)])
+def test_no_window_reads_the_feature_warm_up(window: int, horizon: int) -> None:
+    """The features are zeros for the first FEATURE_WARMUP rows of a series (nothing to compute
+    them from yet): no train, validation or test window reads one, and every later window is kept."""
+    splits = _windows(window, horizon)
+    for w in splits:
+        first_row = w.data.offset + int(w.ends[0]) - (window - 1)  # in the full series
+        assert first_row == max(FEATURE_WARMUP, w.data.offset)
+        x, _ = w.batch(torch.arange(len(w)))
+        assert bool(x.abs().sum(dim=2).gt(0).all())  # every row of every window has real features
+        assert int(w.ends[-1]) == len(w.data) - 1 - horizon  # the end of the split is still used
+    # the check has teeth: the rows it skips are the all-zero ones
+    assert bool(splits[0].data.features[:FEATURE_WARMUP].eq(0).all())
+    assert not bool(splits[0].data.features[FEATURE_WARMUP].eq(0).all())
+
+
+def test_a_split_too_short_after_the_warm_up_says_so() -> None:
+    bars = source_bars("synthetic,bars=100,seed=0")
+    data = upload(bars, "cpu", dtype=torch.float32)
+    with pytest.raises(ValueError, match=r"has 10 rows after the features' 20-row warm-up, fewer than"):
+        WindowData(data.rows(0, 30), 8, 3)
+    assert len(WindowData(data.rows(10, 50), 8, 3)) == 40 - 10 - 8 - 3 + 1  # starts 10 rows into it
 
 
 def test_bad_windows_are_clear_errors() -> None:

@@ -1,10 +1,11 @@
 """The forecasting trainer data-parallel over windows: 2 gloo ranks take the steps of one process.
 
 One spawn of 2 ranks runs every 2-rank fit of this file (a spawn costs seconds on a busy machine);
-the single-process references run in the test process. The data: 273 training windows, so a
+the single-process references run in the test process. The data: 273 training windows (after the
+features' 20-row warm-up), so a
 ``batch_size`` of 32 ends each epoch with a batch of 17 (split 9 / 8, loss weights 18/17 and
-16/17) and one of 34 with a batch of 1 (rank 1 holds no window: weight 0); 59 validation windows
-(split 30 / 29).
+16/17) and one of 34 with a batch of 1 (rank 1 holds no window: weight 0); 64 validation windows
+(split 32 / 32).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from tritonrl.toolkit.checkpoint import load_checkpoint
 from tritonrl.toolkit.distributed import DistContext, DistributedError
 from tritonrl.toolkit.forecast import FitConfig, fit, load_windows
 
-SOURCE = "synthetic,ar=0.4,bars=401,seed=3"
+SOURCE = "synthetic,ar=0.4,bars=430,seed=3"
 REPO = Path(__file__).resolve().parents[2]
 
 

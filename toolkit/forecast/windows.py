@@ -3,8 +3,9 @@ the windows of one split (:class:`WindowData`), and :func:`load_windows` for all
 
 A window ending at row ``t`` of a split holds the features of rows ``t - W + 1 .. t`` (in the
 training dtype they were uploaded in: one gather per batch, never a cast) and its target is rows
-``t + 1 .. t + H`` of the target series (f32), so no input reads a bar after the window's end.
-Targets are normalised with the mean and std of the TRAIN split's target rows only.
+``t + 1 .. t + H`` of the target series (f32), so no input reads a bar after the window's end,
+and none reads a row of the features' warm-up (``MarketData.warmup``). Targets are normalised with
+the mean and std of the TRAIN split's target rows only.
 See docs/pages/forecasting.md.
 """
 
@@ -66,14 +67,15 @@ class Normalizer:
     std: float
 
     @classmethod
-    def from_train(cls, values: torch.Tensor, window: int, horizon: int) -> Normalizer:
-        """Mean and std (f64 on the host) of rows ``window .. T - 1`` of the train split's target
-        series: exactly the rows its windows forecast.
+    def from_train(cls, values: torch.Tensor, window: int, horizon: int, *, first: int = 0) -> Normalizer:
+        """Mean and std (f64 on the host) of rows ``first + window .. T - 1`` of the train split's
+        target series: exactly the rows its windows forecast (``first``: the split's first row
+        with defined features, :attr:`MarketData.first_defined`).
 
         Raises:
             ValueError: fewer than 2 such rows, or a constant target (std 0).
         """
-        rows = values[window:].double().cpu()
+        rows = values[first + window :].double().cpu()
         if rows.numel() < 2:
             raise ValueError(f"the train split has {rows.numel()} target rows, fewer than 2")
         mean, std = float(rows.mean()), float(rows.std(correction=0))
@@ -100,7 +102,8 @@ class WindowData:
             (pass it for validation and test).
         split: a label for messages (``"train"``, ``"validation"``, ``"test"``).
 
-    Windows end at rows ``W - 1 .. T - 1 - H`` (``num_windows = T - W - H + 1``).
+    Windows end at rows ``S + W - 1 .. T - 1 - H`` (``num_windows = T - S - W - H + 1``), where
+    ``S = data.first_defined`` skips the rows of the features' warm-up (0 past it).
 
     Raises:
         ValueError: ``W`` or ``H`` below 1, the split shorter than ``W + H`` rows, a NaN or
@@ -121,11 +124,12 @@ class WindowData:
     ) -> None:
         if window < 1 or horizon < 1:
             raise ValueError(f"window={window} and horizon={horizon} must be >= 1")
-        n = len(data)
-        if n < window + horizon:
+        n, first = len(data), data.first_defined
+        if n - first < window + horizon:
+            after = f" after the features' {first}-row warm-up" if first else ""
             raise ValueError(
-                f"the {split} split of {data.name!r} has {n} rows, fewer than window + horizon = "
-                f"{window} + {horizon}: shorten --window or --horizon, or use a longer series"
+                f"the {split} split of {data.name!r} has {n - first} rows{after}, fewer than window + "
+                f"horizon = {window} + {horizon}: shorten --window or --horizon, or use a longer series"
             )
         values = target_series(data, target) if values is None else values
         if values.dtype != torch.float32:
@@ -137,11 +141,12 @@ class WindowData:
             what = "features" if bad[0] else f"target {target!r}"
             raise ValueError(f"the {split} split of {data.name!r} holds NaN or infinite {what}")
         self.data, self.window, self.horizon, self.target, self.split = data, window, horizon, target, split
-        self.normalizer = normalizer or Normalizer.from_train(values, window, horizon)
-        self.values = values
+        self.normalizer = normalizer or Normalizer.from_train(values, window, horizon, first=first)
+        self.values, self.first = values, first
         self.y = (values - self.normalizer.mean) / self.normalizer.std  # [T] f32, normalised
-        self.num_windows = n - window - horizon + 1
-        self.ends = torch.arange(window - 1, n - horizon, device=data.device)  # [N] last row of each window
+        self.num_windows = n - first - window - horizon + 1
+        # [N] last row of each window
+        self.ends = torch.arange(first + window - 1, n - horizon, device=data.device)
         self._x = data.features.unfold(0, window, 1).transpose(
             1, 2
         )  # [T - W + 1, W, F] view, row i: i..i+W-1

@@ -64,10 +64,21 @@ def _actions(rng: np.random.Generator, steps: int, style: str) -> np.ndarray:
     raise AssertionError(style)
 
 
+def _feed(actions: np.ndarray, feed: str, device: torch.device) -> Any:
+    """One step's actions ``[N]`` as a user passes them: a tensor, a numpy array, a Python int."""
+    if feed == "tensor":
+        return torch.as_tensor(actions, dtype=torch.int64, device=device)
+    if feed == "numpy":
+        return actions.astype(np.int32)  # any integer dtype
+    assert feed == "int" and actions.shape == (1,)
+    return int(actions[0])
+
+
 def _side_by_side(
-    make_package: Callable[[], Any], ours: AnyTradingEnv, actions: np.ndarray
+    make_package: Callable[[], Any], ours: AnyTradingEnv, actions: np.ndarray, feed: str = "tensor"
 ) -> dict[str, int]:
-    """Step ``ours`` and one package env per column of ``actions`` ``[L, N]``; assert equality."""
+    """Step ``ours`` and one package env per column of ``actions`` ``[L, N]``; assert equality.
+    ``feed``: how our env gets its actions (see :func:`_feed`)."""
     steps, n = actions.shape
     assert ours.num_envs == n
     pkgs = [make_package() for _ in range(n)]
@@ -80,8 +91,7 @@ def _side_by_side(
         assert info["position"][i].item() == p_info["position"].value
     truncations = trades = 0
     for t in range(steps):
-        a = torch.as_tensor(actions[t], dtype=torch.int64, device=ours.device)
-        obs, reward, terminated, truncated, info = ours.step(a)
+        obs, reward, terminated, truncated, info = ours.step(_feed(actions[t], feed, ours.device))
         got = {
             "obs": obs.cpu().numpy(),
             "final_obs": info["final_obs"].cpu().numpy(),
@@ -314,5 +324,35 @@ def test_errors() -> None:
     ):
         with pytest.raises(ValueError, match=r"int64 \[3\]"):
             env.step(bad)
-    with pytest.raises(ValueError, match="torch.Tensor"):
-        env.step(np.zeros(3, dtype=np.int64))  # type: ignore[arg-type]
+    for bad, match in [
+        (np.zeros(2, dtype=np.int64), r"int64 \[3\]"),  # a numpy array of the wrong length
+        (np.zeros(3), "integers"),
+        (np.zeros(3, dtype=bool), "integers"),
+        (1, "single action steps one env, this one has 3"),
+        ("buy", "numbers"),
+        (object(), "numbers"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            env.step(bad)
+    one = AnyTradingEnv(prices, feats, kind="stocks", window_size=5, num_envs=1)
+    one.reset()
+    for bad, match in [(True, "integers, got bool"), (1.0, "integers"), (np.float32(1), "integers")]:
+        with pytest.raises(ValueError, match=match):
+            one.step(bad)
+
+
+@exact_numpy
+@pytest.mark.parametrize(("feed", "num_envs"), [("int", 1), ("numpy", 3)])
+def test_ints_and_numpy_actions_step_for_step(feed: str, num_envs: int) -> None:
+    """A Python int (one env, as gym-anytrading users step it) and numpy integer arrays give
+    the same run as tensors do, step for step against the package."""
+    ours = AnyTradingEnv.from_close(
+        _close("googl"), kind="stocks", window_size=10, frame_bound=(50, 120), num_envs=num_envs
+    )
+    rng = np.random.default_rng(3)
+    steps = int((ours.end_tick - ours.start_tick) * 1.2)
+    actions = np.stack([_actions(rng, steps, s) for s in ["uniform", "odd", "sticky"][:num_envs]], axis=1)
+    seen = _side_by_side(
+        lambda: StocksEnv(df=DATA["googl"], window_size=10, frame_bound=(50, 120)), ours, actions, feed=feed
+    )
+    assert seen["truncations"] == 1 and seen["trades"] > 0

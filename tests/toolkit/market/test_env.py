@@ -499,6 +499,31 @@ def test_gymnasium_vector_api() -> None:
     assert env.closed
 
 
+def test_int_list_and_numpy_actions_step_as_tensors_do() -> None:
+    """A Python int (one env), a list and a numpy array of any integer dtype give the same step
+    as the int64 tensor; a scalar for several envs and a bool are refused."""
+    data = make_data(100, 3)
+    for num_envs, feeds in [(1, [2, np.int64(2), [2], np.array([2], np.int32)]), (3, [[2, 0, 1]])]:
+        want = torch.tensor([2, 0, 1][:num_envs])
+        ref = MarketEnv(data, num_envs, MarketEnvConfig(window=5, episode_length=8), seed=0)
+        ref.reset(seed=1)
+        expected = ref.step(want)
+        for feed in [*feeds, np.asarray(want.numpy(), np.int16)]:
+            env = MarketEnv(data, num_envs, MarketEnvConfig(window=5, episode_length=8), seed=0)
+            env.reset(seed=1)
+            got = env.step(feed)
+            for g, e in zip(got[:4], expected[:4], strict=True):
+                torch.testing.assert_close(g, e, rtol=0, atol=0)  # exact: the same step on equal inputs
+    env = MarketEnv(data, 3, MarketEnvConfig(window=5, episode_length=8), seed=0)
+    env.reset()
+    with pytest.raises(ValueError, match="single action steps one env, this one has 3"):
+        env.step(1)
+    one = MarketEnv(data, 1, MarketEnvConfig(window=5, episode_length=8), seed=0)
+    one.reset()
+    with pytest.raises(ValueError, match="integers, got bool"):
+        one.step(True)
+
+
 def test_errors() -> None:
     data = make_data(40)
     with pytest.raises(ValueError, match="num_envs"):

@@ -7,6 +7,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from tritonrl.toolkit.envs.market.data import (
+    FEATURE_WARMUP,
     FEATURES,
     anytrading_bars,
     compute_features,
@@ -31,6 +32,7 @@ if TYPE_CHECKING:  # the lazy names, for type checkers
 
 __all__ = [
     "FEATURES",
+    "FEATURE_WARMUP",
     "Bars",
     "MarketData",
     "anytrading_bars",

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
-from tritonrl.toolkit.envs.market.types import Bars
+from tritonrl.toolkit.envs.market.types import Bars, as_actions
 from tritonrl.toolkit.envs.vector import Transition
 
 __all__ = ["ANYTRADING_WINDOW", "AnyTradingEnv", "process_data"]
@@ -251,23 +251,26 @@ class AnyTradingEnv(gym.vector.VectorEnv):
         return self.obs, self._info()
 
     def step(
-        self, actions: torch.Tensor
+        self, actions: Any
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         """Step every env with ``actions`` ``[N]`` int64 on :attr:`device` (0 Sell, 1 Buy).
 
-        No tensor value is read on the host. Values other than 0 and 1 trade never (as in the
-        package, which compares against the two action values).
+        As in the package, a Python or numpy int steps a single env, and a numpy integer array
+        ``[N]`` is accepted too (moved to :attr:`device`: a host path). No tensor value is read on
+        the host. Values other than 0 and 1 trade never (as in the package, which compares
+        against the two action values).
 
         Returns:
             ``(obs, reward, terminated, truncated, info)`` as the class doc says.
 
         Raises:
             RuntimeError: before :meth:`reset`.
-            ValueError: ``actions`` not an int64 ``[N]`` tensor on :attr:`device`.
+            ValueError: ``actions`` not an int64 ``[N]`` tensor on :attr:`device` (nor an int for
+                one env, nor an integer array ``[N]``); a bool or a float.
         """
         if self.obs is None:
             raise RuntimeError("step() before reset()")
-        self._check_actions(actions)
+        actions = self._check_actions(actions)
         self._tick += 1
         tick = self._tick
         truncated = tick == self.end_tick
@@ -308,7 +311,7 @@ class AnyTradingEnv(gym.vector.VectorEnv):
         truncated_t = torch.full((n,), truncated, dtype=torch.bool, device=self.device)
         return obs, reward, terminated, truncated_t, info
 
-    def step_transition(self, actions: torch.Tensor) -> Transition:
+    def step_transition(self, actions: Any) -> Transition:
         """:meth:`step` as a tritonrl :class:`~tritonrl.toolkit.envs.vector.Transition` (episode lists
         left empty: filling them would read the device)."""
         obs, reward, terminated, truncated, info = self.step(actions)
@@ -336,14 +339,18 @@ class AnyTradingEnv(gym.vector.VectorEnv):
             "position": self._position,
         }
 
-    def _check_actions(self, actions: torch.Tensor) -> None:
-        if not isinstance(actions, torch.Tensor):
-            raise ValueError(f"actions must be a torch.Tensor, got {type(actions).__name__}")
+    def _check_actions(self, actions: Any) -> torch.Tensor:
+        if not isinstance(actions, torch.Tensor):  # the package's ints, gymnasium's numpy arrays
+            actions = as_actions(actions, self.num_envs, self.device)
+            if actions.dtype.is_floating_point or actions.dtype.is_complex or actions.dtype == torch.bool:
+                raise ValueError(f"actions must be integers, got {actions.dtype}")
+            actions = actions.to(torch.int64)
         if actions.shape != (self.num_envs,) or actions.dtype != torch.int64 or actions.device != self.device:
             raise ValueError(
                 f"actions must be int64 [{self.num_envs}] on {self.device}, got "
                 f"{actions.dtype} {list(actions.shape)} on {actions.device}"
             )
+        return actions
 
     def __repr__(self) -> str:
         return (

@@ -24,6 +24,7 @@ from tritonrl.toolkit.precision import dtype_or_default
 
 __all__ = [
     "FEATURES",
+    "FEATURE_WARMUP",
     "anytrading_bars",
     "compute_features",
     "load_csv",
@@ -407,7 +408,11 @@ def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
     return np.clip(out, -_CLIP, _CLIP)
 
 
-def compute_features(bars: Bars, *, window: int = 20, scale_window: int = 100) -> np.ndarray:
+FEATURE_WARMUP = 20
+"""Rows at the start of a series whose :func:`compute_features` are zeros (its default ``window``)."""
+
+
+def compute_features(bars: Bars, *, window: int = FEATURE_WARMUP, scale_window: int = 100) -> np.ndarray:
     """The :data:`FEATURES` of ``bars``, on the host, causal: row ``t`` reads bars ``0..t`` only.
 
     The return scale ``s_t`` is the population std of the last ``min(t, scale_window)`` log
@@ -465,7 +470,7 @@ def upload(bars: Bars, device: torch.device | str = "cpu", *, dtype: torch.dtype
 
     Returns:
         :class:`MarketData`: ``features`` ``[T, F]`` in ``dtype``, ``log_return`` and ``close``
-        ``[T]`` f32, all on ``device``; ``offset`` 0.
+        ``[T]`` f32, all on ``device``; ``offset`` 0; ``warmup`` :data:`FEATURE_WARMUP`.
 
     Raises:
         ValueError / PrecisionError: from :func:`training_dtype` when the dtype policy is invalid.
@@ -483,6 +488,7 @@ def upload(bars: Bars, device: torch.device | str = "cpu", *, dtype: torch.dtype
         time=np.asarray(bars.time).copy(),
         feature_names=FEATURES,
         periods_per_year=bars.periods_per_year,
+        warmup=FEATURE_WARMUP,
     )
 
 

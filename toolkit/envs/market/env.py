@@ -41,7 +41,7 @@ from tritonrl.toolkit.agent import reseed
 from tritonrl.toolkit.checkpoint import generator_state_fits
 from tritonrl.toolkit.checks import check_config
 from tritonrl.toolkit.config import Config, check_config_dict
-from tritonrl.toolkit.envs.market.types import MarketData
+from tritonrl.toolkit.envs.market.types import MarketData, as_actions
 from tritonrl.toolkit.envs.vector import Transition
 
 __all__ = ["MarketEnv", "MarketEnvConfig"]
@@ -319,8 +319,7 @@ class MarketEnv(gym.vector.VectorEnv):
         choose into the ``final_position`` row and return it with their borrow costs (``None``
         when ``borrow_cost`` is 0). Discrete values outside {0, 1, 2} are clamped to short / long;
         continuous ones are clipped to [-1, 1] (a NaN stays NaN and shows in that env's reward)."""
-        if not isinstance(actions, torch.Tensor):
-            actions = torch.as_tensor(np.asarray(actions), device=self.device)
+        actions = as_actions(actions, self.num_envs, self.device)
         e, position = self.num_envs, self._row["final_position"]
         if actions.device != self.device:
             raise ValueError(f"actions are on {actions.device}, the env on {self.device}")
@@ -436,7 +435,8 @@ class MarketEnv(gym.vector.VectorEnv):
 
         Args:
             actions: ``[E]`` integer (discrete) or ``[E, 1]`` float (continuous), a tensor on the
-                env's device (a numpy array is moved there: a host path).
+                env's device (a numpy array or a list is moved there: a host path; a Python or
+                numpy int steps a single discrete env).
 
         Returns:
             ``(obs, reward, terminated, truncated, info)``: ``obs`` ``[E, D]`` (the reset
