@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import torch
+from tritonrl.toolkit.checkpoint import nonfinite_entry
 
 __all__ = ["ActingPolicy", "LearnerPolicy", "SnapshotPolicy", "check_sync_every"]
 
@@ -107,6 +108,10 @@ class LearnerPolicy:
         """``synced_at`` and ``syncs``."""
         return {"synced_at": self.synced_at, "syncs": self.syncs}
 
+    def check_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Raise ``ValueError`` unless both counters are non-negative ints; changes nothing."""
+        _check_counters(state)
+
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict` output.
 
@@ -180,13 +185,10 @@ class SnapshotPolicy(Generic[M]):
             "snapshot": {k: v.detach().clone() for k, v in self.snapshot.state_dict().items()},
         }
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict` output (``sync_every`` is this policy's own).
-
-        Raises:
-            ValueError: a missing or mistyped counter, or a snapshot of other entries or shapes;
-                nothing changed.
-        """
+    def check_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Raise ``ValueError`` unless ``state`` is a :meth:`state_dict` of this policy: counters
+        that are non-negative ints, a snapshot of the same entries and shapes, finite; changes
+        nothing."""
         _check_counters(state)
         saved = state.get("snapshot")
         mine = self.snapshot.state_dict()
@@ -196,6 +198,20 @@ class SnapshotPolicy(Generic[M]):
             t = saved[k]
             if not isinstance(t, torch.Tensor) or t.shape != v.shape:
                 raise ValueError(f"collector snapshot tensor {k!r} does not match {tuple(v.shape)}")
+        bad = nonfinite_entry(saved)
+        if bad is not None:
+            raise ValueError(f"collector snapshot tensor {bad!r} holds NaN or infinite values")
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` output (``sync_every`` is this policy's own).
+
+        Raises:
+            ValueError: a missing or mistyped counter, or a snapshot of other entries or shapes
+                or not finite (:meth:`check_state_dict`); nothing changed.
+        """
+        self.check_state_dict(state)
+        mine = self.snapshot.state_dict()
+        saved = state["snapshot"]
         with torch.no_grad():
             for k, v in mine.items():
                 v.copy_(saved[k])

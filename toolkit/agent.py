@@ -31,6 +31,7 @@ from tritonrl.toolkit.checkpoint import (
     cut,
     generator_state_fits,
     load_checkpoint,
+    nonfinite_entry,
     save_checkpoint,
     section,
 )
@@ -74,7 +75,8 @@ class Agent(Protocol):
 
     Optional extras the loop uses when present: ``eval_policy()`` (a greedy policy with its own
     memory), ``check_inputs()`` (deferred input checks), ``check_state_dict(state)`` (validate a
-    checkpoint before anything loads) and ``parameters()``.
+    checkpoint before anything loads), ``parameters()`` and ``experience_keys`` (the
+    :meth:`state_dict` entries of stored experience, which are not scanned for NaN at save).
     """
 
     config: Any
@@ -262,6 +264,11 @@ def reseed(generator: torch.Generator, seed: int, updates: int) -> None:
 
 # ----------------------------------------------------------------------------- the base class
 
+_STATE_KEYS = frozenset(
+    ("agent", "config", "observation_space", "action_space", "num_envs", "seed", "counters", "generator")
+)
+"""The entries :meth:`AgentBase.state_dict` writes around an agent's own parts."""
+
 
 class AgentBase(abc.ABC):
     """The constructor prologue, save, load, check-then-apply ``load_state_dict`` and
@@ -286,6 +293,13 @@ class AgentBase(abc.ABC):
     """The top-level entries of :meth:`state_dict` that are this rank's own in a data-parallel run
     (present or not; every other entry is shared by the ranks): what a checkpoint keeps per rank,
     and what ``load_state_dict(..., rank_parts=False)`` neither needs nor reads."""
+    part_keys: ClassVar[tuple[str, ...] | None] = None
+    """Every top-level entry :meth:`_state_parts` may write (``None``: the ones it writes now); a
+    state with any other entry is refused at load (a damaged file, or another program's state)."""
+    experience_keys: ClassVar[tuple[str, ...]] = ()
+    """The entries that hold stored experience (replay, rollout): the one part of a state not
+    scanned for NaN or infinite values at load and save (every other floating tensor must be
+    finite: weights, optimizer moments, masters, statistics, memories)."""
 
     config: Any
     observation_space: gym.Space
@@ -421,9 +435,10 @@ class AgentBase(abc.ABC):
         starting with ``where``) unless ``state`` fits this agent; changes nothing.
 
         Checks every entry :meth:`load_state_dict` reads: the header (kind, spaces, environments),
-        the agent's parts, counters, seed, generator, and the saved config (complete, well typed,
-        and equal to this agent's in every field a resume cannot change, see
-        :mod:`tritonrl.toolkit.config`). ``rank_parts=False`` checks what
+        no entry this agent does not write (:attr:`part_keys`), every floating tensor but stored
+        experience finite (:attr:`experience_keys`), the agent's parts, counters, seed, generator,
+        and the saved config (complete, well typed, and equal to this agent's in every field a
+        resume cannot change, see :mod:`tritonrl.toolkit.config`). ``rank_parts=False`` checks what
         ``load_state_dict(..., rank_parts=False)`` reads: the shared entries only (neither
         ``num_envs`` nor the rank's own parts, which may be missing).
         """
@@ -441,6 +456,19 @@ class AgentBase(abc.ABC):
             num_envs=self.num_envs if rank_parts else None,
             where=where,
         )
+        parts = self.part_keys if self.part_keys is not None else tuple(self._state_parts())
+        unknown = sorted(str(k) for k in set(state) - _STATE_KEYS - set(parts))
+        if unknown:
+            raise CheckpointError(
+                f"{where}: unknown agent entry {brief(unknown[0], 40)} (a {self.kind!r} state has no such "
+                "entry: a damaged file, or another program's state)"
+            )
+        bad = nonfinite_entry(state, skip=self.experience_keys)
+        if bad is not None:
+            raise CheckpointError(
+                f"{where}: agent tensor {brief(bad, 100)} holds NaN or infinite values (the state of a "
+                "diverged run cannot be resumed)"
+            )
         try:
             staged = self._check_parts(state, where, rank_parts)
             counters = section(state, "counters", where, "the step counters")

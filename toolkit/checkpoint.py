@@ -14,6 +14,12 @@ what :func:`save_checkpoint` writes (dtype names are real torch dtypes, never an
 attribute). Truncated, foreign, crafted or unreadable files raise :class:`CheckpointError` with
 one line starting with the file's path; messages never embed a state (:func:`brief`).
 
+Integrity: the header also holds a crc32 checksum of the JSON document and of every tensor (its
+dtype, shape and bytes); :func:`load_checkpoint` verifies them, so flipped bits anywhere in the
+file are refused at load, not trained on. A file written before checksums existed (no
+``checksum`` entry in its document) loads without verification. :func:`nonfinite_entry` finds a
+NaN or infinite tensor in a state (what a checkpoint of a diverged run holds).
+
 A training run's checkpoint (format :data:`TRAIN_FORMAT`) has sections, checked and named in
 words by :func:`training_sections`; :func:`agent_state` takes the agent state out of either kind.
 
@@ -32,7 +38,8 @@ import random
 import stat
 import struct
 import tempfile
-from collections.abc import Mapping
+import zlib
+from collections.abc import Iterable, Mapping
 from glob import escape as glob_escape
 from pathlib import Path
 from typing import Any, cast
@@ -52,6 +59,9 @@ __all__ = [
     "CheckpointError",
     "capture_rng_state",
     "check_module_tensors",
+    "check_rng_state",
+    "checksum",
+    "nonfinite_entry",
     "load_checkpoint",
     "load_into_module",
     "remove_stale_temps",
@@ -68,6 +78,9 @@ __all__ = [
 FORMAT = "tritonrl-checkpoint"
 VERSION = 1
 _META_KEY = "tritonrl"
+_SUMS_KEY = "tritonrl.crc32"  # {"header": crc of the _META_KEY document, "tensors": {name: crc}}
+CHECKSUM = "crc32"
+"""The ``checksum`` entry of a checkpoint's document: its checksums are crc32 (:func:`checksum`)."""
 
 
 class CheckpointError(ValueError):
@@ -213,8 +226,52 @@ def save_checkpoint(path: str | os.PathLike, state: Mapping[str, Any]) -> None:
         if storage.data_ptr() in seen or storage.nbytes() != v.numel() * v.element_size():
             v = tensors[k] = v.clone()
         seen.add(v.untyped_storage().data_ptr())
-    header = json.dumps({"format": FORMAT, "version": VERSION, "state": tree})
-    atomic_write_bytes(path, st_save(tensors, metadata={_META_KEY: header}))
+    header = json.dumps({"format": FORMAT, "version": VERSION, "checksum": CHECKSUM, "state": tree})
+    sums = {"header": _crc_text(header), "tensors": {k: checksum(v) for k, v in tensors.items()}}
+    atomic_write_bytes(path, st_save(tensors, metadata={_META_KEY: header, _SUMS_KEY: json.dumps(sums)}))
+
+
+def checksum(tensor: torch.Tensor) -> str:
+    """The crc32 (8 hex digits) of a CPU tensor's dtype, shape and bytes: what a checkpoint stores
+    per tensor. zlib's crc32 runs at memory speed (docs/pages/checkpoints.md, "Checksums")."""
+    flat = tensor.detach().contiguous().reshape(-1).view(torch.uint8).numpy().data
+    start = zlib.crc32(f"{tensor.dtype}:{list(tensor.shape)}".encode())
+    return f"{zlib.crc32(flat, start):08x}"
+
+
+def _crc_text(text: str) -> str:
+    return f"{zlib.crc32(text.encode()):08x}"
+
+
+def _verify_sums(meta: Mapping[str, Any], doc: Mapping[str, Any], payload: Any, where: str) -> None:
+    """Check the checksums of ``meta`` against the header document and (``payload`` given) the
+    tensors. A document without a ``checksum`` entry (an older file) is not verified."""
+    raw = meta.get(_SUMS_KEY)
+    if "checksum" not in doc and raw is None:
+        return  # written before checksums existed
+    if doc.get("checksum") != CHECKSUM or not isinstance(raw, str):
+        raise CheckpointError(f"{where}: damaged checkpoint (its checksums are missing or unreadable)")
+    try:
+        sums = json.loads(raw)
+    except json.JSONDecodeError:
+        sums = None
+    if not isinstance(sums, dict) or not isinstance(sums.get("tensors"), dict):
+        raise CheckpointError(f"{where}: damaged checkpoint (its checksums are unreadable)")
+    if sums.get("header") != _crc_text(meta[_META_KEY]):
+        raise CheckpointError(
+            f"{where}: damaged checkpoint: its header (config, counters, structure) does not match "
+            f"its {CHECKSUM} checksum"
+        )
+    if payload is None:
+        return
+    if set(sums["tensors"]) != set(payload):
+        raise CheckpointError(f"{where}: damaged checkpoint: its tensors are not the ones its checksums list")
+    for name, tensor in payload.items():
+        if sums["tensors"][name] != checksum(tensor):
+            raise CheckpointError(
+                f"{where}: damaged checkpoint: tensor {brief(name, 100)} does not match its "
+                f"{CHECKSUM} checksum (flipped bits or a bad copy)"
+            )
 
 
 def atomic_write_bytes(path: str | os.PathLike, payload: bytes) -> None:
@@ -386,9 +443,10 @@ def load_checkpoint(
 
     Raises:
         CheckpointError: missing, not a regular file, truncated, foreign (not a tritonrl
-            checkpoint), a newer format, or a header this module cannot have written (bad dtype
-            names, malformed entries, absurd nesting). The message is one line starting with
-            ``path``.
+            checkpoint), a newer format, damaged (a header or tensor that does not match its
+            checksum; ``tensors=False`` checks the header's alone), or a header this module cannot
+            have written (bad dtype names, malformed entries, absurd nesting). The message is one
+            line starting with ``path``.
     """
     where = str(path)
     data = _read_file(path, where, payload=tensors)
@@ -420,6 +478,7 @@ def load_checkpoint(
         raise CheckpointError(f"{where}: corrupt checkpoint (state is missing or not a dict)")
     payload: Mapping[str, torch.Tensor]
     if not tensors:
+        _verify_sums(meta, doc, None, where)
         payload = _NoTensors()
     else:
         try:
@@ -428,6 +487,7 @@ def load_checkpoint(
             raise CheckpointError(
                 f"{where}: truncated or corrupt tensor data ({brief(str(exc), 120)})"
             ) from None
+        _verify_sums(meta, doc, payload, where)
         if device is not None and torch.device(device).type != "cpu":
             payload = {k: v.to(device) for k, v in payload.items()}
     try:
@@ -455,6 +515,7 @@ SECTIONS = {
     "meta": "the run identity section",
 }
 """The sections of a training-run checkpoint, in words for messages."""
+_OPTIONAL_SECTIONS = {"format", "collector", "ranks"}  # a collector's state; the other ranks' parts
 
 
 def section(state: Any, key: str, where: str, words: str | None = None) -> Any:
@@ -472,8 +533,9 @@ def training_sections(state: Any, where: str) -> dict:
     """Check the top level of a training-run checkpoint (:mod:`tritonrl.toolkit.training.loop`) and return it.
 
     Raises:
-        CheckpointError: another format (an agent-only save, say), or a section missing or of the
-            wrong type, named in words: ``"<where>: the loop counters section ('loop') is missing"``.
+        CheckpointError: another format (an agent-only save, say), a section missing or of the
+            wrong type, named in words (``"<where>: the loop counters section ('loop') is
+            missing"``), or a section the loop does not write.
     """
     if not isinstance(state, Mapping) or state.get("format") != TRAIN_FORMAT:
         what = (
@@ -491,6 +553,11 @@ def training_sections(state: Any, where: str) -> dict:
             raise CheckpointError(
                 f"{where}: {SECTIONS[key]} ({key!r}) is a {type(value).__name__}, not a dict"
             )
+    unknown = sorted(str(k) for k in set(state) - set(SECTIONS) - _OPTIONAL_SECTIONS)
+    if unknown:
+        raise CheckpointError(
+            f"{where}: unknown section {brief(unknown[0], 40)} in a training-run checkpoint"
+        )
     return dict(state)
 
 
@@ -559,7 +626,7 @@ def check_module_tensors(
     """Raise :class:`CheckpointError` unless ``tensors`` fits ``module.state_dict()`` exactly.
 
     Checks: the same names, each value a tensor of the same shape, floating where the module's
-    entry is floating. Touches nothing.
+    entry is floating, and no NaN or infinity (:func:`nonfinite_entry`). Touches nothing.
     """
     if not isinstance(tensors, Mapping):
         raise CheckpointError(f"{where}: is a {type(tensors).__name__}, not a dict of tensors")
@@ -583,6 +650,42 @@ def check_module_tensors(
             )
         if ref.is_floating_point() != got.is_floating_point():
             raise CheckpointError(f"{where}: {name} is {got.dtype}, expected {ref.dtype}")
+    bad = nonfinite_entry({name: tensors[name] for name in own})
+    if bad is not None:
+        raise CheckpointError(f"{where}: {bad} holds NaN or infinite values (weights of a diverged run?)")
+
+
+def nonfinite_entry(state: Any, *, skip: Iterable[str] = ()) -> str | None:
+    """The path (``"online.fc.weight"``) of the first floating tensor of ``state`` (nested dicts,
+    lists, tuples) that holds a NaN or an infinity, else ``None``. The entries whose paths
+    ``skip`` names (``"replay"``, ``"agent.replay"``) are not looked at. One host sync per device
+    (one more on each that has one)."""
+    skipped = set(skip)
+    found: list[tuple[str, torch.Tensor]] = []
+
+    def walk(obj: Any, path: str) -> None:
+        if isinstance(obj, torch.Tensor):
+            if obj.is_floating_point() or obj.is_complex():
+                found.append((path, obj))
+        elif isinstance(obj, Mapping):
+            for k, v in obj.items():
+                child = f"{path}.{k}" if path else str(k)
+                if child not in skipped:
+                    walk(v, child)
+        elif isinstance(obj, (list, tuple)):
+            for i, v in enumerate(obj):
+                walk(v, f"{path}.{i}" if path else str(i))
+
+    walk(state, "")
+    by_device: dict[torch.device, list[int]] = {}
+    for i, (_, t) in enumerate(found):
+        by_device.setdefault(t.device, []).append(i)
+    bad = []
+    for idx in by_device.values():
+        flags = torch.stack([found[i][1].isfinite().all() for i in idx])
+        if not bool(flags.all()):
+            bad.append(idx[int((~flags).nonzero()[0, 0])])
+    return found[min(bad)][0] if bad else None
 
 
 def load_into_module(
@@ -594,7 +697,8 @@ def load_into_module(
     checkpoint loads into an f32 module and the other way round, converted once here.
 
     Raises:
-        CheckpointError: names, shapes or kinds differ; ``module`` is left untouched then.
+        CheckpointError: names, shapes or kinds differ, or a tensor is not finite; ``module`` is
+            left untouched then.
     """
     check_module_tensors(module, tensors, where=where)
     own = module.state_dict()
@@ -626,14 +730,13 @@ def capture_rng_state() -> dict:
     return state
 
 
-def restore_rng_state(state: Mapping[str, Any], *, where: str = "RNG state") -> None:
-    """Put back the RNG states captured by :func:`capture_rng_state`.
-
-    Every part is checked (by loading it into a scratch generator) before any global RNG changes.
+def check_rng_state(state: Any, *, where: str = "RNG state") -> tuple:
+    """Check RNG states captured by :func:`capture_rng_state` (each part is loaded into a scratch
+    generator) and return them staged for :func:`restore_rng_state`; changes no RNG.
 
     Raises:
         CheckpointError: ``state`` lacks an entry or has the wrong shape (message starts with
-            ``where``); no RNG was changed then.
+            ``where``).
     """
     try:
         if not isinstance(state, Mapping):
@@ -662,6 +765,19 @@ def restore_rng_state(state: Mapping[str, Any], *, where: str = "RNG state") -> 
         raise CheckpointError(f"{where}: the {exc.args[0]!r} entry is missing") from None
     except (TypeError, ValueError, IndexError, RuntimeError, AttributeError, OverflowError) as exc:
         raise CheckpointError(f"{where}: does not fit ({brief(str(exc), 120)})") from None
+    return torch_state, np_tuple, py_tuple, cuda_states
+
+
+def restore_rng_state(state: Mapping[str, Any], *, where: str = "RNG state") -> None:
+    """Put back the RNG states captured by :func:`capture_rng_state`.
+
+    Every part is checked (:func:`check_rng_state`) before any global RNG changes.
+
+    Raises:
+        CheckpointError: ``state`` lacks an entry or has the wrong shape (message starts with
+            ``where``); no RNG was changed then.
+    """
+    torch_state, np_tuple, py_tuple, cuda_states = check_rng_state(state, where=where)
     torch.set_rng_state(torch_state)
     np.random.set_state(np_tuple)  # noqa: NPY002
     random.setstate(py_tuple)

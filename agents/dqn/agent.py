@@ -74,6 +74,17 @@ class DQNAgent(DQNCheckpoint, AgentBase):
     kind = AGENT_KIND
     config_class = DQNConfig
     rank_part_keys = ("generator", "replay", "icm_replay")
+    part_keys = (
+        "online",
+        "target",
+        "optimizer",
+        "replay",
+        "target_master",
+        "icm",
+        "icm_optimizer",
+        "icm_replay",
+    )
+    experience_keys = ("replay", "icm_replay")
 
     def __init__(
         self,

@@ -72,6 +72,8 @@ class PPOAgent(PPOCheckpoint, AgentBase):
     kind = AGENT_KIND
     config_class = PPOConfig
     rank_part_keys = ("generator", "rollout", "memory", "obs_rms_rank")
+    part_keys = ("policy", "optimizer", "rollout", "obs_rms", "memory", "obs_rms_rank")
+    experience_keys = ("rollout",)
 
     def __init__(
         self,

@@ -81,7 +81,9 @@ def test_flipped_bytes_load_or_fail_cleanly(tmp_path, good_bytes, data):
     except CheckpointError as exc:
         assert str(exc).startswith(str(path)) and "\n" not in str(exc)
     else:
-        assert isinstance(state, dict)  # a flip inside tensor data or a string is still a checkpoint
+        # a flip in JSON whitespace or the header's padding (the checksums refuse the rest:
+        # test_checkpoint_integrity.py)
+        assert isinstance(state, dict)
 
 
 def _craft(header: dict | bytes, *, length: int | None = None) -> bytes:

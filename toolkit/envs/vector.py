@@ -205,7 +205,48 @@ def _plan_layer(layer: Any, state: Any) -> list[tuple[str, Any]]:
             raise ValueError(
                 f"{type(layer).__name__}.{name}: a {type(value).__name__} is not an env state value"
             )
+        live = vars(layer).get(name)
+        wrong = _unlike(live, plan[-1][1])
+        if wrong:
+            raise ValueError(f"{type(layer).__name__}.{name}: {wrong}, this env's holds {_describe(live)}")
     return plan
+
+
+def _describe(value: Any) -> str | None:
+    """What kind of env state value ``value`` is, in words (``"an array of shape (4,)"``);
+    ``None`` for a value :func:`_capture_layer` does not write."""
+    if isinstance(value, (np.random.Generator, np.random.BitGenerator)):
+        return "a generator"
+    if isinstance(value, (bool, int, float, np.bool_, np.number)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, np.ndarray):
+        return f"an array of shape {value.shape}"
+    if isinstance(value, (tuple, list)):
+        return f"a {type(value).__name__} of {len(value)} numbers"
+    return None
+
+
+def _unlike(live: Any, saved: Any) -> str | None:
+    """Why ``saved`` (a planned value) cannot stand where the layer holds ``live`` now, else
+    ``None``: the same kind (a generator, a number, a string, numbers) and, for an array or a
+    tuple, as many numbers (an array's shape against an array; a list may grow). ``None`` on
+    either side, or a live value of another kind, is not judged. A damaged value fails at load,
+    not steps later inside the env."""
+    live_kind, saved_kind = _describe(live), _describe(saved)
+    if live_kind is None or saved is None:
+        return None
+    seqs = (np.ndarray, tuple, list)
+    if not (isinstance(live, seqs) and isinstance(saved, seqs)):
+        return None if live_kind == saved_kind else f"saved {saved_kind}"
+    if isinstance(live, list) or isinstance(saved, list):
+        return None
+    if isinstance(live, np.ndarray) and isinstance(saved, np.ndarray):
+        return None if live.shape == saved.shape else f"saved {saved_kind}"
+    live_n = live.size if isinstance(live, np.ndarray) else len(live)
+    saved_n = saved.size if isinstance(saved, np.ndarray) else len(saved)
+    return None if live_n == saved_n else f"saved {saved_n} numbers"
 
 
 def _apply_layer(layer: Any, plan: list[tuple[str, Any]]) -> None:
@@ -361,13 +402,16 @@ class VecEnv:
                 f"states, expected {self.num_envs}"
             )
         plans = []
-        for e, layer_states in zip(self.vec.envs, envs, strict=True):
+        for i, (e, layer_states) in enumerate(zip(self.vec.envs, envs, strict=True)):
             layers = _layers(e)
             if not isinstance(layer_states, list) or len(layer_states) != len(layers):
                 raise ValueError(
                     f"env state does not match the wrapper chain of {self.env_id} ({len(layers)} layers)"
                 )
-            plans.append([_plan_layer(layer, s) for layer, s in zip(layers, layer_states, strict=True)])
+            try:
+                plans.append([_plan_layer(layer, s) for layer, s in zip(layers, layer_states, strict=True)])
+            except ValueError as exc:
+                raise ValueError(f"env state of environment {i}: {exc}") from None
         for key, kind in (("returns", "f"), ("lengths", "i")):
             value = state.get(key)
             kinds = "fi" if kind == "f" else "i"
@@ -381,8 +425,10 @@ class VecEnv:
             raise ValueError("env state lacks 'obs'")
         obs = state["obs"]
         shape = (self.num_envs, *(self.single_observation_space.shape or ()))
-        if obs is not None and (not isinstance(obs, torch.Tensor) or tuple(obs.shape) != shape):
-            raise ValueError(f"env state 'obs' is not a tensor of shape {shape}")
+        if obs is not None and (
+            not isinstance(obs, torch.Tensor) or tuple(obs.shape) != shape or not obs.is_floating_point()
+        ):
+            raise ValueError(f"env state 'obs' is not a float tensor of shape {shape}")
         return plans
 
     def set_state(self, state: dict[str, Any]) -> None:

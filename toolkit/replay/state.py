@@ -2,20 +2,22 @@
 tensors, and the safetensors file (``meta`` as JSON in the header, written atomically).
 
 A state is a dict of tensors plus a JSON-serialisable ``meta`` entry (format, version, config,
-counters); :meth:`~tritonrl.toolkit.replay.ReplayBuffer.state_dict` lists its keys.
+counters); :meth:`~tritonrl.toolkit.replay.ReplayBuffer.state_dict` lists its keys. A file holds
+crc32 checksums of its metadata and tensors (docs/pages/checkpoints.md, "Checksums").
 """
 
 from __future__ import annotations
 
 import json
 import os
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 from tritonrl.kernels.validate import check_int
-from tritonrl.toolkit.checkpoint import atomic_write_bytes
+from tritonrl.toolkit.checkpoint import CHECKSUM, atomic_write_bytes, checksum
 
 __all__ = [
     "FORMAT",
@@ -30,6 +32,7 @@ __all__ = [
 
 FORMAT = "tritonrl.replay"
 VERSION = 1
+_SUMS_KEY = f"{FORMAT}.crc32"  # a file's checksums: {"meta": crc of the FORMAT entry, "tensors": {...}}
 
 Spec = dict[str, tuple[tuple[int, ...], torch.dtype]]
 
@@ -130,22 +133,32 @@ def write_file(path: str | os.PathLike[str], state: dict[str, Any]) -> None:
     """Write a state to one safetensors file, ``meta`` as JSON in its header.
 
     The write is atomic: a temporary file in the same folder, flushed to disk (``fsync``), then
-    ``os.replace``; an interrupted save never destroys the previous file.
+    ``os.replace``; an interrupted save never destroys the previous file. The header holds a
+    crc32 checksum of the metadata and of every tensor, verified by :func:`read_file`.
     """
     from safetensors.torch import save
 
     sd = dict(state)
     meta = sd.pop("meta")
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in sd.items()}
-    atomic_write_bytes(path, save(tensors, metadata={FORMAT: json.dumps(meta)}))
+    text = json.dumps({**meta, "checksum": CHECKSUM})
+    sums = {
+        "meta": f"{zlib.crc32(text.encode()):08x}",
+        "tensors": {k: checksum(v) for k, v in tensors.items()},
+    }
+    atomic_write_bytes(path, save(tensors, metadata={FORMAT: text, _SUMS_KEY: json.dumps(sums)}))
 
 
 def read_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     """A state read from a file written by :func:`write_file` (tensors on the CPU, as saved).
 
+    A file written before checksums existed (no ``checksum`` entry in its metadata) is read
+    without verification.
+
     Raises:
         FileNotFoundError: no such file.
-        ValueError: truncated or foreign file, or damaged metadata.
+        ValueError: truncated or foreign file, damaged metadata, or a tensor or the metadata
+            that does not match its checksum.
     """
     from safetensors import safe_open
 
@@ -164,4 +177,29 @@ def read_file(path: str | os.PathLike[str]) -> dict[str, Any]:
         meta = json.loads(header[FORMAT])
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path} has damaged replay-buffer metadata: {exc}") from exc
+    marked = isinstance(meta, dict) and meta.pop("checksum", None) is not None
+    if marked or _SUMS_KEY in header:
+        _verify(path, header, tensors)
     return {**tensors, "meta": meta}
+
+
+def _verify(path: Path, header: dict[str, str], tensors: dict[str, torch.Tensor]) -> None:
+    """Check a replay file's checksums (its metadata and every tensor's dtype, shape and bytes)."""
+    try:
+        sums = json.loads(header[_SUMS_KEY])
+    except (KeyError, json.JSONDecodeError):
+        sums = None
+    if not isinstance(sums, dict) or not isinstance(sums.get("tensors"), dict):
+        raise ValueError(f"{path} is a damaged replay-buffer file (its checksums are missing or unreadable)")
+    if sums.get("meta") != f"{zlib.crc32(header[FORMAT].encode()):08x}":
+        raise ValueError(f"{path} is a damaged replay-buffer file: its metadata does not match its checksum")
+    if set(sums["tensors"]) != set(tensors):
+        raise ValueError(
+            f"{path} is a damaged replay-buffer file: its tensors are not the ones its checksums list"
+        )
+    for name, tensor in tensors.items():
+        if sums["tensors"][name] != checksum(tensor):
+            raise ValueError(
+                f"{path} is a damaged replay-buffer file: tensor {name!r} does not match its "
+                f"{CHECKSUM} checksum (flipped bits or a bad copy)"
+            )

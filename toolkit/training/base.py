@@ -134,7 +134,9 @@ class StepCollector(Protocol):
         ...
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` output; raise ``ValueError`` (changing nothing) on a bad one."""
+        """Restore :meth:`state_dict` output; raise ``ValueError`` (changing nothing) on a bad one.
+        An optional ``check_state_dict(state)`` (check only) lets a resume check every section
+        before it applies any."""
         ...
 
 

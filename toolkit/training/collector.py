@@ -110,6 +110,15 @@ class Collector:
         snapshot, its tensors as ``snapshot``), so that a resumed collector acts exactly as before."""
         return {"sync_every": self.sync_every, **self.policy.state_dict()}
 
+    def check_state_dict(self, state: dict[str, Any]) -> None:
+        """Raise ``ValueError`` unless ``state`` fits this collector's acting policy (its
+        ``check_state_dict``, where it has one); changes nothing."""
+        if not isinstance(state, dict):
+            raise ValueError(f"collector state is a {type(state).__name__}, not a dict")
+        check = getattr(self.policy, "check_state_dict", None)
+        if check is not None:
+            check(state)
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore from :meth:`state_dict` (the ``sync_every`` of this collector is kept).
 

@@ -19,8 +19,10 @@ from tritonrl.toolkit.checkpoint import (
     CheckpointError,
     brief,
     capture_rng_state,
+    check_rng_state,
     cut,
     load_checkpoint,
+    nonfinite_entry,
     restore_rng_state,
     training_sections,
 )
@@ -288,23 +290,34 @@ class _Run:
             )
 
     def _load(self, payload: Mapping[str, Any]) -> None:
-        """Load this rank's ``payload`` (from :meth:`_read_checkpoint`), each section checked first."""
+        """Load this rank's ``payload`` (from :meth:`_read_checkpoint`): every section is checked
+        (structure, and no NaN or infinite weight) before any is applied."""
         agent, env, schedule, collector = self.agent, self.env, self.schedule, self.collector
         exact = payload["exact"]
-        # every section is checked before any is loaded (the RNG restore checks, then sets)
+        saved_collector = payload.get("collector") if exact else None
         for check, key in (
             (getattr(schedule, "check_state_dict", None), "schedule"),
             (getattr(env, "check_state", None) if exact else None, "env"),
             (_Counters.check, "loop"),
+            (
+                getattr(collector, "check_state_dict", None) if saved_collector is not None else None,
+                "collector",
+            ),
         ):
             if check is not None:
                 check(payload[key])
+        if exact:
+            check_rng_state(payload["rng"], where="random generator states")
         check_agent = getattr(agent, "check_state_dict", None)
         if check_agent is not None:
             if exact:
                 check_agent(payload["agent"])
             else:
                 check_agent(payload["agent"], rank_parts=False)
+        else:
+            bad = nonfinite_entry(payload["agent"], skip=getattr(agent, "experience_keys", ()))
+            if bad is not None:
+                raise CheckpointError(f"agent tensor {brief(bad, 100)} holds NaN or infinite values")
         if not exact:
             schedule.load_state_dict(payload["schedule"])
             agent.load_state_dict(payload["agent"], rank_parts=False)
@@ -318,7 +331,6 @@ class _Run:
             if collector is not None and hasattr(collector, "sync"):
                 collector.sync()  # act from the loaded learner
             return
-        saved_collector = payload.get("collector")
         if collector is not None and saved_collector is not None:
             collector.load_state_dict(saved_collector)  # checks before it changes anything
         restore_rng_state(payload["rng"], where="random generator states")
@@ -448,6 +460,7 @@ class _Run:
         }
         if self.collector is not None:
             parts["collector"] = self.collector.state_dict()
+        self._refuse_nonfinite(parts)
         gathered = ctx.gather_objects(parts if self.main else to_cpu(parts))
 
         def state() -> dict[str, Any]:  # rank 0
@@ -471,6 +484,21 @@ class _Run:
             return state
 
         self.life.save(counters.step, state)
+
+    def _refuse_nonfinite(self, parts: Mapping[str, Any]) -> None:
+        """Stop the run (every rank) when a weight, optimizer or collector tensor about to be
+        saved is NaN or infinite: the last good checkpoint is never replaced by a diverged state
+        (stored experience, ``agent.experience_keys``, is not scanned; one sync per device).
+
+        Raises:
+            DivergenceError: naming the first such tensor and the checkpoint kept.
+        """
+        skip = [f"agent.{k}" for k in getattr(self.agent, "experience_keys", ())]
+        bad = nonfinite_entry({"agent": parts["agent"], "collector": parts.get("collector")}, skip=skip)
+        if self.ctx.enabled and self.ctx.any(bad is not None) and bad is None:
+            bad = "state on another rank"
+        if bad is not None:
+            raise self._divergence(f"{bad} in the state to save", self.counters.step)
 
     def flush_and_check(self, step: int, sps: bool = True) -> None:
         """Write the metric interval, then stop on a non-finite loss or parameter (one sync).
