@@ -246,6 +246,11 @@ class InputGuard:
     unchanged, the same tensor not modified in place since, is not checked again; likewise the last
     observation checked, so a loop's ``next_obs`` -> ``obs`` is checked once).
 
+    Args:
+        owner: how messages name the checked object (``"DQNAgent"``, ``"ReplayBuffer"``).
+        actions: the valid actions; ``None``: :meth:`action` checks nothing.
+        where: how messages name this guard's ``mode`` (``"agent.inputs"``, ``"buffer.inputs"``).
+
     Attributes:
         mode: ``"auto"`` (default): host inputs are checked at once, accelerator tensors deferred;
             ``"eager"``: every input is checked at once (a host sync per tensor on an accelerator,
@@ -267,10 +272,17 @@ class InputGuard:
     """
 
     def __init__(
-        self, owner: str, actions: ActionRule, *, mode: str = "auto", check_at_update: bool = False
+        self,
+        owner: str,
+        actions: ActionRule | None,
+        *,
+        mode: str = "auto",
+        check_at_update: bool = False,
+        where: str = "agent.inputs",
     ) -> None:
         self.owner = owner
         self.rule = actions
+        self.where = where
         self.mode = mode
         self.check_at_update = check_at_update
         # (call, argument) -> 0-dim bool tensor on the input's device: all inputs so far were valid
@@ -379,11 +391,15 @@ class InputGuard:
     def action(self, call: str, x: Any) -> None:
         """Check that the action ``x`` lies in the action space (see :class:`ActionRule`).
 
-        An action that :meth:`acted` recorded (same tensor, unmodified) passes without a check.
+        An action that :meth:`acted` recorded (same tensor, unmodified) passes without a check;
+        without an action rule nothing is checked.
 
         Raises:
             ValueError: an entry outside the space or not finite (eager path).
         """
+        rule = self.rule
+        if rule is None:
+            return
         if isinstance(x, torch.Tensor):
             t = x
         else:
@@ -394,9 +410,8 @@ class InputGuard:
         acted = self._acted
         if acted is not None and acted[0] is t and acted[1] == t._version:
             return
-        rule = self.rule
         if rule.kind == "box":
-            self._box(call, t)
+            self._box(call, t, rule)
             return
         if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
             raise ValueError(
@@ -439,8 +454,7 @@ class InputGuard:
                 f"is outside {rule.text} (0 <= a[..., {idx[-1]}] < {rule.nvec[idx[-1]]})",
             )
 
-    def _box(self, call: str, t: torch.Tensor) -> None:
-        rule = self.rule
+    def _box(self, call: str, t: torch.Tensor, rule: ActionRule) -> None:
         if not t.dtype.is_floating_point:
             t = t.float()
         if not rule.bounded:
@@ -481,19 +495,21 @@ class InputGuard:
         Raises:
             ValueError: ``"PPOAgent.act: obs held NaN or inf at a step since the last check (deferred
                 check on cuda:0, without a per-step sync; set agent.inputs.mode = 'eager' to find
-                the entry)"``. A failed check stays failed (the bad data may be stored).
+                the entry)"`` (``agent.inputs`` is :attr:`where`). A failed check stays failed (the
+                bad data may be stored).
         """
         if not self.pending:
             return
         self.pending = False
+        rule = self.rule
         for (call, name, device), flag in self._flags.items():
             if not bool(flag):
                 self.pending = True  # stays failed: the bad data may be stored
-                what = "NaN or inf" if name != "action" else f"an action outside {self.rule.text}"
-                if name == "action" and self.rule.kind == "box" and not self.rule.bounded:
-                    what = "NaN or inf"
+                what = "NaN or inf"
+                if name == "action" and rule is not None and (rule.kind != "box" or rule.bounded):
+                    what = f"an action outside {rule.text}"
                 raise ValueError(
                     f"{self.owner}.{call}: {name} held {what} at a step since the last "
                     f"check (deferred check on {device}, without a per-step sync; set "
-                    f"agent.inputs.mode = 'eager' to find the entry)"
+                    f"{self.where}.mode = 'eager' to find the entry)"
                 )

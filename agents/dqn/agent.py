@@ -165,7 +165,7 @@ class DQNAgent(DQNCheckpoint, AgentBase):
             self.config,
             self.buffer_size,
             self.obs_shape,
-            self._action_shape,
+            self.action,
             num_envs=self.num_envs,
             device=self.device,
             staging=self.replay_staging,
@@ -177,7 +177,7 @@ class DQNAgent(DQNCheckpoint, AgentBase):
             self.config,
             self.buffer_size,
             self.obs_shape,
-            self._action_shape,
+            self.action,
             num_envs=self.num_envs,
             device=self.device,
             staging=self.replay_staging,
@@ -309,8 +309,8 @@ class DQNAgent(DQNCheckpoint, AgentBase):
             reward = self.config.extrinsic_coef * r_ext + r_int
             obs, next_obs, action = x, x_next, a
             assert self.icm_buffer is not None  # created with icm_module
-            self.icm_buffer.add(obs, action, reward, next_obs, terminated, truncated)
-        self.buffer.add(obs, action, reward, next_obs, terminated, truncated)
+            self.icm_buffer.add(obs, action, reward, next_obs, terminated, truncated, check=False)
+        self.buffer.add(obs, action, reward, next_obs, terminated, truncated, check=False)  # checked above
         self.env_steps += self.num_envs * self.dist.world_size  # global: every rank's environments
 
     # ------------------------------------------------------------------ learning
