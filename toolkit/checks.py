@@ -8,6 +8,8 @@ Three mechanisms, each in one place:
   checked by :func:`tritonrl.kernels.validate.check_field`, the project's one validation dialect.
 - :func:`check_memory`: refuse an allocation that cannot fit in the device's free memory, saying
   how much it needs, for what, and how much there is.
+- :class:`StepShapes`: the shapes (one row per environment) and dtypes of ``act``/``observe``
+  arguments, metadata only, before any tensor op.
 - :class:`InputGuard`: NaN/inf observations and rewards and out-of-range actions are rejected at an
   agent's boundary (``act``/``observe``), before anything is stored or learned. Host inputs (numpy
   arrays, CPU tensors) are checked at once, at a cost of about a microsecond per tensor; tensors on
@@ -36,6 +38,7 @@ __all__ = [
     "MAX_SEED",
     "ActionRule",
     "InputGuard",
+    "StepShapes",
     "available_memory",
     "check_config",
     "check_memory",
@@ -190,6 +193,129 @@ def check_memory(what: str, parts: Mapping[str, int], device: torch.device | str
 # ----------------------------------------------------------------------------- per-step inputs
 
 
+def _shape(x: Any) -> tuple[int, ...]:
+    """The shape of a tensor, array, list or number (metadata; a list is converted)."""
+    return tuple(x.shape) if isinstance(x, (torch.Tensor, np.ndarray)) else np.shape(x)
+
+
+def _dtype(x: Any) -> tuple[str, Any]:
+    """The dtype of a tensor, array, list or number, and its kind in numpy's letters (``"b"``
+    bool, ``"i"``/``"u"`` integer, ``"f"`` floating, ``"c"`` complex)."""
+    if isinstance(x, torch.Tensor):
+        d = x.dtype
+        return ("b" if d == torch.bool else "f" if d.is_floating_point else "c" if d.is_complex else "i"), d
+    dt = x.dtype if isinstance(x, np.ndarray) else np.asarray(x).dtype
+    return dt.kind, dt
+
+
+_BOOL = torch.bool
+
+
+class StepShapes:
+    """The shapes and dtypes an agent's ``act`` and ``observe`` take (metadata only, checked before
+    any tensor op): one row per environment for every argument, boolean episode flags, real
+    rewards. One per agent; errors are one line naming the call, the argument, what was expected
+    and what came.
+
+    Args:
+        owner: how messages name the agent (``"DQNAgent"``).
+        num_envs: the leading dim of every argument.
+        obs_shape: the shape of one observation (``obs``, ``next_obs``).
+        action_shape: the shape of one action.
+    """
+
+    def __init__(
+        self, owner: str, num_envs: int, obs_shape: tuple[int, ...], action_shape: tuple[int, ...]
+    ) -> None:
+        self.owner = owner
+        self.obs = torch.Size((num_envs, *obs_shape))
+        self.action = torch.Size((num_envs, *action_shape))
+        self.vector = torch.Size((num_envs,))
+
+    def _rows(self, call: str, name: str, x: Any, expected: torch.Size) -> None:
+        shape = _shape(x)
+        if shape != tuple(expected):
+            raise ValueError(
+                f"{self.owner}.{call}: {name} has shape {shape}, expected {tuple(expected)} (one per "
+                f"environment, num_envs={expected[0]})"
+            )
+
+    def _fast(
+        self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any
+    ) -> bool:
+        """The common cases, at a fraction of the general checks' cost: tensors or arrays of the
+        right shapes and dtypes (``False``: let the general checks name what is wrong)."""
+        T, N, full = torch.Tensor, np.ndarray, self.obs
+        if not (type(obs) in (T, N) and type(next_obs) in (T, N) and type(action) in (T, N)):
+            return False
+        if obs.shape != full or next_obs.shape != full or action.shape != self.action:
+            return False
+        vec = self.vector
+        if type(reward) is T and type(terminated) is T and type(truncated) is T:
+            rd = reward.dtype
+            return (
+                reward.shape == vec
+                and terminated.shape == vec
+                and truncated.shape == vec
+                and terminated.dtype is _BOOL
+                and truncated.dtype is _BOOL
+                and rd is not _BOOL
+                and not rd.is_complex
+            )
+        if type(reward) is N and type(terminated) is N and type(truncated) is N:
+            return (
+                reward.shape == vec
+                and terminated.shape == vec
+                and truncated.shape == vec
+                and terminated.dtype.kind == "b"
+                and truncated.dtype.kind == "b"
+                and reward.dtype.kind in "iuf"
+            )
+        return False
+
+    def act(self, obs: Any) -> None:
+        """``obs`` has shape ``[num_envs, *obs_shape]``.
+
+        Raises:
+            ValueError: ``"DQNAgent.act: obs has shape (3, 4), expected (4, 4) (one per
+                environment, num_envs=4)"``.
+        """
+        if type(obs) is not torch.Tensor or obs.shape != self.obs:
+            self._rows("act", "obs", obs, self.obs)
+
+    def observe(
+        self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any
+    ) -> None:
+        """``observe``'s arguments (tensors, arrays or lists): shapes ``[num_envs, ...]``, boolean
+        ``terminated`` and ``truncated`` (a float 0/1 flag is refused, not cast), real ``reward``.
+
+        Raises:
+            ValueError: a wrong shape (as :meth:`act`).
+            TypeError: ``"PPOAgent.observe: terminated must be boolean, got dtype torch.float32"``,
+                ``"... reward must be real numbers, got dtype torch.bool"``.
+        """
+        if self._fast(obs, action, reward, next_obs, terminated, truncated):
+            return
+        fields = (
+            ("obs", obs, self.obs),
+            ("action", action, self.action),
+            ("reward", reward, self.vector),
+            ("next_obs", next_obs, self.obs),
+            ("terminated", terminated, self.vector),
+            ("truncated", truncated, self.vector),
+        )
+        for name, x, expected in fields:
+            self._rows("observe", name, x, expected)
+        where = f"{self.owner}.observe"
+        kind, dtype = _dtype(reward)
+        if kind not in ("i", "u", "f"):
+            raise TypeError(f"{where}: reward must be real numbers, got dtype {dtype}")
+        for name, x in (("terminated", terminated), ("truncated", truncated)):
+            kind, dtype = _dtype(x)
+            if kind != "b":
+                raise TypeError(f"{where}: {name} must be boolean, got dtype {dtype}")
+
+
 @dataclasses.dataclass(frozen=True)
 class ActionRule:
     """What a valid action is, for :class:`InputGuard`.
@@ -246,6 +372,11 @@ class InputGuard:
     unchanged, the same tensor not modified in place since, is not checked again; likewise the last
     observation checked, so a loop's ``next_obs`` -> ``obs`` is checked once).
 
+    Args:
+        owner: how messages name the checked object (``"DQNAgent"``, ``"ReplayBuffer"``).
+        actions: the valid actions; ``None``: :meth:`action` checks nothing.
+        where: how messages name this guard's ``mode`` (``"agent.inputs"``, ``"buffer.inputs"``).
+
     Attributes:
         mode: ``"auto"`` (default): host inputs are checked at once, accelerator tensors deferred;
             ``"eager"``: every input is checked at once (a host sync per tensor on an accelerator,
@@ -267,10 +398,17 @@ class InputGuard:
     """
 
     def __init__(
-        self, owner: str, actions: ActionRule, *, mode: str = "auto", check_at_update: bool = False
+        self,
+        owner: str,
+        actions: ActionRule | None,
+        *,
+        mode: str = "auto",
+        check_at_update: bool = False,
+        where: str = "agent.inputs",
     ) -> None:
         self.owner = owner
         self.rule = actions
+        self.where = where
         self.mode = mode
         self.check_at_update = check_at_update
         # (call, argument) -> 0-dim bool tensor on the input's device: all inputs so far were valid
@@ -379,11 +517,15 @@ class InputGuard:
     def action(self, call: str, x: Any) -> None:
         """Check that the action ``x`` lies in the action space (see :class:`ActionRule`).
 
-        An action that :meth:`acted` recorded (same tensor, unmodified) passes without a check.
+        An action that :meth:`acted` recorded (same tensor, unmodified) passes without a check;
+        without an action rule nothing is checked.
 
         Raises:
             ValueError: an entry outside the space or not finite (eager path).
         """
+        rule = self.rule
+        if rule is None:
+            return
         if isinstance(x, torch.Tensor):
             t = x
         else:
@@ -394,9 +536,8 @@ class InputGuard:
         acted = self._acted
         if acted is not None and acted[0] is t and acted[1] == t._version:
             return
-        rule = self.rule
         if rule.kind == "box":
-            self._box(call, t)
+            self._box(call, t, rule)
             return
         if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
             raise ValueError(
@@ -439,8 +580,7 @@ class InputGuard:
                 f"is outside {rule.text} (0 <= a[..., {idx[-1]}] < {rule.nvec[idx[-1]]})",
             )
 
-    def _box(self, call: str, t: torch.Tensor) -> None:
-        rule = self.rule
+    def _box(self, call: str, t: torch.Tensor, rule: ActionRule) -> None:
         if not t.dtype.is_floating_point:
             t = t.float()
         if not rule.bounded:
@@ -481,19 +621,21 @@ class InputGuard:
         Raises:
             ValueError: ``"PPOAgent.act: obs held NaN or inf at a step since the last check (deferred
                 check on cuda:0, without a per-step sync; set agent.inputs.mode = 'eager' to find
-                the entry)"``. A failed check stays failed (the bad data may be stored).
+                the entry)"`` (``agent.inputs`` is :attr:`where`). A failed check stays failed (the
+                bad data may be stored).
         """
         if not self.pending:
             return
         self.pending = False
+        rule = self.rule
         for (call, name, device), flag in self._flags.items():
             if not bool(flag):
                 self.pending = True  # stays failed: the bad data may be stored
-                what = "NaN or inf" if name != "action" else f"an action outside {self.rule.text}"
-                if name == "action" and self.rule.kind == "box" and not self.rule.bounded:
-                    what = "NaN or inf"
+                what = "NaN or inf"
+                if name == "action" and rule is not None and (rule.kind != "box" or rule.bounded):
+                    what = f"an action outside {rule.text}"
                 raise ValueError(
                     f"{self.owner}.{call}: {name} held {what} at a step since the last "
                     f"check (deferred check on {device}, without a per-step sync; set "
-                    f"agent.inputs.mode = 'eager' to find the entry)"
+                    f"{self.where}.mode = 'eager' to find the entry)"
                 )

@@ -7,6 +7,7 @@ presets, the replay plumbing and the checkpoint parts have modules of their own 
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
@@ -28,7 +29,7 @@ from tritonrl.agents.td import (
 )
 from tritonrl.toolkit.acting import SnapshotPolicy
 from tritonrl.toolkit.agent import AgentBase
-from tritonrl.toolkit.checks import ActionRule, InputGuard
+from tritonrl.toolkit.checks import ActionRule, InputGuard, StepShapes
 from tritonrl.toolkit.compile import Compiled, escape
 from tritonrl.toolkit.distributed import DistContext
 from tritonrl.toolkit.replay import PrioritizedReplayBuffer, ReplayBatch, ReplayBuffer
@@ -126,6 +127,8 @@ class DQNAgent(DQNCheckpoint, AgentBase):
             dtype=self.dtype,
             staging=self.replay_staging,
         )
+        self.shapes = StepShapes("DQNAgent", self.num_envs, self.obs_shape, self._action_shape)
+        """The shape and dtype checks of ``act``/``observe`` arguments (:class:`StepShapes`)."""
         self.inputs = InputGuard(
             "DQNAgent",
             ActionRule.discrete(self.action["n"])
@@ -176,7 +179,7 @@ class DQNAgent(DQNCheckpoint, AgentBase):
             self.config,
             self.buffer_size,
             self.obs_shape,
-            self._action_shape,
+            self.action,
             num_envs=self.num_envs,
             device=self.device,
             staging=self.replay_staging,
@@ -188,7 +191,7 @@ class DQNAgent(DQNCheckpoint, AgentBase):
             self.config,
             self.buffer_size,
             self.obs_shape,
-            self._action_shape,
+            self.action,
             num_envs=self.num_envs,
             device=self.device,
             staging=self.replay_staging,
@@ -240,6 +243,8 @@ class DQNAgent(DQNCheckpoint, AgentBase):
         x = obs if isinstance(obs, torch.Tensor) else torch.as_tensor(obs)
         if tuple(x.shape[1:]) != self.obs_shape:
             raise ValueError(f"obs has shape {tuple(x.shape)}, expected [batch, *{self.obs_shape}]")
+        if call == "act":  # one row per environment (eval_policy and q_values take any batch)
+            self.shapes.act(x)
         self.inputs.obs(call, "obs", x)
         return x.to(device=self.device, dtype=self.dtype)
 
@@ -261,14 +266,26 @@ class DQNAgent(DQNCheckpoint, AgentBase):
         on the agent's device.
 
         Raises:
-            ValueError: ``obs`` has the wrong shape, or holds NaN/inf (checked at once for host
-                inputs; for accelerator tensors at the next :meth:`update` or
-                :meth:`check_inputs`, see :attr:`inputs`).
+            ValueError: ``obs`` has the wrong shape (``num_envs`` rows: :meth:`eval_policy` acts
+                for any number), or holds NaN/inf (checked at once for host inputs; for
+                accelerator tensors at the next :meth:`update` or :meth:`check_inputs`, see
+                :attr:`inputs`).
         """
         q = self._q(self._ingest(obs, "act"), explore)
         action = self.epsilon_greedy(q.argmax(-1), self.epsilon() if explore else 0.0)
         self.inputs.acted(action)
         return action
+
+    def eval_policy(self) -> Callable[[Any], torch.Tensor]:
+        """A greedy acting function for evaluation: ``obs [N, *obs_shape]`` with any ``N``, to the
+        actions ``act(obs, explore=False)`` returns for ``N = num_envs`` (noise-free weights, no
+        epsilon); changes no counter. The training loop's and the market report's evaluations use
+        it (their environments are not the agent's)."""
+
+        def greedy(obs: Any) -> torch.Tensor:
+            return self._q(self._ingest(obs, "eval_policy"), False).argmax(-1)
+
+        return greedy
 
     def epsilon_greedy(self, greedy: torch.Tensor, eps: float) -> torch.Tensor:
         """``greedy`` actions (``[E]`` int64, ``[E, D]`` for MultiDiscrete, on the agent's device),
@@ -300,11 +317,14 @@ class DQNAgent(DQNCheckpoint, AgentBase):
         accelerator default) nothing is read on the host: pass device tensors.
 
         Raises:
-            ValueError: NaN/inf in ``obs``, ``reward`` or ``next_obs``, or an ``action`` outside the
-                action space, named with the first bad entry (host inputs: at once, and nothing is
-                stored; accelerator tensors: at the next :meth:`update` or :meth:`check_inputs`);
-                wrong shapes or dtypes (from the replay buffer, nothing stored).
+            ValueError: an argument whose shape is not ``[num_envs, ...]`` (nothing stored); NaN/inf
+                in ``obs``, ``reward`` or ``next_obs``, or an ``action`` outside the action space,
+                named with the first bad entry (host inputs: at once, and nothing is stored;
+                accelerator tensors: at the next :meth:`update` or :meth:`check_inputs`).
+            TypeError: ``terminated``/``truncated`` not boolean, or another wrong dtype (nothing
+                stored).
         """
+        self.shapes.observe(obs, action, reward, next_obs, terminated, truncated)
         g = self.inputs
         g.obs("observe", "obs", obs)
         g.action("observe", action)
@@ -320,8 +340,8 @@ class DQNAgent(DQNCheckpoint, AgentBase):
             reward = self.config.extrinsic_coef * r_ext + r_int
             obs, next_obs, action = x, x_next, a
             assert self.icm_buffer is not None  # created with icm_module
-            self.icm_buffer.add(obs, action, reward, next_obs, terminated, truncated)
-        self.buffer.add(obs, action, reward, next_obs, terminated, truncated)
+            self.icm_buffer.add(obs, action, reward, next_obs, terminated, truncated, check=False)
+        self.buffer.add(obs, action, reward, next_obs, terminated, truncated, check=False)  # checked above
         self.env_steps += self.num_envs * self.dist.world_size  # global: every rank's environments
 
     # ------------------------------------------------------------------ learning

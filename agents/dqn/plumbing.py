@@ -17,6 +17,7 @@ from tritonrl.toolkit.checks import check_memory
 from tritonrl.toolkit.replay import PrioritizedReplayBuffer, ReplayBuffer
 
 __all__ = [
+    "action_counts",
     "action_shape",
     "action_spec",
     "build_icm_replay",
@@ -50,6 +51,11 @@ def action_spec(action_space: gym.Space) -> dict[str, Any]:
 def action_shape(action: dict[str, Any]) -> tuple[int, ...]:
     """The shape of one environment's action: ``()`` (Discrete) or ``(D,)`` (MultiDiscrete)."""
     return () if action["type"] == "discrete" else (len(action["nvec"]),)
+
+
+def action_counts(action: dict[str, Any]) -> int | list[int]:
+    """What the replay checks actions against: ``n`` (Discrete) or ``nvec`` (MultiDiscrete)."""
+    return int(action["n"]) if action["type"] == "discrete" else list(action["nvec"])
 
 
 def obs_shape(observation_space: gym.Space) -> tuple[int, ...]:
@@ -101,22 +107,25 @@ def build_replay(
     cfg: DQNConfig,
     capacity: int,
     obs_shape: tuple[int, ...],
-    action_shape: tuple[int, ...],
+    action: dict[str, Any],
     *,
     num_envs: int,
     device: torch.device,
     staging: str,
 ) -> ReplayBuffer:
-    """The Q learner's replay of ``capacity`` transitions: ``n_step`` returns, prioritized if
-    ``cfg.prioritized``; int64 actions."""
+    """The Q learner's replay of ``capacity`` transitions for actions of ``action``
+    (:func:`action_spec`): ``n_step`` returns, prioritized if ``cfg.prioritized``; int64 actions,
+    checked against the space when the replay is used directly (the agent checks its own inputs
+    and adds with ``check=False``)."""
     kw: dict[str, Any] = dict(
         device=device,
         num_envs=num_envs,
         n_step=cfg.n_step,
         gamma=cfg.gamma,
-        action_shape=action_shape,
+        action_shape=action_shape(action),
         action_dtype=torch.int64,
         staging=staging,
+        num_actions=action_counts(action),
     )
     if cfg.prioritized:
         return PrioritizedReplayBuffer(
@@ -136,14 +145,14 @@ def build_icm_replay(
     cfg: DQNConfig,
     capacity: int,
     obs_shape: tuple[int, ...],
-    action_shape: tuple[int, ...],
+    action: dict[str, Any],
     *,
     num_envs: int,
     device: torch.device,
     staging: str,
 ) -> ReplayBuffer:
     """The ICM's replay: one-step transitions for the forward/inverse models, whatever
-    ``n_step`` the Q target uses."""
+    ``n_step`` the Q target uses (actions as in :func:`build_replay`)."""
     return ReplayBuffer(
         capacity,
         obs_shape,
@@ -151,7 +160,8 @@ def build_icm_replay(
         num_envs=num_envs,
         n_step=1,
         gamma=cfg.gamma,
-        action_shape=action_shape,
+        action_shape=action_shape(action),
         action_dtype=torch.int64,
         staging=staging,
+        num_actions=action_counts(action),
     )

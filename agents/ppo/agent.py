@@ -19,7 +19,7 @@ from tritonrl.agents.ppo.network import build_policy
 from tritonrl.agents.ppo.state import PPOCheckpoint
 from tritonrl.toolkit import pytree
 from tritonrl.toolkit.agent import AgentBase
-from tritonrl.toolkit.checks import ActionRule, InputGuard
+from tritonrl.toolkit.checks import ActionRule, InputGuard, StepShapes
 from tritonrl.toolkit.compile import Compiled, escape
 from tritonrl.toolkit.distributed import DistContext
 from tritonrl.toolkit.replay.rollout import RolloutBuffer, RunningMeanStd, compute_gae
@@ -106,6 +106,8 @@ class PPOAgent(PPOCheckpoint, AgentBase):
             assert isinstance(action_space, gym.spaces.Box)  # build_policy accepts Discrete or flat Box only
             action_shape = tuple(action_space.shape)
             rule = ActionRule.box(action_space.low, action_space.high, bounded=squashed)
+        self.shapes = StepShapes("PPOAgent", num_envs, (self.obs_dim,), action_shape)
+        """The shape and dtype checks of ``act``/``observe`` arguments (:class:`StepShapes`)."""
         self.inputs = InputGuard("PPOAgent", rule)
         """The checks of ``act``/``observe`` inputs (:class:`tritonrl.toolkit.checks.InputGuard`); its
         ``mode`` (``"auto"``, ``"eager"``, ``"deferred"``) says when inputs on an accelerator are checked.
@@ -151,8 +153,8 @@ class PPOAgent(PPOCheckpoint, AgentBase):
         x = obs if isinstance(obs, torch.Tensor) else torch.as_tensor(obs)
         if x.dim() != 2 or x.shape[1] != self.obs_dim:
             raise ValueError(f"obs has shape {tuple(x.shape)}, expected [E, {self.obs_dim}]")
-        if call == "act" and x.shape[0] != self.num_envs:
-            raise ValueError(f"obs has {x.shape[0]} rows, this agent was built for num_envs={self.num_envs}")
+        if call == "act":  # one row per environment (eval_policy takes any batch)
+            self.shapes.act(x)
         if call is not None:
             self.inputs.obs(call, "obs", x)
         x = x.to(self.device, torch.float32)
@@ -222,10 +224,14 @@ class PPOAgent(PPOCheckpoint, AgentBase):
         Raises:
             RuntimeError: the rollout is full (call :meth:`update`), or a recurrent policy observes
                 an ``obs`` that did not come through :meth:`act`.
-            ValueError: NaN/inf in ``obs``, ``reward`` or ``next_obs``, or an ``action`` outside the
-                action space, named with the first bad entry (host inputs: at once, nothing is
-                stored; accelerator tensors: at the next :meth:`update` or :meth:`check_inputs`).
+            ValueError: an argument whose shape is not ``[num_envs, ...]``, before any tensor op;
+                NaN/inf in ``obs``, ``reward`` or ``next_obs``, or an ``action`` outside the action
+                space, named with the first bad entry (host inputs: at once, nothing is stored;
+                accelerator tensors: at the next :meth:`update` or :meth:`check_inputs`).
+            TypeError: ``terminated``/``truncated`` not boolean (a float 0/1 flag is refused, not
+                cast), or ``reward`` not real numbers; nothing is stored.
         """
+        self.shapes.observe(obs, action, reward, next_obs, terminated, truncated)
         g = self.inputs
         g.obs("observe", "obs", obs)
         g.action("observe", action)

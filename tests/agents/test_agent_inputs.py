@@ -396,3 +396,152 @@ def test_check_inputs_reports_a_rejected_priority_update() -> None:
     with pytest.raises(ValueError, match="rejected 1 batch"):
         agent.check_inputs()
     agent.check_inputs()  # reported once
+
+
+# ----------------------------------------------------------------------------- shapes and dtypes
+
+from tritonrl.agents.dqn import PRESETS as DQN_PRESETS  # noqa: E402
+
+MULTI = gym.spaces.MultiDiscrete([3, 2])
+DQN_FAMILY = [p.name for p in DQN_PRESETS] + ["factored", "icm"]
+ROWS = 4  # environments the agents below are built for
+
+
+def _family(name: str, num_envs: int = ROWS):
+    """A DQN-family agent (every preset, the factored head, ICM) or a PPO agent."""
+    if name in DQN_FAMILY:
+        base = "dqn" if name in ("factored", "icm") else name
+        cfg = dqn_preset(base, **DQN_SMALL, **({"icm": True} if name == "icm" else {}))
+        return DQNAgent(OBS, MULTI if name == "factored" else DISCRETE, cfg, num_envs=num_envs, seed=0)
+    cfg = dataclasses.replace(ppo_preset(name), **PPO_TINY)
+    act = DISCRETE if cfg.policy in ("discrete", "lstm", "mamba") else BOX
+    return PPOAgent(OBS, act, cfg, num_envs=num_envs, seed=0)
+
+
+@pytest.mark.parametrize("rows", [3, 5, 1])
+@pytest.mark.parametrize("name", DQN_FAMILY + ["ppo", "ppo-continuous", "ppo-lstm"])
+def test_act_refuses_another_number_of_rows(name: str, rows: int) -> None:
+    agent = _family(name)
+    before = (agent.env_steps, agent.generator.get_state().clone())
+    msg = (
+        rf"Agent\.act: obs has shape \({rows}, 4\), expected \({ROWS}, 4\) "
+        rf"\(one per environment, num_envs={ROWS}\)"
+    )
+    with pytest.raises(ValueError, match=msg) as info:
+        agent.act(torch.zeros(rows, 4))
+    assert "\n" not in str(info.value)
+    assert agent.env_steps == before[0] and torch.equal(agent.generator.get_state(), before[1])
+    assert agent.act(torch.zeros(ROWS, 4)).shape[0] == ROWS
+
+
+@pytest.mark.parametrize("name", DQN_FAMILY + ["ppo", "ppo-lstm"])
+def test_eval_policy_acts_for_any_number_of_rows(name: str) -> None:
+    # evaluation runs its own environments (one per episode): eval_policy is act's greedy twin
+    agent = _family(name)
+    obs = torch.randn(ROWS, 4, generator=torch.Generator().manual_seed(0))
+    greedy = agent.eval_policy()
+    for rows in (1, 3, 7):
+        assert greedy(torch.randn(rows, 4)).shape[0] == rows
+    if isinstance(agent, DQNAgent):  # stateless: the same actions as act(explore=False)
+        assert torch.equal(agent.eval_policy()(obs), agent.act(obs, explore=False))
+
+
+def _good_step(agent) -> list:
+    obs = torch.randn(ROWS, 4)
+    no = torch.zeros(ROWS, dtype=torch.bool)
+    return [obs, agent.act(obs), torch.ones(ROWS), torch.randn(ROWS, 4), no, no.clone()]
+
+
+_OBSERVE_CASES = {
+    # case: (argument index, bad value from a good step, error type, message fragment)
+    "float terminated": (
+        4,
+        lambda s: s[4].float(),
+        TypeError,
+        r"terminated must be boolean, got dtype torch\.float32",
+    ),
+    "numpy float truncated": (
+        5,
+        lambda s: np.zeros(ROWS),
+        TypeError,
+        r"truncated must be boolean, got dtype float64",
+    ),
+    "int terminated": (
+        4,
+        lambda s: s[4].long(),
+        TypeError,
+        r"terminated must be boolean, got dtype torch\.int64",
+    ),
+    "bool reward": (2, lambda s: s[4], TypeError, r"reward must be real numbers, got dtype torch\.bool"),
+    "reward 3 rows": (2, lambda s: s[2][:3], ValueError, r"reward has shape \(3,\), expected \(4,\)"),
+    "reward [E, 1]": (2, lambda s: s[2][:, None], ValueError, r"reward has shape \(4, 1\), expected \(4,\)"),
+    "scalar reward": (2, lambda s: 1.0, ValueError, r"reward has shape \(\), expected \(4,\)"),
+    "terminated 5 rows": (
+        4,
+        lambda s: torch.zeros(5, dtype=torch.bool),
+        ValueError,
+        r"terminated has shape \(5,\)",
+    ),
+    "next_obs 3 rows": (3, lambda s: s[3][:3], ValueError, r"next_obs has shape \(3, 4\), expected \(4, 4\)"),
+    "obs 3 rows": (0, lambda s: s[0][:3], ValueError, r"obs has shape \(3, 4\), expected \(4, 4\)"),
+    "action 3 rows": (1, lambda s: s[1][:3], ValueError, r"action has shape \(3,( \d)?\), expected \(4,"),
+}
+
+
+@pytest.mark.parametrize("case", list(_OBSERVE_CASES))
+@pytest.mark.parametrize("name", DQN_FAMILY + ["ppo", "ppo-continuous", "ppo-lstm"])
+def test_observe_refuses_wrong_shapes_and_dtypes_before_any_op(name: str, case: str) -> None:
+    """One line naming the call, the argument, what was expected and what came; nothing stored.
+    Both families refuse a float ``terminated`` (DQN's replay stores flags as bool; PPO would have
+    cast it)."""
+    agent = _family(name)
+    agent.observe(*_good_step(agent))
+    step = _good_step(agent)
+    i, bad, error, fragment = _OBSERVE_CASES[case]
+    step[i] = bad(step)
+    before = _snapshot(agent)
+    owner = "DQNAgent" if isinstance(agent, DQNAgent) else "PPOAgent"
+    with pytest.raises(error, match=rf"^{owner}\.observe: {fragment}") as info:
+        agent.observe(*step)
+    assert "\n" not in str(info.value)
+    assert _same(before, _snapshot(agent))
+    agent.observe(*_good_step(agent))  # and goes on
+
+
+def test_agent_replays_know_the_action_space_but_the_agent_adds_unchecked() -> None:
+    # The agent's own guard checked the step: its replays add with check=False (no second pass).
+    # Used directly, they check values against the space.
+    agent = _family("icm")
+    assert agent.buffer.num_actions == 3 and agent.icm_buffer.num_actions == 3
+    assert _family("factored").buffer.num_actions == (3, 2)
+    calls = []
+    for buf in (agent.buffer, agent.icm_buffer):
+        buf.inputs.obs = lambda *a: calls.append(a)  # type: ignore[method-assign]
+    agent.observe(*_good_step(agent))
+    assert calls == [] and len(agent.buffer) == ROWS
+    direct = DQNAgent(OBS, DISCRETE, dqn_preset("dqn", **DQN_SMALL), num_envs=ROWS).buffer
+    step = _good_step(_family("dqn"))
+    step[1] = torch.tensor([0, 3, 0, 0])
+    with pytest.raises(ValueError, match=r"ReplayBuffer\.add: action\[1\] = 3 is outside Discrete\(3\)"):
+        direct.add(*step)
+
+
+@pytest.mark.parametrize("name", ["dqn", "ppo"])
+def test_observe_checks_numpy_and_list_steps_too(name: str) -> None:
+    agent = _family(name)
+    obs = np.zeros((ROWS, 4), np.float32)
+    action = agent.act(obs).numpy()
+    no = np.zeros(ROWS, bool)
+    owner = type(agent).__name__
+    with pytest.raises(ValueError, match=rf"{owner}\.observe: reward has shape \(3,\), expected \(4,\)"):
+        agent.observe(obs, action, np.zeros(3, np.float32), obs, no, no)
+    with pytest.raises(TypeError, match=rf"{owner}\.observe: terminated must be boolean, got dtype float32"):
+        agent.observe(obs, action, np.zeros(ROWS, np.float32), obs, no.astype(np.float32), no)
+    with pytest.raises(TypeError, match=rf"{owner}\.observe: truncated must be boolean, got dtype int64"):
+        agent.observe(obs, action, [0.0] * ROWS, obs, [False] * ROWS, [0] * ROWS)
+    with pytest.raises(
+        ValueError, match=rf"{owner}\.observe: next_obs has shape \(4, 3\), expected \(4, 4\)"
+    ):
+        agent.observe(obs, action, np.zeros(ROWS), obs[:, :3], no, no)
+    agent.observe(obs, action.tolist(), [1.0] * ROWS, obs, [False] * ROWS, no)  # lists are fine
+    assert agent.env_steps == ROWS

@@ -129,7 +129,7 @@ def test_epsilon_schedule_and_noisy_exploration() -> None:
     _fill(agent, 50)
     assert agent.epsilon() == pytest.approx(0.1)
     # with epsilon 1 the actions are uniform; greedy ones are constant for a fixed input
-    agent = _agent("dqn", eps_start=1.0, eps_end=1.0, num_envs=1)
+    agent = _agent("dqn", eps_start=1.0, eps_end=1.0, num_envs=256)  # act takes one row per env
     obs = torch.zeros(256, 4)
     acts = agent.act(obs)
     assert 0.35 < acts.float().mean().item() < 0.65  # 256 fair coins: 6 sigma is +-0.19
@@ -237,7 +237,7 @@ def _resume_matches(tmp_path, name: str, **overrides) -> None:
         assert torch.equal(ma["losses/td_loss"], mb["losses/td_loss"])
     for pa, pb in zip(a.online.parameters(), b.online.parameters(), strict=True):
         assert torch.equal(pa, pb)
-    assert torch.equal(a.act(obs), b.act(obs))
+    assert torch.equal(a.act(obs[: a.num_envs]), b.act(obs[: b.num_envs]))
 
 
 @pytest.mark.parametrize("name", ["dqn", "rainbow", "qrdqn"])

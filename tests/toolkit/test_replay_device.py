@@ -194,10 +194,12 @@ def test_device_staging_checks_shapes_and_dtypes_without_reading_values() -> Non
         with pytest.raises(error, match=match):
             buf.add(*args)
     assert buf.steps == 0 and buf.pending == 0
+    buf.inputs.mode = "deferred"  # the value checks of a CUDA buffer: a device flag, nothing read
     with HostReads():
         for s in tensor_stream(6, 2, 3):
             buf.add(*s)
     assert len(buf) == 8 and buf.steps == 6
+    buf.check_inputs()  # every value was fine
     with pytest.raises(ValueError, match="staging must be one of"):
         ReplayBuffer(8, OBS, staging="gpu")
 

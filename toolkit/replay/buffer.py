@@ -22,6 +22,14 @@ Two staging modes (``staging=`` of the constructor) decide how the n-step window
   modes store the same set of transitions (tested); they differ only in when (and so in which
   order) a transition whose window an episode end closed early enters the ring.
 
+Values are checked too (``check=True``, the default of ``add``/``extend``): NaN/inf observations,
+next observations and rewards, and actions outside ``[0, num_actions)`` (when the buffer knows
+``num_actions``; floating actions must be finite) are refused by the buffer's
+:class:`~tritonrl.toolkit.checks.InputGuard` (:attr:`ReplayBuffer.inputs`): host inputs at once,
+before anything is stored; tensors on an accelerator without a host read, into a device-side flag
+that :meth:`ReplayBuffer.check_inputs` reads. An agent whose own guard checked the step passes
+``check=False``.
+
 Each mode is a strategy object of :mod:`tritonrl.toolkit.replay.staging` that the buffer holds;
 saved states are checked and written by :mod:`tritonrl.toolkit.replay.state`.
 """
@@ -30,13 +38,21 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import torch
 from tritonrl.kernels.validate import check_int
-from tritonrl.toolkit.checks import check_memory
+from tritonrl.toolkit.checks import InputGuard, check_memory
 from tritonrl.toolkit.precision import dtype_or_default
-from tritonrl.toolkit.replay.inputs import NUMPY_DTYPES, check_fraction, check_shape, itemsize
+from tritonrl.toolkit.replay.inputs import (
+    NUMPY_DTYPES,
+    action_rule,
+    check_fraction,
+    check_shape,
+    integer_kind,
+    itemsize,
+)
 from tritonrl.toolkit.replay.staging import STAGINGS, Staging, staging_class
 from tritonrl.toolkit.replay.state import (
     FORMAT,
@@ -94,6 +110,9 @@ class ReplayBuffer:
             another floating dtype is an explicit override for experiments.
         staging: ``"host"`` or ``"device"`` (see the module docstring): where the n-step windows
             are closed, and whether ``add`` reads rewards and done flags on the host.
+        num_actions: integer actions: ``n`` (``0 <= a < n``, every entry) or, with
+            ``action_shape=(D,)``, ``D`` counts (per dimension); ``None`` (default): any integer
+            is stored. Must be ``None`` for floating actions (which must be finite).
 
     ``len()`` counts committed (sampleable) transitions in both modes; :attr:`pending` counts the
     started transitions not committed yet: in host mode the open windows, in device mode every
@@ -118,6 +137,7 @@ class ReplayBuffer:
         action_dtype: torch.dtype = torch.int64,
         obs_dtype: torch.dtype | None = None,
         staging: str = "host",
+        num_actions: int | Sequence[int] | None = None,
     ) -> None:
         strategy = staging_class(staging)
         self.staging = staging
@@ -136,6 +156,14 @@ class ReplayBuffer:
         ):
             raise TypeError(f"obs_dtype must be None, torch.uint8 or a floating dtype, got {obs_dtype!r}")
         self.obs_dtype = dtype_or_default(obs_dtype, self.device)
+        rule = action_rule(num_actions, self.action_shape, action_dtype)
+        self.num_actions = tuple(num_actions) if isinstance(num_actions, Sequence) else num_actions
+        """The action counts ``add`` checks integer actions against (``None``: unchecked)."""
+        self.inputs = InputGuard(type(self).__name__, rule, where="buffer.inputs")
+        """The value checks of ``add``/``extend`` (:class:`tritonrl.toolkit.checks.InputGuard`):
+        its ``mode`` (``"auto"``, ``"eager"``, ``"deferred"``) says when tensors on an
+        accelerator are checked."""
+        self._float_actions = action_dtype.is_floating_point
         check_memory(
             f"capacity={self._capacity}",
             self.memory_bytes(
@@ -219,32 +247,80 @@ class ReplayBuffer:
 
     # ---- ingestion -----------------------------------------------------------------------------
 
-    def add(self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any) -> None:
+    def add(
+        self,
+        obs: Any,
+        action: Any,
+        reward: Any,
+        next_obs: Any,
+        terminated: Any,
+        truncated: Any,
+        *,
+        check: bool = True,
+    ) -> None:
         """Add one vector step: every argument has leading dim ``num_envs``.
 
         Args:
-            obs: ``[E, *obs_shape]``, floating (or uint8 for a uint8 buffer), on any device.
-            action: ``[E, *action_shape]``, integer or floating as ``action_dtype``.
+            obs: ``[E, *obs_shape]``, floating (or uint8 for a uint8 buffer), on any device; finite.
+            action: ``[E, *action_shape]``, integer or floating as ``action_dtype``; integers in
+                ``[0, num_actions)`` when the buffer has ``num_actions``, floats finite.
             reward: ``[E]`` real numbers, finite.
             next_obs: like ``obs``: the real next observation (the final one at an episode end).
             terminated: ``[E]`` bool, the episode ended in a terminal state (no bootstrap).
             truncated: ``[E]`` bool, the episode was cut (bootstrap from ``next_obs``).
+            check: check the values (see :attr:`inputs`); ``False`` for a caller that checked them
+                (an agent's input guard). Shapes and dtypes are always checked.
 
         Raises:
-            ValueError / TypeError: wrong shape, dtype or non-finite reward; nothing is added.
-                In device mode only shapes and dtypes are checked (a NaN reward is stored; the
-                agents' input guards flag it on the device).
+            ValueError / TypeError: wrong shape or dtype, or (host inputs, ``check``) NaN/inf in
+                ``obs``, ``next_obs`` or ``reward`` or an action outside the range, named with the
+                first bad entry (``ReplayBuffer.add: obs[1, 2] = nan is not finite``); nothing is
+                added. Accelerator tensors are not read: their values raise in
+                :meth:`check_inputs` (the bad step is stored).
         """
+        if check:
+            self._check_values("add", obs, action, reward, next_obs)
         self._staging.add(obs, action, reward, next_obs, terminated, truncated)
 
     def extend(
-        self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any
+        self,
+        obs: Any,
+        action: Any,
+        reward: Any,
+        next_obs: Any,
+        terminated: Any,
+        truncated: Any,
+        *,
+        check: bool = True,
     ) -> None:
         """Add ``T`` vector steps at once: leading dims ``[T, num_envs]`` (step-major).
 
-        Same result as ``T`` calls of :meth:`add`. Field rules and errors as in :meth:`add`.
+        Same result as ``T`` calls of :meth:`add`. Field rules, ``check`` and errors as in
+        :meth:`add` (an entry is named ``[t, e, ...]``).
         """
+        if check:
+            self._check_values("extend", obs, action, reward, next_obs)
         self._staging.extend(obs, action, reward, next_obs, terminated, truncated)
+
+    def _check_values(self, call: str, obs: Any, action: Any, reward: Any, next_obs: Any) -> None:
+        """The value checks of :attr:`inputs`. Fields of a dtype the storage refuses are left to the
+        staging's dtype checks (a ``TypeError``, not a range error)."""
+        g = self.inputs
+        g.obs(call, "obs", obs)
+        g.obs(call, "next_obs", next_obs)
+        g.reward(call, reward)
+        if g.rule is not None and (self._float_actions or integer_kind(action)):
+            g.action(call, action)
+
+    def check_inputs(self) -> None:
+        """Raise now if a deferred value check of ``add``/``extend`` failed (one host sync when
+        checks are pending; see :attr:`inputs`).
+
+        Raises:
+            ValueError: ``"ReplayBuffer.add: obs held NaN or inf at a step since the last check
+                (deferred check on cuda:0, ...)"``. A failed check stays failed.
+        """
+        self.inputs.check()
 
     def _advance(self, count: int) -> None:
         """``count`` transitions were committed at the ring's position (the staging wrote them)."""

@@ -7,15 +7,17 @@ rewards and flags. Only metadata is read, except where a docstring says "on the 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import torch
-from tritonrl.kernels.validate import check_real
+from tritonrl.kernels.validate import check_int, check_real
+from tritonrl.toolkit.checks import ActionRule
 
 __all__ = [
     "NUMPY_DTYPES",
+    "action_rule",
     "as_numpy",
     "check_fraction",
     "check_shape",
@@ -23,6 +25,7 @@ __all__ = [
     "host_array",
     "host_vector",
     "input_tensor",
+    "integer_kind",
     "itemsize",
     "kind_rule",
     "leading_dims",
@@ -60,6 +63,47 @@ def check_shape(name: str, value: Any) -> tuple[int, ...]:
     if any(d < 1 for d in shape):
         raise ValueError(f"{name} must have positive dimensions, got {value!r}")
     return shape
+
+
+def action_rule(
+    num_actions: int | Sequence[int] | None, action_shape: tuple[int, ...], action_dtype: torch.dtype
+) -> ActionRule | None:
+    """The actions a buffer's ``add``/``extend`` accept beyond their dtype: floating actions must
+    be finite; integer actions lie in ``[0, num_actions)`` (an int: every entry; a sequence of
+    ``D`` ints with ``action_shape == (D,)``: per dimension); ``num_actions=None``: any integer.
+
+    Raises:
+        ValueError: ``num_actions`` is not a positive int or a sequence of them matching
+            ``action_shape``, or is given for floating actions.
+    """
+    if action_dtype.is_floating_point:
+        if num_actions is not None:
+            raise ValueError(f"num_actions={num_actions!r} needs an integer action_dtype, got {action_dtype}")
+        bound = np.full(max(1, int(np.prod(action_shape))), np.inf)
+        return ActionRule.box(-bound, bound, bounded=False)
+    if num_actions is None:
+        return None
+    if isinstance(num_actions, Sequence):
+        nvec = [check_int("num_actions", n, low=1) for n in num_actions]
+        if action_shape != (len(nvec),):
+            raise ValueError(
+                f"num_actions={list(nvec)} needs action_shape=({len(nvec)},), got {action_shape}"
+            )
+        return ActionRule.multidiscrete(nvec)
+    n = check_int("num_actions", num_actions, low=1)
+    if action_shape == ():
+        return ActionRule.discrete(n)
+    if len(action_shape) == 1:
+        return ActionRule.multidiscrete([n] * action_shape[0])
+    raise ValueError(f"num_actions={n} needs action_shape () or (D,), got {action_shape}")
+
+
+def integer_kind(x: Any) -> bool:
+    """``x`` (tensor, array, list or number) has an integer dtype (not bool): metadata only."""
+    dtype = x.dtype if isinstance(x, (torch.Tensor, np.ndarray)) else np.asarray(x).dtype
+    if isinstance(dtype, torch.dtype):
+        return not dtype.is_floating_point and not dtype.is_complex and dtype != torch.bool
+    return dtype.kind in "iu"
 
 
 def itemsize(dtype: torch.dtype) -> int:

@@ -153,6 +153,18 @@ class HostStaging(Staging):
     def add(self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any) -> None:
         if self.buf.n_step == 1 and self._add_one(obs, action, reward, next_obs, terminated, truncated):
             return
+        E = self.buf.num_envs  # shapes named as add takes them, before extend adds a step dim
+        for name, x, shape in (
+            ("obs", obs, self.obs_full),
+            ("action", action, self.act_full),
+            ("reward", reward, (E,)),
+            ("next_obs", next_obs, self.obs_full),
+            ("terminated", terminated, (E,)),
+            ("truncated", truncated, (E,)),
+        ):
+            got = tuple(x.shape) if isinstance(x, (torch.Tensor, np.ndarray)) else np.shape(x)
+            if got != tuple(shape):
+                raise ValueError(f"{name} must have shape {tuple(shape)}, got {got}")
         self.extend(*(with_step_dim(x) for x in (obs, action, reward, next_obs, terminated, truncated)))
 
     def _add_one(
