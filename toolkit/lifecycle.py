@@ -5,7 +5,8 @@ in what one step is, what they save and what they evaluate; everything around th
 once (CONTRIBUTING.md, "Run folders and checkpoints"):
 
 - **lock**: one writer per folder (:class:`~tritonrl.toolkit.runfolder.RunLock`), held by rank 0
-  of a data-parallel run from :meth:`RunLifecycle.begin` to :meth:`RunLifecycle.close`;
+  of a data-parallel run from :meth:`RunLifecycle.begin` to :meth:`RunLifecycle.close` (a run
+  refused before :meth:`~RunLifecycle.open` removes the lock file it created);
 - **fresh start or resume**: :meth:`~RunLifecycle.begin` says whether a checkpoint is there to
   resume; :meth:`~RunLifecycle.open` clears temporary files a kill left, then moves an earlier
   run's files aside (fresh) or trims ``metrics.csv`` to the checkpoint's step (resumed), and opens
@@ -137,6 +138,7 @@ class RunLifecycle:
         self.logger: MetricLogger | None = None
         self.t_saved = time.perf_counter()
         self._lock = RunLock(self.run_dir) if self.run_dir is not None else None
+        self._opened = False  # open() prepared the folder: from then on the run has written to it
 
     # -- lock, fresh start or resume ---------------------------------------------------------------
 
@@ -189,6 +191,7 @@ class RunLifecycle:
             return
 
         def prepare() -> None:
+            self._opened = True  # from here on the run changes the folder: its lock file stays
             for name in dict.fromkeys((ckpt.name, "metrics.csv", *self.run_files)):
                 if not any(c in name for c in "*?["):  # a kill during an earlier write of that file
                     remove_stale_temps(run_dir / name)
@@ -224,11 +227,13 @@ class RunLifecycle:
         self.checkpoint_step = step
 
     def close(self) -> None:
-        """Close the logger and release the lock (both idempotent)."""
+        """Close the logger and release the lock (both idempotent). A run refused between
+        :meth:`begin` and :meth:`open` (a checkpoint that does not load, another run's settings)
+        wrote nothing: the lock file and the folders the lock created are removed too."""
         if self.logger is not None:
             self.logger.close()
         if self._lock is not None:
-            self._lock.release()  # a no-op on the ranks that never acquired it
+            self._lock.release(undo=not self._opened)  # a no-op on the ranks that never acquired it
 
     def __enter__(self) -> RunLifecycle:
         return self

@@ -4,7 +4,8 @@
 whole run and writes the holder's PID, host name and start time into it; a second trainer on the
 same folder gets :class:`RunFolderBusy` naming the holder. The operating system releases the lock
 when its holder exits, however it exits (a ``kill -9`` included), so a stale ``.lock`` file never
-blocks anyone.
+blocks anyone. A run refused before it wrote anything (``release(undo=True)``) removes the lock
+file and the folders it created.
 
 :func:`move_aside` clears the way for a fresh run in a folder that holds files of an earlier one
 (a run killed before its first checkpoint, or a fresh start over a finished run): they move into
@@ -76,38 +77,61 @@ class RunLock:
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / LOCK_NAME
         self._fd: int | None = None
+        self._made: list[Path] = []  # what acquire created: the folders (outermost first), then the file
 
     def acquire(self) -> RunLock:
-        """Take the lock or raise :class:`RunFolderBusy` at once (never waits)."""
+        """Take the lock or raise :class:`RunFolderBusy` at once (never waits).
+
+        The lock is the file's inode at ``path`` once locked: a lock file that its holder removed
+        meanwhile (:meth:`release` with ``undo``) is opened again, so two processes never hold
+        two files of one name.
+        """
         if self._fd is not None:
             return self
+        made = [p for p in (self.run_dir, *self.run_dir.parents) if not p.exists()][::-1]
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        if fcntl is not None:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = os.read(fd, 4096).decode(errors="replace").strip() or "another process"
-                os.close(fd)
-                raise RunFolderBusy(f"{self.run_dir} is in use by {holder}") from None
-            except OSError:
-                os.close(fd)
-                raise
+        for _ in range(100):  # a holder removing the file between our open and flock: open again
+            fd, created = _open_lock(self.path)
+            if fcntl is not None:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    holder = os.read(fd, 4096).decode(errors="replace").strip() or "another process"
+                    os.close(fd)
+                    raise RunFolderBusy(f"{self.run_dir} is in use by {holder}") from None
+                except OSError:
+                    os.close(fd)
+                    _remove([self.path] if created else [], made)
+                    raise
+            if _same_file(fd, self.path):
+                break
+            os.close(fd)  # the file we locked was removed by its last holder: not the lock any more
+        else:
+            raise RunFolderBusy(f"{self.run_dir}: its lock file keeps being replaced")
         started = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
         os.ftruncate(fd, 0)
         os.write(fd, f"process {os.getpid()} on host {socket.gethostname()} (started {started})\n".encode())
         self._fd = fd
+        self._made = [*made, self.path] if created else made
         return self
 
-    def release(self) -> None:
-        """Let the lock go (the file stays: removing it would race with a process opening it)."""
+    def release(self, *, undo: bool = False) -> None:
+        """Let the lock go. The file stays (emptied), unless ``undo``: then the lock file and the
+        folders :meth:`acquire` created go too, removed while still locked (a refused run leaves
+        nothing behind; a process that opened the old file meanwhile sees it replaced and opens
+        the new one). A folder that is no longer empty stays."""
         if self._fd is None:
             return
         fd, self._fd = self._fd, None
-        try:
-            os.ftruncate(fd, 0)
-        except OSError:
-            pass
+        made, self._made = self._made, []
+        if undo and made:
+            files = [p for p in made if p == self.path]
+            _remove(files, [p for p in made if p != self.path])
+        else:
+            try:
+                os.ftruncate(fd, 0)
+            except OSError:
+                pass
         if fcntl is not None:
             fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
@@ -117,6 +141,43 @@ class RunLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def _open_lock(path: Path) -> tuple[int, bool]:
+    """``path`` opened for reading and writing, and whether this call created it."""
+    while True:
+        try:
+            return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644), True
+        except FileExistsError:
+            pass
+        try:
+            return os.open(path, os.O_RDWR), False
+        except FileNotFoundError:  # removed between the two opens: create it
+            continue
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether ``path`` still names the file open as ``fd``."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    mine = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino)
+
+
+def _remove(files: list[Path], folders: list[Path]) -> None:
+    """Remove ``files``, then ``folders`` innermost first while they are empty (never raises)."""
+    for f in files:
+        try:
+            f.unlink(missing_ok=True)
+        except OSError:
+            pass
+    for d in reversed(folders):
+        try:
+            d.rmdir()
+        except OSError:
+            break
 
 
 def move_aside(run_dir: str | Path, names: tuple[str, ...] = RUN_FILES) -> Path | None:

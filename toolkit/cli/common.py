@@ -4,6 +4,9 @@ the run folder's checks and the signal handling.
 
 Both follow one set of rules: bad input is one ``error:`` line and exit status 2 before anything
 is written (:class:`UsageError`; the run folder's write probe, :func:`probe_run_dir`, last); an
+empty or impossible ``--run-dir`` is refused (:func:`run_dir_from_flag`); what would not fit in
+memory is refused before it is allocated (:func:`check_fits`, :func:`count_parameters`, and
+:func:`refuse_failed_allocation` for what no estimate foresaw); an
 existing checkpoint is never overwritten without ``--resume`` (:func:`check_no_overwrite`);
 SIGINT / SIGTERM set a flag the training loop polls (:func:`stop_on_signals`), and the command
 exits with 130 / 143 after saving a checkpoint (:func:`report_interrupted`).
@@ -34,13 +37,17 @@ __all__ = [
     "add_seed_device_flags",
     "add_set_flag",
     "check_no_overwrite",
+    "check_fits",
     "check_range",
     "check_run_dir_path",
     "check_threads",
+    "count_parameters",
     "parse_device",
     "parse_overrides",
     "probe_run_dir",
+    "refuse_failed_allocation",
     "report_interrupted",
+    "run_dir_from_flag",
     "stop_on_signals",
 ]
 
@@ -184,6 +191,18 @@ def check_run_dir_path(name: str) -> None:
         raise UsageError(f"--run-dir {name} cannot be checked: {exc.strerror or exc}") from None
 
 
+def run_dir_from_flag(value: str | None, default: Path) -> Path:
+    """The run folder of ``--run-dir value`` (``None``: not given, ``default``), checked by
+    :func:`check_run_dir_path` on the text as typed (``Path("")`` would be the current folder).
+
+    Raises:
+        UsageError: empty, a NUL character, a file (or a path under one), or not searchable.
+    """
+    text = value if value is not None else str(default)
+    check_run_dir_path(text)
+    return Path(text)
+
+
 def probe_run_dir(run_dir: Path) -> None:
     """Create ``run_dir`` and write, fsync and remove a probe file in it; undo the folders made on failure.
 
@@ -246,6 +265,127 @@ def check_no_overwrite(ckpt: Path, resume: bool) -> bool:
             "choose another --run-dir"
         )
     return True
+
+
+# ----------------------------------------------------------------------------- memory
+
+MAX_PARAMETER_TENSORS = 10_000
+"""Most parameter and buffer tensors :func:`count_parameters` lets a model register (a deep
+Transformer has a few thousand): past it a layer count is a typo, and building on, even on the meta
+device, would take minutes."""
+
+
+class _TooManyTensors(Exception):
+    pass
+
+
+def count_parameters(build: Callable[[torch.device], torch.nn.Module], what: str) -> int | None:
+    """The number of parameter and buffer elements of ``build(torch.device("meta"))``: shapes only,
+    no memory (a ``--set hidden=10000000000`` model costs nothing to count).
+
+    Returns ``None`` when the model cannot be built on the meta device for another reason than
+    its arguments (the real build then says what it says).
+
+    Raises:
+        UsageError: ``what: ...`` for arguments the build refuses (``TypeError``, ``ValueError``),
+            a tensor of more elements than an int64 counts, or more than
+            :data:`MAX_PARAMETER_TENSORS` tensors (the build is stopped there).
+    """
+    from torch.nn.modules.module import (
+        register_module_buffer_registration_hook,
+        register_module_parameter_registration_hook,
+    )
+
+    registered = 0
+
+    def count(module: torch.nn.Module, name: str, tensor: Any) -> None:
+        nonlocal registered
+        del module, name, tensor
+        registered += 1
+        if registered > MAX_PARAMETER_TENSORS:
+            raise _TooManyTensors
+
+    hooks = [
+        register_module_parameter_registration_hook(count),
+        register_module_buffer_registration_hook(count),
+    ]
+    try:
+        model = build(torch.device("meta"))
+    except _TooManyTensors:
+        raise UsageError(
+            f"{what}: more than {MAX_PARAMETER_TENSORS:,} parameter tensors (a layer count that large "
+            "cannot train)"
+        ) from None
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"{what}: {exc}") from None
+    except RuntimeError as exc:
+        if "overflow" in str(exc):  # more elements than an int64 counts: no machine holds it
+            raise UsageError(f"{what}: a tensor too large to exist ({exc})") from None
+        return None  # an op the meta device lacks: no estimate
+    except Exception:  # the same: no estimate
+        return None
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return sum(t.numel() for t in (*model.parameters(), *model.buffers()))
+
+
+def check_fits(
+    what: str, device_parts: dict[str, int], host_parts: dict[str, int], device: torch.device
+) -> None:
+    """Refuse, before allocating, ``device_parts`` (bytes on ``device``) and ``host_parts`` (bytes
+    in host memory) that do not fit in the free memory (one check of both on a CPU device).
+
+    Raises:
+        UsageError: ``"<what> needs X (part a, ...) on cpu; this machine has Y available"``.
+    """
+    from tritonrl.toolkit.checks import check_memory
+
+    try:
+        if device.type == "cpu":
+            check_memory(what, {**host_parts, **device_parts}, device)
+        else:
+            check_memory(what, host_parts, "cpu")
+            check_memory(what, device_parts, device)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+_ASKED = re.compile(
+    r"tried to allocate (\d+ bytes|[\d.]+ [KMGTP]i?B)|unable to allocate ([\d.]+ [KMGTP]i?B)", re.IGNORECASE
+)
+
+
+@contextmanager
+def refuse_failed_allocation(what: str, device: torch.device) -> Iterator[None]:
+    """Turn an allocation that fails inside the block (``MemoryError``, torch's out-of-memory error
+    or its CPU allocator's ``RuntimeError``) into a :class:`UsageError`: what no estimate foresaw is
+    still refused in one line, before anything is written. Other exceptions pass.
+
+    Raises:
+        UsageError: ``"<what> needs X for one allocation on cpu; this machine has Y available"``.
+    """
+    from tritonrl.toolkit.checks import available_memory, format_bytes
+
+    try:
+        yield
+    except (MemoryError, RuntimeError) as exc:
+        text = str(exc)
+        if not isinstance(exc, (MemoryError, torch.cuda.OutOfMemoryError)) and not (
+            "can't allocate memory" in text or "out of memory" in text
+        ):
+            raise
+        found = _ASKED.search(text)
+        asked = next((g for g in found.groups() if g), "") if found else ""
+        if asked.endswith(" bytes"):
+            asked = format_bytes(int(asked.split()[0]))
+        free = available_memory(device)
+        where = "this machine" if device.type == "cpu" else str(device)
+        has = (
+            f"{where} has {format_bytes(free)} available" if free is not None else f"{where} is out of memory"
+        )
+        need = f"needs {asked} for one allocation" if asked else "does not fit in memory"
+        raise UsageError(f"{what} {need} on {device.type}; {has}") from None
 
 
 # ----------------------------------------------------------------------------- signals

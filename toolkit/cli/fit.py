@@ -28,10 +28,12 @@ from __future__ import annotations
 
 import argparse
 import ast
+import inspect
 import json
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,15 +45,18 @@ from tritonrl.toolkit.cli.common import (
     add_run_folder_flags,
     add_seed_device_flags,
     add_set_flag,
+    check_fits,
     check_no_overwrite,
     check_range,
-    check_run_dir_path,
     check_threads,
+    count_parameters,
     default_run_dir,
     parse_device,
     parse_overrides,
     probe_run_dir,
+    refuse_failed_allocation,
     report_interrupted,
+    run_dir_from_flag,
     stop_on_signals,
 )
 from tritonrl.toolkit.distributed import DistContext, DistributedError
@@ -63,6 +68,7 @@ from tritonrl.toolkit.forecast import (
     FitConfig,
     FitError,
     WindowData,
+    check_length,
     fit,
     format_report,
     load_windows,
@@ -140,26 +146,69 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     return p
 
 
-def _model_kwargs(items: list[str]) -> dict[str, Any]:
-    """``--set KEY=VALUE`` as keyword arguments (Python literals; anything else stays a string)."""
+_RESERVED = ("window", "num_features", "horizon", "num_targets", "device", "dtype")
+"""Constructor arguments the command passes itself (``--window``, ``--horizon``, the data, ``--device``)."""
+
+
+def _model_kwargs(items: list[str], cls: type, model: str) -> dict[str, Any]:
+    """``--set KEY=VALUE`` as keyword arguments of ``cls`` (Python literals; anything else stays a
+    string), each a parameter of its constructor with a value of the annotated type.
+
+    Raises:
+        UsageError: a key the constructor does not take (its hyperparameters listed) or one the
+            command sets itself, or a value of another type than the annotation's.
+    """
+    params = dict(inspect.signature(cls).parameters)
+    open_ended = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    known = [k for k, p in params.items() if p.kind in named and k not in _RESERVED]
     out: dict[str, Any] = {}
     for key, text in parse_overrides(items).items():
-        if not key.isidentifier() or key in (
-            "window",
-            "num_features",
-            "horizon",
-            "num_targets",
-            "device",
-            "dtype",
-        ):
+        if not key.isidentifier() or key in _RESERVED:
             raise UsageError(
                 f"--set {key}=...: not a model hyperparameter (window, horizon: their own flags)"
             )
+        if key not in known and not open_ended:
+            raise UsageError(
+                f"--set {key}=...: model {model!r} has no hyperparameter {key!r}; its hyperparameters: "
+                f"{', '.join(known) or 'none'}"
+            )
         try:
-            out[key] = ast.literal_eval(text)
-        except (ValueError, SyntaxError):
-            out[key] = text
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            value = text
+        out[key] = _typed(model, key, text, value, params[key].annotation if key in params else None)
     return out
+
+
+_TYPES: dict[str, Callable[[Any], bool]] = {
+    "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "float": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+    "bool": lambda v: isinstance(v, bool),
+    "str": lambda v: isinstance(v, str),
+    "None": lambda v: v is None,
+}
+
+
+def _typed(model: str, key: str, text: str, value: Any, annotation: Any) -> Any:
+    """``value`` if it has a type of ``annotation`` (``"int"``, ``"float | None"``, ...; anything
+    else is not checked here), ``text`` itself for a ``str`` one.
+
+    Raises:
+        UsageError: ``--set KEY=TEXT: model M takes int for KEY, got str``.
+    """
+    names = annotation.__name__ if isinstance(annotation, type) else annotation
+    kinds = [n.strip() for n in names.split("|")] if isinstance(names, str) else []
+    if not kinds or any(k not in _TYPES for k in kinds):
+        return value
+    if any(_TYPES[k](value) for k in kinds):
+        return value
+    if "str" in kinds:
+        return text
+    raise UsageError(
+        f"--set {key}={text}: model {model!r} takes {' or '.join(kinds)} for {key}, got "
+        f"{type(value).__name__} {value!r}"
+    )
 
 
 def _default_run_dir(args: argparse.Namespace) -> Path:
@@ -173,11 +222,33 @@ def _prepare(
     probe last, on rank 0 alone); several ranks: the data on ``ctx.device``.
 
     Raises:
-        UsageError: the first bad argument.
+        UsageError: the first bad argument, or a model or data that would not fit in memory.
     """
-    from tritonrl.toolkit.checkpoint import CheckpointError, load_checkpoint
-    from tritonrl.toolkit.checks import MAX_SEED
     from tritonrl.toolkit.cli.registry import forecasters
+
+    device, config = _check_flags(args, ctx)
+    run_dir = run_dir_from_flag(args.run_dir, _default_run_dir(args))
+    registry = forecasters()
+    if args.model not in registry:
+        known = ", ".join(sorted(registry)) or "none registered"
+        raise UsageError(f"unknown model {args.model!r}; known models: {known} (`tritonrl fit --list`)")
+    kwargs = _model_kwargs(args.overrides, registry[args.model], args.model)
+    meta = {"data_spec": args.data, "model_kwargs": json.dumps(kwargs, sort_keys=True, default=str)}
+    _check_resume(args, run_dir / CHECKPOINT_NAME, meta)
+    torch.set_num_threads(args.threads)
+    model, windows = _build(args, registry[args.model], kwargs, device, config)
+    if ctx.is_main:
+        probe_run_dir(run_dir)  # last: the only check that writes (and it leaves nothing behind)
+    return model, windows, config, run_dir, meta
+
+
+def _check_flags(args: argparse.Namespace, ctx: DistContext) -> tuple[torch.device, FitConfig]:
+    """The device and the :class:`FitConfig` of the flags, each checked in the CLI's wording.
+
+    Raises:
+        UsageError: the first bad flag.
+    """
+    from tritonrl.toolkit.checks import MAX_SEED
 
     if not args.model:
         raise UsageError("--model is required (`tritonrl fit --list` lists the forecasters)")
@@ -214,50 +285,123 @@ def _prepare(
             raise UsageError(str(exc)) from None
     if config.season > args.window:
         raise UsageError(f"--season {config.season} is longer than the window {args.window}")
-    kwargs = _model_kwargs(args.overrides)
-    run_dir = Path(args.run_dir) if args.run_dir is not None else _default_run_dir(args)
-    check_run_dir_path(str(run_dir))
-    registry = forecasters()
-    if args.model not in registry:
-        known = ", ".join(sorted(registry)) or "none registered"
-        raise UsageError(f"unknown model {args.model!r}; known models: {known} (`tritonrl fit --list`)")
-    meta = {"data_spec": args.data, "model_kwargs": json.dumps(kwargs, sort_keys=True, default=str)}
-    ckpt = run_dir / CHECKPOINT_NAME
-    if check_no_overwrite(ckpt, args.resume):
-        try:
-            saved = load_checkpoint(ckpt, tensors=False)
-        except CheckpointError as exc:
-            raise UsageError(str(exc)) from None
-        if not isinstance(saved, dict) or saved.get("format") != FIT_FORMAT:
-            raise UsageError(f"{ckpt}: not a forecaster training checkpoint (`tritonrl fit` writes those)")
-        saved_meta: dict[str, Any] = saved["meta"] if isinstance(saved.get("meta"), dict) else {}
-        mine = {
-            "model": args.model,
-            "window": str(args.window),
-            "horizon": str(args.horizon),
-            "target": args.target,
-            **meta,
-        }
-        for key, value in mine.items():
-            if saved_meta.get(key) != value:
-                raise UsageError(
-                    f"{ckpt} was made with {key}={saved_meta.get(key)!r}, this run has {value!r}"
-                )
-    torch.set_num_threads(args.threads)
+    return device, config
+
+
+def _check_resume(args: argparse.Namespace, ckpt: Path, meta: dict[str, str]) -> None:
+    """With a checkpoint in the run folder: ``--resume`` given, and the checkpoint's header made by
+    ``fit`` with this model, window, horizon, target, data and hyperparameters.
+
+    Raises:
+        UsageError: no ``--resume``, an unreadable or foreign checkpoint, another run's identity.
+    """
+    from tritonrl.toolkit.checkpoint import CheckpointError, load_checkpoint
+
+    if not check_no_overwrite(ckpt, args.resume):
+        return
     try:
-        windows = load_windows(args.data, args.window, args.horizon, target=args.target, device=device)
-    except ValueError as exc:
+        saved = load_checkpoint(ckpt, tensors=False)
+    except CheckpointError as exc:
         raise UsageError(str(exc)) from None
-    torch.manual_seed(config.seed)  # the model's initialisation
+    if not isinstance(saved, dict) or saved.get("format") != FIT_FORMAT:
+        raise UsageError(f"{ckpt}: not a forecaster training checkpoint (`tritonrl fit` writes those)")
+    saved_meta: dict[str, Any] = saved["meta"] if isinstance(saved.get("meta"), dict) else {}
+    mine = {
+        "model": args.model,
+        "window": str(args.window),
+        "horizon": str(args.horizon),
+        "target": args.target,
+        **meta,
+    }
+    for key, value in mine.items():
+        if saved_meta.get(key) != value:
+            raise UsageError(f"{ckpt} was made with {key}={saved_meta.get(key)!r}, this run has {value!r}")
+
+
+def _build(
+    args: argparse.Namespace, cls: type, kwargs: dict[str, Any], device: torch.device, config: FitConfig
+) -> tuple[Any, tuple[WindowData, WindowData, WindowData]]:
+    """The model and the windows, after counting the model's parameters on the meta device and
+    refusing what would not fit in memory (:func:`_check_memory`).
+
+    Raises:
+        UsageError: bad hyperparameters or data, or a model or data too large for this machine.
+    """
+    from tritonrl.toolkit.envs.market import FEATURES, source_bars
+    from tritonrl.toolkit.precision import PrecisionError, training_dtype
+
+    what = f"model {args.model!r}"
+
+    def make(on: torch.device) -> Any:
+        return cls(args.window, len(FEATURES), args.horizon, 1, device=on, **kwargs)
+
+    params = count_parameters(make, what)
     try:
-        model = registry[args.model](
-            args.window, windows[0].num_features, args.horizon, 1, device=device, **kwargs
-        )
-    except (TypeError, ValueError) as exc:
-        raise UsageError(f"model {args.model!r}: {exc}") from None
-    if ctx.is_main:
-        probe_run_dir(run_dir)  # last: the only check that writes (and it leaves nothing behind)
-    return model, windows, config, run_dir, meta
+        dtype = training_dtype(device)
+        with refuse_failed_allocation(f"--data {args.data}", torch.device("cpu")):
+            bars = source_bars(args.data)  # a synthetic source too large for memory is refused before
+        check_length(bars, args.window, args.horizon)
+    except (ValueError, PrecisionError) as exc:
+        raise UsageError(str(exc)) from None
+    _check_memory(args, len(bars), params, device, dtype, config.batch_size)
+    with refuse_failed_allocation(f"--model {args.model}{_sets(args)} on --data {args.data}", device):
+        try:
+            windows = load_windows(bars, args.window, args.horizon, target=args.target, device=device)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        torch.manual_seed(config.seed)  # the model's initialisation
+        try:
+            model = make(device)
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"{what}: {exc}") from None
+    return model, windows
+
+
+def _sets(args: argparse.Namespace) -> str:
+    """The ``--set`` items as typed (`` --set hidden=32``), for messages."""
+    return "".join(f" --set {item}" for item in args.overrides)
+
+
+def _check_memory(
+    args: argparse.Namespace,
+    bars: int,
+    params: int | None,
+    device: torch.device,
+    dtype: torch.dtype,
+    batch: int,
+) -> None:
+    """Refuse a run whose data, model and batch would not fit in memory, naming the flag of the
+    largest part.
+
+    Counted: the upload of ``bars`` bars (:func:`~tritonrl.toolkit.envs.market.upload_memory`),
+    the targets and window indices (f32 targets and their normalised copy, the int64 window ends
+    and the epoch's shuffle, per bar), one batch of input windows, and for ``params`` parameters
+    (``None``: not counted) the weights, gradients and best weights in ``dtype``, the AdamW
+    moments (f32; bf16 weights add f32 masters and their gradients) and the checkpoint's host copy.
+    Activations are not counted.
+
+    Raises:
+        UsageError: ``"<flag> needs X (...) on cpu; this machine has Y available"``.
+    """
+    from tritonrl.toolkit.envs.market import FEATURES, upload_memory
+
+    item = dtype.itemsize
+    upload_host, upload_device = upload_memory(bars, dtype)
+    host = {"preparing the data": sum(upload_host.values())}
+    on_device = {"the data": sum(upload_device.values()) + bars * (2 * 4 + 2 * 8)}
+    on_device["a batch"] = min(batch, bars) * args.window * len(FEATURES) * item
+    if params is not None:
+        masters = 2 * 4 if item < 4 else 0  # f32 master weights and their gradients
+        # weights, gradients and best weights in dtype; the AdamW moments in f32
+        on_device["the model and its optimizer"] = params * (3 * item + 2 * 4 + masters)
+        host["its checkpoint"] = params * (2 * item + 2 * 4 + masters // 2)
+    model = on_device.get("the model and its optimizer", 0) + host.get("its checkpoint", 0)
+    flags = {
+        f"--data {args.data}": host["preparing the data"] + on_device["the data"],
+        f"--model {args.model}{_sets(args)} ({params or 0:,} parameters)": model,
+        f"--batch-size {batch} --window {args.window}": on_device["a batch"],
+    }
+    check_fits(max(flags, key=lambda k: flags[k]), on_device, host, device)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -38,13 +38,14 @@ from tritonrl.toolkit.cli.common import (
     add_set_flag,
     check_no_overwrite,
     check_range,
-    check_run_dir_path,
     check_threads,
     default_run_dir,
     parse_device,
     parse_overrides,
     probe_run_dir,
+    refuse_failed_allocation,
     report_interrupted,
+    run_dir_from_flag,
     stop_on_signals,
 )
 
@@ -143,7 +144,7 @@ def _validate(args: argparse.Namespace) -> None:
     parse_device(args.device)
     check_threads(args.threads)
     check_range("--num-envs", args.num_envs, 1, MAX_ENVS)
-    check_run_dir_path(args.run_dir if args.run_dir is not None else str(_default_run_dir(args)))
+    run_dir_from_flag(args.run_dir, _default_run_dir(args))
     check_range("--checkpoint-every", args.checkpoint_every, 0, why=" (0: at the end only)")
     if not (math.isfinite(args.checkpoint_minutes) and args.checkpoint_minutes >= 0):
         raise UsageError(f"--checkpoint-minutes must be a finite number >= 0, got {args.checkpoint_minutes}")
@@ -281,7 +282,7 @@ def _plan(args: argparse.Namespace, ctx: Any) -> _Plan:
         local_envs = ctx.shard(num_envs, "--num-envs")  # this rank's environments
     except DistributedError as exc:
         raise UsageError(str(exc)) from None
-    run_dir = Path(args.run_dir) if args.run_dir is not None else _default_run_dir(args)
+    run_dir = run_dir_from_flag(args.run_dir, _default_run_dir(args))
     return _Plan(
         spec=spec,
         overrides=overrides,
@@ -353,16 +354,17 @@ def _make_env(
     try:
         if not plan.market:
             return make_vec_env(args.env, plan.local_envs, plan.env_seed, device=plan.device), None
-        run = _market_run(
-            args,
-            plan.spec,
-            overrides,
-            saved_config,
-            plan.steps,
-            plan.local_envs,
-            plan.device,
-            seed=plan.env_seed,
-        )
+        with refuse_failed_allocation(f"--env {args.env}", plan.device):  # what no estimate foresaw
+            run = _market_run(
+                args,
+                plan.spec,
+                overrides,
+                saved_config,
+                plan.steps,
+                plan.local_envs,
+                plan.device,
+                seed=plan.env_seed,
+            )
         env_json = json.dumps(run.env_config.to_dict(), sort_keys=True)
         plan.meta += (("market_env", env_json),)
         if saved_config is not None and saved_meta.get("market_env") != env_json:
@@ -393,18 +395,20 @@ def _make_agent(
     """
     from tritonrl.toolkit.config import config_changes, fixed_changes, format_change
 
+    sets = " ".join(f"--set {item}" for item in args.overrides) or "the preset's sizes"
     try:
-        agent = plan.spec.build(
-            env.single_observation_space,
-            env.single_action_space,
-            num_envs=plan.local_envs,
-            device=plan.device,
-            seed=args.seed,
-            total_steps=plan.steps,
-            overrides=overrides,
-            config=saved_config,
-            dist=ctx,
-        )
+        with refuse_failed_allocation(sets, plan.device):  # what no estimate foresaw
+            agent = plan.spec.build(
+                env.single_observation_space,
+                env.single_action_space,
+                num_envs=plan.local_envs,
+                device=plan.device,
+                seed=args.seed,
+                total_steps=plan.steps,
+                overrides=overrides,
+                config=saved_config,
+                dist=ctx,
+            )
         before = None if saved_config is None else type(agent.config).from_dict(saved_config)
     except (ValueError, TypeError) as exc:
         env.close()

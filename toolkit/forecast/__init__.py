@@ -24,6 +24,7 @@ from tritonrl.toolkit.forecast.windows import (
     CHANGE_TARGETS,
     Normalizer,
     WindowData,
+    check_length,
     load_windows,
     target_series,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "Normalizer",
     "WindowData",
     "baselines",
+    "check_length",
     "evaluate",
     "fit",
     "format_report",

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["CHANGE_TARGETS", "Normalizer", "WindowData", "load_windows", "target_series"]
+__all__ = ["CHANGE_TARGETS", "Normalizer", "WindowData", "check_length", "load_windows", "target_series"]
 
 CHANGE_TARGETS = frozenset({"log_return", "return"})
 """Targets that are changes: their no-change forecast is 0. Every other target is a level (``close``,
@@ -201,6 +201,22 @@ class WindowData:
         return torch.zeros(idx.shape[0], self.horizon, 1, device=self.device)
 
 
+def check_length(bars: Any, window: int, horizon: int) -> None:
+    """Whether ``bars`` (:class:`~tritonrl.toolkit.envs.market.Bars`) are long enough for windows of
+    ``window`` bars forecasting ``horizon`` ahead (checked before anything is uploaded).
+
+    Raises:
+        ValueError: ``window`` or ``horizon`` below 1, or fewer than ``window + horizon + 2`` bars.
+    """
+    if window < 1 or horizon < 1:
+        raise ValueError(f"window={window} and horizon={horizon} must be >= 1")
+    if len(bars) < window + horizon + 2:
+        raise ValueError(
+            f"{bars.name!r} has {len(bars)} bars, too few for window + horizon = {window} + {horizon} "
+            "in each of three splits"
+        )
+
+
 def load_windows(
     source: Any,
     window: int,
@@ -221,13 +237,7 @@ def load_windows(
     from tritonrl.toolkit.envs.market import compute_features, source_bars, split, upload
 
     bars = source_bars(source) if isinstance(source, str) else source
-    if window < 1 or horizon < 1:
-        raise ValueError(f"window={window} and horizon={horizon} must be >= 1")
-    if len(bars) < window + horizon + 2:
-        raise ValueError(
-            f"{bars.name!r} has {len(bars)} bars, too few for window + horizon = {window} + {horizon} "
-            "in each of three splits"
-        )
+    check_length(bars, window, horizon)
     data = upload(bars, device, dtype=dtype)
     host = None if target in ("log_return", "close") else compute_features(bars)
     values = target_series(data, target, host)

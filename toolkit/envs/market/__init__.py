@@ -1,6 +1,7 @@
 """Market data, a batched trading environment on the device, and the gym-anytrading compatibility env.
 
-See :mod:`tritonrl.toolkit.envs.market.data` (bars, features, the one upload cast, splits by time).
+See :mod:`tritonrl.toolkit.envs.market.data` (bars, features, the one upload cast, splits by time)
+and :mod:`tritonrl.toolkit.envs.market.csvbars` (bars from a CSV file).
 """
 
 import importlib
@@ -16,6 +17,7 @@ from tritonrl.toolkit.envs.market.data import (
     split,
     synthetic_bars,
     upload,
+    upload_memory,
 )
 from tritonrl.toolkit.envs.market.types import Bars, MarketData
 
@@ -42,6 +44,7 @@ __all__ = [
     "split",
     "synthetic_bars",
     "upload",
+    "upload_memory",
     *_LAZY,
 ]
 

@@ -1,24 +1,26 @@
 """Market data: bar sources, causal features, the one upload cast, and splits by time.
 
 Sources yield host :class:`~tritonrl.toolkit.envs.market.types.Bars`: :func:`load_csv` (any OHLCV
-file), :func:`synthetic_bars` (seeded regime-switching GBM, optionally with planted AR(1)
-returns), :func:`anytrading_bars` (the two series gym-anytrading ships) and :func:`source_bars`
-(the ``market:...`` spec of ``--env``). :func:`compute_features` turns bars into the
-:data:`FEATURES` on the host; :func:`upload` moves them to a device with one cast to the training
-dtype; :func:`split` cuts train / validation / test periods by time.
+file; :mod:`tritonrl.toolkit.envs.market.csvbars`), :func:`synthetic_bars` (seeded
+regime-switching GBM, optionally with planted AR(1) returns), :func:`anytrading_bars` (the two
+series gym-anytrading ships) and :func:`source_bars` (the ``market:...`` spec of ``--env``).
+:func:`compute_features` turns bars into the :data:`FEATURES` on the host; :func:`upload` moves
+them to a device with one cast to the training dtype; :func:`split` cuts train / validation /
+test periods by time. A synthetic source or an upload that would not fit in the free memory is
+refused before it is allocated.
 """
 
 from __future__ import annotations
 
-import csv
 import importlib.util
 import math
 from collections.abc import Sequence
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 import torch
+from tritonrl.toolkit.checks import check_memory
+from tritonrl.toolkit.envs.market.csvbars import load_csv
 from tritonrl.toolkit.envs.market.types import Bars, MarketData
 from tritonrl.toolkit.precision import dtype_or_default
 
@@ -32,203 +34,13 @@ __all__ = [
     "split",
     "synthetic_bars",
     "upload",
+    "upload_memory",
 ]
 
-TIME_COLUMNS = ("datetime", "timestamp", "date", "time")  # preference order when several exist
-PRICE_COLUMNS = ("open", "high", "low", "close")
-# gym-anytrading's forex files write `01.01.2017 22:00:00.000` (day first); ISO is tried first.
-_TIME_FORMATS = ("%d.%m.%Y %H:%M:%S.%f", "%d.%m.%Y %H:%M:%S", "%d.%m.%Y %H:%M", "%d.%m.%Y")
-_HOUR, _DAY = 3600.0, 86400.0
 
-
-def _parse_time(text: str) -> datetime:
-    """One timestamp: ISO 8601 (date or datetime; aware ones are converted to UTC) or day-first."""
-    try:
-        value = datetime.fromisoformat(text)
-    except ValueError:
-        for fmt in _TIME_FORMATS:
-            try:
-                return datetime.strptime(text, fmt)
-            except ValueError:
-                continue
-        raise
-    if value.tzinfo is not None:
-        value = value.astimezone(timezone.utc).replace(tzinfo=None)
-    return value
-
-
-def _periods_per_year(time: np.ndarray) -> float:
-    """Bars per year from the median spacing ``d`` of ``time`` (see :func:`load_csv`)."""
-    d = float(np.median(np.diff(time).astype(np.int64)))
-    if d < 20 * _HOUR:
-        return 6240.0 * _HOUR / d  # intraday: 24 h x 5 days x 52 weeks of trading, per bar length
-    for upper, periods in ((4 * _DAY, 252.0), (20 * _DAY, 52.0), (80 * _DAY, 12.0)):
-        if d < upper:
-            return periods
-    return 365.25 * _DAY / d
-
-
-def load_csv(
-    path: str | Path,
-    *,
-    name: str | None = None,
-    periods_per_year: float | None = None,
-    min_rows: int = 2,
-) -> Bars:
-    """Read OHLCV bars from a CSV file (the csv module and numpy; no pandas).
-
-    The header names a time column (``date``, ``time``, ``datetime`` or ``timestamp``; the first
-    of ``datetime, timestamp, date, time`` when several are present) and ``open, high, low,
-    close, volume``, in any case and order; other columns (``Adj Close``) are ignored. Times are
-    ISO 8601 dates or datetimes (aware ones converted to UTC) or gym-anytrading's day-first
-    ``01.01.2017 22:00:00.000``, kept to the second. Blank lines at the end are ignored.
-
-    ``periods_per_year``, when not given, comes from the median spacing ``d`` between bars:
-    ``d`` under 20 hours is intraday, ``6240 * 1 h / d`` (24 h x 5 days x 52 weeks: hourly ->
-    6,240, minute -> 374,400); under 4 days is daily -> 252; under 20 days weekly -> 52; under
-    80 days monthly -> 12; longer, ``365.25 days / d``.
-
-    Args:
-        path: the file.
-        name: the label of the bars; defaults to the file's stem.
-        periods_per_year: bars per year for annualising; inferred when ``None``.
-        min_rows: the fewest bars accepted (callers pass ``window + 2``); at least 2.
-
-    Returns:
-        :class:`Bars` with ``[T]`` ``datetime64[s]`` times and f64 prices and volumes.
-
-    Raises:
-        ValueError: no such file, or (naming the file, the line and the column) missing columns,
-            a short or empty row, an empty or unparsable value, a NaN or infinite value, a
-            non-positive price, a negative volume, unsorted or duplicate timestamps, fewer than
-            ``min_rows`` rows.
-    """
-    path = Path(path)
-    if min_rows < 2:
-        raise ValueError(f"min_rows={min_rows}: at least 2 bars are needed (one return)")
-    if not path.is_file():
-        raise ValueError(f"{path}: no such file")
-    with path.open(newline="", encoding="utf-8-sig") as f:
-        reader = csv.reader(f)
-        header = next(reader, None)
-        if header is None:
-            raise ValueError(f"{path}: the file is empty (expected a header line)")
-        time_index, columns = _csv_columns(path, header)
-        need = max(time_index, *(i for _, i in columns)) + 1
-        times: list[datetime] = []
-        values: list[list[float]] = []
-        lines: list[int] = []
-        blank: int | None = None  # first blank line, an error only if data follows it
-        for row in reader:
-            line = reader.line_num
-            if not any(cell.strip() for cell in row):
-                blank = line if blank is None else blank
-                continue
-            if blank is not None:
-                raise ValueError(f"{path}, line {blank}: empty row")
-            if len(row) < need:
-                raise ValueError(f"{path}, line {line}: {len(row)} fields, the header has {len(header)}")
-            times.append(
-                _csv_time(f"{path}, line {line}, column {header[time_index].strip()!r}", row[time_index])
-            )
-            values.append(
-                [
-                    _csv_value(f"{path}, line {line}, column {header[i].strip()!r}", c, row[i])
-                    for c, i in columns
-                ]
-            )
-            lines.append(line)
-    if len(values) < min_rows:
-        raise ValueError(f"{path}: {len(values)} rows of bars, fewer than the {min_rows} needed")
-    time = np.array(times, dtype="datetime64[s]")
-    _check_sorted(f"column {header[time_index].strip()!r}", path, time, lines)
-    table = np.array(values, dtype=np.float64)
-    return Bars(
-        name=name if name is not None else path.stem,
-        time=time,
-        open=table[:, 0].copy(),
-        high=table[:, 1].copy(),
-        low=table[:, 2].copy(),
-        close=table[:, 3].copy(),
-        volume=table[:, 4].copy(),
-        periods_per_year=float(periods_per_year) if periods_per_year is not None else _periods_per_year(time),
-    )
-
-
-def _csv_columns(path: Path, header: list[str]) -> tuple[int, list[tuple[str, int]]]:
-    """The index of the time column and ``(name, index)`` of open, high, low, close, volume.
-
-    Raises:
-        ValueError: a column is missing (the file, the header and what is needed are named).
-    """
-    lower = [h.strip().lower() for h in header]
-    time_name = next((c for c in TIME_COLUMNS if c in lower), None)
-    wanted = (*PRICE_COLUMNS, "volume")
-    missing = [c for c in wanted if c not in lower] + ([] if time_name else ["a time column"])
-    if missing or time_name is None:
-        raise ValueError(
-            f"{path}: missing column(s) {', '.join(missing)} (header: {', '.join(header)}); need a "
-            f"time column (one of {', '.join(TIME_COLUMNS)}) and {', '.join(wanted)}, in any case"
-        )
-    return lower.index(time_name), [(c, lower.index(c)) for c in wanted]
-
-
-def _csv_time(where: str, cell: str) -> datetime:
-    """The timestamp in ``cell`` (``where``: the file, line and column, for messages).
-
-    Raises:
-        ValueError: an empty or unparsable value.
-    """
-    text = cell.strip()
-    if not text:
-        raise ValueError(f"{where}: empty value")
-    try:
-        return _parse_time(text)
-    except ValueError:
-        raise ValueError(
-            f"{where}: cannot parse {text!r} as a time (ISO 8601 such as 2017-01-31 or "
-            "2017-01-31T22:00:00, or day-first 31.01.2017 22:00:00.000)"
-        ) from None
-
-
-def _csv_value(where: str, column: str, cell: str) -> float:
-    """The price or volume (``column``) in ``cell``.
-
-    Raises:
-        ValueError: an empty, unparsable or non-finite value, a non-positive price or a negative
-            volume.
-    """
-    text = cell.strip()
-    if not text:
-        raise ValueError(f"{where}: empty value")
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"{where}: {text!r} is not a number") from None
-    if not math.isfinite(value):
-        raise ValueError(f"{where}: {text!r} is not a finite number")
-    if column == "volume" and value < 0:
-        raise ValueError(f"{where}: negative volume {text}")
-    if column != "volume" and value <= 0:
-        raise ValueError(f"{where}: price {text} is not positive")
-    return value
-
-
-def _check_sorted(column: str, path: Path, time: np.ndarray, lines: list[int]) -> None:
-    """Raise ``ValueError`` at the first timestamp that does not follow the one before it.
-
-    Raises:
-        ValueError: a duplicate or an unsorted timestamp (the file, its line and ``column``).
-    """
-    step = np.diff(time).astype(np.int64)
-    bad = np.flatnonzero(step <= 0)
-    if bad.size:
-        i = int(bad[0]) + 1
-        what = "duplicate timestamp" if step[i - 1] == 0 else "timestamps not sorted (oldest first)"
-        raise ValueError(
-            f"{path}, line {lines[i]}, {column}: {what}: {time[i]} follows {time[i - 1]} "
-            f"(line {lines[i - 1]})"
-        )
+_MAX_LOG_PRICE = math.log(np.finfo(np.float64).max) - 1.0
+"""The largest ``|log price|`` :func:`synthetic_bars` accepts (one below float64's limit: room for
+the spread of the high and the low)."""
 
 
 def synthetic_bars(
@@ -258,7 +70,8 @@ def synthetic_bars(
 
     Raises:
         ValueError: ``n < 2``, ``regimes < 1``, ``|ar| >= 1``, ``vol <= 0``, ``start_price <= 0`` or
-            ``switch_prob`` outside [0, 1].
+            ``switch_prob`` outside [0, 1]; a price path that leaves the float64 range (millions
+            of bars compound the drift past it).
     """
     if n < 2 or regimes < 1 or not -1.0 < ar < 1.0 or vol <= 0 or start_price <= 0:
         raise ValueError(
@@ -284,7 +97,14 @@ def synthetic_bars(
         x[0] = noise[0] / math.sqrt(1.0 - ar * ar)  # the stationary variance sigma**2 from the start
         for t in range(1, n):
             x[t] = ar * x[t - 1] + noise[t]
-    close = start_price * np.exp(np.cumsum(drifts[state] + x))
+    growth = np.cumsum(drifts[state] + x)  # the log price over log(start_price)
+    beyond = np.flatnonzero(np.abs(growth + math.log(start_price)) > _MAX_LOG_PRICE)
+    if beyond.size:
+        raise ValueError(
+            f"synthetic_bars(n={n}): the price leaves the float64 range at bar {int(beyond[0])} (the "
+            "drift compounds over the bars): ask for fewer bars, or a smaller drift"
+        )
+    close = start_price * np.exp(growth)
     open_ = np.concatenate(([start_price], close[:-1]))
     spread = np.abs(rng.standard_normal((2, n))) * (0.5 * sigma)
     volume = 1e6 * (sigma / vol) * np.exp(0.5 * np.abs(x) / sigma + 0.25 * rng.standard_normal(n))
@@ -369,7 +189,34 @@ def source_bars(spec: str) -> Bars:
             raise ValueError(
                 f"market:{spec}: {key}={text!r} is not a valid {_SYNTHETIC_OPTIONS[key].__name__}"
             ) from None
+    _check_synthetic(spec, kwargs)
     return synthetic_bars(**kwargs)  # type: ignore[arg-type]
+
+
+SYNTHETIC_BYTES_PER_BAR = 16 * 8
+"""Host bytes :func:`synthetic_bars` holds per bar at its peak (some 16 float64 arrays of ``n``: the
+regime path, the noise and AR(1) path, prices, spreads, volumes, times)."""
+
+
+def _check_synthetic(spec: str, kwargs: dict[str, float | int]) -> None:
+    """Refuse ``market:synthetic`` options out of range (naming the option) or whose bars would not fit
+    in this machine's free memory, before anything is generated.
+
+    Raises:
+        ValueError: ``bars < 2``, ``seed < 0``, ``regimes`` outside ``1 .. bars``, ``ar`` outside
+            ``(-1, 1)``, or ``"market:... needs X ...; this machine has Y available"``.
+    """
+    n = int(kwargs.get("n", 5000))
+    checks = (
+        ("bars", n >= 2, "bars >= 2"),
+        ("seed", int(kwargs.get("seed", 0)) >= 0, "seed >= 0"),
+        ("regimes", 1 <= int(kwargs.get("regimes", 2)) <= n, f"1 <= regimes <= bars ({n})"),
+        ("ar", -1.0 < float(kwargs.get("ar", 0.0)) < 1.0, "-1 < ar < 1"),
+    )
+    for key, ok, bound in checks:
+        if not ok:
+            raise ValueError(f"market:{spec}: {key}={kwargs['n' if key == 'bars' else key]}: need {bound}")
+    check_memory(f"market:{spec}", {f"generating {n} bars": n * SYNTHETIC_BYTES_PER_BAR}, "cpu")
 
 
 FEATURES: tuple[str, ...] = ("log_return", "return", "volatility", "price_z", "range", "volume_z")
@@ -462,6 +309,20 @@ def compute_features(bars: Bars, *, window: int = FEATURE_WARMUP, scale_window: 
     return out.astype(np.float32)
 
 
+FEATURE_HOST_BYTES_PER_BAR = 30 * 8
+"""Host bytes :func:`compute_features` holds per bar at its peak (some 30 float64 values: the rolling
+sums and means, the six columns stacked, the f32 result), beside the bars themselves."""
+
+
+def upload_memory(bars: int, dtype: torch.dtype) -> tuple[dict[str, int], dict[str, int]]:
+    """Bytes :func:`upload` of ``bars`` bars allocates, as ``(host parts, device parts)``: the
+    features' computation on the host; the ``[T, F]`` features in ``dtype`` and the f32 log returns
+    and closes on the device."""
+    host = {"computing the features": bars * FEATURE_HOST_BYTES_PER_BAR}
+    on_device = {"features": bars * (len(FEATURES) * dtype.itemsize + 2 * 4)}
+    return host, on_device
+
+
 def upload(bars: Bars, device: torch.device | str = "cpu", *, dtype: torch.dtype | None = None) -> MarketData:
     """Compute the features on the host (f32) and move them to ``device`` with ONE cast.
 
@@ -473,10 +334,19 @@ def upload(bars: Bars, device: torch.device | str = "cpu", *, dtype: torch.dtype
         ``[T]`` f32, all on ``device``; ``offset`` 0; ``warmup`` :data:`FEATURE_WARMUP`.
 
     Raises:
+        ValueError: ``"uploading ... needs X ...; this machine has Y available"``: the features
+            would not fit in the free memory of the host or ``device`` (checked before computing).
         ValueError / PrecisionError: from :func:`training_dtype` when the dtype policy is invalid.
     """
     device = torch.device(device)
     target = dtype_or_default(dtype, device)
+    host_parts, device_parts = upload_memory(len(bars), target)
+    what = f"uploading the {len(bars)} bars of {bars.name!r}"
+    if device.type == "cpu":
+        check_memory(what, {**host_parts, **device_parts}, device)
+    else:
+        check_memory(what, host_parts, "cpu")
+        check_memory(what, device_parts, device)
     host = torch.from_numpy(compute_features(bars))
     close = np.asarray(bars.close, dtype=np.float64)
     log_return = np.concatenate(([0.0], np.diff(np.log(close)))).astype(np.float32)
