@@ -198,6 +198,6 @@ def test_factored_q_solves_target_match() -> None:
         gamma=0.1,
         lr=1e-3,
     )
-    assert agent.factored and agent.act(torch.zeros(2, 12)).shape == (2, 6)
+    assert agent.factored and agent.act(torch.zeros(agent.num_envs, 12)).shape == (agent.num_envs, 6)
     reached = summary["reached_target_at"]
     assert reached is not None, f"factored Q: evaluations {summary['evaluations']}"

@@ -277,7 +277,7 @@ _WRITE_FLAGS = {"O_WRONLY", "O_RDWR", "O_CREAT", "O_APPEND", "O_TRUNC"}
 ALLOWED = {
     ("toolkit/checkpoint.py", "atomic_write_bytes", "os.fdopen"): "the atomic writer's temporary file",
     ("toolkit/runfolder.py", "save_figure", "savefig"): "renders into memory, then writes atomically",
-    ("toolkit/runfolder.py", "RunLock.acquire", "os.open"): "the lock file (module docstring)",
+    ("toolkit/runfolder.py", "_open_lock", "os.open"): "the lock file (module docstring)",
     ("toolkit/logger.py", "MetricLogger._write_row", "open"): "metrics.csv's append-only rows",
     ("toolkit/cli/common.py", "probe_run_dir", "os.open"): "a probe file, removed at once",
 }
