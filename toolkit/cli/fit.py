@@ -1,4 +1,5 @@
-"""``tritonrl fit``: train a registered forecaster on market bars with
+"""``tritonrl fit``: train a registered forecaster on market bars, or on any numeric series of a CSV
+file (``--data csv=PATH --target COL``, :mod:`tritonrl.toolkit.forecast.series`), with
 :func:`~tritonrl.toolkit.forecast.fit`.
 
 ::
@@ -7,6 +8,7 @@
     tritonrl fit --model patchtst --data market:googl --horizon 1 --window 64
     tritonrl fit --model gru --data market:synthetic,ar=0.3 --target price_z --set hidden=32
     tritonrl fit --model gru --data market:synthetic,ar=0.3 --run-dir runs/g --resume
+    tritonrl fit --model mlp --data csv=load.csv --target load --features temperature --window 48
     torchrun --nproc-per-node 2 -m tritonrl.toolkit fit --model mlp --batch-size 64
 
 Under ``torchrun`` (more than one process) every rank joins the process group
@@ -103,15 +105,29 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument(
         "--data",
         default=DEFAULT_DATA,
-        help="market:SOURCE: synthetic[,ar=F,seed=N,bars=N], googl, eurusd, csv=PATH "
-        f"(default {DEFAULT_DATA})",
+        help="market:SOURCE: synthetic[,ar=F,seed=N,bars=N], googl, eurusd, csv=PATH (OHLCV bars, or any "
+        f"numeric series with --target) (default {DEFAULT_DATA})",
     )
     p.add_argument("--window", type=int, default=64, help="bars per input window (default 64)")
     p.add_argument("--horizon", type=int, default=1, help="bars forecast ahead (default 1)")
     p.add_argument(
         "--target",
-        default="log_return",
-        help="log_return (default), close, or a feature column (price_z, volatility, ...)",
+        default=None,
+        help="market bars: log_return (default), close, or a feature column (price_z, volatility, ...); "
+        "a series CSV: the column(s) to forecast, COL[,COL...] (default y)",
+    )
+    p.add_argument(
+        "--features",
+        default=None,
+        help="a series CSV: exogenous input columns COL[,COL...] (default: only the targets' history)",
+    )
+    p.add_argument(
+        "--series-id",
+        default=None,
+        help="a series CSV: the column naming each row's series (default unique_id when present)",
+    )
+    p.add_argument(
+        "--time", default=None, help="a series CSV: the time column (default ds, datetime, timestamp, date or time)"
     )
     d = FitConfig()
     p.add_argument(
@@ -233,13 +249,46 @@ def _prepare(
         known = ", ".join(sorted(registry)) or "none registered"
         raise UsageError(f"unknown model {args.model!r}; known models: {known} (`tritonrl fit --list`)")
     kwargs = _model_kwargs(args.overrides, registry[args.model], args.model)
+    table = _series_table(args)
     meta = {"data_spec": args.data, "model_kwargs": json.dumps(kwargs, sort_keys=True, default=str)}
+    if table is not None:
+        meta.update(features=",".join(table.features), series=",".join(table.ids), time=table.time_column)
     _check_resume(args, run_dir / CHECKPOINT_NAME, meta)
     torch.set_num_threads(args.threads)
-    model, windows = _build(args, registry[args.model], kwargs, device, config)
+    model, windows = _build(args, registry[args.model], kwargs, device, config, table)
     if ctx.is_main:
         probe_run_dir(run_dir)  # last: the only check that writes (and it leaves nothing behind)
     return model, windows, config, run_dir, meta
+
+
+def _series_table(args: argparse.Namespace) -> Any:
+    """The :class:`~tritonrl.toolkit.forecast.SeriesTable` of ``--data csv=PATH`` when the file is
+    not to be read as market bars (:func:`~tritonrl.toolkit.forecast.is_market_csv`), else ``None``;
+    sets ``args.target`` (the market default ``log_return``, or the series' target columns).
+
+    Raises:
+        UsageError: a series flag without a CSV, or a file the series loader refuses.
+    """
+    from tritonrl.toolkit.forecast import is_market_csv, load_series, read_header
+
+    spec = args.data.strip().removeprefix("market:")
+    series_flags = [f"--{k.replace('_', '-')}" for k in ("features", "series_id", "time") if getattr(args, k)]
+    try:
+        if spec.startswith("csv=") and spec[4:]:
+            header = read_header(spec[4:])
+            features = [args.features] if args.features else []
+            if args.time or not is_market_csv(header, args.target, features, args.series_id):
+                table = load_series(
+                    spec[4:], args.target, features=args.features, series_id=args.series_id, time=args.time
+                )
+                args.target = ",".join(table.targets)
+                return table
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if series_flags:
+        raise UsageError(f"{', '.join(series_flags)}: only for --data csv=PATH of a numeric series")
+    args.target = args.target or "log_return"
+    return None
 
 
 def _check_flags(args: argparse.Namespace, ctx: DistContext) -> tuple[torch.device, FitConfig]:
@@ -319,7 +368,12 @@ def _check_resume(args: argparse.Namespace, ckpt: Path, meta: dict[str, str]) ->
 
 
 def _build(
-    args: argparse.Namespace, cls: type, kwargs: dict[str, Any], device: torch.device, config: FitConfig
+    args: argparse.Namespace,
+    cls: type,
+    kwargs: dict[str, Any],
+    device: torch.device,
+    config: FitConfig,
+    table: Any = None,
 ) -> tuple[Any, tuple[WindowData, WindowData, WindowData]]:
     """The model and the windows, after counting the model's parameters on the meta device and
     refusing what would not fit in memory (:func:`_check_memory`).
@@ -328,25 +382,34 @@ def _build(
         UsageError: bad hyperparameters or data, or a model or data too large for this machine.
     """
     from tritonrl.toolkit.envs.market import FEATURES, source_bars
+    from tritonrl.toolkit.forecast.series import check_series_length, series_windows
     from tritonrl.toolkit.precision import PrecisionError, training_dtype
 
     what = f"model {args.model!r}"
+    inputs, targets = (len(FEATURES), 1) if table is None else (len(table.columns), len(table.targets))
 
     def make(on: torch.device) -> Any:
-        return cls(args.window, len(FEATURES), args.horizon, 1, device=on, **kwargs)
+        return cls(args.window, inputs, args.horizon, targets, device=on, **kwargs)
 
     params = count_parameters(make, what)
     try:
         dtype = training_dtype(device)
-        with refuse_failed_allocation(f"--data {args.data}", torch.device("cpu")):
-            bars = source_bars(args.data)  # a synthetic source too large for memory is refused before
-        check_length(bars, args.window, args.horizon)
+        if table is None:
+            with refuse_failed_allocation(f"--data {args.data}", torch.device("cpu")):
+                bars = source_bars(args.data)  # a synthetic source too large for memory is refused before
+            check_length(bars, args.window, args.horizon)
+        else:
+            check_series_length(table, args.window, args.horizon)
     except (ValueError, PrecisionError) as exc:
         raise UsageError(str(exc)) from None
-    _check_memory(args, len(bars), params, device, dtype, config.batch_size)
+    rows = len(bars) if table is None else len(table) + 2 * len(table.ids) * (args.window - 1)
+    _check_memory(args, rows, params, device, dtype, config.batch_size, table)
     with refuse_failed_allocation(f"--model {args.model}{_sets(args)} on --data {args.data}", device):
         try:
-            windows = load_windows(bars, args.window, args.horizon, target=args.target, device=device)
+            if table is None:
+                windows = load_windows(bars, args.window, args.horizon, target=args.target, device=device)
+            else:
+                windows = series_windows(table, args.window, args.horizon, device=device, dtype=dtype)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
         torch.manual_seed(config.seed)  # the model's initialisation
@@ -369,6 +432,7 @@ def _check_memory(
     device: torch.device,
     dtype: torch.dtype,
     batch: int,
+    table: Any = None,
 ) -> None:
     """Refuse a run whose data, model and batch would not fit in memory, naming the flag of the
     largest part.
@@ -378,7 +442,9 @@ def _check_memory(
     and the epoch's shuffle, per bar), one batch of input windows, and for ``params`` parameters
     (``None``: not counted) the weights, gradients and best weights in ``dtype``, the AdamW
     moments (f32; bf16 weights add f32 masters and their gradients) and the checkpoint's host copy.
-    Activations are not counted.
+    Activations are not counted. A series ``table`` (``bars``: its rows of the three splits): the
+    table and its normalised copy on the host (f64), the inputs in ``dtype``, the f32 targets and
+    three int64 indices per row on the device.
 
     Raises:
         UsageError: ``"<flag> needs X (...) on cpu; this machine has Y available"``.
@@ -386,10 +452,16 @@ def _check_memory(
     from tritonrl.toolkit.envs.market import FEATURES, upload_memory
 
     item = dtype.itemsize
-    upload_host, upload_device = upload_memory(bars, dtype)
-    host = {"preparing the data": sum(upload_host.values())}
-    on_device = {"the data": sum(upload_device.values()) + bars * (2 * 4 + 2 * 8)}
-    on_device["a batch"] = min(batch, bars) * args.window * len(FEATURES) * item
+    if table is None:
+        upload_host, upload_device = upload_memory(bars, dtype)
+        host = {"preparing the data": sum(upload_host.values())}
+        on_device = {"the data": sum(upload_device.values()) + bars * (2 * 4 + 2 * 8)}
+        inputs = len(FEATURES)
+    else:
+        inputs = len(table.columns)
+        host = {"preparing the data": bars * (2 * inputs * 8 + 3 * 8)}
+        on_device = {"the data": bars * (inputs * (item + 4) + len(table.targets) * 4 + 3 * 8)}
+    on_device["a batch"] = min(batch, bars) * args.window * inputs * item
     if params is not None:
         masters = 2 * 4 if item < 4 else 0  # f32 master weights and their gradients
         # weights, gradients and best weights in dtype; the AdamW moments in f32

@@ -1,4 +1,5 @@
-"""Forecasting: windows over uploaded market data, baselines, and the trainer ``fit``.
+"""Forecasting: windows over uploaded market data, baselines, and the trainer ``fit``; any numeric time series
+from a CSV (:mod:`.series`).
 
 Forecasters are networks (:mod:`tritonrl.agents.forecast`); this package trains any of them on the
 same device-resident data the market environment uses: :mod:`.windows` (the target series, its
@@ -9,6 +10,15 @@ See docs/pages/forecasting.md.
 """
 
 from tritonrl.toolkit.forecast.baselines import BASELINES, baselines, evaluate
+from tritonrl.toolkit.forecast.series import (
+    SeriesNormalizer,
+    SeriesTable,
+    SeriesWindows,
+    is_market_csv,
+    load_series,
+    read_header,
+    series_windows,
+)
 from tritonrl.toolkit.forecast.trainer import (
     CHECKPOINT_NAME,
     FIT_FORMAT,
@@ -39,13 +49,20 @@ __all__ = [
     "FitConfig",
     "FitError",
     "Normalizer",
+    "SeriesNormalizer",
+    "SeriesTable",
+    "SeriesWindows",
     "WindowData",
     "baselines",
     "check_length",
     "evaluate",
     "fit",
     "format_report",
+    "is_market_csv",
+    "load_series",
     "load_windows",
     "lr_at",
+    "read_header",
+    "series_windows",
     "target_series",
 ]

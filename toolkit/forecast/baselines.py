@@ -22,11 +22,19 @@ __all__ = ["BASELINES", "baselines", "evaluate", "even_slice"]
 BASELINES = ("naive", "seasonal_naive", "train_mean")
 
 
-def _sums(pred: torch.Tensor, y: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
-    """``[3]`` f32 sums of squared error, absolute error and direction score (see the module doc)."""
+def _sums(
+    pred: torch.Tensor, y: torch.Tensor, ref: torch.Tensor, scale: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``[3]`` f32 sums of squared error, absolute error and direction score (see the module doc);
+    with ``scale`` (broadcast to the errors: the normaliser's std) ``[5]``, adding the squared and
+    absolute errors in the original units."""
     err = pred - y
     hit = 0.5 * (1.0 + torch.sign(pred - ref) * torch.sign(y - ref))
-    return torch.stack([(err * err).sum(), err.abs().sum(), hit.sum()])
+    sums = [(err * err).sum(), err.abs().sum(), hit.sum()]
+    if scale is not None:
+        raw = err * scale
+        sums += [(raw * raw).sum(), raw.abs().sum()]
+    return torch.stack(sums)
 
 
 def even_slice(n: int, rank: int, world: int) -> tuple[int, int]:
@@ -43,20 +51,24 @@ def _metrics(
     batch: int,
     dist: DistContext | None = None,
 ) -> dict[str, float]:
-    total = torch.zeros(3, device=data.device, dtype=torch.float64)
+    scale = getattr(data, "scale", None)  # SeriesWindows: also the errors in the file's units
+    total = torch.zeros(3 if scale is None else 5, device=data.device, dtype=torch.float64)
     lo, hi = 0, len(data)
     if dist is not None and dist.enabled:  # this rank's contiguous share of the windows
         lo, hi = even_slice(len(data), dist.rank, dist.world_size)
     for start in range(lo, hi, batch):
         idx = torch.arange(start, min(start + batch, hi), device=data.device)
         x, y = data.batch(idx)
-        total += _sums(forecast(idx, x), y, data.naive(idx)).double()
+        total += _sums(forecast(idx, x), y, data.naive(idx), None if scale is None else scale(idx)).double()
     if dist is not None and dist.enabled:
         dist.all_reduce_sum_(total)  # the global sums (f64) ...
         dist.broadcast_tensors_([total])  # ... with rank 0's bits on every rank: same decisions
-    count = len(data) * data.horizon
-    mse, mae, hit = (v / count for v in total.tolist())  # the one host read
-    return {"mse": mse, "mae": mae, "direction": hit}
+    count = len(data) * data.horizon * getattr(data, "num_targets", 1)
+    sums = [v / count for v in total.tolist()]  # the one host read
+    out = {"mse": sums[0], "mae": sums[1], "direction": sums[2]}
+    if scale is not None:
+        out.update(mse_original=sums[3], mae_original=sums[4])
+    return out
 
 
 @torch.no_grad()

@@ -194,8 +194,9 @@ def _check_model(model: torch.nn.Module, train: WindowData, *others: WindowData)
         have = getattr(model, what, want)
         if have != want:
             raise ValueError(f"the model's {what} is {have}, the data's {want}")
-    if getattr(model, "num_targets", 1) != 1:
-        raise ValueError(f"the model forecasts {model.num_targets} targets; the windows hold 1")
+    targets = getattr(train, "num_targets", 1)
+    if getattr(model, "num_targets", 1) != targets:
+        raise ValueError(f"the model forecasts {model.num_targets} targets; the windows hold {targets}")
     for data in (train, *others):
         if data.dtype != dtype:
             raise TypeError(
@@ -648,13 +649,18 @@ def _means(pending: Mapping[str, Any]) -> dict[str, float]:
 def format_report(report: Mapping[str, Any], split: str = "test") -> str:
     """The report's ``split`` as a table: MSE, MAE (normalised units) and directional accuracy of
     the model and each baseline."""
-    rows = report[split]
+    rows, norm = report[split], report["normalizer"]
+    if "series" in norm:  # SeriesWindows: per series and column; MAE also in the file's units
+        scaling = f"each of {len(norm['series'])} series normalised by its own train split"
+    else:
+        scaling = f"normalised by the train split (mean {norm['mean']:.4g}, std {norm['std']:.4g})"
+    units = all("mae_original" in m for m in rows.values())
     lines = [
-        f"{split} windows, target {report['target']} normalised by the train split (mean "
-        f"{report['normalizer']['mean']:.4g}, std {report['normalizer']['std']:.4g}: MSE 1 = its variance)",
-        f"{'forecast':<22} {'MSE':>9} {'MAE':>9} {'direction':>9}",
+        f"{split} windows, target {report['target']} {scaling}: MSE 1 = its variance",
+        f"{'forecast':<22} {'MSE':>9} {'MAE':>9} {'direction':>9}" + (f" {'MAE units':>11}" if units else ""),
     ]
     for name, m in rows.items():
         label = f"{name} (s={report['season']})" if name == "seasonal_naive" else name
-        lines.append(f"{label:<22} {m['mse']:>9.4f} {m['mae']:>9.4f} {m['direction']:>9.3f}")
+        extra = f" {m['mae_original']:>11.4g}" if units else ""
+        lines.append(f"{label:<22} {m['mse']:>9.4f} {m['mae']:>9.4f} {m['direction']:>9.3f}{extra}")
     return "\n".join(lines)

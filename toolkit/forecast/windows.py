@@ -111,6 +111,9 @@ class WindowData:
         TypeError: ``values`` not f32.
     """
 
+    num_targets: int = 1
+    """``T``: one target column (:class:`~tritonrl.toolkit.forecast.series.SeriesWindows` may hold several)."""
+
     def __init__(
         self,
         data: Any,
