@@ -120,6 +120,21 @@ FIT_CASES = [
     Case("ar-nan", fit("--data", "market:synthetic,ar=nan"), r"ar=nan: need -1 < ar < 1"),
     Case("data-unknown", fit("--data", "market:nowhere"), r"unknown market source 'nowhere'"),
     Case("data-csv-missing", fit("--data", "csv={tmp}/none.csv"), r"none\.csv: no such file$"),
+    # --- a numeric series CSV (--target, --features, --series-id, --time)
+    Case("features-without-csv", fit("--features", "temp"), r"^error: --features: only for --data csv=PATH"),
+    Case("series-id-without-csv", fit("--series-id", "k"), r"^error: --series-id: only for --data csv=PATH"),
+    Case(
+        "time-missing",
+        fit("--data", "csv={tmp}/s.csv", "--time", "when"),
+        r"s\.csv: missing column 'when' \(the time column; header: ds, y\)$",
+        setup=lambda tmp: (tmp / "s.csv").write_text("ds,y\n" + "".join(f"{i},{i % 5}\n" for i in range(80))),
+    ),
+    Case(
+        "target-missing",
+        fit("--data", "csv={tmp}/s.csv", "--target", "sales"),
+        r"s\.csv: missing column 'sales' \(--target; header: ds, y\)$",
+        setup=lambda tmp: (tmp / "s.csv").write_text("ds,y\n" + "".join(f"{i},{i % 5}\n" for i in range(80))),
+    ),
     # --- sizes
     Case("window-0", fit("--window", "0"), r"--window must be >= 1, got 0"),
     Case("window-huge", fit("--window", "10000000000"), r"has 300 bars, too few for window \+ horizon"),

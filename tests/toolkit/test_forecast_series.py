@@ -21,14 +21,18 @@ from tritonrl.toolkit.forecast import baselines, is_market_csv, load_series, rea
 W, H = 8, 2
 
 
-def _write_long(path: Path, lengths: dict[str, int], *, seed: int = 0, header: str = "unique_id,ds,y,temp") -> Path:
+def _write_long(
+    path: Path, lengths: dict[str, int], *, seed: int = 0, header: str = "unique_id,ds,y,temp"
+) -> Path:
     """A long-format CSV: each series a random walk at its own level, hourly times, one exogenous column."""
     rng = np.random.default_rng(seed)
     lines = [header]
     for k, (sid, n) in enumerate(lengths.items()):
         level = np.cumsum(rng.normal(size=n)) + 100.0 * k
         for i in range(n):
-            lines.append(f"{sid},2021-03-{1 + i // 24:02d}T{i % 24:02d}:00:00,{level[i]:.5f},{rng.normal():.4f}")
+            lines.append(
+                f"{sid},2021-03-{1 + i // 24:02d}T{i % 24:02d}:00:00,{level[i]:.5f},{rng.normal():.4f}"
+            )
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -36,7 +40,9 @@ def _write_long(path: Path, lengths: dict[str, int], *, seed: int = 0, header: s
 def _write_single(path: Path, n: int = 60) -> Path:
     t = np.arange(n)
     load = 50 + 10 * np.sin(2 * np.pi * t / 6) + np.random.default_rng(1).normal(size=n)
-    rows = ["date,load,temperature"] + [f"2020-02-{1 + i // 24:02d} {i % 24:02d}:00,{load[i]:.4f},{i % 7}" for i in t]
+    rows = ["date,load,temperature"] + [
+        f"2020-02-{1 + i // 24:02d} {i % 24:02d}:00,{load[i]:.4f},{i % 7}" for i in t
+    ]
     path.write_text("\n".join(rows) + "\n")
     return path
 
@@ -64,7 +70,9 @@ def test_one_series_end_to_end(tmp_path: Path) -> None:
         assert np.isfinite([m["mse"], m["mae"], m["mae_original"]]).all()
     # one series: an error in the file's units is the normalised one times the train std
     std = report["normalizer"]["std"][0][0]
-    assert report["test"]["naive"]["mae_original"] == pytest.approx(report["test"]["naive"]["mae"] * std, rel=1e-5)
+    assert report["test"]["naive"]["mae_original"] == pytest.approx(
+        report["test"]["naive"]["mae"] * std, rel=1e-5
+    )
     assert "MAE units" in out and "1 series normalised by its own train split" in out
 
 
@@ -77,7 +85,9 @@ def test_long_format_many_series_with_features_and_two_targets(tmp_path: Path) -
     report = json.loads((run / "fit_report.json").read_text())
     assert report["normalizer"]["series"] == ["a", "b", "c"]
     assert report["target"] == "y,temp" and report["meta"]["num_features"] == "2"
-    code, _, err = _cli([*_TINY, "--data", f"csv={csv}", "--features", "temp", "--run-dir", str(tmp_path / "r2")])
+    code, _, err = _cli(
+        [*_TINY, "--data", f"csv={csv}", "--features", "temp", "--run-dir", str(tmp_path / "r2")]
+    )
     assert code == 0, err  # unique_id, ds and y found without flags; temp an input only
     report = json.loads((tmp_path / "r2" / "fit_report.json").read_text())
     assert report["target"] == "y" and report["normalizer"]["columns"] == ["y", "temp"]
@@ -169,19 +179,55 @@ def _bad_files(tmp: Path) -> dict[str, tuple[list[str], str]]:
     (tmp / "unsorted.csv").write_text("\n".join(swap) + "\n")
     short = _write_long(tmp / "short.csv", {"a": 40, "b": 11})
     return {
-        "missing column": ([f"csv={tmp / 'good.csv'}", "--target", "sales"], r"good\.csv: missing column 'sales'"),
-        "missing feature": ([f"csv={tmp / 'good.csv'}", "--features", "wind"], r"good\.csv: missing column 'wind'"),
-        "non-numeric": ([f"csv={variant('text.csv', 7, 2, 'abc')}"], r"text\.csv, line 7, column 'y': 'abc' is not a"),
-        "nan": ([f"csv={variant('nan.csv', 9, 2, 'nan')}"], r"nan\.csv, line 9, column 'y': 'nan' is not a finite"),
-        "inf": ([f"csv={variant('inf.csv', 12, 3, '-inf')}", "--features", "temp"], r"inf\.csv, line 12, column 'temp'"),
-        "empty cell": ([f"csv={variant('empty.csv', 3, 2, ' ')}"], r"empty\.csv, line 3, column 'y': empty value"),
-        "bad time": ([f"csv={variant('time.csv', 4, 1, 'noon')}"], r"time\.csv, line 4, column 'ds': cannot parse"),
-        "duplicate time": ([f"csv={tmp / 'dup.csv'}"], r"dup\.csv, line 6, column 'ds' \(series 'a'\): duplicate"),
-        "unsorted": ([f"csv={tmp / 'unsorted.csv'}"], r"unsorted\.csv, line 46, column 'ds' \(series 'b'\): timestamps not"),
-        "short series": ([f"csv={short}"], r"short\.csv: series 'b' \(lines 42-52\) has 11 rows, too few for window 8"),
-        "no target": ([f"csv={_write_single(tmp / 'plain.csv')}"], r"plain\.csv: no column 'y': name the target"),
+        "missing column": (
+            [f"csv={tmp / 'good.csv'}", "--target", "sales"],
+            r"good\.csv: missing column 'sales'",
+        ),
+        "missing feature": (
+            [f"csv={tmp / 'good.csv'}", "--features", "wind"],
+            r"good\.csv: missing column 'wind'",
+        ),
+        "non-numeric": (
+            [f"csv={variant('text.csv', 7, 2, 'abc')}"],
+            r"text\.csv, line 7, column 'y': 'abc' is not a",
+        ),
+        "nan": (
+            [f"csv={variant('nan.csv', 9, 2, 'nan')}"],
+            r"nan\.csv, line 9, column 'y': 'nan' is not a finite",
+        ),
+        "inf": (
+            [f"csv={variant('inf.csv', 12, 3, '-inf')}", "--features", "temp"],
+            r"inf\.csv, line 12, column 'temp'",
+        ),
+        "empty cell": (
+            [f"csv={variant('empty.csv', 3, 2, ' ')}"],
+            r"empty\.csv, line 3, column 'y': empty value",
+        ),
+        "bad time": (
+            [f"csv={variant('time.csv', 4, 1, 'noon')}"],
+            r"time\.csv, line 4, column 'ds': cannot parse",
+        ),
+        "duplicate time": (
+            [f"csv={tmp / 'dup.csv'}"],
+            r"dup\.csv, line 6, column 'ds' \(series 'a'\): duplicate",
+        ),
+        "unsorted": (
+            [f"csv={tmp / 'unsorted.csv'}"],
+            r"unsorted\.csv, line 46, column 'ds' \(series 'b'\): timestamps not",
+        ),
+        "short series": (
+            [f"csv={short}"],
+            r"short\.csv: series 'b' \(lines 42-52\) has 11 rows, too few for window 8",
+        ),
+        "no target": (
+            [f"csv={_write_single(tmp / 'plain.csv')}"],
+            r"plain\.csv: not market bars \(no open, high, low, close, volume\) and no column .y.: name",
+        ),
         "no such file": ([f"csv={tmp / 'nowhere.csv'}", "--target", "y"], r"nowhere\.csv: no such file"),
-        "flag without csv": (["market:synthetic", "--features", "x"], r"--features: only for --data csv=PATH"),
+        "flag without csv": (
+            ["market:synthetic", "--features", "x"],
+            r"--features: only for --data csv=PATH",
+        ),
     }
 
 
@@ -203,7 +249,9 @@ def _bad_files(tmp: Path) -> dict[str, tuple[list[str], str]]:
         "flag without csv",
     ],
 )
-def test_bad_input_is_one_line_exit_2_nothing_written(case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bad_input_is_one_line_exit_2_nothing_written(
+    case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     data = tmp_path / "data"
     data.mkdir()
     argv, message = _bad_files(data)[case]
@@ -222,7 +270,9 @@ def test_same_time_in_two_series_is_fine_but_not_within_one(tmp_path: Path) -> N
     table = load_series(_write_long(tmp_path / "long.csv", {"a": 30, "b": 30}))
     assert (table.time[:30] == table.time[30:]).all()  # each series keeps its own clock
     one = tmp_path / "one.csv"
-    one.write_text("ds,y\n" + "".join(f"{i},{i}\n" for i in range(30)) + "".join(f"{i},{i}\n" for i in range(29, 40)))
+    one.write_text(
+        "ds,y\n" + "".join(f"{i},{i}\n" for i in range(30)) + "".join(f"{i},{i}\n" for i in range(29, 40))
+    )
     with pytest.raises(ValueError, match=r"one\.csv, line 32, column 'ds': duplicate timestamp"):
         load_series(one)
 
@@ -232,7 +282,8 @@ def _write_bars(path: Path, n: int = 300) -> Path:
     close = 100 * np.exp(np.cumsum(rng.normal(0, 0.01, size=n)))
     rows = ["Date,Open,High,Low,Close,Volume,Note"]
     rows += [
-        f"2019-{1 + i // 28 % 12:02d}-{1 + i % 28:02d}T{i // 336:02d}:00:00,{c:.4f},{c * 1.01:.4f},{c * 0.99:.4f},{c:.4f},1000,x"
+        f"2019-{1 + i // 28 % 12:02d}-{1 + i % 28:02d}T{i // 336:02d}:00:00,"
+        f"{c:.4f},{c * 1.01:.4f},{c * 0.99:.4f},{c:.4f},1000,x"
         for i, c in enumerate(close)
     ]
     path.write_text("\n".join(rows) + "\n")
@@ -252,5 +303,7 @@ def test_ohlcv_file_still_goes_the_market_way(tmp_path: Path) -> None:
     assert report["target"] == "log_return" and report["meta"]["num_features"] == "6"  # the market features
     assert set(report["normalizer"]) == {"mean", "std"} and "mae_original" not in report["test"]["model"]
     # asking for a column that is not a market target reads the same file as a plain series
-    code, _, err = _cli([*_TINY, "--data", f"csv={csv}", "--target", "Volume,Close", "--run-dir", str(tmp_path / "r")])
+    code, _, err = _cli(
+        [*_TINY, "--data", f"csv={csv}", "--target", "Volume,Close", "--run-dir", str(tmp_path / "r")]
+    )
     assert code == 2 and "column 'Volume'" in err and "constant over its train split" in err

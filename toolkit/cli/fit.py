@@ -127,7 +127,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="a series CSV: the column naming each row's series (default unique_id when present)",
     )
     p.add_argument(
-        "--time", default=None, help="a series CSV: the time column (default ds, datetime, timestamp, date or time)"
+        "--time",
+        default=None,
+        help="a series CSV: the time column (default ds, datetime, timestamp, date or time)",
     )
     d = FitConfig()
     p.add_argument(

@@ -20,18 +20,19 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 from tritonrl.toolkit.envs.market.csvbars import (
+    _EPOCH,
+    _SECOND,
     PRICE_COLUMNS,
     TIME_COLUMNS,
     _bounded_lines,
     _check_sorted,
     _csv_time,
-    _EPOCH,
     _open_csv,
-    _SECOND,
     _utf8_error,
 )
 from tritonrl.toolkit.forecast.windows import WindowData
@@ -70,12 +71,14 @@ def read_header(path: str | Path) -> list[str]:
             raise ValueError(f"{path}, line 1: not readable as CSV ({exc})") from None
         except UnicodeDecodeError:
             raise ValueError(_utf8_error(path)) from None
-    if header is None:
+    if header is None or not any(h.strip() for h in header):
         raise ValueError(f"{path}: the file is empty (expected a header line)")
     return [h.strip() for h in header]
 
 
-def is_market_csv(header: Sequence[str], target: str | None, features: Sequence[str], series_id: str | None) -> bool:
+def is_market_csv(
+    header: Sequence[str], target: str | None, features: Sequence[str], series_id: str | None
+) -> bool:
     """Whether a CSV goes today's market-bar way (:func:`~tritonrl.toolkit.envs.market.load_csv`
     and the six market features): its header has a market time column and ``open, high, low,
     close, volume`` (any case), and no other target than a market one (``None``, ``log_return``,
@@ -117,7 +120,7 @@ class SeriesTable:
         return int(self.values.shape[0])
 
     def label(self, k: int) -> str:
-        """``"series 'a' (lines 2-41)"`` (or ``"the series (...)"`` for a single unnamed one), for messages."""
+        """``"series 'a' (lines 2-41)"`` (``"the series (...)"`` for a single unnamed one), for messages."""
         a, b = self.starts[k], self.starts[k + 1] - 1
         who = f"series {self.ids[k]!r}" if self.ids[k] else "the series"
         return f"{who} (lines {self.lines[a]}-{self.lines[b]})"
@@ -172,16 +175,21 @@ def _columns(
     targets = _split_names(target)
     if not targets:
         if TARGET_COLUMN not in lower:
-            used = {t, sid}
-            rest = ", ".join(h for i, h in enumerate(header) if i not in used)
-            raise ValueError(f"{path}: no column 'y': name the target with --target COL (columns: {rest})")
+            rest = ", ".join(h for i, h in enumerate(header) if i not in (t, sid))
+            bars = [c for c in _OHLCV if c not in lower]
+            why = f"not market bars (no {', '.join(bars)}) and " if bars else ""
+            raise ValueError(
+                f"{path}: {why}no column 'y': name the target with --target COL (columns: {rest})"
+            )
         targets = (TARGET_COLUMN,)
     tcols = [_find(path, header, n, "--target") for n in targets]
     fcols = [_find(path, header, n, "--features") for n in _split_names(features)]
     used = [t, *([] if sid is None else [sid]), *tcols, *fcols]
     for i in used:
         if used.count(i) > 1:
-            raise ValueError(f"{path}: column {header[i]!r} is given more than one role (time, id, target, feature)")
+            raise ValueError(
+                f"{path}: column {header[i]!r} is given more than one role (time, id, target, feature)"
+            )
     return t, sid, tcols, fcols
 
 
@@ -217,7 +225,7 @@ def load_series(
         reader = csv.reader(_bounded_lines(path, f))
         try:
             header = next(reader, None)
-            if header is None:
+            if header is None or not any(h.strip() for h in header):
                 raise ValueError(f"{path}: the file is empty (expected a header line)")
             header = [h.strip() for h in header]
             t, sid, tcols, fcols = _columns(path, header, target, features, series_id, time)
@@ -257,7 +265,7 @@ def load_series(
 
 
 def _rows(
-    path: Path, reader: csv.Reader, header: list[str], t: int, sid: int | None, cols: list[int]
+    path: Path, reader: Any, header: list[str], t: int, sid: int | None, cols: list[int]
 ) -> tuple[array, list[str], array, array, bool]:
     """Times (int64: seconds since 1970, or the integers), series ids, f64 values (``len(cols)`` a
     row), line numbers, and whether the times are integers (the first row decides)."""

@@ -112,7 +112,7 @@ class WindowData:
     """
 
     num_targets: int = 1
-    """``T``: one target column (:class:`~tritonrl.toolkit.forecast.series.SeriesWindows` may hold several)."""
+    """``T``: one target column (a :class:`~tritonrl.toolkit.forecast.series.SeriesWindows` may hold more)."""
 
     def __init__(
         self,
