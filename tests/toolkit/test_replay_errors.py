@@ -78,9 +78,13 @@ def test_buffer_skips_rechecks_but_not_reassigned_exponents(monkeypatch: pytest.
     from tritonrl.toolkit.replay import prioritized
 
     calls: list[str] = []
-    for name in ("per_update", "per_update_unchecked", "per_sample", "per_sample_unchecked"):
+
+    def recorded(name: str) -> Any:
         fn = getattr(prioritized, name)
-        monkeypatch.setattr(prioritized, name, lambda *a, _f=fn, _n=name, **k: calls.append(_n) or _f(*a, **k))
+        return lambda *a, **k: calls.append(name) or fn(*a, **k)
+
+    for name in ("per_update", "per_update_unchecked", "per_sample", "per_sample_unchecked"):
+        monkeypatch.setattr(prioritized, name, recorded(name))
     buf, twin = filled(), filled()
     idx, td = torch.tensor([3, 1, 3, 0]), torch.tensor([0.5, -2.0, 4.0, 1e-3], dtype=torch.float64)
     buf.update_priorities(idx, td)
