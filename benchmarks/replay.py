@@ -6,7 +6,8 @@ and the training step ``sample 256 + update 256``. Buffers are full and hold ran
 Measured the way a training loop pays for them (and as the independent side-by-side benchmark
 does): ``update n`` cycles through 16 batches of random, unsorted indices (repeats included) and
 their priorities, ``step`` updates the indices it sampled with priorities from a pool of 16;
-every input is built outside the timed region, in each library's own format. On CPU a timing is
+every input is built outside the timed region, in each library's own format. Each case runs in
+three rounds, the implementations in turn, and keeps each one's median round. On CPU a timing is
 the median over blocks of 16 calls of the mean time per call, so the cache misses one call leaves
 to the next (the gathers of ``sample`` evict the tree) are paid. ``value`` is calls per second;
 ``ratio`` is relative to the fastest of TorchRL and cpprb (the naive baseline where neither is
@@ -22,6 +23,7 @@ buffer (Triton kernels) and the naive baseline also run on the GPU (timed with
 from __future__ import annotations
 
 import itertools
+import statistics
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -34,6 +36,7 @@ OBS_DIM = 64
 ALPHA, BETA, EPS = 0.6, 0.4, 1e-6
 CHUNK = 1024
 POOL = 16  # index and priority batches cycled through by update and step
+ROUNDS = 3  # interleaved timing rounds per case
 
 
 def _pool(capacity: int) -> dict[int, list[tuple[torch.Tensor, torch.Tensor]]]:
@@ -134,7 +137,7 @@ class _Naive(_Impl):
         )
         pool = _pool(capacity)
         self.batches = {n: _cycle([(i.to(device), p.to(device)) for i, p in b]) for n, b in pool.items()}
-        self.prio = _cycle([p.to(device) for _, p in pool[256]])
+        self.step_td = _cycle([p.to(device) for _, p in pool[256]])
         self.last: torch.Tensor | None = None
 
     def extend(self) -> None:
@@ -170,7 +173,7 @@ class _Naive(_Impl):
     def step(self) -> None:
         self.sample(256)
         assert self.last is not None
-        self._set(self.last, self.prio())
+        self._set(self.last, self.step_td())
 
 
 class _Cpprb(_Impl):
@@ -319,7 +322,13 @@ def _run(quick: bool) -> list[Row]:
         ]
         cap = f"C={capacity // 1000}k" if capacity < 1_000_000 else f"C={capacity / 2**20:g}M"
         for case, make in cases:
-            speeds = {i.name: 1.0 / _time(make(i), i.device, min_time)["median"] for i in impls}
+            # ROUNDS rounds, the implementations in turn within each (a burst of load from another
+            # process then hits every implementation's timings alike), the median round per impl
+            times: dict[str, list[float]] = {i.name: [] for i in impls}
+            for _ in range(ROUNDS):
+                for i in impls:
+                    times[i.name].append(_time(make(i), i.device, min_time / ROUNDS)["median"])
+            speeds = {name: 1.0 / statistics.median(t) for name, t in times.items()}
             libs = {k: v for k, v in speeds.items() if k in ("TorchRL", "cpprb")}
             base_name = max(libs, key=libs.get) if libs else "naive torch"
             base = speeds[base_name]
