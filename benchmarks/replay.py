@@ -3,8 +3,15 @@
 Cases (obs dim 64, alpha 0.6, beta 0.4, IS weights included in every sample): capacity 1M and
 100k, ``extend`` 1024 transitions, ``sample`` 256 / 4096, ``update`` 256 / 4096 priorities,
 and the training step ``sample 256 + update 256``. Buffers are full and hold random priorities.
-``value`` is calls per second; ``ratio`` is relative to the fastest of TorchRL and cpprb (the
-naive baseline where neither is installed), so ``> 1`` means faster than the best library.
+Measured the way a training loop pays for them (and as the independent side-by-side benchmark
+does): ``update n`` cycles through 16 batches of random, unsorted indices (repeats included) and
+their priorities, ``step`` updates the indices it sampled with priorities from a pool of 16;
+every input is built outside the timed region, in each library's own format. Each case runs in
+three rounds, the implementations in turn, and keeps each one's median round. On CPU a timing is
+the median over blocks of 16 calls of the mean time per call, so the cache misses one call leaves
+to the next (the gathers of ``sample`` evict the tree) are paid. ``value`` is calls per second;
+``ratio`` is relative to the fastest of TorchRL and cpprb (the naive baseline where neither is
+installed), so ``> 1`` means faster than the best library.
 
 TorchRL and cpprb come with the ``bench`` extra; a library that is missing or cannot run here
 (TorchRL's sum tree is a C++ extension tied to the torch it was built for) is skipped with its
@@ -15,6 +22,8 @@ buffer (Triton kernels) and the naive baseline also run on the GPU (timed with
 
 from __future__ import annotations
 
+import itertools
+import statistics
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -26,6 +35,27 @@ from tritonrl.toolkit.cli.bench import Row, format_table, one_cpu_thread, time_f
 OBS_DIM = 64
 ALPHA, BETA, EPS = 0.6, 0.4, 1e-6
 CHUNK = 1024
+POOL = 16  # index and priority batches cycled through by update and step
+ROUNDS = 3  # interleaved timing rounds per case
+
+
+def _pool(capacity: int) -> dict[int, list[tuple[torch.Tensor, torch.Tensor]]]:
+    """``POOL`` batches of ``n`` random indices (unsorted, repeats allowed) and priorities
+    ``|N(0, 1)| + 1e-3`` per batch size, the same for every implementation of a capacity."""
+    g = torch.Generator().manual_seed(capacity)
+    return {
+        n: [
+            (torch.randint(0, capacity, (n,), generator=g), torch.randn(n, generator=g).abs_() + 1e-3)
+            for _ in range(POOL)
+        ]
+        for n in (256, 4096)
+    }
+
+
+def _cycle(items: list[Any]) -> Callable[[], Any]:
+    """A function returning ``items`` one after the other, round and round."""
+    it = itertools.cycle(items)
+    return lambda: next(it)
 
 
 class _Impl:
@@ -61,26 +91,23 @@ class _Ours(_Impl):
             self.buf.update_priorities(
                 idx, torch.from_numpy(rng.exponential(size=len(idx)).astype(np.float32))
             )
-        self.td = {n: torch.rand(n, device=device) for n in (256, 4096)}
-        self.last: dict[int, torch.Tensor] = {}
+        pool = _pool(capacity)
+        self.batches = {n: _cycle([(i.to(device), p.to(device)) for i, p in b]) for n, b in pool.items()}
+        self.prio = _cycle([p.to(device) for _, p in pool[256]])
 
     def extend(self) -> None:
         d = self.data
         self.buf.extend(d["obs"], d["act"], d["rew"], d["next_obs"], d["term"], d["trunc"])
 
     def sample(self, n: int) -> Any:
-        batch = self.buf.sample(n)
-        self.last[n] = batch.indices
-        return batch
+        return self.buf.sample(n)
 
     def update(self, n: int) -> None:
-        if n not in self.last:
-            self.sample(n)
-        self.buf.update_priorities(self.last[n], self.td[n])
+        self.buf.update_priorities(*self.batches[n]())
 
     def step(self) -> None:
         batch = self.buf.sample(256)
-        self.buf.update_priorities(batch.indices, self.td[256])
+        self.buf.update_priorities(batch.indices, self.prio())
 
 
 class _Naive(_Impl):
@@ -108,8 +135,10 @@ class _Naive(_Impl):
         self.prio.copy_(
             torch.from_numpy(np.random.default_rng(0).exponential(size=capacity).astype(np.float32)) ** ALPHA
         )
-        self.td = {n: torch.rand(n, device=device) for n in (256, 4096)}
-        self.last: dict[int, torch.Tensor] = {}
+        pool = _pool(capacity)
+        self.batches = {n: _cycle([(i.to(device), p.to(device)) for i, p in b]) for n, b in pool.items()}
+        self.step_td = _cycle([p.to(device) for _, p in pool[256]])
+        self.last: torch.Tensor | None = None
 
     def extend(self) -> None:
         d, n = self.data, CHUNK
@@ -130,19 +159,21 @@ class _Naive(_Impl):
         u = torch.rand(n, device=self.device)
         idx = torch.searchsorted(cs, u * total, right=True).clamp_max_(self.size - 1)
         w = (p[idx] / p.min()).pow(-BETA)
-        self.last[n] = idx
+        self.last = idx
         return self.obs[idx], self.act[idx], self.rew[idx], self.next_obs[idx], self.done[idx], w
 
-    def update(self, n: int) -> None:
-        if n not in self.last:
-            self.sample(n)
-        p = self.td[n].abs() + EPS
+    def _set(self, idx: torch.Tensor, td: torch.Tensor) -> None:
+        p = td.abs() + EPS
         self.max_p = max(self.max_p, float(p.max()))
-        self.prio[self.last[n]] = p.pow(ALPHA)
+        self.prio[idx] = p.pow(ALPHA)
+
+    def update(self, n: int) -> None:
+        self._set(*self.batches[n]())
 
     def step(self) -> None:
         self.sample(256)
-        self.update(256)
+        assert self.last is not None
+        self._set(self.last, self.step_td())
 
 
 class _Cpprb(_Impl):
@@ -164,26 +195,26 @@ class _Cpprb(_Impl):
             self.extend()
         rng = np.random.default_rng(0)
         self.buf.update_priorities(np.arange(capacity), rng.exponential(size=capacity))
-        self.td = {n: np.random.default_rng(1).random(n) for n in (256, 4096)}
-        self.last: dict[int, np.ndarray] = {}
+        pool = _pool(capacity)
+        self.batches = {  # cpprb's own formats: uint64 indices, f32 priorities
+            n: _cycle([(i.numpy().astype(np.uint64), p.numpy().copy()) for i, p in b])
+            for n, b in pool.items()
+        }
+        self.prio = _cycle([p.numpy().copy() for _, p in pool[256]])
 
     def extend(self) -> None:
         d = self.data
         self.buf.add(obs=d["obs"], act=d["act"], rew=d["rew"], next_obs=d["next_obs"], done=d["term"])
 
     def sample(self, n: int) -> Any:
-        s = self.buf.sample(n, beta=BETA)
-        self.last[n] = np.array(s["indexes"], copy=True)  # cpprb reuses its output buffers
-        return s
+        return self.buf.sample(n, beta=BETA)
 
     def update(self, n: int) -> None:
-        if n not in self.last:
-            self.sample(n)
-        self.buf.update_priorities(self.last[n], np.abs(self.td[n]) + EPS)
+        self.buf.update_priorities(*self.batches[n]())
 
     def step(self) -> None:
         s = self.buf.sample(256, beta=BETA)
-        self.buf.update_priorities(s["indexes"], np.abs(self.td[256]) + EPS)
+        self.buf.update_priorities(s["indexes"], self.prio())
 
 
 class _TorchRL(_Impl):
@@ -207,25 +238,22 @@ class _TorchRL(_Impl):
             self.extend()
         rng = np.random.default_rng(0)
         self.buf.update_priority(torch.arange(capacity), torch.from_numpy(rng.exponential(size=capacity)))
-        self.td = {n: torch.rand(n) for n in (256, 4096)}
-        self.last: dict[int, torch.Tensor] = {}
+        pool = _pool(capacity)
+        self.batches = {n: _cycle(b) for n, b in pool.items()}
+        self.prio = _cycle([p for _, p in pool[256]])
 
     def extend(self) -> None:
         self.buf.extend(self.td_in)
 
     def sample(self, n: int) -> Any:
-        s = self.buf.sample(n)
-        self.last[n] = s["index"]
-        return s
+        return self.buf.sample(n)
 
     def update(self, n: int) -> None:
-        if n not in self.last:
-            self.sample(n)
-        self.buf.update_priority(self.last[n], self.td[n].abs() + EPS)
+        self.buf.update_priority(*self.batches[n]())
 
     def step(self) -> None:
         s = self.buf.sample(256)
-        self.buf.update_priority(s["index"], self.td[256].abs() + EPS)
+        self.buf.update_priority(s["index"], self.prio())
 
 
 def _data() -> dict[str, np.ndarray]:
@@ -249,6 +277,20 @@ def _build(
         first = str(exc).splitlines()[0] if str(exc) else ""
         skipped[cls.name + (f" ({kw['device']})" if kw else "")] = f"{type(exc).__name__}: {first[:160]}"
         return None
+
+
+def _time(fn: Callable[[], object], device: str, min_time: float, block: int = 16) -> dict[str, float]:
+    """On CPU: the median over blocks of ``block`` calls of the mean time per call (what a loop of
+    calls costs, each call paying the cache misses the previous one left); on CUDA, ``time_fn``."""
+    if device != "cpu":
+        return time_fn(fn, device, min_time=min_time)
+
+    def run_block() -> None:
+        for _ in range(block):
+            fn()
+
+    stats = time_fn(run_block, "cpu", warmup=1, min_time=min_time)
+    return {k: v / block for k, v in stats.items()}
 
 
 def run(quick: bool = False) -> list[Row]:
@@ -280,7 +322,13 @@ def _run(quick: bool) -> list[Row]:
         ]
         cap = f"C={capacity // 1000}k" if capacity < 1_000_000 else f"C={capacity / 2**20:g}M"
         for case, make in cases:
-            speeds = {i.name: 1.0 / time_fn(make(i), i.device, min_time=min_time)["median"] for i in impls}
+            # ROUNDS rounds, the implementations in turn within each (a burst of load from another
+            # process then hits every implementation's timings alike), the median round per impl
+            times: dict[str, list[float]] = {i.name: [] for i in impls}
+            for _ in range(ROUNDS):
+                for i in impls:
+                    times[i.name].append(_time(make(i), i.device, min_time / ROUNDS)["median"])
+            speeds = {name: 1.0 / statistics.median(t) for name, t in times.items()}
             libs = {k: v for k, v in speeds.items() if k in ("TorchRL", "cpprb")}
             base_name = max(libs, key=libs.get) if libs else "naive torch"
             base = speeds[base_name]

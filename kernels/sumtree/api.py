@@ -51,7 +51,9 @@ __all__ = [
     "new_sumtree",
     "per_insert",
     "per_sample",
+    "per_sample_unchecked",
     "per_update",
+    "per_update_unchecked",
     "rebuild",
     "total",
 ]
@@ -289,6 +291,34 @@ def per_update(
         torch.ops.tritonrl.per_update(*tree, indices, td_errors.detach(), float(alpha), float(eps), size)
         return
     PER_UPDATE(dev, tree, indices, td_errors, float(alpha), float(eps), size)
+
+
+def per_sample_unchecked(
+    tree: SumTree, uniforms: torch.Tensor, beta: float, size: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`per_sample` without its argument checks, for a caller that already made them (the
+    replay buffer, whose tree, ``size`` and ``beta`` are its own): the same dispatch and results.
+    ``tree`` passed :func:`per_sample`'s checks once, ``uniforms`` is a contiguous f32 ``[B]`` on
+    its device, ``beta`` a float >= 0 and ``size`` an int in ``[1, P]``; anything else is undefined.
+    Under ``torch.compile`` it is :func:`per_sample` (the custom op)."""
+    if torch.compiler.is_compiling():
+        return per_sample(tree, uniforms, beta, size)
+    return PER_SAMPLE(tree.sums.device, tree, uniforms, beta, size)
+
+
+def per_update_unchecked(
+    tree: SumTree, indices: torch.Tensor, td_errors: torch.Tensor, alpha: float, eps: float, size: int
+) -> None:
+    """:func:`per_update` without its argument checks, for a caller that already made them (the
+    replay buffer): the same dispatch and results, the batch still validated on the device.
+    ``tree`` passed :func:`per_update`'s checks once; ``indices`` (int64) and ``td_errors`` (f32,
+    bf16, f16 or f64) are contiguous ``[B]`` tensors on its device; ``alpha`` >= 0, ``eps`` > 0
+    floats; ``size`` an int in ``[1, P]``; anything else is undefined. Under ``torch.compile`` it
+    is :func:`per_update` (the custom op)."""
+    if torch.compiler.is_compiling():
+        per_update(tree, indices, td_errors, alpha=alpha, eps=eps, size=size)
+        return
+    PER_UPDATE(tree.sums.device, tree, indices, td_errors, alpha, eps, size)
 
 
 def per_insert(tree: SumTree, start: int, count: int, *, alpha: float) -> None:

@@ -341,6 +341,30 @@ def _per_update_torch(
     _update_ancestors(tree, indices)
 
 
+# one row of 32 f32 children, and one stored prefix row of 33 f32, as single numpy items: a
+# gather or write-back of whole rows is then a 1-D take / put of B items (about half the cost of
+# 2-D fancy indexing)
+_CHILD_ROW = np.dtype((np.void, 4 * FANOUT))
+_PREFIX_ROW = np.dtype((np.void, 4 * ROW))
+
+
+class _HostLevel(NamedTuple):
+    """numpy and torch views (the same memory) of one level ``l`` of a CPU tree, for updates."""
+
+    shift: int  # 5 l: leaf index >> shift = the row of level l above it
+    children: np.ndarray  # [n_l, 32] the totals of level l - 1 (_Views.children)
+    children_rows: np.ndarray | None  # [n_l] children as _CHILD_ROW items (level 1: the leaves), else None
+    children_t: torch.Tensor  # _Views.children
+    prefix_t: torch.Tensor  # _Views.prefix
+    stored_rows: np.ndarray  # [n_l] the real rows as _PREFIX_ROW items
+    mins_children: np.ndarray  # [n_l, 32] min-tree level l - 1 (contiguous)
+    mins_children_rows: np.ndarray  # [n_l] as _CHILD_ROW items
+    mins_children_t: torch.Tensor
+    mins_out: np.ndarray  # [n_l] min-tree level l
+    mins_out_t: torch.Tensor
+    numpy_min: bool  # few rows: numpy's row-wise minimum is cheaper than torch.amin
+
+
 class _HostViews(NamedTuple):
     """numpy views of one CPU tree's tensors (the same memory) and of its update buffers."""
 
@@ -349,10 +373,7 @@ class _HostViews(NamedTuple):
     mins: np.ndarray
     scratch: np.ndarray
     max_priority: np.ndarray
-    children: tuple[np.ndarray, ...]  # _Views.children
-    prefix: tuple[np.ndarray, ...]  # _Views.prefix
-    mins_children: tuple[np.ndarray, ...]  # _Views.mins[l][0]
-    mins_out: tuple[np.ndarray, ...]  # _Views.mins[l][1]
+    levels: tuple[_HostLevel, ...]  # level 1 .. L
     work: dict[int, _HostWork]  # update buffers by batch size
 
 
@@ -360,16 +381,21 @@ class _HostWork(NamedTuple):
     """Buffers of one CPU update of ``B`` leaves: each torch tensor with its numpy view."""
 
     rows_t: torch.Tensor  # f32 [B, 32] gathered children
-    rows: np.ndarray
-    prefix_t: torch.Tensor  # f32 [B, 32] their prefix sums
-    prefix: np.ndarray
+    rows: np.ndarray  # [B] of _CHILD_ROW, the same memory
+    prefix_t: torch.Tensor  # f32 [B, 32]: entries 1 .. 32 of prefix_rows, where cumsum writes
+    prefix_rows: np.ndarray  # [B] of _PREFIX_ROW over f32 [B, 33] whose entry 0 stays 0
     minima_t: torch.Tensor  # f32 [B] their minima
     minima: np.ndarray
     prio_t: torch.Tensor  # f32 [B] the priorities, then the leaf values
     prio: np.ndarray
     positions: np.ndarray  # int32 [B] batch positions (read-only)
     rising: np.ndarray  # bool [B - 1]: idx[k + 1] > idx[k]
-    sparse: tuple[bool, ...]  # per level: gather the touched rows (else recompute it whole)
+    plan: tuple[tuple[bool, _HostLevel], ...]  # per level: gather the touched rows (else recompute it whole)
+
+
+# numpy's row-wise minimum beats torch.amin's fixed cost on a level of at most this many rows,
+# and loses on larger ones (it reduces each short row separately)
+_NUMPY_MIN_ROWS = 8
 
 
 def _host_views(tree: SumTree, v: _Views) -> _HostViews:
@@ -378,75 +404,90 @@ def _host_views(tree: SumTree, v: _Views) -> _HostViews:
         if h.tensors[0] is tree.scratch and h.tensors[1] is tree.max_priority:
             return h
         v.host.clear()  # the same sums and mins in a tree with other scratch / max_priority tensors
+    levels = []
+    for lvl, (children, prefix, stored, (mchildren, mout)) in enumerate(
+        zip(v.children, v.prefix, v.stored, v.mins, strict=True)
+    ):
+        n = prefix.shape[0]
+        m = mchildren.numpy()
+        levels.append(
+            _HostLevel(
+                FANOUT_LOG2 * (lvl + 1),
+                children.numpy(),
+                children.numpy().reshape(-1).view(_CHILD_ROW) if lvl == 0 else None,
+                children,
+                prefix,
+                stored[:n].numpy().reshape(-1).view(_PREFIX_ROW),
+                m,
+                m.reshape(-1).view(_CHILD_ROW),
+                mchildren,
+                mout.numpy(),
+                mout,
+                n <= _NUMPY_MIN_ROWS,
+            )
+        )
     h = _HostViews(
         (tree.scratch, tree.max_priority),
         v.all_sums.numpy(),
         v.all_mins.numpy(),
         tree.scratch.numpy(),
         tree.max_priority.numpy(),
-        tuple(c.numpy() for c in v.children),
-        tuple(p.numpy() for p in v.prefix),
-        tuple(c.numpy() for c, _ in v.mins),
-        tuple(o.numpy() for _, o in v.mins),
+        tuple(levels),
         {},
     )
     v.host.append(h)
     return h
 
 
-def _host_work(h: _HostViews, v: _Views, B: int) -> _HostWork:
+def _host_work(h: _HostViews, B: int) -> _HostWork:
     hw = h.work.get(B)
     if hw is None:
         if len(h.work) >= 4:
             h.work.clear()
-        rows_t, prefix_t = torch.empty(B, FANOUT), torch.empty(B, FANOUT)
-        minima_t, prio_t = torch.empty(B), torch.empty(B)
+        rows_t, minima_t, prio_t = torch.empty(B, FANOUT), torch.empty(B), torch.empty(B)
+        prefix_rows = torch.zeros(B, ROW)  # entry 0 of a row is 0 and stays 0
         limit = _dense_limit(B)
         hw = h.work[B] = _HostWork(
             rows_t,
-            rows_t.numpy(),
-            prefix_t,
-            prefix_t.numpy(),
+            rows_t.numpy().reshape(-1).view(_CHILD_ROW),
+            prefix_rows[:, 1:],
+            prefix_rows.numpy().reshape(-1).view(_PREFIX_ROW),
             minima_t,
             minima_t.numpy(),
             prio_t,
             prio_t.numpy(),
             _positions(B, torch.device("cpu")).numpy(),
             np.empty(max(B - 1, 0), dtype=np.bool_),
-            tuple(c.numel() > limit for c in v.children),
+            tuple((lv.children_t.numel() > limit, lv) for lv in h.levels),
         )
     return hw
 
 
-# numpy's row-wise minimum beats torch.amin's fixed cost on a level of at most this many rows,
-# and loses on larger ones (it reduces each short row separately)
-_NUMPY_MIN_ROWS = 8
-
-
-def _update_ancestors_cpu(v: _Views, h: _HostViews, hw: _HostWork, idx: np.ndarray) -> None:
+def _update_ancestors_cpu(hw: _HostWork, idx: np.ndarray) -> None:
     """:func:`_update_ancestors` on CPU: the same torch ``cumsum`` / ``amin`` on the same values
     (bit for bit), with the index work (row numbers, gathers, write-backs) in numpy. Both trees
-    are walked in one pass, so a sparse level computes its row numbers once."""
-    for lvl, sparse in enumerate(hw.sparse):
+    are walked in one pass, so a sparse level computes its row numbers once. A sparse level
+    writes whole stored rows back (entry 0 included, which is 0 in both)."""
+    rows_t, rows_buf, prefix_t, prefix_rows = hw.rows_t, hw.rows, hw.prefix_t, hw.prefix_rows
+    for sparse, lv in hw.plan:
         if not sparse:
-            prefix_ref(v.children[lvl], out=v.prefix[lvl])
-            if v.prefix[lvl].shape[0] <= _NUMPY_MIN_ROWS:  # a minimum is exact: any order, same bits
-                np.minimum.reduce(h.mins_children[lvl], 1, out=h.mins_out[lvl])
+            torch.cumsum(lv.children_t, 1, out=lv.prefix_t)  # prefix_ref on CPU
+            if lv.numpy_min:  # a minimum is exact: any order, same bits
+                np.minimum.reduce(lv.mins_children, 1, out=lv.mins_out)
             else:
-                children, out = v.mins[lvl]
-                torch.amin(children, 1, out=out)
+                torch.amin(lv.mins_children_t, 1, out=lv.mins_out_t)
             continue
-        rows = idx >> (FANOUT_LOG2 * (lvl + 1))
-        if lvl == 0:  # the leaves: contiguous rows (mode "clip" skips a bounds pass; rows are valid)
-            h.children[lvl].take(rows, 0, hw.rows, "clip")
-            kids = hw.rows_t
+        rows = idx >> lv.shift
+        if lv.children_rows is not None:  # the leaves: contiguous rows ("clip" skips a bounds pass)
+            lv.children_rows.take(rows, 0, rows_buf, "clip")
+            kids = rows_t
         else:  # a strided column of totals, which take() would first copy whole; indexing does not
-            kids = torch.from_numpy(h.children[lvl][rows])
-        torch.cumsum(kids, 1, out=hw.prefix_t)  # prefix_ref on CPU
-        h.prefix[lvl][rows] = hw.prefix  # duplicate rows write equal values
-        h.mins_children[lvl].take(rows, 0, hw.rows, "clip")
-        torch.amin(hw.rows_t, 1, out=hw.minima_t)
-        h.mins_out[lvl][rows] = hw.minima
+            kids = torch.from_numpy(lv.children[rows])
+        torch.cumsum(kids, 1, out=prefix_t)  # prefix_ref on CPU
+        lv.stored_rows.put(rows, prefix_rows)  # duplicate rows write equal values
+        lv.mins_children_rows.take(rows, 0, rows_buf, "clip")
+        torch.amin(rows_t, 1, out=hw.minima_t)
+        lv.mins_out[rows] = hw.minima
 
 
 def _per_update_cpu(
@@ -455,18 +496,18 @@ def _per_update_cpu(
     """:func:`_per_update_torch` on CPU with numpy for the leaf part, bit for bit the same.
 
     Same values step by step: ``|td| + eps`` is one exact abs and one correctly rounded f32 add
-    in both; ``** alpha`` stays a torch op on the same contiguous ``[B]`` tensor (numpy's
-    ``powf`` may differ by an ulp); duplicates resolve by the same scratch rule, with
-    ``np.maximum.at`` (unbuffered, deterministic) for ``scatter_reduce_(amax)``; every duplicate
-    then writes the winner's value, so the order of the leaf writes does not matter. Strictly
-    increasing indices (what stratified sampling returns, unless a leaf spans two strata) repeat
-    none: their range is their two ends, and every leaf is written once with its own value. The
-    tree walk runs the same torch ``cumsum`` / ``amin`` on the same rows as
-    :func:`_update_ancestors`.
+    in both (so ``p >= 0``, and ``max(p) < inf`` fails exactly for a NaN or an infinity);
+    ``** alpha`` stays a torch op on the same contiguous ``[B]`` tensor (numpy's ``powf`` may
+    differ by an ulp); duplicates resolve by the same scratch rule, with ``np.maximum.at``
+    (unbuffered, deterministic) for ``scatter_reduce_(amax)``; every duplicate then writes the
+    winner's value, so the order of the leaf writes does not matter. Strictly increasing indices
+    (what stratified sampling returns, unless a leaf spans two strata) repeat none: their range
+    is their two ends, and every leaf is written once with its own value. The tree walk runs the
+    same torch ``cumsum`` / ``amin`` on the same rows as :func:`_update_ancestors`.
     """
-    v = _views(tree)
-    h = _host_views(tree, v)
-    hw = _host_work(h, v, indices.shape[0])
+    h = _host_views(tree, _views(tree))
+    B = indices.shape[0]
+    hw = h.work.get(B) or _host_work(h, B)
     td = td_errors if td_errors.dtype == torch.float32 else td_errors.float()
     if td.requires_grad:
         td = td.detach()
@@ -475,9 +516,8 @@ def _per_update_cpu(
     np.abs(td.numpy(), out=p)
     np.add(p, np.float32(eps), out=p)
     p_max = np.maximum.reduce(p)  # NaN if any p is NaN (numpy propagates it), inf if any is inf
-    finite = bool(abs(p_max) < np.inf)
-    rising = hw.rising
-    unique = bool(np.greater(idx[1:], idx[:-1], out=rising).all())  # True for B = 1
+    finite = bool(p_max < np.inf)
+    unique = np.count_nonzero(np.greater(idx[1:], idx[:-1], out=hw.rising)) == B - 1  # True for B = 1
     if unique:  # strictly increasing: the ends are the extremes
         in_range = bool(idx[0] >= 0 and idx[-1] < size)
     else:
@@ -498,7 +538,7 @@ def _per_update_cpu(
         scratch[idx] = -1
     h.sums[idx] = val  # leaves are sums[0:P]
     h.mins[idx] = val
-    _update_ancestors_cpu(v, h, hw, idx)
+    _update_ancestors_cpu(hw, idx)
 
 
 def per_insert_ref(tree: SumTree, start: int, count: int, alpha: float) -> None:

@@ -242,6 +242,68 @@ def test_cpu_fast_update_is_bitwise_the_torch_path(
     _assert_consistent(fast)
 
 
+@settings(max_examples=60, deadline=None)
+@given(  # P = 32 .. 524288: 1 to 4 levels of rows, up to two sparse levels
+    capacity=st.one_of(st.integers(1, 2000), st.integers(2000, 70_000), st.integers(270_000, 400_000)),
+    fill=st.floats(0.01, 1.0),
+    batch=st.integers(1, 600),
+    order=st.sampled_from(["random", "sorted", "unique"]),  # unique: strictly increasing
+    repeats=st.floats(0.0, 0.9),  # share of the batch copied from its other entries
+    seed=st.integers(0, 2**31 - 1),
+    spread=st.sampled_from([1.0, 1e3, 1e12]),  # 1e12: rows whose f64 sums are inexact
+    alpha=st.sampled_from([0.0, 0.6, 1.0]),
+    td_dtype=st.sampled_from([torch.float32, torch.float64, torch.bfloat16, torch.float16]),
+)
+def test_cpu_fast_update_is_bitwise_the_torch_path_hypothesis(
+    capacity: int,
+    fill: float,
+    batch: int,
+    order: str,
+    repeats: float,
+    seed: int,
+    spread: float,
+    alpha: float,
+    td_dtype: torch.dtype,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The CPU update (whole-row numpy gathers and write-backs around torch cumsum / amin / pow)
+    writes exactly the torch path's bits, and its trees equal their rebuild, on random trees of
+    every depth, batches with and without repeats, in every order (exact: one function of the
+    same inputs, by the prefix rule)."""
+    from tritonrl.kernels.sumtree import reference as ref
+
+    calls: list[str] = []
+    fast_path = ref._per_update_cpu
+
+    def counted(*args: object) -> None:
+        calls.append("cpu")
+        fast_path(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ref, "_per_update_cpu", counted)
+    g = torch.Generator().manual_seed(seed)
+    size = max(1, round(capacity * fill))
+    fast, slow = new_sumtree(capacity), new_sumtree(capacity)
+    for tree in (fast, slow):
+        per_insert(tree, 0, size, alpha=alpha)
+    overflowed = 0  # batches with an infinity (f16 overflows from 65504), rejected by both paths
+    for _ in range(2):  # the second batch updates a tree the first one changed
+        idx = torch.randint(0, size, (batch,), generator=g)
+        k = int(batch * repeats)
+        if k:
+            idx[batch - k :] = idx[torch.randint(0, batch, (k,), generator=g)]
+        if order != "random":
+            idx = idx.unique() if order == "unique" else idx.sort().values
+        td = (torch.rand(idx.shape[0], generator=g, dtype=torch.float64) ** 3 * spread).to(td_dtype)
+        overflowed += not bool(torch.isfinite(td).all())
+        per_update(fast, idx, td, alpha=alpha, eps=1e-6, size=size)
+        ref._per_update_torch(slow, idx, td, alpha, 1e-6, size)
+        for a, b in zip(fast, slow, strict=True):
+            assert torch.equal(a, b)  # exact: the same computation, see the docstring
+    assert calls == ["cpu", "cpu"]
+    assert int(fast.status[0]) == overflowed
+    _assert_consistent(fast)
+
+
 @settings(max_examples=150)
 @given(  # P = 32 .. 131072: 1 to 4 levels of rows, padded roots
     capacity=st.one_of(st.integers(1, 2000), st.integers(2000, 70_000)),

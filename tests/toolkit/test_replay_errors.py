@@ -71,6 +71,41 @@ def test_bad_sample_and_update() -> None:
         ReplayBuffer(4, OBS, obs_dtype=torch.int32)
 
 
+def test_buffer_skips_rechecks_but_not_reassigned_exponents(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The buffer hands its own checked arguments to the unchecked ops (same bits as the checked
+    ones); an exponent reassigned out of range since __init__ goes through the checks and raises."""
+    from tritonrl.kernels import sumtree
+    from tritonrl.toolkit.replay import prioritized
+
+    calls: list[str] = []
+
+    def recorded(name: str) -> Any:
+        fn = getattr(prioritized, name)
+        return lambda *a, **k: calls.append(name) or fn(*a, **k)
+
+    for name in ("per_update", "per_update_unchecked", "per_sample", "per_sample_unchecked"):
+        monkeypatch.setattr(prioritized, name, recorded(name))
+    buf, twin = filled(), filled()
+    idx, td = torch.tensor([3, 1, 3, 0]), torch.tensor([0.5, -2.0, 4.0, 1e-3], dtype=torch.float64)
+    buf.update_priorities(idx, td)
+    sumtree.per_update(twin._tree, idx, td, alpha=twin.alpha, eps=twin.eps, size=len(twin))
+    for a, b in zip(buf._tree, twin._tree, strict=True):
+        assert torch.equal(a, b)  # exact: the same op on the same arguments, checked or not
+    torch.manual_seed(5)
+    got = buf.sample(3)
+    torch.manual_seed(5)
+    want = sumtree.per_sample(twin._tree, torch.rand(3), twin.current_beta, len(twin))
+    assert torch.equal(got.indices, want[0]) and torch.equal(got.weights, want[1])  # exact: as above
+    assert calls == ["per_update_unchecked", "per_sample_unchecked"]
+    buf.eps = -1.0
+    with pytest.raises(ValueError, match="eps"):
+        buf.update_priorities(idx, td)
+    buf.beta = buf.beta_final = -0.5
+    with pytest.raises(ValueError, match="beta"):
+        buf.sample(2)
+    assert calls[2:] == ["per_update", "per_sample"]
+
+
 def test_deferred_priority_check() -> None:
     """check_priorities=False (the CUDA default): a bad batch is ignored now, reported by check()."""
     buf = filled()

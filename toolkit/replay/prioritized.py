@@ -30,7 +30,9 @@ from tritonrl.kernels.sumtree import (
     new_sumtree,
     per_insert,
     per_sample,
+    per_sample_unchecked,
     per_update,
+    per_update_unchecked,
     rebuild,
 )
 from tritonrl.kernels.validate import check_int
@@ -38,6 +40,9 @@ from tritonrl.toolkit.replay.buffer import ReplayBatch, ReplayBuffer
 from tritonrl.toolkit.replay.inputs import check_fraction
 
 __all__ = ["PrioritizedReplayBuffer"]
+
+# the TD-error dtypes per_update takes (others go through its checks, which name the problem)
+_TD_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 
 
 class PrioritizedReplayBuffer(ReplayBuffer):
@@ -160,7 +165,13 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         if td.device != self.device:
             td = td.to(device=self.device)
         idx, td = idx.contiguous(), td.contiguous()
-        per_update(self._tree, idx, td, alpha=self.alpha, eps=self.eps, size=self._size)
+        alpha, eps = self.alpha, self.eps
+        if td.dtype in _TD_DTYPES and type(alpha) is float and type(eps) is float and alpha >= 0 and eps > 0:
+            # what per_update would check holds: the buffer's own tree and size, 1-D contiguous
+            # tensors of equal length on its device, int64 indices, the exponents of __init__
+            per_update_unchecked(self._tree, idx, td, alpha, eps, self._size)
+        else:  # alpha or eps reassigned since __init__, or an unusual dtype: the checked op raises
+            per_update(self._tree, idx, td, alpha=alpha, eps=eps, size=self._size)
         if self.check_priorities:
             self.check()
 
@@ -222,7 +233,11 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             uniforms = torch.rand(batch_size, device=self.device)
         else:
             uniforms = torch.rand(batch_size, generator=generator, device=generator.device).to(self.device)
-        idx, weights = per_sample(self._tree, uniforms, self.current_beta, self._size)
+        beta = self.current_beta
+        if type(beta) is float and beta >= 0:  # uniforms: f32 [B] contiguous, on the device
+            idx, weights = per_sample_unchecked(self._tree, uniforms, beta, self._size)
+        else:  # beta or beta_final reassigned since __init__: the checked op names the problem
+            idx, weights = per_sample(self._tree, uniforms, beta, self._size)
         self._sample_calls += 1
         return self._gather(idx, weights)
 
