@@ -32,6 +32,7 @@ from tritonrl.toolkit.envs.market.csvbars import (
     _bounded_lines,
     _check_sorted,
     _csv_time,
+    _data_rows,
     _open_csv,
     _utf8_error,
 )
@@ -271,16 +272,7 @@ def _rows(
     row), line numbers, and whether the times are integers (the first row decides)."""
     times, values, lines, ids = array("q"), array("d"), array("q"), []
     integer: bool | None = None
-    blank: int | None = None
-    for row in reader:
-        line = reader.line_num
-        if not any(cell.strip() for cell in row):
-            blank = line if blank is None else blank
-            continue
-        if blank is not None:
-            raise ValueError(f"{path}, line {blank}: empty row")
-        if len(row) != len(header):
-            raise ValueError(f"{path}, line {line}: {len(row)} fields, the header has {len(header)}")
+    for line, row in _data_rows(path, reader, header):
         where = f"{path}, line {line}, column {header[t]!r}"
         text = row[t].strip()
         if integer is None:

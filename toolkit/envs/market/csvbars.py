@@ -246,8 +246,26 @@ def _csv_rows(
             end, or a bad value (the file, the line and the column).
     """
     seconds, values, lines = array("q"), array("d"), array("q")
-    blank: int | None = None  # first blank line, an error only if data follows it
     time_where = f"column {header[time_index].strip()!r}"
+    for line, row in _data_rows(path, reader, header):
+        when = _csv_time(f"{path}, line {line}, {time_where}", row[time_index])
+        seconds.append((when - _EPOCH) // _SECOND)  # floors, as numpy's datetime64[s] conversion
+        values.extend(
+            _csv_value(f"{path}, line {line}, column {header[i].strip()!r}", c, row[i]) for c, i in columns
+        )
+        lines.append(line)
+    return seconds, values, lines
+
+
+def _data_rows(path: Path, reader: Any, header: list[str]) -> Iterator[tuple[int, list[str]]]:
+    """``(line number, cells)`` of every data row of ``reader`` (a ``csv.reader`` past the header);
+    blank lines at the end are skipped.
+
+    Raises:
+        ValueError: a blank line before more data, or a row with another number of fields than
+            the header (the file and the line).
+    """
+    blank: int | None = None  # first blank line, an error only if data follows it
     for row in reader:
         line = reader.line_num
         if not any(cell.strip() for cell in row):
@@ -257,13 +275,7 @@ def _csv_rows(
             raise ValueError(f"{path}, line {blank}: empty row")
         if len(row) != len(header):
             raise ValueError(f"{path}, line {line}: {len(row)} fields, the header has {len(header)}")
-        when = _csv_time(f"{path}, line {line}, {time_where}", row[time_index])
-        seconds.append((when - _EPOCH) // _SECOND)  # floors, as numpy's datetime64[s] conversion
-        values.extend(
-            _csv_value(f"{path}, line {line}, column {header[i].strip()!r}", c, row[i]) for c, i in columns
-        )
-        lines.append(line)
-    return seconds, values, lines
+        yield line, row
 
 
 def _check_ohlc(path: Path, names: list[str], table: np.ndarray, lines: Sequence[int]) -> None:
