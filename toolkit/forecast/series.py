@@ -31,6 +31,7 @@ from tritonrl.toolkit.envs.market.csvbars import (
     TIME_COLUMNS,
     _bounded_lines,
     _check_sorted,
+    _csv_number,
     _csv_time,
     _data_rows,
     _open_csv,
@@ -284,28 +285,10 @@ def _rows(
         else:
             times.append((_csv_time(where, row[t]) - _EPOCH) // _SECOND)
         for i in cols:
-            values.append(_number(f"{path}, line {line}, column {header[i]!r}", row[i]))
+            values.append(_csv_number(f"{path}, line {line}, column {header[i]!r}", row[i]))
         ids.append("" if sid is None else row[sid].strip())
         lines.append(line)
     return times, ids, values, lines, bool(integer)
-
-
-def _number(where: str, cell: str) -> float:
-    """The finite number in ``cell``.
-
-    Raises:
-        ValueError: an empty, non-numeric, NaN or infinite value.
-    """
-    text = cell.strip()
-    if not text:
-        raise ValueError(f"{where}: empty value")
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"{where}: {text!r} is not a number") from None
-    if not math.isfinite(value):
-        raise ValueError(f"{where}: {text!r} is not a finite number")
-    return value
 
 
 def _bounds(n: int, window: int, fractions: Sequence[float]) -> dict[str, tuple[int, int]]:

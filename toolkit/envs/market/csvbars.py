@@ -339,12 +339,11 @@ def _csv_time(where: str, cell: str) -> datetime:
         ) from None
 
 
-def _csv_value(where: str, column: str, cell: str) -> float:
-    """The price or volume (``column``) in ``cell``.
+def _csv_number(where: str, cell: str) -> float:
+    """The finite number in ``cell``.
 
     Raises:
-        ValueError: an empty, unparsable or non-finite value, a non-positive price or a negative
-            volume.
+        ValueError: an empty, non-numeric, NaN or infinite value (``where`` first).
     """
     text = cell.strip()
     if not text:
@@ -355,6 +354,18 @@ def _csv_value(where: str, column: str, cell: str) -> float:
         raise ValueError(f"{where}: {text!r} is not a number") from None
     if not math.isfinite(value):
         raise ValueError(f"{where}: {text!r} is not a finite number")
+    return value
+
+
+def _csv_value(where: str, column: str, cell: str) -> float:
+    """The price or volume (``column``) in ``cell``.
+
+    Raises:
+        ValueError: an empty, unparsable or non-finite value, a non-positive price or a negative
+            volume.
+    """
+    value = _csv_number(where, cell)
+    text = cell.strip()
     if column == "volume" and value < 0:
         raise ValueError(f"{where}: negative volume {text}")
     if column != "volume" and value <= 0:
