@@ -117,7 +117,14 @@ def _y_only(w: Any) -> Any:
 
     part = dataclasses.replace(w.data, features=w.y[:, None].to(w.dtype), feature_names=("y",))
     return WindowData(
-        part, w.window, w.horizon, target=w.target, values=w.values, normalizer=w.normalizer, split=w.split
+        part,
+        w.window,
+        w.horizon,
+        target=w.target,
+        values=w.values,
+        normalizer=w.normalizer,
+        split=w.split,
+        target_channels=(0,),
     )
 
 

@@ -8,19 +8,25 @@ the ``"attention"`` torso: one implementation of self-attention in the package.
   ``-> RMSNorm`` (the causal encoding ``[B, W, width]``), and a linear forecast of ``H x T`` values
   from the last step. Positions are learned (``positions="learned"``) or the fixed sinusoids of
   Vaswani et al. (``"sinusoidal"``).
-- :class:`PatchTST`: channel independence: each of the ``F`` feature series (optionally
-  normalised per window, RevIN without affine) is cut into patches of ``patch_len`` steps every
-  ``stride`` steps (aligned to end at the last step; leading steps that do not fill a patch are
-  dropped), each patch embedded by one shared ``Linear(patch_len, width)`` plus a learned patch
-  position, ``depth`` non-causal blocks over the patches (shared by all channels), a flatten head
-  ``Linear(patches * width, H)`` per channel (shared), the normalisation undone, and a projection
-  of the ``F`` channels to the ``T`` targets. Not causal per step (``causal = False``): a patch
+- :class:`PatchTST`: channel independence, as published: each channel (by default only the
+  targets' own channels, :attr:`~tritonrl.agents.forecast.base.Forecaster.target_channels`) is
+  optionally normalised per window (RevIN without affine: its mean and std over the window), cut
+  into patches of ``patch_len`` steps every ``stride`` steps (aligned to end at the last step;
+  leading steps that do not fill a patch are dropped), each patch embedded by one shared
+  ``Linear(patch_len, width)`` plus a learned patch position, ``depth`` non-causal blocks over the
+  patches (shared by all channels) and a flatten head ``Linear(patches * width, H)`` (shared). The
+  forecast of target ``k`` is the head's output of channel ``target_channels[k]`` with that
+  channel's normalisation undone, after every learned layer, so shifting and scaling the channel
+  shifts and scales the forecast with it. ``exogenous=True`` encodes every channel and adds a
+  learned mix of all channels' head outputs (zero at initialisation) to each target's, still in
+  the normalised units, before the inverse. Not causal per step (``causal = False``): a patch
   mixes its steps.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -65,7 +71,7 @@ class Transformer(Forecaster):
     """Causal Transformer encoder forecaster (forecast from the last step's encoding).
 
     Args:
-        window, num_features, horizon, num_targets, device, dtype: see :class:`Forecaster`.
+        window, num_features, horizon, num_targets, device, dtype, target_channels: see :class:`Forecaster`.
         width: model width (``encoding_dim``); a multiple of ``heads``.
         depth: attention blocks.
         heads: attention heads.
@@ -87,12 +93,21 @@ class Transformer(Forecaster):
         *,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
+        target_channels: Sequence[int] | None = None,
         width: int = 32,
         depth: int = 2,
         heads: int = 4,
         positions: str = "learned",
     ) -> None:
-        super().__init__(window, num_features, horizon, num_targets, device=device, dtype=dtype)
+        super().__init__(
+            window,
+            num_features,
+            horizon,
+            num_targets,
+            device=device,
+            dtype=dtype,
+            target_channels=target_channels,
+        )
         _check_heads(width, heads)
         check_int("depth", depth, low=1)
         if positions not in POSITIONS:
@@ -133,17 +148,22 @@ class PatchTST(Forecaster):
     """PatchTST: patches of each channel, a shared Transformer encoder, a flatten head per channel.
 
     Args:
-        window, num_features, horizon, num_targets, device, dtype: see :class:`Forecaster`.
+        window, num_features, horizon, num_targets, device, dtype, target_channels: see :class:`Forecaster`.
         patch_len: steps per patch (<= ``window``).
         stride: steps between patch starts.
         width: model width (a multiple of ``heads``).
         depth: attention blocks.
         heads: attention heads.
         revin: normalise each channel of each window by its mean and standard deviation (over the
-            window) before the encoder, and undo it on the channel's forecast.
+            window) before the encoder, and undo it on each target's forecast with its channel's.
+        exogenous: also encode the channels that are not targets, and add a learned mix of every
+            channel's (normalised) head output to each target's before the inverse; ``False``:
+            only the target channels are encoded (channel independence).
 
     Raises:
-        ValueError: a size that is not a positive int, ``patch_len > window``, ``width % heads``.
+        ValueError: a size that is not a positive int, ``patch_len > window``, ``width % heads``,
+            bad ``target_channels``; loading a state dict of the former layout (with the learned
+            channel projection after the inverse, ``channel_proj``).
     """
 
     name = "patchtst"
@@ -158,14 +178,24 @@ class PatchTST(Forecaster):
         *,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
+        target_channels: Sequence[int] | None = None,
         patch_len: int = 8,
         stride: int = 4,
         width: int = 32,
         depth: int = 2,
         heads: int = 4,
         revin: bool = True,
+        exogenous: bool = False,
     ) -> None:
-        super().__init__(window, num_features, horizon, num_targets, device=device, dtype=dtype)
+        super().__init__(
+            window,
+            num_features,
+            horizon,
+            num_targets,
+            device=device,
+            dtype=dtype,
+            target_channels=target_channels,
+        )
         check_int("patch_len", patch_len, low=1)
         check_int("stride", stride, low=1)
         check_int("depth", depth, low=1)
@@ -173,7 +203,8 @@ class PatchTST(Forecaster):
         if patch_len > window:
             raise ValueError(f"patch_len={patch_len} must be <= window={window}")
         fk = self.factory
-        self.patch_len, self.stride, self.revin = patch_len, stride, revin
+        self.patch_len, self.stride, self.revin, self.exogenous = patch_len, stride, revin, exogenous
+        self.normalizes_input = bool(revin)
         self.num_patches = (window - patch_len) // stride + 1
         self.start = window - patch_len - (self.num_patches - 1) * stride  # steps dropped in front
         self.embed = nn.Linear(patch_len, width, **fk)
@@ -186,8 +217,17 @@ class PatchTST(Forecaster):
         )
         self.out_norm = nn.RMSNorm(width, eps=1e-6, **fk)
         self.flatten_head = nn.Linear(self.num_patches * width, horizon, **fk)
-        self.channel_proj = nn.Linear(num_features, num_targets, **fk)
+        self.channel_mix: nn.Linear | None = None
+        if exogenous:  # zero at initialisation: the published channel-independent forecast
+            self.channel_mix = nn.Linear(num_features, num_targets, **fk)
+            nn.init.zeros_(self.channel_mix.weight)
+            nn.init.zeros_(self.channel_mix.bias)
+        self.channels: torch.Tensor  # [T] int64: the targets' input channels
+        self.register_buffer(
+            "channels", torch.tensor(self.target_channels, device=fk["device"]), persistent=False
+        )
         self.revin_eps = 1e-5
+        self.register_load_state_dict_pre_hook(_refuse_channel_proj)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x [B, W, F] -> [B, H, T]`` in the parameter dtype.
@@ -196,16 +236,34 @@ class PatchTST(Forecaster):
             ValueError / TypeError: see :meth:`Forecaster.check_input`.
         """
         self.check_input(x)
-        b, f = x.shape[0], self.num_features
+        if not self.exogenous:
+            x = x.index_select(2, self.channels)  # [B, W, T]: only the targets' own channels
+        b, c = x.shape[0], x.shape[2]
         if self.revin:
-            mean = x.mean(dim=1, keepdim=True)  # [B, 1, F]
+            mean = x.mean(dim=1, keepdim=True)  # [B, 1, C]
             std = torch.sqrt(x.var(dim=1, keepdim=True, unbiased=False) + self.revin_eps)
             x = (x - mean) / std
-        series = x[:, self.start :].transpose(1, 2)  # [B, F, W']
-        patches = series.unfold(-1, self.patch_len, self.stride)  # [B, F, Np, P]
-        h = self.embed(patches.reshape(b * f, self.num_patches, self.patch_len)) + self.pos
-        h = self.out_norm(self.blocks(h))  # [B*F, Np, width]
-        y = self.flatten_head(h.flatten(1)).view(b, f, self.horizon).transpose(1, 2)  # [B, H, F]
+        series = x[:, self.start :].transpose(1, 2)  # [B, C, W']
+        patches = series.unfold(-1, self.patch_len, self.stride)  # [B, C, Np, P]
+        h = self.embed(patches.reshape(b * c, self.num_patches, self.patch_len)) + self.pos
+        h = self.out_norm(self.blocks(h))  # [B*C, Np, width]
+        y = self.flatten_head(h.flatten(1)).view(b, c, self.horizon).transpose(1, 2)  # [B, H, C]
+        if self.channel_mix is not None:  # every channel's output mixed in, before the inverse
+            y_all = y
+            y = y_all.index_select(2, self.channels) + self.channel_mix(y_all)  # [B, H, T]
+            if self.revin:
+                mean, std = mean.index_select(2, self.channels), std.index_select(2, self.channels)
         if self.revin:
-            y = y * std + mean
-        return self.channel_proj(y)  # [B, H, T]
+            y = y * std + mean  # each target's own channel statistics, after every learned layer
+        return y  # [B, H, T]
+
+
+def _refuse_channel_proj(
+    module: nn.Module, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any
+) -> None:
+    """A state-dict pre-hook: refuse the former PatchTST layout in one line."""
+    if f"{prefix}channel_proj.weight" in state_dict:
+        raise ValueError(
+            "this PatchTST state comes from the former layout (a learned channel projection after "
+            "RevIN's inverse, channel_proj), which no longer exists: retrain the model"
+        )

@@ -8,10 +8,17 @@ trainer upcasts it once to f32 for the loss.
 Sequence models (LSTM, GRU, TCN, Transformer, Mamba2) also expose :meth:`Forecaster.encode`: per-step
 features ``[B, W, D]`` where step ``s`` depends only on steps ``<= s`` (causal), which is what an
 agent can use as a torso over an observation window.
+
+Every forecaster knows which input channel holds each target's own history
+(:attr:`Forecaster.target_channels`, given by the window source: ``0 .. T - 1`` for a series CSV,
+the target's column for market bars); a model that normalises each window (RevIN) undoes it on
+target ``k`` with the statistics of channel ``target_channels[k]``
+(:attr:`Forecaster.normalizes_input`). See docs/pages/forecasting.md.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -19,7 +26,31 @@ from torch import nn
 from tritonrl.kernels.validate import check_int
 from tritonrl.toolkit.precision import dtype_or_default
 
-__all__ = ["Forecaster"]
+__all__ = ["Forecaster", "check_target_channels"]
+
+
+def check_target_channels(
+    target_channels: Sequence[int] | None, num_targets: int, num_features: int
+) -> tuple[int, ...]:
+    """``target_channels`` as a tuple of ``num_targets`` distinct channels in ``0 .. F - 1``
+    (``None``: ``0 .. T - 1``).
+
+    Raises:
+        ValueError: another length, a repeated channel or one outside ``0 .. num_features - 1``.
+        TypeError: not a sequence of ints.
+    """
+    if target_channels is None:
+        target_channels = range(num_targets)
+    if isinstance(target_channels, str | bytes) or not isinstance(target_channels, Sequence | range):
+        raise TypeError(f"target_channels must be a sequence of ints, got {type(target_channels).__name__}")
+    out = tuple(target_channels)
+    if any(not isinstance(c, int) or isinstance(c, bool) for c in out):
+        raise TypeError(f"target_channels must be ints, got {out!r}")
+    if len(out) != num_targets or len(set(out)) != len(out) or any(not 0 <= c < num_features for c in out):
+        raise ValueError(
+            f"target_channels={out} must be {num_targets} distinct input channels in 0 .. {num_features - 1}"
+        )
+    return out
 
 
 class Forecaster(nn.Module):
@@ -32,9 +63,11 @@ class Forecaster(nn.Module):
         num_targets: ``T``, target columns forecast per bar ahead.
         device: where the parameters live (default CPU).
         dtype: the parameter dtype (default ``training_dtype(device)``).
+        target_channels: the input channel holding each target's own history (``T`` distinct
+            channels; default ``0 .. T - 1``); :func:`check_target_channels`.
 
     Raises:
-        ValueError: a size that is not a positive int.
+        ValueError: a size that is not a positive int, bad ``target_channels``.
 
     Subclasses build their layers with ``**self.factory`` (``device=``, ``dtype=``) and implement
     ``forward(x [B, W, F]) -> [B, H, T]``; causal sequence models set ``causal = True`` and
@@ -45,6 +78,10 @@ class Forecaster(nn.Module):
     """The registry name (``--model``)."""
     causal: bool = False
     """``True``: :meth:`encode` is causal over the window's steps."""
+    normalizes_input: bool = False
+    """``True``: each window is normalised per channel (RevIN) and the forecast of target ``k`` is
+    equivariant in channel ``target_channels[k]``: shifting it by ``a`` and scaling it by ``s > 0``
+    gives ``s * forecast + a`` (up to rounding)."""
 
     def __init__(
         self,
@@ -55,12 +92,14 @@ class Forecaster(nn.Module):
         *,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
+        target_channels: Sequence[int] | None = None,
     ) -> None:
         super().__init__()
         self.window = check_int("window", window, low=1)
         self.num_features = check_int("num_features", num_features, low=1)
         self.horizon = check_int("horizon", horizon, low=1)
         self.num_targets = check_int("num_targets", num_targets, low=1)
+        self.target_channels = check_target_channels(target_channels, self.num_targets, self.num_features)
         dev = torch.device(device) if device is not None else torch.device("cpu")
         self.param_dtype = dtype_or_default(dtype, dev)
         self.factory: dict[str, Any] = {"device": dev, "dtype": self.param_dtype}

@@ -13,6 +13,8 @@ observation window.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import nn
 from tritonrl.agents.forecast.base import Forecaster
@@ -26,7 +28,7 @@ class TCN(Forecaster):
     ``H x T`` values from the last step's encoding.
 
     Args:
-        window, num_features, horizon, num_targets, device, dtype: see :class:`Forecaster`.
+        window, num_features, horizon, num_targets, device, dtype, target_channels: see :class:`Forecaster`.
         width: channels of the blocks (``encoding_dim``).
         depth: residual blocks; with ``kernel_size`` they set the receptive field
             ``1 + 2 (kernel_size - 1) (2**depth - 1)`` (keep it >= ``window`` to see all of it).
@@ -48,11 +50,20 @@ class TCN(Forecaster):
         *,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
+        target_channels: Sequence[int] | None = None,
         width: int = 32,
         depth: int = 4,
         kernel_size: int = 3,
     ) -> None:
-        super().__init__(window, num_features, horizon, num_targets, device=device, dtype=dtype)
+        super().__init__(
+            window,
+            num_features,
+            horizon,
+            num_targets,
+            device=device,
+            dtype=dtype,
+            target_channels=target_channels,
+        )
         self.encoder = TCNEncoder(
             num_features, width=width, depth=depth, kernel_size=kernel_size, **self.factory
         )

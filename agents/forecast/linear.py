@@ -19,6 +19,7 @@ MLP mixes every step), so neither has :meth:`~tritonrl.agents.forecast.base.Fore
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -33,7 +34,7 @@ class DLinear(Forecaster):
     """Trend/seasonal decomposition, one linear map per part over the window, a channel mix to targets.
 
     Args:
-        window, num_features, horizon, num_targets, device, dtype: see
+        window, num_features, horizon, num_targets, device, dtype, target_channels: see
             :class:`~tritonrl.agents.forecast.base.Forecaster`.
         kernel_size: steps of the moving average that gives the trend (odd, >= 1; it may exceed
             the window: the padding repeats the end bars).
@@ -57,10 +58,19 @@ class DLinear(Forecaster):
         *,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
+        target_channels: Sequence[int] | None = None,
         kernel_size: int = 25,
         individual: bool = True,
     ) -> None:
-        super().__init__(window, num_features, horizon, num_targets, device=device, dtype=dtype)
+        super().__init__(
+            window,
+            num_features,
+            horizon,
+            num_targets,
+            device=device,
+            dtype=dtype,
+            target_channels=target_channels,
+        )
         self.kernel_size = check_int("kernel_size", kernel_size, low=1)
         if kernel_size % 2 == 0:
             raise ValueError(f"kernel_size must be odd (a centred moving average), got {kernel_size}")
@@ -121,7 +131,7 @@ class MLP(Forecaster):
     """The flattened window through ``layers`` hidden layers to ``H * T`` outputs.
 
     Args:
-        window, num_features, horizon, num_targets, device, dtype: see
+        window, num_features, horizon, num_targets, device, dtype, target_channels: see
             :class:`~tritonrl.agents.forecast.base.Forecaster`.
         hidden: units per hidden layer.
         layers: hidden layers (``Linear`` + GELU + dropout each), >= 1.
@@ -144,11 +154,20 @@ class MLP(Forecaster):
         *,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
+        target_channels: Sequence[int] | None = None,
         hidden: int = 128,
         layers: int = 2,
         dropout: float = 0.0,
     ) -> None:
-        super().__init__(window, num_features, horizon, num_targets, device=device, dtype=dtype)
+        super().__init__(
+            window,
+            num_features,
+            horizon,
+            num_targets,
+            device=device,
+            dtype=dtype,
+            target_channels=target_channels,
+        )
         check_int("hidden", hidden, low=1)
         check_int("layers", layers, low=1)
         if not 0.0 <= dropout < 1.0:

@@ -14,6 +14,7 @@ window, which forgets everything older than ``W`` bars.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import cast
 
 import torch
@@ -29,7 +30,7 @@ class Mamba2Forecaster(Forecaster):
     """Mamba2 forecaster: a residual stack of Mamba2 blocks, the forecast from the last step.
 
     Args:
-        window, num_features, horizon, num_targets, device, dtype: see :class:`Forecaster`.
+        window, num_features, horizon, num_targets, device, dtype, target_channels: see :class:`Forecaster`.
         width: model width (``encoding_dim``, the blocks' ``d_model``).
         depth: Mamba2 blocks.
         d_state, d_conv, expand, headdim, chunk_size: of every block (see
@@ -55,6 +56,7 @@ class Mamba2Forecaster(Forecaster):
         *,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
+        target_channels: Sequence[int] | None = None,
         width: int = 32,
         depth: int = 2,
         d_state: int = 16,
@@ -63,7 +65,15 @@ class Mamba2Forecaster(Forecaster):
         headdim: int = 16,
         chunk_size: int | None = None,
     ) -> None:
-        super().__init__(window, num_features, horizon, num_targets, device=device, dtype=dtype)
+        super().__init__(
+            window,
+            num_features,
+            horizon,
+            num_targets,
+            device=device,
+            dtype=dtype,
+            target_channels=target_channels,
+        )
         check_int("width", width, low=1)
         check_int("depth", depth, low=1)
         fk = self.factory

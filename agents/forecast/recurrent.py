@@ -12,6 +12,8 @@ weights are allocated in the parameter dtype and filled in place by a uniform dr
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import nn
 from tritonrl.agents.forecast.base import Forecaster
@@ -24,7 +26,7 @@ class _Recurrent(Forecaster):
     """The shared LSTM/GRU forecaster; subclasses name the ``torch.nn`` layer class.
 
     Args:
-        window, num_features, horizon, num_targets, device, dtype: see
+        window, num_features, horizon, num_targets, device, dtype, target_channels: see
             :class:`~tritonrl.agents.forecast.base.Forecaster`.
         hidden: ``D``, the hidden state size (also :attr:`encoding_dim`).
         layers: stacked recurrent layers.
@@ -46,11 +48,20 @@ class _Recurrent(Forecaster):
         *,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
+        target_channels: Sequence[int] | None = None,
         hidden: int = 64,
         layers: int = 1,
         dropout: float = 0.0,
     ) -> None:
-        super().__init__(window, num_features, horizon, num_targets, device=device, dtype=dtype)
+        super().__init__(
+            window,
+            num_features,
+            horizon,
+            num_targets,
+            device=device,
+            dtype=dtype,
+            target_channels=target_channels,
+        )
         check_int("hidden", hidden, low=1)
         check_int("layers", layers, low=1)
         if not 0.0 <= dropout < 1.0:

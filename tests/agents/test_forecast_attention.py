@@ -98,21 +98,51 @@ def test_patches_end_at_the_last_step(
 
 @pytest.mark.parametrize("revin", [True, False])
 def test_patchtst_channels_are_independent(revin: bool) -> None:
-    """Before the channel projection, channel f's forecast reads channel f only: changing channel 1
-    leaves channel 0's (bit for bit) and changes channel 1's."""
+    """Target k's forecast reads channel ``target_channels[k]`` only: changing channel 2 changes
+    target 0's forecast and leaves target 1's (channel 0) bit for bit; channel 1, no target's,
+    is never read."""
     torch.manual_seed(0)
-    model = PatchTST(16, 3, horizon=2, revin=revin, **{**SMALL, "heads": 2}).eval()
-    seen: list[torch.Tensor] = []
-    model.channel_proj.register_forward_pre_hook(lambda _m, args: seen.append(args[0]))
+    model = PatchTST(16, 3, horizon=2, num_targets=2, target_channels=(2, 0), revin=revin, **SMALL).eval()
+    x = torch.randn(4, 16, 3)
+    x1, x2 = x.clone(), x.clone()
+    x1[..., 1] = 5 * torch.randn(4, 16)
+    x2[..., 2] = 5 * torch.randn(4, 16)
+    with torch.no_grad():
+        a, b, c = model(x), model(x1), model(x2)  # [B, H, T] each
+    assert torch.equal(a, b)  # exact: channel 1 is not read at all
+    assert torch.equal(a[..., 1], c[..., 1])  # exact: target 1 reads channel 0 alone
+    assert not torch.equal(a[..., 0], c[..., 0])
+
+
+def test_patchtst_exogenous_mixes_channels_before_the_inverse() -> None:
+    """``exogenous=True``: a zero mix at initialisation (the channel-independent forecast, to f32
+    rounding: the encoder runs over three channels instead of one, other GEMM shapes); another
+    channel does not change it then (bit for bit), and does once the mix is non-zero."""
+    torch.manual_seed(0)
+    plain = PatchTST(16, 3, horizon=2, target_channels=(1,), **SMALL).eval()
+    torch.manual_seed(0)
+    mixed = PatchTST(16, 3, horizon=2, target_channels=(1,), exogenous=True, **SMALL).eval()
     x = torch.randn(4, 16, 3)
     x2 = x.clone()
-    x2[..., 1] = 5 * torch.randn(4, 16)
+    x2[..., 2] = 5 * torch.randn(4, 16)
     with torch.no_grad():
-        model(x)
-        model(x2)
-    a, b = seen  # [B, H, F] each
-    assert torch.equal(a[..., 0], b[..., 0]) and torch.equal(a[..., 2], b[..., 2])
-    assert not torch.equal(a[..., 1], b[..., 1])
+        torch.testing.assert_close(mixed(x), plain(x), rtol=0, atol=1e-6)
+        assert torch.equal(mixed(x), mixed(x2))
+        assert mixed.channel_mix is not None
+        mixed.channel_mix.weight.fill_(0.5)
+        assert not torch.equal(mixed(x), mixed(x2))
+
+
+def test_an_old_patchtst_state_is_refused() -> None:
+    """The former layout's learned channel projection after RevIN's inverse is one clear error."""
+    model = PatchTST(16, 3, **SMALL)
+    old = {
+        **model.state_dict(),
+        "channel_proj.weight": torch.zeros(1, 3),
+        "channel_proj.bias": torch.zeros(1),
+    }
+    with pytest.raises(ValueError, match="former layout .*channel_proj.*retrain the model"):
+        model.load_state_dict(old)
 
 
 def test_transformer_learns_within_budget() -> None:

@@ -7,6 +7,7 @@ file (``--data csv=PATH --target COL``, :mod:`tritonrl.toolkit.forecast.series`)
     tritonrl fit --list
     tritonrl fit --model patchtst --data market:googl --horizon 1 --window 64
     tritonrl fit --model gru --data market:synthetic,ar=0.3 --target price_z --set hidden=32
+    tritonrl fit --model dlinear --data market:synthetic,bars=3000 --target close --window 32
     tritonrl fit --model gru --data market:synthetic,ar=0.3 --run-dir runs/g --resume
     tritonrl fit --model mlp --data csv=load.csv --target load --features temperature --window 48
     torchrun --nproc-per-node 2 -m tritonrl.toolkit fit --model mlp --batch-size 64
@@ -67,6 +68,7 @@ from tritonrl.toolkit.forecast import (
     FIT_FORMAT,
     REPORT_NAME,
     SCHEDULES,
+    TARGET_MODES,
     FitConfig,
     FitError,
     WindowData,
@@ -74,6 +76,7 @@ from tritonrl.toolkit.forecast import (
     fit,
     format_report,
     load_windows,
+    market_inputs,
 )
 
 __all__ = ["DEFAULT_DATA", "add_parser", "run"]
@@ -115,6 +118,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         default=None,
         help="market bars: log_return (default), close, or a feature column (price_z, volatility, ...); "
         "a series CSV: the column(s) to forecast, COL[,COL...] (default y)",
+    )
+    p.add_argument(
+        "--target-mode",
+        default=FitConfig().target_mode,
+        choices=TARGET_MODES,
+        help="how the model's output is read: level (the target itself), change (a level target "
+        "fitted as the change from the window's last value, reported in levels) or auto (change for a "
+        "level target unless the model normalises its inputs, as patchtst does) (default auto)",
     )
     p.add_argument(
         "--features",
@@ -164,7 +175,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     return p
 
 
-_RESERVED = ("window", "num_features", "horizon", "num_targets", "device", "dtype")
+_RESERVED = ("window", "num_features", "horizon", "num_targets", "device", "dtype", "target_channels")
 """Constructor arguments the command passes itself (``--window``, ``--horizon``, the data, ``--device``)."""
 
 
@@ -325,6 +336,7 @@ def _check_flags(args: argparse.Namespace, ctx: DistContext) -> tuple[torch.devi
             season=args.season,
             log_every=args.log_every,
             seed=args.seed,
+            target_mode=args.target_mode,
         )
     except ValueError as exc:
         flag = str(exc).split(" ", 1)[0].replace("_", "-")
@@ -383,15 +395,22 @@ def _build(
     Raises:
         UsageError: bad hyperparameters or data, or a model or data too large for this machine.
     """
-    from tritonrl.toolkit.envs.market import FEATURES, source_bars
+    from tritonrl.toolkit.envs.market import source_bars
     from tritonrl.toolkit.forecast.series import check_series_length, series_windows
     from tritonrl.toolkit.precision import PrecisionError, training_dtype
 
     what = f"model {args.model!r}"
-    inputs, targets = (len(FEATURES), 1) if table is None else (len(table.columns), len(table.targets))
+    if table is None:
+        targets = 1
+        inputs, channels = market_inputs(args.target)
+    else:
+        inputs, targets = len(table.columns), len(table.targets)
+        channels = tuple(range(targets))
+    # the channel of each target's own history; a model class that takes none gets the default
+    extra = {} if channels == tuple(range(targets)) else {"target_channels": channels}
 
     def make(on: torch.device) -> Any:
-        return cls(args.window, inputs, args.horizon, targets, device=on, **kwargs)
+        return cls(args.window, inputs, args.horizon, targets, device=on, **extra, **kwargs)
 
     params = count_parameters(make, what)
     try:
@@ -457,8 +476,10 @@ def _check_memory(
     if table is None:
         upload_host, upload_device = upload_memory(bars, dtype)
         host = {"preparing the data": sum(upload_host.values())}
-        on_device = {"the data": sum(upload_device.values()) + bars * (2 * 4 + 2 * 8)}
-        inputs = len(FEATURES)
+        inputs = market_inputs(args.target)[0]
+        # a level channel (close): the f32 level, and the features copied with it (peak: both copies)
+        extra = 0 if inputs == len(FEATURES) else 4 + inputs * item
+        on_device = {"the data": sum(upload_device.values()) + bars * (2 * 4 + 2 * 8 + extra)}
     else:
         inputs = len(table.columns)
         host = {"preparing the data": bars * (2 * inputs * 8 + 3 * 8)}

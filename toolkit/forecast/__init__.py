@@ -32,10 +32,13 @@ from tritonrl.toolkit.forecast.trainer import (
 )
 from tritonrl.toolkit.forecast.windows import (
     CHANGE_TARGETS,
+    TARGET_MODES,
     Normalizer,
     WindowData,
     check_length,
     load_windows,
+    market_inputs,
+    resolve_target_mode,
     target_series,
 )
 
@@ -52,6 +55,7 @@ __all__ = [
     "SeriesNormalizer",
     "SeriesTable",
     "SeriesWindows",
+    "TARGET_MODES",
     "WindowData",
     "baselines",
     "check_length",
@@ -62,7 +66,9 @@ __all__ = [
     "load_series",
     "load_windows",
     "lr_at",
+    "market_inputs",
     "read_header",
+    "resolve_target_mode",
     "series_windows",
     "target_series",
 ]

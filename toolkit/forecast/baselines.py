@@ -73,9 +73,15 @@ def _metrics(
 
 @torch.no_grad()
 def evaluate(
-    model: torch.nn.Module, data: WindowData, *, batch: int = 1024, dist: DistContext | None = None
+    model: torch.nn.Module,
+    data: WindowData,
+    *,
+    batch: int = 1024,
+    dist: DistContext | None = None,
+    target_mode: str = "level",
 ) -> dict[str, float]:
-    """MSE, MAE (normalised units) and directional accuracy of ``model`` over every window of ``data``.
+    """MSE, MAE (normalised units) and directional accuracy of ``model`` over every window of ``data``
+    (its output read as ``data.decode(idx, output, target_mode)``: a level or a change).
 
     The forecast is upcast to f32 once; one host read at the end. The model is put in eval mode
     and back in the mode it was in. With a data-parallel ``dist`` (every rank calls it, with the
@@ -86,7 +92,9 @@ def evaluate(
     was = model.training
     model.eval()
     try:
-        return _metrics(data, lambda idx, x: model(x).float(), batch, dist)
+        if target_mode == "level":
+            return _metrics(data, lambda idx, x: model(x).float(), batch, dist)
+        return _metrics(data, lambda idx, x: data.decode(idx, model(x).float(), target_mode), batch, dist)
     finally:
         model.train(was)
 

@@ -350,6 +350,7 @@ class SeriesWindows(WindowData):
         self.data, self.window, self.horizon, self.split = table, window, horizon, split
         self.target = ",".join(table.targets)
         self.num_targets = len(table.targets)
+        self.target_channels = tuple(range(self.num_targets))  # the inputs start with the targets
         self.normalizer = normalizer  # type: ignore[assignment]
         self.x, self.rows, self.ends, self.window_series = x, rows, ends, window_series
         self.y = y  # [N, T] f32 normalised (before the inputs' cast)

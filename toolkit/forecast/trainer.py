@@ -57,7 +57,7 @@ from tritonrl.toolkit.checkpoint import (
 from tritonrl.toolkit.config import Config, fixed_changes, format_change
 from tritonrl.toolkit.distributed import DistContext, on_main
 from tritonrl.toolkit.forecast.baselines import baselines, evaluate, even_slice
-from tritonrl.toolkit.forecast.windows import WindowData
+from tritonrl.toolkit.forecast.windows import TARGET_MODES, WindowData, resolve_target_mode
 from tritonrl.toolkit.lifecycle import (
     CHECKPOINT_NAME,
     RunLifecycle,
@@ -128,6 +128,12 @@ class FitConfig(Config):
     season: int = 5
     """The seasonal-naive baseline's season in bars (5: a week of daily bars; 24: a day of hourly);
     a season longer than the window is cut to the window (the report's ``season`` says which)."""
+    target_mode: str = "auto"
+    """How the model's output is read (:data:`~tritonrl.toolkit.forecast.windows.TARGET_MODES`):
+    ``level``, ``change`` (a level target fitted as the change from the window's last value, in
+    units of the train split's change scale; reported in levels) or ``auto`` (``change`` for a
+    level target with a change scale and a model that does not normalise its inputs, else
+    ``level``). The loss and every metric are in the level's normalised units either way."""
 
     def __post_init__(self) -> None:
         """Reject impossible settings at construction.
@@ -145,6 +151,10 @@ class FitConfig(Config):
             raise ValueError(f"min_lr_fraction must be <= 1, got {self.min_lr_fraction}")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
+        if self.target_mode not in TARGET_MODES:
+            raise ValueError(
+                f"target_mode must be one of {', '.join(TARGET_MODES)}, got {self.target_mode!r}"
+            )
 
 
 def lr_at(config: FitConfig, step: int, total_steps: int) -> float:
@@ -167,7 +177,13 @@ def _permutation(seed: int, epoch: int, n: int, device: torch.device) -> torch.T
     return torch.randperm(n, generator=g).to(device)
 
 
-def _meta(model: torch.nn.Module, train: WindowData, extra: Mapping[str, str] | None) -> dict[str, str]:
+def _channels_text(channels: tuple[int, ...] | None) -> str:
+    return "none" if channels is None else ",".join(str(c) for c in channels)
+
+
+def _meta(
+    model: torch.nn.Module, train: WindowData, mode: str, extra: Mapping[str, str] | None
+) -> dict[str, str]:
     meta = {
         "model": str(getattr(model, "name", type(model).__name__)),
         "model_class": f"{type(model).__module__}.{type(model).__qualname__}",
@@ -175,6 +191,8 @@ def _meta(model: torch.nn.Module, train: WindowData, extra: Mapping[str, str] | 
         "horizon": str(train.horizon),
         "num_features": str(train.num_features),
         "target": train.target,
+        "target_channels": _channels_text(getattr(train, "target_channels", None)),
+        "target_mode": mode,
         "data": str(train.data.name),
     }
     meta.update({str(k): str(v) for k, v in (extra or {}).items()})
@@ -197,6 +215,13 @@ def _check_model(model: torch.nn.Module, train: WindowData, *others: WindowData)
     targets = getattr(train, "num_targets", 1)
     if getattr(model, "num_targets", 1) != targets:
         raise ValueError(f"the model forecasts {model.num_targets} targets; the windows hold {targets}")
+    channels = getattr(train, "target_channels", None)
+    have_channels = getattr(model, "target_channels", None)
+    if channels is not None and have_channels is not None and tuple(have_channels) != tuple(channels):
+        raise ValueError(
+            f"the model reads the targets' history from input channels {tuple(have_channels)}, the "
+            f"windows hold it in {tuple(channels)}: build it with target_channels={tuple(channels)}"
+        )
     for data in (train, *others):
         if data.dtype != dtype:
             raise TypeError(
@@ -207,6 +232,8 @@ def _check_model(model: torch.nn.Module, train: WindowData, *others: WindowData)
             raise ValueError(
                 f"the {data.split} windows differ from the train windows in window, horizon or target"
             )
+        if getattr(data, "target_channels", None) != channels:
+            raise ValueError(f"the {data.split} windows hold the targets in other input channels")
         if data.normalizer != train.normalizer:
             raise ValueError(f"the {data.split} windows are not normalised with the train split's normalizer")
     return dtype
@@ -271,7 +298,8 @@ def fit(
     ctx = dist if dist is not None else distributed.current()
     config = config or FitConfig()
     _check_model(model, train, validation, test)
-    ident = _meta(model, train, meta)
+    mode = resolve_target_mode(config.target_mode, train, bool(getattr(model, "normalizes_input", False)))
+    ident = _meta(model, train, mode, meta)
     if ctx.enabled:
         ctx.check_same(
             "the fit configuration, data or run folder",
@@ -285,7 +313,7 @@ def fit(
             },
         )
         ctx.shard(config.batch_size, "batch_size")  # DistributedError unless it splits evenly
-    run = _Fit(model, (train, validation, test), config, ctx, ident, run_dir)
+    run = _Fit(model, (train, validation, test), config, ctx, ident, run_dir, mode)
     with run.life:
         run.start(resume, tensorboard)
         stopped = run.train(should_stop, progress)
@@ -304,8 +332,9 @@ class _Fit:
         ctx: DistContext,
         ident: dict[str, str],
         run_dir: str | Path | None,
+        mode: str = "level",
     ) -> None:
-        self.model, self.config, self.ctx, self.ident = model, config, ctx, ident
+        self.model, self.config, self.ctx, self.ident, self.mode = model, config, ctx, ident, mode
         self.train_data, self.validation, self.test = windows
         self.life = RunLifecycle(run_dir, ctx, run_files=_RUN_FILES)
         seed_everything(config.seed)
@@ -372,6 +401,11 @@ class _Fit:
         model, loop = self.model, self.loop
         where = str(self.life.ckpt_path)
         saved_meta = section(state, "meta", where, "the run identity section")
+        if "target_channels" not in saved_meta:
+            raise ValueError(
+                f"{where} predates target channels and target modes (written by an older tritonrl, "
+                "whose forecasts may mean something else): start a new run in another folder"
+            )
         for key, value in self.ident.items():
             if saved_meta.get(key) != value:
                 raise ValueError(
@@ -438,7 +472,10 @@ class _Fit:
             x, y = self.train_data.batch(mine)
             lr = lr_at(config, loop["global_step"], self.total_steps)
             opt.set_lr(lr)
-            loss = torch.nn.functional.mse_loss(self.model(x).float(), y)  # the one upcast: f32 loss
+            pred = self.model(x).float()  # the one upcast
+            if self.mode != "level":  # the output is a change from the window's last value
+                pred = self.train_data.decode(mine, pred, self.mode)
+            loss = torch.nn.functional.mse_loss(pred, y)  # f32, in the level's normalised units
             if weight != 1.0:  # a short last batch over several ranks (see _rank_share)
                 loss = loss * weight
             opt.zero_grad()
@@ -464,7 +501,9 @@ class _Fit:
     def _end_of_epoch(self) -> float:
         """Validate, flush the epoch's row, keep the best weights, save; the validation MSE."""
         loop, config = self.loop, self.config
-        val = evaluate(self.model, self.validation, batch=config.eval_batch, dist=self.ctx)
+        val = evaluate(
+            self.model, self.validation, batch=config.eval_batch, dist=self.ctx, target_mode=self.mode
+        )
         loop["epoch"] += 1
         loop["batch"] = 0
         row = {"val/mse": val["mse"], "val/mae": val["mae"], "val/direction": val["direction"]}
@@ -541,6 +580,8 @@ class _Fit:
             "train_s": self.train_s,
             "windows_per_s": self.windows / self.train_s if self.train_s > 0 else float("nan"),
             "target": train.target,
+            "target_mode": self.mode,
+            "target_channels": self.ident["target_channels"],
             "normalizer": train.normalizer.to_dict(),
             "checkpoint": str(self.life.ckpt_path) if self.life.ckpt_path is not None else None,
         }
@@ -549,7 +590,8 @@ class _Fit:
         if self.best is not None:
             load_into_module(self.model, self.best, where="best weights")
         for name, data in (("validation", self.validation), ("test", self.test)):
-            report[name] = {"model": evaluate(self.model, data, batch=config.eval_batch, dist=self.ctx)}
+            scores = evaluate(self.model, data, batch=config.eval_batch, dist=self.ctx, target_mode=self.mode)
+            report[name] = {"model": scores}
             report[name].update(baselines(data, season=min(config.season, data.window)))
         report["season"] = min(config.season, train.window)
         self.life.write_report(REPORT_NAME, {**report, "meta": self.ident})

@@ -6,23 +6,58 @@ training dtype they were uploaded in: one gather per batch, never a cast) and it
 ``t + 1 .. t + H`` of the target series (f32), so no input reads a bar after the window's end,
 and none reads a row of the features' warm-up (``MarketData.warmup``). Targets are normalised with
 the mean and std of the TRAIN split's target rows only.
+
+Each window source says which input channel holds each target's own history
+(:attr:`WindowData.target_channels`): a market target that is a feature is that feature's
+column; a level that is not one (``close``) is one more input channel, the level normalised with
+the train split's normaliser (built once at upload, in the features' dtype). A level target can
+also be fitted as a change (:meth:`WindowData.decode`, :data:`TARGET_MODES`): the model's output
+is the change from the window's last value in units of the train split's change scale.
 See docs/pages/forecasting.md.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-__all__ = ["CHANGE_TARGETS", "Normalizer", "WindowData", "check_length", "load_windows", "target_series"]
+__all__ = [
+    "CHANGE_TARGETS",
+    "TARGET_MODES",
+    "Normalizer",
+    "WindowData",
+    "check_length",
+    "load_windows",
+    "market_inputs",
+    "resolve_target_mode",
+    "target_series",
+]
 
 CHANGE_TARGETS = frozenset({"log_return", "return"})
 """Targets that are changes: their no-change forecast is 0. Every other target is a level (``close``,
 ``price_z``, ``volatility``, ...): its no-change forecast is the last observed value."""
+TARGET_MODES = ("auto", "level", "change")
+"""How a model's output is read (:meth:`WindowData.decode`): ``level``: as the normalised target
+itself; ``change``: as the change from the window's last target value, in units of the train
+split's change scale (level targets only); ``auto``: ``change`` for a level target with a change
+scale and a model that does not normalise its inputs, else ``level``
+(:func:`resolve_target_mode`)."""
+
+
+def market_inputs(target: str) -> tuple[int, tuple[int, ...]]:
+    """``(F, target_channels)`` of :func:`load_windows`'s market windows for ``target``: the six
+    features, the target's own column when it is one, else one more channel (its level)."""
+    from tritonrl.toolkit.envs.market import FEATURES
+
+    if target in FEATURES:
+        return len(FEATURES), (FEATURES.index(target),)
+    return len(FEATURES) + 1, (len(FEATURES),)
 
 
 def target_series(data: Any, target: str = "log_return", host_features: Any = None) -> torch.Tensor:
@@ -61,31 +96,49 @@ def target_series(data: Any, target: str = "log_return", host_features: Any = No
 
 @dataclass(frozen=True)
 class Normalizer:
-    """``z = (y - mean) / std`` of a target series, from the training split only."""
+    """``z = (y - mean) / std`` of a target series, from the training split only; for a level
+    target also ``change_scale[h - 1]``, the root mean square of the normalised change ``z[t + h] -
+    z[t]`` over the train windows (``t`` a window's last row), per horizon step ``h``."""
 
     mean: float
     std: float
+    change_scale: tuple[float, ...] = ()
 
     @classmethod
-    def from_train(cls, values: torch.Tensor, window: int, horizon: int, *, first: int = 0) -> Normalizer:
+    def from_train(
+        cls, values: torch.Tensor, window: int, horizon: int, *, first: int = 0, changes: bool = False
+    ) -> Normalizer:
         """Mean and std (f64 on the host) of rows ``first + window .. T - 1`` of the train split's
         target series: exactly the rows its windows forecast (``first``: the split's first row
-        with defined features, :attr:`MarketData.first_defined`).
+        with defined features, :attr:`MarketData.first_defined`); with ``changes`` the
+        ``change_scale`` of those windows too.
 
         Raises:
             ValueError: fewer than 2 such rows, or a constant target (std 0).
         """
-        rows = values[first + window :].double().cpu()
+        host = values.double().cpu()
+        rows = host[first + window :]
         if rows.numel() < 2:
             raise ValueError(f"the train split has {rows.numel()} target rows, fewer than 2")
         mean, std = float(rows.mean()), float(rows.std(correction=0))
         if not (math.isfinite(std) and std > 0):
             raise ValueError(f"the target is constant over the train split (std {std}): nothing to forecast")
-        return cls(mean, std)
+        scale: tuple[float, ...] = ()
+        if changes:
+            last = host[first + window - 1 : host.numel() - horizon]  # each train window's last value
+            moves = [
+                (host[first + window - 1 + h : host.numel() - horizon + h] - last) / std
+                for h in range(1, horizon + 1)
+            ]
+            scale = tuple(max(float(m.square().mean().sqrt()), 1e-12) for m in moves)
+        return cls(mean, std, scale)
 
-    def to_dict(self) -> dict[str, float]:
-        """``{"mean", "std"}``."""
-        return {"mean": self.mean, "std": self.std}
+    def to_dict(self) -> dict[str, Any]:
+        """``{"mean", "std"}``, and ``"change_scale"`` (a list) when there is one."""
+        out: dict[str, Any] = {"mean": self.mean, "std": self.std}
+        if self.change_scale:
+            out["change_scale"] = list(self.change_scale)
+        return out
 
 
 class WindowData:
@@ -101,6 +154,9 @@ class WindowData:
         normalizer: the train split's :class:`Normalizer`; ``None`` computes it from this split
             (pass it for validation and test).
         split: a label for messages (``"train"``, ``"validation"``, ``"test"``).
+        target_channels: the input channel holding the target's own history (default the
+            target's column in ``data.feature_names`` when it is one, else ``None``: no input holds
+            it).
 
     Windows end at rows ``S + W - 1 .. T - 1 - H`` (``num_windows = T - S - W - H + 1``), where
     ``S = data.first_defined`` skips the rows of the features' warm-up (0 past it).
@@ -113,6 +169,10 @@ class WindowData:
 
     num_targets: int = 1
     """``T``: one target column (a :class:`~tritonrl.toolkit.forecast.series.SeriesWindows` may hold more)."""
+    target_channels: tuple[int, ...] | None = None
+    """The input channel of each target's own history (``None``: no input holds it)."""
+    _change_scale: torch.Tensor | None = None
+    """``[H, 1]`` f32, the normaliser's ``change_scale`` (``None``: the output cannot be read as a change)."""
 
     def __init__(
         self,
@@ -124,6 +184,7 @@ class WindowData:
         values: torch.Tensor | None = None,
         normalizer: Normalizer | None = None,
         split: str = "train",
+        target_channels: Sequence[int] | None = None,
     ) -> None:
         if window < 1 or horizon < 1:
             raise ValueError(f"window={window} and horizon={horizon} must be >= 1")
@@ -144,7 +205,26 @@ class WindowData:
             what = "features" if bad[0] else f"target {target!r}"
             raise ValueError(f"the {split} split of {data.name!r} holds NaN or infinite {what}")
         self.data, self.window, self.horizon, self.target, self.split = data, window, horizon, target, split
-        self.normalizer = normalizer or Normalizer.from_train(values, window, horizon, first=first)
+        self.normalizer = normalizer or Normalizer.from_train(
+            values, window, horizon, first=first, changes=target not in CHANGE_TARGETS
+        )
+        names = tuple(data.feature_names)
+        if target_channels is None and target in names:
+            target_channels = (names.index(target),)
+        if target_channels is not None:
+            target_channels = tuple(target_channels)
+            if len(target_channels) != 1 or not 0 <= target_channels[0] < data.num_features:
+                raise ValueError(
+                    f"target_channels={target_channels} must be one of the {data.num_features} inputs"
+                )
+        self.target_channels = target_channels
+        if self.normalizer.change_scale and target not in CHANGE_TARGETS:
+            if len(self.normalizer.change_scale) != horizon:
+                raise ValueError(
+                    f"the normalizer's change_scale has {len(self.normalizer.change_scale)} steps, "
+                    f"not horizon={horizon}"
+                )
+            self._change_scale = torch.tensor(self.normalizer.change_scale, device=data.device)[:, None]
         self.values, self.first = values, first
         self.y = (values - self.normalizer.mean) / self.normalizer.std  # [T] f32, normalised
         self.num_windows = n - first - window - horizon + 1
@@ -179,6 +259,23 @@ class WindowData:
         end = self.ends[idx]
         return self._x[end - (self.window - 1)], self._y[end + 1].unsqueeze(-1)
 
+    def decode(self, idx: torch.Tensor, out: torch.Tensor, mode: str = "level") -> torch.Tensor:
+        """A model's f32 output ``out [B, H, T]`` for windows ``idx`` as the forecast (normalised):
+        ``out`` itself (``mode="level"``), or ``naive(idx) + change_scale * out`` (``"change"``:
+        the change from the window's last value; an output of 0 is the naive forecast exactly).
+
+        Raises:
+            ValueError: ``"change"`` without a change scale (a change target, or a normaliser
+                without one), or another mode.
+        """
+        if mode == "level":
+            return out
+        if mode != "change":
+            raise ValueError(f"mode must be 'level' or 'change', got {mode!r}")
+        if self._change_scale is None:
+            raise ValueError(f"target {self.target!r} has no change scale to read a forecast as a change")
+        return self.naive(idx) + out * self._change_scale
+
     def naive(self, idx: torch.Tensor) -> torch.Tensor:
         """The no-change forecast ``[B, H, 1]`` f32 (normalised): a zero change, or the last value."""
         if self.target in CHANGE_TARGETS:
@@ -202,6 +299,26 @@ class WindowData:
     def train_mean(self, idx: torch.Tensor) -> torch.Tensor:
         """The training mean (0 once normalised), ``[B, H, 1]`` f32."""
         return torch.zeros(idx.shape[0], self.horizon, 1, device=self.device)
+
+
+def resolve_target_mode(mode: str, data: WindowData, normalizes_input: bool = False) -> str:
+    """``mode`` (one of :data:`TARGET_MODES`) as ``"level"`` or ``"change"`` for ``data`` and a
+    model that does (``normalizes_input``) or does not normalise its input windows.
+
+    Raises:
+        ValueError: an unknown mode, or ``"change"`` for data without a change scale.
+    """
+    if mode not in TARGET_MODES:
+        raise ValueError(f"target_mode must be one of {', '.join(TARGET_MODES)}, got {mode!r}")
+    can = data._change_scale is not None
+    if mode == "change" and not can:
+        raise ValueError(
+            f"target_mode 'change' reads the forecast as a change of a level target; target "
+            f"{data.target!r} of these windows has no change scale (a change target, or series windows)"
+        )
+    if mode == "auto":
+        return "change" if can and not normalizes_input else "level"
+    return mode
 
 
 def check_length(bars: Any, window: int, horizon: int) -> None:
@@ -232,6 +349,8 @@ def load_windows(
 ) -> tuple[WindowData, WindowData, WindowData]:
     """Train, validation and test windows of a bar source (a ``market:`` spec string or
     :class:`~tritonrl.toolkit.envs.market.Bars`): upload once, split by time, normalise on train.
+    A target that is not a feature (``close``) adds one input channel, its level normalised with
+    the train split's normaliser (:attr:`WindowData.target_channels` names it).
 
     Raises:
         ValueError: a bad source, target, sizes, or data (from the source, :func:`split` or
@@ -245,10 +364,22 @@ def load_windows(
     host = None if target in ("log_return", "close") else compute_features(bars)
     values = target_series(data, target, host)
     parts = split(data, window, fractions)
+    norm: Normalizer | None = None
+    if target not in data.feature_names:  # a level no feature holds (close): one more input channel
+        norm = Normalizer.from_train(
+            values[: len(parts[0])], window, horizon, first=parts[0].first_defined, changes=True
+        )
+        level = ((values - norm.mean) / norm.std).to(data.features.dtype)  # the one cast, at upload
+        data = dataclasses.replace(
+            data,
+            features=torch.cat([data.features, level[:, None]], dim=1),
+            feature_names=(*data.feature_names, target),
+        )
+        parts = split(data, window, fractions)
     out: list[WindowData] = []
     for label, part in zip(("train", "validation", "test"), parts, strict=True):
         vals = values[part.offset : part.offset + len(part)]
-        norm = out[0].normalizer if out else None
+        norm = out[0].normalizer if out else norm
         out.append(
             WindowData(part, window, horizon, target=target, values=vals, normalizer=norm, split=label)
         )
