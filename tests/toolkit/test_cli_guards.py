@@ -158,6 +158,12 @@ FIT_CASES = [
     Case("weight-decay-nan", fit("--weight-decay", "nan"), r"--weight-decay must be a finite number"),
     Case("grad-clip-nan", fit("--grad-clip", "nan"), r"--grad-clip must be a finite number"),
     Case("schedule-bogus", fit("--schedule", "bogus"), r"--schedule must be one of cosine, linear, constant"),
+    Case("target-mode-bogus", fit("--target-mode", "bogus"), r"--target-mode: invalid choice: 'bogus'"),
+    Case(
+        "target-mode-change-of-a-return",
+        fit("--target-mode", "change"),
+        r"--target-mode change: target_mode 'change' reads the forecast as a change of a level target",
+    ),
     Case("target-bogus", fit("--target", "bogus"), r"unknown target 'bogus'; choose log_return, close"),
     # --- --set: known keys, annotated types
     Case(

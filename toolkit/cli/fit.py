@@ -77,6 +77,7 @@ from tritonrl.toolkit.forecast import (
     format_report,
     load_windows,
     market_inputs,
+    resolve_target_mode,
 )
 
 __all__ = ["DEFAULT_DATA", "add_parser", "run"]
@@ -438,6 +439,10 @@ def _build(
             model = make(device)
         except (TypeError, ValueError) as exc:
             raise UsageError(f"{what}: {exc}") from None
+    try:  # the mode fits the target and the model (fit checks it again)
+        resolve_target_mode(config.target_mode, windows[0], bool(getattr(model, "normalizes_input", False)))
+    except ValueError as exc:
+        raise UsageError(f"--target-mode {config.target_mode}: {exc}") from None
     return model, windows
 
 

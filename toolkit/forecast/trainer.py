@@ -697,8 +697,9 @@ def format_report(report: Mapping[str, Any], split: str = "test") -> str:
     else:
         scaling = f"normalised by the train split (mean {norm['mean']:.4g}, std {norm['std']:.4g})"
     units = all("mae_original" in m for m in rows.values())
+    fitted = " (fitted as a change)" if report.get("target_mode") == "change" else ""
     lines = [
-        f"{split} windows, target {report['target']} {scaling}: MSE 1 = its variance",
+        f"{split} windows, target {report['target']}{fitted} {scaling}: MSE 1 = its variance",
         f"{'forecast':<22} {'MSE':>9} {'MAE':>9} {'direction':>9}" + (f" {'MAE units':>11}" if units else ""),
     ]
     for name, m in rows.items():
