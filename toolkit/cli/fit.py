@@ -10,6 +10,7 @@ file (``--data csv=PATH --target COL``, :mod:`tritonrl.toolkit.forecast.series`)
     tritonrl fit --model dlinear --data market:synthetic,bars=3000 --target close --window 32
     tritonrl fit --model gru --data market:synthetic,ar=0.3 --run-dir runs/g --resume
     tritonrl fit --model mlp --data csv=load.csv --target load --features temperature --window 48
+    tritonrl fit --model dlinear --data series:synthetic,kind=all,n=3000 --window 48 --horizon 96
     torchrun --nproc-per-node 2 -m tritonrl.toolkit fit --model mlp --batch-size 64
 
 Under ``torchrun`` (more than one process) every rank joins the process group
@@ -110,7 +111,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--data",
         default=DEFAULT_DATA,
         help="market:SOURCE: synthetic[,ar=F,seed=N,bars=N], googl, eurusd, csv=PATH (OHLCV bars, or any "
-        f"numeric series with --target) (default {DEFAULT_DATA})",
+        "numeric series with --target); series:synthetic[,kind=K,n=N,seed=S,period=P] (a generated "
+        f"test series: kind shift, trend, regime, seasons or all) (default {DEFAULT_DATA})",
     )
     p.add_argument("--window", type=int, default=64, help="bars per input window (default 64)")
     p.add_argument("--horizon", type=int, default=1, help="bars forecast ahead (default 1)")
@@ -277,16 +279,27 @@ def _prepare(
 
 def _series_table(args: argparse.Namespace) -> Any:
     """The :class:`~tritonrl.toolkit.forecast.SeriesTable` of ``--data csv=PATH`` when the file is
-    not to be read as market bars (:func:`~tritonrl.toolkit.forecast.is_market_csv`), else ``None``;
+    not to be read as market bars (:func:`~tritonrl.toolkit.forecast.is_market_csv`), or of
+    ``--data series:synthetic,...`` (:func:`~tritonrl.toolkit.forecast.parse_synthetic_spec`), else ``None``;
     sets ``args.target`` (the market default ``log_return``, or the series' target columns).
 
     Raises:
         UsageError: a series flag without a CSV, or a file the series loader refuses.
     """
-    from tritonrl.toolkit.forecast import is_market_csv, load_series, read_header
+    from tritonrl.toolkit.forecast import is_market_csv, load_series, parse_synthetic_spec, read_header
 
     spec = args.data.strip().removeprefix("market:")
     series_flags = [f"--{k.replace('_', '-')}" for k in ("features", "series_id", "time") if getattr(args, k)]
+    if spec.startswith("series:"):  # a generated test series (one column y, no features)
+        if series_flags or args.target not in (None, "y"):
+            bad = ", ".join([*series_flags, *([] if args.target in (None, "y") else ["--target"])])
+            raise UsageError(f"{bad}: --data {spec} is one series with the single column y")
+        try:
+            table = parse_synthetic_spec(spec)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        args.target = "y"
+        return table
     try:
         if spec.startswith("csv=") and spec[4:]:
             header = read_header(spec[4:])

@@ -3,13 +3,21 @@ from a CSV (:mod:`.series`).
 
 Forecasters are networks (:mod:`tritonrl.agents.forecast`); this package trains any of them on the
 same device-resident data the market environment uses: :mod:`.windows` (the target series, its
-normaliser, the windows of a split), :mod:`.baselines` (scores of a model and of the baselines),
+normaliser, the windows of a split), :mod:`.baselines` (scores of a model and of the baselines,
+overall and per horizon step), :mod:`.synthetic` (deterministic test series),
 :mod:`.trainer` (:class:`FitConfig`, :func:`fit`, :func:`lr_at`, the report). May import the
 toolkit's core modules, ``envs`` and ``kernels``; never ``training``, ``cli`` or ``agents``.
 See docs/pages/forecasting.md.
 """
 
-from tritonrl.toolkit.forecast.baselines import BASELINES, baselines, evaluate
+from tritonrl.toolkit.forecast.baselines import (
+    BASELINES,
+    baselines,
+    baselines_by_step,
+    evaluate,
+    evaluate_by_step,
+    horizon_steps,
+)
 from tritonrl.toolkit.forecast.series import (
     SeriesNormalizer,
     SeriesTable,
@@ -18,6 +26,12 @@ from tritonrl.toolkit.forecast.series import (
     load_series,
     read_header,
     series_windows,
+)
+from tritonrl.toolkit.forecast.synthetic import (
+    SYNTHETIC_KINDS,
+    parse_synthetic_spec,
+    synthetic_series,
+    synthetic_values,
 )
 from tritonrl.toolkit.forecast.trainer import (
     CHECKPOINT_NAME,
@@ -49,6 +63,7 @@ __all__ = [
     "FIT_FORMAT",
     "REPORT_NAME",
     "SCHEDULES",
+    "SYNTHETIC_KINDS",
     "FitConfig",
     "FitError",
     "Normalizer",
@@ -58,17 +73,23 @@ __all__ = [
     "TARGET_MODES",
     "WindowData",
     "baselines",
+    "baselines_by_step",
     "check_length",
     "evaluate",
+    "evaluate_by_step",
     "fit",
     "format_report",
+    "horizon_steps",
     "is_market_csv",
     "load_series",
     "load_windows",
     "lr_at",
     "market_inputs",
+    "parse_synthetic_spec",
     "read_header",
     "resolve_target_mode",
     "series_windows",
+    "synthetic_series",
+    "synthetic_values",
     "target_series",
 ]

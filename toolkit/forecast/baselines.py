@@ -7,6 +7,11 @@ bars), and ``train_mean`` (the training split's mean target). **Directional accu
 each forecast step against the no-change forecast: 1 when the forecast and the truth move the
 same way from it, 0 when opposite, 1/2 when either does not move (so the naive forecast scores
 exactly 1/2, a coin flip).
+
+**Per horizon step**: :func:`evaluate_by_step` and :func:`baselines_by_step` also give each
+metric at every step ``h = 1 .. H`` (f64 sums per step, one host read), and
+:func:`horizon_steps` picks the steps a report shows (``1, H/4, H/2, H``); the overall metric is
+the average of the per-step ones (every step scores the same windows).
 """
 
 from __future__ import annotations
@@ -17,7 +22,16 @@ import torch
 from tritonrl.toolkit.distributed import DistContext
 from tritonrl.toolkit.forecast.windows import WindowData
 
-__all__ = ["BASELINES", "baselines", "evaluate", "even_slice"]
+__all__ = [
+    "BASELINES",
+    "Scores",
+    "baselines",
+    "baselines_by_step",
+    "evaluate",
+    "evaluate_by_step",
+    "even_slice",
+    "horizon_steps",
+]
 
 BASELINES = ("naive", "seasonal_naive", "train_mean")
 
@@ -25,16 +39,29 @@ BASELINES = ("naive", "seasonal_naive", "train_mean")
 def _sums(
     pred: torch.Tensor, y: torch.Tensor, ref: torch.Tensor, scale: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """``[3]`` f32 sums of squared error, absolute error and direction score (see the module doc);
-    with ``scale`` (broadcast to the errors: the normaliser's std) ``[5]``, adding the squared and
-    absolute errors in the original units."""
-    err = pred - y
+    """``[3, H]`` f32 sums per horizon step (over the batch and the targets) of squared error,
+    absolute error and direction score (see the module doc); with ``scale`` (broadcast to the
+    errors: the normaliser's std) ``[5, H]``, adding the squared and absolute errors in the
+    original units."""
+    err = pred - y  # [B, H, T]
     hit = 0.5 * (1.0 + torch.sign(pred - ref) * torch.sign(y - ref))
-    sums = [(err * err).sum(), err.abs().sum(), hit.sum()]
+    sums = [(err * err).sum((0, 2)), err.abs().sum((0, 2)), hit.sum((0, 2))]
     if scale is not None:
         raw = err * scale
-        sums += [(raw * raw).sum(), raw.abs().sum()]
+        sums += [(raw * raw).sum((0, 2)), raw.abs().sum((0, 2))]
     return torch.stack(sums)
+
+
+def horizon_steps(horizon: int) -> tuple[int, ...]:
+    """The steps a per-horizon report shows: ``1, H / 4, H / 2, H`` (rounded down, at least 1),
+    increasing, without repeats: ``(1, 24, 48, 96)`` for ``H = 96``, ``(1,)`` for ``H = 1``.
+
+    Raises:
+        ValueError: ``horizon`` below 1.
+    """
+    if horizon < 1:
+        raise ValueError(f"horizon must be >= 1, got {horizon}")
+    return tuple(sorted({1, max(1, horizon // 4), max(1, horizon // 2), horizon}))
 
 
 def even_slice(n: int, rank: int, world: int) -> tuple[int, int]:
@@ -45,14 +72,21 @@ def even_slice(n: int, rank: int, world: int) -> tuple[int, int]:
     return start, start + q + (rank < rem)
 
 
+Scores = tuple[dict[str, float], dict[str, list[float]]]
+"""``(overall, by_step)``: the means over every window, step and target (``mse``, ``mae``,
+``direction``; ``mse_original``, ``mae_original`` for windows with a ``scale``) and the same
+keys' means at each horizon step ``1 .. H`` (lists of ``H``; their average is the overall one)."""
+
+
 def _metrics(
     data: WindowData,
     forecast: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     batch: int,
     dist: DistContext | None = None,
-) -> dict[str, float]:
+) -> Scores:
     scale = getattr(data, "scale", None)  # SeriesWindows: also the errors in the file's units
-    total = torch.zeros(3 if scale is None else 5, device=data.device, dtype=torch.float64)
+    keys = ["mse", "mae", "direction"] + ([] if scale is None else ["mse_original", "mae_original"])
+    total = torch.zeros(len(keys), data.horizon, device=data.device, dtype=torch.float64)
     lo, hi = 0, len(data)
     if dist is not None and dist.enabled:  # this rank's contiguous share of the windows
         lo, hi = even_slice(len(data), dist.rank, dist.world_size)
@@ -63,31 +97,31 @@ def _metrics(
     if dist is not None and dist.enabled:
         dist.all_reduce_sum_(total)  # the global sums (f64) ...
         dist.broadcast_tensors_([total])  # ... with rank 0's bits on every rank: same decisions
-    count = len(data) * data.horizon * getattr(data, "num_targets", 1)
-    sums = [v / count for v in total.tolist()]  # the one host read
-    out = {"mse": sums[0], "mae": sums[1], "direction": sums[2]}
-    if scale is not None:
-        out.update(mse_original=sums[3], mae_original=sums[4])
-    return out
+    per_step = len(data) * getattr(data, "num_targets", 1)  # forecasts scored at each step
+    rows = torch.cat([total.sum(1, keepdim=True), total], dim=1).tolist()  # the one host read
+    overall = {k: row[0] / (per_step * data.horizon) for k, row in zip(keys, rows, strict=True)}
+    by_step = {k: [v / per_step for v in row[1:]] for k, row in zip(keys, rows, strict=True)}
+    return overall, by_step
 
 
 @torch.no_grad()
-def evaluate(
+def evaluate_by_step(
     model: torch.nn.Module,
     data: WindowData,
     *,
     batch: int = 1024,
     dist: DistContext | None = None,
     target_mode: str = "level",
-) -> dict[str, float]:
-    """MSE, MAE (normalised units) and directional accuracy of ``model`` over every window of ``data``
-    (its output read as ``data.decode(idx, output, target_mode)``: a level or a change).
+) -> Scores:
+    """:data:`Scores` of ``model`` over every window of ``data``: the overall metrics of
+    :func:`evaluate` and the same metrics at each horizon step (one pass, one host read); the
+    output is read as ``data.decode(idx, output, target_mode)`` (a level or a change).
 
-    The forecast is upcast to f32 once; one host read at the end. The model is put in eval mode
-    and back in the mode it was in. With a data-parallel ``dist`` (every rank calls it, with the
-    same model) each rank forecasts a contiguous share of the windows and the f64 sums are
-    all-reduced: the exact global means (sum over every window / count), equal on every rank.
-    ``None``: this process alone evaluates every window.
+    The forecast is upcast to f32 once. The model is put in eval mode and back in the mode it was
+    in. With a data-parallel ``dist`` (every rank calls it, with the same model) each rank
+    forecasts a contiguous share of the windows and the ``[K, H]`` f64 sums are all-reduced: the
+    exact global means (sum over every window / count), equal on every rank. ``None``: this
+    process alone evaluates every window.
     """
     was = model.training
     model.eval()
@@ -99,8 +133,21 @@ def evaluate(
         model.train(was)
 
 
-def baselines(data: WindowData, *, season: int = 5, batch: int = 4096) -> dict[str, dict[str, float]]:
-    """``{name: {"mse", "mae", "direction"}}`` of the :data:`BASELINES` over ``data``'s windows.
+def evaluate(
+    model: torch.nn.Module,
+    data: WindowData,
+    *,
+    batch: int = 1024,
+    dist: DistContext | None = None,
+    target_mode: str = "level",
+) -> dict[str, float]:
+    """MSE, MAE (normalised units) and directional accuracy of ``model`` over every window of
+    ``data`` (the overall part of :func:`evaluate_by_step`, same arguments)."""
+    return evaluate_by_step(model, data, batch=batch, dist=dist, target_mode=target_mode)[0]
+
+
+def baselines_by_step(data: WindowData, *, season: int = 5, batch: int = 4096) -> dict[str, Scores]:
+    """``{name: (overall, by_step)}`` (:data:`Scores`) of the :data:`BASELINES` over ``data``'s windows.
 
     Raises:
         ValueError: ``season`` outside ``1 .. W``.
@@ -110,3 +157,13 @@ def baselines(data: WindowData, *, season: int = 5, batch: int = 4096) -> dict[s
         "seasonal_naive": _metrics(data, lambda idx, x: data.seasonal_naive(idx, season), batch),
         "train_mean": _metrics(data, lambda idx, x: data.train_mean(idx), batch),
     }
+
+
+def baselines(data: WindowData, *, season: int = 5, batch: int = 4096) -> dict[str, dict[str, float]]:
+    """``{name: {"mse", "mae", "direction"}}`` of the :data:`BASELINES` over ``data``'s windows
+    (the overall part of :func:`baselines_by_step`).
+
+    Raises:
+        ValueError: ``season`` outside ``1 .. W``.
+    """
+    return {name: scores[0] for name, scores in baselines_by_step(data, season=season, batch=batch).items()}

@@ -56,7 +56,14 @@ from tritonrl.toolkit.checkpoint import (
 )
 from tritonrl.toolkit.config import Config, fixed_changes, format_change
 from tritonrl.toolkit.distributed import DistContext, on_main
-from tritonrl.toolkit.forecast.baselines import baselines, evaluate, even_slice
+from tritonrl.toolkit.forecast.baselines import (
+    Scores,
+    baselines_by_step,
+    evaluate,
+    evaluate_by_step,
+    even_slice,
+    horizon_steps,
+)
 from tritonrl.toolkit.forecast.windows import TARGET_MODES, WindowData, resolve_target_mode
 from tritonrl.toolkit.lifecycle import (
     CHECKPOINT_NAME,
@@ -282,8 +289,10 @@ def fit(
         ``epochs`` run, ``best_epoch``, ``best_val_mse``, ``wall_s`` (this call's loop),
         ``train_s`` (its training steps alone), ``windows_per_s`` (training windows of every
         rank / ``train_s``), ``normalizer``, ``test`` and ``validation`` (``{"model": metrics,
-        baseline: metrics}``, absent when stopped by ``should_stop``) and ``checkpoint`` (a path
-        or ``None``). Every rank returns the same report but for the timings.
+        baseline: metrics}``), ``horizons`` (``steps``: :func:`~.baselines.horizon_steps`, and
+        per split ``{forecast: {"mse": [...], "mae": [...], ...}}`` at those steps; these three
+        absent when stopped by ``should_stop``) and ``checkpoint`` (a path or ``None``). Every
+        rank returns the same report but for the timings.
 
     Raises:
         ValueError / TypeError: sizes, dtypes or normalisers that do not fit, an existing
@@ -589,13 +598,25 @@ class _Fit:
             return report
         if self.best is not None:
             load_into_module(self.model, self.best, where="best weights")
+        steps = horizon_steps(train.horizon)
+        report["horizons"] = {"steps": list(steps)}
         for name, data in (("validation", self.validation), ("test", self.test)):
-            scores = evaluate(self.model, data, batch=config.eval_batch, dist=self.ctx, target_mode=self.mode)
-            report[name] = {"model": scores}
-            report[name].update(baselines(data, season=min(config.season, data.window)))
+            model_scores = evaluate_by_step(
+                self.model, data, batch=config.eval_batch, dist=self.ctx, target_mode=self.mode
+            )
+            scores = {"model": model_scores}
+            scores.update(baselines_by_step(data, season=min(config.season, data.window)))
+            report[name] = {who: overall for who, (overall, _) in scores.items()}
+            report["horizons"][name] = {who: _at_steps(s, steps) for who, s in scores.items()}
         report["season"] = min(config.season, train.window)
         self.life.write_report(REPORT_NAME, {**report, "meta": self.ident})
         return report
+
+
+def _at_steps(scores: Scores, steps: tuple[int, ...]) -> dict[str, list[float]]:
+    """The per-step MSE and MAE (and their original-unit twins) of ``scores`` at ``steps`` (1-based)."""
+    by_step = scores[1]
+    return {k: [by_step[k][h - 1] for h in steps] for k in by_step if k != "direction"}
 
 
 _WATCHED = frozenset({"losses/train_mse", "val/mse"})
@@ -690,7 +711,9 @@ def _means(pending: Mapping[str, Any]) -> dict[str, float]:
 
 def format_report(report: Mapping[str, Any], split: str = "test") -> str:
     """The report's ``split`` as a table: MSE, MAE (normalised units) and directional accuracy of
-    the model and each baseline."""
+    the model and each baseline; with a horizon of more than one step, a second table of their
+    MSE and MAE at the steps of ``report["horizons"]`` (also in the original units where the
+    report has them)."""
     rows, norm = report[split], report["normalizer"]
     if "series" in norm:  # SeriesWindows: per series and column; MAE also in the file's units
         scaling = f"each of {len(norm['series'])} series normalised by its own train split"
@@ -706,4 +729,29 @@ def format_report(report: Mapping[str, Any], split: str = "test") -> str:
         label = f"{name} (s={report['season']})" if name == "seasonal_naive" else name
         extra = f" {m['mae_original']:>11.4g}" if units else ""
         lines.append(f"{label:<22} {m['mse']:>9.4f} {m['mae']:>9.4f} {m['direction']:>9.3f}{extra}")
-    return "\n".join(lines)
+    return "\n".join(lines + _horizon_table(report, split))
+
+
+_UNITS = (("mse", "MSE"), ("mae", "MAE"), ("mse_original", "MSE units"), ("mae_original", "MAE units"))
+
+
+def _horizon_table(report: Mapping[str, Any], split: str) -> list[str]:
+    """The lines of the per-horizon-step table of ``split`` (none for a report without one, or of a
+    single step): for each forecast its MSE and MAE (normalised; 4 decimals) and, where the report
+    has them, in the original units (4 significant digits), at each step of ``horizons.steps``."""
+    horizons = report.get("horizons")
+    if not horizons or len(horizons["steps"]) < 2 or split not in horizons:
+        return []
+    lines = [
+        f"{split} errors by horizon step (MSE, MAE normalised; units: the file's)",
+        f"{'forecast':<22} {'metric':<10}" + "".join(f" {f'h={h}':>10}" for h in horizons["steps"]),
+    ]
+    for name, by_step in horizons[split].items():
+        label = f"{name} (s={report['season']})" if name == "seasonal_naive" else name
+        for key, title in _UNITS:
+            if key in by_step:
+                digits = ".4f" if key in ("mse", "mae") else ".4g"
+                cells = "".join(f" {v:>10{digits}}" for v in by_step[key])
+                lines.append(f"{label:<22} {title:<10}{cells}")
+                label = ""
+    return lines

@@ -1,0 +1,134 @@
+"""Deterministic synthetic test series that can fail a forecaster: a level shift, a trend, a regime
+change of the noise, several seasonalities, or all four at once (:data:`SYNTHETIC_KINDS`).
+
+Every kind is an hourly series ``y_t`` (``t = 0 .. n - 1``) built on the same learnable signal,
+a daily cycle (period ``period``, with its second harmonic) plus an AR(1) process
+(``a_t = 0.8 a_{t-1} + 0.3 e_t``, std 0.5) plus white noise (std 0.2, the unpredictable part):
+a good model forecasts the cycle and the AR part, so it beats the naive forecast (which misses
+the cycle's move over the horizon) and the seasonal naive one (which adds a day's AR drift and
+twice the noise). On top of it:
+
+- ``shift``: a piecewise-constant level, jumping every 150 .. 450 rows between -1.5, 0 and 1.5;
+- ``trend``: a linear trend rising 3 over the series (the test split lies above the train range);
+- ``regime``: the noise std switches between 0.05 and 0.6 every 200 .. 600 rows;
+- ``seasons``: a weekly cycle (period ``7 * period``, amplitude 0.8) beside the daily one;
+- ``all``: the four together.
+
+:func:`synthetic_series` returns a :class:`~tritonrl.toolkit.forecast.series.SeriesTable` (one
+series, column ``y``, integer times), what :func:`~tritonrl.toolkit.forecast.series_windows`
+takes; ``tritonrl fit --data series:synthetic,kind=shift,n=3000,seed=0`` trains on one
+(:func:`parse_synthetic_spec`). See docs/pages/forecasting.md ("Test series").
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from tritonrl.kernels.validate import check_int
+from tritonrl.toolkit.forecast.series import SeriesTable
+
+__all__ = ["SYNTHETIC_KINDS", "parse_synthetic_spec", "synthetic_series", "synthetic_values"]
+
+SYNTHETIC_KINDS = ("shift", "trend", "regime", "seasons", "all")
+"""The kinds of :func:`synthetic_values`."""
+_MAX_ROWS = 1_000_000
+"""The most rows a synthetic series may have (8 MB of f64; the AR(1) recursion is a Python loop)."""
+
+
+def _segments(rng: np.random.Generator, n: int, low: int, high: int) -> np.ndarray:
+    """``[n]`` int64 segment number of each row, segments ``low .. high - 1`` rows long."""
+    lengths = rng.integers(low, high, size=n // low + 1)
+    return np.repeat(np.arange(lengths.size), lengths)[:n]
+
+
+def synthetic_values(kind: str = "all", n: int = 3000, seed: int = 0, *, period: int = 24) -> np.ndarray:
+    """The series of ``kind`` (see the module doc), ``[n]`` f64; the same ``(kind, n, seed,
+    period)`` always gives the same values (a NumPy ``default_rng(seed)`` stream, drawn in a fixed
+    order whatever the kind).
+
+    Raises:
+        ValueError: an unknown ``kind``, ``n < 2``, ``n`` above a million, ``seed < 0`` or
+            ``period < 2``.
+    """
+    if kind not in SYNTHETIC_KINDS:
+        known = ", ".join(SYNTHETIC_KINDS)
+        raise ValueError(f"unknown synthetic series kind {kind!r}; choose one of {known}")
+    check_int("n", n, low=2)
+    if n > _MAX_ROWS:
+        raise ValueError(f"n must be at most {_MAX_ROWS:,} rows, got {n:,}")
+    check_int("seed", seed, low=0)
+    check_int("period", period, low=2)
+    rng = np.random.default_rng(seed)
+    e, w = rng.standard_normal(n), rng.standard_normal(n)
+    level_seg, noise_seg = _segments(rng, n, 150, 450), _segments(rng, n, 200, 600)
+    levels = rng.choice(np.array([-1.5, 0.0, 1.5]), size=int(level_seg[-1]) + 1)
+    a = np.zeros(n)
+    for i in range(1, n):  # AR(1), std 0.3 / sqrt(1 - 0.64) = 0.5
+        a[i] = 0.8 * a[i - 1] + 0.3 * e[i]
+    t = np.arange(n, dtype=np.float64)
+    day = 2 * np.pi * t / period
+    y = np.sin(day) + 0.4 * np.sin(2 * day + 0.7) + a
+    every = kind == "all"
+    noise_std = np.where(noise_seg % 2 == 0, 0.05, 0.6) if every or kind == "regime" else 0.2
+    y += noise_std * w
+    if every or kind == "shift":
+        y += levels[level_seg]
+    if every or kind == "trend":
+        y += 3.0 * t / n
+    if every or kind == "seasons":
+        y += 0.8 * np.sin(day / 7 + 0.3)
+    return y
+
+
+def synthetic_series(kind: str = "all", n: int = 3000, seed: int = 0, *, period: int = 24) -> SeriesTable:
+    """:func:`synthetic_values` as a one-series table (target ``y``, integer times ``0 .. n - 1``),
+    named ``synthetic-<kind>``; its ``path`` is that name (no file is written).
+
+    Raises:
+        ValueError: as :func:`synthetic_values`.
+    """
+    values = synthetic_values(kind, n, seed, period=period)
+    name = f"synthetic-{kind}"
+    return SeriesTable(
+        name=name,
+        path=Path(name),
+        time_column="ds",
+        targets=("y",),
+        features=(),
+        ids=("",),
+        starts=(0, n),
+        time=np.arange(n, dtype=np.int64),
+        lines=np.arange(2, n + 2, dtype=np.int64),
+        values=values[:, None],
+    )
+
+
+_OPTIONS = {"kind": str, "n": int, "seed": int, "period": int}
+
+
+def parse_synthetic_spec(spec: str) -> SeriesTable:
+    """The table of ``--data series:synthetic[,kind=K][,n=N][,seed=S][,period=P]`` (the
+    ``series:`` prefix optional), e.g. ``series:synthetic,kind=trend,n=2000``.
+
+    Raises:
+        ValueError: another source than ``synthetic``, an unknown option, a malformed value, or
+            what :func:`synthetic_values` refuses.
+    """
+    body = spec.strip().removeprefix("series:")
+    head, *options = [part.strip() for part in body.split(",")]
+    known = "series:synthetic[,kind=K][,n=N][,seed=S][,period=P]"
+    if head != "synthetic":
+        raise ValueError(f"unknown series source {spec!r}; known: {known}")
+    kwargs: dict[str, str | int] = {}
+    for option in options:
+        key, sep, text = option.partition("=")
+        key = key.strip()
+        if not sep or key not in _OPTIONS:
+            raise ValueError(f"unknown option {option!r} in {spec}; synthetic takes {', '.join(_OPTIONS)}")
+        try:
+            kwargs[key] = _OPTIONS[key](text.strip())
+        except ValueError:
+            kind = _OPTIONS[key].__name__
+            raise ValueError(f"{spec}: {key}={text.strip()!r} is not a valid {kind}") from None
+    return synthetic_series(**kwargs)  # type: ignore[arg-type]
