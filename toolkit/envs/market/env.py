@@ -24,6 +24,12 @@ autoreset): the returned observation is the first of the next episode (a new sta
 ``[W - 1, T - 1 - episode_length]`` (``random_start``; every episode fits in the data) or the first
 decision row ``W - 1``; they come from the environment's own ``torch.Generator`` on the device,
 drawn for every environment at every step so that shapes never depend on how many ended.
+
+A step allocates nothing: its temporaries are preallocated rows, and its outputs (observations,
+rewards, flags, info values) are written into one of a few sets of buffers that the env reuses
+only when nothing else refers to them (:class:`~tritonrl.toolkit.envs.market.outputs.OutputPool`):
+a tensor a caller keeps, or any view or numpy array of it, is never written again, so a caller
+needs no copy; a loop that keeps only the latest outputs cycles through two sets.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from tritonrl.toolkit.agent import reseed
 from tritonrl.toolkit.checkpoint import generator_state_fits
 from tritonrl.toolkit.checks import check_config
 from tritonrl.toolkit.config import Config, check_config_dict
+from tritonrl.toolkit.envs.market.outputs import OutputPool, OutputSet
 from tritonrl.toolkit.envs.market.types import MarketData, as_actions
 from tritonrl.toolkit.envs.vector import Transition
 
@@ -124,6 +131,8 @@ _R = {name: i for i, name in enumerate(_ROWS)}
 _RESET = slice(_R["position"], len(_ROWS))  # zeroed where an episode ended
 _ACC = slice(_R["done"], len(_ROWS))  # done, then _STATS' figures, in order
 _MAX_STEPS = 2**24  # f32 counts steps exactly up to here
+# The info values of a step (the episode as it stood after it), copied from these state rows.
+_INFO = ("equity", "sharpe", "max_drawdown", "turnover", "final_position")
 
 # _step's result: obs, reward, terminated, truncated, final_obs, done, and the info values
 # (equity, sharpe, max_drawdown, turnover, position).
@@ -286,6 +295,7 @@ class MarketEnv(gym.vector.VectorEnv):
         self._zero = torch.tensor(0.0, **f32)
         self._one = torch.tensor(1.0, **f32)
         self._one_row = torch.tensor(1, dtype=torch.int64, device=dev)
+        self._zero_row = torch.tensor(0, dtype=torch.int64, device=dev)
         # discrete action a (clamped to {0, 1, 2}) -> position a - 1, and its borrow cost per step
         self._position_of = torch.tensor([-1.0, 0.0, 1.0], **f32)
         self._borrow_of = torch.tensor([config.borrow_cost, 0.0, 0.0], **f32)
@@ -298,12 +308,38 @@ class MarketEnv(gym.vector.VectorEnv):
         # final observation's), [1] the current one (the next observation's)
         self._block = torch.zeros(len(_ROWS), e, dtype=torch.float32, device=dev)
         self._row = dict(zip(_ROWS, self._block.unbind(0), strict=True))
-        self._reset_bits = self._block.view(torch.int32)[_RESET]  # zeroed by a product with ~done
+        self._reset_block = self._block[_RESET]  # zeroed where an episode ended
         self._finished = self._block[_ACC]
         self._columns = self._block[: _R["position"] + 1].view(-1)  # final_position, position
         self._rows = torch.zeros(2, e, dtype=torch.int64, device=dev)
         self._rows_flat = self._rows.view(-1)
         self._acc = torch.zeros(1 + len(_STATS), dtype=self._acc_dtype, device=dev)
+        # every per-step temporary, preallocated (a step allocates nothing; see _make_outputs)
+        self._scratch = torch.empty(4, e, dtype=torch.float32, device=dev)
+        self._change, self._gathered, self._drawdown, self._tmp = self._scratch.unbind(0)
+        self._positive = torch.empty(e, dtype=torch.bool, device=dev)
+        self._index, self._starts = torch.empty(2, e, dtype=torch.int64, device=dev).unbind(0)
+        self._summed = torch.zeros(1 + len(_STATS), dtype=torch.float32, device=dev)
+        self._summed_acc = torch.zeros(1 + len(_STATS), dtype=self._acc_dtype, device=dev)  # (exact)
+        self._info_rows = torch.tensor([_R[k] for k in _INFO], dtype=torch.int64, device=dev)
+        # the row views a step updates (one tuple: no dict look-ups in the step)
+        self._views = tuple(self._row[k] for k in _ROWS)
+        self._equity_steps = self._block[_R["log_equity"] : _R["steps"] + 1]
+        self._outputs = OutputPool(self._make_outputs)
+
+    def _make_outputs(self) -> OutputSet:
+        """One set of step outputs: the two observations ``[2E, D]`` (final ones, then next ones) in
+        the features' dtype; f32 ``[7, E]``: reward, a row of ones (reward and one are added to
+        log-equity and steps in one operation), then the info values in :data:`_INFO`'s order;
+        bool ``[3, E]``: terminated, truncated, done."""
+        dev, e = self.device, self.num_envs
+        both = torch.empty((2 * e, self.obs_dim), dtype=self._windows.dtype, device=dev)
+        f32 = torch.empty((2 + len(_INFO), e), dtype=torch.float32, device=dev)
+        f32[1].fill_(1.0)
+        flags = torch.empty((3, e), dtype=torch.bool, device=dev)
+        out = (both[e:], both[:e], f32[0], *flags.unbind(0), *f32[2:].unbind(0))
+        parts = (both.narrow(1, 0, self._width), both.select(1, self._width), f32[:2], f32[2:])
+        return OutputSet((both, f32, flags), out, parts)
 
     # ------------------------------------------------------------------------------- internals
 
@@ -317,10 +353,11 @@ class MarketEnv(gym.vector.VectorEnv):
     def _position_after(self, actions: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Check ``actions`` (shape, dtype, device; never their values), write the positions they
         choose into the ``final_position`` row and return it with their borrow costs (``None``
-        when ``borrow_cost`` is 0). Discrete values outside {0, 1, 2} are clamped to short / long;
-        continuous ones are clipped to [-1, 1] (a NaN stays NaN and shows in that env's reward)."""
+        when ``borrow_cost`` is 0; else a preallocated row). Discrete values outside {0, 1, 2} are
+        clamped to short / long; continuous ones are clipped to [-1, 1] (a NaN stays NaN and shows
+        in that env's reward)."""
         actions = as_actions(actions, self.num_envs, self.device)
-        e, position = self.num_envs, self._row["final_position"]
+        e, position = self.num_envs, self._views[_R["final_position"]]
         if actions.device != self.device:
             raise ValueError(f"actions are on {actions.device}, the env on {self.device}")
         if self.config.actions == "discrete":
@@ -328,73 +365,85 @@ class MarketEnv(gym.vector.VectorEnv):
                 raise ValueError(f"discrete actions must be integers (int64), got {actions.dtype}")
             if tuple(actions.shape) != (e,):
                 raise ValueError(f"discrete actions must have shape ({e},), got {tuple(actions.shape)}")
-            if actions.dtype not in (torch.int64, torch.int32):  # index_select's index dtypes
-                actions = actions.to(torch.int64)
-            index = actions.clamp(0, 2)
+            if actions.dtype == torch.int64:
+                index = torch.clamp(actions, 0, 2, out=self._index)
+            else:  # the cast first (exact), as .to(int64) would, into the row
+                index = self._index.copy_(actions).clamp_(0, 2)
             torch.index_select(self._position_of, 0, index, out=position)
-            borrow = self._borrow_of.index_select(0, index) if self.config.borrow_cost else None
-            return position, borrow
+            if not self.config.borrow_cost:
+                return position, None
+            return position, torch.index_select(self._borrow_of, 0, index, out=self._tmp)
         if not actions.dtype.is_floating_point:
             raise ValueError(f"continuous actions must be floating point, got {actions.dtype}")
         if tuple(actions.shape) != (e, 1):
             raise ValueError(f"continuous actions must have shape ({e}, 1), got {tuple(actions.shape)}")
-        torch.clamp(actions.reshape(e).to(torch.float32), -1.0, 1.0, out=position)
+        if actions.dtype == torch.float32:
+            torch.clamp(actions.view(e), -1.0, 1.0, out=position)
+        else:  # the cast first, as .to(float32) would, into the row
+            position.copy_(actions.view(e)).clamp_(-1.0, 1.0)
         if not self.config.borrow_cost:
             return position, None
-        return position, position.neg().clamp_(min=0.0).mul_(self._borrow)
+        return position, torch.neg(position, out=self._tmp).clamp_(min=0.0).mul_(self._borrow)
 
     def _step(self, actions: Any, info: bool) -> _StepOut:
         """One step of every env: ``(obs, reward, terminated, truncated, final_obs, done, info
-        values)`` (the info values, fresh copies, only when ``info``; else ``()``); updates the
-        state, the accumulators and :attr:`obs`."""
+        values)`` (the info values only when ``info``; else ``()``); updates the state, the
+        accumulators and :attr:`obs`. Every result is written into a set of the output pool that
+        nothing else holds; every temporary into a preallocated row (no allocation)."""
         if self.obs is None:
             raise RuntimeError("MarketEnv.step called before reset()")
-        r, rows, e = self._row, self._rows, self.num_envs
+        rows = self._rows
         position, borrow = self._position_after(actions)  # p_t, in its row
-        held = r["position"]  # p_{t-1}
+        o = self._outputs.take()
+        obs, final_obs, reward, terminated, truncated, done = o.out[:6]
+        features, column, reward_one, info_values = o.parts
+        (_, held, peak, mean, m2, done_f, log_equity, steps, equity, sharpe, max_dd, turnover) = self._views
+        change, gathered, drawdown, tmp = self._change, self._gathered, self._drawdown, self._tmp
         torch.add(rows[1], self._one_row, out=rows[0])  # t + 1
-        change = (position - held).abs_()
-        reward = position * self._returns.index_select(0, rows[0])
-        reward.sub_(change * self._cost)
-        if borrow is not None:
-            reward.sub_(borrow)
+        torch.sub(position, held, out=change).abs_()
+        torch.mul(position, torch.index_select(self._returns, 0, rows[0], out=gathered), out=reward)
+        if borrow is not None:  # tmp holds the borrow costs: the cost term goes into gathered
+            reward.sub_(torch.mul(change, self._cost, out=gathered)).sub_(borrow)
+        else:
+            reward.sub_(torch.mul(change, self._cost, out=tmp))
         held.copy_(position)
-        log_equity, peak, steps = r["log_equity"].add_(reward), r["peak"], r["steps"].add_(self._one)
-        r["turnover"].add_(change)
+        self._equity_steps.add_(reward_one)  # log-equity += reward, steps += 1
+        turnover.add_(change)
         torch.maximum(peak, log_equity, out=peak)
-        drawdown = (log_equity - peak).expm1_().neg_()  # 1 - equity / peak
-        torch.maximum(r["max_drawdown"], drawdown, out=r["max_drawdown"])
+        torch.sub(log_equity, peak, out=drawdown).expm1_().neg_()  # 1 - equity / peak
+        torch.maximum(max_dd, drawdown, out=max_dd)
         # Welford's running mean and squared deviations (exact 0 for a constant reward)
-        mean, m2 = r["reward_mean"], r["reward_m2"]
-        delta = reward - mean
+        delta = torch.sub(reward, mean, out=change)  # change is spent (turnover holds it)
         mean.addcdiv_(delta, steps)
-        m2.add_(delta.mul_(reward - mean))  # (addcmul_ may fuse the product: other bits)
-        sharpe = mean / (m2 / steps).sqrt_()
-        torch.where(m2 > self._zero, sharpe.mul_(self._sqrt_ppy), self._zero, out=r["sharpe"])
-        torch.exp(log_equity, out=r["equity"])
-        terminated = drawdown > self._dd_limit
-        truncated = steps >= self._length
-        done = terminated | truncated
+        m2.add_(delta.mul_(torch.sub(reward, mean, out=tmp)))  # (addcmul_ may fuse the product: other bits)
+        torch.div(m2, steps, out=tmp).sqrt_()
+        torch.div(mean, tmp, out=tmp).mul_(self._sqrt_ppy)
+        torch.where(torch.gt(m2, self._zero, out=self._positive), tmp, self._zero, out=sharpe)
+        torch.exp(log_equity, out=equity)
+        torch.gt(drawdown, self._dd_limit, out=terminated)
+        torch.ge(steps, self._length, out=truncated)
+        torch.bitwise_or(terminated, truncated, out=done)
         # the finished episodes' figures, summed: [1 + len(_STATS), E] @ [E] (done * done counts)
-        self._acc.add_(torch.mv(self._finished, r["done"].copy_(done)))
+        done_f.copy_(done)
+        # (cast into a buffer first: an add_ of another dtype allocates the cast)
+        self._acc.add_(self._summed_acc.copy_(torch.mv(self._finished, done_f, out=self._summed)))
         values: tuple[torch.Tensor, ...] = ()
         if info:  # the episode as it stood after this step, before the autoreset
-            block = self._block.clone()
-            values = tuple(block[_R[k]] for k in ("equity", "sharpe", "max_drawdown", "turnover"))
-            values += (block[_R["final_position"]],)
+            torch.index_select(self._block, 0, self._info_rows, out=info_values)
+            values = o.out[6:]
         # same-step autoreset (a start is drawn for every env; used where done): the state's
-        # bits times ~done (NaN-safe, unlike a float product), the rows from the starts
-        kept = ~done
-        self._reset_bits.mul_(kept)
+        # block zeroed where done (+0.0 bits: the product of the bits with ~done it replaces)
+        self._reset_block.masked_fill_(done, 0.0)
         if self._num_starts > 1:
-            torch.where(done, self._draw_starts(), rows[0], out=rows[1])
+            starts = torch.randint(
+                0, self._num_starts, (self.num_envs,), generator=self.generator, out=self._starts
+            )
+            torch.where(done, starts, rows[0], out=rows[1])
         else:  # the one start is window 0
-            torch.mul(rows[0], kept, out=rows[1])
+            torch.where(done, self._zero_row, rows[0], out=rows[1])
         # both observations in one gather: the true next ones, then the next episode's where done
-        both = torch.empty((2 * e, self.obs_dim), dtype=self._windows.dtype, device=self.device)
-        torch.index_select(self._windows, 0, self._rows_flat, out=both.narrow(1, 0, self._width))
-        both.select(1, self._width).copy_(self._columns)  # [2E] f32 written in the features' dtype
-        final_obs, obs = both[:e], both[e:]
+        torch.index_select(self._windows, 0, self._rows_flat, out=features)
+        column.copy_(self._columns)  # [2E] f32 written in the features' dtype
         self.obs = obs
         self.vector_steps += 1
         return obs, reward, terminated, truncated, final_obs, done, values
@@ -446,7 +495,9 @@ class MarketEnv(gym.vector.VectorEnv):
             env, f32 ``[E]``, the episode as it stood after this step (the finished one where it
             ended): ``equity``, ``sharpe`` (annualised, of the episode's rewards so far),
             ``max_drawdown``, ``turnover`` and ``position`` (held after this step). ``obs`` and
-            ``final_obs`` are the two halves of one tensor, written once: never changed later.
+            ``final_obs`` are the two halves of one tensor; no output is written again while
+            anything (the caller, a view, a numpy array over it) still refers to it: the env
+            reuses an output buffer only once every reference to it is gone.
 
         Raises:
             RuntimeError: before :meth:`reset`.

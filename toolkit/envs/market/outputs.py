@@ -1,0 +1,84 @@
+"""Output buffers a batched env's step writes into: allocated once, reused only when nobody holds them.
+
+A step that allocates its outputs (an observation of ``E * D`` values is megabytes at thousands of
+envs) gets fresh pages from the allocator whenever it returns large blocks to the system, and
+touching them costs a page fault per 4 KiB: the step then spends more time faulting than
+computing. :class:`OutputPool` keeps a few sets of output tensors and hands out a set again only
+when no reference to it remains outside the pool: no tensor that a caller (or the env) still holds
+is ever written, and a loop that keeps only the latest step's outputs cycles through two sets with
+no allocation at all. A set is free when the storage use count of each of its base tensors (every
+view, numpy array or DLPack export of the storage holds one) and the Python reference count of
+each view it handed out are what they were when the set was built; where either count is not
+available (a torch without ``torch._C._storage_Use_Count``, a free-threaded Python) every
+:meth:`OutputPool.take` builds a new set, as an allocating step would. On an accelerator, reuse
+follows stream order as the caching allocator's does: work queued on another stream that reads an
+output needs the caller to keep a reference until it is done.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+__all__ = ["OutputPool", "OutputSet"]
+
+_use_count: Callable[[int], int] | None = getattr(torch._C, "_storage_Use_Count", None)
+_REUSE = _use_count is not None and bool(getattr(sys, "_is_gil_enabled", lambda: True)())
+
+
+class OutputSet:
+    """One set of output tensors: ``bases`` (the allocations), ``out`` (the views a step hands
+    out), ``parts`` (views the step writes through, kept by the set; never handed out)."""
+
+    __slots__ = ("bases", "out", "parts", "_baseline")
+
+    def __init__(self, bases: tuple[torch.Tensor, ...], out: tuple[Any, ...], parts: tuple[Any, ...]) -> None:
+        self.bases = bases
+        self.out = out
+        self.parts = parts
+        self._counts()  # the first call may create the storages' Python objects
+        self._baseline = self._counts()
+
+    def _counts(self) -> tuple[int, ...]:
+        """The storage use counts of the bases, then the reference counts of the handed-out views."""
+        assert _use_count is not None
+        uses = tuple(_use_count(b.untyped_storage()._cdata) for b in self.bases)
+        return uses + tuple(sys.getrefcount(v) for v in self.out)
+
+    def free(self) -> bool:
+        """Whether nothing outside this set refers to its tensors (their storages or its views)."""
+        return _REUSE and self._counts() == self._baseline
+
+
+class OutputPool:
+    """Up to ``size`` :class:`OutputSet` built by ``make``; :meth:`take` returns a free one.
+
+    Args:
+        make: builds a new set (allocates its tensors).
+        size: the most sets kept; beyond it a new set replaces the oldest (still held) one, which
+            then lives only as long as its holder keeps it.
+    """
+
+    def __init__(self, make: Callable[[], OutputSet], size: int = 4) -> None:
+        if size < 1:
+            raise ValueError(f"an output pool keeps at least one set, got size={size}")
+        self._make = make
+        self._size = size
+        self._sets: list[OutputSet] = []
+
+    def take(self) -> OutputSet:
+        """A set no one else holds (its tensors hold stale values: the caller overwrites them)."""
+        for s in self._sets:
+            if s.free():
+                return s
+        s = self._make()
+        if len(self._sets) >= self._size:
+            self._sets.pop(0)
+        self._sets.append(s)
+        return s
+
+    def __len__(self) -> int:
+        return len(self._sets)
