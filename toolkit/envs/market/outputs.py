@@ -33,24 +33,27 @@ class OutputSet:
     """One set of output tensors: ``bases`` (the allocations), ``out`` (the views a step hands
     out), ``parts`` (views the step writes through, kept by the set; never handed out)."""
 
-    __slots__ = ("bases", "out", "parts", "_baseline")
+    __slots__ = ("bases", "out", "parts", "_storages", "_uses", "_refs")
 
     def __init__(self, bases: tuple[torch.Tensor, ...], out: tuple[Any, ...], parts: tuple[Any, ...]) -> None:
         self.bases = bases
         self.out = out
         self.parts = parts
-        self._counts()  # the first call may create the storages' Python objects
-        self._baseline = self._counts()
+        # the bases' storages, by address (stable: the set owns its bases and never resizes them)
+        self._storages = tuple(b.untyped_storage()._cdata for b in bases)
+        self._uses, self._refs = self._counts()
 
-    def _counts(self) -> tuple[int, ...]:
-        """The storage use counts of the bases, then the reference counts of the handed-out views."""
+    def _counts(self) -> tuple[list[int], list[int]]:
+        """The storage use counts of the bases and the reference counts of the handed-out views."""
         assert _use_count is not None
-        uses = tuple(_use_count(b.untyped_storage()._cdata) for b in self.bases)
-        return uses + tuple(sys.getrefcount(v) for v in self.out)
+        return list(map(_use_count, self._storages)), list(map(sys.getrefcount, self.out))
 
     def free(self) -> bool:
         """Whether nothing outside this set refers to its tensors (their storages or its views)."""
-        return _REUSE and self._counts() == self._baseline
+        if not _REUSE:
+            return False
+        uses, refs = self._counts()
+        return uses == self._uses and refs == self._refs
 
 
 class OutputPool:
