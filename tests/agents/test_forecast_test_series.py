@@ -50,15 +50,7 @@ _EXTRAPOLATES = (
     "no per-window normalisation (RevIN-like), so it forecasts too low there (measured mean error "
     "-0.38 .. -0.77 normalised; squared, 0.14 .. 0.59 of its test MSE against seasonal naive's 0.44)"
 )
-_PATCHTST_REVIN = (
-    "PatchTST undoes RevIN before its channel projection, so the restored level is scaled by "
-    "channel_proj's weight (-0.62 at seed 0 with these sizes): on level-moving series the forecast "
-    "starts inverted (test MSE 2.4 on shift, 4.4 on trend); the fix (RevIN inverse after the channel "
-    "mix, per target) is being made separately: remove this mark when it lands"
-)
 KNOWN_FAILURES: dict[tuple[str, str], str] = {
-    ("patchtst", "shift"): _PATCHTST_REVIN,
-    ("patchtst", "trend"): _PATCHTST_REVIN,
     **{(model, "trend"): _EXTRAPOLATES for model in ("lstm", "transformer", "mamba2")},
 }
 """``(model, kind) -> cause`` of the cases marked xfail (strict)."""
