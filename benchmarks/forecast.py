@@ -25,18 +25,25 @@ noise) and the rest above it; on EUR/USD no model beats the training mean (0.637
 DLinear and MLP about 90-100k windows/s, LSTM about 22k, GRU and TCN about 10k, Transformer
 about 6.5k, PatchTST about 4.7k, Mamba2 (its torch reference scan on a CPU) about 3k.
 
+Then the training step side by side (``train step W=96``): one optimizer step (batch 64, horizon
+1, forward, MSE, backward, gradient clip, AdamW) of the LSTM (the baseline) and of the Mamba2
+forecaster at their defaults on the same synthetic batch, in ms; ``ratio`` is the LSTM's step time
+over the row's (the goal for Mamba2: >= 0.25, a step within 4x the LSTM's). Seen: see
+docs/pages/forecasting.md, "Training speed".
+
 torch runs one CPU thread (tritonrl.toolkit.cli.bench). ``run(quick=True)``: the synthetic series
-alone, 1,500 bars, window 16, 2 epochs.
+alone, 1,500 bars, window 16, 2 epochs; the step rows at window 16, shorter timing rounds.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import statistics
 import sys
 from typing import Any
 
 import torch
-from tritonrl.toolkit.cli.bench import Row, format_table, one_cpu_thread
+from tritonrl.toolkit.cli.bench import Row, format_table, one_cpu_thread, time_fn
 
 NAME = "forecast"
 SYNTHETIC = "synthetic,ar=0.3,seed=0"
@@ -105,10 +112,56 @@ def _run(quick: bool) -> list[Row]:
     return rows
 
 
+STEP_MODELS = ("lstm", "mamba2")  # the first is the baseline of the step rows
+STEP_GOAL = 0.25  # the Mamba2 step within 4x the LSTM's
+
+
+def _step_rows(quick: bool) -> list[Row]:
+    """One training step (batch 64, horizon 1, forward + MSE + backward + clip + AdamW) of each of
+    :data:`STEP_MODELS` on the same synthetic batch, timed in alternating rounds (the medians of
+    three rounds' medians); ``ratio``: the LSTM's step time over this model's (``< 1``: slower)."""
+    from tritonrl.agents.forecast import FORECASTERS
+    from tritonrl.toolkit.forecast import load_windows
+    from tritonrl.toolkit.optim import MasterWeightOptimizer
+
+    window = 16 if quick else 96
+    train, _, _ = load_windows(SYNTHETIC + ",bars=1500", window, 1)
+    x, y = train.batch(torch.arange(64))
+    steps = {}
+    for name in STEP_MODELS:
+        torch.manual_seed(0)
+        model = FORECASTERS[name](window, train.num_features, 1, 1)
+        opt = MasterWeightOptimizer(model.parameters(), torch.optim.AdamW, lr=1e-3, weight_decay=1e-2)
+
+        def step(model=model, opt=opt) -> None:
+            loss = torch.nn.functional.mse_loss(model(x).float(), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.clip_grad_norm_(1.0)
+            opt.step()
+
+        steps[name] = step
+    rounds: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(3):
+        for name, step in steps.items():
+            rounds[name].append(time_fn(step, min_time=0.05 if quick else 0.5)["median"])
+    ms = {name: 1e3 * statistics.median(v) for name, v in rounds.items()}
+    base = ms[STEP_MODELS[0]]
+    case = f"train step W={window}"
+    rows = []
+    for name, t in ms.items():
+        spread = f"rounds {1e3 * min(rounds[name]):.1f}-{1e3 * max(rounds[name]):.1f} ms"
+        goal = f"; goal ratio >= {STEP_GOAL}" if name == "mamba2" else ""
+        note = f"batch 64, F={train.num_features}, AdamW + clip; {spread}{goal}"
+        rows.append(Row(NAME, case, name, t, "ms/step", base / t, note))
+    return rows
+
+
 def run(quick: bool = False) -> list[Row]:
-    """One row per (series, model) and per (series, baseline); see the module docstring."""
+    """One row per (series, model) and per (series, baseline), then the training-step rows; see
+    the module docstring."""
     with one_cpu_thread():
-        return _run(quick)
+        return _run(quick) + _step_rows(quick)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 ``x [B, W, F] -> Linear(F, width) -> depth x (h + Mamba2Block(RMSNorm(h))) -> RMSNorm`` is the
 causal encoding ``[B, W, width]``; the forecast is ``Linear(width, H * T)`` of the last step.
 Training runs the chunked selective scan (``kernels.mamba2.mamba2_scan``: Triton on CUDA, the torch
-chunked reference on CPU) over the whole window from a zero state.
+chunked scan on CPU) over the whole window from a zero state.
 
 :meth:`Mamba2Forecaster.step` rolls the model forward one bar at a time with
 ``Mamba2Block.step`` (the fused single-step op; no gradient): from :meth:`initial_state`, ``W``

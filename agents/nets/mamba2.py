@@ -52,6 +52,39 @@ class Mamba2State:
         return Mamba2State(self.conv.detach(), self.ssm.detach())
 
 
+class _CausalConv(torch.autograd.Function):
+    """The causal depthwise conv from a zero window, no resets: ``x [B, L, C]``, ``w [C, K]``,
+    ``b [C]`` -> ``out[:, t] = b + sum_k w[:, K - 1 - k] * x[:, t - k]`` (``x`` is zero before
+    step 0), in ``x``'s dtype.
+
+    The same sums as :meth:`Mamba2Block._conv`'s shifted slices, accumulated in place on the
+    output (forward) and on the input gradient (backward): no padded copy of the input and no
+    full-size zero gradient per tap, which autograd through the slices builds (tested equal, values
+    and gradients).
+    """
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        K, L = w.shape[1], x.shape[1]
+        out = torch.addcmul(b, x, w[:, K - 1])
+        for k in range(1, min(K, L)):  # tap k reads the input k steps back
+            out[:, k:].addcmul_(x[:, : L - k], w[:, K - 1 - k])
+        ctx.save_for_backward(x, w)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        x, w = ctx.saved_tensors
+        K, L = w.shape[1], x.shape[1]
+        gx = grad * w[:, K - 1]
+        gw = torch.zeros_like(w)
+        gw[:, K - 1] = (grad * x).sum((0, 1))
+        for k in range(1, min(K, L)):
+            gx[:, : L - k].addcmul_(grad[:, k:], w[:, K - 1 - k])
+            gw[:, K - 1 - k] = (grad[:, k:] * x[:, : L - k]).sum((0, 1))
+        return gx, gw, grad.sum((0, 1))
+
+
 class Mamba2Block(nn.Module):
     """One Mamba2 layer (no residual, no outer norm: the caller adds those).
 
@@ -174,6 +207,12 @@ class Mamba2Block(nn.Module):
         next window (the last ``d_conv - 1`` inputs, zeroed where they precede the last reset)."""
         batch, length, _ = xbc.shape
         W = self.d_conv
+        if window is None and resets is None and not torch.compiler.is_compiling():
+            out = _CausalConv.apply(xbc, self.conv_weight, self.conv_bias)
+            tail = xbc[:, max(0, length - (W - 1)) :]
+            if tail.shape[1] < W - 1:  # fewer inputs than the window holds: zeros before them
+                tail = torch.cat([tail.new_zeros(batch, W - 1 - tail.shape[1], self.conv_dim), tail], dim=1)
+            return out, tail
         if window is None:
             window = xbc.new_zeros(batch, W - 1, self.conv_dim)
         full = torch.cat([window, xbc], dim=1)  # [B, W - 1 + L, C]

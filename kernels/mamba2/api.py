@@ -1,7 +1,7 @@
 """The public Mamba2 ops: validation and dispatch. Imports no triton (the kernels load lazily).
 
 - :func:`mamba2_scan`: the chunked selective scan over a sequence, differentiable (Triton forward
-  and backward on CUDA, the torch chunked reference with autograd on CPU);
+  and backward on CUDA, the torch chunked scan with autograd on CPU: :func:`mamba2_scan_torch`);
 - :func:`mamba2_step`: one recurrence step for acting, updating an f32 state in place;
   :func:`mamba2_step_unchecked` is the same without the input checks, for a caller that built the
   inputs itself (the Mamba2 block's ``step``: at a few environments the checks cost as much as the step).
@@ -14,13 +14,56 @@ import math
 import torch
 from tritonrl.kernels.backend import KernelOp
 from tritonrl.kernels.library import traces_reference
+from tritonrl.kernels.mamba2.fast import mamba2_scan_fast
 from tritonrl.kernels.mamba2.reference import mamba2_scan_ref, mamba2_step_ref
 from tritonrl.kernels.validate import check_tensor
 
-__all__ = ["MAMBA2_SCAN", "MAMBA2_STEP", "mamba2_scan", "mamba2_step", "mamba2_step_unchecked"]
+__all__ = [
+    "MAMBA2_SCAN",
+    "MAMBA2_STEP",
+    "mamba2_scan",
+    "mamba2_scan_torch",
+    "mamba2_step",
+    "mamba2_step_unchecked",
+]
+
+
+def mamba2_scan_torch(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None,
+    z: torch.Tensor | None,
+    dt_bias: torch.Tensor | None,
+    dt_softplus: bool,
+    dt_limit: tuple[float, float],
+    initial_states: torch.Tensor | None,
+    resets: torch.Tensor | None,
+    chunk_size: int,
+    return_final_states: bool,
+    **kwargs: object,
+) -> torch.Tensor | tuple[torch.Tensor, ...]:
+    """The scan's torch path (arguments as :func:`~tritonrl.kernels.mamba2.reference.mamba2_scan_ref`):
+    :func:`~tritonrl.kernels.mamba2.fast.mamba2_scan_fast` without resets and keyword options
+    (the same results up to float32 reassociation, fewer and larger products), the reference
+    otherwise."""
+    if resets is None and not kwargs:
+        return mamba2_scan_fast(
+            x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_limit, initial_states, chunk_size,
+            return_final_states,
+        )  # fmt: skip
+    return mamba2_scan_ref(
+        x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_limit, initial_states, resets, chunk_size,
+        return_final_states, **kwargs,  # type: ignore[arg-type]
+    )  # fmt: skip
+
 
 MAMBA2_SCAN = KernelOp(
-    "mamba2_scan", torch_impl=mamba2_scan_ref, triton_impl="tritonrl.kernels.mamba2.chunk:mamba2_scan_triton"
+    "mamba2_scan",
+    torch_impl=mamba2_scan_torch,
+    triton_impl="tritonrl.kernels.mamba2.chunk:mamba2_scan_triton",
 )
 MAMBA2_STEP = KernelOp(
     "mamba2_step", torch_impl=mamba2_step_ref, triton_impl="tritonrl.kernels.mamba2.step:mamba2_step_triton"

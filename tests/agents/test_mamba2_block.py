@@ -328,3 +328,45 @@ def test_block_on_triton_path_matches_torch(monkeypatch: pytest.MonkeyPatch) -> 
         results[backend] = (y, final.ssm, y_t, *[p.grad.clone() for p in block.parameters()])
     for a, b in zip(results["triton"], results["torch"], strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)  # f32 IEEE both sides
+
+
+@settings(max_examples=30)
+@given(
+    length=st.integers(1, 40),
+    d_conv=st.integers(1, 5),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+    seed=st.integers(0, 2**16),
+)
+def test_conv_without_window_or_resets_equals_the_shifted_sums(
+    length: int, d_conv: int, dtype: torch.dtype, seed: int
+) -> None:
+    """The in-place conv (no window, no resets) against the shifted sums through autograd, which
+    the block runs from a given window: an all-zero window is the same input. Values, windows and
+    input gradients are the same products summed in the same order; the weight and bias gradients
+    sum ``B * L`` products (O(1) each, up to 80 here) in another order: f32 atol 1e-5 (about 10 ulps
+    of such sums), f64 1e-12."""
+    torch.manual_seed(seed)
+    block = Mamba2Block(8, d_state=4, d_conv=d_conv, expand=2, headdim=4, chunk_size=16, dtype=dtype)
+    xbc = torch.randn(2, length, block.conv_dim, dtype=dtype, requires_grad=True)
+    tol = {"rtol": 1e-5, "atol": 1e-5} if dtype == torch.float32 else {"rtol": 1e-12, "atol": 1e-12}
+    out, win = block._conv(xbc, None, None)
+    zeros = torch.zeros(2, d_conv - 1, block.conv_dim, dtype=dtype)
+    ref, ref_win = block._conv(xbc, zeros, None)
+    torch.testing.assert_close(out, ref, **tol)
+    assert torch.equal(win, ref_win)
+    grad = torch.randn_like(out)
+    params = (xbc, block.conv_weight, block.conv_bias)
+    got = torch.autograd.grad(out, params, grad)
+    want = torch.autograd.grad(ref, params, grad)
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, **tol)
+
+
+def test_conv_without_window_passes_gradcheck() -> None:
+    from tritonrl.agents.nets.mamba2 import _CausalConv
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 7, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(3, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(3, generator=g, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(_CausalConv.apply, (x, w, b))
