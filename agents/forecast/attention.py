@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 from torch import nn
-from tritonrl.agents.forecast.base import Forecaster
+from tritonrl.agents.forecast.base import Forecaster, window_stats
 from tritonrl.agents.nets.torsos import AttentionBlock
 from tritonrl.kernels.validate import check_int
 
@@ -76,6 +76,10 @@ class Transformer(Forecaster):
         depth: attention blocks.
         heads: attention heads.
         positions: ``"learned"`` (a parameter ``[W, width]``) or ``"sinusoidal"`` (a fixed buffer).
+        revin: normalise each channel of each window by its mean and standard deviation before
+            the forecast and undo it on each target with its channel's (RevIN without affine,
+            :meth:`~tritonrl.agents.forecast.base.Forecaster.use_revin`); :meth:`encode` stays
+            unnormalised (causal).
 
     Raises:
         ValueError: a size that is not a positive int, ``width % heads``, unknown ``positions``.
@@ -98,6 +102,7 @@ class Transformer(Forecaster):
         depth: int = 2,
         heads: int = 4,
         positions: str = "learned",
+        revin: bool = False,
     ) -> None:
         super().__init__(
             window,
@@ -125,6 +130,7 @@ class Transformer(Forecaster):
         self.out_norm = nn.RMSNorm(width, eps=1e-6, **fk)
         self.head = nn.Linear(width, horizon * num_targets, **fk)
         self.encoding_dim = width
+        self.use_revin(revin)
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         """``x [B, W, F] -> [B, W, width]``; step ``s`` attends to steps ``<= s`` only.
@@ -141,7 +147,7 @@ class Transformer(Forecaster):
         Raises:
             ValueError / TypeError: see :meth:`Forecaster.check_input`.
         """
-        return self.to_forecast(self.head(self.encode(x)[:, -1]))
+        return self.last_step_forecast(x)
 
 
 class PatchTST(Forecaster):
@@ -240,8 +246,7 @@ class PatchTST(Forecaster):
             x = x.index_select(2, self.channels)  # [B, W, T]: only the targets' own channels
         b, c = x.shape[0], x.shape[2]
         if self.revin:
-            mean = x.mean(dim=1, keepdim=True)  # [B, 1, C]
-            std = torch.sqrt(x.var(dim=1, keepdim=True, unbiased=False) + self.revin_eps)
+            mean, std = window_stats(x, self.revin_eps)  # [B, 1, C] each
             x = (x - mean) / std
         series = x[:, self.start :].transpose(1, 2)  # [B, C, W']
         patches = series.unfold(-1, self.patch_len, self.stride)  # [B, C, Np, P]

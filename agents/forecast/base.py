@@ -19,14 +19,24 @@ target ``k`` with the statistics of channel ``target_channels[k]``
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
 from tritonrl.kernels.validate import check_int
 from tritonrl.toolkit.precision import dtype_or_default
 
-__all__ = ["Forecaster", "check_target_channels"]
+__all__ = ["Forecaster", "check_target_channels", "window_stats"]
+
+REVIN_EPS = 1e-5
+"""Added to each window's variance before its square root (RevIN's epsilon)."""
+
+
+def window_stats(x: torch.Tensor, eps: float = REVIN_EPS) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-window, per-channel ``(mean, std)`` of ``x [B, W, C]``, each ``[B, 1, C]`` in ``x``'s
+    dtype (``std = sqrt(var + eps)``, the biased variance over the window): RevIN's statistics."""
+    mean = x.mean(dim=1, keepdim=True)
+    return mean, torch.sqrt(x.var(dim=1, keepdim=True, unbiased=False) + eps)
 
 
 def check_target_channels(
@@ -104,6 +114,48 @@ class Forecaster(nn.Module):
         self.param_dtype = dtype_or_default(dtype, dev)
         self.factory: dict[str, Any] = {"device": dev, "dtype": self.param_dtype}
         self.encoding_dim = 0
+        self.revin = False
+
+    def use_revin(self, revin: bool) -> None:
+        """Normalise each window per channel in :meth:`forward` (RevIN without affine, see
+        :func:`window_stats`) and undo it on target ``k`` with channel ``target_channels[k]``'s
+        statistics (:meth:`revin_in`, :meth:`revin_out`); sets :attr:`normalizes_input`.
+
+        Raises:
+            TypeError: ``revin`` is not a bool.
+        """
+        if not isinstance(revin, bool):
+            raise TypeError(f"revin must be a bool, got {revin!r}")
+        self.revin = revin
+        self.normalizes_input = revin
+        if "channels" not in self._buffers:
+            self.channels: torch.Tensor  # [T] int64: the targets' input channels
+            chans = torch.tensor(self.target_channels, device=self.factory["device"])
+            self.register_buffer("channels", chans, persistent=False)
+
+    def revin_in(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``((x - mean) / std, mean, std)`` of a window ``x [B, W, F]`` (:func:`window_stats`)."""
+        mean, std = window_stats(x)
+        return (x - mean) / std, mean, std
+
+    def revin_out(self, y: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+        """A normalised forecast ``y [B, H, T]`` in the window's units: target ``k`` with the
+        statistics of channel ``target_channels[k]`` (``mean``/``std`` ``[B, 1, F]``)."""
+        return y * std.index_select(2, self.channels) + mean.index_select(2, self.channels)
+
+    def last_step_forecast(self, x: torch.Tensor) -> torch.Tensor:
+        """A causal sequence model's forecast: ``self.head`` on the last step of :meth:`encode`,
+        inside RevIN when :attr:`revin` is on (``x [B, W, F] -> [B, H, T]``, parameter dtype).
+
+        Raises:
+            ValueError / TypeError: see :meth:`check_input`.
+        """
+        head = cast("nn.Module", self.head)  # every sequence model names its head `head`
+        if not self.revin:
+            return self.to_forecast(head(self.encode(x)[:, -1]))
+        self.check_input(x)
+        xn, mean, std = self.revin_in(x)
+        return self.revin_out(self.to_forecast(head(self.encode(xn)[:, -1])), mean, std)
 
     def check_input(self, x: torch.Tensor) -> None:
         """Raise unless ``x`` is ``[B, W, F]`` in the parameter dtype (shape and dtype only: no read).

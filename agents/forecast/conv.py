@@ -33,6 +33,10 @@ class TCN(Forecaster):
         depth: residual blocks; with ``kernel_size`` they set the receptive field
             ``1 + 2 (kernel_size - 1) (2**depth - 1)`` (keep it >= ``window`` to see all of it).
         kernel_size: taps of every convolution (>= 2).
+        revin: normalise each channel of each window by its mean and standard deviation before
+            the forecast and undo it on each target with its channel's (RevIN without affine,
+            :meth:`~tritonrl.agents.forecast.base.Forecaster.use_revin`); :meth:`encode` stays
+            unnormalised (causal).
 
     Raises:
         ValueError: a size that is not a positive int, ``kernel_size < 2``.
@@ -54,6 +58,7 @@ class TCN(Forecaster):
         width: int = 32,
         depth: int = 4,
         kernel_size: int = 3,
+        revin: bool = False,
     ) -> None:
         super().__init__(
             window,
@@ -69,6 +74,7 @@ class TCN(Forecaster):
         )
         self.head = nn.Linear(width, horizon * num_targets, **self.factory)
         self.encoding_dim = width
+        self.use_revin(revin)
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         """``x [B, W, F] -> [B, W, width]``, causal over the steps.
@@ -85,5 +91,4 @@ class TCN(Forecaster):
         Raises:
             ValueError / TypeError: see :meth:`Forecaster.check_input`.
         """
-        h = self.encode(x)[:, -1]
-        return self.to_forecast(self.head(h))
+        return self.last_step_forecast(x)

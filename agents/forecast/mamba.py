@@ -39,6 +39,10 @@ class Mamba2Forecaster(Forecaster):
             torch reference (its intra-chunk work grows with the chunk, and its chunk loop is cheap);
             elsewhere the power of two >= ``window`` within [16, 64] (the scan pads the window to
             whole chunks). The chunk changes the speed, not the result (up to rounding).
+        revin: normalise each channel of each window by its mean and standard deviation before
+            the forecast and undo it on each target with its channel's (RevIN without affine,
+            :meth:`~tritonrl.agents.forecast.base.Forecaster.use_revin`); :meth:`encode` stays
+            unnormalised (causal).
 
     Raises:
         ValueError: a size that is not a positive int; inconsistent block sizes.
@@ -64,6 +68,7 @@ class Mamba2Forecaster(Forecaster):
         expand: int = 2,
         headdim: int = 16,
         chunk_size: int | None = None,
+        revin: bool = False,
     ) -> None:
         super().__init__(
             window,
@@ -97,6 +102,7 @@ class Mamba2Forecaster(Forecaster):
         self.out_norm = nn.RMSNorm(width, eps=1e-6, **fk)
         self.head = nn.Linear(width, horizon * num_targets, **fk)
         self.encoding_dim = width
+        self.use_revin(revin)
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         """``x [B, W, F] -> [B, W, width]`` by the scan; step ``s`` depends on steps ``<= s`` only.
@@ -116,7 +122,7 @@ class Mamba2Forecaster(Forecaster):
         Raises:
             ValueError / TypeError: see :meth:`Forecaster.check_input`.
         """
-        return self.to_forecast(self.head(self.encode(x)[:, -1]))
+        return self.last_step_forecast(x)
 
     def initial_state(self, batch_size: int) -> list[Mamba2State]:
         """Zero memory of every block for ``batch_size`` series (conv windows in the parameter
@@ -138,7 +144,10 @@ class Mamba2Forecaster(Forecaster):
         Raises:
             ValueError: ``x_t`` is not ``[B, F]``, or ``state`` does not hold one state per block.
             TypeError: ``x_t`` is not in the parameter dtype.
+            ValueError: the model normalises its windows (``revin=True``).
         """
+        if self.revin:
+            raise ValueError(f"{self.name}: step() has no window to normalise: build it with revin=False")
         if x_t.dim() != 2 or x_t.shape[1] != self.num_features:
             raise ValueError(f"{self.name}: x_t must be [batch, {self.num_features}], got {tuple(x_t.shape)}")
         if x_t.dtype != self.param_dtype:

@@ -31,6 +31,10 @@ class _Recurrent(Forecaster):
         hidden: ``D``, the hidden state size (also :attr:`encoding_dim`).
         layers: stacked recurrent layers.
         dropout: dropout between stacked layers (needs ``layers > 1`` to act), in ``[0, 1)``.
+        revin: normalise each channel of each window by its mean and standard deviation before
+            the forecast and undo it on each target with its channel's (RevIN without affine,
+            :meth:`~tritonrl.agents.forecast.base.Forecaster.use_revin`); :meth:`encode` stays
+            unnormalised (causal).
 
     Raises:
         ValueError: a size that is not a positive int, or ``dropout`` outside ``[0, 1)``.
@@ -52,6 +56,7 @@ class _Recurrent(Forecaster):
         hidden: int = 64,
         layers: int = 1,
         dropout: float = 0.0,
+        revin: bool = False,
     ) -> None:
         super().__init__(
             window,
@@ -76,6 +81,7 @@ class _Recurrent(Forecaster):
         )
         self.head = nn.Linear(hidden, horizon * num_targets, **self.factory)
         self.encoding_dim = hidden
+        self.use_revin(revin)
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         """The top layer's hidden state after each step, from zero state: ``[B, W, hidden]``.
@@ -101,8 +107,7 @@ class _Recurrent(Forecaster):
             ValueError: ``x`` is not ``[B, W, F]``.
             TypeError: ``x`` is not in the parameter dtype.
         """
-        last = self.encode(x)[:, -1]  # [B, hidden]
-        return self.to_forecast(self.head(last))
+        return self.last_step_forecast(x)
 
 
 class LSTM(_Recurrent):

@@ -8,6 +8,7 @@ level shift of the input reaches the forecast in full, not at some learned gain.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import pytest
@@ -31,8 +32,14 @@ SMALL: dict[str, dict[str, Any]] = {
 NORMALISING = [
     ("patchtst", {}),
     ("patchtst", {"exogenous": True}),
+    ("lstm", {"revin": True}),
+    ("gru", {"revin": True}),
+    ("tcn", {"revin": True}),
+    ("transformer", {"revin": True}),
+    ("mamba2", {"revin": True}),
 ]
-"""The models that normalise their inputs, with the variants tested."""
+"""The models that normalise their inputs (PatchTST by default, the sequence models with
+``revin=True``), with the variants tested."""
 
 
 def test_every_model_is_listed() -> None:
@@ -40,10 +47,42 @@ def test_every_model_is_listed() -> None:
 
 
 def test_normalising_models_are_the_ones_tested() -> None:
-    """Whoever sets ``normalizes_input`` is in :data:`NORMALISING` (so it gets the property test)."""
-    normalising = {n for n in FORECASTERS if FORECASTERS[n](16, 3, 2, 2, **SMALL[n]).normalizes_input}
-    assert normalising == {n for n, _ in NORMALISING}
+    """Whoever can set ``normalizes_input`` is in :data:`NORMALISING` (so it gets the property
+    test): PatchTST by default, and every model that takes ``revin``."""
+    by_default = {n for n in FORECASTERS if FORECASTERS[n](16, 3, 2, 2, **SMALL[n]).normalizes_input}
+    assert by_default == {"patchtst"}
+    takes_revin = {n for n in FORECASTERS if "revin" in inspect.signature(FORECASTERS[n]).parameters}
+    assert takes_revin | by_default == {n for n, _ in NORMALISING}
+    for name, extra in NORMALISING:
+        assert FORECASTERS[name](16, 3, 2, 2, **SMALL[name], **extra).normalizes_input
     assert not PatchTST(16, 3, revin=False, **SMALL["patchtst"]).normalizes_input
+
+
+@pytest.mark.parametrize("name", ["lstm", "gru", "tcn", "transformer", "mamba2"])
+def test_revin_leaves_the_causal_encoding_alone(name: str) -> None:
+    """``revin=True`` changes the forecast only: the same weights give the same ``encode`` (bit
+    for bit: it never normalises, so it stays causal for an agent's torso), and the forecast is
+    the ``revin=False`` model's on the normalised window, de-normalised with the target channel's
+    statistics (tolerance: f32 rounding of the two affine maps, 1e-5)."""
+    torch.manual_seed(0)
+    plain = FORECASTERS[name](16, 3, 2, 2, target_channels=(2, 0), **SMALL[name]).eval()
+    torch.manual_seed(0)
+    rev = FORECASTERS[name](16, 3, 2, 2, target_channels=(2, 0), revin=True, **SMALL[name]).eval()
+    x = torch.randn(4, 16, 3) * 3.0 + 5.0
+    with torch.no_grad():
+        assert torch.equal(rev.encode(x), plain.encode(x))
+        mean, std = x.mean(1, keepdim=True), (x.var(1, keepdim=True, unbiased=False) + 1e-5).sqrt()
+        want = plain((x - mean) / std) * std[..., [2, 0]] + mean[..., [2, 0]]
+        torch.testing.assert_close(rev(x), want, rtol=0, atol=1e-5)
+    with pytest.raises(TypeError, match="revin must be a bool"):
+        FORECASTERS[name](16, 3, revin=1, **SMALL[name])
+
+
+def test_mamba2_step_refuses_revin() -> None:
+    """Bar-by-bar stepping has no window to normalise: refused in one line."""
+    model = FORECASTERS["mamba2"](16, 3, revin=True, **SMALL["mamba2"])
+    with pytest.raises(ValueError, match="revin=False"):
+        model.step(torch.randn(2, 3), model.initial_state(2))
 
 
 @pytest.mark.parametrize("name", sorted(SMALL))
