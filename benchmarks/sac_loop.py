@@ -13,6 +13,13 @@ Rows:
 - collection only (act, step, store), the same two.
 
 ``quick`` (smoke runs) times a few hundred steps with small networks.
+
+Measured (3,000 timed steps, three runs, one thread, a shared 2-core CPU machine at load about 5,
+so absolute rates are low and noisy): with learning, reference 22 to 26 steps/s, ``sac`` 30 to 38
+(ratio 1.17 to 1.57); collection only, reference 712 to 932 steps/s, ``sac`` 968 to 1,063 (ratio
+1.04 to 1.49). At these sizes an update is bound by the 256-wide matrix products, which both do
+alike; the gap is the reference's per-step numpy round trips, ``.item()`` of alpha and per-tensor
+Polyak loop.
 """
 
 from __future__ import annotations
