@@ -12,10 +12,18 @@ from tritonrl.agents.nets.factored import BranchingHead
 from tritonrl.agents.nets.policy_heads import CategoricalHead, FlowHead, GaussianHead
 from tritonrl.agents.nets.recurrent import LSTMCore, Mamba2Core
 from tritonrl.agents.nets.torsos import MLP, AttentionTorso, MLPTorso, ResidualMLPTorso, SpectralLinear
-from tritonrl.agents.sac.network import DeterministicActor, SquashedGaussianActor, TwinQ
 from tritonrl.toolkit.precision import training_dtype
 
 LOW, HIGH = torch.tensor([-1.0, -2.0]), torch.tensor([1.0, 2.0])
+
+
+def _sac_net(name: str, *args):
+    """A network of tritonrl.agents.sac, imported here: the package imports gymnasium, which a bare
+    machine's collection of this file must not need."""
+    pytest.importorskip("gymnasium")
+    from tritonrl.agents.sac import network
+
+    return getattr(network, name)(*args)
 
 
 def _builders():
@@ -39,9 +47,9 @@ def _builders():
         "PPO-lstm": lambda: ActorCritic(LSTMCore(4, (8,), 8), CategoricalHead(8, 3)),
         "PPO-mamba2": lambda: ActorCritic(Mamba2Core(4, 16, headdim=8), GaussianHead(16, 2, LOW, HIGH)),
         # SAC and TD3: the actors and the twin critics
-        "SAC-actor": lambda: SquashedGaussianActor(4, 2, (8, 8), torch.zeros(2)),
-        "TD3-actor": lambda: DeterministicActor(4, 2, (8, 8)),
-        "TwinQ": lambda: TwinQ(4, 2, (8, 8)),
+        "SAC-actor": lambda: _sac_net("SquashedGaussianActor", 4, 2, (8, 8), torch.zeros(2)),
+        "TD3-actor": lambda: _sac_net("DeterministicActor", 4, 2, (8, 8)),
+        "TwinQ": lambda: _sac_net("TwinQ", 4, 2, (8, 8)),
     }
 
 
