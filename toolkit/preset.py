@@ -73,6 +73,8 @@ class Preset:
         default_eval_every: greedy evaluation interval the CLI uses when ``--eval-every`` is not
             given (0: at the end only); with it, the run stops once the environment's registered
             ``reward_threshold`` (its "solved" score) is reached, unless ``--target-return`` is given.
+        default_env: the environment the CLI uses when ``--env`` is not given (``None``: the
+            command line's own default, CartPole-v1).
         steps_field: the config field that follows the run's length (``--steps``), such as PPO's
             ``total_steps`` (the learning-rate annealing horizon); ``None``: none does.
         market: the preset's overrides and defaults on market data (:class:`MarketPreset`, read by
@@ -95,6 +97,7 @@ class Preset:
     default_num_envs: int = 1
     default_steps: int = 100_000
     default_eval_every: int = 0
+    default_env: str | None = None
     steps_field: str | None = None
     market: MarketPreset | None = None
 
@@ -120,6 +123,8 @@ class Preset:
                 f"{type(self.config).__name__}"
             )
         _check_defaults(f"preset {self.name!r}", self)
+        if self.default_env is not None and (not isinstance(self.default_env, str) or not self.default_env):
+            raise ValueError(f"preset {self.name!r}: default_env must be a non-empty string or None")
         if self.market is not None:
             if not isinstance(self.market, MarketPreset):
                 raise TypeError(

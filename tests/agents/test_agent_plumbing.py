@@ -273,14 +273,14 @@ def test_both_families_refuse_another_config_class_alike(kind: str) -> None:
 
 
 def test_the_registry_holds_exactly_the_agent_modules_presets() -> None:
-    from tritonrl.agents import dqn, ppo
+    from tritonrl.agents import dqn, ppo, sac
     from tritonrl.toolkit.cli.registry import get_agent, list_agents
     from tritonrl.toolkit.training import offpolicy, onpolicy
 
-    names = [p.name for p in (*dqn.PRESETS, *ppo.PRESETS)]
-    assert len(set(names)) == len(names) == 13
+    names = [p.name for p in (*dqn.PRESETS, *ppo.PRESETS, *sac.PRESETS)]
+    assert len(set(names)) == len(names) == 15
     assert [p.name for p in list_agents()] == sorted(names)
-    for p in (*dqn.PRESETS, *ppo.PRESETS):
+    for p in (*dqn.PRESETS, *ppo.PRESETS, *sac.PRESETS):
         assert get_agent(p.name) is p
     agent = get_agent("rainbow").build(BOUNDED, gym.spaces.Discrete(2), num_envs=2, overrides=DQN_SMALL)
     assert isinstance(get_agent("rainbow").schedule(agent), offpolicy.OffPolicySchedule)

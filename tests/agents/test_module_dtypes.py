@@ -17,6 +17,15 @@ from tritonrl.toolkit.precision import training_dtype
 LOW, HIGH = torch.tensor([-1.0, -2.0]), torch.tensor([1.0, 2.0])
 
 
+def _sac_net(name: str, *args):
+    """A network of tritonrl.agents.sac, imported here: the package imports gymnasium, which a bare
+    machine's collection of this file must not need."""
+    pytest.importorskip("gymnasium")
+    from tritonrl.agents.sac import network
+
+    return getattr(network, name)(*args)
+
+
 def _builders():
     return {
         "BranchingHead": lambda: BranchingHead(8, [2, 3]),
@@ -37,6 +46,10 @@ def _builders():
         ),
         "PPO-lstm": lambda: ActorCritic(LSTMCore(4, (8,), 8), CategoricalHead(8, 3)),
         "PPO-mamba2": lambda: ActorCritic(Mamba2Core(4, 16, headdim=8), GaussianHead(16, 2, LOW, HIGH)),
+        # SAC and TD3: the actors and the twin critics
+        "SAC-actor": lambda: _sac_net("SquashedGaussianActor", 4, 2, (8, 8), torch.zeros(2)),
+        "TD3-actor": lambda: _sac_net("DeterministicActor", 4, 2, (8, 8)),
+        "TwinQ": lambda: _sac_net("TwinQ", 4, 2, (8, 8)),
     }
 
 
@@ -89,6 +102,36 @@ def test_ppo_policy_is_created_in_the_training_dtype(policy: str, env: str, monk
     for name, b in agent.policy.named_buffers():
         assert b.dtype in (torch.float32, torch.int64), name
         assert b.dtype == torch.int64 or name.endswith((".center", ".scale")), name
+
+
+@pytest.mark.parametrize("name", ["sac", "td3"])
+@pytest.mark.parametrize("env", ["f32", "bf16"])
+def test_sac_and_td3_networks_are_created_in_the_training_dtype(
+    name: str, env: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gym = pytest.importorskip("gymnasium")
+    from tritonrl.agents.sac import SACAgent, TD3Agent, preset
+
+    monkeypatch.setenv("TRITONRL_DTYPE", env)
+    training_dtype.cache_clear()
+
+    def no_module_cast(self, *args, **kwargs):
+        raise AssertionError(f"{type(self).__name__} was cast or moved after it was built")
+
+    monkeypatch.setattr(nn.Module, "_apply", no_module_cast)  # as for PPO above
+    cls = SACAgent if name == "sac" else TD3Agent
+    cfg = preset(name, hidden=(8,), buffer_size=16, batch_size=4)
+    agent = cls(gym.spaces.Box(-1.0, 1.0, (4,)), gym.spaces.Box(-2.0, 2.0, (2,)), cfg, num_envs=2, seed=0)
+    monkeypatch.undo()
+    training_dtype.cache_clear()
+    dtype = torch.float32 if env == "f32" else torch.bfloat16
+    nets = {k: v for k, v in agent._nets().items() if k != "log_alpha"}
+    for key, module in nets.items():
+        assert {p.dtype for p in module.parameters()} == {dtype}, key
+        # the actor's log-scale of the bounds is an f32 buffer on purpose (used on the f32 side)
+        assert all(b.dtype == torch.float32 for b in module.buffers()), key
+    if name == "sac":
+        assert agent.log_alpha.value.dtype == torch.float32  # a loss coefficient (see LogAlpha)
 
 
 @pytest.mark.parametrize("policy", ["discrete", "continuous", "flow", "lstm"])

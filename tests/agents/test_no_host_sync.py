@@ -50,6 +50,8 @@ from tritonrl.agents.dqn import DQNAgent  # noqa: E402  (imports gymnasium)
 from tritonrl.agents.dqn import preset as dqn_preset  # noqa: E402
 from tritonrl.agents.ppo import PPOAgent  # noqa: E402
 from tritonrl.agents.ppo import preset as ppo_preset  # noqa: E402
+from tritonrl.agents.sac import SACAgent, TD3Agent  # noqa: E402
+from tritonrl.agents.sac import preset as sac_preset  # noqa: E402
 from tritonrl.toolkit.logger import MetricLogger  # noqa: E402
 from tritonrl.toolkit.replay import ReplayBuffer, prioritized  # noqa: E402
 
@@ -201,6 +203,40 @@ def test_dqn_update_and_act_read_nothing_on_the_host(case: str, monkeypatch: pyt
     assert agent.inputs.pending
     metrics = _check_step(agent, monkeypatch)
     assert "losses/td_loss" in metrics and ("losses/icm_forward" in metrics) == (case == "icm")
+
+
+SAC_SMALL = {"hidden": (16,), "batch_size": 4, "buffer_size": 64, "learning_starts": 8}
+SAC_CASES: dict[str, tuple[type, str, dict[str, Any], gym.Space]] = {
+    "sac": (SACAgent, "sac", {}, BOX),
+    "sac-fixed-alpha": (SACAgent, "sac", {"autotune": False}, BOX),
+    "sac-2x3": (SACAgent, "sac", {}, gym.spaces.Box(-1.0, 3.0, (2, 3), np.float32)),
+    "td3": (TD3Agent, "td3", {}, BOX),
+}
+
+
+@pytest.mark.parametrize("case", list(SAC_CASES))
+def test_sac_and_td3_update_and_act_read_nothing_on_the_host(
+    case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cls, name, extra, space = SAC_CASES[case]
+    agent = cls(OBS, space, sac_preset(name, **{**SAC_SMALL, **extra}), num_envs=E, seed=0)
+    _accelerator_defaults(agent)
+    g = torch.Generator().manual_seed(0)
+
+    def step() -> None:  # _step with this action space
+        obs = torch.randn(E, 4, generator=g)
+        agent.observe(obs, agent.act(obs), torch.randn(E, generator=g), torch.randn(E, 4, generator=g),
+                      torch.rand(E, generator=g) < 0.2, torch.zeros(E, dtype=torch.bool))  # fmt: skip
+
+    for _ in range(6):
+        step()
+    agent.update()  # update 0 (with the actor) outside the guard; then one without, one with
+    step()
+    assert agent.inputs.pending and agent.env_steps > agent.config.learning_starts  # the policy acts
+    metrics = _check_step(agent, monkeypatch)
+    assert "losses/qf_loss" in metrics and "losses/actor_loss" not in metrics
+    metrics = _check_step(agent, monkeypatch)
+    assert "losses/actor_loss" in metrics
 
 
 @pytest.mark.parametrize("case", list(PPO_CASES))

@@ -6,7 +6,7 @@ priorities), evaluations and metric rows (``charts/SPS`` aside). The global RNGs
 between the stop and the resume, so a resume that did not restore them would diverge.
 
 One table, :data:`CASES`: each row builds its agent, environment, schedule and loop settings and
-names the agent state to compare. Rows: the loop's toy agent, DQN, Rainbow, PPO and PPO-LSTM
+names the agent state to compare. Rows: the loop's toy agent, DQN, Rainbow, PPO, PPO-LSTM, SAC and TD3
 (formerly four copies in test_loop.py, test_dqn_cli.py and test_ppo.py).
 """
 
@@ -29,6 +29,8 @@ from tritonrl.agents.dqn import DQNAgent
 from tritonrl.agents.dqn import preset as dqn_preset
 from tritonrl.agents.ppo import PPOAgent
 from tritonrl.agents.ppo import preset as ppo_preset
+from tritonrl.agents.sac import SACAgent, TD3Agent
+from tritonrl.agents.sac import preset as sac_preset
 from tritonrl.toolkit.envs.vector import make_vec_env
 from tritonrl.toolkit.replay.prioritized import PrioritizedReplayBuffer
 from tritonrl.toolkit.training.loop import LoopConfig, run_training
@@ -56,6 +58,8 @@ PPO_TINY = {
     "total_steps": 1000,
     "normalize_obs": True,
 }
+
+SAC_TINY = {"hidden": (16,), "batch_size": 16, "buffer_size": 1_000, "learning_starts": 100}
 
 
 def _toy(run_dir: Path, **kw: Any) -> tuple[Any, dict]:
@@ -125,6 +129,44 @@ def _ppo(name: str, env_id: str) -> Callable[..., tuple[Any, dict]]:
         return agent, run_training(agent, env, OnPolicySchedule(cfg.num_steps), loop)
 
     return run
+
+
+def _sac(name: str) -> Callable[..., tuple[Any, dict]]:
+    def run(run_dir: Path, **kw: Any) -> tuple[Any, dict]:
+        env = make_vec_env("Pendulum-v1", 2, seed=3)
+        cls = SACAgent if name == "sac" else TD3Agent
+        agent = cls(
+            env.single_observation_space,
+            env.single_action_space,
+            sac_preset(name, **SAC_TINY),
+            num_envs=2,
+            seed=3,
+        )
+        cfg = LoopConfig(
+            total_steps=400,
+            seed=3,
+            run_dir=str(run_dir),
+            log_every=50,
+            eval_every=200,
+            eval_episodes=1,
+            checkpoint_every=100,
+            plot=False,
+            tensorboard=False,
+            **kw,
+        )
+        try:
+            return agent, run_training(agent, env, schedule_for(agent), cfg)
+        finally:
+            env.close()
+
+    return run
+
+
+def _sac_state(agent: Any) -> dict[str, Any]:
+    state: dict[str, Any] = {"env_steps": agent.env_steps, "updates": agent.updates}
+    for key, module in agent._nets().items():
+        state.update({f"{key}.{k}": v for k, v in module.state_dict().items()})
+    return state
 
 
 def _toy_state(agent: ToyAgent) -> dict[str, Any]:
@@ -215,6 +257,18 @@ CASES = [
         total_steps=96,
         loss="losses/policy_loss",
     ),
+    # stopped at 250 env steps (checkpoint at 200; 2 envs, updates from 100 on): weights, targets,
+    # log_alpha, counters; an odd number of updates before the stop (the delayed actor steps)
+    Case(
+        "sac",
+        _sac("sac"),
+        _sac_state,
+        stop_at=250,
+        total_steps=400,
+        loss="losses/actor_loss",
+        compares=("log_alpha.value",),
+    ),
+    Case("td3", _sac("td3"), _sac_state, stop_at=250, total_steps=400, loss="losses/actor_loss"),
 ]
 
 

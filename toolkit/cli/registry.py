@@ -34,10 +34,10 @@ def _registry() -> dict[str, Preset]:
     global _LOADED
     if not _LOADED:
         # the only import of ``agents`` in ``toolkit``: lazy, explicit, one line per agent module
-        from tritonrl.agents import dqn, ppo
+        from tritonrl.agents import dqn, ppo, sac
 
         builtin: dict[str, Preset] = {}
-        for preset in (*dqn.PRESETS, *ppo.PRESETS):
+        for preset in (*dqn.PRESETS, *ppo.PRESETS, *sac.PRESETS):
             if preset.name in builtin:
                 raise ValueError(f"two presets are called {preset.name!r}")
             builtin[preset.name] = preset

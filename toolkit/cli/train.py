@@ -70,9 +70,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     p.add_argument(
         "--env",
-        default=DEFAULT_ENV,
+        default=None,
         help=f"gymnasium environment id, or market:SOURCE (synthetic[,ar=F], googl, eurusd, csv=PATH) "
-        f"(default {DEFAULT_ENV})",
+        f"(default: the preset's, else {DEFAULT_ENV})",
     )
     p.add_argument("--steps", type=int, default=None, help="environment steps (default: the preset's)")
     add_seed_device_flags(
@@ -157,6 +157,18 @@ def _validate(args: argparse.Namespace) -> None:
             "without stopping, leave it out and give --eval-every)"
         )
     parse_overrides(args.overrides)
+
+
+def _preset_env(agent: str) -> str:
+    """The environment of ``--agent``'s preset when ``--env`` is not given (an unknown agent gets
+    :data:`DEFAULT_ENV` here and its error where the preset is resolved)."""
+    from tritonrl.toolkit.cli.registry import get_agent
+
+    try:
+        env = get_agent(agent).default_env
+    except ValueError:
+        return DEFAULT_ENV
+    return env if env is not None else DEFAULT_ENV
 
 
 def _default_run_dir(args: argparse.Namespace) -> Path:
@@ -503,6 +515,8 @@ def run(args: argparse.Namespace) -> int:
         for spec in list_agents():
             print(f"{spec.name:<16} {spec.kind:<10} {spec.description}")
         return 0
+    if args.env is None:
+        args.env = _preset_env(args.agent)
     try:
         import tritonrl.toolkit.training.loop  # noqa: F401 (the training dependencies, checked here)
     except ModuleNotFoundError as exc:  # a core dependency missing (gymnasium on a bare GPU machine)

@@ -1,0 +1,328 @@
+"""What SAC and TD3 share: Box spaces rescaled onto ``[-1, 1]``, the replay, acting, observing,
+Polyak targets and the checkpoint parts (the :class:`tritonrl.toolkit.agent.AgentBase` hooks).
+
+The actors act in ``[-1, 1]`` per action dimension; :meth:`ContinuousAgent.act` maps that onto the
+space's bounds (``center + scale * a``) and :meth:`ContinuousAgent.observe` maps the environment's
+action back before it is stored, so the critics see actions in ``[-1, 1]`` whatever the bounds.
+Before ``learning_starts`` environment steps, ``act(explore=True)`` draws uniform random actions
+(as CleanRL). Guide: docs/pages/sac.md.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+from tritonrl.toolkit.agent import AgentBase
+from tritonrl.toolkit.checkpoint import CheckpointError, check_module_tensors, load_into_module, section
+from tritonrl.toolkit.checks import ActionRule, InputGuard, StepShapes
+from tritonrl.toolkit.distributed import DistContext
+from tritonrl.toolkit.optim import MasterWeightOptimizer
+from tritonrl.toolkit.replay import ReplayBuffer
+
+__all__ = ["ContinuousAgent", "NO_CLIP"]
+
+NO_CLIP = math.inf
+"""The gradient-norm bound of every step: none (as CleanRL; ``clip_and_step`` then only steps)."""
+
+
+def _box(space: gym.Space, what: str, owner: str) -> gym.spaces.Box:
+    if not isinstance(space, gym.spaces.Box):
+        more = " (Discrete actions: the DQN family or PPO)" if what == "action" else ""
+        raise ValueError(f"{what}_space={space}: {owner} needs a Box {what} space{more}")
+    return space
+
+
+class ContinuousAgent(AgentBase):
+    """The shared part of :class:`tritonrl.agents.sac.SACAgent` and
+    :class:`tritonrl.agents.sac.TD3Agent` (see the module docstring). A subclass builds its
+    networks and optimizers after :meth:`_init_continuous`, and lists them in :meth:`_nets`,
+    :meth:`_optimizers` and :meth:`_targets`; it implements :meth:`_explore` and :meth:`_greedy`.
+    """
+
+    rank_part_keys = ("generator", "replay")
+    experience_keys = ("replay",)
+
+    center: torch.Tensor
+    scale: torch.Tensor
+
+    def _init_continuous(
+        self,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        cfg: Any,
+        *,
+        num_envs: int,
+        device: torch.device | str,
+        seed: int,
+        dist: DistContext | None,
+    ) -> None:
+        """:meth:`_init_agent`, then the spaces, the bounds, the input checks and the replay.
+
+        Raises:
+            ValueError: a space that is not a ``Box``, an action space with infinite or empty bounds.
+        """
+        owner = type(self).__name__
+        obs_box = _box(observation_space, "observation", owner)
+        act_box = _box(action_space, "action", owner)
+        low = np.asarray(act_box.low, dtype=np.float64).reshape(-1)
+        high = np.asarray(act_box.high, dtype=np.float64).reshape(-1)
+        if not (np.isfinite(low).all() and np.isfinite(high).all()) or not (high > low).all():
+            raise ValueError(
+                f"action_space={action_space}: {owner} needs finite bounds with low < high (its actor "
+                "is squashed into them)"
+            )
+        self._init_agent(
+            observation_space, action_space, cfg, num_envs=num_envs, device=device, seed=seed, dist=dist
+        )
+        self.obs_shape = tuple(int(s) for s in obs_box.shape)
+        self.obs_dim = math.prod(self.obs_shape)
+        self.action_shape = tuple(int(s) for s in act_box.shape)
+        self.action_dim = math.prod(self.action_shape)
+        f32: dict[str, Any] = {"dtype": torch.float32, "device": self.device}
+        self.center = torch.tensor((high + low) / 2, **f32)
+        """``[D]`` f32: the middle of each action dimension's bounds."""
+        self.scale = torch.tensor((high - low) / 2, **f32)
+        """``[D]`` f32: the half-range of each action dimension (``a_env = center + scale * a``)."""
+        self.batch_size = self.dist.shard(cfg.batch_size, "batch_size")
+        """Transitions this rank samples per update."""
+        self.buffer_size = self.dist.shard(cfg.buffer_size, "buffer_size")
+        """This rank's replay capacity."""
+        self.shapes = StepShapes(owner, num_envs, self.obs_shape, self.action_shape)
+        """The shape and dtype checks of ``act``/``observe`` arguments."""
+        self.inputs = InputGuard(owner, ActionRule.box(low, high, bounded=True))
+        """The checks of ``act``/``observe`` inputs (NaN/inf observations and rewards, actions
+        outside the bounds); its ``mode`` says when inputs on an accelerator are checked."""
+        self.replay_staging = "host" if self.device.type == "cpu" else "device"
+        self.buffer = self._build_buffer()
+
+    def _build_buffer(self) -> ReplayBuffer:
+        """An empty one-step replay of this rank's share: observations in the training dtype,
+        actions f32 in ``[-1, 1]`` (checked by the agent before they are stored)."""
+        return ReplayBuffer(
+            self.buffer_size,
+            self.obs_shape,
+            device=self.device,
+            num_envs=self.num_envs,
+            n_step=1,
+            gamma=self.config.gamma,
+            action_shape=self.action_shape,
+            action_dtype=torch.float32,
+            staging=self.replay_staging,
+        )
+
+    def _target_masters(self, target: nn.Module) -> list[torch.Tensor] | None:
+        """f32 copies of ``target``'s parameters when they are not f32 (Polyak averaging in bf16
+        would round ``tau``-sized steps away), else ``None``."""
+        if self.dtype == torch.float32:
+            return None
+        return [p.detach().float().clone() for p in target.parameters()]
+
+    # ------------------------------------------------------------------ subclass hooks
+
+    def _nets(self) -> dict[str, nn.Module]:
+        """Every module of the agent's state, by entry name."""
+        raise NotImplementedError
+
+    def _optimizers(self) -> dict[str, tuple[MasterWeightOptimizer, float]]:
+        """Every optimizer by entry name, with the learning rate the config gives it."""
+        raise NotImplementedError
+
+    def _targets(
+        self,
+    ) -> dict[str, tuple[nn.Module, nn.Module, list[torch.Tensor] | None, MasterWeightOptimizer]]:
+        """``{master entry: (target, online, f32 target masters or None, online's optimizer)}``."""
+        raise NotImplementedError
+
+    def _explore(self, x: torch.Tensor) -> torch.Tensor:
+        """Exploring actions ``[B, D]`` f32 in ``[-1, 1]`` for ingested observations ``x``."""
+        raise NotImplementedError
+
+    def _greedy(self, x: torch.Tensor) -> torch.Tensor:
+        """Deterministic actions ``[B, D]`` f32 in ``[-1, 1]``."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ acting
+
+    def _ingest(self, obs: Any, call: str) -> torch.Tensor:
+        """The one cast of an observation (f32 or numpy -> training dtype on the device), flattened
+        to ``[B, O]``, after the input checks."""
+        x = obs if isinstance(obs, torch.Tensor) else torch.as_tensor(obs)
+        if tuple(x.shape[1:]) != self.obs_shape:
+            raise ValueError(f"obs has shape {tuple(x.shape)}, expected [batch, *{self.obs_shape}]")
+        if call == "act":  # one row per environment (eval_policy takes any batch)
+            self.shapes.act(x)
+        self.inputs.obs(call, "obs", x)
+        return x.to(device=self.device, dtype=self.dtype).reshape(x.shape[0], self.obs_dim)
+
+    def _to_env(self, a: torch.Tensor) -> torch.Tensor:
+        """``[B, D]`` in ``[-1, 1]`` -> ``[B, *action_shape]`` within the bounds (f32)."""
+        return (self.center + self.scale * a).reshape(a.shape[0], *self.action_shape)
+
+    @torch.no_grad()
+    def act(self, obs: Any, explore: bool = True) -> torch.Tensor:
+        """Actions ``[E, *action_shape]`` f32 within the bounds, on the agent's device, for
+        observations ``[E, *obs_shape]`` (f32 tensor or array).
+
+        ``explore=True``: uniform random before ``learning_starts`` environment steps, then the
+        family's exploring policy; ``False``: the deterministic policy. Reads nothing on the host.
+
+        Raises:
+            ValueError: ``obs`` has the wrong shape or holds NaN/inf (checked at once for host
+                inputs; for accelerator tensors at the next :meth:`check_inputs`).
+        """
+        x = self._ingest(obs, "act")
+        if not explore:
+            a = self._greedy(x)
+        elif self.env_steps < self.config.learning_starts:
+            a = torch.rand((x.shape[0], self.action_dim), generator=self.generator, device=self.device)
+            a = 2.0 * a - 1.0
+        else:
+            a = self._explore(x)
+        action = self._to_env(a)
+        self.inputs.acted(action)
+        return action
+
+    def eval_policy(self) -> Callable[[Any], torch.Tensor]:
+        """A deterministic acting function for evaluation: ``obs [N, *obs_shape]`` with any ``N``
+        to the actions ``act(obs, explore=False)`` returns; changes no counter."""
+
+        @torch.no_grad()
+        def greedy(obs: Any) -> torch.Tensor:
+            return self._to_env(self._greedy(self._ingest(obs, "eval_policy")))
+
+        return greedy
+
+    def observe(
+        self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any
+    ) -> None:
+        """Store one vector-env step (leading dim ``num_envs``); ``action`` in the environment's
+        bounds (it is stored rescaled onto ``[-1, 1]``), ``next_obs`` the true next observation.
+
+        Raises:
+            ValueError: an argument whose shape is not ``[num_envs, ...]``; NaN/inf in ``obs``,
+                ``reward`` or ``next_obs``, or an ``action`` outside the bounds, named with the
+                first bad entry (host inputs: at once, nothing stored; accelerator tensors: at the
+                next :meth:`check_inputs`).
+            TypeError: ``terminated``/``truncated`` not boolean, or ``reward`` not real numbers.
+        """
+        self.shapes.observe(obs, action, reward, next_obs, terminated, truncated)
+        g = self.inputs
+        g.obs("observe", "obs", obs)
+        g.action("observe", action)
+        g.reward("observe", reward)
+        g.obs("observe", "next_obs", next_obs)
+        a = (
+            torch.as_tensor(action, dtype=torch.float32)
+            .to(self.device)
+            .reshape(self.num_envs, self.action_dim)
+        )
+        a = ((a - self.center) / self.scale).reshape(self.num_envs, *self.action_shape)
+        self.buffer.add(obs, a, reward, next_obs, terminated, truncated, check=False)  # checked above
+        self.env_steps += self.num_envs * self.dist.world_size  # global: every rank's environments
+
+    # ------------------------------------------------------------------ learning helpers
+
+    def _sample(self) -> Any:
+        """A replay batch of :attr:`batch_size` (actions flattened to ``[B, D]``).
+
+        Raises:
+            RuntimeError: fewer transitions stored than :attr:`batch_size`.
+        """
+        if self.inputs.pending and self.inputs.check_at_update:
+            self.inputs.check()
+        if len(self.buffer) < self.batch_size:
+            raise RuntimeError(
+                f"the replay buffer holds {len(self.buffer)} transitions, fewer than "
+                f"batch_size={self.batch_size}: call update() after learning_starts"
+            )
+        batch = self.buffer.sample(self.batch_size, generator=self.generator)
+        B = batch.obs.shape[0]
+        return batch._replace(
+            obs=batch.obs.reshape(B, -1),
+            next_obs=batch.next_obs.reshape(B, -1),
+            action=batch.action.reshape(B, -1),
+        )
+
+    def _randn(self, rows: int) -> torch.Tensor:
+        """Standard normals ``[rows, D]`` f32 from the agent's generator (outside compiled regions)."""
+        return torch.randn((rows, self.action_dim), generator=self.generator, device=self.device)
+
+    @torch.no_grad()
+    def _soft_update(self, name: str) -> None:
+        """Polyak-average (``tau < 1``) or copy (``tau == 1``) the online weights of target
+        ``name`` into it; in bf16 through f32 masters (averaged from the optimizer's masters)."""
+        cache = self.__dict__.setdefault("_polyak_lists", {})
+        if name not in cache:  # the parameter lists, gathered once (module walks cost per update)
+            target, online, masters, optimizer = self._targets()[name]
+            cache[name] = (list(target.parameters()), list(online.parameters()), masters, optimizer.masters)
+        t_params, o_params, masters, o_masters = cache[name]
+        tau = self.config.tau
+        dst, src = (t_params, o_params) if masters is None else (masters, o_masters)
+        if tau >= 1.0:
+            torch._foreach_copy_(dst, src)
+        else:
+            torch._foreach_lerp_(dst, src, tau)
+        if masters is not None:
+            torch._foreach_copy_(t_params, masters)
+
+    # ------------------------------------------------------------------ checkpoint parts
+
+    def _state_parts(self) -> dict[str, Any]:
+        state: dict[str, Any] = {name: m.state_dict() for name, m in self._nets().items()}
+        state.update({name: opt.state_dict() for name, (opt, _) in self._optimizers().items()})
+        state["replay"] = self.buffer.state_dict()
+        for name, (_, _, masters, _) in self._targets().items():
+            if masters is not None:
+                state[name] = [m.clone() for m in masters]
+        return state
+
+    def _check_parts(self, state: Mapping[str, Any], where: str, rank_parts: bool) -> dict[str, Any]:
+        for name, module in self._nets().items():
+            check_module_tensors(
+                module, section(state, name, where, f"the {name} network"), where=f"{where} ({name})"
+            )
+        for name, (opt, _) in self._optimizers().items():
+            opt.check_state_dict(section(state, name, where, f"the {name} state"))
+        for name, (target, _, _, _) in self._targets().items():
+            saved = state.get(name)
+            if saved is None:
+                continue
+            shapes = [tuple(p.shape) for p in target.parameters()]
+            got = (
+                [
+                    tuple(m.shape) if isinstance(m, torch.Tensor) and m.is_floating_point() else None
+                    for m in saved
+                ]
+                if isinstance(saved, list)
+                else None
+            )
+            if got != shapes:
+                raise CheckpointError(f"{where}: {name} does not hold a float tensor per target parameter")
+        staged: dict[str, Any] = {}
+        if rank_parts:
+            staged["replay"] = self.buffer.parse_state(section(state, "replay", where, "the replay buffer"))
+        return staged
+
+    def _load_parts(self, state: Mapping[str, Any], staged: dict[str, Any], rank_parts: bool) -> None:
+        for name, module in self._nets().items():
+            load_into_module(module, state[name])
+        for name, (opt, lr) in self._optimizers().items():
+            opt.load_state_dict(state[name])
+            opt.set_lr(lr)
+        if rank_parts:
+            self.buffer.apply_state(staged["replay"])
+        elif self.buffer.steps:
+            self.buffer = None  # type: ignore[assignment]  # release the storage first
+            self.buffer = self._build_buffer()
+        for name, (target, _, masters, _) in self._targets().items():
+            if masters is not None:
+                saved = state.get(name)
+                src = saved if saved is not None else list(target.parameters())
+                for m, s in zip(masters, src, strict=True):
+                    m.copy_(s.to(device=m.device, dtype=m.dtype))

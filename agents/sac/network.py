@@ -1,0 +1,154 @@
+"""The networks of SAC and TD3: twin Q critics, the squashed Gaussian actor, the deterministic actor.
+
+Every module is built on its device in the training dtype (``device=``, ``dtype=``) from the
+shared ReLU :class:`tritonrl.agents.nets.torsos.MLP` (PyTorch's default init, as CleanRL). The
+actors act in ``[-1, 1]`` per action dimension (the agent maps that onto the space's bounds) and
+are the f32 boundary of the family: their outputs, log-probs and Q values leave in f32.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+from tritonrl.agents.nets.policy_heads import squash_log_det
+from tritonrl.agents.nets.torsos import MLP
+from tritonrl.toolkit.precision import dtype_or_default
+
+__all__ = ["DeterministicActor", "SquashedGaussianActor", "TwinQ", "squashed_gaussian_log_prob"]
+
+_HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+def _up(t: torch.Tensor) -> torch.Tensor:
+    """The output boundary: upcast to f32 (f64 stays f64, so the maths can be tested exactly)."""
+    return t if t.dtype == torch.float64 else t.float()
+
+
+def squashed_gaussian_log_prob(
+    noise: torch.Tensor, log_std: torch.Tensor, u: torch.Tensor, log_scale: torch.Tensor
+) -> torch.Tensor:
+    """``log pi(a)`` of ``a = center + scale * tanh(u)``, ``u = mean + exp(log_std) * noise``,
+    summed over the last dim: the Gaussian log-density of ``u`` minus
+    ``sum log(scale * (1 - tanh(u)^2))`` (the change of variables; stable for large ``|u|``).
+
+    Shapes: ``noise``, ``log_std``, ``u`` ``[B, D]``; ``log_scale`` ``[D]``; returns ``[B]``.
+    """
+    gauss = (-0.5 * noise.square() - log_std - _HALF_LOG_2PI).sum(-1)
+    return gauss - squash_log_det(u, log_scale)
+
+
+class TwinQ(nn.Module):
+    """Two independent critics ``Q_i(s, a)``: ``[obs, action] -> MLP(hidden) -> 1`` each.
+
+    ``forward(obs [B, O], action [B, D]) -> (q1 [B], q2 [B])`` in f32; both inputs in the
+    parameter dtype.
+    """
+
+    def __init__(
+        self,
+        obs_dim: int,
+        action_dim: int,
+        hidden: tuple[int, ...],
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        dtype = dtype_or_default(dtype, device)
+        fk: dict[str, Any] = {"device": device, "dtype": dtype}
+        self.torso1 = MLP(obs_dim + action_dim, tuple(hidden), **fk)
+        self.head1 = nn.Linear(self.torso1.out_features, 1, **fk)
+        self.torso2 = MLP(obs_dim + action_dim, tuple(hidden), **fk)
+        self.head2 = nn.Linear(self.torso2.out_features, 1, **fk)
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.cat([obs, action], -1)
+        q1 = self.head1(self.torso1(x)).squeeze(-1)
+        q2 = self.head2(self.torso2(x)).squeeze(-1)
+        return _up(q1), _up(q2)
+
+
+class SquashedGaussianActor(nn.Module):
+    """SAC's actor: a diagonal Gaussian over ``u`` with a state-dependent log-std, squashed by
+    ``tanh`` into ``[-1, 1]``; log-probs are those of the environment's action
+    ``center + scale * tanh(u)`` (the scale's log-determinant included, as CleanRL).
+
+    Args:
+        obs_dim: flat observation size ``O``.
+        action_dim: flat action size ``D``.
+        hidden: the MLP's hidden sizes.
+        log_scale: ``[D]`` f32, ``log((high - low) / 2)`` of the action space (an f32 buffer).
+        log_std_min: lowest log-std (the log-std head is squashed into ``[min, max]``).
+        log_std_max: highest log-std.
+        device: where the parameters live.
+        dtype: the parameter dtype (default ``training_dtype(device)``).
+    """
+
+    log_scale: torch.Tensor
+
+    def __init__(
+        self,
+        obs_dim: int,
+        action_dim: int,
+        hidden: tuple[int, ...],
+        log_scale: torch.Tensor,
+        *,
+        log_std_min: float = -5.0,
+        log_std_max: float = 2.0,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        dtype = dtype_or_default(dtype, device)
+        fk: dict[str, Any] = {"device": device, "dtype": dtype}
+        self.torso = MLP(obs_dim, tuple(hidden), **fk)
+        self.mean = nn.Linear(self.torso.out_features, action_dim, **fk)
+        self.log_std = nn.Linear(self.torso.out_features, action_dim, **fk)
+        self.log_std_min, self.log_std_max = float(log_std_min), float(log_std_max)
+        self.register_buffer(
+            "log_scale", torch.as_tensor(log_scale, dtype=torch.float32, device=device), persistent=False
+        )
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(mean [B, D], log_std [B, D])`` of ``u``, f32."""
+        h = self.torso(obs)
+        mean = _up(self.mean(h))
+        log_std = torch.tanh(_up(self.log_std(h)))
+        log_std = self.log_std_min + 0.5 * (self.log_std_max - self.log_std_min) * (log_std + 1.0)
+        return mean, log_std
+
+    def sample(self, obs: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(action [B, D] in [-1, 1], log_prob [B])``, f32, reparameterised on ``noise``
+        (standard normals ``[B, D]``, drawn by the caller from the agent's generator)."""
+        mean, log_std = self(obs)
+        u = mean + log_std.exp() * noise
+        return torch.tanh(u), squashed_gaussian_log_prob(noise, log_std, u, self.log_scale)
+
+    def greedy(self, obs: torch.Tensor) -> torch.Tensor:
+        """The deterministic action ``tanh(mean)`` ``[B, D]`` in ``[-1, 1]``, f32."""
+        return torch.tanh(self(obs)[0])
+
+
+class DeterministicActor(nn.Module):
+    """TD3's actor: ``tanh(Linear(MLP(obs)))``, ``forward(obs [B, O]) -> [B, D]`` in ``[-1, 1]``, f32."""
+
+    def __init__(
+        self,
+        obs_dim: int,
+        action_dim: int,
+        hidden: tuple[int, ...],
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        dtype = dtype_or_default(dtype, device)
+        fk: dict[str, Any] = {"device": device, "dtype": dtype}
+        self.torso = MLP(obs_dim, tuple(hidden), **fk)
+        self.mu = nn.Linear(self.torso.out_features, action_dim, **fk)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(_up(self.mu(self.torso(obs))))

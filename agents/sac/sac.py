@@ -1,0 +1,258 @@
+"""The SAC agent (SAC v2, as CleanRL's ``sac_continuous_action.py``): twin soft Q critics with
+Polyak targets, a tanh-squashed Gaussian actor, automatic entropy tuning towards ``-dim(A)``.
+
+Each :meth:`SACAgent.update` takes one critic step; every ``policy_frequency`` updates it then
+takes ``policy_frequency`` actor (and entropy-coefficient) steps, which compensates the delay; every
+``target_network_frequency`` updates the target critics move by ``tau``. Guide: docs/pages/sac.md.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import gymnasium as gym
+import torch
+from torch import nn
+from tritonrl.agents.sac.base import NO_CLIP, ContinuousAgent
+from tritonrl.agents.sac.config import SAC_KIND, SACConfig
+from tritonrl.agents.sac.network import SquashedGaussianActor, TwinQ
+from tritonrl.toolkit.compile import Compiled, escape
+from tritonrl.toolkit.distributed import DistContext
+from tritonrl.toolkit.optim import MasterWeightOptimizer
+from tritonrl.toolkit.replay import ReplayBatch
+
+__all__ = ["LogAlpha", "SACAgent"]
+
+_DEFAULT_CONFIG = SACConfig(tags=("sac",))
+"""The config of an agent built without one: the ``sac`` preset's (a test keeps them equal)."""
+
+
+class LogAlpha(nn.Module):
+    """The log of the entropy coefficient: one f32 parameter (0-d), starting at ``log(alpha0)``.
+
+    It stays f32 in every training dtype on purpose: it is a loss coefficient, used on the f32
+    side of the boundary, and a bf16 ``log alpha`` would move ``alpha`` in steps of about 1.5%.
+    """
+
+    def __init__(self, alpha0: float = 1.0, *, device: torch.device | str | None = None) -> None:
+        super().__init__()
+        self.value = nn.Parameter(torch.full((), math.log(alpha0), dtype=torch.float32, device=device))
+
+
+class SACAgent(ContinuousAgent):
+    """A soft actor-critic agent for ``Box`` actions of any shape (see the module docstring).
+
+    Checkpoints and ``check_inputs`` are :class:`tritonrl.toolkit.agent.AgentBase`'s; the agent's
+    own parts are the actor, the critics and their targets, the three optimizers (actor, critics,
+    ``log_alpha``; each with f32 master weights), ``log_alpha``, the replay and, in bf16, the f32
+    masters of the target critics.
+
+    Args:
+        observation_space: a gymnasium ``Box`` (flattened for the networks).
+        action_space: a ``Box`` with finite bounds; the actor acts in ``[-1, 1]`` and actions are
+            rescaled onto the bounds.
+        config: a :class:`SACConfig` (default: the ``sac`` preset).
+        num_envs: environments per ``act``/``observe`` call.
+        device: where networks and replay live; the dtype is ``training_dtype(device)``.
+        seed: seeds the parameters and the agent's generator (exploration, replay sampling, the
+            actor's noise).
+        dist: the data-parallel context (``None``: a single process).
+
+    Raises:
+        ValueError: a space that is not a ``Box``, infinite action bounds, a replay that cannot
+            fit in the device's memory.
+        TypeError: ``config`` is not a :class:`SACConfig`.
+    """
+
+    kind = SAC_KIND
+    config_class = SACConfig
+    part_keys = (
+        "actor",
+        "critic",
+        "critic_target",
+        "log_alpha",
+        "actor_optimizer",
+        "critic_optimizer",
+        "alpha_optimizer",
+        "replay",
+        "critic_target_master",
+    )
+
+    def __init__(
+        self,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        config: SACConfig | None = None,
+        *,
+        num_envs: int = 1,
+        device: torch.device | str = "cpu",
+        seed: int = 0,
+        dist: DistContext | None = None,
+    ) -> None:
+        cfg = config if config is not None else _DEFAULT_CONFIG
+        self._init_continuous(
+            observation_space, action_space, cfg, num_envs=num_envs, device=device, seed=seed, dist=dist
+        )
+        n_obs, D, dev, dt = self.obs_dim, self.action_dim, self.device, self.dtype
+        self.actor, self.critic = self._build_seeded(
+            lambda: (
+                SquashedGaussianActor(
+                    n_obs,
+                    D,
+                    cfg.hidden,
+                    torch.log(self.scale),
+                    log_std_min=cfg.log_std_min,
+                    log_std_max=cfg.log_std_max,
+                    device=dev,
+                    dtype=dt,
+                ),
+                TwinQ(n_obs, D, cfg.hidden, device=dev, dtype=dt),
+            )
+        )
+        self.critic_target = copy.deepcopy(self.critic)
+        self.critic_target.requires_grad_(False)
+        self.log_alpha = LogAlpha(1.0 if cfg.autotune else cfg.alpha, device=dev)
+        self.log_alpha.requires_grad_(cfg.autotune)
+        self.target_entropy = -float(D)
+        """The entropy the coefficient is tuned towards: ``-dim(A)``."""
+        self.actor_optimizer = self._adam(self.actor.parameters(), cfg.policy_lr)
+        self.critic_optimizer = self._adam(self.critic.parameters(), cfg.q_lr)
+        self.alpha_optimizer = self._adam([self.log_alpha.value], cfg.q_lr) if cfg.autotune else None
+        self._critic_target_master = self._target_masters(self.critic_target)
+        self._actor_params = list(self.actor.parameters())
+        # The compiled regions (tritonrl.toolkit.compile): each loss with its backward; the noise
+        # is drawn from the agent's generator outside them.
+        self._learn_q = Compiled(self._critic_loss, cfg.compile, self.device)
+        self._learn_pi = Compiled(self._actor_loss, cfg.compile, self.device)
+        self._learn_alpha = Compiled(self._alpha_loss, cfg.compile, self.device)
+
+    # ------------------------------------------------------------------ parts
+
+    def _nets(self) -> dict[str, nn.Module]:
+        return {
+            "actor": self.actor,
+            "critic": self.critic,
+            "critic_target": self.critic_target,
+            "log_alpha": self.log_alpha,
+        }
+
+    def _optimizers(self) -> dict[str, tuple[MasterWeightOptimizer, float]]:
+        cfg = self.config
+        opts = {
+            "actor_optimizer": (self.actor_optimizer, cfg.policy_lr),
+            "critic_optimizer": (self.critic_optimizer, cfg.q_lr),
+        }
+        if self.alpha_optimizer is not None:
+            opts["alpha_optimizer"] = (self.alpha_optimizer, cfg.q_lr)
+        return opts
+
+    def _targets(
+        self,
+    ) -> dict[str, tuple[nn.Module, nn.Module, list[torch.Tensor] | None, MasterWeightOptimizer]]:
+        return {
+            "critic_target_master": (
+                self.critic_target,
+                self.critic,
+                self._critic_target_master,
+                self.critic_optimizer,
+            )
+        }
+
+    # ------------------------------------------------------------------ acting
+
+    def _explore(self, x: torch.Tensor) -> torch.Tensor:
+        return self.actor.sample(x, self._randn(x.shape[0]))[0]
+
+    def _greedy(self, x: torch.Tensor) -> torch.Tensor:
+        return self.actor.greedy(x)
+
+    def alpha(self) -> torch.Tensor:
+        """The entropy coefficient now: a 0-d f32 tensor on the device (no sync)."""
+        return self.log_alpha.value.detach().exp()
+
+    # ------------------------------------------------------------------ learning
+
+    def _critic_loss(
+        self, batch: ReplayBatch, noise: torch.Tensor, alpha: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The soft TD loss of both critics (f32) on one batch; ``noise [B, D]`` samples the next actions."""
+        with torch.no_grad():
+            next_a, next_logp = self.actor.sample(batch.next_obs, noise)
+            q1_t, q2_t = self.critic_target(batch.next_obs, next_a.to(self.dtype))
+            soft = torch.minimum(q1_t, q2_t) - alpha * next_logp
+            y = batch.reward + batch.discount * soft
+        q1, q2 = self.critic(batch.obs, batch.action.to(self.dtype))  # the action's ingestion cast
+        l1 = (q1 - y).square().mean()
+        l2 = (q2 - y).square().mean()
+        metrics = {
+            "losses/qf1_values": q1.detach().mean(),
+            "losses/qf2_values": q2.detach().mean(),
+            "losses/qf1_loss": l1.detach(),
+            "losses/qf2_loss": l2.detach(),
+        }
+        return l1 + l2, metrics
+
+    def _actor_loss(
+        self, obs: torch.Tensor, noise: torch.Tensor, alpha: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(actor loss, log_prob [B] detached)``: ``mean(alpha * log pi - min Q)``, f32."""
+        a, logp = self.actor.sample(obs, noise)
+        q1, q2 = self.critic(obs, a.to(self.dtype))
+        return (alpha * logp - torch.minimum(q1, q2)).mean(), logp.detach()
+
+    def _alpha_loss(self, logp: torch.Tensor) -> torch.Tensor:
+        """``mean(-alpha * (log pi + target_entropy))`` (f32; the gradient reaches ``log_alpha`` only)."""
+        return (-self.log_alpha.value.exp() * (logp + self.target_entropy)).mean()
+
+    def update(self) -> dict[str, torch.Tensor]:
+        """One critic step on a replay batch; the actor, alpha and target steps when due.
+
+        Returns f32 scalar metrics on the device: ``losses/qf_loss``, ``losses/qf1_loss``,
+        ``losses/qf2_loss``, ``losses/qf1_values``, ``losses/qf2_values`` every update, and
+        ``losses/actor_loss``, ``losses/alpha`` (and ``losses/alpha_loss`` with ``autotune``) on
+        the updates that step the actor. Reads nothing on the host (tested).
+
+        Raises:
+            RuntimeError: the replay holds fewer transitions than :attr:`batch_size`.
+            ValueError: with ``inputs.check_at_update``, a deferred input check failed.
+        """
+        cfg = self.config
+        batch = self._sample()
+        B = batch.obs.shape[0]
+        alpha = self.alpha()
+        self._learn_q.step_begin()
+        self.critic_optimizer.zero_grad()
+        qf_loss, metrics = self._learn_q(batch, self._randn(B), alpha)
+        qf_loss.backward()
+        self.critic_optimizer.clip_and_step(NO_CLIP)
+        metrics["losses/qf_loss"] = qf_loss.detach() / 2.0  # CleanRL logs the mean of the two
+        metrics = escape(metrics, self._learn_q)
+        if self.updates % cfg.policy_frequency == 0:
+            for _ in range(cfg.policy_frequency):  # as many actor steps as the delay skipped
+                metrics.update(self._update_actor(batch.obs, alpha))
+                if cfg.autotune:
+                    alpha = self.alpha()
+        if self.updates % cfg.target_network_frequency == 0:
+            self._soft_update("critic_target_master")
+        self.updates += 1
+        return metrics
+
+    def _update_actor(self, obs: torch.Tensor, alpha: torch.Tensor) -> dict[str, torch.Tensor]:
+        """One actor step and, with ``autotune``, one ``log_alpha`` step on fresh samples."""
+        self._learn_pi.step_begin()
+        self.actor_optimizer.zero_grad()
+        loss, _ = self._learn_pi(obs, self._randn(obs.shape[0]), alpha)
+        loss.backward(inputs=self._actor_params)  # the critics' weights get no gradient
+        self.actor_optimizer.clip_and_step(NO_CLIP)
+        out = escape({"losses/actor_loss": loss.detach(), "losses/alpha": alpha}, self._learn_pi)
+        if self.alpha_optimizer is not None:
+            with torch.no_grad():
+                _, logp = self.actor.sample(obs, self._randn(obs.shape[0]))
+            self._learn_alpha.step_begin()
+            self.alpha_optimizer.zero_grad()
+            alpha_loss = self._learn_alpha(logp)
+            alpha_loss.backward()
+            self.alpha_optimizer.clip_and_step(NO_CLIP)
+            out["losses/alpha_loss"] = escape(alpha_loss.detach(), self._learn_alpha)
+        return out

@@ -1,0 +1,199 @@
+"""The TD3 agent (as CleanRL's ``td3_continuous_action.py``): twin critics, target policy
+smoothing with clipped noise, the actor and both targets updated every ``policy_frequency``
+critic updates, Gaussian exploration noise. Guide: docs/pages/sac.md.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import gymnasium as gym
+import torch
+from torch import nn
+from tritonrl.agents.sac.base import NO_CLIP, ContinuousAgent
+from tritonrl.agents.sac.config import TD3_KIND, TD3Config
+from tritonrl.agents.sac.network import DeterministicActor, TwinQ
+from tritonrl.toolkit.compile import Compiled, escape
+from tritonrl.toolkit.distributed import DistContext
+from tritonrl.toolkit.optim import MasterWeightOptimizer
+from tritonrl.toolkit.replay import ReplayBatch
+
+__all__ = ["TD3Agent"]
+
+_DEFAULT_CONFIG = TD3Config(tags=("td3",))
+"""The config of an agent built without one (the ``td3`` preset's fields but ``learning_starts``)."""
+
+
+class TD3Agent(ContinuousAgent):
+    """A TD3 agent for ``Box`` actions of any shape (see the module docstring).
+
+    The agent's own checkpoint parts are the actor, the critics, both targets, the two optimizers
+    (f32 master weights), the replay and, in bf16, the f32 masters of the targets.
+
+    Args:
+        observation_space: a gymnasium ``Box`` (flattened for the networks).
+        action_space: a ``Box`` with finite bounds (the actor acts in ``[-1, 1]``).
+        config: a :class:`TD3Config`.
+        num_envs: environments per ``act``/``observe`` call.
+        device: where networks and replay live; the dtype is ``training_dtype(device)``.
+        seed: seeds the parameters and the agent's generator (exploration and smoothing noise,
+            replay sampling).
+        dist: the data-parallel context (``None``: a single process).
+
+    Raises:
+        ValueError: a space that is not a ``Box``, infinite action bounds, a replay that cannot
+            fit in the device's memory.
+        TypeError: ``config`` is not a :class:`TD3Config`.
+    """
+
+    kind = TD3_KIND
+    config_class = TD3Config
+    part_keys = (
+        "actor",
+        "actor_target",
+        "critic",
+        "critic_target",
+        "actor_optimizer",
+        "critic_optimizer",
+        "replay",
+        "actor_target_master",
+        "critic_target_master",
+    )
+
+    def __init__(
+        self,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        config: TD3Config | None = None,
+        *,
+        num_envs: int = 1,
+        device: torch.device | str = "cpu",
+        seed: int = 0,
+        dist: DistContext | None = None,
+    ) -> None:
+        cfg = config if config is not None else _DEFAULT_CONFIG
+        self._init_continuous(
+            observation_space, action_space, cfg, num_envs=num_envs, device=device, seed=seed, dist=dist
+        )
+        n_obs, D, dev, dt = self.obs_dim, self.action_dim, self.device, self.dtype
+        self.actor, self.critic = self._build_seeded(
+            lambda: (
+                DeterministicActor(n_obs, D, cfg.hidden, device=dev, dtype=dt),
+                TwinQ(n_obs, D, cfg.hidden, device=dev, dtype=dt),
+            )
+        )
+        self.actor_target = copy.deepcopy(self.actor)
+        self.critic_target = copy.deepcopy(self.critic)
+        self.actor_target.requires_grad_(False)
+        self.critic_target.requires_grad_(False)
+        self.actor_optimizer = self._adam(self.actor.parameters(), cfg.lr)
+        self.critic_optimizer = self._adam(self.critic.parameters(), cfg.lr)
+        self._actor_target_master = self._target_masters(self.actor_target)
+        self._critic_target_master = self._target_masters(self.critic_target)
+        self._actor_params = list(self.actor.parameters())
+        self._learn_q = Compiled(self._critic_loss, cfg.compile, self.device)
+        self._learn_pi = Compiled(self._actor_loss, cfg.compile, self.device)
+
+    # ------------------------------------------------------------------ parts
+
+    def _nets(self) -> dict[str, nn.Module]:
+        return {
+            "actor": self.actor,
+            "actor_target": self.actor_target,
+            "critic": self.critic,
+            "critic_target": self.critic_target,
+        }
+
+    def _optimizers(self) -> dict[str, tuple[MasterWeightOptimizer, float]]:
+        lr = self.config.lr
+        return {
+            "actor_optimizer": (self.actor_optimizer, lr),
+            "critic_optimizer": (self.critic_optimizer, lr),
+        }
+
+    def _targets(
+        self,
+    ) -> dict[str, tuple[nn.Module, nn.Module, list[torch.Tensor] | None, MasterWeightOptimizer]]:
+        return {
+            "actor_target_master": (
+                self.actor_target,
+                self.actor,
+                self._actor_target_master,
+                self.actor_optimizer,
+            ),
+            "critic_target_master": (
+                self.critic_target,
+                self.critic,
+                self._critic_target_master,
+                self.critic_optimizer,
+            ),
+        }
+
+    # ------------------------------------------------------------------ acting
+
+    def _explore(self, x: torch.Tensor) -> torch.Tensor:
+        noise = self._randn(x.shape[0]) * self.config.exploration_noise
+        return (self.actor(x) + noise).clamp(-1.0, 1.0)
+
+    def _greedy(self, x: torch.Tensor) -> torch.Tensor:
+        return self.actor(x)
+
+    # ------------------------------------------------------------------ learning
+
+    def _critic_loss(
+        self, batch: ReplayBatch, noise: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The TD loss of both critics (f32); ``noise [B, D]``: the clipped smoothing noise."""
+        with torch.no_grad():
+            next_a = (self.actor_target(batch.next_obs) + noise).clamp(-1.0, 1.0)
+            q1_t, q2_t = self.critic_target(batch.next_obs, next_a.to(self.dtype))
+            y = batch.reward + batch.discount * torch.minimum(q1_t, q2_t)
+        q1, q2 = self.critic(batch.obs, batch.action.to(self.dtype))  # the action's ingestion cast
+        l1 = (q1 - y).square().mean()
+        l2 = (q2 - y).square().mean()
+        metrics = {
+            "losses/qf1_values": q1.detach().mean(),
+            "losses/qf2_values": q2.detach().mean(),
+            "losses/qf1_loss": l1.detach(),
+            "losses/qf2_loss": l2.detach(),
+        }
+        return l1 + l2, metrics
+
+    def _actor_loss(self, obs: torch.Tensor) -> torch.Tensor:
+        """``-mean Q1(s, pi(s))`` (f32)."""
+        q1, _ = self.critic(obs, self.actor(obs).to(self.dtype))
+        return -q1.mean()
+
+    def update(self) -> dict[str, torch.Tensor]:
+        """One critic step on a replay batch; every ``policy_frequency`` updates, one actor step and
+        the Polyak updates of both targets.
+
+        Returns f32 scalar metrics on the device: ``losses/qf_loss``, ``losses/qf1_loss``,
+        ``losses/qf2_loss``, ``losses/qf1_values``, ``losses/qf2_values``, and
+        ``losses/actor_loss`` on the updates that step the actor. Reads nothing on the host (tested).
+
+        Raises:
+            RuntimeError: the replay holds fewer transitions than :attr:`batch_size`.
+            ValueError: with ``inputs.check_at_update``, a deferred input check failed.
+        """
+        cfg = self.config
+        batch = self._sample()
+        noise = (self._randn(batch.obs.shape[0]) * cfg.policy_noise).clamp(-cfg.noise_clip, cfg.noise_clip)
+        self._learn_q.step_begin()
+        self.critic_optimizer.zero_grad()
+        qf_loss, metrics = self._learn_q(batch, noise)
+        qf_loss.backward()
+        self.critic_optimizer.clip_and_step(NO_CLIP)
+        metrics["losses/qf_loss"] = qf_loss.detach() / 2.0  # CleanRL logs the mean of the two
+        metrics = escape(metrics, self._learn_q)
+        if self.updates % cfg.policy_frequency == 0:
+            self._learn_pi.step_begin()
+            self.actor_optimizer.zero_grad()
+            actor_loss = self._learn_pi(batch.obs)
+            actor_loss.backward(inputs=self._actor_params)  # the critics' weights get no gradient
+            self.actor_optimizer.clip_and_step(NO_CLIP)
+            metrics["losses/actor_loss"] = escape(actor_loss.detach(), self._learn_pi)
+            self._soft_update("actor_target_master")
+            self._soft_update("critic_target_master")
+        self.updates += 1
+        return metrics
