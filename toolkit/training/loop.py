@@ -123,6 +123,10 @@ def run_training(
     ):
         raise ValueError("the collector was built for another agent or env than run_training's")
     ctx = _context(agent, dist)
+    if cfg.overlap and (collector is not None or ctx.enabled):
+        raise ValueError(
+            "LoopConfig.overlap steps the env itself: not with a collector or a data-parallel run"
+        )
     return _run(agent, env, schedule, cfg, should_stop, evaluator, collector, ctx)
 
 
