@@ -3,7 +3,8 @@
 The in-process (``inline``) learner is the oracle of the lagged semantics; the process learner
 must reproduce it bit for bit on a CPU (same computation, moved to another process: exact
 comparisons). The error tests check that a learner failure surfaces in the main process with its
-message and that no learner process outlives a run. About 40 s here in all (2 shared cores).
+message and that no learner process outlives a run, a killed main process included. About 50 s here
+in all (2 shared cores).
 """
 
 from __future__ import annotations
@@ -11,6 +12,9 @@ from __future__ import annotations
 import csv
 import multiprocessing
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -225,3 +229,59 @@ def test_overlap_refuses_what_it_cannot_do(tmp_path: Path) -> None:
             )
     finally:
         env.close()
+
+
+_KILLED_MAIN = """
+import os, sys, torch
+from tritonrl.agents.dqn import DQNAgent, preset
+from tritonrl.toolkit.envs.vector import make_vec_env
+from tritonrl.toolkit.training.loop import LoopConfig, run_training
+from tritonrl.toolkit.training.offpolicy import schedule_for
+
+class Pid(DQNAgent):
+    def update(self):
+        if self.updates == 0:
+            with open(sys.argv[1], "w") as f:
+                f.write(str(os.getpid()))
+        return super().update()
+
+torch.set_num_threads(1)
+env = make_vec_env("CartPole-v1", 1, seed=0)
+agent = Pid(env.single_observation_space, env.single_action_space,
+            preset("dqn", learning_starts=200, train_freq=16, gradient_steps=1), seed=0)
+run_training(agent, env, schedule_for(agent), LoopConfig(total_steps=10**7, overlap=True, final_eval=False,
+                                                         plot=False, tensorboard=False))
+"""
+
+
+def _running(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "\nState:\tZ" not in status  # a zombie has exited (its new parent reaps it)
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
+def test_learner_exits_when_the_main_process_is_killed(tmp_path: Path) -> None:
+    # SIGKILL runs no cleanup in the main process: the learner sees its pipe close and ends
+    pid_file = tmp_path / "pid"
+    main = subprocess.Popen([sys.executable, "-c", _KILLED_MAIN, str(pid_file)], env={**os.environ})
+    try:
+        deadline = time.monotonic() + 120
+        while not (pid_file.exists() and pid_file.read_text()) and main.poll() is None:
+            assert time.monotonic() < deadline, "the learner never updated"
+            time.sleep(0.1)
+        assert main.poll() is None, "the training script ended early"
+        pid = int(pid_file.read_text())
+        assert _running(pid)
+        main.kill()
+        main.wait()
+        deadline = time.monotonic() + 20
+        while _running(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _running(pid), "the learner process outlived its killed main process"
+    finally:
+        if main.poll() is None:
+            main.kill()
+            main.wait()
