@@ -29,8 +29,10 @@ from tritonrl.toolkit.checkpoint import load_checkpoint
 from tritonrl.toolkit.envs.vector import make_vec_env
 from tritonrl.toolkit.lifecycle import CHECKPOINT_NAME
 from tritonrl.toolkit.training.base import TrainingError
+from tritonrl.toolkit.training.collector import Collector
 from tritonrl.toolkit.training.loop import LoopConfig, run_training
 from tritonrl.toolkit.training.offpolicy import schedule_for
+from tritonrl.toolkit.training.overlap import check_overlap
 
 SMALL = {"learning_starts": 500, "train_freq": 64, "gradient_steps": 8, "target_update_every": 32}
 
@@ -227,6 +229,12 @@ def test_overlap_refuses_what_it_cannot_do(tmp_path: Path) -> None:
                 schedule_for(DQNAgent(env.single_observation_space, env.single_action_space, num_envs=2)),
                 LoopConfig(total_steps=10, overlap=True),
             )
+        dqn = DQNAgent(env.single_observation_space, env.single_action_space, num_envs=2)
+        with pytest.raises(ValueError, match="not with a collector or a data-parallel run"):
+            check_overlap(dqn, schedule_for(dqn), collector=Collector(dqn, env))
+        with pytest.raises(ValueError, match="not with a collector or a data-parallel run"):
+            check_overlap(dqn, schedule_for(dqn), distributed=True)
+        check_overlap(dqn, schedule_for(dqn))  # what run_training(overlap=True) accepts
     finally:
         env.close()
 

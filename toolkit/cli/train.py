@@ -235,6 +235,10 @@ def _build(args: argparse.Namespace, ctx: Any) -> tuple[Any, Any, Any, Any, Any,
     try:
         schedule = plan.spec.schedule(agent)
         cfg = _loop_config(args, plan)
+        if args.overlap:
+            from tritonrl.toolkit.training.overlap import check_overlap
+
+            check_overlap(agent, schedule, run.collector if run is not None else None)
     except ValueError as exc:  # UsageError included; LoopConfig repeats _validate's checks
         env.close()
         raise UsageError(str(exc)) from None

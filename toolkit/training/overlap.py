@@ -35,7 +35,7 @@ import numpy as np
 import torch
 import torch.multiprocessing as mp
 
-__all__ = ["LaggedActor", "LearnerProcessError", "Overlap", "OverlapAgent", "SnapshotActor"]
+__all__ = ["LaggedActor", "LearnerProcessError", "Overlap", "OverlapAgent", "SnapshotActor", "check_overlap"]
 
 M = TypeVar("M", bound=torch.nn.Module)
 _Metrics = list[tuple[tuple[str, ...], np.ndarray]]  # one (names, f32 values) per metric dict
@@ -304,6 +304,25 @@ class _ProcessLearner:
         self.conn.close()
 
 
+def check_overlap(agent: Any, schedule: Any, collector: Any = None, distributed: bool = False) -> None:
+    """Raise ``ValueError`` unless an overlapped run can train ``agent`` with ``schedule``: an
+    :class:`OverlapAgent` on the CPU, an off-policy schedule (``train_freq``), no collector and no
+    data-parallel run (``distributed``)."""
+    if collector is not None or distributed:
+        raise ValueError("overlap steps the env itself: not with a collector or a data-parallel run")
+    if not isinstance(agent, OverlapAgent):
+        raise ValueError(
+            f"overlap: {type(agent).__name__} has no lagged_actor()/learner_tensors() "
+            "(off-policy agents only)"
+        )
+    period = getattr(schedule, "train_freq", None)
+    if not isinstance(period, int) or period < 1:
+        raise ValueError("overlap needs an off-policy schedule (one with train_freq)")
+    device = torch.device(getattr(agent, "device", "cpu"))
+    if device.type != "cpu":
+        raise ValueError(f"overlap runs on the CPU only (a forked learner), the agent is on {device}")
+
+
 class Overlap:
     """The loop's side of an overlapped run: act and stage each vector step, sync at each crossed
     multiple of ``train_freq`` (module doc).
@@ -316,24 +335,14 @@ class Overlap:
         learner: ``"process"`` or ``"inline"``.
 
     Raises:
-        ValueError: the agent has no ``lagged_actor``/``learner_tensors``, the schedule no
-            ``train_freq``, or the agent lives on another device than the CPU.
+        ValueError: see :func:`check_overlap`.
     """
 
     def __init__(
         self, agent: Any, schedule: Any, step_env: Callable[[Any], Any], step_size: int, learner: str
     ) -> None:
-        if not isinstance(agent, OverlapAgent):
-            raise ValueError(
-                f"overlap: {type(agent).__name__} has no lagged_actor()/learner_tensors() "
-                "(off-policy agents only)"
-            )
-        period = getattr(schedule, "train_freq", None)
-        if not isinstance(period, int) or period < 1:
-            raise ValueError("overlap needs an off-policy schedule (one with train_freq)")
-        device = torch.device(getattr(agent, "device", "cpu"))
-        if device.type != "cpu":
-            raise ValueError(f"overlap runs on the CPU only (a forked learner), the agent is on {device}")
+        check_overlap(agent, schedule)
+        period = schedule.train_freq
         self.agent, self.schedule, self.step_env, self.kind = agent, schedule, step_env, learner
         self.period, self.step_size = period, step_size
         self.actor: LaggedActor = agent.lagged_actor()
