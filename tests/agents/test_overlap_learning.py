@@ -1,8 +1,8 @@
 """Learning test of overlapped training: DQN with the learner in its own process solves CartPole on
 the budget and threshold of the sequential DQN test (``test_dqn_learning.py``: 50k env steps, 4
 envs, greedy mean >= 475 over 10 episodes, evaluated every 2,500 steps). Fixed seed, CPU, one
-torch thread in each process, marked ``learning``; seeds 1 and 2, about 80 s together here (2 shared
-cores; seed 1 reached the threshold at 2,500 steps, seed 2 at 20,000).
+torch thread in each process, marked ``learning``; seeds 1 and 2, 30-80 s together here (2 shared
+cores, by load; seed 1 reached the threshold at 2,500 steps, seed 2 at 20,000).
 """
 
 from __future__ import annotations
