@@ -8,8 +8,12 @@ Rows:
   replay buffer), and ``dqn`` (and, at 8 envs, ``rainbow``) through
   :func:`tritonrl.toolkit.training.loop.run_training` set to the same settings, eager and with
   ``compile="default"``; ratio against the reference at the same number of environments. At 1
-  env, the ``lean`` reference (a plain env, preallocated arrays) for scale.
-- collection only (act, step, store), against the reference's collection.
+  env, the ``lean`` reference (a plain env, preallocated arrays) for scale, and ``dqn, overlap``:
+  the same loop with ``LoopConfig(overlap=True)`` (the learner in a second process, acting one
+  sync interval behind; it gains only where a second core is free).
+- collection only (act, step, store), against the reference's collection; ``dqn (1 env), overlap``:
+  what the main process of an overlapped run does per step (act, step, stage, hand over; the
+  learner process stores).
 - ``dqn`` / ``rainbow`` phases at 8 envs: seconds per env step spent acting, stepping the
   environments, in the replay buffer (adds and samples), and in updates.
 - compiled vs eager: learner updates/s with ``compile="default"`` against eager, the two agents
@@ -253,11 +257,14 @@ def _agent(name: str, num_envs: int, device: str = "cpu", **overrides: Any):
     return agent, env
 
 
-def loop_sps(name: str, steps: int, num_envs: int, *, learn: bool = True, compile: str = "none") -> float:
+def loop_sps(
+    name: str, steps: int, num_envs: int, *, learn: bool = True, compile: str = "none", overlap: bool = False
+) -> float:
     """Env steps per second of ``name`` through the shared loop (no logging, no evaluation).
 
     ``learn=False`` times collection alone (acting, stepping, storing). ``compile``: the agent's
-    compile mode (compilation happens during the warm-up, before the timing).
+    compile mode (compilation happens during the warm-up, before the timing). ``overlap``: the
+    timed run overlapped (its learner process started inside the timing).
     """
     from tritonrl.toolkit.training.loop import LoopConfig, run_training
     from tritonrl.toolkit.training.offpolicy import OffPolicySchedule, schedule_for
@@ -274,7 +281,8 @@ def loop_sps(name: str, steps: int, num_envs: int, *, learn: bool = True, compil
         cfg = agent.config
         schedule = OffPolicySchedule(0 if learn else 10**9, cfg.train_freq, cfg.gradient_steps)
         t0 = time.perf_counter()
-        summary = run_training(agent, env, schedule, LoopConfig(total_steps=steps, **quiet))
+        timed = LoopConfig(total_steps=steps, overlap=overlap, **quiet)
+        summary = run_training(agent, env, schedule, timed)
         return summary["global_step"] / (time.perf_counter() - t0)
     finally:
         env.close()
@@ -450,6 +458,10 @@ def run(quick: bool = False) -> list[Row]:
                 sps = loop_sps(name, steps, envs, compile=mode)
                 label = name if mode == "none" else f"{name}, compile={mode}"
                 rows.append(Row(NAME, case, label, sps, "steps/s", sps / ref, loop_note))
+        if envs == 1:
+            sps = loop_sps("dqn", steps, envs, overlap=True)
+            note = "learner process; needs a free core"
+            rows.append(Row(NAME, case, "dqn, overlap", sps, "steps/s", sps / ref, note))
     collect = f"{ENV_ID} env steps/s, collection only (act, step, store)"
     ref_c = reference_dqn(steps, learn=False)
     rows.append(Row(NAME, collect, "reference: single file (1 env)", ref_c, "steps/s", 1.0))
@@ -457,6 +469,18 @@ def run(quick: bool = False) -> list[Row]:
         sps = loop_sps(name, steps, envs, learn=False)
         label = f"{name} ({envs} env{'s' if envs > 1 else ''})"
         rows.append(Row(NAME, collect, label, sps, "steps/s", sps / ref_c))
+    sps = loop_sps("dqn", steps, 1, learn=False, overlap=True)  # main side: act, step, stage, hand over
+    rows.append(
+        Row(
+            NAME,
+            collect,
+            "dqn (1 env), overlap",
+            sps,
+            "steps/s",
+            sps / ref_c,
+            "stored by the learner process",
+        )
+    )
     for name in ("dqn", "rainbow"):
         ph = phases(name, steps // 2, num_envs)
         for key in ("act", "env", "replay", "update"):

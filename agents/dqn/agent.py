@@ -14,6 +14,7 @@ import gymnasium as gym
 import torch
 from tritonrl.agents.dqn import plumbing
 from tritonrl.agents.dqn.config import AGENT_KIND, DQNConfig
+from tritonrl.agents.dqn.lagged import LaggedActing
 from tritonrl.agents.dqn.network import QNetwork, build_icm, build_q_network
 from tritonrl.agents.dqn.state import DQNCheckpoint
 from tritonrl.agents.nets.factored import branching_q
@@ -40,7 +41,7 @@ _DEFAULT_CONFIG = DQNConfig(tags=("dqn",))
 """The config of an agent built without one: the ``dqn`` preset's (a test keeps them equal)."""
 
 
-class DQNAgent(DQNCheckpoint, AgentBase):
+class DQNAgent(LaggedActing, DQNCheckpoint, AgentBase):
     """A DQN-family agent (see the module docstring).
 
     Checkpoints (``state_dict``, ``load_state_dict``, ``save``, ``load``) and ``check_inputs`` are

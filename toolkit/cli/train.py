@@ -120,6 +120,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     p.add_argument("--log-every", type=int, default=2048, help="env steps between metric flushes")
     p.add_argument("--target-return", type=float, default=None, help="stop once an evaluation reaches this")
+    p.add_argument(
+        "--overlap",
+        action="store_true",
+        help="off-policy agents on a CPU: learn in a second process while acting (acting lags by one "
+        "train_freq interval; not with --resume or --checkpoint-every)",
+    )
     add_set_flag(p, help="override an agent config field (repeatable); env.FIELD=VALUE: a market env field")
     add_output_flags(p)
     p.set_defaults(run=run)
@@ -156,6 +162,8 @@ def _validate(args: argparse.Namespace) -> None:
             f"--target-return must be a finite number, got {args.target_return} (to evaluate "
             "without stopping, leave it out and give --eval-every)"
         )
+    if args.overlap and (args.resume or args.checkpoint_every):
+        raise UsageError("--overlap cannot resume or checkpoint mid-run (--resume, --checkpoint-every)")
     parse_overrides(args.overrides)
 
 
@@ -239,6 +247,10 @@ def _build(args: argparse.Namespace, ctx: Any) -> tuple[Any, Any, Any, Any, Any,
     try:
         schedule = plan.spec.schedule(agent)
         cfg = _loop_config(args, plan)
+        if args.overlap:
+            from tritonrl.toolkit.training.overlap import check_overlap
+
+            check_overlap(agent, schedule, run.collector if run is not None else None)
     except ValueError as exc:  # UsageError included; LoopConfig repeats _validate's checks
         env.close()
         raise UsageError(str(exc)) from None
@@ -473,6 +485,7 @@ def _loop_config(args: argparse.Namespace, plan: _Plan) -> Any:
         progress=not args.no_progress,
         tensorboard=not args.no_tensorboard,
         meta=plan.meta,
+        overlap=args.overlap,
     )
 
 

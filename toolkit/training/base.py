@@ -97,6 +97,13 @@ class LoopConfig:
     """Write ``curve.png`` (episodic and evaluation returns) at the end."""
     meta: tuple[tuple[str, str], ...] = ()
     """Identity stored in the checkpoint and checked on resume (agent name, env id, ...)."""
+    overlap: bool = False
+    """Act while the learner updates (off-policy agents): acting lags learning by at most one
+    ``train_freq`` interval (:mod:`tritonrl.toolkit.training.overlap`); not with ``resume``,
+    ``checkpoint_every`` or a data-parallel run, and no wall-time checkpoints."""
+    overlap_learner: str = "process"
+    """``"process"``: the learner in a child process (CPU); ``"inline"``: the same semantics in this
+    process (the reference the process learner is tested against)."""
 
     def __post_init__(self) -> None:
         """Reject impossible settings at construction, before any training.
@@ -117,6 +124,14 @@ class LoopConfig:
             value = getattr(self, name)
             if name != "stop_at" or value is not None:
                 check_int(f"LoopConfig.{name}", value, low=low, high=high)
+        if self.overlap_learner not in ("process", "inline"):
+            raise ValueError(
+                f"LoopConfig.overlap_learner must be 'process' or 'inline', got {self.overlap_learner!r}"
+            )
+        if self.overlap and (self.resume or self.checkpoint_every):
+            raise ValueError(
+                "LoopConfig.overlap cannot resume or checkpoint mid-run (resume, checkpoint_every)"
+            )
         if self.target_return is not None:
             check_real("LoopConfig.target_return", self.target_return, nonnegative=False)
 

@@ -40,6 +40,7 @@ from tritonrl.toolkit.training.base import (
     TrainingError,
 )
 from tritonrl.toolkit.training.episodes import DEFAULT_METRIC_PREFIX, episode_metrics, merge_episode_stats
+from tritonrl.toolkit.training.overlap import check_overlap
 from tritonrl.toolkit.training.ranks import SAME_AS_RANK_0
 from tritonrl.toolkit.training.run import run as _run
 
@@ -104,7 +105,8 @@ def run_training(
 
     Raises:
         ValueError: inconsistent settings (checkpoints or resume without ``run_dir``, a
-            ``collector`` of another agent or env, a ``dist`` other than the agent's).
+            ``collector`` of another agent or env, a ``dist`` other than the agent's, ``overlap``
+            where :func:`tritonrl.toolkit.training.overlap.check_overlap` refuses it).
         CheckpointError: ``resume`` with a checkpoint of another agent, env or format, or a
             ``metrics.csv`` whose header is not one.
         RunFolderBusy: another process trains in ``run_dir``.
@@ -123,6 +125,8 @@ def run_training(
     ):
         raise ValueError("the collector was built for another agent or env than run_training's")
     ctx = _context(agent, dist)
+    if cfg.overlap:
+        check_overlap(agent, schedule, collector, ctx.enabled)
     return _run(agent, env, schedule, cfg, should_stop, evaluator, collector, ctx)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,7 @@ from tritonrl.toolkit.training.base import (
     TrainingError,
 )
 from tritonrl.toolkit.training.episodes import episode_metrics, merge_episode_stats, metric_prefix
+from tritonrl.toolkit.training.overlap import Overlap
 from tritonrl.toolkit.training.ranks import (
     RANK_PARTS,
     agree_on_errors,
@@ -179,6 +180,7 @@ class _Run:
         self.should_stop: Callable[[], bool] | None = None
         self.stop_agreed = False  # a rank's should_stop was set at the last flush
         self.save_by_time = False  # rank 0's clock asked for a checkpoint at the last flush
+        self.overlap: Overlap | None = None  # cfg.overlap: the actor and learner of a lagged run
 
     # -- start: resume or seed, then the run folder ------------------------------------------------
 
@@ -216,6 +218,10 @@ class _Run:
         self.obs = self.env.obs
         self.params = parameters(self.agent)
         self.check_inputs = getattr(self.agent, "check_inputs", None)
+        if cfg.overlap:
+            self.overlap = Overlap(
+                self.agent, self.schedule, self.step_env, self.env.num_envs, cfg.overlap_learner
+            )
 
     def _fresh_notices(self, moved: Path | None) -> list[str]:
         """What a fresh run says about the folder it starts in (``moved``: an earlier run's files)."""
@@ -362,12 +368,15 @@ class _Run:
                 if self.stopped is not None:
                     break
             if self.stopped is None:
+                self.drain()
                 self.end_of_run()
         except TrainingError:
             raise
         except (ValueError, RuntimeError, OSError) as exc:
             raise self._training_error(exc) from exc
         finally:
+            if self.overlap is not None:
+                self.overlap.close()
             self.bar.close()
             if self.logger is not None:
                 self.logger.close()
@@ -376,7 +385,9 @@ class _Run:
         """One vector step: act, step the env, observe (or ``collector.step()``), log finished
         episodes, run the schedule's updates. Returns the new global step."""
         agent, env, logger, counters = self.agent, self.env, self.logger, self.counters
-        if self.collector is not None:
+        if self.overlap is not None:
+            tr = self.overlap.step(self.obs)
+        elif self.collector is not None:
             tr = self.collector.step()
         else:
             actions = agent.act(self.obs)
@@ -392,7 +403,14 @@ class _Run:
                 if logger is not None:
                     for r, n in zip(tr.episode_returns, tr.episode_lengths, strict=True):
                         logger.log(step, {"charts/episodic_return": r, "charts/episodic_length": float(n)})
-        for metrics in self.schedule.after_step(agent, step):
+        due: Sequence[Mapping[str, Any]]
+        if self.overlap is None:
+            due = self.schedule.after_step(agent, step)
+        elif step >= self.cfg.total_steps:
+            due = self.overlap.drain(step)
+        else:
+            due = self.overlap.after_step(step - env.num_envs, step)
+        for metrics in due:
             if logger is not None:
                 logger.log(step, metrics)
         return step
@@ -409,7 +427,7 @@ class _Run:
             self.flush_and_check(step)
             if self.ctx.enabled:
                 checkpoint_due = checkpoint_due or self.save_by_time
-            elif not checkpoint_due and self.life.due_by_time():
+            elif not checkpoint_due and self.overlap is None and self.life.due_by_time():
                 checkpoint_due = True
         if checkpoint_due:
             self.save()
@@ -451,6 +469,7 @@ class _Run:
     def save(self) -> None:
         """Write the checkpoint (agent, env, schedule, loop counters, RNG states) atomically; in a
         data-parallel run every rank's parts are gathered to rank 0, which writes (module doc)."""
+        self.drain()
         counters, ctx = self.counters, self.ctx
         counters.wall = self.wall_before + time.perf_counter() - self.t_start
         parts: dict[str, Any] = {
@@ -484,6 +503,16 @@ class _Run:
             return state
 
         self.life.save(counters.step, state)
+
+    def drain(self) -> None:
+        """An overlapped run: bring the learner (and this process's agent) up to the current step
+        and log its last metrics; otherwise nothing."""
+        if self.overlap is None:
+            return
+        step = self.counters.step
+        for metrics in self.overlap.drain(step):
+            if self.logger is not None:
+                self.logger.log(step, metrics)
 
     def _refuse_nonfinite(self, parts: Mapping[str, Any]) -> None:
         """Stop the run (every rank) when a weight, optimizer or collector tensor about to be
@@ -599,11 +628,13 @@ class _Run:
         :attr:`stop` when it reaches ``target_return``."""
         cfg = self.cfg
 
+        policy = _eval_policy(self.agent) if self.overlap is None else self.overlap.eval_policy()
+
         def run() -> dict[str, Any]:
             if self.evaluate_policy is not None:
-                return self.evaluate_policy(_eval_policy(self.agent), cfg.eval_episodes, cfg.seed + 100_000)
+                return self.evaluate_policy(policy, cfg.eval_episodes, cfg.seed + 100_000)
             return evaluate(
-                _eval_policy(self.agent),
+                policy,
                 self.eval_env_id,
                 cfg.eval_episodes,
                 seed=cfg.seed + 100_000,

@@ -1,0 +1,67 @@
+"""The DQN agent's part in overlapped training (:mod:`tritonrl.toolkit.training.overlap`).
+
+The actor of an overlapped run acts from an f32 snapshot of the online network with a random
+generator and a step count of its own, so that it never touches what the learner uses (the
+learner may run in another process). Its exploration is :meth:`DQNAgent.act`'s: epsilon-greedy
+on the snapshot's expected Q with the agent's epsilon schedule, or the noisy layers' noise as of
+the last sync.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from tritonrl.toolkit.training.overlap import SnapshotActor
+
+__all__ = ["LaggedActing"]
+
+
+class LaggedActing:
+    """Mixin of :class:`tritonrl.agents.dqn.DQNAgent`: ``learner_tensors`` and ``lagged_actor``."""
+
+    def learner_tensors(self) -> list[torch.Tensor]:
+        """The online network's parameters then buffers (what the actor's snapshot holds)."""
+        agent: Any = self
+        return [*agent.online.parameters(), *agent.online.buffers()]
+
+    def lagged_actor(self) -> SnapshotActor[Any]:
+        """An actor for an overlapped run: an f32 snapshot of the online network (holding its
+        weights now), acting epsilon-greedily (``epsilon`` at the actor's own step count, which
+        starts at ``env_steps``) with a generator seeded by one draw from the agent's, and
+        greedily (eval mode) for evaluations. Reads nothing on the host per step."""
+        agent: Any = self
+        cfg = agent.config
+        seed = int(torch.randint(0, 2**62, (1,), generator=agent.generator, device=agent.device))
+        generator = torch.Generator(device=agent.device)
+        generator.manual_seed(seed)
+        stride = agent.num_envs * agent.dist.world_size
+        steps = [agent.env_steps]
+
+        def epsilon() -> float:
+            if cfg.noisy:
+                return 0.0
+            frac = min(1.0, steps[0] / max(1, cfg.eps_decay_steps))
+            return cfg.eps_start + frac * (cfg.eps_end - cfg.eps_start)
+
+        def q(snapshot: Any, obs: Any) -> torch.Tensor:
+            x = torch.as_tensor(obs, device=agent.device, dtype=torch.float32)
+            return agent._q_of(snapshot, x)
+
+        def act(snapshot: Any, obs: torch.Tensor) -> torch.Tensor:
+            greedy = q(snapshot, obs).argmax(-1)
+            eps = epsilon()
+            steps[0] += stride
+            if eps <= 0.0:
+                return greedy
+            n = greedy.shape[0]
+            if agent.factored:
+                nvec = snapshot.head.mask.sum(-1)
+                rand = (torch.rand(greedy.shape, device=agent.device, generator=generator) * nvec).long()
+                pick = torch.rand((n, 1), device=agent.device, generator=generator) < eps
+            else:
+                rand = torch.randint(agent.action["n"], (n,), device=agent.device, generator=generator)
+                pick = torch.rand((n,), device=agent.device, generator=generator) < eps
+            return torch.where(pick, rand, greedy)
+
+        return SnapshotActor(agent.online, act, lambda snapshot, obs: q(snapshot, obs).argmax(-1))

@@ -1,0 +1,295 @@
+"""Overlapped acting and learning (``LoopConfig(overlap=True)``, :mod:`tritonrl.toolkit.training.overlap`).
+
+The in-process (``inline``) learner is the oracle of the lagged semantics; the process learner
+must reproduce it bit for bit on a CPU (same computation, moved to another process: exact
+comparisons). The error tests check that a learner failure surfaces in the main process with its
+message and that no learner process outlives a run, a killed main process included. About 50 s here
+in all (2 shared cores).
+"""
+
+from __future__ import annotations
+
+import csv
+import multiprocessing
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+pytest.importorskip("gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
+
+from tritonrl.agents.dqn import DQNAgent, preset
+from tritonrl.agents.ppo import PPOAgent
+from tritonrl.toolkit.checkpoint import load_checkpoint
+from tritonrl.toolkit.envs.vector import make_vec_env
+from tritonrl.toolkit.lifecycle import CHECKPOINT_NAME
+from tritonrl.toolkit.training.base import TrainingError
+from tritonrl.toolkit.training.collector import Collector
+from tritonrl.toolkit.training.loop import LoopConfig, run_training
+from tritonrl.toolkit.training.offpolicy import schedule_for
+from tritonrl.toolkit.training.overlap import check_overlap
+
+SMALL = {"learning_starts": 500, "train_freq": 64, "gradient_steps": 8, "target_update_every": 32}
+
+
+def _run(
+    learner: str,
+    *,
+    steps: int = 2_500,
+    num_envs: int = 1,
+    name: str = "dqn",
+    seed: int = 3,
+    run_dir: Path | None = None,
+    agent_class: type[DQNAgent] = DQNAgent,
+    should_stop: Any = None,
+) -> tuple[DQNAgent, dict[str, Any]]:
+    torch.set_num_threads(1)
+    env = make_vec_env("CartPole-v1", num_envs, seed=seed)
+    agent = agent_class(
+        env.single_observation_space,
+        env.single_action_space,
+        preset(name, **SMALL),
+        num_envs=num_envs,
+        seed=seed,
+    )
+    cfg = LoopConfig(
+        total_steps=steps,
+        seed=seed,
+        eval_every=1_000,
+        eval_episodes=3,
+        log_every=500,
+        run_dir=None if run_dir is None else str(run_dir),
+        overlap=True,
+        overlap_learner=learner,
+        plot=False,
+        tensorboard=False,
+        checkpoint_seconds=0,
+    )
+    try:
+        summary = run_training(agent, env, schedule_for(agent), cfg, should_stop=should_stop)
+    finally:
+        env.close()
+    return agent, summary
+
+
+def _assert_same(a: Any, b: Any, where: str = "state") -> None:
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype, where
+        assert torch.equal(a, b), where  # exact: the same computation in another process
+    elif isinstance(a, dict):
+        assert isinstance(b, dict) and set(a) == set(b), where
+        for k in a:
+            _assert_same(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, (list, tuple)):
+        assert isinstance(b, (list, tuple)) and len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _assert_same(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, f"{where}: {a!r} != {b!r}"
+
+
+def _metric_rows(run_dir: Path) -> list[dict[str, str]]:
+    with (run_dir / "metrics.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert rows and "losses/td_loss" in rows[0]
+    return [{k: v for k, v in row.items() if k != "charts/SPS"} for row in rows]  # SPS: the clock's
+
+
+@pytest.mark.parametrize(
+    ("name", "num_envs"),
+    [("dqn", 1), ("dqn", 3), ("rainbow", 2)],  # 3 envs: sync intervals of 21 or 22 vector steps
+)
+def test_process_learner_is_bit_identical_to_inline(tmp_path: Path, name: str, num_envs: int) -> None:
+    inline, s_inline = _run("inline", name=name, num_envs=num_envs, run_dir=tmp_path / "inline")
+    proc, s_proc = _run("process", name=name, num_envs=num_envs, run_dir=tmp_path / "process")
+    assert inline.updates == proc.updates > 0
+    _assert_same(inline.state_dict(), proc.state_dict())
+    assert s_inline["evaluations"] == s_proc["evaluations"]
+    assert s_inline["recent_return"] == s_proc["recent_return"]
+    assert _metric_rows(tmp_path / "inline") == _metric_rows(tmp_path / "process")
+    saved = [load_checkpoint(tmp_path / d / CHECKPOINT_NAME)["agent"] for d in ("inline", "process")]
+    _assert_same(saved[0], saved[1], "checkpoint")  # the final checkpoint holds the learner's state
+    _assert_same(saved[1], proc.state_dict(), "checkpoint")
+
+
+def test_same_seed_twice_gives_the_same_run() -> None:
+    a, sa = _run("process", num_envs=2, steps=2_000)
+    b, sb = _run("process", num_envs=2, steps=2_000)
+    _assert_same(a.state_dict(), b.state_dict())
+    assert sa["evaluations"] == sb["evaluations"]
+
+
+class _Recording(DQNAgent):
+    """Records the learner's update count each time the actor's snapshot is refreshed."""
+
+    loads: list[int]
+
+    def lagged_actor(self) -> Any:
+        actor = super().lagged_actor()
+        self.loads = []
+        load = actor.load
+
+        def recording_load(tensors: Any) -> None:
+            self.loads.append(self.updates)
+            load(tensors)
+
+        actor.load = recording_load  # type: ignore[method-assign]
+        return actor
+
+
+def test_inline_actor_acts_one_sync_interval_behind() -> None:
+    # sync points at every multiple of train_freq=64; updates from learning_starts=500 on (8 per
+    # sync point). At sync point k the actor gets the weights after the updates of sync point k-1.
+    agent, _ = _run("inline", steps=1_000, agent_class=_Recording)
+    syncs = list(range(64, 1_000, 64))
+    due = [8 * sum(1 for s in syncs[:i] if s >= 500) for i in range(len(syncs))]  # updates before sync i
+    assert agent.loads[: len(syncs)] == due
+    assert agent.loads[-1] == agent.updates  # the final drain: the actor holds the last weights
+
+
+class _Boom(DQNAgent):
+    """Fails on its third update (in the learner process), after writing its pid to ``pid_file``."""
+
+    pid_file: Path
+    exit_code: int | None = None
+
+    def update(self) -> dict[str, torch.Tensor]:
+        if self.updates == 0:
+            self.pid_file.write_text(str(os.getpid()))
+        if self.updates == 2:
+            if self.exit_code is not None:
+                os._exit(self.exit_code)
+            raise ValueError("boom at update 3")
+        return super().update()
+
+
+def _gone(pid_file: Path) -> None:
+    pid = int(pid_file.read_text())
+    assert pid != os.getpid()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # joined: not even a zombie
+    assert multiprocessing.active_children() == []
+
+
+def _boom(tmp_path: Path, exit_code: int | None = None) -> type[_Boom]:
+    return type("Boom", (_Boom,), {"pid_file": tmp_path / "pid", "exit_code": exit_code})
+
+
+def test_learner_exception_surfaces_with_its_message(tmp_path: Path) -> None:
+    with pytest.raises(TrainingError, match=r"learner process: ValueError: boom at update 3 \(at step \d+\)"):
+        _run("process", steps=1_500, agent_class=_boom(tmp_path))
+    _gone(tmp_path / "pid")
+
+
+def test_learner_death_surfaces(tmp_path: Path) -> None:
+    with pytest.raises(TrainingError, match=r"the learner process exited \(code 7\)"):
+        _run("process", steps=1_500, agent_class=_boom(tmp_path, exit_code=7))
+    _gone(tmp_path / "pid")
+
+
+def test_keyboard_interrupt_leaves_no_learner_process(tmp_path: Path) -> None:
+    class Pid(DQNAgent):
+        def update(self) -> dict[str, torch.Tensor]:
+            if self.updates == 0:
+                (tmp_path / "pid").write_text(str(os.getpid()))
+            return super().update()
+
+    calls = [0]
+
+    def interrupt() -> bool:
+        calls[0] += 1
+        if calls[0] == 800:  # the learner has updated at the sync point of step 576
+            raise KeyboardInterrupt
+        return False
+
+    with pytest.raises(KeyboardInterrupt):
+        _run("process", steps=1_500, agent_class=Pid, should_stop=interrupt)
+    _gone(tmp_path / "pid")
+
+
+def test_overlap_refuses_what_it_cannot_do(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="overlap cannot resume or checkpoint"):
+        LoopConfig(total_steps=10, overlap=True, resume=True, run_dir=str(tmp_path))
+    with pytest.raises(ValueError, match="overlap cannot resume or checkpoint"):
+        LoopConfig(total_steps=10, overlap=True, checkpoint_every=5, run_dir=str(tmp_path))
+    with pytest.raises(ValueError, match="overlap_learner"):
+        LoopConfig(total_steps=10, overlap=True, overlap_learner="thread")
+    env = make_vec_env("CartPole-v1", 2, seed=0)
+    try:
+        ppo = PPOAgent(env.single_observation_space, env.single_action_space, num_envs=2)
+        with pytest.raises(ValueError, match="off-policy agents only"):
+            run_training(
+                ppo,
+                env,
+                schedule_for(DQNAgent(env.single_observation_space, env.single_action_space, num_envs=2)),
+                LoopConfig(total_steps=10, overlap=True),
+            )
+        dqn = DQNAgent(env.single_observation_space, env.single_action_space, num_envs=2)
+        with pytest.raises(ValueError, match="not with a collector or a data-parallel run"):
+            check_overlap(dqn, schedule_for(dqn), collector=Collector(dqn, env))
+        with pytest.raises(ValueError, match="not with a collector or a data-parallel run"):
+            check_overlap(dqn, schedule_for(dqn), distributed=True)
+        check_overlap(dqn, schedule_for(dqn))  # what run_training(overlap=True) accepts
+    finally:
+        env.close()
+
+
+_KILLED_MAIN = """
+import os, sys, torch
+from tritonrl.agents.dqn import DQNAgent, preset
+from tritonrl.toolkit.envs.vector import make_vec_env
+from tritonrl.toolkit.training.loop import LoopConfig, run_training
+from tritonrl.toolkit.training.offpolicy import schedule_for
+
+class Pid(DQNAgent):
+    def update(self):
+        if self.updates == 0:
+            with open(sys.argv[1], "w") as f:
+                f.write(str(os.getpid()))
+        return super().update()
+
+torch.set_num_threads(1)
+env = make_vec_env("CartPole-v1", 1, seed=0)
+agent = Pid(env.single_observation_space, env.single_action_space,
+            preset("dqn", learning_starts=200, train_freq=16, gradient_steps=1), seed=0)
+run_training(agent, env, schedule_for(agent), LoopConfig(total_steps=10**7, overlap=True, final_eval=False,
+                                                         plot=False, tensorboard=False))
+"""
+
+
+def _running(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "\nState:\tZ" not in status  # a zombie has exited (its new parent reaps it)
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
+def test_learner_exits_when_the_main_process_is_killed(tmp_path: Path) -> None:
+    # SIGKILL runs no cleanup in the main process: the learner sees its pipe close and ends
+    pid_file = tmp_path / "pid"
+    main = subprocess.Popen([sys.executable, "-c", _KILLED_MAIN, str(pid_file)], env={**os.environ})
+    try:
+        deadline = time.monotonic() + 120
+        while not (pid_file.exists() and pid_file.read_text()) and main.poll() is None:
+            assert time.monotonic() < deadline, "the learner never updated"
+            time.sleep(0.1)
+        assert main.poll() is None, "the training script ended early"
+        pid = int(pid_file.read_text())
+        assert _running(pid)
+        main.kill()
+        main.wait()
+        deadline = time.monotonic() + 20
+        while _running(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _running(pid), "the learner process outlived its killed main process"
+    finally:
+        if main.poll() is None:
+            main.kill()
+            main.wait()

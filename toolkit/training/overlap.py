@@ -1,0 +1,414 @@
+"""Overlapped acting and learning for off-policy agents: the actor acts while the learner updates.
+
+With ``LoopConfig(overlap=True)`` the loop's off-policy schedule becomes **lagged**. Sync points
+fall after every vector step that crosses a multiple of the schedule's ``train_freq``. At sync
+point ``k`` the learner receives the transitions collected since sync point ``k - 1``, stores them
+(``agent.observe``, one call per vector step, in order) and runs the updates due at ``k``
+(``schedule.after_step``) with the replay as of ``k``; meanwhile the actor collects the steps up to
+sync point ``k + 1`` from an f32 snapshot of the learner taken at sync point ``k``, that is after
+the updates of ``k - 1``. Acting lags learning by at most one sync interval; what the learner sees
+at each sync point is fixed by step counts, never by timing, so a run is reproducible.
+
+Two learners implement it: ``overlap_learner="process"`` (the default) runs the agent's update
+side (networks, optimizer, replay, schedule) in a child process started once per run with
+``fork`` (the child starts from an exact copy of the agent without pickling it, which is what
+makes it bit-identical to the other learner; CUDA cannot be forked, so the process learner is
+CPU-only) and hands transitions and weights over in shared-memory tensors; ``"inline"`` runs the
+same semantics in this process (no gain: it is the oracle the process learner is tested against).
+
+The agent takes part through two methods (:class:`OverlapAgent`): ``learner_tensors()``, the
+tensors the actor mirrors, and ``lagged_actor()``, an actor that acts from its own snapshot with
+its own random generator and step count (:class:`SnapshotActor` is the usual one). See
+docs/pages/training.md, "Overlapped acting and learning".
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import signal
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+
+import numpy as np
+import torch
+import torch.multiprocessing as mp
+
+__all__ = ["LaggedActor", "LearnerProcessError", "Overlap", "OverlapAgent", "SnapshotActor", "check_overlap"]
+
+M = TypeVar("M", bound=torch.nn.Module)
+_Metrics = list[tuple[tuple[str, ...], np.ndarray]]  # one (names, f32 values) per metric dict
+_FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
+_POLL_S = 0.5  # how often a wait for the learner process checks that it is still alive
+
+
+class LearnerProcessError(RuntimeError):
+    """The learner process raised (its exception type and message lead the message; its traceback
+    is :attr:`child_traceback`) or died."""
+
+    def __init__(self, message: str, child_traceback: str = "") -> None:
+        super().__init__(message)
+        self.child_traceback = child_traceback
+
+
+@runtime_checkable
+class LaggedActor(Protocol):
+    """Acts for an overlapped run from its own copy of the learner's tensors."""
+
+    def __call__(self, obs: torch.Tensor) -> torch.Tensor:
+        """Exploring actions ``[E, ...]`` for ``obs [E, *obs_shape]``; advances the actor's own
+        step count (its exploration schedule) and draws only from its own generator."""
+        ...
+
+    def load(self, tensors: Sequence[torch.Tensor]) -> None:
+        """Refresh the acting copy from ``tensors`` (in the order of ``learner_tensors()``)."""
+        ...
+
+    def eval_policy(self) -> Callable[[Any], torch.Tensor]:
+        """Greedy actions of the acting copy for any number of observations (evaluations)."""
+        ...
+
+
+@runtime_checkable
+class OverlapAgent(Protocol):
+    """What an agent gives an overlapped run (beyond the agent protocol)."""
+
+    def learner_tensors(self) -> list[torch.Tensor]:
+        """The learner's tensors the actor acts from (parameters and buffers), in a fixed order."""
+        ...
+
+    def lagged_actor(self) -> LaggedActor:
+        """A fresh actor whose copy holds the learner's tensors now."""
+        ...
+
+
+class SnapshotActor(Generic[M]):
+    """An f32 copy of ``net`` (no gradients) that ``act(snapshot, obs)`` acts from and
+    ``greedy(snapshot, obs)`` evaluates from; :meth:`load` copies the learner's parameters and
+    buffers into it (the one export cast).
+
+    Args:
+        net: the learner's network (its parameters and buffers are ``learner_tensors()``).
+        act: ``act(snapshot, obs) -> actions``, exploring; keeps its own step count and generator.
+        greedy: ``greedy(snapshot, obs) -> actions`` for evaluations (the snapshot in eval mode).
+    """
+
+    def __init__(
+        self,
+        net: M,
+        act: Callable[[M, torch.Tensor], torch.Tensor],
+        greedy: Callable[[M, Any], torch.Tensor],
+    ) -> None:
+        self.snapshot: M = copy.deepcopy(net).float().requires_grad_(False)
+        self._dst = [*self.snapshot.parameters(), *self.snapshot.buffers()]
+        self._act, self._greedy = act, greedy
+
+    @torch.no_grad()
+    def load(self, tensors: Sequence[torch.Tensor]) -> None:
+        """Copy ``tensors`` (the learner's parameters then buffers) into the snapshot."""
+        for dst, src in zip(self._dst, tensors, strict=True):
+            dst.copy_(src)
+
+    @torch.no_grad()
+    def __call__(self, obs: torch.Tensor) -> torch.Tensor:
+        """Exploring actions from the snapshot."""
+        return self._act(self.snapshot, obs)
+
+    def eval_policy(self) -> Callable[[Any], torch.Tensor]:
+        """Greedy actions of the snapshot in eval mode (noisy layers at their mean weights)."""
+
+        @torch.no_grad()
+        def greedy(obs: Any) -> torch.Tensor:
+            self.snapshot.eval()
+            try:
+                return self._greedy(self.snapshot, obs)
+            finally:
+                self.snapshot.train()
+
+        return greedy
+
+
+class _Staging:
+    """The vector steps of one sync interval: one ``[capacity, E, ...]`` CPU tensor per field
+    (written through numpy views: a numpy row copy costs a fraction of a torch ``copy_``)."""
+
+    def __init__(self, first: Mapping[str, torch.Tensor], capacity: int, shared: bool) -> None:
+        self.capacity = capacity
+        self.rows = 0
+        self.fields: dict[str, torch.Tensor] = {}
+        for name in _FIELDS:
+            t = torch.empty((capacity, *first[name].shape), dtype=first[name].dtype)
+            self.fields[name] = t.share_memory_() if shared else t
+        self._views = [self.fields[name].numpy() for name in _FIELDS]
+
+    def add(self, values: Sequence[Any]) -> None:
+        """Stage one vector step (``values`` in the order of ``_FIELDS``: CPU tensors or arrays)."""
+        row = self.rows
+        if row == self.capacity:
+            raise RuntimeError(f"overlap staging holds {self.capacity} vector steps already")
+        for view, x in zip(self._views, values, strict=True):
+            view[row] = x.numpy() if isinstance(x, torch.Tensor) else x
+        self.rows = row + 1
+
+    def feed(self, agent: Any, rows: int) -> None:
+        """``agent.observe`` each of the first ``rows`` staged vector steps, in order."""
+        f = self.fields
+        for i in range(rows):
+            agent.observe(
+                f["obs"][i],
+                f["action"][i],
+                f["reward"][i],
+                f["next_obs"][i],
+                f["terminated"][i],
+                f["truncated"][i],
+            )
+
+
+def _pack(metrics: Sequence[Mapping[str, torch.Tensor]]) -> _Metrics:
+    """Metric dicts as ``(names, f32 values)`` pairs: what both learners hand back (so the values
+    logged are the same bits whichever learner ran)."""
+    out: _Metrics = []
+    for m in metrics:
+        names = tuple(m)
+        values = torch.stack([torch.as_tensor(m[k], dtype=torch.float32).detach().reshape(()) for k in names])
+        out.append((names, values.cpu().numpy()))
+    return out
+
+
+def _unpack(packed: _Metrics) -> list[dict[str, torch.Tensor]]:
+    return [{k: torch.tensor(v) for k, v in zip(names, values, strict=True)} for names, values in packed]
+
+
+class _InlineLearner:
+    """The lagged semantics in this process: the updates of a sync point run when it is reached,
+    their metrics and weights are handed to the actor at the next one."""
+
+    def __init__(self, agent: Any, schedule: Any, stagings: Sequence[_Staging]) -> None:
+        self.agent, self.schedule, self.stagings = agent, schedule, stagings
+        self.pending: _Metrics = []
+
+    def weights(self) -> Sequence[torch.Tensor]:
+        return self.agent.learner_tensors()
+
+    def start(self, which: int, rows: int, step: int) -> None:
+        self.stagings[which].feed(self.agent, rows)
+        self.pending = _pack(self.schedule.after_step(self.agent, step))
+
+    def finish(self) -> _Metrics:
+        out, self.pending = self.pending, []
+        return out
+
+    def fetch_state(self) -> None:
+        """The agent here is the learner: nothing to fetch."""
+
+    def close(self) -> None:
+        """Nothing to stop."""
+
+
+def _learner_main(agent: Any, schedule: Any, conn: Any, other_end: Any, stagings: Any, weights: Any) -> None:
+    """The learner process: observe the staged steps and run the due updates at each sync point,
+    publish the weights, answer; any exception is sent back (type, message, traceback)."""
+    other_end.close()  # the main process's end: an EOF on ``conn`` then means the main process is gone
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    torch.set_num_threads(1)
+    try:
+        while True:
+            msg = conn.recv()
+            if msg[0] == "sync":
+                _, which, rows, step = msg
+                stagings[which].feed(agent, rows)
+                packed = _pack(schedule.after_step(agent, step))
+                with torch.no_grad():
+                    for dst, src in zip(weights, agent.learner_tensors(), strict=True):
+                        dst.copy_(src)
+                conn.send(("done", packed))
+            elif msg[0] == "state":
+                buf = io.BytesIO()
+                torch.save({"agent": agent.state_dict(), "schedule": schedule.state_dict()}, buf)
+                conn.send(("state", buf.getvalue()))
+            else:  # "stop"
+                return
+    except EOFError:
+        return
+    except BaseException as exc:  # everything goes back to the main process
+        try:
+            conn.send(("error", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+        except OSError:
+            pass
+
+
+class _ProcessLearner:
+    """The lagged semantics with the agent's update side in a child process (module doc)."""
+
+    def __init__(self, agent: Any, schedule: Any, stagings: Sequence[_Staging]) -> None:
+        self.agent, self.schedule = agent, schedule
+        self.shared = [t.detach().clone().share_memory_() for t in agent.learner_tensors()]
+        ctx = mp.get_context("fork")
+        self.conn, child_end = ctx.Pipe()
+        self.proc = ctx.Process(
+            target=_learner_main,
+            args=(agent, schedule, child_end, self.conn, stagings, self.shared),
+            name="tritonrl-learner",
+            daemon=True,  # never outlives the main process
+        )
+        self.proc.start()
+        child_end.close()
+        self.outstanding = False
+
+    def weights(self) -> Sequence[torch.Tensor]:
+        return self.shared
+
+    def _recv(self) -> Any:
+        while not self.conn.poll(_POLL_S):
+            if not self.proc.is_alive():
+                raise LearnerProcessError(f"the learner process exited (code {self.proc.exitcode})")
+        try:
+            msg = self.conn.recv()
+        except EOFError:
+            self.proc.join(1.0)
+            raise LearnerProcessError(f"the learner process exited (code {self.proc.exitcode})") from None
+        if msg[0] == "error":
+            raise LearnerProcessError(f"learner process: {msg[1]}", msg[2])
+        return msg
+
+    def start(self, which: int, rows: int, step: int) -> None:
+        self.conn.send(("sync", which, rows, step))
+        self.outstanding = True
+
+    def finish(self) -> _Metrics:
+        if not self.outstanding:
+            return []
+        self.outstanding = False
+        return self._recv()[1]
+
+    def fetch_state(self) -> None:
+        """Load the learner's whole state (agent and schedule) into this process's copies."""
+        self.conn.send(("state",))
+        state = torch.load(io.BytesIO(self._recv()[1]), weights_only=False)
+        self.agent.load_state_dict(state["agent"])
+        self.schedule.load_state_dict(state["schedule"])
+
+    def close(self) -> None:
+        """Stop the learner process (asked first, then terminated); idempotent."""
+        if self.proc.is_alive():
+            try:
+                self.conn.send(("stop",))
+            except OSError:
+                pass
+            self.proc.join(5.0)
+            if self.proc.is_alive():
+                self.proc.terminate()
+                self.proc.join(5.0)
+        self.conn.close()
+
+
+def check_overlap(agent: Any, schedule: Any, collector: Any = None, distributed: bool = False) -> None:
+    """Raise ``ValueError`` unless an overlapped run can train ``agent`` with ``schedule``: an
+    :class:`OverlapAgent` on the CPU, an off-policy schedule (``train_freq``), no collector and no
+    data-parallel run (``distributed``)."""
+    if collector is not None or distributed:
+        raise ValueError("overlap steps the env itself: not with a collector or a data-parallel run")
+    if not isinstance(agent, OverlapAgent):
+        raise ValueError(
+            f"overlap: {type(agent).__name__} has no lagged_actor()/learner_tensors() "
+            "(off-policy agents only)"
+        )
+    period = getattr(schedule, "train_freq", None)
+    if not isinstance(period, int) or period < 1:
+        raise ValueError("overlap needs an off-policy schedule (one with train_freq)")
+    device = torch.device(getattr(agent, "device", "cpu"))
+    if device.type != "cpu":
+        raise ValueError(f"overlap runs on the CPU only (a forked learner), the agent is on {device}")
+
+
+class Overlap:
+    """The loop's side of an overlapped run: act and stage each vector step, sync at each crossed
+    multiple of ``train_freq`` (module doc).
+
+    Args:
+        agent: an :class:`OverlapAgent`.
+        schedule: an off-policy schedule (``train_freq``, ``after_step``).
+        step_env: the env's step (``actions -> Transition``).
+        step_size: global env steps per vector step (``num_envs``).
+        learner: ``"process"`` or ``"inline"``.
+
+    Raises:
+        ValueError: see :func:`check_overlap`.
+    """
+
+    def __init__(
+        self, agent: Any, schedule: Any, step_env: Callable[[Any], Any], step_size: int, learner: str
+    ) -> None:
+        check_overlap(agent, schedule)
+        period = schedule.train_freq
+        self.agent, self.schedule, self.step_env, self.kind = agent, schedule, step_env, learner
+        self.period, self.step_size = period, step_size
+        self.actor: LaggedActor = agent.lagged_actor()
+        self.capacity = -(-period // step_size) + 1  # vector steps between two sync points, at most
+        self.stagings: list[_Staging] = []
+        self.which = 0  # the staging the actor fills
+        self.learner: _InlineLearner | _ProcessLearner | None = None
+        self.dirty = True  # something happened since the last drain
+
+    def step(self, obs: Any) -> Any:
+        """Act from the snapshot, step the env, stage the transition; returns the env's transition."""
+        action = self.actor(obs)
+        tr = self.step_env(action)
+        values = (obs, action, tr.reward, tr.next_obs, tr.terminated, tr.truncated)
+        if self.learner is None:  # the first step fixes the staging's shapes; the learner starts once
+            first = {k: torch.as_tensor(v) for k, v in zip(_FIELDS, values, strict=True)}
+            shared = self.kind == "process"
+            self.stagings = [_Staging(first, self.capacity, shared) for _ in range(2)]
+            make = _ProcessLearner if shared else _InlineLearner
+            self.learner = make(self.agent, self.schedule, self.stagings)
+        self.stagings[self.which].add(values)
+        self.dirty = True
+        return tr
+
+    def after_step(self, prev: int, step: int) -> list[dict[str, torch.Tensor]]:
+        """At a sync point (``step`` crossed a multiple of ``train_freq``): :meth:`sync`; else nothing."""
+        if step // self.period == prev // self.period:
+            return []
+        return self.sync(step)
+
+    def sync(self, step: int) -> list[dict[str, torch.Tensor]]:
+        """Wait for the learner's previous round, act from its weights from now on, hand it the
+        staged steps and the updates due at ``step``; returns the previous round's metrics.
+
+        Raises:
+            LearnerProcessError: the learner raised or died.
+        """
+        learner = self.learner
+        if learner is None:
+            return []
+        packed = learner.finish()
+        self.actor.load(learner.weights())
+        staging = self.stagings[self.which]
+        learner.start(self.which, staging.rows, step)
+        staging.rows = 0
+        self.which = 1 - self.which
+        return _unpack(packed)
+
+    def drain(self, step: int) -> list[dict[str, torch.Tensor]]:
+        """Bring the learner up to ``step``: hand it the staged steps, wait for its updates, act
+        from its weights, and load its whole state into this process's agent and schedule (for
+        an evaluation at the end, a checkpoint, the caller). Returns the metrics not returned yet."""
+        if self.learner is None or not self.dirty:
+            return []
+        out = self.sync(step)
+        out += _unpack(self.learner.finish())
+        self.actor.load(self.learner.weights())
+        self.learner.fetch_state()
+        self.dirty = False
+        return out
+
+    def eval_policy(self) -> Callable[[Any], torch.Tensor]:
+        """Greedy actions from the weights the actor acts with."""
+        return self.actor.eval_policy()
+
+    def close(self) -> None:
+        """Stop the learner (the learner process ends; no orphan); idempotent."""
+        if self.learner is not None:
+            self.learner.close()
