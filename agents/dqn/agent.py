@@ -292,11 +292,13 @@ class DQNAgent(DQNCheckpoint, AgentBase):
         when some environment acts greedily."""
         n = x.shape[0]
         rand = torch.randint(self.action["n"], (n,), device=self.device, generator=self.generator)
-        pick = torch.rand((n,), device=self.device, generator=self.generator).numpy() < np.float32(eps)
-        if pick.all():
+        u = torch.rand((n,), device=self.device, generator=self.generator).tolist()
+        eps32 = float(np.float32(eps))  # f32 draws against eps rounded to f32: torch's comparison
+        pick = [v < eps32 for v in u]
+        if all(pick):
             return rand
         greedy = self._q(x, True).argmax(-1)
-        if not pick.any():
+        if not any(pick):
             return greedy
         return torch.from_numpy(np.where(pick, rand.numpy(), greedy.numpy()))
 
