@@ -431,37 +431,9 @@ def run(quick: bool = False) -> list[Row]:
     rows: list[Row] = []
     if torch.cuda.is_available():  # first: on a GPU machine they are the point, and a time limit cuts the end
         rows.extend(_gpu_rows(quick))
-    loop_note = "tritonrl.toolkit.training.loop + offpolicy schedule"
     modes = ("none",) if quick else ("none", "default")  # quick: no compilation in the loop rows
     for envs in (1, num_envs):
-        plural = "s" if envs > 1 else ""
-        case = f"{ENV_ID}, {envs} env{plural}: env steps/s at CleanRL's defaults"
-        ref = reference_dqn(steps, num_envs=envs)
-        rows.append(
-            Row(
-                NAME,
-                case,
-                "reference: single file",
-                ref,
-                "steps/s",
-                1.0,
-                "vector env, host replay, numpy<->torch",
-            )
-        )
-        if envs == 1:
-            lean = reference_dqn(steps, lean=True)
-            rows.append(
-                Row(NAME, case, "reference: lean single file", lean, "steps/s", lean / ref, "for scale")
-            )
-        for name in ("dqn", "rainbow") if envs > 1 else ("dqn",):
-            for mode in modes:
-                sps = loop_sps(name, steps, envs, compile=mode)
-                label = name if mode == "none" else f"{name}, compile={mode}"
-                rows.append(Row(NAME, case, label, sps, "steps/s", sps / ref, loop_note))
-        if envs == 1:
-            sps = loop_sps("dqn", steps, envs, overlap=True)
-            note = "learner process; needs a free core"
-            rows.append(Row(NAME, case, "dqn, overlap", sps, "steps/s", sps / ref, note))
+        rows.extend(loop_rows(envs, steps, modes))
     collect = f"{ENV_ID} env steps/s, collection only (act, step, store)"
     ref_c = reference_dqn(steps, learn=False)
     rows.append(Row(NAME, collect, "reference: single file (1 env)", ref_c, "steps/s", 1.0))
@@ -512,6 +484,40 @@ def run(quick: bool = False) -> list[Row]:
     return rows
 
 
+def loop_rows(envs: int, steps: int, modes: tuple[str, ...] = ("none",)) -> list[Row]:
+    """The loop rows at ``envs`` environments: the reference (and, at 1 env, the lean one), then
+    ``dqn`` (and, at more, ``rainbow``) in each compile mode of ``modes``, ``steps`` timed env
+    steps each."""
+    plural = "s" if envs > 1 else ""
+    case = f"{ENV_ID}, {envs} env{plural}: env steps/s at CleanRL's defaults"
+    ref = reference_dqn(steps, num_envs=envs)
+    rows = [
+        Row(
+            NAME,
+            case,
+            "reference: single file",
+            ref,
+            "steps/s",
+            1.0,
+            "vector env, host replay, numpy<->torch",
+        )
+    ]
+    if envs == 1:
+        lean = reference_dqn(steps, lean=True)
+        rows.append(Row(NAME, case, "reference: lean single file", lean, "steps/s", lean / ref, "for scale"))
+    loop_note = "tritonrl.toolkit.training.loop + offpolicy schedule"
+    for name in ("dqn", "rainbow") if envs > 1 else ("dqn",):
+        for mode in modes:
+            sps = loop_sps(name, steps, envs, compile=mode)
+            label = name if mode == "none" else f"{name}, compile={mode}"
+            rows.append(Row(NAME, case, label, sps, "steps/s", sps / ref, loop_note))
+    if envs == 1:
+        sps = loop_sps("dqn", steps, envs, overlap=True)
+        note = "learner process; needs a free core"
+        rows.append(Row(NAME, case, "dqn, overlap", sps, "steps/s", sps / ref, note))
+    return rows
+
+
 def _gpu_rows(quick: bool) -> list[Row]:
     import os
 
@@ -559,3 +565,21 @@ def _gpu_rows(quick: bool) -> list[Row]:
             gpu,
         ),
     ]
+
+
+if __name__ == "__main__":
+    import argparse
+
+    from tritonrl.toolkit.cli.bench import env_header, format_table, one_cpu_thread
+
+    parser = argparse.ArgumentParser(description="DQN loop throughput beside a single-file reference")
+    parser.add_argument("--quick", action="store_true", help="short runs, no compiled rows")
+    parser.add_argument("--envs", type=int, help="only the eager loop rows at this many environments")
+    args = parser.parse_args()
+    print(env_header())
+    with one_cpu_thread():
+        if args.envs is None:
+            table = run(quick=args.quick)
+        else:
+            table = loop_rows(args.envs, 3_000 if args.quick else 20_000)
+    print(format_table(table))

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 import torch
 from tritonrl.agents.dqn import plumbing
 from tritonrl.agents.dqn.config import AGENT_KIND, DQNConfig
@@ -173,6 +174,10 @@ class DQNAgent(LaggedActing, DQNCheckpoint, AgentBase):
         self._learn_icm = Compiled(self._icm_loss, cfg.compile, self.device)
         act_mode = cfg.compile if self.device.type == "cuda" else "none"
         self._act_q = Compiled(self._online_q, act_mode, self.device)
+        # On a CPU the exploration draws are read on the host (no sync there), chosen once: the
+        # greedy forward is skipped for the environments that explore, and the choice between
+        # the random and the greedy action is a numpy select instead of two tensor ops.
+        self._host_explore = self.device.type == "cpu" and not self.factored
 
     def _build_buffer(self) -> ReplayBuffer:
         """An empty replay of this rank's ``buffer_size`` share (:func:`plumbing.build_replay`)."""
@@ -272,10 +277,31 @@ class DQNAgent(LaggedActing, DQNCheckpoint, AgentBase):
                 accelerator tensors at the next :meth:`update` or :meth:`check_inputs`, see
                 :attr:`inputs`).
         """
-        q = self._q(self._ingest(obs, "act"), explore)
-        action = self.epsilon_greedy(q.argmax(-1), self.epsilon() if explore else 0.0)
+        x = self._ingest(obs, "act")
+        eps = self.epsilon() if explore else 0.0
+        if eps > 0.0 and self._host_explore:
+            action = self._host_epsilon_greedy(x, eps)
+        else:
+            action = self.epsilon_greedy(self._q(x, explore).argmax(-1), eps)
         self.inputs.acted(action)
         return action
+
+    def _host_epsilon_greedy(self, x: torch.Tensor, eps: float) -> torch.Tensor:
+        """:meth:`epsilon_greedy` of the greedy actions for ``x``, on a CPU (Discrete actions): the
+        same draws from the agent's generator in the same order (the forward draws nothing) and
+        the same comparison (``rand < eps`` in f32), so the same actions; the forward runs only
+        when some environment acts greedily."""
+        n = x.shape[0]
+        rand = torch.randint(self.action["n"], (n,), device=self.device, generator=self.generator)
+        u = torch.rand((n,), device=self.device, generator=self.generator).tolist()
+        eps32 = float(np.float32(eps))  # f32 draws against eps rounded to f32: torch's comparison
+        pick = [v < eps32 for v in u]
+        if all(pick):
+            return rand
+        greedy = self._q(x, True).argmax(-1)
+        if not any(pick):
+            return greedy
+        return torch.from_numpy(np.where(pick, rand.numpy(), greedy.numpy()))
 
     def eval_policy(self) -> Callable[[Any], torch.Tensor]:
         """A greedy acting function for evaluation: ``obs [N, *obs_shape]`` with any ``N``, to the

@@ -12,7 +12,7 @@ from typing import Any, cast
 
 import torch
 from torch import nn
-from tritonrl.kernels.noisy_head import NoisyParams, expected_q, noisy_dueling, noisy_linear
+from tritonrl.kernels.noisy_head import NoisyParams, expected_q, linear_q, noisy_dueling, noisy_linear
 from tritonrl.kernels.validate import check_int
 from tritonrl.toolkit.precision import dtype_or_default
 
@@ -206,6 +206,8 @@ class DuelingHead(nn.Module):
         width = hidden if hidden is not None else in_features
         self.value = NoisyLinear(width, atoms, **kw) if dueling else None
         self.advantage = NoisyLinear(width, num_actions * atoms, **kw)
+        self.plain = not noisy and not dueling and hidden is None and atoms == 1
+        """One plain linear layer (DQN's head): the forward takes :func:`linear_q` where it can."""
 
     def forward(
         self, h: torch.Tensor, support: torch.Tensor | None = None
@@ -218,6 +220,12 @@ class DuelingHead(nn.Module):
         Raises:
             TypeError, ValueError: from :func:`tritonrl.kernels.noisy_head.noisy_dueling` (dtype, shapes).
         """
+        adv = self.advantage
+        if self.plain and support is None and type(adv) is NoisyLinear:  # DQN: one plain layer
+            params = adv._parameters  # (its tensors straight from the registry, as params() reads them)
+            q = linear_q(h, cast(torch.Tensor, params["weight_mu"]), params["bias_mu"])
+            if q is not None:
+                return q
         x = self.hidden(h) if self.hidden is not None else h
         res = noisy_dueling(
             x,

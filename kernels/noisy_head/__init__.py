@@ -18,9 +18,18 @@ from tritonrl.kernels.noisy_head.api import (
     NOISY_DUELING,
     NOISY_LINEAR,
     expected_q,
+    linear_q,
     noisy_dueling,
     noisy_linear,
 )
 from tritonrl.kernels.noisy_head.reference import NoisyParams
 
-__all__ = ["NOISY_DUELING", "NOISY_LINEAR", "NoisyParams", "expected_q", "noisy_dueling", "noisy_linear"]
+__all__ = [
+    "NOISY_DUELING",
+    "NOISY_LINEAR",
+    "NoisyParams",
+    "expected_q",
+    "linear_q",
+    "noisy_dueling",
+    "noisy_linear",
+]

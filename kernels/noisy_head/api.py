@@ -25,6 +25,7 @@ __all__ = [
     "SUPPORTED_DTYPES",
     "check_noisy_params",
     "expected_q",
+    "linear_q",
     "noisy_dueling",
     "noisy_linear",
 ]
@@ -297,6 +298,37 @@ def noisy_dueling(
         bool(log_softmax),
         support,
     )
+
+
+def linear_q(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
+    """The plain case of :func:`noisy_dueling` (no value stream, no noise, one atom) where the op
+    runs its torch reference: ``F.linear(x, weight, bias)`` in f32, ``[B, A]``, the same values
+    as ``noisy_dueling(x, (weight, None, bias), num_actions=A, noise=False)`` viewed ``[B, A]``,
+    and counted as a torch call of :data:`NOISY_DUELING`; without the op's validation and dispatch
+    layers, which cost more than the product for a small batch (one environment acting).
+
+    Returns ``None`` where the general op must run: a device whose selection is Triton, under
+    ``torch.compile``, or inputs the few checks here do not vouch for (not a 2-D tensor of
+    ``weight``'s dtype, device and input features, an empty batch, a bias of another dtype or
+    device): :func:`noisy_dueling` then validates them and raises its errors.
+    """
+    if type(x) is not torch.Tensor or torch.compiler.is_compiling():
+        return None
+    if x.dim() != 2 or x.shape[0] == 0 or x.shape[1] != weight.shape[-1] or weight.dim() != 2:
+        return None
+    if x.dtype != weight.dtype or x.device != weight.device or x.dtype not in SUPPORTED_DTYPES:
+        return None
+    if bias is not None and (bias.dtype != weight.dtype or bias.device != weight.device):
+        return None
+    if NOISY_DUELING.select(x.device).backend != "torch":
+        return None
+    return NOISY_DUELING.dispatch(
+        x.device, _unreachable, lambda: torch.nn.functional.linear(x, weight, bias).float()
+    )
+
+
+def _unreachable() -> torch.Tensor:
+    raise AssertionError("linear_q dispatched to Triton after selecting torch")
 
 
 def _strip(p: NoisyParams, noise: bool) -> NoisyParams:

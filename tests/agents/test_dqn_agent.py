@@ -145,6 +145,31 @@ def test_epsilon_schedule_and_noisy_exploration() -> None:
     assert not torch.equal(explore0, noisy.q_values(torch.ones(1, 4), explore=True))
 
 
+@pytest.mark.parametrize("num_envs", [1, 8])
+def test_host_exploration_acts_as_the_tensor_path(num_envs: int) -> None:
+    """A CPU agent's host exploration path (numpy select, greedy forward skipped when every
+    environment explores) gives exactly the actions and generator states of the tensor path
+    (``torch.where`` of ``rand < eps``) at every epsilon of the schedule, all-random, all-greedy
+    and mixed steps included. Exact equality: the same draws, the same f32 comparison."""
+    agents = [_agent("dqn", num_envs=num_envs, eps_decay_steps=200) for _ in range(2)]
+    assert agents[0]._host_explore
+    agents[1]._host_explore = False  # the path of an accelerator agent
+    g = torch.Generator().manual_seed(3)
+    mixed = 0
+    for _ in range(300 // num_envs):
+        obs = torch.randn(num_envs, 4, generator=g)
+        greedy = agents[0].act(obs, explore=False)
+        acts = [agent.act(obs) for agent in agents]
+        assert torch.equal(acts[0], acts[1]) and acts[0].dtype == torch.int64
+        assert torch.equal(agents[0].generator.get_state(), agents[1].generator.get_state())
+        mixed += int(0 < int((acts[0] != greedy).sum()) < num_envs)
+        for agent in agents:  # advance the epsilon schedule
+            agent.env_steps += num_envs
+    assert agents[0].epsilon() == pytest.approx(agents[0].config.eps_end)  # the schedule ran out
+    if num_envs > 1:
+        assert mixed > 0  # some steps mixed random and greedy actions
+
+
 def test_target_updates_hard_and_polyak() -> None:
     agent = _agent("dqn", target_update_every=3)
     _fill(agent, 20)

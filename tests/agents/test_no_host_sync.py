@@ -21,6 +21,10 @@ What a CPU run can and cannot prove:
 - The replay buffer's CPU fast path reads and writes its storage through numpy views (host
   memory, where the storage lives on a CPU; a CUDA buffer has none): the test switches the views
   off, so that the gather runs the ``index_select`` a CUDA buffer runs.
+- The DQN agent's CPU acting path reads its exploration draws on the host (a numpy select
+  between the random and the greedy actions, the greedy forward skipped when every environment
+  explores); a CUDA agent never takes it (chosen once from the device): the test switches it off,
+  so that acting runs the tensor ``where`` a CUDA agent runs.
 - The CPU implementations of ``per_sample`` and ``per_update`` (the priority tree of
   prioritized replay) work on numpy views of the tree, host memory by design; they run with the
   guard lifted (see :meth:`HostReads.lifted`). On CUDA their Triton launchers read no tensor
@@ -146,6 +150,9 @@ def _accelerator_defaults(agent: Any) -> None:
         if isinstance(buffer, ReplayBuffer):  # without its numpy views of CPU storage (see above)
             assert buffer._views is not None
             buffer._views = None
+    if isinstance(agent, DQNAgent):  # the host exploration path of a CPU agent (see above)
+        assert agent._host_explore == (not agent.factored)
+        agent._host_explore = False
 
 
 def _step(agent: Any, g: torch.Generator) -> None:

@@ -22,6 +22,7 @@ from tritonrl.kernels.noisy_head import (
     NOISY_LINEAR,
     NoisyParams,
     expected_q,
+    linear_q,
     noisy_dueling,
     noisy_linear,
 )
@@ -667,3 +668,32 @@ def test_gpu_backward_failure_falls_back(monkeypatch) -> None:
     gr = grads_with(noisy_linear_ref(xd, *pd), leaves(xd, pd), ups)
     for k, (g, r) in enumerate(zip(gs, gr, strict=True)):
         assert_f32_close(g, r, f"grad #{k}", rel=1e-4)
+
+
+def test_linear_q_is_the_plain_dueling_op(monkeypatch) -> None:
+    """``linear_q`` returns exactly what ``noisy_dueling`` returns for one stream, no noise and one
+    atom (viewed ``[B, A]``; the same torch reference, so equal bits), with the same gradients,
+    counted as a torch call; ``None`` where the general op must run (Triton selected, inputs it
+    does not vouch for), so that the op's own errors are raised."""
+    gen = torch.Generator().manual_seed(0)
+    p = make_layer(3, 5, gen)
+    x = torch.randn(4, 5, generator=gen, requires_grad=True)
+    NOISY_DUELING.reset()
+    q = linear_q(x, p.weight_mu, p.bias_mu)
+    assert q is not None and NOISY_DUELING.counts == {"torch": 1}
+    ref = noisy_dueling(x, p, num_actions=3, noise=False)
+    assert torch.equal(q, ref.view(4, 3)) and q.dtype == torch.float32
+    up = torch.randn(4, 3, generator=gen)
+    got = torch.autograd.grad(q, [x, p.weight_mu, p.bias_mu], up)
+    want = torch.autograd.grad(ref.view(4, 3), [x, p.weight_mu, p.bias_mu], up)
+    for g, w in zip(got, want, strict=True):
+        assert torch.equal(g, w)
+    assert linear_q(x.detach(), p.weight_mu, None) is not None  # no bias
+    for bad in (x.detach()[:, :4], x.detach()[:0], x.detach().double(), x.detach()[None]):
+        assert linear_q(bad, p.weight_mu, p.bias_mu) is None
+    assert linear_q(x.detach(), p.weight_mu, p.bias_mu.double()) is None
+    pytest.importorskip("triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setenv("TRITONRL_BACKEND", "triton")  # CPU tensors under the Triton interpreter
+    assert NOISY_DUELING.select(x.device).backend == "triton"
+    assert linear_q(x.detach(), p.weight_mu, p.bias_mu) is None

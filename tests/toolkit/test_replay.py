@@ -57,17 +57,21 @@ def test_nstep_returns_by_hand() -> None:
     assert buf.pending == 3  # steps 3 and 4 of env 0 (its new episode), step 4 of env 1
 
 
+@pytest.mark.parametrize("num_envs", [3, 40])
 @pytest.mark.parametrize("prioritized", [False, True])
 @pytest.mark.parametrize("obs_dtype", [torch.float32, torch.bfloat16])
-def test_direct_add_equals_extend(prioritized: bool, obs_dtype: torch.dtype) -> None:
-    """add() of tensors writes the ring directly (numpy views of f32 CPU storage, copy_ otherwise);
-    the buffer must equal one filled by extend() bit for bit, across the ring's wrap-around and with
-    inputs whose dtypes need converting (f64 observations, int32 actions, f64 rewards)."""
+def test_direct_add_equals_extend(prioritized: bool, obs_dtype: torch.dtype, num_envs: int) -> None:
+    """add() of tensors writes the ring directly (numpy views of f32 CPU storage: through
+    ``tolist()`` for a few environments, array writes for more; copy_ otherwise); the buffer must
+    equal one filled by extend() bit for bit, across the ring's wrap-around and with inputs whose
+    dtypes need converting (f64 observations, int32 actions, f64 rewards)."""
     rng = np.random.default_rng(1)
-    steps = [make_step(t, 3, rng) for t in range(30)]
-    kw: dict[str, Any] = dict(num_envs=3, gamma=0.9, obs_dtype=obs_dtype)
+    steps = [make_step(t, num_envs, rng) for t in range(30)]
+    kw: dict[str, Any] = dict(num_envs=num_envs, gamma=0.9, obs_dtype=obs_dtype)
     kind = PrioritizedReplayBuffer if prioritized else ReplayBuffer
-    a, b = kind(17, OBS, **kw), kind(17, OBS, **kw)
+    capacity = 6 * num_envs - 1  # wraps around
+    a, b = kind(capacity, OBS, **kw), kind(capacity, OBS, **kw)
+    assert a._staging.small == (num_envs == 3)  # both host paths run
     for t, s in enumerate(steps):
         obs, act, rew, nxt, term, trunc = to_tensors(s)
         if t % 2:

@@ -17,6 +17,7 @@ advances the buffer's counters with ``_advance``. The interface the buffer uses 
 from __future__ import annotations
 
 import abc
+import math
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -39,6 +40,12 @@ if TYPE_CHECKING:
 
 __all__ = ["STAGINGS", "DeviceStaging", "HostStaging", "Staging", "staging_class"]
 
+_SMALL = 64
+"""Vector steps of at most this many observation entries are written through ``tolist()``: for a
+few environments a list costs less than a tensor's ``numpy()`` (microseconds each)."""
+_REAL = (torch.float32, torch.float64, torch.float16, torch.int64, torch.int32, torch.uint8)
+"""Reward dtypes of the small-step path (those numpy reads; ``bool`` is refused as a reward)."""
+
 Spec = dict[str, tuple[tuple[int, ...], torch.dtype]]
 """State tensors by key: expected shape and stored dtype."""
 
@@ -56,6 +63,7 @@ class Staging(abc.ABC):
         E = buf.num_envs
         self.obs_full = torch.Size((E, *buf.obs_shape))  # the input shapes of one vector step
         self.act_full = torch.Size((E, *buf.action_shape))
+        self.vec = torch.Size((E,))
 
     @staticmethod
     @abc.abstractmethod
@@ -132,6 +140,9 @@ class HostStaging(Staging):
         self.views: tuple[np.ndarray, np.ndarray] | None = None
         if buf._views is not None:  # the buffer's storage has numpy views: so has the staging area
             self.views = (self.obs.numpy(), self.action.numpy())
+        self.small = E * math.prod(buf.obs_shape) <= _SMALL
+        """One-step adds of CPU tensors to storage with numpy views go through :meth:`_add_small`."""
+        self.gamma32 = float(np.float32(buf.gamma))  # a discount as the f32 ring stores it
 
     @staticmethod
     def memory_bytes(
@@ -187,6 +198,10 @@ class HostStaging(Staging):
         obs_kind = self.obs_kind
         if not (obs_kind(obs.dtype) and obs_kind(next_obs.dtype) and self.act_kind(action.dtype)):
             return False
+        if self.small and buf._views is not None and type(reward) is T and type(terminated) is T:
+            return type(truncated) is T and self._add_small(
+                obs, action, reward, next_obs, terminated, truncated
+            )
         rew, term, trunc = host_vector(reward), host_vector(terminated), host_vector(truncated)
         if rew is None or term is None or trunc is None:
             return False
@@ -212,6 +227,48 @@ class HostStaging(Staging):
             buf._reward[pos:end].copy_(torch.from_numpy(rew.astype(np.float32, copy=False)))
             disc = np.multiply(~term, np.float32(buf.gamma), dtype=np.float32)
             buf._discount[pos:end].copy_(torch.from_numpy(disc))
+        buf._on_commit(pos, E)
+        buf._advance(E)
+        buf._steps += 1
+        return True
+
+    def _add_small(
+        self,
+        obs: torch.Tensor,
+        action: torch.Tensor,
+        reward: torch.Tensor,
+        next_obs: torch.Tensor,
+        terminated: torch.Tensor,
+        truncated: torch.Tensor,
+    ) -> bool:
+        """:meth:`_add_one` for a few environments' CPU tensors (shapes and obs/action dtypes
+        checked by the caller, numpy views of the storage, no wrap-around): the values through
+        ``tolist()``, the same stored values as the numpy path (the same casts: a Python float
+        of an f32 or f64 entry rounds as the array would). ``False`` (nothing changed) for what
+        :meth:`extend` must handle: another device or dtype, a NaN/inf reward (its error)."""
+        buf = self.buf
+        vec = self.vec
+        if not (reward.is_cpu and terminated.is_cpu and truncated.is_cpu):
+            return False
+        if reward.shape != vec or terminated.shape != vec or truncated.shape != vec:
+            return False
+        if terminated.dtype is not torch.bool or truncated.dtype is not torch.bool:
+            return False
+        if reward.dtype not in _REAL or not (obs.is_cpu and next_obs.is_cpu and action.is_cpu):
+            return False
+        rew = reward.tolist()
+        if reward.dtype.is_floating_point and not math.isfinite(sum(rew)):
+            return False  # extend raises the error (or stores finite f64 rewards whose sum overflows)
+        assert buf._views is not None  # checked by the caller
+        np_obs, np_next, np_act, np_rew, np_disc = buf._views
+        E, pos = buf.num_envs, buf._pos
+        end = pos + E
+        np_obs[pos:end] = obs.tolist()
+        np_next[pos:end] = next_obs.tolist()
+        np_act[pos:end] = action.tolist()
+        np_rew[pos:end] = rew
+        gamma = self.gamma32
+        np_disc[pos:end] = [0.0 if done else gamma for done in terminated.tolist()]
         buf._on_commit(pos, E)
         buf._advance(E)
         buf._steps += 1
