@@ -53,6 +53,13 @@ class _OffPolicyConfig(Config):
     tags: tuple[str, ...] = resumable(())
     """Free-form labels (a preset records its name here)."""
 
+    @property
+    def action_kind(self) -> str:
+        """``"continuous"``: the action kind an environment built for this config offers (a
+        market run's target position in ``[-1, 1]``,
+        :func:`tritonrl.toolkit.training.market.env_config_for`)."""
+        return "continuous"
+
     def _check(self, ranges: dict[str, str]) -> None:
         check_config(self, {**_RANGES, **ranges})
         if self.buffer_size < self.batch_size:

@@ -1,4 +1,4 @@
-"""Data-parallel agents on 2 gloo ranks: N ranks x E envs learn as 1 rank x N*E envs.
+"""Data-parallel agents (PPO, DQN, SAC, TD3) on 2 gloo ranks: N ranks x E envs learn as 1 rank x N*E envs.
 
 Each 2-rank run (:func:`dist_run.run_ranks`, fresh processes) is compared with one process holding
 the union of the ranks' data. The agreement is to f32 rounding, not bit for bit: a rank's loss is
@@ -29,6 +29,8 @@ from tritonrl.agents.dqn import DQNAgent
 from tritonrl.agents.dqn import preset as dqn_preset
 from tritonrl.agents.ppo import PPOAgent
 from tritonrl.agents.ppo import preset as ppo_preset
+from tritonrl.agents.sac import SACAgent, TD3Agent
+from tritonrl.agents.sac import preset as sac_preset
 from tritonrl.toolkit.distributed import SINGLE_PROCESS, DistContext, DistributedError
 from tritonrl.toolkit.optim import MasterWeightOptimizer
 from tritonrl.toolkit.precision import training_dtype
@@ -552,3 +554,144 @@ def test_running_mean_std_merge_pools_two_streams() -> None:
     empty, other = RunningMeanStd((3,), epsilon=0.0), RunningMeanStd((3,), epsilon=0.0)
     empty.merge(other)  # nothing into nothing: no NaN
     assert bool(torch.isfinite(empty.var).all()) and float(empty.count) == 0.0
+
+
+# ----------------------------------------------------------------------------- SAC / TD3
+
+BOX = gym.spaces.Box(-2.0, 2.0, (2,), np.float32)  # rescaled onto [-1, 1] by the agents
+OFF_UPDATES = 3  # updates 0 and 2 step the actor (policy_frequency=2); update 1 does not
+
+
+def _off_config(kind: str) -> object:
+    base: dict[str, object] = dict(hidden=(8, 8), buffer_size=16, batch_size=B, learning_starts=0)
+    return sac_preset(kind, **base)
+
+
+def _off_data(seed: int = 5) -> dict[str, list[torch.Tensor]]:
+    """Fixed global batches (one per update; rows ``4r:4r+4`` are rank ``r``'s) and a fixed
+    sequence of global noise draws ``[B, 2]`` (one per ``_randn`` call, more than any update uses)."""
+    g = torch.Generator().manual_seed(seed)
+    batches = []
+    for _ in range(OFF_UPDATES):
+        done = torch.rand(B, generator=g) < 0.25
+        batches.append(
+            ReplayBatch(
+                obs=torch.randn(B, 4, generator=g),
+                action=torch.rand(B, 2, generator=g) * 2.0 - 1.0,
+                reward=torch.randn(B, generator=g),
+                next_obs=torch.randn(B, 4, generator=g),
+                discount=torch.where(done, 0.0, 0.99),
+                indices=torch.arange(B),
+                weights=torch.ones(B),
+            )
+        )
+    return {"batches": batches, "noise": [torch.randn(B, 2, generator=g) for _ in range(8 * OFF_UPDATES)]}
+
+
+def _off_nets(agent: SACAgent | TD3Agent) -> dict[str, torch.nn.Module]:
+    if isinstance(agent, SACAgent):
+        return {
+            "actor": agent.actor,
+            "critic": agent.critic,
+            "critic_target": agent.critic_target,
+            "log_alpha": agent.log_alpha,
+        }
+    return {
+        "actor": agent.actor,
+        "critic": agent.critic,
+        "critic_target": agent.critic_target,
+        "actor_target": agent.actor_target,
+    }
+
+
+def _off_run(agent: SACAgent | TD3Agent, data: dict[str, list[torch.Tensor]], rows: slice) -> list[object]:
+    """``OFF_UPDATES`` updates on ``batches[k][rows]`` with the noise rows ``rows`` of the fixed
+    draws (replay sampling and the agent's generator replaced); after each update, every
+    network's parameters and the gradients its last step applied (the all-reduced mean)."""
+    g = torch.Generator().manual_seed(9)
+    n = agent.num_envs
+    for _ in range(3):  # transitions to satisfy update()'s size check
+        obs = torch.randn(n, 4, generator=g).numpy()
+        agent.observe(
+            obs,
+            np.zeros((n, 2), np.float32),
+            np.zeros(n, np.float32),
+            obs,
+            np.zeros(n, bool),
+            np.zeros(n, bool),
+        )
+    fixed = iter(ReplayBatch(*(t[rows] for t in b)) for b in data["batches"])
+    noise = iter(z[rows] for z in data["noise"])
+
+    def sample(batch_size: int, generator: torch.Generator | None = None) -> ReplayBatch:
+        assert batch_size == agent.batch_size
+        return next(fixed)
+
+    def randn(count: int) -> torch.Tensor:
+        z = next(noise)
+        assert z.shape[0] == count
+        return z
+
+    agent.buffer.sample = sample  # type: ignore[method-assign]
+    agent._randn = randn  # type: ignore[method-assign]
+    out: list[object] = []
+    for _ in range(OFF_UPDATES):
+        metrics = agent.update()
+        step: dict[str, object] = {"actor_stepped": "losses/actor_loss" in metrics}
+        for name, net in _off_nets(agent).items():
+            params = list(net.parameters())
+            step[name] = [p.detach().clone() for p in params]
+            step[f"{name}.grad"] = [p.grad.clone() for p in params if p.grad is not None]
+        out.append(step)
+    return out
+
+
+def _off_ranks(ctx: DistContext, data: dict[str, list[torch.Tensor]]) -> dict[str, object]:
+    rows = slice(4 * ctx.rank, 4 * ctx.rank + 4)
+    out: dict[str, object] = {}
+    for kind, cls in (("sac", SACAgent), ("td3", TD3Agent)):
+        agent = cls(OBS, BOX, _off_config(kind), num_envs=2, seed=0, dist=ctx)
+        out[kind] = _off_run(agent, data, rows)
+        out[f"{kind}.sizes"] = (agent.batch_size, agent.buffer_size)
+    return out
+
+
+@pytest.fixture(scope="module")
+def off_ranks() -> tuple[dict[str, list[torch.Tensor]], list[dict[str, object]]]:
+    """SAC and TD3 on 2 ranks, in one pair of processes (a spawn costs seconds)."""
+    data = _off_data()
+    return data, run_ranks(_off_ranks, 2, data)
+
+
+@pytest.mark.parametrize("kind", ["sac", "td3"])
+def test_sac_td3_two_ranks_update_equals_one_process_on_the_union(
+    kind: str, off_ranks: tuple[dict[str, list[torch.Tensor]], list[dict[str, object]]]
+) -> None:
+    """Three updates of the critics, the actor (updates 0 and 2: the delayed step; SAC takes two
+    actor and ``log_alpha`` steps at update 0) and the targets on 2 ranks equal one process on the
+    union of the ranks' batches and noise, within the module's tolerance (the critics' Adam
+    ``lr / eps`` is 1e5, but no gradient here is near ``eps``). Both parametrizations share one
+    2-rank spawn: ~14 s here in all (shared 2-core machine, load 3), the DQN one ~22 s."""
+    data, ranks = off_ranks
+    cls = SACAgent if kind == "sac" else TD3Agent
+    single = cls(OBS, BOX, _off_config(kind), num_envs=E, seed=0, dist=SINGLE_PROCESS)
+    want = _off_run(single, data, slice(0, B))
+    r0, r1 = ranks[0][kind], ranks[1][kind]
+    assert [s["actor_stepped"] for s in want] == [True, False, True]  # the delayed actor update
+    names = ("actor", "critic", "critic_target", "log_alpha" if kind == "sac" else "actor_target")
+    for k, (a, b, w) in enumerate(zip(r0, r1, want, strict=True)):
+        assert a["actor_stepped"] == b["actor_stepped"] == w["actor_stepped"]
+        for name in names:
+            _same(a[name], b[name], f"update {k}: {name} of rank 0 and rank 1")
+            _same(a[f"{name}.grad"], b[f"{name}.grad"], f"update {k}: {name} gradients of the ranks")
+            assert len(a[f"{name}.grad"]) == len(w[f"{name}.grad"]), (k, name)
+            for i, (g, gw) in enumerate(zip(a[f"{name}.grad"], w[f"{name}.grad"], strict=True)):
+                _close(g, gw, f"update {k}: {name} gradient {i}")
+            for i, (p, pw) in enumerate(zip(a[name], w[name], strict=True)):
+                _close(p, pw, f"update {k}: {name} parameter {i}")
+    # the trainable networks have gradients (the targets none); log_alpha moved
+    assert all(len(want[0][f"{n}.grad"]) > 0 for n in ("actor", "critic"))
+    if kind == "sac":
+        assert len(want[0]["log_alpha.grad"]) == 1 and float(want[0]["log_alpha"][0]) != 0.0
+    for out in ranks:
+        assert out[f"{kind}.sizes"] == (B // 2, 8)

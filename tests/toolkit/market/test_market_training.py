@@ -20,7 +20,7 @@ from tritonrl.toolkit.envs.market.env import MarketEnvConfig
 from tritonrl.toolkit.envs.market.evaluate import evaluate_market, format_report, strategy_figures
 from tritonrl.toolkit.logger import read_csv
 from tritonrl.toolkit.training.loop import CHECKPOINT_NAME
-from tritonrl.toolkit.training.market import market_preset, split_overrides
+from tritonrl.toolkit.training.market import env_config_for, market_preset, split_overrides
 
 
 def test_strategy_figures_by_hand() -> None:
@@ -126,6 +126,41 @@ def test_train_cli_reports_and_resumes(
     other = [*base, "--steps", "2048", "--run-dir", str(part), "--resume", "--set", "env.cost=0.01"]
     assert main(other) == 2
     assert "market env" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("agent", ["sac", "td3"])
+def test_train_cli_sac_td3_hold_continuous_positions(
+    agent: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``train --agent sac|td3 --env market:synthetic,ar=0.3``: the config's ``action_kind`` gives
+    the continuous env (a ``Box(-1, 1, (1,))`` target position), the run trains and prints and
+    saves the test report. A smoke test with tiny networks and budget: ~2-3 s each here (shared
+    2-core machine; the CLI runs on one torch thread)."""
+    assert env_config_for(get_agent(agent).config, {}).actions == "continuous"
+    run_dir = tmp_path / agent
+    sets = (
+        "hidden=16,16",
+        "learning_starts=128",
+        "batch_size=32",
+        "buffer_size=1024",
+        "env.episode_length=64",
+    )
+    args = ["train", "--agent", agent, "--env", "market:synthetic,ar=0.3", "--steps", "256"]
+    args += ["--num-envs", "2", "--eval-every", "0", "--no-progress", "--no-tensorboard"]
+    args += ["--run-dir", str(run_dir), *(a for x in sets for a in ("--set", x))]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "test period synthetic" in out and "buy-and-hold" in out and "agent (greedy)" in out
+    report = json.loads((run_dir / "test_report.json").read_text())
+    assert set(report) >= {"agent", "buy_and_hold", "random", "period", "sharpe_stderr"}
+    for name in ("metrics.csv", "curve.png", "equity.png", CHECKPOINT_NAME):
+        assert (run_dir / name).exists(), name
+    saved = load_checkpoint(run_dir / CHECKPOINT_NAME)
+    assert saved["env"]["config"]["actions"] == "continuous"
+    space = saved["agent"]["action_space"]
+    assert (space["type"], space["shape"], space["low"], space["high"]) == ("Box", [1], [-1.0], [1.0])
+    rows = _rows(run_dir)
+    assert any("losses/qf_loss" in r for r in rows) and any("market/sharpe" in r for r in rows)
 
 
 def test_icm_runs_through_the_collector(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
