@@ -111,7 +111,9 @@ class HostReads:
     Catches ``aten._local_scalar_dense`` (``.item()``, ``bool``, ``float``, ``int`` of a tensor)
     in a dispatch mode, and calls of ``Tensor.tolist``, ``Tensor.numpy``, ``Tensor.__array__``,
     ``Tensor.cpu`` and ``Tensor.to`` with a ``"cpu"`` string target. ``lifted()`` suspends it
-    (for a host implementation of a device op).
+    (for a host implementation of a device op). The sum tree's CPU insert (numpy views of host
+    memory; a replay buffer inserts on every step, and on an accelerator the Triton launcher that
+    replaces it reads no tensor value) always runs lifted.
     """
 
     def __init__(self) -> None:
@@ -140,6 +142,15 @@ class HostReads:
 
         for name in ("tolist", "numpy", "__array__", "cpu"):
             self._monkeypatch.setattr(torch.Tensor, name, failing(name, getattr(torch.Tensor, name)))
+        from tritonrl.kernels.sumtree import reference
+
+        host_insert = reference._per_insert_cpu
+
+        def insert(*args: Any) -> None:
+            with guard.lifted():
+                host_insert(*args)
+
+        self._monkeypatch.setattr(reference, "_per_insert_cpu", insert)
         original_to = torch.Tensor.to
 
         def to(t: torch.Tensor, *args: Any, **kwargs: Any) -> Any:

@@ -363,12 +363,14 @@ class _HostLevel(NamedTuple):
     mins_out: np.ndarray  # [n_l] min-tree level l
     mins_out_t: torch.Tensor
     numpy_min: bool  # few rows: numpy's row-wise minimum is cheaper than torch.amin
+    prefix: np.ndarray  # [n_l, 32] _Views.prefix (entries 1 .. 32 of the real rows), strided
 
 
 class _HostViews(NamedTuple):
     """numpy views of one CPU tree's tensors (the same memory) and of its update buffers."""
 
     tensors: tuple[torch.Tensor, torch.Tensor]  # tree.scratch and tree.max_priority (not in _Views' key)
+    fresh: dict[tuple[float, float], np.float32]  # inserts: max_priority ** alpha by (max_priority, alpha)
     sums: np.ndarray
     mins: np.ndarray
     scratch: np.ndarray
@@ -424,10 +426,12 @@ def _host_views(tree: SumTree, v: _Views) -> _HostViews:
                 mout.numpy(),
                 mout,
                 n <= _NUMPY_MIN_ROWS,
+                prefix.numpy(),
             )
         )
     h = _HostViews(
         (tree.scratch, tree.max_priority),
+        {},
         v.all_sums.numpy(),
         v.all_mins.numpy(),
         tree.scratch.numpy(),
@@ -544,9 +548,22 @@ def _per_update_cpu(
 def per_insert_ref(tree: SumTree, start: int, count: int, alpha: float) -> None:
     """Set leaves ``start .. start + count - 1`` to ``max_priority ** alpha``; see
     :func:`tritonrl.kernels.sumtree.per_insert`. The touched rows of every level form one contiguous
-    range, recomputed with one prefix per level."""
+    range, recomputed with one prefix per level.
+
+    On CPU the same values are written by :func:`_per_insert_cpu` (numpy on views of the same
+    memory: a replay buffer inserts on every environment step, where each torch op's fixed cost
+    is most of the work); elsewhere by :func:`_per_insert_torch`.
+    """
     if count == 0:
         return
+    if tree.sums.is_cpu:
+        _per_insert_cpu(tree, start, count, alpha)
+    else:
+        _per_insert_torch(tree, start, count, alpha)
+
+
+def _per_insert_torch(tree: SumTree, start: int, count: int, alpha: float) -> None:
+    """:func:`per_insert_ref` in torch ops on any device (``count > 0``)."""
     sums, mins = tree.sums, tree.mins
     v = _views(tree)
     val = tree.max_priority.pow(alpha)  # [1]
@@ -568,6 +585,35 @@ def per_insert_ref(tree: SumTree, start: int, count: int, alpha: float) -> None:
             shift = FANOUT_LOG2 * (lvl + 1)
             lo, hi = a >> shift, (b >> shift) + 1
             torch.amin(children[lo:hi], 1, out=out[lo:hi])
+
+
+def _per_insert_cpu(tree: SumTree, start: int, count: int, alpha: float) -> None:
+    """:func:`_per_insert_torch` on CPU in numpy, bit for bit (``count > 0``).
+
+    The leaf value is the torch ``pow`` of ``max_priority`` (numpy's ``powf`` may differ by an
+    ulp), computed once per ``(max_priority, alpha)``. Each level recomputes the touched range of
+    rows: ``cumsum`` in f64 rounded once to f32 per prefix is the prefix rule, which torch's f32
+    ``cumsum`` on CPU follows too, and a minimum is exact in any order. Rows outside the range
+    have unchanged children, so recomputing only the range writes what the torch path's whole
+    small levels write.
+    """
+    h = _host_views(tree, _views(tree))
+    key = (float(h.max_priority[0]), float(alpha))
+    val = h.fresh.get(key)
+    if val is None:
+        if len(h.fresh) >= 8:
+            h.fresh.clear()
+        val = h.fresh[key] = np.float32(tree.max_priority.pow(alpha).numpy()[0])
+    a, b = start, start + count  # leaf range [a, b)
+    h.sums[a:b] = val
+    h.mins[a:b] = val
+    b -= 1  # inclusive from here on
+    accumulate, minimum = np.add.accumulate, np.minimum.reduce
+    f64 = np.float64
+    for lv in h.levels:
+        lo, hi = a >> lv.shift, (b >> lv.shift) + 1
+        lv.prefix[lo:hi] = accumulate(lv.children[lo:hi], 1, f64)  # sequential f64, one rounding each
+        minimum(lv.mins_children[lo:hi], 1, out=lv.mins_out[lo:hi])
 
 
 @functools.lru_cache(maxsize=16)

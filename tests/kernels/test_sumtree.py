@@ -304,6 +304,53 @@ def test_cpu_fast_update_is_bitwise_the_torch_path_hypothesis(
     _assert_consistent(fast)
 
 
+@settings(max_examples=60, deadline=None)
+@given(  # P = 32 .. 524288: 1 to 4 levels of rows, ranges within one row or across many
+    capacity=st.one_of(st.integers(1, 2000), st.integers(2000, 70_000), st.integers(270_000, 400_000)),
+    ranges=st.lists(st.tuples(st.floats(0.0, 1.0), st.integers(1, 3000)), min_size=1, max_size=6),
+    seed=st.integers(0, 2**31 - 1),
+    spread=st.sampled_from([1.0, 1e3, 1e12]),  # 1e12: rows whose f64 sums are inexact
+    alpha=st.sampled_from([0.0, 0.6, 1.0]),
+)
+def test_cpu_fast_insert_is_bitwise_the_torch_path_hypothesis(
+    capacity: int,
+    ranges: list[tuple[float, int]],
+    seed: int,
+    spread: float,
+    alpha: float,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The CPU insert (numpy on views of the same memory) writes exactly the torch path's bits
+    on trees of every depth, between updates that raise the running maximum and leave rows of
+    mixed scale (exact: the same prefix rule on the same children, see the reference docstring)."""
+    from tritonrl.kernels.sumtree import reference as ref
+
+    calls: list[str] = []
+    fast_path = ref._per_insert_cpu
+
+    def counted(*args: object) -> None:
+        calls.append("cpu")
+        fast_path(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ref, "_per_insert_cpu", counted)
+    g = torch.Generator().manual_seed(seed)
+    P = max(FANOUT, 1 << (capacity - 1).bit_length())
+    fast, slow = new_sumtree(capacity), new_sumtree(capacity)
+    for where, count in ranges:
+        count = min(count, P)
+        start = min(int(where * P), P - count)
+        per_insert(fast, start, count, alpha=alpha)
+        ref._per_insert_torch(slow, start, count, alpha)
+        for a, b in zip(fast, slow, strict=True):
+            assert torch.equal(a, b), (start, count)
+        idx = torch.randint(0, capacity, (17,), generator=g)
+        td = torch.rand(17, generator=g, dtype=torch.float64).pow_(3).mul_(spread)
+        for tree in (fast, slow):  # new priorities: a new running maximum for the next insert
+            ref._per_update_torch(tree, idx, td, alpha, 1e-6, capacity)
+    assert calls == ["cpu"] * len(ranges)
+    _assert_consistent(fast)
+
+
 @settings(max_examples=150)
 @given(  # P = 32 .. 131072: 1 to 4 levels of rows, padded roots
     capacity=st.one_of(st.integers(1, 2000), st.integers(2000, 70_000)),
