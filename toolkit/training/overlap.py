@@ -35,7 +35,15 @@ import numpy as np
 import torch
 import torch.multiprocessing as mp
 
-__all__ = ["LaggedActor", "LearnerProcessError", "Overlap", "OverlapAgent", "SnapshotActor", "check_overlap"]
+__all__ = [
+    "LaggedActor",
+    "LearnerProcessError",
+    "Overlap",
+    "OverlapAgent",
+    "SnapshotActor",
+    "actor_generator",
+    "check_overlap",
+]
 
 M = TypeVar("M", bound=torch.nn.Module)
 _Metrics = list[tuple[tuple[str, ...], np.ndarray]]  # one (names, f32 values) per metric dict
@@ -81,6 +89,16 @@ class OverlapAgent(Protocol):
     def lagged_actor(self) -> LaggedActor:
         """A fresh actor whose copy holds the learner's tensors now."""
         ...
+
+
+def actor_generator(generator: torch.Generator, device: torch.device | str) -> torch.Generator:
+    """The lagged actor's own generator on ``device``, seeded by one draw from the agent's
+    ``generator`` (so the actor's draws never interleave with the learner's, and a run with the
+    same seed gives the same actor)."""
+    seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device))
+    out = torch.Generator(device=device)
+    out.manual_seed(seed)
+    return out
 
 
 class SnapshotActor(Generic[M]):
