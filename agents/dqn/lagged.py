@@ -62,4 +62,6 @@ class LaggedActing:
                 pick = torch.rand((n,), device=agent.device, generator=generator) < eps
             return torch.where(pick, rand, greedy)
 
-        return SnapshotActor(agent.online, act, lambda snapshot, obs: q(snapshot, obs).argmax(-1))
+        return SnapshotActor(
+            agent.online, act, lambda snapshot, obs: q(snapshot, obs).argmax(-1), generator, steps
+        )

@@ -60,4 +60,4 @@ class LaggedContinuous:
             out: torch.Tensor = agent._to_env(agent._greedy(snapshot, ingest(obs)))
             return out
 
-        return SnapshotActor(agent.actor, act, greedy)
+        return SnapshotActor(agent.actor, act, greedy, generator, steps)
