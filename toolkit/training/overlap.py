@@ -488,8 +488,9 @@ class Overlap:
         """
         staged: dict[str, torch.Tensor] = {}
         if self.learner is not None:
-            self.pending += self.learner.finish()
-            self.learner.fetch_state()
+            if self.dirty:  # else drained: the agent holds the learner's state already
+                self.pending += self.learner.finish()
+                self.learner.fetch_state()
             staging = self.stagings[self.which]
             staged = {name: staging.fields[name][: staging.rows].clone() for name in FIELDS}
         elif self.restored is not None:
