@@ -515,7 +515,8 @@ SECTIONS = {
     "meta": "the run identity section",
 }
 """The sections of a training-run checkpoint, in words for messages."""
-_OPTIONAL_SECTIONS = {"format", "collector", "ranks"}  # a collector's state; the other ranks' parts
+_OPTIONAL_SECTIONS = {"format", "collector", "ranks", "overlap"}  # a collector's state; the other ranks'
+# parts; an overlapped run's actor side
 
 
 def section(state: Any, key: str, where: str, words: str | None = None) -> Any:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from tritonrl.toolkit.training.overlap import SnapshotActor
+from tritonrl.toolkit.training.overlap import SnapshotActor, actor_generator
 
 __all__ = ["LaggedActing"]
 
@@ -32,9 +32,7 @@ class LaggedActing:
         greedily (eval mode) for evaluations. Reads nothing on the host per step."""
         agent: Any = self
         cfg = agent.config
-        seed = int(torch.randint(0, 2**62, (1,), generator=agent.generator, device=agent.device))
-        generator = torch.Generator(device=agent.device)
-        generator.manual_seed(seed)
+        generator = actor_generator(agent.generator, agent.device)
         stride = agent.num_envs * agent.dist.world_size
         steps = [agent.env_steps]
 
@@ -64,4 +62,6 @@ class LaggedActing:
                 pick = torch.rand((n,), device=agent.device, generator=generator) < eps
             return torch.where(pick, rand, greedy)
 
-        return SnapshotActor(agent.online, act, lambda snapshot, obs: q(snapshot, obs).argmax(-1))
+        return SnapshotActor(
+            agent.online, act, lambda snapshot, obs: q(snapshot, obs).argmax(-1), generator, steps
+        )

@@ -18,6 +18,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
+from tritonrl.agents.sac.lagged import LaggedContinuous
 from tritonrl.toolkit.agent import AgentBase
 from tritonrl.toolkit.checkpoint import CheckpointError, check_module_tensors, load_into_module, section
 from tritonrl.toolkit.checks import ActionRule, InputGuard, StepShapes
@@ -38,16 +39,18 @@ def _box(space: gym.Space, what: str, owner: str) -> gym.spaces.Box:
     return space
 
 
-class ContinuousAgent(AgentBase):
+class ContinuousAgent(LaggedContinuous, AgentBase):
     """The shared part of :class:`tritonrl.agents.sac.SACAgent` and
     :class:`tritonrl.agents.sac.TD3Agent` (see the module docstring). A subclass builds its
     networks and optimizers after :meth:`_init_continuous`, and lists them in :meth:`_nets`,
-    :meth:`_optimizers` and :meth:`_targets`; it implements :meth:`_explore` and :meth:`_greedy`.
+    :meth:`_optimizers` and :meth:`_targets`; it implements :meth:`_explore` and :meth:`_greedy` (of
+    any actor: the agent's own, or the lagged actor's snapshot of it in an overlapped run).
     """
 
     rank_part_keys = ("generator", "replay")
     experience_keys = ("replay",)
 
+    actor: nn.Module
     center: torch.Tensor
     scale: torch.Tensor
 
@@ -139,12 +142,14 @@ class ContinuousAgent(AgentBase):
         """``{master entry: (target, online, f32 target masters or None, online's optimizer)}``."""
         raise NotImplementedError
 
-    def _explore(self, x: torch.Tensor) -> torch.Tensor:
-        """Exploring actions ``[B, D]`` f32 in ``[-1, 1]`` for ingested observations ``x``."""
+    def _explore(self, actor: Any, x: torch.Tensor, randn: Callable[[int], torch.Tensor]) -> torch.Tensor:
+        """Exploring actions ``[B, D]`` f32 in ``[-1, 1]`` of ``actor`` (the agent's or the lagged
+        actor's snapshot) for ingested observations ``x [B, O]``; ``randn(rows)`` gives standard
+        normals ``[rows, D]`` f32 from the caller's generator."""
         raise NotImplementedError
 
-    def _greedy(self, x: torch.Tensor) -> torch.Tensor:
-        """Deterministic actions ``[B, D]`` f32 in ``[-1, 1]``."""
+    def _greedy(self, actor: Any, x: torch.Tensor) -> torch.Tensor:
+        """Deterministic actions ``[B, D]`` f32 in ``[-1, 1]`` of ``actor``."""
         raise NotImplementedError
 
     # ------------------------------------------------------------------ acting
@@ -159,6 +164,12 @@ class ContinuousAgent(AgentBase):
             self.shapes.act(x)
         self.inputs.obs(call, "obs", x)
         return x.to(device=self.device, dtype=self.dtype).reshape(x.shape[0], self.obs_dim)
+
+    def _uniform(self, rows: int, generator: torch.Generator) -> torch.Tensor:
+        """Uniform random actions ``[rows, D]`` f32 in ``[-1, 1]`` from ``generator`` (the
+        exploration before ``learning_starts``)."""
+        a = torch.rand((rows, self.action_dim), generator=generator, device=self.device)
+        return 2.0 * a - 1.0
 
     def _to_env(self, a: torch.Tensor) -> torch.Tensor:
         """``[B, D]`` in ``[-1, 1]`` -> ``[B, *action_shape]`` within the bounds (f32)."""
@@ -178,12 +189,11 @@ class ContinuousAgent(AgentBase):
         """
         x = self._ingest(obs, "act")
         if not explore:
-            a = self._greedy(x)
+            a = self._greedy(self.actor, x)
         elif self.env_steps < self.config.learning_starts:
-            a = torch.rand((x.shape[0], self.action_dim), generator=self.generator, device=self.device)
-            a = 2.0 * a - 1.0
+            a = self._uniform(x.shape[0], self.generator)
         else:
-            a = self._explore(x)
+            a = self._explore(self.actor, x, self._randn)
         action = self._to_env(a)
         self.inputs.acted(action)
         return action
@@ -194,7 +204,7 @@ class ContinuousAgent(AgentBase):
 
         @torch.no_grad()
         def greedy(obs: Any) -> torch.Tensor:
-            return self._to_env(self._greedy(self._ingest(obs, "eval_policy")))
+            return self._to_env(self._greedy(self.actor, self._ingest(obs, "eval_policy")))
 
         return greedy
 

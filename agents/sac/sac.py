@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import torch
@@ -78,6 +80,8 @@ class SACAgent(ContinuousAgent):
         "replay",
         "critic_target_master",
     )
+
+    actor: SquashedGaussianActor
 
     def __init__(
         self,
@@ -161,11 +165,11 @@ class SACAgent(ContinuousAgent):
 
     # ------------------------------------------------------------------ acting
 
-    def _explore(self, x: torch.Tensor) -> torch.Tensor:
-        return self.actor.sample(x, self._randn(x.shape[0]))[0]
+    def _explore(self, actor: Any, x: torch.Tensor, randn: Callable[[int], torch.Tensor]) -> torch.Tensor:
+        return actor.sample(x, randn(x.shape[0]))[0]
 
-    def _greedy(self, x: torch.Tensor) -> torch.Tensor:
-        return self.actor.greedy(x)
+    def _greedy(self, actor: Any, x: torch.Tensor) -> torch.Tensor:
+        return actor.greedy(x)
 
     def alpha(self) -> torch.Tensor:
         """The entropy coefficient now: a 0-d f32 tensor on the device (no sync)."""

@@ -6,6 +6,8 @@ critic updates, Gaussian exploration noise. Guide: docs/pages/sac.md.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import torch
@@ -59,6 +61,8 @@ class TD3Agent(ContinuousAgent):
         "actor_target_master",
         "critic_target_master",
     )
+
+    actor: DeterministicActor
 
     def __init__(
         self,
@@ -131,12 +135,13 @@ class TD3Agent(ContinuousAgent):
 
     # ------------------------------------------------------------------ acting
 
-    def _explore(self, x: torch.Tensor) -> torch.Tensor:
-        noise = self._randn(x.shape[0]) * self.config.exploration_noise
-        return (self.actor(x) + noise).clamp(-1.0, 1.0)
+    def _explore(self, actor: Any, x: torch.Tensor, randn: Callable[[int], torch.Tensor]) -> torch.Tensor:
+        noise = randn(x.shape[0]) * self.config.exploration_noise
+        return (actor(x) + noise).clamp(-1.0, 1.0)
 
-    def _greedy(self, x: torch.Tensor) -> torch.Tensor:
-        return self.actor(x)
+    def _greedy(self, actor: Any, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = actor(x)
+        return out
 
     # ------------------------------------------------------------------ learning
 

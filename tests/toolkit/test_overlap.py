@@ -213,10 +213,7 @@ def test_keyboard_interrupt_leaves_no_learner_process(tmp_path: Path) -> None:
 
 
 def test_overlap_refuses_what_it_cannot_do(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="overlap cannot resume or checkpoint"):
-        LoopConfig(total_steps=10, overlap=True, resume=True, run_dir=str(tmp_path))
-    with pytest.raises(ValueError, match="overlap cannot resume or checkpoint"):
-        LoopConfig(total_steps=10, overlap=True, checkpoint_every=5, run_dir=str(tmp_path))
+    LoopConfig(total_steps=10, overlap=True, resume=True, checkpoint_every=5, run_dir=str(tmp_path))  # exact
     with pytest.raises(ValueError, match="overlap_learner"):
         LoopConfig(total_steps=10, overlap=True, overlap_learner="thread")
     env = make_vec_env("CartPole-v1", 2, seed=0)

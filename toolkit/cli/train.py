@@ -124,7 +124,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--overlap",
         action="store_true",
         help="off-policy agents on a CPU: learn in a second process while acting (acting lags by one "
-        "train_freq interval; not with --resume or --checkpoint-every)",
+        "train_freq interval)",
     )
     add_set_flag(p, help="override an agent config field (repeatable); env.FIELD=VALUE: a market env field")
     add_output_flags(p)
@@ -162,8 +162,6 @@ def _validate(args: argparse.Namespace) -> None:
             f"--target-return must be a finite number, got {args.target_return} (to evaluate "
             "without stopping, leave it out and give --eval-every)"
         )
-    if args.overlap and (args.resume or args.checkpoint_every):
-        raise UsageError("--overlap cannot resume or checkpoint mid-run (--resume, --checkpoint-every)")
     parse_overrides(args.overrides)
 
 

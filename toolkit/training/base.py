@@ -99,8 +99,8 @@ class LoopConfig:
     """Identity stored in the checkpoint and checked on resume (agent name, env id, ...)."""
     overlap: bool = False
     """Act while the learner updates (off-policy agents): acting lags learning by at most one
-    ``train_freq`` interval (:mod:`tritonrl.toolkit.training.overlap`); not with ``resume``,
-    ``checkpoint_every`` or a data-parallel run, and no wall-time checkpoints."""
+    ``train_freq`` interval (:mod:`tritonrl.toolkit.training.overlap`); not with a data-parallel
+    run, and no wall-time checkpoints; a checkpoint holds the actor's side too (exact resume)."""
     overlap_learner: str = "process"
     """``"process"``: the learner in a child process (CPU); ``"inline"``: the same semantics in this
     process (the reference the process learner is tested against)."""
@@ -127,10 +127,6 @@ class LoopConfig:
         if self.overlap_learner not in ("process", "inline"):
             raise ValueError(
                 f"LoopConfig.overlap_learner must be 'process' or 'inline', got {self.overlap_learner!r}"
-            )
-        if self.overlap and (self.resume or self.checkpoint_every):
-            raise ValueError(
-                "LoopConfig.overlap cannot resume or checkpoint mid-run (resume, checkpoint_every)"
             )
         if self.target_return is not None:
             check_real("LoopConfig.target_return", self.target_return, nonnegative=False)

@@ -18,8 +18,10 @@ same semantics in this process (no gain: it is the oracle the process learner is
 
 The agent takes part through two methods (:class:`OverlapAgent`): ``learner_tensors()``, the
 tensors the actor mirrors, and ``lagged_actor()``, an actor that acts from its own snapshot with
-its own random generator and step count (:class:`SnapshotActor` is the usual one). See
-docs/pages/training.md, "Overlapped acting and learning".
+its own random generator and step count (:class:`SnapshotActor` is the usual one). A checkpoint
+(:meth:`Overlap.state_dict`) holds the actor's side beside the learner's state, without draining,
+so that a resumed run continues the lagged run exactly. See docs/pages/training.md, "Overlapped
+acting and learning".
 """
 
 from __future__ import annotations
@@ -35,11 +37,21 @@ import numpy as np
 import torch
 import torch.multiprocessing as mp
 
-__all__ = ["LaggedActor", "LearnerProcessError", "Overlap", "OverlapAgent", "SnapshotActor", "check_overlap"]
+__all__ = [
+    "LaggedActor",
+    "LearnerProcessError",
+    "Overlap",
+    "OverlapAgent",
+    "SnapshotActor",
+    "FIELDS",
+    "actor_generator",
+    "check_overlap",
+]
 
 M = TypeVar("M", bound=torch.nn.Module)
 _Metrics = list[tuple[tuple[str, ...], np.ndarray]]  # one (names, f32 values) per metric dict
-_FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
+FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
+"""The fields of a staged vector step, in ``agent.observe``'s order."""
 _POLL_S = 0.5  # how often a wait for the learner process checks that it is still alive
 
 
@@ -69,6 +81,14 @@ class LaggedActor(Protocol):
         """Greedy actions of the acting copy for any number of observations (evaluations)."""
         ...
 
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint of an overlapped run holds of the actor (its copy, generator, steps)."""
+        ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+        ...
+
 
 @runtime_checkable
 class OverlapAgent(Protocol):
@@ -83,6 +103,16 @@ class OverlapAgent(Protocol):
         ...
 
 
+def actor_generator(generator: torch.Generator, device: torch.device | str) -> torch.Generator:
+    """The lagged actor's own generator on ``device``, seeded by one draw from the agent's
+    ``generator`` (so the actor's draws never interleave with the learner's, and a run with the
+    same seed gives the same actor)."""
+    seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device))
+    out = torch.Generator(device=device)
+    out.manual_seed(seed)
+    return out
+
+
 class SnapshotActor(Generic[M]):
     """An f32 copy of ``net`` (no gradients) that ``act(snapshot, obs)`` acts from and
     ``greedy(snapshot, obs)`` evaluates from; :meth:`load` copies the learner's parameters and
@@ -90,8 +120,11 @@ class SnapshotActor(Generic[M]):
 
     Args:
         net: the learner's network (its parameters and buffers are ``learner_tensors()``).
-        act: ``act(snapshot, obs) -> actions``, exploring; keeps its own step count and generator.
+        act: ``act(snapshot, obs) -> actions``, exploring from ``generator``, counting its env
+            steps in ``steps[0]``.
         greedy: ``greedy(snapshot, obs) -> actions`` for evaluations (the snapshot in eval mode).
+        generator: the actor's own generator (:func:`actor_generator`).
+        steps: a one-element list, the actor's env step count, shared with ``act``.
     """
 
     def __init__(
@@ -99,10 +132,35 @@ class SnapshotActor(Generic[M]):
         net: M,
         act: Callable[[M, torch.Tensor], torch.Tensor],
         greedy: Callable[[M, Any], torch.Tensor],
+        generator: torch.Generator,
+        steps: list[int],
     ) -> None:
         self.snapshot: M = copy.deepcopy(net).float().requires_grad_(False)
         self._dst = [*self.snapshot.parameters(), *self.snapshot.buffers()]
         self._act, self._greedy = act, greedy
+        self.generator, self.steps = generator, steps
+
+    def state_dict(self) -> dict[str, Any]:
+        """The snapshot's tensors, the generator's state and the step count (copies)."""
+        return {
+            "snapshot": [t.detach().clone() for t in self._dst],
+            "generator": self.generator.get_state(),
+            "steps": int(self.steps[0]),
+        }
+
+    @torch.no_grad()
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s snapshot, generator state and step count.
+
+        Raises:
+            ValueError: the snapshot tensors do not match this actor's network.
+        """
+        saved = list(state["snapshot"])
+        if [tuple(t.shape) for t in saved] != [tuple(t.shape) for t in self._dst]:
+            raise ValueError("overlap: the saved actor snapshot does not match the agent's network")
+        self.load(saved)
+        self.generator.set_state(state["generator"])
+        self.steps[0] = int(state["steps"])
 
     @torch.no_grad()
     def load(self, tensors: Sequence[torch.Tensor]) -> None:
@@ -137,13 +195,13 @@ class _Staging:
         self.capacity = capacity
         self.rows = 0
         self.fields: dict[str, torch.Tensor] = {}
-        for name in _FIELDS:
+        for name in FIELDS:
             t = torch.empty((capacity, *first[name].shape), dtype=first[name].dtype)
             self.fields[name] = t.share_memory_() if shared else t
-        self._views = [self.fields[name].numpy() for name in _FIELDS]
+        self._views = [self.fields[name].numpy() for name in FIELDS]
 
     def add(self, values: Sequence[Any]) -> None:
-        """Stage one vector step (``values`` in the order of ``_FIELDS``: CPU tensors or arrays)."""
+        """Stage one vector step (``values`` in the order of ``FIELDS``: CPU tensors or arrays)."""
         row = self.rows
         if row == self.capacity:
             raise RuntimeError(f"overlap staging holds {self.capacity} vector steps already")
@@ -351,6 +409,8 @@ class Overlap:
         self.which = 0  # the staging the actor fills
         self.learner: _InlineLearner | _ProcessLearner | None = None
         self.dirty = True  # something happened since the last drain
+        self.pending: _Metrics = []  # metrics of the learner's last round, returned at the next sync
+        self.restored: dict[str, torch.Tensor] | None = None  # staged rows of a checkpoint, not staged yet
 
     def step(self, obs: Any) -> Any:
         """Act from the snapshot, step the env, stage the transition; returns the env's transition."""
@@ -358,11 +418,16 @@ class Overlap:
         tr = self.step_env(action)
         values = (obs, action, tr.reward, tr.next_obs, tr.terminated, tr.truncated)
         if self.learner is None:  # the first step fixes the staging's shapes; the learner starts once
-            first = {k: torch.as_tensor(v) for k, v in zip(_FIELDS, values, strict=True)}
+            first = {k: torch.as_tensor(v) for k, v in zip(FIELDS, values, strict=True)}
             shared = self.kind == "process"
             self.stagings = [_Staging(first, self.capacity, shared) for _ in range(2)]
             make = _ProcessLearner if shared else _InlineLearner
             self.learner = make(self.agent, self.schedule, self.stagings)
+            if self.restored is not None:  # a resumed run: the rows staged when it was saved
+                rows = self.restored
+                for i in range(rows["obs"].shape[0]):
+                    self.stagings[self.which].add([rows[name][i] for name in FIELDS])
+                self.restored = None
         self.stagings[self.which].add(values)
         self.dirty = True
         return tr
@@ -383,7 +448,8 @@ class Overlap:
         learner = self.learner
         if learner is None:
             return []
-        packed = learner.finish()
+        packed = self.pending + learner.finish()
+        self.pending = []
         self.actor.load(learner.weights())
         staging = self.stagings[self.which]
         learner.start(self.which, staging.rows, step)
@@ -407,6 +473,63 @@ class Overlap:
     def eval_policy(self) -> Callable[[Any], torch.Tensor]:
         """Greedy actions from the weights the actor acts with."""
         return self.actor.eval_policy()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The run's actor side for a checkpoint at the current step, without changing what the
+        actor or the learner do next (no drain): waits for the learner's round (its metrics are
+        kept for the next sync), loads the learner's state into this process's agent and schedule
+        (the checkpoint's ``agent`` and ``schedule`` sections), and returns the actor's
+        :meth:`LaggedActor.state_dict`, the vector steps staged since the last sync point
+        (``staged``: ``{field: [rows, E, ...]}``, empty before the first step) and the metrics not
+        returned yet (``pending``: ``[{"names": [...], "values": [n] f32}]``).
+
+        Raises:
+            LearnerProcessError: the learner raised or died.
+        """
+        staged: dict[str, torch.Tensor] = {}
+        if self.learner is not None:
+            if self.dirty:  # else drained: the agent holds the learner's state already
+                self.pending += self.learner.finish()
+                self.learner.fetch_state()
+            staging = self.stagings[self.which]
+            staged = {name: staging.fields[name][: staging.rows].clone() for name in FIELDS}
+        elif self.restored is not None:
+            staged = {name: t.clone() for name, t in self.restored.items()}
+        pending = [{"names": list(names), "values": torch.from_numpy(v.copy())} for names, v in self.pending]
+        return {"actor": self.actor.state_dict(), "staged": staged, "pending": pending}
+
+    def check_state_dict(self, state: Any) -> None:
+        """Raise ``ValueError`` unless ``state`` has :meth:`state_dict`'s structure and its actor
+        snapshot fits this run's actor (checked before anything is loaded)."""
+        if not isinstance(state, Mapping) or {"actor", "staged", "pending"} - set(state):
+            raise ValueError("the overlap section needs 'actor', 'staged' and 'pending'")
+        actor, staged = state["actor"], state["staged"]
+        if not isinstance(actor, Mapping) or {"snapshot", "generator", "steps"} - set(actor):
+            raise ValueError("the overlap section's actor needs 'snapshot', 'generator' and 'steps'")
+        snapshot = self.actor.state_dict()["snapshot"]
+        saved = actor["snapshot"]
+        if not isinstance(saved, (list, tuple)) or [getattr(t, "shape", None) for t in saved] != [
+            t.shape for t in snapshot
+        ]:
+            raise ValueError("the overlap section's actor snapshot does not match the agent's network")
+        if not isinstance(staged, Mapping) or (staged and set(staged) != set(FIELDS)):
+            raise ValueError(f"the overlap section's staged steps need the fields {FIELDS}")
+        if not isinstance(state["pending"], (list, tuple)):
+            raise ValueError("the overlap section's pending metrics are not a list")
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` before the run's first step (the agent and schedule hold the
+        checkpoint's learner state already): the actor, the staged rows, the pending metrics.
+
+        Raises:
+            ValueError: the learner has started already, or the saved actor does not fit.
+        """
+        if self.learner is not None:
+            raise ValueError("overlap: load_state_dict before the first step only")
+        self.actor.load_state_dict(state["actor"])
+        staged = dict(state["staged"])
+        self.restored = staged if staged and staged["obs"].shape[0] else None
+        self.pending = [(tuple(p["names"]), p["values"].numpy()) for p in state["pending"]]
 
     def close(self) -> None:
         """Stop the learner (the learner process ends; no orphan); idempotent."""

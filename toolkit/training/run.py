@@ -47,6 +47,7 @@ from tritonrl.toolkit.training.base import (
     TrainingError,
 )
 from tritonrl.toolkit.training.episodes import episode_metrics, merge_episode_stats, metric_prefix
+from tritonrl.toolkit.training.overlap import FIELDS as OVERLAP_FIELDS
 from tritonrl.toolkit.training.overlap import Overlap
 from tritonrl.toolkit.training.ranks import (
     RANK_PARTS,
@@ -199,6 +200,8 @@ class _Run:
         run; prepare the run folder and the logger (rank 0); start the clocks."""
         cfg, ctx, life = self.cfg, self.ctx, self.life
         if life.begin(cfg.resume):
+            if cfg.overlap:  # before the load: the actor's seed draw is overwritten by the saved state
+                self.overlap = self._make_overlap()
             self._resume()
             life.resumed(self.counters.step)
         else:
@@ -218,10 +221,11 @@ class _Run:
         self.obs = self.env.obs
         self.params = parameters(self.agent)
         self.check_inputs = getattr(self.agent, "check_inputs", None)
-        if cfg.overlap:
-            self.overlap = Overlap(
-                self.agent, self.schedule, self.step_env, self.env.num_envs, cfg.overlap_learner
-            )
+        if cfg.overlap and self.overlap is None:
+            self.overlap = self._make_overlap()
+
+    def _make_overlap(self) -> Overlap:
+        return Overlap(self.agent, self.schedule, self.step_env, self.env.num_envs, self.cfg.overlap_learner)
 
     def _fresh_notices(self, moved: Path | None) -> list[str]:
         """What a fresh run says about the folder it starts in (``moved``: an earlier run's files)."""
@@ -256,7 +260,12 @@ class _Run:
                 )
         saved_world = saved_world_size(state, where)
         world = self.ctx.world_size
-        shared = {"schedule": state["schedule"], "loop": state["loop"], "saved_world": saved_world}
+        shared = {
+            "schedule": state["schedule"],
+            "loop": state["loop"],
+            "saved_world": saved_world,
+            "overlap": state.get("overlap"),
+        }
         if saved_world != world:
             return [{**shared, "agent": state["agent"], "exact": False} for _ in range(world)]
         out = [{**shared, "exact": True, **{k: state.get(k) for k in RANK_PARTS}}]
@@ -314,6 +323,8 @@ class _Run:
                 check(payload[key])
         if exact:
             check_rng_state(payload["rng"], where="random generator states")
+        if self.overlap is not None and payload.get("overlap") is not None:
+            self.overlap.check_state_dict(payload["overlap"])
         check_agent = getattr(agent, "check_state_dict", None)
         if check_agent is not None:
             if exact:
@@ -344,8 +355,23 @@ class _Run:
         agent.load_state_dict(payload["agent"])
         env.set_state(payload["env"])
         self.counters.load(payload["loop"])
+        self._load_overlap(payload.get("overlap"))
         if collector is not None and saved_collector is None and hasattr(collector, "sync"):
             collector.sync()  # a run without a collector saved this: act from the loaded learner
+
+    def _load_overlap(self, saved: Mapping[str, Any] | None) -> None:
+        """After the agent is loaded: an overlapped run restores its actor side (or, from a
+        checkpoint of a sequential run, starts a fresh actor from the loaded agent); a sequential
+        run resumed from an overlapped run's checkpoint observes the steps that were staged."""
+        if self.overlap is not None:
+            if saved is None:
+                self.overlap = self._make_overlap()
+            else:
+                self.overlap.load_state_dict(saved)
+        elif saved is not None and saved["staged"]:
+            rows = saved["staged"]
+            for i in range(rows["obs"].shape[0]):
+                self.agent.observe(*(rows[name][i] for name in OVERLAP_FIELDS))
 
     # -- the loop ----------------------------------------------------------------------------------
 
@@ -469,8 +495,10 @@ class _Run:
     def save(self) -> None:
         """Write the checkpoint (agent, env, schedule, loop counters, RNG states) atomically; in a
         data-parallel run every rank's parts are gathered to rank 0, which writes (module doc)."""
-        self.drain()
         counters, ctx = self.counters, self.ctx
+        # an overlapped run: the learner's state comes into this process's agent, the actor's side
+        # goes beside it; neither side changes what it does next
+        overlap = self.overlap.state_dict() if self.overlap is not None else None
         counters.wall = self.wall_before + time.perf_counter() - self.t_start
         parts: dict[str, Any] = {
             "agent": self.agent.state_dict(),
@@ -496,6 +524,8 @@ class _Run:
             }
             if "collector" in own:
                 state["collector"] = own["collector"]
+            if overlap is not None:
+                state["overlap"] = overlap
             if ctx.enabled:
                 state["ranks"] = [
                     {**part, "agent": shared_marker(part["agent"], own["agent"])} for part in gathered[1:]
