@@ -44,6 +44,7 @@ __all__ = [
     "Config",
     "apply_overrides",
     "backfilled",
+    "backfilled_fields",
     "check_config_dict",
     "config_changes",
     "fixed_changes",
@@ -69,6 +70,11 @@ def backfilled(default: Any, **kwargs: Any) -> Any:
     they read as ``default``, which must be what those runs did (see the module doc)."""
     metadata = {**kwargs.pop("metadata", {}), _BACKFILLED: True}
     return dataclasses.field(default=default, metadata=metadata, **kwargs)
+
+
+def backfilled_fields(config_cls: type) -> frozenset[str]:
+    """Names of the fields of the config dataclass ``config_cls`` declared with :func:`backfilled`."""
+    return frozenset(f.name for f in dataclasses.fields(config_cls) if f.metadata.get(_BACKFILLED))
 
 
 def resumable_fields(config_cls: type) -> frozenset[str]:
@@ -148,9 +154,7 @@ def check_config_dict(config_cls: type, values: Any, *, where: str = "config") -
     # A resumable field missing from a checkpoint (one saved before the field existed) takes its
     # default, as a resume could set it to anything anyway; so does a backfilled one (its default
     # is what the runs saved before it existed did); any other fixed one cannot be guessed.
-    optional = resumable_fields(config_cls) | {
-        f.name for f in dataclasses.fields(config_cls) if f.metadata.get(_BACKFILLED)
-    }
+    optional = resumable_fields(config_cls) | backfilled_fields(config_cls)
     missing = [n for n in names if n not in values and n not in optional]
     if missing:
         more = "..." if len(missing) > 4 else ""

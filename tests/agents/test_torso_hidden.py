@@ -18,7 +18,12 @@ from tritonrl.agents.dqn import DQNAgent, DQNConfig, preset  # noqa: E402
 from tritonrl.agents.nets.torsos import MLPTorso, build_torso  # noqa: E402
 from tritonrl.toolkit.checkpoint import CheckpointError, load_checkpoint, save_checkpoint  # noqa: E402
 from tritonrl.toolkit.cli import main  # noqa: E402
-from tritonrl.toolkit.config import apply_overrides, check_config_dict  # noqa: E402
+from tritonrl.toolkit.config import (  # noqa: E402
+    apply_overrides,
+    backfilled_fields,
+    check_config_dict,
+    resumable_fields,
+)
 
 OBS = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
 SMALL = {"buffer_size": 64, "batch_size": 4}
@@ -89,6 +94,9 @@ def test_state_dict_round_trip_and_refusal(tmp_path: Path) -> None:
 
 
 def test_a_checkpoint_older_than_the_field_loads_as_the_uniform_torso(tmp_path: Path) -> None:
+    assert "torso_hidden" in backfilled_fields(DQNConfig) and "torso_hidden" not in resumable_fields(
+        DQNConfig
+    )
     path = tmp_path / "old.safetensors"
     _agent(torso_width=16).save(path)
     saved = load_checkpoint(path)
