@@ -3,7 +3,8 @@
 Rows:
 
 - at 1 and at 8 environments, env steps/s at CleanRL's DQN defaults (``CLEANRL``: a 120-84
-  network, batch 128, one update per 10 env steps, target copy every 500): the single-file
+  network, which tritonrl's rows build too with ``torso_hidden=HIDDEN``, batch 128, one update
+  per 10 env steps, target copy every 500): the single-file
   ``reference`` (a gymnasium vector env, a numpy -> torch -> numpy round trip every step, a host
   replay buffer), and ``dqn`` (and, at 8 envs, ``rainbow``) through
   :func:`tritonrl.toolkit.training.loop.run_training` set to the same settings, eager and with
@@ -100,7 +101,7 @@ CLEANRL = {
     "train_freq": TRAIN_FREQ,
     "loss": "mse",
 }
-HIDDEN = (120, 84)  # CleanRL's network; tritonrl's MLP torso is uniform: torso_width=120, depth 2
+HIDDEN = (120, 84)  # CleanRL's network; tritonrl's rows build the same one (torso_hidden)
 LEARNING_STARTS = 1_000
 
 
@@ -246,8 +247,7 @@ def _agent(name: str, num_envs: int, device: str = "cpu", **overrides: Any):
         "gradient_steps": 1,
         "learning_starts": LEARNING_STARTS,
         "eps_decay_steps": LEARNING_STARTS,
-        "torso_width": HIDDEN[0],
-        "torso_depth": len(HIDDEN),
+        "torso_hidden": HIDDEN,
         **overrides,
     }
     cfg = preset(name, **settings)

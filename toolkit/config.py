@@ -20,11 +20,15 @@ length, atoms, seeds' effects; changing one on resume is refused
         hidden: int = 64                       # fixed
         lr: float = resumable(3e-4)            # may change on resume
 
+A fixed field added after checkpoints were written is declared with :func:`backfilled` when its
+default reproduces what those runs did (``torso_hidden: ... = backfilled(None)``: the network they
+built): a checkpoint without it reads as that default, and a resume still may not change it.
+
 :func:`check_config_dict` reads a config dict back from a checkpoint strictly: every fixed field
-present (a resumable field saved before it existed takes its default), no unknown one, each
-value of its declared type (``int`` is not ``bool``, ``float`` accepts ints, tuples come back as
-lists or tuples). :func:`config_changes` and
-:func:`fixed_changes` compare two configs field by field.
+present (a resumable or :func:`backfilled` field saved before it existed takes its default), no
+unknown one, each value of its declared type (``int`` is not ``bool``, ``float`` accepts ints,
+tuples come back as lists or tuples). :func:`config_changes` and :func:`fixed_changes` compare two
+configs field by field.
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ from typing import Any, TypeVar
 __all__ = [
     "Config",
     "apply_overrides",
+    "backfilled",
+    "backfilled_fields",
     "check_config_dict",
     "config_changes",
     "fixed_changes",
@@ -50,12 +56,25 @@ __all__ = [
 C = TypeVar("C", bound="Config")
 
 _RESUMABLE = "resumable"
+_BACKFILLED = "backfilled"
 
 
 def resumable(default: Any, **kwargs: Any) -> Any:
     """A dataclass field (default ``default``) that a resumed run may change (see the module doc)."""
     metadata = {**kwargs.pop("metadata", {}), _RESUMABLE: True}
     return dataclasses.field(default=default, metadata=metadata, **kwargs)
+
+
+def backfilled(default: Any, **kwargs: Any) -> Any:
+    """A fixed dataclass field (default ``default``) that checkpoints saved before it existed lack:
+    they read as ``default``, which must be what those runs did (see the module doc)."""
+    metadata = {**kwargs.pop("metadata", {}), _BACKFILLED: True}
+    return dataclasses.field(default=default, metadata=metadata, **kwargs)
+
+
+def backfilled_fields(config_cls: type) -> frozenset[str]:
+    """Names of the fields of the config dataclass ``config_cls`` declared with :func:`backfilled`."""
+    return frozenset(f.name for f in dataclasses.fields(config_cls) if f.metadata.get(_BACKFILLED))
 
 
 def resumable_fields(config_cls: type) -> frozenset[str]:
@@ -119,7 +138,8 @@ def _type_ok(value: Any, tp: Any) -> bool:
 
 def check_config_dict(config_cls: type, values: Any, *, where: str = "config") -> None:
     """Raise ``ValueError`` unless ``values`` is a well-typed dict of ``config_cls``'s fields, complete
-    but for resumable fields (those take their defaults: a checkpoint older than the field).
+    but for resumable and :func:`backfilled` fields (those take their defaults: a checkpoint older
+    than the field).
 
     Changes nothing and builds nothing (the config's own ``__post_init__`` checks ranges).
 
@@ -132,8 +152,9 @@ def check_config_dict(config_cls: type, values: Any, *, where: str = "config") -
     hints = typing.get_type_hints(config_cls)
     names = [f.name for f in dataclasses.fields(config_cls)]
     # A resumable field missing from a checkpoint (one saved before the field existed) takes its
-    # default, as a resume could set it to anything anyway; a fixed one cannot be guessed.
-    optional = resumable_fields(config_cls)
+    # default, as a resume could set it to anything anyway; so does a backfilled one (its default
+    # is what the runs saved before it existed did); any other fixed one cannot be guessed.
+    optional = resumable_fields(config_cls) | backfilled_fields(config_cls)
     missing = [n for n in names if n not in values and n not in optional]
     if missing:
         more = "..." if len(missing) > 4 else ""

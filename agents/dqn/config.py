@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from tritonrl.agents.nets.torsos import NORMS, TORSO_KINDS
 from tritonrl.toolkit.checks import check_config
 from tritonrl.toolkit.compile import CompileMode
-from tritonrl.toolkit.config import Config, resumable
+from tritonrl.toolkit.config import Config, backfilled, resumable
 from tritonrl.toolkit.replay.buffer import STAGINGS
 
 __all__ = ["AGENT_KIND", "DISTRIBUTIONS", "REPLAY_STAGINGS", "DQNConfig"]
@@ -37,6 +37,10 @@ class DQNConfig(Config):
     """Hidden width of the torso."""
     torso_depth: int = 2
     """Layers (mlp), residual blocks (resmlp) or attention blocks (attention)."""
+    torso_hidden: tuple[int, ...] | None = backfilled(None)
+    """The mlp torso's layer sizes, one per layer (``--set torso_hidden=120,84``); ``None``: the
+    uniform ``torso_depth`` x ``torso_width``. When given, the mlp torso ignores those two
+    (only ``torso="mlp"`` takes it). A checkpoint saved before this field existed reads as ``None``."""
     torso_norm: str = "none"
     """``"none"`` or ``"rmsnorm"`` inside the torso."""
     spectral_norm: bool = False
@@ -167,6 +171,14 @@ class DQNConfig(Config):
                 f"buffer_size={self.buffer_size} must be >= batch_size={self.batch_size}",
             ),
             (
+                self.torso_hidden != (),
+                "torso_hidden=() has no layer: give at least one size, or None for torso_width x torso_depth",
+            ),
+            (
+                self.torso_hidden is None or self.torso == "mlp",
+                f"torso_hidden={self.torso_hidden} is for torso='mlp', not torso={self.torso!r}",
+            ),
+            (
                 self.torso != "tcn" or not self.spectral_norm,
                 "spectral_norm is not available with torso='tcn' (its layers are convolutions)",
             ),
@@ -184,6 +196,7 @@ class DQNConfig(Config):
 _RANGES = {
     "torso_width": "[1, inf)",
     "torso_depth": "[1, inf)",
+    "torso_hidden": "[1, inf)",
     "attention_heads": "[1, inf)",
     "head_hidden": "[1, inf)",
     "noisy_sigma0": "[0, inf)",

@@ -54,6 +54,7 @@ def build_q_network(
         cfg.torso,
         width=cfg.torso_width,
         depth=cfg.torso_depth,
+        hidden=cfg.torso_hidden,
         norm=cfg.torso_norm,
         spectral_norm=cfg.spectral_norm,
         heads=cfg.attention_heads,

@@ -8,7 +8,8 @@ the rollout or ``act``).
 - :class:`MLP`: ``Linear -> [RMSNorm] -> activation`` layers of given sizes over the last dim;
   DQN's ``"mlp"`` torso (ReLU, PyTorch's default init) and PPO's actor, critic and encoder MLPs
   (tanh, orthogonal init, as in CleanRL) are both built by it.
-- ``"mlp"``: input ``[B, *obs_shape]`` (flattened); ``depth`` x (linear, [RMSNorm], ReLU).
+- ``"mlp"``: input ``[B, *obs_shape]`` (flattened); ``depth`` x (linear, [RMSNorm], ReLU) of
+  ``width``, or one layer per size of ``hidden`` (e.g. ``(120, 84)``).
 - ``"resmlp"``: input ``[B, *obs_shape]`` (flattened); an input projection, then ``depth``
   pre-norm residual blocks.
 - ``"attention"``: input ``[B, K, D]`` (the last ``K`` observations); per-step embedding plus a
@@ -220,10 +221,14 @@ class MLP(nn.Module):
 
 
 class MLPTorso(MLP):
-    """DQN's ``"mlp"`` torso: ``depth`` x (linear, optional RMSNorm, ReLU) on the flattened
-    observation, PyTorch's default init (an :class:`MLP` of ``depth`` layers of ``width``).
+    """DQN's ``"mlp"`` torso: linear, optional RMSNorm, ReLU layers on the flattened observation,
+    PyTorch's default init: an :class:`MLP` of ``depth`` layers of ``width``, or of the sizes in
+    ``hidden`` when given (``width`` and ``depth`` are then unused).
 
-    ``forward(x [B, *obs_shape]) -> [B, width]``.
+    ``forward(x [B, *obs_shape]) -> [B, out_features]`` (``width``, or ``hidden[-1]``).
+
+    Raises:
+        ValueError: ``hidden`` empty or a size below 1.
     """
 
     def __init__(
@@ -232,14 +237,17 @@ class MLPTorso(MLP):
         *,
         width: int = 128,
         depth: int = 2,
+        hidden: tuple[int, ...] | None = None,
         norm: str = "none",
         spectral_norm: bool = False,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
+        if hidden is not None and not tuple(hidden):
+            raise ValueError("hidden=() has no layer: give at least one size, or None for width x depth")
         super().__init__(
             in_features,
-            (width,) * depth,
+            (width,) * depth if hidden is None else tuple(hidden),
             activation="relu",
             norm=norm,
             spectral_norm=spectral_norm,
@@ -395,6 +403,7 @@ def build_torso(
     *,
     width: int = 128,
     depth: int = 2,
+    hidden: tuple[int, ...] | None = None,
     norm: str = "none",
     spectral_norm: bool = False,
     heads: int = 2,
@@ -403,11 +412,13 @@ def build_torso(
 ) -> MLPTorso | ResidualMLPTorso | AttentionTorso | SequenceTorso:
     """A torso for observations of shape ``obs_shape``; its feature size is ``.out_features``.
 
+    ``hidden`` (``"mlp"`` only): the layer sizes, one per layer, instead of ``depth`` x ``width``.
+
     Raises:
         ValueError: unknown ``kind`` or ``norm``; ``"attention"`` or ``"tcn"`` with an
             observation that is not ``[K, D]`` (a history of ``K`` flat observations);
             ``spectral_norm`` with ``"tcn"``; a non-positive width, depth or number of attention
-            heads.
+            heads; ``hidden`` with a kind other than ``"mlp"``, empty or with a size below 1.
     """
     if kind not in TORSO_KINDS:
         raise ValueError(f"torso kind={kind!r} is unknown; choose one of {', '.join(TORSO_KINDS)}")
@@ -415,6 +426,8 @@ def build_torso(
         raise ValueError(f"torso norm={norm!r} is unknown; choose one of {', '.join(NORMS)}")
     if width < 1 or depth < 1:
         raise ValueError(f"torso width={width} and depth={depth} must be >= 1")
+    if hidden is not None and kind != "mlp":
+        raise ValueError(f"torso hidden={tuple(hidden)} is for the mlp torso, not {kind!r}")
     if kind == "attention" and heads < 1:
         raise ValueError(f"attention heads={heads} must be >= 1")
     if kind in ("attention", "tcn") and len(obs_shape) != 2:
@@ -443,7 +456,17 @@ def build_torso(
             dtype=dtype,
         )
     n_in = math.prod(obs_shape)
-    cls = MLPTorso if kind == "mlp" else ResidualMLPTorso
-    return cls(
+    if kind == "mlp":
+        return MLPTorso(
+            n_in,
+            width=width,
+            depth=depth,
+            hidden=hidden,
+            norm=norm,
+            spectral_norm=spectral_norm,
+            device=device,
+            dtype=dtype,
+        )
+    return ResidualMLPTorso(
         n_in, width=width, depth=depth, norm=norm, spectral_norm=spectral_norm, device=device, dtype=dtype
     )

@@ -30,6 +30,9 @@ BAD = [
     ("dqn", "lr", "-1e-3", "lr=-0.001 must be > 0"),
     ("dqn", "torso_width", "0", "torso_width=0 must be >= 1"),
     ("dqn", "torso_depth", "-2", "torso_depth=-2 must be >= 1"),
+    ("dqn", "torso_hidden", "120,0", "torso_hidden=(120, 0): each item must be >= 1, got 0"),
+    ("dqn", "torso_hidden", "()", "torso_hidden=() has no layer"),
+    ("dqn", "torso_hidden", "64,1.5", "torso_hidden='1.5' is not a valid int"),
     ("dqn", "head_hidden", "0", "head_hidden=0 must be >= 1"),
     ("dqn", "attention_heads", "0", "attention_heads=0 must be >= 1"),
     ("dqn", "icm_embed", "0", "icm_embed=0 must be >= 1"),
@@ -197,6 +200,11 @@ CLI = [
     ({}, ["--agent", "ppo", "--set", "hidden=0"], "hidden=(0,): each item must be >= 1, got 0"),
     ({}, ["--agent", "ppo", "--set", "lr=inf"], "lr=inf must be a finite number"),
     ({}, ["--agent", "dqn", "--set", "lr=nan"], "lr=nan must be a finite number"),
+    (
+        {},
+        ["--agent", "dqn", "--set", "torso=resmlp", "--set", "torso_hidden=120,84"],
+        "torso_hidden=(120, 84) is for torso='mlp', not torso='resmlp'",
+    ),
     ({}, ["--agent", "dqn", "--set", "buffer_size=1e11"], "buffer_size=100000000000 needs 4.8 TB"),
     ({}, ["--agent", "dqn", "--set", "buffer_size=2.5"], "buffer_size='2.5' is not a valid int"),
     (

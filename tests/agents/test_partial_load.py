@@ -130,15 +130,15 @@ def _check_every_damage_refused(target: Any, valid: dict, skip: Callable[[Path],
 
 def _optional(path: Path) -> bool:
     """Deletions that leave a valid state: an entry of ``tags`` (free-form labels, a resumable
-    field: a shorter tuple is still a valid config) and a whole resumable config field (a
-    checkpoint older than the field reads back with its default)."""
+    field: a shorter tuple is still a valid config) and a whole resumable or backfilled config
+    field (a checkpoint older than the field reads back with its default)."""
     from tritonrl.agents.dqn import DQNConfig
     from tritonrl.agents.ppo import PPOConfig
-    from tritonrl.toolkit.config import resumable_fields
+    from tritonrl.toolkit.config import backfilled_fields, resumable_fields
 
     if len(path) == 3 and path[:2] == ("config", "tags"):
         return True
-    optional = resumable_fields(DQNConfig) | resumable_fields(PPOConfig)
+    optional = {*resumable_fields(DQNConfig), *resumable_fields(PPOConfig), *backfilled_fields(DQNConfig)}
     return len(path) == 2 and path[0] == "config" and path[1] in optional
 
 
