@@ -84,7 +84,8 @@ def test_state_dict_round_trip_and_refusal(tmp_path: Path) -> None:
     assert restored.config.torso_hidden == (12, 6)  # a tuple again, not a list
     assert _linear_shapes(restored.online.torso) == [(12, 4), (6, 12)]
     x = torch.randn(3, 4).to(agent.online.torso.layers[0].weight.dtype)
-    torch.testing.assert_close(restored.online(x), agent.online(x), rtol=0, atol=0)  # the same weights
+    # exact: the same weights, the same computation
+    torch.testing.assert_close(restored.online(x), agent.online(x), rtol=0, atol=0)
     with pytest.raises(CheckpointError, match=r"torso.layers.1.weight has shape \(6, 12\)"):
         _agent(torso_hidden=(12, 7)).load_state_dict(state)
     # the same shapes, another config: the uniform 16-16 torso against torso_hidden=(16, 16)
