@@ -526,8 +526,6 @@ def run(args: argparse.Namespace) -> int:
         for spec in list_agents():
             print(f"{spec.name:<16} {spec.kind:<10} {spec.description}")
         return 0
-    if args.env is None:
-        args.env = _preset_env(args.agent)
     try:
         import tritonrl.toolkit.training.loop  # noqa: F401 (the training dependencies, checked here)
     except ModuleNotFoundError as exc:  # a core dependency missing (gymnasium on a bare GPU machine)
@@ -539,6 +537,8 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.env is None:  # after the dependency check: the preset registry imports the agents
+        args.env = _preset_env(args.agent)
     from tritonrl.toolkit import distributed
 
     if not distributed.launched_by_torchrun():
