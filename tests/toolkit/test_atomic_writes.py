@@ -280,6 +280,7 @@ ALLOWED = {
     ("toolkit/runfolder.py", "_open_lock", "os.open"): "the lock file (module docstring)",
     ("toolkit/logger.py", "MetricLogger._write_row", "open"): "metrics.csv's append-only rows",
     ("toolkit/cli/common.py", "probe_run_dir", "os.open"): "a probe file, removed at once",
+    ("toolkit/training/overlap.py", "_learner_main", "torch.save"): "into memory, sent to the main process",
 }
 
 
