@@ -10,6 +10,7 @@ Before ``learning_starts`` environment steps, ``act(explore=True)`` draws unifor
 
 from __future__ import annotations
 
+import abc
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -128,29 +129,29 @@ class ContinuousAgent(LaggedContinuous, AgentBase):
 
     # ------------------------------------------------------------------ subclass hooks
 
+    @abc.abstractmethod
     def _nets(self) -> dict[str, nn.Module]:
         """Every module of the agent's state, by entry name."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _optimizers(self) -> dict[str, tuple[MasterWeightOptimizer, float]]:
         """Every optimizer by entry name, with the learning rate the config gives it."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _targets(
         self,
     ) -> dict[str, tuple[nn.Module, nn.Module, list[torch.Tensor] | None, MasterWeightOptimizer]]:
         """``{master entry: (target, online, f32 target masters or None, online's optimizer)}``."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _explore(self, actor: Any, x: torch.Tensor, randn: Callable[[int], torch.Tensor]) -> torch.Tensor:
         """Exploring actions ``[B, D]`` f32 in ``[-1, 1]`` of ``actor`` (the agent's or the lagged
         actor's snapshot) for ingested observations ``x [B, O]``; ``randn(rows)`` gives standard
         normals ``[rows, D]`` f32 from the caller's generator."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _greedy(self, actor: Any, x: torch.Tensor) -> torch.Tensor:
         """Deterministic actions ``[B, D]`` f32 in ``[-1, 1]`` of ``actor``."""
-        raise NotImplementedError
 
     # ------------------------------------------------------------------ acting
 
