@@ -258,10 +258,14 @@ class DQNAgent(LaggedActing, DQNCheckpoint, AgentBase):
 
     def epsilon(self) -> float:
         """Epsilon now: linear from ``eps_start`` to ``eps_end`` over ``eps_decay_steps``; 0 when noisy."""
+        return self.epsilon_at(self.env_steps)
+
+    def epsilon_at(self, env_steps: int) -> float:
+        """:meth:`epsilon` after ``env_steps`` environment steps (the lagged actor counts its own)."""
         cfg = self.config
         if cfg.noisy:
             return 0.0
-        frac = min(1.0, self.env_steps / max(1, cfg.eps_decay_steps))
+        frac = min(1.0, env_steps / max(1, cfg.eps_decay_steps))
         return cfg.eps_start + frac * (cfg.eps_end - cfg.eps_start)
 
     def act(self, obs: Any, explore: bool = True) -> torch.Tensor:
@@ -314,22 +318,25 @@ class DQNAgent(LaggedActing, DQNCheckpoint, AgentBase):
 
         return greedy
 
-    def epsilon_greedy(self, greedy: torch.Tensor, eps: float) -> torch.Tensor:
+    def epsilon_greedy(
+        self, greedy: torch.Tensor, eps: float, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
         """``greedy`` actions (``[E]`` int64, ``[E, D]`` for MultiDiscrete, on the agent's device),
-        each replaced with probability ``eps`` by a uniform random action drawn from the agent's
-        generator (all sub-actions of an environment at once); ``eps <= 0`` returns ``greedy``
-        itself and draws nothing. Reads nothing on the host (also used by
-        :class:`tritonrl.toolkit.training.collector.Collector`)."""
+        each replaced with probability ``eps`` by a uniform random action drawn from ``generator``
+        (default: the agent's; all sub-actions of an environment at once); ``eps <= 0`` returns
+        ``greedy`` itself and draws nothing. Reads nothing on the host (also used by
+        :class:`tritonrl.toolkit.training.collector.Collector` and the lagged actor)."""
         if eps <= 0.0:
             return greedy
+        g = self.generator if generator is None else generator
         n = greedy.shape[0]
         if self.factored:
             nvec = self.online.head.mask.sum(-1)  # [D] sub-action counts, already on the device
-            rand = (torch.rand(greedy.shape, device=self.device, generator=self.generator) * nvec).long()
-            pick = torch.rand((n, 1), device=self.device, generator=self.generator) < eps
+            rand = (torch.rand(greedy.shape, device=self.device, generator=g) * nvec).long()
+            pick = torch.rand((n, 1), device=self.device, generator=g) < eps
         else:
-            rand = torch.randint(self.action["n"], (n,), device=self.device, generator=self.generator)
-            pick = torch.rand((n,), device=self.device, generator=self.generator) < eps
+            rand = torch.randint(self.action["n"], (n,), device=self.device, generator=g)
+            pick = torch.rand((n,), device=self.device, generator=g) < eps
         return torch.where(pick, rand, greedy)
 
     def observe(

@@ -31,16 +31,9 @@ class LaggedActing:
         starts at ``env_steps``) with a generator seeded by one draw from the agent's, and
         greedily (eval mode) for evaluations. Reads nothing on the host per step."""
         agent: Any = self
-        cfg = agent.config
         generator = actor_generator(agent.generator, agent.device)
         stride = agent.num_envs * agent.dist.world_size
         steps = [agent.env_steps]
-
-        def epsilon() -> float:
-            if cfg.noisy:
-                return 0.0
-            frac = min(1.0, steps[0] / max(1, cfg.eps_decay_steps))
-            return cfg.eps_start + frac * (cfg.eps_end - cfg.eps_start)
 
         def q(snapshot: Any, obs: Any) -> torch.Tensor:
             x = torch.as_tensor(obs, device=agent.device, dtype=torch.float32)
@@ -48,19 +41,9 @@ class LaggedActing:
 
         def act(snapshot: Any, obs: torch.Tensor) -> torch.Tensor:
             greedy = q(snapshot, obs).argmax(-1)
-            eps = epsilon()
+            eps = agent.epsilon_at(steps[0])
             steps[0] += stride
-            if eps <= 0.0:
-                return greedy
-            n = greedy.shape[0]
-            if agent.factored:
-                nvec = snapshot.head.mask.sum(-1)
-                rand = (torch.rand(greedy.shape, device=agent.device, generator=generator) * nvec).long()
-                pick = torch.rand((n, 1), device=agent.device, generator=generator) < eps
-            else:
-                rand = torch.randint(agent.action["n"], (n,), device=agent.device, generator=generator)
-                pick = torch.rand((n,), device=agent.device, generator=generator) < eps
-            return torch.where(pick, rand, greedy)
+            return agent.epsilon_greedy(greedy, eps, generator)
 
         return SnapshotActor(
             agent.online, act, lambda snapshot, obs: q(snapshot, obs).argmax(-1), generator, steps
