@@ -1,0 +1,49 @@
+"""The frame-stack gather: the specification, the CPU path and the test oracle.
+
+A frame store keeps each observation frame once, as uint8, in per-environment rings of ``ring``
+slots: ``frames [N, P]`` (``N = E * ring`` rows, ``P`` bytes per frame; environment ``e`` owns rows
+``e * ring .. e * ring + ring - 1``) and ``depth [N]`` int32, the number of frames of the slot's
+episode up to and including the slot (1 at an episode's first frame). The stacked observation of
+row ``r`` is the ``stack`` frames ending at ``r`` in its ring, oldest first; a frame from before the
+episode's start is zeros (as a zero-padding frame-stack wrapper gives). Each frame is converted
+once to the output dtype and multiplied by ``scale``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["frame_stack_sample_ref", "stack_rows"]
+
+
+def stack_rows(rows: torch.Tensor, ring: int, stack: int) -> torch.Tensor:
+    """int64 ``[M, stack]``: the rows of the ``stack`` frames ending at each of ``rows`` (oldest
+    first), wrapping inside each environment's ring of ``ring`` slots."""
+    back = torch.arange(stack - 1, -1, -1, device=rows.device)
+    base = rows.div(ring, rounding_mode="floor").mul_(ring)
+    return base[:, None] + (rows.remainder(ring)[:, None] - back).remainder_(ring)
+
+
+def frame_stack_sample_ref(
+    frames: torch.Tensor,
+    depth: torch.Tensor,
+    rows: torch.Tensor,
+    ring: int,
+    stack: int,
+    dtype: torch.dtype,
+    scale: float,
+) -> torch.Tensor:
+    """``[M, stack, P]`` in ``dtype``: ``out[m, j] = frames[src[m, j]] * scale`` where the frame
+    belongs to the episode of ``rows[m]`` (``stack - 1 - j < depth[rows[m]]``), else 0, with
+    ``src = stack_rows(rows, ring, stack)``. Arguments: see
+    :func:`tritonrl.kernels.frame_stack.frame_stack_sample`.
+
+    One gather of uint8 rows and one multiply that converts and masks (a per-frame weight
+    ``scale`` or 0): no intermediate float copy of the gathered frames.
+    """
+    src = stack_rows(rows, ring, stack)
+    back = torch.arange(stack - 1, -1, -1, device=rows.device)
+    keep = back < depth.index_select(0, rows).to(torch.int64)[:, None]  # [M, stack]
+    weight = torch.where(keep, scale, 0.0).to(dtype)
+    gathered = frames.index_select(0, src.reshape(-1)).view(rows.shape[0], stack, frames.shape[1])
+    return torch.mul(gathered, weight[:, :, None])
