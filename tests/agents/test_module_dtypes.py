@@ -7,6 +7,7 @@ import pytest
 import torch
 from torch import nn
 from tritonrl.agents.icm import ICM
+from tritonrl.agents.nets.conv import ConvTorso
 from tritonrl.agents.nets.actor_critic import ActorCritic, FeedForwardCore
 from tritonrl.agents.nets.factored import BranchingHead
 from tritonrl.agents.nets.policy_heads import CategoricalHead, FlowHead, GaussianHead
@@ -36,6 +37,9 @@ def _builders():
         "ResidualMLPTorso": lambda: ResidualMLPTorso(4, width=8),
         "AttentionTorso": lambda: AttentionTorso(3, 4, width=8),
         "SpectralLinear": lambda: SpectralLinear(4, 8),
+        "ConvTorso-nature": lambda: ConvTorso((4, 36, 36), "nature", hidden=(8,)),
+        "ConvTorso-minatar": lambda: ConvTorso((4, 10, 10), "minatar"),
+        "ConvTorso-impala": lambda: ConvTorso((3, 16, 16), "impala", hidden=(8,), orthogonal_gain=2**0.5),
         # PPO: each policy kind as the agent assembles it (core, head, critic), default dtype.
         "PPO-categorical": lambda: ActorCritic(FeedForwardCore(4, (8,)), CategoricalHead(8, 3)),
         "PPO-gaussian": lambda: ActorCritic(
