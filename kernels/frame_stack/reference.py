@@ -38,12 +38,17 @@ def frame_stack_sample_ref(
     ``src = stack_rows(rows, ring, stack)``. Arguments: see
     :func:`tritonrl.kernels.frame_stack.frame_stack_sample`.
 
-    One gather of uint8 rows and one multiply that converts and masks (a per-frame weight
-    ``scale`` or 0): no intermediate float copy of the gathered frames.
+    One gather of uint8 rows, one conversion into the output (exact: a byte is exactly an f32 or
+    a bf16) and one in-place multiply by a per-frame weight, ``scale`` rounded to ``dtype`` or 0:
+    each product is the f32 product of the byte and the weight rounded once to ``dtype`` (exact
+    in f32 for bf16 weights). No mixed-dtype multiply (a slow path on CPU) and no intermediate float
+    copy of the gathered frames.
     """
     src = stack_rows(rows, ring, stack)
     back = torch.arange(stack - 1, -1, -1, device=rows.device)
     keep = back < depth.index_select(0, rows).to(torch.int64)[:, None]  # [M, stack]
     weight = torch.where(keep, scale, 0.0).to(dtype)
-    gathered = frames.index_select(0, src.reshape(-1)).view(rows.shape[0], stack, frames.shape[1])
-    return torch.mul(gathered, weight[:, :, None])
+    m, p = rows.shape[0], frames.shape[1]
+    out = torch.empty((m, stack, p), dtype=dtype, device=frames.device)
+    out.view(m * stack, p).copy_(frames.index_select(0, src.reshape(-1)))
+    return out.mul_(weight[:, :, None])
