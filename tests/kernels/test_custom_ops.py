@@ -182,6 +182,14 @@ def _scan_args(kw: dict, chunk: int, ret_final: bool, store: bool) -> tuple:
     )
 
 
+def _frame_stack_case(dtype: torch.dtype) -> tuple[Any, tuple]:
+    gen = torch.Generator().manual_seed(0)
+    frames = torch.randint(0, 256, (12, 7), dtype=torch.uint8, generator=gen)
+    depth = torch.randint(1, 5, (12,), dtype=torch.int32, generator=gen)
+    rows = torch.randint(0, 12, (5,), generator=gen)
+    return OPS.frame_stack_sample.default, (frames, depth, rows, 4, 3, dtype, 1.0 / 255.0)
+
+
 def _opcheck_cases() -> dict[str, Callable[[], tuple[Any, tuple]]]:
     def linear_bwd() -> tuple:
         x, *p = _linear_case(torch.float32)
@@ -244,16 +252,6 @@ def _opcheck_cases() -> dict[str, Callable[[], tuple[Any, tuple]]]:
 
         return make
 
-    def frame_stack(dtype: torch.dtype) -> Callable[[], tuple]:
-        def make() -> tuple:
-            gen = torch.Generator().manual_seed(0)
-            frames = torch.randint(0, 256, (12, 7), dtype=torch.uint8, generator=gen)
-            depth = torch.randint(1, 5, (12,), dtype=torch.int32, generator=gen)
-            rows = torch.randint(0, 12, (5,), generator=gen)
-            return OPS.frame_stack_sample.default, (frames, depth, rows, 4, 3, dtype, 1.0 / 255.0)
-
-        return make
-
     return {
         "noisy_linear-f32-relu": lambda: (
             OPS.noisy_linear.default,
@@ -281,8 +279,8 @@ def _opcheck_cases() -> dict[str, Callable[[], tuple[Any, tuple]]]:
         "per_update": update(False),
         "per_update-rejected": update(True),
         "per_insert": lambda: (OPS.per_insert.default, (*filled_tree(), 70, 5, 0.6)),
-        "frame_stack_sample-bf16": frame_stack(torch.bfloat16),
-        "frame_stack_sample-f32": frame_stack(torch.float32),
+        "frame_stack_sample-bf16": partial(_frame_stack_case, torch.bfloat16),
+        "frame_stack_sample-f32": partial(_frame_stack_case, torch.float32),
     }
 
 
