@@ -254,3 +254,18 @@ def test_compiled_matches_eager(monkeypatch: pytest.MonkeyPatch) -> None:
             # exact: both run the same reference (inside the op when compiled); * 2 is exact
             torch.testing.assert_close(a, b, rtol=0, atol=0)
     assert FRAME_STACK_SAMPLE.counts == {"torch": 8}
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 40 * 50, 1 << 18])  # chunks of 32 and 40 frames, one chunk
+def test_reference_chunks_change_nothing(chunk_bytes: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CPU path goes through the frames in chunks (uneven last chunk included): the same values."""
+    from tritonrl.kernels.frame_stack import reference
+
+    monkeypatch.setattr(reference, "_CHUNK_BYTES", chunk_bytes)
+    gen = torch.Generator().manual_seed(chunk_bytes)
+    frames, depth = store(4, 9, 50, gen)
+    rows = torch.randint(0, 36, (37,), generator=gen)  # 111 frames
+    for dtype in DTYPES:
+        out = frame_stack_sample(frames, depth, rows, ring=9, stack=3, dtype=dtype)
+        # exact: the same f32 product of a byte and the same weight, rounded once to dtype
+        torch.testing.assert_close(out, model(frames, depth, rows, 9, 3, dtype, 1.0 / 255.0), rtol=0, atol=0)
