@@ -269,3 +269,21 @@ def test_reference_chunks_change_nothing(chunk_bytes: int, monkeypatch: pytest.M
         out = frame_stack_sample(frames, depth, rows, ring=9, stack=3, dtype=dtype)
         # exact: the same f32 product of a byte and the same weight, rounded once to dtype
         torch.testing.assert_close(out, model(frames, depth, rows, 9, 3, dtype, 1.0 / 255.0), rtol=0, atol=0)
+
+
+def test_compiled_runs_the_triton_kernel(kernel_device: str) -> None:
+    """Under the interpreter (and on CUDA with ``--gpu``) the compiled call's custom op launches
+    the same Triton kernel as the eager call."""
+    torch._dynamo.reset()
+    gen = torch.Generator().manual_seed(2)
+    frames, depth = store(2, 5, 33, gen, kernel_device)
+    rows = torch.randint(0, 10, (7,), generator=gen).to(kernel_device)
+
+    def sample(rows: torch.Tensor) -> torch.Tensor:
+        return frame_stack_sample(frames, depth, rows, ring=5, stack=3, dtype=torch.bfloat16)
+
+    eager = sample(rows)
+    comp = torch.compile(sample, fullgraph=True, backend="aot_eager")(rows)
+    # exact: the same launcher with the same launch configuration
+    torch.testing.assert_close(comp, eager, rtol=0, atol=0)
+    assert FRAME_STACK_SAMPLE.counts == {"triton": 2}
