@@ -32,6 +32,7 @@ _OP_MODULES: tuple[str, ...] = (
     "tritonrl.kernels.noisy_head.api",
     "tritonrl.kernels.mamba2.api",
     "tritonrl.kernels.sumtree.api",
+    "tritonrl.kernels.frame_stack.api",
 )
 
 

@@ -12,11 +12,12 @@ and reports registers and spills.
 Fails (exit status 1) on any compile error and on shared memory above the target's per-block
 limit (sm_90: 227 KiB, sm_80: 163 KiB, sm_75: 64 KiB).
 
-Cases: the GPU shapes of benchmarks/noisy_dueling.py, benchmarks/mamba2_scan.py and
-benchmarks/replay.py, plus small ones (acting batches, the actor-critic's Mamba2 block, every
-optional input switched on). ``--quick`` takes a subset that still reaches every kernel and
-every launch-config branch (what tests/kernels/test_aot_compile.py runs in CI). ``--cases
-MODULE:FUNCTION`` adds the cases of kernels outside the package (the test passes the tests' toy op).
+Cases: the GPU shapes of benchmarks/noisy_dueling.py, benchmarks/mamba2_scan.py,
+benchmarks/replay.py and benchmarks/frame_stack.py, plus small ones (acting batches, the
+actor-critic's Mamba2 block, every optional input switched on). ``--quick`` takes a subset that
+still reaches every kernel and every launch-config branch (what tests/kernels/test_aot_compile.py
+runs in CI). ``--cases MODULE:FUNCTION`` adds the cases of kernels outside the package (the test
+passes the tests' toy op).
 
 Run without ``TRITON_INTERPRET`` (under the interpreter ``@triton.jit`` makes no compilable
 kernels)::
@@ -307,6 +308,20 @@ def _sumtree(
     return run
 
 
+def _frame_stack(b: int, P: int, stack: int, dtype) -> Callable[[], None]:
+    def run() -> None:
+        import torch
+        from tritonrl.kernels.frame_stack import frame_stack_sample
+
+        ring = 1000
+        frames = torch.zeros(4 * ring, P, dtype=torch.uint8)
+        depth = torch.ones(4 * ring, dtype=torch.int32)
+        rows = torch.zeros(2 * b, dtype=torch.int64)  # a batch's obs and next obs
+        frame_stack_sample(frames, depth, rows, ring=ring, stack=stack, dtype=dtype)
+
+    return run
+
+
 def cases(quick: bool) -> list[tuple[str, Callable[[], None]]]:
     """(name, run) of every case; ``quick``: the CI subset (every kernel, every config branch)."""
     import torch
@@ -380,6 +395,14 @@ def cases(quick: bool) -> list[tuple[str, Callable[[], None]]]:
     out.append(
         ("sumtree cap1000 insert1 update bf16", _sumtree(1000, insert=1, update=32, td_dtype=torch.bfloat16))
     )
+    # benchmarks/frame_stack.py: Atari frames (84 x 84, stack 4) at batch 32 and 256; MinAtar
+    # (10 x 10 x C: blocks of 128, 512 and 1024 pixels at C = 1, 4, 10), bf16 and f32. Quick: every
+    # block size (C = 10 shares the Atari frames' launch config).
+    for tag, dt in dtypes.items():
+        for b in (32,) if quick else (32, 256):
+            out.append((f"frame_stack b{b} P7056 stack4 {tag}", _frame_stack(b, 84 * 84, 4, dt)))
+        for c in (1, 4) if quick else (1, 4, 10):
+            out.append((f"frame_stack minatar b32 C{c} stack4 {tag}", _frame_stack(32, 100 * c, 4, dt)))
     return out
 
 

@@ -10,12 +10,21 @@ concatenated).
 from __future__ import annotations
 
 import torch
+from tritonrl.kernels.backend import KernelOp
 from tritonrl.kernels.frame_stack.reference import frame_stack_sample_ref, stack_rows
 from tritonrl.kernels.validate import check_int, check_real, check_tensor
 
-__all__ = ["FLOAT_DTYPES", "frame_stack_sample", "stack_rows"]
+__all__ = ["FLOAT_DTYPES", "FRAME_STACK_SAMPLE", "frame_stack_sample", "stack_rows"]
 
 FLOAT_DTYPES = (torch.float32, torch.bfloat16)
+
+# One name: the function, its KernelOp and its registry name (reference frame_stack_sample_ref,
+# Triton frame_stack_sample_triton).
+FRAME_STACK_SAMPLE = KernelOp(
+    "frame_stack_sample",
+    frame_stack_sample_ref,
+    "tritonrl.kernels.frame_stack.fused:frame_stack_sample_triton",
+)
 
 
 def frame_stack_sample(
@@ -60,4 +69,6 @@ def frame_stack_sample(
     if dtype not in FLOAT_DTYPES:
         raise TypeError(f"dtype must be float32 or bfloat16, got {dtype}")
     scale = check_real("scale", scale)
-    return frame_stack_sample_ref(frames, depth, rows, ring, stack, dtype, scale)
+    if torch.compiler.is_compiling():  # the custom op (library.py)
+        return torch.ops.tritonrl.frame_stack_sample(frames, depth, rows, ring, stack, dtype, scale)
+    return FRAME_STACK_SAMPLE(device, frames, depth, rows, ring, stack, dtype, scale)

@@ -15,6 +15,8 @@ import torch
 
 __all__ = ["frame_stack_sample_ref", "stack_rows"]
 
+_CHUNK_BYTES = 1 << 18  # bytes of frames per CPU chunk: the chunk's output stays in L2
+
 
 def stack_rows(rows: torch.Tensor, ring: int, stack: int) -> torch.Tensor:
     """int64 ``[M, stack]``: the rows of the ``stack`` frames ending at each of ``rows`` (oldest
@@ -38,12 +40,24 @@ def frame_stack_sample_ref(
     ``src = stack_rows(rows, ring, stack)``. Arguments: see
     :func:`tritonrl.kernels.frame_stack.frame_stack_sample`.
 
-    One gather of uint8 rows and one multiply that converts and masks (a per-frame weight
-    ``scale`` or 0): no intermediate float copy of the gathered frames.
+    One gather of uint8 rows, one conversion into the output (exact: a byte is exactly an f32 or
+    a bf16) and one in-place multiply by a per-frame weight, ``scale`` rounded to ``dtype`` or 0:
+    each product is the f32 product of the byte and the weight rounded once to ``dtype`` (exact
+    in f32 for bf16 weights). No mixed-dtype multiply (a slow path on CPU) and no float copy of
+    the gathered frames. On CPU the frames go through in chunks of about 256 KiB of bytes, each
+    gathered into one reused buffer and converted and scaled while it is in cache.
     """
-    src = stack_rows(rows, ring, stack)
+    src = stack_rows(rows, ring, stack).view(-1)
     back = torch.arange(stack - 1, -1, -1, device=rows.device)
     keep = back < depth.index_select(0, rows).to(torch.int64)[:, None]  # [M, stack]
-    weight = torch.where(keep, scale, 0.0).to(dtype)
-    gathered = frames.index_select(0, src.reshape(-1)).view(rows.shape[0], stack, frames.shape[1])
-    return torch.mul(gathered, weight[:, :, None])
+    weight = torch.where(keep, scale, 0.0).to(dtype).view(-1, 1)
+    m, p = rows.shape[0], frames.shape[1]
+    out = torch.empty((m, stack, p), dtype=dtype, device=frames.device)
+    flat, n = out.view(m * stack, p), m * stack
+    chunk = n if frames.device.type != "cpu" else max(32, _CHUNK_BYTES // max(p, 1))
+    buf = torch.empty((min(chunk, n), p), dtype=torch.uint8, device=frames.device)
+    for lo in range(0, n, chunk):
+        hi = min(lo + chunk, n)
+        gathered = torch.index_select(frames, 0, src[lo:hi], out=buf[: hi - lo])
+        flat[lo:hi].copy_(gathered).mul_(weight[lo:hi])
+    return out

@@ -36,6 +36,7 @@ KERNELS = {
     "_per_sample_kernel",
     "_per_update_kernel",
     "_per_insert_kernel",
+    "_frame_stack_sample_kernel",
     "_toy_linear_fwd_kernel",
 }
 

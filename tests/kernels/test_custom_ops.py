@@ -26,6 +26,7 @@ import torch
 from helpers import make_layer as layer
 from mamba2_cases import Case, make_inputs, ref_call, with_grad
 from tritonrl.kernels import library, load_all, registry
+from tritonrl.kernels.frame_stack import FRAME_STACK_SAMPLE
 from tritonrl.kernels.mamba2 import MAMBA2_SCAN, MAMBA2_STEP, mamba2_scan, mamba2_step
 from tritonrl.kernels.mamba2.reference import mamba2_scan_ref
 from tritonrl.kernels.noisy_head import NOISY_DUELING, NOISY_LINEAR, NoisyParams, noisy_dueling, noisy_linear
@@ -49,8 +50,18 @@ KERNEL_OPS = (
     "per_sample",
     "per_update",
     "per_insert",
+    "frame_stack_sample",
 )
-ALL_OPS = (NOISY_LINEAR, NOISY_DUELING, MAMBA2_SCAN, MAMBA2_STEP, PER_SAMPLE, PER_UPDATE, PER_INSERT)
+ALL_OPS = (
+    NOISY_LINEAR,
+    NOISY_DUELING,
+    MAMBA2_SCAN,
+    MAMBA2_STEP,
+    PER_SAMPLE,
+    PER_UPDATE,
+    PER_INSERT,
+    FRAME_STACK_SAMPLE,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -171,6 +182,14 @@ def _scan_args(kw: dict, chunk: int, ret_final: bool, store: bool) -> tuple:
     )
 
 
+def _frame_stack_case(dtype: torch.dtype) -> tuple[Any, tuple]:
+    gen = torch.Generator().manual_seed(0)
+    frames = torch.randint(0, 256, (12, 7), dtype=torch.uint8, generator=gen)
+    depth = torch.randint(1, 5, (12,), dtype=torch.int32, generator=gen)
+    rows = torch.randint(0, 12, (5,), generator=gen)
+    return OPS.frame_stack_sample.default, (frames, depth, rows, 4, 3, dtype, 1.0 / 255.0)
+
+
 def _opcheck_cases() -> dict[str, Callable[[], tuple[Any, tuple]]]:
     def linear_bwd() -> tuple:
         x, *p = _linear_case(torch.float32)
@@ -260,6 +279,8 @@ def _opcheck_cases() -> dict[str, Callable[[], tuple[Any, tuple]]]:
         "per_update": update(False),
         "per_update-rejected": update(True),
         "per_insert": lambda: (OPS.per_insert.default, (*filled_tree(), 70, 5, 0.6)),
+        "frame_stack_sample-bf16": partial(_frame_stack_case, torch.bfloat16),
+        "frame_stack_sample-f32": partial(_frame_stack_case, torch.float32),
     }
 
 

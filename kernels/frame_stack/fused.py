@@ -1,0 +1,101 @@
+"""The Triton kernel of the frame-stack gather (layout: :mod:`tritonrl.kernels.frame_stack.reference`).
+
+``_frame_stack_sample_kernel``: one program per (row ``m``, stack position ``j``, block of pixels).
+It finds the source row ``stack - 1 - j`` slots before ``rows[m]`` in its environment's ring (as
+:func:`~tritonrl.kernels.frame_stack.reference.stack_rows`), loads that block of uint8 pixels
+(nothing where the frame is before the episode's start: ``stack - 1 - j >= depth[rows[m]]``, those
+pixels are 0), converts them to f32, multiplies by the weight and stores in the output's dtype. The
+weight is ``scale`` rounded to the output dtype (as the reference's per-frame weight is), so each
+product of a byte and the weight is the reference's f32 product, rounded once on the store: bf16
+and f32 from one source, equal to the reference bit for bit on CUDA. (The Triton interpreter
+truncates f32 -> bf16 instead of rounding to nearest even: within one bf16 ulp there.)
+
+A pure gather: no autograd, no atomics, and the launch config depends only on ``P`` (no autotune;
+``M`` never changes code).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from torch import empty
+
+__all__ = ["frame_stack_sample_fwd", "frame_stack_sample_triton"]
+
+_MAX_BLOCK = 1024  # pixels per program: 1 KiB of uint8 in, 2 or 4 KiB out
+
+
+@triton.jit
+def _frame_stack_sample_kernel(
+    frames,
+    depth,
+    rows,
+    out,
+    P,
+    ring,
+    weight,
+    STACK: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    i_mj = tl.program_id(0).to(tl.int64)
+    i_p = tl.program_id(1).to(tl.int64)
+    i_m = i_mj // STACK
+    back = STACK - 1 - i_mj % STACK  # frames before rows[m]: 0 for the newest (j = STACK - 1)
+    b_row = tl.load(rows + i_m)
+    b_base = (b_row // ring) * ring
+    b_src = b_base + (b_row - b_base - back + ring) % ring  # the argument of % is in [1, 2 * ring)
+    keep = back < tl.load(depth + b_row).to(tl.int64)
+    n_read = tl.where(keep, P, 0)  # pixels to load: none from before the episode's start
+    o_p = i_p * BLOCK + tl.arange(0, BLOCK)
+    m_p = o_p < P
+    # [BLOCK]
+    b_x = tl.load(frames + b_src * P + o_p, mask=o_p < n_read, other=0).to(tl.float32)
+    b_y = b_x * weight
+    tl.store(out + i_mj * P + o_p, b_y.to(out.dtype.element_ty), mask=m_p)
+
+
+def _block(P: int) -> tuple[int, int]:
+    """``(BLOCK, num_warps)`` for frames of ``P`` bytes: the next power of two up to 1024."""
+    block = min(_MAX_BLOCK, max(128, triton.next_power_of_2(P)))
+    return block, max(1, min(4, block // 256))
+
+
+def frame_stack_sample_fwd(
+    frames: torch.Tensor,
+    depth: torch.Tensor,
+    rows: torch.Tensor,
+    ring: int,
+    stack: int,
+    dtype: torch.dtype,
+    weight: float,
+) -> torch.Tensor:
+    """Launch the gather: ``[M, stack, P]`` in ``dtype``; ``weight`` is the multiplier already
+    rounded to ``dtype`` (an f32 value). Validates nothing (see
+    :func:`tritonrl.kernels.frame_stack.frame_stack_sample`)."""
+    m, p = rows.shape[0], frames.shape[1]
+    out = empty((m, stack, p), dtype=dtype, device=frames.device)
+    if m == 0 or p == 0:
+        return out
+    block, warps = _block(p)
+    grid = (m * stack, triton.cdiv(p, block))
+    _frame_stack_sample_kernel[grid](
+        frames, depth, rows, out, p, ring, weight, STACK=stack, BLOCK=block, num_warps=warps
+    )
+    return out
+
+
+def frame_stack_sample_triton(
+    frames: torch.Tensor,
+    depth: torch.Tensor,
+    rows: torch.Tensor,
+    ring: int,
+    stack: int,
+    dtype: torch.dtype,
+    scale: float,
+) -> torch.Tensor:
+    """The Triton implementation of
+    :func:`~tritonrl.kernels.frame_stack.reference.frame_stack_sample_ref` (same arguments)."""
+    # the reference's weight: scale rounded to f32, then to dtype (a host-side scalar, no sync)
+    weight = float(torch.tensor(scale, dtype=torch.float32).to(dtype).float())
+    return frame_stack_sample_fwd(frames, depth, rows, ring, stack, dtype, weight)
