@@ -22,8 +22,9 @@ pytest.importorskip("minatar")
 pytest.importorskip("ale_py")
 pytest.importorskip("cv2")
 
-from tritonrl.toolkit.envs import pixels  # noqa: E402
-from tritonrl.toolkit.envs.vector import VecEnv, make_vec_env  # noqa: E402
+from tritonrl.toolkit.checkpoint import load_checkpoint, save_checkpoint
+from tritonrl.toolkit.envs import pixels
+from tritonrl.toolkit.envs.vector import VecEnv, make_vec_env
 
 
 def _actions(env: VecEnv, rng: np.random.Generator) -> np.ndarray:
@@ -79,7 +80,9 @@ def test_minatar_matches_the_raw_game_transposed() -> None:
         a = _actions(env, rng)
         tr = env.step(a)
         o, r, te, tr_, _ = plain.step(int(a[0]))
-        assert torch.equal(tr.next_obs[0], torch.from_numpy(o.transpose(2, 0, 1).astype(np.uint8)))  # exact: as above
+        assert torch.equal(
+            tr.next_obs[0], torch.from_numpy(o.transpose(2, 0, 1).astype(np.uint8))
+        )  # exact: as above
         assert float(tr.reward[0]) == r and bool(tr.terminated[0]) == te
         if te or tr_:
             o, _ = plain.reset()
@@ -114,12 +117,14 @@ def _assert_same_runs(a: list[Any], b: list[Any]) -> None:
 @pytest.mark.parametrize(
     "env_id", ["MinAtar/Breakout-v1", "MinAtar/Seaquest-v1", "MinAtar/Asterix-v1", "ALE/Breakout-v5"]
 )
-def test_exact_resume(env_id: str) -> None:
+def test_exact_resume(env_id: str, tmp_path: Any) -> None:
+    """get_state, through a checkpoint file, into another env: the same transitions afterwards."""
     env = make_vec_env(env_id, 2, seed=5)
     rng = np.random.default_rng(2)
     for _ in range(60):
         env.step(_actions(env, rng))
-    state = env.get_state()
+    save_checkpoint(tmp_path / "env.ckpt", {"env": env.get_state()})
+    state = load_checkpoint(tmp_path / "env.ckpt")["env"]
     actions = [_actions(env, rng) for _ in range(150)]
     first = _run(env, actions)
     other = make_vec_env(env_id, 2, seed=99)
@@ -145,7 +150,9 @@ def test_damaged_emulator_state_is_refused_and_changes_nothing() -> None:
     minatar = make_vec_env("MinAtar/Breakout-v1", 1, seed=0)
     mstate = minatar.get_state()
     for bad in ("{}", "not json", 3):
-        mlayers = [{**layer, "__extra__": bad} if "__extra__" in layer else layer for layer in mstate["envs"][0]]
+        mlayers = [
+            {**layer, "__extra__": bad} if "__extra__" in layer else layer for layer in mstate["envs"][0]
+        ]
         with pytest.raises(ValueError, match="MinAtar game state"):
             minatar.check_state({**mstate, "envs": [mlayers]})
     minatar.close()
@@ -307,3 +314,13 @@ def test_missing_extra_is_one_line_naming_it(monkeypatch: pytest.MonkeyPatch) ->
             with pytest.raises(ValueError) as info:
                 make_vec_env(env_id, 1, seed=0)
             assert str(info.value) == f"environment {env_id!r} {message}"
+
+
+@pytest.mark.parametrize("env_id", ["MinAtar/Freeway-v1", "ALE/Pong-v5"])
+def test_ids_are_registered_on_first_use(env_id: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    prefix = env_id.split("/")[0] + "/"
+    for key in [k for k in gym.registry if k.startswith(prefix)]:
+        monkeypatch.delitem(gym.registry, key)
+    env = make_vec_env(env_id, 1, seed=0)
+    assert env_id in gym.registry and env.obs is not None and env.obs.dtype == torch.uint8
+    env.close()

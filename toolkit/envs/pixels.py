@@ -5,13 +5,13 @@ with ``MinAtar/`` or ``ALE/``; the ids are registered lazily (:func:`register_pi
 importing tritonrl imports neither MinAtar nor ale-py.
 
 - **MinAtar**: the observation as uint8 channels-first ``[C, 10, 10]`` (0/1), no frame stack.
-- **Atari** (Nature DQN / CleanRL ``dqn_atari.py``): no sticky actions, up to 30 no-op starts, frame skip 4 with a
-  max over the last two frames, 84x84 grey (:class:`AtariFrames`); the real game's raw return
-  (:class:`RawEpisodeStats`); for training only a life loss ends the episode without resetting the
-  game (:class:`EpisodicLife`); FIRE on reset for games that need it (:class:`FireReset`); for
-  training only rewards clipped to their sign (:class:`ClipRewardSign`); the last 4 frames stacked
-  with zeros before the episode's start (:class:`ZeroPadFrameStack`, ``[4, 84, 84]`` uint8,
-  ``obs[-1]`` the newest).
+- **Atari** (Nature DQN / CleanRL ``dqn_atari.py``): no sticky actions, up to 30 no-op starts,
+  frame skip 4 with a max over the last two frames, 84x84 grey (:class:`AtariFrames`); the real
+  game's raw return (:class:`RawEpisodeStats`); for training only a life loss ends the episode
+  without resetting the game (:class:`EpisodicLife`); FIRE on reset for games that need it
+  (:class:`FireReset`); for training only rewards clipped to their sign (:class:`ClipRewardSign`);
+  the last 4 frames stacked with zeros before the episode's start (:class:`ZeroPadFrameStack`,
+  ``[4, 84, 84]`` uint8, ``obs[-1]`` the newest).
 
 Layers that hold state outside plain attributes (the emulator, MinAtar's game objects) expose it
 through ``extra_state()`` / ``check_extra_state(value)`` / ``load_extra_state(value)``, which
@@ -21,7 +21,7 @@ through ``extra_state()`` / ``check_extra_state(value)`` / ``load_extra_state(va
 from __future__ import annotations
 
 import json
-from typing import Any, SupportsFloat
+from typing import Any, SupportsFloat, cast
 
 import gymnasium as gym
 import numpy as np
@@ -84,8 +84,11 @@ def register_pixel_ids(env_id: str) -> None:
         import cv2  # noqa: F401  (the 84x84 resize of AtariPreprocessing)
     except ImportError:
         raise _missing(env_id, "opencv-python-headless", "atari") from None
-    if not any(k.startswith("ALE/") for k in gym.registry):
-        gym.register_envs(ale_py)
+    gym.register_envs(ale_py)  # importing ale_py registers its ids; this marks the import as used
+    if not any(k.startswith("ALE/") for k in gym.registry):  # removed since (a test's registry)
+        from ale_py.registration import register_v5_envs
+
+        register_v5_envs()
 
 
 def make_kwargs(env_id: str) -> dict[str, Any]:
@@ -153,7 +156,9 @@ _GAME_SKIP = ("random", "channels", "action_map", "ramping")
 
 
 def _random_state(rs: np.random.RandomState) -> list[Any]:
-    name, keys, pos, has_gauss, gauss = rs.get_state(legacy=True)  # type: ignore[misc]
+    name, keys, pos, has_gauss, gauss = cast(
+        "tuple[str, np.ndarray, int, int, float]", rs.get_state(legacy=True)
+    )
     return [name, keys.tolist(), int(pos), int(has_gauss), float(gauss)]
 
 
@@ -274,7 +279,12 @@ class AtariFrames(AtariPreprocessing):
         import ale_py
 
         frames = sum(b.size for b in self.obs_buffer)
-        if not isinstance(value, np.ndarray) or value.dtype != np.uint8 or value.ndim != 1 or value.size <= frames:
+        if (
+            not isinstance(value, np.ndarray)
+            or value.dtype != np.uint8
+            or value.ndim != 1
+            or value.size <= frames
+        ):
             raise ValueError("Atari emulator state is not a uint8 array holding an ALE state and two frames")
         cut = value.size - frames
         try:
@@ -312,7 +322,8 @@ class AtariFrames(AtariPreprocessing):
 class RawEpisodeStats(gym.Wrapper):
     """Counts the real game's raw reward and agent steps; sets ``info[RAW_EPISODE_KEY] =
     {"r": return, "l": length}`` at the step the game ends (terminated or truncated here, below
-    the episodic life and the clipping)."""
+    the episodic life and the clipping). The length counts every step the layers above take,
+    the FIRE presses and the no-op after a life loss of the reset wrappers included."""
 
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)

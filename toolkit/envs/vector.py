@@ -9,8 +9,9 @@ from ``next_obs`` where ``truncated`` and never where ``terminated``; nothing do
 to know how gymnasium resets.
 
 Observations and rewards come out as f32 tensors (observations of a uint8 ``Box`` space stay
-uint8), terminations as bool tensors, on the ``device`` given (default CPU). Discrete actions go in as int64 ``[E]``, MultiDiscrete as int64
-``[E, K]``, Box actions as float ``[E, D]`` (clipped to the space's bounds here, once).
+uint8), terminations as bool tensors, on the ``device`` given (default CPU). Discrete actions go
+in as int64 ``[E]``, MultiDiscrete as int64 ``[E, K]``, Box actions as float ``[E, D]`` (clipped
+to the space's bounds here, once).
 
 :meth:`VecEnv.get_state` / :meth:`VecEnv.set_state` capture the sub-environments' plain state
 (numbers, arrays, numpy generators, episode counters), which is what classic-control and similar
@@ -318,7 +319,8 @@ class VecEnv:
         self._obs_shape = (self.num_envs, *(self.single_observation_space.shape or ()))
         obs_space = self.single_observation_space
         uint8 = isinstance(obs_space, spaces.Box) and obs_space.dtype == np.uint8
-        self._obs_dtype, self._obs_torch = (np.uint8, torch.uint8) if uint8 else (np.float32, torch.float32)
+        self._obs_dtype: type[np.generic] = np.uint8 if uint8 else np.float32
+        self._obs_torch = torch.uint8 if uint8 else torch.float32
         self._raw = any(isinstance(layer, pixels.RawEpisodeStats) for layer in _layers(vec.envs[0]))
         space = self.single_action_space
         self._box = isinstance(space, spaces.Box)
