@@ -106,10 +106,10 @@ class Transition:
     """One vector step. ``E`` is the number of environments.
 
     :class:`VecEnv` fills it with f32 observations (uint8 for a uint8 ``Box`` space, e.g. pixels)
-    on the host's or the given device; a device
-    env (:class:`tritonrl.toolkit.envs.market.MarketEnv`) fills it with observations already in the
-    training dtype on its device and leaves the episode lists empty (its finished episodes are
-    read at log intervals through ``episode_stats()``, one sync).
+    on the host's or the given device; a device env (:class:`tritonrl.toolkit.envs.market.MarketEnv`)
+    fills it with observations already in the training dtype on its device and leaves the episode
+    lists empty (its finished episodes are read at log intervals through ``episode_stats()``, one
+    sync).
 
     Attributes:
         obs: ``[E, *obs_shape]`` f32 (or the device env's dtype): the observation to act on next
@@ -550,9 +550,9 @@ def make_vec_env(
     (:func:`tritonrl.toolkit.envs.pixels.preprocess`), before ``wrappers``:
 
     - MinAtar: observation uint8 ``[C, 10, 10]`` (0/1), channels first; no frame stack.
-    - Atari (Nature DQN): no sticky actions, up to 30 no-op starts, frame skip 4 with a max over the last two
-      frames, 84x84 grey, FIRE on reset where the game needs it, the last 4 frames stacked
-      (``[4, 84, 84]`` uint8, ``obs[-1]`` the newest, zeros before the episode's first frame);
+    - Atari (Nature DQN): no sticky actions, up to 30 no-op starts, frame skip 4 with a max over
+      the last two frames, 84x84 grey, FIRE on reset where the game needs it, the last 4 frames
+      stacked (``[4, 84, 84]`` uint8, ``obs[-1]`` the newest, zeros before the episode's first frame);
       with ``training``, a life loss ends the episode (``terminated``) without resetting the game,
       and rewards are clipped to their sign. The reported ``episode_returns`` / ``episode_lengths``
       are the real games' (unclipped, over all lives, in agent steps), when a game ends.
@@ -614,10 +614,10 @@ def evaluate(
 ) -> dict[str, Any]:
     """Run ``episodes`` episodes (one per environment, in parallel) with ``policy`` and report returns.
 
-    ``policy(obs [N, *obs_shape] f32, or uint8 for pixels) -> actions`` should be greedy. The env is
-    the evaluation variant (``training=False``: for Atari, whole games with unclipped rewards). If it has a
-    ``reset(mask: Tensor[N] bool)`` method (a recurrent policy's own memory), that is called with
-    all ``True`` first; environments that finish are not counted again.
+    ``policy(obs [N, *obs_shape] f32, or uint8 for pixels) -> actions`` should be greedy. The env
+    is the evaluation variant (``training=False``: for Atari, whole games, rewards unclipped). If
+    it has a ``reset(mask: Tensor[N] bool)`` method (a recurrent policy's own memory), that is
+    called with all ``True`` first; environments that finish are not counted again.
 
     Returns:
         ``{"mean_return", "std_return", "mean_length", "returns": [...], "lengths": [...]}``.
