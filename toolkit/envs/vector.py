@@ -8,13 +8,18 @@ where an episode ended), with ``terminated`` and ``truncated`` kept apart. An ag
 from ``next_obs`` where ``truncated`` and never where ``terminated``; nothing downstream needs
 to know how gymnasium resets.
 
-Observations and rewards come out as f32 tensors, terminations as bool tensors, on the
-``device`` given (default CPU). Discrete actions go in as int64 ``[E]``, MultiDiscrete as int64
-``[E, K]``, Box actions as float ``[E, D]`` (clipped to the space's bounds here, once).
+Observations and rewards come out as f32 tensors (observations of a uint8 ``Box`` space stay
+uint8), terminations as bool tensors, on the ``device`` given (default CPU). Discrete actions go
+in as int64 ``[E]``, MultiDiscrete as int64 ``[E, K]``, Box actions as float ``[E, D]`` (clipped
+to the space's bounds here, once).
 
 :meth:`VecEnv.get_state` / :meth:`VecEnv.set_state` capture the sub-environments' plain state
 (numbers, arrays, numpy generators, episode counters), which is what classic-control and similar
-pure-Python environments hold, so a training run resumes exactly.
+pure-Python environments hold, so a training run resumes exactly; a wrapper layer with more
+(an emulator) adds it through ``extra_state`` / ``check_extra_state`` / ``load_extra_state``.
+
+``MinAtar/`` and ``ALE/`` ids get their standard pixel preprocessing (:mod:`.pixels`); for Atari
+the reported episode returns are the real game's, unclipped, over all lives.
 
 Extra ids registered on import (for tests of memory): ``CartPoleNoVel-v1`` (CartPole with the
 cart and pole velocities hidden: observation ``[x, theta]``) and ``PendulumNoVel-v1`` (Pendulum
@@ -32,6 +37,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 from gymnasium import spaces
+from tritonrl.toolkit.envs import pixels
 from tritonrl.toolkit.spaces import space_from_json, space_to_json
 
 __all__ = [
@@ -99,10 +105,11 @@ _register_extra()
 class Transition:
     """One vector step. ``E`` is the number of environments.
 
-    :class:`VecEnv` fills it with f32 observations on the host's or the given device; a device
-    env (:class:`tritonrl.toolkit.envs.market.MarketEnv`) fills it with observations already in the
-    training dtype on its device and leaves the episode lists empty (its finished episodes are
-    read at log intervals through ``episode_stats()``, one sync).
+    :class:`VecEnv` fills it with f32 observations (uint8 for a uint8 ``Box`` space, e.g. pixels)
+    on the host's or the given device; a device env (:class:`tritonrl.toolkit.envs.market.MarketEnv`)
+    fills it with observations already in the training dtype on its device and leaves the episode
+    lists empty (its finished episodes are read at log intervals through ``episode_stats()``, one
+    sync).
 
     Attributes:
         obs: ``[E, *obs_shape]`` f32 (or the device env's dtype): the observation to act on next
@@ -112,7 +119,9 @@ class Transition:
             final observation where an episode ended; equal to ``obs`` elsewhere).
         terminated: ``[E]`` bool: the episode reached a terminal state (do not bootstrap).
         truncated: ``[E]`` bool: the episode was cut (time limit): bootstrap from ``next_obs``.
-        episode_returns: returns of the episodes that ended at this step (python floats).
+        episode_returns: returns of the episodes that ended at this step (python floats); with a
+            :class:`~tritonrl.toolkit.envs.pixels.RawEpisodeStats` layer (Atari), the real
+            games that ended, unclipped over all lives.
         episode_lengths: their lengths, in the same order.
     """
 
@@ -124,6 +133,8 @@ class Transition:
     episode_returns: list[float] = field(default_factory=list)
     episode_lengths: list[int] = field(default_factory=list)
 
+
+_EXTRA = "__extra__"  # a layer's own state beyond its plain attributes (see the module doc)
 
 _SKIP_ATTRS = {
     "env",
@@ -145,13 +156,17 @@ def _capture_layer(layer: Any) -> dict[str, Any]:
             continue
         if isinstance(value, np.random.Generator):
             out[name] = {"__generator__": value.bit_generator.state}
-        elif value is None or isinstance(value, (bool, int, float, str, np.ndarray, np.generic)):
+        elif isinstance(value, np.ndarray):
+            out[name] = value.copy()  # a layer may write its arrays in place after the capture
+        elif value is None or isinstance(value, (bool, int, float, str, np.generic)):
             out[name] = value
         elif isinstance(value, (tuple, list)) and all(isinstance(v, (int, float, np.generic)) for v in value):
             out[name] = {
                 "__seq__": type(value).__name__,
                 "items": [float(v) if isinstance(v, float) else v for v in value],
             }
+    if callable(getattr(layer, "extra_state", None)):
+        out[_EXTRA] = layer.extra_state()
     return out
 
 
@@ -167,7 +182,17 @@ def _plan_layer(layer: Any, state: Any) -> list[tuple[str, Any]]:
     if not isinstance(state, dict):
         raise ValueError(f"layer state of {type(layer).__name__} is a {type(state).__name__}, not a dict")
     plan: list[tuple[str, Any]] = []
+    hook = getattr(layer, "check_extra_state", None)
+    if callable(hook) and _EXTRA not in state:
+        raise ValueError(f"layer state of {type(layer).__name__} lacks its extra state")
     for name, value in state.items():
+        if name == _EXTRA and callable(hook):
+            try:
+                hook(value)
+            except ValueError as exc:
+                raise ValueError(f"{type(layer).__name__}: {exc}") from None
+            plan.append((name, value))
+            continue
         cls_attr = getattr(type(layer), name, None) if isinstance(name, str) else None
         if (
             not isinstance(name, str)
@@ -251,7 +276,9 @@ def _unlike(live: Any, saved: Any) -> str | None:
 
 def _apply_layer(layer: Any, plan: list[tuple[str, Any]]) -> None:
     for name, value in plan:
-        if isinstance(value, np.random.BitGenerator):
+        if name == _EXTRA:
+            layer.load_extra_state(value)
+        elif isinstance(value, np.random.BitGenerator):
             gen = getattr(layer, name, None)
             if isinstance(gen, np.random.Generator) and type(gen.bit_generator) is type(value):
                 gen.bit_generator.state = value.state
@@ -290,6 +317,11 @@ class VecEnv:
         self.obs: torch.Tensor | None = None
         self._cpu = self.device.type == "cpu"
         self._obs_shape = (self.num_envs, *(self.single_observation_space.shape or ()))
+        obs_space = self.single_observation_space
+        uint8 = isinstance(obs_space, spaces.Box) and obs_space.dtype == np.uint8
+        self._obs_dtype: type[np.generic] = np.uint8 if uint8 else np.float32
+        self._obs_torch = torch.uint8 if uint8 else torch.float32
+        self._raw = any(isinstance(layer, pixels.RawEpisodeStats) for layer in _layers(vec.envs[0]))
         space = self.single_action_space
         self._box = isinstance(space, spaces.Box)
         if isinstance(space, spaces.Box):
@@ -302,11 +334,12 @@ class VecEnv:
         return t if self._cpu else t.to(self.device)
 
     def reset(self) -> torch.Tensor:
-        """Reset every environment with seeds ``seed, seed + 1, ...``; returns ``obs`` [E, *obs_shape] f32."""
+        """Reset every environment with seeds ``seed, seed + 1, ...``; returns ``obs`` [E, *obs_shape] f32
+        (uint8 for a uint8 ``Box`` space)."""
         obs, _ = self.vec.reset(seed=[self.seed + i for i in range(self.num_envs)])
         self._returns[:] = 0.0
         self._lengths[:] = 0
-        self.obs = self._tensor(np.asarray(obs, dtype=np.float32))
+        self.obs = self._tensor(np.asarray(obs, dtype=self._obs_dtype))
         return self.obs
 
     def step(self, actions: torch.Tensor | np.ndarray) -> Transition:
@@ -334,17 +367,22 @@ class VecEnv:
         if self._box:
             a = np.clip(a.astype(self._low.dtype, copy=False), self._low, self._high)
         n = self.num_envs
-        obs = np.empty(self._obs_shape, np.float32)
+        obs = np.empty(self._obs_shape, self._obs_dtype)
         reward = np.empty(n, np.float32)
         terminated = np.empty(n, np.bool_)
         truncated = np.empty(n, np.bool_)
         finals: list[tuple[int, Any]] = []
+        games: list[dict[str, Any]] = []  # real games that ended (a RawEpisodeStats layer)
         for i, env in enumerate(self.vec.envs):
-            o, r, te, tr, _ = env.step(a[i])
+            o, r, te, tr, info = env.step(a[i])
             reward[i], terminated[i], truncated[i] = r, te, tr
+            if self._raw and pixels.RAW_EPISODE_KEY in info:
+                games.append(info[pixels.RAW_EPISODE_KEY])
             if te or tr:
                 finals.append((i, o))
-                o, _ = env.reset()
+                o, info = env.reset()
+                if self._raw and pixels.RAW_EPISODE_KEY in info:
+                    games.append(info[pixels.RAW_EPISODE_KEY])
             obs[i] = o
         returns, lengths = self._returns, self._lengths
         returns += reward
@@ -356,10 +394,14 @@ class VecEnv:
             next_obs = obs.copy()
             for i, o in finals:
                 next_obs[i] = o
-                ep_returns.append(float(returns[i]))
-                ep_lengths.append(int(lengths[i]))
+                if not self._raw:
+                    ep_returns.append(float(returns[i]))
+                    ep_lengths.append(int(lengths[i]))
                 returns[i] = 0.0
                 lengths[i] = 0
+        for game in games:
+            ep_returns.append(float(game["r"]))
+            ep_lengths.append(int(game["l"]))
         self.obs = obs_t = self._tensor(obs)
         return Transition(
             obs=obs_t,
@@ -425,7 +467,12 @@ class VecEnv:
             raise ValueError("env state lacks 'obs'")
         obs = state["obs"]
         shape = (self.num_envs, *(self.single_observation_space.shape or ()))
-        if obs is not None and (
+        if self._obs_torch == torch.uint8:
+            if obs is not None and (
+                not isinstance(obs, torch.Tensor) or tuple(obs.shape) != shape or obs.dtype != torch.uint8
+            ):
+                raise ValueError(f"env state 'obs' is not a uint8 tensor of shape {shape}")
+        elif obs is not None and (
             not isinstance(obs, torch.Tensor) or tuple(obs.shape) != shape or not obs.is_floating_point()
         ):
             raise ValueError(f"env state 'obs' is not a float tensor of shape {shape}")
@@ -443,7 +490,7 @@ class VecEnv:
                 _apply_layer(layer, plan)
         self._returns[:] = np.asarray(state["returns"], dtype=np.float64)
         self._lengths[:] = np.asarray(state["lengths"], dtype=np.int64)
-        self.obs = None if state["obs"] is None else state["obs"].to(self.device, torch.float32)
+        self.obs = None if state["obs"] is None else state["obs"].to(self.device, self._obs_torch)
 
     def close(self) -> None:
         """Close the environments."""
@@ -451,6 +498,7 @@ class VecEnv:
 
 
 def _check_env_id(env_id: str) -> None:
+    pixels.register_pixel_ids(env_id)
     if not isinstance(env_id, str) or env_id not in gym.registry:
         hint = ""
         if isinstance(env_id, str) and env_id:
@@ -459,8 +507,6 @@ def _check_env_id(env_id: str) -> None:
             close += sorted(k for k in gym.registry if stem in k.lower() and k not in close)
             if close:
                 hint = f" (did you mean {', '.join(close[:5])}?)"
-            elif env_id.startswith("ALE/"):
-                hint = ' (Atari ids are registered by ale-py: pip install "gymnasium[atari]")'
         raise ValueError(f"unknown environment id {env_id!r}{hint}")
 
 
@@ -496,34 +542,53 @@ def make_vec_env(
     wrappers: Sequence[Callable[[gym.Env], gym.Env]] = (),
     device: torch.device | str = "cpu",
     video_dir: str | None = None,
+    training: bool = True,
 ) -> VecEnv:
     """Build ``num_envs`` copies of ``env_id`` as a :class:`VecEnv` (reset with seeds ``seed + i``).
 
+    Ids starting with ``MinAtar/`` or ``ALE/`` get their standard preprocessing
+    (:func:`tritonrl.toolkit.envs.pixels.preprocess`), before ``wrappers``:
+
+    - MinAtar: observation uint8 ``[C, 10, 10]`` (0/1), channels first; no frame stack.
+    - Atari (Nature DQN): no sticky actions, up to 30 no-op starts, frame skip 4 with a max over
+      the last two frames, 84x84 grey, FIRE on reset where the game needs it, the last 4 frames
+      stacked (``[4, 84, 84]`` uint8, ``obs[-1]`` the newest, zeros before the episode's first frame);
+      with ``training``, a life loss ends the episode (``terminated``) without resetting the game,
+      and rewards are clipped to their sign. The reported ``episode_returns`` / ``episode_lengths``
+      are the real games' (unclipped, over all lives, in agent steps), when a game ends.
+
     Args:
-        env_id: a gymnasium id, or one of :data:`EXTRA_ENV_IDS`.
+        env_id: a gymnasium id, one of :data:`EXTRA_ENV_IDS`, or a ``MinAtar/`` / ``ALE/`` id
+            (registered here on first use).
         num_envs: number of environments (>= 1).
         seed: base seed; environment ``i`` is reset with ``seed + i``.
         capture_video: record environment 0 with ``gymnasium.wrappers.RecordVideo`` into
             ``video_dir`` (needs ``moviepy``).
         wrappers: callables applied, in order, to each single environment.
         device: where the returned tensors live.
+        training: the training variant of an Atari id (episodic life, clipped rewards); ``False``
+            for evaluation. No effect on other ids.
 
     Raises:
         ValueError: unknown ``env_id`` (the message suggests close ids), an environment whose
             optional dependency is not installed (the message names the pip extra, e.g.
-            ``gymnasium[box2d]`` for ``LunarLander-v3``), or ``num_envs < 1``.
+            ``gymnasium[box2d]`` for ``LunarLander-v3``, ``tritonrl[atari]`` for ``ALE/Pong-v5``),
+            or ``num_envs < 1``.
     """
     _check_env_id(env_id)
     if not isinstance(num_envs, int) or num_envs < 1:
         raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
 
+    extra = pixels.make_kwargs(env_id)
+
     def thunk(i: int) -> Callable[[], gym.Env]:
         def make() -> gym.Env:
             if capture_video and i == 0:
-                env = _make_single(env_id, render_mode="rgb_array", disable_env_checker=True)
+                env = _make_single(env_id, render_mode="rgb_array", disable_env_checker=True, **extra)
                 env = gym.wrappers.RecordVideo(env, video_dir or "videos")
             else:
-                env = _make_single(env_id, disable_env_checker=True)
+                env = _make_single(env_id, disable_env_checker=True, **extra)
+            env = pixels.preprocess(env_id, env, training=training)
             for w in wrappers:
                 env = w(env)
             return env
@@ -549,9 +614,10 @@ def evaluate(
 ) -> dict[str, Any]:
     """Run ``episodes`` episodes (one per environment, in parallel) with ``policy`` and report returns.
 
-    ``policy(obs [N, *obs_shape] f32) -> actions`` should be greedy. If it has a
-    ``reset(mask: Tensor[N] bool)`` method (a recurrent policy's own memory), that is called with
-    all ``True`` first; environments that finish are not counted again.
+    ``policy(obs [N, *obs_shape] f32, or uint8 for pixels) -> actions`` should be greedy. The env
+    is the evaluation variant (``training=False``: for Atari, whole games, rewards unclipped). If
+    it has a ``reset(mask: Tensor[N] bool)`` method (a recurrent policy's own memory), that is
+    called with all ``True`` first; environments that finish are not counted again.
 
     Returns:
         ``{"mean_return", "std_return", "mean_length", "returns": [...], "lengths": [...]}``.
@@ -561,7 +627,7 @@ def evaluate(
     """
     if not isinstance(episodes, int) or episodes < 1:
         raise ValueError(f"episodes must be a positive int, got {episodes!r}")
-    env = make_vec_env(env_id, episodes, seed, wrappers=wrappers, device=device)
+    env = make_vec_env(env_id, episodes, seed, wrappers=wrappers, device=device, training=False)
     reset = getattr(policy, "reset", None)
     if reset is not None:
         reset(torch.ones(episodes, dtype=torch.bool, device=device))

@@ -1,0 +1,431 @@
+"""Pixel environments: MinAtar and Atari (ale-py) with their standard preprocessing.
+
+:func:`tritonrl.toolkit.envs.vector.make_vec_env` applies :func:`preprocess` to every id starting
+with ``MinAtar/`` or ``ALE/``; the ids are registered lazily (:func:`register_pixel_ids`), so
+importing tritonrl imports neither MinAtar nor ale-py.
+
+- **MinAtar**: the observation as uint8 channels-first ``[C, 10, 10]`` (0/1), no frame stack.
+- **Atari** (Nature DQN / CleanRL ``dqn_atari.py``): no sticky actions, up to 30 no-op starts,
+  frame skip 4 with a max over the last two frames, 84x84 grey (:class:`AtariFrames`); the real
+  game's raw return (:class:`RawEpisodeStats`); for training only a life loss ends the episode
+  without resetting the game (:class:`EpisodicLife`); FIRE on reset for games that need it
+  (:class:`FireReset`); for training only rewards clipped to their sign (:class:`ClipRewardSign`);
+  the last 4 frames stacked with zeros before the episode's start (:class:`ZeroPadFrameStack`,
+  ``[4, 84, 84]`` uint8, ``obs[-1]`` the newest).
+
+Layers that hold state outside plain attributes (the emulator, MinAtar's game objects) expose it
+through ``extra_state()`` / ``check_extra_state(value)`` / ``load_extra_state(value)``, which
+:meth:`~tritonrl.toolkit.envs.vector.VecEnv.get_state` captures, so these envs resume exactly.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, SupportsFloat, cast
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from gymnasium.wrappers import AtariPreprocessing
+
+__all__ = [
+    "RAW_EPISODE_KEY",
+    "AtariFrames",
+    "ClipRewardSign",
+    "EpisodicLife",
+    "FireReset",
+    "MinAtarObs",
+    "RawEpisodeStats",
+    "ZeroPadFrameStack",
+    "is_pixel_id",
+    "make_kwargs",
+    "preprocess",
+    "register_pixel_ids",
+]
+
+RAW_EPISODE_KEY = "raw_episode"
+"""The ``info`` key :class:`RawEpisodeStats` sets when the real game ends: ``{"r": return, "l": length}``
+(the unclipped return over all lives and the number of agent steps of the game)."""
+
+_EXTRAS = {"MinAtar/": ("minatar", "MinAtar"), "ALE/": ("atari", "ale-py")}
+
+
+def is_pixel_id(env_id: str) -> bool:
+    """Whether ``env_id`` gets the pixel preprocessing of this module (``MinAtar/...``, ``ALE/...``)."""
+    return isinstance(env_id, str) and env_id.startswith(tuple(_EXTRAS))
+
+
+def _missing(env_id: str, package: str, extra: str) -> ValueError:
+    return ValueError(f'environment {env_id!r} needs {package}: pip install "tritonrl[{extra}]"')
+
+
+def register_pixel_ids(env_id: str) -> None:
+    """Register the MinAtar or ALE ids in gymnasium if ``env_id`` is one and they are not yet.
+
+    Raises:
+        ValueError: the package the id needs (MinAtar; ale-py and opencv for ``ALE/``) is not
+            installed; one line naming the pip extra.
+    """
+    if not is_pixel_id(env_id):
+        return
+    if env_id.startswith("MinAtar/"):
+        if not any(k.startswith("MinAtar/") for k in gym.registry):
+            try:
+                import minatar.gym
+            except ImportError:
+                raise _missing(env_id, "MinAtar", "minatar") from None
+            minatar.gym.register_envs()
+        return
+    try:
+        import ale_py
+    except ImportError:
+        raise _missing(env_id, "ale-py", "atari") from None
+    try:
+        import cv2  # noqa: F401  (the 84x84 resize of AtariPreprocessing)
+    except ImportError:
+        raise _missing(env_id, "opencv-python-headless", "atari") from None
+    gym.register_envs(ale_py)  # importing ale_py registers its ids; this marks the import as used
+    if not any(k.startswith("ALE/") for k in gym.registry):  # removed since (a test's registry)
+        from ale_py.registration import register_v5_envs
+
+        register_v5_envs()
+
+
+def make_kwargs(env_id: str) -> dict[str, Any]:
+    """Extra ``gym.make`` keyword arguments of a pixel id.
+
+    ALE: ``frameskip=1`` (the skip is :class:`AtariFrames`') and ``repeat_action_probability=0``:
+    no sticky actions, as the ``NoFrameskip-v4`` ids of Nature DQN and CleanRL's ``dqn_atari.py``
+    (the v5 default 0.25 cannot resume exactly: the emulator does not save the action it repeats).
+    """
+    return {"frameskip": 1, "repeat_action_probability": 0.0} if env_id.startswith("ALE/") else {}
+
+
+def preprocess(env_id: str, env: gym.Env, *, training: bool = True) -> gym.Env:
+    """Wrap a single ``MinAtar/`` or ``ALE/`` env (made with :func:`make_kwargs`) in its preprocessing.
+
+    ``training`` adds, for Atari, the episodic life and the reward clipping (see the module doc).
+    Any other id is returned as it is.
+    """
+    if env_id.startswith("MinAtar/"):
+        return MinAtarObs(env)
+    if not env_id.startswith("ALE/"):
+        return env
+    env = RawEpisodeStats(AtariFrames(env))
+    if training:
+        env = EpisodicLife(env)
+    meanings = env.unwrapped.get_action_meanings()  # type: ignore[attr-defined]
+    if len(meanings) >= 3 and meanings[1] == "FIRE":
+        env = FireReset(env)
+    if training:
+        env = ClipRewardSign(env)
+    return ZeroPadFrameStack(env, 4)
+
+
+# ----------------------------------------------------------------------------- MinAtar
+
+
+def _encode(value: Any) -> Any:
+    """A MinAtar game attribute as JSON-able data (arrays and tuples tagged)."""
+    if isinstance(value, np.ndarray):
+        return {"__array__": value.tolist(), "dtype": value.dtype.str}
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, tuple):
+        return {"__tuple__": [_encode(v) for v in value]}
+    if isinstance(value, list):
+        return [_encode(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise ValueError(f"a MinAtar game attribute of type {type(value).__name__} cannot be saved")
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, dict) and set(value) == {"__array__", "dtype"}:
+        return np.asarray(value["__array__"], dtype=np.dtype(value["dtype"]))
+    if isinstance(value, dict) and set(value) == {"__tuple__"}:
+        return tuple(_decode(v) for v in value["__tuple__"])
+    if isinstance(value, list):
+        return [_decode(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise ValueError(f"a saved MinAtar attribute holds a {type(value).__name__}")
+
+
+_GAME_SKIP = ("random", "channels", "action_map", "ramping")
+
+
+def _random_state(rs: np.random.RandomState) -> list[Any]:
+    name, keys, pos, has_gauss, gauss = cast(
+        "tuple[str, np.ndarray, int, int, float]", rs.get_state(legacy=True)
+    )
+    return [name, keys.tolist(), int(pos), int(has_gauss), float(gauss)]
+
+
+def _scratch_random(saved: Any) -> np.random.RandomState:
+    try:
+        name, keys, pos, has_gauss, gauss = saved
+        rs = np.random.RandomState()
+        rs.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, gauss))
+    except (TypeError, ValueError, KeyError) as exc:
+        raise ValueError(f"MinAtar random state does not fit ({str(exc)[:80]})") from None
+    return rs
+
+
+class MinAtarObs(gym.ObservationWrapper):
+    """MinAtar's ``[10, 10, C]`` bool observation as uint8 channels-first ``[C, 10, 10]`` (0/1).
+
+    Also the hook that saves the game's state (its objects, sticky action, ``RandomState``) as a
+    JSON string: :meth:`extra_state`, :meth:`check_extra_state`, :meth:`load_extra_state`.
+    """
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        h, w, c = env.observation_space.shape or ()
+        self.observation_space = spaces.Box(0, 1, (c, h, w), np.uint8)
+
+    def observation(self, observation: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(observation.transpose(2, 0, 1), dtype=np.uint8)
+
+    def _game(self) -> Any:
+        return self.env.unwrapped.game  # type: ignore[attr-defined]
+
+    def extra_state(self) -> str:
+        """The game's state as a JSON string."""
+        game = self._game()
+        return json.dumps(
+            {
+                "last_action": int(game.last_action),
+                "random": _random_state(game.random),
+                "env_random": None if game.env.random is game.random else _random_state(game.env.random),
+                "vars": {k: _encode(v) for k, v in vars(game.env).items() if k not in _GAME_SKIP},
+            }
+        )
+
+    def _plan(self, value: Any) -> dict[str, Any]:
+        if not isinstance(value, str):
+            raise ValueError(f"MinAtar game state is a {type(value).__name__}, not a JSON string")
+        try:
+            saved = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"MinAtar game state is not JSON ({str(exc)[:60]})") from None
+        if not isinstance(saved, dict) or set(saved) != {"last_action", "random", "env_random", "vars"}:
+            raise ValueError("MinAtar game state lacks or adds entries")
+        game = self._game()
+        names = {k for k in vars(game.env) if k not in _GAME_SKIP}
+        if not isinstance(saved["vars"], dict) or set(saved["vars"]) != names:
+            raise ValueError(f"MinAtar game state is not one of {game.env_name}")
+        if not isinstance(saved["last_action"], int):
+            raise ValueError("MinAtar game state: last_action is not an int")
+        out = {k: _decode(v) for k, v in saved["vars"].items()}
+        for k, v in out.items():
+            live = getattr(game.env, k)
+            if isinstance(live, np.ndarray) and (not isinstance(v, np.ndarray) or v.shape != live.shape):
+                raise ValueError(f"MinAtar game state: {k} is not an array of shape {live.shape}")
+        return {
+            "vars": out,
+            "last_action": saved["last_action"],
+            "random": _scratch_random(saved["random"]),
+            "env_random": None if saved["env_random"] is None else _scratch_random(saved["env_random"]),
+        }
+
+    def check_extra_state(self, value: Any) -> None:
+        """Raise ``ValueError`` unless ``value`` is an :meth:`extra_state` of this game; changes nothing."""
+        self._plan(value)
+
+    def load_extra_state(self, value: Any) -> None:
+        """Restore an :meth:`extra_state` (checked first)."""
+        plan = self._plan(value)
+        game = self._game()
+        game.random.set_state(plan["random"].get_state())
+        if plan["env_random"] is None:
+            game.env.random = game.random
+        else:
+            if game.env.random is game.random:
+                game.env.random = np.random.RandomState()
+            game.env.random.set_state(plan["env_random"].get_state())
+        game.last_action = plan["last_action"]
+        for k, v in plan["vars"].items():
+            setattr(game.env, k, v)
+
+
+# ----------------------------------------------------------------------------- Atari
+
+
+class AtariFrames(AtariPreprocessing):
+    """gymnasium's ``AtariPreprocessing`` (up to 30 no-ops, skip 4 with a max over the last two
+    frames, 84x84 grey uint8, no life-loss termination) plus the emulator state hook: the ALE
+    state with its RNG (sticky actions) and the max-pool buffers, as one uint8 array."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env, noop_max=30, frame_skip=4, screen_size=84, terminal_on_life_loss=False)
+
+    def extra_state(self) -> np.ndarray:
+        """``[ALE state bytes..., max-pool buffers...]`` uint8 1-D.
+
+        Raises:
+            ValueError: sticky actions are on (``repeat_action_probability > 0``): the ALE's saved
+                state lacks the action it repeats, so a resume would not be exact.
+        """
+        if self.ale.getFloat("repeat_action_probability") > 0:
+            raise ValueError(
+                "an Atari env with sticky actions (repeat_action_probability > 0) cannot be saved for "
+                "an exact resume: make it with repeat_action_probability=0 (make_vec_env does)"
+            )
+        ale_bytes = np.frombuffer(self.ale.cloneState(include_rng=True).serialize(), dtype=np.uint8)
+        return np.concatenate([ale_bytes, *(b.reshape(-1) for b in self.obs_buffer)])
+
+    def _split(self, value: Any) -> tuple[Any, list[np.ndarray]]:
+        import ale_py
+
+        frames = sum(b.size for b in self.obs_buffer)
+        if (
+            not isinstance(value, np.ndarray)
+            or value.dtype != np.uint8
+            or value.ndim != 1
+            or value.size <= frames
+        ):
+            raise ValueError("Atari emulator state is not a uint8 array holding an ALE state and two frames")
+        cut = value.size - frames
+        try:
+            state = ale_py.ALEState(value[:cut].tobytes())
+        except Exception:  # the ALE raises a bare SystemError on bytes it cannot read
+            raise ValueError("Atari emulator state: the ALE cannot read the saved state") from None
+        buffers, at = [], cut
+        for b in self.obs_buffer:
+            buffers.append(value[at : at + b.size].reshape(b.shape).copy())
+            at += b.size
+        return state, buffers
+
+    def check_extra_state(self, value: Any) -> None:
+        """Raise ``ValueError`` unless ``value`` is an :meth:`extra_state` of this game.
+
+        The saved state is tried on the emulator, and the emulator's own state put back.
+        """
+        state, _ = self._split(value)
+        current = self.ale.cloneState(include_rng=True)
+        try:
+            self.ale.restoreState(state)
+        except Exception:  # as above: a foreign ROM's state or damaged bytes
+            raise ValueError("Atari emulator state does not fit this game") from None
+        finally:
+            self.ale.restoreState(current)
+
+    def load_extra_state(self, value: Any) -> None:
+        """Restore an :meth:`extra_state`."""
+        state, buffers = self._split(value)
+        self.ale.restoreState(state)
+        for b, saved in zip(self.obs_buffer, buffers, strict=True):
+            b[...] = saved
+
+
+class RawEpisodeStats(gym.Wrapper):
+    """Counts the real game's raw reward and agent steps; sets ``info[RAW_EPISODE_KEY] =
+    {"r": return, "l": length}`` at the step the game ends (terminated or truncated here, below
+    the episodic life and the clipping). The length counts every step the layers above take,
+    the FIRE presses and the no-op after a life loss of the reset wrappers included."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.game_return = 0.0
+        self.game_length = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
+        self.game_return = 0.0
+        self.game_length = 0
+        return self.env.reset(seed=seed, options=options)
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.game_return += float(reward)
+        self.game_length += 1
+        if terminated or truncated:
+            info = {**info, RAW_EPISODE_KEY: {"r": self.game_return, "l": self.game_length}}
+        return obs, reward, terminated, truncated, info
+
+
+def _carry(src: dict, dst: dict) -> dict:
+    """``dst`` with ``src``'s raw-episode record, if any (a game that ended inside a reset)."""
+    return {**dst, RAW_EPISODE_KEY: src[RAW_EPISODE_KEY]} if RAW_EPISODE_KEY in src else dst
+
+
+class EpisodicLife(gym.Wrapper):
+    """A life loss ends the episode (``terminated``) but not the game: the next ``reset`` steps a
+    no-op instead of resetting, unless the game really ended or a seed is given."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.lives = 0
+        self.real_done = True
+
+    def _lives(self) -> int:
+        return int(self.env.unwrapped.ale.lives())  # type: ignore[attr-defined]
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.real_done = bool(terminated or truncated)
+        lives = self._lives()
+        if 0 < lives < self.lives:
+            terminated = True
+        self.lives = lives
+        return obs, reward, terminated, truncated, info
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
+        if self.real_done or seed is not None:
+            obs, info = self.env.reset(seed=seed, options=options)
+        else:
+            obs, _, terminated, truncated, info = self.env.step(0)
+            if terminated or truncated:
+                obs, reset_info = self.env.reset(options=options)
+                info = _carry(info, reset_info)
+        self.real_done = False
+        self.lives = self._lives()
+        return obs, info
+
+
+class FireReset(gym.Wrapper):
+    """Press FIRE (then action 2) after each reset, for games that wait for it (as CleanRL)."""
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
+        obs, info = self.env.reset(seed=seed, options=options)
+        for action in (1, 2):
+            obs, _, terminated, truncated, step_info = self.env.step(action)
+            info = _carry(step_info, info)
+            if terminated or truncated:
+                obs, reset_info = self.env.reset(options=options)
+                info = _carry(info, reset_info)
+        return obs, info
+
+
+class ClipRewardSign(gym.RewardWrapper):
+    """Rewards clipped to their sign (-1, 0, 1)."""
+
+    def reward(self, reward: SupportsFloat) -> float:
+        return float(np.sign(float(reward)))
+
+
+class ZeroPadFrameStack(gym.Wrapper):
+    """The last ``k`` frames as ``[k, *frame]`` (``obs[-1]`` the newest), zeros before the episode's
+    first frame: the stack a replay rebuilds from single frames with zeros before the start."""
+
+    def __init__(self, env: gym.Env, k: int) -> None:
+        super().__init__(env)
+        box = env.observation_space
+        if not isinstance(box, spaces.Box):
+            raise TypeError(f"ZeroPadFrameStack needs a Box observation space, got {type(box).__name__}")
+        self.frames = np.zeros((k, *box.shape), dtype=box.dtype)
+        low = np.broadcast_to(np.minimum(box.low, 0), self.frames.shape)
+        high = np.broadcast_to(box.high, self.frames.shape)
+        self.observation_space = spaces.Box(low, high, self.frames.shape, box.dtype)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
+        obs, info = self.env.reset(seed=seed, options=options)
+        frames = np.zeros_like(self.frames)
+        frames[-1] = obs
+        self.frames = frames  # a new array each time: a saved state keeps the old one
+        return frames, info
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.frames = np.concatenate([self.frames[1:], obs[None]])
+        return self.frames, reward, terminated, truncated, info
