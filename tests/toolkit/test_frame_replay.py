@@ -157,7 +157,7 @@ class SlotModel:
         return out
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(
     E=st.integers(1, 3),
     n=st.integers(1, 4),
@@ -183,9 +183,13 @@ def test_wrapping_rings_sample_only_valid_transitions(
     model = SlotModel(E, ring, stack, n)
     ref = ReplayBuffer(E * T, shape, num_envs=E, n_step=n, gamma=0.9, obs_dtype=torch.uint8)
     gen = torch.Generator().manual_seed(seed)
+    last: torch.Tensor | None = None  # the previous step's batch: some rows may be stale now
     for _ in range(T):
         step = stream.step()
         buf.add(*step)
+        if prioritized and last is not None:
+            assert isinstance(buf, PrioritizedFrameReplayBuffer)
+            buf.update_priorities(last, torch.rand(last.shape[0], generator=gen) * 3)
         ref.add(*step)
         model.step(step, 0.9)
         got, want = frame_transitions(buf), model.expected()
@@ -202,9 +206,7 @@ def test_wrapping_rings_sample_only_valid_transitions(
                     batch.obs[j].to(torch.uint8), int(batch.action[j]), batch.next_obs[j].to(torch.uint8)
                 )
                 assert key in got
-            if prioritized:
-                assert isinstance(buf, PrioritizedFrameReplayBuffer)
-                buf.update_priorities(batch.indices, torch.rand(batch.indices.shape[0], generator=gen) * 3)
+            last = batch.indices
 
 
 def _filled(cls: type = PrioritizedFrameReplayBuffer, T: int = 40, **kw: Any) -> FrameReplayBuffer:
@@ -359,3 +361,39 @@ def test_bfloat16_and_scaled_samples() -> None:
     b = buf.sample(2)
     assert b.obs.dtype == torch.bfloat16 and b.obs.shape == (2, 2, 2, 2)
     assert float(b.obs.float().max()) <= 1.0 and b.reward.dtype == torch.float32
+
+
+def test_deferred_checks_raise_in_check_inputs() -> None:
+    buf = FrameReplayBuffer(8, (2, 2, 2), stack=2, num_envs=2, num_actions=3)
+    obs = np.zeros((2, 2, 2, 2), np.uint8)
+    buf.inputs.mode = "deferred"  # an accelerator's checks: a device flag, read in check_inputs
+    buf.add(obs, torch.tensor([0, 7]), np.zeros(2, np.float32), obs, np.zeros(2, bool), np.zeros(2, bool))
+    assert buf.steps == 1
+    with pytest.raises(ValueError, match="action"):
+        buf.check_inputs()
+
+
+@pytest.mark.parametrize("cls", [FrameReplayBuffer, PrioritizedFrameReplayBuffer])
+def test_sample_and_update_read_nothing_on_the_host(cls: type, monkeypatch: pytest.MonkeyPatch) -> None:
+    from helpers import HostReads
+    from tritonrl.kernels.sumtree import reference
+
+    kw = {"check_priorities": False} if cls is PrioritizedFrameReplayBuffer else {}
+    buf = _filled(cls, **kw)
+    reads = HostReads()
+    torch_update = reference._per_update_torch
+
+    def update(*args: Any) -> None:  # the torch reference reads its validity flag (Triton does not)
+        with reads.lifted():
+            torch_update(*args)
+
+    # the sum tree's device-generic paths in place of its numpy CPU paths (what a GPU runs)
+    monkeypatch.setattr(reference, "_per_sample_cpu", reference._per_sample_torch)
+    monkeypatch.setattr(reference, "_per_update_cpu", update)
+    g = torch.Generator().manual_seed(1)
+    with reads:
+        batch = buf.sample(8, generator=g)
+        if isinstance(buf, PrioritizedFrameReplayBuffer):
+            buf.update_priorities(batch.indices, torch.rand(8, generator=g))
+            batch = buf.sample(8, generator=g)
+    assert set(batch.indices.tolist()) <= set(buf.valid_indices().tolist())

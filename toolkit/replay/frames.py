@@ -280,13 +280,13 @@ class FrameReplayBuffer:
         obs_t = _uint8_obs("obs", obs, shape)
         next_t = _uint8_obs("next_obs", next_obs, shape)
         act_t = input_tensor("action", action, (E, *self.action_shape), self.action_dtype)
+        if check:  # before the host reads below: their errors do not name the entry
+            self.inputs.reward("add", reward)
+            if self.inputs.rule is not None and (self._float_actions or integer_kind(act_t)):
+                self.inputs.action("add", act_t)
         rew = host_array("reward", reward, (E,), "real")
         term = host_array("terminated", terminated, (E,), "bool")
         trunc = host_array("truncated", truncated, (E,), "bool")
-        if check:
-            self.inputs.reward("add", rew)
-            if self.inputs.rule is not None and (self._float_actions or integer_kind(act_t)):
-                self.inputs.action("add", act_t)
         done = term | trunc
         rows, depths, ranges = self._cursor.advance(done, self.ring, self.stack, self.n_step)
         self._write(obs_t, next_t, act_t, rew, term, trunc, rows, depths)
@@ -567,7 +567,7 @@ class PrioritizedFrameReplayBuffer(FrameReplayBuffer):
         """Set ``p_i = |td_errors| + eps`` for slot rows ``indices`` (:attr:`ReplayBatch.indices`).
 
         A row that is no longer sampleable (overwritten by ``add`` calls since it was sampled) is
-        skipped. Bad batches (NaN/inf, rows outside ``[0, capacity)``) change nothing and are
+        skipped (its TD error is not checked and does not raise the running maximum). Bad batches (NaN/inf, rows outside ``[0, capacity)``) change nothing and are
         counted, as in :class:`~tritonrl.toolkit.replay.PrioritizedReplayBuffer`.
 
         Raises:
@@ -597,6 +597,7 @@ class PrioritizedFrameReplayBuffer(FrameReplayBuffer):
         inside = (idx >= 0) & (idx < N)
         live = leaves(self._tree).index_select(0, idx.clamp(0, N - 1)) > 0
         idx = torch.where(inside, torch.where(live, idx, sink), -1)  # -1: rejected as out of range
+        td = torch.where(live | ~inside, td, 0.0)  # a skipped row's error counts nowhere
         per_update(self._tree, idx, td, alpha=self.alpha, eps=self.eps, size=N)
         keep = self._tree.max_priority.clone()
         self._tree.max_priority.zero_()
