@@ -567,8 +567,9 @@ class PrioritizedFrameReplayBuffer(FrameReplayBuffer):
         """Set ``p_i = |td_errors| + eps`` for slot rows ``indices`` (:attr:`ReplayBatch.indices`).
 
         A row that is no longer sampleable (overwritten by ``add`` calls since it was sampled) is
-        skipped (its TD error is not checked and does not raise the running maximum). Bad batches (NaN/inf, rows outside ``[0, capacity)``) change nothing and are
-        counted, as in :class:`~tritonrl.toolkit.replay.PrioritizedReplayBuffer`.
+        skipped: its TD error is not checked and does not raise the running maximum. Bad batches
+        (NaN/inf, rows outside ``[0, capacity)``) change nothing and are counted, as in
+        :class:`~tritonrl.toolkit.replay.PrioritizedReplayBuffer`.
 
         Raises:
             ValueError / TypeError: as ``PrioritizedReplayBuffer.update_priorities``.
