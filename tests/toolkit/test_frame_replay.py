@@ -349,6 +349,8 @@ def test_bad_input_and_arguments() -> None:
         FrameReplayBuffer(8, (2, 2, 2), stack=2, num_envs=2, n_step=3)
     with pytest.raises(ValueError, match="obs_shape"):
         FrameReplayBuffer(8, (3, 2, 2), stack=2)
+    with pytest.raises(ValueError, match="host staging only"):
+        FrameReplayBuffer(8, (2, 2, 2), stack=2, staging="device")
     with pytest.raises(TypeError, match="obs_dtype"):
         FrameReplayBuffer(8, (2, 2, 2), stack=2, obs_dtype=torch.uint8)
 

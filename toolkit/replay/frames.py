@@ -100,6 +100,7 @@ class FrameReplayBuffer:
             or float32 / bfloat16.
         scale: each frame's multiplier when sampled (``1/255`` maps bytes to ``[0, 1]``; 1.0 for
             MinAtar's 0/1 frames).
+        staging: ``"host"`` only (accepted for the agents' wiring of ``ReplayBuffer``).
 
     ``add`` assumes a consistent stream: where no episode ended, the next ``add``'s ``obs`` equals
     this ``next_obs`` (as a vector env's autoreset gives), and observations are zero-padded
@@ -135,7 +136,14 @@ class FrameReplayBuffer:
         obs_dtype: torch.dtype | None = None,
         num_actions: int | Sequence[int] | None = None,
         scale: float = 1.0 / 255.0,
+        staging: str = "host",
     ) -> None:
+        if staging != "host":
+            raise ValueError(
+                f"staging={staging!r}: a frame replay has host staging only (add reads rewards and "
+                "flags on the host; the n-step returns are computed when sampled)"
+            )
+        self.staging = staging
         self._capacity = check_int("capacity", capacity, low=1)
         self.obs_shape = check_shape("obs_shape", obs_shape)
         self.stack = check_int("stack", stack, low=1)
@@ -588,7 +596,7 @@ class PrioritizedFrameReplayBuffer(FrameReplayBuffer):
             raise ValueError(f"td_errors has {td.shape[0]} entries but indices has {idx.shape[0]}")
         if idx.shape[0] == 0:
             return
-        if self._size == 0:
+        if self._steps == 0:
             raise ValueError("update_priorities on an empty buffer: no index is valid")
         N = self._capacity
         idx = idx.to(device=self.device, dtype=torch.int64).contiguous()
