@@ -5,11 +5,20 @@ returns, on-policy rollouts with GAE.
 ``staging`` holds the two strategies that close the n-step windows (host and device staging);
 ``nstep`` is the host staging's bookkeeping; ``state`` checks saved states and writes the
 safetensors file; ``inputs`` checks the fields ``add``/``extend`` take; ``prioritized`` adds the
-sum tree (:class:`PrioritizedReplayBuffer`); ``rollout`` is the on-policy storage. This folder
-imports the toolkit core and kernels only. Guide: ``docs/pages/replay.md``.
+sum tree (:class:`PrioritizedReplayBuffer`); ``rollout`` is the on-policy storage; ``frames``
+(with ``frames_state``) stores pixel frames once, as uint8 (:class:`FrameReplayBuffer`,
+:class:`PrioritizedFrameReplayBuffer`). This folder imports the toolkit core and kernels only.
+Guide: ``docs/pages/replay.md``.
 """
 
 from tritonrl.toolkit.replay.buffer import ReplayBatch, ReplayBuffer
+from tritonrl.toolkit.replay.frames import FrameReplayBuffer, PrioritizedFrameReplayBuffer
 from tritonrl.toolkit.replay.prioritized import PrioritizedReplayBuffer
 
-__all__ = ["PrioritizedReplayBuffer", "ReplayBatch", "ReplayBuffer"]
+__all__ = [
+    "FrameReplayBuffer",
+    "PrioritizedFrameReplayBuffer",
+    "PrioritizedReplayBuffer",
+    "ReplayBatch",
+    "ReplayBuffer",
+]

@@ -1,0 +1,719 @@
+"""Replay of pixel observations that stores every frame once, as uint8 (Dopamine-style).
+
+A stacked observation ``[stack * C, H, W]`` (channels first) is not stored: only its newest frame
+``obs[-C:]`` is, and a sample rebuilds the stacks of the observation and of the next observation
+with one :func:`tritonrl.kernels.frame_stack.frame_stack_sample` call (converted to the training
+dtype and scaled there). The n-step return is computed at sample time from the stored rewards
+and done flags.
+
+Layout: ``num_envs`` rings of ``ring = capacity // num_envs`` slots, env ``e`` owning rows
+``e * ring .. e * ring + ring - 1``; per slot a frame (uint8 ``[N, C*H*W]``), its ``depth``
+(frames of its episode up to and including it, capped at ``stack``), the action, the reward and
+the terminated / truncated flags of the step that starts there. One ``add`` writes two slots per
+env: the step's slot and, after it, the newest frame of ``next_obs`` (a *preview*, overwritten by
+the same frame at the next ``add``, or, where the episode ended, the episode's *final* slot from
+which no transition starts). So a transition whose n-step window closed at this ``add`` is
+sampleable at once, exactly when :class:`~tritonrl.toolkit.replay.ReplayBuffer` commits it.
+
+Which slots may be sampled is kept in a sum tree over the ``N`` slots
+(:mod:`tritonrl.kernels.sumtree`): a valid slot's leaf is 1 (uniform) or its priority (PER),
+every other leaf 0. Guide: ``docs/pages/replay.md``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from tritonrl.kernels.frame_stack import FLOAT_DTYPES, frame_stack_sample
+from tritonrl.kernels.sumtree import (
+    BAD_INDEX,
+    BAD_PRIORITY,
+    SumTree,
+    geometry,
+    leaves,
+    leaves_for,
+    new_sumtree,
+    per_insert,
+    per_sample,
+    per_update,
+)
+from tritonrl.kernels.validate import check_int, check_real
+from tritonrl.toolkit.checks import InputGuard, check_memory
+from tritonrl.toolkit.precision import dtype_or_default
+from tritonrl.toolkit.replay.buffer import ReplayBatch
+from tritonrl.toolkit.replay.frames_state import (
+    FrameCursor,
+    apply_frame_state,
+    frame_state,
+    parse_frame_state,
+)
+from tritonrl.toolkit.replay.inputs import (
+    action_rule,
+    check_fraction,
+    check_shape,
+    host_array,
+    input_tensor,
+    integer_kind,
+    itemsize,
+)
+from tritonrl.toolkit.replay.state import read_file, write_file
+
+__all__ = ["FrameReplayBuffer", "PrioritizedFrameReplayBuffer"]
+
+
+def _uint8_obs(name: str, value: Any, shape: tuple[int, ...]) -> torch.Tensor:
+    """``value`` as a uint8 tensor of ``shape`` (any device; not copied).
+
+    Raises:
+        TypeError: not uint8.  ValueError: another shape.
+    """
+    t = value if isinstance(value, torch.Tensor) else torch.as_tensor(np.asarray(value))
+    if t.dtype != torch.uint8:
+        raise TypeError(
+            f"{name} must be uint8 frames (a frame replay stores the env's bytes; pass its uint8 "
+            f"observations, not a converted copy), got {t.dtype}"
+        )
+    if tuple(t.shape) != shape:
+        raise ValueError(f"{name} must have shape {shape}, got {tuple(t.shape)}")
+    return t
+
+
+class FrameReplayBuffer:
+    """Uniform replay of stacked uint8 frames, each frame stored once (see the module docstring).
+
+    Args:
+        capacity: slots (frames) kept, a multiple of ``num_envs``: each env gets
+            ``ring = capacity // num_envs`` slots, at least ``stack + n_step``. An episode end
+            uses one slot more than its steps (its final frame).
+        obs_shape: ``(stack * C, H, W)``, the stacked observation ``add`` takes.
+        stack: frames per observation (4 for Atari, 1 for MinAtar); ``C = obs_shape[0] // stack``.
+        device: where everything is stored and sampled.
+        num_envs: parallel environments; ``add`` takes one step of each.
+        n_step: steps per return. gamma: discount in ``[0, 1]``.
+        action_shape, action_dtype, num_actions: as :class:`~tritonrl.toolkit.replay.ReplayBuffer`.
+        obs_dtype: the dtype sampled observations come in: ``None`` -> ``training_dtype(device)``,
+            or float32 / bfloat16.
+        scale: each frame's multiplier when sampled (``1/255`` maps bytes to ``[0, 1]``; 1.0 for
+            MinAtar's 0/1 frames).
+        staging: ``"host"`` only (accepted for the agents' wiring of ``ReplayBuffer``).
+
+    ``add`` assumes a consistent stream: where no episode ended, the next ``add``'s ``obs`` equals
+    this ``next_obs`` (as a vector env's autoreset gives), and observations are zero-padded
+    stacks (the frames from before an episode's start are zeros when sampled). This is not checked.
+
+    ``len()`` counts the sampleable transitions: written, n-step window closed, and neither the
+    frames of their stacks nor their next observation overwritten (the oldest ``stack - 1``
+    slots behind each env's write head are not sampled). ``sample`` draws stratified (one
+    transition per equal-count stratum of the valid slots, like the prioritized buffers), not
+    independently with replacement like :class:`~tritonrl.toolkit.replay.ReplayBuffer`.
+
+    ``add`` reads rewards and done flags on the host (CUDA tensors cost one synchronisation per
+    ``add``) and writes the slots and the tree with a few small ops per env; ``sample`` reads
+    nothing on the host.
+
+    Raises:
+        ValueError / TypeError: an argument is out of range or of the wrong type, or the storage
+            cannot fit in the device's free memory.
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        obs_shape: tuple[int, ...],
+        *,
+        stack: int = 1,
+        device: torch.device | str = "cpu",
+        num_envs: int = 1,
+        n_step: int = 1,
+        gamma: float = 0.99,
+        action_shape: tuple[int, ...] = (),
+        action_dtype: torch.dtype = torch.int64,
+        obs_dtype: torch.dtype | None = None,
+        num_actions: int | Sequence[int] | None = None,
+        scale: float = 1.0 / 255.0,
+        staging: str = "host",
+    ) -> None:
+        if staging != "host":
+            raise ValueError(
+                f"staging={staging!r}: a frame replay has host staging only (add reads rewards and "
+                "flags on the host; the n-step returns are computed when sampled)"
+            )
+        self.staging = staging
+        self._capacity = check_int("capacity", capacity, low=1)
+        self.obs_shape = check_shape("obs_shape", obs_shape)
+        self.stack = check_int("stack", stack, low=1)
+        self.num_envs = check_int("num_envs", num_envs, low=1)
+        self.n_step = check_int("n_step", n_step, low=1)
+        self.gamma = check_fraction("gamma", gamma)
+        self.scale = check_real("scale", scale)
+        self.device = torch.device(device)
+        if len(self.obs_shape) != 3 or self.obs_shape[0] % self.stack:
+            raise ValueError(f"obs_shape must be (stack * C, H, W) with stack={stack}, got {obs_shape!r}")
+        if capacity % num_envs:
+            raise ValueError(f"capacity={capacity} must be a multiple of num_envs={num_envs}")
+        self.ring = capacity // num_envs
+        if self.ring < self.stack + self.n_step:
+            raise ValueError(
+                f"capacity={capacity} gives {self.ring} slots per env, fewer than stack + n_step = "
+                f"{self.stack + self.n_step}"
+            )
+        self.frame_shape = (self.obs_shape[0] // self.stack, *self.obs_shape[1:])
+        self.action_shape = check_shape("action_shape", action_shape)
+        if not isinstance(action_dtype, torch.dtype) or action_dtype == torch.bool or action_dtype.is_complex:
+            raise TypeError(f"action_dtype must be an integer or floating torch.dtype, got {action_dtype!r}")
+        self.action_dtype = action_dtype
+        if obs_dtype is not None and obs_dtype not in FLOAT_DTYPES:
+            raise TypeError(f"obs_dtype must be None, torch.float32 or torch.bfloat16, got {obs_dtype!r}")
+        self.obs_dtype = dtype_or_default(obs_dtype, self.device)
+        rule = action_rule(num_actions, self.action_shape, action_dtype)
+        self.num_actions = tuple(num_actions) if isinstance(num_actions, Sequence) else num_actions
+        self.inputs = InputGuard(type(self).__name__, rule, where="buffer.inputs")
+        """The value checks of ``add`` (rewards finite, actions in range; uint8 frames need none)."""
+        self._float_actions = action_dtype.is_floating_point
+        check_memory(f"capacity={capacity}", self._memory(), self.device)
+        N, dev, P = self._capacity, self.device, math.prod(self.frame_shape)
+        self.frames = torch.zeros((N, P), dtype=torch.uint8, device=dev)
+        self.depth = torch.zeros(N, dtype=torch.int32, device=dev)
+        self.action = torch.zeros((N, *self.action_shape), dtype=action_dtype, device=dev)
+        self.reward = torch.zeros(N, dtype=torch.float32, device=dev)
+        self.terminated = torch.zeros(N, dtype=torch.bool, device=dev)
+        self.truncated = torch.zeros(N, dtype=torch.bool, device=dev)
+        self._cursor = FrameCursor.empty(self.num_envs)
+        self._valid = np.zeros(N, dtype=np.bool_)  # host mirror of the tree's non-zero leaves
+        self._size = 0
+        self._steps = 0
+        self._tree = new_sumtree(N, dev)
+        self._zero = torch.zeros(1, dtype=torch.float32, device=dev)
+        acc = torch.float32 if dev.type == "mps" else torch.float64  # returns summed as host mode does
+        self._acc_dtype = acc
+        self._powers = torch.tensor([self.gamma ** float(j) for j in range(self.n_step)], dtype=acc).to(dev)
+        self._discounts = torch.tensor(
+            [self.gamma ** float(k) for k in range(self.n_step + 1)], dtype=torch.float64
+        ).to(device=dev, dtype=torch.float32)
+        self._offsets = torch.arange(self.n_step, device=dev)
+
+    # ---- sizes ---------------------------------------------------------------------------------
+
+    def _memory(self) -> dict[str, int]:
+        return self.memory_bytes(
+            self._capacity,
+            self.obs_shape,
+            stack=self.stack,
+            action_shape=self.action_shape,
+            action_dtype=self.action_dtype,
+        )
+
+    @classmethod
+    def memory_bytes(
+        cls,
+        capacity: int,
+        obs_shape: tuple[int, ...],
+        *,
+        stack: int = 1,
+        action_shape: tuple[int, ...] = (),
+        action_dtype: torch.dtype = torch.int64,
+        **_: Any,
+    ) -> dict[str, int]:
+        """Bytes the device tensors of a buffer of these settings take, by component (nothing is
+        allocated): ``frames`` (uint8, ``capacity * C * H * W``), ``depth``, ``actions``,
+        ``rewards and flags`` (f32 reward, two bools), ``slot tree`` (the sum tree). Other
+        keywords (``num_envs``, ``n_step``, ...) change nothing and are accepted. The host keeps
+        one validity byte per slot besides."""
+        frame = math.prod(obs_shape) // stack
+        g = geometry(leaves_for(capacity))
+        return {
+            "frames": capacity * frame,
+            "depth": capacity * 4,
+            "actions": capacity * math.prod(action_shape) * itemsize(action_dtype),
+            "rewards and flags": capacity * 6,
+            "slot tree": 4 * (g.sum_size + g.min_size + g.P) + 4 * 3,
+        }
+
+    @property
+    def capacity(self) -> int:
+        """Slots (frames) stored, ``num_envs * ring``."""
+        return self._capacity
+
+    def __len__(self) -> int:
+        """Sampleable transitions (see the class docstring)."""
+        return self._size
+
+    @property
+    def pending(self) -> int:
+        """Started transitions whose n-step window is still open (a Python int)."""
+        return sum(self._cursor.pending(e, self.n_step) for e in range(self.num_envs))
+
+    @property
+    def steps(self) -> int:
+        """Vector steps added so far."""
+        return self._steps
+
+    def valid_indices(self) -> torch.Tensor:
+        """int64: the slot rows :meth:`sample` may return now, ascending (host bookkeeping, on the CPU)."""
+        return torch.from_numpy(np.flatnonzero(self._valid))
+
+    # ---- ingestion -----------------------------------------------------------------------------
+
+    def add(
+        self,
+        obs: Any,
+        action: Any,
+        reward: Any,
+        next_obs: Any,
+        terminated: Any,
+        truncated: Any,
+        *,
+        check: bool = True,
+    ) -> None:
+        """Add one vector step: every argument has leading dim ``num_envs``.
+
+        Args:
+            obs: uint8 ``[E, *obs_shape]`` (its newest frame ``obs[:, -C:]`` is stored).
+            action: ``[E, *action_shape]`` as ``action_dtype`` (in range when ``num_actions``).
+            reward: ``[E]`` real, finite. terminated, truncated: ``[E]`` bool.
+            next_obs: uint8 like ``obs``: the next observation (the real final one at an end).
+            check: check the values (:attr:`inputs`); ``False`` for a caller that checked them.
+
+        Raises:
+            TypeError: non-uint8 observations or another wrong dtype.
+            ValueError: a wrong shape, or (``check``, host inputs) a NaN/inf reward or an action
+                out of range; nothing is added.
+        """
+        E, shape = self.num_envs, (self.num_envs, *self.obs_shape)
+        obs_t = _uint8_obs("obs", obs, shape)
+        next_t = _uint8_obs("next_obs", next_obs, shape)
+        act_t = input_tensor("action", action, (E, *self.action_shape), self.action_dtype)
+        if check:  # before the host reads below: their errors do not name the entry
+            self.inputs.reward("add", reward)
+            if self.inputs.rule is not None and (self._float_actions or integer_kind(act_t)):
+                self.inputs.action("add", act_t)
+        rew = host_array("reward", reward, (E,), "real")
+        term = host_array("terminated", terminated, (E,), "bool")
+        trunc = host_array("truncated", truncated, (E,), "bool")
+        done = term | trunc
+        rows, depths, ranges = self._cursor.advance(done, self.ring, self.stack, self.n_step)
+        self._write(obs_t, next_t, act_t, rew, term, trunc, rows, depths)
+        valid_on, valid_off = ranges
+        self._set_leaves(valid_on, valid_off)
+        self._steps += 1
+
+    def _write(
+        self,
+        obs: torch.Tensor,
+        next_obs: torch.Tensor,
+        action: torch.Tensor,
+        reward: np.ndarray,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+        rows: list[int],
+        depths: list[int],
+    ) -> None:
+        """Write each env's step slot (``rows[:E]``) and the following preview / final slot
+        (``rows[E:]``): frames, depths, action, reward and flags (zeros in the second slot)."""
+        E, C, dev = self.num_envs, self.frame_shape[0], self.device
+        idx = torch.tensor(rows, dtype=torch.int64).to(dev)
+        newest = torch.cat([obs[:, -C:].reshape(E, -1), next_obs[:, -C:].reshape(E, -1)]).to(dev)
+        self.frames.index_copy_(0, idx, newest)
+        self.depth.index_copy_(0, idx, torch.tensor(depths, dtype=torch.int32).to(dev))
+        self.action.index_copy_(0, idx[:E], action.to(device=dev, dtype=self.action_dtype))
+        zeros = np.zeros(E, np.float32)
+        r = np.concatenate([reward.astype(np.float32, copy=False), zeros])
+        self.reward.index_copy_(0, idx, torch.from_numpy(r).to(dev))
+        no = np.zeros(E, np.bool_)
+        self.terminated.index_copy_(0, idx, torch.from_numpy(np.concatenate([terminated, no])).to(dev))
+        self.truncated.index_copy_(0, idx, torch.from_numpy(np.concatenate([truncated, no])).to(dev))
+
+    def _set_leaves(self, on: list[tuple[int, int]], off: list[tuple[int, int]]) -> None:
+        """Slot rows ``[a, b)`` of ``off`` are no longer sampleable (leaf 0), those of ``on`` now
+        are (:meth:`_fresh`). ``off`` goes first: in a small ring, a row that an old slot held may
+        already hold a newly valid one."""
+        valid, tree = self._valid, self._tree
+        gone = [(a, b) for a, b in off if valid[a:b].any()]
+        if gone:
+            keep = tree.max_priority.clone()
+            tree.max_priority.zero_()  # a leaf of 0 ** 1 = 0: never sampled
+            for a, b in gone:
+                per_insert(tree, a, b - a, alpha=1.0)
+                self._size -= int(np.count_nonzero(valid[a:b]))
+                valid[a:b] = False
+            tree.max_priority.copy_(keep)
+        for a, b in on:
+            self._fresh(a, b)
+            self._size += b - a - int(np.count_nonzero(valid[a:b]))
+            valid[a:b] = True
+
+    def _fresh(self, a: int, b: int) -> None:
+        """Leaves ``[a, b)`` of newly valid slots: 1 for uniform sampling."""
+        per_insert(self._tree, a, b - a, alpha=1.0)  # max_priority stays 1: 1 ** 1
+
+    def check_inputs(self) -> None:
+        """Raise now if a deferred value check of ``add`` failed (see :attr:`inputs`).
+
+        Raises:
+            ValueError: a reward or an action of an earlier ``add`` was invalid.
+        """
+        self.inputs.check()
+
+    # ---- sampling ------------------------------------------------------------------------------
+
+    def _check_batch_size(self, batch_size: int) -> None:
+        check_int("batch_size", batch_size, low=1)
+        if self._size == 0:
+            raise ValueError("cannot sample from an empty buffer (no complete transition yet)")
+        if batch_size > self._size:
+            raise ValueError(f"batch_size={batch_size} exceeds the {self._size} transitions stored")
+
+    def _uniforms(self, batch_size: int, generator: torch.Generator | None) -> torch.Tensor:
+        if generator is None:
+            return torch.rand(batch_size, device=self.device)
+        return torch.rand(batch_size, generator=generator, device=generator.device).to(self.device)
+
+    def _draw(self, uniforms: torch.Tensor) -> torch.Tensor:
+        """The slot rows of the tree's descents for ``uniforms``, each a valid slot: a descent
+        that f32 rounding ended on a leaf of 0 (at a stratum's edge) takes the first valid slot
+        instead (the descent to mass 0, which compares only zeros and is exact)."""
+        tree, N = self._tree, self._capacity
+        with np.errstate(divide="ignore", invalid="ignore"):  # unused weights over a min leaf of 0 (CPU)
+            idx, _ = per_sample(tree, uniforms, 0.0, N)
+            first, _ = per_sample(tree, self._zero, 0.0, N)
+        return torch.where(leaves(tree).index_select(0, idx) > 0, idx, first)
+
+    def sample(self, batch_size: int, generator: torch.Generator | None = None) -> ReplayBatch:
+        """``batch_size`` valid transitions, one per equal-count stratum (weights 1).
+
+        Args:
+            batch_size: 1 .. ``len(self)``.
+            generator: the random source (on another device: drawn there, copied over).
+
+        Raises:
+            ValueError: empty buffer, or ``batch_size`` not in ``[1, len(self)]``.
+        """
+        self._check_batch_size(batch_size)
+        idx = self._draw(self._uniforms(batch_size, generator))
+        return self._gather(idx, torch.ones(batch_size, device=self.device))
+
+    def _gather(self, idx: torch.Tensor, weights: torch.Tensor) -> ReplayBatch:
+        """The transitions starting at slot rows ``idx`` (int64 ``[B]``, valid ones): the n-step
+        return and discount from the stored rewards and flags, both stacks in one gather."""
+        B, n, ring = idx.shape[0], self.n_step, self.ring
+        base = idx - idx.remainder(ring)
+        window = base[:, None] + (idx.remainder(ring)[:, None] + self._offsets).remainder(ring)  # [B, n]
+        flat = window.reshape(-1)
+        r = self.reward.index_select(0, flat).view(B, n).to(self._acc_dtype)
+        term = self.terminated.index_select(0, flat).view(B, n)
+        done = term | self.truncated.index_select(0, flat).view(B, n)
+        # alive[:, j]: no episode end in slots 0 .. j - 1 of the window
+        alive = torch.ones(B, n, dtype=torch.bool, device=self.device)
+        if n > 1:
+            alive[:, 1:] = ~done[:, :-1].cumsum(1, dtype=torch.int32).bool()
+        ret = r[:, 0] * self._powers[0]
+        for j in range(1, n):  # sequential sum, zero terms included: host mode's rounding
+            ret = ret + torch.where(alive[:, j], r[:, j] * self._powers[j], 0.0)
+        k = alive.sum(1)  # steps used, 1 .. n
+        last = k - 1
+        term_end = term.gather(1, last[:, None]).squeeze(1)
+        discount = torch.where(term_end, 0.0, self._discounts.index_select(0, k))
+        next_rows = base + (idx.remainder(ring) + k).remainder(ring)
+        stacks = frame_stack_sample(
+            self.frames,
+            self.depth,
+            torch.cat([idx, next_rows]),
+            ring=ring,
+            stack=self.stack,
+            dtype=self.obs_dtype,
+            scale=self.scale,
+        ).view(2 * B, *self.obs_shape)
+        return ReplayBatch(
+            obs=stacks[:B],
+            action=self.action.index_select(0, idx),
+            reward=ret.float(),
+            next_obs=stacks[B:],
+            discount=discount,
+            indices=idx,
+            weights=weights,
+        )
+
+    # ---- checkpoints ---------------------------------------------------------------------------
+
+    def _config(self) -> dict[str, Any]:
+        return {
+            "kind": type(self).__name__,
+            "capacity": self._capacity,
+            "obs_shape": list(self.obs_shape),
+            "stack": self.stack,
+            "num_envs": self.num_envs,
+            "n_step": self.n_step,
+            "gamma": self.gamma,
+            "action_shape": list(self.action_shape),
+            "action_dtype": str(self.action_dtype).removeprefix("torch."),
+        }
+
+    def _storage(self) -> dict[str, torch.Tensor]:
+        return {
+            "frames": self.frames,
+            "depth": self.depth,
+            "action": self.action,
+            "reward": self.reward,
+            "terminated": self.terminated,
+            "truncated": self.truncated,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume: the whole slot storage (``frames``, ``depth``, ``action``,
+        ``reward``, ``terminated``, ``truncated``), ``valid`` (bool ``[N]``) and a JSON ``meta``
+        (config, counters, each env's write position)."""
+        return frame_state(self)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore from :meth:`state_dict` (saved on any device).
+
+        Raises:
+            ValueError: not a frame-replay state of this configuration, or inconsistent; the
+                buffer is left unchanged.
+        """
+        self.apply_state(self.parse_state(state))
+
+    def parse_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        """Validate ``state`` and move its tensors to this buffer's device; changes nothing.
+
+        Raises:
+            ValueError: as :meth:`load_state_dict`.
+        """
+        return parse_frame_state(self, state)
+
+    def apply_state(self, staged: dict[str, Any]) -> None:
+        """Restore a state staged by :meth:`parse_state` (no further checks)."""
+        apply_frame_state(self, staged)
+
+    def _rebuild_leaves(self, staged: dict[str, Any]) -> torch.Tensor:
+        """The leaf values of a staged state: 1 where valid (uniform)."""
+        return staged["valid"].float()
+
+    def _adopt_tree(self, tree: SumTree, staged: dict[str, Any]) -> None:
+        self._tree = tree
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write :meth:`state_dict` to one checked safetensors file, atomically."""
+        write_file(path, self.state_dict())
+
+    def load(self, path: str | os.PathLike[str]) -> None:
+        """Restore from a file written by :meth:`save`.
+
+        Raises:
+            FileNotFoundError: no such file.
+            ValueError: truncated, damaged or foreign file, or another configuration.
+        """
+        self.load_state_dict(read_file(path))
+
+
+_TD_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+
+
+class PrioritizedFrameReplayBuffer(FrameReplayBuffer):
+    """Proportional prioritized replay (as :class:`~tritonrl.toolkit.replay.PrioritizedReplayBuffer`)
+    over the slots of a :class:`FrameReplayBuffer`.
+
+    A slot that becomes sampleable gets the running maximum priority; an overwritten one gets 0.
+    Importance weights ``(leaf / min_leaf) ** -beta`` take the minimum over the valid slots (one
+    pass over the ``N`` leaves per :meth:`sample`, on the device).
+
+    Args:
+        alpha, beta, beta_final, beta_steps, eps, check_priorities: as
+            :class:`~tritonrl.toolkit.replay.PrioritizedReplayBuffer`; the rest as
+            :class:`FrameReplayBuffer`.
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        obs_shape: tuple[int, ...],
+        *,
+        alpha: float = 0.6,
+        beta: float = 0.4,
+        beta_final: float = 1.0,
+        beta_steps: int = 100_000,
+        eps: float = 1e-6,
+        check_priorities: bool | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self.alpha = check_fraction("alpha", alpha)
+        self.beta = check_fraction("beta", beta)
+        self.beta_final = check_fraction("beta_final", beta_final)
+        self.beta_steps = check_int("beta_steps", beta_steps, low=1)
+        self.eps = check_fraction("eps", eps, positive=True)
+        if check_priorities not in (None, True, False):
+            raise TypeError(f"check_priorities must be None or a bool, got {check_priorities!r}")
+        super().__init__(capacity, obs_shape, **kwargs)
+        self.check_priorities = self.device.type == "cpu" if check_priorities is None else check_priorities
+        self._sample_calls = 0
+        self._rejections_seen = 0
+
+    @property
+    def sample_calls(self) -> int:
+        """Calls of :meth:`sample` so far (the ``beta`` schedule's position); settable."""
+        return self._sample_calls
+
+    @sample_calls.setter
+    def sample_calls(self, value: int) -> None:
+        self._sample_calls = check_int("sample_calls", value, low=0)
+
+    @property
+    def current_beta(self) -> float:
+        """The IS exponent the next :meth:`sample` uses (linear schedule over ``beta_steps``)."""
+        frac = min(1.0, self._sample_calls / self.beta_steps)
+        return self.beta + (self.beta_final - self.beta) * frac
+
+    def _fresh(self, a: int, b: int) -> None:
+        per_insert(self._tree, a, b - a, alpha=self.alpha)
+
+    def update_priorities(self, indices: Any, td_errors: Any) -> None:
+        """Set ``p_i = |td_errors| + eps`` for slot rows ``indices`` (:attr:`ReplayBatch.indices`).
+
+        A row that is no longer sampleable (overwritten by ``add`` calls since it was sampled) is
+        skipped: its TD error is not checked and does not raise the running maximum. Bad batches
+        (NaN/inf, rows outside ``[0, capacity)``) change nothing and are counted, as in
+        :class:`~tritonrl.toolkit.replay.PrioritizedReplayBuffer`.
+
+        Raises:
+            ValueError / TypeError: as ``PrioritizedReplayBuffer.update_priorities``.
+        """
+        idx = indices if isinstance(indices, torch.Tensor) else torch.as_tensor(indices)
+        td = td_errors if isinstance(td_errors, torch.Tensor) else torch.as_tensor(td_errors)
+        if idx.dtype.is_floating_point or idx.dtype.is_complex or idx.dtype == torch.bool:
+            raise TypeError(f"indices must have an integer dtype, got {idx.dtype}")
+        if not td.dtype.is_floating_point:
+            raise TypeError(f"td_errors must have a floating dtype, got {td.dtype}")
+        if idx.dim() != 1 or td.dim() != 1:
+            raise ValueError(
+                f"indices and td_errors must be 1-D, got {tuple(idx.shape)} and {tuple(td.shape)}"
+            )
+        if idx.shape[0] != td.shape[0]:
+            raise ValueError(f"td_errors has {td.shape[0]} entries but indices has {idx.shape[0]}")
+        if idx.shape[0] == 0:
+            return
+        if self._steps == 0:
+            raise ValueError("update_priorities on an empty buffer: no index is valid")
+        N = self._capacity
+        idx = idx.to(device=self.device, dtype=torch.int64).contiguous()
+        td = td.to(device=self.device).contiguous()
+        # a row that is no longer valid goes to a slot never sampled (env 0's newest slot), zeroed after
+        sink = self._cursor.top[0] % self.ring
+        inside = (idx >= 0) & (idx < N)
+        live = leaves(self._tree).index_select(0, idx.clamp(0, N - 1)) > 0
+        idx = torch.where(inside, torch.where(live, idx, sink), -1)  # -1: rejected as out of range
+        td = torch.where(live | ~inside, td, 0.0)  # a skipped row's error counts nowhere
+        per_update(self._tree, idx, td, alpha=self.alpha, eps=self.eps, size=N)
+        keep = self._tree.max_priority.clone()
+        self._tree.max_priority.zero_()
+        per_insert(self._tree, sink, 1, alpha=1.0)
+        self._tree.max_priority.copy_(keep)
+        if self.check_priorities:
+            self.check()
+
+    def check(self) -> None:
+        """Raise if an :meth:`update_priorities` batch was rejected since the last check (one
+        sync on CUDA).
+
+        Raises:
+            ValueError: names what was wrong (non-finite TD errors, rows out of range).
+        """
+        rejected, reason = (int(v) for v in self._tree.status.tolist())
+        if rejected > self._rejections_seen:
+            n_new = rejected - self._rejections_seen
+            self._rejections_seen = rejected
+            what = []
+            if reason & BAD_PRIORITY:
+                what.append("td_errors contain NaN or infinite values")
+            if reason & BAD_INDEX:
+                what.append(f"indices outside [0, {self._capacity})")
+            raise ValueError(
+                f"update_priorities rejected {n_new} batch(es) ({'; '.join(what)}); "
+                "those batches changed nothing in the buffer"
+            )
+
+    @property
+    def rejected_updates(self) -> int:
+        """Rejected :meth:`update_priorities` batches so far (a sync on CUDA)."""
+        return int(self._tree.status[0])
+
+    def priorities(self) -> torch.Tensor:
+        """The leaf values ``p ** alpha`` of the ``N`` slots (0 where not sampleable), f32 (a copy)."""
+        return leaves(self._tree)[: self._capacity].clone()
+
+    def sample(self, batch_size: int, generator: torch.Generator | None = None) -> ReplayBatch:
+        """``batch_size`` transitions, one per equal-mass stratum of ``P(i)``, with IS weights.
+
+        Advances the ``beta`` schedule by one call. Generator rules as
+        :meth:`FrameReplayBuffer.sample`.
+
+        Raises:
+            ValueError: empty buffer, or ``batch_size`` not in ``[1, len(self)]``.
+        """
+        self._check_batch_size(batch_size)
+        idx = self._draw(self._uniforms(batch_size, generator))
+        leaf = leaves(self._tree)[: self._capacity]
+        least = torch.where(leaf > 0, leaf, math.inf).amin()
+        weights = leaf.index_select(0, idx).div_(least).pow_(-self.current_beta)
+        self._sample_calls += 1
+        return self._gather(idx, weights)
+
+    def _config(self) -> dict[str, Any]:
+        cfg = super()._config()
+        cfg.update(
+            alpha=self.alpha,
+            beta=self.beta,
+            beta_final=self.beta_final,
+            beta_steps=self.beta_steps,
+            eps=self.eps,
+        )
+        return cfg
+
+    def state_dict(self) -> dict[str, Any]:
+        """As :meth:`FrameReplayBuffer.state_dict`, plus ``priorities`` (the ``N`` leaves),
+        ``max_priority``, ``status`` and the ``beta`` schedule position."""
+        sd = super().state_dict()
+        sd["priorities"] = self.priorities()
+        sd["max_priority"] = self._tree.max_priority.clone()
+        sd["status"] = self._tree.status.clone()
+        sd["meta"]["sample_calls"] = self._sample_calls
+        sd["meta"]["rejections_seen"] = self._rejections_seen
+        return sd
+
+    def parse_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        """As :meth:`FrameReplayBuffer.parse_state`, plus the priorities (positive exactly where
+        valid, finite), the running max and the counters."""
+        out = super().parse_state(state)
+        N = self._capacity
+        for key, shape, dtype in (
+            ("priorities", (N,), torch.float32),
+            ("max_priority", (1,), torch.float32),
+            ("status", (2,), torch.int32),
+        ):
+            t = state.get(key)
+            if not isinstance(t, torch.Tensor) or tuple(t.shape) != shape or t.dtype != dtype:
+                raise ValueError(f"state tensor {key!r} is missing or not {dtype} {shape}")
+            out[key] = t.to(self.device)
+        prio = out["priorities"]
+        if not bool(torch.isfinite(prio).all() & ((prio > 0) == out["valid"]).all()):
+            raise ValueError("state priorities must be finite, > 0 exactly where a slot is valid")
+        mp = float(out["max_priority"][0])
+        if not (0 < mp < math.inf):
+            raise ValueError(f"state max_priority must be finite and > 0, got {mp}")
+        for key in ("sample_calls", "rejections_seen"):
+            check_int(f"state meta {key!r}", out["meta"].get(key), low=0)
+        return out
+
+    def _rebuild_leaves(self, staged: dict[str, Any]) -> torch.Tensor:
+        return staged["priorities"]
+
+    def _adopt_tree(self, tree: SumTree, staged: dict[str, Any]) -> None:
+        tree.max_priority.copy_(staged["max_priority"])
+        tree.status.copy_(staged["status"])
+        self._tree = tree
+        self._sample_calls = staged["meta"]["sample_calls"]
+        self._rejections_seen = staged["meta"]["rejections_seen"]

@@ -1,0 +1,184 @@
+"""The frame replay's host bookkeeping and saved state (:mod:`tritonrl.toolkit.replay.frames`).
+
+:class:`FrameCursor` is each env's write position in its ring and decides, per ``add``, which
+slots are written and which become (or stop being) sampleable. The state functions check a
+saved state with the shared helpers of :mod:`tritonrl.toolkit.replay.state` (same file format,
+checksums and errors as the other replay buffers). Guide: ``docs/pages/replay.md``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from tritonrl.kernels.sumtree import leaves, new_sumtree, rebuild
+from tritonrl.kernels.validate import check_int
+from tritonrl.toolkit.replay.state import FORMAT, VERSION, check_config, load_tensors, read_meta
+
+if TYPE_CHECKING:
+    from tritonrl.toolkit.replay.frames import FrameReplayBuffer
+
+__all__ = ["FrameCursor", "apply_frame_state", "frame_state", "parse_frame_state"]
+
+Range = tuple[int, int]
+
+
+def _row_ranges(e: int, a: int, b: int, ring: int) -> list[Range]:
+    """Absolute slots ``[a, b)`` of env ``e`` (at most ``ring`` of them) as row ranges, split
+    where the ring wraps."""
+    if b <= a:
+        return []
+    base, pa = e * ring, a % ring
+    end = pa + (b - a)
+    if end <= ring:
+        return [(base + pa, base + end)]
+    return [(base + pa, base + ring), (base, base + end - ring)]
+
+
+@dataclass
+class FrameCursor:
+    """Per env (lists of ``E`` Python ints): ``top``, the absolute slot count of the newest
+    written slot (-1 before the first ``add``); ``new_episode``, the next ``add`` starts an
+    episode; ``episode_start``, the absolute slot of the current episode's first frame;
+    ``depth``, the depth of slot ``top`` (capped at ``stack``). Absolute slot ``t`` of env ``e``
+    is row ``e * ring + t % ring``."""
+
+    top: list[int]
+    new_episode: list[bool]
+    episode_start: list[int]
+    depth: list[int]
+
+    @classmethod
+    def empty(cls, num_envs: int) -> FrameCursor:
+        return cls([-1] * num_envs, [True] * num_envs, [0] * num_envs, [0] * num_envs)
+
+    def pending(self, e: int, n_step: int) -> int:
+        """Env ``e``'s started transitions whose n-step window is open."""
+        if self.new_episode[e]:
+            return 0
+        top = self.top[e]
+        return top - max(self.episode_start[e], top - n_step + 1)
+
+    def advance(
+        self, done: np.ndarray, ring: int, stack: int, n_step: int
+    ) -> tuple[list[int], list[int], tuple[list[Range], list[Range]]]:
+        """One ``add`` with episode ends ``done`` (bool ``[E]``).
+
+        Returns:
+            ``rows`` (``2E``: each env's step slot, then each env's next slot), their ``depths``,
+            and the row ranges that become sampleable and those that stop being sampleable.
+
+        A start ``t`` is sampleable when its window is written (``t + k <= top``) and its stack
+        is intact (``t - stack + 1 > top - ring``).
+        """
+        E = len(self.top)
+        first, second, d_first, d_second = [], [], [], []
+        on: list[Range] = []
+        off: list[Range] = []
+        for e in range(E):
+            old = self.top[e]
+            if self.new_episode[e]:
+                h, d = old + 1, 1
+                self.episode_start[e] = h
+            else:
+                h, d = old, self.depth[e]
+            top = h + 1
+            self.top[e], self.depth[e] = top, min(d + 1, stack)
+            self.new_episode[e] = bool(done[e])
+            first.append(e * ring + h % ring)
+            second.append(e * ring + top % ring)
+            d_first.append(d)
+            d_second.append(self.depth[e])
+            if done[e]:  # every open window of the episode closes here
+                a, b = max(self.episode_start[e], h - n_step + 1), h + 1
+            else:  # the window that started n - 1 steps ago closes
+                a = h + 1 - n_step
+                b = a + 1 if a >= self.episode_start[e] else a
+            lo_new, lo_old = top - ring + stack, max(0, old - ring + stack)
+            on += _row_ranges(e, max(a, lo_new), b, ring)
+            off += _row_ranges(e, lo_old, lo_new, ring)
+        return first + second, d_first + d_second, (on, off)
+
+
+def frame_state(buf: FrameReplayBuffer) -> dict[str, Any]:
+    """:meth:`FrameReplayBuffer.state_dict`."""
+    sd: dict[str, Any] = dict(buf._storage())
+    sd["valid"] = torch.from_numpy(buf._valid.copy())
+    c = buf._cursor
+    sd["meta"] = {
+        "format": FORMAT,
+        "version": VERSION,
+        "config": buf._config(),
+        "size": buf._size,
+        "steps": buf._steps,
+        "top": list(c.top),
+        "new_episode": list(c.new_episode),
+        "episode_start": list(c.episode_start),
+        "depth": list(c.depth),
+    }
+    return sd
+
+
+def _check_cursor(meta: dict[str, Any], E: int, stack: int) -> FrameCursor:
+    lists: dict[str, list[Any]] = {}
+    for k in ("top", "new_episode", "episode_start", "depth"):
+        v = meta.get(k)
+        if not isinstance(v, list) or len(v) != E:
+            raise ValueError(f"state meta {k!r} must be a list of {E} entries, got {v!r}"[:200])
+        lists[k] = v
+    for e in range(E):
+        top = check_int("state meta 'top'", lists["top"][e], low=-1)
+        check_int("state meta 'episode_start'", lists["episode_start"][e], low=0, high=top + 1)
+        check_int("state meta 'depth'", lists["depth"][e], low=0, high=stack)
+        if not isinstance(lists["new_episode"][e], bool):
+            raise ValueError(f"state meta 'new_episode' must hold bools, got {lists['new_episode'][e]!r}")
+    return FrameCursor(
+        list(lists["top"]), list(lists["new_episode"]), list(lists["episode_start"]), list(lists["depth"])
+    )
+
+
+def parse_frame_state(buf: FrameReplayBuffer, state: dict[str, Any]) -> dict[str, Any]:
+    """:meth:`FrameReplayBuffer.parse_state`: the staged state (tensors on the buffer's device,
+    ``cursor``, ``meta``).
+
+    Raises:
+        ValueError: not a replay state, another configuration, bad counters or tensors.
+    """
+    meta = read_meta(state)
+    check_config(meta.get("config"), buf._config(), ("host",))
+    N = buf.capacity
+    size = check_int("state meta 'size'", meta.get("size"), low=0, high=N)
+    check_int("state meta 'steps'", meta.get("steps"), low=0)
+    cursor = _check_cursor(meta, buf.num_envs, buf.stack)
+    spec = {k: (tuple(t.shape), t.dtype) for k, t in buf._storage().items()}
+    spec["valid"] = ((N,), torch.bool)
+    out: dict[str, Any] = {"meta": meta, "cursor": cursor}
+    out.update(load_tensors(state, spec, lambda key, dtype: (buf.device, dtype)))
+    if int(out["valid"].sum()) != size:
+        raise ValueError(f"state counters disagree: size={size} but {int(out['valid'].sum())} valid slots")
+    depth = out["depth"]
+    if bool(((depth < 0) | (depth > buf.stack)).any()):
+        raise ValueError(f"state depths must lie in [0, {buf.stack}]")
+    return out
+
+
+def apply_frame_state(buf: FrameReplayBuffer, staged: dict[str, Any]) -> None:
+    """:meth:`FrameReplayBuffer.apply_state`: the storage, the host bookkeeping and the slot
+    tree, rebuilt from the staged leaves (the tree the updates maintain, bit for bit)."""
+    for key, dst in buf._storage().items():
+        dst.copy_(staged[key])
+    valid = staged["valid"]
+    buf._valid = valid.cpu().numpy().copy()
+    N = buf.capacity
+    tree = new_sumtree(N, buf.device)
+    values = buf._rebuild_leaves(staged).to(torch.float32)
+    leaves(tree)[:N] = values
+    tree.mins[:N] = values
+    rebuild(tree)
+    buf._adopt_tree(tree, staged)
+    c = staged["cursor"]
+    buf._cursor = FrameCursor(list(c.top), list(c.new_episode), list(c.episode_start), list(c.depth))
+    buf._size = staged["meta"]["size"]
+    buf._steps = staged["meta"]["steps"]
