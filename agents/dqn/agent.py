@@ -34,7 +34,13 @@ from tritonrl.toolkit.agent import AgentBase
 from tritonrl.toolkit.checks import ActionRule, InputGuard, StepShapes
 from tritonrl.toolkit.compile import Compiled, escape
 from tritonrl.toolkit.distributed import DistContext
-from tritonrl.toolkit.replay import PrioritizedReplayBuffer, ReplayBatch, ReplayBuffer
+from tritonrl.toolkit.replay import (
+    FrameReplayBuffer,
+    PrioritizedFrameReplayBuffer,
+    PrioritizedReplayBuffer,
+    ReplayBatch,
+    ReplayBuffer,
+)
 
 __all__ = ["DQNAgent"]
 
@@ -109,6 +115,10 @@ class DQNAgent(LaggedActing, DQNCheckpoint, AgentBase):
         self.buffer_size = self.dist.shard(cfg.buffer_size, "buffer_size")
         """This rank's replay capacity: ``buffer_size / world_size``."""
         self.obs_shape = plumbing.obs_shape(observation_space)
+        self.pixel_scale = plumbing.pixel_scale(observation_space)
+        """Image observations (uint8 ``[C, H, W]``): the factor that maps their bytes to ``[0, 1]``
+        when they enter (``act``, the frame replay's sample); ``None`` for float observations."""
+        plumbing.check_pixels(cfg, self.obs_shape, self.pixel_scale)
         self.action = plumbing.action_spec(action_space)
         self.factored = self.action["type"] == "multidiscrete"
         if self.factored and cfg.distribution != "none":
@@ -128,6 +138,7 @@ class DQNAgent(LaggedActing, DQNCheckpoint, AgentBase):
             device=self.device,
             dtype=self.dtype,
             staging=self.replay_staging,
+            pixels=self.pixel_scale is not None,
         )
         self.shapes = StepShapes("DQNAgent", self.num_envs, self.obs_shape, self._action_shape)
         """The shape and dtype checks of ``act``/``observe`` arguments (:class:`StepShapes`)."""
@@ -179,7 +190,7 @@ class DQNAgent(LaggedActing, DQNCheckpoint, AgentBase):
         # the random and the greedy action is a numpy select instead of two tensor ops.
         self._host_explore = self.device.type == "cpu" and not self.factored
 
-    def _build_buffer(self) -> ReplayBuffer:
+    def _build_buffer(self) -> ReplayBuffer | FrameReplayBuffer:
         """An empty replay of this rank's ``buffer_size`` share (:func:`plumbing.build_replay`)."""
         return plumbing.build_replay(
             self.config,
@@ -189,6 +200,7 @@ class DQNAgent(LaggedActing, DQNCheckpoint, AgentBase):
             num_envs=self.num_envs,
             device=self.device,
             staging=self.replay_staging,
+            pixel_scale=self.pixel_scale,
         )
 
     def _build_icm_buffer(self) -> ReplayBuffer:
@@ -245,12 +257,17 @@ class DQNAgent(LaggedActing, DQNCheckpoint, AgentBase):
 
     def _ingest(self, obs: Any, call: str = "act") -> torch.Tensor:
         """The one cast of an observation: f32 (or numpy) -> training dtype on the device, after the
-        input checks (:attr:`inputs`: NaN/inf is refused where the observation lives)."""
+        input checks (:attr:`inputs`: NaN/inf is refused where the observation lives); image bytes
+        -> training dtype scaled to ``[0, 1]`` (bytes are always finite)."""
         x = obs if isinstance(obs, torch.Tensor) else torch.as_tensor(obs)
         if tuple(x.shape[1:]) != self.obs_shape:
             raise ValueError(f"obs has shape {tuple(x.shape)}, expected [batch, *{self.obs_shape}]")
         if call == "act":  # one row per environment (eval_policy and q_values take any batch)
             self.shapes.act(x)
+        if self.pixel_scale is not None:
+            if x.dtype != torch.uint8:
+                raise TypeError(f"{call}: image obs must be uint8 (the environment's bytes), got {x.dtype}")
+            return x.to(device=self.device, dtype=self.dtype).mul_(self.pixel_scale)
         self.inputs.obs(call, "obs", x)
         return x.to(device=self.device, dtype=self.dtype)
 
@@ -360,10 +377,11 @@ class DQNAgent(LaggedActing, DQNCheckpoint, AgentBase):
         """
         self.shapes.observe(obs, action, reward, next_obs, terminated, truncated)
         g = self.inputs
-        g.obs("observe", "obs", obs)
+        if self.pixel_scale is None:  # image bytes are finite (the frame replay checks their dtype)
+            g.obs("observe", "obs", obs)
+            g.obs("observe", "next_obs", next_obs)
         g.action("observe", action)
         g.reward("observe", reward)
-        g.obs("observe", "next_obs", next_obs)
         if self.icm_module is not None:
             x, x_next = self._ingest(obs, "observe"), self._ingest(next_obs, "observe")
             a = torch.as_tensor(action, device=self.device, dtype=torch.int64)
@@ -521,7 +539,7 @@ class DQNAgent(LaggedActing, DQNCheckpoint, AgentBase):
                 or an update's priorities were rejected (the buffer kept the old ones).
         """
         super().check_inputs()
-        if isinstance(self.buffer, PrioritizedReplayBuffer):
+        if isinstance(self.buffer, (PrioritizedReplayBuffer, PrioritizedFrameReplayBuffer)):
             self.buffer.check()
 
     def update_target(self) -> None:
@@ -553,9 +571,12 @@ class DQNAgent(LaggedActing, DQNCheckpoint, AgentBase):
         # the compiled region is the snapshot's Q forward (a function of the observations alone)
         forward = Compiled(lambda x: self._q_of(policy.snapshot, x), mode, self.device)
 
+        scale = self.pixel_scale
+
         def act(snapshot: QNetwork, obs: torch.Tensor) -> torch.Tensor:
             forward.step_begin()
-            q = forward(obs.to(torch.float32))  # the f32 acting forward (a no-op cast on a CPU)
+            x = obs.to(torch.float32)  # the f32 acting forward (a no-op cast on a CPU)
+            q = forward(x if scale is None else x.mul_(scale))
             action = self.epsilon_greedy(q.argmax(-1), self.epsilon())
             self.inputs.acted(action)  # passed back to observe unchanged: not checked again
             return action

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tritonrl.agents.nets.conv import CONV_KINDS
 from tritonrl.agents.nets.torsos import NORMS, TORSO_KINDS
 from tritonrl.toolkit.checks import check_config
 from tritonrl.toolkit.compile import CompileMode
@@ -32,15 +33,24 @@ class DQNConfig(Config):
     # ---- network
     torso: str = "mlp"
     """Torso: ``"mlp"``, ``"resmlp"`` (residual blocks), ``"attention"`` or ``"tcn"`` (the TCN
-    forecaster's causal encoder; both over an observation history ``[K, D]``)."""
+    forecaster's causal encoder; both over an observation history ``[K, D]``), or a convolutional
+    torso over image observations ``[C, H, W]`` (:mod:`tritonrl.agents.nets.conv`): ``"nature"``
+    (the Nature DQN CNN), ``"minatar"`` or ``"impala"``."""
     torso_width: int = 128
     """Hidden width of the torso."""
     torso_depth: int = 2
     """Layers (mlp), residual blocks (resmlp) or attention blocks (attention)."""
     torso_hidden: tuple[int, ...] | None = backfilled(None)
     """The mlp torso's layer sizes, one per layer (``--set torso_hidden=120,84``); ``None``: the
-    uniform ``torso_depth`` x ``torso_width``. When given, the mlp torso ignores those two
-    (only ``torso="mlp"`` takes it). A checkpoint saved before this field existed reads as ``None``."""
+    uniform ``torso_depth`` x ``torso_width``. When given, the mlp torso ignores those two. A conv
+    torso's linear layers after its convolutions (``None``: the kind's default, e.g. 512 for
+    ``"nature"``; ``()``: the flattened convolution features). Other torsos take none. A
+    checkpoint saved before this field existed reads as ``None``."""
+    frame_stack: int = backfilled(1)
+    """Frames stacked in each image observation (``[frame_stack * C, H, W]``, newest last): the
+    frame replay used for uint8 image observations stores each frame once and rebuilds the
+    stacks when it samples (4 for Atari, 1 for MinAtar). A checkpoint saved before this field
+    existed reads as 1."""
     torso_norm: str = "none"
     """``"none"`` or ``"rmsnorm"`` inside the torso."""
     spectral_norm: bool = False
@@ -154,7 +164,10 @@ class DQNConfig(Config):
     def __post_init__(self) -> None:
         check_config(self, _RANGES)
         checks = [
-            (self.torso in TORSO_KINDS, f"torso={self.torso!r} is not one of {TORSO_KINDS}"),
+            (
+                self.torso in TORSO_KINDS + CONV_KINDS,
+                f"torso={self.torso!r} is not one of {TORSO_KINDS + CONV_KINDS}",
+            ),
             (self.torso_norm in NORMS, f"torso_norm={self.torso_norm!r} is not one of {NORMS}"),
             (
                 self.distribution in DISTRIBUTIONS,
@@ -171,12 +184,12 @@ class DQNConfig(Config):
                 f"buffer_size={self.buffer_size} must be >= batch_size={self.batch_size}",
             ),
             (
-                self.torso_hidden != (),
+                self.torso_hidden != () or self.torso in CONV_KINDS,
                 "torso_hidden=() has no layer: give at least one size, or None for torso_width x torso_depth",
             ),
             (
-                self.torso_hidden is None or self.torso == "mlp",
-                f"torso_hidden={self.torso_hidden} is for torso='mlp', not torso={self.torso!r}",
+                self.torso_hidden is None or self.torso in ("mlp", *CONV_KINDS),
+                f"torso_hidden={self.torso_hidden} is for the mlp or a conv torso, not torso={self.torso!r}",
             ),
             (
                 self.torso != "tcn" or not self.spectral_norm,
@@ -197,6 +210,7 @@ _RANGES = {
     "torso_width": "[1, inf)",
     "torso_depth": "[1, inf)",
     "torso_hidden": "[1, inf)",
+    "frame_stack": "[1, inf)",
     "attention_heads": "[1, inf)",
     "head_hidden": "[1, inf)",
     "noisy_sigma0": "[0, inf)",

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 from tritonrl.agents.dqn.config import DQNConfig
 from tritonrl.agents.icm import ICM
+from tritonrl.agents.nets.conv import CONV_KINDS, ConvTorso
 from tritonrl.agents.nets.factored import BranchingHead
 from tritonrl.agents.nets.heads import DuelingHead
 from tritonrl.agents.nets.torsos import build_torso
@@ -49,21 +50,27 @@ def build_q_network(
 ) -> QNetwork:
     """The online network of ``cfg`` for observations ``obs_shape`` and the action spec ``action``
     (:func:`tritonrl.agents.dqn.plumbing.action_spec`), created on ``device`` in ``dtype``."""
-    torso = build_torso(
-        obs_shape,
-        cfg.torso,
-        width=cfg.torso_width,
-        depth=cfg.torso_depth,
-        hidden=cfg.torso_hidden,
-        norm=cfg.torso_norm,
-        spectral_norm=cfg.spectral_norm,
-        heads=cfg.attention_heads,
-        device=device,
-        dtype=dtype,
-    )
+    torso: nn.Module
+    if cfg.torso in CONV_KINDS:
+        conv = ConvTorso(obs_shape, cfg.torso, hidden=cfg.torso_hidden, device=device, dtype=dtype)
+        torso, features = conv, conv.out_features
+    else:
+        flat = build_torso(
+            obs_shape,
+            cfg.torso,
+            width=cfg.torso_width,
+            depth=cfg.torso_depth,
+            hidden=cfg.torso_hidden,
+            norm=cfg.torso_norm,
+            spectral_norm=cfg.spectral_norm,
+            heads=cfg.attention_heads,
+            device=device,
+            dtype=dtype,
+        )
+        torso, features = flat, flat.out_features
     if action["type"] == "multidiscrete":
         head: nn.Module = BranchingHead(
-            torso.out_features,
+            features,
             action["nvec"],
             noisy=cfg.noisy,
             sigma0=cfg.noisy_sigma0,
@@ -73,7 +80,7 @@ def build_q_network(
     else:
         atoms = {"none": 1, "c51": cfg.atoms, "qr": cfg.quantiles}[cfg.distribution]
         head = DuelingHead(
-            torso.out_features,
+            features,
             action["n"],
             atoms=atoms,
             hidden=cfg.head_hidden,

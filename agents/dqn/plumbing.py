@@ -14,7 +14,12 @@ import numpy as np
 import torch
 from tritonrl.agents.dqn.config import DQNConfig
 from tritonrl.toolkit.checks import check_memory
-from tritonrl.toolkit.replay import PrioritizedReplayBuffer, ReplayBuffer
+from tritonrl.toolkit.replay import (
+    FrameReplayBuffer,
+    PrioritizedFrameReplayBuffer,
+    PrioritizedReplayBuffer,
+    ReplayBuffer,
+)
 
 __all__ = [
     "action_counts",
@@ -22,8 +27,10 @@ __all__ = [
     "action_spec",
     "build_icm_replay",
     "build_replay",
+    "check_pixels",
     "check_replay_memory",
     "obs_shape",
+    "pixel_scale",
     "resolve_staging",
 ]
 
@@ -69,6 +76,34 @@ def obs_shape(observation_space: gym.Space) -> tuple[int, ...]:
     return tuple(int(s) for s in observation_space.shape)
 
 
+def pixel_scale(observation_space: gym.Space) -> float | None:
+    """For image observations (a uint8 ``Box`` of shape ``[C, H, W]``), the factor that maps the
+    bytes to ``[0, 1]``: ``1 / high`` (``1/255`` for Atari frames, 1 for MinAtar's 0/1 channels);
+    ``None`` for any other space (observations arrive as floats)."""
+    space = observation_space
+    if not (isinstance(space, gym.spaces.Box) and space.dtype == np.uint8 and len(space.shape) == 3):
+        return None
+    return 1.0 / max(1.0, float(np.max(space.high)))
+
+
+def check_pixels(cfg: DQNConfig, obs_shape: tuple[int, ...], pixel_scale: float | None) -> None:
+    """Refuse what image observations (``pixel_scale`` not ``None``) cannot take.
+
+    Raises:
+        ValueError: ``icm=True`` (its models are MLPs), or a ``frame_stack`` that does not divide
+            the observation's channels.
+    """
+    if pixel_scale is None:
+        return
+    if cfg.icm:
+        raise ValueError("icm=True is not available with image observations (its models are MLPs)")
+    if obs_shape[0] % cfg.frame_stack:
+        raise ValueError(
+            f"frame_stack={cfg.frame_stack} must divide the {obs_shape[0]} channels of the "
+            f"observations {obs_shape}"
+        )
+
+
 def resolve_staging(staging: str, device: torch.device) -> str:
     """``config.replay_staging`` resolved: ``"auto"`` is host on a CPU, device on an accelerator."""
     return staging if staging != "auto" else ("host" if device.type == "cpu" else "device")
@@ -84,13 +119,22 @@ def check_replay_memory(
     device: torch.device,
     dtype: torch.dtype,
     staging: str,
+    pixels: bool = False,
 ) -> None:
     """Refuse a ``buffer_size`` whose replay (and ICM replay) of ``capacity`` transitions (this
-    rank's share) cannot fit on the device, before anything is allocated.
+    rank's share) cannot fit on the device, before anything is allocated (``pixels``: the frame
+    replay of :func:`build_replay`).
 
     Raises:
         ValueError: the replay does not fit in the device's free memory.
     """
+    if pixels:
+        frame_cls = PrioritizedFrameReplayBuffer if cfg.prioritized else FrameReplayBuffer
+        parts = frame_cls.memory_bytes(
+            capacity, obs_shape, stack=cfg.frame_stack, action_shape=action_shape, num_envs=num_envs
+        )
+        check_memory(f"buffer_size={cfg.buffer_size}", parts, device)
+        return
     buffer_cls = PrioritizedReplayBuffer if cfg.prioritized else ReplayBuffer
     kw: dict[str, Any] = dict(
         obs_dtype=dtype, action_shape=action_shape, action_dtype=torch.int64, num_envs=num_envs
@@ -112,11 +156,17 @@ def build_replay(
     num_envs: int,
     device: torch.device,
     staging: str,
-) -> ReplayBuffer:
+    pixel_scale: float | None = None,
+) -> ReplayBuffer | FrameReplayBuffer:
     """The Q learner's replay of ``capacity`` transitions for actions of ``action``
     (:func:`action_spec`): ``n_step`` returns, prioritized if ``cfg.prioritized``; int64 actions,
     checked against the space when the replay is used directly (the agent checks its own inputs
-    and adds with ``check=False``)."""
+    and adds with ``check=False``). With a ``pixel_scale`` (image observations,
+    :func:`pixel_scale`), a frame replay that stores each frame once as uint8 and samples the
+    stacks of ``cfg.frame_stack`` frames scaled by it into the training dtype
+    (:class:`tritonrl.toolkit.replay.FrameReplayBuffer`; its n-step windows close at sample time,
+    so ``staging`` does not apply; ``capacity`` is rounded down to a multiple of ``num_envs``,
+    one ring of frames per environment)."""
     kw: dict[str, Any] = dict(
         device=device,
         num_envs=num_envs,
@@ -127,6 +177,22 @@ def build_replay(
         staging=staging,
         num_actions=action_counts(action),
     )
+    if pixel_scale is not None:
+        capacity -= capacity % num_envs  # one ring per environment, of equal length
+        del kw["staging"]
+        kw.update(stack=cfg.frame_stack, scale=pixel_scale)
+        if cfg.prioritized:
+            return PrioritizedFrameReplayBuffer(
+                capacity,
+                obs_shape,
+                alpha=cfg.per_alpha,
+                beta=cfg.per_beta,
+                beta_final=cfg.per_beta_final,
+                beta_steps=cfg.per_beta_steps,
+                eps=cfg.per_eps,
+                **kw,
+            )
+        return FrameReplayBuffer(capacity, obs_shape, **kw)
     if cfg.prioritized:
         return PrioritizedReplayBuffer(
             capacity,

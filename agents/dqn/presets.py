@@ -9,6 +9,12 @@
 | ``c51`` | categorical return distribution on ``atoms`` fixed atoms, projected target |
 | ``qrdqn`` | ``quantiles`` quantile estimates, quantile Huber loss |
 | ``rainbow`` | double + dueling + noisy + n-step + prioritized replay + C51 |
+| ``dqn-atari`` | DQN on Atari frames at the settings of CleanRL's ``dqn_atari.py`` (Nature CNN) |
+| ``rainbow-atari`` | Rainbow on Atari frames at the settings of Hessel et al. (2018) |
+| ``dqn-minatar`` | DQN on MinAtar at the settings of Young & Tian (2019) |
+| ``rainbow-minatar`` | Rainbow on MinAtar: ``dqn-minatar`` plus the Rainbow components |
+
+The pixel presets store each frame once in a uint8 frame replay (docs/pages/pixels.md).
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from tritonrl.agents.dqn.config import DQNConfig
 from tritonrl.toolkit.preset import MarketPreset, Preset, find_preset
 from tritonrl.toolkit.training.offpolicy import schedule_for
 
-__all__ = ["PRESETS", "preset"]
+__all__ = ["PIXEL_PRESETS", "PRESETS", "preset"]
 
 # Shared defaults: tuned so every preset solves CartPole-v1 (greedy mean >= 475) within 50k env
 # steps on two seeds, and kept generic (no CartPole-only tricks such as reward scaling).
@@ -92,6 +98,149 @@ PRESETS: tuple[Preset, ...] = (
     ),
 )
 """The named presets; the command line's registry (:mod:`tritonrl.toolkit.cli.registry`) collects them."""
+
+
+def _pixel_preset(
+    name: str, description: str, env: str, steps: int, eval_every: int, **fields: Any
+) -> Preset:
+    """A DQN preset on image observations: one environment, ``steps`` environment steps, a greedy
+    evaluation every ``eval_every`` steps on the unclipped game, no market variant."""
+    return Preset(
+        name,
+        description,
+        dataclasses.replace(_BASE, tags=(name,), **fields),
+        agent=DQNAgent,
+        kind="offpolicy",
+        schedule=schedule_for,
+        default_num_envs=1,
+        default_steps=steps,
+        default_eval_every=eval_every,
+        default_env=env,
+    )
+
+
+# CleanRL's dqn_atari.py: Adam 1e-4, 1M replay, batch 32, a target copy every 1,000 env steps
+# (250 updates at one update per 4 steps), epsilon 1 -> 0.01 over 10% of 10M steps, learning
+# from step 80,000, MSE loss, no gradient clipping (a bound no gradient reaches).
+_DQN_ATARI = dict(
+    torso="nature",
+    frame_stack=4,
+    lr=1e-4,
+    buffer_size=1_000_000,
+    batch_size=32,
+    target_update_every=250,
+    eps_start=1.0,
+    eps_end=0.01,
+    eps_decay_steps=1_000_000,
+    learning_starts=80_000,
+    train_freq=4,
+    gradient_steps=1,
+    loss="mse",
+    max_grad_norm=1e9,
+)
+# Hessel et al. (2018), table 1: Adam 6.25e-5 (eps 1.5e-4), n = 3, PER alpha 0.5, beta 0.4 -> 1
+# over the run, 51 atoms on [-10, 10], noisy sigma0 0.5, learning from 80k frames (20k steps),
+# a target copy every 32k frames (2,000 updates at one per 4 steps), 50M frames (12.5M steps).
+# The dueling streams have 512 hidden units each on the convolution features.
+_RAINBOW_ATARI = dict(
+    torso="nature",
+    torso_hidden=(),
+    head_hidden=512,
+    frame_stack=4,
+    double=True,
+    dueling=True,
+    noisy=True,
+    noisy_sigma0=0.5,
+    distribution="c51",
+    atoms=51,
+    v_min=-10.0,
+    v_max=10.0,
+    n_step=3,
+    prioritized=True,
+    per_alpha=0.5,
+    per_beta=0.4,
+    per_beta_steps=3_125_000,
+    lr=6.25e-5,
+    adam_eps=1.5e-4,
+    buffer_size=1_000_000,
+    batch_size=32,
+    learning_starts=20_000,
+    train_freq=4,
+    gradient_steps=1,
+    target_update_every=2_000,
+    max_grad_norm=10.0,
+)
+# Young & Tian (2019), the MinAtar DQN: conv 16x3x3 -> 128 -> Q, 100k replay, batch 32, one update
+# per step from step 5,000, a target copy every 1,000 updates, epsilon 1 -> 0.1 over 100k steps,
+# Huber loss, 5M frames. The paper's optimizer is centred RMSProp (lr 2.5e-4); tritonrl's DQN
+# family uses Adam, at the same learning rate.
+_DQN_MINATAR = dict(
+    torso="minatar",
+    frame_stack=1,
+    lr=2.5e-4,
+    buffer_size=100_000,
+    batch_size=32,
+    learning_starts=5_000,
+    train_freq=1,
+    gradient_steps=1,
+    target_update_every=1_000,
+    eps_start=1.0,
+    eps_end=0.1,
+    eps_decay_steps=100_000,
+    loss="huber",
+    max_grad_norm=1e9,
+)
+# dqn-minatar plus the Rainbow components at Hessel et al.'s values (n = 3, PER alpha 0.5,
+# beta 0.4 -> 1, noisy sigma0 0.5, 51 atoms), the support fitted to MinAtar's returns (rewards
+# 0..1 per step: at most 100 discounted), and Adam at 1e-4 (eps 3.125e-4) as in Obando-Ceron &
+# Castro (2021), who ran Rainbow on MinAtar.
+_RAINBOW_MINATAR = dict(
+    _DQN_MINATAR,
+    double=True,
+    dueling=True,
+    noisy=True,
+    distribution="c51",
+    v_min=-10.0,
+    v_max=100.0,
+    n_step=3,
+    prioritized=True,
+    per_alpha=0.5,
+    per_beta=0.4,
+    per_beta_steps=5_000_000,
+    lr=1e-4,
+    adam_eps=3.125e-4,
+)
+
+PIXEL_PRESETS: tuple[Preset, ...] = (
+    _pixel_preset(
+        "dqn-atari",
+        "DQN on Atari (CleanRL dqn_atari.py settings)",
+        "ALE/Breakout-v5",
+        10_000_000,
+        250_000,
+        **_DQN_ATARI,
+    ),
+    _pixel_preset(
+        "rainbow-atari",
+        "Rainbow on Atari (Hessel et al. 2018 settings)",
+        "ALE/Breakout-v5",
+        12_500_000,
+        250_000,
+        **_RAINBOW_ATARI,
+    ),
+    _pixel_preset(
+        "dqn-minatar",
+        "DQN on MinAtar (Young & Tian 2019 settings)",
+        "MinAtar/Breakout-v1",
+        5_000_000,
+        100_000,
+        **_DQN_MINATAR,
+    ),
+    _pixel_preset(
+        "rainbow-minatar", "Rainbow on MinAtar", "MinAtar/Breakout-v1", 5_000_000, 100_000, **_RAINBOW_MINATAR
+    ),
+)
+PRESETS = PRESETS + PIXEL_PRESETS
 
 
 def preset(name: str, **overrides: Any) -> DQNConfig:

@@ -17,7 +17,12 @@ from tritonrl.agents.dqn.network import QNetwork
 from tritonrl.agents.icm import ICM
 from tritonrl.toolkit.checkpoint import CheckpointError, check_module_tensors, load_into_module, section
 from tritonrl.toolkit.optim import MasterWeightOptimizer
-from tritonrl.toolkit.replay import PrioritizedReplayBuffer, ReplayBuffer
+from tritonrl.toolkit.replay import (
+    FrameReplayBuffer,
+    PrioritizedFrameReplayBuffer,
+    PrioritizedReplayBuffer,
+    ReplayBuffer,
+)
 
 __all__ = ["DQNCheckpoint"]
 
@@ -31,12 +36,12 @@ class DQNCheckpoint:
     online: QNetwork
     target: QNetwork
     optimizer: MasterWeightOptimizer
-    buffer: Any  # a ReplayBuffer, or a PrioritizedReplayBuffer (update_priorities) with PER
+    buffer: Any  # a ReplayBuffer or FrameReplayBuffer, or their prioritized kinds with PER
     icm_module: ICM | None
     icm_optimizer: MasterWeightOptimizer
     icm_buffer: ReplayBuffer | None
     _target_master: list[torch.Tensor] | None
-    _build_buffer: Callable[[], ReplayBuffer]
+    _build_buffer: Callable[[], ReplayBuffer | FrameReplayBuffer]
     _build_icm_buffer: Callable[[], ReplayBuffer]
 
     def _state_parts(self) -> dict[str, Any]:
@@ -128,7 +133,7 @@ class DQNCheckpoint:
         if self.buffer.steps:
             self.buffer = None  # release the storage before building the new one
             self.buffer = self._build_buffer()
-        if isinstance(self.buffer, PrioritizedReplayBuffer):
+        if isinstance(self.buffer, (PrioritizedReplayBuffer, PrioritizedFrameReplayBuffer)):
             self.buffer.sample_calls = self.updates
         if self.icm_buffer is not None and self.icm_buffer.steps:
             self.icm_buffer = None

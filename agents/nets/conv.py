@@ -108,7 +108,7 @@ class ConvTorso(nn.Module):
                 f"got obs_shape={tuple(obs_shape)}"
             )
         c, h, w = (int(s) for s in obs_shape)
-        fk = {"device": device, "dtype": dtype_or_default(dtype, device)}
+        fk: dict[str, Any] = {"device": device, "dtype": dtype_or_default(dtype, device)}
         self.kind = kind
         if kind == "impala":
             stages, c_in = [], c
@@ -134,9 +134,10 @@ class ConvTorso(nn.Module):
             for m in self.convs.modules():
                 if isinstance(m, nn.Conv2d):
                     init_orthogonal_(m.weight, orthogonal_gain)
-                    nn.init.zeros_(m.bias)
+                    if m.bias is not None:
+                        nn.init.zeros_(m.bias)
         if torch.device(fk["device"] or "cpu").type == "cuda":
-            self.convs.to(memory_format=torch.channels_last)
+            self.convs.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # torch's stub lacks it
         self.out_features = self.mlp.out_features
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

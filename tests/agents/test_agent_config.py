@@ -203,7 +203,7 @@ CLI = [
     (
         {},
         ["--agent", "dqn", "--set", "torso=resmlp", "--set", "torso_hidden=120,84"],
-        "torso_hidden=(120, 84) is for torso='mlp', not torso='resmlp'",
+        "torso_hidden=(120, 84) is for the mlp or a conv torso, not torso='resmlp'",
     ),
     ({}, ["--agent", "dqn", "--set", "buffer_size=1e11"], "buffer_size=100000000000 needs 4.8 TB"),
     ({}, ["--agent", "dqn", "--set", "buffer_size=2.5"], "buffer_size='2.5' is not a valid int"),

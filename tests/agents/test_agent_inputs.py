@@ -400,10 +400,11 @@ def test_check_inputs_reports_a_rejected_priority_update() -> None:
 
 # ----------------------------------------------------------------------------- shapes and dtypes
 
+from tritonrl.agents.dqn import PIXEL_PRESETS  # noqa: E402
 from tritonrl.agents.dqn import PRESETS as DQN_PRESETS  # noqa: E402
 
 MULTI = gym.spaces.MultiDiscrete([3, 2])
-DQN_FAMILY = [p.name for p in DQN_PRESETS] + ["factored", "icm"]
+DQN_FAMILY = [p.name for p in DQN_PRESETS if p not in PIXEL_PRESETS] + ["factored", "icm"]
 ROWS = 4  # environments the agents below are built for
 
 

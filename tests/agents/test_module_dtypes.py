@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch import nn
 from tritonrl.agents.icm import ICM
-from tritonrl.agents.nets.conv import ConvTorso
 from tritonrl.agents.nets.actor_critic import ActorCritic, FeedForwardCore
+from tritonrl.agents.nets.conv import ConvTorso
 from tritonrl.agents.nets.factored import BranchingHead
 from tritonrl.agents.nets.policy_heads import CategoricalHead, FlowHead, GaussianHead
 from tritonrl.agents.nets.recurrent import LSTMCore, Mamba2Core

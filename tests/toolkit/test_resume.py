@@ -6,8 +6,9 @@ priorities), evaluations and metric rows (``charts/SPS`` aside). The global RNGs
 between the stop and the resume, so a resume that did not restore them would diverge.
 
 One table, :data:`CASES`: each row builds its agent, environment, schedule and loop settings and
-names the agent state to compare. Rows: the loop's toy agent, DQN, Rainbow, PPO, PPO-LSTM, SAC and TD3
-(formerly four copies in test_loop.py, test_dqn_cli.py and test_ppo.py).
+names the agent state to compare. Rows: the loop's toy agent, DQN, Rainbow, Rainbow on MinAtar
+(pixels), PPO, PPO-LSTM, SAC and TD3 (formerly four copies in test_loop.py, test_dqn_cli.py and
+test_ppo.py).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from tritonrl.agents.ppo import preset as ppo_preset
 from tritonrl.agents.sac import SACAgent, TD3Agent
 from tritonrl.agents.sac import preset as sac_preset
 from tritonrl.toolkit.envs.vector import make_vec_env
+from tritonrl.toolkit.replay.frames import PrioritizedFrameReplayBuffer
 from tritonrl.toolkit.replay.prioritized import PrioritizedReplayBuffer
 from tritonrl.toolkit.training.loop import LoopConfig, run_training
 from tritonrl.toolkit.training.offpolicy import schedule_for
@@ -79,13 +81,20 @@ def _toy(run_dir: Path, **kw: Any) -> tuple[Any, dict]:
     return agent, run_training(agent, env, OnPolicySchedule(8), cfg)
 
 
-def _dqn(name: str, **overrides: Any) -> Callable[..., tuple[Any, dict]]:
+# the pixel presets' replay is the frame replay; their torsos keep their published layers
+PIXEL_TINY = {k: v for k, v in DQN_TINY.items() if k != "torso_width"}
+
+
+def _dqn(name: str, env_id: str = "CartPole-v1", **overrides: Any) -> Callable[..., tuple[Any, dict]]:
     def run(run_dir: Path, **kw: Any) -> tuple[Any, dict]:
-        env = make_vec_env("CartPole-v1", 2, seed=3)
+        if env_id.startswith("MinAtar/"):
+            pytest.importorskip("minatar", reason='MinAtar is missing: pip install "tritonrl[minatar]"')
+        env = make_vec_env(env_id, 2, seed=3)
+        tiny = PIXEL_TINY if env_id != "CartPole-v1" else DQN_TINY
         agent = DQNAgent(
             env.single_observation_space,
             env.single_action_space,
-            dqn_preset(name, **DQN_TINY, **overrides),
+            dqn_preset(name, **tiny, **overrides),
             num_envs=2,
             seed=3,
         )
@@ -177,7 +186,7 @@ def _dqn_state(agent: DQNAgent) -> dict[str, Any]:
     state: dict[str, Any] = {"env_steps": agent.env_steps, "updates": agent.updates}
     state.update({f"online.{i}": p for i, p in enumerate(agent.online.parameters())})
     state.update({f"target.{i}": p for i, p in enumerate(agent.target.parameters())})
-    if isinstance(agent.buffer, PrioritizedReplayBuffer):  # Rainbow
+    if isinstance(agent.buffer, (PrioritizedReplayBuffer, PrioritizedFrameReplayBuffer)):  # Rainbow
         state["priorities"] = agent.buffer.priorities()
     return state
 
@@ -222,6 +231,16 @@ CASES = [
     Case(
         "rainbow",
         _dqn("rainbow"),
+        _dqn_state,
+        stop_at=1_000,
+        total_steps=1_600,
+        loss="losses/td_loss",
+        compares=("priorities",),
+    ),
+    # pixels: MinAtar's game state, the frame replay (its slots, sum tree and priorities), the conv torso
+    Case(
+        "rainbow-minatar",
+        _dqn("rainbow-minatar", "MinAtar/Breakout-v1"),
         _dqn_state,
         stop_at=1_000,
         total_steps=1_600,
