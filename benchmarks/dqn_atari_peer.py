@@ -32,20 +32,20 @@ before each run, ``cpu`` a run's CPU time over its wall time.
 
 One torch thread on CleanRL's side: ``OMP_NUM_THREADS=1`` and ``MKL_NUM_THREADS=1`` in its
 environment, and the script is started by a runner of a few lines (:data:`CLEANRL_RUNNER`) that
-calls ``torch.set_num_threads(1)``, imports ``ale_py`` (ale-py >= 0.9 registers its ids on import
-and has no gymnasium entry point; 0.8.1, CleanRL's pin, needs AutoROM's download for its ROMs) and
+calls ``torch.set_num_threads(1)``, registers the ALE ids where the installed ale-py has not, and
 runs the script with ``runpy.run_path(..., run_name="__main__")``: the script itself is unmodified.
 
 Seen working (CleanRL at fe8d8a0, 2026-04): Python 3.11, torch 2.13.0 (CPU), gymnasium 0.29.1
 (the script uses 0.29's ``GrayScaleObservation``, ``FrameStack`` and the vector env's
-``final_info`` / ``final_observation``, all gone in gymnasium 1.x), ale-py 0.9.1 (ships the ROMs),
-numpy 1.26.4 (gymnasium 0.29's env checker uses ``np.bool8``), opencv-python-headless 4.10.0.84
-(newer ones need numpy 2), tyro 1.0.17, tensorboard 2.21.0.
+``final_info`` / ``final_observation``, all gone in gymnasium 1.x), ale-py 0.12.1 (the emulator
+tritonrl's side runs; it ships the ROMs, which CleanRL's pin 0.8.1 downloads through AutoROM;
+0.9.1 works too), numpy 1.26.4 (gymnasium 0.29's env checker uses ``np.bool8``),
+opencv-python-headless 4.10.0.84 (newer ones need numpy 2), tyro 1.0.17, tensorboard 2.21.0.
 
-Smoke runs of CleanRL's side only (3,000 steps, learning from 1,000, buffer 10,000, on an "Intel(R)
-Xeon(R) Processor" of a two-core machine shared with other work): 78 env steps/s over steps
-1,100-2,900 at a load of about 1 (its own last ``SPS:``, warm-up included, 111); 54-55 over steps
-1,500-2,500 at a load of 1.6-1.9 (70-85 % of a core).
+Smoke runs of CleanRL's side only (3,000 steps, learning from 1,000, buffer 10,000, window
+1,500-2,500, on an "Intel(R) Xeon(R) Processor" of a two-core machine shared with other work):
+71-75 env steps/s with ale-py 0.12.1 and with 0.9.1 alike (load 1.0-1.5, a whole core; its own
+last ``SPS:``, warm-up included, 104-105), 54-55 at load 1.6-1.9 (70-85 % of a core).
 
 Differences between the two setups, left as each side has them (the env-side ones change what
 a step costs, or the game itself):
@@ -93,13 +93,22 @@ import runpy, sys
 import torch
 torch.set_num_threads(1)
 try:
-    import ale_py  # noqa: F401  ale-py >= 0.9 registers the ALE ids in gymnasium on import
-except ImportError:
-    pass
+    import ale_py
+except ImportError:  # the script's own error then says what is missing
+    ale_py = None
+if ale_py is not None:
+    import gymnasium as gym
+    if "PongNoFrameskip-v4" not in gym.registry:  # ale-py >= 0.10 under gymnasium 0.29
+        from ale_py.registration import register_v0_v4_envs, register_v5_envs
+        register_v0_v4_envs()
+        register_v5_envs()
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
-"""``python -c`` code that runs ``argv[1]`` (CleanRL's script, unmodified) as ``__main__``."""
+"""``python -c`` code that runs ``argv[1]`` (CleanRL's script, unmodified) as ``__main__`` on one
+torch thread, with the ALE ids registered in gymnasium where ale-py has not done so: 0.8.1 (CleanRL's
+pin) registers them through a gymnasium entry point, 0.9 on import, 0.10 and later only when asked
+(``gym.register_envs``, which gymnasium 0.29 lacks)."""
 
 _READ_EVENTS = """\
 import glob, json, sys
