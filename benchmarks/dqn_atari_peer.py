@@ -51,7 +51,8 @@ Differences between the two setups, left as each side has them (the env-side one
 a step costs, or the game itself):
 
 - sticky actions: ``NoFrameskip-v4`` repeats no action (``repeat_action_probability=0``); the v5
-  ids default to 0.25, and tritonrl's pixel envs pass only ``frameskip=1`` to ``gym.make``;
+  ids default to 0.25, and tritonrl's pixel envs (the work in progress on them) pass only
+  ``frameskip=1`` to ``gym.make``: sticky actions on tritonrl's side;
 - frames: CleanRL skips 4 frames on RGB screens (``MaxAndSkipEnv``: four RGB frames read, a max of
   the last two), then resizes the RGB frame to 84x84 and converts it to grey (``cv2``);
   tritonrl uses gymnasium's ``AtariPreprocessing`` (the ALE's grey screen, read for the last two
@@ -61,8 +62,12 @@ a step costs, or the game itself):
   ``optimize_memory_usage``), tritonrl's frame replay single frames;
 - the same on both: up to 30 no-ops at a real reset (1 to 30 raw frames), a life loss ends the
   training episode without resetting the game (the next reset steps a no-op), FIRE (then action 2)
-  after each reset where the game has FIRE, rewards clipped to their sign; CleanRL's episode
-  statistics count raw frames, tritonrl's agent steps.
+  after each reset where the game has FIRE, rewards clipped to their sign, the minimal action set,
+  at most 108,000 frames a game; CleanRL's episode statistics count raw frames, tritonrl's agent
+  steps;
+- training: CleanRL's defaults (Adam lr 1e-4, MSE loss, batch 32, an update every 4 env steps, the
+  target copied every 1,000, epsilon from 1 to 0.01 over the first 10 % of ``--steps``) against
+  the preset's, which ``--dry-run`` prints once the preset is registered.
 """
 
 from __future__ import annotations
