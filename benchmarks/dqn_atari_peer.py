@@ -50,9 +50,8 @@ last ``SPS:``, warm-up included, 104-105), 54-55 at load 1.6-1.9 (70-85 % of a c
 Differences between the two setups, left as each side has them (the env-side ones change what
 a step costs, or the game itself):
 
-- sticky actions: ``NoFrameskip-v4`` repeats no action (``repeat_action_probability=0``); the v5
-  ids default to 0.25, and tritonrl's pixel envs (the work in progress on them) pass only
-  ``frameskip=1`` to ``gym.make``: sticky actions on tritonrl's side;
+- sticky actions: none on either side (``NoFrameskip-v4``; tritonrl makes ``ALE/...-v5`` with
+  ``repeat_action_probability=0``);
 - frames: CleanRL skips 4 frames on RGB screens (``MaxAndSkipEnv``: four RGB frames read, a max of
   the last two), then resizes the RGB frame to 84x84 and converts it to grey (``cv2``);
   tritonrl uses gymnasium's ``AtariPreprocessing`` (the ALE's grey screen, read for the last two
@@ -66,8 +65,10 @@ a step costs, or the game itself):
   at most 108,000 frames a game; CleanRL's episode statistics count raw frames, tritonrl's agent
   steps;
 - training: CleanRL's defaults (Adam lr 1e-4, MSE loss, batch 32, an update every 4 env steps, the
-  target copied every 1,000, epsilon from 1 to 0.01 over the first 10 % of ``--steps``) against
-  the preset's, which ``--dry-run`` prints once the preset is registered.
+  target copied every 1,000, epsilon from 1 to 0.01 over the first 10 % of ``--steps``), which
+  the ``dqn-atari`` preset has too; epsilon's decay is set to the same 10 % of ``--steps`` on
+  tritonrl's side (the preset's 1M steps would keep it exploring, and skipping the greedy forward,
+  for the whole run).
 """
 
 from __future__ import annotations
@@ -235,6 +236,8 @@ def tritonrl_train_args(args: argparse.Namespace, run_dir: Path) -> list[str]:
         f"learning_starts={args.learning_starts}",
         "--set",
         f"buffer_size={args.buffer_size}",
+        "--set",  # CleanRL decays epsilon over exploration_fraction (0.1) of --total-timesteps
+        f"eps_decay_steps={max(1, args.steps // 10)}",
         "--eval-every",
         "0",
         "--eval-episodes",

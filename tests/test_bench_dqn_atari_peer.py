@@ -68,7 +68,7 @@ def test_tritonrl_command_is_accepted_by_trains_parser(tmp_path: Path) -> None:
     add_parser(parser.add_subparsers(dest="command"))
     parsed = parser.parse_args(cmd[3:])
     assert (parsed.agent, parsed.env, parsed.steps) == ("dqn-atari", "ALE/Pong-v5", 20_000)
-    assert parsed.overrides == ["learning_starts=5000", "buffer_size=50000"]
+    assert parsed.overrides == ["learning_starts=5000", "buffer_size=50000", "eps_decay_steps=2000"]
     assert (parsed.device, parsed.threads, parsed.eval_every, parsed.checkpoint_minutes) == ("cpu", 1, 0, 0.0)
     assert parsed.run_dir == str(tmp_path / "run")
 
