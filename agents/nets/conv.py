@@ -3,9 +3,9 @@ CNN and the IMPALA ResNet (docs/pages/pixels.md).
 
 Like every torso (:mod:`tritonrl.agents.nets.torsos`), a conv torso creates its parameters in the
 dtype it is given and never casts in ``forward``: the frames arrive in that dtype, scaled to
-``[0, 1]`` once, where they entered (the frame replay's gather, or ``act``). On CUDA the
-convolution weights are channels-last (cuDNN's fast layout for bf16 and tensor cores); inputs of
-either layout are accepted.
+``[0, 1]`` once, where they entered (the frame replay's gather, or ``act``). The convolution
+weights are channels-last (the layout oneDNN on a CPU and cuDNN on CUDA run fastest: an update of
+the Nature CNN is faster on a CPU, docs/pages/speed.md); inputs of either layout are accepted.
 
 - ``"nature"``: conv 32x8x8 stride 4, 64x4x4 stride 2, 64x3x3 stride 1 (ReLU after each), as in
   Mnih et al. (2015) and CleanRL's ``dqn_atari.py``; then the linear layers (default one of 512).
@@ -136,8 +136,8 @@ class ConvTorso(nn.Module):
                     init_orthogonal_(m.weight, orthogonal_gain)
                     if m.bias is not None:
                         nn.init.zeros_(m.bias)
-        if torch.device(fk["device"] or "cpu").type == "cuda":
-            self.convs.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # torch's stub lacks it
+        # channels-last weights: the layout oneDNN (CPU) and cuDNN (CUDA) run convolutions fastest in
+        self.convs.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # torch's stub lacks it
         self.out_features = self.mlp.out_features
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

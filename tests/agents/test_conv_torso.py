@@ -100,6 +100,11 @@ def test_errors_name_the_problem() -> None:
         ConvTorso((4, 10, 10), "minatar", hidden=(0,))
 
 
+def test_channels_last_weights() -> None:
+    t = ConvTorso((4, 36, 36), "nature", hidden=(8,))
+    assert all(c.weight.is_contiguous(memory_format=torch.channels_last) for c in t.convs)
+
+
 @pytest.mark.gpu
 def test_channels_last_weights_on_cuda() -> None:
     t = ConvTorso((4, 84, 84), "nature", device="cuda", dtype=torch.bfloat16)

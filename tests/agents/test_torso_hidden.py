@@ -69,7 +69,7 @@ def test_config_checks() -> None:
         ({"torso_hidden": ()}, r"torso_hidden=\(\) has no layer"),
         ({"torso_hidden": (64, -1)}, r"torso_hidden=\(64, -1\): each item must be >= 1, got -1"),
         ({"torso_hidden": (64, True)}, r"torso_hidden=\(64, True\) must be an int"),
-        ({"torso_hidden": (8,), "torso": "attention"}, r"is for the mlp or a conv torso, not torso='attention'"),
+        ({"torso_hidden": (8,), "torso": "attention"}, r"or a conv torso, not torso='attention'"),
     ):
         with pytest.raises(ValueError, match=message):
             DQNConfig(**kw)
