@@ -324,13 +324,16 @@ class MasterWeightOptimizer:
         self.check_state_dict(state)
         inner = state["optimizer"]
         # Moments are cast to the masters' dtype (f32) by torch's load_state_dict, which keeps a
-        # tensor that needs no cast: clone those, or a live agent's state_dict() loaded into another
-        # agent would leave both stepping the same moments.
+        # tensor that needs no cast: copy those, or a live agent's state_dict() loaded into another
+        # agent would leave both stepping the same moments. Each copy takes its master's memory
+        # layout (a channels-last conv weight keeps channels-last moments, as a fresh run creates
+        # them), so that the resumed steps are the same computation as the uninterrupted ones.
         self.optimizer.load_state_dict(inner)
-        for per_param in self.optimizer.state.values():
+        for master, per_param in self.optimizer.state.items():
             for key, value in per_param.items():
                 if isinstance(value, torch.Tensor):
-                    per_param[key] = value.clone()
+                    same = value.shape == master.shape and value.dtype == master.dtype
+                    per_param[key] = torch.empty_like(master).copy_(value) if same else value.clone()
         self._lr.fill_(float(self.optimizer.param_groups[0]["lr"]))
         with torch.no_grad():
             for p, m, saved in zip(self.params, self.masters, state["masters"], strict=True):

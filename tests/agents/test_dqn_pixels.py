@@ -190,3 +190,36 @@ def test_atari_smoke_run_checkpoints_and_resumes_exactly(tmp_path) -> None:
             rows.append([{k: v for k, v in r.items() if k != "charts/SPS"} for r in csv.DictReader(f)])
     assert rows[0] == rows[1] and any(r.get("losses/td_loss") for r in rows[0])  # every column but SPS
     assert resumed["evaluations"] == full["evaluations"]
+
+
+@pytest.mark.parametrize("name", ["dqn-minatar", "rainbow-minatar"])
+def test_bf16_pixel_agent_samples_and_learns_in_bf16(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRITONRL_DTYPE", "bf16")  # the training dtype of an Ampere GPU, on the CPU
+    agent = DQNAgent(MINATAR, ACT, preset(name, **SMALL), num_envs=2, seed=0)
+    assert agent.dtype == torch.bfloat16
+    assert {p.dtype for p in agent.online.parameters()} == {torch.bfloat16}
+    _fill(agent, 30, np.random.default_rng(2))
+    batch = agent.buffer.sample(8, generator=torch.Generator().manual_seed(0))
+    assert batch.obs.dtype == batch.next_obs.dtype == torch.bfloat16  # converted once, in the gather
+    before = [p.detach().clone() for p in agent.online.parameters()]
+    metrics = agent.update()
+    assert metrics["losses/td_loss"].dtype == torch.float32 and torch.isfinite(metrics["losses/td_loss"])
+    assert any(not torch.equal(b, p) for b, p in zip(before, agent.online.parameters(), strict=True))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["dqn-atari", "rainbow-atari"])
+def test_pixel_update_on_cuda_runs_the_frame_kernel_in_the_training_dtype(name: str) -> None:
+    from tritonrl.kernels.frame_stack.api import FRAME_STACK_SAMPLE
+
+    agent = DQNAgent(
+        ATARI, ACT, preset(name, buffer_size=2_000, learning_starts=0), num_envs=2, device="cuda"
+    )
+    _fill(agent, 200, np.random.default_rng(3))
+    for _ in range(3):
+        metrics = agent.update()
+    assert FRAME_STACK_SAMPLE.last_backend == "triton"
+    assert torch.isfinite(metrics["losses/td_loss"]).item()
+    assert {p.dtype for p in agent.online.parameters()} == {agent.dtype}
+    batch = agent.buffer.sample(32)
+    assert batch.obs.dtype == agent.dtype and batch.obs.device.type == "cuda"

@@ -212,6 +212,48 @@ def test_dqn_update_and_act_read_nothing_on_the_host(case: str, monkeypatch: pyt
     assert "losses/td_loss" in metrics and ("losses/icm_forward" in metrics) == (case == "icm")
 
 
+@pytest.mark.parametrize("name", ["dqn-minatar", "rainbow-minatar"])
+def test_dqn_on_pixels_updates_and_acts_without_host_reads(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The frame replay's sample (the stacks gathered by frame_stack_sample) and priority update,
+    the conv torso's update and the uint8 acting path read nothing on the host. The sum tree's
+    device-generic torch paths run in place of its numpy CPU paths (what a GPU runs; the torch
+    update's validity flag is read with the guard lifted, as in tests/toolkit/test_frame_replay.py)."""
+    from tritonrl.kernels.sumtree import reference
+
+    space = gym.spaces.Box(0, 1, (4, 10, 10), np.uint8)
+    cfg = dqn_preset(name, batch_size=4, buffer_size=64, learning_starts=0, atoms=11)
+    agent = DQNAgent(space, DISCRETE, cfg, num_envs=E, seed=0)
+    agent.inputs.mode = "deferred"
+    agent._host_explore = False  # the tensor where of a CUDA agent (see the module docstring)
+    if cfg.prioritized:
+        agent.buffer.check_priorities = False
+    g = torch.Generator().manual_seed(0)
+    for t in range(12):
+        obs = torch.randint(0, 2, (E, 4, 10, 10), dtype=torch.uint8, generator=g)
+        nxt = torch.randint(0, 2, (E, 4, 10, 10), dtype=torch.uint8, generator=g)
+        done = torch.full((E,), t % 5 == 4)
+        agent.observe(
+            obs, agent.act(obs), torch.rand(E, generator=g), nxt, done, torch.zeros(E, dtype=torch.bool)
+        )
+    guard = HostReads()
+    torch_update = reference._per_update_torch
+
+    def update(*args: Any) -> None:
+        with guard.lifted():
+            torch_update(*args)
+
+    monkeypatch.setattr(reference, "_per_sample_cpu", reference._per_sample_torch)
+    monkeypatch.setattr(reference, "_per_update_cpu", update)
+    obs = torch.randint(0, 2, (E, 4, 10, 10), dtype=torch.uint8, generator=g)
+    with guard:
+        metrics = agent.update()
+        agent.act(obs)
+        agent.act(obs, explore=False)
+    assert "losses/td_loss" in metrics and all(v.device == agent.device for v in metrics.values())
+
+
 SAC_SMALL = {"hidden": (16,), "batch_size": 4, "buffer_size": 64, "learning_starts": 8}
 SAC_CASES: dict[str, tuple[type, str, dict[str, Any], gym.Space]] = {
     "sac": (SACAgent, "sac", {}, BOX),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from tritonrl.toolkit.optim import MasterWeightOptimizer
@@ -119,3 +121,42 @@ def test_a_loaded_state_is_not_shared_with_its_source() -> None:
     assert all(
         torch.equal(s["exp_avg"], v) for s, v in zip(opt_a.optimizer.state.values(), before, strict=True)
     )
+
+
+def test_loaded_moments_take_their_parameters_memory_layout() -> None:
+    # A channels-last conv weight (the conv torsos') with moments loaded from a checkpoint, which
+    # stores them contiguous: the fused Adam kernel walks a parameter and its moments in memory
+    # order, so moments of another layout would be combined with the wrong entries (the step
+    # differs by far more than rounding). Loaded, they take the parameter's layout: a resumed step
+    # is the uninterrupted one.
+    def fresh() -> tuple[torch.nn.Parameter, MasterWeightOptimizer]:
+        w = torch.randn(8, 4, 3, 3, generator=torch.Generator().manual_seed(0))
+        p = torch.nn.Parameter(w.contiguous(memory_format=torch.channels_last))
+        return p, MasterWeightOptimizer([p], torch.optim.Adam, lr=0.1, fused=True)
+
+    def grad(seed: int) -> torch.Tensor:
+        g = torch.randn(8, 4, 3, 3, generator=torch.Generator().manual_seed(seed))
+        return g.contiguous(memory_format=torch.channels_last)
+
+    p, opt = fresh()
+    p.grad = grad(1)
+    opt.clip_and_step(1e9)
+    saved = {k: v for k, v in opt.state_dict().items()}
+    saved["optimizer"] = copy.deepcopy(saved["optimizer"])
+    for per_param in saved["optimizer"]["state"].values():  # as a checkpoint file gives them back
+        for key, value in per_param.items():
+            per_param[key] = value.contiguous()
+    q, loaded = fresh()
+    with torch.no_grad():
+        q.copy_(p)
+    loaded.load_state_dict(saved)
+    assert all(
+        v.is_contiguous(memory_format=torch.channels_last)
+        for s in loaded.optimizer.state.values()
+        for v in s.values()
+        if v.dim() == 4
+    )
+    p.grad, q.grad = grad(2), grad(2)
+    opt.clip_and_step(1e9)
+    loaded.clip_and_step(1e9)
+    assert torch.equal(p, q)  # exact: the same step on the same values in the same layout
