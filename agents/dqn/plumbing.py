@@ -177,33 +177,22 @@ def build_replay(
         staging=staging,
         num_actions=action_counts(action),
     )
+    per: dict[str, Any] = dict(
+        alpha=cfg.per_alpha,
+        beta=cfg.per_beta,
+        beta_final=cfg.per_beta_final,
+        beta_steps=cfg.per_beta_steps,
+        eps=cfg.per_eps,
+    )
     if pixel_scale is not None:
         capacity -= capacity % num_envs  # one ring per environment, of equal length
         del kw["staging"]
         kw.update(stack=cfg.frame_stack, scale=pixel_scale)
         if cfg.prioritized:
-            return PrioritizedFrameReplayBuffer(
-                capacity,
-                obs_shape,
-                alpha=cfg.per_alpha,
-                beta=cfg.per_beta,
-                beta_final=cfg.per_beta_final,
-                beta_steps=cfg.per_beta_steps,
-                eps=cfg.per_eps,
-                **kw,
-            )
+            return PrioritizedFrameReplayBuffer(capacity, obs_shape, **per, **kw)
         return FrameReplayBuffer(capacity, obs_shape, **kw)
     if cfg.prioritized:
-        return PrioritizedReplayBuffer(
-            capacity,
-            obs_shape,
-            alpha=cfg.per_alpha,
-            beta=cfg.per_beta,
-            beta_final=cfg.per_beta_final,
-            beta_steps=cfg.per_beta_steps,
-            eps=cfg.per_eps,
-            **kw,
-        )
+        return PrioritizedReplayBuffer(capacity, obs_shape, **per, **kw)
     return ReplayBuffer(capacity, obs_shape, **kw)
 
 

@@ -31,8 +31,6 @@ import numpy as np
 import torch
 from tritonrl.kernels.frame_stack import FLOAT_DTYPES, frame_stack_sample
 from tritonrl.kernels.sumtree import (
-    BAD_INDEX,
-    BAD_PRIORITY,
     SumTree,
     geometry,
     leaves,
@@ -61,6 +59,7 @@ from tritonrl.toolkit.replay.inputs import (
     integer_kind,
     itemsize,
 )
+from tritonrl.toolkit.replay.priorities import PrioritySchedule
 from tritonrl.toolkit.replay.state import read_file, write_file
 
 __all__ = ["FrameReplayBuffer", "PrioritizedFrameReplayBuffer"]
@@ -514,7 +513,7 @@ class FrameReplayBuffer:
 _TD_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 
 
-class PrioritizedFrameReplayBuffer(FrameReplayBuffer):
+class PrioritizedFrameReplayBuffer(PrioritySchedule, FrameReplayBuffer):
     """Proportional prioritized replay (as :class:`~tritonrl.toolkit.replay.PrioritizedReplayBuffer`)
     over the slots of a :class:`FrameReplayBuffer`.
 
@@ -541,32 +540,9 @@ class PrioritizedFrameReplayBuffer(FrameReplayBuffer):
         check_priorities: bool | None = None,
         **kwargs: Any,
     ) -> None:
-        self.alpha = check_fraction("alpha", alpha)
-        self.beta = check_fraction("beta", beta)
-        self.beta_final = check_fraction("beta_final", beta_final)
-        self.beta_steps = check_int("beta_steps", beta_steps, low=1)
-        self.eps = check_fraction("eps", eps, positive=True)
-        if check_priorities not in (None, True, False):
-            raise TypeError(f"check_priorities must be None or a bool, got {check_priorities!r}")
+        self._init_priorities(alpha, beta, beta_final, beta_steps, eps, check_priorities)
         super().__init__(capacity, obs_shape, **kwargs)
-        self.check_priorities = self.device.type == "cpu" if check_priorities is None else check_priorities
-        self._sample_calls = 0
-        self._rejections_seen = 0
-
-    @property
-    def sample_calls(self) -> int:
-        """Calls of :meth:`sample` so far (the ``beta`` schedule's position); settable."""
-        return self._sample_calls
-
-    @sample_calls.setter
-    def sample_calls(self, value: int) -> None:
-        self._sample_calls = check_int("sample_calls", value, low=0)
-
-    @property
-    def current_beta(self) -> float:
-        """The IS exponent the next :meth:`sample` uses (linear schedule over ``beta_steps``)."""
-        frac = min(1.0, self._sample_calls / self.beta_steps)
-        return self.beta + (self.beta_final - self.beta) * frac
+        self._resolve_check(self.device)
 
     def _fresh(self, a: int, b: int) -> None:
         per_insert(self._tree, a, b - a, alpha=self.alpha)
@@ -622,24 +598,7 @@ class PrioritizedFrameReplayBuffer(FrameReplayBuffer):
         Raises:
             ValueError: names what was wrong (non-finite TD errors, rows out of range).
         """
-        rejected, reason = (int(v) for v in self._tree.status.tolist())
-        if rejected > self._rejections_seen:
-            n_new = rejected - self._rejections_seen
-            self._rejections_seen = rejected
-            what = []
-            if reason & BAD_PRIORITY:
-                what.append("td_errors contain NaN or infinite values")
-            if reason & BAD_INDEX:
-                what.append(f"indices outside [0, {self._capacity})")
-            raise ValueError(
-                f"update_priorities rejected {n_new} batch(es) ({'; '.join(what)}); "
-                "those batches changed nothing in the buffer"
-            )
-
-    @property
-    def rejected_updates(self) -> int:
-        """Rejected :meth:`update_priorities` batches so far (a sync on CUDA)."""
-        return int(self._tree.status[0])
+        self._raise_rejected(f"[0, {self._capacity})")
 
     def priorities(self) -> torch.Tensor:
         """The leaf values ``p ** alpha`` of the ``N`` slots (0 where not sampleable), f32 (a copy)."""

@@ -21,8 +21,6 @@ from typing import Any
 
 import torch
 from tritonrl.kernels.sumtree import (
-    BAD_INDEX,
-    BAD_PRIORITY,
     SumTree,
     geometry,
     leaves,
@@ -37,7 +35,7 @@ from tritonrl.kernels.sumtree import (
 )
 from tritonrl.kernels.validate import check_int
 from tritonrl.toolkit.replay.buffer import ReplayBatch, ReplayBuffer
-from tritonrl.toolkit.replay.inputs import check_fraction
+from tritonrl.toolkit.replay.priorities import PrioritySchedule
 
 __all__ = ["PrioritizedReplayBuffer"]
 
@@ -45,7 +43,7 @@ __all__ = ["PrioritizedReplayBuffer"]
 _TD_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 
 
-class PrioritizedReplayBuffer(ReplayBuffer):
+class PrioritizedReplayBuffer(PrioritySchedule, ReplayBuffer):
     """Proportional prioritized replay with stratified sampling and global IS-weight normalisation.
 
     Takes every argument of :class:`~tritonrl.toolkit.replay.ReplayBuffer`, plus:
@@ -78,18 +76,10 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         check_priorities: bool | None = None,
         **kwargs: Any,
     ) -> None:
-        self.alpha = check_fraction("alpha", alpha)
-        self.beta = check_fraction("beta", beta)
-        self.beta_final = check_fraction("beta_final", beta_final)
-        self.beta_steps = check_int("beta_steps", beta_steps, low=1)
-        self.eps = check_fraction("eps", eps, positive=True)
-        if check_priorities not in (None, True, False):
-            raise TypeError(f"check_priorities must be None or a bool, got {check_priorities!r}")
+        self._init_priorities(alpha, beta, beta_final, beta_steps, eps, check_priorities)
         super().__init__(capacity, obs_shape, **kwargs)
-        self.check_priorities = self.device.type == "cpu" if check_priorities is None else check_priorities
+        self._resolve_check(self.device)
         self._set_tree(new_sumtree(self.capacity, self.device))
-        self._sample_calls = 0
-        self._rejections_seen = 0
 
     @classmethod
     def memory_bytes(cls, capacity: int, obs_shape: tuple[int, ...], **kwargs: Any) -> dict[str, int]:
@@ -107,23 +97,6 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         after every update (a fraction of ``tolist()``'s cost)."""
         self._tree = tree
         self._status_host = tree.status.numpy() if tree.status.is_cpu else None
-
-    @property
-    def sample_calls(self) -> int:
-        """Calls of :meth:`sample` so far: the position of the ``beta`` schedule. Settable (a
-        non-negative int), so that a fresh buffer can continue a schedule: an agent resumed
-        without its replay (a data-parallel run on another number of ranks)."""
-        return self._sample_calls
-
-    @sample_calls.setter
-    def sample_calls(self, value: int) -> None:
-        self._sample_calls = check_int("sample_calls", value, low=0)
-
-    @property
-    def current_beta(self) -> float:
-        """The IS exponent the next :meth:`sample` uses (linear schedule over ``beta_steps``)."""
-        frac = min(1.0, self._sample_calls / self.beta_steps)
-        return self.beta + (self.beta_final - self.beta) * frac
 
     def _on_commit(self, pos: int, count: int) -> None:
         first = min(count, self.capacity - pos)  # slots pos .. pos + count - 1, wrapping once
@@ -186,24 +159,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         host = self._status_host
         if host is not None and host[0] <= self._rejections_seen:  # CPU, nothing new rejected
             return
-        rejected, reason = (int(v) for v in self._tree.status.tolist())
-        if rejected > self._rejections_seen:
-            n_new = rejected - self._rejections_seen
-            self._rejections_seen = rejected
-            what = []
-            if reason & BAD_PRIORITY:
-                what.append("td_errors contain NaN or infinite values")
-            if reason & BAD_INDEX:
-                what.append(f"indices outside [0, {self._size})")
-            raise ValueError(
-                f"update_priorities rejected {n_new} batch(es) ({'; '.join(what)}); "
-                "those batches changed nothing in the buffer"
-            )
-
-    @property
-    def rejected_updates(self) -> int:
-        """Number of rejected :meth:`update_priorities` batches so far (a sync on CUDA)."""
-        return int(self._tree.status[0])
+        self._raise_rejected(f"[0, {self._size})")
 
     def priorities(self) -> torch.Tensor:
         """The stored leaf values ``p_i ** alpha`` of the ``len(self)`` transitions, f32 (a copy)."""
