@@ -6,10 +6,13 @@ from __future__ import annotations
 import csv
 import time
 
-import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+
+pytest.importorskip("gymnasium", reason="gymnasium is missing (benchmarks/fetch-wheels.sh brings it)")
+
+import gymnasium as gym
 from tritonrl.agents.dqn import PIXEL_PRESETS, DQNAgent, preset
 from tritonrl.agents.nets.conv import ConvTorso
 from tritonrl.toolkit.replay import FrameReplayBuffer, PrioritizedFrameReplayBuffer

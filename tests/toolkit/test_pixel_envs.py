@@ -12,16 +12,17 @@ import subprocess
 import sys
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 from helpers import HostReads
 
+pytest.importorskip("gymnasium", reason="gymnasium is missing (benchmarks/fetch-wheels.sh brings it)")
 pytest.importorskip("minatar")
 pytest.importorskip("ale_py")
 pytest.importorskip("cv2")
 
+import gymnasium as gym
 from tritonrl.toolkit.checkpoint import load_checkpoint, save_checkpoint
 from tritonrl.toolkit.envs import pixels
 from tritonrl.toolkit.envs.vector import VecEnv, make_vec_env
