@@ -217,7 +217,7 @@ CASES = [
     Case(
         "env-atari-without-ale",
         train("--env", "ALE/Pong-v5"),
-        r"unknown environment id 'ALE/Pong-v5' .*gymnasium\[atari\]",
+        r"environment 'ALE/Pong-v5' needs ale-py: pip install \"tritonrl\[atari\]\"$",
         hide=("ale_py",),
     ),
     Case("env-empty", train("--env", ""), r"--env must not be empty"),
