@@ -1,4 +1,5 @@
-"""gymnasium spaces to and from JSON: how checkpoints record an agent's observation and action spaces."""
+"""gymnasium spaces to and from JSON (how checkpoints record an agent's observation and action
+spaces), and what an image observation space's bytes are scaled by (:func:`pixel_scale`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-__all__ = ["space_from_json", "space_to_json"]
+__all__ = ["pixel_scale", "space_from_json", "space_to_json"]
 
 
 def space_to_json(space: gym.Space) -> dict[str, Any]:
@@ -51,3 +52,14 @@ def space_from_json(d: dict[str, Any]) -> gym.Space:
             dtype=d["dtype"],
         )
     raise ValueError(f"unknown space description {d!r}")
+
+
+def pixel_scale(observation_space: gym.Space) -> float | None:
+    """For image observations (a uint8 ``Box`` of shape ``[C, H, W]``), the factor that maps the
+    bytes to ``[0, 1]``: ``1 / high`` (``1/255`` for Atari frames, 1 for MinAtar's 0/1 channels);
+    ``None`` for any other space (observations arrive as floats). Shared by the agents that take
+    image observations (DQN, PPO)."""
+    space = observation_space
+    if not (isinstance(space, spaces.Box) and space.dtype == np.uint8 and len(space.shape) == 3):
+        return None
+    return 1.0 / max(1.0, float(np.max(space.high)))

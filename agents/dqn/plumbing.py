@@ -20,6 +20,7 @@ from tritonrl.toolkit.replay import (
     PrioritizedReplayBuffer,
     ReplayBuffer,
 )
+from tritonrl.toolkit.spaces import pixel_scale
 
 __all__ = [
     "action_counts",
@@ -74,16 +75,6 @@ def obs_shape(observation_space: gym.Space) -> tuple[int, ...]:
     if not isinstance(observation_space, gym.spaces.Box):
         raise ValueError(f"observation_space={observation_space}: DQN needs a Box observation space")
     return tuple(int(s) for s in observation_space.shape)
-
-
-def pixel_scale(observation_space: gym.Space) -> float | None:
-    """For image observations (a uint8 ``Box`` of shape ``[C, H, W]``), the factor that maps the
-    bytes to ``[0, 1]``: ``1 / high`` (``1/255`` for Atari frames, 1 for MinAtar's 0/1 channels);
-    ``None`` for any other space (observations arrive as floats)."""
-    space = observation_space
-    if not (isinstance(space, gym.spaces.Box) and space.dtype == np.uint8 and len(space.shape) == 3):
-        return None
-    return 1.0 / max(1.0, float(np.max(space.high)))
 
 
 def check_pixels(cfg: DQNConfig, obs_shape: tuple[int, ...], pixel_scale: float | None) -> None:

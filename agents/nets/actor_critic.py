@@ -8,20 +8,24 @@ features into a distribution, and a linear critic. Every module takes ``device``
 
 Cores: :class:`FeedForwardCore` here (separate actor and critic MLPs, tanh, orthogonal init, as in
 CleanRL; built by :class:`tritonrl.agents.nets.torsos.MLP`, the MLP builder DQN's torsos use too),
-and the recurrent ones in :mod:`tritonrl.agents.nets.recurrent` (LSTM, GRU, Mamba2).
+:class:`ConvCore` (one conv torso shared by actor and critic, for image observations, as in
+CleanRL's ``ppo_atari.py``), and the recurrent ones in :mod:`tritonrl.agents.nets.recurrent`
+(LSTM, GRU, Mamba2).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 from torch import nn
 from tritonrl.agents.nets._layers import factory_kwargs, orthogonal_linear, tanh_mlp
+from tritonrl.agents.nets.conv import ConvTorso
 from tritonrl.agents.nets.policy_heads import CategoricalHead, FlowHead, GaussianHead
 from tritonrl.agents.nets.recurrent import GRUCore, LSTMCore, Mamba2Core
 
-__all__ = ["ActorCritic", "FeedForwardCore"]
+__all__ = ["ActorCritic", "ConvCore", "FeedForwardCore"]
 
 State = Any  # a tuple of tensors with the batch as their first dimension, or None
 
@@ -55,6 +59,38 @@ class FeedForwardCore(nn.Module):
         return self.actor(x), self.critic(x)
 
 
+class ConvCore(nn.Module):
+    """One :class:`tritonrl.agents.nets.conv.ConvTorso` of ``kind`` shared by actor and critic, for
+    image observations ``[B, C, H, W]`` already scaled to ``[0, 1]`` in the parameter dtype; every
+    layer orthogonal with gain sqrt 2 and zero biases (CleanRL's ``ppo_atari.py``; the heads keep
+    their own gains: 0.01 for the actor, 1 for the critic).
+
+    Raises:
+        ValueError: ``obs_shape`` not ``[C, H, W]``, an unknown ``kind``, or an image too small for
+            its convolutions.
+    """
+
+    recurrent = False
+
+    def __init__(
+        self,
+        obs_shape: tuple[int, ...],
+        kind: str,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        fk = factory_kwargs(device, dtype)
+        self.torso = ConvTorso(obs_shape, kind, orthogonal_gain=math.sqrt(2), **fk)
+        self.feature_dim = self.torso.out_features
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``x [B, C, H, W]`` -> ``(features, features)`` ``[B, feature_dim]`` (the same tensor)."""
+        f = self.torso(x)
+        return f, f
+
+
 # ----------------------------------------------------------------------------- actor-critic
 
 
@@ -67,7 +103,7 @@ class ActorCritic(nn.Module):
 
     def __init__(
         self,
-        core: FeedForwardCore | LSTMCore | GRUCore | Mamba2Core,
+        core: FeedForwardCore | ConvCore | LSTMCore | GRUCore | Mamba2Core,
         head: CategoricalHead | GaussianHead | FlowHead,
         *,
         device: torch.device | str | None = None,

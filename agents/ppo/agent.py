@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 import torch
 from tritonrl.agents.nets.recurrent import subsequence_stats
 from tritonrl.agents.ppo.config import AGENT_KIND, PPOConfig
@@ -23,6 +24,7 @@ from tritonrl.toolkit.checks import ActionRule, InputGuard, StepShapes
 from tritonrl.toolkit.compile import Compiled, escape
 from tritonrl.toolkit.distributed import DistContext
 from tritonrl.toolkit.replay.rollout import RolloutBuffer, RunningMeanStd, compute_gae
+from tritonrl.toolkit.spaces import pixel_scale
 
 __all__ = ["PPOAgent"]
 
@@ -48,7 +50,9 @@ class PPOAgent(PPOCheckpoint, AgentBase):
     learning rate comes from the config (:meth:`current_lr`).
 
     Args:
-        observation_space: a gymnasium ``Box`` (flat observations).
+        observation_space: a gymnasium ``Box``: flat observations (``torso="mlp"``), or images, a
+            uint8 ``Box`` of shape ``[C, H, W]`` (a conv ``torso``; the bytes are scaled by
+            ``1 / high`` into the training dtype once, where they enter ``act``/``observe``).
         action_space: ``Discrete`` (discrete, lstm, gru, mamba) or ``Box`` (continuous, flow, lstm,
             gru, mamba).
         config: a :class:`PPOConfig` (default: the ``ppo`` preset).
@@ -63,7 +67,9 @@ class PPOAgent(PPOCheckpoint, AgentBase):
             docstring. Every rank must build the agent at the same point.
 
     Raises:
-        ValueError: an action space the policy kind cannot drive, or a non-flat observation space.
+        ValueError: an action space the policy kind cannot drive, an observation space that is
+            neither flat nor a uint8 image, or an observation space the ``torso`` does not fit
+            (images need a conv torso, flat observations ``"mlp"``).
         TypeError: ``config`` is not a :class:`PPOConfig`.
         tritonrl.toolkit.distributed.DistributedError: the ranks' configs, spaces or ``num_envs``
             differ (on every rank).
@@ -90,11 +96,13 @@ class PPOAgent(PPOCheckpoint, AgentBase):
         self._init_agent(
             observation_space, action_space, cfg, num_envs=num_envs, device=device, seed=seed, dist=dist
         )
-        if not isinstance(observation_space, gym.spaces.Box) or len(observation_space.shape) != 1:
-            raise ValueError(f"observation_space must be a flat Box, got {observation_space}")
-        self.obs_dim = int(observation_space.shape[0])
+        self.pixel_scale = pixel_scale(observation_space)
+        """Image observations (uint8 ``[C, H, W]``): the factor that maps their bytes to ``[0, 1]``
+        (:func:`tritonrl.toolkit.spaces.pixel_scale`); ``None`` for flat observations."""
+        self.obs_shape = _check_obs_space(observation_space, cfg, self.pixel_scale is not None)
+        self.obs_dim = math.prod(self.obs_shape)
         self.policy = self._build_seeded(
-            lambda: build_policy(cfg, self.obs_dim, action_space, self.device, self.dtype)
+            lambda: build_policy(cfg, self.obs_shape, action_space, self.device, self.dtype)
         )  # rank 0's weights; the masters copy them below
         self.optimizer = self._adam(self.policy.parameters(), cfg.lr, eps=cfg.adam_eps)
         squashed = cfg.policy == "flow" or cfg.squash
@@ -106,7 +114,7 @@ class PPOAgent(PPOCheckpoint, AgentBase):
             assert isinstance(action_space, gym.spaces.Box)  # build_policy accepts Discrete or flat Box only
             action_shape = tuple(action_space.shape)
             rule = ActionRule.box(action_space.low, action_space.high, bounded=squashed)
-        self.shapes = StepShapes("PPOAgent", num_envs, (self.obs_dim,), action_shape)
+        self.shapes = StepShapes("PPOAgent", num_envs, self.obs_shape, action_shape)
         """The shape and dtype checks of ``act``/``observe`` arguments (:class:`StepShapes`)."""
         self.inputs = InputGuard("PPOAgent", rule)
         """The checks of ``act``/``observe`` inputs (:class:`tritonrl.toolkit.checks.InputGuard`); its
@@ -116,7 +124,7 @@ class PPOAgent(PPOCheckpoint, AgentBase):
         self.buffer = RolloutBuffer(
             cfg.num_steps,
             num_envs,
-            (self.obs_dim,),
+            self.obs_shape,
             action_shape,
             torch.int64 if isinstance(action_space, gym.spaces.Discrete) else torch.float32,
             self.dtype,
@@ -149,12 +157,16 @@ class PPOAgent(PPOCheckpoint, AgentBase):
     def _ingest(self, obs: Any, update_stats: bool, call: str | None = None) -> torch.Tensor:
         """Observations enter here: checked for NaN/inf (by :attr:`inputs`, named after ``call``;
         ``None``: already checked), f32 on the device, optionally normalised, cast once to the
-        training dtype."""
+        training dtype. Image bytes: uint8 only, cast once to the training dtype on the device and
+        scaled by :attr:`pixel_scale` (bytes are always finite: no check)."""
         x = obs if isinstance(obs, torch.Tensor) else torch.as_tensor(obs)
-        if x.dim() != 2 or x.shape[1] != self.obs_dim:
-            raise ValueError(f"obs has shape {tuple(x.shape)}, expected [E, {self.obs_dim}]")
+        if tuple(x.shape[1:]) != self.obs_shape:
+            raise ValueError(f"obs has shape {tuple(x.shape)}, expected [E, *{self.obs_shape}]")
         if call == "act":  # one row per environment (eval_policy takes any batch)
             self.shapes.act(x)
+        if self.pixel_scale is not None:
+            _check_bytes(call or "observe", x)
+            return x.to(device=self.device, dtype=self.dtype).mul_(self.pixel_scale)
         if call is not None:
             self.inputs.obs(call, "obs", x)
         x = x.to(self.device, torch.float32)
@@ -179,7 +191,8 @@ class PPOAgent(PPOCheckpoint, AgentBase):
 
     @torch.no_grad()
     def act(self, obs: torch.Tensor, explore: bool = True) -> torch.Tensor:
-        """Actions for ``obs [E, obs_dim]`` (f32): ``[E]`` int64 (Discrete) or ``[E, D]`` f32 (Box).
+        """Actions for ``obs [E, obs_dim]`` (f32; images: ``[E, C, H, W]`` uint8): ``[E]`` int64
+        (Discrete) or ``[E, D]`` f32 (Box).
 
         ``explore=False`` acts greedily (argmax, Gaussian mean, flow of the base mean). The step's
         log-prob and value are kept for :meth:`observe`; recurrent memories advance.
@@ -188,6 +201,7 @@ class PPOAgent(PPOCheckpoint, AgentBase):
             ValueError: ``obs`` has the wrong shape, or holds NaN/inf (checked at once for host
                 inputs, before the observation statistics change; for accelerator tensors at the
                 next :meth:`update` or :meth:`check_inputs`, see :attr:`inputs`).
+            TypeError: image observations that are not uint8.
         """
         x = self._ingest(obs, update_stats=explore, call="act")
         starts = self._acting_starts()
@@ -229,14 +243,20 @@ class PPOAgent(PPOCheckpoint, AgentBase):
                 space, named with the first bad entry (host inputs: at once, nothing is stored;
                 accelerator tensors: at the next :meth:`update` or :meth:`check_inputs`).
             TypeError: ``terminated``/``truncated`` not boolean (a float 0/1 flag is refused, not
-                cast), or ``reward`` not real numbers; nothing is stored.
+                cast), ``reward`` not real numbers, or image observations not uint8; nothing is
+                stored.
         """
         self.shapes.observe(obs, action, reward, next_obs, terminated, truncated)
         g = self.inputs
-        g.obs("observe", "obs", obs)
+        if self.pixel_scale is None:
+            g.obs("observe", "obs", obs)
+        else:  # image bytes are finite: their dtype is the check
+            _check_bytes("observe", obs, "obs")
+            _check_bytes("observe", next_obs, "next_obs")
         g.action("observe", action)
         g.reward("observe", reward)
-        g.obs("observe", "next_obs", next_obs)
+        if self.pixel_scale is None:
+            g.obs("observe", "next_obs", next_obs)
         p = self._pending
         if p is None or not _same_obs(p.obs, obs):
             if self.recurrent:
@@ -521,6 +541,37 @@ class PPOAgent(PPOCheckpoint, AgentBase):
             return cfg.lr
         total_updates = max(1, cfg.total_steps // (cfg.num_steps * self.num_envs * self.dist.world_size))
         return cfg.lr * max(0.0, 1.0 - self.updates / total_updates)
+
+
+def _check_obs_space(space: gym.Space, cfg: PPOConfig, pixels: bool) -> tuple[int, ...]:
+    """The shape of one observation of ``space``: ``(obs_dim,)`` for a flat ``Box`` and the ``mlp``
+    torso, ``(C, H, W)`` for a uint8 image ``Box`` and a conv torso.
+
+    Raises:
+        ValueError: another space, or a torso that does not fit it.
+    """
+    if pixels:
+        if cfg.torso == "mlp":
+            raise ValueError(
+                f"image observations {space} need a conv torso: torso='nature', 'minatar' or 'impala'"
+            )
+    elif not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
+        raise ValueError(f"observation_space must be a flat Box or a uint8 [C, H, W] Box, got {space}")
+    elif cfg.torso != "mlp":
+        raise ValueError(f"torso={cfg.torso!r} needs uint8 [C, H, W] image observations, got {space}")
+    assert isinstance(space, gym.spaces.Box)  # pixel_scale is set for Box spaces only
+    return tuple(int(d) for d in space.shape)
+
+
+def _check_bytes(call: str, x: Any, name: str = "obs") -> None:
+    """Refuse image observations that are not the environment's bytes (uint8), before any tensor op.
+
+    Raises:
+        TypeError: ``x`` is not uint8.
+    """
+    dtype = x.dtype if isinstance(x, torch.Tensor) else torch.as_tensor(np.asarray(x)).dtype
+    if dtype != torch.uint8:
+        raise TypeError(f"PPOAgent.{call}: image {name} must be uint8 (the environment's bytes), got {dtype}")
 
 
 def _same_obs(acted: Any, observed: Any) -> bool:

@@ -13,10 +13,13 @@ from tritonrl.toolkit.checks import check_config
 from tritonrl.toolkit.compile import CompileMode
 from tritonrl.toolkit.config import Config, resumable
 
-__all__ = ["AGENT_KIND", "POLICIES", "PPOConfig"]
+__all__ = ["AGENT_KIND", "POLICIES", "PPOConfig", "TORSOS"]
 
 AGENT_KIND = "ppo"
 POLICIES = ("discrete", "continuous", "lstm", "gru", "flow", "mamba")
+TORSOS = ("mlp", "nature", "minatar", "impala")
+"""``mlp`` (flat observations), then the conv torsos of :data:`tritonrl.agents.nets.conv.CONV_KINDS`."""
+_FEED_FORWARD = ("discrete", "continuous", "flow")
 
 
 @dataclass(frozen=True)
@@ -34,7 +37,15 @@ class PPOConfig(Config):
     ``lstm``/``gru``/``mamba`` pick a categorical head for ``Discrete`` and a Gaussian head for
     ``Box`` action spaces."""
     hidden: tuple[int, ...] = (64, 64)
-    """Hidden layer sizes of the MLPs (actor and critic each; the encoder of recurrent cores)."""
+    """Hidden layer sizes of the MLPs (actor and critic each; the encoder of recurrent cores).
+    Unused by a conv torso (its linear layers are the kind's: 512, 128, 256)."""
+    torso: Literal["mlp", "nature", "minatar", "impala"] = "mlp"
+    """``mlp``: separate tanh MLPs of ``hidden`` for actor and critic over flat observations. A conv
+    kind (image observations, uint8 ``[C, H, W]``): one :class:`tritonrl.agents.nets.conv.ConvTorso`
+    shared by actor and critic (orthogonal init, gain sqrt 2, as CleanRL's ``ppo_atari.py``):
+    ``nature`` (the Nature DQN CNN, 512 features), ``minatar`` (one conv of 16, 128 features) or
+    ``impala`` (the IMPALA ResNet, 256 features). Feed-forward policies only (``discrete``,
+    ``continuous``, ``flow``)."""
     squash: bool = False
     """Continuous/recurrent Gaussian heads: tanh-squash onto the action bounds (with the log-prob
     correction). Without it, actions are clipped to the bounds by the environment wrapper."""
@@ -104,6 +115,18 @@ class PPOConfig(Config):
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
             raise ValueError(f"policy={self.policy!r} is not one of {POLICIES}")
+        if self.torso not in TORSOS:
+            raise ValueError(f"torso={self.torso!r} is not one of {TORSOS}")
+        if self.torso != "mlp" and self.policy not in _FEED_FORWARD:
+            raise ValueError(
+                f"torso={self.torso!r} (image observations) needs a feed-forward policy "
+                f"({', '.join(_FEED_FORWARD)}), got policy={self.policy!r}"
+            )
+        if self.torso != "mlp" and self.normalize_obs:
+            raise ValueError(
+                f"normalize_obs=True is not available with torso={self.torso!r}: image bytes are "
+                "scaled to [0, 1] where they enter"
+            )
         check_config(self, _RANGES)
         if self.seq_len and self.num_steps % self.seq_len:
             raise ValueError(f"seq_len={self.seq_len} must be 0 or divide num_steps={self.num_steps}")

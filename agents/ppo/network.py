@@ -10,7 +10,7 @@ from typing import Any
 
 import gymnasium as gym
 import torch
-from tritonrl.agents.nets.actor_critic import ActorCritic, FeedForwardCore
+from tritonrl.agents.nets.actor_critic import ActorCritic, ConvCore, FeedForwardCore
 from tritonrl.agents.nets.policy_heads import CategoricalHead, FlowHead, GaussianHead
 from tritonrl.agents.nets.recurrent import GRUCore, LSTMCore, Mamba2Core
 from tritonrl.agents.ppo.config import PPOConfig
@@ -19,10 +19,15 @@ __all__ = ["build_policy"]
 
 
 def build_policy(
-    cfg: PPOConfig, obs_dim: int, action_space: gym.Space, device: torch.device, dtype: torch.dtype
+    cfg: PPOConfig,
+    obs_shape: tuple[int, ...],
+    action_space: gym.Space,
+    device: torch.device,
+    dtype: torch.dtype,
 ) -> ActorCritic:
-    """The actor-critic of ``cfg.policy`` for flat observations of ``obs_dim`` and ``action_space``:
-    a categorical head for ``Discrete`` actions, a Gaussian or flow head for a flat ``Box``.
+    """The actor-critic of ``cfg.policy`` for observations of ``obs_shape`` (``(obs_dim,)`` for the
+    ``mlp`` torso, ``(C, H, W)`` for a conv ``cfg.torso``) and ``action_space``: a categorical head
+    for ``Discrete`` actions, a Gaussian or flow head for a flat ``Box``.
 
     Raises:
         ValueError: an action space the policy kind cannot drive, or a squashing policy (``flow``,
@@ -39,8 +44,11 @@ def build_policy(
         raise ValueError(f"PPO supports Discrete and flat Box action spaces, got {space}")
     # Every module is created on the device in the training dtype (CONTRIBUTING.md, "Precision"): no cast.
     fk: dict[str, Any] = {"device": device, "dtype": dtype}
-    core: FeedForwardCore | LSTMCore | GRUCore | Mamba2Core
-    if cfg.policy in ("discrete", "continuous", "flow"):
+    core: FeedForwardCore | ConvCore | LSTMCore | GRUCore | Mamba2Core
+    obs_dim = int(obs_shape[0])
+    if cfg.torso != "mlp":  # the config allows conv torsos with feed-forward policies only
+        core = ConvCore(obs_shape, cfg.torso, **fk)
+    elif cfg.policy in ("discrete", "continuous", "flow"):
         core = FeedForwardCore(obs_dim, cfg.hidden, **fk)
     elif cfg.policy == "lstm":
         core = LSTMCore(obs_dim, cfg.hidden, cfg.memory_size, **fk)

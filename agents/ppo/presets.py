@@ -1,5 +1,6 @@
 """PPO's named presets (one :class:`tritonrl.toolkit.preset.Preset` each): ``ppo`` (categorical
-MLP), ``ppo-continuous`` (Gaussian MLP), ``ppo-lstm``, ``ppo-gru``, ``ppo-flow`` and ``ppo-mamba``."""
+MLP), ``ppo-continuous`` (Gaussian MLP), ``ppo-lstm``, ``ppo-gru``, ``ppo-flow`` and ``ppo-mamba``;
+and on image observations (:data:`PIXEL_PRESETS`) ``ppo-atari``."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from tritonrl.agents.ppo.config import PPOConfig
 from tritonrl.toolkit.preset import MarketPreset, Preset, find_preset
 from tritonrl.toolkit.training.onpolicy import schedule_for
 
-__all__ = ["PRESETS", "preset"]
+__all__ = ["PIXEL_PRESETS", "PRESETS", "preset"]
 
 
 def _preset(name: str, description: str, config: PPOConfig, steps: int, market: MarketPreset) -> Preset:
@@ -154,6 +155,43 @@ PRESETS: tuple[Preset, ...] = (
         _MARKET_MEMORY,
     ),
 )
+
+# CleanRL's ppo_atari.py: 8 environments x 128 steps, Adam 2.5e-4 annealed to 0 over 10M steps,
+# gamma 0.99, GAE lambda 0.95, 4 epochs of 4 minibatches, clip 0.1 (surrogate and value), entropy
+# 0.01, value 0.5, gradient norm 0.5; one Nature CNN (512 features) shared by actor and critic.
+PIXEL_PRESETS: tuple[Preset, ...] = (
+    Preset(
+        "ppo-atari",
+        "PPO on Atari, Nature CNN shared by actor and critic (CleanRL ppo_atari.py settings)",
+        PPOConfig(
+            policy="discrete",
+            torso="nature",
+            num_steps=128,
+            gamma=0.99,
+            gae_lambda=0.95,
+            lr=2.5e-4,
+            anneal_lr=True,
+            update_epochs=4,
+            num_minibatches=4,
+            clip_coef=0.1,
+            clip_vloss=True,
+            ent_coef=0.01,
+            vf_coef=0.5,
+            max_grad_norm=0.5,
+            total_steps=10_000_000,
+        ),
+        agent=PPOAgent,
+        kind="onpolicy",
+        schedule=schedule_for,
+        default_num_envs=8,
+        default_steps=10_000_000,
+        default_eval_every=250_000,
+        default_env="ALE/Breakout-v5",
+        steps_field="total_steps",
+    ),
+)
+"""The presets on image observations (uint8 ``[C, H, W]``; docs/pages/pixels.md); no market variant."""
+PRESETS = PRESETS + PIXEL_PRESETS
 """The named presets; the command line's registry (:mod:`tritonrl.toolkit.cli.registry`) collects them."""
 
 

@@ -314,6 +314,29 @@ def test_ppo_update_and_act_read_nothing_on_the_host(case: str, monkeypatch: pyt
     assert {"losses/policy_loss", "losses/grad_norm", "charts/learning_rate"} <= set(metrics)
 
 
+def test_ppo_on_pixels_updates_and_acts_without_host_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shared conv torso's update and the uint8 acting path (the bytes' dtype checked as
+    metadata, converted and scaled on the device) read nothing on the host."""
+    space = gym.spaces.Box(0, 1, (4, 10, 10), np.uint8)
+    cfg = ppo_preset("ppo-atari", torso="minatar", num_steps=8, num_minibatches=2, update_epochs=2)
+    agent = PPOAgent(space, DISCRETE, cfg, num_envs=E, seed=0)
+    _accelerator_defaults(agent)
+    g = torch.Generator().manual_seed(0)
+    for t in range(cfg.num_steps):
+        obs = torch.randint(0, 2, (E, 4, 10, 10), dtype=torch.uint8, generator=g)
+        nxt = torch.randint(0, 2, (E, 4, 10, 10), dtype=torch.uint8, generator=g)
+        done = torch.full((E,), t % 5 == 4)
+        agent.observe(
+            obs, agent.act(obs), torch.rand(E, generator=g), nxt, done, torch.zeros(E, dtype=torch.bool)
+        )
+    obs = torch.randint(0, 2, (E, 4, 10, 10), dtype=torch.uint8, generator=g)
+    with HostReads():
+        metrics = agent.update()
+        agent.act(obs)
+        agent.act(obs, explore=False)
+    assert "losses/policy_loss" in metrics and all(v.device == agent.device for v in metrics.values())
+
+
 @pytest.mark.parametrize("name", ["ppo-lstm", "ppo-gru"])
 def test_ppo_recurrent_layout_is_the_documented_host_read(name: str) -> None:
     # Without the lifted layouts call, the update of a splitting policy reads exactly there.

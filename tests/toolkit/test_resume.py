@@ -119,9 +119,11 @@ def _dqn(name: str, env_id: str = "CartPole-v1", **overrides: Any) -> Callable[.
     return run
 
 
-def _ppo(name: str, env_id: str) -> Callable[..., tuple[Any, dict]]:
+def _ppo(name: str, env_id: str, **overrides: Any) -> Callable[..., tuple[Any, dict]]:
     def run(run_dir: Path, **kw: Any) -> tuple[Any, dict]:
-        cfg = dataclasses.replace(ppo_preset(name), **PPO_TINY)
+        if env_id.startswith("MinAtar/"):
+            pytest.importorskip("minatar", reason='MinAtar is missing: pip install "tritonrl[minatar]"')
+        cfg = dataclasses.replace(ppo_preset(name), **{**PPO_TINY, **overrides})
         env = make_vec_env(env_id, 2, seed=3)
         agent = PPOAgent(env.single_observation_space, env.single_action_space, cfg, num_envs=2, seed=3)
         loop = LoopConfig(
@@ -259,6 +261,15 @@ CASES = [
     # stopped mid-rollout (rollouts are 16 steps), checkpoint at 20
     Case(
         "ppo", _ppo("ppo", "CartPole-v1"), _ppo_state, stop_at=40, total_steps=96, loss="losses/policy_loss"
+    ),
+    # pixels: MinAtar's game state, the rollout of scaled frames, the shared conv torso
+    Case(
+        "ppo-atari-minatar",
+        _ppo("ppo-atari", "MinAtar/Breakout-v1", torso="minatar", normalize_obs=False),
+        _ppo_state,
+        stop_at=40,
+        total_steps=96,
+        loss="losses/policy_loss",
     ),
     Case(
         "ppo-lstm",
