@@ -242,6 +242,27 @@ def test_episodic_life_ends_training_episodes_but_the_game_continues() -> None:
     evaluation.close()
 
 
+def test_evaluation_serves_after_a_lost_life_so_a_still_agent_loses_the_game() -> None:
+    # Training presses FIRE in the reset after each lost life (episodic life), so an agent never
+    # learns to; evaluation plays whole games and presses it after a lost life too. An agent that
+    # never moves loses its 5 lives in a few hundred steps instead of waiting, the ball never
+    # served, for the 108,000-frame limit (27,000 steps).
+    env = make_vec_env("ALE/Breakout-v5", 1, seed=3, training=False)
+    ale = env.vec.envs[0].unwrapped.ale  # type: ignore[attr-defined]
+    lives, steps = [ale.lives()], 0
+    while True:
+        tr = env.step(np.zeros(1, np.int64))  # NOOP only
+        steps += 1
+        if bool(tr.terminated[0] or tr.truncated[0]):
+            break
+        if ale.lives() < lives[-1]:
+            lives.append(ale.lives())
+    assert bool(tr.terminated[0]) and lives == [5, 4, 3, 2, 1] and steps < 2_000, (lives, steps)
+    # the length counts the serving steps too: two after the reset, two after each of 4 lost lives
+    assert tr.episode_lengths == [steps + 2 + 2 * 4]
+    env.close()
+
+
 class _Record(gym.Wrapper):
     """Logs the actions the preprocessed emulator receives (below the raw-return layer)."""
 

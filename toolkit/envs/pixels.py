@@ -384,16 +384,42 @@ class EpisodicLife(gym.Wrapper):
 
 
 class FireReset(gym.Wrapper):
-    """Press FIRE (then action 2) after each reset, for games that wait for it (as CleanRL)."""
+    """Press FIRE (then action 2) after each reset, for games that wait for it (as CleanRL), and
+    after a lost life that does not end the episode (evaluation, without episodic life): in
+    training the reset after each life loss presses it, so an agent never learns to, and a greedy
+    evaluation would otherwise wait, the ball never served, until the game's frame limit."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.lives = 0
+
+    def _fire(self, obs: Any, info: dict) -> tuple[Any, SupportsFloat, bool, bool, dict]:
+        reward, terminated, truncated = 0.0, False, False
+        for action in (1, 2):
+            obs, r, terminated, truncated, step_info = self.env.step(action)
+            reward += float(r)
+            info = _carry(step_info, info)
+            if terminated or truncated:
+                break
+        return obs, reward, terminated, truncated, info
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        lives = int(self.env.unwrapped.ale.lives())  # type: ignore[attr-defined]
+        if 0 < lives < self.lives and not (terminated or truncated):
+            obs, more, terminated, truncated, info = self._fire(obs, info)
+            reward = float(reward) + float(more)
+            lives = int(self.env.unwrapped.ale.lives())  # type: ignore[attr-defined]
+        self.lives = lives
+        return obs, reward, terminated, truncated, info
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
         obs, info = self.env.reset(seed=seed, options=options)
-        for action in (1, 2):
-            obs, _, terminated, truncated, step_info = self.env.step(action)
-            info = _carry(step_info, info)
-            if terminated or truncated:
-                obs, reset_info = self.env.reset(options=options)
-                info = _carry(info, reset_info)
+        obs, _, terminated, truncated, info = self._fire(obs, info)
+        if terminated or truncated:
+            obs, reset_info = self.env.reset(options=options)
+            info = _carry(info, reset_info)
+        self.lives = int(self.env.unwrapped.ale.lives())  # type: ignore[attr-defined]
         return obs, info
 
 
