@@ -307,19 +307,27 @@ class DQNAgent(LaggedActing, DQNCheckpoint, AgentBase):
         self.inputs.acted(action)
         return action
 
-    def _host_epsilon_greedy(self, x: torch.Tensor, eps: float) -> torch.Tensor:
+    def _host_epsilon_greedy(
+        self,
+        x: torch.Tensor,
+        eps: float,
+        generator: torch.Generator | None = None,
+        q: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    ) -> torch.Tensor:
         """:meth:`epsilon_greedy` of the greedy actions for ``x``, on a CPU (Discrete actions): the
-        same draws from the agent's generator in the same order (the forward draws nothing) and
-        the same comparison (``rand < eps`` in f32), so the same actions; the forward runs only
-        when some environment acts greedily."""
+        same draws from ``generator`` (default: the agent's) in the same order (the forward draws
+        nothing) and the same comparison (``rand < eps`` in f32), so the same actions; the forward
+        (``q``, default the online network's exploring Q) runs only when some environment acts
+        greedily. The lagged actor of an overlapped run passes its own generator and snapshot."""
+        g = self.generator if generator is None else generator
         n = x.shape[0]
-        rand = torch.randint(self.action["n"], (n,), device=self.device, generator=self.generator)
-        u = torch.rand((n,), device=self.device, generator=self.generator).tolist()
+        rand = torch.randint(self.action["n"], (n,), device=self.device, generator=g)
+        u = torch.rand((n,), device=self.device, generator=g).tolist()
         eps32 = float(np.float32(eps))  # f32 draws against eps rounded to f32: torch's comparison
         pick = [v < eps32 for v in u]
         if all(pick):
             return rand
-        greedy = self._q(x, True).argmax(-1)
+        greedy = (self._q(x, True) if q is None else q(x)).argmax(-1)
         if not any(pick):
             return greedy
         return torch.from_numpy(np.where(pick, rand.numpy(), greedy.numpy()))
@@ -395,6 +403,47 @@ class DQNAgent(LaggedActing, DQNCheckpoint, AgentBase):
             self.icm_buffer.add(obs, action, reward, next_obs, terminated, truncated, check=False)
         self.buffer.add(obs, action, reward, next_obs, terminated, truncated, check=False)  # checked above
         self.env_steps += self.num_envs * self.dist.world_size  # global: every rank's environments
+
+    def observe_steps(
+        self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any
+    ) -> None:
+        """Store ``T`` consecutive vector-env steps, each argument ``[T, num_envs, ...]`` (CPU
+        tensors): the same replay and counters as ``T`` :meth:`observe` calls in order, with the
+        inputs checked once for the whole block (the overlapped learner's way in). With ICM, it is
+        those ``T`` calls.
+
+        Raises:
+            ValueError, TypeError: as :meth:`observe` (nothing stored); a bad entry is named by its
+                index in the block, ``[t, env, ...]``.
+        """
+        steps = obs.shape[0]
+        if self.icm_module is not None or not steps:
+            for i in range(steps):
+                self.observe(obs[i], action[i], reward[i], next_obs[i], terminated[i], truncated[i])
+            return
+        block = (obs, action, reward, next_obs, terminated, truncated)
+        names = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
+        for name, x in zip(names, block, strict=True):
+            if x.shape[0] != steps:
+                raise ValueError(
+                    f"{type(self).__name__}.observe_steps: {name} holds {x.shape[0]} steps, obs {steps}"
+                )
+        self.shapes.observe(*(x[0] for x in block))  # the per-step shapes and dtypes
+        g = self.inputs
+        if self.pixel_scale is None:  # image bytes are finite (the frame replay checks their dtype)
+            g.obs("observe", "obs", obs)
+            g.obs("observe", "next_obs", next_obs)
+        g.action("observe", action)
+        g.reward("observe", reward)
+        extend = getattr(self.buffer, "extend", None)
+        if extend is not None:  # T adds in one call (checked above)
+            extend(obs, action, reward, next_obs, terminated, truncated, check=False)
+        else:
+            for i in range(steps):
+                self.buffer.add(
+                    obs[i], action[i], reward[i], next_obs[i], terminated[i], truncated[i], check=False
+                )
+        self.env_steps += steps * self.num_envs * self.dist.world_size
 
     # ------------------------------------------------------------------ learning
 

@@ -29,7 +29,9 @@ class LaggedActing:
         """An actor for an overlapped run: an f32 snapshot of the online network (holding its
         weights now), acting epsilon-greedily (``epsilon`` at the actor's own step count, which
         starts at ``env_steps``) with a generator seeded by one draw from the agent's, and
-        greedily (eval mode) for evaluations. Reads nothing on the host per step."""
+        greedily (eval mode) for evaluations. On a CPU with Discrete actions it explores as
+        :meth:`DQNAgent.act` does (the forward only when some environment acts greedily); else it
+        reads nothing on the host per step."""
         agent: Any = self
         generator = actor_generator(agent.generator, agent.device)
         stride = agent.num_envs * agent.dist.world_size
@@ -40,10 +42,12 @@ class LaggedActing:
             return agent._q_of(snapshot, x)
 
         def act(snapshot: Any, obs: torch.Tensor) -> torch.Tensor:
-            greedy = q(snapshot, obs).argmax(-1)
             eps = agent.epsilon_at(steps[0])
             steps[0] += stride
-            return agent.epsilon_greedy(greedy, eps, generator)
+            if eps > 0.0 and agent._host_explore:  # as act: the forward only where one acts greedily
+                x = torch.as_tensor(obs, device=agent.device, dtype=torch.float32)
+                return agent._host_epsilon_greedy(x, eps, generator, lambda x: agent._q_of(snapshot, x))
+            return agent.epsilon_greedy(q(snapshot, obs).argmax(-1), eps, generator)
 
         return SnapshotActor(
             agent.online, act, lambda snapshot, obs: q(snapshot, obs).argmax(-1), generator, steps

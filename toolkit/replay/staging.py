@@ -290,7 +290,7 @@ class HostStaging(Staging):
         if T == 0:
             return
         commits, new_state = schedule(self.nstep, rew, term, trunc, buf.n_step, buf.gamma)
-        if buf.n_step > 1 and buf._views is not None and self.views is not None:
+        if buf._views is not None and (buf.n_step == 1 or self.views is not None):
             self._write_numpy(commits, obs_t, act_t, next_t, T)
         else:
             self._write(commits, obs_t, act_t, next_t, T)
@@ -300,14 +300,13 @@ class HostStaging(Staging):
     def _write_numpy(
         self, commits: Any, obs: torch.Tensor, action: torch.Tensor, next_obs: torch.Tensor, T: int
     ) -> None:
-        """:meth:`_write` for n-step buffers on the CPU, through numpy views of the ring and the
+        """:meth:`_write` on the CPU, through numpy views of the ring and (n-step buffers) the
         staging area: the same gathers and copies (and casts to the stored dtypes) without a
         tensor op each."""
         buf = self.buf
         E, K, C = buf.num_envs, buf.n_step - 1, buf.capacity
-        assert buf._views is not None and self.views is not None  # checked by the caller
+        assert buf._views is not None and (K == 0 or self.views is not None)  # checked by the caller
         np_obs, np_next, np_act, np_rew, np_disc = buf._views
-        stage_obs, stage_act = self.views
         o = as_numpy(obs).astype(np_obs.dtype, copy=False)  # [T, E, *obs_shape] in the stored dtype
         a = as_numpy(action).astype(np_act.dtype, copy=False)
         nxt = as_numpy(next_obs).reshape(T * E, *buf.obs_shape)
@@ -317,7 +316,9 @@ class HostStaging(Staging):
         count = m - skip
         if count > 0:
             start, end = commits.start[skip:], commits.end[skip:]
-            if (start < K * E).any():  # some start in staging
+            if K and (start < K * E).any():  # some start in staging
+                assert self.views is not None  # n-step buffers stage on the host
+                stage_obs, stage_act = self.views
                 src_o = np.concatenate([stage_obs.reshape(K * E, *buf.obs_shape), flat_o])
                 src_a = np.concatenate([stage_act.reshape(K * E, *buf.action_shape), flat_a])
             else:
@@ -331,6 +332,10 @@ class HostStaging(Staging):
                     dst[: count - first] = src[first:]
             buf._on_commit(pos, count)
         buf._advance(m)
+        if not K:
+            return
+        assert self.views is not None
+        stage_obs, stage_act = self.views
         if T >= K:  # staging keeps the last K steps, oldest first
             stage_obs[:] = o[T - K :]
             stage_act[:] = a[T - K :]
