@@ -236,3 +236,48 @@ def test_minatar_breakout_beats_a_random_policy() -> None:
     evals = [round(r, 2) for _, r in summary["evaluations"]]
     print(f"\n[learning] ppo-minatar Breakout seed=1, one torch thread: evaluations {evals}")
     assert max(r for _, r in summary["evaluations"]) >= 1.5, evals
+
+
+def test_torso_hidden_sizes_the_conv_torsos_linear_layers() -> None:
+    default = PPOAgent(MINATAR, ACT, preset("ppo-minatar", **SMALL), num_envs=2, seed=0)
+    linears = [m for m in default.policy.core.torso.mlp.modules() if isinstance(m, torch.nn.Linear)]
+    assert [tuple(m.weight.shape) for m in linears] == [(128, 1024)]  # the kind's default, 16*8*8 in
+    agent = PPOAgent(MINATAR, ACT, preset("ppo-minatar", torso_hidden=(64, 32), **SMALL), num_envs=2)
+    linears = [m for m in agent.policy.core.torso.mlp.modules() if isinstance(m, torch.nn.Linear)]
+    assert [tuple(m.weight.shape) for m in linears] == [(64, 1024), (32, 64)]
+    assert agent.policy.core.feature_dim == 32 and agent.policy.critic.weight.shape == (1, 32)
+    flat = PPOAgent(MINATAR, ACT, preset("ppo-minatar", torso_hidden=(), **SMALL), num_envs=2)
+    assert flat.policy.core.feature_dim == 1024  # the flattened convolution features
+    _rollout(agent, np.random.default_rng(5))
+    assert torch.isfinite(agent.update()["losses/policy_loss"])
+
+
+def test_bad_torso_hidden_values_are_refused() -> None:
+    with pytest.raises(ValueError, match="torso_hidden"):
+        preset("ppo-minatar", torso_hidden=(0,))
+    with pytest.raises(ValueError, match="torso_hidden"):
+        preset("ppo-minatar", torso_hidden=(64, -1))
+    with pytest.raises(ValueError, match="torso_hidden=.* is for a conv torso"):
+        PPOConfig(torso_hidden=(64,))  # the mlp torso's sizes are `hidden`
+    with pytest.raises(ValueError, match="torso_hidden"):
+        preset("ppo-minatar", torso_hidden=(1.5,))  # type: ignore[arg-type]
+
+
+def test_a_checkpoint_older_than_torso_hidden_loads_with_the_kinds_default(tmp_path) -> None:
+    from tritonrl.toolkit.checkpoint import load_checkpoint, save_checkpoint
+    from tritonrl.toolkit.config import backfilled_fields, check_config_dict, resumable_fields
+
+    assert "torso_hidden" in backfilled_fields(PPOConfig) and "torso_hidden" not in resumable_fields(
+        PPOConfig
+    )
+    agent = PPOAgent(MINATAR, ACT, preset("ppo-minatar", **SMALL), num_envs=2, seed=0)
+    path = tmp_path / "old.safetensors"
+    agent.save(path)
+    saved = load_checkpoint(path)
+    del saved["config"]["torso_hidden"]  # as written before the field existed
+    save_checkpoint(path, saved)
+    check_config_dict(PPOConfig, saved["config"])
+    restored = PPOAgent.load(path)
+    assert restored.config.torso_hidden is None and restored.policy.core.feature_dim == 128
+    for a, b in zip(agent.policy.parameters(), restored.policy.parameters(), strict=True):
+        assert torch.equal(a, b)  # exact: the same weights, loaded
