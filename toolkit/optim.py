@@ -164,7 +164,7 @@ class MasterWeightOptimizer:
         self._gathered = False
         self._averaged = False
 
-    def clip_and_step(self, max_norm: float) -> torch.Tensor:
+    def clip_and_step(self, max_norm: float | None) -> torch.Tensor | None:
         """Clip the global gradient norm to ``max_norm`` and take one Adam step, without host reads.
 
         The same update as :meth:`clip_grad_norm_` then :meth:`step` (f32 master gradients, the
@@ -173,10 +173,12 @@ class MasterWeightOptimizer:
         (the fused kernel is opaque to Dynamo; the two agree to f32 rounding). The learning rate
         comes from :meth:`set_lr`. Needs ``torch.optim.Adam(fused=True)``. With ``dist``, the
         gradients are averaged across the ranks first, in f32 (bf16 gradients are upcast for it:
-        the step's own upcast then costs nothing), outside the compiled step.
+        the step's own upcast then costs nothing), outside the compiled step. ``max_norm=None``:
+        no clip, and no norm computed (Adam on the unscaled gradients).
 
         Returns:
-            the norm before clipping, an f32 0-d tensor on the parameters' device.
+            the norm before clipping, an f32 0-d tensor on the parameters' device; ``None`` when
+            ``max_norm`` is ``None``.
 
         Raises:
             TypeError: the inner optimizer is not a fused Adam.
@@ -353,7 +355,7 @@ def _adam_step(
     max_exp_avg_sqs: Sequence[torch.Tensor],
     steps: Sequence[torch.Tensor],
     lr: float | torch.Tensor,
-    max_norm: float,
+    max_norm: float | None,
     *,
     betas: tuple[float, float],
     eps: float,
@@ -365,14 +367,17 @@ def _adam_step(
 
     ``grads[i]`` is the gradient of ``params[i]`` (``None``: the parameter is skipped, as Adam
     does); f32 master gradients, global-norm clip (f32), Adam on the masters, then each
-    low-precision parameter <- round(master). Returns the f32 norm before clipping.
+    low-precision parameter <- round(master). Returns the f32 norm before clipping; with
+    ``max_norm=None`` no norm is computed, nothing is clipped, and it returns ``None``.
     """
     keep = [i for i, g in enumerate(grads) if g is not None]
     if not keep:
-        return torch.zeros((), dtype=torch.float32, device=steps[0].device)
+        return None if max_norm is None else torch.zeros((), dtype=torch.float32, device=steps[0].device)
     g32 = [grads[i].float() for i in keep]  # type: ignore[union-attr]  # a no-op for f32 gradients
-    total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(g32, 2.0)), 2.0)
-    g32 = list(torch._foreach_mul(g32, torch.clamp(max_norm / (total + 1e-6), max=1.0)))
+    total = None
+    if max_norm is not None:
+        total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(g32, 2.0)), 2.0)
+        g32 = list(torch._foreach_mul(g32, torch.clamp(max_norm / (total + 1e-6), max=1.0)))
     compiling = torch.compiler.is_compiling()
     if compiling and not (amsgrad or maximize or weight_decay):
         _adam_traced(

@@ -511,7 +511,8 @@ class DQNAgent(LaggedActing, DQNCheckpoint, AgentBase):
     def update(self) -> dict[str, torch.Tensor]:
         """One gradient step on a replay batch (plus the target and ICM updates when due).
 
-        Returns f32 scalar metrics on the device: ``losses/td_loss``, ``losses/grad_norm``,
+        Returns f32 scalar metrics on the device: ``losses/td_loss``, ``losses/grad_norm`` (the
+        norm before clipping; absent with ``max_grad_norm=None``, which computes none),
         ``values/q``, and ``losses/icm_*`` with ICM. Reads no tensor value on the host (no
         device sync; tested), unless ``inputs.check_at_update`` is set (see :meth:`check_inputs`).
         With ``compile`` set, the loss and the optimizer step run compiled. With ``dist``, every
@@ -550,7 +551,8 @@ class DQNAgent(LaggedActing, DQNCheckpoint, AgentBase):
         if self.updates % cfg.target_update_every == 0:
             self.update_target()
         metrics["losses/td_loss"] = loss.detach()
-        metrics["losses/grad_norm"] = grad_norm
+        if grad_norm is not None:
+            metrics["losses/grad_norm"] = grad_norm
         if self.icm_module is not None:
             metrics.update(self._update_icm())
         return escape(metrics, learn)

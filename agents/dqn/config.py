@@ -110,8 +110,9 @@ class DQNConfig(Config):
     """Adam learning rate."""
     adam_eps: float = 1e-8
     """Adam epsilon (Rainbow uses ``1.5e-4`` on Atari)."""
-    max_grad_norm: float = resumable(10.0)
-    """Global gradient-norm clip (computed in f32)."""
+    max_grad_norm: float | None = resumable(10.0)
+    """Global gradient-norm clip (computed in f32). ``None``: no clip, and no norm computed (as
+    CleanRL's ``dqn_atari.py``); ``losses/grad_norm`` is then not logged."""
     # ---- schedule (read by tritonrl.toolkit.training.offpolicy or by your loop)
     learning_starts: int = 1_000
     """Environment steps (all envs) before the first update."""

@@ -121,7 +121,7 @@ def _pixel_preset(
 
 # CleanRL's dqn_atari.py: Adam 1e-4, 1M replay, batch 32, a target copy every 1,000 env steps
 # (250 updates at one update per 4 steps), epsilon 1 -> 0.01 over 10% of 10M steps, learning
-# from step 80,000, MSE loss, no gradient clipping (a bound no gradient reaches).
+# from step 80,000, MSE loss, no gradient clipping (none computed).
 _DQN_ATARI = dict(
     torso="nature",
     frame_stack=4,
@@ -136,7 +136,7 @@ _DQN_ATARI = dict(
     train_freq=4,
     gradient_steps=1,
     loss="mse",
-    max_grad_norm=1e9,
+    max_grad_norm=None,
 )
 # Hessel et al. (2018), table 1: Adam 6.25e-5 (eps 1.5e-4), n = 3, PER alpha 0.5, beta 0.4 -> 1
 # over the run, 51 atoms on [-10, 10], noisy sigma0 0.5, learning from 80k frames (20k steps),
@@ -188,7 +188,7 @@ _DQN_MINATAR = dict(
     eps_end=0.1,
     eps_decay_steps=100_000,
     loss="huber",
-    max_grad_norm=1e9,
+    max_grad_norm=None,
 )
 # dqn-minatar plus the Rainbow components at Hessel et al.'s values (n = 3, PER alpha 0.5,
 # beta 0.4 -> 1, noisy sigma0 0.5, 51 atoms), the support fitted to MinAtar's returns (rewards

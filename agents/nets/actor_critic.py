@@ -63,11 +63,12 @@ class ConvCore(nn.Module):
     """One :class:`tritonrl.agents.nets.conv.ConvTorso` of ``kind`` shared by actor and critic, for
     image observations ``[B, C, H, W]`` already scaled to ``[0, 1]`` in the parameter dtype; every
     layer orthogonal with gain sqrt 2 and zero biases (CleanRL's ``ppo_atari.py``; the heads keep
-    their own gains: 0.01 for the actor, 1 for the critic).
+    their own gains: 0.01 for the actor, 1 for the critic). ``hidden``: the torso's linear layers
+    after its convolutions (``None``: the kind's default; ``()``: the flattened features).
 
     Raises:
-        ValueError: ``obs_shape`` not ``[C, H, W]``, an unknown ``kind``, or an image too small for
-            its convolutions.
+        ValueError: ``obs_shape`` not ``[C, H, W]``, an unknown ``kind``, a layer size below 1, or
+            an image too small for its convolutions.
     """
 
     recurrent = False
@@ -77,12 +78,13 @@ class ConvCore(nn.Module):
         obs_shape: tuple[int, ...],
         kind: str,
         *,
+        hidden: tuple[int, ...] | None = None,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
         fk = factory_kwargs(device, dtype)
-        self.torso = ConvTorso(obs_shape, kind, orthogonal_gain=math.sqrt(2), **fk)
+        self.torso = ConvTorso(obs_shape, kind, hidden=hidden, orthogonal_gain=math.sqrt(2), **fk)
         self.feature_dim = self.torso.out_features
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -11,7 +11,7 @@ from typing import Literal
 
 from tritonrl.toolkit.checks import check_config
 from tritonrl.toolkit.compile import CompileMode
-from tritonrl.toolkit.config import Config, resumable
+from tritonrl.toolkit.config import Config, backfilled, resumable
 
 __all__ = ["AGENT_KIND", "POLICIES", "PPOConfig", "TORSOS"]
 
@@ -38,7 +38,7 @@ class PPOConfig(Config):
     ``Box`` action spaces."""
     hidden: tuple[int, ...] = (64, 64)
     """Hidden layer sizes of the MLPs (actor and critic each; the encoder of recurrent cores).
-    Unused by a conv torso (its linear layers are the kind's: 512, 128, 256)."""
+    Unused by a conv torso (its linear layers are ``torso_hidden``)."""
     torso: Literal["mlp", "nature", "minatar", "impala"] = "mlp"
     """``mlp``: separate tanh MLPs of ``hidden`` for actor and critic over flat observations. A conv
     kind (image observations, uint8 ``[C, H, W]``): one :class:`tritonrl.agents.nets.conv.ConvTorso`
@@ -46,6 +46,12 @@ class PPOConfig(Config):
     ``nature`` (the Nature DQN CNN, 512 features), ``minatar`` (one conv of 16, 128 features) or
     ``impala`` (the IMPALA ResNet, 256 features). Feed-forward policies only (``discrete``,
     ``continuous``, ``flow``)."""
+    torso_hidden: tuple[int, ...] | None = backfilled(None)
+    """A conv torso's linear layers after its convolutions, as DQN's ``torso_hidden``
+    (``--set torso_hidden=256``): ``None``, the kind's default (512 for ``nature``, 128 for
+    ``minatar``, 256 for ``impala``); ``()``: the flattened convolution features. ``torso="mlp"``
+    takes none (its sizes are ``hidden``). A checkpoint saved before this field existed reads as
+    ``None``."""
     squash: bool = False
     """Continuous/recurrent Gaussian heads: tanh-squash onto the action bounds (with the log-prob
     correction). Without it, actions are clipped to the bounds by the environment wrapper."""
@@ -127,6 +133,10 @@ class PPOConfig(Config):
                 f"normalize_obs=True is not available with torso={self.torso!r}: image bytes are "
                 "scaled to [0, 1] where they enter"
             )
+        if self.torso_hidden is not None and self.torso == "mlp":
+            raise ValueError(
+                f"torso_hidden={self.torso_hidden} is for a conv torso; the mlp torso's sizes are hidden"
+            )
         check_config(self, _RANGES)
         if self.seq_len and self.num_steps % self.seq_len:
             raise ValueError(f"seq_len={self.seq_len} must be 0 or divide num_steps={self.num_steps}")
@@ -152,6 +162,7 @@ class PPOConfig(Config):
 # The valid range of every numeric field (tritonrl.toolkit.checks.check_config; NaN and inf never pass).
 _RANGES = {
     "hidden": "[1, inf)",
+    "torso_hidden": "[1, inf)",
     "log_std_init": "[-20, 20]",
     "flow_layers": "[1, inf)",
     "flow_hidden": "[1, inf)",

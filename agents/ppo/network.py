@@ -47,7 +47,7 @@ def build_policy(
     core: FeedForwardCore | ConvCore | LSTMCore | GRUCore | Mamba2Core
     obs_dim = int(obs_shape[0])
     if cfg.torso != "mlp":  # the config allows conv torsos with feed-forward policies only
-        core = ConvCore(obs_shape, cfg.torso, **fk)
+        core = ConvCore(obs_shape, cfg.torso, hidden=cfg.torso_hidden, **fk)
     elif cfg.policy in ("discrete", "continuous", "flow"):
         core = FeedForwardCore(obs_dim, cfg.hidden, **fk)
     elif cfg.policy == "lstm":

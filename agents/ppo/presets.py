@@ -1,6 +1,6 @@
 """PPO's named presets (one :class:`tritonrl.toolkit.preset.Preset` each): ``ppo`` (categorical
 MLP), ``ppo-continuous`` (Gaussian MLP), ``ppo-lstm``, ``ppo-gru``, ``ppo-flow`` and ``ppo-mamba``;
-and on image observations (:data:`PIXEL_PRESETS`) ``ppo-atari``."""
+and on image observations (:data:`PIXEL_PRESETS`) ``ppo-atari`` and ``ppo-minatar``."""
 
 from __future__ import annotations
 
@@ -159,35 +159,64 @@ PRESETS: tuple[Preset, ...] = (
 # CleanRL's ppo_atari.py: 8 environments x 128 steps, Adam 2.5e-4 annealed to 0 over 10M steps,
 # gamma 0.99, GAE lambda 0.95, 4 epochs of 4 minibatches, clip 0.1 (surrogate and value), entropy
 # 0.01, value 0.5, gradient norm 0.5; one Nature CNN (512 features) shared by actor and critic.
-PIXEL_PRESETS: tuple[Preset, ...] = (
-    Preset(
-        "ppo-atari",
-        "PPO on Atari, Nature CNN shared by actor and critic (CleanRL ppo_atari.py settings)",
-        PPOConfig(
-            policy="discrete",
-            torso="nature",
-            num_steps=128,
-            gamma=0.99,
-            gae_lambda=0.95,
-            lr=2.5e-4,
-            anneal_lr=True,
-            update_epochs=4,
-            num_minibatches=4,
-            clip_coef=0.1,
-            clip_vloss=True,
-            ent_coef=0.01,
-            vf_coef=0.5,
-            max_grad_norm=0.5,
-            total_steps=10_000_000,
-        ),
+_ATARI = PPOConfig(
+    policy="discrete",
+    torso="nature",
+    num_steps=128,
+    gamma=0.99,
+    gae_lambda=0.95,
+    lr=2.5e-4,
+    anneal_lr=True,
+    update_epochs=4,
+    num_minibatches=4,
+    clip_coef=0.1,
+    clip_vloss=True,
+    ent_coef=0.01,
+    vf_coef=0.5,
+    max_grad_norm=0.5,
+    total_steps=10_000_000,
+)
+"""ppo-atari's config (ppo-minatar's with the MinAtar torso and lr 1e-3)."""
+
+
+def _pixel_preset(
+    name: str, description: str, config: PPOConfig, steps: int, eval_every: int, env: str
+) -> Preset:
+    """A PPO preset on image observations: 8 environments, no market variant."""
+    return Preset(
+        name,
+        description,
+        config,
         agent=PPOAgent,
         kind="onpolicy",
         schedule=schedule_for,
         default_num_envs=8,
-        default_steps=10_000_000,
-        default_eval_every=250_000,
-        default_env="ALE/Breakout-v5",
+        default_steps=steps,
+        default_eval_every=eval_every,
+        default_env=env,
         steps_field="total_steps",
+    )
+
+
+PIXEL_PRESETS: tuple[Preset, ...] = (
+    _pixel_preset(
+        "ppo-atari",
+        "PPO on Atari, Nature CNN shared by actor and critic (CleanRL ppo_atari.py settings)",
+        _ATARI,
+        10_000_000,
+        250_000,
+        "ALE/Breakout-v5",
+    ),
+    # ppo-atari's settings with the MinAtar torso (one conv of 16, 128 features) and lr 1e-3: at
+    # 2.5e-4 a 30k-step run of MinAtar Breakout stays at the random policy's return
+    # (tests/agents/test_ppo_pixels.py, the learning test).
+    _pixel_preset(
+        "ppo-minatar",
+        "PPO on MinAtar, the MinAtar CNN shared by actor and critic (ppo-atari's settings, lr 1e-3)",
+        replace(_ATARI, torso="minatar", lr=1e-3, total_steps=5_000_000),
+        5_000_000,
+        100_000,
+        "MinAtar/Breakout-v1",
     ),
 )
 """The presets on image observations (uint8 ``[C, H, W]``; docs/pages/pixels.md); no market variant."""

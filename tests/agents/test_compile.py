@@ -48,8 +48,9 @@ PARAMS = {"atol": 1e-5, "rtol": 1e-5}
 METRICS = {"atol": 1e-5, "rtol": 1e-4}
 
 
-def _dqn(name: str, mode: str) -> DQNAgent:
-    return DQNAgent(OBS, DISCRETE, dqn_preset(name, **DQN_SMALL, compile=mode), num_envs=E, seed=0)
+def _dqn(name: str, mode: str, **kw: Any) -> DQNAgent:
+    cfg = dqn_preset(name, **{**DQN_SMALL, **kw}, compile=mode)
+    return DQNAgent(OBS, DISCRETE, cfg, num_envs=E, seed=0)
 
 
 def _ppo(mode: str) -> PPOAgent:
@@ -87,9 +88,12 @@ def _same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
         assert torch.equal(a[k], b[k]), k
 
 
-@pytest.mark.parametrize("name", ["dqn", "rainbow"])
+@pytest.mark.parametrize("name", ["dqn", "rainbow", "dqn-no-clip"])
 def test_compiled_dqn_updates_match_eager(name: str) -> None:
-    eager, compiled = _dqn(name, "none"), _dqn(name, "default")
+    # dqn-no-clip: max_grad_norm=None, the step without a norm (no losses/grad_norm metric)
+    kw: dict[str, Any] = {"max_grad_norm": None} if name == "dqn-no-clip" else {}
+    name = name.removesuffix("-no-clip")
+    eager, compiled = _dqn(name, "none", **kw), _dqn(name, "default", **kw)
     _observe([eager, compiled], torch.Generator().manual_seed(1), 20)
     for _ in range(4):
         _close(eager.update(), compiled.update(), **METRICS)

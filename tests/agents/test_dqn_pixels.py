@@ -72,6 +72,29 @@ def test_published_settings() -> None:
     assert (minatar.eps_end, minatar.eps_decay_steps, minatar.learning_starts) == (0.1, 100_000, 5_000)
 
 
+def test_no_gradient_clip_computes_no_norm_and_an_old_bound_still_loads(tmp_path) -> None:
+    # CleanRL's dqn_atari.py and Young & Tian do not clip; Rainbow clips at 10
+    assert preset("dqn-atari").max_grad_norm is preset("dqn-minatar").max_grad_norm is None
+    assert preset("rainbow-atari").max_grad_norm == 10.0
+    off = DQNAgent(MINATAR, ACT, preset("dqn-minatar", **SMALL), num_envs=2, seed=0)
+    on = DQNAgent(MINATAR, ACT, preset("dqn-minatar", max_grad_norm=1e9, **SMALL), num_envs=2, seed=0)
+    for agent in (off, on):
+        _fill(agent, 30, np.random.default_rng(0))
+    m_off, m_on = off.update(), on.update()
+    assert "losses/grad_norm" not in m_off and float(m_on["losses/grad_norm"]) > 0  # none computed
+    # a bound no gradient reaches scales by exactly 1: the same step, within f32 rounding
+    for a, b in zip(off.online.parameters(), on.online.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+    # a checkpoint of a run with the old "no clip" bound (1e9) loads, and a resume may drop it
+    on.save(tmp_path / "a.safetensors")
+    loaded = DQNAgent.load(tmp_path / "a.safetensors")
+    assert loaded.config.max_grad_norm == 1e9
+    loaded.load_state_dict(on.state_dict())
+    off.load_state_dict(on.state_dict())  # max_grad_norm is resumable: 1e9 -> None is allowed
+    assert off.config.max_grad_norm is None
+    assert "losses/grad_norm" not in off.update()
+
+
 def test_act_converts_the_bytes_once_and_matches_q_values_of_scaled_floats() -> None:
     agent = DQNAgent(ATARI, ACT, preset("dqn-atari", **SMALL), num_envs=3, seed=0)
     obs = torch.randint(0, 256, (3, 4, 84, 84), dtype=torch.uint8)

@@ -138,7 +138,12 @@ def _optional(path: Path) -> bool:
 
     if len(path) == 3 and path[:2] == ("config", "tags"):
         return True
-    optional = {*resumable_fields(DQNConfig), *resumable_fields(PPOConfig), *backfilled_fields(DQNConfig)}
+    optional = {
+        *resumable_fields(DQNConfig),
+        *resumable_fields(PPOConfig),
+        *backfilled_fields(DQNConfig),
+        *backfilled_fields(PPOConfig),
+    }
     return len(path) == 2 and path[0] == "config" and path[1] in optional
 
 

@@ -1,10 +1,11 @@
-"""PPO on image observations: the ``ppo-atari`` preset, the conv torso shared by actor and critic,
-the one conversion of bytes where they enter, the refusals, and a MinAtar learning test
+"""PPO on image observations: the ``ppo-atari`` and ``ppo-minatar`` presets, the conv torso shared
+by actor and critic, the one conversion of bytes where they enter, the refusals, and a MinAtar learning test
 (docs/pages/pixels.md)."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -78,13 +79,23 @@ def test_published_settings() -> None:
     assert (cfg.gamma, cfg.gae_lambda, cfg.num_minibatches, cfg.update_epochs) == (0.99, 0.95, 4, 4)
     assert (cfg.clip_coef, cfg.clip_vloss, cfg.ent_coef, cfg.vf_coef) == (0.1, True, 0.01, 0.5)
     assert (cfg.max_grad_norm, cfg.total_steps, cfg.norm_adv, cfg.target_kl) == (0.5, 10_000_000, True, None)
-    (spec,) = PIXEL_PRESETS
+    spec, mini = PIXEL_PRESETS
     assert spec.name == "ppo-atari" and spec in PRESETS
     assert (spec.default_env, spec.default_num_envs, spec.steps_field) == (
         "ALE/Breakout-v5",
         8,
         "total_steps",
     )
+    # ppo-minatar: ppo-atari's settings but the torso, the learning rate and the horizon
+    assert mini.name == "ppo-minatar" and mini in PRESETS
+    assert (mini.default_env, mini.default_num_envs, mini.default_steps) == (
+        "MinAtar/Breakout-v1",
+        8,
+        5_000_000,
+    )
+    small = preset("ppo-minatar")
+    assert (small.torso, small.lr, small.total_steps) == ("minatar", 1e-3, 5_000_000)
+    assert replace(small, torso="nature", lr=2.5e-4, total_steps=10_000_000) == cfg
 
 
 def test_the_shared_torso_is_initialised_as_cleanrl() -> None:
@@ -190,11 +201,11 @@ def test_a_saved_pixel_agent_loads_and_acts_the_same(tmp_path) -> None:
 
 @pytest.mark.learning
 def test_minatar_breakout_beats_a_random_policy() -> None:
-    """``ppo-atari`` with the MinAtar torso and lr 1e-3 on MinAtar Breakout, 8 environments, 30k
-    steps: the greedy evaluation (10 episodes) beats the random policy's 0.39 (20,000 random steps,
-    2,007 episodes; test_dqn_pixels.py) clearly. Seed 1: evaluations 1.3, 2.6, 2.6 at 10k, 20k, 30k
-    steps (~5 s on one thread; seed 2: 3.5, 6.0, 3.9). At the preset's lr 2.5e-4 the same budget
-    stays at 0.3 (too slow for a short test)."""
+    """``ppo-minatar`` (``ppo-atari`` with the MinAtar torso and lr 1e-3) on MinAtar Breakout, 8
+    environments, 30k steps: the greedy evaluation (10 episodes) beats the random policy's 0.39
+    (20,000 random steps, 2,007 episodes; test_dqn_pixels.py) clearly. Seed 1: evaluations 1.3,
+    2.2, 1.8 at 10k, 20k, 30k steps (~5 s on one thread; seed 2: 3.5, 6.0, 3.9). At ppo-atari's
+    lr 2.5e-4 the same budget stays at 0.3 (too slow for a short test)."""
     pytest.importorskip("minatar", reason='MinAtar is missing: pip install "tritonrl[minatar]"')
     from tritonrl.toolkit.envs.vector import make_vec_env
     from tritonrl.toolkit.training.loop import LoopConfig, run_training
@@ -203,7 +214,7 @@ def test_minatar_breakout_beats_a_random_policy() -> None:
     torch.set_num_threads(1)
     steps = 30_000
     env = make_vec_env("MinAtar/Breakout-v1", 8, seed=1)
-    cfg = preset("ppo-atari", torso="minatar", lr=1e-3, total_steps=steps)
+    cfg = preset("ppo-minatar", total_steps=steps)
     agent = PPOAgent(env.single_observation_space, env.single_action_space, cfg, num_envs=8, seed=1)
     try:
         summary = run_training(
@@ -223,5 +234,50 @@ def test_minatar_breakout_beats_a_random_policy() -> None:
     finally:
         env.close()
     evals = [round(r, 2) for _, r in summary["evaluations"]]
-    print(f"\n[learning] ppo-atari (minatar torso) Breakout seed=1, one torch thread: evaluations {evals}")
+    print(f"\n[learning] ppo-minatar Breakout seed=1, one torch thread: evaluations {evals}")
     assert max(r for _, r in summary["evaluations"]) >= 1.5, evals
+
+
+def test_torso_hidden_sizes_the_conv_torsos_linear_layers() -> None:
+    default = PPOAgent(MINATAR, ACT, preset("ppo-minatar", **SMALL), num_envs=2, seed=0)
+    linears = [m for m in default.policy.core.torso.mlp.modules() if isinstance(m, torch.nn.Linear)]
+    assert [tuple(m.weight.shape) for m in linears] == [(128, 1024)]  # the kind's default, 16*8*8 in
+    agent = PPOAgent(MINATAR, ACT, preset("ppo-minatar", torso_hidden=(64, 32), **SMALL), num_envs=2)
+    linears = [m for m in agent.policy.core.torso.mlp.modules() if isinstance(m, torch.nn.Linear)]
+    assert [tuple(m.weight.shape) for m in linears] == [(64, 1024), (32, 64)]
+    assert agent.policy.core.feature_dim == 32 and agent.policy.critic.weight.shape == (1, 32)
+    flat = PPOAgent(MINATAR, ACT, preset("ppo-minatar", torso_hidden=(), **SMALL), num_envs=2)
+    assert flat.policy.core.feature_dim == 1024  # the flattened convolution features
+    _rollout(agent, np.random.default_rng(5))
+    assert torch.isfinite(agent.update()["losses/policy_loss"])
+
+
+def test_bad_torso_hidden_values_are_refused() -> None:
+    with pytest.raises(ValueError, match="torso_hidden"):
+        preset("ppo-minatar", torso_hidden=(0,))
+    with pytest.raises(ValueError, match="torso_hidden"):
+        preset("ppo-minatar", torso_hidden=(64, -1))
+    with pytest.raises(ValueError, match="torso_hidden=.* is for a conv torso"):
+        PPOConfig(torso_hidden=(64,))  # the mlp torso's sizes are `hidden`
+    with pytest.raises(ValueError, match="torso_hidden"):
+        preset("ppo-minatar", torso_hidden=(1.5,))  # type: ignore[arg-type]
+
+
+def test_a_checkpoint_older_than_torso_hidden_loads_with_the_kinds_default(tmp_path) -> None:
+    from tritonrl.toolkit.checkpoint import load_checkpoint, save_checkpoint
+    from tritonrl.toolkit.config import backfilled_fields, check_config_dict, resumable_fields
+
+    assert "torso_hidden" in backfilled_fields(PPOConfig) and "torso_hidden" not in resumable_fields(
+        PPOConfig
+    )
+    agent = PPOAgent(MINATAR, ACT, preset("ppo-minatar", **SMALL), num_envs=2, seed=0)
+    path = tmp_path / "old.safetensors"
+    agent.save(path)
+    saved = load_checkpoint(path)
+    del saved["config"]["torso_hidden"]  # as written before the field existed
+    save_checkpoint(path, saved)
+    check_config_dict(PPOConfig, saved["config"])
+    restored = PPOAgent.load(path)
+    assert restored.config.torso_hidden is None and restored.policy.core.feature_dim == 128
+    for a, b in zip(agent.policy.parameters(), restored.policy.parameters(), strict=True):
+        assert torch.equal(a, b)  # exact: the same weights, loaded

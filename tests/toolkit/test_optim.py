@@ -97,6 +97,32 @@ def test_clip_and_step_is_clip_grad_norm_then_step_bit_for_bit(dtype: torch.dtyp
         assert torch.equal(m, n)
 
 
+def test_clip_and_step_without_a_bound_is_an_unclipped_adam_step() -> None:
+    """``max_norm=None`` computes no norm and steps on the raw gradients: the same as a plain
+    ``torch.optim.Adam`` (the non-fused reference) within 1e-6 (f32 rounding of two Adam
+    implementations over 3 steps); a tiny bound (1e-3) clips and differs from it by 100x that."""
+    torch.manual_seed(0)
+    ref = torch.nn.Linear(3, 2)
+    off, tiny = copy.deepcopy(ref), copy.deepcopy(ref)
+    ref_opt = torch.optim.Adam(ref.parameters(), lr=1e-2)
+    opt_off = MasterWeightOptimizer(off.parameters(), torch.optim.Adam, lr=1e-2, fused=True)
+    opt_tiny = MasterWeightOptimizer(tiny.parameters(), torch.optim.Adam, lr=1e-2, fused=True)
+    x = torch.randn(8, 3) * 10  # gradients of norm far above 1e-3
+    for _ in range(3):
+        for opt, net in ((ref_opt, ref), (opt_off, off), (opt_tiny, tiny)):
+            opt.zero_grad()
+            _backward(net, x)
+        ref_opt.step()
+        assert opt_off.clip_and_step(None) is None  # no norm computed
+        assert float(opt_tiny.clip_and_step(1e-3)) > 1.0
+    for p, q, r in zip(ref.parameters(), off.parameters(), tiny.parameters(), strict=True):
+        torch.testing.assert_close(q, p, rtol=1e-6, atol=1e-6)
+        # Adam is nearly invariant to a gradient's scale, but not across steps of different
+        # scales (clipped to 1e-3 each, the moments weigh every step alike): 1e-4 here, 100x the
+        # tolerance above
+        assert float((r - p).detach().abs().max()) > 1e-4
+
+
 def test_clip_and_step_needs_fused_adam() -> None:
     p = torch.nn.Parameter(torch.zeros(2))
     with pytest.raises(ValueError, match=r"compile='default' needs torch.optim.Adam with fused=True"):
