@@ -362,7 +362,7 @@ def _adam_step(
     weight_decay: float,
     amsgrad: bool,
     maximize: bool,
-) -> torch.Tensor:
+) -> torch.Tensor | None:
     """The body of :meth:`MasterWeightOptimizer.clip_and_step`: a pure function of its tensors.
 
     ``grads[i]`` is the gradient of ``params[i]`` (``None``: the parameter is skipped, as Adam
