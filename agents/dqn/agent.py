@@ -384,12 +384,7 @@ class DQNAgent(LaggedActing, DQNCheckpoint, AgentBase):
                 stored).
         """
         self.shapes.observe(obs, action, reward, next_obs, terminated, truncated)
-        g = self.inputs
-        if self.pixel_scale is None:  # image bytes are finite (the frame replay checks their dtype)
-            g.obs("observe", "obs", obs)
-            g.obs("observe", "next_obs", next_obs)
-        g.action("observe", action)
-        g.reward("observe", reward)
+        self._check_values(obs, action, reward, next_obs)
         if self.icm_module is not None:
             x, x_next = self._ingest(obs, "observe"), self._ingest(next_obs, "observe")
             a = torch.as_tensor(action, device=self.device, dtype=torch.int64)
@@ -403,6 +398,15 @@ class DQNAgent(LaggedActing, DQNCheckpoint, AgentBase):
             self.icm_buffer.add(obs, action, reward, next_obs, terminated, truncated, check=False)
         self.buffer.add(obs, action, reward, next_obs, terminated, truncated, check=False)  # checked above
         self.env_steps += self.num_envs * self.dist.world_size  # global: every rank's environments
+
+    def _check_values(self, obs: Any, action: Any, reward: Any, next_obs: Any) -> None:
+        """The value checks of :meth:`observe` (one step or a block of steps alike)."""
+        g = self.inputs
+        if self.pixel_scale is None:  # image bytes are finite (the frame replay checks their dtype)
+            g.obs("observe", "obs", obs)
+            g.obs("observe", "next_obs", next_obs)
+        g.action("observe", action)
+        g.reward("observe", reward)
 
     def observe_steps(
         self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any
@@ -429,12 +433,7 @@ class DQNAgent(LaggedActing, DQNCheckpoint, AgentBase):
                     f"{type(self).__name__}.observe_steps: {name} holds {x.shape[0]} steps, obs {steps}"
                 )
         self.shapes.observe(*(x[0] for x in block))  # the per-step shapes and dtypes
-        g = self.inputs
-        if self.pixel_scale is None:  # image bytes are finite (the frame replay checks their dtype)
-            g.obs("observe", "obs", obs)
-            g.obs("observe", "next_obs", next_obs)
-        g.action("observe", action)
-        g.reward("observe", reward)
+        self._check_values(obs, action, reward, next_obs)
         extend = getattr(self.buffer, "extend", None)
         if extend is not None:  # T adds in one call (checked above)
             extend(obs, action, reward, next_obs, terminated, truncated, check=False)
