@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from tritonrl.agents.nets.recurrent import subsequence_stats
 from tritonrl.agents.ppo.config import AGENT_KIND, PPOConfig
+from tritonrl.agents.ppo.lagged import LaggedPPO
 from tritonrl.agents.ppo.network import build_policy
 from tritonrl.agents.ppo.state import PPOCheckpoint
 from tritonrl.toolkit import pytree
@@ -41,7 +42,7 @@ class _Pending(typing.NamedTuple):
     starts: torch.Tensor
 
 
-class PPOAgent(PPOCheckpoint, AgentBase):
+class PPOAgent(LaggedPPO, PPOCheckpoint, AgentBase):
     """A PPO agent (see the module docstring).
 
     Checkpoints (``state_dict``, ``load_state_dict``, ``save``, ``load``) and ``check_inputs`` are
@@ -247,16 +248,7 @@ class PPOAgent(PPOCheckpoint, AgentBase):
                 stored.
         """
         self.shapes.observe(obs, action, reward, next_obs, terminated, truncated)
-        g = self.inputs
-        if self.pixel_scale is None:
-            g.obs("observe", "obs", obs)
-        else:  # image bytes are finite: their dtype is the check
-            _check_bytes("observe", obs, "obs")
-            _check_bytes("observe", next_obs, "next_obs")
-        g.action("observe", action)
-        g.reward("observe", reward)
-        if self.pixel_scale is None:
-            g.obs("observe", "next_obs", next_obs)
+        self._check_values(obs, action, reward, next_obs)
         p = self._pending
         if p is None or not _same_obs(p.obs, obs):
             if self.recurrent:
@@ -288,6 +280,19 @@ class PPOAgent(PPOCheckpoint, AgentBase):
             mask = torch.ones_like(truncated) if last else truncated
             self.buffer.set_next_values(v_next, mask)
         self.starts = terminated | truncated
+
+    def _check_values(self, obs: Any, action: Any, reward: Any, next_obs: Any) -> None:
+        """The value checks of :meth:`observe` (one step or a block of steps alike)."""
+        g = self.inputs
+        if self.pixel_scale is None:
+            g.obs("observe", "obs", obs)
+        else:  # image bytes are finite: their dtype is the check
+            _check_bytes("observe", obs, "obs")
+            _check_bytes("observe", next_obs, "next_obs")
+        g.action("observe", action)
+        g.reward("observe", reward)
+        if self.pixel_scale is None:
+            g.obs("observe", "next_obs", next_obs)
 
     # ------------------------------------------------------------------ learning
 

@@ -7,6 +7,7 @@
 | ``ppo-continuous`` and ``ppo-flow`` on Pendulum-v1 (and ``ppo-continuous`` in bf16) | >= -250 | 200,000 |
 | ``ppo-lstm``, ``ppo-gru``, ``ppo-mamba`` on CartPoleNoVel-v1 (lstm and gru also bf16) | >= 400 | 100,000 |
 | feed-forward ``ppo`` on CartPoleNoVel-v1, same budget | stays < 200 | 100,000 |
+| ``ppo`` on CartPole-v1 overlapped (``overlap=True``: a learner process), seeds 1, 2 | >= 475 | 100,000 |
 
 bf16 is forced with ``TRITONRL_DTYPE=bf16`` (emulated on the CPU): parameters, stored observations
 and the conv/LSTM/GRU memories are bf16, the optimizer keeps f32 master weights; the same thresholds
@@ -32,7 +33,15 @@ pytestmark = pytest.mark.learning
 
 
 def learn(
-    name: str, env_id: str, *, steps: int, seed: int, target: float | None, eval_every: int, num_envs: int = 8
+    name: str,
+    env_id: str,
+    *,
+    steps: int,
+    seed: int,
+    target: float | None,
+    eval_every: int,
+    num_envs: int = 8,
+    overlap: bool = False,
 ) -> dict:
     cfg = dataclasses.replace(preset(name), total_steps=steps)
     env = make_vec_env(env_id, num_envs, seed=seed)
@@ -48,12 +57,14 @@ def learn(
             eval_episodes=10,
             target_return=target,
             final_eval=False,
+            overlap=overlap,
         ),
     )
     env.close()
     evals = [round(r, 1) for _, r in summary["evaluations"]]
     print(
-        f"\n{name} {env_id} seed {seed} dtype {agent.dtype}: steps to threshold "
+        f"\n{name}{' overlapped' if overlap else ''} {env_id} seed {seed} dtype {agent.dtype}: "
+        f"steps to threshold "
         f"{summary['reached_target_at']} (budget {steps}), evaluations {evals}, {summary['wall_s']:.1f} s"
     )
     return summary
@@ -62,6 +73,15 @@ def learn(
 @pytest.mark.parametrize("seed", [1, 2])
 def test_ppo_solves_cartpole_f32(seed):
     summary = learn("ppo", "CartPole-v1", steps=100_000, seed=seed, target=475, eval_every=5_000)
+    assert summary["reached_target_at"] is not None, summary["evaluations"]
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_overlapped_ppo_solves_cartpole(seed):
+    # acting one rollout behind the learner (the clipped ratio against the snapshot that acted)
+    summary = learn(
+        "ppo", "CartPole-v1", steps=100_000, seed=seed, target=475, eval_every=5_000, overlap=True
+    )
     assert summary["reached_target_at"] is not None, summary["evaluations"]
 
 

@@ -32,6 +32,7 @@ from tritonrl.toolkit.training.base import TrainingError
 from tritonrl.toolkit.training.collector import Collector
 from tritonrl.toolkit.training.loop import LoopConfig, run_training
 from tritonrl.toolkit.training.offpolicy import schedule_for
+from tritonrl.toolkit.training.onpolicy import OnPolicySchedule
 from tritonrl.toolkit.training.overlap import check_overlap
 
 SMALL = {"learning_starts": 500, "train_freq": 64, "gradient_steps": 8, "target_update_every": 32}
@@ -219,13 +220,14 @@ def test_overlap_refuses_what_it_cannot_do(tmp_path: Path) -> None:
     env = make_vec_env("CartPole-v1", 2, seed=0)
     try:
         ppo = PPOAgent(env.single_observation_space, env.single_action_space, num_envs=2)
-        with pytest.raises(ValueError, match="off-policy agents only"):
-            run_training(
-                ppo,
-                env,
-                schedule_for(DQNAgent(env.single_observation_space, env.single_action_space, num_envs=2)),
-                LoopConfig(total_steps=10, overlap=True),
-            )
+
+        class NoActor:  # an agent without the overlap protocol
+            device = "cpu"
+
+        with pytest.raises(ValueError, match=r"NoActor has no lagged_actor\(\)/learner_tensors\(\)"):
+            check_overlap(NoActor(), OnPolicySchedule(8))
+        with pytest.raises(ValueError, match="off-policy schedule .* or an on-policy one"):
+            check_overlap(ppo, object())
         dqn = DQNAgent(env.single_observation_space, env.single_action_space, num_envs=2)
         with pytest.raises(ValueError, match="not with a collector or a data-parallel run"):
             check_overlap(dqn, schedule_for(dqn), collector=Collector(dqn, env))

@@ -47,6 +47,8 @@ __all__ = [
     "FIELDS",
     "actor_generator",
     "check_overlap",
+    "feed_staged",
+    "sync_period",
 ]
 
 M = TypeVar("M", bound=torch.nn.Module)
@@ -205,20 +207,23 @@ class SnapshotActor(Generic[M]):
 
 
 class _Staging:
-    """The vector steps of one sync interval: one ``[capacity, E, ...]`` CPU tensor per field
-    (written through numpy views: a numpy row copy costs a fraction of a torch ``copy_``)."""
+    """The vector steps of one sync interval: one ``[capacity, E, ...]`` CPU tensor per field, the
+    :data:`FIELDS` then the actor's extras (written through numpy views: a numpy row copy costs a
+    fraction of a torch ``copy_``)."""
 
     def __init__(self, first: Mapping[str, torch.Tensor], capacity: int, shared: bool) -> None:
         self.capacity = capacity
         self.rows = 0
+        self.names = tuple(first)
+        self.extras = self.names[len(FIELDS) :]
         self.fields: dict[str, torch.Tensor] = {}
-        for name in FIELDS:
+        for name in self.names:
             t = torch.empty((capacity, *first[name].shape), dtype=first[name].dtype)
             self.fields[name] = t.share_memory_() if shared else t
-        self._views = [self.fields[name].numpy() for name in FIELDS]
+        self._views = [self.fields[name].numpy() for name in self.names]
 
     def add(self, values: Sequence[Any]) -> None:
-        """Stage one vector step (``values`` in the order of ``FIELDS``: CPU tensors or arrays)."""
+        """Stage one vector step (``values`` in the order of :attr:`names`: CPU tensors or arrays)."""
         row = self.rows
         if row == self.capacity:
             raise RuntimeError(f"overlap staging holds {self.capacity} vector steps already")
@@ -228,12 +233,15 @@ class _Staging:
 
     def feed(self, agent: Any, rows: int) -> None:
         """``agent.observe`` each of the first ``rows`` staged vector steps, in order (one
-        ``agent.observe_steps`` call for all of them where the agent has it)."""
+        ``agent.observe_steps`` call for all of them where the agent has it; the actor's extras
+        go to it as keywords)."""
         f = self.fields
         many = getattr(agent, "observe_steps", None)
         if many is not None:
-            many(*(f[name][:rows] for name in FIELDS))
+            many(*(f[name][:rows] for name in FIELDS), **{name: f[name][:rows] for name in self.extras})
             return
+        if self.extras:
+            raise TypeError(f"overlap: {type(agent).__name__} stages {self.extras} but has no observe_steps")
         for i in range(rows):
             agent.observe(
                 f["obs"][i],
@@ -260,6 +268,56 @@ def _unpack(packed: _Metrics) -> list[dict[str, torch.Tensor]]:
     return [{k: torch.tensor(v) for k, v in zip(names, values, strict=True)} for names, values in packed]
 
 
+def _round(agent: Any, schedule: Any, staging: _Staging, rows: int, step: int) -> _Metrics:
+    """One learner round: store the staged steps, run the updates due at ``step`` (an on-policy
+    schedule counts each staged vector step: its update comes when a rollout is full)."""
+    staging.feed(agent, rows)
+    if _on_policy(schedule):
+        due: list[Mapping[str, torch.Tensor]] = []
+        for _ in range(rows):
+            due += schedule.after_step(agent, step)
+        return _pack(due)
+    return _pack(schedule.after_step(agent, step))
+
+
+def feed_staged(agent: Any, schedule: Any, staged: Mapping[str, torch.Tensor], step: int) -> None:
+    """A sequential run resumed from an overlapped run's checkpoint: store the steps that were
+    staged when it was saved (``{field: [rows, E, ...]}``, the actor's extras included) as the
+    learner would have at the next sync point, and count them in an on-policy schedule (they are
+    fewer than a rollout: no update is due)."""
+    rows = int(staged["obs"].shape[0])
+    many = getattr(agent, "observe_steps", None)
+    if many is not None:
+        extras = {name: t for name, t in staged.items() if name not in FIELDS}
+        many(*(staged[name] for name in FIELDS), **extras)
+    else:
+        for i in range(rows):
+            agent.observe(*(staged[name][i] for name in FIELDS))
+    if _on_policy(schedule):
+        for _ in range(rows):
+            schedule.after_step(agent, step)
+
+
+def _on_policy(schedule: Any) -> bool:
+    return getattr(schedule, "train_freq", None) is None and hasattr(schedule, "rollout_steps")
+
+
+def sync_period(schedule: Any, step_size: int) -> int:
+    """Env steps between two sync points: an off-policy schedule's ``train_freq``, an on-policy
+    schedule's rollout (``rollout_steps * step_size``).
+
+    Raises:
+        ValueError: a schedule with neither.
+    """
+    period = getattr(schedule, "train_freq", None)
+    if isinstance(period, int) and period >= 1:
+        return period
+    rollout = getattr(schedule, "rollout_steps", None)
+    if isinstance(rollout, int) and rollout >= 1:
+        return rollout * step_size
+    raise ValueError("overlap needs an off-policy schedule (train_freq) or an on-policy one (rollout_steps)")
+
+
 class _InlineLearner:
     """The lagged semantics in this process: the updates of a sync point run when it is reached,
     their metrics and weights are handed to the actor at the next one."""
@@ -272,8 +330,7 @@ class _InlineLearner:
         return self.agent.learner_tensors()
 
     def start(self, which: int, rows: int, step: int) -> None:
-        self.stagings[which].feed(self.agent, rows)
-        self.pending = _pack(self.schedule.after_step(self.agent, step))
+        self.pending = _round(self.agent, self.schedule, self.stagings[which], rows, step)
 
     def finish(self) -> _Metrics:
         out, self.pending = self.pending, []
@@ -299,8 +356,7 @@ def _learner_main(agent: Any, schedule: Any, conn: Any, other_end: Any, stagings
             msg = conn.recv()
             if msg[0] == "sync":
                 _, which, rows, step = msg
-                stagings[which].feed(agent, rows)
-                packed = _pack(schedule.after_step(agent, step))
+                packed = _round(agent, schedule, stagings[which], rows, step)
                 with torch.no_grad():
                     for dst, src in zip(weights, agent.learner_tensors(), strict=True):
                         dst.copy_(src)
@@ -392,13 +448,8 @@ def check_overlap(agent: Any, schedule: Any, collector: Any = None, distributed:
     if collector is not None or distributed:
         raise ValueError("overlap steps the env itself: not with a collector or a data-parallel run")
     if not isinstance(agent, OverlapAgent):
-        raise ValueError(
-            f"overlap: {type(agent).__name__} has no lagged_actor()/learner_tensors() "
-            "(off-policy agents only)"
-        )
-    period = getattr(schedule, "train_freq", None)
-    if not isinstance(period, int) or period < 1:
-        raise ValueError("overlap needs an off-policy schedule (one with train_freq)")
+        raise ValueError(f"overlap: {type(agent).__name__} has no lagged_actor()/learner_tensors()")
+    sync_period(schedule, 1)
     device = torch.device(getattr(agent, "device", "cpu"))
     if device.type != "cpu":
         raise ValueError(f"overlap runs on the CPU only (a forked learner), the agent is on {device}")
@@ -423,7 +474,7 @@ class Overlap:
         self, agent: Any, schedule: Any, step_env: Callable[[Any], Any], step_size: int, learner: str
     ) -> None:
         check_overlap(agent, schedule)
-        period = schedule.train_freq
+        period = sync_period(schedule, step_size)
         self.agent, self.schedule, self.step_env, self.kind = agent, schedule, step_env, learner
         self.period, self.step_size = period, step_size
         self.actor: LaggedActor = agent.lagged_actor()
@@ -438,18 +489,25 @@ class Overlap:
     def step(self, obs: Any) -> Any:
         """Act from the snapshot, step the env, stage the transition; returns the env's transition."""
         action = self.actor(obs)
+        extras = self.actor.extras() if hasattr(self.actor, "extras") else {}
         tr = self.step_env(action)
-        values = (obs, action, tr.reward, tr.next_obs, tr.terminated, tr.truncated)
+        values = (obs, action, tr.reward, tr.next_obs, tr.terminated, tr.truncated, *extras.values())
         if self.learner is None:  # the first step fixes the staging's shapes; the learner starts once
-            first = {k: torch.as_tensor(v) for k, v in zip(FIELDS, values, strict=True)}
+            names = (*FIELDS, *extras)
+            first = {k: torch.as_tensor(v) for k, v in zip(names, values, strict=True)}
             shared = self.kind == "process"
             self.stagings = [_Staging(first, self.capacity, shared) for _ in range(2)]
             make = _ProcessLearner if shared else _InlineLearner
             self.learner = make(self.agent, self.schedule, self.stagings)
             if self.restored is not None:  # a resumed run: the rows staged when it was saved
                 rows = self.restored
+                if set(rows) != set(names):
+                    raise ValueError(
+                        f"overlap: the checkpoint staged the fields {sorted(rows)}, this actor stages "
+                        f"{sorted(names)}"
+                    )
                 for i in range(rows["obs"].shape[0]):
-                    self.stagings[self.which].add([rows[name][i] for name in FIELDS])
+                    self.stagings[self.which].add([rows[name][i] for name in names])
                 self.restored = None
         self.stagings[self.which].add(values)
         self.dirty = True
@@ -515,7 +573,7 @@ class Overlap:
                 self.pending += self.learner.finish()
                 self.learner.fetch_state()
             staging = self.stagings[self.which]
-            staged = {name: staging.fields[name][: staging.rows].clone() for name in FIELDS}
+            staged = {name: staging.fields[name][: staging.rows].clone() for name in staging.names}
         elif self.restored is not None:
             staged = {name: t.clone() for name, t in self.restored.items()}
         pending = [{"names": list(names), "values": torch.from_numpy(v.copy())} for names, v in self.pending]
@@ -535,7 +593,7 @@ class Overlap:
             t.shape for t in snapshot
         ]:
             raise ValueError("the overlap section's actor snapshot does not match the agent's network")
-        if not isinstance(staged, Mapping) or (staged and set(staged) != set(FIELDS)):
+        if not isinstance(staged, Mapping) or (staged and not set(FIELDS) <= set(staged)):
             raise ValueError(f"the overlap section's staged steps need the fields {FIELDS}")
         if not isinstance(state["pending"], (list, tuple)):
             raise ValueError("the overlap section's pending metrics are not a list")

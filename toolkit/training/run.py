@@ -47,8 +47,7 @@ from tritonrl.toolkit.training.base import (
     TrainingError,
 )
 from tritonrl.toolkit.training.episodes import episode_metrics, merge_episode_stats, metric_prefix
-from tritonrl.toolkit.training.overlap import FIELDS as OVERLAP_FIELDS
-from tritonrl.toolkit.training.overlap import Overlap
+from tritonrl.toolkit.training.overlap import Overlap, feed_staged
 from tritonrl.toolkit.training.ranks import (
     RANK_PARTS,
     agree_on_errors,
@@ -369,9 +368,7 @@ class _Run:
             else:
                 self.overlap.load_state_dict(saved)
         elif saved is not None and saved["staged"]:
-            rows = saved["staged"]
-            for i in range(rows["obs"].shape[0]):
-                self.agent.observe(*(rows[name][i] for name in OVERLAP_FIELDS))
+            feed_staged(self.agent, self.schedule, saved["staged"], self.counters.step)
 
     # -- the loop ----------------------------------------------------------------------------------
 

@@ -1,0 +1,172 @@
+"""The PPO agent's part in overlapped training (:mod:`tritonrl.toolkit.training.overlap`).
+
+The actor of an overlapped PPO run collects rollout ``k + 1`` from an f32 snapshot of the policy
+taken at sync point ``k`` (the weights after update ``k - 1``), with a generator of its own, while
+the learner runs update ``k``. The actor stages, beside each vector step, the raw actions it sampled
+and their log-probs under the snapshot (the behaviour policy); the learner's
+:meth:`LaggedPPO.observe_steps` stores them as the rollout's old log-probs, so the clipped ratio of
+the update is taken against the policy that acted (one update behind the learner). The rollout's
+values and bootstrap values are the learner's critic at the sync point, computed in one batch.
+
+Feed-forward policies only (discrete, continuous, flow; flat or image observations, without
+``normalize_obs``): a recurrent policy's memory and the observation statistics live on the acting
+side, which the learner does not see.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from tritonrl.toolkit.training.overlap import SnapshotActor, actor_generator
+
+__all__ = ["LaggedPPO"]
+
+
+class LaggedPPO:
+    """Mixin of :class:`tritonrl.agents.ppo.PPOAgent`: ``learner_tensors``, ``lagged_actor`` and
+    ``observe_steps``."""
+
+    def learner_tensors(self) -> list[torch.Tensor]:
+        """The policy's parameters then buffers (what the actor's snapshot holds)."""
+        agent: Any = self
+        return [*agent.policy.parameters(), *agent.policy.buffers()]
+
+    def _check_lagged(self) -> None:
+        agent: Any = self
+        if agent.recurrent:
+            raise ValueError(
+                f"overlap: the {agent.config.policy!r} policy is recurrent (its memory lives on the "
+                "acting side); use a feed-forward policy (discrete, continuous, flow) or overlap=False"
+            )
+        if agent.obs_rms is not None:
+            raise ValueError(
+                "overlap: normalize_obs=True updates the observation statistics on the acting side; "
+                "set normalize_obs=False or overlap=False"
+            )
+
+    def lagged_actor(self) -> SnapshotActor[Any]:
+        """An actor for an overlapped run: an f32 snapshot of the policy (holding its weights now)
+        that samples with a generator seeded by one draw from the agent's and keeps, for the step
+        it acted, ``extras()``: ``{"raw": raw actions, "logprob": [E] f32}``; greedy (the mean or
+        argmax) for evaluations.
+
+        Raises:
+            ValueError: a recurrent policy, or ``normalize_obs=True`` (module doc).
+        """
+        self._check_lagged()
+        agent: Any = self
+        generator = actor_generator(agent.generator, agent.device)
+        stride = agent.num_envs * agent.dist.world_size
+        steps = [agent.env_steps]
+        last: dict[str, torch.Tensor] = {}
+
+        def ingest(obs: Any) -> torch.Tensor:
+            x = torch.as_tensor(obs)
+            if agent.pixel_scale is not None:
+                return x.to(agent.device, torch.float32).mul_(agent.pixel_scale)
+            return x.to(agent.device, torch.float32)
+
+        def act(snapshot: Any, obs: Any) -> torch.Tensor:
+            x = ingest(obs)
+            agent.shapes.act(x)
+            agent.inputs.obs("act", "obs", x)
+            noise = snapshot.head.draw(x.shape[0], generator)
+            env_a, raw, logp, _, _ = snapshot.act(x, None, None, False, None, noise)
+            last["raw"], last["logprob"] = raw, logp
+            steps[0] += stride
+            return env_a
+
+        def greedy(snapshot: Any, obs: Any) -> torch.Tensor:
+            return snapshot.act(ingest(obs), None, None, True)[0]
+
+        actor = SnapshotActor(agent.policy, act, greedy, generator, steps)
+        actor.extras = lambda: dict(last)  # type: ignore[attr-defined]
+        return actor
+
+    @torch.no_grad()
+    def observe_steps(
+        self,
+        obs: torch.Tensor,
+        action: torch.Tensor,
+        reward: torch.Tensor,
+        next_obs: torch.Tensor,
+        terminated: torch.Tensor,
+        truncated: torch.Tensor,
+        *,
+        raw: torch.Tensor | None = None,
+        logprob: torch.Tensor | None = None,
+    ) -> None:
+        """Store ``T`` vector steps at once (each argument ``[T, E, ...]``), scored by this agent's
+        critic in one batch: the values of ``obs``, and of ``next_obs`` where an episode was truncated
+        and at the rollout's last step. ``raw`` and ``logprob`` (``[T, E, ...]``, ``[T, E]`` f32) are
+        the behaviour policy's raw actions and log-probs (an overlapped run's snapshot); without
+        them the actions are scored by this agent's policy, as :meth:`observe` scores an ``obs``
+        that did not come through ``act``.
+
+        Raises:
+            ValueError: a recurrent policy or ``normalize_obs`` (see :meth:`lagged_actor`); blocks of
+                different lengths, or a step :meth:`observe` would refuse (checked for every step
+                first; nothing is stored).
+            RuntimeError: the steps do not fit into the rollout.
+        """
+        self._check_lagged()
+        agent: Any = self
+        T = int(obs.shape[0])
+        block = {"action": action, "reward": reward, "next_obs": next_obs}
+        block.update(terminated=terminated, truncated=truncated)
+        if logprob is not None:
+            block["logprob"] = logprob
+        for name, v in block.items():
+            if int(v.shape[0]) != T:
+                raise ValueError(f"PPOAgent.observe_steps: {name} holds {v.shape[0]} steps, obs {T}")
+        if (raw is None) != (logprob is None):
+            raise ValueError("PPOAgent.observe_steps: raw and logprob come together")
+        b = agent.buffer
+        if b.pos + T > b.num_steps:
+            raise RuntimeError(f"rollout holds {b.pos} of {b.num_steps} steps: {T} more do not fit")
+        if not T:
+            return
+        # every check before anything is stored: the per-step shapes, then the values of the block
+        agent.shapes.observe(obs[0], action[0], reward[0], next_obs[0], terminated[0], truncated[0])
+        agent._check_values(obs, action, reward, next_obs)
+        E = agent.num_envs
+        flat = obs.reshape(T * E, *obs.shape[2:])
+        x = agent._ingest(flat, update_stats=False)
+        policy = agent.policy
+        if raw is None:
+            raw_all = policy.head.to_raw(torch.as_tensor(action).reshape(T * E, *action.shape[2:]))
+            logp, _, values = policy.evaluate(x, raw_all.to(agent.device), generator=agent.generator)
+            raw = raw_all.reshape(T, E, *raw_all.shape[1:])
+            logprob = logp.reshape(T, E)
+        else:
+            values = policy.value(x, None, None)
+        values = values.reshape(T, E)
+        assert logprob is not None  # given with raw, or scored above
+        dev = agent.device
+        term = torch.as_tensor(terminated).to(dev, torch.bool)
+        trunc = torch.as_tensor(truncated).to(dev, torch.bool)
+        rew = torch.as_tensor(reward).to(dev, torch.float32)
+        if agent.config.reward_scale != 1.0:
+            rew = rew * agent.config.reward_scale
+        x = x.reshape(T, E, *x.shape[1:])
+        first = b.pos
+        # bootstraps: V(next_obs) where truncated, and at the rollout's last step
+        need = trunc.clone()
+        ends_rollout = first + T == b.num_steps
+        if ends_rollout:
+            need[-1] = True
+        rows = need.any(-1).nonzero().flatten().tolist() if bool(need.any()) else []
+        v_next: dict[int, torch.Tensor] = {}
+        if rows:
+            xn = agent._ingest(next_obs[rows].reshape(len(rows) * E, *next_obs.shape[2:]), update_stats=False)
+            vn = policy.value(xn, None, None).reshape(len(rows), E)
+            v_next = {r: vn[i] for i, r in enumerate(rows)}
+        for t in range(T):
+            starts = agent.starts if t == 0 else (term[t - 1] | trunc[t - 1])
+            b.add(x[t], raw[t], logprob[t], values[t], rew[t], term[t], trunc[t], starts)
+            if t in v_next:
+                b.set_next_values(v_next[t], need[t])
+        agent.starts = term[-1] | trunc[-1]
+        agent._pending = None
+        agent.env_steps += T * E * agent.dist.world_size
