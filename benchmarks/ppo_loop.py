@@ -2,7 +2,10 @@
 
 First, at CleanRL's defaults (4 environments x 128 steps, 4 epochs x 4 minibatches, 2x64 tanh
 MLPs, lr 2.5e-4): the single-file reference and tritonrl's ``ppo`` preset through
-:func:`tritonrl.toolkit.training.loop.run_training`, env steps/s, ratio against the reference.
+:func:`tritonrl.toolkit.training.loop.run_training`, env steps/s, ratio against the reference;
+``ppo, overlap``: the same run with ``LoopConfig(overlap=True)`` (the update in a second process
+while the next rollout is collected one update behind), against the reference and against the
+sequential run.
 
 Then, for each policy kind (discrete on CartPole-v1, continuous and flow on Pendulum-v1, lstm,
 mamba and gru on CartPoleNoVel-v1; 8 environments, each preset's rollout length):
@@ -169,14 +172,23 @@ def _agent(
     return agent, env
 
 
-def train_sps(preset_name: str, env_id: str, steps: int, num_envs: int = NUM_ENVS, **overrides: Any) -> float:
-    """Env steps/s of ``run_training`` (collection and updates, no evaluation, no logging files)."""
+def train_sps(
+    preset_name: str,
+    env_id: str,
+    steps: int,
+    num_envs: int = NUM_ENVS,
+    overlap: bool = False,
+    **overrides: Any,
+) -> float:
+    """Env steps/s of ``run_training`` (collection and updates, no evaluation, no logging files);
+    ``overlap``: ``LoopConfig(overlap=True)``, the learner in a second process (started inside
+    the timing)."""
     from tritonrl.toolkit.training.loop import LoopConfig, run_training
     from tritonrl.toolkit.training.onpolicy import OnPolicySchedule
 
     agent, env = _agent(preset_name, env_id, steps, num_envs=num_envs, **overrides)
     try:
-        quiet = {"final_eval": False, "plot": False, "tensorboard": False}
+        quiet = {"final_eval": False, "plot": False, "tensorboard": False, "overlap": overlap}
         summary = run_training(
             agent, env, OnPolicySchedule(agent.config.num_steps), LoopConfig(total_steps=steps, **quiet)
         )
@@ -399,6 +411,14 @@ def _reference_rows(quick: bool) -> tuple[list[Row], float]:
     ours4 = train_sps("ppo", "CartPole-v1", ref_steps, num_envs=REF_ENVS, lr=2.5e-4)
     rows.append(
         Row(NAME, case4, "ppo", ours4, "env steps/s", ratio=ours4 / ref4, note="run_training; vs reference")
+    )
+    over4 = train_sps("ppo", "CartPole-v1", ref_steps, num_envs=REF_ENVS, overlap=True, lr=2.5e-4)
+    note = "overlap=True (learner process, acting one rollout behind); vs reference"
+    rows.append(Row(NAME, case4, "ppo, overlap", over4, "env steps/s", ratio=over4 / ref4, note=note))
+    rows.append(
+        Row(
+            NAME, case4, "ppo, overlap / sequential", over4, "env steps/s", ratio=over4 / ours4, note="vs ppo"
+        ),
     )
     ref = _reference_sps(ref_steps, num_envs=NUM_ENVS)
     rows.append(

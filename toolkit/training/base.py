@@ -98,8 +98,9 @@ class LoopConfig:
     meta: tuple[tuple[str, str], ...] = ()
     """Identity stored in the checkpoint and checked on resume (agent name, env id, ...)."""
     overlap: bool = False
-    """Act while the learner updates (off-policy agents): acting lags learning by at most one
-    ``train_freq`` interval (:mod:`tritonrl.toolkit.training.overlap`); not with a data-parallel
+    """Act while the learner updates (off-policy agents, feed-forward PPO): acting lags learning by
+    at most one ``train_freq`` interval, PPO's by one update
+    (:mod:`tritonrl.toolkit.training.overlap`); not with a data-parallel
     run, and no wall-time checkpoints; a checkpoint holds the actor's side too (exact resume)."""
     overlap_learner: str = "process"
     """``"process"``: the learner in a child process (CPU); ``"inline"``: the same semantics in this

@@ -1,10 +1,12 @@
-"""Overlapped acting and learning for off-policy agents: the actor acts while the learner updates.
+"""Overlapped acting and learning: the actor acts while the learner updates.
 
-With ``LoopConfig(overlap=True)`` the loop's off-policy schedule becomes **lagged**. Sync points
-fall after every vector step that crosses a multiple of the schedule's ``train_freq``. At sync
+With ``LoopConfig(overlap=True)`` the loop's schedule becomes **lagged**. Sync points fall after
+every vector step that crosses a multiple of the schedule's ``train_freq`` (an on-policy
+schedule: after every rollout, ``rollout_steps`` vector steps; :func:`sync_period`). At sync
 point ``k`` the learner receives the transitions collected since sync point ``k - 1``, stores them
 (``agent.observe``, one call per vector step, in order) and runs the updates due at ``k``
-(``schedule.after_step``) with the replay as of ``k``; meanwhile the actor collects the steps up to
+(``schedule.after_step``; an on-policy schedule counts each staged vector step) with the replay
+as of ``k``; meanwhile the actor collects the steps up to
 sync point ``k + 1`` from an f32 snapshot of the learner taken at sync point ``k``, that is after
 the updates of ``k - 1``. Acting lags learning by at most one sync interval; what the learner sees
 at each sync point is fixed by step counts, never by timing, so a run is reproducible.
@@ -18,7 +20,10 @@ same semantics in this process (no gain: it is the oracle the process learner is
 
 The agent takes part through two methods (:class:`OverlapAgent`): ``learner_tensors()``, the
 tensors the actor mirrors, and ``lagged_actor()``, an actor that acts from its own snapshot with
-its own random generator and step count (:class:`SnapshotActor` is the usual one). A checkpoint
+its own random generator and step count (:class:`SnapshotActor` is the usual one). An actor with
+an ``extras()`` method stages what it returns for each step beside the transition (PPO: the raw
+actions and the snapshot's log-probs), and the learner passes it to ``agent.observe_steps`` as
+keywords. A checkpoint
 (:meth:`Overlap.state_dict`) holds the actor's side beside the learner's state, without draining,
 so that a resumed run continues the lagged run exactly. See docs/pages/training.md, "Overlapped
 acting and learning".
