@@ -32,7 +32,12 @@ class LaggedPPO:
         agent: Any = self
         return [*agent.policy.parameters(), *agent.policy.buffers()]
 
-    def _check_lagged(self) -> None:
+    def check_lagged(self) -> None:
+        """Raise ``ValueError`` unless this agent can act lagged (the module doc says why not).
+
+        Raises:
+            ValueError: a recurrent policy, or ``normalize_obs=True``.
+        """
         agent: Any = self
         if agent.recurrent:
             raise ValueError(
@@ -54,7 +59,7 @@ class LaggedPPO:
         Raises:
             ValueError: a recurrent policy, or ``normalize_obs=True`` (module doc).
         """
-        self._check_lagged()
+        self.check_lagged()
         agent: Any = self
         generator = actor_generator(agent.generator, agent.device)
         stride = agent.num_envs * agent.dist.world_size
@@ -110,7 +115,7 @@ class LaggedPPO:
                 first; nothing is stored).
             RuntimeError: the steps do not fit into the rollout.
         """
-        self._check_lagged()
+        self.check_lagged()
         agent: Any = self
         T = int(obs.shape[0])
         block = {"action": action, "reward": reward, "next_obs": next_obs}

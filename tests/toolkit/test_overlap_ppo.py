@@ -224,6 +224,8 @@ def test_overlap_refuses_recurrent_and_normalised_ppo() -> None:
         lstm = PPOAgent(*space, preset("ppo-lstm"), num_envs=2)
         with pytest.raises(ValueError, match="recurrent"):
             run_training(lstm, env, schedule_for(lstm), LoopConfig(total_steps=10, overlap=True))
+        with pytest.raises(ValueError, match="recurrent"):  # the CLI's check, before the run
+            check_overlap(lstm, schedule_for(lstm))
         normed = PPOAgent(*space, preset("ppo", normalize_obs=True), num_envs=2)
         with pytest.raises(ValueError, match="normalize_obs"):
             run_training(normed, env, schedule_for(normed), LoopConfig(total_steps=10, overlap=True))

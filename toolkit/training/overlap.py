@@ -448,13 +448,16 @@ class _ProcessLearner:
 
 def check_overlap(agent: Any, schedule: Any, collector: Any = None, distributed: bool = False) -> None:
     """Raise ``ValueError`` unless an overlapped run can train ``agent`` with ``schedule``: an
-    :class:`OverlapAgent` on the CPU, an off-policy schedule (``train_freq``), no collector and no
-    data-parallel run (``distributed``)."""
+    :class:`OverlapAgent` on the CPU whose ``check_lagged()`` (where it has one) passes, a schedule
+    :func:`sync_period` knows, no collector and no data-parallel run (``distributed``)."""
     if collector is not None or distributed:
         raise ValueError("overlap steps the env itself: not with a collector or a data-parallel run")
     if not isinstance(agent, OverlapAgent):
         raise ValueError(f"overlap: {type(agent).__name__} has no lagged_actor()/learner_tensors()")
     sync_period(schedule, 1)
+    check = getattr(agent, "check_lagged", None)
+    if check is not None:  # what the agent itself cannot do lagged (recurrent PPO, ...)
+        check()
     device = torch.device(getattr(agent, "device", "cpu"))
     if device.type != "cpu":
         raise ValueError(f"overlap runs on the CPU only (a forked learner), the agent is on {device}")
