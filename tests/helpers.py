@@ -184,3 +184,22 @@ class HostReads:
                 yield
         finally:
             self.active = True
+
+
+def assert_same_tree(a: Any, b: Any, where: str = "state") -> None:
+    """``a`` and ``b`` (nested dicts, lists, tuples, tensors, plain values) are equal, tensors
+    bit for bit with the same dtype (for runs that must reproduce exactly: the same computation in
+    another process, or resumed); ``where`` names the first difference."""
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype, where
+        assert torch.equal(a, b), where  # exact: the callers compare reproductions of one computation
+    elif isinstance(a, dict):
+        assert isinstance(b, dict) and set(a) == set(b), where
+        for k in a:
+            assert_same_tree(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, (list, tuple)):
+        assert isinstance(b, (list, tuple)) and len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same_tree(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, f"{where}: {a!r} != {b!r}"

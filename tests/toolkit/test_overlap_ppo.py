@@ -21,6 +21,7 @@ import torch
 
 pytest.importorskip("gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
 
+from helpers import assert_same_tree
 from tritonrl.agents.ppo import PPOAgent, preset
 from tritonrl.toolkit.envs.vector import make_vec_env
 from tritonrl.toolkit.training.loop import LoopConfig, run_training
@@ -70,22 +71,6 @@ def _run(
         env.close()
 
 
-def _assert_same(a: Any, b: Any, where: str = "state") -> None:
-    if isinstance(a, torch.Tensor):
-        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype, where
-        assert torch.equal(a, b), where  # exact: the same computation in another process
-    elif isinstance(a, dict):
-        assert isinstance(b, dict) and set(a) == set(b), where
-        for k in a:
-            _assert_same(a[k], b[k], f"{where}.{k}")
-    elif isinstance(a, (list, tuple)):
-        assert isinstance(b, (list, tuple)) and len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            _assert_same(x, y, f"{where}[{i}]")
-    else:
-        assert a == b, f"{where}: {a!r} != {b!r}"
-
-
 def _state(agent: PPOAgent) -> dict[str, Any]:
     # the learning rate in the optimizer's param group is what the last update set in the inline
     # learner and what a load sets (current_lr, one update on) in this process: every update
@@ -110,7 +95,7 @@ def test_process_learner_is_bit_identical_to_inline(
     inline, s_inline = _run("inline", name=name, env_id=env_id, num_envs=num_envs, run_dir=tmp_path / "i")
     proc, s_proc = _run("process", name=name, env_id=env_id, num_envs=num_envs, run_dir=tmp_path / "p")
     assert inline.updates == proc.updates == 640 // (32 * num_envs)
-    _assert_same(_state(inline), _state(proc))
+    assert_same_tree(_state(inline), _state(proc))
     assert s_inline["evaluations"] == s_proc["evaluations"]
     rows = _rows(tmp_path / "i" / "metrics.csv")
     assert any(row.get("losses/policy_loss") for row in rows)
@@ -244,7 +229,7 @@ def test_stopped_and_resumed_overlapped_ppo_matches_the_uninterrupted_run(tmp_pa
     torch.manual_seed(12345)  # disturb every global RNG in between
     resumed_agent, resumed = _run("process", run_dir=tmp_path / "split", checkpoint_every=100, resume=True)
     assert resumed["global_step"] == full["global_step"] == 640
-    _assert_same(_state(full_agent), _state(resumed_agent))
+    assert_same_tree(_state(full_agent), _state(resumed_agent))
     assert resumed["evaluations"] == full["evaluations"]
     assert _rows(tmp_path / "full" / "metrics.csv") == _rows(tmp_path / "split" / "metrics.csv")
     # a sequential run resumes the overlapped checkpoint: the staged steps are stored first
