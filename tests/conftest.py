@@ -18,8 +18,14 @@ from __future__ import annotations
 
 import os
 
-import pytest
-from hypothesis import HealthCheck, settings
+# One thread for every BLAS/OpenMP pool, here and in each subprocess a test starts (they inherit
+# the environment): on a 2-core CI machine whose OS reports more CPUs than its quota allows, the
+# default pools oversubscribe and the suite slows several-fold. Set before numpy or torch loads.
+for _pool in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ.setdefault(_pool, "1")
+
+import pytest  # noqa: E402  (the pools above must be set before numpy or torch loads)
+from hypothesis import HealthCheck, settings  # noqa: E402
 
 settings.register_profile(
     "default",
