@@ -155,11 +155,15 @@ class PPOAgent(LaggedPPO, PPOCheckpoint, AgentBase):
 
     # ------------------------------------------------------------------ acting
 
-    def _ingest(self, obs: Any, update_stats: bool, call: str | None = None) -> torch.Tensor:
+    def _ingest(
+        self, obs: Any, update_stats: bool, call: str | None = None, dtype: torch.dtype | None = None
+    ) -> torch.Tensor:
         """Observations enter here: checked for NaN/inf (by :attr:`inputs`, named after ``call``;
-        ``None``: already checked), f32 on the device, optionally normalised, cast once to the
-        training dtype. Image bytes: uint8 only, cast once to the training dtype on the device and
-        scaled by :attr:`pixel_scale` (bytes are always finite: no check)."""
+        ``None``: already checked), f32 on the device, optionally normalised, cast once to
+        ``dtype`` (``None``: the training dtype; an overlapped run's f32 snapshot asks for f32).
+        Image bytes: uint8 only, cast once on the device and scaled by :attr:`pixel_scale` (bytes
+        are always finite: no check)."""
+        dtype = self.dtype if dtype is None else dtype
         x = obs if isinstance(obs, torch.Tensor) else torch.as_tensor(obs)
         if tuple(x.shape[1:]) != self.obs_shape:
             raise ValueError(f"obs has shape {tuple(x.shape)}, expected [E, *{self.obs_shape}]")
@@ -167,7 +171,7 @@ class PPOAgent(LaggedPPO, PPOCheckpoint, AgentBase):
             self.shapes.act(x)
         if self.pixel_scale is not None:
             _check_bytes(call or "observe", x)
-            return x.to(device=self.device, dtype=self.dtype).mul_(self.pixel_scale)
+            return x.to(device=self.device, dtype=dtype).mul_(self.pixel_scale)
         if call is not None:
             self.inputs.obs(call, "obs", x)
         x = x.to(self.device, torch.float32)
@@ -177,7 +181,7 @@ class PPOAgent(LaggedPPO, PPOCheckpoint, AgentBase):
                 if self._obs_local is not None:
                     self._obs_local.update(x)
             x = self.obs_rms.normalize(x, self.config.obs_clip)
-        return x.to(self.dtype)
+        return x.to(dtype)
 
     def _acting_starts(self) -> torch.Tensor:
         """Where the core resets its memory before this step (episode starts; segment starts for

@@ -66,16 +66,9 @@ class LaggedPPO:
         steps = [agent.env_steps]
         last: dict[str, torch.Tensor] = {}
 
-        def ingest(obs: Any) -> torch.Tensor:
-            x = torch.as_tensor(obs)
-            if agent.pixel_scale is not None:
-                return x.to(agent.device, torch.float32).mul_(agent.pixel_scale)
-            return x.to(agent.device, torch.float32)
-
         def act(snapshot: Any, obs: Any) -> torch.Tensor:
-            x = ingest(obs)
-            agent.shapes.act(x)
-            agent.inputs.obs("act", "obs", x)
+            # checked as act checks it (shape, finite values or image bytes), f32 for the snapshot
+            x = agent._ingest(obs, update_stats=False, call="act", dtype=torch.float32)
             noise = snapshot.head.draw(x.shape[0], generator)
             env_a, raw, logp, _, _ = snapshot.act(x, None, None, False, None, noise)
             last["raw"], last["logprob"] = raw, logp
@@ -83,11 +76,10 @@ class LaggedPPO:
             return env_a
 
         def greedy(snapshot: Any, obs: Any) -> torch.Tensor:
-            return snapshot.act(ingest(obs), None, None, True)[0]
+            x = agent._ingest(obs, update_stats=False, call="eval_policy", dtype=torch.float32)
+            return snapshot.act(x, None, None, True)[0]
 
-        actor = SnapshotActor(agent.policy, act, greedy, generator, steps)
-        actor.extras = lambda: dict(last)  # type: ignore[attr-defined]
-        return actor
+        return SnapshotActor(agent.policy, act, greedy, generator, steps, extras=lambda: dict(last))
 
     @torch.no_grad()
     def observe_steps(

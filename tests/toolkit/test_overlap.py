@@ -23,6 +23,7 @@ import torch
 
 pytest.importorskip("gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
 
+from helpers import assert_same_tree
 from tritonrl.agents.dqn import DQNAgent, preset
 from tritonrl.agents.ppo import PPOAgent
 from tritonrl.toolkit.checkpoint import load_checkpoint
@@ -78,22 +79,6 @@ def _run(
     return agent, summary
 
 
-def _assert_same(a: Any, b: Any, where: str = "state") -> None:
-    if isinstance(a, torch.Tensor):
-        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype, where
-        assert torch.equal(a, b), where  # exact: the same computation in another process
-    elif isinstance(a, dict):
-        assert isinstance(b, dict) and set(a) == set(b), where
-        for k in a:
-            _assert_same(a[k], b[k], f"{where}.{k}")
-    elif isinstance(a, (list, tuple)):
-        assert isinstance(b, (list, tuple)) and len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            _assert_same(x, y, f"{where}[{i}]")
-    else:
-        assert a == b, f"{where}: {a!r} != {b!r}"
-
-
 def _metric_rows(run_dir: Path) -> list[dict[str, str]]:
     with (run_dir / "metrics.csv").open() as f:
         rows = list(csv.DictReader(f))
@@ -109,19 +94,19 @@ def test_process_learner_is_bit_identical_to_inline(tmp_path: Path, name: str, n
     inline, s_inline = _run("inline", name=name, num_envs=num_envs, run_dir=tmp_path / "inline")
     proc, s_proc = _run("process", name=name, num_envs=num_envs, run_dir=tmp_path / "process")
     assert inline.updates == proc.updates > 0
-    _assert_same(inline.state_dict(), proc.state_dict())
+    assert_same_tree(inline.state_dict(), proc.state_dict())
     assert s_inline["evaluations"] == s_proc["evaluations"]
     assert s_inline["recent_return"] == s_proc["recent_return"]
     assert _metric_rows(tmp_path / "inline") == _metric_rows(tmp_path / "process")
     saved = [load_checkpoint(tmp_path / d / CHECKPOINT_NAME)["agent"] for d in ("inline", "process")]
-    _assert_same(saved[0], saved[1], "checkpoint")  # the final checkpoint holds the learner's state
-    _assert_same(saved[1], proc.state_dict(), "checkpoint")
+    assert_same_tree(saved[0], saved[1], "checkpoint")  # the final checkpoint holds the learner's state
+    assert_same_tree(saved[1], proc.state_dict(), "checkpoint")
 
 
 def test_same_seed_twice_gives_the_same_run() -> None:
     a, sa = _run("process", num_envs=2, steps=2_000)
     b, sb = _run("process", num_envs=2, steps=2_000)
-    _assert_same(a.state_dict(), b.state_dict())
+    assert_same_tree(a.state_dict(), b.state_dict())
     assert sa["evaluations"] == sb["evaluations"]
 
 

@@ -220,6 +220,30 @@ def test_overlap_refuses_recurrent_and_normalised_ppo() -> None:
         env.close()
 
 
+def test_the_lagged_actor_checks_observations_as_act_does() -> None:
+    import gymnasium as gym
+    import numpy as np
+
+    flat = PPOAgent(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), preset("ppo"), num_envs=2)
+    actor = flat.lagged_actor()
+    bad = torch.zeros(2, 4)
+    bad[1, 3] = float("inf")
+    with pytest.raises(ValueError, match=r"obs\[1, 3\] = inf is not finite"):
+        actor(bad)
+    with pytest.raises(ValueError, match="shape"):
+        actor(torch.zeros(2, 5))
+    action = actor(torch.zeros(2, 4))
+    assert action.shape == (2,) and set(actor.extras()) == {"raw", "logprob"}
+    # image observations: the environment's bytes only, cast for the f32 snapshot
+    pixels = gym.spaces.Box(0, 255, (4, 10, 10), np.uint8)
+    image = PPOAgent(pixels, gym.spaces.Discrete(3), preset("ppo-minatar"), num_envs=2)
+    image_actor = image.lagged_actor()
+    with pytest.raises(TypeError, match="uint8"):
+        image_actor(torch.zeros(2, 4, 10, 10))
+    assert image_actor(torch.zeros(2, 4, 10, 10, dtype=torch.uint8)).shape == (2,)
+    assert image_actor.extras()["logprob"].dtype == torch.float32
+
+
 def test_stopped_and_resumed_overlapped_ppo_matches_the_uninterrupted_run(tmp_path: Path) -> None:
     # checkpoints every 100 steps: off the sync points (every 64 env steps), so staged steps,
     # their log-probs and the actor's snapshot have to come back

@@ -20,6 +20,7 @@ import torch
 
 pytest.importorskip("gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
 
+from helpers import assert_same_tree
 from tritonrl.agents.dqn import DQNAgent
 from tritonrl.agents.dqn import preset as dqn_preset
 from tritonrl.agents.sac import SACAgent, TD3Agent
@@ -77,22 +78,6 @@ def _run(case: str, run_dir: Path, **kw: Any) -> tuple[Any, dict[str, Any]]:
         env.close()
 
 
-def _assert_same(a: Any, b: Any, where: str = "state") -> None:
-    if isinstance(a, torch.Tensor):
-        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype, where
-        assert torch.equal(a, b), where  # exact: the same computation, resumed
-    elif isinstance(a, dict):
-        assert isinstance(b, dict) and set(a) == set(b), where
-        for k in a:
-            _assert_same(a[k], b[k], f"{where}.{k}")
-    elif isinstance(a, (list, tuple)):
-        assert isinstance(b, (list, tuple)) and len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            _assert_same(x, y, f"{where}[{i}]")
-    else:
-        assert a == b, f"{where}: {a!r} != {b!r}"
-
-
 def _rows(path: Path) -> list[dict[str, str]]:
     with path.open() as f:
         return [{k: v for k, v in row.items() if k != "charts/SPS"} for row in csv.DictReader(f)]
@@ -108,7 +93,7 @@ def test_stopped_and_resumed_overlapped_run_matches_the_uninterrupted_run(case: 
     resumed_agent, resumed = _run(case, tmp_path / "split", resume=True)
     assert resumed["global_step"] == full["global_step"]
     assert full_agent.updates > 0
-    _assert_same(full_agent.state_dict(), resumed_agent.state_dict())
+    assert_same_tree(full_agent.state_dict(), resumed_agent.state_dict())
     assert resumed["evaluations"] == full["evaluations"]
     rows = _rows(tmp_path / "full" / "metrics.csv")
     assert any(k.startswith("losses/") and v for row in rows for k, v in row.items())
@@ -119,7 +104,7 @@ def test_checkpoints_leave_an_overlapped_run_unchanged(tmp_path: Path) -> None:
     # a checkpoint waits for the learner and copies its state, but changes nothing either side does
     with_ckpt, a = _run("sac-process", tmp_path / "a")
     without, b = _run("sac-process", tmp_path / "b", checkpoint_every=0)
-    _assert_same(with_ckpt.state_dict(), without.state_dict())
+    assert_same_tree(with_ckpt.state_dict(), without.state_dict())
     assert a["evaluations"] == b["evaluations"]
     assert _rows(tmp_path / "a" / "metrics.csv") == _rows(tmp_path / "b" / "metrics.csv")
 

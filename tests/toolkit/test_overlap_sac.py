@@ -18,6 +18,7 @@ import torch
 
 pytest.importorskip("gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
 
+from helpers import assert_same_tree
 from tritonrl.agents.sac import SACAgent, TD3Agent, preset
 from tritonrl.toolkit.checkpoint import load_checkpoint
 from tritonrl.toolkit.envs.vector import make_vec_env
@@ -36,22 +37,6 @@ SMALL = {
     "gradient_steps": 4,
 }
 AGENTS: dict[str, type[SACAgent] | type[TD3Agent]] = {"sac": SACAgent, "td3": TD3Agent}
-
-
-def _assert_same(a: Any, b: Any, where: str = "state") -> None:
-    if isinstance(a, torch.Tensor):
-        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype, where
-        assert torch.equal(a, b), where  # exact: the same computation in another process
-    elif isinstance(a, dict):
-        assert isinstance(b, dict) and set(a) == set(b), where
-        for k in a:
-            _assert_same(a[k], b[k], f"{where}.{k}")
-    elif isinstance(a, (list, tuple)):
-        assert isinstance(b, (list, tuple)) and len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            _assert_same(x, y, f"{where}[{i}]")
-    else:
-        assert a == b, f"{where}: {a!r} != {b!r}"
 
 
 def _run(
@@ -105,13 +90,13 @@ def test_process_learner_is_bit_identical_to_inline(tmp_path: Path, name: str, n
     inline, s_inline = _run("inline", name, num_envs=num_envs, run_dir=tmp_path / "inline")
     proc, s_proc = _run("process", name, num_envs=num_envs, run_dir=tmp_path / "process")
     assert inline.updates == proc.updates > 0
-    _assert_same(inline.state_dict(), proc.state_dict())
+    assert_same_tree(inline.state_dict(), proc.state_dict())
     assert s_inline["evaluations"] == s_proc["evaluations"]
     assert s_inline["recent_return"] == s_proc["recent_return"]
     assert _metric_rows(tmp_path / "inline") == _metric_rows(tmp_path / "process")
     saved = [load_checkpoint(tmp_path / d / CHECKPOINT_NAME)["agent"] for d in ("inline", "process")]
-    _assert_same(saved[0], saved[1], "checkpoint")  # the final checkpoint holds the learner's state
-    _assert_same(saved[1], proc.state_dict(), "checkpoint")
+    assert_same_tree(saved[0], saved[1], "checkpoint")  # the final checkpoint holds the learner's state
+    assert_same_tree(saved[1], proc.state_dict(), "checkpoint")
 
 
 def _recording(base: type[SACAgent] | type[TD3Agent]) -> type[Any]:

@@ -149,6 +149,8 @@ class SnapshotActor(Generic[M]):
         greedy: ``greedy(snapshot, obs) -> actions`` for evaluations (the snapshot in eval mode).
         generator: the actor's own generator (:func:`actor_generator`).
         steps: a one-element list, the actor's env step count, shared with ``act``.
+        extras: ``extras() -> {name: tensor}``, what to stage beside the step ``act`` just took
+            (:meth:`extras`); ``None``: nothing.
     """
 
     def __init__(
@@ -158,11 +160,16 @@ class SnapshotActor(Generic[M]):
         greedy: Callable[[M, Any], torch.Tensor],
         generator: torch.Generator,
         steps: list[int],
+        extras: Callable[[], dict[str, torch.Tensor]] | None = None,
     ) -> None:
         self.snapshot: M = copy.deepcopy(net).float().requires_grad_(False)
         self._dst = [*self.snapshot.parameters(), *self.snapshot.buffers()]
-        self._act, self._greedy = act, greedy
+        self._act, self._greedy, self._extras = act, greedy, extras
         self.generator, self.steps = generator, steps
+
+    def extras(self) -> dict[str, torch.Tensor]:
+        """What to stage beside the last step (``{}`` unless the actor was given ``extras``)."""
+        return {} if self._extras is None else self._extras()
 
     def state_dict(self) -> dict[str, Any]:
         """The snapshot's tensors, the generator's state and the step count (copies)."""
