@@ -21,8 +21,11 @@ $(VENV)/.installed: pyproject.toml
 train: install
 	$(BIN)/python -m tritonrl.toolkit train --run-dir runs/rainbow-CartPole-v1-$$(date +%Y%m%d-%H%M%S)
 
+# Two pytest workers (pytest-xdist), one torch thread each: the 2-core CI machine's second core would
+# otherwise idle (the serial suite runs about twice as long). TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 2
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 
 # The numerics-sensitive tests (different code paths compared within stated tolerances) again on
 # MKL's other GEMM code path (MKL_CBWR=COMPATIBLE rounds as another instruction set would): CI runs
