@@ -69,7 +69,7 @@ def _run(case: str, run_dir: Path, **kw: Any) -> tuple[Any, dict[str, Any]]:
         overlap_learner=learner,
         plot=False,
         tensorboard=False,
-        checkpoint_seconds=0,
+        checkpoint_seconds=kw.pop("checkpoint_seconds", 0),
         **kw,
     )
     try:
@@ -107,6 +107,34 @@ def test_checkpoints_leave_an_overlapped_run_unchanged(tmp_path: Path) -> None:
     assert_same_tree(with_ckpt.state_dict(), without.state_dict())
     assert a["evaluations"] == b["evaluations"]
     assert _rows(tmp_path / "a" / "metrics.csv") == _rows(tmp_path / "b" / "metrics.csv")
+
+
+def test_wall_time_checkpoints_of_an_overlapped_run_resume_exactly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a period of ~0 s: every metric flush (every 50 steps) saves by wall time, between sync points
+    # (every 16 steps); the run dies at 230 without saving and resumes from the save at 200
+    import tritonrl.toolkit.lifecycle as lifecycle
+
+    saved_at: list[int] = []
+    real_save = lifecycle.save_checkpoint
+
+    def spy(path: Path, state: Any) -> None:
+        saved_at.append(state["loop"]["step"])
+        real_save(path, state)
+
+    full_agent, full = _run("sac-process", tmp_path / "full", checkpoint_every=0)
+    monkeypatch.setattr(lifecycle, "save_checkpoint", spy)
+    timed = {"checkpoint_every": 0, "checkpoint_seconds": 1e-9}
+    _, stopped = _run("sac-process", tmp_path / "split", stop_at=230, **timed)
+    assert stopped["interrupted"] and saved_at == [50, 100, 150, 200]
+    torch.manual_seed(12345)  # disturb every global RNG in between
+    resumed_agent, resumed = _run("sac-process", tmp_path / "split", resume=True, **timed)
+    assert saved_at[4:] == [250, 300, 350, 400, 400]  # the end of the run saves once more
+    assert resumed["global_step"] == full["global_step"] and full_agent.updates > 0
+    assert_same_tree(full_agent.state_dict(), resumed_agent.state_dict())
+    assert resumed["evaluations"] == full["evaluations"]
+    assert _rows(tmp_path / "full" / "metrics.csv") == _rows(tmp_path / "split" / "metrics.csv")
 
 
 def test_a_sequential_run_resumes_an_overlapped_checkpoint(tmp_path: Path) -> None:

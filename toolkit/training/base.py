@@ -101,7 +101,7 @@ class LoopConfig:
     """Act while the learner updates (off-policy agents, feed-forward PPO): acting lags learning by
     at most one ``train_freq`` interval, PPO's by one update
     (:mod:`tritonrl.toolkit.training.overlap`); not with a data-parallel
-    run, and no wall-time checkpoints; a checkpoint holds the actor's side too (exact resume)."""
+    run; a checkpoint (by steps or wall time) holds the actor's side too (exact resume)."""
     overlap_learner: str = "process"
     """``"process"``: the learner in a child process (CPU); ``"inline"``: the same semantics in this
     process (the reference the process learner is tested against)."""

@@ -450,7 +450,7 @@ class _Run:
             self.flush_and_check(step)
             if self.ctx.enabled:
                 checkpoint_due = checkpoint_due or self.save_by_time
-            elif not checkpoint_due and self.overlap is None and self.life.due_by_time():
+            elif not checkpoint_due and self.life.due_by_time():
                 checkpoint_due = True
         if checkpoint_due:
             self.save()
