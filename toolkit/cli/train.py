@@ -123,8 +123,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument(
         "--overlap",
         action="store_true",
-        help="off-policy agents on a CPU: learn in a second process while acting (acting lags by one "
-        "train_freq interval)",
+        help="on a CPU: learn in a second process while acting (acting lags by one train_freq interval, "
+        "PPO's by one rollout); market envs too",
     )
     add_set_flag(p, help="override an agent config field (repeatable); env.FIELD=VALUE: a market env field")
     add_output_flags(p)
@@ -234,7 +234,7 @@ def _build(args: argparse.Namespace, ctx: Any) -> tuple[Any, Any, Any, Any, Any,
         build_overrides = {**plan.defaults.overrides, **plan.overrides}
     env, run = _make_env(args, plan, build_overrides, saved_config, saved_meta)
     agent = _make_agent(args, ctx, plan, env, build_overrides, saved_config)
-    if run is not None:
+    if run is not None and not args.overlap:  # an overlapped run steps the market env itself
         from tritonrl.toolkit.training.market import market_collector
 
         try:
