@@ -45,6 +45,8 @@ from tritonrl.toolkit.replay import (
 __all__ = ["DQNAgent"]
 
 _DEFAULT_CONFIG = DQNConfig(tags=("dqn",))
+HOST_EXPLORE_ENVS = 32
+"""Up to this many environments a CPU agent draws its exploration on the host (``act``)."""
 """The config of an agent built without one: the ``dqn`` preset's (a test keeps them equal)."""
 
 
@@ -187,8 +189,11 @@ class DQNAgent(LaggedActing, DQNCheckpoint, AgentBase):
         self._act_q = Compiled(self._online_q, act_mode, self.device)
         # On a CPU the exploration draws are read on the host (no sync there), chosen once: the
         # greedy forward is skipped for the environments that explore, and the choice between
-        # the random and the greedy action is a numpy select instead of two tensor ops.
-        self._host_explore = self.device.type == "cpu" and not self.factored
+        # the random and the greedy action is a numpy select instead of two tensor ops. Past a few
+        # dozen environments some always act greedily and the per-env Python costs more than the
+        # two tensor ops (the same draws either way, so the same actions).
+        host = self.device.type == "cpu" and not self.factored
+        self._host_explore = host and self.num_envs <= HOST_EXPLORE_ENVS
 
     def _build_buffer(self) -> ReplayBuffer | FrameReplayBuffer:
         """An empty replay of this rank's ``buffer_size`` share (:func:`plumbing.build_replay`)."""
