@@ -19,6 +19,22 @@ synthetic bars (5,000 regime-switching bars, seed 0, uploaded once; ``MarketEnvC
 Every DQN buffer uses ``replay_staging="device"`` (n-step windows closed on the device, no host
 read of rewards or flags) and holds 128 vector steps (``128 * num_envs`` transitions).
 
+Then the whole training loop on CPU (``run_training``: act, step, store and the due updates), DQN
+(64-64 torso, the ``dqn`` preset's market overrides: train_freq 64, gradient_steps 16, batch 256)
+at 1,024 envs, sequential (stepped by the ``Collector``, as ``tritonrl train --env market:...``
+does) against overlapped (``LoopConfig(overlap=True)``: the overlapped actor steps the env, the
+learner trains in a second process; ``ratio`` is overlapped / sequential), at two replay ratios:
+
+- ``market preset``: 16 updates every 64 env steps, 256 updates per vector step of 1,024 envs: the
+  learner is nearly all of a step and the overlap can hide only the collection;
+- ``1 update / vector step``: one update of 256 per vector step (train_freq 1,024, gradient_steps
+  1): collection and learning cost about the same, which is where an overlap can gain most.
+
+Each loop row is one run after a warm-up run of the same settings, timed from the end of its third
+vector step to the end of the one before its last (no fork, no first update, no final hand-back of
+the learner's state). Overlap needs a free second core: on a busy
+machine its row drops below the sequential one (docs/pages/speed.md).
+
 On CPU: 1,024 envs, torch on one thread (tritonrl.toolkit.cli.bench; the notes say so). On CUDA the
 GPU rows are measured and listed first: 16,384 envs (the issue's goal on an H200: >= 10 million
 env steps/s with a small MLP policy; the rows' notes say whether it is met) and 1,024 envs, eager
@@ -126,10 +142,85 @@ IMPLS: tuple[tuple[str, Callable[[Any, int, str], Callable[[], object]]], ...] =
 )
 
 
+# (case, overrides, vector steps timed): the loop rows' replay ratios (module docstring)
+LOOP_CASES = (
+    ("market preset", {}, 8),
+    ("1 update / vector step", {"train_freq": 1024, "gradient_steps": 1}, 96),
+)
+LOOP_ENVS = 1024
+
+
+def _loop(data: Any, overrides: dict[str, Any], vector_steps: int, overlap: bool) -> float:
+    """Env steps/s of one ``run_training`` of ``vector_steps`` vector steps (module docstring)."""
+    import time
+
+    from tritonrl.agents.dqn import DQNAgent, preset
+    from tritonrl.toolkit.cli.registry import get_agent
+    from tritonrl.toolkit.training.collector import Collector
+    from tritonrl.toolkit.training.loop import LoopConfig, run_training
+    from tritonrl.toolkit.training.market import market_preset
+    from tritonrl.toolkit.training.offpolicy import schedule_for
+
+    n = LOOP_ENVS
+    env = _env(data, n)
+    switches = {**market_preset(get_agent("dqn")).overrides, **overrides}
+    switches.update(
+        torso_hidden=(WIDTH, WIDTH), buffer_size=RING_STEPS * n, learning_starts=2 * n, compile="none"
+    )
+    agent = DQNAgent(
+        env.single_observation_space, env.single_action_space, preset("dqn", **switches), num_envs=n, seed=0
+    )
+    cfg = LoopConfig(
+        total_steps=vector_steps * n,
+        seed=0,
+        eval_every=0,
+        final_eval=False,
+        overlap=overlap,
+        plot=False,
+        tensorboard=False,
+        progress=False,
+        checkpoint_seconds=0,
+    )
+    collector = None if overlap else Collector(agent, env)
+    stamps: list[float] = []  # one per vector step: should_stop is asked after each
+
+    def stamp() -> bool:
+        stamps.append(time.perf_counter())
+        return False
+
+    run_training(agent, env, schedule_for(agent), cfg, collector=collector, should_stop=stamp)
+    # from the end of the 3rd vector step (updates run from the 2nd) to the end of the one before
+    # the last: no fork, no first updates, no final drain (the last step of an overlapped run
+    # waits for the learner's whole state, its replay included)
+    return (len(stamps) - 4) * n / (stamps[-2] - stamps[2])
+
+
+def _loop_rows(data: Any, quick: bool) -> list[Row]:
+    rows: list[Row] = []
+    for case, overrides, vector_steps in LOOP_CASES:
+        steps = max(8, vector_steps // 4) if quick else vector_steps
+        rates = {}
+        for overlap in (False, True):
+            _loop(data, overrides, 6, overlap)  # warm-up: the fork, the allocator, the first updates
+            rates[overlap] = _loop(data, overrides, steps, overlap)
+            gc.collect()
+        label = f"{LOOP_ENVS} envs cpu, dqn loop, {case}"
+        note = "1 torch thread per process"
+        rows.append(Row(NAME, label, "sequential (collector)", rates[False], "env steps/s", 1.0, note))
+        rows.append(
+            Row(NAME, label, "overlapped", rates[True], "env steps/s", rates[True] / rates[False], note)
+        )
+    return rows
+
+
 def run(quick: bool = False) -> list[Row]:
-    """One Row per (device, number of envs, implementation); see the module docstring."""
+    """One Row per (device, number of envs, implementation), then the CPU loop rows; see the
+    module docstring."""
     with one_cpu_thread():
-        return _run(quick)
+        rows = _run(quick)
+        from tritonrl.toolkit.envs.market.data import synthetic_bars, upload
+
+        return rows + _loop_rows(upload(synthetic_bars(BARS, seed=0), "cpu"), quick)
 
 
 def _run(quick: bool) -> list[Row]:
@@ -182,5 +273,12 @@ def _run(quick: bool) -> list[Row]:
     return rows
 
 
-if __name__ == "__main__":
-    print(format_table(run(quick="--quick" in sys.argv)))
+if __name__ == "__main__":  # --quick: shorter timings; --loop: the loop rows alone
+    if "--loop" in sys.argv:
+        from tritonrl.toolkit.envs.market.data import synthetic_bars, upload
+
+        with one_cpu_thread():
+            bars = upload(synthetic_bars(BARS, seed=0), "cpu")
+            print(format_table(_loop_rows(bars, "--quick" in sys.argv)))
+    else:
+        print(format_table(run(quick="--quick" in sys.argv)))
