@@ -25,7 +25,7 @@ train: install
 # otherwise idle (the serial suite runs about twice as long). TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= 2
 test: install
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal
 
 # The numerics-sensitive tests (different code paths compared within stated tolerances) again on
 # MKL's other GEMM code path (MKL_CBWR=COMPATIBLE rounds as another instruction set would): CI runs

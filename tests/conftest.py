@@ -98,6 +98,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip_gpu)
         if "interpret" in item.keywords and not interp_ok:
             item.add_marker(skip_interp)
+    # the tests of minutes first (stable order otherwise): with pytest-xdist's workers (`make test`)
+    # the short tests then fill the end of the run on every worker instead of one worker ending on
+    # a learning test while the other idles
+    items.sort(key=lambda item: not ("learning" in item.keywords or "heavy" in item.keywords))
 
 
 _EMPTY = None  # the real allocators, captured before any patch

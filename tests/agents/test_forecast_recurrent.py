@@ -74,6 +74,7 @@ def test_learns(cls: type) -> None:
     check_learns(partial(cls, dtype=torch.float32), steps=300)
 
 
+@pytest.mark.heavy
 def test_gru_bf16_matches_f32() -> None:
     """bf16 parameters trained through f32 masters reach the f32 test MSE within 10%.
 

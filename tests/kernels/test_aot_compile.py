@@ -41,6 +41,7 @@ KERNELS = {
 }
 
 
+@pytest.mark.heavy
 def test_every_kernel_compiles_for_sm90_sm80_and_f32_for_sm75(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "tests"), env.get("PYTHONPATH")) if p)

@@ -103,6 +103,7 @@ def _no_warnings(text: str) -> str:
     return "\n".join(line for line in text.splitlines() if "Warning" not in line and line.strip()).strip()
 
 
+@pytest.mark.heavy
 def test_cli_two_ranks_write_one_run_folder_and_resume_on_two_and_on_one(tmp_path: Path) -> None:
     """(a) ``train`` (DQN) under torchrun on FixedLength-v0: rank 0 alone prints and writes, and
     each metric row's mean return is the mean over the episodes both ranks finished in that
