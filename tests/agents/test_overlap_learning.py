@@ -1,8 +1,9 @@
-"""Learning test of overlapped training: DQN with the learner in its own process solves CartPole on
-the budget and threshold of the sequential DQN test (``test_dqn_learning.py``: 50k env steps, 4
-envs, greedy mean >= 475 over 10 episodes, evaluated every 2,500 steps). Fixed seed, CPU, one
-torch thread in each process, marked ``learning``; seeds 1 and 2, 30-80 s together here (2 shared
-cores, by load; seed 1 reached the threshold at 2,500 steps, seed 2 at 20,000).
+"""Learning test of overlapped training: DQN and Rainbow with the learner in its own process solve
+CartPole on the budget and threshold of the sequential tests (``test_dqn_learning.py``: 50k env
+steps, 4 envs, greedy mean >= 475 over 10 episodes, evaluated every 2,500 steps). Fixed seeds,
+CPU, one torch thread in each process, marked ``learning``; DQN seeds 1 and 2, 30-80 s together
+here (2 shared cores, by load; seed 1 reached the threshold at 2,500 steps, seed 2 at 20,000);
+Rainbow seed 1 at 5,000 steps, ~25 s.
 """
 
 from __future__ import annotations
@@ -25,13 +26,13 @@ SOLVED = 475.0  # CartPole-v1's reward threshold, as in test_dqn_learning.py
 BUDGET = 50_000  # env steps, as in test_dqn_learning.py
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-def test_overlapped_dqn_solves_cartpole_within_budget(seed: int) -> None:
+@pytest.mark.parametrize(("name", "seed"), [("dqn", 1), ("dqn", 2), ("rainbow", 1)])
+def test_overlapped_dqn_solves_cartpole_within_budget(name: str, seed: int) -> None:
     torch.set_num_threads(1)
     num_envs = 4
     env = make_vec_env("CartPole-v1", num_envs, seed=seed)
     agent = DQNAgent(
-        env.single_observation_space, env.single_action_space, preset("dqn"), num_envs=num_envs, seed=seed
+        env.single_observation_space, env.single_action_space, preset(name), num_envs=num_envs, seed=seed
     )
     t0 = time.perf_counter()
     try:
@@ -54,7 +55,7 @@ def test_overlapped_dqn_solves_cartpole_within_budget(seed: int) -> None:
         env.close()
     wall = time.perf_counter() - t0
     print(
-        f"\n[learning] overlapped dqn seed={seed}: threshold {SOLVED} reached at "
+        f"\n[learning] overlapped {name} seed={seed}: threshold {SOLVED} reached at "
         f"{summary['reached_target_at']} env steps, {agent.updates} updates, {wall:.1f} s; "
         f"evaluations {[round(r, 1) for _, r in summary['evaluations']]}"
     )
