@@ -127,6 +127,12 @@ class SquashedGaussianActor(nn.Module):
         u = mean + log_std.exp() * noise
         return torch.tanh(u), squashed_gaussian_log_prob(noise, log_std, u, self.log_scale)
 
+    def explore(self, obs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        """The action of :meth:`sample` alone (``[B, D]`` in ``[-1, 1]``, f32), without its
+        log-probability (acting needs none)."""
+        mean, log_std = self(obs)
+        return torch.tanh(mean + log_std.exp() * noise)
+
     def greedy(self, obs: torch.Tensor) -> torch.Tensor:
         """The deterministic action ``tanh(mean)`` ``[B, D]`` in ``[-1, 1]``, f32."""
         return torch.tanh(self(obs)[0])

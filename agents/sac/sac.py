@@ -166,7 +166,7 @@ class SACAgent(ContinuousAgent):
     # ------------------------------------------------------------------ acting
 
     def _explore(self, actor: Any, x: torch.Tensor, randn: Callable[[int], torch.Tensor]) -> torch.Tensor:
-        return actor.sample(x, randn(x.shape[0]))[0]
+        return actor.explore(x, randn(x.shape[0]))
 
     def _greedy(self, actor: Any, x: torch.Tensor) -> torch.Tensor:
         return actor.greedy(x)
