@@ -43,3 +43,12 @@ def test_loop_sps_times_after_compiling(monkeypatch: pytest.MonkeyPatch) -> None
     assert sps > 0 and 0 < compile_s < math.inf
     _, none = sac_loop.loop_sps(50, name="sac", hidden=8, learn=False)
     assert none == 0.0  # collection only: no update, nothing to compile
+
+
+def test_interleaved_times_every_runner_in_rotated_rounds() -> None:
+    calls: list[tuple[str, int]] = []
+    runners = {key: (lambda n, key=key: calls.append((key, n))) for key in ("a", "b", "c")}
+    rates = sac_loop.interleaved(runners, 30, 3)
+    assert set(rates) == {"a", "b", "c"} and all(r > 0 for r in rates.values())
+    assert [k for k, _ in calls] == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    assert all(n == 10 for _, n in calls)
