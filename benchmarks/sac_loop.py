@@ -1,5 +1,5 @@
-"""SAC loop throughput on Pendulum-v1 (CPU, one torch thread, one environment), beside a
-single-file reference.
+"""SAC and TD3 loop throughput on Pendulum-v1 (CPU, one torch thread, one environment), beside
+single-file references.
 
 Rows:
 
@@ -7,24 +7,24 @@ Rows:
   256, one update per env step, the actor and alpha every second update, Polyak targets every
   update): the single-file ``reference`` written in the style of CleanRL's
   ``sac_continuous_action.py`` (a gymnasium vector env of one, a numpy -> torch -> numpy round trip
-  every step, a host replay buffer, separate ``qf1``/``qf2`` modules and their targets), and ``sac``
-  through :func:`tritonrl.toolkit.training.loop.run_training` at the same settings; ratio against
-  the reference. Both warm up past ``learning_starts`` first; the timing covers the steps after.
-- collection only (act, step, store), the same two.
+  every step, a host replay buffer, separate ``qf1``/``qf2`` modules and their targets), ``sac``
+  through :func:`tritonrl.toolkit.training.loop.run_training` at the same settings, eager and
+  ``compile="default"``; ratio against the reference. Both warm up past ``learning_starts``
+  first; the timing covers the steps after, and the compiled row's compilation (its first two
+  updates) is timed apart and given in its note.
+- the same for TD3 at CleanRL's ``td3_continuous_action.py`` defaults (:data:`TD3`: the actor and
+  both Polyak targets every second update, Gaussian exploration and smoothing noise).
+- collection only (act, step, store), the SAC reference and ``sac``.
 
-``quick`` (smoke runs) times a few hundred steps with small networks.
+``quick`` (smoke runs) times a few hundred steps with small networks, eager only.
 
-Measured (3,000 timed steps, three runs, one thread, a shared 2-core CPU machine at load about 5,
-so absolute rates are low and noisy): with learning, reference 22 to 26 steps/s, ``sac`` 30 to 38
-(ratio 1.17 to 1.57); collection only, reference 712 to 932 steps/s, ``sac`` 968 to 1,063 (ratio
-1.04 to 1.49). At these sizes an update is bound by the 256-wide matrix products, which both do
-alike; the gap is the reference's per-step numpy round trips, ``.item()`` of alpha and per-tensor
-Polyak loop.
+Measured numbers: docs/pages/sac.md.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
@@ -41,7 +41,20 @@ CLEANRL = {
     "q_lr": 1e-3,
     "policy_frequency": 2,
 }
+TD3 = {
+    "gamma": 0.99,
+    "tau": 0.005,
+    "batch_size": 256,
+    "lr": 3e-4,
+    "policy_frequency": 2,
+    "exploration_noise": 0.1,
+    "policy_noise": 0.2,
+    "noise_clip": 0.5,
+}
+"""CleanRL ``td3_continuous_action.py``'s defaults (the ``td3`` preset's, but ``learning_starts``)."""
 HIDDEN = 256
+STEPS = 1_000  # timed env steps per row: about a minute each at 256-256 on a loaded 2-core machine
+CHUNKS = 10  # the rows of a case are timed side by side in this many rounds (interleaved)
 LEARNING_STARTS = 1_000  # warm-up (CleanRL: 5,000); the timing starts after it either way
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
@@ -84,9 +97,10 @@ class _Actor(torch.nn.Module):
         return action, log_prob.sum(1, keepdim=True)
 
 
-def reference_sac(steps: int, *, hidden: int = HIDDEN, learn: bool = True, seed: int = 0) -> float:
-    """A single-file SAC loop at CleanRL's defaults; returns env steps per second after a warm-up
-    of :data:`LEARNING_STARTS` random steps (``learn=False``: collection only, the actor acting)."""
+def reference_sac(steps: int, *, hidden: int = HIDDEN, learn: bool = True, seed: int = 0) -> Iterator[None]:
+    """A single-file SAC loop at CleanRL's defaults, as a generator: the first ``next`` runs the
+    warm-up of :data:`LEARNING_STARTS` random steps, each later one env step (of ``steps`` at most;
+    ``learn=False``: collection only, the actor acting)."""
     import gymnasium as gym  # here, not at the top: the module imports on machines without it
 
     torch.manual_seed(seed)
@@ -106,7 +120,7 @@ def reference_sac(steps: int, *, hidden: int = HIDDEN, learn: bool = True, seed:
     log_alpha = torch.zeros(1, requires_grad=True)
     alpha = log_alpha.exp().item()
     alpha_opt = torch.optim.Adam([log_alpha], lr=CLEANRL["q_lr"])
-    cap = LEARNING_STARTS + steps
+    cap = LEARNING_STARTS + steps + 1  # the warm-up, then one step per later next()
     b_obs = np.zeros((cap, obs_dim), np.float32)
     b_next = np.zeros((cap, obs_dim), np.float32)
     b_act = np.zeros((cap, act_dim), np.float32)
@@ -114,10 +128,9 @@ def reference_sac(steps: int, *, hidden: int = HIDDEN, learn: bool = True, seed:
     b_done = np.zeros(cap, np.float32)
     B, gamma, tau = CLEANRL["batch_size"], CLEANRL["gamma"], CLEANRL["tau"]
     obs, _ = envs.reset(seed=seed)
-    t0 = time.perf_counter()
     for step in range(cap):
-        if step == LEARNING_STARTS:
-            t0 = time.perf_counter()
+        if step >= LEARNING_STARTS:
+            yield  # the warm-up done (first), then one env step each
         if step < LEARNING_STARTS:
             actions = np.array([envs.single_action_space.sample() for _ in range(1)])
         else:
@@ -160,48 +173,217 @@ def reference_sac(steps: int, *, hidden: int = HIDDEN, learn: bool = True, seed:
             for p, tp in zip(net.parameters(), tgt.parameters(), strict=True):
                 tp.data.copy_(tau * p.data + (1 - tau) * tp.data)
     envs.close()
-    return steps / (time.perf_counter() - t0)
+
+
+class _TD3Actor(torch.nn.Module):
+    def __init__(self, obs_dim: int, act_dim: int, hidden: int, low: np.ndarray, high: np.ndarray) -> None:
+        super().__init__()
+        self.fc1 = torch.nn.Linear(obs_dim, hidden)
+        self.fc2 = torch.nn.Linear(hidden, hidden)
+        self.fc_mu = torch.nn.Linear(hidden, act_dim)
+        self.register_buffer("action_scale", torch.tensor((high - low) / 2.0, dtype=torch.float32))
+        self.register_buffer("action_bias", torch.tensor((high + low) / 2.0, dtype=torch.float32))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.tanh(self.fc_mu(torch.relu(self.fc2(torch.relu(self.fc1(x))))))
+        return x * self.action_scale + self.action_bias
+
+
+def reference_td3(steps: int, *, hidden: int = HIDDEN, seed: int = 0) -> Iterator[None]:
+    """A single-file TD3 loop at CleanRL's ``td3_continuous_action.py`` defaults (:data:`TD3`), a
+    generator as :func:`reference_sac`."""
+    import gymnasium as gym
+
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    envs = gym.wrappers.vector.RecordEpisodeStatistics(gym.vector.SyncVectorEnv([lambda: gym.make(ENV_ID)]))
+    obs_dim = envs.single_observation_space.shape[0]
+    act_dim = envs.single_action_space.shape[0]
+    low, high = envs.single_action_space.low, envs.single_action_space.high
+    actor = _TD3Actor(obs_dim, act_dim, hidden, low, high)
+    actor_t = _TD3Actor(obs_dim, act_dim, hidden, low, high)
+    qf1, qf2 = _SoftQ(obs_dim, act_dim, hidden), _SoftQ(obs_dim, act_dim, hidden)
+    qf1_t, qf2_t = _SoftQ(obs_dim, act_dim, hidden), _SoftQ(obs_dim, act_dim, hidden)
+    actor_t.load_state_dict(actor.state_dict())
+    qf1_t.load_state_dict(qf1.state_dict())
+    qf2_t.load_state_dict(qf2.state_dict())
+    q_opt = torch.optim.Adam(list(qf1.parameters()) + list(qf2.parameters()), lr=TD3["lr"])
+    a_opt = torch.optim.Adam(list(actor.parameters()), lr=TD3["lr"])
+    cap = LEARNING_STARTS + steps + 1  # the warm-up, then one step per later next()
+    b_obs = np.zeros((cap, obs_dim), np.float32)
+    b_next = np.zeros((cap, obs_dim), np.float32)
+    b_act = np.zeros((cap, act_dim), np.float32)
+    b_rew = np.zeros(cap, np.float32)
+    b_done = np.zeros(cap, np.float32)
+    B, gamma, tau = TD3["batch_size"], TD3["gamma"], TD3["tau"]
+    obs, _ = envs.reset(seed=seed)
+    for step in range(cap):
+        if step >= LEARNING_STARTS:
+            yield  # the warm-up done (first), then one env step each
+        if step < LEARNING_STARTS:
+            actions = np.array([envs.single_action_space.sample() for _ in range(1)])
+        else:
+            with torch.no_grad():
+                actions = actor(torch.Tensor(obs))
+                actions += torch.normal(0, actor.action_scale * TD3["exploration_noise"])
+                actions = actions.cpu().numpy().clip(low, high)
+        next_obs, rewards, terminations, truncations, infos = envs.step(actions)
+        b_obs[step], b_next[step], b_act[step] = obs[0], next_obs[0], actions[0]
+        b_rew[step], b_done[step] = rewards[0], terminations[0]
+        obs = next_obs
+        if step < LEARNING_STARTS:
+            continue
+        idx = rng.integers(0, step + 1, size=B)
+        o, a, n = torch.as_tensor(b_obs[idx]), torch.as_tensor(b_act[idx]), torch.as_tensor(b_next[idx])
+        r, d = torch.as_tensor(b_rew[idx]), torch.as_tensor(b_done[idx])
+        with torch.no_grad():
+            noise = (torch.randn_like(a) * TD3["policy_noise"]).clamp(-TD3["noise_clip"], TD3["noise_clip"])
+            next_a = (actor_t(n) + noise * actor_t.action_scale).clamp(float(low[0]), float(high[0]))
+            min_t = torch.min(qf1_t(n, next_a), qf2_t(n, next_a))
+            y = r + (1 - d) * gamma * min_t.view(-1)
+        q1, q2 = qf1(o, a).view(-1), qf2(o, a).view(-1)
+        qf_loss = torch.nn.functional.mse_loss(q1, y) + torch.nn.functional.mse_loss(q2, y)
+        q_opt.zero_grad()
+        qf_loss.backward()
+        q_opt.step()
+        if step % TD3["policy_frequency"] == 0:
+            actor_loss = -qf1(o, actor(o)).mean()
+            a_opt.zero_grad()
+            actor_loss.backward()
+            a_opt.step()
+            for net, tgt in ((actor, actor_t), (qf1, qf1_t), (qf2, qf2_t)):
+                for p, tp in zip(net.parameters(), tgt.parameters(), strict=True):
+                    tp.data.copy_(tau * p.data + (1 - tau) * tp.data)
+    envs.close()
 
 
 # ----------------------------------------------------------------------------- ours
 
 
-def loop_sps(steps: int, *, hidden: int = HIDDEN, learn: bool = True) -> float:
-    """Env steps per second of the ``sac`` preset through the shared loop at the reference's
-    settings, after the same warm-up (no logging, no evaluation)."""
-    from tritonrl.agents.sac import SACAgent, preset
-    from tritonrl.toolkit.envs.vector import make_vec_env
-    from tritonrl.toolkit.training.loop import LoopConfig, run_training
-    from tritonrl.toolkit.training.offpolicy import OffPolicySchedule
+class _Loop:
+    """The ``name`` preset (``"sac"`` or ``"td3"``) through the shared loop at its reference's
+    settings: :meth:`warm_up` runs the same random warm-up, then (``learn``) two updates, which
+    compile every region of a compiled agent; :meth:`run` steps on (no logging, no evaluation)."""
 
-    env = make_vec_env(ENV_ID, 1, seed=0)
-    cfg = preset(
-        "sac", hidden=(hidden, hidden), learning_starts=LEARNING_STARTS, buffer_size=LEARNING_STARTS + steps
-    )
-    agent = SACAgent(env.single_observation_space, env.single_action_space, cfg, num_envs=1, seed=0)
-    quiet = {"final_eval": False, "plot": False, "tensorboard": False}
-    try:
-        never = OffPolicySchedule(10**9, 1)
-        run_training(agent, env, never, LoopConfig(total_steps=LEARNING_STARTS, **quiet))  # random warm-up
-        schedule = OffPolicySchedule(0 if learn else 10**9, 1, 1)
+    def __init__(self, name: str, steps: int, *, hidden: int, learn: bool, compile: str) -> None:
+        from tritonrl.agents.sac import SACAgent, TD3Agent, preset
+        from tritonrl.toolkit.envs.vector import make_vec_env
+
+        self.env = make_vec_env(ENV_ID, 1, seed=0)
+        cfg = preset(
+            name,
+            hidden=(hidden, hidden),
+            learning_starts=LEARNING_STARTS,
+            buffer_size=LEARNING_STARTS + steps + 2,
+            compile=compile,
+        )
+        agent_class = SACAgent if name == "sac" else TD3Agent
+        space = self.env.single_observation_space, self.env.single_action_space
+        self.agent = agent_class(*space, cfg, num_envs=1, seed=0)
+        self.learn = learn
+
+    def _steps(self, n: int, learning_starts: int) -> None:
+        from tritonrl.toolkit.training.loop import LoopConfig, run_training
+        from tritonrl.toolkit.training.offpolicy import OffPolicySchedule
+
+        quiet = LoopConfig(total_steps=n, final_eval=False, plot=False, tensorboard=False)
+        run_training(self.agent, self.env, OffPolicySchedule(learning_starts, 1, 1), quiet)
+
+    def warm_up(self) -> float:
+        """The random warm-up, then the first two updates (of both parities: the actor steps every
+        second one); the seconds of those two (a compiled agent's compilation)."""
+        self._steps(LEARNING_STARTS, 10**9)
+        if not self.learn:
+            return 0.0
         t0 = time.perf_counter()
-        summary = run_training(agent, env, schedule, LoopConfig(total_steps=steps, **quiet))
-        return summary["global_step"] / (time.perf_counter() - t0)
+        self.agent.update()
+        self.agent.update()
+        return time.perf_counter() - t0
+
+    def run(self, n: int) -> None:
+        """``n`` more env steps (an update after each with ``learn``; each call counts its steps
+        from 0 again, so each gets a schedule of its own)."""
+        self._steps(n, 0 if self.learn else 10**9)
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def loop_sps(
+    steps: int, *, name: str = "sac", hidden: int = HIDDEN, learn: bool = True, compile: str = "none"
+) -> tuple[float, float]:
+    """``(env steps per second, compile seconds)`` of :class:`_Loop` alone: ``steps`` timed env
+    steps after its warm-up (whose compilation the rate excludes)."""
+    loop = _Loop(name, steps, hidden=hidden, learn=learn, compile=compile)
+    try:
+        compile_s = loop.warm_up()
+        t0 = time.perf_counter()
+        loop.run(steps)
+        return steps / (time.perf_counter() - t0), compile_s
     finally:
-        env.close()
+        loop.close()
+
+
+def interleaved(runners: dict[str, Callable[[int], None]], steps: int, chunks: int) -> dict[str, float]:
+    """Env steps per second of each runner (``runner(n)`` steps ``n`` env steps), timed side by
+    side: ``steps`` each, in ``chunks`` rounds of ``steps // chunks``, the runners' order rotated
+    each round, so that a load change on a shared machine hits every runner alike."""
+    n = steps // chunks
+    spent = dict.fromkeys(runners, 0.0)
+    keys = list(runners)
+    for i in range(chunks):
+        for key in keys[i % len(keys) :] + keys[: i % len(keys)]:
+            t0 = time.perf_counter()
+            runners[key](n)
+            spent[key] += time.perf_counter() - t0
+    return {key: n * chunks / spent[key] for key in keys}
+
+
+def _reference_runner(gen: Iterator[None]) -> Callable[[int], None]:
+    next(gen)  # the warm-up
+
+    def run(n: int) -> None:
+        for _ in range(n):
+            next(gen)
+
+    return run
 
 
 def run(quick: bool = False) -> list[Row]:
     """The rows described in the module docstring."""
-    steps, hidden = (300, 32) if quick else (3_000, HIDDEN)
+    steps, hidden, chunks = (300, 32, 3) if quick else (STEPS, HIDDEN, CHUNKS)
+    modes = ("none",) if quick else ("none", "default")
     rows: list[Row] = []
     note = "tritonrl.toolkit.training.loop + offpolicy schedule"
     with one_cpu_thread():
-        for learn in (True, False):
-            what = "env steps/s at CleanRL's SAC defaults" if learn else "env steps/s, collection only"
-            case = f"{ENV_ID}, 1 env, {hidden}-{hidden}: {what}"
-            ref = reference_sac(steps, hidden=hidden, learn=learn)
-            ours = loop_sps(steps, hidden=hidden, learn=learn)
+        for name, reference in (("sac", reference_sac), ("td3", reference_td3)):
+            case = f"{ENV_ID}, 1 env, {hidden}-{hidden}: env steps/s at CleanRL's {name.upper()} defaults"
+            loops = {mode: _Loop(name, steps, hidden=hidden, learn=True, compile=mode) for mode in modes}
+            try:
+                compile_s = {mode: loop.warm_up() for mode, loop in loops.items()}
+                runners = {"ref": _reference_runner(reference(steps, hidden=hidden))}
+                runners.update({mode: loop.run for mode, loop in loops.items()})
+                rates = interleaved(runners, steps, chunks)
+            finally:
+                for loop in loops.values():
+                    loop.close()
+            ref = rates["ref"]
             rows.append(Row(NAME, case, "reference: single file", ref, "steps/s", 1.0, "CleanRL style"))
-            rows.append(Row(NAME, case, "sac", ours, "steps/s", ours / ref, note))
+            for mode in modes:
+                label = name if mode == "none" else f"{name}, compile={mode}"
+                more = "" if mode == "none" else f"; compilation {compile_s[mode]:.0f} s, not timed"
+                rows.append(Row(NAME, case, label, rates[mode], "steps/s", rates[mode] / ref, note + more))
+        case = f"{ENV_ID}, 1 env, {hidden}-{hidden}: env steps/s, collection only"
+        loop = _Loop("sac", steps, hidden=hidden, learn=False, compile="none")
+        try:
+            loop.warm_up()
+            runners = {
+                "ref": _reference_runner(reference_sac(steps, hidden=hidden, learn=False)),
+                "sac": loop.run,
+            }
+            rates = interleaved(runners, steps, chunks)
+        finally:
+            loop.close()
+        rows.append(Row(NAME, case, "reference: single file", rates["ref"], "steps/s", 1.0, "CleanRL style"))
+        rows.append(Row(NAME, case, "sac", rates["sac"], "steps/s", rates["sac"] / rates["ref"], note))
     return rows

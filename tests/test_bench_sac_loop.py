@@ -1,5 +1,5 @@
 """benchmarks/sac_loop.py: the SAC loop and its single-file reference run and give ratio rows
-(a smoke run: small networks, a few hundred steps; about 20 s on the shared 2-core machine)."""
+(a smoke run: small networks, a few hundred steps, eager only; about 25 s on the shared 2-core machine)."""
 
 from __future__ import annotations
 
@@ -23,10 +23,32 @@ def test_quick_rows_compare_the_loop_with_the_reference(monkeypatch: pytest.Monk
     threads = torch.get_num_threads()
     rows = sac_loop.run(quick=True)
     assert torch.get_num_threads() == threads
-    assert [r.impl for r in rows] == ["reference: single file", "sac"] * 2
+    ref = "reference: single file"
+    impls = [ref, "sac", ref, "td3", ref, "sac"]
+    assert [r.impl for r in rows] == impls  # quick: no compiled rows (compilation takes minutes)
     assert all(r.benchmark == "sac_loop" and r.unit == "steps/s" for r in rows)
     assert all(math.isfinite(r.value) and r.value > 0 for r in rows)
-    for ref, ours in (rows[0:2], rows[2:4]):
+    for ref, ours in (rows[0:2], rows[2:4], rows[4:6]):
         assert ref.case == ours.case and ref.ratio == 1.0
         assert ours.ratio is not None and math.isclose(ours.ratio, ours.value / ref.value)
-    assert "CleanRL's SAC defaults" in rows[0].case and "collection only" in rows[2].case
+    assert "CleanRL's SAC defaults" in rows[0].case and "CleanRL's TD3 defaults" in rows[2].case
+    assert "collection only" in rows[4].case
+
+
+def test_loop_sps_times_after_compiling(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compiled row's rate excludes compilation: two updates run (and are timed apart) before
+    the timed loop; eager runs them too, so both rows time the same steady state."""
+    monkeypatch.setattr(sac_loop, "LEARNING_STARTS", 300)
+    sps, compile_s = sac_loop.loop_sps(50, name="td3", hidden=8)
+    assert sps > 0 and 0 < compile_s < math.inf
+    _, none = sac_loop.loop_sps(50, name="sac", hidden=8, learn=False)
+    assert none == 0.0  # collection only: no update, nothing to compile
+
+
+def test_interleaved_times_every_runner_in_rotated_rounds() -> None:
+    calls: list[tuple[str, int]] = []
+    runners = {key: (lambda n, key=key: calls.append((key, n))) for key in ("a", "b", "c")}
+    rates = sac_loop.interleaved(runners, 30, 3)
+    assert set(rates) == {"a", "b", "c"} and all(r > 0 for r in rates.values())
+    assert [k for k, _ in calls] == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    assert all(n == 10 for _, n in calls)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import abc
 import math
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -23,9 +23,10 @@ from tritonrl.agents.sac.lagged import LaggedContinuous
 from tritonrl.toolkit.agent import AgentBase
 from tritonrl.toolkit.checkpoint import CheckpointError, check_module_tensors, load_into_module, section
 from tritonrl.toolkit.checks import ActionRule, InputGuard, StepShapes
+from tritonrl.toolkit.compile import Compiled, escape
 from tritonrl.toolkit.distributed import DistContext
 from tritonrl.toolkit.optim import MasterWeightOptimizer
-from tritonrl.toolkit.replay import ReplayBuffer
+from tritonrl.toolkit.replay import ReplayBatch, ReplayBuffer
 
 __all__ = ["ContinuousAgent", "NO_CLIP"]
 
@@ -42,18 +43,53 @@ def _box(space: gym.Space, what: str, owner: str) -> gym.spaces.Box:
 
 class ContinuousAgent(LaggedContinuous, AgentBase):
     """The shared part of :class:`tritonrl.agents.sac.SACAgent` and
-    :class:`tritonrl.agents.sac.TD3Agent` (see the module docstring). A subclass builds its
-    networks and optimizers after :meth:`_init_continuous`, and lists them in :meth:`_nets`,
-    :meth:`_optimizers` and :meth:`_targets`; it implements :meth:`_explore` and :meth:`_greedy` (of
-    any actor: the agent's own, or the lagged actor's snapshot of it in an overlapped run).
+    :class:`tritonrl.agents.sac.TD3Agent` (see the module docstring), its constructor included (the
+    arguments are the subclasses'). A subclass names its :attr:`default_config`, builds its networks
+    and optimizers in :meth:`_build` and lists them in :meth:`_nets`, :meth:`_optimizers` and
+    :meth:`_targets`; it implements :meth:`_explore` and :meth:`_greedy` (of any actor: the agent's
+    own, or the lagged actor's snapshot of it in an overlapped run) and the two losses the
+    constructor compiles, ``_critic_loss(...) -> (loss, metrics)`` and ``_actor_loss(...)``, which
+    :meth:`_critic_step` and :meth:`_actor_step` run.
     """
 
     rank_part_keys = ("generator", "replay")
     experience_keys = ("replay",)
 
+    default_config: ClassVar[Any]
+    """The config of an agent built without one (the family's preset's)."""
+
     actor: nn.Module
+    critic: nn.Module
+    actor_optimizer: MasterWeightOptimizer
+    critic_optimizer: MasterWeightOptimizer
     center: torch.Tensor
     scale: torch.Tensor
+    _critic_loss: Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]
+    """The subclass's critic loss (a method): ``(l1 + l2, metrics)``, compiled as ``_learn_q``."""
+    _actor_loss: Callable[..., torch.Tensor]
+    """The subclass's actor loss (a method): an f32 scalar, compiled as ``_learn_pi``."""
+
+    def __init__(
+        self,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        config: Any = None,
+        *,
+        num_envs: int = 1,
+        device: torch.device | str = "cpu",
+        seed: int = 0,
+        dist: DistContext | None = None,
+    ) -> None:
+        cfg = config if config is not None else self.default_config
+        self._init_continuous(
+            observation_space, action_space, cfg, num_envs=num_envs, device=device, seed=seed, dist=dist
+        )
+        self._build(cfg)
+        self._actor_params = list(self.actor.parameters())
+        # The compiled regions (tritonrl.toolkit.compile): each loss with its backward; the noise
+        # is drawn from the agent's generator outside them.
+        self._learn_q = Compiled(self._critic_loss, cfg.compile, self.device)
+        self._learn_pi = Compiled(self._actor_loss, cfg.compile, self.device)
 
     def _init_continuous(
         self,
@@ -128,6 +164,11 @@ class ContinuousAgent(LaggedContinuous, AgentBase):
         return [p.detach().float().clone() for p in target.parameters()]
 
     # ------------------------------------------------------------------ subclass hooks
+
+    @abc.abstractmethod
+    def _build(self, cfg: Any) -> None:
+        """Build the networks, their targets and the optimizers of config ``cfg`` (after
+        :meth:`_init_continuous`: spaces, bounds, checks and replay are set)."""
 
     @abc.abstractmethod
     def _nets(self) -> dict[str, nn.Module]:
@@ -259,6 +300,45 @@ class ContinuousAgent(LaggedContinuous, AgentBase):
             next_obs=batch.next_obs.reshape(B, -1),
             action=batch.action.reshape(B, -1),
         )
+
+    def _twin_td_loss(
+        self, batch: ReplayBatch, y: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``(l1 + l2, metrics)``: the squared TD errors of both critics against the targets
+        ``y [B]`` f32 (inside a compiled critic loss)."""
+        q1, q2 = self.critic(batch.obs, batch.action.to(self.dtype))  # the action's ingestion cast
+        l1 = (q1 - y).square().mean()
+        l2 = (q2 - y).square().mean()
+        metrics = {
+            "losses/qf1_values": q1.detach().mean(),
+            "losses/qf2_values": q2.detach().mean(),
+            "losses/qf1_loss": l1.detach(),
+            "losses/qf2_loss": l2.detach(),
+        }
+        return l1 + l2, metrics
+
+    def _critic_step(self, *args: Any) -> dict[str, torch.Tensor]:
+        """One step of the critics on the compiled critic loss of ``args``; its metrics, with
+        ``losses/qf_loss`` (the mean of the two, as CleanRL logs it)."""
+        self._learn_q.step_begin()
+        self.critic_optimizer.zero_grad()
+        qf_loss, metrics = self._learn_q(*args)
+        qf_loss.backward()
+        self.critic_optimizer.clip_and_step(NO_CLIP)
+        metrics["losses/qf_loss"] = qf_loss.detach() / 2.0
+        out: dict[str, torch.Tensor] = escape(metrics, self._learn_q)
+        return out
+
+    def _actor_step(self, *args: Any) -> torch.Tensor:
+        """One step of the actor on the compiled actor loss of ``args`` (the critics' weights get
+        no gradient); the loss, detached and escaped from the compiled region."""
+        self._learn_pi.step_begin()
+        self.actor_optimizer.zero_grad()
+        loss = self._learn_pi(*args)
+        loss.backward(inputs=self._actor_params)
+        self.actor_optimizer.clip_and_step(NO_CLIP)
+        out: torch.Tensor = escape(loss.detach(), self._learn_pi)
+        return out
 
     def _randn(self, rows: int) -> torch.Tensor:
         """Standard normals ``[rows, D]`` f32 from the agent's generator (outside compiled regions)."""

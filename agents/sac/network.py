@@ -9,7 +9,6 @@ are the f32 boundary of the family: their outputs, log-probs and Q values leave 
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 from torch import nn
@@ -40,6 +39,21 @@ def squashed_gaussian_log_prob(
     return gauss - squash_log_det(u, log_scale)
 
 
+def _torso_head(
+    in_dim: int,
+    out_dim: int,
+    hidden: tuple[int, ...],
+    device: torch.device | str | None,
+    dtype: torch.dtype | None,
+) -> tuple[MLP, nn.Linear]:
+    """A ReLU :class:`MLP` of ``hidden`` sizes on ``in_dim`` inputs, then a linear head to
+    ``out_dim``, on ``device`` in ``dtype`` (default ``training_dtype(device)``); built in this
+    order (a seeded initialisation depends on it)."""
+    dtype = dtype_or_default(dtype, device)
+    torso = MLP(in_dim, tuple(hidden), device=device, dtype=dtype)
+    return torso, nn.Linear(torso.out_features, out_dim, device=device, dtype=dtype)
+
+
 class TwinQ(nn.Module):
     """Two independent critics ``Q_i(s, a)``: ``[obs, action] -> MLP(hidden) -> 1`` each.
 
@@ -57,12 +71,8 @@ class TwinQ(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        dtype = dtype_or_default(dtype, device)
-        fk: dict[str, Any] = {"device": device, "dtype": dtype}
-        self.torso1 = MLP(obs_dim + action_dim, tuple(hidden), **fk)
-        self.head1 = nn.Linear(self.torso1.out_features, 1, **fk)
-        self.torso2 = MLP(obs_dim + action_dim, tuple(hidden), **fk)
-        self.head2 = nn.Linear(self.torso2.out_features, 1, **fk)
+        self.torso1, self.head1 = _torso_head(obs_dim + action_dim, 1, hidden, device, dtype)
+        self.torso2, self.head2 = _torso_head(obs_dim + action_dim, 1, hidden, device, dtype)
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = torch.cat([obs, action], -1)
@@ -102,11 +112,10 @@ class SquashedGaussianActor(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        dtype = dtype_or_default(dtype, device)
-        fk: dict[str, Any] = {"device": device, "dtype": dtype}
-        self.torso = MLP(obs_dim, tuple(hidden), **fk)
-        self.mean = nn.Linear(self.torso.out_features, action_dim, **fk)
-        self.log_std = nn.Linear(self.torso.out_features, action_dim, **fk)
+        self.torso, self.mean = _torso_head(obs_dim, action_dim, hidden, device, dtype)
+        self.log_std = nn.Linear(
+            self.torso.out_features, action_dim, device=device, dtype=dtype_or_default(dtype, device)
+        )
         self.log_std_min, self.log_std_max = float(log_std_min), float(log_std_max)
         self.register_buffer(
             "log_scale", torch.as_tensor(log_scale, dtype=torch.float32, device=device), persistent=False
@@ -127,6 +136,12 @@ class SquashedGaussianActor(nn.Module):
         u = mean + log_std.exp() * noise
         return torch.tanh(u), squashed_gaussian_log_prob(noise, log_std, u, self.log_scale)
 
+    def explore(self, obs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        """The action of :meth:`sample` alone (``[B, D]`` in ``[-1, 1]``, f32), without its
+        log-probability (acting needs none)."""
+        mean, log_std = self(obs)
+        return torch.tanh(mean + log_std.exp() * noise)
+
     def greedy(self, obs: torch.Tensor) -> torch.Tensor:
         """The deterministic action ``tanh(mean)`` ``[B, D]`` in ``[-1, 1]``, f32."""
         return torch.tanh(self(obs)[0])
@@ -145,10 +160,7 @@ class DeterministicActor(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        dtype = dtype_or_default(dtype, device)
-        fk: dict[str, Any] = {"device": device, "dtype": dtype}
-        self.torso = MLP(obs_dim, tuple(hidden), **fk)
-        self.mu = nn.Linear(self.torso.out_features, action_dim, **fk)
+        self.torso, self.mu = _torso_head(obs_dim, action_dim, hidden, device, dtype)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return torch.tanh(_up(self.mu(self.torso(obs))))

@@ -13,14 +13,12 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-import gymnasium as gym
 import torch
 from torch import nn
 from tritonrl.agents.sac.base import NO_CLIP, ContinuousAgent
 from tritonrl.agents.sac.config import SAC_KIND, SACConfig
 from tritonrl.agents.sac.network import SquashedGaussianActor, TwinQ
 from tritonrl.toolkit.compile import Compiled, escape
-from tritonrl.toolkit.distributed import DistContext
 from tritonrl.toolkit.optim import MasterWeightOptimizer
 from tritonrl.toolkit.replay import ReplayBatch
 
@@ -81,23 +79,10 @@ class SACAgent(ContinuousAgent):
         "critic_target_master",
     )
 
+    default_config = _DEFAULT_CONFIG
     actor: SquashedGaussianActor
 
-    def __init__(
-        self,
-        observation_space: gym.Space,
-        action_space: gym.Space,
-        config: SACConfig | None = None,
-        *,
-        num_envs: int = 1,
-        device: torch.device | str = "cpu",
-        seed: int = 0,
-        dist: DistContext | None = None,
-    ) -> None:
-        cfg = config if config is not None else _DEFAULT_CONFIG
-        self._init_continuous(
-            observation_space, action_space, cfg, num_envs=num_envs, device=device, seed=seed, dist=dist
-        )
+    def _build(self, cfg: SACConfig) -> None:
         n_obs, D, dev, dt = self.obs_dim, self.action_dim, self.device, self.dtype
         self.actor, self.critic = self._build_seeded(
             lambda: (
@@ -124,11 +109,6 @@ class SACAgent(ContinuousAgent):
         self.critic_optimizer = self._adam(self.critic.parameters(), cfg.q_lr)
         self.alpha_optimizer = self._adam([self.log_alpha.value], cfg.q_lr) if cfg.autotune else None
         self._critic_target_master = self._target_masters(self.critic_target)
-        self._actor_params = list(self.actor.parameters())
-        # The compiled regions (tritonrl.toolkit.compile): each loss with its backward; the noise
-        # is drawn from the agent's generator outside them.
-        self._learn_q = Compiled(self._critic_loss, cfg.compile, self.device)
-        self._learn_pi = Compiled(self._actor_loss, cfg.compile, self.device)
         self._learn_alpha = Compiled(self._alpha_loss, cfg.compile, self.device)
 
     # ------------------------------------------------------------------ parts
@@ -166,7 +146,7 @@ class SACAgent(ContinuousAgent):
     # ------------------------------------------------------------------ acting
 
     def _explore(self, actor: Any, x: torch.Tensor, randn: Callable[[int], torch.Tensor]) -> torch.Tensor:
-        return actor.sample(x, randn(x.shape[0]))[0]
+        return actor.explore(x, randn(x.shape[0]))
 
     def _greedy(self, actor: Any, x: torch.Tensor) -> torch.Tensor:
         return actor.greedy(x)
@@ -186,24 +166,13 @@ class SACAgent(ContinuousAgent):
             q1_t, q2_t = self.critic_target(batch.next_obs, next_a.to(self.dtype))
             soft = torch.minimum(q1_t, q2_t) - alpha * next_logp
             y = batch.reward + batch.discount * soft
-        q1, q2 = self.critic(batch.obs, batch.action.to(self.dtype))  # the action's ingestion cast
-        l1 = (q1 - y).square().mean()
-        l2 = (q2 - y).square().mean()
-        metrics = {
-            "losses/qf1_values": q1.detach().mean(),
-            "losses/qf2_values": q2.detach().mean(),
-            "losses/qf1_loss": l1.detach(),
-            "losses/qf2_loss": l2.detach(),
-        }
-        return l1 + l2, metrics
+        return self._twin_td_loss(batch, y)
 
-    def _actor_loss(
-        self, obs: torch.Tensor, noise: torch.Tensor, alpha: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(actor loss, log_prob [B] detached)``: ``mean(alpha * log pi - min Q)``, f32."""
+    def _actor_loss(self, obs: torch.Tensor, noise: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+        """``mean(alpha * log pi - min Q)``, f32."""
         a, logp = self.actor.sample(obs, noise)
         q1, q2 = self.critic(obs, a.to(self.dtype))
-        return (alpha * logp - torch.minimum(q1, q2)).mean(), logp.detach()
+        return (alpha * logp - torch.minimum(q1, q2)).mean()
 
     def _alpha_loss(self, logp: torch.Tensor) -> torch.Tensor:
         """``mean(-alpha * (log pi + target_entropy))`` (f32; the gradient reaches ``log_alpha`` only)."""
@@ -225,13 +194,7 @@ class SACAgent(ContinuousAgent):
         batch = self._sample()
         B = batch.obs.shape[0]
         alpha = self.alpha()
-        self._learn_q.step_begin()
-        self.critic_optimizer.zero_grad()
-        qf_loss, metrics = self._learn_q(batch, self._randn(B), alpha)
-        qf_loss.backward()
-        self.critic_optimizer.clip_and_step(NO_CLIP)
-        metrics["losses/qf_loss"] = qf_loss.detach() / 2.0  # CleanRL logs the mean of the two
-        metrics = escape(metrics, self._learn_q)
+        metrics = self._critic_step(batch, self._randn(B), alpha)
         if self.updates % cfg.policy_frequency == 0:
             for _ in range(cfg.policy_frequency):  # as many actor steps as the delay skipped
                 metrics.update(self._update_actor(batch.obs, alpha))
@@ -244,12 +207,8 @@ class SACAgent(ContinuousAgent):
 
     def _update_actor(self, obs: torch.Tensor, alpha: torch.Tensor) -> dict[str, torch.Tensor]:
         """One actor step and, with ``autotune``, one ``log_alpha`` step on fresh samples."""
-        self._learn_pi.step_begin()
-        self.actor_optimizer.zero_grad()
-        loss, _ = self._learn_pi(obs, self._randn(obs.shape[0]), alpha)
-        loss.backward(inputs=self._actor_params)  # the critics' weights get no gradient
-        self.actor_optimizer.clip_and_step(NO_CLIP)
-        out = escape({"losses/actor_loss": loss.detach(), "losses/alpha": alpha}, self._learn_pi)
+        loss = self._actor_step(obs, self._randn(obs.shape[0]), alpha)
+        out = {"losses/actor_loss": loss, "losses/alpha": alpha}
         if self.alpha_optimizer is not None:
             with torch.no_grad():
                 _, logp = self.actor.sample(obs, self._randn(obs.shape[0]))

@@ -9,14 +9,11 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
-import gymnasium as gym
 import torch
 from torch import nn
-from tritonrl.agents.sac.base import NO_CLIP, ContinuousAgent
+from tritonrl.agents.sac.base import ContinuousAgent
 from tritonrl.agents.sac.config import TD3_KIND, TD3Config
 from tritonrl.agents.sac.network import DeterministicActor, TwinQ
-from tritonrl.toolkit.compile import Compiled, escape
-from tritonrl.toolkit.distributed import DistContext
 from tritonrl.toolkit.optim import MasterWeightOptimizer
 from tritonrl.toolkit.replay import ReplayBatch
 
@@ -62,23 +59,10 @@ class TD3Agent(ContinuousAgent):
         "critic_target_master",
     )
 
+    default_config = _DEFAULT_CONFIG
     actor: DeterministicActor
 
-    def __init__(
-        self,
-        observation_space: gym.Space,
-        action_space: gym.Space,
-        config: TD3Config | None = None,
-        *,
-        num_envs: int = 1,
-        device: torch.device | str = "cpu",
-        seed: int = 0,
-        dist: DistContext | None = None,
-    ) -> None:
-        cfg = config if config is not None else _DEFAULT_CONFIG
-        self._init_continuous(
-            observation_space, action_space, cfg, num_envs=num_envs, device=device, seed=seed, dist=dist
-        )
+    def _build(self, cfg: TD3Config) -> None:
         n_obs, D, dev, dt = self.obs_dim, self.action_dim, self.device, self.dtype
         self.actor, self.critic = self._build_seeded(
             lambda: (
@@ -94,9 +78,6 @@ class TD3Agent(ContinuousAgent):
         self.critic_optimizer = self._adam(self.critic.parameters(), cfg.lr)
         self._actor_target_master = self._target_masters(self.actor_target)
         self._critic_target_master = self._target_masters(self.critic_target)
-        self._actor_params = list(self.actor.parameters())
-        self._learn_q = Compiled(self._critic_loss, cfg.compile, self.device)
-        self._learn_pi = Compiled(self._actor_loss, cfg.compile, self.device)
 
     # ------------------------------------------------------------------ parts
 
@@ -153,16 +134,7 @@ class TD3Agent(ContinuousAgent):
             next_a = (self.actor_target(batch.next_obs) + noise).clamp(-1.0, 1.0)
             q1_t, q2_t = self.critic_target(batch.next_obs, next_a.to(self.dtype))
             y = batch.reward + batch.discount * torch.minimum(q1_t, q2_t)
-        q1, q2 = self.critic(batch.obs, batch.action.to(self.dtype))  # the action's ingestion cast
-        l1 = (q1 - y).square().mean()
-        l2 = (q2 - y).square().mean()
-        metrics = {
-            "losses/qf1_values": q1.detach().mean(),
-            "losses/qf2_values": q2.detach().mean(),
-            "losses/qf1_loss": l1.detach(),
-            "losses/qf2_loss": l2.detach(),
-        }
-        return l1 + l2, metrics
+        return self._twin_td_loss(batch, y)
 
     def _actor_loss(self, obs: torch.Tensor) -> torch.Tensor:
         """``-mean Q1(s, pi(s))`` (f32)."""
@@ -184,20 +156,9 @@ class TD3Agent(ContinuousAgent):
         cfg = self.config
         batch = self._sample()
         noise = (self._randn(batch.obs.shape[0]) * cfg.policy_noise).clamp(-cfg.noise_clip, cfg.noise_clip)
-        self._learn_q.step_begin()
-        self.critic_optimizer.zero_grad()
-        qf_loss, metrics = self._learn_q(batch, noise)
-        qf_loss.backward()
-        self.critic_optimizer.clip_and_step(NO_CLIP)
-        metrics["losses/qf_loss"] = qf_loss.detach() / 2.0  # CleanRL logs the mean of the two
-        metrics = escape(metrics, self._learn_q)
+        metrics = self._critic_step(batch, noise)
         if self.updates % cfg.policy_frequency == 0:
-            self._learn_pi.step_begin()
-            self.actor_optimizer.zero_grad()
-            actor_loss = self._learn_pi(batch.obs)
-            actor_loss.backward(inputs=self._actor_params)  # the critics' weights get no gradient
-            self.actor_optimizer.clip_and_step(NO_CLIP)
-            metrics["losses/actor_loss"] = escape(actor_loss.detach(), self._learn_pi)
+            metrics["losses/actor_loss"] = self._actor_step(batch.obs)
             self._soft_update("actor_target_master")
             self._soft_update("critic_target_master")
         self.updates += 1

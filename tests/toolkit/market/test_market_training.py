@@ -63,8 +63,13 @@ def test_market_presets_per_family() -> None:
     assert rainbow.overrides["v_max"] < 1.0 and rainbow.overrides["gamma"] < 0.99
     assert "v_max" not in ppo.overrides and ppo.overrides["gamma"] < 0.99
     assert "log_std_init" in cont.overrides and "log_std_init" not in ppo.overrides
+    sac, td3 = (market_preset(get_agent(n)) for n in ("sac", "td3"))
+    assert sac.overrides["gamma"] < 0.99 and td3.overrides["gamma"] < 0.99
+    assert sac.overrides["autotune"] is False and sac.overrides["alpha"] < 0.01  # rewards ~1e-2 a bar
+    assert "alpha" not in td3.overrides and sac.default_steps < 100_000  # not the generic defaults
     # the overrides are valid for every built-in preset
-    for name in ("dqn", "double", "dueling", "noisy", "c51", "qrdqn", "rainbow", "ppo", "ppo-continuous"):
+    families = ("dqn", "double", "dueling", "noisy", "c51", "qrdqn", "rainbow", "ppo", "ppo-continuous")
+    for name in (*families, "sac", "td3"):
         spec = get_agent(name)
         spec.configure(market_preset(spec).overrides)
     assert split_overrides({"lr": "1", "env.cost": "2"}) == ({"lr": "1"}, {"cost": "2"})
