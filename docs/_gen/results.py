@@ -50,6 +50,18 @@ class Group:
     curves: dict[int, list[tuple[int, float]]]
     reports: dict[int, dict[str, Any]]
     wall_s: dict[int, float]
+    flags: tuple[str, ...] = ()
+    """Extra ``train`` flags of its runs (``--overlap``)."""
+
+    @property
+    def label(self) -> str:
+        """The preset and its extra flags, as the tables name the group."""
+        return " ".join((self.agent, *self.flags))
+
+    @property
+    def mode(self) -> str:
+        """``overlapped`` or ``sequential`` (the loop that ran it)."""
+        return "overlapped" if "--overlap" in self.flags else "sequential"
 
 
 def load_runs(data: Path = DATA) -> tuple[dict[str, Any], list[Group]]:
@@ -84,6 +96,7 @@ def load_runs(data: Path = DATA) -> tuple[dict[str, Any], list[Group]]:
                 curves,
                 reports,
                 walls,
+                tuple(g.get("flags", ())),
             )  # fmt: skip
         )
     return meta, groups
@@ -133,7 +146,7 @@ def _learning_tables(meta: dict[str, Any], groups: Sequence[Group]) -> list[str]
         wall = f"{statistics.median(g.wall_s.values()):.0f} s"
         if g.threshold is None:
             out.append(
-                f"| `{g.agent}` | `{g.env}` | {g.steps:,} | (no threshold) | | "
+                f"| `{g.label}` | `{g.env}` | {g.steps:,} | (no threshold) | | "
                 f"| {_mean_sd(finals)} | {wall} |"
             )
             continue
@@ -142,7 +155,7 @@ def _learning_tables(meta: dict[str, Any], groups: Sequence[Group]) -> list[str]
         per_seed = ", ".join("not reached" if h is None else f"{h:,}" for h in hits)
         median = f"{statistics.median(reached):,.0f}" if len(reached) == len(hits) else "n/a"
         out.append(
-            f"| `{g.agent}` | `{g.env}` | {g.steps:,} | {len(reached)}/{len(hits)} (≥ {g.threshold:g}) "
+            f"| `{g.label}` | `{g.env}` | {g.steps:,} | {len(reached)}/{len(hits)} (≥ {g.threshold:g}) "
             f"| {per_seed} | {median} | {_mean_sd(finals)} | {wall} |"
         )
     return out
@@ -155,7 +168,7 @@ def _market_tables(groups: Sequence[Group]) -> list[str]:
             continue
         period = next(iter(g.reports.values()))["period"]
         out += [
-            f"### `{g.agent}` on `{g.env}`: the held-out test period",
+            f"### `{g.label}` on `{g.env}`: the held-out test period",
             "",
             f"The test period ({period['start'][:10]} to {period['end'][:10]}, "
             f"{period['decisions']} decisions) "
@@ -231,7 +244,9 @@ def render(data: Path = DATA) -> str:
         "`--eval-every`, so no run stops early at the solved score). The curve is the greedy evaluation "
         "return (`eval/mean_return` in `metrics.csv`: 10 episodes on CartPole; on the market env, the "
         "log return over the validation period); the line is the mean over seeds, the band their "
-        "minimum to maximum.",
+        "minimum to maximum. `--overlap` runs the same preset and budget overlapped (the learner in "
+        "a second process, acting one sync interval behind: [Training](training.md)); its curve "
+        "shares the sequential run's panel.",
         "",
         "![Greedy evaluation return against environment steps, mean and range over seeds]"
         f"({IMG}/{CURVES_PNG})",
@@ -285,20 +300,27 @@ def draw(data: Path = DATA, img_dir: Path = PAGES / IMG) -> list[Path]:
     meta, groups = load_runs(data)
     img_dir = Path(img_dir)
     img_dir.mkdir(parents=True, exist_ok=True)
-    fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 3.4), squeeze=False)
-    for ax, g in zip(axes[0], groups, strict=True):
-        seeds = meta["seeds"]
-        steps = [s for s, _ in g.curves[seeds[0]]]
-        n = min(len(g.curves[s]) for s in seeds)
-        values = [[g.curves[s][i][1] for s in seeds] for i in range(n)]
-        x = steps[:n]
-        ax.fill_between(x, [min(v) for v in values], [max(v) for v in values], alpha=0.25, linewidth=0)
-        ax.plot(x, [statistics.mean(v) for v in values], linewidth=1.8)
-        if g.threshold is not None:
-            ax.axhline(g.threshold, color="gray", linestyle="--", linewidth=0.8)
-        ax.set_title(f"{g.agent} on {g.env}", fontsize=9)
+    panels: dict[tuple[str, str], list[Group]] = {}  # the modes of a preset on an env share a panel
+    for g in groups:
+        panels.setdefault((g.agent, g.env), []).append(g)
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
+    seeds = meta["seeds"]
+    for ax, ((agent, env), members) in zip(axes[0], panels.items(), strict=True):
+        for g in members:
+            steps = [s for s, _ in g.curves[seeds[0]]]
+            n = min(len(g.curves[s]) for s in seeds)
+            values = [[g.curves[s][i][1] for s in seeds] for i in range(n)]
+            x = steps[:n]
+            ax.fill_between(x, [min(v) for v in values], [max(v) for v in values], alpha=0.2, linewidth=0)
+            ax.plot(x, [statistics.mean(v) for v in values], linewidth=1.8, label=g.mode)
+        threshold = members[0].threshold
+        if threshold is not None:
+            ax.axhline(threshold, color="gray", linestyle="--", linewidth=0.8)
+        if len(members) > 1:
+            ax.legend(fontsize=7)
+        ax.set_title(f"{agent} on {env}", fontsize=9)
         ax.set_xlabel("environment steps", fontsize=8)
-        ax.set_ylabel("greedy return" if g.threshold is not None else "validation log return", fontsize=8)
+        ax.set_ylabel("greedy return" if threshold is not None else "validation log return", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
     fig.suptitle(f"mean and min-max over {len(meta['seeds'])} seeds", fontsize=8)

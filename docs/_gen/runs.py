@@ -7,7 +7,7 @@ steps. Stored per run: ``<group>-s<seed>.csv`` (its ``metrics.csv``) and, for ma
 ``<group>-s<seed>.test.json`` (its ``test_report.json`` without the equity curves); plus
 ``meta.json``: the groups, the commands, and where and when they ran.
 
-    PYTHONPATH=. python docs/_gen/runs.py [--work DIR]       # from the repository root; ~3 min on 1 core
+    PYTHONPATH=. python docs/_gen/runs.py [--work DIR]       # from the repository root; ~6 min on 2 cores
 
 Then ``python docs/_gen/results.py`` rewrites the page and its figures from the stored data.
 """
@@ -27,14 +27,21 @@ ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "docs" / "data" / "learning"
 SEEDS = (1, 2, 3)
 
-# name, agent, env, steps, eval_every, threshold (steps-to-threshold on eval/mean_return; None: none)
+# name, agent, env, steps, eval_every, threshold (steps-to-threshold on eval/mean_return; None: none),
+# flags (extra `train` flags: --overlap runs the same preset and budget overlapped)
 GROUPS: tuple[dict[str, object], ...] = (
     {"name": "ppo-CartPole-v1", "agent": "ppo", "env": "CartPole-v1", "steps": 100_000, "eval_every": 5_000,
-     "threshold": 475.0},
+     "threshold": 475.0, "flags": []},
+    {"name": "ppo-CartPole-v1-overlap", "agent": "ppo", "env": "CartPole-v1", "steps": 100_000,
+     "eval_every": 5_000, "threshold": 475.0, "flags": ["--overlap"]},
     {"name": "dqn-CartPole-v1", "agent": "dqn", "env": "CartPole-v1", "steps": 50_000, "eval_every": 2_500,
-     "threshold": 475.0},
+     "threshold": 475.0, "flags": []},
+    {"name": "dqn-CartPole-v1-overlap", "agent": "dqn", "env": "CartPole-v1", "steps": 50_000,
+     "eval_every": 2_500, "threshold": 475.0, "flags": ["--overlap"]},
     {"name": "dqn-market-synthetic-ar0.3", "agent": "dqn", "env": "market:synthetic,ar=0.3", "steps": 50_000,
-     "eval_every": 5_000, "threshold": None},
+     "eval_every": 5_000, "threshold": None, "flags": []},
+    {"name": "dqn-market-synthetic-ar0.3-overlap", "agent": "dqn", "env": "market:synthetic,ar=0.3",
+     "steps": 50_000, "eval_every": 5_000, "threshold": None, "flags": ["--overlap"]},
 )  # fmt: skip
 
 
@@ -66,8 +73,8 @@ def main(argv: list[str] | None = None) -> int:
             cmd = [
                 sys.executable, "-m", "tritonrl.toolkit", "train", "--agent", str(g["agent"]),
                 "--env", str(g["env"]), "--steps", str(g["steps"]), "--eval-every", str(g["eval_every"]),
-                "--seed", str(seed), "--threads", "1", "--run-dir", str(run_dir),
-                "--no-tensorboard", "--no-progress",
+                "--seed", str(seed), "--threads", "1", *g["flags"],  # type: ignore[misc]
+                "--run-dir", str(run_dir), "--no-tensorboard", "--no-progress",
             ]  # fmt: skip
             t0 = time.perf_counter()
             subprocess.run(cmd, check=True, cwd=ROOT)
