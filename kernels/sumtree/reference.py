@@ -360,19 +360,20 @@ class _HostLevel(NamedTuple):
     """numpy and torch views of one level ``l`` of a CPU tree, for updates and inserts.
 
     The children of a level ``l >= 2`` are the totals of level ``l - 1``, a strided column of
-    its rows (one cache line each). The CPU path keeps a contiguous copy of every such column,
-    ``total`` (see :func:`_sync_totals`), and reads children from it: a row's 32 children are
-    then one 128-byte item, as the leaves are for level 1.
+    its rows (one cache line each). The CPU path keeps a contiguous copy of every such column
+    but the root row's, ``total`` (see :func:`_sync_totals`), and reads children from it: a
+    row's 32 children are then one 128-byte item, as the leaves are for level 1.
     """
 
     shift: int  # 5 l: leaf index >> shift = the row of level l above it
-    children: np.ndarray  # [n_l, 32] contiguous: the leaves (l = 1) or the copy of level l - 1's totals
-    children_rows: np.ndarray  # [n_l] children as _CHILD_ROW items
+    children: np.ndarray  # [n_l, 32]: the leaves (l = 1), the copy of level l - 1's totals, or on
+    # the root row (never sparse) its children in place
+    children_rows: np.ndarray | None  # [n_l] contiguous children as _CHILD_ROW items (None in place)
     children_t: torch.Tensor  # children as a tensor (the same memory)
     prefix_t: torch.Tensor  # _Views.prefix: entries 1 .. 32 of the real rows, in ``sums``
     prefix: np.ndarray  # the same, numpy
     stored_rows: np.ndarray  # [n_l] the real rows as _PREFIX_ROW items
-    total: np.ndarray | None  # f32 [stored rows of l]: the copy of their totals (None on the top level)
+    total: np.ndarray | None  # f32 [stored rows of l]: the copy of their totals (None below the root row)
     total_col: np.ndarray  # [stored rows of l] their totals in ``sums`` (entry 32, strided)
     mins_children: np.ndarray  # [n_l, 32] min-tree level l - 1 (contiguous)
     mins_children_rows: np.ndarray  # [n_l] as _CHILD_ROW items
@@ -429,15 +430,18 @@ def _host_views(tree: SumTree, v: _Views) -> _HostViews:
     below = v.all_sums[: tree.scratch.shape[0]]  # the children of level 1: the leaves
     for lvl, (prefix, stored, (mchildren, mout)) in enumerate(zip(v.prefix, v.stored, v.mins, strict=True)):
         n = prefix.shape[0]
+        if below is None:  # the root row: the 32 stored totals of the level below, in place
+            below = v.stored[lvl - 1][:, FANOUT]
         children_t = below[: FANOUT * n].view(n, FANOUT)
-        top = lvl == len(v.stored) - 1
-        below = None if top else torch.zeros(stored.shape[0])  # the copy of this level's totals
+        # the copy of this level's totals, for the level above; the root row reads its 32
+        # children in place (one short column is cheaper than keeping a copy)
+        below = torch.zeros(stored.shape[0]) if lvl < len(v.stored) - 2 else None
         m = mchildren.numpy()
         levels.append(
             _HostLevel(
                 FANOUT_LOG2 * (lvl + 1),
                 children_t.numpy(),
-                children_t.numpy().reshape(-1).view(_CHILD_ROW),
+                children_t.numpy().reshape(-1).view(_CHILD_ROW) if children_t.is_contiguous() else None,
                 children_t,
                 prefix,
                 prefix.numpy(),
@@ -595,7 +599,13 @@ def _per_update_cpu(
     np.add(p, np.float32(eps), out=p)
     p_max = np.maximum.reduce(p)  # NaN if any p is NaN (numpy propagates it), inf if any is inf
     finite = bool(p_max < np.inf)
-    s = np.sort(idx)  # a fresh array (stratified samples come sorted: a cheap pass)
+    # strictly increasing (what stratified sampling returns, unless a leaf spans two strata):
+    # no repeats; else sorted once, for the range, the repeats and gathers in address order
+    unique = np.count_nonzero(np.greater(idx[1:], idx[:-1], out=hw.rising)) == B - 1  # True for B = 1
+    s = idx
+    if not unique:
+        s = np.sort(idx)
+        unique = np.count_nonzero(np.greater(s[1:], s[:-1], out=hw.rising)) == B - 1
     in_range = bool(s[0] >= 0 and s[-1] < size)
     if not (finite and in_range):
         _reject(tree, finite, in_range)
@@ -605,7 +615,7 @@ def _per_update_cpu(
     if p_max > mp[0]:
         mp[0] = p_max
     hw.prio_t.pow_(alpha)  # p now holds the leaf values
-    if np.count_nonzero(np.greater(s[1:], s[:-1], out=hw.rising)) == B - 1:  # no repeats
+    if unique:
         val = p
     else:  # the last occurrence wins
         scratch = h.scratch
