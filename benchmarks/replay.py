@@ -1,30 +1,38 @@
 """Prioritized replay, side by side in one process: tritonrl vs TorchRL, cpprb and naive torch.
 
-Cases (obs dim 64, alpha 0.6, beta 0.4, IS weights included in every sample): capacity 1M and
-100k, ``extend`` 1024 transitions, ``sample`` 256 / 4096, ``update`` 256 / 4096 priorities,
-and the training step ``sample 256 + update 256``. Buffers are full and hold random priorities.
-Measured the way a training loop pays for them (and as the independent side-by-side benchmark
-does): ``update n`` cycles through 16 batches of random, unsorted indices (repeats included) and
-their priorities, ``step`` updates the indices it sampled with priorities from a pool of 16;
-every input is built outside the timed region, in each library's own format. Each case runs in
-three rounds, the implementations in turn, and keeps each one's median round. On CPU a timing is
-the median over blocks of 16 calls of the mean time per call, so the cache misses one call leaves
-to the next (the gathers of ``sample`` evict the tree) are paid. ``value`` is calls per second;
-``ratio`` is relative to the fastest of TorchRL and cpprb (the naive baseline where neither is
-installed), so ``> 1`` means faster than the best library.
+Cases (obs dim 64, alpha 0.6, beta 0.4, IS weights included in every sample): capacity 1M
+(1,000,000) and 100k, ``extend`` 1024 transitions, ``sample`` 256 / 4096, ``update`` 256 / 4096
+priorities, and the training step ``sample 256 + update 256``. Buffers are full and every
+library holds the same priorities, ``|N(0, 1)| + 1e-3``. It measures what the independent
+side-by-side PER benchmark measures (the same data sizes, priorities, cases and timing), which
+is what a training loop pays: ``update n`` cycles through 16 batches of random, unsorted indices
+(repeats included) and their priorities, ``step`` updates the indices it sampled with priorities
+from a pool of 16; every input is built outside the timed region, in each library's own format.
+
+Timing on CPU: each implementation gets a call count that fills one repeat (a calibration run
+first); a repeat is the mean time per call over that many calls in a row, after a
+``gc.collect()``, so every call pays the cache misses the previous one left (the gathers of
+``sample`` evict the tree) and every slow call (a collection, a refresh) counts. ``ROUNDS``
+repeats run round-robin across the implementations (a burst of load from another process hits
+them alike) and each keeps its median repeat. ``value`` is calls per second; ``ratio`` is
+relative to the fastest of TorchRL and cpprb (the naive baseline where neither is installed),
+so ``> 1`` means faster than the best library. On a shared machine the ratios move by tens of
+percent from run to run: compare several runs.
 
 TorchRL and cpprb come with the ``bench`` extra; a library that is missing or cannot run here
 (TorchRL's sum tree is a C++ extension tied to the torch it was built for) is skipped with its
 reason printed. On CPU, torch runs one thread (tritonrl.toolkit.cli.bench). Where CUDA is available, this
 buffer (Triton kernels) and the naive baseline also run on the GPU (timed with
-``triton.testing.do_bench``). ``run(quick=True)``: 100k only.
+``triton.testing.do_bench``). ``run(quick=True)``: 100k only, short repeats.
 """
 
 from __future__ import annotations
 
+import gc
 import itertools
 import statistics
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -36,7 +44,13 @@ OBS_DIM = 64
 ALPHA, BETA, EPS = 0.6, 0.4, 1e-6
 CHUNK = 1024
 POOL = 16  # index and priority batches cycled through by update and step
-ROUNDS = 3  # interleaved timing rounds per case
+ROUNDS = 5  # interleaved timing repeats per case
+
+
+def _priorities(capacity: int) -> np.ndarray:
+    """The priorities every library starts from: ``|N(0, 1)| + 1e-3``, f32 ``[capacity]``."""
+    g = torch.Generator().manual_seed(capacity + 1)
+    return (torch.randn(capacity, generator=g).abs_() + 1e-3).numpy()
 
 
 def _pool(capacity: int) -> dict[int, list[tuple[torch.Tensor, torch.Tensor]]]:
@@ -85,12 +99,10 @@ class _Ours(_Impl):
         self.data = {k: v[:, None] for k, v in data.items()}  # [T, num_envs=1, ...]
         for _ in range(-(-capacity // CHUNK)):
             self.extend()
-        rng = np.random.default_rng(0)
-        for lo in range(0, capacity, 4096):
-            idx = torch.arange(lo, min(capacity, lo + 4096))
-            self.buf.update_priorities(
-                idx, torch.from_numpy(rng.exponential(size=len(idx)).astype(np.float32))
-            )
+        prio = torch.from_numpy(_priorities(capacity))
+        for lo in range(0, capacity, 65536):
+            idx = torch.arange(lo, min(capacity, lo + 65536))
+            self.buf.update_priorities(idx.to(device), prio[lo : lo + 65536].to(device))
         pool = _pool(capacity)
         self.batches = {n: _cycle([(i.to(device), p.to(device)) for i, p in b]) for n, b in pool.items()}
         self.prio = _cycle([p.to(device) for _, p in pool[256]])
@@ -132,9 +144,7 @@ class _Naive(_Impl):
         self.data = {k: torch.from_numpy(v).to(device) for k, v in data.items()}
         for _ in range(-(-capacity // CHUNK)):
             self.extend()
-        self.prio.copy_(
-            torch.from_numpy(np.random.default_rng(0).exponential(size=capacity).astype(np.float32)) ** ALPHA
-        )
+        self.prio.copy_((torch.from_numpy(_priorities(capacity)) + EPS) ** ALPHA)
         pool = _pool(capacity)
         self.batches = {n: _cycle([(i.to(device), p.to(device)) for i, p in b]) for n, b in pool.items()}
         self.step_td = _cycle([p.to(device) for _, p in pool[256]])
@@ -187,14 +197,13 @@ class _Cpprb(_Impl):
             "act": {"dtype": np.int64},
             "rew": {},
             "next_obs": {"shape": OBS_DIM},
-            "done": {},
+            "done": {"dtype": np.bool_},
         }
         self.buf = PrioritizedReplayBuffer(capacity, env, alpha=ALPHA, eps=EPS)
         self.data = data
         for _ in range(-(-capacity // CHUNK)):
             self.extend()
-        rng = np.random.default_rng(0)
-        self.buf.update_priorities(np.arange(capacity), rng.exponential(size=capacity))
+        self.buf.update_priorities(np.arange(capacity, dtype=np.uint64), _priorities(capacity))
         pool = _pool(capacity)
         self.batches = {  # cpprb's own formats: uint64 indices, f32 priorities
             n: _cycle([(i.numpy().astype(np.uint64), p.numpy().copy()) for i, p in b])
@@ -236,8 +245,7 @@ class _TorchRL(_Impl):
         )
         for _ in range(-(-capacity // CHUNK)):
             self.extend()
-        rng = np.random.default_rng(0)
-        self.buf.update_priority(torch.arange(capacity), torch.from_numpy(rng.exponential(size=capacity)))
+        self.buf.update_priority(torch.arange(capacity), torch.from_numpy(_priorities(capacity)))
         pool = _pool(capacity)
         self.batches = {n: _cycle(b) for n, b in pool.items()}
         self.prio = _cycle([p for _, p in pool[256]])
@@ -279,18 +287,27 @@ def _build(
         return None
 
 
-def _time(fn: Callable[[], object], device: str, min_time: float, block: int = 16) -> dict[str, float]:
-    """On CPU: the median over blocks of ``block`` calls of the mean time per call (what a loop of
-    calls costs, each call paying the cache misses the previous one left); on CUDA, ``time_fn``."""
-    if device != "cpu":
-        return time_fn(fn, device, min_time=min_time)
-
-    def run_block() -> None:
-        for _ in range(block):
+def _calibrate(fn: Callable[[], object], target: float) -> int:
+    """Calls of ``fn`` that take about ``target`` seconds in a row (at least 5)."""
+    fn()  # warm-up
+    n = 1
+    while True:
+        t0 = time.perf_counter()
+        for _ in range(n):
             fn()
+        elapsed = time.perf_counter() - t0
+        if elapsed >= 0.05 or n >= 4096:
+            return max(5, round(target * n / elapsed))
+        n *= 4
 
-    stats = time_fn(run_block, "cpu", warmup=1, min_time=min_time)
-    return {k: v / block for k, v in stats.items()}
+
+def _repeat(fn: Callable[[], object], calls: int) -> float:
+    """One repeat on CPU: the mean time per call over ``calls`` calls in a row (after a collection)."""
+    gc.collect()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - t0) / calls
 
 
 def run(quick: bool = False) -> list[Row]:
@@ -302,9 +319,9 @@ def run(quick: bool = False) -> list[Row]:
 def _run(quick: bool) -> list[Row]:
     rows: list[Row] = []
     skipped: dict[str, str] = {}
-    min_time = 0.05 if quick else 0.3
+    min_time = 0.1 if quick else 1.5  # seconds per case and implementation
     data = _data()
-    for capacity in (100_000,) if quick else (1_048_576, 100_000):
+    for capacity in (100_000,) if quick else (1_000_000, 100_000):
         impls = [
             i for cls in (_Ours, _TorchRL, _Cpprb, _Naive) if (i := _build(cls, capacity, data, skipped))
         ]
@@ -320,14 +337,20 @@ def _run(quick: bool) -> list[Row]:
             ("update 4096", lambda i: lambda: i.update(4096)),
             ("sample 256 + update 256", lambda i: i.step),
         ]
-        cap = f"C={capacity // 1000}k" if capacity < 1_000_000 else f"C={capacity / 2**20:g}M"
+        cap = f"C={capacity // 1000}k" if capacity < 1_000_000 else f"C={capacity / 1e6:g}M"
         for case, make in cases:
-            # ROUNDS rounds, the implementations in turn within each (a burst of load from another
-            # process then hits every implementation's timings alike), the median round per impl
+            # ROUNDS repeats, the implementations in turn within each (a burst of load from another
+            # process then hits every implementation's timings alike), the median repeat per impl
+            fns = {i.name: make(i) for i in impls}
+            calls = {i.name: _calibrate(fns[i.name], min_time / ROUNDS) for i in impls if i.device == "cpu"}
             times: dict[str, list[float]] = {i.name: [] for i in impls}
             for _ in range(ROUNDS):
                 for i in impls:
-                    times[i.name].append(_time(make(i), i.device, min_time / ROUNDS)["median"])
+                    fn = fns[i.name]
+                    if i.device == "cpu":
+                        times[i.name].append(_repeat(fn, calls[i.name]))
+                    else:
+                        times[i.name].append(time_fn(fn, i.device, min_time=min_time / ROUNDS)["median"])
             speeds = {name: 1.0 / statistics.median(t) for name, t in times.items()}
             libs = {k: v for k, v in speeds.items() if k in ("TorchRL", "cpprb")}
             base_name = max(libs, key=libs.get) if libs else "naive torch"

@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 from torch import empty
-from tritonrl.kernels.sumtree.reference import FANOUT, FANOUT_LOG2, ROW, SumTree, geometry
+from tritonrl.kernels.sumtree.reference import FANOUT, FANOUT_LOG2, ROW, SumTree, forget_host_copies, geometry
 
 __all__ = ["per_insert_triton", "per_sample_triton", "per_update_triton"]
 
@@ -354,6 +354,8 @@ def per_update_triton(
         ROW_=ROW,
         num_warps=8,
     )
+    if not tree.sums.is_cuda:  # the interpreter wrote the tree behind torch's version counter
+        forget_host_copies(tree)
 
 
 def per_insert_triton(tree: SumTree, start: int, count: int, alpha: float) -> None:
@@ -378,3 +380,5 @@ def per_insert_triton(tree: SumTree, start: int, count: int, alpha: float) -> No
         ROW_=ROW,
         num_warps=8,
     )
+    if not tree.sums.is_cuda:  # the interpreter wrote the tree behind torch's version counter
+        forget_host_copies(tree)

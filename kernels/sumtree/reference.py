@@ -32,6 +32,14 @@ children without mass are skipped) and continues with ``t - row[k]``. Only loads
 counts and one f32 subtraction per level: every backend picks the same leaf from the same tree.
 On the root row only its real children are counted.
 
+**CPU path.** Updates and inserts on a CPU tree keep, beside the tree, a contiguous copy of
+every level's totals (the children of the next level, which in ``sums`` are a strided column,
+one cache line per value) and read children from it; the copies follow the tree through torch's
+version counter of ``sums`` (:func:`_sync_totals`). Level 1 of the min tree is taken from the
+gathered leaf rows of the sum tree where they hold no empty leaf: every op writes a filled
+leaf's value to both trees (an empty leaf is 0 in ``sums``, +inf in ``mins``), as
+:func:`rebuild_ref` asks of direct writes too.
+
 Everything is vectorised over the batch; the only Python loops run over the ``L`` levels.
 """
 
@@ -349,21 +357,30 @@ _PREFIX_ROW = np.dtype((np.void, 4 * ROW))
 
 
 class _HostLevel(NamedTuple):
-    """numpy and torch views (the same memory) of one level ``l`` of a CPU tree, for updates."""
+    """numpy and torch views of one level ``l`` of a CPU tree, for updates and inserts.
+
+    The children of a level ``l >= 2`` are the totals of level ``l - 1``, a strided column of
+    its rows (one cache line each). The CPU path keeps a contiguous copy of every such column
+    but the root row's, ``total`` (see :func:`_sync_totals`), and reads children from it: a
+    row's 32 children are then one 128-byte item, as the leaves are for level 1.
+    """
 
     shift: int  # 5 l: leaf index >> shift = the row of level l above it
-    children: np.ndarray  # [n_l, 32] the totals of level l - 1 (_Views.children)
-    children_rows: np.ndarray | None  # [n_l] children as _CHILD_ROW items (level 1: the leaves), else None
-    children_t: torch.Tensor  # _Views.children
-    prefix_t: torch.Tensor  # _Views.prefix
+    children: np.ndarray  # [n_l, 32]: the leaves (l = 1), the copy of level l - 1's totals, or on
+    # the root row (never sparse) its children in place
+    children_rows: np.ndarray | None  # [n_l] contiguous children as _CHILD_ROW items (None in place)
+    children_t: torch.Tensor  # children as a tensor (the same memory)
+    prefix_t: torch.Tensor  # _Views.prefix: entries 1 .. 32 of the real rows, in ``sums``
+    prefix: np.ndarray  # the same, numpy
     stored_rows: np.ndarray  # [n_l] the real rows as _PREFIX_ROW items
+    total: np.ndarray | None  # f32 [stored rows of l]: the copy of their totals (None below the root row)
+    total_col: np.ndarray  # [stored rows of l] their totals in ``sums`` (entry 32, strided)
     mins_children: np.ndarray  # [n_l, 32] min-tree level l - 1 (contiguous)
     mins_children_rows: np.ndarray  # [n_l] as _CHILD_ROW items
     mins_children_t: torch.Tensor
     mins_out: np.ndarray  # [n_l] min-tree level l
     mins_out_t: torch.Tensor
     numpy_min: bool  # few rows: numpy's row-wise minimum is cheaper than torch.amin
-    prefix: np.ndarray  # [n_l, 32] _Views.prefix (entries 1 .. 32 of the real rows), strided
 
 
 class _HostViews(NamedTuple):
@@ -377,6 +394,8 @@ class _HostViews(NamedTuple):
     max_priority: np.ndarray
     levels: tuple[_HostLevel, ...]  # level 1 .. L
     work: dict[int, _HostWork]  # update buffers by batch size
+    sums_t: torch.Tensor  # an alias of tree.sums (its version counter, read by _sync_totals)
+    synced: list[int]  # [version of sums when the total copies last matched it], -1: never
 
 
 class _HostWork(NamedTuple):
@@ -386,12 +405,13 @@ class _HostWork(NamedTuple):
     rows: np.ndarray  # [B] of _CHILD_ROW, the same memory
     prefix_t: torch.Tensor  # f32 [B, 32]: entries 1 .. 32 of prefix_rows, where cumsum writes
     prefix_rows: np.ndarray  # [B] of _PREFIX_ROW over f32 [B, 33] whose entry 0 stays 0
+    totals: np.ndarray  # [B] entry 32 of prefix_rows: the rows' totals
     minima_t: torch.Tensor  # f32 [B] their minima
     minima: np.ndarray
     prio_t: torch.Tensor  # f32 [B] the priorities, then the leaf values
     prio: np.ndarray
     positions: np.ndarray  # int32 [B] batch positions (read-only)
-    rising: np.ndarray  # bool [B - 1]: idx[k + 1] > idx[k]
+    rising: np.ndarray  # bool [B - 1]: s[k + 1] > s[k] for the sorted indices s
     plan: tuple[tuple[bool, _HostLevel], ...]  # per level: gather the touched rows (else recompute it whole)
 
 
@@ -407,26 +427,33 @@ def _host_views(tree: SumTree, v: _Views) -> _HostViews:
             return h
         v.host.clear()  # the same sums and mins in a tree with other scratch / max_priority tensors
     levels = []
-    for lvl, (children, prefix, stored, (mchildren, mout)) in enumerate(
-        zip(v.children, v.prefix, v.stored, v.mins, strict=True)
-    ):
+    below = v.all_sums[: tree.scratch.shape[0]]  # the children of level 1: the leaves
+    for lvl, (prefix, stored, (mchildren, mout)) in enumerate(zip(v.prefix, v.stored, v.mins, strict=True)):
         n = prefix.shape[0]
+        if below is None:  # the root row: the 32 stored totals of the level below, in place
+            below = v.stored[lvl - 1][:, FANOUT]
+        children_t = below[: FANOUT * n].view(n, FANOUT)
+        # the copy of this level's totals, for the level above; the root row reads its 32
+        # children in place (one short column is cheaper than keeping a copy)
+        below = torch.zeros(stored.shape[0]) if lvl < len(v.stored) - 2 else None
         m = mchildren.numpy()
         levels.append(
             _HostLevel(
                 FANOUT_LOG2 * (lvl + 1),
-                children.numpy(),
-                children.numpy().reshape(-1).view(_CHILD_ROW) if lvl == 0 else None,
-                children,
+                children_t.numpy(),
+                children_t.numpy().reshape(-1).view(_CHILD_ROW) if children_t.is_contiguous() else None,
+                children_t,
                 prefix,
+                prefix.numpy(),
                 stored[:n].numpy().reshape(-1).view(_PREFIX_ROW),
+                None if below is None else below.numpy(),
+                stored[:, FANOUT].numpy(),
                 m,
                 m.reshape(-1).view(_CHILD_ROW),
                 mchildren,
                 mout.numpy(),
                 mout,
                 n <= _NUMPY_MIN_ROWS,
-                prefix.numpy(),
             )
         )
     h = _HostViews(
@@ -438,9 +465,46 @@ def _host_views(tree: SumTree, v: _Views) -> _HostViews:
         tree.max_priority.numpy(),
         tuple(levels),
         {},
+        v.all_sums,
+        [-1],
     )
     v.host.append(h)
     return h
+
+
+def _sums_version(h: _HostViews) -> int:
+    """The version counter of the tree's ``sums`` (every in-place torch op on it or a view adds
+    one); -1 for an inference tensor, which has none (its copies are then refreshed every time)."""
+    t = h.sums_t
+    return -1 if t.is_inference() else t._version
+
+
+def _sync_totals(h: _HostViews) -> None:
+    """Make the contiguous copies of the level totals equal ``sums`` again, if anything but the
+    CPU path wrote ``sums`` since the CPU path last did.
+
+    The CPU update and insert write ``sums`` through numpy (no version change) and keep the
+    copies in step; anything else that writes it (a torch op on the tree: the device-generic
+    path, :func:`rebuild_ref`, loading leaves) moves the version counter, and the copies are
+    then read again from the tree here (a strided pass over each level's totals). The Triton
+    kernels never run on a CPU tree outside the interpreter, whose wrappers call
+    :func:`forget_host_copies`.
+    """
+    version = _sums_version(h)
+    if version == h.synced[0] and version >= 0:
+        return
+    for lv in h.levels:
+        if lv.total is not None:
+            np.copyto(lv.total, lv.total_col)
+
+
+def forget_host_copies(tree: SumTree) -> None:
+    """Drop the CPU path's cached views and total copies of ``tree`` (call after writing its
+    ``sums`` by a route that does not move torch's version counter, e.g. a Triton kernel under
+    the interpreter or a write through ``numpy()``); the next CPU update or insert rebuilds them."""
+    hit = _VIEWS.get(id(tree.sums))
+    if hit is not None:
+        hit[3].host.clear()
 
 
 def _host_work(h: _HostViews, B: int) -> _HostWork:
@@ -456,6 +520,7 @@ def _host_work(h: _HostViews, B: int) -> _HostWork:
             rows_t.numpy().reshape(-1).view(_CHILD_ROW),
             prefix_rows[:, 1:],
             prefix_rows.numpy().reshape(-1).view(_PREFIX_ROW),
+            prefix_rows.numpy()[:, FANOUT],
             minima_t,
             minima_t.numpy(),
             prio_t,
@@ -471,27 +536,40 @@ def _update_ancestors_cpu(hw: _HostWork, idx: np.ndarray) -> None:
     """:func:`_update_ancestors` on CPU: the same torch ``cumsum`` / ``amin`` on the same values
     (bit for bit), with the index work (row numbers, gathers, write-backs) in numpy. Both trees
     are walked in one pass, so a sparse level computes its row numbers once. A sparse level
-    writes whole stored rows back (entry 0 included, which is 0 in both)."""
+    writes whole stored rows back (entry 0 included, which is 0 in both), and its totals to the
+    contiguous copy the next level reads its children from.
+
+    Level 1's minima come from the gathered leaf rows of the sum tree when all of them are > 0:
+    a filled leaf holds the same value in both trees and an empty one holds 0 in ``sums`` (+inf
+    in ``mins``), so such rows are their min-tree rows. Otherwise the min-tree rows are gathered.
+    """
     rows_t, rows_buf, prefix_t, prefix_rows = hw.rows_t, hw.rows, hw.prefix_t, hw.prefix_rows
+    minima, minima_t = hw.minima, hw.minima_t
     for sparse, lv in hw.plan:
         if not sparse:
             torch.cumsum(lv.children_t, 1, out=lv.prefix_t)  # prefix_ref on CPU
+            if lv.total is not None:
+                np.copyto(lv.total[: lv.prefix.shape[0]], lv.prefix[:, FANOUT - 1])
             if lv.numpy_min:  # a minimum is exact: any order, same bits
                 np.minimum.reduce(lv.mins_children, 1, out=lv.mins_out)
             else:
                 torch.amin(lv.mins_children_t, 1, out=lv.mins_out_t)
             continue
         rows = idx >> lv.shift
-        if lv.children_rows is not None:  # the leaves: contiguous rows ("clip" skips a bounds pass)
-            lv.children_rows.take(rows, 0, rows_buf, "clip")
-            kids = rows_t
-        else:  # a strided column of totals, which take() would first copy whole; indexing does not
-            kids = torch.from_numpy(lv.children[rows])
-        torch.cumsum(kids, 1, out=prefix_t)  # prefix_ref on CPU
+        lv.children_rows.take(rows, 0, rows_buf, "clip")  # "clip" skips a bounds pass
+        torch.cumsum(rows_t, 1, out=prefix_t)  # prefix_ref on CPU
         lv.stored_rows.put(rows, prefix_rows)  # duplicate rows write equal values
-        lv.mins_children_rows.take(rows, 0, rows_buf, "clip")
-        torch.amin(rows_t, 1, out=hw.minima_t)
-        lv.mins_out[rows] = hw.minima
+        if lv.total is not None:
+            lv.total.put(rows, hw.totals)
+        if lv.shift == FANOUT_LOG2:  # level 1: rows_t holds leaf rows of the sum tree
+            torch.amin(rows_t, 1, out=minima_t)
+            if not np.minimum.reduce(minima) > 0:  # an empty (or zero) leaf among them
+                lv.mins_children_rows.take(rows, 0, rows_buf, "clip")
+                torch.amin(rows_t, 1, out=minima_t)
+        else:
+            lv.mins_children_rows.take(rows, 0, rows_buf, "clip")
+            torch.amin(rows_t, 1, out=minima_t)
+        lv.mins_out.put(rows, minima, "clip")
 
 
 def _per_update_cpu(
@@ -502,12 +580,12 @@ def _per_update_cpu(
     Same values step by step: ``|td| + eps`` is one exact abs and one correctly rounded f32 add
     in both (so ``p >= 0``, and ``max(p) < inf`` fails exactly for a NaN or an infinity);
     ``** alpha`` stays a torch op on the same contiguous ``[B]`` tensor (numpy's ``powf`` may
-    differ by an ulp); duplicates resolve by the same scratch rule, with ``np.maximum.at``
-    (unbuffered, deterministic) for ``scatter_reduce_(amax)``; every duplicate then writes the
-    winner's value, so the order of the leaf writes does not matter. Strictly increasing indices
-    (what stratified sampling returns, unless a leaf spans two strata) repeat none: their range
-    is their two ends, and every leaf is written once with its own value. The tree walk runs the
-    same torch ``cumsum`` / ``amin`` on the same rows as :func:`_update_ancestors`.
+    differ by an ulp). The indices are sorted once (their range is then their two ends); without
+    repeats every leaf is written once with its own value; with repeats, duplicates resolve by
+    the same scratch rule, with ``np.maximum.at`` (unbuffered, deterministic) for
+    ``scatter_reduce_(amax)``, and every duplicate then writes the winner's value, so the order of
+    the leaf writes does not matter. The tree walk runs the same torch ``cumsum`` / ``amin`` on
+    the same rows as :func:`_update_ancestors` (the rows of the sorted indices: the same set).
     """
     h = _host_views(tree, _views(tree))
     B = indices.shape[0]
@@ -521,14 +599,18 @@ def _per_update_cpu(
     np.add(p, np.float32(eps), out=p)
     p_max = np.maximum.reduce(p)  # NaN if any p is NaN (numpy propagates it), inf if any is inf
     finite = bool(p_max < np.inf)
+    # strictly increasing (what stratified sampling returns, unless a leaf spans two strata):
+    # no repeats; else sorted once, for the range, the repeats and gathers in address order
     unique = np.count_nonzero(np.greater(idx[1:], idx[:-1], out=hw.rising)) == B - 1  # True for B = 1
-    if unique:  # strictly increasing: the ends are the extremes
-        in_range = bool(idx[0] >= 0 and idx[-1] < size)
-    else:
-        in_range = bool(np.maximum.reduce(idx.view(np.uint64)) < size)  # a negative index is >= 2**63
+    s = idx
+    if not unique:
+        s = np.sort(idx)
+        unique = np.count_nonzero(np.greater(s[1:], s[:-1], out=hw.rising)) == B - 1
+    in_range = bool(s[0] >= 0 and s[-1] < size)
     if not (finite and in_range):
         _reject(tree, finite, in_range)
         return
+    _sync_totals(h)
     mp = h.max_priority
     if p_max > mp[0]:
         mp[0] = p_max
@@ -540,9 +622,10 @@ def _per_update_cpu(
         np.maximum.at(scratch, idx, hw.positions)
         val = p[scratch[idx]]
         scratch[idx] = -1
-    h.sums[idx] = val  # leaves are sums[0:P]
-    h.mins[idx] = val
-    _update_ancestors_cpu(hw, idx)
+    h.sums.put(idx, val, "clip")  # leaves are sums[0:P]; indices checked above
+    h.mins.put(idx, val, "clip")
+    _update_ancestors_cpu(hw, s)
+    h.synced[0] = _sums_version(h)
 
 
 def per_insert_ref(tree: SumTree, start: int, count: int, alpha: float) -> None:
@@ -598,6 +681,7 @@ def _per_insert_cpu(tree: SumTree, start: int, count: int, alpha: float) -> None
     small levels write.
     """
     h = _host_views(tree, _views(tree))
+    _sync_totals(h)
     key = (float(h.max_priority[0]), float(alpha))
     val = h.fresh.get(key)
     if val is None:
@@ -612,8 +696,12 @@ def _per_insert_cpu(tree: SumTree, start: int, count: int, alpha: float) -> None
     f64 = np.float64
     for lv in h.levels:
         lo, hi = a >> lv.shift, (b >> lv.shift) + 1
-        lv.prefix[lo:hi] = accumulate(lv.children[lo:hi], 1, f64)  # sequential f64, one rounding each
+        acc = accumulate(lv.children[lo:hi], 1, f64)  # sequential f64, one rounding each
+        lv.prefix[lo:hi] = acc
+        if lv.total is not None:  # the contiguous copy the next level reads
+            lv.total[lo:hi] = acc[:, FANOUT - 1]
         minimum(lv.mins_children[lo:hi], 1, out=lv.mins_out[lo:hi])
+    h.synced[0] = _sums_version(h)
 
 
 @functools.lru_cache(maxsize=16)
