@@ -272,7 +272,11 @@ class Mamba2Block(nn.Module):
         if state is not None:
             self._check_state(state, batch)
         H, P, G, N = self.nheads, self.headdim, self.ngroups, self.d_state
-        z, xbc, dt = torch.split(self.in_proj(x), [self.d_inner, self.conv_dim, H], dim=-1)
+        # in_proj as three products on its weight's row blocks (the same sums as one product split
+        # in three, up to the library's order for the narrow dt block): the backward concatenates
+        # no [B, L, ...] gradients, which torch.split's backward does
+        w_in, d, c = self.in_proj.weight, self.d_inner, self.conv_dim
+        z, xbc, dt = F.linear(x, w_in[:d]), F.linear(x, w_in[d : d + c]), F.linear(x, w_in[d + c :])
         xbc, window = self._conv(xbc, state.conv if state is not None else None, resets)
         xs, Bm, Cm = torch.split(F.silu(xbc), [self.d_inner, G * N, G * N], dim=-1)
         out = mamba2_scan(
