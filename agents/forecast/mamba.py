@@ -21,6 +21,7 @@ import torch
 from torch import nn
 from tritonrl.agents.forecast.base import Forecaster
 from tritonrl.agents.nets.mamba2 import Mamba2Block, Mamba2State
+from tritonrl.agents.nets.norm import rms_norm
 from tritonrl.kernels.validate import check_int
 
 __all__ = ["Mamba2Forecaster"]
@@ -112,9 +113,9 @@ class Mamba2Forecaster(Forecaster):
         """
         self.check_input(x)
         h = self.proj(x)
-        for norm, block in zip(self.norms, self.blocks, strict=True):
-            h = h + block(norm(h))
-        return self.out_norm(h)
+        for norm, block in zip(self._norms(), self.blocks, strict=True):
+            h = h + block(rms_norm(h, norm.weight, cast("float", norm.eps)))
+        return rms_norm(h, self.out_norm.weight, cast("float", self.out_norm.eps))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x [B, W, F] -> [B, H, T]`` in the parameter dtype.
@@ -128,6 +129,9 @@ class Mamba2Forecaster(Forecaster):
         """Zero memory of every block for ``batch_size`` series (conv windows in the parameter
         dtype, SSM states f32)."""
         return [block.initial_state(batch_size) for block in self._blocks()]
+
+    def _norms(self) -> list[nn.RMSNorm]:
+        return cast("list[nn.RMSNorm]", list(self.norms))
 
     def _blocks(self) -> list[Mamba2Block]:
         return cast("list[Mamba2Block]", list(self.blocks))

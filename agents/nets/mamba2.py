@@ -23,6 +23,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from tritonrl.agents.nets.norm import rms_norm
 from tritonrl.kernels.mamba2 import mamba2_scan, mamba2_step_unchecked
 from tritonrl.kernels.validate import check_int
 from tritonrl.toolkit.precision import dtype_or_default
@@ -296,7 +297,7 @@ class Mamba2Block(nn.Module):
         )
         y, ssm = out if isinstance(out, tuple) else (out, None)  # a tuple when return_state
         y = y.reshape(batch, length, self.d_inner)
-        y = F.rms_norm(y, (self.d_inner,), self.norm_weight, self.norm_eps)
+        y = rms_norm(y, self.norm_weight, self.norm_eps)
         y = self.out_proj(y)
         if ssm is not None:  # return_state
             return y, Mamba2State(conv=window, ssm=ssm)
