@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
 
 __all__ = ["rms_norm"]
 
@@ -26,6 +27,7 @@ class _RMSNorm(torch.autograd.Function):
         return xhat * weight
 
     @staticmethod
+    @once_differentiable  # in-place products: no second derivative through this backward
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None, None]:
         xhat, rstd, weight = ctx.saved_tensors
         gxhat = grad * weight

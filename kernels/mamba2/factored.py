@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
 from tritonrl.kernels.mamba2.reference import dt_transform
 
 __all__ = ["CHUNK", "MAX_LOG_FACTOR", "mamba2_scan_factored", "scan_decays"]
@@ -131,6 +132,7 @@ class _FactoredScan(torch.autograd.Function):
         return y, Sall[nc].clone()  # not a view of what the backward keeps: callers may update it in place
 
     @staticmethod
+    @once_differentiable  # in-place products: no second derivative through this backward
     def backward(ctx: Any, gy: torch.Tensor, gS: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         x, u, f, B3, C3, CB, x3, local, Sall, Sr, alpha, beta, gamma, Y, ypre, D, z, sz = ctx.saved_tensors
         T = ctx.T

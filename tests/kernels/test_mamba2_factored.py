@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -175,3 +176,13 @@ def test_cpu_scan_takes_the_factored_path_where_the_decays_fit_and_the_fast_path
     assert mamba2_scan_factored(*a, 16, True) is None
     y_fast, h_fast = mamba2_scan_fast(*a, 16, True)
     assert torch.equal(y, y_fast) and torch.equal(h, h_fast)
+
+
+def test_no_second_derivative_through_the_hand_written_backward() -> None:
+    """The backward updates its products in place: asking for a gradient of it raises instead of
+    returning a wrong one."""
+    kw = _inputs(_case(), torch.float64)
+    y = mamba2_scan_factored(*_args(kw, True, (0.0, math.inf)), kw["initial_states"], 16, False)
+    (gx,) = torch.autograd.grad(y.square().sum(), kw["x"], create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable"):
+        gx.sum().backward()
