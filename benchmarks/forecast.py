@@ -23,7 +23,7 @@ training mean (about the 0.91 ratio the planted AR(1) allows), MLP 0.70, PatchTS
 only MLP and LSTM land at or just under the training mean (0.727 / 0.733 vs 0.734, within
 noise) and the rest above it; on EUR/USD no model beats the training mean (0.637). Throughput:
 DLinear and MLP about 90-100k windows/s, LSTM about 22k, GRU and TCN about 10k, Transformer
-about 6.5k, PatchTST about 4.7k, Mamba2 (its torch reference scan on a CPU) about 3k.
+about 6.5k, PatchTST about 4.7k, Mamba2 (its torch scan on a CPU) about 3k (before the factored CPU scan).
 
 Then the training step side by side (``train step W=96``): one optimizer step (batch 64, horizon
 1, forward, MSE, backward, gradient clip, AdamW) of the LSTM (the baseline) and of the Mamba2

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 from tritonrl.agents.forecast.base import Forecaster
 from tritonrl.agents.nets.mamba2 import Mamba2Block, Mamba2State
+from tritonrl.agents.nets.norm import rms_norm
 from tritonrl.kernels.validate import check_int
 
 __all__ = ["Mamba2Forecaster"]
@@ -35,10 +36,12 @@ class Mamba2Forecaster(Forecaster):
         depth: Mamba2 blocks.
         d_state, d_conv, expand, headdim, chunk_size: of every block (see
             :class:`tritonrl.agents.nets.mamba2.Mamba2Block`; ``expand * width`` must be a multiple of
-            ``headdim``). ``chunk_size=None``: 16 for parameters on a CPU, where the scan is the
-            torch reference (its intra-chunk work grows with the chunk, and its chunk loop is cheap);
-            elsewhere the power of two >= ``window`` within [16, 64] (the scan pads the window to
-            whole chunks). The chunk changes the speed, not the result (up to rounding).
+            ``headdim``). ``chunk_size=None``: 16 for parameters on a CPU, the chunk of the torch
+            scan ``kernels/mamba2/fast.py`` (its intra-chunk work grows with the chunk, and its
+            chunk loop is cheap; the factored CPU scan, which runs first where the decays allow,
+            picks its own chunk); elsewhere the power of two >= ``window`` within [16, 64] (the
+            scan pads the window to whole chunks). The chunk changes the speed, not the result
+            (up to rounding).
         revin: normalise each channel of each window by its mean and standard deviation before
             the forecast and undo it on each target with its channel's (RevIN without affine,
             :meth:`~tritonrl.agents.forecast.base.Forecaster.use_revin`); :meth:`encode` stays
@@ -105,16 +108,17 @@ class Mamba2Forecaster(Forecaster):
         self.use_revin(revin)
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
-        """``x [B, W, F] -> [B, W, width]`` by the scan; step ``s`` depends on steps ``<= s`` only.
+        """``x [B, W, F] -> [B, W, width]`` by the scan; step ``s`` depends on steps ``<= s`` only
+        (bit for bit while the CPU scan's choice of path holds: ``kernels/mamba2/factored.py``).
 
         Raises:
             ValueError / TypeError: see :meth:`Forecaster.check_input`.
         """
         self.check_input(x)
         h = self.proj(x)
-        for norm, block in zip(self.norms, self.blocks, strict=True):
-            h = h + block(norm(h))
-        return self.out_norm(h)
+        for norm, block in zip(self._norms(), self.blocks, strict=True):
+            h = h + block(rms_norm(h, norm.weight, cast("float", norm.eps)))
+        return rms_norm(h, self.out_norm.weight, cast("float", self.out_norm.eps))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x [B, W, F] -> [B, H, T]`` in the parameter dtype.
@@ -128,6 +132,9 @@ class Mamba2Forecaster(Forecaster):
         """Zero memory of every block for ``batch_size`` series (conv windows in the parameter
         dtype, SSM states f32)."""
         return [block.initial_state(batch_size) for block in self._blocks()]
+
+    def _norms(self) -> list[nn.RMSNorm]:
+        return cast("list[nn.RMSNorm]", list(self.norms))
 
     def _blocks(self) -> list[Mamba2Block]:
         return cast("list[Mamba2Block]", list(self.blocks))

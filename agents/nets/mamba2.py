@@ -23,6 +23,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from tritonrl.agents.nets.norm import rms_norm
 from tritonrl.kernels.mamba2 import mamba2_scan, mamba2_step_unchecked
 from tritonrl.kernels.validate import check_int
 from tritonrl.toolkit.precision import dtype_or_default
@@ -272,7 +273,11 @@ class Mamba2Block(nn.Module):
         if state is not None:
             self._check_state(state, batch)
         H, P, G, N = self.nheads, self.headdim, self.ngroups, self.d_state
-        z, xbc, dt = torch.split(self.in_proj(x), [self.d_inner, self.conv_dim, H], dim=-1)
+        # in_proj as three products on its weight's row blocks (the same sums as one product split
+        # in three, up to the library's order for the narrow dt block): the backward concatenates
+        # no [B, L, ...] gradients, which torch.split's backward does
+        w_in, d, c = self.in_proj.weight, self.d_inner, self.conv_dim
+        z, xbc, dt = F.linear(x, w_in[:d]), F.linear(x, w_in[d : d + c]), F.linear(x, w_in[d + c :])
         xbc, window = self._conv(xbc, state.conv if state is not None else None, resets)
         xs, Bm, Cm = torch.split(F.silu(xbc), [self.d_inner, G * N, G * N], dim=-1)
         out = mamba2_scan(
@@ -292,7 +297,7 @@ class Mamba2Block(nn.Module):
         )
         y, ssm = out if isinstance(out, tuple) else (out, None)  # a tuple when return_state
         y = y.reshape(batch, length, self.d_inner)
-        y = F.rms_norm(y, (self.d_inner,), self.norm_weight, self.norm_eps)
+        y = rms_norm(y, self.norm_weight, self.norm_eps)
         y = self.out_proj(y)
         if ssm is not None:  # return_state
             return y, Mamba2State(conv=window, ssm=ssm)

@@ -14,6 +14,7 @@ import math
 import torch
 from tritonrl.kernels.backend import KernelOp
 from tritonrl.kernels.library import traces_reference
+from tritonrl.kernels.mamba2.factored import mamba2_scan_factored
 from tritonrl.kernels.mamba2.fast import mamba2_scan_fast
 from tritonrl.kernels.mamba2.reference import mamba2_scan_ref, mamba2_step_ref
 from tritonrl.kernels.validate import check_tensor
@@ -45,15 +46,34 @@ def mamba2_scan_torch(
     return_final_states: bool,
     **kwargs: object,
 ) -> torch.Tensor | tuple[torch.Tensor, ...]:
-    """The scan's torch path (arguments as :func:`~tritonrl.kernels.mamba2.reference.mamba2_scan_ref`):
-    :func:`~tritonrl.kernels.mamba2.fast.mamba2_scan_fast` without resets and keyword options
-    (the same results up to float32 reassociation, fewer and larger products), the reference
-    otherwise."""
+    """The scan's torch path (arguments as :func:`~tritonrl.kernels.mamba2.reference.mamba2_scan_ref`).
+
+    Without resets and keyword options: on a CPU,
+    :func:`~tritonrl.kernels.mamba2.factored.mamba2_scan_factored` where the decays fit its factors
+    (it reads their largest magnitude on the host), else (and on other devices)
+    :func:`~tritonrl.kernels.mamba2.fast.mamba2_scan_fast`; both give the reference's results up to
+    float32 reassociation with fewer and larger products. The reference otherwise."""
     if resets is None and not kwargs:
-        return mamba2_scan_fast(
-            x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_limit, initial_states, chunk_size,
+        args = (
+            x,
+            dt,
+            A,
+            B,
+            C,
+            D,
+            z,
+            dt_bias,
+            dt_softplus,
+            dt_limit,
+            initial_states,
+            chunk_size,
             return_final_states,
-        )  # fmt: skip
+        )
+        if x.device.type == "cpu":
+            out = mamba2_scan_factored(*args)
+            if out is not None:
+                return out
+        return mamba2_scan_fast(*args)
     return mamba2_scan_ref(
         x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_limit, initial_states, resets, chunk_size,
         return_final_states, **kwargs,  # type: ignore[arg-type]

@@ -1,4 +1,5 @@
-"""The CPU path of the Mamba2 scan without resets: the chunked SSD algorithm with fewer, larger products.
+"""A CPU path of the Mamba2 scan without resets: the chunked SSD algorithm with fewer, larger products
+(where the decays are too large for :mod:`tritonrl.kernels.mamba2.factored`).
 
 The same algorithm as :func:`tritonrl.kernels.mamba2.reference.mamba2_scan_ref` (the oracle, left
 as it is), arranged for a CPU, where small batched products and the copies around them cost more
