@@ -68,8 +68,8 @@ def reference_step(env: MarketEnv, actions: Any, info: bool) -> tuple[Any, ...]:
     sharpe = mean / (m2 / steps).sqrt_()
     torch.where(m2 > env._zero, sharpe.mul_(env._sqrt_ppy), env._zero, out=r["sharpe"])
     torch.exp(log_equity, out=r["equity"])
-    terminated = drawdown > env._dd_limit
-    truncated = steps >= env._length
+    terminated = drawdown > env._ends_limits[1]  # the f32 limit (inf for max_drawdown 1.0)
+    truncated = steps >= float(env._max_steps)  # (whole numbers, exact in f32)
     done = terminated | truncated
     env._acc.add_(torch.mv(env._finished, r["done"].copy_(done)))
     values: tuple[torch.Tensor, ...] = ()

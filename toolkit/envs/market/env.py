@@ -111,7 +111,9 @@ _STATE: dict[str, torch.dtype] = {
 #   decision: the next observation's column, adjacent to "final_position" so that one copy writes
 #   both columns), "peak", "reward_mean", "reward_m2", "done" (f32 0/1), and the finished
 #   episode's figures in the order of the accumulators (count first: "done" * "done" is the
-#   count in the one matrix-vector product that sums them).
+#   count in the one matrix-vector product that sums them);
+# - last, "drawdown": this step's drawdown (a temporary, never reset), a row so that one comparison
+#   of the rows "steps" and "drawdown" (a strided view of both) gives truncated and terminated.
 # The step count is f32 ("steps": exact up to 2**24, hence the limit on episode lengths).
 _ROWS = (
     "final_position",
@@ -126,10 +128,11 @@ _ROWS = (
     "sharpe",
     "max_drawdown",
     "turnover",
+    "drawdown",
 )
 _R = {name: i for i, name in enumerate(_ROWS)}
-_RESET = slice(_R["position"], len(_ROWS))  # zeroed where an episode ended
-_ACC = slice(_R["done"], len(_ROWS))  # done, then _STATS' figures, in order
+_RESET = slice(_R["position"], _R["turnover"] + 1)  # zeroed where an episode ended
+_ACC = slice(_R["done"], _R["turnover"] + 1)  # done, then _STATS' figures, in order
 _MAX_STEPS = 2**24  # f32 counts steps exactly up to here
 # The info values of a step (the episode as it stood after it), copied from these state rows.
 _INFO = ("equity", "sharpe", "max_drawdown", "turnover", "final_position")
@@ -289,12 +292,15 @@ class MarketEnv(gym.vector.VectorEnv):
         self._acc_dtype = torch.float32 if dev.type == "mps" else torch.float64
         self._cost = torch.tensor(config.cost, **f32)
         # max_drawdown 1.0 means never: compared with inf, as a drawdown 1 - exp(x) can round to 1.0
-        self._dd_limit = torch.tensor(config.max_drawdown if config.max_drawdown < 1.0 else math.inf, **f32)
-        self._length = torch.tensor(float(max_steps), **f32)
+        dd_limit = config.max_drawdown if config.max_drawdown < 1.0 else math.inf
+        # truncated, terminated: steps > max_steps - 1 (steps >= max_steps: whole f32 numbers, exact
+        # below 2**24) and drawdown > the limit, in one comparison of the [steps; drawdown] rows
+        self._ends_limits = torch.tensor([[float(max_steps - 1)], [dd_limit]], **f32)
         self._sqrt_ppy = torch.tensor(math.sqrt(self.data.periods_per_year), **f32)
         self._zero = torch.tensor(0.0, **f32)
         self._one = torch.tensor(1.0, **f32)
         self._one_row = torch.tensor(1, dtype=torch.int64, device=dev)
+        self._one_int = torch.tensor(1, dtype=torch.int32, device=dev)
         self._zero_row = torch.tensor(0, dtype=torch.int64, device=dev)
         # discrete action a (clamped to {0, 1, 2}) -> position a - 1, and its borrow cost per step
         self._position_of = torch.tensor([-1.0, 0.0, 1.0], **f32)
@@ -308,15 +314,22 @@ class MarketEnv(gym.vector.VectorEnv):
         # final observation's), [1] the current one (the next observation's)
         self._block = torch.zeros(len(_ROWS), e, dtype=torch.float32, device=dev)
         self._row = dict(zip(_ROWS, self._block.unbind(0), strict=True))
-        self._reset_block = self._block[_RESET]  # zeroed where an episode ended
+        # zeroed where an episode ended: its bits AND-ed with a mask (0 where done, all ones
+        # elsewhere): +0.0 where done, every other value kept bit for bit (NaNs and -0.0 included)
+        self._reset_bits = self._block[_RESET].view(torch.int32)
+        self._keep = torch.empty(e, dtype=torch.int32, device=dev)
+        # the rows [steps; drawdown] as one [2, E] view (compared in one operation)
+        s, d = _R["steps"], _R["drawdown"]
+        self._ends = self._block.as_strided((2, e), ((d - s) * e, 1), self._block.storage_offset() + s * e)
         self._finished = self._block[_ACC]
         self._columns = self._block[: _R["position"] + 1].view(-1)  # final_position, position
         self._rows = torch.zeros(2, e, dtype=torch.int64, device=dev)
         self._rows_flat = self._rows.view(-1)
+        self._rows_next, self._rows_now = self._rows.unbind(0)  # (views: no select in the step)
         self._acc = torch.zeros(1 + len(_STATS), dtype=self._acc_dtype, device=dev)
         # every per-step temporary, preallocated (a step allocates nothing; see _make_outputs)
-        self._scratch = torch.empty(4, e, dtype=torch.float32, device=dev)
-        self._change, self._gathered, self._drawdown, self._tmp = self._scratch.unbind(0)
+        self._scratch = torch.empty(3, e, dtype=torch.float32, device=dev)
+        self._change, self._gathered, self._tmp = self._scratch.unbind(0)
         self._positive = torch.empty(e, dtype=torch.bool, device=dev)
         self._index, self._starts = torch.empty(2, e, dtype=torch.int64, device=dev).unbind(0)
         self._summed = torch.zeros(1 + len(_STATS), dtype=torch.float32, device=dev)
@@ -331,14 +344,17 @@ class MarketEnv(gym.vector.VectorEnv):
         """One set of step outputs: the two observations ``[2E, D]`` (final ones, then next ones) in
         the features' dtype; f32 ``[7, E]``: reward, a row of ones (reward and one are added to
         log-equity and steps in one operation), then the info values in :data:`_INFO`'s order;
-        bool ``[3, E]``: terminated, truncated, done."""
+        bool ``[3, E]``: truncated, terminated (the order of the ``[steps; drawdown]`` rows they are
+        compared from), done."""
         dev, e = self.device, self.num_envs
         both = torch.empty((2 * e, self.obs_dim), dtype=self._windows.dtype, device=dev)
         f32 = torch.empty((2 + len(_INFO), e), dtype=torch.float32, device=dev)
         f32[1].fill_(1.0)
         flags = torch.empty((3, e), dtype=torch.bool, device=dev)
-        out = (both[e:], both[:e], f32[0], *flags.unbind(0), *f32[2:].unbind(0))
-        parts = (both.narrow(1, 0, self._width), both.select(1, self._width), f32[:2], f32[2:])
+        ends = flags.unbind(0)  # truncated, terminated, done
+        out = (both[e:], both[:e], f32[0], ends[1], ends[0], ends[2], *f32[2:].unbind(0))
+        del ends  # (the set counts the references to its views: none may be left here)
+        parts = (both.narrow(1, 0, self._width), both.select(1, self._width), f32[:2], f32[2:], flags[:2])
         return OutputSet((both, f32, flags), out, parts)
 
     # ------------------------------------------------------------------------------- internals
@@ -392,16 +408,18 @@ class MarketEnv(gym.vector.VectorEnv):
         nothing else holds; every temporary into a preallocated row (no allocation)."""
         if self.obs is None:
             raise RuntimeError("MarketEnv.step called before reset()")
-        rows = self._rows
+        rows_next, rows_now = self._rows_next, self._rows_now
         position, borrow = self._position_after(actions)  # p_t, in its row
         o = self._outputs.take()
         obs, final_obs, reward, terminated, truncated, done = o.out[:6]
-        features, column, reward_one, info_values = o.parts
-        (_, held, peak, mean, m2, done_f, log_equity, steps, equity, sharpe, max_dd, turnover) = self._views
-        change, gathered, drawdown, tmp = self._change, self._gathered, self._drawdown, self._tmp
-        torch.add(rows[1], self._one_row, out=rows[0])  # t + 1
+        features, column, reward_one, info_values, ends = o.parts
+        (_, held, peak, mean, m2, done_f, log_equity, steps, equity, sharpe, max_dd, turnover, drawdown) = (
+            self._views
+        )
+        change, gathered, tmp = self._change, self._gathered, self._tmp
+        torch.add(rows_now, self._one_row, out=rows_next)  # t + 1
         torch.sub(position, held, out=change).abs_()
-        torch.mul(position, torch.index_select(self._returns, 0, rows[0], out=gathered), out=reward)
+        torch.mul(position, torch.index_select(self._returns, 0, rows_next, out=gathered), out=reward)
         if borrow is not None:  # tmp holds the borrow costs: the cost term goes into gathered
             reward.sub_(torch.mul(change, self._cost, out=gathered)).sub_(borrow)
         else:
@@ -420,8 +438,7 @@ class MarketEnv(gym.vector.VectorEnv):
         torch.div(mean, tmp, out=tmp).mul_(self._sqrt_ppy)
         torch.where(torch.gt(m2, self._zero, out=self._positive), tmp, self._zero, out=sharpe)
         torch.exp(log_equity, out=equity)
-        torch.gt(drawdown, self._dd_limit, out=terminated)
-        torch.ge(steps, self._length, out=truncated)
+        torch.gt(self._ends, self._ends_limits, out=ends)  # truncated, terminated
         torch.bitwise_or(terminated, truncated, out=done)
         # the finished episodes' figures, summed: [1 + len(_STATS), E] @ [E] (done * done counts)
         done_f.copy_(done)
@@ -432,15 +449,14 @@ class MarketEnv(gym.vector.VectorEnv):
             torch.index_select(self._block, 0, self._info_rows, out=info_values)
             values = o.out[6:]
         # same-step autoreset (a start is drawn for every env; used where done): the state's
-        # block zeroed where done (+0.0 bits: the product of the bits with ~done it replaces)
-        self._reset_block.masked_fill_(done, 0.0)
-        if self._num_starts > 1:
-            starts = torch.randint(
-                0, self._num_starts, (self.num_envs,), generator=self.generator, out=self._starts
-            )
-            torch.where(done, starts, rows[0], out=rows[1])
+        # block zeroed where done (+0.0 bits), its bits AND-ed with keep: 1 - 1 = 0 where done,
+        # 0 - 1 = all ones elsewhere (a masked_fill_ broadcast over rows is several times slower)
+        self._reset_bits.bitwise_and_(self._keep.copy_(done).sub_(self._one_int))
+        if self._num_starts > 1:  # (torch.randint(..., out=) is this random_ after a resize)
+            starts = self._starts.random_(0, self._num_starts, generator=self.generator)
+            torch.where(done, starts, rows_next, out=rows_now)
         else:  # the one start is window 0
-            torch.where(done, self._zero_row, rows[0], out=rows[1])
+            torch.where(done, self._zero_row, rows_next, out=rows_now)
         # both observations in one gather: the true next ones, then the next episode's where done
         torch.index_select(self._windows, 0, self._rows_flat, out=features)
         column.copy_(self._columns)  # [2E] f32 written in the features' dtype
