@@ -79,6 +79,7 @@ def reference_step(env: MarketEnv, actions: Any, info: bool) -> tuple[Any, ...]:
         values += (block[_R["final_position"]],)
     kept = ~done
     env._block.view(torch.int32)[_RESET].mul_(kept)
+    held.view(torch.int32).mul_(kept)  # the next decision's position: 0 where an episode ended
     if env._num_starts > 1:
         torch.where(done, env._draw_starts(), rows[0], out=rows[1])
     else:

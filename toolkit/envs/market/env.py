@@ -105,19 +105,18 @@ _STATE: dict[str, torch.dtype] = {
 
 # Inside, the f32 state is one [len(_ROWS), E] tensor updated in place (few, larger tensor
 # operations: a step's cost is mostly per-operation overhead), its rows in this order:
+# - the block the autoreset zeroes where an episode ended: "peak", "reward_mean", "reward_m2",
+#   "done" (f32 0/1), and the finished episode's figures in the order of the accumulators (count
+#   first: "done" * "done" is the count in the one matrix-vector product that sums them);
 # - "final_position": p_t, the position after the step (the final observation's column, the
-#   info's "position"); kept out of the block the autoreset zeroes;
-# - then the block the autoreset zeroes where an episode ended: "position" (p_{t-1} of the next
-#   decision: the next observation's column, adjacent to "final_position" so that one copy writes
-#   both columns), "peak", "reward_mean", "reward_m2", "done" (f32 0/1), and the finished
-#   episode's figures in the order of the accumulators (count first: "done" * "done" is the
-#   count in the one matrix-vector product that sums them);
-# - last, "drawdown": this step's drawdown (a temporary, never reset), a row so that one comparison
-#   of the rows "steps" and "drawdown" (a strided view of both) gives truncated and terminated.
+#   info's "position": the info values are the rows "equity" .. "final_position", one copy);
+# - "position": p_{t-1} of the next decision (the next observation's column, after
+#   "final_position" so that one copy writes both columns): "final_position" where no episode
+#   ended, 0 where one did (written by the autoreset);
+# - "drawdown": this step's drawdown (a temporary, never reset), a row so that one comparison of
+#   the rows "steps" and "drawdown" (a strided view of both) gives truncated and terminated.
 # The step count is f32 ("steps": exact up to 2**24, hence the limit on episode lengths).
 _ROWS = (
-    "final_position",
-    "position",
     "peak",
     "reward_mean",
     "reward_m2",
@@ -128,10 +127,12 @@ _ROWS = (
     "sharpe",
     "max_drawdown",
     "turnover",
+    "final_position",
+    "position",
     "drawdown",
 )
 _R = {name: i for i, name in enumerate(_ROWS)}
-_RESET = slice(_R["position"], _R["turnover"] + 1)  # zeroed where an episode ended
+_RESET = slice(0, _R["turnover"] + 1)  # zeroed where an episode ended (and "position", written so)
 _ACC = slice(_R["done"], _R["turnover"] + 1)  # done, then _STATS' figures, in order
 _MAX_STEPS = 2**24  # f32 counts steps exactly up to here
 # The info values of a step (the episode as it stood after it), copied from these state rows.
@@ -317,12 +318,15 @@ class MarketEnv(gym.vector.VectorEnv):
         # zeroed where an episode ended: its bits AND-ed with a mask (0 where done, all ones
         # elsewhere): +0.0 where done, every other value kept bit for bit (NaNs and -0.0 included)
         self._reset_bits = self._block[_RESET].view(torch.int32)
+        self._final_bits = self._row["final_position"].view(torch.int32)
+        self._held_bits = self._row["position"].view(torch.int32)
         self._keep = torch.empty(e, dtype=torch.int32, device=dev)
         # the rows [steps; drawdown] as one [2, E] view (compared in one operation)
         s, d = _R["steps"], _R["drawdown"]
         self._ends = self._block.as_strided((2, e), ((d - s) * e, 1), self._block.storage_offset() + s * e)
         self._finished = self._block[_ACC]
-        self._columns = self._block[: _R["position"] + 1].view(-1)  # final_position, position
+        self._columns = self._block[_R["final_position"] : _R["position"] + 1].view(-1)
+        self._info = self._block[_R["equity"] : _R["final_position"] + 1]  # _INFO's rows, in order
         self._rows = torch.zeros(2, e, dtype=torch.int64, device=dev)
         self._rows_flat = self._rows.view(-1)
         self._rows_next, self._rows_now = self._rows.unbind(0)  # (views: no select in the step)
@@ -334,7 +338,6 @@ class MarketEnv(gym.vector.VectorEnv):
         self._index, self._starts = torch.empty(2, e, dtype=torch.int64, device=dev).unbind(0)
         self._summed = torch.zeros(1 + len(_STATS), dtype=torch.float32, device=dev)
         self._summed_acc = torch.zeros(1 + len(_STATS), dtype=self._acc_dtype, device=dev)  # (exact)
-        self._info_rows = torch.tensor([_R[k] for k in _INFO], dtype=torch.int64, device=dev)
         # the row views a step updates (one tuple: no dict look-ups in the step)
         self._views = tuple(self._row[k] for k in _ROWS)
         self._equity_steps = self._block[_R["log_equity"] : _R["steps"] + 1]
@@ -413,7 +416,7 @@ class MarketEnv(gym.vector.VectorEnv):
         o = self._outputs.take()
         obs, final_obs, reward, terminated, truncated, done = o.out[:6]
         features, column, reward_one, info_values, ends = o.parts
-        (_, held, peak, mean, m2, done_f, log_equity, steps, equity, sharpe, max_dd, turnover, drawdown) = (
+        (peak, mean, m2, done_f, log_equity, steps, equity, sharpe, max_dd, turnover, _, held, drawdown) = (
             self._views
         )
         change, gathered, tmp = self._change, self._gathered, self._tmp
@@ -424,7 +427,6 @@ class MarketEnv(gym.vector.VectorEnv):
             reward.sub_(torch.mul(change, self._cost, out=gathered)).sub_(borrow)
         else:
             reward.sub_(torch.mul(change, self._cost, out=tmp))
-        held.copy_(position)
         self._equity_steps.add_(reward_one)  # log-equity += reward, steps += 1
         turnover.add_(change)
         torch.maximum(peak, log_equity, out=peak)
@@ -446,12 +448,14 @@ class MarketEnv(gym.vector.VectorEnv):
         self._acc.add_(self._summed_acc.copy_(torch.mv(self._finished, done_f, out=self._summed)))
         values: tuple[torch.Tensor, ...] = ()
         if info:  # the episode as it stood after this step, before the autoreset
-            torch.index_select(self._block, 0, self._info_rows, out=info_values)
+            info_values.copy_(self._info)
             values = o.out[6:]
         # same-step autoreset (a start is drawn for every env; used where done): the state's
         # block zeroed where done (+0.0 bits), its bits AND-ed with keep: 1 - 1 = 0 where done,
         # 0 - 1 = all ones elsewhere (a masked_fill_ broadcast over rows is several times slower)
-        self._reset_bits.bitwise_and_(self._keep.copy_(done).sub_(self._one_int))
+        keep = self._keep.copy_(done).sub_(self._one_int)
+        self._reset_bits.bitwise_and_(keep)
+        torch.bitwise_and(self._final_bits, keep, out=self._held_bits)  # p_t, or 0 where done
         if self._num_starts > 1:  # (torch.randint(..., out=) is this random_ after a resize)
             starts = self._starts.random_(0, self._num_starts, generator=self.generator)
             torch.where(done, starts, rows_next, out=rows_now)
