@@ -30,9 +30,11 @@ learner trains in a second process; ``ratio`` is overlapped / sequential), at tw
 - ``1 update / vector step``: one update of 256 per vector step (train_freq 1,024, gradient_steps
   1): collection and learning cost about the same, which is where an overlap can gain most.
 
-Each loop row is one run after a warm-up run of the same settings, timed from the end of its third
-vector step to the end of the one before its last (no fork, no first update, no final hand-back of
-the learner's state). Overlap needs a free second core: on a busy
+Each loop row is one run whose replay holds ``LOOP_RING`` vector steps, timed from the end of the
+vector step after the ring first wrapped to the end of the one before the last: no fork or first
+update inside, no final hand-back of the learner's state, and no first writes to the replay, which
+in a forked learner each copy a page the main process still shares (copy-on-write: about 1.5 ms a
+round at 1,024 envs until the ring has wrapped once). Overlap needs a free second core: on a busy
 machine its row drops below the sequential one (docs/pages/speed.md).
 
 On CPU: 1,024 envs, torch on one thread (tritonrl.toolkit.cli.bench; the notes say so). On CUDA the
@@ -144,10 +146,11 @@ IMPLS: tuple[tuple[str, Callable[[Any, int, str], Callable[[], object]]], ...] =
 
 # (case, overrides, vector steps timed): the loop rows' replay ratios (module docstring)
 LOOP_CASES = (
-    ("market preset", {}, 8),
-    ("1 update / vector step", {"train_freq": 1024, "gradient_steps": 1}, 96),
+    ("market preset", {}, 12),
+    ("1 update / vector step", {"train_freq": 1024, "gradient_steps": 1}, 400),
 )
 LOOP_ENVS = 1024
+LOOP_RING = 8  # the loop rows' replay, in vector steps: it wraps before the timing starts
 
 
 def _loop(data: Any, overrides: dict[str, Any], vector_steps: int, overlap: bool) -> float:
@@ -165,13 +168,13 @@ def _loop(data: Any, overrides: dict[str, Any], vector_steps: int, overlap: bool
     env = _env(data, n)
     switches = {**market_preset(get_agent("dqn")).overrides, **overrides}
     switches.update(
-        torso_hidden=(WIDTH, WIDTH), buffer_size=RING_STEPS * n, learning_starts=2 * n, compile="none"
+        torso_hidden=(WIDTH, WIDTH), buffer_size=LOOP_RING * n, learning_starts=2 * n, compile="none"
     )
     agent = DQNAgent(
         env.single_observation_space, env.single_action_space, preset("dqn", **switches), num_envs=n, seed=0
     )
     cfg = LoopConfig(
-        total_steps=vector_steps * n,
+        total_steps=(LOOP_RING + 2 + vector_steps) * n,
         seed=0,
         eval_every=0,
         final_eval=False,
@@ -189,19 +192,18 @@ def _loop(data: Any, overrides: dict[str, Any], vector_steps: int, overlap: bool
         return False
 
     run_training(agent, env, schedule_for(agent), cfg, collector=collector, should_stop=stamp)
-    # from the end of the 3rd vector step (updates run from the 2nd) to the end of the one before
-    # the last: no fork, no first updates, no final drain (the last step of an overlapped run
-    # waits for the learner's whole state, its replay included)
-    return (len(stamps) - 4) * n / (stamps[-2] - stamps[2])
+    # from the end of the vector step after the ring wrapped to the end of the one before the
+    # last (the last step of an overlapped run waits for the learner's whole state)
+    first = LOOP_RING + 1
+    return (len(stamps) - 2 - first) * n / (stamps[-2] - stamps[first])
 
 
 def _loop_rows(data: Any, quick: bool) -> list[Row]:
     rows: list[Row] = []
     for case, overrides, vector_steps in LOOP_CASES:
-        steps = max(8, vector_steps // 4) if quick else vector_steps
+        steps = max(4, vector_steps // 4) if quick else vector_steps
         rates = {}
         for overlap in (False, True):
-            _loop(data, overrides, 6, overlap)  # warm-up: the fork, the allocator, the first updates
             rates[overlap] = _loop(data, overrides, steps, overlap)
             gc.collect()
         label = f"{LOOP_ENVS} envs cpu, dqn loop, {case}"
