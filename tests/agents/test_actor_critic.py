@@ -203,9 +203,16 @@ def test_categorical_head_equals_torch_distributions(dtype):
     Categorical takes logits - logsumexp: the two round differently in the last bit); log-probs
     and entropy must match torch.distributions.Categorical to a few ulps (rtol 1e-6 f32, 1e-14
     f64; atol for values near 0), the same actions must be drawn, including for logits so peaked
-    that some probabilities underflow to 0, where the entropy's 0 * log 0 must count as 0."""
+    that some probabilities underflow to 0, where the entropy's 0 * log 0 must count as 0.
+
+    The atol of a row is at least ``4 eps max|logit|``: both formulas round the differences of
+    the row's logits, whose ulps scale with the logits, so on the peaked rows (logits ~1e4) the
+    log-probs near 0 and the entropies agree to that, not to 1e-6 (over 300 weight draws a fixed
+    atol failed the peaked rows for a third of them; the bound held for every draw, the largest
+    entropy difference 0.48 ``eps max|logit|``)."""
     from tritonrl.agents.nets.policy_heads import CategoricalHead
 
+    torch.manual_seed(0)  # the head's weights: not whatever the tests before left in the global RNG
     head = CategoricalHead(8, 5, dtype=dtype)
     g = torch.Generator().manual_seed(0)
     feat = torch.randn(64, 8, generator=g, dtype=dtype)
@@ -213,16 +220,22 @@ def test_categorical_head_equals_torch_distributions(dtype):
     raw = torch.randint(0, 5, (64,), generator=g)
     logits = head.logits(feat)
     ref = torch.distributions.Categorical(logits=logits if dtype == torch.float64 else logits.float())
-    tol = {"rtol": 1e-6, "atol": 1e-6} if dtype == torch.float32 else {"rtol": 1e-14, "atol": 1e-14}
+    rtol, atol = (1e-6, 1e-6) if dtype == torch.float32 else (1e-14, 1e-14)
+    row_atol = (4 * torch.finfo(dtype).eps * logits.detach().abs().amax(-1)).clamp(min=atol)
+
+    def close(got: torch.Tensor, want: torch.Tensor) -> None:
+        err = (got - want).abs()
+        assert (err <= rtol * want.abs() + row_atol).all(), (err.max(), got, want)
+
     logp, entropy = head.evaluate(feat, raw)
-    torch.testing.assert_close(logp, ref.log_prob(raw), **tol)
-    torch.testing.assert_close(entropy, ref.entropy(), **tol)
+    close(logp, ref.log_prob(raw))
+    close(entropy, ref.entropy())
     assert torch.isfinite(entropy).all()
     a, raw_a, lp = head.sample(feat, False, torch.Generator().manual_seed(1))
     u = torch.rand(ref.logits.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float32)
     want = (ref.logits - torch.log(-torch.log(u.clamp(1e-12, 1.0)))).argmax(-1)  # the same Gumbel draw
     assert torch.equal(a, raw_a) and torch.equal(a, want)
-    torch.testing.assert_close(lp, ref.log_prob(a), **tol)
+    close(lp, ref.log_prob(a))
     greedy, _, lp_g = head.sample(feat, True)
     assert torch.equal(greedy, ref.logits.argmax(-1))
-    torch.testing.assert_close(lp_g, ref.log_prob(greedy), **tol)
+    close(lp_g, ref.log_prob(greedy))
