@@ -211,6 +211,21 @@ def triton_missing(monkeypatch: pytest.MonkeyPatch):
 
 
 @pytest.fixture(autouse=True)
+def _seeded_global_rngs():
+    """Every test starts from the same global RNG states (torch's and Python's; numpy's legacy
+    global is unused, ruff's NPY002): what a test draws without a generator of its own (a
+    module's initial weights, say) then does not depend on which tests ran before it in the
+    worker, an order that ``make test``'s scheduling changes from run to run."""
+    import random
+
+    import torch
+
+    torch.manual_seed(0)
+    random.seed(0)
+    yield
+
+
+@pytest.fixture(autouse=True)
 def _fresh_policy_caches():
     """Each test sees a fresh precision cache (tests mock CUDA queries and set env vars)."""
     from tritonrl.toolkit.precision import training_dtype
