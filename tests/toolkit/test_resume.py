@@ -61,6 +61,12 @@ PPO_TINY = {
     "normalize_obs": True,
 }
 
+try:
+    import mujoco  # noqa: F401
+
+    _NO_MUJOCO = False
+except ImportError:
+    _NO_MUJOCO = True
 SAC_TINY = {"hidden": (16,), "batch_size": 16, "buffer_size": 1_000, "learning_starts": 100}
 
 
@@ -142,9 +148,9 @@ def _ppo(name: str, env_id: str, **overrides: Any) -> Callable[..., tuple[Any, d
     return run
 
 
-def _sac(name: str) -> Callable[..., tuple[Any, dict]]:
+def _sac(name: str, env_id: str = "Pendulum-v1") -> Callable[..., tuple[Any, dict]]:
     def run(run_dir: Path, **kw: Any) -> tuple[Any, dict]:
-        env = make_vec_env("Pendulum-v1", 2, seed=3)
+        env = make_vec_env(env_id, 2, seed=3)
         cls = SACAgent if name == "sac" else TD3Agent
         agent = cls(
             env.single_observation_space,
@@ -299,6 +305,23 @@ CASES = [
         compares=("log_alpha.value",),
     ),
     Case("td3", _sac("td3"), _sac_state, stop_at=250, total_steps=400, loss="losses/actor_loss"),
+    # MuJoCo (the mujoco extra): Hopper's episodes end by termination mid-run, HalfCheetah's
+    # by truncation only; the simulator's state must come back with the checkpoint
+    *(
+        pytest.param(
+            Case(
+                f"{name}-{env_id}",
+                _sac(name, env_id),
+                _sac_state,
+                stop_at=250,
+                total_steps=400,
+                loss="losses/actor_loss",
+            ),
+            marks=pytest.mark.skipif(_NO_MUJOCO, reason='needs mujoco: pip install "tritonrl[mujoco]"'),
+            id=f"{name}-{env_id}",
+        )
+        for name, env_id in (("sac", "Hopper-v5"), ("td3", "HalfCheetah-v5"))
+    ),  # fmt: skip
 ]
 
 
@@ -307,7 +330,7 @@ def _rows(path: Path) -> list[dict[str, str]]:
         return [{k: v for k, v in r.items() if k != "charts/SPS"} for r in csv.DictReader(f)]
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+@pytest.mark.parametrize("case", CASES, ids=[c.id if isinstance(c, Case) else None for c in CASES])
 def test_stopped_and_resumed_run_matches_the_uninterrupted_run(case: Case, tmp_path: Path) -> None:
     full_agent, full = case.run(tmp_path / "full")
     _, stopped = case.run(tmp_path / "split", stop_at=case.stop_at)

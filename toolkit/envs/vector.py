@@ -17,6 +17,9 @@ to the space's bounds here, once).
 (numbers, arrays, numpy generators, episode counters), which is what classic-control and similar
 pure-Python environments hold, so a training run resumes exactly; a wrapper layer with more
 (an emulator) adds it through ``extra_state`` / ``check_extra_state`` / ``load_extra_state``.
+A MuJoCo environment's simulator state (``MjData``: positions, velocities, time, controls, the
+solver's warm start) is saved as MuJoCo's full integration state (``mj_getState``), so the
+physics continues bit for bit too.
 
 ``MinAtar/`` and ``ALE/`` ids get their standard pixel preprocessing (:mod:`.pixels`); for Atari
 the reported episode returns are the real game's, unclipped, over all lives.
@@ -135,6 +138,34 @@ class Transition:
 
 
 _EXTRA = "__extra__"  # a layer's own state beyond its plain attributes (see the module doc)
+_MUJOCO = "__mujoco__"  # a MuJoCo env's integration state (f64 [mj_stateSize]), see _mujoco_parts
+
+
+def _mujoco_parts(layer: Any) -> tuple[Any, Any, Any, int] | None:
+    """``(mujoco, model, data, spec)`` of a layer that holds a MuJoCo simulation (gymnasium's
+    ``MujocoEnv``: ``model`` and ``data`` attributes of MuJoCo's types), else ``None``.
+    ``spec`` is ``mjSTATE_INTEGRATION``: everything ``mj_step`` reads, so that a restored
+    simulation steps bit for bit as the saved one would have."""
+    data = vars(layer).get("data")
+    if data is None or type(data).__module__.split(".")[0] != "mujoco":
+        return None
+    import mujoco
+
+    model = vars(layer).get("model")
+    if not isinstance(model, mujoco.MjModel) or not isinstance(data, mujoco.MjData):
+        return None
+    return mujoco, model, data, int(mujoco.mjtState.mjSTATE_INTEGRATION)
+
+
+def _mujoco_state(layer: Any) -> np.ndarray | None:
+    parts = _mujoco_parts(layer)
+    if parts is None:
+        return None
+    mujoco, model, data, spec = parts
+    state = np.empty(mujoco.mj_stateSize(model, spec), dtype=np.float64)
+    mujoco.mj_getState(model, data, state, spec)
+    return state
+
 
 _SKIP_ATTRS = {
     "env",
@@ -167,6 +198,9 @@ def _capture_layer(layer: Any) -> dict[str, Any]:
             }
     if callable(getattr(layer, "extra_state", None)):
         out[_EXTRA] = layer.extra_state()
+    physics = _mujoco_state(layer)
+    if physics is not None:
+        out[_MUJOCO] = physics
     return out
 
 
@@ -185,7 +219,21 @@ def _plan_layer(layer: Any, state: Any) -> list[tuple[str, Any]]:
     hook = getattr(layer, "check_extra_state", None)
     if callable(hook) and _EXTRA not in state:
         raise ValueError(f"layer state of {type(layer).__name__} lacks its extra state")
+    live_physics = _mujoco_state(layer)
+    if (live_physics is None) != (_MUJOCO not in state):
+        has = "holds" if live_physics is None else "lacks"
+        raise ValueError(f"layer state of {type(layer).__name__} {has} a MuJoCo simulation state")
     for name, value in state.items():
+        if name == _MUJOCO and live_physics is not None:
+            shape = live_physics.shape
+            if not (isinstance(value, np.ndarray) and value.dtype == np.float64 and value.shape == shape):
+                raise ValueError(
+                    f"{type(layer).__name__}: the MuJoCo state is not an f64 array of shape {shape}"
+                )
+            if not np.isfinite(value).all():
+                raise ValueError(f"{type(layer).__name__}: the MuJoCo state holds NaN or infinite values")
+            plan.append((name, value.copy()))
+            continue
         if name == _EXTRA and callable(hook):
             try:
                 hook(value)
@@ -278,6 +326,10 @@ def _apply_layer(layer: Any, plan: list[tuple[str, Any]]) -> None:
     for name, value in plan:
         if name == _EXTRA:
             layer.load_extra_state(value)
+        elif name == _MUJOCO:
+            mujoco, model, data, spec = cast(tuple[Any, Any, Any, int], _mujoco_parts(layer))
+            mujoco.mj_setState(model, data, value, spec)
+            mujoco.mj_forward(model, data)  # derived quantities (positions of bodies, sensors)
         elif isinstance(value, np.random.BitGenerator):
             gen = getattr(layer, name, None)
             if isinstance(gen, np.random.Generator) and type(gen.bit_generator) is type(value):
