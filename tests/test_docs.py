@@ -76,6 +76,30 @@ def test_results_page_states_machine_date_and_every_run() -> None:
     }
 
 
+def test_peer_runs_are_on_the_page_with_every_seed_of_both_sides() -> None:
+    results = _results()
+    peers = results.load_peers()
+    assert peers is not None, "docs/data/peers/ holds no runs"
+    meta, groups = peers
+    page = results.render()
+    assert "## Side by side with CleanRL" in page and results.PEERS_PNG in page
+    for g in groups:
+        for impl in results.PEER_IMPLS:
+            assert sorted(g.episodes[impl]) == sorted(meta["seeds"]), (g.name, impl)
+            for seed, episodes in g.episodes[impl].items():
+                assert episodes and max(s for s, _ in episodes) > 0.9 * g.steps, (g.name, impl, seed)
+        assert f"`{g.env}`" in page
+
+
+def test_peer_windows_average_the_episodes_that_ended_in_them() -> None:
+    results = _results()
+    g = results.PeerGroup(
+        "x", "sac", "E", 1000, {"a": {1: [(5, 1.0), (99, 3.0), (100, 10.0), (1000, 7.0)]}}, {}
+    )
+    assert results.PEER_BINS == 10
+    assert results.PeerGroup.binned(g, "a", 1) == [2.0, 10.0, None, None, None, None, None, None, None, 7.0]
+
+
 def test_steps_to_threshold_is_the_first_evaluation_at_or_above() -> None:
     results = _results()
     curve = [(1000, 10.0), (2000, 475.0), (3000, 300.0), (4000, 500.0)]

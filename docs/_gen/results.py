@@ -4,7 +4,9 @@ Inputs (nothing is measured here):
 
 - ``docs/data/bench.json``: ``tritonrl bench --quick --json docs/data/bench.json`` (rows, machine, date);
 - ``docs/data/learning/``: the learning runs of ``docs/_gen/runs.py`` (``<group>-s<seed>.csv`` metrics,
-  ``<group>-s<seed>.test.json`` market test reports, ``meta.json``).
+  ``<group>-s<seed>.test.json`` market test reports, ``meta.json``);
+- ``docs/data/peers/`` (optional): the runs of ``docs/_gen/peer_runs.py`` beside the unmodified
+  CleanRL scripts (``<impl>-<group>-s<seed>.csv`` training episodes, ``meta.json``).
 
 Outputs: ``results.md`` in the pages folder and PNGs under ``img/results/`` beside it (the learning
 curves, one ratio chart per benchmark)::
@@ -34,6 +36,10 @@ PAGES = ROOT / "docs" / "pages"
 IMG = "img/results"
 """Figures' folder, relative to the pages folder (and so to ``results.md``)."""
 CURVES_PNG = "learning-curves.png"
+PEERS_PNG = "peer-curves.png"
+PEER_IMPLS = ("tritonrl", "cleanrl")
+PEER_BINS = 10
+"""Windows of training episodes per run in the peer table and figure (the last one is the final score)."""
 EVAL = "eval/mean_return"
 
 
@@ -99,6 +105,58 @@ def load_runs(data: Path = DATA) -> tuple[dict[str, Any], list[Group]]:
                 tuple(g.get("flags", ())),
             )  # fmt: skip
         )
+    return meta, groups
+
+
+@dataclass
+class PeerGroup:
+    """One algorithm on one environment, tritonrl beside the CleanRL script, over several seeds."""
+
+    name: str
+    agent: str
+    env: str
+    steps: int
+    episodes: dict[str, dict[int, list[tuple[int, float]]]]
+    """``impl -> seed -> (step, training episode return)``."""
+    wall_s: dict[str, dict[int, float]]
+
+    def binned(self, impl: str, seed: int) -> list[float | None]:
+        """The mean training return in each of :data:`PEER_BINS` equal windows of steps (None
+        where no episode ended in a window)."""
+        width = self.steps / PEER_BINS
+        sums = [[0.0, 0] for _ in range(PEER_BINS)]
+        for step, ret in self.episodes[impl][seed]:
+            b = min(PEER_BINS - 1, int(step // width))
+            sums[b][0] += ret
+            sums[b][1] += 1
+        return [total / n if n else None for total, n in sums]
+
+
+def load_peers(data: Path = DATA) -> tuple[dict[str, Any], list[PeerGroup]] | None:
+    """``peers/meta.json`` and every group's per-implementation, per-seed training episodes;
+    ``None`` where no peer runs are stored.
+
+    Raises:
+        FileNotFoundError: a run named by ``meta.json`` is missing.
+    """
+    runs = Path(data) / "peers"
+    if not (runs / "meta.json").is_file():
+        return None
+    meta = json.loads((runs / "meta.json").read_text())
+    groups = []
+    for g in meta["groups"]:
+        episodes: dict[str, dict[int, list[tuple[int, float]]]] = {}
+        walls: dict[str, dict[int, float]] = {}
+        for impl in PEER_IMPLS:
+            episodes[impl], walls[impl] = {}, {}
+            for seed in meta["seeds"]:
+                stem = f"{impl}-{g['name']}-s{seed}"
+                with (runs / f"{stem}.csv").open() as f:
+                    episodes[impl][seed] = [
+                        (int(r["global_step"]), float(r["episodic_return"])) for r in csv.DictReader(f)
+                    ]
+                walls[impl][seed] = float(meta["wall_s"][stem])
+        groups.append(PeerGroup(g["name"], g["agent"], g["env"], int(meta["steps"]), episodes, walls))
     return meta, groups
 
 
@@ -193,6 +251,50 @@ def _market_tables(groups: Sequence[Group]) -> list[str]:
     return out
 
 
+def _peer_section(peers: tuple[dict[str, Any], list[PeerGroup]] | None) -> list[str]:
+    if peers is None:
+        return []
+    meta, groups = peers
+    seeds = meta["seeds"]
+    last = f"{meta['steps'] * (PEER_BINS - 1) // PEER_BINS:,}-{meta['steps']:,}"
+    commit = (meta.get("cleanrl_commit") or "unknown")[:12]
+    out = [
+        "## Side by side with CleanRL",
+        "",
+        f"The preset and the unmodified CleanRL script of the same algorithm (CleanRL commit `{commit}`, "
+        f"at its defaults), {meta['steps']:,} environment steps, {len(seeds)} seeds "
+        f"({', '.join(map(str, seeds))}), one CPU thread each, two runs at a time "
+        "(`docs/_gen/peer_runs.py`). Both score the **training** episodes (the exploring policy's "
+        "return, what CleanRL reports); tritonrl logs the mean of the episodes that ended in each log "
+        "interval. CleanRL's scripts pin gymnasium 0.29, which has the MuJoCo `-v4` tasks only, so "
+        "both sides ran `-v4`. The figure shows the mean training return in windows of "
+        f"{meta['steps'] // PEER_BINS:,} steps, the line the mean over seeds, the band their range.",
+        "",
+        f"![Training return against environment steps, tritonrl beside CleanRL]({IMG}/{PEERS_PNG})",
+        "",
+        f"| algorithm | environment | implementation | return over steps {last}, per seed | mean ± sd "
+        "| env steps/s (median run, whole run) |",
+        "| --- | --- | --- | --- | ---: | ---: |",
+    ]
+    for g in groups:
+        for impl in PEER_IMPLS:
+            finals = [g.binned(impl, s)[-1] for s in seeds]
+            scored = [f for f in finals if f is not None]
+            per_seed = ", ".join("n/a" if f is None else f"{f:,.0f}" for f in finals)
+            sps = g.steps / statistics.median(g.wall_s[impl].values())
+            name = "tritonrl `" + g.agent + "`" if impl == "tritonrl" else "CleanRL"
+            mean = _mean_sd(scored) if scored else "n/a"
+            out.append(f"| {g.agent.upper()} | `{g.env}` | {name} | {per_seed} | {mean} | {sps:,.0f} |")
+    out += [
+        "",
+        f"Where: {_machine(meta['machine'])}. The steps/s include the first "
+        "`learning_starts` steps of random actions (no updates) and, for tritonrl, its greedy "
+        "evaluations (5 episodes every tenth of the run).",
+        "",
+    ]
+    return out
+
+
 def _bench_tables(bench: dict[str, Any]) -> list[str]:
     out: list[str] = []
     rows = bench["rows"]
@@ -268,6 +370,7 @@ def render(data: Path = DATA) -> str:
         "```",
         "",
         *_market_tables(groups),
+        *_peer_section(load_peers(data)),
         "## Throughput against the peers",
         "",
         "Every row of `tritonrl bench --quick`; `ratio` is the speed against the row's baseline in the "
@@ -328,6 +431,9 @@ def draw(data: Path = DATA, img_dir: Path = PAGES / IMG) -> list[Path]:
     written = [img_dir / CURVES_PNG]
     fig.savefig(written[0], dpi=110)
     plt.close(fig)
+    peers = load_peers(data)
+    if peers is not None:
+        written.append(_draw_peers(plt, *peers, img_dir / PEERS_PNG))
 
     from tritonrl.toolkit.cli.bench import Row, plot_ratios
 
@@ -342,6 +448,33 @@ def draw(data: Path = DATA, img_dir: Path = PAGES / IMG) -> list[Path]:
         written.append(path.replace(img_dir / f"bench-{path.name}"))
     tmp.rmdir()
     return written
+
+
+def _draw_peers(plt: Any, meta: dict[str, Any], groups: list[PeerGroup], path: Path) -> Path:
+    fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 3.4), squeeze=False)
+    seeds = meta["seeds"]
+    width = meta["steps"] // PEER_BINS
+    x = [width * (b + 1) for b in range(PEER_BINS)]
+    for ax, g in zip(axes[0], groups, strict=True):
+        for impl in PEER_IMPLS:
+            cols = [g.binned(impl, s) for s in seeds]
+            keep = [b for b in range(PEER_BINS) if all(c[b] is not None for c in cols)]
+            values = [[float(c[b]) for c in cols] for b in keep]  # type: ignore[arg-type]
+            xs = [x[b] for b in keep]
+            ax.fill_between(xs, [min(v) for v in values], [max(v) for v in values], alpha=0.2, linewidth=0)
+            label = "tritonrl" if impl == "tritonrl" else "CleanRL"
+            ax.plot(xs, [statistics.mean(v) for v in values], linewidth=1.8, label=label)
+        ax.legend(fontsize=7)
+        ax.set_title(f"{g.agent} on {g.env}", fontsize=9)
+        ax.set_xlabel("environment steps", fontsize=8)
+        ax.set_ylabel("training episode return", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"mean and min-max over {len(seeds)} seeds", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -7,7 +7,7 @@ steps. Stored per run: ``<group>-s<seed>.csv`` (its ``metrics.csv``) and, for ma
 ``<group>-s<seed>.test.json`` (its ``test_report.json`` without the equity curves); plus
 ``meta.json``: the groups, the commands, and where and when they ran.
 
-    PYTHONPATH=. python docs/_gen/runs.py [--work DIR]       # from the repository root; ~6 min on 2 cores
+    PYTHONPATH=. python docs/_gen/runs.py [--work DIR]       # from the repository root; ~40 min on 2 cores
 
 Then ``python docs/_gen/results.py`` rewrites the page and its figures from the stored data.
 """
@@ -42,6 +42,10 @@ GROUPS: tuple[dict[str, object], ...] = (
      "eval_every": 5_000, "threshold": None, "flags": []},
     {"name": "dqn-market-synthetic-ar0.3-overlap", "agent": "dqn", "env": "market:synthetic,ar=0.3",
      "steps": 50_000, "eval_every": 5_000, "threshold": None, "flags": ["--overlap"]},
+    {"name": "sac-Pendulum-v1", "agent": "sac", "env": "Pendulum-v1", "steps": 20_000, "eval_every": 2_000,
+     "threshold": -250.0, "flags": []},
+    {"name": "td3-Pendulum-v1", "agent": "td3", "env": "Pendulum-v1", "steps": 20_000, "eval_every": 2_000,
+     "threshold": -250.0, "flags": []},
 )  # fmt: skip
 
 
