@@ -15,6 +15,10 @@ Rows:
 - the same for TD3 at CleanRL's ``td3_continuous_action.py`` defaults (:data:`TD3`: the actor and
   both Polyak targets every second update, Gaussian exploration and smoothing noise).
 - collection only (act, step, store), the SAC reference and ``sac``.
+- on a GPU (first, so that a time limit cuts CPU rows, not these): learner updates/s of ``sac``
+  and ``td3`` at batch 256, 256-256, on a replay of random Pendulum-shaped transitions: f32
+  against bf16 (``TRITONRL_DTYPE``), and in the training dtype ``compile="default"`` and
+  ``compile="reduce-overhead"`` (CUDA graphs) against eager.
 
 ``quick`` (smoke runs) times a few hundred steps with small networks, eager only.
 
@@ -349,11 +353,85 @@ def _reference_runner(gen: Iterator[None]) -> Callable[[int], None]:
     return run
 
 
+def learner_updates_per_s(
+    name: str, *, device: str = "cuda", compile: str = "none", min_time: float = 1.0, hidden: int = HIDDEN
+) -> float:
+    """Back-to-back ``update()`` calls per second of ``name`` (batch 256) on ``device``, on a
+    replay of 2,000 random transitions with Pendulum's shapes (3-d observations, one action in
+    [-2, 2]); a compiled agent's compilation (its first updates) happens before the timing."""
+    from gymnasium import spaces
+    from tritonrl.agents.sac import SACAgent, TD3Agent, preset
+
+    obs_space = spaces.Box(-8.0, 8.0, (3,), np.float32)
+    act_space = spaces.Box(-2.0, 2.0, (1,), np.float32)
+    cfg = preset(name, hidden=(hidden, hidden), learning_starts=256, buffer_size=2_000, compile=compile)
+    agent = (SACAgent if name == "sac" else TD3Agent)(
+        obs_space, act_space, cfg, num_envs=1, device=device, seed=0
+    )
+    g = torch.Generator().manual_seed(0)
+    for _ in range(2_000):
+        agent.observe(
+            torch.randn(1, 3, generator=g),
+            torch.rand(1, 1, generator=g) * 4 - 2,
+            torch.randn(1, generator=g),
+            torch.randn(1, 3, generator=g),
+            torch.zeros(1, dtype=torch.bool),
+            torch.zeros(1, dtype=torch.bool),
+        )
+    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
+    for _ in range(10):  # both parities of the delayed actor step, compiled and warm
+        agent.update()
+    sync()
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < min_time:
+        for _ in range(20):
+            agent.update()
+        n += 20
+        sync()
+    return n / (time.perf_counter() - t0)
+
+
+def gpu_rows(quick: bool) -> list[Row]:
+    """The GPU rows of the module docstring (CUDA only)."""
+    import os
+
+    from tritonrl.toolkit.precision import DTYPE_ENV, training_dtype
+
+    secs = 1.0 if quick else 3.0
+    gpu = torch.cuda.get_device_name(0)
+    rows: list[Row] = []
+    for name in ("sac", "td3"):
+        rates: dict[str, float] = {}
+        old = os.environ.get(DTYPE_ENV)
+        try:
+            for dt in ("f32", "bf16"):
+                os.environ[DTYPE_ENV] = dt
+                training_dtype.cache_clear()
+                rates[dt] = learner_updates_per_s(name, min_time=secs)
+        finally:
+            if old is None:
+                os.environ.pop(DTYPE_ENV, None)
+            else:
+                os.environ[DTYPE_ENV] = old
+            training_dtype.cache_clear()
+        case = f"{name} learner updates/s, batch 256, {HIDDEN}-{HIDDEN}, cuda"
+        rows.append(Row(NAME, case, "f32", rates["f32"], "updates/s", 1.0, gpu))
+        rows.append(Row(NAME, case, "bf16", rates["bf16"], "updates/s", rates["bf16"] / rates["f32"], gpu))
+        eager = learner_updates_per_s(name, min_time=secs)
+        case = f"{name} learner updates/s, batch 256, cuda, training dtype: compiled vs eager"
+        rows.append(Row(NAME, case, "eager", eager, "updates/s", 1.0, gpu))
+        for mode in ("default", "reduce-overhead"):
+            rate = learner_updates_per_s(name, compile=mode, min_time=secs)
+            label = f"compile={mode}" + (" (CUDA graphs)" if mode == "reduce-overhead" else "")
+            rows.append(Row(NAME, case, label, rate, "updates/s", rate / eager, gpu))
+    return rows
+
+
 def run(quick: bool = False) -> list[Row]:
     """The rows described in the module docstring."""
     steps, hidden, chunks = (300, 32, 3) if quick else (STEPS, HIDDEN, CHUNKS)
     modes = ("none",) if quick else ("none", "default")
-    rows: list[Row] = []
+    rows: list[Row] = gpu_rows(quick) if torch.cuda.is_available() else []
     note = "tritonrl.toolkit.training.loop + offpolicy schedule"
     with one_cpu_thread():
         for name, reference in (("sac", reference_sac), ("td3", reference_td3)):

@@ -52,3 +52,25 @@ def test_interleaved_times_every_runner_in_rotated_rounds() -> None:
     assert set(rates) == {"a", "b", "c"} and all(r > 0 for r in rates.values())
     assert [k for k, _ in calls] == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
     assert all(n == 10 for _, n in calls)
+
+
+@pytest.mark.parametrize("name", ["sac", "td3"])
+def test_learner_updates_per_s_runs_the_update_the_gpu_rows_time(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The GPU rows' timer on the CPU (small networks): it updates the agent (both parities of
+    the delayed actor step) and returns a rate."""
+    calls = []
+    from tritonrl.agents.sac import SACAgent, TD3Agent
+
+    cls = SACAgent if name == "sac" else TD3Agent
+    real = cls.update
+
+    def counted(self):  # type: ignore[no-untyped-def]
+        calls.append(self.updates)
+        return real(self)
+
+    monkeypatch.setattr(cls, "update", counted)
+    rate = sac_loop.learner_updates_per_s(name, device="cpu", min_time=0.05, hidden=16)
+    assert math.isfinite(rate) and rate > 0
+    assert len(calls) >= 30 and calls[:12] == list(range(12))  # 10 warm, then timed in blocks of 20
