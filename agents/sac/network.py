@@ -58,7 +58,7 @@ class TwinQ(nn.Module):
     """Two independent critics ``Q_i(s, a)``: ``[obs, action] -> MLP(hidden) -> 1`` each.
 
     ``forward(obs [B, O], action [B, D]) -> (q1 [B], q2 [B])`` in f32; both inputs in the
-    parameter dtype.
+    parameter dtype. :meth:`q1` is the first alone (TD3's actor loss reads nothing else).
     """
 
     def __init__(
@@ -79,6 +79,10 @@ class TwinQ(nn.Module):
         q1 = self.head1(self.torso1(x)).squeeze(-1)
         q2 = self.head2(self.torso2(x)).squeeze(-1)
         return _up(q1), _up(q2)
+
+    def q1(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """``Q_1(s, a)`` alone, f32 ``[B]``: the first output of :meth:`forward`, bit for bit."""
+        return _up(self.head1(self.torso1(torch.cat([obs, action], -1))).squeeze(-1))
 
 
 class SquashedGaussianActor(nn.Module):

@@ -137,9 +137,8 @@ class TD3Agent(ContinuousAgent):
         return self._twin_td_loss(batch, y)
 
     def _actor_loss(self, obs: torch.Tensor) -> torch.Tensor:
-        """``-mean Q1(s, pi(s))`` (f32)."""
-        q1, _ = self.critic(obs, self.actor(obs).to(self.dtype))
-        return -q1.mean()
+        """``-mean Q1(s, pi(s))`` (f32); the second critic is not run."""
+        return -self.critic.q1(obs, self.actor(obs).to(self.dtype)).mean()
 
     def update(self) -> dict[str, torch.Tensor]:
         """One critic step on a replay batch; every ``policy_frequency`` updates, one actor step and

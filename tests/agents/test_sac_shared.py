@@ -4,6 +4,7 @@ acting draws the action of ``sample`` without its log-probability."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -67,3 +68,25 @@ def test_explore_is_the_action_of_sample() -> None:
     # exact: explore runs the first half of sample's computation on the same inputs
     torch.testing.assert_close(a, actor.sample(obs, noise)[0], rtol=0, atol=0)
     assert a.shape == (6, 3) and bool((a.abs() <= 1).all())
+
+
+def test_q1_is_the_first_critic_of_forward_and_td3_runs_only_it_in_the_actor_step() -> None:
+    torch.manual_seed(0)
+    q = TwinQ(5, 2, HIDDEN)
+    obs, act = torch.randn(7, 5), torch.rand(7, 2) * 2 - 1
+    # exact: the same modules on the same inputs
+    assert torch.equal(q.q1(obs, act), q(obs, act)[0]) and q.q1(obs, act).dtype == torch.float32
+
+    import gymnasium as gym
+    from tritonrl.agents.sac import TD3Agent
+    from tritonrl.agents.sac import preset as sac_preset
+
+    space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    obs_space = gym.spaces.Box(-5.0, 5.0, (3,), np.float32)
+    cfg = sac_preset("td3", hidden=(8,), batch_size=4, buffer_size=32, learning_starts=4, policy_frequency=1)
+    agent = TD3Agent(obs_space, space, cfg, num_envs=1, seed=0)
+    seen: list[str] = []
+    for name in ("torso1", "torso2"):
+        getattr(agent.critic, name).register_forward_hook(lambda *_, n=name: seen.append(n))
+    loss = agent._actor_loss(torch.randn(4, 3))
+    assert seen == ["torso1"] and loss.dtype == torch.float32
