@@ -14,6 +14,9 @@ Rows:
   updates) is timed apart and given in its note.
 - the same for TD3 at CleanRL's ``td3_continuous_action.py`` defaults (:data:`TD3`: the actor and
   both Polyak targets every second update, Gaussian exploration and smoothing noise).
+- ``sac, overlap`` / ``td3, overlap``: the same loop overlapped (``LoopConfig(overlap=True)``:
+  the learner in a second process), timed alone after the side-by-side rounds, against the same
+  reference rate.
 - collection only (act, step, store), the SAC reference and ``sac``.
 - on a GPU (first, so that a time limit cuts CPU rows, not these): learner updates/s of ``sac``
   and ``td3`` at batch 256, 256-256, on a replay of random Pendulum-shaped transitions: f32
@@ -269,7 +272,9 @@ class _Loop:
     settings: :meth:`warm_up` runs the same random warm-up, then (``learn``) two updates, which
     compile every region of a compiled agent; :meth:`run` steps on (no logging, no evaluation)."""
 
-    def __init__(self, name: str, steps: int, *, hidden: int, learn: bool, compile: str) -> None:
+    def __init__(
+        self, name: str, steps: int, *, hidden: int, learn: bool, compile: str, overlap: bool = False
+    ) -> None:
         from tritonrl.agents.sac import SACAgent, TD3Agent, preset
         from tritonrl.toolkit.envs.vector import make_vec_env
 
@@ -285,12 +290,13 @@ class _Loop:
         space = self.env.single_observation_space, self.env.single_action_space
         self.agent = agent_class(*space, cfg, num_envs=1, seed=0)
         self.learn = learn
+        self.overlap = overlap
 
-    def _steps(self, n: int, learning_starts: int) -> None:
+    def _steps(self, n: int, learning_starts: int, overlap: bool = False) -> None:
         from tritonrl.toolkit.training.loop import LoopConfig, run_training
         from tritonrl.toolkit.training.offpolicy import OffPolicySchedule
 
-        quiet = LoopConfig(total_steps=n, final_eval=False, plot=False, tensorboard=False)
+        quiet = LoopConfig(total_steps=n, final_eval=False, plot=False, tensorboard=False, overlap=overlap)
         run_training(self.agent, self.env, OffPolicySchedule(learning_starts, 1, 1), quiet)
 
     def warm_up(self) -> float:
@@ -306,19 +312,27 @@ class _Loop:
 
     def run(self, n: int) -> None:
         """``n`` more env steps (an update after each with ``learn``; each call counts its steps
-        from 0 again, so each gets a schedule of its own)."""
-        self._steps(n, 0 if self.learn else 10**9)
+        from 0 again, so each gets a schedule of its own; with ``overlap`` each call starts its
+        learner process)."""
+        self._steps(n, 0 if self.learn else 10**9, self.overlap)
 
     def close(self) -> None:
         self.env.close()
 
 
 def loop_sps(
-    steps: int, *, name: str = "sac", hidden: int = HIDDEN, learn: bool = True, compile: str = "none"
+    steps: int,
+    *,
+    name: str = "sac",
+    hidden: int = HIDDEN,
+    learn: bool = True,
+    compile: str = "none",
+    overlap: bool = False,
 ) -> tuple[float, float]:
     """``(env steps per second, compile seconds)`` of :class:`_Loop` alone: ``steps`` timed env
-    steps after its warm-up (whose compilation the rate excludes)."""
-    loop = _Loop(name, steps, hidden=hidden, learn=learn, compile=compile)
+    steps after its warm-up (whose compilation the rate excludes; ``overlap``: the learner
+    process starts inside the timing)."""
+    loop = _Loop(name, steps, hidden=hidden, learn=learn, compile=compile, overlap=overlap)
     try:
         compile_s = loop.warm_up()
         t0 = time.perf_counter()
@@ -451,6 +465,11 @@ def run(quick: bool = False) -> list[Row]:
                 label = name if mode == "none" else f"{name}, compile={mode}"
                 more = "" if mode == "none" else f"; compilation {compile_s[mode]:.0f} s, not timed"
                 rows.append(Row(NAME, case, label, rates[mode], "steps/s", rates[mode] / ref, note + more))
+            # overlapped (the learner in a second process, one sync point per env step at
+            # train_freq 1): timed alone, after the side-by-side rounds
+            sps, _ = loop_sps(steps, name=name, hidden=hidden, overlap=True)
+            more = "; timed alone after the others; a sync point every env step (train_freq 1)"
+            rows.append(Row(NAME, case, f"{name}, overlap", sps, "steps/s", sps / ref, note + more))
         case = f"{ENV_ID}, 1 env, {hidden}-{hidden}: env steps/s, collection only"
         loop = _Loop("sac", steps, hidden=hidden, learn=False, compile="none")
         try:

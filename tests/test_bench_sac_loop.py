@@ -24,15 +24,16 @@ def test_quick_rows_compare_the_loop_with_the_reference(monkeypatch: pytest.Monk
     rows = sac_loop.run(quick=True)
     assert torch.get_num_threads() == threads
     ref = "reference: single file"
-    impls = [ref, "sac", ref, "td3", ref, "sac"]
+    impls = [ref, "sac", "sac, overlap", ref, "td3", "td3, overlap", ref, "sac"]
     assert [r.impl for r in rows] == impls  # quick: no compiled rows (compilation takes minutes)
     assert all(r.benchmark == "sac_loop" and r.unit == "steps/s" for r in rows)
     assert all(math.isfinite(r.value) and r.value > 0 for r in rows)
-    for ref, ours in (rows[0:2], rows[2:4], rows[4:6]):
-        assert ref.case == ours.case and ref.ratio == 1.0
-        assert ours.ratio is not None and math.isclose(ours.ratio, ours.value / ref.value)
-    assert "CleanRL's SAC defaults" in rows[0].case and "CleanRL's TD3 defaults" in rows[2].case
-    assert "collection only" in rows[4].case
+    for ref, *ours in (rows[0:3], rows[3:6], rows[6:8]):
+        assert all(r.case == ref.case for r in ours) and ref.ratio == 1.0
+        for r in ours:
+            assert r.ratio is not None and math.isclose(r.ratio, r.value / ref.value)
+    assert "CleanRL's SAC defaults" in rows[0].case and "CleanRL's TD3 defaults" in rows[3].case
+    assert "collection only" in rows[6].case
 
 
 def test_loop_sps_times_after_compiling(monkeypatch: pytest.MonkeyPatch) -> None:
