@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from tritonrl.toolkit.cli.bench import Row
+from tritonrl.toolkit.cli.bench import Row, forced_dtype
 
 NAME = "dqn_loop"
 REQUIRES = ("gymnasium",)  # where it is missing, `tritonrl bench` skips this file in one line
@@ -519,25 +519,12 @@ def loop_rows(envs: int, steps: int, modes: tuple[str, ...] = ("none",)) -> list
 
 
 def _gpu_rows(quick: bool) -> list[Row]:
-    import os
-
-    from tritonrl.toolkit.precision import training_dtype
-
     out: dict[str, float] = {}
-    old = os.environ.get("TRITONRL_DTYPE")
-    try:
-        for dt in ("f32", "bf16"):
-            os.environ["TRITONRL_DTYPE"] = dt
-            training_dtype.cache_clear()
+    for dt in ("f32", "bf16"):
+        with forced_dtype(dt):
             out[dt] = learner_updates_per_s(
                 "rainbow", device="cuda", batch=256, min_time=1.0 if quick else 3.0
             )
-    finally:
-        if old is None:
-            os.environ.pop("TRITONRL_DTYPE", None)
-        else:
-            os.environ["TRITONRL_DTYPE"] = old
-        training_dtype.cache_clear()
     gpu = torch.cuda.get_device_name(0)
     secs = 1.0 if quick else 3.0
     eager = learner_updates_per_s("rainbow", device="cuda", batch=256, min_time=secs)

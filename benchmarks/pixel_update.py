@@ -15,37 +15,17 @@ Rows:
 
 from __future__ import annotations
 
-import os
 import statistics
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import numpy as np
 import torch
-from tritonrl.toolkit.cli.bench import Row, format_table, one_cpu_thread, time_fn
+from tritonrl.toolkit.cli.bench import Row, forced_dtype, format_table, one_cpu_thread, time_fn
 
 NAME = "pixel_update"
 REQUIRES = ("gymnasium",)  # where it is missing, `tritonrl bench` skips this file in one line
 ROUNDS = 3
 SHAPE = (4, 84, 84)
-
-
-@contextmanager
-def _dtype_env(value: str | None) -> Iterator[None]:
-    """``TRITONRL_DTYPE`` set to ``value`` inside the block (``None``: unset), then restored."""
-    old = os.environ.get("TRITONRL_DTYPE")
-    if value is None:
-        os.environ.pop("TRITONRL_DTYPE", None)
-    else:
-        os.environ["TRITONRL_DTYPE"] = value
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("TRITONRL_DTYPE", None)
-        else:
-            os.environ["TRITONRL_DTYPE"] = old
 
 
 def _agent(name: str, device: str, steps: int, dtype: str | None = None, nchw: bool = False):
@@ -55,7 +35,7 @@ def _agent(name: str, device: str, steps: int, dtype: str | None = None, nchw: b
     from tritonrl.agents.dqn import DQNAgent, preset
 
     space = gym.spaces.Box(0, 255, SHAPE, np.uint8)
-    with _dtype_env(dtype):
+    with forced_dtype(dtype):
         cfg = preset(name, buffer_size=max(4 * steps, 1_000), learning_starts=0)
         agent = DQNAgent(space, gym.spaces.Discrete(4), cfg, num_envs=1, device=device, seed=0)
     if nchw:

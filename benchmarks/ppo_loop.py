@@ -54,7 +54,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
-from tritonrl.toolkit.cli.bench import Row, one_cpu_thread, time_fn
+from tritonrl.toolkit.cli.bench import Row, forced_dtype, one_cpu_thread, time_fn
 
 NAME = "ppo_loop"
 REQUIRES = ("gymnasium",)  # where it is missing, `tritonrl bench` skips this file in one line
@@ -343,24 +343,11 @@ def compiled_vs_eager(
 
 
 def _cuda_rows(reps: int) -> list[Row]:
-    import os
-
-    from tritonrl.toolkit.precision import DTYPE_ENV, training_dtype
-
     rows = []
     for kind, preset_name, env_id in (KINDS[0], KINDS[4]):
         case = f"{kind} {env_id} cuda"
-        saved = os.environ.get(DTYPE_ENV)
-        try:
-            os.environ[DTYPE_ENV] = "f32"
-            training_dtype.cache_clear()
+        with forced_dtype("f32"):
             sps32, ms32, _ = _timed(preset_name, env_id, "cuda", reps)
-        finally:
-            if saved is None:
-                os.environ.pop(DTYPE_ENV, None)
-            else:
-                os.environ[DTYPE_ENV] = saved
-            training_dtype.cache_clear()
         sps, ms, dtype = _timed(preset_name, env_id, "cuda", reps)
         rows += [
             Row(NAME, case, "collect f32", sps32, "env steps/s"),

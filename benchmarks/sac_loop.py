@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
-from tritonrl.toolkit.cli.bench import Row, one_cpu_thread
+from tritonrl.toolkit.cli.bench import Row, forced_dtype, one_cpu_thread, time_loop
 
 NAME = "sac_loop"
 REQUIRES = ("gymnasium",)  # where it is missing, `tritonrl bench` skips this file in one line
@@ -392,42 +392,21 @@ def learner_updates_per_s(
             torch.zeros(1, dtype=torch.bool),
             torch.zeros(1, dtype=torch.bool),
         )
-    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
     for _ in range(10):  # both parities of the delayed actor step, compiled and warm
         agent.update()
-    sync()
-    n, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < min_time:
-        for _ in range(20):
-            agent.update()
-        n += 20
-        sync()
-    return n / (time.perf_counter() - t0)
+    return 1.0 / time_loop(agent.update, device, block=20, min_time=min_time)["median"]
 
 
 def gpu_rows(quick: bool) -> list[Row]:
     """The GPU rows of the module docstring (CUDA only)."""
-    import os
-
-    from tritonrl.toolkit.precision import DTYPE_ENV, training_dtype
-
     secs = 1.0 if quick else 3.0
     gpu = torch.cuda.get_device_name(0)
     rows: list[Row] = []
     for name in ("sac", "td3"):
         rates: dict[str, float] = {}
-        old = os.environ.get(DTYPE_ENV)
-        try:
-            for dt in ("f32", "bf16"):
-                os.environ[DTYPE_ENV] = dt
-                training_dtype.cache_clear()
+        for dt in ("f32", "bf16"):
+            with forced_dtype(dt):
                 rates[dt] = learner_updates_per_s(name, min_time=secs)
-        finally:
-            if old is None:
-                os.environ.pop(DTYPE_ENV, None)
-            else:
-                os.environ[DTYPE_ENV] = old
-            training_dtype.cache_clear()
         case = f"{name} learner updates/s, batch 256, {HIDDEN}-{HIDDEN}, cuda"
         rows.append(Row(NAME, case, "f32", rates["f32"], "updates/s", 1.0, gpu))
         rows.append(Row(NAME, case, "bf16", rates["bf16"], "updates/s", rates["bf16"] / rates["f32"], gpu))

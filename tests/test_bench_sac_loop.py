@@ -74,4 +74,6 @@ def test_learner_updates_per_s_runs_the_update_the_gpu_rows_time(
     monkeypatch.setattr(cls, "update", counted)
     rate = sac_loop.learner_updates_per_s(name, device="cpu", min_time=0.05, hidden=16)
     assert math.isfinite(rate) and rate > 0
-    assert len(calls) >= 30 and calls[:12] == list(range(12))  # 10 warm, then timed in blocks of 20
+    assert len(calls) >= 18 and calls[:12] == list(
+        range(12)
+    )  # 10 warm, then the timer's own warm-up and >= 5

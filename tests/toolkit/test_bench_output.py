@@ -115,3 +115,27 @@ def test_plot_without_matplotlib_is_one_notice(
     notices = [line for line in capsys.readouterr().out.splitlines() if line.startswith("notice")]
     assert notices == ["notice: matplotlib is not installed: --plot skipped (pip install 'tritonrl[train]')"]
     assert not figs.exists() and out.is_file()  # the JSON is still written
+
+
+@pytest.mark.parametrize("outside", [None, "f32"])
+def test_forced_dtype_decides_inside_and_restores_after(
+    outside: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+    from tritonrl.toolkit.cli.bench import forced_dtype
+    from tritonrl.toolkit.precision import DTYPE_ENV, training_dtype
+
+    if outside is None:
+        monkeypatch.delenv(DTYPE_ENV, raising=False)
+    else:
+        monkeypatch.setenv(DTYPE_ENV, outside)
+    training_dtype.cache_clear()
+    assert training_dtype("cpu") == torch.float32  # cached from here on
+    with forced_dtype("bf16"):
+        assert training_dtype("cpu") == torch.bfloat16
+        with forced_dtype(None):
+            assert training_dtype("cpu") == torch.float32
+        assert training_dtype("cpu") == torch.bfloat16
+    import os
+
+    assert os.environ.get(DTYPE_ENV) == outside and training_dtype("cpu") == torch.float32

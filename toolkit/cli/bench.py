@@ -91,6 +91,30 @@ def one_cpu_thread(enabled: bool = True) -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
+@contextmanager
+def forced_dtype(name: str | None) -> Iterator[None]:
+    """Inside the block, ``training_dtype`` answers ``name`` (``"f32"`` or ``"bf16"``, through
+    ``TRITONRL_DTYPE``; ``None``: the variable unset, the detected dtype) for agents built there;
+    the variable and the cached answer are restored after it. For benchmark rows that compare
+    the two dtypes on one device."""
+    from tritonrl.toolkit.precision import DTYPE_ENV, training_dtype
+
+    saved = os.environ.get(DTYPE_ENV)
+    if name is None:
+        os.environ.pop(DTYPE_ENV, None)
+    else:
+        os.environ[DTYPE_ENV] = name
+    training_dtype.cache_clear()
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(DTYPE_ENV, None)
+        else:
+            os.environ[DTYPE_ENV] = saved
+        training_dtype.cache_clear()
+
+
 def time_fn(
     fn: Callable[[], object],
     device: torch.device | str = "cpu",
