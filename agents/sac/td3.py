@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -138,7 +138,8 @@ class TD3Agent(ContinuousAgent):
 
     def _actor_loss(self, obs: torch.Tensor) -> torch.Tensor:
         """``-mean Q1(s, pi(s))`` (f32); the second critic is not run."""
-        return -self.critic.q1(obs, self.actor(obs).to(self.dtype)).mean()
+        critic = cast(TwinQ, self.critic)
+        return -critic.q1(obs, self.actor(obs).to(self.dtype)).mean()
 
     def update(self) -> dict[str, torch.Tensor]:
         """One critic step on a replay batch; every ``policy_frequency`` updates, one actor step and

@@ -104,7 +104,7 @@ def forced_dtype(name: str | None) -> Iterator[None]:
         os.environ.pop(DTYPE_ENV, None)
     else:
         os.environ[DTYPE_ENV] = name
-    training_dtype.cache_clear()
+    training_dtype.cache_clear()  # type: ignore[attr-defined]
     try:
         yield
     finally:
@@ -112,7 +112,7 @@ def forced_dtype(name: str | None) -> Iterator[None]:
             os.environ.pop(DTYPE_ENV, None)
         else:
             os.environ[DTYPE_ENV] = saved
-        training_dtype.cache_clear()
+        training_dtype.cache_clear()  # type: ignore[attr-defined]
 
 
 def time_fn(
