@@ -344,8 +344,8 @@ def render(data: Path = DATA) -> str:
         f"Each preset on its reference environment, {len(meta['seeds'])} seeds "
         f"({', '.join(map(str, meta['seeds']))}), a fixed number of environment steps (an explicit "
         "`--eval-every`, so no run stops early at the solved score). The curve is the greedy evaluation "
-        "return (`eval/mean_return` in `metrics.csv`: 10 episodes on CartPole; on the market env, the "
-        "log return over the validation period); the line is the mean over seeds, the band their "
+        "return (`eval/mean_return` in `metrics.csv`: 10 episodes on CartPole and Pendulum; on the market "
+        "env, the log return over the validation period); the line is the mean over seeds, the band their "
         "minimum to maximum. `--overlap` runs the same preset and budget overlapped (the learner in "
         "a second process, acting one sync interval behind: [Training](training.md)); its curve "
         "shares the sequential run's panel.",
@@ -355,7 +355,8 @@ def render(data: Path = DATA) -> str:
         "",
         "## Steps to threshold",
         "",
-        "The first greedy evaluation at or above the environment's solved score (CartPole-v1: 475). "
+        "The first greedy evaluation at or above the environment's solved score (CartPole-v1: 475; "
+        "Pendulum-v1: -250, the bound of the SAC and TD3 learning tests). "
         "An evaluation runs once per `--eval-every` steps (at the first rollout or flush boundary "
         "past it), so each count is an upper bound.",
         "",
