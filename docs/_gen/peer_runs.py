@@ -110,7 +110,9 @@ def _run_peer(g: dict[str, str], seed: int, steps: int, work: Path, cleanrl: Pat
 def main(argv: list[str] | None = None) -> int:
     """Run every group and seed for both implementations; the exit code."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cleanrl", type=Path, required=True, help="a CleanRL checkout")
+    parser.add_argument(
+        "--cleanrl", type=Path, required=True, help="a CleanRL git checkout (its commit is stored)"
+    )
     parser.add_argument("--peer-path", default="", help="PYTHONPATH entries for the script (its pinned deps)")
     parser.add_argument("--steps", type=int, default=STEPS)
     parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))

@@ -273,7 +273,7 @@ def _peer_section(peers: tuple[dict[str, Any], list[PeerGroup]] | None) -> list[
         f"![Training return against environment steps, tritonrl beside CleanRL]({IMG}/{PEERS_PNG})",
         "",
         f"| algorithm | environment | implementation | return over steps {last}, per seed | mean ± sd "
-        "| env steps/s (median run, whole run) |",
+        "| wall time per run (median) |",
         "| --- | --- | --- | --- | ---: | ---: |",
     ]
     for g in groups:
@@ -281,15 +281,16 @@ def _peer_section(peers: tuple[dict[str, Any], list[PeerGroup]] | None) -> list[
             finals = [g.binned(impl, s)[-1] for s in seeds]
             scored = [f for f in finals if f is not None]
             per_seed = ", ".join("n/a" if f is None else f"{f:,.0f}" for f in finals)
-            sps = g.steps / statistics.median(g.wall_s[impl].values())
+            wall = statistics.median(g.wall_s[impl].values())
             name = "tritonrl `" + g.agent + "`" if impl == "tritonrl" else "CleanRL"
             mean = _mean_sd(scored) if scored else "n/a"
-            out.append(f"| {g.agent.upper()} | `{g.env}` | {name} | {per_seed} | {mean} | {sps:,.0f} |")
+            out.append(f"| {g.agent.upper()} | `{g.env}` | {name} | {per_seed} | {mean} | {wall:,.0f} s |")
     out += [
         "",
-        f"Where: {_machine(meta['machine'])}. The steps/s include the first "
-        "`learning_starts` steps of random actions (no updates) and, for tritonrl, its greedy "
-        "evaluations (5 episodes every tenth of the run).",
+        f"Where: {_machine(meta['machine'])}. The wall times are not a speed comparison: the runs "
+        "shared the machine with each other and with other jobs, and tritonrl's include its greedy "
+        "evaluations (5 episodes every tenth of the run); `benchmarks/sac_loop.py` times the two "
+        "loops side by side ([SAC and TD3](sac.md#speed)).",
         "",
     ]
     return out
