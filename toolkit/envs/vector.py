@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any, cast
 
 import gymnasium as gym
@@ -41,6 +40,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 from tritonrl.toolkit.envs import pixels
+from tritonrl.toolkit.envs.transition import Transition
 from tritonrl.toolkit.spaces import space_from_json, space_to_json
 
 __all__ = [
@@ -102,39 +102,6 @@ _register_extra()
 
 
 # ----------------------------------------------------------------------------- vector env
-
-
-@dataclass
-class Transition:
-    """One vector step. ``E`` is the number of environments.
-
-    :class:`VecEnv` fills it with f32 observations (uint8 for a uint8 ``Box`` space, e.g. pixels)
-    on the host's or the given device; a device env (:class:`tritonrl.toolkit.envs.market.MarketEnv`)
-    fills it with observations already in the training dtype on its device and leaves the episode
-    lists empty (its finished episodes are read at log intervals through ``episode_stats()``, one
-    sync).
-
-    Attributes:
-        obs: ``[E, *obs_shape]`` f32 (or the device env's dtype): the observation to act on next
-            (a reset observation where an episode just ended).
-        reward: ``[E]`` f32.
-        next_obs: ``[E, *obs_shape]``, as ``obs``: the true next observation of this transition (the
-            final observation where an episode ended; equal to ``obs`` elsewhere).
-        terminated: ``[E]`` bool: the episode reached a terminal state (do not bootstrap).
-        truncated: ``[E]`` bool: the episode was cut (time limit): bootstrap from ``next_obs``.
-        episode_returns: returns of the episodes that ended at this step (python floats); with a
-            :class:`~tritonrl.toolkit.envs.pixels.RawEpisodeStats` layer (Atari), the real
-            games that ended, unclipped over all lives.
-        episode_lengths: their lengths, in the same order.
-    """
-
-    obs: torch.Tensor
-    reward: torch.Tensor
-    next_obs: torch.Tensor
-    terminated: torch.Tensor
-    truncated: torch.Tensor
-    episode_returns: list[float] = field(default_factory=list)
-    episode_lengths: list[int] = field(default_factory=list)
 
 
 _EXTRA = "__extra__"  # a layer's own state beyond its plain attributes (see the module doc)
@@ -599,7 +566,9 @@ def make_vec_env(
     """Build ``num_envs`` copies of ``env_id`` as a :class:`VecEnv` (reset with seeds ``seed + i``).
 
     Ids starting with ``MinAtar/`` or ``ALE/`` get their standard preprocessing
-    (:func:`tritonrl.toolkit.envs.pixels.preprocess`), before ``wrappers``:
+    (:func:`tritonrl.toolkit.envs.pixels.preprocess`), before ``wrappers``; ``envpool:<Game>-v5``
+    ids give an :class:`~tritonrl.toolkit.envs.pool.EnvPoolVecEnv` (the same interface and
+    preprocessing, stepped by envpool; no ``wrappers``, no video, no exact resume):
 
     - MinAtar: observation uint8 ``[C, 10, 10]`` (0/1), channels first; no frame stack.
     - Atari (Nature DQN): no sticky actions, up to 30 no-op starts, frame skip 4 with a max over
@@ -610,8 +579,8 @@ def make_vec_env(
       are the real games' (unclipped, over all lives, in agent steps), when a game ends.
 
     Args:
-        env_id: a gymnasium id, one of :data:`EXTRA_ENV_IDS`, or a ``MinAtar/`` / ``ALE/`` id
-            (registered here on first use).
+        env_id: a gymnasium id, one of :data:`EXTRA_ENV_IDS`, a ``MinAtar/`` / ``ALE/`` id
+            (registered here on first use), or ``envpool:<Game>-v5``.
         num_envs: number of environments (>= 1).
         seed: base seed; environment ``i`` is reset with ``seed + i``.
         capture_video: record environment 0 with ``gymnasium.wrappers.RecordVideo`` into
@@ -625,11 +594,19 @@ def make_vec_env(
         ValueError: unknown ``env_id`` (the message suggests close ids), an environment whose
             optional dependency is not installed (the message names the pip extra, e.g.
             ``gymnasium[box2d]`` for ``LunarLander-v3``, ``tritonrl[atari]`` for ``ALE/Pong-v5``),
-            or ``num_envs < 1``.
+            ``num_envs < 1``, or wrappers or a video asked of an envpool id.
     """
-    _check_env_id(env_id)
     if not isinstance(num_envs, int) or num_envs < 1:
         raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
+    from tritonrl.toolkit.envs import pool
+
+    if pool.is_envpool_id(env_id):
+        if capture_video or wrappers:
+            raise ValueError(f"{env_id}: envpool games take no wrappers and record no video")
+        games = pool.EnvPoolVecEnv(env_id, num_envs, seed, device, training=training)
+        games.reset()
+        return games  # type: ignore[return-value]  # the same interface (duck-typed, as MarketEnv)
+    _check_env_id(env_id)
 
     extra = pixels.make_kwargs(env_id)
 
