@@ -433,6 +433,31 @@ def test_a_nonfinite_state_never_replaces_the_last_good_checkpoint(tmp_path: Pat
     assert good.read_bytes() == data
 
 
+def test_the_end_of_a_run_does_not_save_the_step_it_just_saved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tritonrl.toolkit.lifecycle as lifecycle
+
+    steps: list[int] = []
+    real = lifecycle.save_checkpoint
+
+    def counting(path: Path, state: Any) -> None:
+        steps.append(int(state["loop"]["step"]))
+        real(path, state)
+
+    monkeypatch.setattr(lifecycle, "save_checkpoint", counting)
+    _loop(_Toy(), tmp_path / "a", checkpoint_every=16)
+    assert steps == [16, 32, 48, 64]  # the last step's save is the run's last
+    steps.clear()
+    _loop(_Toy(), tmp_path / "b", checkpoint_every=40)
+    assert steps == [40, 64]  # the end saves the steps since the last checkpoint
+    steps.clear()
+    # the final evaluation runs before the last step's save, which so holds it
+    _loop(_Toy(), tmp_path / "c", checkpoint_every=16, final_eval=True, eval_episodes=1)
+    assert steps == [16, 32, 48, 64]
+    assert load_checkpoint(tmp_path / "c" / "checkpoint.safetensors")["loop"]["evaluations"][-1][0] == 64
+
+
 # ----------------------------------------------------------------------------- the CLI
 
 _DQN = (

@@ -130,7 +130,7 @@ def test_wall_time_checkpoints_of_an_overlapped_run_resume_exactly(
     assert stopped["interrupted"] and saved_at == [50, 100, 150, 200]
     torch.manual_seed(12345)  # disturb every global RNG in between
     resumed_agent, resumed = _run("sac-process", tmp_path / "split", resume=True, **timed)
-    assert saved_at[4:] == [250, 300, 350, 400, 400]  # the end of the run saves once more
+    assert saved_at[4:] == [250, 300, 350, 400]  # the last step's save is the run's last: no second one
     assert resumed["global_step"] == full["global_step"] and full_agent.updates > 0
     assert_same_tree(full_agent.state_dict(), resumed_agent.state_dict())
     assert resumed["evaluations"] == full["evaluations"]

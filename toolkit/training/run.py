@@ -478,13 +478,15 @@ class _Run:
 
     def end_of_run(self) -> None:
         """The final evaluation (unless the last one was at this step: :meth:`after_step` runs it
-        before the last step's flush), flush and checkpoint."""
+        before the last step's flush), flush and checkpoint (unless :meth:`after_step` saved this
+        step and nothing ran since: a second write of a large replay costs as much as the first)."""
         counters = self.counters
         evaluated_here = bool(counters.evaluations) and counters.evaluations[-1][0] == counters.step
-        if self.cfg.final_eval and not evaluated_here:
+        evaluated_now = self.cfg.final_eval and not evaluated_here
+        if evaluated_now:
             self.evaluate(counters.step)
         self.flush_and_check(counters.step, sps=False)
-        if self.ckpt_path is not None:
+        if self.ckpt_path is not None and (evaluated_now or self.checkpoint_step != counters.step):
             self.save()
 
     # -- the steps the loop calls ------------------------------------------------------------------
