@@ -9,7 +9,8 @@ memory is refused before it is allocated (:func:`check_fits`, :func:`count_param
 :func:`refuse_failed_allocation` for what no estimate foresaw); an
 existing checkpoint is never overwritten without ``--resume`` (:func:`check_no_overwrite`);
 SIGINT / SIGTERM set a flag the training loop polls (:func:`stop_on_signals`), and the command
-exits with 130 / 143 after saving a checkpoint (:func:`report_interrupted`).
+exits with 130 / 143 after saving a checkpoint (:func:`report_interrupted`). Under ``torchrun``,
+every rank leaves the process group together and ends there (:func:`end_rank`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 from tritonrl.toolkit.checks import MAX_SEED  # light: ``--help`` must not import the loop
@@ -42,6 +43,7 @@ __all__ = [
     "check_run_dir_path",
     "check_threads",
     "count_parameters",
+    "end_rank",
     "parse_device",
     "parse_overrides",
     "probe_run_dir",
@@ -427,3 +429,39 @@ def report_interrupted(received: list[int], step: int, checkpoint: Any) -> int:
         file=sys.stderr,
     )
     return 128 + int(signum)
+
+
+def end_rank(ctx: Any, body: Callable[[], int]) -> NoReturn:
+    """Run ``body()`` (a command on one rank of a ``torchrun`` launch, ``ctx`` its joined
+    :class:`~tritonrl.toolkit.distributed.DistContext`), leave the process group, and end the
+    process with ``body``'s exit status.
+
+    An outcome every rank shares (any status but 1) leaves together: a barrier first, because a
+    rank that tears the group down while another still sends to it can abort in gloo's threads.
+    The process then ends with ``os._exit``: gloo's threads can also abort the interpreter's
+    normal exit (SIGABRT, "terminate called without an active exception"), which would replace
+    the status. Whatever ``body`` wrote is closed by then; the standard streams are flushed here.
+    A ``KeyboardInterrupt`` ends with 130, an unexpected exception with its traceback and 1.
+    """
+    import traceback
+
+    from tritonrl.toolkit import distributed
+
+    status = 1
+    try:
+        status = body()
+        if status != 1:
+            ctx.barrier()
+    except KeyboardInterrupt:
+        status = 130
+    except BaseException:  # a bug, or the group failing as the ranks leave: the traceback, status 1
+        traceback.print_exc()
+        status = 1
+    finally:
+        try:
+            distributed.shutdown()
+        except Exception:  # a broken group may refuse to be destroyed: the process ends anyway
+            pass
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)

@@ -55,6 +55,7 @@ from tritonrl.toolkit.cli.common import (
     check_threads,
     count_parameters,
     default_run_dir,
+    end_rank,
     parse_device,
     parse_overrides,
     probe_run_dir,
@@ -522,7 +523,8 @@ def run(args: argparse.Namespace) -> int:
     130 / 143 interrupted by SIGINT / SIGTERM after saving a checkpoint).
 
     Under ``torchrun`` (:func:`~tritonrl.toolkit.distributed.launched_by_torchrun`) it joins the
-    process group first and leaves it at the end; rank 0 alone prints."""
+    process group first, and at the end the ranks leave it together and each process ends there
+    with its status (:func:`~tritonrl.toolkit.cli.common.end_rank`); rank 0 alone prints."""
     launched = distributed.launched_by_torchrun()
     if args.list and launched and os.environ.get("RANK", "0") != "0":
         return 0
@@ -535,10 +537,7 @@ def run(args: argparse.Namespace) -> int:
         if os.environ.get("RANK", "0") == "0":  # every rank meets the same error: one line
             print(f"error: {exc}", file=sys.stderr)
         return 2
-    try:
-        return _run(args, ctx)
-    finally:
-        distributed.shutdown()
+    end_rank(ctx, lambda: _run(args, ctx))
 
 
 def _run(args: argparse.Namespace, ctx: DistContext) -> int:

@@ -20,10 +20,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import signal
 import sys
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +38,7 @@ from tritonrl.toolkit.cli.common import (
     check_range,
     check_threads,
     default_run_dir,
+    end_rank,
     parse_device,
     parse_overrides,
     probe_run_dir,
@@ -548,28 +547,7 @@ def run(args: argparse.Namespace) -> int:
     except distributed.DistributedError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    status = 1
-    try:
-        status = _train(args, ctx)
-        if status != 1:  # an outcome every rank shares: leave together (a rank that tears the group
-            ctx.barrier()  # down while another still sends to it can abort in gloo's threads, SIGABRT)
-    except KeyboardInterrupt:
-        status = 130
-    except BaseException:  # a bug, or the group failing as the ranks leave: the traceback, status 1
-        traceback.print_exc()
-        status = 1
-    finally:
-        try:
-            distributed.shutdown()
-        except Exception:  # a broken group may refuse to be destroyed: the process ends anyway
-            pass
-        # End the process here, with its status: after a peer died, gloo's threads can abort the
-        # interpreter's normal exit (SIGABRT, "terminate called without an active exception"),
-        # which would replace the status and the error line's meaning. Everything is written
-        # and closed by now (run folder, TensorBoard, env); only the standard streams are left.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(status)
+    end_rank(ctx, lambda: _train(args, ctx))
 
 
 def _train(args: argparse.Namespace, ctx: Any) -> int:
