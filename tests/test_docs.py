@@ -100,6 +100,34 @@ def test_peer_windows_average_the_episodes_that_ended_in_them() -> None:
     assert results.PeerGroup.binned(g, "a", 1) == [2.0, 10.0, None, None, None, None, None, None, None, 7.0]
 
 
+def test_minatar_runs_are_on_the_page_with_every_seed() -> None:
+    results = _results()
+    runs = results.load_minatar()
+    assert runs is not None, "docs/data/minatar/ holds no runs"
+    meta, groups = runs
+    page = results.render()
+    assert "## MinAtar" in page and results.MINATAR_PNG in page
+    assert {g.agent for g in groups} == {"dqn-minatar", "rainbow-minatar"}
+    for g in groups:
+        assert sorted(g.train) == sorted(meta["seeds"]) and len(meta["seeds"]) >= 3, g.name
+        for seed in meta["seeds"]:
+            assert max(s for s, _ in g.train[seed]) > 0.99 * g.steps, (g.name, seed)  # whole runs
+            assert g.score(seed, g.steps) is not None and g.evals[seed], (g.name, seed)
+        assert f"`{g.env}`" in page and f"`{g.agent}`" in page
+    # every published reference the table names is one of the compared steps
+    assert {step for _, step in results.PUBLISHED_DQN} <= set(results.MINATAR_STEPS)
+
+
+def test_minatar_score_averages_the_last_tenth_of_the_steps() -> None:
+    results = _results()
+    train = {1: [(800, 100.0), (900, 1.0), (950, 3.0), (1000, 5.0), (1100, 50.0)]}
+    g = results.MinAtarGroup("x", "dqn-minatar", "E", 1100, train, {1: [(400, 2.0), (1000, 9.0)]}, {1: 1.0})
+    assert results.MINATAR_WINDOW == 0.1
+    assert g.score(1, 1000) == 4.0  # (900, 1000]: 950 and 1000, not 900 (the window is open below)
+    assert g.score(1, 500) is None
+    assert g.eval_at(1, 900) == 9.0 and g.eval_at(1, 600) == 2.0
+
+
 def test_steps_to_threshold_is_the_first_evaluation_at_or_above() -> None:
     results = _results()
     curve = [(1000, 10.0), (2000, 475.0), (3000, 300.0), (4000, 500.0)]

@@ -6,7 +6,9 @@ Inputs (nothing is measured here):
 - ``docs/data/learning/``: the learning runs of ``docs/_gen/runs.py`` (``<group>-s<seed>.csv`` metrics,
   ``<group>-s<seed>.test.json`` market test reports, ``meta.json``);
 - ``docs/data/peers/`` (optional): the runs of ``docs/_gen/peer_runs.py`` beside the unmodified
-  CleanRL scripts (``<impl>-<group>-s<seed>.csv`` training episodes, ``meta.json``).
+  CleanRL scripts (``<impl>-<group>-s<seed>.csv`` training episodes, ``meta.json``);
+- ``docs/data/minatar/`` (optional): the MinAtar runs of ``docs/_gen/minatar_runs.py``
+  (``<group>-s<seed>.csv`` metrics, ``meta.json``).
 
 Outputs: ``results.md`` in the pages folder and PNGs under ``img/results/`` beside it (the learning
 curves, one ratio chart per benchmark)::
@@ -41,6 +43,21 @@ PEER_IMPLS = ("tritonrl", "cleanrl")
 PEER_BINS = 10
 """Windows of training episodes per run in the peer table and figure (the last one is the final score)."""
 EVAL = "eval/mean_return"
+TRAIN = "charts/episodic_return"
+MINATAR_PNG = "minatar-curves.png"
+MINATAR_STEPS = (100_000, 250_000)
+"""The steps at which the MinAtar table compares (those a group's budget reaches)."""
+MINATAR_WINDOW = 0.1
+"""The MinAtar score at step S: the training return over the steps (S - 0.1 S, S]."""
+PUBLISHED_DQN: dict[tuple[str, int], tuple[float, float]] = {
+    ("MinAtar/Breakout-v0", 100_000): (4.0, 5.5),
+    ("MinAtar/Breakout-v0", 250_000): (6.5, 7.5),
+    ("MinAtar/SpaceInvaders-v0", 100_000): (15.0, 21.0),
+    ("MinAtar/SpaceInvaders-v0", 250_000): (21.0, 24.0),
+}
+"""Young & Tian (2019), DQN's learning curves (the MinAtar repository's ``img/learning_curves.gif``:
+the training return as a moving average over 100 episodes, mean of 30 runs, all 6 actions, sticky
+actions 0.1): the range the curve spans at the step, read off the figure (there is no table)."""
 
 
 @dataclass
@@ -157,6 +174,60 @@ def load_peers(data: Path = DATA) -> tuple[dict[str, Any], list[PeerGroup]] | No
                     ]
                 walls[impl][seed] = float(meta["wall_s"][stem])
         groups.append(PeerGroup(g["name"], g["agent"], g["env"], int(meta["steps"]), episodes, walls))
+    return meta, groups
+
+
+@dataclass
+class MinAtarGroup:
+    """One pixel preset on one MinAtar game over several seeds: per seed, the training return of
+    each log interval and the greedy evaluations, as ``(step, return)``."""
+
+    name: str
+    agent: str
+    env: str
+    steps: int
+    train: dict[int, list[tuple[int, float]]]
+    evals: dict[int, list[tuple[int, float]]]
+    wall_s: dict[int, float]
+
+    def score(self, seed: int, step: int) -> float | None:
+        """The mean of the training returns logged at steps in ``(step - MINATAR_WINDOW * step, step]``
+        (each the mean of the episodes that ended in its log interval); None if none was logged."""
+        lo = step - MINATAR_WINDOW * step
+        xs = [r for s, r in self.train[seed] if lo < s <= step]
+        return statistics.mean(xs) if xs else None
+
+    def eval_at(self, seed: int, step: int) -> float | None:
+        """The greedy evaluation logged nearest to ``step`` (None without one)."""
+        if not self.evals[seed]:
+            return None
+        return min(self.evals[seed], key=lambda p: abs(p[0] - step))[1]
+
+
+def load_minatar(data: Path = DATA) -> tuple[dict[str, Any], list[MinAtarGroup]] | None:
+    """``minatar/meta.json`` and every group's per-seed training returns and greedy evaluations;
+    ``None`` where no MinAtar runs are stored.
+
+    Raises:
+        FileNotFoundError: a run named by ``meta.json`` is missing.
+    """
+    runs = Path(data) / "minatar"
+    if not (runs / "meta.json").is_file():
+        return None
+    meta = json.loads((runs / "meta.json").read_text())
+    groups = []
+    for g in meta["groups"]:
+        train: dict[int, list[tuple[int, float]]] = {}
+        evals: dict[int, list[tuple[int, float]]] = {}
+        walls: dict[int, float] = {}
+        for seed in meta["seeds"]:
+            stem = f"{g['name']}-s{seed}"
+            with (runs / f"{stem}.csv").open() as f:
+                rows = list(csv.DictReader(f))
+            train[seed] = [(int(r["global_step"]), float(r[TRAIN])) for r in rows if r.get(TRAIN)]
+            evals[seed] = [(int(r["global_step"]), float(r[EVAL])) for r in rows if r.get(EVAL)]
+            walls[seed] = float(meta["wall_s"][stem])
+        groups.append(MinAtarGroup(g["name"], g["agent"], g["env"], int(g["steps"]), train, evals, walls))
     return meta, groups
 
 
@@ -296,6 +367,64 @@ def _peer_section(peers: tuple[dict[str, Any], list[PeerGroup]] | None) -> list[
     return out
 
 
+def _minatar_section(runs: tuple[dict[str, Any], list[MinAtarGroup]] | None) -> list[str]:
+    if runs is None:
+        return []
+    meta, groups = runs
+    seeds = meta["seeds"]
+    core_hours = sum(statistics.median(g.wall_s.values()) / g.steps * 1e6 * len(seeds) for g in groups) / 3600
+    out = [
+        "## MinAtar",
+        "",
+        f"`dqn-minatar` and `rainbow-minatar` ([Pixel observations](pixels.md#presets)) on two MinAtar "
+        f"games, {len(seeds)} seeds ({', '.join(map(str, seeds))}), one CPU thread each, two runs at a "
+        "time (`docs/_gen/minatar_runs.py`). The games are the `-v0` ids (all 6 actions, sticky "
+        "actions 0.1), as in the runs Young & Tian (2019) published. Their DQN ran 5M steps (frames, "
+        "in MinAtar); this machine gives "
+        + ", ".join(sorted({f"`{g.agent}` {g.steps:,}" for g in groups}))
+        + " steps per run (the table's last column gives the minutes; at those rates, 1M steps of "
+        f"every group and seed would take about {core_hours:.0f} core-hours), so the table compares at "
+        "the same step, early in the published curves.",
+        "",
+        "The score at step S is the **training** return (the exploring policy's, what the paper "
+        f"plots) averaged over the log intervals in the last {MINATAR_WINDOW:.0%} of the steps up to S "
+        "(each interval logs the mean of the episodes that ended in it); the paper plots a moving "
+        "average over 100 episodes, which spans a similar number of steps on these games. The "
+        "published column is the range DQN's curve spans at that step in the paper's figure (the "
+        "MinAtar repository's `img/learning_curves.gif`: the mean of 30 runs; read off the figure, "
+        "there is no table). Differences to keep in mind: the presets use Adam at the paper's "
+        "learning rate where DQN used centred RMSProp; no Rainbow curve at these steps was published "
+        "for these settings, so `rainbow-minatar` stands beside DQN's.",
+        "",
+        f"![Training return against environment steps on MinAtar]({IMG}/{MINATAR_PNG})",
+        "",
+        "| game | preset | step | training return, per seed | mean ± sd | Young & Tian's DQN "
+        "| greedy evaluation nearest the step (mean ± sd) | wall time per run (median) |",
+        "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: |",
+    ]
+    for g in sorted(groups, key=lambda g: (g.env, g.agent)):
+        for step in (s for s in MINATAR_STEPS if s <= g.steps):
+            scores = [g.score(seed, step) for seed in seeds]
+            scored = [x for x in scores if x is not None]
+            per_seed = ", ".join("n/a" if x is None else f"{x:.1f}" for x in scores)
+            published = PUBLISHED_DQN.get((g.env, step))
+            pub = "n/a" if published is None else f"{published[0]:g} to {published[1]:g}"
+            evals = [x for x in (g.eval_at(seed, step) for seed in seeds) if x is not None]
+            wall = statistics.median(g.wall_s.values()) / 60
+            out.append(
+                f"| `{g.env}` | `{g.agent}` | {step:,} | {per_seed} | "
+                f"{_mean_sd(scored) if scored else 'n/a'} | {pub} | "
+                f"{_mean_sd(evals) if evals else 'n/a'} | {wall:.0f} min |"
+            )
+    out += [
+        "",
+        f"Where: {_machine(meta['machine'])}. The greedy evaluations play 10 whole games with the "
+        "exploration off; the wall times include them and were taken two runs at a time.",
+        "",
+    ]
+    return out
+
+
 def _bench_tables(bench: dict[str, Any]) -> list[str]:
     out: list[str] = []
     rows = bench["rows"]
@@ -373,6 +502,7 @@ def render(data: Path = DATA) -> str:
         "",
         *_market_tables(groups),
         *_peer_section(load_peers(data)),
+        *_minatar_section(load_minatar(data)),
         "## Throughput against the peers",
         "",
         "Every row of `tritonrl bench --quick`; `ratio` is the speed against the row's baseline in the "
@@ -436,6 +566,9 @@ def draw(data: Path = DATA, img_dir: Path = PAGES / IMG) -> list[Path]:
     peers = load_peers(data)
     if peers is not None:
         written.append(_draw_peers(plt, *peers, img_dir / PEERS_PNG))
+    minatar = load_minatar(data)
+    if minatar is not None:
+        written.append(_draw_minatar(plt, *minatar, img_dir / MINATAR_PNG))
 
     from tritonrl.toolkit.cli.bench import Row, plot_ratios
 
@@ -470,6 +603,39 @@ def _draw_peers(plt: Any, meta: dict[str, Any], groups: list[PeerGroup], path: P
         ax.set_title(f"{g.agent} on {g.env}", fontsize=9)
         ax.set_xlabel("environment steps", fontsize=8)
         ax.set_ylabel("training episode return", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"mean and min-max over {len(seeds)} seeds", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _draw_minatar(plt: Any, meta: dict[str, Any], groups: list[MinAtarGroup], path: Path) -> Path:
+    seeds = meta["seeds"]
+    envs = list(dict.fromkeys(g.env for g in groups))
+    fig, axes = plt.subplots(1, len(envs), figsize=(4.6 * len(envs), 3.4), squeeze=False)
+    for ax, env in zip(axes[0], envs, strict=True):
+        for g in (g for g in groups if g.env == env):
+            # each seed's interval means on a common grid of log steps, smoothed over MINATAR_WINDOW
+            common = sorted(set.intersection(*(set(s for s, _ in g.train[seed]) for seed in seeds)))
+            values = [[g.score(seed, step) for seed in seeds] for step in common]
+            keep = [(x, v) for x, v in zip(common, values, strict=True) if None not in v]
+            xs = [x for x, _ in keep]
+            ax.fill_between(xs, [min(v) for _, v in keep], [max(v) for _, v in keep], alpha=0.2, linewidth=0)
+            ax.plot(xs, [statistics.mean(v) for _, v in keep], linewidth=1.8, label=g.agent)
+        pub = sorted((step, r) for (e, step), r in PUBLISHED_DQN.items() if e == env)
+        if pub:
+            mid = [(lo + hi) / 2 for _, (lo, hi) in pub]
+            err = [[m - lo for m, (_, (lo, _)) in zip(mid, pub, strict=True)],
+                   [hi - m for m, (_, (_, hi)) in zip(mid, pub, strict=True)]]  # fmt: skip
+            ax.errorbar([s for s, _ in pub], mid, yerr=err, fmt="o", color="black", markersize=4,
+                        capsize=3, label="Young & Tian DQN (read off)")  # fmt: skip
+        ax.legend(fontsize=7)
+        ax.set_title(env, fontsize=9)
+        ax.set_xlabel("environment steps", fontsize=8)
+        ax.set_ylabel(f"training return (last {MINATAR_WINDOW:.0%} of steps)", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
     fig.suptitle(f"mean and min-max over {len(seeds)} seeds", fontsize=8)
