@@ -149,6 +149,12 @@ class PeerGroup:
         return [total / n if n else None for total, n in sums]
 
 
+def _optional_meta(runs: Path) -> dict[str, Any] | None:
+    """``runs/meta.json`` of an optional data folder, ``None`` where it is not stored."""
+    meta = runs / "meta.json"
+    return json.loads(meta.read_text()) if meta.is_file() else None
+
+
 def load_peers(data: Path = DATA) -> tuple[dict[str, Any], list[PeerGroup]] | None:
     """``peers/meta.json`` and every group's per-implementation, per-seed training episodes;
     ``None`` where no peer runs are stored.
@@ -157,9 +163,9 @@ def load_peers(data: Path = DATA) -> tuple[dict[str, Any], list[PeerGroup]] | No
         FileNotFoundError: a run named by ``meta.json`` is missing.
     """
     runs = Path(data) / "peers"
-    if not (runs / "meta.json").is_file():
+    meta = _optional_meta(runs)
+    if meta is None:
         return None
-    meta = json.loads((runs / "meta.json").read_text())
     groups = []
     for g in meta["groups"]:
         episodes: dict[str, dict[int, list[tuple[int, float]]]] = {}
@@ -212,9 +218,9 @@ def load_minatar(data: Path = DATA) -> tuple[dict[str, Any], list[MinAtarGroup]]
         FileNotFoundError: a run named by ``meta.json`` is missing.
     """
     runs = Path(data) / "minatar"
-    if not (runs / "meta.json").is_file():
+    meta = _optional_meta(runs)
+    if meta is None:
         return None
-    meta = json.loads((runs / "meta.json").read_text())
     groups = []
     for g in meta["groups"]:
         train: dict[int, list[tuple[int, float]]] = {}
