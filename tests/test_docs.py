@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import sys
 from pathlib import Path
@@ -100,6 +101,24 @@ def test_peer_windows_average_the_episodes_that_ended_in_them() -> None:
     assert results.PeerGroup.binned(g, "a", 1) == [2.0, 10.0, None, None, None, None, None, None, None, 7.0]
 
 
+def test_minatar_intervals_count_their_episodes(tmp_path: Path) -> None:
+    results = _results()
+    runs = tmp_path / "minatar"
+    runs.mkdir()
+    meta = {"seeds": [1], "groups": [{"name": "g", "agent": "dqn-minatar", "env": "E", "steps": 300}],
+            "wall_s": {"g-s1": 1.0}}  # fmt: skip
+    (runs / "meta.json").write_text(json.dumps(meta))
+    (runs / "g-s1.csv").write_text(
+        "global_step,charts/episodic_return,charts/episodic_length,eval/mean_return\n"
+        "100,2.0,25.0,\n200,,,\n300,8.0,50.0,4.5\n"
+    )
+    loaded = results.load_minatar(tmp_path)
+    assert loaded is not None
+    (g,) = loaded[1]
+    assert g.train[1] == [(100, 2.0, 4.0), (300, 8.0, 4.0)]  # 100 steps / 25; 200 steps (since 100) / 50
+    assert g.evals[1] == [(300, 4.5)]
+
+
 def test_minatar_runs_are_on_the_page_with_every_seed() -> None:
     results = _results()
     runs = results.load_minatar()
@@ -120,10 +139,10 @@ def test_minatar_runs_are_on_the_page_with_every_seed() -> None:
 
 def test_minatar_score_averages_the_last_tenth_of_the_steps() -> None:
     results = _results()
-    train = {1: [(800, 100.0), (900, 1.0), (950, 3.0), (1000, 5.0), (1100, 50.0)]}
+    train = {1: [(800, 100.0, 5.0), (900, 1.0, 2.0), (950, 3.0, 1.0), (1000, 6.0, 2.0), (1100, 50.0, 1.0)]}
     g = results.MinAtarGroup("x", "dqn-minatar", "E", 1100, train, {1: [(400, 2.0), (1000, 9.0)]}, {1: 1.0})
     assert results.MINATAR_WINDOW == 0.1
-    assert g.score(1, 1000) == 4.0  # (900, 1000]: 950 and 1000, not 900 (the window is open below)
+    assert g.score(1, 1000) == 5.0  # (900, 1000]: 950 and 1000 (not 900), by episodes: (3 + 2 * 6) / 3
     assert g.score(1, 500) is None
     assert g.eval_at(1, 900) == 9.0 and g.eval_at(1, 600) == 2.0
 

@@ -44,6 +44,7 @@ PEER_BINS = 10
 """Windows of training episodes per run in the peer table and figure (the last one is the final score)."""
 EVAL = "eval/mean_return"
 TRAIN = "charts/episodic_return"
+TRAIN_LENGTH = "charts/episodic_length"
 MINATAR_PNG = "minatar-curves.png"
 MINATAR_STEPS = (100_000, 250_000)
 """The steps at which the MinAtar table compares (those a group's budget reaches)."""
@@ -185,23 +186,28 @@ def load_peers(data: Path = DATA) -> tuple[dict[str, Any], list[PeerGroup]] | No
 
 @dataclass
 class MinAtarGroup:
-    """One pixel preset on one MinAtar game over several seeds: per seed, the training return of
-    each log interval and the greedy evaluations, as ``(step, return)``."""
+    """One pixel preset on one MinAtar game over several seeds: per seed, each log interval's
+    training return as ``(step, return, episodes)`` (the mean return of the episodes that ended in
+    it and about how many did: the steps since the previous interval with episodes over their mean
+    length, exact with one env but for the episodes cut by an interval's end), and the greedy
+    evaluations as ``(step, return)``."""
 
     name: str
     agent: str
     env: str
     steps: int
-    train: dict[int, list[tuple[int, float]]]
+    train: dict[int, list[tuple[int, float, float]]]
     evals: dict[int, list[tuple[int, float]]]
     wall_s: dict[int, float]
 
     def score(self, seed: int, step: int) -> float | None:
-        """The mean of the training returns logged at steps in ``(step - MINATAR_WINDOW * step, step]``
-        (each the mean of the episodes that ended in its log interval); None if none was logged."""
+        """The mean training return of the episodes that ended at steps in
+        ``(step - MINATAR_WINDOW * step, step]``: the intervals logged there, each weighted by its
+        episodes; None if none was logged."""
         lo = step - MINATAR_WINDOW * step
-        xs = [r for s, r in self.train[seed] if lo < s <= step]
-        return statistics.mean(xs) if xs else None
+        rows = [(r, n) for s, r, n in self.train[seed] if lo < s <= step]
+        total = sum(n for _, n in rows)
+        return sum(r * n for r, n in rows) / total if total > 0 else None
 
     def eval_at(self, seed: int, step: int) -> float | None:
         """The greedy evaluation logged nearest to ``step`` (None without one)."""
@@ -223,14 +229,20 @@ def load_minatar(data: Path = DATA) -> tuple[dict[str, Any], list[MinAtarGroup]]
         return None
     groups = []
     for g in meta["groups"]:
-        train: dict[int, list[tuple[int, float]]] = {}
+        train: dict[int, list[tuple[int, float, float]]] = {}
         evals: dict[int, list[tuple[int, float]]] = {}
         walls: dict[int, float] = {}
         for seed in meta["seeds"]:
             stem = f"{g['name']}-s{seed}"
             with (runs / f"{stem}.csv").open() as f:
                 rows = list(csv.DictReader(f))
-            train[seed] = [(int(r["global_step"]), float(r[TRAIN])) for r in rows if r.get(TRAIN)]
+            train[seed], before = [], 0
+            for r in rows:
+                step = int(r["global_step"])
+                if r.get(TRAIN):  # the steps since the last logged episodes were these episodes' (1 env)
+                    episodes = (step - before) / max(float(r[TRAIN_LENGTH]), 1.0)
+                    train[seed].append((step, float(r[TRAIN]), episodes))
+                    before = step
             evals[seed] = [(int(r["global_step"]), float(r[EVAL])) for r in rows if r.get(EVAL)]
             walls[seed] = float(meta["wall_s"][stem])
         groups.append(MinAtarGroup(g["name"], g["agent"], g["env"], int(g["steps"]), train, evals, walls))
@@ -393,8 +405,9 @@ def _minatar_section(runs: tuple[dict[str, Any], list[MinAtarGroup]] | None) -> 
         "the same step, early in the published curves.",
         "",
         "The score at step S is the **training** return (the exploring policy's, what the paper "
-        f"plots) averaged over the log intervals in the last {MINATAR_WINDOW:.0%} of the steps up to S "
-        "(each interval logs the mean of the episodes that ended in it); the paper plots a moving "
+        f"plots) of the episodes that ended in the last {MINATAR_WINDOW:.0%} of the steps up to S (from "
+        "the log intervals there: each logs the mean return and length of the episodes that ended "
+        "in it, weighted here by its steps over that length); the paper plots a moving "
         "average over 100 episodes, which spans a similar number of steps on these games. The "
         "published column is the range DQN's curve spans at that step in the paper's figure (the "
         "MinAtar repository's `img/learning_curves.gif`: the mean of 30 runs; read off the figure, "
@@ -625,7 +638,7 @@ def _draw_minatar(plt: Any, meta: dict[str, Any], groups: list[MinAtarGroup], pa
     for ax, env in zip(axes[0], envs, strict=True):
         for g in (g for g in groups if g.env == env):
             # each seed's interval means on a common grid of log steps, smoothed over MINATAR_WINDOW
-            common = sorted(set.intersection(*(set(s for s, _ in g.train[seed]) for seed in seeds)))
+            common = sorted(set.intersection(*(set(row[0] for row in g.train[seed]) for seed in seeds)))
             values = [[g.score(seed, step) for seed in seeds] for step in common]
             keep = [(x, v) for x, v in zip(common, values, strict=True) if None not in v]
             xs = [x for x, _ in keep]
