@@ -130,7 +130,7 @@ def test_minatar_runs_are_on_the_page_with_every_seed() -> None:
     for g in groups:
         assert sorted(g.train) == sorted(meta["seeds"]) and len(meta["seeds"]) >= 3, g.name
         for seed in meta["seeds"]:
-            assert max(s for s, _ in g.train[seed]) > 0.99 * g.steps, (g.name, seed)  # whole runs
+            assert max(row[0] for row in g.train[seed]) > 0.99 * g.steps, (g.name, seed)  # whole runs
             assert g.score(seed, g.steps) is not None and g.evals[seed], (g.name, seed)
         assert f"`{g.env}`" in page and f"`{g.agent}`" in page
     # every published reference the table names is one of the compared steps
