@@ -21,6 +21,9 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+
+pytest.importorskip("gymnasium", reason="gymnasium is missing (benchmarks/fetch-wheels.sh brings it)")
+
 from gymnasium import spaces
 from tritonrl.toolkit.envs.vector import evaluate, make_vec_env
 
