@@ -25,10 +25,13 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import torch
 from tritonrl.toolkit.checks import MAX_SEED  # light: ``--help`` must not import the loop
+
+if TYPE_CHECKING:
+    from tritonrl.toolkit.distributed import DistContext
 
 __all__ = [
     "default_run_dir",
@@ -431,7 +434,7 @@ def report_interrupted(received: list[int], step: int, checkpoint: Any) -> int:
     return 128 + int(signum)
 
 
-def end_rank(ctx: Any, body: Callable[[], int]) -> NoReturn:
+def end_rank(ctx: DistContext, body: Callable[[], int]) -> NoReturn:
     """Run ``body()`` (a command on one rank of a ``torchrun`` launch, ``ctx`` its joined
     :class:`~tritonrl.toolkit.distributed.DistContext`), leave the process group, and end the
     process with ``body``'s exit status.

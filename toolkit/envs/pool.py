@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 from gymnasium import spaces
-from tritonrl.toolkit.envs.transition import Transition
+from tritonrl.toolkit.envs.transition import Transition, host_actions, host_tensor, host_transition
 
 __all__ = ["ENVPOOL_PREFIX", "EnvPoolVecEnv", "is_envpool_id"]
 
@@ -85,7 +85,6 @@ class EnvPoolVecEnv:
         self.seed = seed
         self.training = training
         self.device = torch.device(device)
-        self._cpu = self.device.type == "cpu"
         self.pool = envpool.make(
             task, env_type="gymnasium", num_envs=num_envs, batch_size=num_envs, seed=seed,
             episodic_life=True,  # envpool's reset step then continues the game after a lost life
@@ -99,10 +98,6 @@ class EnvPoolVecEnv:
         self._returns = np.zeros(num_envs, np.float64)  # the whole game's raw return
         self._lengths = np.zeros(num_envs, np.int64)
         self.obs: torch.Tensor | None = None
-
-    def _tensor(self, x: np.ndarray) -> torch.Tensor:
-        t = torch.from_numpy(x)
-        return t if self._cpu else t.to(self.device)
 
     def _pad(self, obs: np.ndarray) -> None:
         """Zero the frames of ``obs`` [E, 4, 84, 84] from before each env's episode start (in place)."""
@@ -119,7 +114,7 @@ class EnvPoolVecEnv:
         self._returns[:] = 0.0
         self._lengths[:] = 0
         self._pad(obs)
-        self.obs = self._tensor(obs)
+        self.obs = host_tensor(self.device, obs)
         return self.obs
 
     def step(self, actions: torch.Tensor | np.ndarray) -> Transition:
@@ -132,14 +127,11 @@ class EnvPoolVecEnv:
         """
         if self.obs is None:
             raise RuntimeError("EnvPoolVecEnv.step called before reset()")
-        if isinstance(actions, torch.Tensor):
-            t = actions.detach()
-            a = (t if t.is_cpu else t.cpu()).numpy()
-        else:
-            a = np.asarray(actions)
-        if a.ndim != 1 or a.shape[0] != self.num_envs:
-            lead = a.shape[0] if a.ndim else "none"
-            raise ValueError(f"actions has leading size {lead}, expected num_envs={self.num_envs}")
+        a = host_actions(actions, self.num_envs)
+        if a.ndim != 1:
+            raise ValueError(
+                f"actions has shape {a.shape}, expected one discrete action per env [{self.num_envs}]"
+            )
         obs, reward, life_or_game, truncated, info = self.pool.step(a.astype(np.int32, copy=False), self._all)
         obs = np.array(obs, dtype=np.uint8)
         reward = np.asarray(reward, dtype=np.float32).copy()
@@ -168,16 +160,11 @@ class EnvPoolVecEnv:
             starts = ended if self.training else games
             self._depth[starts] = 1
         self._pad(obs)
-        self.obs = obs_t = self._tensor(obs)
-        return Transition(
-            obs=obs_t,
-            reward=self._tensor(reward),
-            next_obs=obs_t if next_obs is obs else self._tensor(next_obs),
-            terminated=self._tensor(terminated),
-            truncated=self._tensor(truncated),
-            episode_returns=ep_returns,
-            episode_lengths=ep_lengths,
+        out = host_transition(
+            self.device, obs, reward, next_obs, terminated, truncated, ep_returns, ep_lengths
         )
+        self.obs = out.obs
+        return out
 
     def get_state(self) -> dict[str, Any]:
         """What a checkpoint keeps of this env: its id and size, marked as not resumable (envpool

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
-__all__ = ["Transition"]
+__all__ = ["Transition", "host_actions", "host_tensor", "host_transition"]
 
 
 @dataclass
@@ -41,3 +42,53 @@ class Transition:
     truncated: torch.Tensor
     episode_returns: list[float] = field(default_factory=list)
     episode_lengths: list[int] = field(default_factory=list)
+
+
+def host_actions(actions: torch.Tensor | np.ndarray, num_envs: int) -> np.ndarray:
+    """``actions`` (a tensor on any device, or array-like) as a numpy array ``[num_envs, ...]``
+    for a host env (a view of a CPU tensor).
+
+    Raises:
+        ValueError: ``actions`` has no leading axis of ``num_envs``.
+    """
+    a: np.ndarray
+    if isinstance(actions, torch.Tensor):
+        t = actions.detach()
+        a = (t if t.is_cpu else t.cpu()).numpy()
+    else:
+        a = np.asarray(actions)
+    if a.ndim == 0 or a.shape[0] != num_envs:
+        lead = a.shape[0] if a.ndim else "none"
+        raise ValueError(f"actions has leading size {lead}, expected num_envs={num_envs}")
+    return a
+
+
+def host_tensor(device: torch.device, x: np.ndarray) -> torch.Tensor:
+    """A fresh numpy array of a host env as a tensor on ``device`` (zero-copy on CPU)."""
+    t = torch.from_numpy(x)
+    return t if device.type == "cpu" else t.to(device)
+
+
+def host_transition(
+    device: torch.device,
+    obs: np.ndarray,
+    reward: np.ndarray,
+    next_obs: np.ndarray,
+    terminated: np.ndarray,
+    truncated: np.ndarray,
+    episode_returns: list[float],
+    episode_lengths: list[int],
+) -> Transition:
+    """A host env's step (fresh numpy arrays, in their final dtypes) as a :class:`Transition` on
+    ``device``: zero-copy on CPU, and ``next_obs`` the same tensor as ``obs`` when it is the
+    same array."""
+    obs_t = host_tensor(device, obs)
+    return Transition(
+        obs=obs_t,
+        reward=host_tensor(device, reward),
+        next_obs=obs_t if next_obs is obs else host_tensor(device, next_obs),
+        terminated=host_tensor(device, terminated),
+        truncated=host_tensor(device, truncated),
+        episode_returns=episode_returns,
+        episode_lengths=episode_lengths,
+    )

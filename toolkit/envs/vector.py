@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 from tritonrl.toolkit.envs import pixels
-from tritonrl.toolkit.envs.transition import Transition
+from tritonrl.toolkit.envs.transition import Transition, host_actions, host_tensor, host_transition
 from tritonrl.toolkit.spaces import space_from_json, space_to_json
 
 __all__ = [
@@ -334,7 +334,6 @@ class VecEnv:
         self._returns = np.zeros(self.num_envs, dtype=np.float64)
         self._lengths = np.zeros(self.num_envs, dtype=np.int64)
         self.obs: torch.Tensor | None = None
-        self._cpu = self.device.type == "cpu"
         self._obs_shape = (self.num_envs, *(self.single_observation_space.shape or ()))
         obs_space = self.single_observation_space
         uint8 = isinstance(obs_space, spaces.Box) and obs_space.dtype == np.uint8
@@ -346,19 +345,13 @@ class VecEnv:
         if isinstance(space, spaces.Box):
             self._low, self._high = space.low, space.high
 
-    def _tensor(self, x: np.ndarray) -> torch.Tensor:
-        """``x`` (a fresh array of this step, already in its final dtype) as a tensor on the device
-        (zero-copy on CPU)."""
-        t = torch.from_numpy(x)
-        return t if self._cpu else t.to(self.device)
-
     def reset(self) -> torch.Tensor:
         """Reset every environment with seeds ``seed, seed + 1, ...``; returns ``obs`` [E, *obs_shape] f32
         (uint8 for a uint8 ``Box`` space)."""
         obs, _ = self.vec.reset(seed=[self.seed + i for i in range(self.num_envs)])
         self._returns[:] = 0.0
         self._lengths[:] = 0
-        self.obs = self._tensor(np.asarray(obs, dtype=self._obs_dtype))
+        self.obs = host_tensor(self.device, np.asarray(obs, dtype=self._obs_dtype))
         return self.obs
 
     def step(self, actions: torch.Tensor | np.ndarray) -> Transition:
@@ -374,15 +367,7 @@ class VecEnv:
         """
         if self.obs is None:
             raise RuntimeError("VecEnv.step called before reset()")
-        a: np.ndarray
-        if isinstance(actions, torch.Tensor):
-            t = actions.detach()
-            a = (t if t.is_cpu else t.cpu()).numpy()
-        else:
-            a = np.asarray(actions)
-        if a.ndim == 0 or a.shape[0] != self.num_envs:
-            lead = a.shape[0] if a.ndim else "none"
-            raise ValueError(f"actions has leading size {lead}, expected num_envs={self.num_envs}")
+        a = host_actions(actions, self.num_envs)
         if self._box:
             a = np.clip(a.astype(self._low.dtype, copy=False), self._low, self._high)
         n = self.num_envs
@@ -421,16 +406,11 @@ class VecEnv:
         for game in games:
             ep_returns.append(float(game["r"]))
             ep_lengths.append(int(game["l"]))
-        self.obs = obs_t = self._tensor(obs)
-        return Transition(
-            obs=obs_t,
-            reward=self._tensor(reward),
-            next_obs=obs_t if next_obs is obs else self._tensor(next_obs),
-            terminated=self._tensor(terminated),
-            truncated=self._tensor(truncated),
-            episode_returns=ep_returns,
-            episode_lengths=ep_lengths,
+        out = host_transition(
+            self.device, obs, reward, next_obs, terminated, truncated, ep_returns, ep_lengths
         )
+        self.obs = out.obs
+        return out
 
     def get_state(self) -> dict[str, Any]:
         """Everything needed to continue exactly: sub-env plain state, episode counters, ``obs``."""
