@@ -20,9 +20,11 @@ Rows:
 - compiled vs eager: learner updates/s with ``compile="default"`` against eager, the two agents
   timed in alternating windows in one process (ratio: the median of the windows' ratios), and the
   seconds the first compiled update takes (compilation).
-- on a GPU (first, so that a time limit cuts CPU rows, not these): rainbow learner updates/s at
-  batch 256: ``compile="reduce-overhead"`` (CUDA graphs) against eager in the training dtype, and
-  bf16 against f32 (eager).
+- on a GPU (first, so that a time limit cuts CPU rows, not these): the loop at CleanRL's
+  settings on CUDA (``dqn`` at 1 and 8 envs, ``rainbow`` at 8), sequential against overlapped
+  (the stream learner: the updates on a CUDA stream of their own while the host steps the env);
+  rainbow learner updates/s at batch 256: ``compile="reduce-overhead"`` (CUDA graphs) against
+  eager in the training dtype, and bf16 against f32 (eager).
 
 ``quick`` (smoke runs and the GPU check) leaves out the compiled loop rows and Rainbow's compiled
 vs eager row (each compilation costs seconds to a minute).
@@ -258,13 +260,21 @@ def _agent(name: str, num_envs: int, device: str = "cpu", **overrides: Any):
 
 
 def loop_sps(
-    name: str, steps: int, num_envs: int, *, learn: bool = True, compile: str = "none", overlap: bool = False
+    name: str,
+    steps: int,
+    num_envs: int,
+    *,
+    learn: bool = True,
+    compile: str = "none",
+    overlap: bool = False,
+    device: str = "cpu",
 ) -> float:
     """Env steps per second of ``name`` through the shared loop (no logging, no evaluation).
 
     ``learn=False`` times collection alone (acting, stepping, storing). ``compile``: the agent's
     compile mode (compilation happens during the warm-up, before the timing). ``overlap``: the
-    timed run overlapped (its learner process started inside the timing).
+    timed run overlapped (on the CPU its learner process started inside the timing; on CUDA the
+    stream learner).
     """
     from tritonrl.toolkit.training.loop import LoopConfig, run_training
     from tritonrl.toolkit.training.offpolicy import OffPolicySchedule, schedule_for
@@ -272,7 +282,7 @@ def loop_sps(
     overrides: dict[str, Any] = {"compile": compile}
     if not learn:
         overrides["learning_starts"] = 10**9
-    agent, env = _agent(name, num_envs, **overrides)
+    agent, env = _agent(name, num_envs, device, **overrides)
     try:
         # warm up past learning_starts so the timed part is the steady state
         quiet = {"final_eval": False, "plot": False, "tensorboard": False}
@@ -283,6 +293,8 @@ def loop_sps(
         t0 = time.perf_counter()
         timed = LoopConfig(total_steps=steps, overlap=overlap, **quiet)
         summary = run_training(agent, env, schedule, timed)
+        if device != "cpu":
+            torch.cuda.synchronize()
         return summary["global_step"] / (time.perf_counter() - t0)
     finally:
         env.close()
@@ -526,12 +538,22 @@ def _gpu_rows(quick: bool) -> list[Row]:
                 "rainbow", device="cuda", batch=256, min_time=1.0 if quick else 3.0
             )
     gpu = torch.cuda.get_device_name(0)
+    rows: list[Row] = []
+    # the whole loop on CUDA at CleanRL's settings, sequential against overlapped (the stream learner)
+    steps = 3_000 if quick else 20_000
+    for name, envs in (("dqn", 1), ("dqn", 8), ("rainbow", 8)):
+        case = f"{ENV_ID}, {envs} env{'s' if envs > 1 else ''}, cuda: env steps/s at CleanRL's defaults"
+        seq = loop_sps(name, steps, envs, device="cuda")
+        over = loop_sps(name, steps, envs, overlap=True, device="cuda")
+        note = f"{gpu}; the learner on its own CUDA stream; vs {name}"
+        rows.append(Row(NAME, case, name, seq, "steps/s", 1.0, f"{gpu}; sequential"))
+        rows.append(Row(NAME, case, f"{name}, overlap", over, "steps/s", over / seq, note))
     secs = 1.0 if quick else 3.0
     eager = learner_updates_per_s("rainbow", device="cuda", batch=256, min_time=secs)
     graphs = learner_updates_per_s(
         "rainbow", device="cuda", batch=256, min_time=secs, compile="reduce-overhead"
     )
-    return [
+    return rows + [
         Row(
             NAME,
             "rainbow learner updates/s, batch 256, cuda, training dtype",

@@ -41,7 +41,9 @@ arrays, a numpy -> torch conversion every step, torch storage, the same network 
 same update arithmetic (4 epochs x 4 minibatches), written plainly in one function.
 
 On a CUDA machine, extra rows time ``collect`` and ``update`` on the GPU for the discrete and
-mamba policies in the device's training dtype against f32 (forced), ratio bf16 vs f32.
+mamba policies in the device's training dtype against f32 (forced), ratio bf16 vs f32, and the
+whole loop at CleanRL's settings on CUDA (4 and 8 envs), sequential against overlapped (the
+stream learner: each update on a CUDA stream of its own while the next rollout is collected).
 """
 
 from __future__ import annotations
@@ -178,15 +180,16 @@ def train_sps(
     steps: int,
     num_envs: int = NUM_ENVS,
     overlap: bool = False,
+    device: str = "cpu",
     **overrides: Any,
 ) -> float:
     """Env steps/s of ``run_training`` (collection and updates, no evaluation, no logging files);
-    ``overlap``: ``LoopConfig(overlap=True)``, the learner in a second process (started inside
-    the timing)."""
+    ``overlap``: ``LoopConfig(overlap=True)``, the learner in a second process on the CPU (started
+    inside the timing), on a CUDA stream of its own on CUDA."""
     from tritonrl.toolkit.training.loop import LoopConfig, run_training
     from tritonrl.toolkit.training.onpolicy import OnPolicySchedule
 
-    agent, env = _agent(preset_name, env_id, steps, num_envs=num_envs, **overrides)
+    agent, env = _agent(preset_name, env_id, steps, device=device, num_envs=num_envs, **overrides)
     try:
         quiet = {"final_eval": False, "plot": False, "tensorboard": False, "overlap": overlap}
         summary = run_training(
@@ -354,6 +357,17 @@ def _cuda_rows(reps: int) -> list[Row]:
             Row(NAME, case, f"collect {dtype}", sps, "env steps/s", ratio=sps / sps32, note="vs f32"),
             Row(NAME, case, "update f32", ms32, "ms/update"),
             Row(NAME, case, f"update {dtype}", ms, "ms/update", ratio=ms32 / ms, note="vs f32"),
+        ]
+    # the whole loop on CUDA at CleanRL's settings, sequential against overlapped (the stream learner)
+    steps = 8_192 if reps == 1 else 40_960
+    for envs in (REF_ENVS, NUM_ENVS):
+        case = f"discrete CartPole-v1, {envs} envs, cuda, training dtype"
+        seq = train_sps("ppo", "CartPole-v1", steps, num_envs=envs, device="cuda", lr=2.5e-4)
+        over = train_sps("ppo", "CartPole-v1", steps, num_envs=envs, overlap=True, device="cuda", lr=2.5e-4)
+        note = "overlap=True: the learner on its own CUDA stream, acting one rollout behind; vs ppo"
+        rows += [
+            Row(NAME, case, "ppo", seq, "env steps/s", note="run_training, sequential"),
+            Row(NAME, case, "ppo, overlap", over, "env steps/s", ratio=over / seq, note=note),
         ]
     return rows
 

@@ -34,7 +34,7 @@ from tritonrl.toolkit.training.collector import Collector
 from tritonrl.toolkit.training.loop import LoopConfig, run_training
 from tritonrl.toolkit.training.offpolicy import schedule_for
 from tritonrl.toolkit.training.onpolicy import OnPolicySchedule
-from tritonrl.toolkit.training.overlap import check_overlap
+from tritonrl.toolkit.training.overlap import check_overlap, resolve_learner
 
 SMALL = {"learning_starts": 500, "train_freq": 64, "gradient_steps": 8, "target_update_every": 32}
 
@@ -101,6 +101,79 @@ def test_process_learner_is_bit_identical_to_inline(tmp_path: Path, name: str, n
     saved = [load_checkpoint(tmp_path / d / CHECKPOINT_NAME)["agent"] for d in ("inline", "process")]
     assert_same_tree(saved[0], saved[1], "checkpoint")  # the final checkpoint holds the learner's state
     assert_same_tree(saved[1], proc.state_dict(), "checkpoint")
+
+
+def test_stream_learner_is_the_inline_learner_off_cuda(tmp_path: Path) -> None:
+    # off CUDA the stream learner has no stream: the inline learner with its metrics read one sync
+    # point later (at finish, not at start); the runs, their checkpoints and metric rows are equal
+    inline, s_inline = _run("inline", num_envs=2, run_dir=tmp_path / "inline")
+    stream, s_stream = _run("stream", num_envs=2, run_dir=tmp_path / "stream")
+    assert inline.updates == stream.updates > 0
+    assert_same_tree(inline.state_dict(), stream.state_dict())
+    assert s_inline["evaluations"] == s_stream["evaluations"]
+    assert _metric_rows(tmp_path / "inline") == _metric_rows(tmp_path / "stream")
+
+
+class _FakeStream:
+    """Stands in for ``torch.cuda.Stream``: records what is ordered after what in ``log``."""
+
+    def __init__(self, name: str, log: list[str]) -> None:
+        self.name, self.log, self.device = name, log, torch.device("cuda", 0)
+
+    def wait_stream(self, other: _FakeStream) -> None:
+        self.log.append(f"{self.name} waits for {other.name}")
+
+    def __enter__(self) -> None:
+        self.log.append(f"enter {self.name}")
+
+    def __exit__(self, *exc: object) -> None:
+        self.log.append(f"exit {self.name}")
+
+
+def test_stream_learner_orders_its_rounds_between_the_sync_points(monkeypatch: pytest.MonkeyPatch) -> None:
+    # what the stream learner asks of CUDA, with the streams replaced by recorders: its round is
+    # queued on its own stream after what the current stream holds, and the current stream waits
+    # for the round before the metrics are read (and the snapshot is refreshed)
+    from tritonrl.toolkit.training import overlap
+
+    log: list[str] = []
+    current = _FakeStream("current", log)
+    monkeypatch.setattr(torch.cuda, "Stream", lambda device: _FakeStream("learner", log))
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: current)
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: s)
+
+    class Agent:
+        device = "cuda"
+
+    def due(agent: Any, schedule: Any, staging: Any, rows: int, step: int) -> list[dict[str, torch.Tensor]]:
+        log.append(f"round {step}")
+        return [{"loss": torch.tensor(float(step))}]
+
+    monkeypatch.setattr(overlap, "_due", due)
+    learner = overlap._StreamLearner(Agent(), None, [None, None])
+    learner.start(0, 3, 64)
+    log.append("actor acts")
+    packed = learner.finish()
+    assert log == [
+        "learner waits for current",
+        "enter learner",
+        "round 64",
+        "exit learner",
+        "actor acts",
+        "current waits for learner",
+    ]
+    assert [(names, values.tolist()) for names, values in packed] == [(("loss",), [64.0])]
+
+
+def test_auto_picks_the_process_learner_on_the_cpu_and_the_stream_learner_on_cuda() -> None:
+    assert resolve_learner("auto", "cpu") == "process"
+    assert resolve_learner("auto", torch.device("cuda", 1)) == "stream"
+    assert resolve_learner("inline", "cuda") == "inline"
+    assert resolve_learner("process", "cpu") == "process"
+    with pytest.raises(
+        ValueError, match="overlap_learner must be one of 'auto', 'process', 'stream', 'inline', got 'x'"
+    ):
+        resolve_learner("x", "cpu")
 
 
 def test_same_seed_twice_gives_the_same_run() -> None:
@@ -219,6 +292,20 @@ def test_overlap_refuses_what_it_cannot_do(tmp_path: Path) -> None:
         with pytest.raises(ValueError, match="not with a collector or a data-parallel run"):
             check_overlap(dqn, schedule_for(dqn), distributed=True)
         check_overlap(dqn, schedule_for(dqn))  # what run_training(overlap=True) accepts
+
+        class OnCuda:  # the protocol, on CUDA (nothing here touches the device)
+            device = "cuda"
+
+            def learner_tensors(self) -> list[torch.Tensor]:
+                return []
+
+            def lagged_actor(self) -> Any:
+                return None
+
+        with pytest.raises(ValueError, match=r"overlap_learner='process' forks .* on cuda: use 'stream'"):
+            check_overlap(OnCuda(), schedule_for(dqn), learner="process")
+        for learner in ("auto", "stream", "inline"):
+            check_overlap(OnCuda(), schedule_for(dqn), learner=learner)
     finally:
         env.close()
 

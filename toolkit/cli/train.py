@@ -122,8 +122,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument(
         "--overlap",
         action="store_true",
-        help="on a CPU: learn in a second process while acting (acting lags by one train_freq interval, "
-        "PPO's by one rollout); market envs too",
+        help="learn while acting (acting lags by one train_freq interval, PPO's by one rollout): "
+        "in a second process on a CPU, on a CUDA stream of its own on CUDA; market envs too",
     )
     add_set_flag(p, help="override an agent config field (repeatable); env.FIELD=VALUE: a market env field")
     add_output_flags(p)
@@ -247,7 +247,9 @@ def _build(args: argparse.Namespace, ctx: Any) -> tuple[Any, Any, Any, Any, Any,
         if args.overlap:
             from tritonrl.toolkit.training.overlap import check_overlap
 
-            check_overlap(agent, schedule, run.collector if run is not None else None)
+            check_overlap(
+                agent, schedule, run.collector if run is not None else None, learner=cfg.overlap_learner
+            )
     except ValueError as exc:  # UsageError included; LoopConfig repeats _validate's checks
         env.close()
         raise UsageError(str(exc)) from None

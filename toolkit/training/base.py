@@ -102,9 +102,11 @@ class LoopConfig:
     at most one ``train_freq`` interval, PPO's by one update
     (:mod:`tritonrl.toolkit.training.overlap`); not with a data-parallel
     run; a checkpoint (by steps or wall time) holds the actor's side too (exact resume)."""
-    overlap_learner: str = "process"
-    """``"process"``: the learner in a child process (CPU); ``"inline"``: the same semantics in this
-    process (the reference the process learner is tested against)."""
+    overlap_learner: str = "auto"
+    """``"process"``: the learner in a child process (an agent on the CPU); ``"stream"``: in this
+    process, its device work on a CUDA stream of its own (an agent on CUDA; elsewhere it is
+    ``"inline"``); ``"inline"``: the same semantics in this process, synchronously (the reference
+    the others are tested against); ``"auto"``: ``"stream"`` on CUDA, else ``"process"``."""
 
     def __post_init__(self) -> None:
         """Reject impossible settings at construction, before any training.
@@ -125,9 +127,10 @@ class LoopConfig:
             value = getattr(self, name)
             if name != "stop_at" or value is not None:
                 check_int(f"LoopConfig.{name}", value, low=low, high=high)
-        if self.overlap_learner not in ("process", "inline"):
+        if self.overlap_learner not in ("auto", "process", "stream", "inline"):
             raise ValueError(
-                f"LoopConfig.overlap_learner must be 'process' or 'inline', got {self.overlap_learner!r}"
+                "LoopConfig.overlap_learner must be 'auto', 'process', 'stream' or 'inline', "
+                f"got {self.overlap_learner!r}"
             )
         if self.target_return is not None:
             check_real("LoopConfig.target_return", self.target_return, nonnegative=False)

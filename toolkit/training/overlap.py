@@ -11,12 +11,23 @@ sync point ``k + 1`` from an f32 snapshot of the learner taken at sync point ``k
 the updates of ``k - 1``. Acting lags learning by at most one sync interval; what the learner sees
 at each sync point is fixed by step counts, never by timing, so a run is reproducible.
 
-Two learners implement it: ``overlap_learner="process"`` (the default) runs the agent's update
-side (networks, optimizer, replay, schedule) in a child process started once per run with
-``fork`` (the child starts from an exact copy of the agent without pickling it, which is what
-makes it bit-identical to the other learner; CUDA cannot be forked, so the process learner is
-CPU-only) and hands transitions and weights over in shared-memory tensors; ``"inline"`` runs the
-same semantics in this process (no gain: it is the oracle the process learner is tested against).
+Three learners implement it (``overlap_learner``; ``"auto"``, the default, picks ``"process"`` for
+an agent on the CPU and ``"stream"`` for one on CUDA):
+
+- ``"process"`` runs the agent's update side (networks, optimizer, replay, schedule) in a child
+  process started once per run with ``fork`` (the child starts from an exact copy of the agent
+  without pickling it, which is what makes it bit-identical to the inline learner; CUDA cannot be
+  forked, so it is CPU-only) and hands transitions and weights over in shared-memory tensors;
+- ``"stream"`` runs the update side in this process but queues its device work on a CUDA stream of
+  its own: the updates of a sync point are launched and the host goes back to stepping the env at
+  once (the updates read nothing back to the host), while the actor's forwards run on the current
+  stream from the snapshot, which no pending update writes, so the actions it copies to the host
+  never wait for the learner. The streams meet only at sync points: the learner's stream waits
+  for everything queued before its round (the staged steps, the snapshot's copy of the weights it
+  is about to change), and the current stream waits for the learner's round before the snapshot
+  is refreshed and before the learner's metrics are read. Off CUDA it is the inline learner;
+- ``"inline"`` runs the same semantics in this process, synchronously (no gain: it is the oracle
+  the other two are tested against).
 
 The agent takes part through two methods (:class:`OverlapAgent`): ``learner_tensors()``, the
 tensors the actor mirrors, and ``lagged_actor()``, an actor that acts from its own snapshot with
@@ -51,8 +62,10 @@ __all__ = [
     "SnapshotActor",
     "FIELDS",
     "actor_generator",
+    "LEARNERS",
     "check_overlap",
     "feed_staged",
+    "resolve_learner",
     "sync_period",
 ]
 
@@ -60,6 +73,8 @@ M = TypeVar("M", bound=torch.nn.Module)
 _Metrics = list[tuple[tuple[str, ...], np.ndarray]]  # one (names, f32 values) per metric dict
 FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
 """The fields of a staged vector step, in ``agent.observe``'s order."""
+LEARNERS = ("auto", "process", "stream", "inline")
+"""The values of ``LoopConfig.overlap_learner`` (module doc)."""
 _POLL_S = 0.5  # how often a wait for the learner process checks that it is still alive
 _SPIN_S = 0.005
 """How long either side of the process learner polls for the other's message before it sleeps in a
@@ -219,9 +234,11 @@ class SnapshotActor(Generic[M]):
 
 
 class _Staging:
-    """The vector steps of one sync interval: one ``[capacity, E, ...]`` CPU tensor per field, the
-    :data:`FIELDS` then the actor's extras (written through numpy views: a numpy row copy costs a
-    fraction of a torch ``copy_``)."""
+    """The vector steps of one sync interval: one ``[capacity, E, ...]`` tensor per field, the
+    :data:`FIELDS` then the actor's extras, each on the device of the field's first value. CPU
+    fields are written through numpy views (a numpy row copy costs a fraction of a torch
+    ``copy_``); device fields (a CUDA env's or actor's tensors) by a ``copy_`` queued on the current
+    stream, never read back to the host."""
 
     def __init__(self, first: Mapping[str, torch.Tensor], capacity: int, shared: bool) -> None:
         self.capacity = capacity
@@ -230,17 +247,22 @@ class _Staging:
         self.extras = self.names[len(FIELDS) :]
         self.fields: dict[str, torch.Tensor] = {}
         for name in self.names:
-            t = torch.empty((capacity, *first[name].shape), dtype=first[name].dtype)
-            self.fields[name] = t.share_memory_() if shared else t
-        self._views = [self.fields[name].numpy() for name in self.names]
+            x = first[name]
+            t = torch.empty((capacity, *x.shape), dtype=x.dtype, device=x.device)
+            self.fields[name] = t.share_memory_() if shared and t.is_cpu else t
+        # per field: a numpy view (CPU) or None (written with copy_)
+        self._views = [t.numpy() if t.is_cpu else None for t in self.fields.values()]
 
     def add(self, values: Sequence[Any]) -> None:
-        """Stage one vector step (``values`` in the order of :attr:`names`: CPU tensors or arrays)."""
+        """Stage one vector step (``values`` in the order of :attr:`names`: tensors or arrays)."""
         row = self.rows
         if row == self.capacity:
             raise RuntimeError(f"overlap staging holds {self.capacity} vector steps already")
-        for view, x in zip(self._views, values, strict=True):
-            view[row] = x.numpy() if isinstance(x, torch.Tensor) else x
+        for view, t, x in zip(self._views, self.fields.values(), values, strict=True):
+            if view is None:
+                t[row].copy_(torch.as_tensor(x))
+            else:
+                view[row] = (x.numpy() if x.is_cpu else x.cpu().numpy()) if isinstance(x, torch.Tensor) else x
         self.rows = row + 1
 
     def feed(self, agent: Any, rows: int) -> None:
@@ -280,16 +302,24 @@ def _unpack(packed: _Metrics) -> list[dict[str, torch.Tensor]]:
     return [{k: torch.tensor(v) for k, v in zip(names, values, strict=True)} for names, values in packed]
 
 
-def _round(agent: Any, schedule: Any, staging: _Staging, rows: int, step: int) -> _Metrics:
+def _due(
+    agent: Any, schedule: Any, staging: _Staging, rows: int, step: int
+) -> list[Mapping[str, torch.Tensor]]:
     """One learner round: store the staged steps, run the updates due at ``step`` (an on-policy
-    schedule counts each staged vector step: its update comes when a rollout is full)."""
+    schedule counts each staged vector step: its update comes when a rollout is full); returns
+    their metric dicts as the agent made them (tensors on its device, not read yet)."""
     staging.feed(agent, rows)
     if _on_policy(schedule):
         due: list[Mapping[str, torch.Tensor]] = []
         for _ in range(rows):
             due += schedule.after_step(agent, step)
-        return _pack(due)
-    return _pack(schedule.after_step(agent, step))
+        return due
+    return list(schedule.after_step(agent, step))
+
+
+def _round(agent: Any, schedule: Any, staging: _Staging, rows: int, step: int) -> _Metrics:
+    """:func:`_due`, its metrics packed (read on the host)."""
+    return _pack(_due(agent, schedule, staging, rows, step))
 
 
 def feed_staged(agent: Any, schedule: Any, staged: Mapping[str, torch.Tensor], step: int) -> None:
@@ -351,8 +381,58 @@ class _InlineLearner:
     def fetch_state(self) -> None:
         """The agent here is the learner: nothing to fetch."""
 
+    def settle(self) -> None:
+        """Nothing runs in the background."""
+
     def close(self) -> None:
         """Nothing to stop."""
+
+
+class _StreamLearner:
+    """The lagged semantics in this process, the learner's device work on a CUDA stream of its own
+    (module doc); off CUDA (no streams) the inline learner. Its metrics stay on the device until
+    :meth:`finish`, when the round that made them has had a whole sync interval to run."""
+
+    def __init__(self, agent: Any, schedule: Any, stagings: Sequence[_Staging]) -> None:
+        self.agent, self.schedule, self.stagings = agent, schedule, stagings
+        device = torch.device(getattr(agent, "device", "cpu"))
+        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        self.pending: list[Mapping[str, torch.Tensor]] = []
+
+    def weights(self) -> Sequence[torch.Tensor]:
+        return self.agent.learner_tensors()
+
+    def start(self, which: int, rows: int, step: int) -> None:
+        stream = self.stream
+        if stream is None:
+            self.pending = _due(self.agent, self.schedule, self.stagings[which], rows, step)
+            return
+        # after what is queued on the current stream: the snapshot's copy of the weights this
+        # round changes, and anything the actor left on the device
+        stream.wait_stream(torch.cuda.current_stream(stream.device))
+        with torch.cuda.stream(stream):
+            self.pending = _due(self.agent, self.schedule, self.stagings[which], rows, step)
+
+    def settle(self) -> None:
+        """Order the current stream after the learner's round: what is queued on it from now on
+        (the snapshot's refresh, a read of the agent's tensors) sees the round's results. The host
+        does not wait."""
+        if self.stream is not None:
+            torch.cuda.current_stream(self.stream.device).wait_stream(self.stream)
+
+    def finish(self) -> _Metrics:
+        self.settle()
+        out, self.pending = _pack(self.pending), []  # reads the metrics: waits for the round
+        return out
+
+    def fetch_state(self) -> None:
+        """The agent here is the learner: nothing to fetch (:meth:`finish` ordered the current
+        stream after its round)."""
+        self.settle()
+
+    def close(self) -> None:
+        """Let the last round finish before its tensors are used or freed elsewhere."""
+        self.settle()
 
 
 def _learner_main(agent: Any, schedule: Any, conn: Any, other_end: Any, stagings: Any, weights: Any) -> None:
@@ -432,6 +512,9 @@ class _ProcessLearner:
         self.outstanding = False
         return self._recv()[1]
 
+    def settle(self) -> None:
+        """This process's agent is not the learner: nothing to order."""
+
     def fetch_state(self) -> None:
         """Load the learner's whole state (agent and schedule) into this process's copies."""
         self.conn.send(("state",))
@@ -453,10 +536,27 @@ class _ProcessLearner:
         self.conn.close()
 
 
-def check_overlap(agent: Any, schedule: Any, collector: Any = None, distributed: bool = False) -> None:
-    """Raise ``ValueError`` unless an overlapped run can train ``agent`` with ``schedule``: an
-    :class:`OverlapAgent` on the CPU whose ``check_lagged()`` (where it has one) passes, a schedule
-    :func:`sync_period` knows, no collector and no data-parallel run (``distributed``)."""
+def resolve_learner(learner: str, device: torch.device | str) -> str:
+    """The learner an overlapped run on ``device`` uses: ``learner`` itself, or for ``"auto"``
+    ``"stream"`` on CUDA and ``"process"`` elsewhere.
+
+    Raises:
+        ValueError: ``learner`` is not one of :data:`LEARNERS`.
+    """
+    if learner not in LEARNERS:
+        raise ValueError(f"overlap_learner must be one of {', '.join(map(repr, LEARNERS))}, got {learner!r}")
+    if learner != "auto":
+        return learner
+    return "stream" if torch.device(device).type == "cuda" else "process"
+
+
+def check_overlap(
+    agent: Any, schedule: Any, collector: Any = None, distributed: bool = False, learner: str = "auto"
+) -> None:
+    """Raise ``ValueError`` unless an overlapped run can train ``agent`` with ``schedule`` and
+    ``learner``: an :class:`OverlapAgent` whose ``check_lagged()`` (where it has one) passes, a
+    schedule :func:`sync_period` knows, no collector, no data-parallel run (``distributed``), and
+    the process learner only for an agent on the CPU."""
     if collector is not None or distributed:
         raise ValueError("overlap steps the env itself: not with a collector or a data-parallel run")
     if not isinstance(agent, OverlapAgent):
@@ -466,8 +566,11 @@ def check_overlap(agent: Any, schedule: Any, collector: Any = None, distributed:
     if check is not None:  # what the agent itself cannot do lagged (recurrent PPO, ...)
         check()
     device = torch.device(getattr(agent, "device", "cpu"))
-    if device.type != "cpu":
-        raise ValueError(f"overlap runs on the CPU only (a forked learner), the agent is on {device}")
+    if resolve_learner(learner, device) == "process" and device.type != "cpu":
+        raise ValueError(
+            f"overlap_learner='process' forks the learner, which works for an agent on the CPU only; "
+            f"this one is on {device}: use 'stream' (or 'auto')"
+        )
 
 
 class Overlap:
@@ -479,7 +582,7 @@ class Overlap:
         schedule: an off-policy schedule (``train_freq``, ``after_step``).
         step_env: the env's step (``actions -> Transition``).
         step_size: global env steps per vector step (``num_envs``).
-        learner: ``"process"`` or ``"inline"``.
+        learner: one of :data:`LEARNERS` (:func:`resolve_learner`).
 
     Raises:
         ValueError: see :func:`check_overlap`.
@@ -488,15 +591,16 @@ class Overlap:
     def __init__(
         self, agent: Any, schedule: Any, step_env: Callable[[Any], Any], step_size: int, learner: str
     ) -> None:
-        check_overlap(agent, schedule)
+        check_overlap(agent, schedule, learner=learner)
         period = sync_period(schedule, step_size)
-        self.agent, self.schedule, self.step_env, self.kind = agent, schedule, step_env, learner
+        kind = resolve_learner(learner, getattr(agent, "device", "cpu"))
+        self.agent, self.schedule, self.step_env, self.kind = agent, schedule, step_env, kind
         self.period, self.step_size = period, step_size
         self.actor: LaggedActor = agent.lagged_actor()
         self.capacity = -(-period // step_size) + 1  # vector steps between two sync points, at most
         self.stagings: list[_Staging] = []
         self.which = 0  # the staging the actor fills
-        self.learner: _InlineLearner | _ProcessLearner | None = None
+        self.learner: _InlineLearner | _StreamLearner | _ProcessLearner | None = None
         self.dirty = True  # something happened since the last drain
         self.pending: _Metrics = []  # metrics of the learner's last round, returned at the next sync
         self.restored: dict[str, torch.Tensor] | None = None  # staged rows of a checkpoint, not staged yet
@@ -512,8 +616,12 @@ class Overlap:
             first = {k: torch.as_tensor(v) for k, v in zip(names, values, strict=True)}
             shared = self.kind == "process"
             self.stagings = [_Staging(first, self.capacity, shared) for _ in range(2)]
-            make = _ProcessLearner if shared else _InlineLearner
-            self.learner = make(self.agent, self.schedule, self.stagings)
+            if self.kind == "process":
+                self.learner = _ProcessLearner(self.agent, self.schedule, self.stagings)
+            elif self.kind == "stream":
+                self.learner = _StreamLearner(self.agent, self.schedule, self.stagings)
+            else:
+                self.learner = _InlineLearner(self.agent, self.schedule, self.stagings)
             if self.restored is not None:  # a resumed run: the rows staged when it was saved
                 rows = self.restored
                 if set(rows) != set(names):
@@ -569,6 +677,13 @@ class Overlap:
     def eval_policy(self) -> Callable[[Any], torch.Tensor]:
         """Greedy actions from the weights the actor acts with."""
         return self.actor.eval_policy()
+
+    def settle(self) -> None:
+        """Before reading this process's agent between sync points (the loop's checks at a log
+        interval): with the stream learner, order the current stream after the learner's round,
+        so that the read sees the same state whatever the timing (the host does not wait)."""
+        if self.learner is not None:
+            self.learner.settle()
 
     def state_dict(self) -> dict[str, Any]:
         """The run's actor side for a checkpoint at the current step, without changing what the

@@ -581,6 +581,8 @@ class _Run:
                 logger.log(step, {"charts/SPS": (step - self.step_flush) / max(now - self.t_flush, 1e-9)})
             means = logger.flush(step)
             self.t_flush, self.step_flush = now, step
+        if self.overlap is not None:  # the stream learner: these reads come after its round
+            self.overlap.settle()
         if self.check_inputs is not None:  # inputs checked on the device without a per-step sync
             self.check_inputs()
         bad = first_nonfinite(means, _is_loss, self.params)
