@@ -203,3 +203,25 @@ def assert_same_tree(a: Any, b: Any, where: str = "state") -> None:
             assert_same_tree(x, y, f"{where}[{i}]")
     else:
         assert a == b, f"{where}: {a!r} != {b!r}"
+
+
+def metric_rows(path: str | Path) -> list[dict[str, str]]:
+    """The rows of a ``metrics.csv`` (a file, or the run folder holding one), without
+    ``charts/SPS`` (the clock's): what two reproductions of one run must agree on."""
+    import csv
+
+    path = Path(path)
+    if path.is_dir():
+        path = path / "metrics.csv"
+    with path.open() as f:
+        return [{k: v for k, v in row.items() if k != "charts/SPS"} for row in csv.DictReader(f)]
+
+
+def overlap_loop(learner: str, run_dir: str | Path | None = None, **fields: Any) -> Any:
+    """``LoopConfig`` of an overlapped test run with ``learner``: no plot, no TensorBoard, no
+    wall-time checkpoints (each may be overridden in ``fields``, as may ``overlap`` itself)."""
+    from tritonrl.toolkit.training.base import LoopConfig
+
+    settings: dict[str, Any] = {"overlap": True, "plot": False, "tensorboard": False, "checkpoint_seconds": 0}
+    settings.update(fields)
+    return LoopConfig(run_dir=None if run_dir is None else str(run_dir), overlap_learner=learner, **settings)

@@ -9,7 +9,6 @@ in all (2 shared cores).
 
 from __future__ import annotations
 
-import csv
 import multiprocessing
 import os
 import subprocess
@@ -23,7 +22,7 @@ import torch
 
 pytest.importorskip("gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
 
-from helpers import assert_same_tree
+from helpers import assert_same_tree, metric_rows, overlap_loop
 from tritonrl.agents.dqn import DQNAgent, preset
 from tritonrl.agents.ppo import PPOAgent
 from tritonrl.toolkit.checkpoint import load_checkpoint
@@ -59,18 +58,8 @@ def _run(
         num_envs=num_envs,
         seed=seed,
     )
-    cfg = LoopConfig(
-        total_steps=steps,
-        seed=seed,
-        eval_every=1_000,
-        eval_episodes=3,
-        log_every=500,
-        run_dir=None if run_dir is None else str(run_dir),
-        overlap=True,
-        overlap_learner=learner,
-        plot=False,
-        tensorboard=False,
-        checkpoint_seconds=0,
+    cfg = overlap_loop(
+        learner, run_dir, total_steps=steps, seed=seed, eval_every=1_000, eval_episodes=3, log_every=500
     )
     try:
         summary = run_training(agent, env, schedule_for(agent), cfg, should_stop=should_stop)
@@ -80,10 +69,9 @@ def _run(
 
 
 def _metric_rows(run_dir: Path) -> list[dict[str, str]]:
-    with (run_dir / "metrics.csv").open() as f:
-        rows = list(csv.DictReader(f))
+    rows = metric_rows(run_dir)
     assert rows and "losses/td_loss" in rows[0]
-    return [{k: v for k, v in row.items() if k != "charts/SPS"} for row in rows]  # SPS: the clock's
+    return rows
 
 
 @pytest.mark.parametrize(

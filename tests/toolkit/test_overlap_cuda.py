@@ -11,7 +11,6 @@ update's last-one-wins ``atomic_max``), so equality is the right test.
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +19,13 @@ import torch
 
 pytest.importorskip("gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
 
-from helpers import assert_same_tree
+from helpers import assert_same_tree, metric_rows, overlap_loop
 from tritonrl.agents.dqn import DQNAgent
 from tritonrl.agents.dqn import preset as dqn_preset
 from tritonrl.agents.ppo import PPOAgent
 from tritonrl.agents.ppo import preset as ppo_preset
 from tritonrl.toolkit.envs.vector import make_vec_env
-from tritonrl.toolkit.training.loop import LoopConfig, run_training
+from tritonrl.toolkit.training.loop import run_training
 from tritonrl.toolkit.training.offpolicy import schedule_for as dqn_schedule
 from tritonrl.toolkit.training.onpolicy import schedule_for as ppo_schedule
 
@@ -77,18 +76,8 @@ def _run(kind: str, name: str, num_envs: int, learner: str, run_dir: Path) -> tu
             seed=7,
         )
         schedule, steps = ppo_schedule(agent), 640
-    loop = LoopConfig(
-        total_steps=steps,
-        seed=7,
-        eval_every=steps // 2,
-        eval_episodes=2,
-        log_every=256,
-        run_dir=str(run_dir),
-        overlap=True,
-        overlap_learner=learner,
-        plot=False,
-        tensorboard=False,
-        checkpoint_seconds=0,
+    loop = overlap_loop(
+        learner, run_dir, total_steps=steps, seed=7, eval_every=steps // 2, eval_episodes=2, log_every=256
     )
     try:
         summary = run_training(agent, env, schedule, loop)
@@ -96,11 +85,6 @@ def _run(kind: str, name: str, num_envs: int, learner: str, run_dir: Path) -> tu
         env.close()
     torch.cuda.synchronize()
     return agent, summary
-
-
-def _rows(run_dir: Path) -> list[dict[str, str]]:
-    with (run_dir / "metrics.csv").open() as f:
-        return [{k: v for k, v in row.items() if k != "charts/SPS"} for row in csv.DictReader(f)]
 
 
 def _state(agent: Any) -> dict[str, Any]:
@@ -123,7 +107,7 @@ def test_stream_learner_is_bit_identical_to_inline_on_cuda(
     assert inline.updates == stream.updates > 0
     assert_same_tree(_state(inline), _state(stream))
     assert s_inline["evaluations"] == s_stream["evaluations"]
-    assert _rows(tmp_path / "inline") == _rows(tmp_path / "stream")
+    assert metric_rows(tmp_path / "inline") == metric_rows(tmp_path / "stream")
     default = torch.cuda.default_stream(torch.device("cuda")).stream_id
     assert set(inline.streams) == {default}
     assert default not in set(stream.streams) and len(set(stream.streams)) == 1

@@ -12,7 +12,6 @@ refuses, and exact resume. About 25 s here (2 shared cores).
 from __future__ import annotations
 
 import copy
-import csv
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ import torch
 
 pytest.importorskip("gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
 
-from helpers import assert_same_tree
+from helpers import assert_same_tree, metric_rows, overlap_loop
 from tritonrl.agents.ppo import PPOAgent, preset
 from tritonrl.toolkit.envs.vector import make_vec_env
 from tritonrl.toolkit.training.loop import LoopConfig, run_training
@@ -51,18 +50,15 @@ def _run(
         num_envs=num_envs,
         seed=5,
     )
-    cfg = LoopConfig(
+    cfg = overlap_loop(
+        learner,
+        run_dir,
         total_steps=steps,
         seed=5,
         eval_every=steps // 2,
         eval_episodes=2,
         log_every=128,
-        run_dir=None if run_dir is None else str(run_dir),
         overlap=overlap,
-        overlap_learner=learner,
-        plot=False,
-        tensorboard=False,
-        checkpoint_seconds=0,
         **kw,
     )
     try:
@@ -81,9 +77,7 @@ def _state(agent: PPOAgent) -> dict[str, Any]:
     return state
 
 
-def _rows(path: Path) -> list[dict[str, str]]:
-    with path.open() as f:
-        return [{k: v for k, v in row.items() if k != "charts/SPS"} for row in csv.DictReader(f)]
+_rows = metric_rows
 
 
 @pytest.mark.parametrize(

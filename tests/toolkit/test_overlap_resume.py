@@ -11,7 +11,6 @@ come back. About 30 s here in all (2 shared cores).
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +19,13 @@ import torch
 
 pytest.importorskip("gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
 
-from helpers import assert_same_tree
+from helpers import assert_same_tree, metric_rows, overlap_loop
 from tritonrl.agents.dqn import DQNAgent
 from tritonrl.agents.dqn import preset as dqn_preset
 from tritonrl.agents.sac import SACAgent, TD3Agent
 from tritonrl.agents.sac import preset as sac_preset
 from tritonrl.toolkit.envs.vector import make_vec_env
-from tritonrl.toolkit.training.loop import LoopConfig, run_training
+from tritonrl.toolkit.training.loop import run_training
 from tritonrl.toolkit.training.offpolicy import schedule_for
 from tritonrl.toolkit.training.overlap import Overlap
 
@@ -57,19 +56,15 @@ def _run(case: str, run_dir: Path, **kw: Any) -> tuple[Any, dict[str, Any]]:
     else:
         cls = SACAgent if name == "sac" else TD3Agent
         agent = cls(*space, sac_preset(name, **SAC_TINY), num_envs=num_envs, seed=4)
-    cfg = LoopConfig(
+    kw.setdefault("checkpoint_every", every)
+    cfg = overlap_loop(
+        learner,
+        run_dir,
         total_steps=total,
         seed=4,
-        run_dir=str(run_dir),
         log_every=every // 2,
         eval_every=total // 2,
         eval_episodes=1,
-        checkpoint_every=kw.pop("checkpoint_every", every),
-        overlap=kw.pop("overlap", True),
-        overlap_learner=learner,
-        plot=False,
-        tensorboard=False,
-        checkpoint_seconds=kw.pop("checkpoint_seconds", 0),
         **kw,
     )
     try:
@@ -78,9 +73,7 @@ def _run(case: str, run_dir: Path, **kw: Any) -> tuple[Any, dict[str, Any]]:
         env.close()
 
 
-def _rows(path: Path) -> list[dict[str, str]]:
-    with path.open() as f:
-        return [{k: v for k, v in row.items() if k != "charts/SPS"} for row in csv.DictReader(f)]
+_rows = metric_rows
 
 
 @pytest.mark.parametrize("case", list(CASES))

@@ -9,7 +9,6 @@ networks on Pendulum-v1, a few hundred steps: about 25 s here in all (2 shared c
 from __future__ import annotations
 
 import copy
-import csv
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +17,12 @@ import torch
 
 pytest.importorskip("gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
 
-from helpers import assert_same_tree
+from helpers import assert_same_tree, metric_rows, overlap_loop
 from tritonrl.agents.sac import SACAgent, TD3Agent, preset
 from tritonrl.toolkit.checkpoint import load_checkpoint
 from tritonrl.toolkit.envs.vector import make_vec_env
 from tritonrl.toolkit.lifecycle import CHECKPOINT_NAME
-from tritonrl.toolkit.training.loop import LoopConfig, run_training
+from tritonrl.toolkit.training.loop import run_training
 from tritonrl.toolkit.training.offpolicy import schedule_for
 from tritonrl.toolkit.training.overlap import actor_generator
 
@@ -58,18 +57,8 @@ def _run(
         num_envs=num_envs,
         seed=5,
     )
-    cfg = LoopConfig(
-        total_steps=steps,
-        seed=5,
-        eval_every=200,
-        eval_episodes=1,
-        log_every=100,
-        run_dir=None if run_dir is None else str(run_dir),
-        overlap=True,
-        overlap_learner=learner,
-        plot=False,
-        tensorboard=False,
-        checkpoint_seconds=0,
+    cfg = overlap_loop(
+        learner, run_dir, total_steps=steps, seed=5, eval_every=200, eval_episodes=1, log_every=100
     )
     try:
         summary = run_training(agent, env, schedule_for(agent), cfg)
@@ -79,10 +68,9 @@ def _run(
 
 
 def _metric_rows(run_dir: Path) -> list[dict[str, str]]:
-    with (run_dir / "metrics.csv").open() as f:
-        rows = list(csv.DictReader(f))
+    rows = metric_rows(run_dir)
     assert rows and any(row.get("losses/qf_loss") for row in rows)
-    return [{k: v for k, v in row.items() if k != "charts/SPS"} for row in rows]  # SPS: the clock's
+    return rows
 
 
 @pytest.mark.parametrize(("name", "num_envs"), [("sac", 1), ("td3", 2)])
