@@ -35,7 +35,9 @@ vector step after the ring first wrapped to the end of the one before the last: 
 update inside, no final hand-back of the learner's state, and no first writes to the replay, which
 in a forked learner each copy a page the main process still shares (copy-on-write: about 1.5 ms a
 round at 1,024 envs until the ring has wrapped once). Overlap needs a free second core: on a busy
-machine its row drops below the sequential one (docs/pages/speed.md).
+machine its row drops below the sequential one (docs/pages/speed.md). On CUDA the same loop rows
+run on the GPU first, the overlapped one with the stream learner (the learner's updates on a CUDA
+stream of their own while the host steps the env).
 
 On CPU: 1,024 envs, torch on one thread (tritonrl.toolkit.cli.bench; the notes say so). On CUDA the
 GPU rows are measured and listed first: 16,384 envs (the issue's goal on an H200: >= 10 million
@@ -154,7 +156,9 @@ LOOP_RING = 8  # the loop rows' replay, in vector steps: it wraps before the tim
 
 
 def _loop(data: Any, overrides: dict[str, Any], vector_steps: int, overlap: bool) -> float:
-    """Env steps/s of one ``run_training`` of ``vector_steps`` vector steps (module docstring)."""
+    """Env steps/s of one ``run_training`` of ``vector_steps`` vector steps (module docstring), on
+    ``data``'s device. On CUDA the two timestamps the rate is taken between wait for every stream
+    (the learner's too): the rate counts the device work queued in between."""
     import time
 
     from tritonrl.agents.dqn import DQNAgent, preset
@@ -170,8 +174,14 @@ def _loop(data: Any, overrides: dict[str, Any], vector_steps: int, overlap: bool
     switches.update(
         torso_hidden=(WIDTH, WIDTH), buffer_size=LOOP_RING * n, learning_starts=2 * n, compile="none"
     )
+    device = data.device
     agent = DQNAgent(
-        env.single_observation_space, env.single_action_space, preset("dqn", **switches), num_envs=n, seed=0
+        env.single_observation_space,
+        env.single_action_space,
+        preset("dqn", **switches),
+        num_envs=n,
+        seed=0,
+        device=device,
     )
     cfg = LoopConfig(
         total_steps=(LOOP_RING + 2 + vector_steps) * n,
@@ -186,28 +196,37 @@ def _loop(data: Any, overrides: dict[str, Any], vector_steps: int, overlap: bool
     )
     collector = None if overlap else Collector(agent, env)
     stamps: list[float] = []  # one per vector step: should_stop is asked after each
+    # from the end of the vector step after the ring wrapped to the end of the one before the
+    # last (the last step of an overlapped run waits for the learner's whole state)
+    first, last = LOOP_RING + 1, LOOP_RING + vector_steps
+    cuda = device.type == "cuda"
 
     def stamp() -> bool:
+        if cuda and len(stamps) in (first, last):
+            torch.cuda.synchronize(device)
         stamps.append(time.perf_counter())
         return False
 
     run_training(agent, env, schedule_for(agent), cfg, collector=collector, should_stop=stamp)
-    # from the end of the vector step after the ring wrapped to the end of the one before the
-    # last (the last step of an overlapped run waits for the learner's whole state)
-    first = LOOP_RING + 1
-    return (len(stamps) - 2 - first) * n / (stamps[-2] - stamps[first])
+    assert len(stamps) == last + 2, (len(stamps), last)
+    return (last - first) * n / (stamps[last] - stamps[first])
 
 
 def _loop_rows(data: Any, quick: bool) -> list[Row]:
     rows: list[Row] = []
+    cuda = data.device.type == "cuda"
     for case, overrides, vector_steps in LOOP_CASES:
         steps = max(4, vector_steps // 4) if quick else vector_steps
         rates = {}
         for overlap in (False, True):
             rates[overlap] = _loop(data, overrides, steps, overlap)
             gc.collect()
-        label = f"{LOOP_ENVS} envs cpu, dqn loop, {case}"
-        note = "1 torch thread per process"
+        label = f"{LOOP_ENVS} envs {data.device.type}, dqn loop, {case}"
+        note = (
+            f"{torch.cuda.get_device_name(0)}; overlapped: the stream learner"
+            if cuda
+            else "1 torch thread per process"
+        )
         rows.append(Row(NAME, label, "sequential (collector)", rates[False], "env steps/s", 1.0, note))
         rows.append(
             Row(NAME, label, "overlapped", rates[True], "env steps/s", rates[True] / rates[False], note)
@@ -222,7 +241,10 @@ def run(quick: bool = False) -> list[Row]:
         rows = _run(quick)
         from tritonrl.toolkit.envs.market.data import synthetic_bars, upload
 
-        return rows + _loop_rows(upload(synthetic_bars(BARS, seed=0), "cpu"), quick)
+        bars = synthetic_bars(BARS, seed=0)
+        if torch.cuda.is_available():  # the loop on CUDA, sequential against the stream learner
+            rows += _loop_rows(upload(bars, "cuda"), quick)
+        return rows + _loop_rows(upload(bars, "cpu"), quick)
 
 
 def _run(quick: bool) -> list[Row]:
