@@ -5,9 +5,7 @@ Like every torso (:mod:`tritonrl.agents.nets.torsos`), a conv torso creates its 
 dtype it is given and never casts in ``forward``: the frames arrive in that dtype, scaled to
 ``[0, 1]`` once, where they entered (the frame replay's gather, or ``act``). The convolution
 weights are channels-last (the layout oneDNN on a CPU and cuDNN on CUDA run fastest: an update of
-the Nature CNN is faster on a CPU, docs/pages/speed.md), except the MinAtar torso's on a CPU,
-whose single 3x3 convolution over 10x10 frames updates faster in the default layout there;
-inputs of either layout are accepted.
+the Nature CNN is faster on a CPU, docs/pages/speed.md); inputs of either layout are accepted.
 
 - ``"nature"``: conv 32x8x8 stride 4, 64x4x4 stride 2, 64x3x3 stride 1 (ReLU after each), as in
   Mnih et al. (2015) and CleanRL's ``dqn_atari.py``; then the linear layers (default one of 512).
@@ -27,7 +25,7 @@ from torch import nn
 from tritonrl.agents.nets.torsos import MLP, init_orthogonal_
 from tritonrl.toolkit.precision import dtype_or_default
 
-__all__ = ["CONV_KINDS", "ConvTorso", "channels_last", "conv_default_hidden"]
+__all__ = ["CONV_KINDS", "ConvTorso", "conv_default_hidden"]
 
 # kind -> (convolutions as (channels, kernel, stride), the linear layers after them by default)
 _NATURE = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
@@ -35,12 +33,6 @@ _MINATAR = ((16, 3, 1),)
 _IMPALA = (16, 32, 32)
 _DEFAULT_HIDDEN = {"nature": (512,), "minatar": (128,), "impala": (256,)}
 CONV_KINDS = tuple(_DEFAULT_HIDDEN)
-
-
-def channels_last(kind: str, device: torch.device) -> bool:
-    """Whether a ``kind`` torso on ``device`` keeps its convolution weights channels-last: always
-    on CUDA; on other devices for every kind but ``"minatar"`` (docs/pages/speed.md)."""
-    return device.type == "cuda" or kind != "minatar"
 
 
 def conv_default_hidden(kind: str) -> tuple[int, ...]:
@@ -144,10 +136,8 @@ class ConvTorso(nn.Module):
                     init_orthogonal_(m.weight, orthogonal_gain)
                     if m.bias is not None:
                         nn.init.zeros_(m.bias)
-        # channels-last weights: the layout oneDNN (CPU) and cuDNN (CUDA) run convolutions fastest in,
-        # but for MinAtar's one small convolution on a CPU (module doc)
-        if channels_last(kind, torch.device(device) if device is not None else torch.get_default_device()):
-            self.convs.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # torch's stub lacks it
+        # channels-last weights: the layout oneDNN (CPU) and cuDNN (CUDA) run convolutions fastest in
+        self.convs.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # torch's stub lacks it
         self.out_features = self.mlp.out_features
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

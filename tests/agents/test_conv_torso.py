@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from tritonrl.agents.nets.conv import CONV_KINDS, ConvTorso, channels_last, conv_default_hidden
+from tritonrl.agents.nets.conv import CONV_KINDS, ConvTorso, conv_default_hidden
 
 
 def _nature_model(t: ConvTorso, x: torch.Tensor) -> torch.Tensor:
@@ -103,14 +103,6 @@ def test_errors_name_the_problem() -> None:
 def test_channels_last_weights() -> None:
     t = ConvTorso((4, 36, 36), "nature", hidden=(8,))
     assert all(c.weight.is_contiguous(memory_format=torch.channels_last) for c in t.convs)
-    # MinAtar's one small convolution: the default layout on a CPU (its faster one there)
-    m = ConvTorso((4, 10, 10), "minatar", hidden=(8,))
-    assert all(c.weight.is_contiguous() for c in m.convs)
-    assert not all(c.weight.is_contiguous(memory_format=torch.channels_last) for c in m.convs)
-    assert channels_last("minatar", torch.device("cuda")) and not channels_last(
-        "minatar", torch.device("cpu")
-    )
-    assert channels_last("impala", torch.device("cpu")) and channels_last("nature", torch.device("cpu"))
 
 
 @pytest.mark.gpu
