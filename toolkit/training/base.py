@@ -20,10 +20,14 @@ __all__ = [
     "Evaluator",
     "LoopConfig",
     "MAX_SEED",
+    "OVERLAP_LEARNERS",
     "Schedule",
     "StepCollector",
     "TrainingError",
 ]
+
+OVERLAP_LEARNERS = ("auto", "process", "stream", "inline")
+"""The values of :attr:`LoopConfig.overlap_learner` (:mod:`tritonrl.toolkit.training.overlap`)."""
 
 
 class TrainingError(RuntimeError):
@@ -127,9 +131,9 @@ class LoopConfig:
             value = getattr(self, name)
             if name != "stop_at" or value is not None:
                 check_int(f"LoopConfig.{name}", value, low=low, high=high)
-        if self.overlap_learner not in ("auto", "process", "stream", "inline"):
+        if self.overlap_learner not in OVERLAP_LEARNERS:
             raise ValueError(
-                "LoopConfig.overlap_learner must be 'auto', 'process', 'stream' or 'inline', "
+                f"LoopConfig.overlap_learner must be one of {', '.join(map(repr, OVERLAP_LEARNERS))}, "
                 f"got {self.overlap_learner!r}"
             )
         if self.target_return is not None:

@@ -53,6 +53,7 @@ from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 import numpy as np
 import torch
 import torch.multiprocessing as mp
+from tritonrl.toolkit.training.base import OVERLAP_LEARNERS as LEARNERS
 
 __all__ = [
     "LaggedActor",
@@ -73,8 +74,6 @@ M = TypeVar("M", bound=torch.nn.Module)
 _Metrics = list[tuple[tuple[str, ...], np.ndarray]]  # one (names, f32 values) per metric dict
 FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
 """The fields of a staged vector step, in ``agent.observe``'s order."""
-LEARNERS = ("auto", "process", "stream", "inline")
-"""The values of ``LoopConfig.overlap_learner`` (module doc)."""
 _POLL_S = 0.5  # how often a wait for the learner process checks that it is still alive
 _SPIN_S = 0.005
 """How long either side of the process learner polls for the other's message before it sleeps in a
