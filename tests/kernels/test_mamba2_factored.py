@@ -91,11 +91,30 @@ def test_factored_scan_equals_the_reference_values_states_and_gradients(
     gh = torch.randn(h.shape, generator=g, dtype=torch.float64).to(dtype)
     want = torch.autograd.grad((y_ref, h_ref), inputs, (gy, gh), allow_unused=True)
     got = torch.autograd.grad((y, h), inputs, (gy, gh), allow_unused=True)
-    for a_, b_ in zip(got, want, strict=True):
+    exact = _f64_grads(kw, case, gy, gh) if dtype == torch.float32 else want
+    for a_, b_, e_ in zip(got, want, exact, strict=True):
         if b_ is None:  # an input the clamp cut off on both sides
             assert a_ is None or not a_.any()
             continue
-        torch.testing.assert_close(a_, b_, **TOL[dtype])
+        if dtype == torch.float64:
+            torch.testing.assert_close(a_, b_, **TOL[dtype])
+            continue
+        # f32: a gradient summed over every step (A, dt_bias, D of one head) can cancel, and then
+        # neither order of summation holds 1e-4 of the result; the factored path may be at most
+        # 4x as far from the f64 gradient as the f32 reference is, plus the usual tolerance
+        err = (a_.double() - e_).abs().max().item()
+        base = (b_.double() - e_).abs().max().item()
+        scale = e_.abs().max().item()
+        assert err <= 4 * base + TOL[dtype]["atol"] + TOL[dtype]["rtol"] * scale, (err, base, scale)
+
+
+def _f64_grads(kw: dict, case: dict, gy: torch.Tensor, gh: torch.Tensor) -> tuple:
+    """The reference's gradients in f64 from the same (f32) inputs and upstream gradients."""
+    up = {k: None if t is None else t.detach().double().requires_grad_() for k, t in kw.items()}
+    a = _args(up, case["softplus"], case["limit"])
+    y, h = mamba2_scan_ref(*a, up["initial_states"], None, 16, True)
+    inputs = [t for t in up.values() if t is not None]
+    return torch.autograd.grad((y, h), inputs, (gy.double(), gh.double()), allow_unused=True)
 
 
 def _case(**over: object) -> dict:
