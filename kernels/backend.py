@@ -26,13 +26,14 @@ caller, and the tests, can see the path. Nothing here imports triton or queries 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import logging
 import os
 import warnings
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -45,6 +46,8 @@ __all__ = [
     "Selection",
     "backend_override",
     "forced_backend",
+    "references_forced",
+    "references_only",
     "interpreting",
     "is_device_failure",
     "registry",
@@ -173,6 +176,29 @@ def is_device_failure(exc: BaseException) -> bool:
     return False
 
 
+_REFERENCES_ONLY = [0]
+"""How many :func:`references_only` blocks are open (a list: one mutable cell, no ``global``)."""
+
+
+@contextlib.contextmanager
+def references_only() -> Iterator[None]:
+    """Inside the block every op selects its torch reference on every device, eager calls and
+    traced ones alike (``torch.export`` then records the reference's aten ops, never a
+    ``tritonrl::`` custom op): how a policy is exported (:mod:`tritonrl.toolkit.export`), so that
+    its artifact runs where tritonrl is not installed. Nests; not thread-local (export holds it
+    for the length of one trace)."""
+    _REFERENCES_ONLY[0] += 1
+    try:
+        yield
+    finally:
+        _REFERENCES_ONLY[0] -= 1
+
+
+def references_forced() -> bool:
+    """Whether a :func:`references_only` block is open."""
+    return _REFERENCES_ONLY[0] > 0
+
+
 # [the os.environ the names were encoded for, (encoded TRITONRL_BACKEND, encoded TRITON_INTERPRET)]
 _ENV_KEYS: list[Any] = [None, None]
 
@@ -277,15 +303,16 @@ class KernelOp:
     def select(self, device: torch.device | str) -> Selection:
         """Which implementation runs for tensors on ``device``, and why.
 
-        The answer is cached per ``(device, TRITONRL_BACKEND, TRITON_INTERPRET)`` (both variables
-        are read on every call, so changing them takes effect at once); a Triton failure on a
+        The answer is cached per ``(device, TRITONRL_BACKEND, TRITON_INTERPRET)`` and whether a
+        :func:`references_only` block is open (both variables are read on every call, so changing
+        them takes effect at once); a Triton failure on a
         device and :meth:`reset` clear the cache. Errors are never cached.
 
         Raises:
             ValueError: ``TRITONRL_BACKEND`` holds an unknown value, or says ``triton`` where
                 Triton cannot run (see :func:`backend_override`).
         """
-        key = (device, *_environ_state())
+        key = (device, *_environ_state(), _REFERENCES_ONLY[0] > 0)
         sel = self._selections.get(key)
         if sel is None:
             sel = self._select(device)
@@ -295,6 +322,8 @@ class KernelOp:
     def _select(self, device: torch.device | str) -> Selection:
         dev = torch.device(device)
         forced = backend_override(dev)  # raises for a value that cannot run here
+        if _REFERENCES_ONLY[0]:
+            return Selection("torch", "references_only() (an export trace)")
         if forced == "torch":
             return Selection("torch", f"forced by {BACKEND_ENV}=torch")
         if not triton_available():

@@ -66,16 +66,19 @@ def inline_reference() -> bool:
 def _traces_reference(name: str, device: str) -> bool:
     """:func:`inline_reference`, and op ``name`` would run its torch reference on ``device``
     (taken at trace time)."""
-    from tritonrl.kernels.backend import registry
+    from tritonrl.kernels.backend import references_forced, registry
 
+    if references_forced():  # an export trace: the reference, whatever TRITONRL_INLINE_REFERENCE says
+        return True
     return inline_reference() and registry()[name].select(torch.device(device)).backend == "torch"
 
 
 def traces_reference(op: KernelOp, device: torch.device) -> bool:
     """Under ``torch.compile``: call ``op``'s torch reference inline (``True``) or its custom op.
 
-    ``True`` when :func:`inline_reference` is on and ``op`` selects its reference for ``device``
-    (decided once per traced graph). Only meaningful while tracing.
+    ``True`` inside :func:`tritonrl.kernels.backend.references_only` (an export trace), or when
+    :func:`inline_reference` is on and ``op`` selects its reference for ``device`` (decided once
+    per traced graph). Only meaningful while tracing.
     """
     return _traces_reference(op.name, str(device))
 
