@@ -514,9 +514,9 @@ def core_step_us(policy: str, num_envs: int) -> float:
     the MLP core's forward otherwise) on CartPoleNoVel-v1 observations, under ``torch.no_grad``."""
     agent, env = _agent(policy, "CartPoleNoVel-v1", 10**6, num_envs=num_envs)
     env.close()
-    core = agent.policy.core
+    core = agent.net.core
     x = torch.randn(num_envs, agent.obs_dim, dtype=agent.dtype)
-    state = agent.policy.initial_state(num_envs)
+    state = agent.net.initial_state(num_envs)
     starts = torch.zeros(num_envs, dtype=torch.bool)
     if getattr(core, "recurrent", False):
 

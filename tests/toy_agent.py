@@ -4,6 +4,7 @@ test resume) and :class:`ToyMarketAgent`, an agent of the agent protocol defined
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +17,7 @@ from tritonrl.toolkit.agent import AgentBase, join_ranks, rank_seed
 from tritonrl.toolkit.checkpoint import check_module_tensors, load_into_module, section
 from tritonrl.toolkit.checks import ActionRule, InputGuard
 from tritonrl.toolkit.config import Config, resumable
+from tritonrl.toolkit.policy import PolicyModule
 from tritonrl.toolkit.precision import training_dtype
 from tritonrl.toolkit.preset import MarketPreset, Preset
 from tritonrl.toolkit.training.offpolicy import OffPolicySchedule
@@ -77,6 +79,27 @@ class ToyMarketConfig(Config):
         return "discrete"
 
 
+class ToyPolicy(PolicyModule):
+    """A linear policy as a policy module: the argmax of ``net(obs)``."""
+
+    family = "toy"
+    extra_outputs = ("logits",)
+
+    def __init__(self, net: nn.Module, observation_space: gym.Space, action_space: gym.Space) -> None:
+        super().__init__(observation_space, action_space)
+        self.net = net
+
+    def mirrors(self) -> list[torch.Tensor]:
+        return [*self.net.parameters(), *self.net.buffers()]
+
+    def act(self, obs: torch.Tensor, *state: torch.Tensor) -> torch.Tensor:
+        return self.net(obs.to(torch.float32)).argmax(-1)
+
+    def outputs(self, obs: torch.Tensor, *state: torch.Tensor) -> dict[str, torch.Tensor]:
+        logits = self.net(obs.to(torch.float32))
+        return {"action": logits.argmax(-1), "logits": logits}
+
+
 class ToyMarketAgent(AgentBase):
     """An agent of the protocol written outside ``agents/``: act, observe, update, acting_policy,
     checkpoints through :class:`tritonrl.toolkit.agent.AgentBase`. Exploration draws from its own
@@ -133,12 +156,20 @@ class ToyMarketAgent(AgentBase):
     def act(self, obs: torch.Tensor, explore: bool = True) -> torch.Tensor:
         return self.choose(self.net, obs.to(self.device, self.dtype), explore)
 
+    def policy(self) -> ToyPolicy:
+        net = copy.deepcopy(self.net).float().requires_grad_(False)
+        return ToyPolicy(net, self.observation_space, self.action_space).eval()
+
+    def learner_tensors(self) -> list[torch.Tensor]:
+        return [*self.net.parameters(), *self.net.buffers()]
+
     def acting_policy(self, sync_every: int = 1) -> Any:
         if not self.config.snapshot:
             return super().acting_policy(sync_every)
         return SnapshotPolicy(
-            self.net,
-            lambda net, obs: self.choose(net, obs.float(), True),
+            self.policy(),
+            lambda policy, obs: self.choose(policy.net, obs.float(), True),
+            self.learner_tensors,
             lambda: self.updates,
             sync_every=sync_every,
         )

@@ -1,35 +1,47 @@
-"""Acting policies: what a collector acts with, and when it follows the learner.
+"""Acting policies: what a collector or an overlapped run acts with, and when it follows the learner.
 
-An :class:`ActingPolicy` turns observations into actions on the agent's device without reading a
-tensor value on the host. Two implementations cover the agent families:
+Every snapshot here is the agent's own policy module (``agent.policy()``, a
+:class:`tritonrl.toolkit.policy.PolicyModule`: an f32 copy of the learner's acting network, the
+export cast) with the family's exploration as a thin function around it
+(``act(policy, obs) -> actions``). Three classes cover who acts and how the snapshot follows the
+learner:
 
-- :class:`SnapshotPolicy` acts from an **f32 copy** of a learner network, refreshed by
-  :meth:`~SnapshotPolicy.sync` (the one export cast, bf16 -> f32 on accelerators) once
-  ``sync_every`` learner updates have happened since the last refresh. The agent gives the acting
-  function of ``(snapshot, obs)`` (greedy choice and exploration are the agent's). Off-policy
-  learners (the DQN family) act this way.
-- :class:`LearnerPolicy` acts with ``agent.act`` itself: an on-policy learner (PPO) needs the
-  policy that acted to be the learner (its importance ratio ``pi_new / pi_old`` is taken against
-  the log-probs of that policy), so there is nothing to sync.
+- :class:`SnapshotPolicy` (the collector's, for off-policy learners such as the DQN family):
+  refreshed from the learner's tensors (``agent.learner_tensors()``) once ``sync_every`` learner
+  updates have happened since the last refresh; explores with the agent's generator.
+- :class:`SnapshotActor` (an overlapped run's actor, :mod:`tritonrl.toolkit.training.overlap`):
+  refreshed at the run's sync points from the tensors the learner hands over; explores with a
+  generator (:func:`actor_generator`) and a step count of its own, so that it never touches what
+  the learner uses.
+- :class:`LearnerPolicy`: ``agent.act`` itself, for an on-policy learner (PPO), whose importance
+  ratio ``pi_new / pi_old`` needs the policy that acted to be the learner.
 
-An agent says which it uses with ``acting_policy(sync_every)`` (:class:`tritonrl.toolkit.agent.Agent`;
-:class:`tritonrl.toolkit.agent.AgentBase` defaults to :class:`LearnerPolicy`). The state of either
-(:meth:`state_dict`: ``synced_at``, ``syncs`` and, for a snapshot, its tensors) is what a resumed
-collector needs to act exactly as before. See the docs page *Training* for the collector.
+An agent says which the collector uses with ``acting_policy(sync_every)``
+(:class:`tritonrl.toolkit.agent.Agent`; :class:`tritonrl.toolkit.agent.AgentBase` defaults to
+:class:`LearnerPolicy`) and builds its overlapped actor with ``lagged_actor()``. Their
+``state_dict`` is what a resumed run needs to act exactly as before. See the docs page *Training*.
 """
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Callable, Mapping
-from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from tritonrl.toolkit.checkpoint import nonfinite_entry
+from tritonrl.toolkit.policy import GreedyActor, PolicyModule
 
-__all__ = ["ActingPolicy", "LearnerPolicy", "SnapshotPolicy", "check_sync_every"]
+__all__ = [
+    "ActingPolicy",
+    "LearnerPolicy",
+    "SnapshotActor",
+    "SnapshotPolicy",
+    "actor_generator",
+    "check_sync_every",
+]
 
-M = TypeVar("M", bound=torch.nn.Module)
+Explore = Callable[[Any, Any], torch.Tensor]
+"""``act(policy, obs) -> actions``: a family's exploration around its policy module."""
 
 
 @runtime_checkable
@@ -71,6 +83,16 @@ def check_sync_every(sync_every: Any) -> int:
     if not isinstance(sync_every, int) or isinstance(sync_every, bool) or sync_every < 1:
         raise ValueError(f"sync_every must be a positive int, got {sync_every!r}")
     return sync_every
+
+
+def actor_generator(generator: torch.Generator, device: torch.device | str) -> torch.Generator:
+    """An actor's own generator on ``device``, seeded by one draw from the agent's ``generator``
+    (so the actor's draws never interleave with the learner's, and a run with the same seed gives
+    the same actor)."""
+    seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device))
+    out = torch.Generator(device=device)
+    out.manual_seed(seed)
+    return out
 
 
 def _check_counters(state: Mapping[str, Any]) -> None:
@@ -122,20 +144,50 @@ class LearnerPolicy:
         self.synced_at, self.syncs = state["synced_at"], state["syncs"]
 
 
-class SnapshotPolicy(Generic[M]):
-    """Acts from an f32 copy of ``learner``, refreshed every ``sync_every`` learner updates.
+class _Snapshot:
+    """An f32 policy module acted from with ``act(policy, obs)`` (no gradients), refreshed from
+    the learner's tensors by :meth:`load`; greedy for evaluations (:meth:`eval_policy`)."""
 
-    The copy is made once (``copy.deepcopy``, cast to f32, no gradients); :meth:`sync` copies every
-    parameter and buffer (noise, norms) of ``learner`` into it. A call syncs first when
-    ``updates() - synced_at >= sync_every`` (Python ints: no host read), then returns
-    ``act(snapshot, obs)`` under ``torch.no_grad()``.
+    def __init__(self, policy: PolicyModule, act: Explore, greedy: Callable[[Any], None] | None) -> None:
+        self.policy = policy.requires_grad_(False)
+        self.act = act
+        self._check = greedy
+        self._mirrors = policy.mirrors()
+
+    @property
+    def snapshot(self) -> PolicyModule:
+        """The acting policy module (f32)."""
+        return self.policy
+
+    @torch.no_grad()
+    def load(self, tensors: Sequence[torch.Tensor]) -> None:
+        """Copy ``tensors`` (the learner's, in the order of ``agent.learner_tensors()``) into the
+        snapshot: the one cast between learner and actor."""
+        for dst, src in zip(self._mirrors, tensors, strict=True):
+            dst.copy_(src)
+
+    def eval_policy(self) -> Callable[[Any], torch.Tensor]:
+        """Greedy actions of the snapshot (eval mode: noisy layers at their mean weights) for any
+        number of observations, checked by the agent's checks where it gave them."""
+        return GreedyActor(self.policy, self._check)
+
+
+class SnapshotPolicy(_Snapshot):
+    """The collector's acting policy: a snapshot of the learner, refreshed every ``sync_every``
+    learner updates.
+
+    A call syncs first when ``updates() - synced_at >= sync_every`` (Python ints: no host read),
+    then returns ``act(policy, obs)`` under ``torch.no_grad()``.
 
     Args:
-        learner: the network the learner trains (any dtype, on the agent's device).
-        act: ``act(snapshot, obs) -> actions``: the agent's acting function (its greedy choice
-            and exploration); observations come as the env hands them over.
+        policy: the snapshot, a fresh ``agent.policy()`` (in train mode where exploration uses its
+            noise; the learner's tensors now).
+        act: ``act(policy, obs) -> actions``: the family's exploration around the policy;
+            observations come as the env hands them over.
+        learner: returns the learner's tensors (``agent.learner_tensors``).
         updates: returns the learner's update count now.
         sync_every: learner updates between two refreshes.
+        check: the agent's observation checks for :meth:`eval_policy`.
 
     Raises:
         ValueError: ``sync_every`` is not a positive int.
@@ -143,29 +195,25 @@ class SnapshotPolicy(Generic[M]):
 
     def __init__(
         self,
-        learner: M,
-        act: Callable[[M, torch.Tensor], torch.Tensor],
+        policy: PolicyModule,
+        act: Explore,
+        learner: Callable[[], Sequence[torch.Tensor]],
         updates: Callable[[], int],
         *,
         sync_every: int = 1,
+        check: Callable[[Any], None] | None = None,
     ) -> None:
         self.sync_every = check_sync_every(sync_every)
-        self.act, self.updates = act, updates
-        self.snapshot: M = copy.deepcopy(learner).float().requires_grad_(False)
-        """The f32 acting copy of the learner (of its class)."""
-        self._dst = [*self.snapshot.parameters(), *self.snapshot.buffers()]
-        self._src = [*learner.parameters(), *learner.buffers()]
+        super().__init__(policy, act, check)
+        self.learner, self.updates = learner, updates
         self.synced_at = 0
         """The learner's update count at the last sync."""
         self.syncs = 0
         self.sync()
 
-    @torch.no_grad()
     def sync(self) -> None:
-        """Copy the learner's parameters and buffers into the f32 snapshot: the one cast between
-        learner and actor."""
-        for dst, src in zip(self._dst, self._src, strict=True):
-            dst.copy_(src)
+        """Copy the learner's tensors into the snapshot (:meth:`load`)."""
+        self.load(self.learner())
         self.synced_at = self.updates()
         self.syncs += 1
 
@@ -174,31 +222,46 @@ class SnapshotPolicy(Generic[M]):
         """Actions from the snapshot (synced first when due)."""
         if self.updates() - self.synced_at >= self.sync_every:
             self.sync()
-        return self.act(self.snapshot, obs)
+        return self.act(self.policy, obs)
 
     def state_dict(self) -> dict[str, Any]:
-        """``synced_at``, ``syncs`` and the snapshot's tensors (``snapshot``): the learner has moved
-        on since the last sync, so the snapshot cannot be rebuilt from it."""
+        """``synced_at``, ``syncs`` and the snapshot's tensors (``snapshot``: its state dict): the
+        learner has moved on since the last sync, so the snapshot cannot be rebuilt from it."""
         return {
             "synced_at": self.synced_at,
             "syncs": self.syncs,
-            "snapshot": {k: v.detach().clone() for k, v in self.snapshot.state_dict().items()},
+            "snapshot": {k: v.detach().clone() for k, v in self.policy.state_dict().items()},
         }
+
+    def _saved(self, state: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The saved snapshot's tensors under this policy's names (a snapshot saved before the
+        snapshot was a policy module holds its network's names, without the module's prefix)."""
+        saved = state.get("snapshot")
+        mine = self.policy.state_dict()
+        if not isinstance(saved, Mapping) or set(saved) == set(mine):
+            return saved if isinstance(saved, Mapping) else {}
+        heads = {k.split(".", 1)[0] for k in mine}
+        if len(heads) == 1:
+            prefix = f"{heads.pop()}."
+            renamed = {prefix + str(k): v for k, v in saved.items()}
+            if set(renamed) == set(mine):
+                return renamed
+        return saved
 
     def check_state_dict(self, state: Mapping[str, Any]) -> None:
         """Raise ``ValueError`` unless ``state`` is a :meth:`state_dict` of this policy: counters
         that are non-negative ints, a snapshot of the same entries and shapes, finite; changes
         nothing."""
         _check_counters(state)
-        saved = state.get("snapshot")
-        mine = self.snapshot.state_dict()
-        if not isinstance(saved, Mapping) or set(saved) != set(mine):
+        saved = self._saved(state)
+        mine = self.policy.state_dict()
+        if set(saved) != set(mine):
             raise ValueError("collector state holds no snapshot of this agent's network")
         for k, v in mine.items():
             t = saved[k]
             if not isinstance(t, torch.Tensor) or t.shape != v.shape:
                 raise ValueError(f"collector snapshot tensor {k!r} does not match {tuple(v.shape)}")
-        bad = nonfinite_entry(saved)
+        bad = nonfinite_entry(dict(saved))
         if bad is not None:
             raise ValueError(f"collector snapshot tensor {bad!r} holds NaN or infinite values")
 
@@ -210,9 +273,71 @@ class SnapshotPolicy(Generic[M]):
                 or not finite (:meth:`check_state_dict`); nothing changed.
         """
         self.check_state_dict(state)
-        mine = self.snapshot.state_dict()
-        saved = state["snapshot"]
+        saved = self._saved(state)
         with torch.no_grad():
-            for k, v in mine.items():
+            for k, v in self.policy.state_dict().items():
                 v.copy_(saved[k])
         self.synced_at, self.syncs = state["synced_at"], state["syncs"]
+
+
+class SnapshotActor(_Snapshot):
+    """An overlapped run's actor (:mod:`tritonrl.toolkit.training.overlap`): a snapshot the run
+    refreshes at its sync points (:meth:`load`), exploring with its own generator and step count.
+
+    Args:
+        policy: the snapshot, a fresh ``agent.policy()`` (train mode where exploration uses its
+            noise).
+        act: ``act(policy, obs) -> actions``, exploring from ``generator``, counting its env
+            steps in ``steps[0]``.
+        generator: the actor's own generator (:func:`actor_generator`).
+        steps: a one-element list, the actor's env step count, shared with ``act``.
+        check: the agent's observation checks for :meth:`eval_policy`.
+        extras: ``extras() -> {name: tensor}``, what to stage beside the step ``act`` just took
+            (:meth:`extras`); ``None``: nothing.
+    """
+
+    def __init__(
+        self,
+        policy: PolicyModule,
+        act: Explore,
+        generator: torch.Generator,
+        steps: list[int],
+        *,
+        check: Callable[[Any], None] | None = None,
+        extras: Callable[[], dict[str, torch.Tensor]] | None = None,
+    ) -> None:
+        super().__init__(policy, act, check)
+        self._extras = extras
+        self.generator, self.steps = generator, steps
+
+    def extras(self) -> dict[str, torch.Tensor]:
+        """What to stage beside the last step (``{}`` unless the actor was given ``extras``)."""
+        return {} if self._extras is None else self._extras()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The snapshot's tensors (in ``learner_tensors()`` order), the generator's state and the
+        step count (copies)."""
+        return {
+            "snapshot": [t.detach().clone() for t in self._mirrors],
+            "generator": self.generator.get_state(),
+            "steps": int(self.steps[0]),
+        }
+
+    @torch.no_grad()
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s snapshot, generator state and step count.
+
+        Raises:
+            ValueError: the snapshot tensors do not match this actor's network.
+        """
+        saved = list(state["snapshot"])
+        if [tuple(t.shape) for t in saved] != [tuple(t.shape) for t in self._mirrors]:
+            raise ValueError("overlap: the saved actor snapshot does not match the agent's network")
+        self.load(saved)
+        self.generator.set_state(state["generator"])
+        self.steps[0] = int(state["steps"])
+
+    @torch.no_grad()
+    def __call__(self, obs: torch.Tensor) -> torch.Tensor:
+        """Exploring actions from the snapshot."""
+        return self.act(self.policy, obs)

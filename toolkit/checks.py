@@ -368,9 +368,10 @@ class InputGuard:
     """Rejects NaN/inf observations and rewards and out-of-range actions at an agent's boundary.
 
     One per agent. The agent calls :meth:`obs`, :meth:`reward` and :meth:`action` on its inputs
-    before changing any state, and :meth:`acted` on each action it returns (an action passed back
-    unchanged, the same tensor not modified in place since, is not checked again; likewise the last
-    observation checked, so a loop's ``next_obs`` -> ``obs`` is checked once).
+    (and :meth:`same` on an input that must equal what it holds) before changing any state, and
+    :meth:`acted` on each action it returns (an action passed back unchanged, the same tensor not
+    modified in place since, is not checked again; likewise the last observation checked, so a
+    loop's ``next_obs`` -> ``obs`` is checked once).
 
     Args:
         owner: how messages name the checked object (``"DQNAgent"``, ``"ReplayBuffer"``).
@@ -413,6 +414,8 @@ class InputGuard:
         self.check_at_update = check_at_update
         # (call, argument) -> 0-dim bool tensor on the input's device: all inputs so far were valid
         self._flags: dict[tuple[str, str, str], torch.Tensor] = {}
+        # (call, argument, device) -> (0-dim bool: every row matched so far, what, fix) of same()
+        self._matches: dict[tuple[str, str, str], tuple[torch.Tensor, str, str]] = {}
         self.pending = False  # deferred checks were queued since the last check()
         self._seen: tuple[torch.Tensor, int] | None = None  # last observation checked
         self._acted: tuple[torch.Tensor, int] | None = None  # last action returned by act
@@ -611,6 +614,49 @@ class InputGuard:
                 f"squashes its actions into the bounds of {rule.text})"
             )
 
+    def same(self, call: str, name: str, given: Any, expected: torch.Tensor, what: str, fix: str) -> None:
+        """Check that ``given`` equals ``expected`` (``[E, ...]``, what the agent holds for it) row by
+        row; a ``given`` that is the tensor :meth:`acted` recorded (unmodified) passes unchecked.
+
+        Host tensors are compared at once; on an accelerator (or in ``"deferred"`` mode) the
+        comparison folds into a device-side flag read by :meth:`check` (no sync on the step).
+
+        Raises:
+            ValueError: ``"PPOAgent.observe: action differs in rows [1] from <what>; <fix>"`` (eager
+                path).
+        """
+        if isinstance(given, torch.Tensor):
+            acted = self._acted
+            if acted is not None and acted[0] is given and acted[1] == given._version:
+                return
+        deferred = self._deferred(expected)
+        if not deferred and expected.is_cpu:
+            # host memory on both sides: numpy compares a few entries for a fraction of torch's cost
+            if isinstance(given, torch.Tensor):
+                a = given.numpy() if given.is_cpu and given.dtype == expected.dtype else None
+            else:
+                a = np.asarray(given)
+            if a is not None and np.array_equal(a, expected.numpy()):
+                return
+        if isinstance(given, torch.Tensor):
+            g = given.to(expected.device)
+        else:
+            g = torch.as_tensor(np.asarray(given), device=expected.device)
+        differs = (g != expected).reshape(expected.shape[0], -1).any(-1)
+        if deferred:
+            key = (call, name, str(expected.device))
+            entry = self._matches.get(key)
+            if entry is None:
+                self._matches[key] = (~differs.any(), what, fix)
+            else:
+                entry[0].logical_and_(~differs.any())
+            self.pending = True
+            return
+        rows = differs.nonzero().flatten().tolist()
+        if rows:
+            shown = _index(rows[:8]) + (f", ... ({len(rows)} rows)" if len(rows) > 8 else "")
+            raise ValueError(f"{self.owner}.{call}: {name} differs in rows [{shown}] from {what}; {fix}")
+
     def acted(self, action: torch.Tensor) -> None:
         """Remember the action ``act`` returned: passed back unchanged, it needs no check."""
         self._acted = (action, action._version)
@@ -621,8 +667,9 @@ class InputGuard:
         Raises:
             ValueError: ``"PPOAgent.act: obs held NaN or inf at a step since the last check (deferred
                 check on cuda:0, without a per-step sync; set agent.inputs.mode = 'eager' to find
-                the entry)"`` (``agent.inputs`` is :attr:`where`). A failed check stays failed (the
-                bad data may be stored).
+                the entry)"`` (``agent.inputs`` is :attr:`where`), or a row that differed in a
+                deferred :meth:`same` check. A failed check stays failed (the bad data may be
+                stored).
         """
         if not self.pending:
             return
@@ -638,4 +685,12 @@ class InputGuard:
                     f"{self.owner}.{call}: {name} held {what} at a step since the last "
                     f"check (deferred check on {device}, without a per-step sync; set "
                     f"{self.where}.mode = 'eager' to find the entry)"
+                )
+        for (call, name, device), (flag, what, fix) in self._matches.items():
+            if not bool(flag):
+                self.pending = True  # stays failed, as above
+                raise ValueError(
+                    f"{self.owner}.{call}: {name} differed from {what} at a step since the last check "
+                    f"(deferred check on {device}, without a per-step sync; set {self.where}.mode = "
+                    f"'eager' to find the rows); {fix}"
                 )

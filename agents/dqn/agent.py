@@ -11,12 +11,11 @@ from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 import torch
 from tritonrl.agents.dqn import plumbing
 from tritonrl.agents.dqn.config import AGENT_KIND, DQNConfig
-from tritonrl.agents.dqn.lagged import LaggedActing
 from tritonrl.agents.dqn.network import QNetwork, build_icm, build_q_network
+from tritonrl.agents.dqn.policy import QPolicy, epsilon_greedy, expected_q
 from tritonrl.agents.dqn.state import DQNCheckpoint
 from tritonrl.agents.nets.factored import branching_q
 from tritonrl.agents.td import (
@@ -29,11 +28,12 @@ from tritonrl.agents.td import (
     quantile_midpoints,
     scalar_td_target,
 )
-from tritonrl.toolkit.acting import SnapshotPolicy
+from tritonrl.toolkit.acting import SnapshotActor, SnapshotPolicy, actor_generator
 from tritonrl.toolkit.agent import AgentBase
 from tritonrl.toolkit.checks import ActionRule, InputGuard, StepShapes
 from tritonrl.toolkit.compile import Compiled, escape
 from tritonrl.toolkit.distributed import DistContext
+from tritonrl.toolkit.policy import GreedyActor
 from tritonrl.toolkit.replay import (
     FrameReplayBuffer,
     PrioritizedFrameReplayBuffer,
@@ -50,7 +50,7 @@ HOST_EXPLORE_ENVS = 32
 """The config of an agent built without one: the ``dqn`` preset's (a test keeps them equal)."""
 
 
-class DQNAgent(LaggedActing, DQNCheckpoint, AgentBase):
+class DQNAgent(DQNCheckpoint, AgentBase):
     """A DQN-family agent (see the module docstring).
 
     Checkpoints (``state_dict``, ``load_state_dict``, ``save``, ``load``) and ``check_inputs`` are
@@ -175,6 +175,8 @@ class DQNAgent(LaggedActing, DQNCheckpoint, AgentBase):
             self.icm_optimizer = self._adam(self.icm_module.parameters(), cfg.icm_lr)
             self.icm_buffer = self._build_icm_buffer()
 
+        self.support: torch.Tensor | None = None
+        """C51's ``[atoms]`` f32 support (``None`` for the other heads)."""
         if cfg.distribution == "c51":
             self.support = torch.linspace(cfg.v_min, cfg.v_max, cfg.atoms, device=self.device)
         if cfg.distribution == "qr":
@@ -187,13 +189,21 @@ class DQNAgent(LaggedActing, DQNCheckpoint, AgentBase):
         self._learn_icm = Compiled(self._icm_loss, cfg.compile, self.device)
         act_mode = cfg.compile if self.device.type == "cuda" else "none"
         self._act_q = Compiled(self._online_q, act_mode, self.device)
-        # On a CPU the exploration draws are read on the host (no sync there), chosen once: the
-        # greedy forward is skipped for the environments that explore, and the choice between
-        # the random and the greedy action is a numpy select instead of two tensor ops. Past a few
-        # dozen environments some always act greedily and the per-env Python costs more than the
-        # two tensor ops (the same draws either way, so the same actions).
+        self._init_exploration()
+
+    def _init_exploration(self) -> None:
+        """What :meth:`_explore` draws from: Discrete action counts, or the ``[D]`` sub-action
+        counts on the device; and whether a CPU agent draws on the host.
+
+        On a CPU the exploration draws are read on the host (no sync there), chosen once: the
+        greedy forward is skipped for the environments that explore, and the choice between the
+        random and the greedy action is a numpy select instead of two tensor ops. Past a few dozen
+        environments some always act greedily and the per-env Python costs more than the two
+        tensor ops (the same draws either way, so the same actions)."""
         host = self.device.type == "cpu" and not self.factored
         self._host_explore = host and self.num_envs <= HOST_EXPLORE_ENVS
+        self._num_actions: int | None = None if self.factored else self.action["n"]
+        self._nvec = self.online.head.mask.sum(-1) if self.factored else None
 
     def _build_buffer(self) -> ReplayBuffer | FrameReplayBuffer:
         """An empty replay of this rank's ``buffer_size`` share (:func:`plumbing.build_replay`)."""
@@ -223,20 +233,8 @@ class DQNAgent(LaggedActing, DQNCheckpoint, AgentBase):
     # ------------------------------------------------------------------ values
 
     def _q_of(self, net: QNetwork, x: torch.Tensor) -> torch.Tensor:
-        """Expected Q of ``net`` in f32: ``[B, A]``, or ``[B, D, n_max]`` for the factored head.
-
-        C51 takes the expected values from the head's fused epilogue (one launch with the
-        log-probabilities), not from a second pass over ``[B, A, Z]``.
-        """
-        dist = self.config.distribution
-        if dist == "c51" and not self.factored:
-            return net(x, self.support)[1]
-        out = net(x)
-        if self.factored:
-            return branching_q(out[0], out[1], net.head.mask)
-        if dist == "qr":
-            return out.mean(-1)
-        return out
+        """Expected Q of ``net`` in f32 (:func:`tritonrl.agents.dqn.policy.expected_q`)."""
+        return expected_q(net, x, self.config.distribution, self.support, self.factored)
 
     def q_values(self, obs: torch.Tensor, *, explore: bool = False) -> torch.Tensor:
         """Expected Q values (f32) of the online network for ``obs [B, *obs_shape]``.
@@ -266,12 +264,16 @@ class DQNAgent(LaggedActing, DQNCheckpoint, AgentBase):
         -> training dtype scaled to ``[0, 1]`` (bytes are always finite)."""
         x = obs if isinstance(obs, torch.Tensor) else torch.as_tensor(obs)
         if tuple(x.shape[1:]) != self.obs_shape:
-            raise ValueError(f"obs has shape {tuple(x.shape)}, expected [batch, *{self.obs_shape}]")
+            raise ValueError(
+                f"DQNAgent.{call}: obs has shape {tuple(x.shape)}, expected [batch, *{self.obs_shape}]"
+            )
         if call == "act":  # one row per environment (eval_policy and q_values take any batch)
             self.shapes.act(x)
         if self.pixel_scale is not None:
             if x.dtype != torch.uint8:
-                raise TypeError(f"{call}: image obs must be uint8 (the environment's bytes), got {x.dtype}")
+                raise TypeError(
+                    f"DQNAgent.{call}: image obs must be uint8 (the environment's bytes), got {x.dtype}"
+                )
             return x.to(device=self.device, dtype=self.dtype).mul_(self.pixel_scale)
         self.inputs.obs(call, "obs", x)
         return x.to(device=self.device, dtype=self.dtype)
@@ -290,6 +292,21 @@ class DQNAgent(LaggedActing, DQNCheckpoint, AgentBase):
         frac = min(1.0, env_steps / max(1, cfg.eps_decay_steps))
         return cfg.eps_start + frac * (cfg.eps_end - cfg.eps_start)
 
+    def _explore(
+        self,
+        q: Callable[[torch.Tensor], torch.Tensor],
+        x: torch.Tensor,
+        eps: float,
+        generator: torch.Generator,
+        host: bool | None = None,
+    ) -> torch.Tensor:
+        """The family's one exploration (:func:`tritonrl.agents.dqn.policy.epsilon_greedy`) of the
+        expected Q ``q`` for ingested ``x``: :meth:`act`, the collector's snapshot and the lagged
+        actor all explore through here (``host``: the host draws of a CPU agent, default
+        ``_host_explore``; the collector never reads on the host)."""
+        host = self._host_explore if host is None else host
+        return epsilon_greedy(q, x, eps, generator, num_actions=self._num_actions, nvec=self._nvec, host=host)
+
     def act(self, obs: Any, explore: bool = True) -> torch.Tensor:
         """Actions for a batch of observations ``[E, *obs_shape]`` (f32 tensor or array).
 
@@ -305,69 +322,9 @@ class DQNAgent(LaggedActing, DQNCheckpoint, AgentBase):
         """
         x = self._ingest(obs, "act")
         eps = self.epsilon() if explore else 0.0
-        if eps > 0.0 and self._host_explore:
-            action = self._host_epsilon_greedy(x, eps)
-        else:
-            action = self.epsilon_greedy(self._q(x, explore).argmax(-1), eps)
+        action = self._explore(lambda x: self._q(x, explore), x, eps, self.generator)
         self.inputs.acted(action)
         return action
-
-    def _host_epsilon_greedy(
-        self,
-        x: torch.Tensor,
-        eps: float,
-        generator: torch.Generator | None = None,
-        q: Callable[[torch.Tensor], torch.Tensor] | None = None,
-    ) -> torch.Tensor:
-        """:meth:`epsilon_greedy` of the greedy actions for ``x``, on a CPU (Discrete actions): the
-        same draws from ``generator`` (default: the agent's) in the same order (the forward draws
-        nothing) and the same comparison (``rand < eps`` in f32), so the same actions; the forward
-        (``q``, default the online network's exploring Q) runs only when some environment acts
-        greedily. The lagged actor of an overlapped run passes its own generator and snapshot."""
-        g = self.generator if generator is None else generator
-        n = x.shape[0]
-        rand = torch.randint(self.action["n"], (n,), device=self.device, generator=g)
-        u = torch.rand((n,), device=self.device, generator=g).tolist()
-        eps32 = float(np.float32(eps))  # f32 draws against eps rounded to f32: torch's comparison
-        pick = [v < eps32 for v in u]
-        if all(pick):
-            return rand
-        greedy = (self._q(x, True) if q is None else q(x)).argmax(-1)
-        if not any(pick):
-            return greedy
-        return torch.from_numpy(np.where(pick, rand.numpy(), greedy.numpy()))
-
-    def eval_policy(self) -> Callable[[Any], torch.Tensor]:
-        """A greedy acting function for evaluation: ``obs [N, *obs_shape]`` with any ``N``, to the
-        actions ``act(obs, explore=False)`` returns for ``N = num_envs`` (noise-free weights, no
-        epsilon); changes no counter. The training loop's and the market report's evaluations use
-        it (their environments are not the agent's)."""
-
-        def greedy(obs: Any) -> torch.Tensor:
-            return self._q(self._ingest(obs, "eval_policy"), False).argmax(-1)
-
-        return greedy
-
-    def epsilon_greedy(
-        self, greedy: torch.Tensor, eps: float, generator: torch.Generator | None = None
-    ) -> torch.Tensor:
-        """``greedy`` actions (``[E]`` int64, ``[E, D]`` for MultiDiscrete, on the agent's device),
-        each replaced with probability ``eps`` by a uniform random action drawn from ``generator``
-        (default: the agent's; all sub-actions of an environment at once); ``eps <= 0`` returns
-        ``greedy`` itself and draws nothing. Reads nothing on the host (also used by
-        :class:`tritonrl.toolkit.training.collector.Collector` and the lagged actor)."""
-        if eps <= 0.0:
-            return greedy
-        g = self.generator if generator is None else generator
-        n = greedy.shape[0]
-        if self.factored:
-            nvec = self.online.head.mask.sum(-1)  # [D] sub-action counts, already on the device
-            rand = (torch.rand(greedy.shape, device=self.device, generator=g) * nvec).long()
-            pick = torch.rand((n, 1), device=self.device, generator=g) < eps
-        else:
-            rand = torch.randint(self.action["n"], (n,), device=self.device, generator=g)
-            pick = torch.rand((n,), device=self.device, generator=g) < eps
-        return torch.where(pick, rand, greedy)
 
     def observe(
         self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any
@@ -407,9 +364,16 @@ class DQNAgent(LaggedActing, DQNCheckpoint, AgentBase):
     def _check_values(self, obs: Any, action: Any, reward: Any, next_obs: Any) -> None:
         """The value checks of :meth:`observe` (one step or a block of steps alike)."""
         g = self.inputs
-        if self.pixel_scale is None:  # image bytes are finite (the frame replay checks their dtype)
+        if self.pixel_scale is None:
             g.obs("observe", "obs", obs)
             g.obs("observe", "next_obs", next_obs)
+        else:  # image bytes are finite: their dtype is the check
+            for name, x in (("obs", obs), ("next_obs", next_obs)):
+                dtype = x.dtype if hasattr(x, "dtype") else torch.as_tensor(x).dtype
+                if str(dtype) not in ("uint8", "torch.uint8"):
+                    raise TypeError(
+                        f"DQNAgent.observe: image {name} must be uint8 (the environment's bytes), got {dtype}"
+                    )
         g.action("observe", action)
         g.reward("observe", reward)
 
@@ -484,6 +448,7 @@ class DQNAgent(LaggedActing, DQNCheckpoint, AgentBase):
             return loss, td.detach().abs(), {"values/q": q_sa.detach().mean()}
 
         if cfg.distribution == "c51":
+            assert self.support is not None  # built with a C51 head
             with torch.no_grad():
                 q_next_t = self.target.head.expected_q(out_next_t, self.support)
                 q_next_o = (
@@ -612,29 +577,98 @@ class DQNAgent(LaggedActing, DQNCheckpoint, AgentBase):
         for bt, bo in zip(self.target.buffers(), self.online.buffers(), strict=True):
             bt.copy_(bo)
 
-    def acting_policy(self, sync_every: int = 1) -> SnapshotPolicy[QNetwork]:
+    # ------------------------------------------------------------------ the policy module
+
+    def _snapshot(self) -> QPolicy:
+        """A :class:`QPolicy` of an f32 copy of the online network (the export cast), in the
+        online network's mode (train: noisy layers with the noise drawn last)."""
+        net = copy.deepcopy(self.online).float().requires_grad_(False)
+        return QPolicy(
+            net,
+            self.observation_space,
+            self.action_space,
+            distribution=self.config.distribution,
+            support=self.support,
+            pixel_scale=self.pixel_scale,
+            frame_stack=self.config.frame_stack,
+        )
+
+    def policy(self) -> QPolicy:
+        """The policy as a plain module (:class:`tritonrl.agents.dqn.policy.QPolicy`): an f32 copy
+        of the online network in eval mode whose ``forward(obs)`` is the argmax of the expected Q
+        (noise off). A snapshot: later updates do not reach it."""
+        return self._snapshot().eval()
+
+    def learner_tensors(self) -> list[torch.Tensor]:
+        """The online network's parameters then buffers (what a policy snapshot mirrors)."""
+        return [*self.online.parameters(), *self.online.buffers()]
+
+    def eval_check(self, obs: torch.Tensor) -> None:
+        """The checks of :meth:`eval_policy`'s observations (a batch): shape, image bytes, NaN/inf
+        (named ``DQNAgent.eval_policy``).
+
+        Raises:
+            ValueError: a wrong shape, NaN or infinite values.
+            TypeError: image observations that are not uint8.
+        """
+        if tuple(obs.shape[1:]) != self.obs_shape:
+            raise ValueError(
+                f"DQNAgent.eval_policy: obs has shape {tuple(obs.shape)}, expected [N, *{self.obs_shape}] "
+                f"or one observation {self.obs_shape}"
+            )
+        if self.pixel_scale is not None:
+            if obs.dtype != torch.uint8:
+                raise TypeError(f"DQNAgent.eval_policy: image obs must be uint8, got {obs.dtype}")
+            return
+        self.inputs.obs("eval_policy", "obs", obs)
+
+    def eval_policy(self) -> GreedyActor:
+        """Greedy acting for evaluation (:class:`tritonrl.toolkit.policy.GreedyActor` of
+        :meth:`policy`, a snapshot as of this call): ``obs [N, *obs_shape]`` with any ``N`` (or one
+        unbatched observation) to the actions ``act(obs, explore=False)`` returns for
+        ``N = num_envs`` (noise-free weights, no epsilon); changes no counter. The training loop's
+        and the market report's evaluations use it."""
+        return GreedyActor(self.policy(), self.eval_check)
+
+    def acting_policy(self, sync_every: int = 1) -> SnapshotPolicy:
         """The collector's acting policy: a :class:`tritonrl.toolkit.acting.SnapshotPolicy` of the
-        online network (f32, refreshed every ``sync_every`` updates), acting as :meth:`act` does
-        with ``explore=True``: the expected Q of the snapshot for f32 observations (compiled on CUDA
-        as :meth:`act`'s forward), then :meth:`epsilon_greedy` with the agent's generator and
-        epsilon schedule (noisy layers: the noise as of the last sync). Reads nothing on the host.
+        policy module (f32, refreshed every ``sync_every`` updates), exploring as :meth:`act` does
+        (:func:`tritonrl.agents.dqn.policy.epsilon_greedy` with the agent's generator and epsilon
+        schedule; noisy layers: the noise as of the last sync), the expected Q compiled on CUDA as
+        :meth:`act`'s forward. Reads nothing on the host on an accelerator.
 
         Raises:
             ValueError: ``sync_every`` is not a positive int.
         """
         mode = self.config.compile if self.device.type == "cuda" else "none"  # as act's forward
-        # the compiled region is the snapshot's Q forward (a function of the observations alone)
-        forward = Compiled(lambda x: self._q_of(policy.snapshot, x), mode, self.device)
+        snapshot = self._snapshot()
+        forward = Compiled(snapshot.q, mode, self.device)  # a function of the observations alone
 
-        scale = self.pixel_scale
-
-        def act(snapshot: QNetwork, obs: torch.Tensor) -> torch.Tensor:
+        def act(policy: QPolicy, obs: torch.Tensor) -> torch.Tensor:
             forward.step_begin()
-            x = obs.to(torch.float32)  # the f32 acting forward (a no-op cast on a CPU)
-            q = forward(x if scale is None else x.mul_(scale))
-            action = self.epsilon_greedy(q.argmax(-1), self.epsilon())
+            x = policy.ingest(obs)
+            action = self._explore(forward, x, self.epsilon(), self.generator, host=False)
             self.inputs.acted(action)  # passed back to observe unchanged: not checked again
             return action
 
-        policy = SnapshotPolicy(self.online, act, lambda: self.updates, sync_every=sync_every)
-        return policy
+        updates = lambda: self.updates  # noqa: E731
+        return SnapshotPolicy(
+            snapshot, act, self.learner_tensors, updates, sync_every=sync_every, check=self.eval_check
+        )
+
+    def lagged_actor(self) -> SnapshotActor:
+        """An overlapped run's actor: a snapshot of the policy module (holding the online weights
+        now) exploring as :meth:`act` does, with ``epsilon`` at the actor's own step count (which
+        starts at ``env_steps``) and a generator seeded by one draw from the agent's; greedy for
+        evaluations."""
+        generator = actor_generator(self.generator, self.device)
+        stride = self.num_envs * self.dist.world_size
+        steps = [self.env_steps]
+
+        def act(policy: QPolicy, obs: Any) -> torch.Tensor:
+            eps = self.epsilon_at(steps[0])
+            steps[0] += stride
+            x = policy.ingest(torch.as_tensor(obs, device=self.device))
+            return self._explore(policy.q, x, eps, generator)
+
+        return SnapshotActor(self._snapshot(), act, generator, steps, check=self.eval_check)

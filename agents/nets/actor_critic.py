@@ -127,7 +127,12 @@ class ActorCritic(nn.Module):
         """Zero memory for ``batch`` rows (``None`` for feed-forward cores)."""
         return self.core.initial_state(batch) if self.recurrent else None
 
-    def _features(self, x: torch.Tensor, state: State, starts: torch.Tensor | None):
+    def step_features(
+        self, x: torch.Tensor, state: State, starts: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor, State]:
+        """One step's ``(actor features, critic features, next state)`` for ``x [B, obs_dim]``
+        (``starts [B]`` bool: memory reset first where set; ``None``: no reset; feed-forward cores
+        ignore both and return ``None`` for the state)."""
         if self.recurrent:
             return self.core.step(x, state, starts)
         a, c = self.core(x)
@@ -144,13 +149,13 @@ class ActorCritic(nn.Module):
     ):
         """``x [B, obs_dim]`` -> ``(env_action, raw_action, logprob f32, value f32 [B], new_state)``
         (``noise``: the head's draw for ``B`` rows, ``head.draw(B)``, else drawn from ``generator``)."""
-        fa, fc, state = self._features(x, state, starts)
+        fa, fc, state = self.step_features(x, state, starts)
         env_a, raw, logp = self.head.sample(fa, deterministic, generator, noise)
         return env_a, raw, logp, self.critic(fc).float().squeeze(-1), state
 
     def value(self, x: torch.Tensor, state: State, starts: torch.Tensor | None) -> torch.Tensor:
         """``V(x)`` ``[B]`` f32 after one step from ``state`` (the state itself is not advanced)."""
-        _, fc, _ = self._features(x, state, starts)
+        _, fc, _ = self.step_features(x, state, starts)
         return self.critic(fc).float().squeeze(-1)
 
     def evaluate(

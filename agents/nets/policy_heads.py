@@ -120,6 +120,14 @@ class CategoricalHead(nn.Module):
             a = (logp - torch.log(-torch.log(u))).argmax(-1)
         return a, a, logp.gather(-1, a.unsqueeze(-1)).squeeze(-1)
 
+    def greedy(self, feat: torch.Tensor) -> torch.Tensor:
+        """The mode: ``[B]`` int64, the env action of ``sample(feat, deterministic=True)``."""
+        return self.log_probs(feat).argmax(-1)
+
+    def distribution_params(self, feat: torch.Tensor) -> torch.Tensor:
+        """The normalised logits (log-probabilities) ``[B, n]`` f32."""
+        return self.log_probs(feat)
+
     entropy_noise = False
     """Whether :meth:`evaluate` draws noise (never: the entropy is exact)."""
 
@@ -238,6 +246,16 @@ class GaussianHead(nn.Module):
         if not self.squash:
             return u, u, logp
         return self.bounds.squash(u), u, logp - self.bounds.log_det(u)
+
+    def greedy(self, feat: torch.Tensor) -> torch.Tensor:
+        """The deterministic env action ``[B, D]`` f32: the mean (squashed onto the bounds where
+        the head squashes), as ``sample(feat, deterministic=True)`` returns it."""
+        u = _up(self.mean(feat))
+        return self.bounds.squash(u) if self.squash else u
+
+    def distribution_params(self, feat: torch.Tensor) -> torch.Tensor:
+        """The Gaussian's mean ``[B, D]`` f32 (before any squash)."""
+        return _up(self.mean(feat))
 
     def evaluate(
         self,
@@ -425,6 +443,16 @@ class FlowHead(nn.Module):
         y, log_det = self._forward_flow(feat, z)
         logp = base.log_prob(z).sum(-1) - log_det - self.bounds.log_det(y)
         return self.bounds.squash(y), y, logp
+
+    def greedy(self, feat: torch.Tensor) -> torch.Tensor:
+        """The deterministic env action ``[B, D]`` f32: the base mean through the flow, squashed
+        (as ``sample(feat, deterministic=True)`` returns it)."""
+        y, _ = self._forward_flow(feat, _up(self.base_mean(feat)))
+        return self.bounds.squash(y)
+
+    def distribution_params(self, feat: torch.Tensor) -> torch.Tensor:
+        """The base Gaussian's mean ``[B, D]`` f32."""
+        return _up(self.base_mean(feat))
 
     def evaluate(
         self,

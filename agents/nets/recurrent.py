@@ -134,11 +134,13 @@ class _RecurrentCore(nn.Module, abc.ABC):
         )
 
     def step(
-        self, x: torch.Tensor, state: tuple[torch.Tensor, ...], starts: torch.Tensor
+        self, x: torch.Tensor, state: tuple[torch.Tensor, ...], starts: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
-        """One step: ``x [B, obs_dim]``, ``starts [B]`` bool (memory reset first where set) ->
-        ``(actor feat, critic feat, new state)``, features ``[B, size]``."""
-        state = self._cell_step(self.encoder(x), _mask_state(state, starts))
+        """One step: ``x [B, obs_dim]``, ``starts [B]`` bool (memory reset first where set;
+        ``None``: no reset) -> ``(actor feat, critic feat, new state)``, features ``[B, size]``."""
+        if starts is not None:
+            state = _mask_state(state, starts)
+        state = self._cell_step(self.encoder(x), state)
         return state[0], state[0], state
 
     def sequence(
@@ -323,9 +325,10 @@ class Mamba2Core(nn.Module):
         return self.block.initial_state(batch)
 
     def step(
-        self, x: torch.Tensor, state: Any, starts: torch.Tensor
+        self, x: torch.Tensor, state: Any, starts: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor, Any]:
-        """One step with memory reset where ``starts``: ``x [B, obs_dim]`` -> ``(feat, feat, state)``."""
+        """One step with memory reset where ``starts`` (``None``: no reset): ``x [B, obs_dim]`` ->
+        ``(feat, feat, state)``."""
         u = torch.tanh(self.encoder(x))
         y, state = self.block.step(u, state, starts)
         feat = self.norm(u + y)

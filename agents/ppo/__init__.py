@@ -11,8 +11,17 @@ on-policy schedule, or your own loop calls ``act``, ``observe`` and ``update``.
 Guide: docs/pages/ppo.md (the objective, recurrent training, precision, data-parallel runs).
 """
 
-from tritonrl.agents.ppo.agent import PPOAgent
+from tritonrl.agents.ppo.agent import LRAnnealedWarning, PPOAgent
 from tritonrl.agents.ppo.config import AGENT_KIND, POLICIES, PPOConfig
 from tritonrl.agents.ppo.presets import PIXEL_PRESETS, PRESETS, preset
 
-__all__ = ["AGENT_KIND", "PIXEL_PRESETS", "POLICIES", "PPOAgent", "PRESETS", "PPOConfig", "preset"]
+__all__ = [
+    "AGENT_KIND",
+    "PIXEL_PRESETS",
+    "POLICIES",
+    "PRESETS",
+    "LRAnnealedWarning",
+    "PPOAgent",
+    "PPOConfig",
+    "preset",
+]

@@ -6,9 +6,10 @@ presets and the checkpoint parts have modules of their own beside this one.
 
 from __future__ import annotations
 
+import copy
 import math
 import typing
-from collections.abc import Callable
+import warnings
 from typing import Any
 
 import gymnasium as gym
@@ -18,28 +19,53 @@ from tritonrl.agents.nets.recurrent import subsequence_stats
 from tritonrl.agents.ppo.config import AGENT_KIND, PPOConfig
 from tritonrl.agents.ppo.lagged import LaggedPPO
 from tritonrl.agents.ppo.network import build_policy
+from tritonrl.agents.ppo.policy import ActorCriticPolicy
 from tritonrl.agents.ppo.state import PPOCheckpoint
 from tritonrl.toolkit import pytree
 from tritonrl.toolkit.agent import AgentBase
 from tritonrl.toolkit.checks import ActionRule, InputGuard, StepShapes
 from tritonrl.toolkit.compile import Compiled, escape
 from tritonrl.toolkit.distributed import DistContext
+from tritonrl.toolkit.policy import GreedyActor
 from tritonrl.toolkit.replay.rollout import RolloutBuffer, RunningMeanStd, compute_gae
 from tritonrl.toolkit.spaces import pixel_scale
 
-__all__ = ["PPOAgent"]
+__all__ = ["LRAnnealedWarning", "PPOAgent"]
 
 _DEFAULT_CONFIG = PPOConfig(policy="discrete", lr=1e-3)
 """The config of an agent built without one: the ``ppo`` preset's (a test keeps them equal)."""
 
+_ACTED = "the action act returned for this obs"
+_RESCORE = (
+    "pass that action, or observe(..., rescore=True) to store this one with its log-probability "
+    "under the current policy (action masks, shields)"
+)
+
+
+class LRAnnealedWarning(UserWarning):
+    """A PPO update ran at learning rate 0: ``anneal_lr`` reached ``total_steps`` (training stopped)."""
+
+
+def _annealed_message(cfg: PPOConfig, updates: int, env_steps: int) -> str:
+    return (
+        f"PPOAgent.update: the learning rate has annealed to 0 (anneal_lr=True reaches 0 at "
+        f"total_steps={cfg.total_steps} environment steps; {env_steps} so far, update {updates + 1}): "
+        "this update and every later one learn nothing. Set total_steps to the run's length "
+        "(preset(..., total_steps=N)) or anneal_lr=False for a constant learning rate"
+    )
+
 
 class _Pending(typing.NamedTuple):
+    """What :meth:`PPOAgent.act` computed for ``obs``, kept for :meth:`PPOAgent.observe`."""
+
     obs: Any
     x: torch.Tensor
     raw: torch.Tensor
     logprob: torch.Tensor
     value: torch.Tensor
     starts: torch.Tensor
+    action: torch.Tensor  # the env action act returned
+    state: Any  # the memory before the step (recurrent policies; None otherwise)
 
 
 class PPOAgent(LaggedPPO, PPOCheckpoint, AgentBase):
@@ -102,10 +128,10 @@ class PPOAgent(LaggedPPO, PPOCheckpoint, AgentBase):
         (:func:`tritonrl.toolkit.spaces.pixel_scale`); ``None`` for flat observations."""
         self.obs_shape = _check_obs_space(observation_space, cfg, self.pixel_scale is not None)
         self.obs_dim = math.prod(self.obs_shape)
-        self.policy = self._build_seeded(
+        self.net = self._build_seeded(
             lambda: build_policy(cfg, self.obs_shape, action_space, self.device, self.dtype)
         )  # rank 0's weights; the masters copy them below
-        self.optimizer = self._adam(self.policy.parameters(), cfg.lr, eps=cfg.adam_eps)
+        self.optimizer = self._adam(self.net.parameters(), cfg.lr, eps=cfg.adam_eps)
         squashed = cfg.policy == "flow" or cfg.squash
         action_shape: tuple[int, ...]
         if isinstance(action_space, gym.spaces.Discrete):
@@ -139,19 +165,20 @@ class PPOAgent(LaggedPPO, PPOCheckpoint, AgentBase):
         if self.obs_rms is not None and self.dist.enabled:
             self._obs_shared = RunningMeanStd((self.obs_dim,), self.device)
             self._obs_local = RunningMeanStd((self.obs_dim,), self.device, epsilon=0.0)
-        self.recurrent = self.policy.recurrent
-        self.state = self.policy.initial_state(num_envs)
+        self.recurrent = self.net.recurrent
+        self.state = self.net.initial_state(num_envs)
         self.starts = torch.ones(num_envs, dtype=torch.bool, device=self.device)
         self.segment_states: list[Any] = [None] * (cfg.num_steps // cfg.sequence_length)
         self._pending: _Pending | None = None
+        self._lr_warned = False  # LRAnnealedWarning: once per agent
         # The compiled regions (tritonrl.toolkit.compile): GAE, the minibatch loss (its backward
         # compiled with it), the acting forward. Eager functions for compile="none".
         self._gae = Compiled(compute_gae, cfg.compile, self.device)
         # LSTM/GRU: the sequences' features are computed eagerly, before the compiled loss (the
         # size of the split layout changes with the data; see LSTMCore.sequence)
-        self._splits = bool(getattr(self.policy.core, "splits_at_starts", False))
+        self._splits = bool(getattr(self.net.core, "splits_at_starts", False))
         self._learn = Compiled(self._minibatch_loss, cfg.compile, self.device)
-        self._act = Compiled(self.policy.act, cfg.compile, self.device)
+        self._act = Compiled(self.net.act, cfg.compile, self.device)
 
     # ------------------------------------------------------------------ acting
 
@@ -166,7 +193,10 @@ class PPOAgent(LaggedPPO, PPOCheckpoint, AgentBase):
         dtype = self.dtype if dtype is None else dtype
         x = obs if isinstance(obs, torch.Tensor) else torch.as_tensor(obs)
         if tuple(x.shape[1:]) != self.obs_shape:
-            raise ValueError(f"obs has shape {tuple(x.shape)}, expected [E, *{self.obs_shape}]")
+            raise ValueError(
+                f"PPOAgent.{call or 'observe'}: obs has shape {tuple(x.shape)}, expected "
+                f"[E, *{self.obs_shape}]"
+            )
         if call == "act":  # one row per environment (eval_policy takes any batch)
             self.shapes.act(x)
         if self.pixel_scale is not None:
@@ -189,7 +219,7 @@ class PPOAgent(LaggedPPO, PPOCheckpoint, AgentBase):
         starts = self.starts
         t = self.buffer.pos
         if self.recurrent and t % self.config.sequence_length == 0:
-            if not self.policy.core.supports_initial_state:
+            if not self.net.core.supports_initial_state:
                 starts = torch.ones_like(starts)
             self.segment_states[t // self.config.sequence_length] = pytree.tree_map(torch.clone, self.state)
         return starts
@@ -211,11 +241,11 @@ class PPOAgent(LaggedPPO, PPOCheckpoint, AgentBase):
         x = self._ingest(obs, update_stats=explore, call="act")
         starts = self._acting_starts()
         # the sampling noise is drawn here, from the agent's generator, outside the compiled forward
-        noise = self.policy.head.draw(x.shape[0], self.generator) if explore else None
+        noise = self.net.head.draw(x.shape[0], self.generator) if explore else None
         self._act.step_begin()
         out = escape(self._act(x, self.state, starts, not explore, None, noise), self._act)
         env_a, raw, logp, value, state = out
-        self._pending = _Pending(obs, x, raw, logp, value, starts)
+        self._pending = _Pending(obs, x, raw, logp, value, starts, env_a, self.state)
         self.state = state
         self.starts = torch.zeros_like(self.starts)
         self.inputs.acted(env_a)
@@ -230,6 +260,8 @@ class PPOAgent(LaggedPPO, PPOCheckpoint, AgentBase):
         next_obs: torch.Tensor,
         terminated: torch.Tensor,
         truncated: torch.Tensor,
+        *,
+        rescore: bool = False,
     ) -> None:
         """Store one vector step (each argument has leading dim ``E``).
 
@@ -237,16 +269,21 @@ class PPOAgent(LaggedPPO, PPOCheckpoint, AgentBase):
         evaluated by the critic where ``truncated`` (and at the rollout's last step) to bootstrap.
 
         The step is scored with the log-prob and value :meth:`act` computed for ``obs`` (the
-        same object, or equal values: a numpy copy is fine). An ``obs`` that did not go through
+        same object, or equal values: a numpy copy is fine), and ``action`` must then be the
+        action :meth:`act` returned. ``rescore=True`` stores another ``action`` (an action mask or
+        a shield replaced it) with its log-prob under the current policy, from the features
+        :meth:`act` computed (recurrent policies too). An ``obs`` that did not go through
         :meth:`act` is re-scored by feed-forward policies and refused by recurrent ones.
 
         Raises:
             RuntimeError: the rollout is full (call :meth:`update`), or a recurrent policy observes
                 an ``obs`` that did not come through :meth:`act`.
             ValueError: an argument whose shape is not ``[num_envs, ...]``, before any tensor op;
-                NaN/inf in ``obs``, ``reward`` or ``next_obs``, or an ``action`` outside the action
-                space, named with the first bad entry (host inputs: at once, nothing is stored;
-                accelerator tensors: at the next :meth:`update` or :meth:`check_inputs`).
+                NaN/inf in ``obs``, ``reward`` or ``next_obs``, an ``action`` outside the action
+                space, or (without ``rescore``) an ``action`` that differs from the one :meth:`act`
+                returned for ``obs``, named with the first bad entry or the rows (host inputs: at
+                once, nothing is stored; accelerator tensors: at the next :meth:`update` or
+                :meth:`check_inputs`).
             TypeError: ``terminated``/``truncated`` not boolean (a float 0/1 flag is refused, not
                 cast), ``reward`` not real numbers, or image observations not uint8; nothing is
                 stored.
@@ -258,10 +295,16 @@ class PPOAgent(LaggedPPO, PPOCheckpoint, AgentBase):
             if self.recurrent:
                 raise RuntimeError("recurrent PPO: call act(obs) and pass that same obs to observe()")
             x = self._ingest(obs, update_stats=False)
-            raw = self.policy.head.to_raw(torch.as_tensor(action).to(self.device))
-            logp, _, value = self.policy.evaluate(x, raw, generator=self.generator)
+            raw = self.net.head.to_raw(torch.as_tensor(action).to(self.device))
+            logp, _, value = self.net.evaluate(x, raw, generator=self.generator)
             starts = self.starts
+        elif rescore:
+            x, value, starts = p.x, p.value, p.starts
+            raw = self.net.head.to_raw(torch.as_tensor(action).to(self.device, p.action.dtype))
+            fa, fc, _ = self.net.step_features(x, p.state, starts)  # act's features, again
+            logp = self.net.evaluate_features(fa, fc, raw, self.generator, entropy_grad=False)[0]
         else:
+            self.inputs.same("observe", "action", action, p.action, _ACTED, _RESCORE)
             x, raw, logp, value, starts = p.x, p.raw, p.logprob, p.value, p.starts
         self._pending = None
         dev = self.device
@@ -280,7 +323,7 @@ class PPOAgent(LaggedPPO, PPOCheckpoint, AgentBase):
         need = last or not truncated_in.is_cpu or bool(truncated_in.numpy().any())
         if need:
             x_next = self._ingest(next_obs, update_stats=False)
-            v_next = self.policy.value(x_next, self.state, torch.zeros_like(self.starts))
+            v_next = self.net.value(x_next, self.state, torch.zeros_like(self.starts))
             mask = torch.ones_like(truncated) if last else truncated
             self.buffer.set_next_values(v_next, mask)
         self.starts = terminated | truncated
@@ -351,6 +394,11 @@ class PPOAgent(LaggedPPO, PPOCheckpoint, AgentBase):
             raise RuntimeError(f"update() needs a full rollout: {b.pos} of {b.num_steps} steps stored")
         self._pool_obs_stats()
         lr = self.current_lr()
+        if lr == 0.0 and not self._lr_warned:
+            self._lr_warned = True
+            warnings.warn(
+                _annealed_message(cfg, self.updates, self.env_steps), LRAnnealedWarning, stacklevel=2
+            )
         self.optimizer.set_lr(lr)
         learn = self._learn
         learn.step_begin()
@@ -413,7 +461,7 @@ class PPOAgent(LaggedPPO, PPOCheckpoint, AgentBase):
         self, data: dict[str, Any], idx: torch.Tensor, layout: tuple[int, int] | None = None
     ) -> dict[str, torch.Tensor]:
         cfg = self.config
-        head = self.policy.head
+        head = self.net.head
         # the entropy estimate's noise is drawn here, from the agent's generator, outside the
         # compiled loss (the same draw, in the same order, as a head drawing it itself)
         noise = None
@@ -427,7 +475,7 @@ class PPOAgent(LaggedPPO, PPOCheckpoint, AgentBase):
         features = None
         if layout is not None:  # LSTM/GRU: the split recurrence, eagerly (see LSTMCore.sequence)
             state = pytree.tree_map(lambda s: s[idx], data["state"])
-            features = self.policy.features(data["obs"][idx], data["starts"][idx], state, layout)
+            features = self.net.features(data["obs"][idx], data["starts"][idx], state, layout)
         loss, metrics = self._learn(data, idx, noise, features, adv_stats)
         loss.backward()
         metrics["losses/grad_norm"] = self.optimizer.clip_and_step(cfg.max_grad_norm)
@@ -488,12 +536,12 @@ class PPOAgent(LaggedPPO, PPOCheckpoint, AgentBase):
         ``None``: this minibatch's own."""
         cfg = self.config
         if features is not None:
-            logp, entropy, value = self.policy.evaluate_features(
+            logp, entropy, value = self.net.evaluate_features(
                 *features, data["raw"][idx], entropy_grad=cfg.ent_coef != 0, noise=noise
             )
         else:
             state = pytree.tree_map(lambda s: s[idx], data["state"]) if self.recurrent else None
-            logp, entropy, value = self.policy.evaluate(
+            logp, entropy, value = self.net.evaluate(
                 data["obs"][idx],
                 data["raw"][idx],
                 data["starts"][idx],
@@ -532,19 +580,60 @@ class PPOAgent(LaggedPPO, PPOCheckpoint, AgentBase):
             "losses/clipfrac": clipfrac,
         }
 
-    # ------------------------------------------------------------------ evaluation
+    # ------------------------------------------------------------------ the policy module
 
-    def eval_policy(self) -> Callable[[torch.Tensor], torch.Tensor]:
-        """A greedy policy with its own memory (for :func:`tritonrl.toolkit.envs.vector.evaluate`):
-        ``policy(obs)``
-        returns actions, ``policy.reset(mask)`` clears the memory of the rows in ``mask``."""
-        return _GreedyPolicy(self)
+    def policy(self) -> ActorCriticPolicy:
+        """The policy as a plain module (:class:`tritonrl.agents.ppo.policy.ActorCriticPolicy`): an
+        f32 copy of the actor-critic (the export cast) with the observation statistics of
+        ``normalize_obs``, in eval mode; ``forward`` is the deterministic action (recurrent:
+        ``forward(obs, *state) -> (action, *state)``). A snapshot: later updates do not reach it."""
+        net = copy.deepcopy(self.net).float().requires_grad_(False)
+        stats = None if self.obs_rms is None else (self.obs_rms.mean, self.obs_rms.var)
+        return ActorCriticPolicy(
+            net,
+            self.observation_space,
+            self.action_space,
+            pixel_scale=self.pixel_scale,
+            obs_stats=stats,
+            obs_clip=self.config.obs_clip,
+        ).eval()
+
+    def learner_tensors(self) -> list[torch.Tensor]:
+        """The actor-critic's parameters then buffers, then the observation statistics (what a
+        policy snapshot mirrors, :meth:`ActorCriticPolicy.mirrors`)."""
+        stats = [] if self.obs_rms is None else [self.obs_rms.mean, self.obs_rms.var]
+        return [*self.net.parameters(), *self.net.buffers(), *stats]
+
+    def eval_check(self, obs: torch.Tensor) -> None:
+        """The checks of :meth:`eval_policy`'s observations (a batch): shape, image bytes or
+        NaN/inf (named ``PPOAgent.eval_policy``).
+
+        Raises:
+            ValueError: a wrong shape, NaN or infinite values.
+            TypeError: image observations that are not uint8.
+        """
+        if tuple(obs.shape[1:]) != self.obs_shape:
+            raise ValueError(
+                f"PPOAgent.eval_policy: obs has shape {tuple(obs.shape)}, expected [N, *{self.obs_shape}] "
+                f"or one observation {self.obs_shape}"
+            )
+        if self.pixel_scale is not None:
+            _check_bytes("eval_policy", obs)
+        else:
+            self.inputs.obs("eval_policy", "obs", obs)
+
+    def eval_policy(self) -> GreedyActor:
+        """Greedy acting for evaluation (:class:`tritonrl.toolkit.policy.GreedyActor` of
+        :meth:`policy`, a snapshot as of this call): ``policy(obs)`` takes any number of
+        observations (or one unbatched) and returns the deterministic actions; a recurrent
+        policy keeps its own memory, ``policy.reset(mask)`` zeroes the rows in ``mask``."""
+        return GreedyActor(self.policy(), self.eval_check)
 
     # ------------------------------------------------------------------ state (AgentBase hooks)
 
     def current_lr(self) -> float:
         """The learning rate of the next update: ``lr``, annealed linearly to 0 over ``total_steps``
-        (environment steps of every rank)."""
+        (environment steps of every rank); the first update at 0 warns (:class:`LRAnnealedWarning`)."""
         cfg = self.config
         if not cfg.anneal_lr:
             return cfg.lr
@@ -590,31 +679,3 @@ def _same_obs(acted: Any, observed: Any) -> bool:
         return True
     a, b = torch.as_tensor(acted), torch.as_tensor(observed)
     return a.shape == b.shape and torch.equal(a.float().cpu(), b.float().cpu())
-
-
-class _GreedyPolicy:
-    """Greedy acting with a private memory, for evaluation (see :meth:`PPOAgent.eval_policy`)."""
-
-    def __init__(self, agent: PPOAgent) -> None:
-        self.agent = agent
-        self.state: Any = None
-        self.starts: torch.Tensor | None = None
-
-    def reset(self, mask: torch.Tensor) -> None:
-        """Clear the memory of rows in ``mask`` ([N] bool) before their next step."""
-        mask = mask.to(self.agent.device, torch.bool)
-        if self.state is None or self.starts is None or self.starts.shape != mask.shape:
-            self.state = self.agent.policy.initial_state(mask.shape[0])
-            self.starts = torch.ones_like(mask)
-        else:
-            self.starts = self.starts | mask
-
-    @torch.no_grad()
-    def __call__(self, obs: torch.Tensor) -> torch.Tensor:
-        x = self.agent._ingest(obs, update_stats=False, call="eval_policy")
-        if self.starts is None or self.starts.shape[0] != x.shape[0]:
-            self.reset(torch.ones(x.shape[0], dtype=torch.bool))
-        env_a, _, _, _, self.state = self.agent.policy.act(x, self.state, self.starts, True)
-        assert self.starts is not None  # set by reset() above when it was None
-        self.starts = torch.zeros_like(self.starts)
-        return env_a

@@ -88,9 +88,11 @@ class PPOConfig(Config):
     lr: float = resumable(2.5e-4)
     """Adam learning rate (at the start, if annealed)."""
     anneal_lr: bool = resumable(True)
-    """Anneal the learning rate linearly to 0 over ``total_steps``."""
+    """Anneal the learning rate linearly to 0 over ``total_steps``; updates past that point learn
+    nothing (the first one warns, :class:`tritonrl.agents.ppo.LRAnnealedWarning`)."""
     total_steps: int = resumable(500_000)
-    """Environment steps of the whole run (for the annealing schedule)."""
+    """Environment steps of the whole run, all environments (where the annealed learning rate
+    reaches 0): set it to your run's length."""
     adam_eps: float = 1e-5
     """Adam epsilon."""
     update_epochs: int = resumable(4)

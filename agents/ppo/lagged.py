@@ -1,9 +1,10 @@
 """The PPO agent's part in overlapped training (:mod:`tritonrl.toolkit.training.overlap`).
 
 The actor of an overlapped PPO run collects rollout ``k + 1`` from an f32 snapshot of the policy
-taken at sync point ``k`` (the weights after update ``k - 1``), with a generator of its own, while
-the learner runs update ``k``. The actor stages, beside each vector step, the raw actions it sampled
-and their log-probs under the snapshot (the behaviour policy); the learner's
+module (``agent.policy()``) taken at sync point ``k`` (the weights after update ``k - 1``), with a
+generator of its own, while the learner runs update ``k``. The actor stages, beside each vector
+step, the raw actions it sampled and their log-probs under the snapshot (the behaviour policy); the
+learner's
 :meth:`LaggedPPO.observe_steps` stores them as the rollout's old log-probs, so the clipped ratio of
 the update is taken against the policy that acted (one update behind the learner). The rollout's
 values and bootstrap values are the learner's critic at the sync point, computed in one batch.
@@ -18,19 +19,14 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from tritonrl.toolkit.training.overlap import SnapshotActor, actor_generator
+from tritonrl.toolkit.acting import SnapshotActor, actor_generator
 
 __all__ = ["LaggedPPO"]
 
 
 class LaggedPPO:
-    """Mixin of :class:`tritonrl.agents.ppo.PPOAgent`: ``learner_tensors``, ``lagged_actor`` and
+    """Mixin of :class:`tritonrl.agents.ppo.PPOAgent`: ``check_lagged``, ``lagged_actor`` and
     ``observe_steps``."""
-
-    def learner_tensors(self) -> list[torch.Tensor]:
-        """The policy's parameters then buffers (what the actor's snapshot holds)."""
-        agent: Any = self
-        return [*agent.policy.parameters(), *agent.policy.buffers()]
 
     def check_lagged(self) -> None:
         """Raise ``ValueError`` unless this agent can act lagged (the module doc says why not).
@@ -50,11 +46,11 @@ class LaggedPPO:
                 "set normalize_obs=False or overlap=False"
             )
 
-    def lagged_actor(self) -> SnapshotActor[Any]:
-        """An actor for an overlapped run: an f32 snapshot of the policy (holding its weights now)
-        that samples with a generator seeded by one draw from the agent's and keeps, for the step
-        it acted, ``extras()``: ``{"raw": raw actions, "logprob": [E] f32}``; greedy (the mean or
-        argmax) for evaluations.
+    def lagged_actor(self) -> SnapshotActor:
+        """An actor for an overlapped run: a snapshot of the policy module (``agent.policy()``,
+        holding its weights now) that samples with a generator seeded by one draw from the agent's
+        and keeps, for the step it acted, ``extras()``: ``{"raw": raw actions, "logprob": [E]
+        f32}``; greedy for evaluations.
 
         Raises:
             ValueError: a recurrent policy, or ``normalize_obs=True`` (module doc).
@@ -66,20 +62,17 @@ class LaggedPPO:
         steps = [agent.env_steps]
         last: dict[str, torch.Tensor] = {}
 
-        def act(snapshot: Any, obs: Any) -> torch.Tensor:
+        def act(policy: Any, obs: Any) -> torch.Tensor:
             # checked as act checks it (shape, finite values or image bytes), f32 for the snapshot
             x = agent._ingest(obs, update_stats=False, call="act", dtype=torch.float32)
-            noise = snapshot.head.draw(x.shape[0], generator)
-            env_a, raw, logp, _, _ = snapshot.act(x, None, None, False, None, noise)
-            last["raw"], last["logprob"] = raw, logp
+            noise = policy.net.head.draw(x.shape[0], generator)
+            env_a, last["raw"], last["logprob"] = policy.sample(x, noise)
             steps[0] += stride
             return env_a
 
-        def greedy(snapshot: Any, obs: Any) -> torch.Tensor:
-            x = agent._ingest(obs, update_stats=False, call="eval_policy", dtype=torch.float32)
-            return snapshot.act(x, None, None, True)[0]
-
-        return SnapshotActor(agent.policy, act, greedy, generator, steps, extras=lambda: dict(last))
+        return SnapshotActor(
+            agent.policy(), act, generator, steps, check=agent.eval_check, extras=lambda: dict(last)
+        )
 
     @torch.no_grad()
     def observe_steps(
@@ -130,7 +123,7 @@ class LaggedPPO:
         E = agent.num_envs
         flat = obs.reshape(T * E, *obs.shape[2:])
         x = agent._ingest(flat, update_stats=False)
-        policy = agent.policy
+        policy = agent.net
         if raw is None:
             raw_all = policy.head.to_raw(torch.as_tensor(action).reshape(T * E, *action.shape[2:]))
             logp, _, values = policy.evaluate(x, raw_all.to(agent.device), generator=agent.generator)

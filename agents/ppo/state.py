@@ -36,7 +36,7 @@ class PPOCheckpoint:
     num_envs: int
     device: torch.device
     obs_dim: int
-    policy: ActorCritic
+    net: ActorCritic
     optimizer: MasterWeightOptimizer
     buffer: RolloutBuffer
     obs_rms: RunningMeanStd | None
@@ -52,7 +52,7 @@ class PPOCheckpoint:
     def _state_parts(self) -> dict[str, Any]:
         rms = self._obs_shared if self._obs_shared is not None else self.obs_rms
         parts: dict[str, Any] = {
-            "policy": self.policy.state_dict(),
+            "policy": self.net.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "rollout": self.buffer.state_dict(),
             "obs_rms": rms.state_dict() if rms is not None else None,  # what every rank shares
@@ -93,7 +93,7 @@ class PPOCheckpoint:
                 f"{where}: a {brief(saved_policy, 20)} policy, this agent has {self.config.policy!r}"
             )
         check_module_tensors(
-            self.policy, section(state, "policy", where, "the policy network"), where=f"{where} (policy)"
+            self.net, section(state, "policy", where, "the policy network"), where=f"{where} (policy)"
         )
         self.optimizer.check_state_dict(section(state, "optimizer", where, "the optimizer state"))
         rms = section(state, "obs_rms", where, "the observation statistics")
@@ -136,7 +136,7 @@ class PPOCheckpoint:
         return {}
 
     def _load_parts(self, state: Mapping[str, Any], staged: dict[str, Any], rank_parts: bool) -> None:
-        load_into_module(self.policy, state["policy"])
+        load_into_module(self.net, state["policy"])
         self.optimizer.load_state_dict(state["optimizer"])
         self._load_obs_stats(state, rank_parts)
         if rank_parts:
@@ -151,7 +151,7 @@ class PPOCheckpoint:
             self.starts = memory["starts"].to(self.device, torch.bool).clone()
         else:  # this rank's own parts start fresh: an empty rollout, zero memory, episodes starting
             self.buffer.reset()
-            self.state = self.policy.initial_state(self.num_envs)
+            self.state = self.net.initial_state(self.num_envs)
             self.segment_states = [None] * len(self.segment_states)
             self.starts = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
         self.optimizer.set_lr(self.current_lr())  # after the counters: annealed to this update

@@ -11,6 +11,7 @@ Before ``learning_starts`` environment steps, ``act(explore=True)`` draws unifor
 from __future__ import annotations
 
 import abc
+import copy
 import math
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
@@ -19,13 +20,15 @@ import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
-from tritonrl.agents.sac.lagged import LaggedContinuous
+from tritonrl.agents.sac.policy import ContinuousPolicy
+from tritonrl.toolkit.acting import SnapshotActor, actor_generator
 from tritonrl.toolkit.agent import AgentBase
 from tritonrl.toolkit.checkpoint import CheckpointError, check_module_tensors, load_into_module, section
 from tritonrl.toolkit.checks import ActionRule, InputGuard, StepShapes
 from tritonrl.toolkit.compile import Compiled, escape
 from tritonrl.toolkit.distributed import DistContext
 from tritonrl.toolkit.optim import MasterWeightOptimizer
+from tritonrl.toolkit.policy import GreedyActor
 from tritonrl.toolkit.replay import ReplayBatch, ReplayBuffer
 
 __all__ = ["ContinuousAgent", "NO_CLIP"]
@@ -41,7 +44,7 @@ def _box(space: gym.Space, what: str, owner: str) -> gym.spaces.Box:
     return space
 
 
-class ContinuousAgent(LaggedContinuous, AgentBase):
+class ContinuousAgent(AgentBase):
     """The shared part of :class:`tritonrl.agents.sac.SACAgent` and
     :class:`tritonrl.agents.sac.TD3Agent` (see the module docstring), its constructor included (the
     arguments are the subclasses'). A subclass names its :attr:`default_config`, builds its networks
@@ -57,6 +60,8 @@ class ContinuousAgent(LaggedContinuous, AgentBase):
 
     default_config: ClassVar[Any]
     """The config of an agent built without one (the family's preset's)."""
+    policy_class: ClassVar[type[ContinuousPolicy]]
+    """The family's policy module (:meth:`policy`)."""
 
     actor: nn.Module
     critic: nn.Module
@@ -201,7 +206,10 @@ class ContinuousAgent(LaggedContinuous, AgentBase):
         to ``[B, O]``, after the input checks."""
         x = obs if isinstance(obs, torch.Tensor) else torch.as_tensor(obs)
         if tuple(x.shape[1:]) != self.obs_shape:
-            raise ValueError(f"obs has shape {tuple(x.shape)}, expected [batch, *{self.obs_shape}]")
+            raise ValueError(
+                f"{type(self).__name__}.{call}: obs has shape {tuple(x.shape)}, expected "
+                f"[batch, *{self.obs_shape}]"
+            )
         if call == "act":  # one row per environment (eval_policy takes any batch)
             self.shapes.act(x)
         self.inputs.obs(call, "obs", x)
@@ -240,15 +248,70 @@ class ContinuousAgent(LaggedContinuous, AgentBase):
         self.inputs.acted(action)
         return action
 
-    def eval_policy(self) -> Callable[[Any], torch.Tensor]:
-        """A deterministic acting function for evaluation: ``obs [N, *obs_shape]`` with any ``N``
-        to the actions ``act(obs, explore=False)`` returns; changes no counter."""
+    # ------------------------------------------------------------------ the policy module
 
-        @torch.no_grad()
-        def greedy(obs: Any) -> torch.Tensor:
-            return self._to_env(self._greedy(self.actor, self._ingest(obs, "eval_policy")))
+    def _snapshot(self) -> ContinuousPolicy:
+        """A :attr:`policy_class` of an f32 copy of the actor (the export cast)."""
+        actor = copy.deepcopy(self.actor).float().requires_grad_(False)
+        return self.policy_class(
+            actor, self.observation_space, self.action_space, center=self.center, scale=self.scale
+        )
 
-        return greedy
+    def policy(self) -> ContinuousPolicy:
+        """The policy as a plain module (:class:`tritonrl.agents.sac.policy.SquashedPolicy` for SAC,
+        :class:`~tritonrl.agents.sac.policy.DeterministicPolicy` for TD3): an f32 copy of the
+        actor in eval mode whose ``forward(obs)`` is the deterministic action on the bounds. A
+        snapshot: later updates do not reach it."""
+        return self._snapshot().eval()
+
+    def learner_tensors(self) -> list[torch.Tensor]:
+        """The actor's parameters then buffers (what a policy snapshot mirrors)."""
+        return [*self.actor.parameters(), *self.actor.buffers()]
+
+    def eval_check(self, obs: torch.Tensor) -> None:
+        """The checks of :meth:`eval_policy`'s observations (a batch): shape, NaN/inf.
+
+        Raises:
+            ValueError: a wrong shape, NaN or infinite values (named ``<Agent>.eval_policy``).
+        """
+        if tuple(obs.shape[1:]) != self.obs_shape:
+            raise ValueError(
+                f"{type(self).__name__}.eval_policy: obs has shape {tuple(obs.shape)}, expected "
+                f"[N, *{self.obs_shape}] or one observation {self.obs_shape}"
+            )
+        self.inputs.obs("eval_policy", "obs", obs)
+
+    def eval_policy(self) -> GreedyActor:
+        """Deterministic acting for evaluation (:class:`tritonrl.toolkit.policy.GreedyActor` of
+        :meth:`policy`, a snapshot as of this call): ``obs [N, *obs_shape]`` with any ``N`` (or one
+        unbatched observation) to the actions ``act(obs, explore=False)`` returns; changes no
+        counter."""
+        return GreedyActor(self.policy(), self.eval_check)
+
+    def lagged_actor(self) -> SnapshotActor:
+        """An overlapped run's actor: a snapshot of the policy module (holding the actor's weights
+        now) exploring as ``act(explore=True)`` does at the actor's own step count (which starts at
+        ``env_steps``) with a generator seeded by one draw from the agent's; deterministic for
+        evaluations. Actions ``[E, *action_shape]`` f32 within the bounds; reads nothing on the
+        host per step."""
+        generator = actor_generator(self.generator, self.device)
+        stride = self.num_envs * self.dist.world_size
+        steps = [self.env_steps]
+        D, dev = self.action_dim, self.device
+
+        def randn(rows: int) -> torch.Tensor:
+            return torch.randn((rows, D), generator=generator, device=dev)
+
+        def act(policy: ContinuousPolicy, obs: Any) -> torch.Tensor:
+            x = policy.ingest(torch.as_tensor(obs, device=dev))
+            if steps[0] < self.config.learning_starts:
+                a = self._uniform(x.shape[0], generator)
+            else:
+                a = self._explore(policy.actor, x, randn)
+            steps[0] += stride
+            return policy.to_env(a)
+
+        return SnapshotActor(self._snapshot(), act, generator, steps, check=self.eval_check)
 
     def observe(
         self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any

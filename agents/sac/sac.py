@@ -18,6 +18,7 @@ from torch import nn
 from tritonrl.agents.sac.base import NO_CLIP, ContinuousAgent
 from tritonrl.agents.sac.config import SAC_KIND, SACConfig
 from tritonrl.agents.sac.network import SquashedGaussianActor, TwinQ
+from tritonrl.agents.sac.policy import SquashedPolicy
 from tritonrl.toolkit.compile import Compiled, escape
 from tritonrl.toolkit.optim import MasterWeightOptimizer
 from tritonrl.toolkit.replay import ReplayBatch
@@ -80,6 +81,7 @@ class SACAgent(ContinuousAgent):
     )
 
     default_config = _DEFAULT_CONFIG
+    policy_class = SquashedPolicy
     actor: SquashedGaussianActor
 
     def _build(self, cfg: SACConfig) -> None:

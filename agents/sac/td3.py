@@ -14,13 +14,14 @@ from torch import nn
 from tritonrl.agents.sac.base import ContinuousAgent
 from tritonrl.agents.sac.config import TD3_KIND, TD3Config
 from tritonrl.agents.sac.network import DeterministicActor, TwinQ
+from tritonrl.agents.sac.policy import DeterministicPolicy
 from tritonrl.toolkit.optim import MasterWeightOptimizer
 from tritonrl.toolkit.replay import ReplayBatch
 
 __all__ = ["TD3Agent"]
 
-_DEFAULT_CONFIG = TD3Config(tags=("td3",))
-"""The config of an agent built without one (the ``td3`` preset's fields but ``learning_starts``)."""
+_DEFAULT_CONFIG = TD3Config(learning_starts=5_000, tags=("td3",))
+"""The config of an agent built without one: the ``td3`` preset's (a test keeps them equal)."""
 
 
 class TD3Agent(ContinuousAgent):
@@ -32,7 +33,7 @@ class TD3Agent(ContinuousAgent):
     Args:
         observation_space: a gymnasium ``Box`` (flattened for the networks).
         action_space: a ``Box`` with finite bounds (the actor acts in ``[-1, 1]``).
-        config: a :class:`TD3Config`.
+        config: a :class:`TD3Config` (default: the ``td3`` preset).
         num_envs: environments per ``act``/``observe`` call.
         device: where networks and replay live; the dtype is ``training_dtype(device)``.
         seed: seeds the parameters and the agent's generator (exploration and smoothing noise,
@@ -60,6 +61,7 @@ class TD3Agent(ContinuousAgent):
     )
 
     default_config = _DEFAULT_CONFIG
+    policy_class = DeterministicPolicy
     actor: DeterministicActor
 
     def _build(self, cfg: TD3Config) -> None:

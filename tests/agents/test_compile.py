@@ -72,7 +72,7 @@ def _observe(agents: list[Any], g: torch.Generator, steps: int) -> None:
 
 
 def _params(agent: Any) -> list[torch.Tensor]:
-    net = agent.online if isinstance(agent, DQNAgent) else agent.policy
+    net = agent.online if isinstance(agent, DQNAgent) else agent.net
     return [p.detach().clone() for p in net.parameters()]
 
 

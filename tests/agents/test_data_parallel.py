@@ -75,7 +75,7 @@ def _ppo_rollout(seed: int = 3) -> dict[str, torch.Tensor]:
     obs = torch.randn(T, E, 4, generator=g) * 2.0
     actions = torch.randint(3, (T, E), generator=g)
     with torch.no_grad():
-        logp, _, value = agent.policy.evaluate(obs.reshape(-1, 4), actions.reshape(-1))
+        logp, _, value = agent.net.evaluate(obs.reshape(-1, 4), actions.reshape(-1))
     noise = torch.randn(T, E, generator=g) * 0.5
     noise[:, :2] = 0.0
     truncated = torch.rand(T, E, generator=g) < 0.1
@@ -106,7 +106,7 @@ def _fill_rollout(agent: PPOAgent, data: dict[str, torch.Tensor], envs: slice) -
 def _ppo_update(agent: PPOAgent, data: dict[str, torch.Tensor], envs: slice) -> dict[str, object]:
     _fill_rollout(agent, data, envs)
     metrics = agent.update()
-    params = list(agent.policy.parameters())
+    params = list(agent.net.parameters())
     return {
         "params": [p.detach().clone() for p in params],
         "grads": [p.grad.clone() for p in params],  # the averaged gradient (clip_and_step clips a copy)
@@ -128,7 +128,7 @@ def _target_kl(data: dict[str, torch.Tensor]) -> float:
     """A ``target_kl`` below the global first-epoch KL (half of rank 1's) and far above rank 0's."""
     agent = PPOAgent(OBS, ACT, _ppo_config(), num_envs=E, seed=0, dist=SINGLE_PROCESS)
     with torch.no_grad():
-        logp, _, _ = agent.policy.evaluate(data["obs"].reshape(-1, 4), data["actions"].reshape(-1))
+        logp, _, _ = agent.net.evaluate(data["obs"].reshape(-1, 4), data["actions"].reshape(-1))
     logratio = logp.reshape(T, E)[:, 2:] - data["logprobs"][:, 2:]
     kl_rank1 = float(((logratio.exp() - 1) - logratio).mean())
     return kl_rank1 / 4
@@ -202,7 +202,7 @@ def test_ppo_two_ranks_update_equals_one_process_on_the_union() -> None:
     shared = {k: v for k, v in state.items() if k not in PPOAgent.rank_part_keys}  # what is loaded
     one.check_state_dict(shared, rank_parts=False)
     one.load_state_dict(shared, rank_parts=False)
-    _same(list(one.policy.state_dict().values()), list(state["policy"].values()), "loaded policy")
+    _same(list(one.net.state_dict().values()), list(state["policy"].values()), "loaded policy")
     assert one.obs_rms is not None
     _same(list(one.obs_rms.state_dict().values()), list(ranks[0]["obs_rms"].values()), "loaded obs_rms")
     assert one.buffer.pos == 0 and one.env_steps == state["counters"]["env_steps"]
@@ -239,7 +239,7 @@ def test_ppo_rank_parts_false_keeps_shared_parts_and_empties_own_parts() -> None
     state = a.state_dict()
     b = PPOAgent(OBS, ACT, cfg, num_envs=2, seed=1)
     b.load_state_dict(state, rank_parts=False)
-    _same(list(b.policy.state_dict().values()), list(a.policy.state_dict().values()), "policy")
+    _same(list(b.net.state_dict().values()), list(a.net.state_dict().values()), "policy")
     assert b.obs_rms is not None and a.obs_rms is not None
     _same(list(b.obs_rms.state_dict().values()), list(a.obs_rms.state_dict().values()), "obs_rms")
     assert (b.env_steps, b.updates) == (a.env_steps, a.updates) and a.buffer.pos == 3
@@ -401,7 +401,7 @@ def _construction(ctx: DistContext) -> dict[str, object]:
     dqn = DQNAgent(
         OBS, ACT, _dqn_config(icm=True, icm_hidden=8, icm_embed=4), num_envs=2, seed=ctx.rank, dist=ctx
     )
-    out["ppo"] = [p.detach().clone() for p in ppo.policy.parameters()]
+    out["ppo"] = [p.detach().clone() for p in ppo.net.parameters()]
     out["dqn"] = [t.detach().clone() for t in (*dqn.online.parameters(), *dqn.target.parameters())]
     out["icm"] = [p.detach().clone() for p in dqn.icm_module.parameters()]  # type: ignore[union-attr]
     out["draw"] = torch.rand(4, generator=dqn.generator)
@@ -420,7 +420,7 @@ def test_ranks_must_agree_and_start_from_rank_0s_weights() -> None:
         OBS, ACT, _dqn_config(icm=True, icm_hidden=8, icm_embed=4), num_envs=2, seed=0, dist=SINGLE_PROCESS
     )
     for out in ranks:
-        _same(out["ppo"], [p.detach() for p in ppo0.policy.parameters()], "PPO parameters")
+        _same(out["ppo"], [p.detach() for p in ppo0.net.parameters()], "PPO parameters")
         _same(out["dqn"], [t.detach() for t in (*dqn0.online.parameters(), *dqn0.target.parameters())], "DQN")
         _same(out["icm"], [p.detach() for p in dqn0.icm_module.parameters()], "ICM")  # type: ignore[union-attr]
     assert not torch.equal(ranks[0]["draw"], ranks[1]["draw"])  # each rank samples its own stream
@@ -478,7 +478,7 @@ def _bf16_ranks(ctx: DistContext) -> dict[str, object]:
     assert dqn.icm_module is not None and dqn._target_master is not None
     return {
         "dtype": str(ppo.dtype),
-        "ppo": [t.detach().clone() for t in (*ppo.policy.parameters(), *ppo.optimizer.masters)],
+        "ppo": [t.detach().clone() for t in (*ppo.net.parameters(), *ppo.optimizer.masters)],
         "dqn": [
             t.detach().clone()
             for t in (

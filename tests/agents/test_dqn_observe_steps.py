@@ -99,5 +99,5 @@ def test_lagged_actor_host_exploration_matches_device_path() -> None:
     agent._host_explore = False  # what a CUDA agent does: the forward every step, device draws
     want = [device(o) for o in obs]
     assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
-    picks = torch.stack(got) != torch.stack([agent._q_of(host.snapshot, o).argmax(-1) for o in obs])
+    picks = torch.stack(got) != torch.stack([host.snapshot.q_values(o).argmax(-1) for o in obs])
     assert 0 < int(picks.sum()) < picks.numel()  # some random actions differ from the greedy ones

@@ -101,9 +101,9 @@ def test_ppo_policy_is_created_in_the_training_dtype(policy: str, env: str, monk
     training_dtype.cache_clear()
     dtype = torch.float32 if env == "f32" else torch.bfloat16
     assert agent.dtype == dtype
-    assert {p.dtype for p in agent.policy.parameters()} == {dtype}
+    assert {p.dtype for p in agent.net.parameters()} == {dtype}
     # Buffers: squash bounds stay f32 on purpose (used after the heads' f32 upcast), indices int64.
-    for name, b in agent.policy.named_buffers():
+    for name, b in agent.net.named_buffers():
         assert b.dtype in (torch.float32, torch.int64), name
         assert b.dtype == torch.int64 or name.endswith((".center", ".scale")), name
 
@@ -144,10 +144,10 @@ def test_bf16_ppo_policy_starts_from_the_rounded_f32_weights(policy: str, monkey
     # bf16 policy starts where the f32 one does (to bf16 rounding), as when it was built f32 and cast.
     monkeypatch.setenv("TRITONRL_DTYPE", "f32")
     training_dtype.cache_clear()
-    full = _ppo_agent(policy).policy.state_dict()
+    full = _ppo_agent(policy).net.state_dict()
     monkeypatch.setenv("TRITONRL_DTYPE", "bf16")
     training_dtype.cache_clear()
-    half = _ppo_agent(policy).policy.state_dict()
+    half = _ppo_agent(policy).net.state_dict()
     training_dtype.cache_clear()
     assert full.keys() == half.keys()
     for k, v in full.items():

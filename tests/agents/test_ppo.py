@@ -76,7 +76,7 @@ def test_protocol_shapes_and_first_epoch_ratio_is_one(policy):
     idx = torch.arange(n)
     state = data.get("state")
     with torch.no_grad():
-        logp, _, value = agent.policy.evaluate(data["obs"], data["raw"], data["starts"], state)
+        logp, _, value = agent.net.evaluate(data["obs"], data["raw"], data["starts"], state)
     # Same f32 ops on the same inputs, batched differently: equal to f32 rounding.
     torch.testing.assert_close(logp, data["logprobs"][idx], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(value, data["values"][idx], rtol=1e-5, atol=1e-5)
@@ -127,7 +127,7 @@ def test_truncation_stores_the_value_of_the_final_observation():
         obs, action, torch.ones(2), final, torch.tensor([False, False]), torch.tensor([True, False])
     )
     with torch.no_grad():
-        expected = agent.policy.value(final[:1], None, None)
+        expected = agent.net.value(final[:1], None, None)
     assert agent.buffer.has_next_value[0].tolist() == [True, False]
     torch.testing.assert_close(agent.buffer.next_values[0, :1], expected)
     assert agent.starts.tolist() == [True, False]
@@ -145,7 +145,7 @@ def test_observe_without_act_rescores_feed_forward_and_refuses_recurrent():
         torch.zeros(2, dtype=torch.bool),
     )
     with torch.no_grad():
-        logp, _, _ = agent.policy.evaluate(obs, torch.tensor([0, 1]))
+        logp, _, _ = agent.net.evaluate(obs, torch.tensor([0, 1]))
     torch.testing.assert_close(agent.buffer.logprobs[0], logp)
     no = torch.zeros(2, dtype=torch.bool)
     rec, env = _agent("lstm", num_envs=2)
@@ -193,9 +193,7 @@ def test_checkpoint_round_trip_f32_to_bf16_and_back(policy, tmp_path, monkeypatc
     training_dtype.cache_clear()
     half = PPOAgent.load(tmp_path / "f32.safetensors")
     assert half.dtype == torch.bfloat16
-    for (name, p32), p16 in zip(
-        agent.policy.state_dict().items(), half.policy.state_dict().values(), strict=True
-    ):
+    for (name, p32), p16 in zip(agent.net.state_dict().items(), half.net.state_dict().values(), strict=True):
         if p32.is_floating_point() and p16.dtype == torch.bfloat16:
             assert torch.equal(p16, p32.to(torch.bfloat16)), name  # converted once, round to nearest
     assert half.buffer.obs.dtype == torch.bfloat16 and half.buffer.pos == 3
@@ -209,7 +207,7 @@ def test_checkpoint_round_trip_f32_to_bf16_and_back(policy, tmp_path, monkeypatc
     back = PPOAgent.load(tmp_path / "bf16.safetensors")
     assert back.dtype == torch.float32
     # The f32 parameters are the bf16 run's f32 master weights, not the rounded bf16 values.
-    for p, m in zip(back.policy.parameters(), half.optimizer.masters, strict=True):
+    for p, m in zip(back.net.parameters(), half.optimizer.masters, strict=True):
         assert p.dtype == torch.float32 and torch.equal(p, m.float())
     assert back.updates == 2 and back.env_steps == half.env_steps
 
@@ -224,11 +222,11 @@ def test_reload_acts_identically(tmp_path):
 
 
 def _params(agent: PPOAgent) -> dict[str, torch.Tensor]:
-    return {k: v.clone() for k, v in agent.policy.state_dict().items()}
+    return {k: v.clone() for k, v in agent.net.state_dict().items()}
 
 
 def _assert_same(agent: PPOAgent, before: dict[str, torch.Tensor]) -> None:
-    for k, v in agent.policy.state_dict().items():
+    for k, v in agent.net.state_dict().items():
         assert torch.equal(v, before[k]), k
 
 
@@ -268,8 +266,8 @@ def test_bad_checkpoints_raise_one_clear_error_and_touch_nothing(tmp_path):
     assert target.updates == 0
 
     target.load_state_dict(load_checkpoint(path))
-    for k, v in target.policy.state_dict().items():
-        assert torch.equal(v, source.policy.state_dict()[k]), k
+    for k, v in target.net.state_dict().items():
+        assert torch.equal(v, source.net.state_dict()[k]), k
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -333,7 +331,7 @@ def test_cuda_training_step_and_checkpoint_to_cpu(policy, tmp_path):
     agent.save(tmp_path / "cuda.safetensors")
     cpu = PPOAgent.load(tmp_path / "cuda.safetensors")
     assert cpu.dtype == torch.float32 and cpu.device.type == "cpu"
-    for p, m in zip(cpu.policy.parameters(), agent.optimizer.masters, strict=True):
+    for p, m in zip(cpu.net.parameters(), agent.optimizer.masters, strict=True):
         assert torch.equal(p, m.detach().float().cpu())
     cpu_env = make_vec_env(ENVS[policy], 3, seed=0)
     _collect(cpu, cpu_env, cfg.num_steps)

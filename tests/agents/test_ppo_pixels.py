@@ -40,20 +40,20 @@ def _rollout(agent: PPOAgent, rng: np.random.Generator) -> None:
 
 def test_the_atari_preset_builds_acts_collects_and_updates() -> None:
     agent = PPOAgent(ATARI, ACT, preset("ppo-atari", **SMALL), num_envs=2, seed=0)
-    core = agent.policy.core
+    core = agent.net.core
     assert isinstance(core, ConvCore) and isinstance(core.torso, ConvTorso)
     assert core.torso.kind == "nature" and core.feature_dim == 512
     assert agent.pixel_scale == 1 / 255
-    assert {p.dtype for p in agent.policy.parameters()} == {agent.dtype} == {torch.float32}
+    assert {p.dtype for p in agent.net.parameters()} == {agent.dtype} == {torch.float32}
     _rollout(agent, np.random.default_rng(0))
     # the rollout holds the converted frames, in the training dtype, scaled to [0, 1]
     obs = agent.buffer.obs
     assert obs.dtype == agent.dtype and tuple(obs.shape) == (4, 2, 4, 84, 84)
     assert 0.0 <= float(obs.min()) and float(obs.max()) <= 1.0 and float(obs.max()) > 0.9
-    before = [p.detach().clone() for p in agent.policy.parameters()]
+    before = [p.detach().clone() for p in agent.net.parameters()]
     metrics = agent.update()
     assert all(torch.isfinite(v) for v in metrics.values()), metrics
-    assert any(not torch.equal(b, p) for b, p in zip(before, agent.policy.parameters(), strict=True))
+    assert any(not torch.equal(b, p) for b, p in zip(before, agent.net.parameters(), strict=True))
 
 
 @pytest.mark.parametrize("kind", ["minatar", "impala"])
@@ -61,7 +61,7 @@ def test_other_conv_torsos_and_a_gaussian_head_build_and_act(kind: str) -> None:
     box = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
     for space, policy in ((ACT, "discrete"), (box, "continuous")):
         agent = PPOAgent(MINATAR, space, PPOConfig(policy=policy, torso=kind, **SMALL), num_envs=2)
-        assert agent.policy.core.torso.kind == kind and agent.pixel_scale == 1.0
+        assert agent.net.core.torso.kind == kind and agent.pixel_scale == 1.0
         _rollout(agent, np.random.default_rng(1))
         assert torch.isfinite(agent.update()["losses/policy_loss"])
 
@@ -100,17 +100,15 @@ def test_published_settings() -> None:
 
 def test_the_shared_torso_is_initialised_as_cleanrl() -> None:
     agent = PPOAgent(ATARI, ACT, preset("ppo-atari", **SMALL), num_envs=1, seed=0)
-    torso = agent.policy.core.torso
+    torso = agent.net.core.torso
     conv = torso.convs[0].weight.detach().reshape(32, -1)
     # orthogonal rows with gain sqrt(2): W W^T = 2 I (f32 rounding over 256 products)
     torch.testing.assert_close(conv @ conv.T, 2 * torch.eye(32), rtol=0, atol=1e-4)
     assert all(float(m.bias.detach().abs().max()) == 0 for m in torso.convs)  # exact: zero biases
     # the actor's logits orthogonal with gain 0.01, the critic with gain 1 (rows of norm 0.01 and 1)
-    logits = agent.policy.head.logits.weight.detach()
+    logits = agent.net.head.logits.weight.detach()
     torch.testing.assert_close(logits.norm(dim=1), torch.full((4,), 0.01), rtol=1e-4, atol=0)
-    torch.testing.assert_close(
-        agent.policy.critic.weight.detach().norm(), torch.tensor(1.0), rtol=1e-4, atol=0
-    )
+    torch.testing.assert_close(agent.net.critic.weight.detach().norm(), torch.tensor(1.0), rtol=1e-4, atol=0)
 
 
 def test_act_converts_the_bytes_once_and_matches_the_network_on_scaled_floats() -> None:
@@ -120,7 +118,7 @@ def test_act_converts_the_bytes_once_and_matches_the_network_on_scaled_floats() 
     pending = agent._pending
     assert pending is not None and pending.x.dtype == agent.dtype
     with torch.no_grad():
-        want = agent.policy.act(obs.float() / 255, None, None, True)
+        want = agent.net.act(obs.float() / 255, None, None, True)
     # x * (1/255) against x / 255: one f32 rounding apart per input, carried through the network
     torch.testing.assert_close(pending.x, obs.float() / 255, rtol=1e-6, atol=0)
     torch.testing.assert_close(pending.value, want[3], rtol=1e-5, atol=1e-6)
@@ -132,15 +130,15 @@ def test_bf16_parameters_and_f32_losses(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("TRITONRL_DTYPE", "bf16")  # the training dtype of an Ampere GPU, on the CPU
     agent = PPOAgent(ATARI, ACT, preset("ppo-atari", **SMALL), num_envs=2, seed=0)
     assert agent.dtype == torch.bfloat16
-    assert {p.dtype for p in agent.policy.parameters()} == {torch.bfloat16}
+    assert {p.dtype for p in agent.net.parameters()} == {torch.bfloat16}
     _rollout(agent, np.random.default_rng(2))
     assert agent.buffer.obs.dtype == torch.bfloat16  # converted once, where the bytes entered
     assert agent.buffer.values.dtype == agent.buffer.logprobs.dtype == torch.float32
-    before = [p.detach().clone() for p in agent.policy.parameters()]
+    before = [p.detach().clone() for p in agent.net.parameters()]
     metrics = agent.update()
     for key in ("losses/policy_loss", "losses/value_loss", "losses/entropy"):
         assert metrics[key].dtype == torch.float32 and torch.isfinite(metrics[key]), key
-    assert any(not torch.equal(b, p) for b, p in zip(before, agent.policy.parameters(), strict=True))
+    assert any(not torch.equal(b, p) for b, p in zip(before, agent.net.parameters(), strict=True))
 
 
 def test_image_observations_must_be_bytes() -> None:
@@ -192,7 +190,7 @@ def test_a_saved_pixel_agent_loads_and_acts_the_same(tmp_path) -> None:
     loaded = PPOAgent.load(tmp_path / "a.safetensors")
     assert loaded.config == agent.config and loaded.pixel_scale == 1.0
     assert torch.equal(loaded.buffer.obs, agent.buffer.obs)  # exact: the stored frames themselves
-    for a, b in zip(agent.policy.parameters(), loaded.policy.parameters(), strict=True):
+    for a, b in zip(agent.net.parameters(), loaded.net.parameters(), strict=True):
         assert torch.equal(a, b)  # exact: the same weights
     obs = torch.randint(0, 2, (2, 4, 10, 10), dtype=torch.uint8)
     assert torch.equal(agent.act(obs), loaded.act(obs))  # exact: same weights and generator state
@@ -240,14 +238,14 @@ def test_minatar_breakout_beats_a_random_policy() -> None:
 
 def test_torso_hidden_sizes_the_conv_torsos_linear_layers() -> None:
     default = PPOAgent(MINATAR, ACT, preset("ppo-minatar", **SMALL), num_envs=2, seed=0)
-    linears = [m for m in default.policy.core.torso.mlp.modules() if isinstance(m, torch.nn.Linear)]
+    linears = [m for m in default.net.core.torso.mlp.modules() if isinstance(m, torch.nn.Linear)]
     assert [tuple(m.weight.shape) for m in linears] == [(128, 1024)]  # the kind's default, 16*8*8 in
     agent = PPOAgent(MINATAR, ACT, preset("ppo-minatar", torso_hidden=(64, 32), **SMALL), num_envs=2)
-    linears = [m for m in agent.policy.core.torso.mlp.modules() if isinstance(m, torch.nn.Linear)]
+    linears = [m for m in agent.net.core.torso.mlp.modules() if isinstance(m, torch.nn.Linear)]
     assert [tuple(m.weight.shape) for m in linears] == [(64, 1024), (32, 64)]
-    assert agent.policy.core.feature_dim == 32 and agent.policy.critic.weight.shape == (1, 32)
+    assert agent.net.core.feature_dim == 32 and agent.net.critic.weight.shape == (1, 32)
     flat = PPOAgent(MINATAR, ACT, preset("ppo-minatar", torso_hidden=(), **SMALL), num_envs=2)
-    assert flat.policy.core.feature_dim == 1024  # the flattened convolution features
+    assert flat.net.core.feature_dim == 1024  # the flattened convolution features
     _rollout(agent, np.random.default_rng(5))
     assert torch.isfinite(agent.update()["losses/policy_loss"])
 
@@ -278,6 +276,6 @@ def test_a_checkpoint_older_than_torso_hidden_loads_with_the_kinds_default(tmp_p
     save_checkpoint(path, saved)
     check_config_dict(PPOConfig, saved["config"])
     restored = PPOAgent.load(path)
-    assert restored.config.torso_hidden is None and restored.policy.core.feature_dim == 128
-    for a, b in zip(agent.policy.parameters(), restored.policy.parameters(), strict=True):
+    assert restored.config.torso_hidden is None and restored.net.core.feature_dim == 128
+    for a, b in zip(agent.net.parameters(), restored.net.parameters(), strict=True):
         assert torch.equal(a, b)  # exact: the same weights, loaded

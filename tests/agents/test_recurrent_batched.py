@@ -243,7 +243,7 @@ def _agent(kind: str, stepwise: bool) -> PPOAgent:
     cfg = dataclasses.replace(ppo_preset(f"ppo-{kind}"), **SMALL)
     agent = PPOAgent(SPACE, gym.spaces.Discrete(ACTIONS), cfg, num_envs=E, seed=0)
     if stepwise:  # the reference path: one cell call per step in training too
-        core = agent.policy.core
+        core = agent.net.core
         core.sequence = lambda x, starts, state, layout=None: core.sequence_stepwise(x, starts, state)
     return agent
 
@@ -286,7 +286,7 @@ def test_agent_update_equals_the_stepwise_update_with_truncations(kind: str) -> 
         m_b, m_s = batched.update(), stepwise.update()
         for k in m_b:  # f32 rounding of the fused op, through two epochs of Adam
             torch.testing.assert_close(m_b[k], m_s[k], rtol=1e-4, atol=1e-5, msg=k)
-        for (name, a), b in zip(batched.policy.named_parameters(), stepwise.policy.parameters(), strict=True):
+        for (name, a), b in zip(batched.net.named_parameters(), stepwise.net.parameters(), strict=True):
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=name)
 
 
@@ -295,7 +295,7 @@ def test_acting_steps_the_cell_and_resets_on_done(kind: str) -> None:
     # act carries one memory per environment and clears it where the previous step ended an
     # episode (terminated or truncated), exactly as one core.step per call with those flags.
     agent = _agent(kind, False)
-    core = agent.policy.core
+    core = agent.net.core
     g = torch.Generator().manual_seed(5)
     state = core.initial_state(E)
     starts = torch.ones(E, dtype=torch.bool)

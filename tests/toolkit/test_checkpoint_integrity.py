@@ -344,14 +344,18 @@ def test_damaged_env_state_is_refused_before_anything_changes() -> None:
 
 
 def test_collector_snapshot_and_sections_are_checked() -> None:
+    import gymnasium as gym
+    from toy_agent import ToyPolicy
     from tritonrl.toolkit.acting import SnapshotPolicy
     from tritonrl.toolkit.checkpoint import training_sections
 
-    policy = SnapshotPolicy(torch.nn.Linear(3, 2), lambda net, obs: net(obs).argmax(-1), lambda: 0)
+    net = torch.nn.Linear(3, 2)
+    toy = ToyPolicy(net, gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2))
+    policy = SnapshotPolicy(toy, lambda p, obs: p(obs), lambda: [*net.parameters()], lambda: 0)
     state = policy.state_dict()
-    state["snapshot"]["bias"] = torch.tensor([0.0, float("inf")])
+    state["snapshot"]["net.bias"] = torch.tensor([0.0, float("inf")])
     before = {k: v.clone() for k, v in policy.snapshot.state_dict().items()}
-    with pytest.raises(ValueError, match="collector snapshot tensor 'bias' holds NaN or infinite values"):
+    with pytest.raises(ValueError, match="collector snapshot tensor 'net.bias' holds NaN or infinite values"):
         policy.load_state_dict(state)
     assert all(torch.equal(v, policy.snapshot.state_dict()[k]) for k, v in before.items())  # exact: untouched
     sections = {k: {} for k in ("agent", "env", "schedule", "loop", "rng", "meta")}

@@ -108,7 +108,7 @@ class _Recording(PPOAgent):
                 "raw": b.actions.clone(),
                 "logprobs": b.logprobs.clone(),
                 "values": b.values.clone(),
-                "policy": copy.deepcopy(self.policy.state_dict()),
+                "policy": copy.deepcopy(self.net.state_dict()),
             }
         )
         return super().update()
@@ -118,7 +118,7 @@ def test_rollouts_are_scored_by_the_policy_one_update_behind() -> None:
     agent, _ = _run("inline", agent_class=_Recording, steps=320)
     log = agent.log  # type: ignore[attr-defined]
     assert len(log) == 5
-    scorer = copy.deepcopy(agent.policy)
+    scorer = copy.deepcopy(agent.net)
     for k, entry in enumerate(log):
         # update k trains on rollout k, acted by the weights update k - 1 started from (rollouts 0
         # and 1: the initial weights); its values are the critic the update starts from

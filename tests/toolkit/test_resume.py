@@ -200,7 +200,7 @@ def _dqn_state(agent: DQNAgent) -> dict[str, Any]:
 
 
 def _ppo_state(agent: PPOAgent) -> dict[str, Any]:
-    return {f"policy.{k}": v for k, v in agent.policy.state_dict().items()}
+    return {f"policy.{k}": v for k, v in agent.net.state_dict().items()}
 
 
 @dataclass(frozen=True)

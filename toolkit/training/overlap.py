@@ -31,7 +31,8 @@ an agent on the CPU and ``"stream"`` for one on CUDA):
 
 The agent takes part through two methods (:class:`OverlapAgent`): ``learner_tensors()``, the
 tensors the actor mirrors, and ``lagged_actor()``, an actor that acts from its own snapshot with
-its own random generator and step count (:class:`SnapshotActor` is the usual one). An actor with
+its own random generator and step count (:class:`tritonrl.toolkit.acting.SnapshotActor`: the
+agent's policy module with its exploration around it). An actor with
 an ``extras()`` method stages what it returns for each step beside the transition (PPO: the raw
 actions and the snapshot's log-probs), and the learner passes it to ``agent.observe_steps`` as
 keywords. A checkpoint
@@ -42,17 +43,17 @@ acting and learning".
 
 from __future__ import annotations
 
-import copy
 import io
 import signal
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
 import torch.multiprocessing as mp
+from tritonrl.toolkit.acting import SnapshotActor, actor_generator
 from tritonrl.toolkit.training.base import OVERLAP_LEARNERS as LEARNERS
 
 __all__ = [
@@ -70,7 +71,6 @@ __all__ = [
     "sync_period",
 ]
 
-M = TypeVar("M", bound=torch.nn.Module)
 _Metrics = list[tuple[tuple[str, ...], np.ndarray]]  # one (names, f32 values) per metric dict
 FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
 """The fields of a staged vector step, in ``agent.observe``'s order."""
@@ -139,97 +139,6 @@ class OverlapAgent(Protocol):
     def lagged_actor(self) -> LaggedActor:
         """A fresh actor whose copy holds the learner's tensors now."""
         ...
-
-
-def actor_generator(generator: torch.Generator, device: torch.device | str) -> torch.Generator:
-    """The lagged actor's own generator on ``device``, seeded by one draw from the agent's
-    ``generator`` (so the actor's draws never interleave with the learner's, and a run with the
-    same seed gives the same actor)."""
-    seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device))
-    out = torch.Generator(device=device)
-    out.manual_seed(seed)
-    return out
-
-
-class SnapshotActor(Generic[M]):
-    """An f32 copy of ``net`` (no gradients) that ``act(snapshot, obs)`` acts from and
-    ``greedy(snapshot, obs)`` evaluates from; :meth:`load` copies the learner's parameters and
-    buffers into it (the one export cast).
-
-    Args:
-        net: the learner's network (its parameters and buffers are ``learner_tensors()``).
-        act: ``act(snapshot, obs) -> actions``, exploring from ``generator``, counting its env
-            steps in ``steps[0]``.
-        greedy: ``greedy(snapshot, obs) -> actions`` for evaluations (the snapshot in eval mode).
-        generator: the actor's own generator (:func:`actor_generator`).
-        steps: a one-element list, the actor's env step count, shared with ``act``.
-        extras: ``extras() -> {name: tensor}``, what to stage beside the step ``act`` just took
-            (:meth:`extras`); ``None``: nothing.
-    """
-
-    def __init__(
-        self,
-        net: M,
-        act: Callable[[M, torch.Tensor], torch.Tensor],
-        greedy: Callable[[M, Any], torch.Tensor],
-        generator: torch.Generator,
-        steps: list[int],
-        extras: Callable[[], dict[str, torch.Tensor]] | None = None,
-    ) -> None:
-        self.snapshot: M = copy.deepcopy(net).float().requires_grad_(False)
-        self._dst = [*self.snapshot.parameters(), *self.snapshot.buffers()]
-        self._act, self._greedy, self._extras = act, greedy, extras
-        self.generator, self.steps = generator, steps
-
-    def extras(self) -> dict[str, torch.Tensor]:
-        """What to stage beside the last step (``{}`` unless the actor was given ``extras``)."""
-        return {} if self._extras is None else self._extras()
-
-    def state_dict(self) -> dict[str, Any]:
-        """The snapshot's tensors, the generator's state and the step count (copies)."""
-        return {
-            "snapshot": [t.detach().clone() for t in self._dst],
-            "generator": self.generator.get_state(),
-            "steps": int(self.steps[0]),
-        }
-
-    @torch.no_grad()
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict`'s snapshot, generator state and step count.
-
-        Raises:
-            ValueError: the snapshot tensors do not match this actor's network.
-        """
-        saved = list(state["snapshot"])
-        if [tuple(t.shape) for t in saved] != [tuple(t.shape) for t in self._dst]:
-            raise ValueError("overlap: the saved actor snapshot does not match the agent's network")
-        self.load(saved)
-        self.generator.set_state(state["generator"])
-        self.steps[0] = int(state["steps"])
-
-    @torch.no_grad()
-    def load(self, tensors: Sequence[torch.Tensor]) -> None:
-        """Copy ``tensors`` (the learner's parameters then buffers) into the snapshot."""
-        for dst, src in zip(self._dst, tensors, strict=True):
-            dst.copy_(src)
-
-    @torch.no_grad()
-    def __call__(self, obs: torch.Tensor) -> torch.Tensor:
-        """Exploring actions from the snapshot."""
-        return self._act(self.snapshot, obs)
-
-    def eval_policy(self) -> Callable[[Any], torch.Tensor]:
-        """Greedy actions of the snapshot in eval mode (noisy layers at their mean weights)."""
-
-        @torch.no_grad()
-        def greedy(obs: Any) -> torch.Tensor:
-            self.snapshot.eval()
-            try:
-                return self._greedy(self.snapshot, obs)
-            finally:
-                self.snapshot.train()
-
-        return greedy
 
 
 class _Staging:

@@ -52,16 +52,17 @@ def test_the_collector_drives_an_agent_of_the_protocol_from_its_snapshot() -> No
     agent.update()
     collector.step()  # one update since the sync: the snapshot stays
     assert collector.syncs == 1
-    assert not torch.equal(collector.snapshot.weight, agent.net.weight.float())
+    assert not torch.equal(collector.snapshot.net.weight, agent.net.weight.float())
     agent.update()
     collector.step()  # two: synced before acting
-    assert collector.syncs == 2 and torch.equal(collector.snapshot.weight, agent.net.weight.float())
+    assert collector.syncs == 2 and torch.equal(collector.snapshot.net.weight, agent.net.weight.float())
     state = collector.state_dict()
     assert set(state) == {"sync_every", "synced_at", "syncs", "snapshot"} and state["synced_at"] == 2
     # greedy snapshot actions are the learner's (f32 on a CPU: the same network)
     obs = env.obs
     assert obs is not None
-    assert torch.equal(agent.choose(collector.snapshot, obs.float(), False), agent.act(obs, explore=False))
+    greedy = agent.choose(collector.snapshot.net, obs.float(), False)
+    assert torch.equal(greedy, agent.act(obs, explore=False))
 
 
 def test_agent_base_defaults_to_the_learner_acting() -> None:
@@ -126,6 +127,21 @@ def test_train_market_synthetic_with_an_agent_of_the_protocol(
     assert saved["agent"]["counters"] == {"env_steps": 512, "updates": 32}
     collector = saved["collector"]  # synced before the last step, which followed update 31
     assert collector["sync_every"] == 1 and collector["synced_at"] == 31 and collector["syncs"] == 32
-    assert set(collector["snapshot"]) == {"weight", "bias"}
+    assert set(collector["snapshot"]) == {"net.weight", "net.bias"}  # the policy module's names
     assert main([*base, "--steps", "768", "--resume"]) == 0
     assert "768 steps" in capsys.readouterr().out
+
+
+def test_a_collector_snapshot_saved_with_its_network_names_still_loads() -> None:
+    """Checkpoints written before the snapshot was a policy module name its tensors as the network
+    did (``weight``, not ``net.weight``); they load into the policy module, anything else is refused."""
+    env = _env()
+    agent = _agent(env)
+    collector = Collector(agent, env, sync_every=1)
+    state = collector.state_dict()
+    legacy = {**state, "snapshot": {k.removeprefix("net."): v + 1.0 for k, v in state["snapshot"].items()}}
+    collector.load_state_dict(legacy)
+    assert torch.equal(collector.snapshot.net.weight, legacy["snapshot"]["weight"])  # exact: a copy
+    wrong = {**state, "snapshot": {"other." + k: v for k, v in legacy["snapshot"].items()}}
+    with pytest.raises(ValueError, match="collector state holds no snapshot of this agent's network"):
+        collector.load_state_dict(wrong)

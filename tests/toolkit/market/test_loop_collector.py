@@ -107,9 +107,7 @@ def _rows(run_dir: Path) -> list[dict[str, str]]:
 
 
 def _weights(agent: Any) -> dict[str, torch.Tensor]:
-    nets = (
-        {"online": agent.online, "target": agent.target} if agent.kind == "dqn" else {"policy": agent.policy}
-    )
+    nets = {"online": agent.online, "target": agent.target} if agent.kind == "dqn" else {"policy": agent.net}
     return {f"{n}.{k}": v for n, net in nets.items() for k, v in net.state_dict().items()}
 
 

@@ -1,0 +1,221 @@
+"""Policy modules: a trained policy as a plain ``torch.nn.Module``, and greedy acting from one.
+
+Every agent family gives one :class:`PolicyModule` (``agent.policy()``): f32 weights (the export
+cast, the one place besides the acting snapshot where weights leave the training dtype) and a
+``forward`` that is the greedy or deterministic action, with any observation preprocessing (image
+bytes to ``[0, 1]``, normalisation statistics) inside it. Feed-forward policies are
+``forward(obs) -> action``; recurrent ones ``forward(obs, *state) -> (action, *state)`` with
+:meth:`PolicyModule.initial_state`. The same class acts for the collector and the overlapped actor
+(their f32 snapshots, with the family's exploration around it), for evaluation
+(:class:`GreedyActor`, what ``agent.eval_policy()`` returns) and for export
+(:mod:`tritonrl.toolkit.export`).
+
+Guide: docs/pages/using-policies.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+from tritonrl.toolkit.spaces import space_to_json
+
+__all__ = ["GreedyActor", "PolicyModule", "StateSpec"]
+
+StateSpec = tuple[str, tuple[int, ...], torch.dtype]
+"""One tensor of a recurrent policy's state: ``(name, shape of one row, dtype)``."""
+
+
+class PolicyModule(nn.Module):
+    """The base of every family's policy module (see the module docstring).
+
+    A subclass sets :attr:`family` and :attr:`extra_outputs`, implements :meth:`act` (the greedy
+    action of a batch, from raw observations) and :meth:`outputs`, and lists in :meth:`mirrors`
+    the tensors a snapshot copies from the learner (in the order of the agent's
+    ``learner_tensors()``). Recurrent subclasses set :attr:`recurrent` and implement
+    :meth:`state_spec` and :meth:`step`.
+
+    Args:
+        observation_space: the space of one observation (a ``Box``).
+        action_space: the space of one action.
+    """
+
+    family: ClassVar[str] = ""
+    """The agent family (``"dqn"``, ``"ppo"``, ``"sac"``, ``"td3"``): recorded in export sidecars."""
+    recurrent: bool = False
+    """Whether ``forward`` takes and returns a memory (a class or an instance may set it)."""
+    extra_outputs: tuple[str, ...] = ()
+    """What :meth:`outputs` returns beside ``"action"`` (``q_values``, ``logits``, ``value``, ...)."""
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space) -> None:
+        super().__init__()
+        if not isinstance(observation_space, gym.spaces.Box):
+            raise ValueError(f"observation_space={observation_space}: a policy module needs a Box")
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self.obs_shape: tuple[int, ...] = tuple(int(s) for s in observation_space.shape)
+        self.obs_dtype: torch.dtype = torch.from_numpy(np.zeros((), observation_space.dtype)).dtype
+
+    # ---- what a subclass implements
+
+    def act(self, obs: torch.Tensor, *state: torch.Tensor) -> Any:
+        """The greedy action of a batch ``obs [B, *obs_shape]`` (recurrent: ``(action, *state)``)."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement act")
+
+    def outputs(self, obs: torch.Tensor, *state: torch.Tensor) -> dict[str, torch.Tensor]:
+        """``{"action": ..., **extras}`` for a batch (extras: :attr:`extra_outputs`; recurrent
+        policies also return the next state's tensors as ``state_0``, ``state_1``, ...)."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement outputs")
+
+    def mirrors(self) -> list[torch.Tensor]:
+        """The tensors a snapshot refreshes from the learner, in the order of the agent's
+        ``learner_tensors()``."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement mirrors")
+
+    def state_spec(self) -> list[StateSpec]:
+        """The tensors of the memory, one row's shape each (empty for feed-forward policies)."""
+        return []
+
+    # ---- shared
+
+    def forward(self, obs: torch.Tensor, *state: torch.Tensor) -> Any:
+        """The greedy / deterministic action for ``obs [B, *obs_shape]`` (or one unbatched
+        observation, as SB3's ``predict`` takes it: the action then has no batch dim).
+
+        Recurrent policies: ``forward(obs, *state) -> (action, *state)``, the state batched
+        (``[B, ...]`` each, ``B = 1`` for an unbatched observation)."""
+        if obs.dim() == len(self.obs_shape):
+            out = self.act(obs.unsqueeze(0), *state)
+            if self.recurrent:
+                return (out[0][0], *out[1:])
+            return out[0]
+        return self.act(obs, *state)
+
+    def initial_state(self, batch: int) -> tuple[torch.Tensor, ...]:
+        """The zero memory of ``batch`` rows (``()`` for feed-forward policies), on the module's
+        device: what a recurrent policy starts every episode from."""
+        dev = self.device
+        return tuple(
+            torch.zeros((batch, *shape), dtype=dtype, device=dev) for _, shape, dtype in self.state_spec()
+        )
+
+    @property
+    def device(self) -> torch.device:
+        """Where the weights live."""
+        for t in self.mirrors():
+            return t.device
+        return torch.device("cpu")
+
+    def example_obs(self, batch: int = 2, *, seed: int = 0) -> torch.Tensor:
+        """``batch`` observations drawn from the observation space (seeded), in its dtype, on the
+        module's device: what export traces with."""
+        space = self.observation_space
+        space.seed(seed)
+        rows = np.stack([space.sample() for _ in range(batch)])
+        return torch.as_tensor(rows).to(self.device)
+
+    @torch.no_grad()
+    def load_tensors(self, tensors: Sequence[torch.Tensor]) -> None:
+        """Copy ``tensors`` (the learner's, in :meth:`mirrors` order, any dtype) into this module:
+        the export cast of an acting snapshot's refresh."""
+        for dst, src in zip(self.mirrors(), tensors, strict=True):
+            dst.copy_(src)
+
+    def spec(self) -> dict[str, Any]:
+        """The description an export sidecar records: family, observation and action spaces and
+        dtypes, the memory's tensors, the extra outputs."""
+        action = self.action_space
+        if isinstance(action, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
+            action_dtype = "int64"
+        else:
+            action_dtype = "float32"
+        return {
+            "family": self.family,
+            "policy": type(self).__name__,
+            "observation": {
+                "space": space_to_json(self.observation_space),
+                "shape": list(self.obs_shape),
+                "dtype": str(self.obs_dtype).removeprefix("torch."),
+            },
+            "action": {
+                "space": space_to_json(action),
+                "shape": list(action.shape or ()),
+                "dtype": action_dtype,
+            },
+            "recurrent": self.recurrent,
+            "state": [
+                {"name": name, "shape": list(shape), "dtype": str(dtype).removeprefix("torch.")}
+                for name, shape, dtype in self.state_spec()
+            ],
+            "extra_outputs": list(self.extra_outputs),
+        }
+
+
+class GreedyActor:
+    """Greedy acting from a :class:`PolicyModule` for evaluation (what ``agent.eval_policy()``
+    returns): any number of observations (or one unbatched, as SB3's ``predict``), checked by the
+    agent's input checks, moved to the policy's device; actions on that device. A recurrent
+    policy keeps its own memory: ``reset(mask)`` zeroes the rows in ``mask`` before their next
+    step, and a batch of another size starts from zero memory.
+
+    A policy module in train mode (an exploring snapshot with noisy layers) acts in eval mode for
+    the call and is put back (noisy layers at their mean weights).
+
+    Args:
+        policy: the policy module.
+        check: ``check(obs)`` raises on a batch of observations the agent refuses (shape,
+            NaN/inf, dtype), naming the call; ``None``: no check.
+    """
+
+    def __init__(self, policy: PolicyModule, check: Callable[[Any], None] | None = None) -> None:
+        self.policy = policy
+        self._check = check
+        self.state: tuple[torch.Tensor, ...] | None = None
+
+    def reset(self, mask: torch.Tensor) -> None:
+        """Zero the memory of the rows in ``mask`` (``[N]`` bool) before their next step."""
+        if not self.policy.recurrent:
+            return
+        mask = torch.as_tensor(mask).to(self.policy.device, torch.bool)
+        if self.state is None or self.state[0].shape[0] != mask.shape[0]:
+            self.state = self.policy.initial_state(mask.shape[0])
+            return
+        self.state = tuple(
+            torch.where(mask.view(-1, *([1] * (s.dim() - 1))), torch.zeros_like(s), s) for s in self.state
+        )
+
+    @torch.no_grad()
+    def __call__(self, obs: Any) -> torch.Tensor:
+        """Greedy actions for ``obs`` (a tensor or an array, ``[N, *obs_shape]`` or one
+        unbatched observation).
+
+        Raises:
+            ValueError, TypeError: from the agent's checks (wrong shape, dtype, NaN/inf).
+        """
+        x = obs if isinstance(obs, torch.Tensor) else torch.as_tensor(np.asarray(obs))
+        policy = self.policy
+        unbatched = x.dim() == len(policy.obs_shape)
+        if unbatched:
+            x = x.unsqueeze(0)
+        if self._check is not None:
+            self._check(x)
+        x = x.to(policy.device)
+        training = policy.training
+        if training:
+            policy.eval()
+        try:
+            if not policy.recurrent:
+                action = policy.act(x)
+            else:
+                if self.state is None or self.state[0].shape[0] != x.shape[0]:
+                    self.state = policy.initial_state(x.shape[0])
+                action, *state = policy.act(x, *self.state)
+                self.state = tuple(state)
+        finally:
+            if training:
+                policy.train()
+        return action[0] if unbatched else action
