@@ -2,7 +2,8 @@
 
 Subcommands: ``info`` (versions, devices, dtypes, which kernel path each op takes) and
 ``bench`` (every benchmark under ``benchmarks/`` in one table; ``--json PATH`` and ``--plot DIR``
-save the rows and one figure per benchmark).
+save the rows and one figure per benchmark); ``train``, ``fit``, ``export`` and ``trade`` come from
+their own modules.
 """
 
 from __future__ import annotations
@@ -133,8 +134,10 @@ def _bench(
 
 
 def _register_extra(sub: argparse._SubParsersAction) -> None:
-    """Subcommands added by later modules (``train``, ``fit``); each sets ``run`` on its parser."""
-    for module in ("tritonrl.toolkit.cli.train", "tritonrl.toolkit.cli.fit"):
+    """Subcommands added by later modules (``train``, ``fit``, ``export``, ``trade``); each sets ``run``
+    on its parser."""
+    modules = ("train", "fit", "export", "trade")
+    for module in (f"tritonrl.toolkit.cli.{name}" for name in modules):
         try:
             add_parser = importlib.import_module(module).add_parser
         except ImportError as exc:

@@ -1,0 +1,128 @@
+"""``tritonrl export``: a run folder's trained policy as an artifact that runs without tritonrl.
+
+::
+
+    tritonrl export runs/ppo-CartPole-v1-s1 --format pt2     # runs/.../policy.pt2 + policy.pt2.json
+    tritonrl export runs/rainbow-market --format onnx --out rainbow.onnx
+
+The checkpoint's agent (its preset names the agent class) is rebuilt on the CPU, its policy module
+(``agent.policy()``) is exported by :func:`tritonrl.toolkit.export.export_policy` and the sidecar
+records the checkpoint's crc32 and step (and, for a market run, the trading rules that
+``tritonrl trade`` needs). A run folder without a checkpoint, a damaged checkpoint, an unknown
+format, a missing ``export`` extra or a policy that cannot be exported is one ``error:`` line, exit
+status 2, and nothing is written. Guide: docs/pages/using-policies.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import zlib
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_parser", "run"]
+
+DESCRIPTION = (
+    "Export a run folder's policy as a torch.export program, an ONNX file or an AOTInductor package."
+)
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add the ``export`` subcommand to ``python -m tritonrl.toolkit``'s parser."""
+    from tritonrl.toolkit.export import FORMATS
+
+    p = subparsers.add_parser(
+        "export", help="export a run folder's policy (pt2, onnx, aoti)", description=DESCRIPTION
+    )
+    p.add_argument("run_dir", help="a run folder of `tritonrl train` (its checkpoint.safetensors)")
+    p.add_argument("--format", choices=FORMATS, default="pt2", help="the artifact's format (default: pt2)")
+    p.add_argument(
+        "--out",
+        default=None,
+        metavar="PATH",
+        help="the artifact (default: RUN_DIR/policy.pt2, .onnx, .aoti.pt2)",
+    )
+    p.add_argument(
+        "--outputs",
+        choices=("action", "all"),
+        default="action",
+        help="the greedy action only (default), or also q_values / logits / value",
+    )
+    p.set_defaults(run=run)
+    return p
+
+
+def _agent(ckpt: Path, state: dict[str, Any]) -> Any:
+    """The checkpoint's agent, rebuilt on the CPU from the preset its run names.
+
+    Raises:
+        ValueError: a preset the registry does not know (one registered by code that did not run).
+    """
+    from tritonrl.toolkit.cli.registry import get_agent
+
+    meta = state.get("meta")
+    name = meta.get("agent") if isinstance(meta, dict) else None
+    if not isinstance(name, str):
+        raise ValueError(f"{ckpt}: the checkpoint names no agent (not a run folder of `tritonrl train`)")
+    agent_class: Any = get_agent(name).agent  # an AgentBase subclass (its classmethod load)
+    return agent_class.load(ckpt, device="cpu")
+
+
+def _metadata(ckpt: Path, state: dict[str, Any]) -> dict[str, Any]:
+    """The sidecar entries of the source checkpoint: ``checkpoint`` (file, crc32, step, agent,
+    env) and, for a market run, ``market`` (the rules ``tritonrl trade`` replays)."""
+    meta = state["meta"]
+    loop: dict[str, Any] = state["loop"] if isinstance(state.get("loop"), dict) else {}
+    counters = state["agent"].get("counters", {})
+    step = loop.get("step", counters.get("env_steps"))
+    out: dict[str, Any] = {
+        "checkpoint": {
+            "file": str(ckpt),
+            "crc32": f"{zlib.crc32(ckpt.read_bytes()):08x}",
+            "step": step,
+            "updates": counters.get("updates"),
+            "agent": meta.get("agent"),
+            "env": meta.get("env"),
+        }
+    }
+    if "market_env" in meta:
+        from tritonrl.toolkit.envs.market.env import MarketEnvConfig
+        from tritonrl.toolkit.envs.market.live import market_sidecar
+
+        env_config = MarketEnvConfig.from_dict(json.loads(meta["market_env"]))
+        out["market"] = market_sidecar(str(meta.get("env")), env_config, None)
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    """``export``: the exit code (0, or 2 with one ``error:`` line and nothing written)."""
+    from tritonrl.toolkit.checkpoint import CheckpointError, load_checkpoint
+    from tritonrl.toolkit.export import SUFFIXES, ExportError, export_policy, sidecar_path
+    from tritonrl.toolkit.lifecycle import CHECKPOINT_NAME
+
+    run_dir = Path(args.run_dir)
+    ckpt = run_dir / CHECKPOINT_NAME
+    out = Path(args.out) if args.out is not None else run_dir / f"policy{SUFFIXES[args.format]}"
+    try:
+        if not run_dir.is_dir():
+            raise ValueError(f"{run_dir}: no such run folder")
+        if not ckpt.is_file():
+            raise ValueError(
+                f"{run_dir}: no {CHECKPOINT_NAME} (train into it first, or name another run folder)"
+            )
+        state = load_checkpoint(ckpt)
+        if not isinstance(state, dict) or "agent" not in state or "meta" not in state:
+            raise ValueError(f"{ckpt}: not a training-run checkpoint (no agent and meta sections)")
+        agent = _agent(ckpt, state)
+        metadata = _metadata(ckpt, state)
+        path = export_policy(
+            agent.policy(), format=args.format, path=out, outputs=args.outputs, metadata=metadata
+        )
+    except (CheckpointError, ExportError, ValueError, TypeError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    source = metadata["checkpoint"]
+    print(f"{source['agent']} (step {source['step']}) exported to {path} (sidecar {sidecar_path(path).name})")
+    return 0

@@ -1,0 +1,371 @@
+"""Export a policy module so that it runs without tritonrl: ``torch.export``, ONNX, AOTInductor.
+
+:func:`export_policy` traces a :class:`tritonrl.toolkit.policy.PolicyModule` once with
+``torch.export`` (the batch dimension dynamic) inside
+:func:`tritonrl.kernels.backend.references_only`, so every kernel op is recorded as its torch
+reference's aten ops and no ``tritonrl::`` custom op reaches the artifact (checked: a graph that
+holds one is refused). From that one program it writes:
+
+- ``pt2``: the program itself (``torch.export.save``; load it with ``torch.export.load``);
+- ``onnx``: an ONNX model through the dynamo exporter (opset :data:`ONNX_OPSET`; load it with
+  ``onnxruntime.InferenceSession``); needs the ``export`` extra (onnx, onnxscript, onnxruntime);
+- ``aoti``: an AOTInductor package compiled for the policy's device (``torch._inductor.
+  aoti_load_package``; a C++ compiler, and CUDA's for a CUDA policy).
+
+Beside each artifact a JSON sidecar (``<artifact>.json``) records the observation and action
+spaces and dtypes, the frame stack of image observations, a recurrent policy's state tensors,
+the inputs' and outputs' names, the opset, the source checkpoint (crc32 and step) and the
+versions. :func:`load_exported` reads any of the three back behind one call.
+
+Guide: docs/pages/using-policies.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.metadata
+import io
+import json
+import os
+import platform
+import tempfile
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from tritonrl.kernels.backend import references_only
+from tritonrl.toolkit.policy import PolicyModule
+from tritonrl.toolkit.runfolder import atomic_write_text
+
+__all__ = [
+    "EXPORT_EXTRA",
+    "FORMATS",
+    "ONNX_OPSET",
+    "SIDECAR_FORMAT",
+    "SUFFIXES",
+    "ExportError",
+    "ExportedPolicy",
+    "exported_program",
+    "export_policy",
+    "foreign_ops",
+    "load_exported",
+    "sidecar_path",
+]
+
+FORMATS = ("pt2", "onnx", "aoti")
+"""The artifact formats of :func:`export_policy`."""
+ONNX_OPSET = 18
+"""The ONNX opset of ``onnx`` artifacts (onnxruntime 1.16 and later run it)."""
+SIDECAR_FORMAT = "tritonrl-policy"
+"""The ``format`` entry of every sidecar (its ``version`` is 1)."""
+EXPORT_EXTRA = "pip install 'tritonrl[export]'"
+SUFFIXES = {"pt2": ".pt2", "onnx": ".onnx", "aoti": ".aoti.pt2"}
+"""The default file ending of each format (``pt2`` and ``aoti`` artifacts must end in ``.pt2``:
+torch's loaders take no other name)."""
+_ONNX_MODULES = ("onnx", "onnxscript", "onnxruntime")
+# what an exported graph may call: aten ops (and the few torch.export adds around them)
+_STANDARD_NAMESPACES = frozenset(("aten", "prims"))
+# ONNX node domains of the standard operator sets
+_ONNX_DOMAINS = frozenset(("", "ai.onnx", "ai.onnx.ml"))
+
+
+class ExportError(ValueError):
+    """A policy or request that cannot be exported: an unknown format, a missing extra, a policy
+    whose graph does not trace or holds a non-standard op (named). Nothing is written."""
+
+
+def sidecar_path(artifact: str | os.PathLike) -> Path:
+    """The sidecar of ``artifact``: the same path with ``.json`` appended."""
+    p = Path(artifact)
+    return p.with_name(p.name + ".json")
+
+
+def _check_format(format: str) -> None:
+    if format not in FORMATS:
+        raise ExportError(f"unknown format {format!r}; formats: {', '.join(FORMATS)}")
+    if format == "onnx":
+        for name in _ONNX_MODULES:
+            try:
+                importlib.import_module(name)
+            except ImportError:
+                raise ExportError(
+                    f"format 'onnx' needs the export extra ({', '.join(_ONNX_MODULES)}; {name} is not "
+                    f"installed): {EXPORT_EXTRA}"
+                ) from None
+
+
+class _Exportable(nn.Module):
+    """What is traced: the policy's greedy action (and state), or every output of
+    :meth:`PolicyModule.outputs` as a flat tuple (``outputs="all"``)."""
+
+    def __init__(self, policy: PolicyModule, every: bool) -> None:
+        super().__init__()
+        self.policy = policy
+        self.every = every
+
+    def forward(self, obs: torch.Tensor, *state: torch.Tensor) -> Any:
+        if self.every:
+            return tuple(self.policy.outputs(obs, *state).values())
+        return self.policy.act(obs, *state)
+
+
+def _names(policy: PolicyModule, every: bool) -> tuple[list[str], list[str]]:
+    """The inputs' and outputs' names of the traced graph."""
+    states = [name for name, _, _ in policy.state_spec()]
+    inputs = ["obs", *states]
+    outputs = ["action", *(policy.extra_outputs if every else ()), *(f"next_{s}" for s in states)]
+    return inputs, outputs
+
+
+def foreign_ops(graph_module: torch.fx.GraphModule) -> list[str]:
+    """The ops of ``graph_module`` that are not standard aten ops (``tritonrl::...`` custom ops,
+    Python callables): what an artifact would need beyond PyTorch."""
+    bad: list[str] = []
+    for node in graph_module.graph.nodes:
+        if node.op != "call_function":
+            continue
+        target = node.target
+        if isinstance(target, torch._ops.OpOverload | torch._ops.OpOverloadPacket):
+            if target.namespace not in _STANDARD_NAMESPACES:
+                bad.append(str(target))
+        elif getattr(target, "__module__", "") not in ("_operator", "operator") and target is not getattr:
+            bad.append(getattr(target, "__qualname__", repr(target)))
+    return sorted(set(bad))
+
+
+def exported_program(
+    policy: PolicyModule, example_obs: torch.Tensor | None = None, *, outputs: str = "action"
+) -> torch.export.ExportedProgram:
+    """``policy`` traced by ``torch.export`` with a dynamic batch dimension, every kernel op as
+    its torch reference.
+
+    Args:
+        policy: an f32 policy module (``agent.policy()``), in eval mode.
+        example_obs: a batch of at least 2 observations (default :meth:`PolicyModule.example_obs`).
+        outputs: ``"action"`` (``forward``'s outputs) or ``"all"`` (:meth:`PolicyModule.outputs`).
+
+    Raises:
+        ExportError: weights that are not f32, a batch of fewer than 2, a graph that does not
+            trace, or one that holds a non-standard op (named).
+    """
+    if not isinstance(policy, PolicyModule):
+        raise ExportError(f"export takes a PolicyModule (agent.policy()), got {type(policy).__name__}")
+    if outputs not in ("action", "all"):
+        raise ExportError(f"outputs must be 'action' or 'all', got {outputs!r}")
+    wide = [f"{n} ({t.dtype})" for n, t in policy.named_parameters() if t.dtype != torch.float32]
+    if wide:
+        raise ExportError(f"policy weights must be f32 (agent.policy() casts them): {wide[0]}")
+    obs = policy.example_obs() if example_obs is None else example_obs
+    if obs.dim() != len(policy.obs_shape) + 1 or obs.shape[0] < 2:
+        raise ExportError(
+            f"example_obs must be a batch of at least 2 observations [B, *{policy.obs_shape}], "
+            f"got {tuple(obs.shape)}"
+        )
+    policy.eval()
+    state = policy.initial_state(obs.shape[0])
+    batch = torch.export.Dim("batch", min=1, max=1 << 20)
+    # forward(obs, *state): the state is one tuple (absent when empty)
+    dynamic = ({0: batch}, tuple({0: batch} for _ in state)) if state else ({0: batch},)
+    module = _Exportable(policy, outputs == "all").eval()
+    try:
+        with torch.no_grad(), references_only():
+            ep = torch.export.export(module, (obs, *state), dynamic_shapes=dynamic)
+    except Exception as exc:  # torch.export's many error types: one line naming the policy and why
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ExportError(
+            f"{type(policy).__name__} cannot be exported: {type(exc).__name__}: {first}"
+        ) from exc
+    bad = foreign_ops(ep.graph_module)
+    if bad:
+        raise ExportError(
+            f"{type(policy).__name__} cannot be exported: its graph calls {bad[0]}, which is not a "
+            "standard aten op (an artifact must run without tritonrl)"
+        )
+    return ep
+
+
+def _versions(format: str) -> dict[str, str]:
+    out = {"python": platform.python_version(), "torch": torch.__version__}
+    try:
+        out["tritonrl"] = importlib.metadata.version("tritonrl")
+    except importlib.metadata.PackageNotFoundError:  # a checkout on PYTHONPATH
+        out["tritonrl"] = "source"
+    if format == "onnx":
+        for name in _ONNX_MODULES:
+            out[name] = str(getattr(importlib.import_module(name), "__version__", "unknown"))
+    return out
+
+
+def _check_onnx(model: Any) -> None:
+    """Raise :class:`ExportError` unless every node of ``model`` is in a standard ONNX domain."""
+    domains = {node.domain for node in model.graph.node}
+    for fn in model.functions:
+        domains |= {node.domain for node in fn.node}
+    local = {fn.domain for fn in model.functions}
+    bad = sorted(domains - _ONNX_DOMAINS - local)
+    if bad:
+        raise ExportError(f"the ONNX graph holds ops of domain {bad[0]!r}, not a standard opset")
+
+
+def _write(
+    format: str, ep: torch.export.ExportedProgram, tmp: Path, names: tuple[list[str], list[str]]
+) -> None:
+    if format == "pt2":
+        torch.export.save(ep, str(tmp))
+    elif format == "aoti":
+        torch._inductor.aoti_compile_and_package(ep, package_path=str(tmp))
+    else:
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the exporter's progress lines and deprecation notices
+            program = torch.onnx.export(
+                ep,
+                dynamo=True,
+                opset_version=ONNX_OPSET,
+                input_names=names[0],
+                output_names=names[1],
+                verbose=False,
+            )
+        assert program is not None  # the dynamo exporter returns its program
+        _check_onnx(program.model_proto)
+        program.save(str(tmp))
+
+
+def export_policy(
+    policy: PolicyModule,
+    example_obs: torch.Tensor | None = None,
+    *,
+    format: str = "pt2",
+    path: str | os.PathLike | None = None,
+    outputs: str = "action",
+    metadata: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write ``policy`` as a ``format`` artifact at ``path`` with its JSON sidecar (module doc).
+
+    Args:
+        policy: an f32 policy module (``agent.policy()``).
+        example_obs: a batch of at least 2 observations to trace with (default: drawn from the
+            observation space).
+        format: ``"pt2"``, ``"onnx"`` or ``"aoti"``.
+        path: the artifact (default ``policy.pt2`` / ``policy.onnx`` / ``policy.aoti.pt2`` in the
+            current folder); the sidecar is ``<path>.json``.
+        outputs: ``"action"`` (the greedy action, and a recurrent policy's next state) or
+            ``"all"`` (also the extra outputs: ``q_values``, ``logits``, ``value``).
+        metadata: more sidecar entries (the command line adds ``checkpoint`` and ``market``).
+
+    Returns:
+        the artifact's path.
+
+    Raises:
+        ExportError: an unknown format, a missing extra, a policy that cannot be exported (which
+            op and why); nothing is written.
+        OSError: the folder cannot be written (nothing is left half-written).
+    """
+    _check_format(format)
+    out = Path(path) if path is not None else Path(f"policy{SUFFIXES[format]}")
+    if format != "onnx" and out.suffix != ".pt2":
+        raise ExportError(f"a {format} artifact's name must end in .pt2 (torch loads no other): {out.name}")
+    ep = exported_program(policy, example_obs, outputs=outputs)
+    names = _names(policy, outputs == "all")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # the temporary file ends as torch wants its archives to (.pt2), renamed once complete
+    fd, raw = tempfile.mkstemp(prefix=f".{out.name}.", suffix=f".tmp{SUFFIXES[format]}", dir=out.parent)
+    os.close(fd)
+    tmp = Path(raw)
+    try:
+        _write(format, ep, tmp, names)
+        os.replace(tmp, out)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    spec = policy.spec()
+    doc = {
+        "format": SIDECAR_FORMAT,
+        "version": 1,
+        "artifact": out.name,
+        "artifact_format": format,
+        "device": str(policy.device),
+        **spec,
+        "inputs": names[0],
+        "outputs": names[1],
+        "dynamic_batch": True,
+        "onnx_opset": ONNX_OPSET if format == "onnx" else None,
+        "versions": _versions(format),
+        **dict(metadata or {}),
+    }
+    atomic_write_text(sidecar_path(out), json.dumps(doc, indent=1) + "\n")
+    return out
+
+
+class ExportedPolicy:
+    """An artifact of :func:`export_policy`, loaded: ``policy(obs, *state)`` returns what the
+    traced policy returned (the action, or a tuple with the next state), as tensors.
+
+    Attributes:
+        sidecar: the sidecar's entries.
+        format: ``"pt2"``, ``"onnx"`` or ``"aoti"``.
+    """
+
+    def __init__(self, path: Path, sidecar: dict[str, Any], runner: Any) -> None:
+        self.path, self.sidecar, self._runner = path, sidecar, runner
+        self.format: str = sidecar["artifact_format"]
+
+    @property
+    def recurrent(self) -> bool:
+        """Whether the policy takes and returns a memory."""
+        return bool(self.sidecar.get("recurrent"))
+
+    def initial_state(self, batch: int) -> tuple[torch.Tensor, ...]:
+        """The zero memory of ``batch`` rows, from the sidecar (``()`` for feed-forward policies)."""
+        return tuple(
+            torch.zeros((batch, *s["shape"]), dtype=getattr(torch, s["dtype"])) for s in self.sidecar["state"]
+        )
+
+    @torch.no_grad()
+    def __call__(self, obs: torch.Tensor, *state: torch.Tensor) -> Any:
+        """Run the artifact on ``obs [B, *obs_shape]`` (and the state)."""
+        if self.format == "onnx":
+            feed = {
+                name: np.ascontiguousarray(t.detach().cpu().numpy())
+                for name, t in zip(self.sidecar["inputs"], (obs, *state), strict=True)
+            }
+            out = [torch.from_numpy(np.asarray(a)) for a in self._runner.run(None, feed)]
+        else:
+            res = self._runner(obs, *state)
+            out = list(res) if isinstance(res, (list, tuple)) else [res]
+        return out[0] if len(out) == 1 else tuple(out)
+
+
+def load_exported(path: str | os.PathLike) -> ExportedPolicy:
+    """Load an artifact of :func:`export_policy` (its sidecar says which format it is).
+
+    Raises:
+        ExportError: no sidecar, or a sidecar that is not a tritonrl policy's; the ``onnx`` extra
+            missing for an ONNX artifact.
+        OSError: the artifact cannot be read.
+    """
+    p = Path(path)
+    side = sidecar_path(p)
+    try:
+        doc = json.loads(side.read_text())
+    except FileNotFoundError:
+        raise ExportError(f"{p}: no sidecar {side.name} beside it (export_policy writes one)") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ExportError(f"{side}: not a JSON sidecar ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("format") != SIDECAR_FORMAT:
+        raise ExportError(f"{side}: not a tritonrl policy sidecar")
+    fmt = doc.get("artifact_format")
+    _check_format(str(fmt))
+    if fmt == "pt2":
+        runner: Any = torch.export.load(str(p)).module()
+    elif fmt == "aoti":
+        runner = torch._inductor.aoti_load_package(str(p))
+    else:
+        import onnxruntime
+
+        runner = onnxruntime.InferenceSession(str(p), providers=["CPUExecutionProvider"])
+    return ExportedPolicy(p, doc, runner)
