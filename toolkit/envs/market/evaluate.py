@@ -4,8 +4,11 @@
 period itself (no random start, no drawdown termination, every decision from the period's first,
 at its row ``window - 1``, to its last bar) with ``2 + random_runs`` rows stepped together: row 0
 acts with the policy, row 1 holds a long position throughout (buy-and-hold), the others act
-uniformly at random from a seeded generator. Rewards and positions stay on the device during the
-episode and are read once at the end; every figure is computed from them on the host in f64:
+uniformly at random from a seeded generator. The policy sees row 0 alone (a batch of one), as a
+live stream (:class:`~tritonrl.toolkit.envs.market.live.LiveTrader`) decides: a matrix product's
+rounding may depend on the batch size, and the report is what serving reproduces bit for bit.
+Rewards and positions stay on the device during the episode and are read once at the end; every
+figure is computed from them on the host in f64:
 
 - ``total_return``: ``exp(sum r) - 1`` (rewards are log returns net of costs);
 - ``annual_return``: ``exp(mean(r) * periods_per_year) - 1``;
@@ -84,6 +87,35 @@ def _period_config(env_config: Any, decisions: int) -> Any:
     return dataclasses.replace(env_config, random_start=False, max_drawdown=1.0, episode_length=decisions)
 
 
+def _row_actions(
+    chosen: torch.Tensor, rows: int, discrete: bool, gen: torch.Generator, device: torch.device
+) -> torch.Tensor:
+    """The actions of one step: row 0 ``chosen`` (the policy's), row 1 long (buy-and-hold), the
+    others uniform from ``gen`` (``[rows]`` int64, or ``[rows, 1]`` f32 for continuous actions)."""
+    if discrete:
+        actions = torch.empty(rows, dtype=torch.long, device=device)
+        actions[0] = chosen.to(device=device, dtype=torch.long).reshape(1)
+        actions[1] = 2  # long
+        actions[2:] = torch.randint(0, 3, (rows - 2,), generator=gen, device=device)
+    else:
+        actions = torch.empty(rows, 1, dtype=torch.float32, device=device)
+        actions[0] = chosen.to(device=device, dtype=torch.float32).reshape(1)
+        actions[1] = 1.0
+        actions[2:] = torch.rand(rows - 2, 1, generator=gen, device=device) * 2.0 - 1.0
+    return actions
+
+
+def _random_figures(r: np.ndarray, p: np.ndarray, periods_per_year: float) -> dict[str, Any]:
+    """The mean figures of the random runs, columns of ``r`` and ``p`` (``[n, runs]``), with
+    ``sharpe_std`` (their spread) and ``runs``."""
+    runs = [strategy_figures(r[:, i], p[:, i], periods_per_year) for i in range(r.shape[1])]
+    mean: dict[str, Any] = {k: float(np.mean([f[k] for f in runs])) for k in runs[0] if k != "equity"}
+    mean["equity"] = np.mean([f["equity"] for f in runs], axis=0).tolist()
+    mean["sharpe_std"] = float(np.std([f["sharpe"] for f in runs], ddof=1)) if len(runs) > 1 else 0.0
+    mean["runs"] = len(runs)
+    return mean
+
+
 @torch.no_grad()
 def evaluate_market(
     policy: Policy,
@@ -92,26 +124,31 @@ def evaluate_market(
     *,
     seed: int = 0,
     random_runs: int = 16,
+    steps: bool = False,
 ) -> dict[str, Any]:
     """Run ``policy`` greedily over all of ``data`` (one period) beside buy-and-hold and random.
 
     Args:
-        policy: ``policy(obs [E, W*F + 1]) -> actions`` (``[E]`` int64 for discrete actions,
-            ``[E, 1]`` float for continuous), greedy (e.g. ``agent.eval_policy()`` or
-            ``lambda o: agent.act(o, explore=False)``). A ``reset(mask [E] bool)`` method, if it
-            has one (a recurrent policy's memory), is called with all ``True`` first.
+        policy: ``policy(obs [1, W*F + 1]) -> action`` (``[1]`` int64 for discrete actions,
+            ``[1, 1]`` float for continuous), greedy (e.g. ``agent.eval_policy()``), called with
+            the agent's row alone. A ``reset(mask [1] bool)`` method, if it has one (a recurrent
+            policy's memory), is called with ``True`` first.
         data: the period, with ``window - 1`` warm-up rows before its first decision (a split
             from :func:`tritonrl.toolkit.envs.market.data.split`).
         env_config: a :class:`~tritonrl.toolkit.envs.market.env.MarketEnvConfig` (window, actions,
             costs); ``random_start``, ``max_drawdown`` and ``episode_length`` are overridden.
         seed: seeds the env and the random policy's generator.
         random_runs: rows acting at random (0: none; the report then has no ``random`` entry).
+        steps: also return the agent's decisions one by one (``"steps"``).
 
     Returns:
         ``{"period": {...}, "agent": figures, "buy_and_hold": figures, "random": figures and
         ``sharpe_std``/``runs``, "sharpe_stderr": float}`` with figures as in
         :func:`strategy_figures`; ``period`` holds ``name``, ``start``/``end`` (ISO times of the
-        first decision and the last bar), ``decisions`` and ``periods_per_year``.
+        first decision and the last bar), ``decisions`` and ``periods_per_year``. With ``steps``,
+        also ``"steps": {"time", "action", "position", "reward"}``: ``[n]`` numpy arrays of the
+        agent's decisions (``datetime64[s]`` decision times; the actions as the policy returned
+        them, int64 or f32; the positions taken and the rewards they earned at the next bar, f32).
 
     Raises:
         ValueError: ``data`` holds no decision after the warm-up, or ``random_runs < 0``.
@@ -135,20 +172,16 @@ def evaluate_market(
     obs, _ = env.reset(seed=seed)
     reset = getattr(policy, "reset", None)
     if reset is not None:
-        reset(torch.ones(rows, dtype=torch.bool, device=device))
+        reset(torch.ones(1, dtype=torch.bool, device=device))
     rewards = torch.empty(decisions, rows, dtype=torch.float32, device=device)
     positions = torch.empty(decisions, rows, dtype=torch.float32, device=device)
+    taken = torch.empty(decisions, dtype=torch.long if discrete else torch.float32, device=device)
     try:
         for k in range(decisions):
-            actions = policy(obs)
-            if discrete:
-                actions = actions.to(device=device, dtype=torch.long).reshape(rows).clone()
-                actions[1] = 2  # long
-                actions[2:] = torch.randint(0, 3, (random_runs,), generator=gen, device=device)
-            else:
-                actions = actions.to(device=device, dtype=torch.float32).reshape(rows, 1).clone()
-                actions[1] = 1.0
-                actions[2:] = torch.rand(random_runs, 1, generator=gen, device=device) * 2.0 - 1.0
+            chosen = policy(obs[:1])  # the agent's row alone, as a live stream decides
+            actions = _row_actions(chosen, rows, discrete, gen, device)
+            if steps:
+                taken[k] = actions[0].reshape(())
             obs, reward, _, _, info = env.step(actions)
             rewards[k] = reward
             positions[k] = info["position"].reshape(rows)
@@ -170,12 +203,14 @@ def evaluate_market(
         "sharpe_stderr": math.sqrt(ppy / decisions),
     }
     if random_runs:
-        runs = [strategy_figures(r[:, i], p[:, i], ppy) for i in range(2, rows)]
-        mean = {k: float(np.mean([f[k] for f in runs])) for k in runs[0] if k != "equity"}
-        mean["equity"] = np.mean([f["equity"] for f in runs], axis=0).tolist()
-        mean["sharpe_std"] = float(np.std([f["sharpe"] for f in runs], ddof=1)) if random_runs > 1 else 0.0
-        mean["runs"] = random_runs
-        report["random"] = mean
+        report["random"] = _random_figures(r[:, 2:], p[:, 2:], ppy)
+    if steps:
+        report["steps"] = {
+            "time": np.asarray(data.time[window - 1 : window - 1 + decisions]).astype("datetime64[s]"),
+            "action": taken.cpu().numpy(),
+            "position": positions[:, 0].cpu().numpy(),
+            "reward": rewards[:, 0].cpu().numpy(),
+        }
     return report
 
 

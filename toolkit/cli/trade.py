@@ -1,0 +1,138 @@
+"""``tritonrl trade``: run an exported market policy on bars, one at a time, as the env decided.
+
+::
+
+    tritonrl trade policy.pt2 --bars csv=bars.csv --out trades.csv
+    tritonrl trade policy.pt2 --bars csv=bars.csv --out trades.csv --start 2024-01-02 --gaps fill
+
+The artifact (:func:`tritonrl.toolkit.export.load_exported`) carries its rules in its sidecar's
+``market`` entry (:func:`tritonrl.toolkit.envs.market.live.market_sidecar`); the bars are read
+with :func:`tritonrl.toolkit.envs.market.data.source_bars` (``csv=PATH`` through
+:func:`~tritonrl.toolkit.envs.market.csvbars.load_csv`) and streamed through a
+:class:`~tritonrl.toolkit.envs.market.live.LiveTrader`, which appends one row per bar from
+``--start`` to ``--out``. Run again on the same ``--out`` (after a kill, or with more bars), it
+resumes: no decision is repeated or lost. A missing artifact or sidecar, a sidecar without
+``market``, unreadable bars or a bad flag are one ``error:`` line and exit status 2 before anything
+is written; a bar out of order or after a gap stops the stream the same way (the rows before it
+stay). Guide: docs/pages/using-policies.md ("Using a trained policy").
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_parser", "run"]
+
+DESCRIPTION = "Run an exported market policy on a stream of bars, as the env decided (a trade CSV)."
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add the ``trade`` subcommand to ``python -m tritonrl.toolkit``'s parser."""
+    p = subparsers.add_parser("trade", help="run an exported market policy on bars", description=DESCRIPTION)
+    p.add_argument(
+        "exported", help="the artifact of `tritonrl export` (its sidecar <artifact>.json beside it)"
+    )
+    p.add_argument(
+        "--bars",
+        required=True,
+        help="csv=PATH (an OHLCV file), or any market source: synthetic[,ar=F,seed=N,bars=N], googl, eurusd",
+    )
+    p.add_argument("--out", required=True, help="the trade CSV (an existing one is resumed)")
+    p.add_argument(
+        "--start",
+        default=None,
+        metavar="TIME",
+        help="the first bar to decide at, ISO 8601 (default: the first bar whose window is full)",
+    )
+    p.add_argument(
+        "--gaps",
+        choices=("refuse", "fill"),
+        default="refuse",
+        help="a gap in the bars: refuse it (default), or fill it with flat bars and hold the position",
+    )
+    p.add_argument(
+        "--max-gap",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="the largest spacing that is not a gap (default: the largest spacing before --start)",
+    )
+    p.set_defaults(run=run)
+    return p
+
+
+def _prepare(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The trader and the bars of ``args``, every input checked (the trade CSV is opened last).
+
+    Raises:
+        ValueError: a missing or unreadable artifact or sidecar, a sidecar without ``market``,
+            unreadable bars, a bad flag, an ``--out`` that is not a trade CSV.
+    """
+    import torch
+    from tritonrl.toolkit.envs.market.data import source_bars
+    from tritonrl.toolkit.envs.market.live import LiveTrader, as_time, market_from_sidecar
+    from tritonrl.toolkit.export import load_exported
+
+    if args.max_gap is not None and not (math.isfinite(args.max_gap) and args.max_gap > 0):
+        raise ValueError(f"--max-gap must be a positive number of seconds, got {args.max_gap}")
+    artifact = Path(args.exported)
+    if not artifact.is_file():
+        raise ValueError(f"{artifact}: no such artifact")
+    try:
+        policy = load_exported(artifact)
+    except (OSError, RuntimeError) as exc:  # torch's loaders raise RuntimeError on a damaged file
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ValueError(f"{artifact}: cannot be loaded ({first})") from None
+    spec = market_from_sidecar(policy.sidecar)
+    bars = source_bars(args.bars)
+    window = spec.env_config.window
+    if len(bars) < window:
+        raise ValueError(f"--bars {args.bars}: {len(bars)} bars, fewer than the policy's window {window}")
+    start = as_time(args.start) if args.start is not None else bars.time[window - 1]
+    if start > bars.time[-1]:
+        raise ValueError(f"--start {start}: after the last bar ({bars.time[-1]})")
+    device = str(policy.sidecar.get("device", "cpu"))
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"{artifact}: exported on {device}, and CUDA is not available here")
+    obs_dtype = getattr(torch, str(policy.sidecar.get("observation", {}).get("dtype", "float32")))
+    trader = LiveTrader(
+        policy,
+        spec.env_config,
+        args.out,
+        features=spec.features,
+        start=start,
+        gaps=args.gaps,
+        max_gap=args.max_gap,
+        device=device,
+        obs_dtype=obs_dtype,
+    )
+    return trader, bars
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the ``trade`` subcommand; the exit status: 0 done, 2 refused (one ``error:`` line),
+    130 interrupted (the rows written so far stay; run again to resume)."""
+    try:
+        trader, bars = _prepare(args)
+    except (ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        with trader:
+            trader.run(bars)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"interrupted: {args.out} holds every bar decided so far; run again to resume", file=sys.stderr)
+        return 130
+    resumed = f" ({trader.resumed} rows resumed)" if trader.resumed else ""
+    print(
+        f"{trader.decisions} decisions, {trader.filled} filled bars{resumed}; equity {trader.equity:.6g} "
+        f"at {trader.last_time}; {args.out}"
+    )
+    return 0
