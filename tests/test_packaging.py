@@ -5,6 +5,7 @@ beside it without either breaking the other (issue 14, item 0)."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -129,3 +130,35 @@ def test_installs_beside_packages_that_own_agents_and_kernels(wheel: Path, tmp_p
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("torch ")
+
+
+# ----------------------------------------------------------------------------- extras
+
+
+def _extras() -> dict[str, list[str]]:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+
+
+def test_every_extra_is_on_the_installation_page_with_what_it_is_for() -> None:
+    page = (ROOT / "docs" / "pages" / "installation.md").read_text()
+    rows = {line.split("|")[1].strip(): line for line in page.splitlines() if line.startswith("| `")}
+    for extra in _extras():
+        row = rows.get(f"`{extra}`")
+        assert row is not None, f"extra {extra!r} of pyproject.toml is missing from installation.md's table"
+        installs, purpose = (cell.strip() for cell in row.split("|")[2:4])
+        assert installs and purpose, row
+
+
+def test_the_mujoco_and_export_extras_hold_what_their_imports_need() -> None:
+    extras = _extras()
+    assert any(req.startswith("packaging") for req in extras["mujoco"])  # gymnasium's MuJoCo envs import it
+    assert extras["export"] == ["onnx>=1.16", "onnxscript>=0.2", "onnxruntime>=1.18"]  # lower bounds only
+
+
+def test_make_install_and_the_readme_install_every_extra_but_envpool_and_bench() -> None:
+    want = set(_extras()) - {"envpool", "bench"}
+    make = re.findall(r"pip install -q -e '\.\[([a-z,]+)\]'", (ROOT / "Makefile").read_text())
+    assert [set(m.split(",")) for m in make] == [want]
+    # the README's full install line (it also shows a short one, `.[train]`)
+    readme = re.findall(r"pip install -e '\.\[(dev,[a-z,]+)\]'", (ROOT / "README.md").read_text())
+    assert [set(m.split(",")) for m in readme] == [want]

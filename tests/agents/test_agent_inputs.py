@@ -254,14 +254,14 @@ def test_deferred_checks_raise_at_update_before_learning(name: str) -> None:
         if t == 2:
             args["next_obs"][1, 1] = float("nan")
         _observe(agent, args)  # no error: deferred
-    params = agent.online.parameters() if isinstance(agent, DQNAgent) else agent.policy.parameters()
+    params = agent.online.parameters() if isinstance(agent, DQNAgent) else agent.net.parameters()
     before = [p.detach().clone() for p in params]
     match = r"\.observe: next_obs held NaN or inf at a step since the last check \(deferred check on cpu"
     with pytest.raises(ValueError, match=match):
         agent.update()
     with pytest.raises(ValueError, match=match):  # it stays failed
         agent.check_inputs()
-    params = agent.online.parameters() if isinstance(agent, DQNAgent) else agent.policy.parameters()
+    params = agent.online.parameters() if isinstance(agent, DQNAgent) else agent.net.parameters()
     assert all(torch.equal(a, b) for a, b in zip(before, params, strict=True))
 
 
@@ -355,6 +355,9 @@ class _NoChecks:
         return x
 
     def acted(self, action):
+        return None
+
+    def same(self, call, name, given, expected, what, fix):
         return None
 
 

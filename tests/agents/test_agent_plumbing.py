@@ -238,14 +238,30 @@ def test_replay_validate_and_apply_are_public() -> None:
 # ----------------------------------------------------------------------------- the constructor prologue
 
 
-@pytest.mark.parametrize("kind", ["dqn", "ppo"])
-def test_an_agent_built_without_a_config_runs_its_first_preset(kind: str) -> None:
-    from tritonrl.agents import dqn, ppo
+def _families() -> dict[str, tuple[type, str]]:
+    """``{agent class name: (class, its first preset)}`` over every built-in preset."""
+    from tritonrl.agents import dqn, ppo, sac
 
-    module = {"dqn": dqn, "ppo": ppo}[kind]
-    agent_cls = {"dqn": dqn.DQNAgent, "ppo": ppo.PPOAgent}[kind]
-    agent = agent_cls(BOUNDED, gym.spaces.Discrete(2))
-    assert agent.config == module.preset(kind) == module.PRESETS[0].config
+    out: dict[str, tuple[type, str]] = {}
+    for p in (*dqn.PRESETS, *ppo.PRESETS, *sac.PRESETS):
+        out.setdefault(p.agent.__name__, (p.agent, p.name))
+    return out
+
+
+def test_every_agent_family_is_checked_for_its_default_config() -> None:
+    # a new agent class joins the parametrisation below (one default per agent: issue 42, item 7)
+    assert sorted(_families()) == ["DQNAgent", "PPOAgent", "SACAgent", "TD3Agent"]
+
+
+@pytest.mark.parametrize("cls_name", ["DQNAgent", "PPOAgent", "SACAgent", "TD3Agent"])
+def test_an_agent_built_without_a_config_runs_its_first_preset(cls_name: str) -> None:
+    from tritonrl.toolkit.cli.registry import get_agent
+
+    agent_cls, name = _families()[cls_name]
+    assert name == {"DQNAgent": "dqn", "PPOAgent": "ppo", "SACAgent": "sac", "TD3Agent": "td3"}[cls_name]
+    continuous = cls_name in ("SACAgent", "TD3Agent")
+    agent = agent_cls(BOUNDED, BOUNDED if continuous else gym.spaces.Discrete(2))
+    assert agent.config == get_agent(name).config
     assert (agent.num_envs, agent.seed, agent.env_steps, agent.updates) == (1, 0, 0, 0)
 
 

@@ -110,7 +110,7 @@ def test_image_observations_must_be_bytes_and_icm_is_refused() -> None:
     agent = DQNAgent(MINATAR, ACT, preset("dqn-minatar", **SMALL), num_envs=2, seed=0)
     with pytest.raises(TypeError, match="image obs must be uint8"):
         agent.act(torch.zeros(2, 4, 10, 10))
-    with pytest.raises(TypeError, match="must be uint8 frames"):
+    with pytest.raises(TypeError, match=r"^DQNAgent\.observe: image obs must be uint8"):
         z = np.zeros((2, 4, 10, 10), np.float32)
         agent.observe(
             z, torch.zeros(2, dtype=torch.int64), np.zeros(2, np.float32), z, *[np.zeros(2, bool)] * 2
