@@ -29,6 +29,7 @@ import io
 import json
 import os
 import platform
+import shutil
 import tempfile
 import warnings
 from collections.abc import Mapping
@@ -272,16 +273,14 @@ def export_policy(
     ep = exported_program(policy, example_obs, outputs=outputs)
     names = _names(policy, outputs == "all")
     out.parent.mkdir(parents=True, exist_ok=True)
-    # the temporary file ends as torch wants its archives to (.pt2), renamed once complete
-    fd, raw = tempfile.mkstemp(prefix=f".{out.name}.", suffix=f".tmp{SUFFIXES[format]}", dir=out.parent)
-    os.close(fd)
-    tmp = Path(raw)
+    # written under its own name in a temporary folder beside it (an AOTInductor package names
+    # its inner folder after the file), moved into place once complete
+    tmp_dir = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        _write(format, ep, tmp, names)
-        os.replace(tmp, out)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+        _write(format, ep, tmp_dir / out.name, names)
+        os.replace(tmp_dir / out.name, out)
+    finally:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
     spec = policy.spec()
     doc = {
         "format": SIDECAR_FORMAT,

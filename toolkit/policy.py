@@ -105,8 +105,8 @@ class PolicyModule(nn.Module):
 
     @property
     def device(self) -> torch.device:
-        """Where the weights live."""
-        for t in self.mirrors():
+        """Where the weights live (the first parameter's device: no walk over every tensor)."""
+        for t in self.parameters():
             return t.device
         return torch.device("cpu")
 

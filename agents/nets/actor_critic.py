@@ -127,6 +127,17 @@ class ActorCritic(nn.Module):
         """Zero memory for ``batch`` rows (``None`` for feed-forward cores)."""
         return self.core.initial_state(batch) if self.recurrent else None
 
+    def actor_step(self, x: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
+        """One step's ``(actor features, next state)`` without the critic's own features (the
+        feed-forward core's critic MLP is skipped; the other cores share their features), no
+        memory reset: what acting greedily needs."""
+        if self.recurrent:
+            fa, _, state = self.core.step(x, state, None)
+            return fa, state
+        if isinstance(self.core, FeedForwardCore):
+            return self.core.actor(x), None
+        return self.core(x)[0], None
+
     def step_features(
         self, x: torch.Tensor, state: State, starts: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor, State]:

@@ -108,7 +108,7 @@ class ActorCriticPolicy(PolicyModule):
 
     def act(self, obs: torch.Tensor, *state: torch.Tensor) -> Any:
         """The deterministic actions of a batch (recurrent: ``(action, *next state)``)."""
-        fa, _, new = self.net.step_features(self.ingest(obs), self.unflatten(state), None)
+        fa, new = self.net.actor_step(self.ingest(obs), self.unflatten(state))
         action = self.net.head.greedy(fa)
         return (action, *self.flatten(new)) if self.recurrent else action
 

@@ -18,14 +18,15 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
+
+pytest.importorskip("gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
+
+import numpy as np
 import torch
 from tritonrl.toolkit.cli.registry import get_agent, list_agents
 from tritonrl.toolkit.export import FORMATS, SUFFIXES, export_policy, load_exported
 from tritonrl.toolkit.precision import training_dtype
-
-pytest.importorskip("onnxruntime")
 
 ROWS = 1000
 TIE = 1e-5  # relative gap of the two best values under which the argmax may differ
@@ -137,6 +138,7 @@ def _values(policy: Any, obs: torch.Tensor, *state: torch.Tensor) -> torch.Tenso
 
 
 def _export_all(policy: Any, folder: Path, example: torch.Tensor) -> dict[str, Any]:
+    pytest.importorskip("onnxruntime", reason="the export extra is not installed")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch.onnx's and inductor's notices
         paths = {fmt: folder / f"policy{SUFFIXES[fmt]}" for fmt in FORMATS}
@@ -236,6 +238,7 @@ def test_a_bf16_agent_exports_f32_that_agrees_with_its_own_snapshot(
 
 def test_a_factored_head_exports_its_branches(tmp_path: Path) -> None:
     """A MultiDiscrete action space (no preset has one): the argmax per branch, padding excluded."""
+    pytest.importorskip("onnxruntime", reason="the export extra is not installed")
     import gymnasium as gym
     from tritonrl.agents.dqn import DQNAgent, preset
 
@@ -252,3 +255,42 @@ def test_a_factored_head_exports_its_branches(tmp_path: Path) -> None:
             export_policy(policy, obs[:4], format=fmt, path=tmp_path / f"f{SUFFIXES[fmt]}")
         )
         _few_ties(f"factored {fmt}", _check(f"factored {fmt}", program(obs), want, values, 1.0), want.numel())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["rainbow", "ppo-mamba", "sac"])
+def test_a_cuda_policy_exports_references_that_act_as_its_kernels(name: str, tmp_path: Path) -> None:
+    """On CUDA, ``eval_policy`` runs the f32 Triton kernels (the noisy dueling head with C51's
+    support, the Mamba2 step); the artifacts (.pt2, AOTInductor for CUDA) hold their torch
+    references (no tritonrl:: op: checked by export). The kernels' ``tl.dot`` may round through
+    TF32 (a 10-bit mantissa), so values agree to 5e-3 of their size, not to f32 rounding:
+    continuous actions within 5e-3 of the range, discrete ones equal except where the two best
+    values are that close."""
+    env = _env(name, False)
+    try:
+        agent = get_agent(name).build(
+            env.single_observation_space, env.single_action_space, num_envs=ENVS, seed=1, device="cuda",
+            overrides={"buffer_size": "2000"} if get_agent(name).kind == "offpolicy" else {},
+        )  # fmt: skip
+        _spread(agent)
+        policy = agent.policy()
+        obs = _observations(env, 256).to("cuda")
+        state = policy.initial_state(obs.shape[0])
+        evaluate = agent.eval_policy()
+        want = evaluate(obs)
+        for fmt in ("pt2", "aoti"):
+            program = load_exported(
+                export_policy(policy, obs[:4], format=fmt, path=tmp_path / f"c{SUFFIXES[fmt]}")
+            )
+            got = program(obs, *state)
+            got = got[0] if isinstance(got, tuple) else got
+            if want.is_floating_point():
+                torch.testing.assert_close(got, want, rtol=5e-3, atol=5e-3 * _scale(agent))
+            else:
+                values = _values(policy, obs, *state)
+                assert values is not None
+                top = values.topk(2, -1).values
+                near = (top[..., 0] - top[..., 1]) <= 5e-3 * top[..., 0].abs().clamp(min=1.0)
+                assert not ((got != want) & ~near).any(), f"{name} {fmt}"
+    finally:
+        env.close()

@@ -279,6 +279,11 @@ ALLOWED = {
     ("toolkit/runfolder.py", "save_figure", "savefig"): "renders into memory, then writes atomically",
     ("toolkit/runfolder.py", "_open_lock", "os.open"): "the lock file (module docstring)",
     ("toolkit/logger.py", "MetricLogger._write_row", "open"): "metrics.csv's append-only rows",
+    (
+        "toolkit/envs/market/live.py",
+        "LiveTrader._open",
+        "open",
+    ): "the trade CSV's append-only rows (a cut line is truncated on resume)",
     ("toolkit/cli/common.py", "probe_run_dir", "os.open"): "a probe file, removed at once",
     ("toolkit/training/overlap.py", "_learner_main", "torch.save"): "into memory, sent to the main process",
 }

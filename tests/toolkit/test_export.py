@@ -12,9 +12,12 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
+pytest.importorskip("gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
+
 import gymnasium as gym
 import numpy as np
-import pytest
 import torch
 from torch import nn
 from tritonrl.kernels.backend import references_forced, references_only, registry
@@ -269,6 +272,13 @@ def test_export_command_writes_the_artifact_and_its_sidecar(
     action, q = program(obs)
     assert torch.equal(action, agent.eval_policy()(obs))  # exact: one f32 program, eager and exported
     torch.testing.assert_close(q, agent.policy().q_values(obs), rtol=0, atol=0)  # exact: the same
+
+
+def test_the_command_line_offers_every_format() -> None:
+    from tritonrl.toolkit.cli import export as cli_export
+    from tritonrl.toolkit.export import FORMATS
+
+    assert cli_export.FORMATS == FORMATS
 
 
 def test_export_command_refusals_are_one_line(

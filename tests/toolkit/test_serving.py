@@ -17,12 +17,14 @@ import sys
 import sysconfig
 from pathlib import Path
 
-import gymnasium as gym
 import pytest
+
+pytest.importorskip("gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
+pytest.importorskip("onnxruntime", reason="onnxruntime is not installed (the export extra)")
+
+import gymnasium as gym
 from tritonrl.agents.ppo import PPOAgent
 from tritonrl.toolkit.cli import main
-
-pytest.importorskip("onnxruntime")
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "pages" / "using-policies.md"
 _BLOCK = re.compile(r"^```python[^\n]*\n(.*?)^```", re.S | re.M)

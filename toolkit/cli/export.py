@@ -5,7 +5,8 @@
     tritonrl export runs/ppo-CartPole-v1-s1 --format pt2     # runs/.../policy.pt2 + policy.pt2.json
     tritonrl export runs/rainbow-market --format onnx --out rainbow.onnx
 
-The checkpoint's agent (its preset names the agent class) is rebuilt on the CPU, its policy module
+The checkpoint's agent (its preset names the agent class) is rebuilt on the CPU (``--device
+cuda``: on the GPU, for an AOTInductor package that runs there), its policy module
 (``agent.policy()``) is exported by :func:`tritonrl.toolkit.export.export_policy` and the sidecar
 records the checkpoint's crc32 and step (and, for a market run, the trading rules that
 ``tritonrl trade`` needs). A run folder without a checkpoint, a damaged checkpoint, an unknown
@@ -29,10 +30,14 @@ DESCRIPTION = (
 )
 
 
+FORMATS = ("pt2", "onnx", "aoti")
+"""``--format``'s choices: :data:`tritonrl.toolkit.export.FORMATS` (a test keeps them equal), here so
+that building the parser imports nothing heavy (``tritonrl train`` without gymnasium must still
+say so in one line)."""
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add the ``export`` subcommand to ``python -m tritonrl.toolkit``'s parser."""
-    from tritonrl.toolkit.export import FORMATS
-
     p = subparsers.add_parser(
         "export", help="export a run folder's policy (pt2, onnx, aoti)", description=DESCRIPTION
     )
@@ -45,6 +50,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="the artifact (default: RUN_DIR/policy.pt2, .onnx, .aoti.pt2)",
     )
     p.add_argument(
+        "--device",
+        default="cpu",
+        help="the device the policy is exported on: cpu (default) or cuda[:N] (an aoti package for CUDA)",
+    )
+    p.add_argument(
         "--outputs",
         choices=("action", "all"),
         default="action",
@@ -54,8 +64,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     return p
 
 
-def _agent(ckpt: Path, state: dict[str, Any]) -> Any:
-    """The checkpoint's agent, rebuilt on the CPU from the preset its run names.
+def _agent(ckpt: Path, state: dict[str, Any], device: str) -> Any:
+    """The checkpoint's agent, rebuilt on ``device`` from the preset its run names.
 
     Raises:
         ValueError: a preset the registry does not know (one registered by code that did not run).
@@ -67,7 +77,7 @@ def _agent(ckpt: Path, state: dict[str, Any]) -> Any:
     if not isinstance(name, str):
         raise ValueError(f"{ckpt}: the checkpoint names no agent (not a run folder of `tritonrl train`)")
     agent_class: Any = get_agent(name).agent  # an AgentBase subclass (its classmethod load)
-    return agent_class.load(ckpt, device="cpu")
+    return agent_class.load(ckpt, device=device)
 
 
 def _metadata(ckpt: Path, state: dict[str, Any]) -> dict[str, Any]:
@@ -98,6 +108,7 @@ def _metadata(ckpt: Path, state: dict[str, Any]) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     """``export``: the exit code (0, or 2 with one ``error:`` line and nothing written)."""
+    import torch
     from tritonrl.toolkit.checkpoint import CheckpointError, load_checkpoint
     from tritonrl.toolkit.export import SUFFIXES, ExportError, export_policy, sidecar_path
     from tritonrl.toolkit.lifecycle import CHECKPOINT_NAME
@@ -115,12 +126,15 @@ def run(args: argparse.Namespace) -> int:
         state = load_checkpoint(ckpt)
         if not isinstance(state, dict) or "agent" not in state or "meta" not in state:
             raise ValueError(f"{ckpt}: not a training-run checkpoint (no agent and meta sections)")
-        agent = _agent(ckpt, state)
+        device = torch.device(args.device)
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"--device {args.device}: CUDA is not available here")
+        agent = _agent(ckpt, state, str(device))
         metadata = _metadata(ckpt, state)
         path = export_policy(
             agent.policy(), format=args.format, path=out, outputs=args.outputs, metadata=metadata
         )
-    except (CheckpointError, ExportError, ValueError, TypeError, OSError) as exc:
+    except (CheckpointError, ExportError, ValueError, TypeError, OSError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     source = metadata["checkpoint"]

@@ -5,6 +5,11 @@ gaps, refusals, and resuming a killed stream byte for byte."""
 from __future__ import annotations
 
 import dataclasses
+
+import pytest
+
+pytest.importorskip("gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
+
 import inspect
 import json
 import math
@@ -18,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pytest
 import torch
 from tritonrl.agents.dqn import DQNAgent
 from tritonrl.agents.dqn.presets import preset as dqn_preset
