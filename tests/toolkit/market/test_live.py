@@ -30,6 +30,7 @@ from tritonrl.agents.sac import SACAgent
 from tritonrl.agents.sac.presets import preset as sac_preset
 from tritonrl.toolkit.cli.commands import main
 from tritonrl.toolkit.envs.market import FEATURES, Bars, compute_features, split, synthetic_bars, upload
+from tritonrl.toolkit.envs.market.data import source_bars
 from tritonrl.toolkit.envs.market.env import MarketEnv, MarketEnvConfig
 from tritonrl.toolkit.envs.market.evaluate import evaluate_market, strategy_figures
 from tritonrl.toolkit.envs.market.live import (
@@ -499,3 +500,29 @@ def test_a_failed_decision_leaves_the_bar_to_come_again() -> None:
         trader.feed(bars[10])
     rows += trader.feed(bars[10]) + trader.feed(bars[11])
     assert [r.time for r in rows] == [b.time for b in bars[W - 1 :]]
+
+
+@pytest.mark.parametrize("agent", ["dqn", "ppo-continuous"])
+def test_train_export_trade_reproduces_the_run_folders_test_report(
+    agent: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The whole path from the command line: ``tritonrl train --env market:...`` (its
+    test_report.json), ``tritonrl export`` (the market rules go into the sidecar), ``tritonrl
+    trade`` on the same series as a CSV from its first bar, deciding from the test period's first
+    decision: the trade CSV's equity is the report's, bit for bit."""
+    run = tmp_path / "run"
+    source = "synthetic,bars=1500,seed=4"
+    train = ["train", "--agent", agent, "--env", f"market:{source}", "--steps", "2048", "--run-dir", str(run)]
+    assert main([*train, "--no-progress", "--no-tensorboard", "--num-envs", "8"]) == 0
+    assert main(["export", str(run)]) == 0
+    report = json.loads((run / "test_report.json").read_text())
+    bars = _write_csv(source_bars(source), tmp_path / "bars.csv")
+    out = tmp_path / "trades.csv"
+    start = report["period"]["start"]
+    assert main(_cli(run / "policy.pt2", "--bars", f"csv={bars}", "--out", out, "--start", start)) == 0
+    capsys.readouterr()
+    rows, _ = read_trades(out)
+    decided = [r.equity for r in rows]  # the first decision's row, then one per bar
+    want = report["agent"]["equity"]
+    assert decided[: len(want)] == want  # exact: the report's numbers, bit for bit (module doc)
+    assert len(decided) == len(want)  # the period's last bar closes the last position: no decision after
