@@ -39,6 +39,7 @@ from tritonrl.toolkit.checks import InputGuard
 from tritonrl.toolkit.config import Config, check_config_dict, fixed_changes, format_change
 from tritonrl.toolkit.distributed import DistContext, DistributedError
 from tritonrl.toolkit.optim import MasterWeightOptimizer
+from tritonrl.toolkit.policy import GreedyActor
 from tritonrl.toolkit.precision import training_dtype
 from tritonrl.toolkit.spaces import space_from_json, space_to_json
 
@@ -561,6 +562,41 @@ class AgentBase(abc.ABC):
             ) from None
         agent.load_state_dict(state, where=where)
         return agent
+
+    def eval_check(self, obs: torch.Tensor) -> None:
+        """The checks of :meth:`eval_policy`'s observations (a batch ``[N, *obs_shape]``): the shape
+        (``obs_shape``, where the agent has one), image bytes (uint8, where the agent has a
+        ``pixel_scale``) or NaN/inf (:attr:`inputs`), named ``<Agent>.eval_policy``.
+
+        Raises:
+            ValueError: a wrong shape, NaN or infinite values.
+            TypeError: image observations that are not uint8.
+        """
+        owner = f"{type(self).__name__}.eval_policy"
+        shape = getattr(self, "obs_shape", None)
+        if shape is not None and tuple(obs.shape[1:]) != tuple(shape):
+            raise ValueError(
+                f"{owner}: obs has shape {tuple(obs.shape)}, expected [N, *{tuple(shape)}] or one "
+                f"observation {tuple(shape)}"
+            )
+        if getattr(self, "pixel_scale", None) is not None:
+            if obs.dtype != torch.uint8:
+                raise TypeError(
+                    f"{owner}: image obs must be uint8 (the environment's bytes), got {obs.dtype}"
+                )
+            return
+        self.inputs.obs("eval_policy", "obs", obs)
+
+    def eval_policy(self) -> GreedyActor:
+        """Greedy acting for evaluation: a :class:`tritonrl.toolkit.policy.GreedyActor` of the
+        agent's ``policy()`` (a snapshot as of this call) behind :meth:`eval_check`; any number of
+        observations (or one unbatched); a recurrent policy keeps its own memory
+        (``reset(mask)`` zeroes rows). Changes no counter. The loop's evaluations and the market
+        report use it."""
+        make = getattr(self, "policy", None)
+        if make is None:
+            raise TypeError(f"{type(self).__name__} has no policy(): it cannot evaluate greedily")
+        return GreedyActor(make(), self.eval_check)
 
     def acting_policy(self, sync_every: int = 1) -> ActingPolicy:
         """The policy a collector acts with: by default the learner itself

@@ -33,7 +33,6 @@ from tritonrl.toolkit.agent import AgentBase
 from tritonrl.toolkit.checks import ActionRule, InputGuard, StepShapes
 from tritonrl.toolkit.compile import Compiled, escape
 from tritonrl.toolkit.distributed import DistContext
-from tritonrl.toolkit.policy import GreedyActor
 from tritonrl.toolkit.replay import (
     FrameReplayBuffer,
     PrioritizedFrameReplayBuffer,
@@ -602,33 +601,6 @@ class DQNAgent(DQNCheckpoint, AgentBase):
     def learner_tensors(self) -> list[torch.Tensor]:
         """The online network's parameters then buffers (what a policy snapshot mirrors)."""
         return [*self.online.parameters(), *self.online.buffers()]
-
-    def eval_check(self, obs: torch.Tensor) -> None:
-        """The checks of :meth:`eval_policy`'s observations (a batch): shape, image bytes, NaN/inf
-        (named ``DQNAgent.eval_policy``).
-
-        Raises:
-            ValueError: a wrong shape, NaN or infinite values.
-            TypeError: image observations that are not uint8.
-        """
-        if tuple(obs.shape[1:]) != self.obs_shape:
-            raise ValueError(
-                f"DQNAgent.eval_policy: obs has shape {tuple(obs.shape)}, expected [N, *{self.obs_shape}] "
-                f"or one observation {self.obs_shape}"
-            )
-        if self.pixel_scale is not None:
-            if obs.dtype != torch.uint8:
-                raise TypeError(f"DQNAgent.eval_policy: image obs must be uint8, got {obs.dtype}")
-            return
-        self.inputs.obs("eval_policy", "obs", obs)
-
-    def eval_policy(self) -> GreedyActor:
-        """Greedy acting for evaluation (:class:`tritonrl.toolkit.policy.GreedyActor` of
-        :meth:`policy`, a snapshot as of this call): ``obs [N, *obs_shape]`` with any ``N`` (or one
-        unbatched observation) to the actions ``act(obs, explore=False)`` returns for
-        ``N = num_envs`` (noise-free weights, no epsilon); changes no counter. The training loop's
-        and the market report's evaluations use it."""
-        return GreedyActor(self.policy(), self.eval_check)
 
     def acting_policy(self, sync_every: int = 1) -> SnapshotPolicy:
         """The collector's acting policy: a :class:`tritonrl.toolkit.acting.SnapshotPolicy` of the

@@ -26,7 +26,6 @@ from tritonrl.toolkit.agent import AgentBase
 from tritonrl.toolkit.checks import ActionRule, InputGuard, StepShapes
 from tritonrl.toolkit.compile import Compiled, escape
 from tritonrl.toolkit.distributed import DistContext
-from tritonrl.toolkit.policy import GreedyActor
 from tritonrl.toolkit.replay.rollout import RolloutBuffer, RunningMeanStd, compute_gae
 from tritonrl.toolkit.spaces import pixel_scale
 
@@ -603,31 +602,6 @@ class PPOAgent(LaggedPPO, PPOCheckpoint, AgentBase):
         policy snapshot mirrors, :meth:`ActorCriticPolicy.mirrors`)."""
         stats = [] if self.obs_rms is None else [self.obs_rms.mean, self.obs_rms.var]
         return [*self.net.parameters(), *self.net.buffers(), *stats]
-
-    def eval_check(self, obs: torch.Tensor) -> None:
-        """The checks of :meth:`eval_policy`'s observations (a batch): shape, image bytes or
-        NaN/inf (named ``PPOAgent.eval_policy``).
-
-        Raises:
-            ValueError: a wrong shape, NaN or infinite values.
-            TypeError: image observations that are not uint8.
-        """
-        if tuple(obs.shape[1:]) != self.obs_shape:
-            raise ValueError(
-                f"PPOAgent.eval_policy: obs has shape {tuple(obs.shape)}, expected [N, *{self.obs_shape}] "
-                f"or one observation {self.obs_shape}"
-            )
-        if self.pixel_scale is not None:
-            _check_bytes("eval_policy", obs)
-        else:
-            self.inputs.obs("eval_policy", "obs", obs)
-
-    def eval_policy(self) -> GreedyActor:
-        """Greedy acting for evaluation (:class:`tritonrl.toolkit.policy.GreedyActor` of
-        :meth:`policy`, a snapshot as of this call): ``policy(obs)`` takes any number of
-        observations (or one unbatched) and returns the deterministic actions; a recurrent
-        policy keeps its own memory, ``policy.reset(mask)`` zeroes the rows in ``mask``."""
-        return GreedyActor(self.policy(), self.eval_check)
 
     # ------------------------------------------------------------------ state (AgentBase hooks)
 

@@ -28,7 +28,6 @@ from tritonrl.toolkit.checks import ActionRule, InputGuard, StepShapes
 from tritonrl.toolkit.compile import Compiled, escape
 from tritonrl.toolkit.distributed import DistContext
 from tritonrl.toolkit.optim import MasterWeightOptimizer
-from tritonrl.toolkit.policy import GreedyActor
 from tritonrl.toolkit.replay import ReplayBatch, ReplayBuffer
 
 __all__ = ["ContinuousAgent", "NO_CLIP"]
@@ -267,26 +266,6 @@ class ContinuousAgent(AgentBase):
     def learner_tensors(self) -> list[torch.Tensor]:
         """The actor's parameters then buffers (what a policy snapshot mirrors)."""
         return [*self.actor.parameters(), *self.actor.buffers()]
-
-    def eval_check(self, obs: torch.Tensor) -> None:
-        """The checks of :meth:`eval_policy`'s observations (a batch): shape, NaN/inf.
-
-        Raises:
-            ValueError: a wrong shape, NaN or infinite values (named ``<Agent>.eval_policy``).
-        """
-        if tuple(obs.shape[1:]) != self.obs_shape:
-            raise ValueError(
-                f"{type(self).__name__}.eval_policy: obs has shape {tuple(obs.shape)}, expected "
-                f"[N, *{self.obs_shape}] or one observation {self.obs_shape}"
-            )
-        self.inputs.obs("eval_policy", "obs", obs)
-
-    def eval_policy(self) -> GreedyActor:
-        """Deterministic acting for evaluation (:class:`tritonrl.toolkit.policy.GreedyActor` of
-        :meth:`policy`, a snapshot as of this call): ``obs [N, *obs_shape]`` with any ``N`` (or one
-        unbatched observation) to the actions ``act(obs, explore=False)`` returns; changes no
-        counter."""
-        return GreedyActor(self.policy(), self.eval_check)
 
     def lagged_actor(self) -> SnapshotActor:
         """An overlapped run's actor: a snapshot of the policy module (holding the actor's weights
