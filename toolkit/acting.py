@@ -148,10 +148,10 @@ class _Snapshot:
     """An f32 policy module acted from with ``act(policy, obs)`` (no gradients), refreshed from
     the learner's tensors by :meth:`load`; greedy for evaluations (:meth:`eval_policy`)."""
 
-    def __init__(self, policy: PolicyModule, act: Explore, greedy: Callable[[Any], None] | None) -> None:
+    def __init__(self, policy: PolicyModule, act: Explore, check: Callable[[Any], None] | None) -> None:
         self.policy = policy.requires_grad_(False)
         self.act = act
-        self._check = greedy
+        self._check = check
         self._mirrors = policy.mirrors()
 
     @property

@@ -35,7 +35,7 @@ from tritonrl.toolkit.checkpoint import (
     save_checkpoint,
     section,
 )
-from tritonrl.toolkit.checks import InputGuard
+from tritonrl.toolkit.checks import InputGuard, check_image_bytes
 from tritonrl.toolkit.config import Config, check_config_dict, fixed_changes, format_change
 from tritonrl.toolkit.distributed import DistContext, DistributedError
 from tritonrl.toolkit.optim import MasterWeightOptimizer
@@ -580,10 +580,7 @@ class AgentBase(abc.ABC):
                 f"observation {tuple(shape)}"
             )
         if getattr(self, "pixel_scale", None) is not None:
-            if obs.dtype != torch.uint8:
-                raise TypeError(
-                    f"{owner}: image obs must be uint8 (the environment's bytes), got {obs.dtype}"
-                )
+            check_image_bytes(type(self).__name__, "eval_policy", obs)
             return
         self.inputs.obs("eval_policy", "obs", obs)
 

@@ -41,6 +41,7 @@ __all__ = [
     "StepShapes",
     "available_memory",
     "check_config",
+    "check_image_bytes",
     "check_memory",
     "format_bytes",
 ]
@@ -209,6 +210,18 @@ def _dtype(x: Any) -> tuple[str, Any]:
 
 
 _BOOL = torch.bool
+
+
+def check_image_bytes(owner: str, call: str, x: Any, name: str = "obs") -> None:
+    """Refuse image observations that are not the environment's bytes (uint8), before any tensor op
+    (metadata only; a numpy array or a list is read as numpy reads it).
+
+    Raises:
+        TypeError: ``"<owner>.<call>: image <name> must be uint8 (the environment's bytes), got ..."``.
+    """
+    dtype = x.dtype if isinstance(x, torch.Tensor) else torch.as_tensor(np.asarray(x)).dtype
+    if dtype != torch.uint8:
+        raise TypeError(f"{owner}.{call}: image {name} must be uint8 (the environment's bytes), got {dtype}")
 
 
 class StepShapes:

@@ -15,7 +15,7 @@ Guide: docs/pages/using-policies.md.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -36,8 +36,8 @@ class PolicyModule(nn.Module):
     A subclass sets :attr:`family` and :attr:`extra_outputs`, implements :meth:`act` (the greedy
     action of a batch, from raw observations) and :meth:`outputs`, and lists in :meth:`mirrors`
     the tensors a snapshot copies from the learner (in the order of the agent's
-    ``learner_tensors()``). Recurrent subclasses set :attr:`recurrent` and implement
-    :meth:`state_spec` and :meth:`step`.
+    ``learner_tensors()``). Recurrent subclasses set :attr:`recurrent`, implement
+    :meth:`state_spec`, and take and return the state in :meth:`act` and :meth:`outputs`.
 
     Args:
         observation_space: the space of one observation (a ``Box``).
@@ -117,13 +117,6 @@ class PolicyModule(nn.Module):
         space.seed(seed)
         rows = np.stack([space.sample() for _ in range(batch)])
         return torch.as_tensor(rows).to(self.device)
-
-    @torch.no_grad()
-    def load_tensors(self, tensors: Sequence[torch.Tensor]) -> None:
-        """Copy ``tensors`` (the learner's, in :meth:`mirrors` order, any dtype) into this module:
-        the export cast of an acting snapshot's refresh."""
-        for dst, src in zip(self.mirrors(), tensors, strict=True):
-            dst.copy_(src)
 
     def spec(self) -> dict[str, Any]:
         """The description an export sidecar records: family, observation and action spaces and

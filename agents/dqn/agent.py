@@ -30,7 +30,7 @@ from tritonrl.agents.td import (
 )
 from tritonrl.toolkit.acting import SnapshotActor, SnapshotPolicy, actor_generator
 from tritonrl.toolkit.agent import AgentBase
-from tritonrl.toolkit.checks import ActionRule, InputGuard, StepShapes
+from tritonrl.toolkit.checks import ActionRule, InputGuard, StepShapes, check_image_bytes
 from tritonrl.toolkit.compile import Compiled, escape
 from tritonrl.toolkit.distributed import DistContext
 from tritonrl.toolkit.replay import (
@@ -269,10 +269,7 @@ class DQNAgent(DQNCheckpoint, AgentBase):
         if call == "act":  # one row per environment (eval_policy and q_values take any batch)
             self.shapes.act(x)
         if self.pixel_scale is not None:
-            if x.dtype != torch.uint8:
-                raise TypeError(
-                    f"DQNAgent.{call}: image obs must be uint8 (the environment's bytes), got {x.dtype}"
-                )
+            check_image_bytes("DQNAgent", call, x)
             return x.to(device=self.device, dtype=self.dtype).mul_(self.pixel_scale)
         self.inputs.obs(call, "obs", x)
         return x.to(device=self.device, dtype=self.dtype)
@@ -367,12 +364,8 @@ class DQNAgent(DQNCheckpoint, AgentBase):
             g.obs("observe", "obs", obs)
             g.obs("observe", "next_obs", next_obs)
         else:  # image bytes are finite: their dtype is the check
-            for name, x in (("obs", obs), ("next_obs", next_obs)):
-                dtype = x.dtype if hasattr(x, "dtype") else torch.as_tensor(x).dtype
-                if str(dtype) not in ("uint8", "torch.uint8"):
-                    raise TypeError(
-                        f"DQNAgent.observe: image {name} must be uint8 (the environment's bytes), got {dtype}"
-                    )
+            check_image_bytes("DQNAgent", "observe", obs, "obs")
+            check_image_bytes("DQNAgent", "observe", next_obs, "next_obs")
         g.action("observe", action)
         g.reward("observe", reward)
 

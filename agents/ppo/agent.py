@@ -13,7 +13,6 @@ import warnings
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 import torch
 from tritonrl.agents.nets.recurrent import subsequence_stats
 from tritonrl.agents.ppo.config import AGENT_KIND, PPOConfig
@@ -23,7 +22,7 @@ from tritonrl.agents.ppo.policy import ActorCriticPolicy
 from tritonrl.agents.ppo.state import PPOCheckpoint
 from tritonrl.toolkit import pytree
 from tritonrl.toolkit.agent import AgentBase
-from tritonrl.toolkit.checks import ActionRule, InputGuard, StepShapes
+from tritonrl.toolkit.checks import ActionRule, InputGuard, StepShapes, check_image_bytes
 from tritonrl.toolkit.compile import Compiled, escape
 from tritonrl.toolkit.distributed import DistContext
 from tritonrl.toolkit.replay.rollout import RolloutBuffer, RunningMeanStd, compute_gae
@@ -199,7 +198,7 @@ class PPOAgent(LaggedPPO, PPOCheckpoint, AgentBase):
         if call == "act":  # one row per environment (eval_policy takes any batch)
             self.shapes.act(x)
         if self.pixel_scale is not None:
-            _check_bytes(call or "observe", x)
+            check_image_bytes("PPOAgent", call or "observe", x)
             return x.to(device=self.device, dtype=dtype).mul_(self.pixel_scale)
         if call is not None:
             self.inputs.obs(call, "obs", x)
@@ -333,8 +332,8 @@ class PPOAgent(LaggedPPO, PPOCheckpoint, AgentBase):
         if self.pixel_scale is None:
             g.obs("observe", "obs", obs)
         else:  # image bytes are finite: their dtype is the check
-            _check_bytes("observe", obs, "obs")
-            _check_bytes("observe", next_obs, "next_obs")
+            check_image_bytes("PPOAgent", "observe", obs, "obs")
+            check_image_bytes("PPOAgent", "observe", next_obs, "next_obs")
         g.action("observe", action)
         g.reward("observe", reward)
         if self.pixel_scale is None:
@@ -633,17 +632,6 @@ def _check_obs_space(space: gym.Space, cfg: PPOConfig, pixels: bool) -> tuple[in
         raise ValueError(f"torso={cfg.torso!r} needs uint8 [C, H, W] image observations, got {space}")
     assert isinstance(space, gym.spaces.Box)  # pixel_scale is set for Box spaces only
     return tuple(int(d) for d in space.shape)
-
-
-def _check_bytes(call: str, x: Any, name: str = "obs") -> None:
-    """Refuse image observations that are not the environment's bytes (uint8), before any tensor op.
-
-    Raises:
-        TypeError: ``x`` is not uint8.
-    """
-    dtype = x.dtype if isinstance(x, torch.Tensor) else torch.as_tensor(np.asarray(x)).dtype
-    if dtype != torch.uint8:
-        raise TypeError(f"PPOAgent.{call}: image {name} must be uint8 (the environment's bytes), got {dtype}")
 
 
 def _same_obs(acted: Any, observed: Any) -> bool:

@@ -52,7 +52,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument(
         "--device",
         default="cpu",
-        help="the device the policy is exported on: cpu (default) or cuda[:N] (an aoti package for CUDA)",
+        help="cpu (default), cuda, cuda:N or auto: where the policy is exported (an aoti package for CUDA)",
     )
     p.add_argument(
         "--outputs",
@@ -108,8 +108,8 @@ def _metadata(ckpt: Path, state: dict[str, Any]) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     """``export``: the exit code (0, or 2 with one ``error:`` line and nothing written)."""
-    import torch
     from tritonrl.toolkit.checkpoint import CheckpointError, load_checkpoint
+    from tritonrl.toolkit.cli.common import parse_device
     from tritonrl.toolkit.export import SUFFIXES, ExportError, export_policy, sidecar_path
     from tritonrl.toolkit.lifecycle import CHECKPOINT_NAME
 
@@ -126,10 +126,7 @@ def run(args: argparse.Namespace) -> int:
         state = load_checkpoint(ckpt)
         if not isinstance(state, dict) or "agent" not in state or "meta" not in state:
             raise ValueError(f"{ckpt}: not a training-run checkpoint (no agent and meta sections)")
-        device = torch.device(args.device)
-        if device.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError(f"--device {args.device}: CUDA is not available here")
-        agent = _agent(ckpt, state, str(device))
+        agent = _agent(ckpt, state, str(parse_device(args.device)))
         metadata = _metadata(ckpt, state)
         path = export_policy(
             agent.policy(), format=args.format, path=out, outputs=args.outputs, metadata=metadata
