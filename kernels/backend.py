@@ -1,27 +1,9 @@
 """Kernel dispatch: which implementation of an op runs for given tensors.
 
-Every op in :mod:`kernels` owns one :class:`KernelOp`. The rules, in order:
-
-1. ``TRITONRL_BACKEND=torch`` forces the torch reference everywhere.
-2. Triton not importable: the torch reference runs (one warning per process); forcing
-   ``triton`` then raises ``ValueError``.
-3. CUDA tensors: the Triton kernel (its bf16 or f32 variant follows the tensors' dtype). If it
-   fails on a device (pre-Ampere GPUs are outside Triton's official support), that op falls back
-   to its torch reference on that device for the rest of the process and warns once with the
-   reason; with ``TRITONRL_BACKEND=triton`` the failure is raised instead. Only compile, resource
-   and driver errors fall back (:func:`is_device_failure`); any other exception is a bug and
-   propagates.
-4. CPU tensors: the torch reference, unless ``TRITONRL_BACKEND=triton`` and the Triton interpreter
-   is on (``TRITON_INTERPRET=1`` set before triton is imported): that is how kernel parity is
-   tested without a GPU. Forcing ``triton`` for CPU tensors without the interpreter raises
-   ``ValueError``.
-
-The variable is validated in one function, :func:`backend_override`, which dispatch and the agents'
-constructors (hence the command line, before training) call.
-
-``op.select(device)`` answers which implementation would run and why; ``op.last_backend`` and
-``op.counts`` record what actually ran (``op.reset()`` zeroes them and forgets failures), so a
-caller, and the tests, can see the path. Nothing here imports triton or queries CUDA at import time.
+Every op owns one :class:`KernelOp`: CUDA tensors run the Triton kernel, CPU tensors the torch
+reference; ``TRITONRL_BACKEND`` (auto, triton, torch) overrides, and a Triton compile, resource or
+driver failure falls back to the reference on that device, warning once. Imports torch only;
+nothing here imports triton or queries CUDA at import time. The rules: docs/pages/kernels.md.
 """
 
 from __future__ import annotations
@@ -80,9 +62,8 @@ def forced_backend() -> str:
 def backend_override(device: torch.device | str | None = None) -> str:
     """The validated ``TRITONRL_BACKEND`` for tensors on ``device``: the one check of the variable.
 
-    Dispatch (:meth:`KernelOp.select`) calls it for each new (device, environment) pair; agents
-    call it when they are built and so the command line refuses a bad value before training
-    (one ``error:`` line, exit status 2). Reads ``os.environ`` on every call (never cached).
+    Dispatch and the agents' constructors call it, so the command line refuses a bad value
+    before training. Reads ``os.environ`` on every call.
 
     Args:
         device: where the tensors live; ``None`` checks the value and Triton's import only.
@@ -92,8 +73,8 @@ def backend_override(device: torch.device | str | None = None) -> str:
 
     Raises:
         ValueError: the variable holds anything but auto, triton or torch; or it says ``triton``
-            where Triton cannot run: triton does not import, or ``device`` is not CUDA and not a
-            CPU under the Triton interpreter (``TRITON_INTERPRET=1``).
+            where Triton cannot run (no triton, or ``device`` neither CUDA nor a CPU under
+            ``TRITON_INTERPRET=1``).
     """
     forced = forced_backend()
     if forced != "triton":
@@ -155,11 +136,8 @@ _DEVICE_FAILURE_MARKERS = ("PassManager::run failed", "Triton Error [CUDA]", "CU
 def is_device_failure(exc: BaseException) -> bool:
     """Whether ``exc`` says a Triton kernel cannot run on its device (so falling back is right).
 
-    True for Triton's own errors (``triton.errors.TritonError``: ``CompilationError``,
-    ``OutOfResources``, ``PTXASError``...), CUDA driver / runtime errors
-    (``torch.AcceleratorError``), and plain ``RuntimeError``s whose message names a compiler pass
-    or driver failure. False for everything else, a host-side bug first of all. Imports triton
-    lazily (only when asked, after a failure).
+    True for Triton's own errors, CUDA driver/runtime errors and ``RuntimeError``s naming a
+    compiler pass or driver failure; False for everything else (a host-side bug).
     """
     try:
         from triton.errors import TritonError
@@ -182,11 +160,11 @@ _REFERENCES_ONLY = [0]
 
 @contextlib.contextmanager
 def references_only() -> Iterator[None]:
-    """Inside the block every op selects its torch reference on every device, eager calls and
-    traced ones alike (``torch.export`` then records the reference's aten ops, never a
-    ``tritonrl::`` custom op): how a policy is exported (:mod:`tritonrl.toolkit.export`), so that
-    its artifact runs where tritonrl is not installed. Nests; not thread-local (export holds it
-    for the length of one trace)."""
+    """Inside the block every op selects its torch reference on every device, traced calls too.
+
+    How a policy is exported (:mod:`tritonrl.toolkit.export`): the trace records aten ops, never
+    a ``tritonrl::`` custom op. Nests; not thread-local.
+    """
     _REFERENCES_ONLY[0] += 1
     try:
         yield
@@ -204,13 +182,10 @@ _ENV_KEYS: list[Any] = [None, None]
 
 
 def _environ_state() -> tuple[Any, Any]:
-    """The values of ``TRITONRL_BACKEND`` and ``TRITON_INTERPRET`` in ``os.environ`` now (``None``
-    when unset), as a cache key: raw, not decoded. Read on every call.
+    """The raw values of ``TRITONRL_BACKEND`` and ``TRITON_INTERPRET`` now (``None`` when unset).
 
-    CPython's ``os.environ`` keeps its items encoded in a dict (``_data``), which every write
-    through ``os.environ`` (``monkeypatch.setenv`` included) updates; looking the encoded names up
-    there skips the ``KeyError`` that ``os.environ.get`` raises and catches for an unset variable
-    (about 1.1 -> 0.3 us for both). Any other mapping in ``os.environ``'s place is read with ``get``.
+    Read from ``os.environ._data`` where it exists, which skips the ``KeyError`` that
+    ``os.environ.get`` raises and catches for an unset variable; any other mapping uses ``get``.
     """
     env = os.environ
     data = getattr(env, "_data", None)
@@ -247,14 +222,10 @@ class KernelOp:
     Args:
         name: the op's public name (unique).
         torch_impl: the torch reference: the CPU path and the test oracle.
-        triton_impl: the Triton host function, or ``"module:attr"`` imported on first use so
-            that triton is only imported when a Triton path actually runs.
-
-    Both implementations take the same arguments and return the same kind of result.
+        triton_impl: the Triton host function, or ``"module:attr"`` imported on first use.
 
     Attributes:
-        counts: calls run per backend (``{"triton": n, "torch": m}``) since import or :meth:`reset`;
-            a reference traced inline into a compiled graph is not counted.
+        counts: calls run per backend (``{"triton": n, "torch": m}``) since import or :meth:`reset`.
         last_backend: the backend of the latest call (``None`` before the first).
         failed: device -> why Triton failed there (that device runs the reference from then on).
     """
@@ -280,12 +251,7 @@ class KernelOp:
         _REGISTRY[name] = self
 
     def reset(self) -> None:
-        """Return the op to its state at import: no device failures, zero counters, no cached selection.
-
-        A debugging aid: call it before a piece of code to read from :attr:`counts` and
-        :attr:`last_backend` which implementation that code ran, or to try Triton again on a
-        device where it failed (the next call compiles anew and, if it fails again, warns again).
-        """
+        """Forget device failures, counters and cached selections (a debugging aid)."""
         self.failed.clear()
         self._selections.clear()
         self.counts.clear()
@@ -303,14 +269,11 @@ class KernelOp:
     def select(self, device: torch.device | str) -> Selection:
         """Which implementation runs for tensors on ``device``, and why.
 
-        The answer is cached per ``(device, TRITONRL_BACKEND, TRITON_INTERPRET)`` and whether a
-        :func:`references_only` block is open (both variables are read on every call, so changing
-        them takes effect at once); a Triton failure on a
-        device and :meth:`reset` clear the cache. Errors are never cached.
+        Cached per device, environment and :func:`references_only` state; a Triton failure and
+        :meth:`reset` clear the cache.
 
         Raises:
-            ValueError: ``TRITONRL_BACKEND`` holds an unknown value, or says ``triton`` where
-                Triton cannot run (see :func:`backend_override`).
+            ValueError: ``TRITONRL_BACKEND`` is unknown or says ``triton`` where Triton cannot run.
         """
         key = (device, *_environ_state(), _REFERENCES_ONLY[0] > 0)
         sel = self._selections.get(key)
@@ -351,25 +314,21 @@ class KernelOp:
     def dispatch(
         self, device: torch.device | str, triton_call: Callable[[], T], torch_call: Callable[[], T]
     ) -> T:
-        """Run ``triton_call`` or ``torch_call`` by the rule of :meth:`select`, Triton through
-        :meth:`guard`; recorded in ``counts`` / ``last_backend`` like :meth:`__call__`.
+        """:meth:`__call__` with calls of the caller's choosing (the custom ops' host launchers).
 
-        :meth:`__call__` with calls of the caller's choosing: the torch custom ops
-        (:mod:`tritonrl.kernels.library`) run the host launchers directly (no autograd.Function
-        below the op) and their own backward through it.
+        Runs ``triton_call`` (through :meth:`guard`) or ``torch_call`` by the rule of
+        :meth:`select`, counted like :meth:`__call__`.
         """
         if self.select(device).backend == "torch":
             return self._ran("torch", torch_call())
         return self.guard(device, triton_call, torch_call)
 
     def guard(self, device: torch.device | str, triton_call: Callable[[], T], fallback: Callable[[], T]) -> T:
-        """Run ``triton_call``; if it fails on CUDA in auto mode with a compile, resource or driver
-        error (see :func:`is_device_failure`), warn once and run ``fallback``.
+        """Run ``triton_call``; on a device failure (:func:`is_device_failure`) in auto mode on CUDA,
+        warn once and run ``fallback``.
 
-        Any other exception (a ``ValueError`` or ``TypeError`` from host code, an ``IndexError``...)
-        is a bug and propagates, as does every failure on CPU or with ``TRITONRL_BACKEND=triton``.
-        Ops use this for their Triton backward too, with a fallback through the reference
-        (:func:`tritonrl.kernels.fallback.reference_grads`).
+        Any other exception propagates, as does every failure on CPU or under
+        ``TRITONRL_BACKEND=triton``.
         """
         try:
             return self._ran("triton", triton_call())

@@ -1,8 +1,6 @@
 """The backward every Triton op falls back to: torch autograd through the op's reference.
 
-A Triton backward runs inside :meth:`tritonrl.kernels.backend.KernelOp.guard`; when it fails on a
-device with a compile, resource or driver error, the guard calls a fallback built on
-:func:`reference_grads`, so every op has the same fallback, written once.
+Used by :meth:`tritonrl.kernels.backend.KernelOp.guard` when a Triton backward fails on a device.
 """
 
 from __future__ import annotations
@@ -26,12 +24,10 @@ def reference_grads(
         fn: the reference, called on detached copies of ``inputs`` (``None`` entries kept).
         inputs: the forward's tensor inputs.
         needs: per input, whether its gradient is wanted (``ctx.needs_input_grad``).
-        grad_outputs: one upstream gradient per output of ``fn``; ``None`` for an output that
-            takes none.
+        grad_outputs: one upstream gradient per output of ``fn`` (``None``: none).
 
     Returns:
-        One entry per input: its gradient where ``needs`` says so and the input is a floating
-        tensor the outputs depend on, else ``None`` (autograd reads ``None`` as zero).
+        Per input, its gradient where wanted and defined, else ``None`` (read as zero).
     """
     with torch.enable_grad():
         leaves = [

@@ -1,17 +1,9 @@
 """The kernel ops as torch custom ops (namespace ``tritonrl``): what ``torch.compile`` traces.
 
-Every :class:`~tritonrl.kernels.backend.KernelOp` has a custom op of the same name
-(``torch.ops.tritonrl.noisy_linear``, ...; registered in ``kernels/<family>/library.py``, imported
-by each family's ``__init__``), with a fake (meta) implementation and, where the op is
-differentiable, autograd whose backward is a custom op too. Under tracing the public functions
-call them, so code using the kernels compiles with ``fullgraph=True``; eager calls keep the direct
-path. This module holds the shared pieces: :func:`inline_reference` and :func:`traces_reference`
-(the torch reference traced inline where it is what would run), :func:`absent` and
-:func:`needed_grads` (flat schemas), :func:`run_backward` and :func:`reference_grads_in_op`
-(gradients inside an op).
-
-Guide: docs/pages/kernels.md ("torch.compile: the ops as custom ops": the design decisions);
-measurements: docs/pages/speed.md.
+Each family's ``library.py`` registers a custom op per :class:`~tritonrl.kernels.backend.KernelOp`
+(fake implementation, autograd through a backward op), so code using the kernels compiles with
+``fullgraph=True``. This module holds the shared pieces. Imports torch and ``kernels`` only.
+See docs/pages/kernels.md ("torch.compile: the ops as custom ops").
 """
 
 from __future__ import annotations
@@ -46,11 +38,8 @@ _ON, _OFF = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
 def inline_reference() -> bool:
-    """Whether compiled calls of the noisy-head and Mamba2 ops trace the torch reference inline
-    where it is what would run (see the module doc): ``TRITONRL_INLINE_REFERENCE``, on when unset.
-
-    ``0`` routes every compiled call through the custom op. Read when a graph is traced (a
-    compiled function keeps the choice it was traced with), never in eager calls.
+    """Whether compiled calls trace the torch reference inline where it would run:
+    ``TRITONRL_INLINE_REFERENCE``, on when unset; read at trace time only.
 
     Raises:
         ValueError: the variable holds anything but 1/0 (true/false, yes/no, on/off).
@@ -64,8 +53,7 @@ def inline_reference() -> bool:
 
 @torch.compiler.assume_constant_result
 def _traces_reference(name: str, device: str) -> bool:
-    """:func:`inline_reference`, and op ``name`` would run its torch reference on ``device``
-    (taken at trace time)."""
+    """:func:`inline_reference`, and op ``name`` would run its reference on ``device`` (trace time)."""
     from tritonrl.kernels.backend import references_forced, registry
 
     if references_forced():  # an export trace: the reference, whatever TRITONRL_INLINE_REFERENCE says
@@ -76,9 +64,8 @@ def _traces_reference(name: str, device: str) -> bool:
 def traces_reference(op: KernelOp, device: torch.device) -> bool:
     """Under ``torch.compile``: call ``op``'s torch reference inline (``True``) or its custom op.
 
-    ``True`` inside :func:`tritonrl.kernels.backend.references_only` (an export trace), or when
-    :func:`inline_reference` is on and ``op`` selects its reference for ``device`` (decided once
-    per traced graph). Only meaningful while tracing.
+    ``True`` inside :func:`~tritonrl.kernels.backend.references_only`, or when
+    :func:`inline_reference` is on and ``op`` selects its reference for ``device``.
     """
     return _traces_reference(op.name, str(device))
 
@@ -100,9 +87,9 @@ def reference_grads_in_op(
     needs: Sequence[bool],
     grad_outputs: Sequence[torch.Tensor | None],
 ) -> tuple[torch.Tensor | None, ...]:
-    """:func:`~tritonrl.kernels.fallback.reference_grads` callable from a custom op's
-    implementation: the same arguments and result, with the autograd dispatch keys that the op
-    machinery excluded turned back on while it runs."""
+    """:func:`~tritonrl.kernels.fallback.reference_grads` with autograd turned back on, for use
+    inside a custom op's implementation.
+    """
     include = torch._C._dispatch_tls_local_include_set()
     exclude = torch._C._dispatch_tls_local_exclude_set() - _AUTOGRAD_KEYS
     with torch._C._ForceDispatchKeyGuard(include, exclude):
@@ -119,9 +106,8 @@ def needed_grads(
     inputs: Sequence[torch.Tensor | None],
     needs: Sequence[bool],
 ) -> list[torch.Tensor]:
-    """The gradients a backward op returns: one contiguous tensor per input that ``needs`` flags
-    and that exists, in order; a gradient the backend did not produce (the input does not reach
-    the output) is zeros like its input.
+    """A backward op's outputs: one contiguous gradient per existing input that ``needs`` flags,
+    zeros where the backend produced none.
     """
     return [
         (torch.zeros_like(t, memory_format=torch.contiguous_format) if g is None else g.contiguous())
@@ -136,8 +122,7 @@ def fake_grads(inputs: Sequence[torch.Tensor | None], needs: Sequence[bool]) -> 
 
 
 def place_grads(flat: Sequence[torch.Tensor], needs: Sequence[bool]) -> list[torch.Tensor | None]:
-    """Undo :func:`needed_grads` in an autograd backward: one entry per input, ``None`` where
-    ``needs`` is false (``needs`` is ``ctx.needs_input_grad``, false for absent inputs)."""
+    """Undo :func:`needed_grads`: one entry per input, ``None`` where ``needs`` is false."""
     it = iter(flat)
     return [next(it) if n else None for n in needs]
 
@@ -145,9 +130,9 @@ def place_grads(flat: Sequence[torch.Tensor], needs: Sequence[bool]) -> list[tor
 def run_backward(
     op: KernelOp, device: torch.device, triton_call: Callable[[], T], reference_call: Callable[[], T]
 ) -> T:
-    """A backward op's dispatch, as in eager mode: on a Triton selection the Triton backward
-    through :meth:`KernelOp.guard` (counted; a device failure falls back to ``reference_call``),
-    else ``reference_call`` (not counted: eager autograd through the reference counts nothing)."""
+    """A backward op's dispatch: the Triton backward through :meth:`KernelOp.guard` (counted)
+    on a Triton selection, else ``reference_call`` (not counted).
+    """
     if op.select(device).backend == "torch":
         return reference_call()
     return op.guard(device, triton_call, reference_call)

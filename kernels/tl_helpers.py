@@ -1,13 +1,8 @@
 """Triton device helpers shared by every kernel. Imported only where a Triton path runs.
 
-The bf16 convention (CONTRIBUTING.md, "Kernels"): kernels load bf16, convert to f32 before element-wise
-math, and store with ``.to(ptr.dtype.element_ty)``. Every matrix product goes through
-:func:`dot`, which upcasts its operands to f32 only under the Triton interpreter (the interpreter
-does no arithmetic on bf16) and otherwise feeds them to tensor cores as they are.
-
-Host side, kernels take two ``tl.constexpr`` flags computed by :func:`dot_flags`:
-``INTERPRET`` (the interpreter is on) and ``IEEE`` (f32 operands: IEEE f32 products, so the f32
-variant matches the f32 reference tightly instead of rounding through tf32).
+bf16 convention (CONTRIBUTING.md, "Kernels"): load bf16, compute element-wise in f32, store with
+``.to(ptr.dtype.element_ty)``. :func:`dot` upcasts to f32 only under the interpreter; ``IEEE``
+(from :func:`dot_flags`) keeps f32 products exact instead of tf32.
 """
 
 from __future__ import annotations

@@ -1,26 +1,10 @@
 """Argument checks: the project's one validation dialect.
 
-The kernels' public functions, the toolkit (:func:`tritonrl.toolkit.checks.check_config`, the
-loops, the replay) and the agents check their arguments with these helpers, so every message
-reads the same; this module imports only torch and the standard library, so any layer may use it.
-
-Each helper reads metadata only (type, dtype, shape, device, strides), never tensor data, so a
-check costs no device sync (CONTRIBUTING.md, "Validation"). Messages start with the argument's name::
-
-    x must be a torch.Tensor, got list
-    A must have shape [H] = (4,), got (3,)
-    weight_sigma must have dtype float32 (x's dtype), got float64
-    eps_out is on meta but x is on cpu
-    state must be contiguous (strides (60, 15, 1, 5))
-    chunk_size must be an int in [16, 256], got 8
-
-A config field (:func:`check_field`) is named as a user sets it, ``--set name=value``::
-
-    lr=inf must be a finite number
-    gamma=1.5 must be in [0,1]
-    hidden=(64, 0): each item must be >= 1, got 0
-
-Errors: ``TypeError`` for a wrong type or dtype, ``ValueError`` for everything else.
+Kernels, toolkit and agents check arguments with these helpers, so every message reads the same
+(``x must be a torch.Tensor, got list``). Checks read metadata only, never tensor data (no device
+sync). ``TypeError`` for a wrong type or dtype, ``ValueError`` for everything else. Imports torch
+and the standard library only, so any layer may use it. See docs/pages/contributing.md,
+"Validation".
 """
 
 from __future__ import annotations
@@ -109,7 +93,7 @@ def check_int(name: str, value: object, *, low: int | None = None, high: int | N
     """``value`` is an int (not a bool) in ``[low, high]`` (either bound optional); returns it.
 
     Raises:
-        ValueError: anything else, with the allowed range.
+        ValueError: anything else.
     """
     ok = isinstance(value, int) and not isinstance(value, bool)
     ok = ok and (low is None or value >= low) and (high is None or value <= high)  # type: ignore[operator]
@@ -129,7 +113,7 @@ def check_int(name: str, value: object, *, low: int | None = None, high: int | N
 
 
 def check_real(name: str, value: object, *, positive: bool = False, nonnegative: bool = True) -> float:
-    """``value`` is a finite real number (``>= 0`` by default, ``> 0`` with ``positive``); returns it.
+    """``value`` is a finite real number (``>= 0``, or ``> 0`` with ``positive``); returns it.
 
     Raises:
         ValueError: not a finite int or float (bools refused), or out of range.
@@ -153,7 +137,7 @@ def parse_interval(spec: str) -> tuple[float, bool, float, bool]:
     """``"(0, 1]"`` -> ``(low, low_closed, high, high_closed)``; ``inf`` bounds allowed.
 
     Raises:
-        ValueError: ``spec`` is not an interval such as ``"(0, 1]"`` or ``"[1, inf)"``.
+        ValueError: ``spec`` is not an interval.
     """
     m = _INTERVAL.match(spec)
     if m is None:
@@ -181,12 +165,8 @@ def describe_interval(spec: str) -> str:
 def check_field(
     name: str, value: object, interval: str, *, integer: bool = False, each: bool = False
 ) -> None:
-    """A config field's number (or, with ``each``, every item of its tuple) is an int (with
-    ``integer``; numpy integers too) or a real number, finite, and in ``interval``.
-
-    Messages name the field as ``--set`` writes it: ``lr=inf must be a finite number``,
-    ``batch_size=True must be an int``, ``gamma=1.5 must be in [0,1]``,
-    ``hidden=(64, 0): each item must be >= 1, got 0``. Bools are refused.
+    """A config field's number (or, with ``each``, every item) is a finite int (with ``integer``)
+    or real in ``interval``; bools refused. Messages read like ``gamma=1.5 must be in [0,1]``.
 
     Raises:
         ValueError: the first item that is not such a number.

@@ -1,12 +1,8 @@
 """Frames stored once: the stacked-observation gather of pixel replay.
 
-- :func:`frame_stack_sample`: the stacked observations of a batch of rows of a uint8 frame store,
-  masked at episode starts, converted to the training dtype and scaled, in one launch.
-
-Files (the kernel-folder convention, docs/pages/kernels.md): ``api.py`` (the op, validation),
-``reference.py`` (the layout, the torch specification and CPU path), ``fused.py`` (the Triton
-kernel, imported only when a Triton path runs), ``library.py`` (the op as a torch custom op,
-``torch.ops.tritonrl.frame_stack_sample``, for ``torch.compile``).
+:func:`frame_stack_sample` gathers, masks, converts and scales a batch of stacked observations
+from a uint8 frame store in one launch. Files follow the op-folder convention; see
+docs/pages/kernels.md ("The frame-stack gather").
 """
 
 # library registers torch.ops.tritonrl.frame_stack_sample (what torch.compile traces); the

@@ -1,10 +1,7 @@
 """The frame-stack sampling op: validation, dispatch and the public function. Imports no triton.
 
-:func:`frame_stack_sample` gathers the stacked observations of a batch of rows from a uint8 frame
-store (layout: :mod:`tritonrl.kernels.frame_stack.reference`), masks the frames from before each
-episode's start, and converts and scales them into the training dtype, in one launch on CUDA.
-Ask for the observations and the next observations of a batch in one call (``rows`` of both,
-concatenated).
+Layout: :mod:`tritonrl.kernels.frame_stack.reference`. Ask for a batch's observations and next
+observations in one call (``rows`` of both, concatenated).
 """
 
 from __future__ import annotations
@@ -49,12 +46,12 @@ def frame_stack_sample(
         scale: each frame's multiplier (``1/255`` maps bytes to ``[0, 1]``), finite and >= 0.
 
     Returns:
-        ``[M, stack, P]`` in ``dtype`` on ``frames.device``; ``out[m, j]`` is the frame
-        ``stack - 1 - j`` steps before ``rows[m]``, zeros where that is before the episode's start.
+        ``[M, stack, P]`` in ``dtype``; ``out[m, j]`` is the frame ``stack - 1 - j`` steps before
+        ``rows[m]``, zeros before the episode's start.
 
     Raises:
         TypeError: a tensor of the wrong dtype, or ``dtype`` not float32 / bfloat16.
-        ValueError: wrong shapes, devices, a non-contiguous ``frames``, ``ring`` not dividing
+        ValueError: wrong shapes or devices, a non-contiguous ``frames``, ``ring`` not dividing
             ``N``, ``stack`` outside ``[1, ring]``, or a negative or non-finite ``scale``.
     """
     frames = check_tensor("frames", frames, dtype=torch.uint8, ndim=2, what="[N, P]", contiguous=True)

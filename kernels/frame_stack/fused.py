@@ -1,17 +1,9 @@
 """The Triton kernel of the frame-stack gather (layout: :mod:`tritonrl.kernels.frame_stack.reference`).
 
-``_frame_stack_sample_kernel``: one program per (row ``m``, stack position ``j``, block of pixels).
-It finds the source row ``stack - 1 - j`` slots before ``rows[m]`` in its environment's ring (as
-:func:`~tritonrl.kernels.frame_stack.reference.stack_rows`), loads that block of uint8 pixels
-(nothing where the frame is before the episode's start: ``stack - 1 - j >= depth[rows[m]]``, those
-pixels are 0), converts them to f32, multiplies by the weight and stores in the output's dtype. The
-weight is ``scale`` rounded to the output dtype (as the reference's per-frame weight is), so each
-product of a byte and the weight is the reference's f32 product, rounded once on the store: bf16
-and f32 from one source, equal to the reference bit for bit on CUDA. (The Triton interpreter
-truncates f32 -> bf16 instead of rounding to nearest even: within one bf16 ulp there.)
-
-A pure gather: no autograd, no atomics, and the launch config depends only on ``P`` (no autotune;
-``M`` never changes code).
+One program per (row, stack position, block of pixels): find the source frame, load its bytes
+(zeros before the episode's start), multiply by ``scale`` rounded to the output dtype, store.
+Equal to the reference bit for bit on CUDA (the interpreter truncates f32 -> bf16: one ulp).
+No autograd; the launch config depends only on ``P``.
 """
 
 from __future__ import annotations
@@ -71,8 +63,8 @@ def frame_stack_sample_fwd(
     weight: float,
 ) -> torch.Tensor:
     """Launch the gather: ``[M, stack, P]`` in ``dtype``; ``weight`` is the multiplier already
-    rounded to ``dtype`` (an f32 value). Validates nothing (see
-    :func:`tritonrl.kernels.frame_stack.frame_stack_sample`)."""
+    rounded to ``dtype``. Validates nothing.
+    """
     m, p = rows.shape[0], frames.shape[1]
     out = empty((m, stack, p), dtype=dtype, device=frames.device)
     if m == 0 or p == 0:
@@ -94,8 +86,7 @@ def frame_stack_sample_triton(
     dtype: torch.dtype,
     scale: float,
 ) -> torch.Tensor:
-    """The Triton implementation of
-    :func:`~tritonrl.kernels.frame_stack.reference.frame_stack_sample_ref` (same arguments)."""
+    """The Triton implementation of :func:`~tritonrl.kernels.frame_stack.reference.frame_stack_sample_ref`."""
     # the reference's weight: scale rounded to f32, then to dtype (a host-side scalar, no sync)
     weight = float(torch.tensor(scale, dtype=torch.float32).to(dtype).float())
     return frame_stack_sample_fwd(frames, depth, rows, ring, stack, dtype, weight)

@@ -1,10 +1,7 @@
 """The frame-stack gather as a torch custom op (design: :mod:`tritonrl.kernels.library`).
 
-``torch.ops.tritonrl.frame_stack_sample`` is what
-:func:`~tritonrl.kernels.frame_stack.frame_stack_sample` calls under ``torch.compile`` (inputs
-validated there): the same dispatch and implementations as eager mode, a fake that gives the
-``[M, stack, P]`` output's metadata, no tensor written in place. Not differentiable (the frames
-are data). Imports no triton.
+``torch.ops.tritonrl.frame_stack_sample``, called under ``torch.compile``: eager mode's dispatch,
+a fake for the ``[M, stack, P]`` output, not differentiable. Imports no triton.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """The frame-stack gather: the specification, the CPU path and the test oracle.
 
-A frame store keeps each observation frame once, as uint8, in per-environment rings of ``ring``
-slots: ``frames [N, P]`` (``N = E * ring`` rows, ``P`` bytes per frame; environment ``e`` owns rows
-``e * ring .. e * ring + ring - 1``) and ``depth [N]`` int32, the number of frames of the slot's
-episode up to and including the slot (1 at an episode's first frame). The stacked observation of
-row ``r`` is the ``stack`` frames ending at ``r`` in its ring, oldest first; a frame from before the
-episode's start is zeros (as a zero-padding frame-stack wrapper gives). Each frame is converted
-once to the output dtype and multiplied by ``scale``.
+Per-environment rings of ``ring`` uint8 frames: ``frames [N, P]`` (environment ``e`` owns rows
+``e * ring ..``) and ``depth [N]`` int32, the slot's frames so far in its episode (1 at the
+first). Row ``r``'s observation is the ``stack`` frames ending at ``r``, oldest first, zeros
+before the episode's start, each converted to the output dtype and multiplied by ``scale``.
 """
 
 from __future__ import annotations
@@ -35,17 +32,12 @@ def frame_stack_sample_ref(
     dtype: torch.dtype,
     scale: float,
 ) -> torch.Tensor:
-    """``[M, stack, P]`` in ``dtype``: ``out[m, j] = frames[src[m, j]] * scale`` where the frame
-    belongs to the episode of ``rows[m]`` (``stack - 1 - j < depth[rows[m]]``), else 0, with
-    ``src = stack_rows(rows, ring, stack)``. Arguments: see
+    """``[M, stack, P]`` in ``dtype``: ``out[m, j] = frames[src[m, j]] * scale`` within the episode of
+    ``rows[m]``, else 0, with ``src = stack_rows(rows, ring, stack)``. Arguments: see
     :func:`tritonrl.kernels.frame_stack.frame_stack_sample`.
 
-    One gather of uint8 rows, one conversion into the output (exact: a byte is exactly an f32 or
-    a bf16) and one in-place multiply by a per-frame weight, ``scale`` rounded to ``dtype`` or 0:
-    each product is the f32 product of the byte and the weight rounded once to ``dtype`` (exact
-    in f32 for bf16 weights). No mixed-dtype multiply (a slow path on CPU) and no float copy of
-    the gathered frames. On CPU the frames go through in chunks of about 256 KiB of bytes, each
-    gathered into one reused buffer and converted and scaled while it is in cache.
+    Each product is the byte times ``scale`` rounded to ``dtype``, rounded once (as the kernel).
+    On CPU the frames go through in cache-sized chunks into one reused buffer.
     """
     src = stack_rows(rows, ring, stack).view(-1)
     back = torch.arange(stack - 1, -1, -1, device=rows.device)

@@ -1,10 +1,7 @@
 """The public Mamba2 ops: validation and dispatch. Imports no triton (the kernels load lazily).
 
-- :func:`mamba2_scan`: the chunked selective scan over a sequence, differentiable (Triton forward
-  and backward on CUDA, the torch chunked scan with autograd on CPU: :func:`mamba2_scan_torch`);
-- :func:`mamba2_step`: one recurrence step for acting, updating an f32 state in place;
-  :func:`mamba2_step_unchecked` is the same without the input checks, for a caller that built the
-  inputs itself (the Mamba2 block's ``step``: at a few environments the checks cost as much as the step).
+:func:`mamba2_step_unchecked` skips the input checks for a caller that built the inputs itself
+(the Mamba2 block's ``step``, where the checks would cost as much as the step).
 """
 
 from __future__ import annotations
@@ -48,11 +45,10 @@ def mamba2_scan_torch(
 ) -> torch.Tensor | tuple[torch.Tensor, ...]:
     """The scan's torch path (arguments as :func:`~tritonrl.kernels.mamba2.reference.mamba2_scan_ref`).
 
-    Without resets and keyword options: on a CPU,
-    :func:`~tritonrl.kernels.mamba2.factored.mamba2_scan_factored` where the decays fit its factors
-    (it reads their largest magnitude on the host), else (and on other devices)
-    :func:`~tritonrl.kernels.mamba2.fast.mamba2_scan_fast`; both give the reference's results up to
-    float32 reassociation with fewer and larger products. The reference otherwise."""
+    Without resets and keyword options: the factored scan on a CPU where the decays fit its
+    factors, else the fast scan; both equal the reference up to float32 reassociation. The
+    reference otherwise.
+    """
     if resets is None and not kwargs:
         args = (
             x,
@@ -150,7 +146,7 @@ def mamba2_scan(
         y_t = (h_t @ C_t + D * x_t) * silu(z_t)
 
     ``h_0`` is ``initial_states`` (zeros if None); head ``h`` reads group ``h // (H // G)`` of B
-    and C. ``reset_t`` zeroes the state before step ``t`` (an episode starts at ``t``).
+    and C.
 
     Args:
         x: [B, L, H, P], float32 or bfloat16 (the data dtype).
@@ -164,17 +160,14 @@ def mamba2_scan(
         dt_softplus: apply softplus to ``dt + dt_bias``.
         dt_limit: (min, max) clamp of dt' after the softplus.
         initial_states: optional [B, H, P, N] float32.
-        resets: optional [B, L] bool.
-        chunk_size: a power of two in [16, 256]; ``L`` need not be a multiple. The result does not
-            depend on it (up to rounding); it trades intra-chunk work for sequential steps.
+        resets: optional [B, L] bool: zero the state before step ``t``.
+        chunk_size: a power of two in [16, 256]; the result does not depend on it (up to rounding).
         return_final_states: also return ``h_L``.
 
     Returns:
         y [B, L, H, P] in the data dtype, or ``(y, final_states)`` with final_states
-        [B, H, P, N] float32. Internally everything accumulates in float32.
-
-    Differentiable in x, dt, A, B, C, D, z, dt_bias and initial_states. The Triton backward is
-    deterministic (no atomics: partial sums are written per program and reduced in a fixed order).
+        [B, H, P, N] float32. Accumulates in float32; differentiable in every tensor input; the
+        Triton backward is deterministic (no atomics).
 
     Raises:
         TypeError: an argument is not a tensor or has a wrong dtype.
@@ -290,14 +283,8 @@ def mamba2_step(
 ) -> torch.Tensor:
     """One step of the Mamba2 recurrence for acting: updates ``state`` in place, returns ``y_t``.
 
-    Exactly one step of :func:`mamba2_scan` (same arguments without the time axis)::
-
-        state = exp(dt' * A) * state * (1 - reset) + dt' * outer(x, B)
-        y = (state @ C + D * x) * silu(z)
-
-    The recurrent state is kept in **float32** even when the model is bf16: a bf16 state would
-    round at every step and drift over long episodes. ``x`` and friends may be bf16; the update is
-    computed in float32.
+    One step of :func:`mamba2_scan` (same arguments without the time axis). The state stays
+    float32 even for a bf16 model: a bf16 state would drift over long episodes.
 
     Args:
         state: [B, H, P, N] float32, contiguous; overwritten with the new state.
@@ -309,13 +296,12 @@ def mamba2_step(
         D: optional skip, [H] or [H, P], float32 or the data dtype.
         z: optional gate [B, H, P] in the data dtype.
         dt_bias: optional [H], float32 or the data dtype.
-        dt_softplus: apply softplus to ``dt + dt_bias`` (as in :func:`mamba2_scan`).
-        dt_limit: (min, max) clamp of dt' (as in :func:`mamba2_scan`).
+        dt_softplus: apply softplus to ``dt + dt_bias``.
+        dt_limit: (min, max) clamp of dt'.
         reset: optional [B] bool: zero that row's state before the update (episode start).
 
     Returns:
-        y [B, H, P] in the data dtype. Not differentiable (acting runs without autograd): it is
-        computed under ``torch.no_grad()``.
+        y [B, H, P] in the data dtype; computed under ``torch.no_grad()``.
 
     Raises:
         TypeError: an argument is not a tensor or has a wrong dtype (a non-float32 state included).
@@ -372,15 +358,12 @@ def mamba2_step_unchecked(
 ) -> torch.Tensor:
     """:func:`mamba2_step` without its input checks (positional arguments, ``dt_limit`` two floats).
 
-    For a caller that built the arguments itself and checked, once per call, what it took from
-    outside: :meth:`tritonrl.agents.nets.mamba2.Mamba2Block.step` slices them from its own layers and
-    checks its input and state, so the op's checks (a dozen per step) would only repeat them. The
-    arguments must satisfy every condition :func:`mamba2_step` states (``state`` float32 and
-    contiguous, shapes, dtypes, one device): nothing here verifies them, and the Triton kernel
-    reads out of bounds if they do not hold. Everyone else calls :func:`mamba2_step`.
+    For :meth:`tritonrl.agents.nets.mamba2.Mamba2Block.step`, which builds and checks its own
+    arguments. They must satisfy every condition :func:`mamba2_step` states: nothing here
+    verifies them, and the Triton kernel reads out of bounds if they do not hold.
 
     Returns:
-        y [B, H, P] in the data dtype; ``state`` is updated in place (as :func:`mamba2_step`).
+        y [B, H, P] in the data dtype; ``state`` is updated in place.
     """
     with torch.no_grad():
         if torch.compiler.is_compiling():  # the reference or the custom op (the caller checked)

@@ -1,20 +1,9 @@
 """Triton kernels of the chunked Mamba2 scan (SSD), forward and backward.
 
-Design (simple on purpose): one program per (batch, head, block of P) walks the chunks of its
-sequence in order, holding its slice of the state, [N, BP] in float32, in registers. Per chunk it
-does the intra-chunk part as small matrix products through :func:`tritonrl.kernels.tl_helpers.dot`:
-``CB = C @ B^T`` [T, T], masked by the decay matrix, times ``x``; plus ``C @ S0`` for the state
-entering the chunk; then it folds the chunk into the state. The forward stores the state entering
-every chunk (float32) when gradients are needed, and the backward walks the chunks in reverse
-with the state gradient in registers.
-
-Gradients that sum over P (dt, A, B, C) are written per P-block as float32 partials and reduced in
-torch afterwards; B and C partials per head are summed over the heads of a group the same way.
-No atomics anywhere, so the backward is deterministic.
-
-dtypes: x, B, C, z are float32 or bfloat16 (loaded and converted to float32 before element-wise
-math). Products with the state use float32 operands (tf32 on tensor cores for bf16 data, IEEE
-for float32 data); intra-chunk products feed bf16 operands to the tensor cores for bf16 data.
+One program per (batch, head, block of P) walks its sequence's chunks in order, holding its
+[N, BP] f32 state slice in registers; the backward walks them in reverse. Gradients summed over
+P or over a group's heads are written as f32 partials and reduced in torch: no atomics, so the
+backward is deterministic. bf16 or f32 data, f32 math. See docs/pages/mamba2.md.
 """
 
 from __future__ import annotations
@@ -398,11 +387,9 @@ _MIN_PROGRAMS = 128
 def _blocks(P: int, N: int, BT: int, bwd: bool, rows: int) -> tuple[int, int, int]:
     """BP (P-block), BN (padded N) and warps for ``rows`` = batch x heads sequences.
 
-    Hand-picked, not autotuned (no autotune key on batch or length): N, P and the chunk decide
-    the code. When there are few sequences (a long single rollout) P is cut into smaller blocks
-    so that more programs run side by side; each recomputes ``C @ B^T`` for its block. Launches
-    use ``num_stages=1``: the chunk loop carries the state, and multi-buffering its [T, N] tiles
-    would risk overrunning shared memory in the float32 variant."""
+    Hand-picked, not autotuned. Few sequences cut P into smaller blocks so more programs run;
+    ``num_stages=1`` because the chunk loop carries the state.
+    """
     BN = max(16, triton.next_power_of_2(N))
     cap = 32 if (bwd or BN > 64 or BT > 64) else 64
     BP = max(16, min(cap, triton.next_power_of_2(P)))
@@ -455,7 +442,8 @@ def mamba2_chunk_fwd(
     store_states: bool,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Launch the forward kernel. Returns y, the final states (if ``store_final``) and the
-    float32 states entering every chunk [B, H, NC, P, N] (if ``store_states``)."""
+    f32 states entering every chunk [B, H, NC, P, N] (if ``store_states``).
+    """
     batch, length, nheads, headdim = x.shape
     ngroups, dstate = B.shape[2:]
     x, B, C = _unit_last(x), _unit_last(B), _unit_last(C)
@@ -530,8 +518,9 @@ def mamba2_chunk_bwd(
     resets: torch.Tensor | None,
     chunk_size: int,
 ) -> dict[str, torch.Tensor]:
-    """Launch the backward kernel and reduce its partials. Returns a dict of gradients (keys x,
-    dt, A, B, C, D, z, dt_bias, initial_states) in the dtypes of the inputs (states: float32)."""
+    """Launch the backward kernel and reduce its partials: a dict of gradients by input name, in the
+    inputs' dtypes (states: float32).
+    """
     batch, length, nheads, headdim = x.shape
     ngroups, dstate = B.shape[2:]
     x, B, C = _unit_last(x), _unit_last(B), _unit_last(C)

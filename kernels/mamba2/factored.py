@@ -1,33 +1,10 @@
-"""The CPU path of the Mamba2 scan without resets where the decays allow it: the chunked SSD scan
-with each chunk's decay matrix factored, and a hand-written backward.
+"""The CPU scan without resets where the decays allow it: each chunk's decay matrix factored.
 
-Inside a chunk, with ``cs_t`` the cumulative log decay from the chunk start and ``r`` its value
-at the chunk's first step, the reference's decay matrix ``Lmat[t, s] = exp(cs_t - cs_s)``
-(``s <= t``) is the product ``f_t u_s`` of ``f_t = exp(cs_t - r)`` and ``u_s = exp(r - cs_s)``.
-The decays then leave the ``[T, T]`` matrices:
-
-- ``X'_s = dt'_s u_s x_s`` (one pass over x);
-- ``y_t = f_t (sum_{s <= t} (C_t . B_s) X'_s + C_t . S'_c)``: two products per (chunk, group)
-  with the group's heads side by side, ``tril(C B^T) X'`` added to ``C S'^T``;
-- ``S'_c = exp(r_c) S_c`` with ``S_c`` the state entering chunk ``c``; the chunk adds
-  ``exp(cs_T - r_c) X'^T B`` (one product per chunk and group) to the decayed state;
-- ``(y + D x) silu(z)`` on top.
-
-The ``[T, T]`` matrix is ``C B^T`` per group, shared by its heads; nothing of size
-``[B, L, H, T]`` is formed. The backward (a custom autograd Function) keeps what it needs from
-the forward and computes the gradients with the same products transposed, in fewer passes over
-``[B, L, H, P]`` tensors than autograd through the chunked scan makes.
-
-The factors are exact rewrites (``f_t u_s = exp(cs_t - cs_s)`` up to rounding) while they stay
-within ``exp(+-MAX_LOG_FACTOR)``, far from overflow and from subnormal numbers: the path checks
-that on the actual decays (on the host) and halves its chunk, or returns None (the caller,
-:func:`tritonrl.kernels.mamba2.api.mamba2_scan_torch`, then runs
-:func:`tritonrl.kernels.mamba2.fast.mamba2_scan_fast`). The results equal the reference's up to
-float32 reassociation (tested: values and gradients). Each factor reads steps up to its own, so
-step ``t``'s output depends on steps ``<= t`` only, bit for bit, as long as the path and its
-chunk stay the same; a later step whose decay is far outside the usual range (more than
-``MAX_LOG_FACTOR`` within a chunk) changes that choice for the whole call, and with it the
-rounding of earlier steps.
+``exp(cs_t - cs_s) = f_t u_s`` with ``f_t = exp(cs_t - r)``, ``u_s = exp(r - cs_s)``, so the decays
+leave the ``[T, T]`` matrices and ``C B^T`` is shared by a group's heads; a hand-written backward.
+Exact while the factors stay within ``exp(+-MAX_LOG_FACTOR)`` (checked on the host; else a
+halved chunk or None). Equal to the reference up to float32 reassociation. See
+docs/pages/mamba2.md.
 """
 
 from __future__ import annotations
@@ -59,13 +36,10 @@ def _chunks(length: int) -> tuple[int, ...]:
 def scan_decays(
     w: torch.Tensor, A: torch.Tensor, chunk: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The log factors of the factored scan from ``dt'`` [B, L, H] (``L`` a multiple of ``chunk``;
-    zeros on padding: no decay, no input) and ``A`` [H], in ``w``'s dtype, differentiable.
+    """The log factors from ``dt'`` [B, L, H] (``L`` a multiple of ``chunk``) and ``A`` [H].
 
-    Returns ``(d, tot, r)``: ``d = cs - r`` [B, L, H], with ``cs`` the cumulative ``dt' A`` from
-    each chunk start and ``r`` [B, L / chunk, H] its value at the chunk's first step, taken as a
-    constant (the scan does not depend on it, so holding it fixed leaves every gradient exact;
-    the first step keeps every factor causal), and ``tot`` [B, L / chunk, H], each chunk's total.
+    Returns ``(d, tot, r)``: ``d = cs - r`` [B, L, H]; ``r`` [B, L / chunk, H] the value at each
+    chunk's first step, held constant (gradients stay exact); ``tot`` each chunk's total.
     """
     batch, length, nheads = w.shape
     cs = (w * A.to(w.dtype)).view(batch, length // chunk, chunk, nheads).cumsum(dim=2)
@@ -77,10 +51,9 @@ def scan_decays(
 class _FactoredScan(torch.autograd.Function):
     """The factored chunked scan (module doc) on the compute dtype; ``L`` a multiple of ``T``.
 
-    Inputs: x [b, L, H, P]; u, f [b, L, H] (``dt' exp(r - cs)`` and ``exp(cs - r)``); B, C
-    [b, L, G, N]; alpha, beta, gamma [b, NC, H] (``exp(tot)``, ``exp(tot - r)``, ``exp(r)``);
-    init [b, H, P, N] or None; D [H] / [H, P] or None; z like x or None; T. Outputs y like x and
-    the final state [b, H, P, N].
+    Inputs: x [b, L, H, P]; u, f [b, L, H]; B, C [b, L, G, N]; alpha, beta, gamma [b, NC, H]
+    (``exp(tot)``, ``exp(tot - r)``, ``exp(r)``); init [b, H, P, N]; D; z; T. Outputs y like x
+    and the final state [b, H, P, N].
     """
 
     @staticmethod
@@ -211,16 +184,12 @@ def mamba2_scan_factored(
     chunk_size: int,
     return_final_states: bool,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None:
-    """The factored scan without resets (arguments, shapes and dtypes as
-    :func:`tritonrl.kernels.mamba2.fast.mamba2_scan_fast`), or None where a log factor
-    ``|cs_t - r|`` exceeds :data:`MAX_LOG_FACTOR` (or is not finite): the caller runs another path.
+    """The factored scan without resets (arguments as :func:`tritonrl.kernels.mamba2.fast.mamba2_scan_fast`),
+    or None where a log factor exceeds :data:`MAX_LOG_FACTOR` or is not finite.
 
-    ``chunk_size`` is not used: the result does not depend on the chunk, and this path picks its
-    own (:data:`CHUNK` steps, or half that where the decays of a chunk of :data:`CHUNK` are too
-    large for the factors). Computes in float32 (float64 for float64 ``x``);
-    returns y [B, L, H, P] in ``x.dtype`` and, if ``return_final_states``, the final states
-    [B, H, P, N] in the compute dtype. Differentiable (a custom autograd Function). Reads the
-    decays' largest magnitude on the host: meant for CPU tensors.
+    Ignores ``chunk_size`` (picks :data:`CHUNK` or half). Computes in float32 (float64 for
+    float64 ``x``); returns y [B, L, H, P] in ``x.dtype`` and optionally the final states
+    [B, H, P, N] in the compute dtype. Differentiable. Reads the decays on the host: CPU only.
     """
     batch, length = x.shape[:2]
     cdt = torch.float64 if x.dtype == torch.float64 else torch.float32

@@ -1,20 +1,8 @@
-"""A CPU path of the Mamba2 scan without resets: the chunked SSD algorithm with fewer, larger products
-(where the decays are too large for :mod:`tritonrl.kernels.mamba2.factored`).
+"""A CPU scan without resets: the chunked SSD algorithm in fewer, larger products.
 
-The same algorithm as :func:`tritonrl.kernels.mamba2.reference.mamba2_scan_ref` (the oracle, left
-as it is), arranged for a CPU, where small batched products and the copies around them cost more
-than the arithmetic:
-
-- ``C . B`` once per group (``[T, T]`` per chunk and group), broadcast over the group's heads,
-  instead of once per head on copies of B and C repeated for every head;
-- the chunk-local end states and the contribution of the state entering each chunk as one product
-  per (chunk, group) with the group's heads side by side (``[H/G * P, T] @ [T, N]`` and
-  ``[T, N] @ [N, H/G * P]``), not one small product per head;
-- ``dt' x`` formed once and shared by the intra-chunk product and the end states.
-
-The results equal the reference's up to float32 reassociation (tested: values and gradients).
-Resets and the per-chunk states are the reference's alone; :func:`tritonrl.kernels.mamba2.mamba2_scan`
-sends those calls there.
+For decays too large for :mod:`tritonrl.kernels.mamba2.factored`. ``C . B`` once per group and
+products with a group's heads side by side, where the reference takes small products per head.
+Equal to the reference up to float32 reassociation.
 """
 
 from __future__ import annotations
@@ -41,12 +29,11 @@ def mamba2_scan_fast(
     chunk_size: int,
     return_final_states: bool,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """The chunked scan without resets (arguments, shapes and dtypes as
+    """The chunked scan without resets (arguments as
     :func:`tritonrl.kernels.mamba2.reference.mamba2_scan_ref`; no ``resets``, no chunk states).
 
-    Computes in float32 (float64 for float64 ``x``); returns y [B, L, H, P] in ``x.dtype`` and, if
-    ``return_final_states``, the final states [B, H, P, N] in the compute dtype. Differentiable
-    through autograd.
+    Computes in float32 (float64 for float64 ``x``); returns y [B, L, H, P] in ``x.dtype`` and
+    optionally the final states [B, H, P, N] in the compute dtype. Differentiable.
     """
     batch, length, nheads, headdim = x.shape
     ngroups, dstate = B.shape[-2:]

@@ -1,17 +1,9 @@
 """The Mamba2 ops as torch custom ops (design: :mod:`tritonrl.kernels.library`).
 
-``torch.ops.tritonrl.mamba2_scan`` and ``torch.ops.tritonrl.mamba2_step`` are what
-:func:`~tritonrl.kernels.mamba2.mamba2_scan` and :func:`~tritonrl.kernels.mamba2.mamba2_step` call
-under ``torch.compile`` (inputs validated there); ``dt_limit`` is two floats.
-
-``mamba2_scan`` returns ``(y, final_states, chunk_states)``: the final states only with
-``return_final_states`` and the f32 states entering every chunk, ``[B, H, NC, P, N]``, only with
-``store_states`` (the public function sets it when a gradient is needed); an output not asked for
-is an empty f32 ``[0]``. The chunk states are what the Triton backward reads (the torch reference
-returns the same values); they take no gradient. ``tritonrl::mamba2_scan_backward`` runs the Triton
-backward (recomputing the chunk states if the forward did not store them) or autograd through
-the torch reference. ``mamba2_step`` updates ``state`` in place (declared in its schema) and is
-not differentiable, as in eager mode. Imports no triton.
+``mamba2_scan`` returns ``(y, final_states, chunk_states)`` (outputs not asked for are an empty
+f32 ``[0]``; the chunk states feed the Triton backward); ``mamba2_scan_backward`` runs the Triton
+backward or autograd through the reference. ``mamba2_step`` updates ``state`` in place and is
+not differentiable. Imports no triton.
 """
 
 from __future__ import annotations
@@ -164,9 +156,9 @@ def mamba2_scan_backward_op(
     chunk_size: int,
     needs: list[bool],
 ) -> list[Tensor]:
-    """Gradients of :func:`mamba2_scan_op` for the inputs ``needs`` flags among ``(x, dt, A, B,
-    C, D, z, dt_bias, initial_states)``, in that order. ``chunk_states`` is the forward's third
-    output (an empty ``[0]`` when it was not stored: the Triton path then recomputes it)."""
+    """Gradients of :func:`mamba2_scan_op` for the inputs ``needs`` flags, in argument order.
+    ``chunk_states`` may be an empty ``[0]`` (the Triton path then recomputes them).
+    """
     limit = (dt_min, dt_max)
     inputs = (x, dt, A, B, C, D, z, dt_bias, initial_states)
 

@@ -1,7 +1,6 @@
-"""The sequential Mamba2 recurrence, one time step after another: the test oracle only.
+"""The sequential Mamba2 recurrence, one step after another: the test oracle only.
 
-Written straight from the definition (no chunks, no tricks) so that it is obviously right. It
-computes in the dtype of ``x`` (tests use float64) and is far too slow for anything but tests.
+Written straight from the definition; computes in ``x.dtype`` (tests use float64).
 """
 
 from __future__ import annotations
@@ -33,8 +32,7 @@ def mamba2_scan_naive(
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """``h_t = exp(dt'_t A) h_{t-1} (1 - reset_t) + dt'_t x_t B_t^T``, ``y_t = h_t C_t + D x_t``.
 
-    Shapes as :func:`tritonrl.kernels.mamba2.mamba2_scan`; everything is computed in ``x.dtype`` and the
-    final state is returned in ``x.dtype`` too. Differentiable (plain autograd).
+    Shapes as :func:`tritonrl.kernels.mamba2.mamba2_scan`; everything in ``x.dtype``.
     """
     batch, length, nheads, headdim = x.shape
     ngroups, dstate = B.shape[-2:]

@@ -1,19 +1,9 @@
-"""Torch references of the Mamba2 scan: the chunked SSD algorithm and the single step.
+"""Torch references of the Mamba2 scan (chunked SSD) and the single step.
 
-These are the CPU path (differentiable through autograd) and the oracle the Triton kernels are
-tested against. They compute in float32 (float64 when ``x`` is float64) whatever the input dtype,
-and return ``y`` in ``x.dtype`` and states in float32 (float64 for float64 inputs).
-
-The chunked algorithm, per (batch, head): cut the sequence into chunks of ``T`` steps. Inside a
-chunk, with ``cs_t`` the cumulative sum of ``a_t = dt'_t A`` from the chunk start and ``seg_t``
-the number of resets seen in the chunk up to ``t``,
-
-- the decay from step ``s`` to step ``t >= s`` is ``exp(cs_t - cs_s)`` if no reset lies in
-  ``(s, t]`` (same ``seg``), else 0: the matrix ``Lmat[t, s]``;
-- ``y_t = sum_s Lmat[t, s] (C_t . B_s) dt'_s x_s``  (intra-chunk, a masked "attention"),
-  ``+ exp(cs_t) [seg_t == 0] C_t . S0``  (the state entering the chunk), ``+ D x_t``;
-- the state leaving the chunk is ``exp(cs_T) [no reset] S0 + sum_s exp(cs_T - cs_s) [seg_s ==
-  seg_T] dt'_s x_s B_s^T``, passed sequentially from chunk to chunk.
+The CPU path with resets and the oracle of the kernels. Compute in float32 (float64 for float64
+``x``); ``y`` in ``x.dtype``. Inside a chunk, the decay from step ``s`` to ``t`` is
+``exp(cs_t - cs_s)`` unless a reset lies between; states pass from chunk to chunk. The
+algorithm: docs/pages/mamba2.md ("The chunked algorithm").
 """
 
 from __future__ import annotations
@@ -34,9 +24,8 @@ def dt_transform(
 ) -> torch.Tensor:
     """``clamp(softplus(dt + dt_bias), *dt_limit)``; the softplus only if ``dt_softplus``.
 
-    ``dt``: [..., H]; ``dt_bias``: [H] or None. Computes in ``dt``'s dtype. The clamp is skipped
-    where it cannot change a value: a softplus is never negative, so ``(0, inf)`` bounds keep it
-    as it is (NaN included).
+    ``dt``: [..., H]; ``dt_bias``: [H] or None. Computes in ``dt``'s dtype; ``(0, inf)`` bounds
+    after a softplus skip the clamp (NaN kept).
     """
     if dt_bias is not None:
         dt = dt + dt_bias.to(dt.dtype)
@@ -75,11 +64,8 @@ def mamba2_scan_ref(
     x: [B, L, H, P]; dt: [B, L, H]; A: [H]; B, C: [B, L, G, N]; D: [H] or [H, P]; z like x;
     dt_bias: [H]; initial_states: [B, H, P, N]; resets: [B, L] bool. Returns y [B, L, H, P] in
     ``x.dtype``, and the final states [B, H, P, N] (float32, float64 for float64 x) if asked.
-    Any ``chunk_size >= 1`` works here; the result does not depend on it. ``compute_dtype``
-    overrides the internal dtype (tests use bfloat16 to measure what plain torch loses in bf16).
-    ``return_chunk_states`` (with ``return_final_states``) also returns the states entering
-    every chunk, [B, H, NC, P, N] contiguous, the layout the Triton forward stores for its
-    backward (the custom op :func:`tritonrl.kernels.mamba2.library.mamba2_scan_op` returns them).
+    Any ``chunk_size >= 1``; ``compute_dtype`` overrides the internal dtype (tests);
+    ``return_chunk_states`` also returns the states entering every chunk, [B, H, NC, P, N].
     """
     batch, length, nheads, headdim = x.shape
     ngroups, dstate = B.shape[-2:]
@@ -166,9 +152,6 @@ def mamba2_step_ref(
 
     state: [B, H, P, N] contiguous (float32, or float64 in tests); x: [B, H, P]; dt: [B, H];
     B, C: [B, G, N]; reset: [B] bool. Returns y [B, H, P] in ``x.dtype``.
-
-    The heads are viewed as ``[G, H / G]`` (head ``h`` reads group ``h // (H / G)``), so B and C
-    broadcast over the heads of their group instead of being copied for each.
     """
     sdt = state.dtype
     batch, nheads, headdim = x.shape

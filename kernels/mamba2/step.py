@@ -1,9 +1,7 @@
 """Triton kernel of the single Mamba2 step (acting): the float32 state is updated in place.
 
-One program per (batch, head, block of P) loads its [BP, BN] slice of the state, decays it,
-adds ``dt' * outer(x, B)``, stores it back and reduces it against ``C`` for ``y``. The state is
-float32 whatever the data dtype (bf16 inputs are converted to float32 before any math). Not
-autotuned: the kernel writes its own input (the state).
+One program per (batch, head, block of P): decay the state slice, add ``dt' * outer(x, B)``,
+store, reduce against ``C`` for ``y``. Not autotuned: the kernel writes its own input.
 """
 
 from __future__ import annotations

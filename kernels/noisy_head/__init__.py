@@ -1,15 +1,9 @@
 """Noisy linear layers and the dueling / distributional Q head (Rainbow), as fused ops.
 
-- :func:`noisy_linear`: ``y = x @ W_mu.T + b_mu + ((x * eps_in) @ W_sigma.T + b_sigma) * eps_out``
-  with factorised Gaussian noise, optional fused ReLU, grouped weights for parallel streams.
-- :func:`noisy_dueling`: the last layer of both streams plus ``Q = V + A - mean_a A``,
-  log-softmax over atoms and expected Q-values, emitting f32.
-- :func:`expected_q`: ``sum_z exp(log_p) * support`` for a distributional head's output.
-
-Files (the kernel-folder convention, docs/pages/kernels.md): ``api.py`` (ops, validation, public
-functions), ``reference.py`` (torch specification and CPU path), ``fused_linear.py`` and
-``fused_dueling.py`` (the Triton kernels, imported only when a Triton path runs), ``library.py``
-(the ops as torch custom ops, ``torch.ops.tritonrl.*``, for ``torch.compile``).
+:func:`noisy_linear` (factorised Gaussian noise, optional ReLU, grouped weights),
+:func:`noisy_dueling` (``Q = V + A - mean_a A``, log-softmax over atoms, f32 out) and
+:func:`expected_q`. Files follow the op-folder convention (docs/pages/kernels.md); the ops:
+docs/pages/noisy-head.md.
 """
 
 # torch.ops.tritonrl.noisy_linear / noisy_dueling (+ backward ops): what torch.compile traces

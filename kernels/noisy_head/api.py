@@ -1,14 +1,7 @@
 """The noisy-head ops: validation, dispatch and the public functions. Imports no triton.
 
-- :func:`noisy_linear`: ``y = x @ W_mu.T + b_mu + ((x * eps_in) @ W_sigma.T + b_sigma) * eps_out``,
-  optional ReLU. The noisy weight matrix is never built: the Triton kernel
-  (:mod:`tritonrl.kernels.noisy_head.fused_linear`) keeps two accumulators in one pass over the
-  input features, the reference takes two products.
-- :func:`noisy_dueling`: the last noisy layer(s) of a dueling / distributional head and its f32
-  epilogue: ``Q = V + A - mean_a A``, log-softmax over the atoms (C51) and optionally the
-  expected Q-values over a support (:mod:`tritonrl.kernels.noisy_head.fused_dueling`, one launch
-  per block of batch rows). The output is f32: the epilogue is the loss-boundary cast.
-- :func:`expected_q`: ``sum_z exp(log_p) * support`` of a distributional output (torch).
+The noisy weight matrix is never built; :func:`noisy_dueling` ends in an f32 epilogue (the
+loss-boundary cast). See docs/pages/noisy-head.md.
 """
 
 from __future__ import annotations
@@ -54,8 +47,9 @@ _validated_dueling: dict[object, bool] = {}
 
 
 def _signature(tensors: tuple[object, ...]) -> tuple[object, ...] | None:
-    """``(shape, dtype, device, is_contiguous)`` per tensor (``None`` entries kept), or ``None``
-    when an entry is neither a tensor nor ``None`` (the caller then validates in full)."""
+    """``(shape, dtype, device, is_contiguous)`` per tensor, or ``None`` when an entry is neither a
+    tensor nor ``None`` (the caller then validates in full).
+    """
     try:
         return tuple(
             None if t is None else (t.shape, t.dtype, t.device, t.is_contiguous())  # type: ignore[attr-defined]
@@ -156,24 +150,21 @@ def noisy_linear(
     """Noisy linear layer with factorised Gaussian noise, without building the noisy weight.
 
     ``y = x @ W_mu.T + b_mu + ((x * eps_in) @ W_sigma.T + b_sigma) * eps_out``; with
-    ``noise=False`` (evaluation) only ``x @ W_mu.T + b_mu``. Differentiable in x and every weight
-    and bias; the noise vectors take no gradient.
+    ``noise=False`` only ``x @ W_mu.T + b_mu``. Differentiable in x and every weight and bias.
 
     Args:
         x: ``[B, I]``, float32 / bfloat16 / float16, any strides.
-        weight_mu: ``[O, I]``, or ``[G, O, I]`` for G independent layers reading the same x
-            (output ``[B, G, O]``).
+        weight_mu: ``[O, I]``, or ``[G, O, I]`` for G layers reading the same x (output ``[B, G, O]``).
         weight_sigma: like ``weight_mu``; may be ``None`` when ``noise=False``.
         bias_mu: ``[O]`` (``[G, O]``) or ``None`` (no bias).
         bias_sigma: like ``bias_mu``; given exactly when ``bias_mu`` is (with ``noise=True``).
-        eps_in: ``[I]`` (``[G, I]``) input noise, already transformed by ``f(u) = sign(u) sqrt(|u|)``.
+        eps_in: ``[I]`` (``[G, I]``) input noise, already ``sign(u) sqrt(|u|)``; no gradient.
         eps_out: ``[O]`` (``[G, O]``) output noise, likewise.
         noise: add the sigma terms.
         activation: ``None`` or ``"relu"`` (fused).
 
-    Every tensor has x's dtype and device and, except x, is contiguous. The output has x's dtype
-    (f32 accumulation inside the kernel). CUDA runs the Triton kernel, CPU the torch reference
-    (see :mod:`tritonrl.kernels.backend`).
+    Every tensor has x's dtype and device and, except x, is contiguous. Returns x's dtype (f32
+    accumulation).
 
     Raises:
         TypeError: a non-tensor argument, an unsupported dtype, or mixed dtypes.
@@ -228,23 +219,20 @@ def noisy_dueling(
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Dueling / distributional Q head on top of noisy layers, with its f32 epilogue.
 
-    ``A = noisy(x_a; advantage)`` viewed ``[B, A, Z]``; with ``value``:
-    ``Q[b, a, z] = V[b, z] + A[b, a, z] - mean_a A[b, a, z]``, ``V = noisy(x_v; value)``;
-    without ``value``: ``Q = A``. With ``Z > 1`` and ``log_softmax``, the output is
-    ``log_softmax(Q, dim=-1)`` (C51); without it, the raw values (QR-DQN quantiles).
+    ``A = noisy(x_a; advantage)`` viewed ``[B, A, Z]``; with ``value``,
+    ``Q = V + A - mean_a A``, else ``Q = A``. With ``Z > 1`` and ``log_softmax``, returns
+    ``log_softmax(Q, dim=-1)`` (C51); otherwise the raw values (QR-DQN quantiles).
 
     Args:
-        x: ``[B, I]`` read by both streams, or ``[B, 2, I]``: ``x[:, 0]`` feeds the value stream,
-            ``x[:, 1]`` the advantage stream (the output of a grouped hidden layer).
+        x: ``[B, I]`` read by both streams, or ``[B, 2, I]`` (``x[:, 0]`` value, ``x[:, 1]`` advantage).
         advantage: the advantage layer, ``weight_mu [A * Z, I]`` (row ``a * Z + z``).
         value: the value layer, ``weight_mu [Z, I]``; ``None`` for a plain (non-dueling) head.
         num_actions: A.
         atoms: Z.
-        noise: add the sigma terms of both layers (``False``: evaluation, mu terms only).
+        noise: add the sigma terms of both layers.
         log_softmax: log-probabilities over the atoms (only when ``atoms > 1``).
-        support: ``[Z]`` atom values (f32, same device); also return the expected Q-values
-            ``q[b, a] = sum_z exp(log_p[b, a, z]) * support[z]``. Needs ``log_softmax`` and
-            ``atoms > 1``. The support takes no gradient.
+        support: ``[Z]`` f32 atom values; also return ``q[b, a] = sum_z exp(log_p) * support[z]``.
+            Needs ``log_softmax`` and ``atoms > 1``; takes no gradient.
 
     Returns:
         ``[B, A, Z]`` f32, or ``([B, A, Z], [B, A])`` f32 with ``support``. Differentiable in x
@@ -301,16 +289,12 @@ def noisy_dueling(
 
 
 def linear_q(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
-    """The plain case of :func:`noisy_dueling` (no value stream, no noise, one atom) where the op
-    runs its torch reference: ``F.linear(x, weight, bias)`` in f32, ``[B, A]``, the same values
-    as ``noisy_dueling(x, (weight, None, bias), num_actions=A, noise=False)`` viewed ``[B, A]``,
-    and counted as a torch call of :data:`NOISY_DUELING`; without the op's validation and dispatch
-    layers, which cost more than the product for a small batch (one environment acting).
+    """``F.linear(x, weight, bias)`` in f32, ``[B, A]``: the plain case of :func:`noisy_dueling`
+    without its validation and dispatch layers, for acting on a small batch (counted as a torch
+    call of :data:`NOISY_DUELING`).
 
-    Returns ``None`` where the general op must run: a device whose selection is Triton, under
-    ``torch.compile``, or inputs the few checks here do not vouch for (not a 2-D tensor of
-    ``weight``'s dtype, device and input features, an empty batch, a bias of another dtype or
-    device): :func:`noisy_dueling` then validates them and raises its errors.
+    Returns ``None`` where the general op must run: a Triton selection, under ``torch.compile``,
+    or inputs these few checks do not vouch for.
     """
     if type(x) is not torch.Tensor or torch.compiler.is_compiling():
         return None
@@ -392,7 +376,7 @@ def expected_q(log_probs: torch.Tensor, support: torch.Tensor) -> torch.Tensor:
     """Expected Q-values of a distributional head: ``sum_z exp(log_probs[..., z]) * support[z]``.
 
     Args:
-        log_probs: ``[B, A, Z]`` f32 log-probabilities (the output of :func:`noisy_dueling`).
+        log_probs: ``[B, A, Z]`` f32 log-probabilities.
         support: ``[Z]`` f32 atom values on the same device.
 
     Returns:

@@ -1,16 +1,9 @@
 """Triton kernels of the noisy dueling / distributional head: one forward launch, f32 epilogue.
 
-Forward, one program per block of BM batch rows:
-
-1. value tile ``V [BM, Z]``: the value layer's two accumulators over the input features;
-2. advantage tiles ``[BM, BA, Z]`` (BA actions at a time, columns ``a * ZB + z`` of one dot);
-   their sum over actions gives ``mean_a A``. With several action tiles the raw tiles are
-   parked in the (f32) output and read back after a barrier, so no matmul runs twice;
-3. epilogue per tile: ``Q = V + A - mean_a A``, log-softmax over z, expected Q over a support.
-
-Backward: one kernel turns the output gradient into the gradients of the two streams' outputs
-(``dV = sum_a dQ``, ``dA = dQ - dV / A`` after the log-softmax backward), then the noisy linear
-backward kernels (:mod:`tritonrl.kernels.noisy_head.fused_linear`) give x, weight and bias gradients.
+Forward, one program per block of batch rows: the value tile, the advantage tiles (parked in the
+f32 output when there are several, so no matmul runs twice), then ``Q = V + A - mean_a A``,
+log-softmax and expected Q. Backward: one kernel gives the streams' output gradients, then the
+noisy linear backward kernels. See docs/pages/noisy-head.md.
 """
 
 from __future__ import annotations
@@ -352,12 +345,10 @@ def _noisy_dueling_bwd_kernel(
 
 
 def _config(num_actions: int, atoms: int, dtype: torch.dtype) -> dict[str, int]:
-    """Tile sizes from the dims that change code (actions, atoms, dtype): never the batch size.
+    """Tile sizes from the dims that change code (actions, atoms, dtype), never the batch size.
 
-    ZB = atoms rounded up to a power of two; BA actions per tile so that a tile has 16..128
-    columns (more only when ZB alone is wider); BM rows per program shrinks as tiles widen
-    (bounded registers); BK keeps one weight tile near 8 KiB so that both weight tiles of a
-    pipelined loop stay well inside shared memory.
+    ZB: atoms rounded up to a power of two; BA: actions per tile (16..128 columns); BM shrinks
+    as tiles widen; BK keeps one weight tile near 8 KiB so a pipelined loop fits shared memory.
     """
     zb = triton.next_power_of_2(atoms)
     ba = max(1, min(triton.next_power_of_2(num_actions), 128 // zb), 16 // zb)
@@ -457,8 +448,8 @@ def noisy_dueling_bwd(
 ) -> tuple[torch.Tensor | None, tuple[torch.Tensor | None, ...], tuple[torch.Tensor | None, ...]]:
     """Launch the backward kernels.
 
-    Returns ``(dx, (dW_mu, dW_sigma, db_mu, db_sigma) of the advantage layer, same of the value
-    layer)``; entries are ``None`` where not asked for or absent.
+    Returns ``(dx, advantage grads, value grads)``, each grads tuple
+    ``(dW_mu, dW_sigma, db_mu, db_sigma)``; ``None`` where not asked for or absent.
     """
     xv, xa = _streams(x)
     b_ = x.shape[0]
@@ -592,7 +583,6 @@ def noisy_dueling_triton(
     log_softmax: bool,
     support: torch.Tensor | None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """The Triton implementation behind :func:`tritonrl.kernels.noisy_head.noisy_dueling`
-    (inputs validated)."""
+    """The Triton implementation of :func:`tritonrl.kernels.noisy_head.noisy_dueling` (inputs validated)."""
     flat = (*advantage, *(value if value is not None else (None,) * 6))
     return NoisyDuelingFunction.apply(x, support, (num_actions, atoms, noise, log_softmax), *flat)

@@ -1,17 +1,9 @@
 """Triton kernels of the noisy linear op: forward, and backward for x, weights and biases.
 
-Forward: one pass over the input features feeds two f32 accumulators,
-``acc_mu = x @ W_mu.T`` and ``acc_sigma = (x * eps_in) @ W_sigma.T``; the epilogue adds the
-biases, scales the sigma part by ``eps_out`` and applies the optional ReLU. The noisy weight is
-never built. Backward, with ``g`` the upstream gradient (masked by the ReLU):
-
-- ``dx = g @ W_mu + ((g * eps_out) @ W_sigma) * eps_in``
-- ``dW_mu = g.T @ x``, ``dW_sigma = dW_mu * outer(eps_out, eps_in)`` (one product for both)
-- ``db_mu = sum_b g``, ``db_sigma = db_mu * eps_out``
-
-Weights may be grouped, ``[G, O, I]``: G layers reading the same x (the dueling head's two
-hidden layers in one launch). bf16 and f32 come from the same source; ``dot`` picks tensor cores
-(bf16) or IEEE f32 products (f32). Launch configs are fixed per dtype (no autotuning).
+Forward: one pass over the input features feeds two f32 accumulators (mu and sigma); the noisy
+weight is never built. Backward: ``dx``, ``dW_mu = g.T @ x`` and ``dW_sigma = dW_mu *
+outer(eps_out, eps_in)`` from one product, bias gradients. Weights may be grouped ``[G, O, I]``.
+bf16 and f32 from one source; launch configs fixed per dtype. See docs/pages/noisy-head.md.
 """
 
 from __future__ import annotations
@@ -60,9 +52,7 @@ def noisy_tile(
 ):
     """f32 [BM, BN]: rows o_m of x through output units o_r (masked by m_r) of one noisy layer.
 
-    The whole forward formula in one pass over the I input features: two f32 accumulators
-    (mu and sigma), biases, ``eps_out`` scaling. Weights are ``[O, I]`` row-major at ``w_mu`` /
-    ``w_sigma``; grouped callers pass pointers offset to their group.
+    Weights are ``[O, I]`` row-major at ``w_mu`` / ``w_sigma`` (grouped callers offset them).
     """
     b_acc = tl.zeros([BM, BN], dtype=tl.float32)
     b_acc_s = tl.zeros([BM, BN], dtype=tl.float32)
@@ -456,13 +446,12 @@ def noisy_linear_bwd(
     """Launch the backward kernels of the noisy linear op.
 
     Args:
-        g: upstream gradient ``[B, O]`` (``[B, G, O]`` for grouped weights), any float dtype and strides.
-        x: ``[B, I]`` read by every group, or ``[B, G, I]`` (group g read ``x[:, g]``); any strides.
+        g: upstream gradient ``[B, O]`` (``[B, G, O]`` grouped), any float dtype and strides.
+        x: ``[B, I]`` read by every group, or ``[B, G, I]`` (group g reads ``x[:, g]``); any strides.
         y: the forward output (only read with ``relu``).
-        dx: where to write the input gradient (shaped like x, a view is fine); ``accumulate``
-            adds into it. Allocated when ``None``.
-        split: batch chunks for the weight gradients (``None``: a heuristic); more than one
-            writes f32 partials that a second kernel sums.
+        dx: where to write the input gradient (shaped like x); ``accumulate`` adds into it.
+            Allocated when ``None``.
+        split: batch chunks for the weight gradients (``None``: a heuristic).
 
     Returns:
         ``(dx, dw_mu, dw_sigma, db_mu, db_sigma)``; ``None`` where not asked for or absent.
@@ -630,6 +619,5 @@ def noisy_linear_triton(
     noise: bool,
     relu: bool,
 ) -> torch.Tensor:
-    """The Triton implementation behind :func:`tritonrl.kernels.noisy_head.noisy_linear`
-    (inputs validated)."""
+    """The Triton implementation of :func:`tritonrl.kernels.noisy_head.noisy_linear` (inputs validated)."""
     return NoisyLinearFunction.apply(x, w_mu, w_sigma, b_mu, b_sigma, eps_in, eps_out, noise, relu)

@@ -1,12 +1,8 @@
 """The noisy-head ops as torch custom ops (design: :mod:`tritonrl.kernels.library`).
 
-``torch.ops.tritonrl.noisy_linear`` and ``torch.ops.tritonrl.noisy_dueling`` are what
-:func:`~tritonrl.kernels.noisy_head.noisy_linear` and :func:`~tritonrl.kernels.noisy_head.noisy_dueling`
-call under ``torch.compile`` (inputs validated there). A layer's :class:`NoisyParams` are six
-tensor arguments; ``noisy_dueling``'s value layer is absent when its ``v_weight_mu`` is ``None``.
-Gradients come from ``tritonrl::noisy_linear_backward`` / ``tritonrl::noisy_dueling_backward``:
-the Triton backward launchers on a Triton selection, autograd through the reference otherwise.
-The noise vectors and the support take no gradient (as in eager mode). Imports no triton.
+``torch.ops.tritonrl.noisy_linear`` / ``noisy_dueling`` and their backward ops, called by the
+public functions under ``torch.compile``. A layer's :class:`NoisyParams` are six tensor
+arguments; the noise vectors and the support take no gradient. Imports no triton.
 """
 
 from __future__ import annotations
@@ -99,8 +95,8 @@ def noisy_linear_backward_op(
     needs: list[bool],
 ) -> list[Tensor]:
     """Gradients of :func:`noisy_linear_op` for the inputs ``needs`` flags among
-    ``(x, weight_mu, weight_sigma, bias_mu, bias_sigma)``, in that order. ``y`` is the forward's
-    output (read only with ``relu``)."""
+    ``(x, weight_mu, weight_sigma, bias_mu, bias_sigma)``; ``y`` is read only with ``relu``.
+    """
     inputs = (x, weight_mu, weight_sigma, bias_mu, bias_sigma)
 
     def triton() -> tuple[Tensor | None, ...]:
@@ -249,10 +245,9 @@ def noisy_dueling_backward_op(
     log_softmax: bool,
     needs: list[bool],
 ) -> list[Tensor]:
-    """Gradients of :func:`noisy_dueling_op` for the inputs ``needs`` flags among ``(x,
-    a_weight_mu, a_weight_sigma, a_bias_mu, a_bias_sigma, v_weight_mu, v_weight_sigma,
-    v_bias_mu, v_bias_sigma)``, in that order. ``out`` is the forward's first output; ``grad_q``
-    the gradient of its expected Q-values (``None`` without ``support``)."""
+    """Gradients of :func:`noisy_dueling_op` for the inputs ``needs`` flags, in argument order;
+    ``grad_q`` is ``None`` without ``support``.
+    """
     adv = NoisyParams(a_weight_mu, a_weight_sigma, a_bias_mu, a_bias_sigma, a_eps_in, a_eps_out)
     val = NoisyParams(v_weight_mu, v_weight_sigma, v_bias_mu, v_bias_sigma, v_eps_in, v_eps_out)
     dueling = v_weight_mu is not None

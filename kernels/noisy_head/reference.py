@@ -1,11 +1,8 @@
-"""Torch references of the noisy-linear and noisy dueling / distributional head ops.
+"""Torch references of the noisy-linear and noisy dueling head ops: specification, CPU path, oracle.
 
-These are the specification, the CPU path and the test oracle. In 16-bit dtypes they never build
-the noisy weight ``W_mu + W_sigma * outer(eps_out, eps_in)``: the sigma term is a second product of
-the noise-scaled input, ``((x * eps_in) @ W_sigma.T + b_sigma) * eps_out``, as in the Triton
-kernels (a noisy weight rounded to bf16 would lose what the kernels' f32 accumulation keeps). In
-f32 and f64 they build it (one ``[O, I]`` ``addcmul``) and take one product: the same layer to
-rounding, and cheaper on a CPU than two products (docs/pages/noisy-head.md).
+In 16-bit dtypes the sigma term is a second product, as in the kernels (a noisy weight rounded to
+bf16 would lose precision); in f32 / f64 the noisy weight is built and one product taken
+(docs/pages/noisy-head.md).
 """
 
 from __future__ import annotations
@@ -19,15 +16,14 @@ __all__ = ["NoisyParams", "noisy_dueling_ref", "noisy_linear_ref"]
 
 
 class NoisyParams(NamedTuple):
-    """One noisy layer's tensors. ``[O, I]`` weights (or ``[G, O, I]`` for G layers sharing an input).
+    """One noisy layer's tensors (``[G, ...]`` leading dims for G layers sharing an input).
 
     Attributes:
         weight_mu: ``[O, I]`` (or ``[G, O, I]``).
         weight_sigma: like ``weight_mu``; ``None`` for a layer without noise.
         bias_mu: ``[O]`` (or ``[G, O]``), or ``None`` for a layer without bias.
         bias_sigma: like ``bias_mu``; ``None`` without bias or without noise.
-        eps_in: ``[I]`` (or ``[G, I]``) factorised input noise, already passed through
-            ``f(u) = sign(u) sqrt(|u|)``; ``None`` without noise.
+        eps_in: ``[I]`` (or ``[G, I]``) input noise, already ``sign(u) sqrt(|u|)``; ``None`` without noise.
         eps_out: ``[O]`` (or ``[G, O]``) output noise, likewise.
     """
 
@@ -52,11 +48,8 @@ def noisy_linear_ref(
 ) -> torch.Tensor:
     """``y = x @ W_mu.T + b_mu + ((x * eps_in) @ W_sigma.T + b_sigma) * eps_out`` (optional ReLU).
 
-    ``noise=False`` keeps only the mu terms. f32 / f64 compute ``x @ (W_mu + W_sigma *
-    outer(eps_out, eps_in)).T + (b_mu + b_sigma * eps_out)``, the same layer in one product.
-    x ``[B, I]``; 2-D weights give ``[B, O]``, 3-D weights ``[G, O, I]`` give ``[B, G, O]`` (G
-    independent layers on the same input).
-    Computed in the inputs' dtype.
+    x ``[B, I]``; ``[O, I]`` weights give ``[B, O]``, ``[G, O, I]`` give ``[B, G, O]``; in the
+    inputs' dtype. ``noise=False`` keeps only the mu terms.
     """
     if weight_mu.dim() == 3:
 
@@ -95,14 +88,9 @@ def noisy_dueling_ref(
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """The last layer of a dueling / distributional head and its combine, in f32.
 
-    ``x`` is ``[B, I]`` (both streams read it) or ``[B, 2, I]`` (``x[:, 0]`` feeds the value
-    stream, ``x[:, 1]`` the advantage stream). The advantage stream has ``A * Z`` outputs, the
-    value stream ``Z``. With ``value``: ``Q = V + A - mean_a A``; without: ``Q = A``. Both stream
-    outputs are upcast to f32 (the loss boundary) before the combine.
-
-    Returns ``[B, A, Z]`` f32: log-probabilities over z when ``log_softmax`` and ``Z > 1``, raw
-    values otherwise; with ``support`` ``[Z]`` also ``q = sum_z exp(log_p) * support``,
-    ``[B, A]`` f32.
+    ``x`` ``[B, I]`` or ``[B, 2, I]`` (value, advantage). Returns ``[B, A, Z]`` f32:
+    log-probabilities when ``log_softmax`` and ``Z > 1``, raw values otherwise; with ``support``
+    ``[Z]`` also ``q`` ``[B, A]`` f32.
     """
     b = x.shape[0]
     xv, xa = (x[:, 0], x[:, 1]) if x.dim() == 3 else (x, x)
