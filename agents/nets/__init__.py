@@ -1,7 +1,6 @@
-"""The network blocks every agent and forecaster builds from.
+"""The network blocks every agent and forecaster builds from: torsos, Q heads, actor-critic heads
+and cores, the Mamba2 block, the TCN encoder.
 
-Torsos (MLP, residual, attention, sequence/TCN), the value heads (noisy, dueling, distributional),
-the factored action head, the actor-critic heads and recurrent cores, the Mamba2 block and the
-TCN encoder. May import ``toolkit``'s core modules and ``kernels``; never an algorithm module
-(``dqn``, ``ppo``, ``icm``, ``td``) or the forecasters.
+May import ``toolkit``'s core modules and ``kernels``; never an algorithm module (``dqn``, ``ppo``,
+``icm``, ``td``) or the forecasters.
 """

@@ -1,16 +1,9 @@
 """The actor-critic network of the PPO family: a core, an action head and a linear critic.
 
-An :class:`ActorCritic` is a *core* that turns observations into features (and, if recurrent,
-carries a memory), an *action head* (:mod:`tritonrl.agents.nets.policy_heads`) that turns actor
-features into a distribution, and a linear critic. Every module takes ``device`` and ``dtype``
-(default ``training_dtype(device)``) and creates its parameters there, in that dtype (CONTRIBUTING.md,
-"Precision": never built in f32 and cast afterwards); values leave the critic in f32.
-
-Cores: :class:`FeedForwardCore` here (separate actor and critic MLPs, tanh, orthogonal init, as in
-CleanRL; built by :class:`tritonrl.agents.nets.torsos.MLP`, the MLP builder DQN's torsos use too),
-:class:`ConvCore` (one conv torso shared by actor and critic, for image observations, as in
-CleanRL's ``ppo_atari.py``), and the recurrent ones in :mod:`tritonrl.agents.nets.recurrent`
-(LSTM, GRU, Mamba2).
+Cores here: :class:`FeedForwardCore` (separate tanh MLPs, as in CleanRL) and :class:`ConvCore`
+(one conv torso for images); the recurrent ones live in :mod:`tritonrl.agents.nets.recurrent`.
+Parameters are created in their dtype (CONTRIBUTING.md, "Precision"); values leave the critic in
+f32. See docs/pages/ppo.md.
 """
 
 from __future__ import annotations
@@ -60,11 +53,9 @@ class FeedForwardCore(nn.Module):
 
 
 class ConvCore(nn.Module):
-    """One :class:`tritonrl.agents.nets.conv.ConvTorso` of ``kind`` shared by actor and critic, for
-    image observations ``[B, C, H, W]`` already scaled to ``[0, 1]`` in the parameter dtype; every
-    layer orthogonal with gain sqrt 2 and zero biases (CleanRL's ``ppo_atari.py``; the heads keep
-    their own gains: 0.01 for the actor, 1 for the critic). ``hidden``: the torso's linear layers
-    after its convolutions (``None``: the kind's default; ``()``: the flattened features).
+    """One conv torso of ``kind`` shared by actor and critic, for images ``[B, C, H, W]`` scaled to
+    ``[0, 1]`` in the parameter dtype; orthogonal init with gain sqrt 2 (CleanRL's ``ppo_atari.py``).
+    ``hidden``: the linear layers after the convolutions (``None``: the kind's default).
 
     Raises:
         ValueError: ``obs_shape`` not ``[C, H, W]``, an unknown ``kind``, a layer size below 1, or
@@ -97,11 +88,7 @@ class ConvCore(nn.Module):
 
 
 class ActorCritic(nn.Module):
-    """A core, an action head and a linear critic (see the module docstring).
-
-    ``device`` and ``dtype`` (default ``training_dtype(device)``) are the critic's; pass the ones
-    the core and the head were created with.
-    """
+    """A core, an action head and a linear critic; ``device`` and ``dtype`` are the critic's."""
 
     def __init__(
         self,
@@ -128,9 +115,9 @@ class ActorCritic(nn.Module):
         return self.core.initial_state(batch) if self.recurrent else None
 
     def actor_step(self, x: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
-        """One step's ``(actor features, next state)`` without the critic's own features (the
-        feed-forward core's critic MLP is skipped; the other cores share their features), no
-        memory reset: what acting greedily needs."""
+        """One step's ``(actor features, next state)``, without critic features or memory reset: what
+        acting greedily needs.
+        """
         if self.recurrent:
             fa, _, state = self.core.step(x, state, None)
             return fa, state
@@ -141,9 +128,9 @@ class ActorCritic(nn.Module):
     def step_features(
         self, x: torch.Tensor, state: State, starts: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor, State]:
-        """One step's ``(actor features, critic features, next state)`` for ``x [B, obs_dim]``
-        (``starts [B]`` bool: memory reset first where set; ``None``: no reset; feed-forward cores
-        ignore both and return ``None`` for the state)."""
+        """One step's ``(actor features, critic features, next state)`` for ``x [B, obs_dim]``;
+        ``starts [B]`` bool resets memory first where set.
+        """
         if self.recurrent:
             return self.core.step(x, state, starts)
         a, c = self.core(x)
@@ -159,7 +146,8 @@ class ActorCritic(nn.Module):
         noise: torch.Tensor | None = None,
     ):
         """``x [B, obs_dim]`` -> ``(env_action, raw_action, logprob f32, value f32 [B], new_state)``
-        (``noise``: the head's draw for ``B`` rows, ``head.draw(B)``, else drawn from ``generator``)."""
+        (``noise``: the head's draw for ``B`` rows, else drawn from ``generator``).
+        """
         fa, fc, state = self.step_features(x, state, starts)
         env_a, raw, logp = self.head.sample(fa, deterministic, generator, noise)
         return env_a, raw, logp, self.critic(fc).float().squeeze(-1), state
@@ -182,12 +170,10 @@ class ActorCritic(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(logprob, entropy, value)`` (f32) of stored raw actions.
 
-        Feed-forward: ``x [N, obs_dim]``, ``raw [N, ...]`` -> ``[N]`` each. Recurrent: sequences
+        Feed-forward: ``x [N, obs_dim]``, ``raw [N, ...]`` -> ``[N]`` each. Recurrent:
         ``x [B, L, obs_dim]``, ``raw [B, L, ...]``, ``starts [B, L]``, ``state`` at step 0 ->
-        ``[B, L]`` each. ``entropy_grad=False`` lets sample-based heads return a cheap detached
-        estimate (when no entropy bonus is trained). ``noise``: the entropy estimate's draw
-        (``head.draw(raw.shape[:-1])`` where ``head.entropy_noise``), else drawn from ``generator``.
-        ``layout``: see :meth:`features`.
+        ``[B, L]`` each. ``entropy_grad=False`` allows a cheap detached entropy estimate;
+        ``noise``: that estimate's draw; ``layout``: see :meth:`features`.
         """
         fa, fc = self.features(x, starts, state, layout)
         return self.evaluate_features(fa, fc, raw, generator, entropy_grad, noise)
@@ -200,10 +186,9 @@ class ActorCritic(nn.Module):
         layout: tuple[int, int] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(actor features, critic features)`` of ``x`` (shapes as in :meth:`evaluate`).
-        ``layout``: for cores that split sequences at episode starts (``core.splits_at_starts``:
-        LSTM, GRU), the size of their padded layout (see
-        :meth:`tritonrl.agents.nets.recurrent.LSTMCore.sequence`); ``None``: measured by the core
-        (one host read)."""
+        ``layout``: the padded layout size for cores that split at episode starts (LSTM, GRU);
+        ``None``: measured by the core (one host read).
+        """
         if not self.recurrent:
             return self.core(x)
         if layout is not None:

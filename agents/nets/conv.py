@@ -1,18 +1,9 @@
 """Convolutional torsos for pixel observations ``[B, C, H, W]``: the Nature DQN CNN, the MinAtar
-CNN and the IMPALA ResNet (docs/pages/pixels.md).
+CNN and the IMPALA ResNet.
 
-Like every torso (:mod:`tritonrl.agents.nets.torsos`), a conv torso creates its parameters in the
-dtype it is given and never casts in ``forward``: the frames arrive in that dtype, scaled to
-``[0, 1]`` once, where they entered (the frame replay's gather, or ``act``). The convolution
-weights are channels-last (the layout oneDNN on a CPU and cuDNN on CUDA run fastest: an update of
-the Nature CNN is faster on a CPU, docs/pages/speed.md); inputs of either layout are accepted.
-
-- ``"nature"``: conv 32x8x8 stride 4, 64x4x4 stride 2, 64x3x3 stride 1 (ReLU after each), as in
-  Mnih et al. (2015) and CleanRL's ``dqn_atari.py``; then the linear layers (default one of 512).
-- ``"minatar"``: conv 16x3x3 stride 1 (ReLU), as in Young & Tian (2019); then one linear of 128.
-- ``"impala"``: three stages of (conv 3x3, max-pool 3x3 stride 2, two residual blocks) with 16,
-  32, 32 channels, a ReLU, then one linear of 256 (Espeholt et al., 2018; CleanRL's
-  ``ppo_procgen.py``).
+Parameters in the dtype given, never a cast in ``forward`` (frames arrive scaled, in that dtype);
+channels-last weights, inputs of either layout accepted. Layer sizes: docs/pages/pixels.md
+("Conv torsos").
 """
 
 from __future__ import annotations
@@ -71,22 +62,22 @@ def _conv_out(size: int, kernel: int, stride: int, padding: int = 0) -> int:
 
 
 class ConvTorso(nn.Module):
-    """Convolutions, flatten, then ``Linear -> ReLU`` layers: ``forward(x [B, C, H, W]) ->
-    [B, out_features]`` in the parameter dtype.
+    """Convolutions, flatten, then ``Linear -> ReLU`` layers: ``x [B, C, H, W]`` -> ``[B, out_features]``
+    in the parameter dtype.
 
     Args:
         obs_shape: ``(C, H, W)``, channels first (stacked frames are channels).
         kind: one of :data:`CONV_KINDS`.
-        hidden: the linear layers after the convolutions; ``None``: the kind's default
-            (:func:`conv_default_hidden`); ``()``: the flattened convolution features.
-        orthogonal_gain: ``None``: PyTorch's default init (DQN); a number: orthogonal weights with
-            that gain and zero biases for every layer (PPO, as CleanRL's ``layer_init``).
+        hidden: the linear layers after the convolutions; ``None``: the kind's default;
+            ``()``: the flattened convolution features.
+        orthogonal_gain: ``None``: PyTorch's default init (DQN); a number: orthogonal weights
+            with that gain and zero biases (PPO).
         device: where the parameters live.
         dtype: the parameter dtype (default ``training_dtype(device)``).
 
     Raises:
         ValueError: ``obs_shape`` is not 3-D, an unknown ``kind``, a layer size below 1, or an
-            image too small for the kind's convolutions (the message says the smallest size).
+            image too small for the kind's convolutions.
     """
 
     def __init__(

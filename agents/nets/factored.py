@@ -1,17 +1,8 @@
 """Factored (branching) Q for MultiDiscrete action spaces (Tavakoli et al., 2018, "BDQ").
 
-An action is ``D`` sub-actions ``a = (a_1, ..., a_D)`` with ``a_d`` in ``{0..n_d-1}``. A flat Q
-head would need ``prod(n_d)`` outputs; the branching head needs ``sum(n_d) + 1``: one shared torso
-and state value ``V(s)``, one advantage head per dimension, and
-
-    Q_d(s, a_d) = V(s) + A_d(s, a_d) - mean_{a'} A_d(s, a')
-
-Each branch acts greedily on its own ``Q_d``; the TD target is shared by all branches,
-``y = r + discount * mean_d Q_target,d(s', argmax Q_d(s'))``
-(:func:`tritonrl.agents.td.branching_td_target`), and the loss averages the branches' errors.
-
-Branches with fewer sub-actions than the largest are padded; padding entries hold ``-inf`` in
-the Q values so no argmax picks them and no gather reads them.
+One torso, a state value and one advantage head per action dimension:
+``Q_d(s, a_d) = V(s) + A_d(s, a_d) - mean A_d``, ``sum(n_d) + 1`` outputs instead of ``prod(n_d)``.
+Shorter branches are padded with ``-inf``. See docs/pages/dqn.md ("Factored actions").
 """
 
 from __future__ import annotations
@@ -30,9 +21,8 @@ __all__ = ["BranchingHead", "branching_q"]
 class BranchingHead(nn.Module):
     """State value and per-dimension advantages for ``nvec`` sub-action counts.
 
-    ``forward(h [B, in_features]) -> (value [B, 1], advantages [B, D, n_max])``, both in the
-    parameter dtype; :func:`branching_q` combines them into f32 Q values at the loss boundary.
-    With ``noisy=True`` both layers are ``NoisyLinear`` (exploration without epsilon).
+    ``h [B, in_features]`` -> ``(value [B, 1], advantages [B, D, n_max])`` in the parameter dtype.
+    ``noisy=True`` uses ``NoisyLinear`` layers.
 
     Raises:
         ValueError: empty ``nvec`` or a count below 2.
@@ -82,9 +72,8 @@ class BranchingHead(nn.Module):
 def branching_q(value: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """``Q_d = V + A_d - mean(A_d)`` over each branch's real sub-actions, in f32.
 
-    Shapes: ``value [B, 1]``, ``advantages [B, D, n_max]`` (any float dtype: they are upcast here,
-    at the loss boundary), ``mask [D, n_max]`` bool -> ``[B, D, n_max]`` f32 with ``-inf`` at the
-    padding.
+    ``value [B, 1]``, ``advantages [B, D, n_max]`` (any float dtype), ``mask [D, n_max]`` bool ->
+    ``[B, D, n_max]`` f32 with ``-inf`` at the padding.
     """
     adv = advantages.float().masked_fill(~mask, 0.0)
     mean = adv.sum(-1, keepdim=True) / mask.sum(-1, keepdim=True)

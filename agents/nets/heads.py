@@ -1,8 +1,7 @@
 """Q-network heads: NoisyNet linear layers and the dueling / distributional (Rainbow) head.
 
-Both run on the fused ops of :mod:`tritonrl.kernels.noisy_head`: Triton on CUDA, the torch reference on
-CPU. Parameters live in ``dtype`` (default: the training dtype of ``device``); the head's output is
-f32 straight from the op's epilogue (the loss boundary), so no forward casts anything.
+Both run on the fused ops of :mod:`tritonrl.kernels.noisy_head`; parameters in ``dtype``, output f32
+from the op's epilogue, so no forward casts. See docs/pages/noisy-head.md ("Modules").
 """
 
 from __future__ import annotations
@@ -31,9 +30,7 @@ def scaled_noise(
 class NoisyLinear(nn.Module):
     """Linear layer with factorised Gaussian noise (NoisyNet), on the fused :func:`noisy_linear` op.
 
-    ``y = x @ W_mu.T + b_mu + ((x * eps_in) @ W_sigma.T + b_sigma) * eps_out``. Noise is on in
-    ``train()`` and off in ``eval()``; :meth:`reset_noise` draws new ``eps_in [I]``,
-    ``eps_out [O]``. Init: ``mu ~ U[-1/sqrt(I), 1/sqrt(I)]``, ``sigma = sigma0 / sqrt(I)``.
+    Noise is on in ``train()``, off in ``eval()``; :meth:`reset_noise` draws new noise.
 
     Args:
         in_features: I.
@@ -41,8 +38,7 @@ class NoisyLinear(nn.Module):
         sigma0: initial noise scale.
         bias: learn ``b_mu``, ``b_sigma``.
         activation: ``None`` or ``"relu"`` (fused into the op).
-        groups: G independent layers reading the same input: weights ``[G, O, I]``, output
-            ``[B, G, O]`` (the dueling head's two hidden streams in one launch).
+        groups: G layers reading the same input: weights ``[G, O, I]``, output ``[B, G, O]``.
         noisy: ``False`` gives a plain linear layer (no sigma parameters, same op).
         device: where the parameters live.
         dtype: parameter dtype; ``None``: ``training_dtype(device)``.
@@ -104,10 +100,10 @@ class NoisyLinear(nn.Module):
 
     @torch.no_grad()
     def reset_noise(self, generator: torch.Generator | None = None) -> None:
-        """Draw new factorised noise ``eps_in``, ``eps_out`` (``f(u) = sign(u) sqrt(|u|)``, u ~ N(0, 1)).
+        """Draw new factorised noise ``eps_in``, ``eps_out`` (``sign(u) sqrt(|u|)``, u ~ N(0, 1)).
 
-        With a ``generator`` the draw is reproducible (it may live on another device than the
-        layer). Does nothing for ``noisy=False``.
+        ``generator`` makes the draw reproducible (it may live on another device). Nothing for
+        ``noisy=False``.
         """
         if not self.noisy:
             return
@@ -117,8 +113,8 @@ class NoisyLinear(nn.Module):
 
     def params(self) -> NoisyParams:
         """The layer's tensors in the order the ops take them."""
-        if type(self) is NoisyLinear:  # read the registries directly (module __getattr__ costs ~1 us
-            p, b = self._parameters, self._buffers  # a name; this runs per layer per step)
+        if type(self) is NoisyLinear:  # read the registries directly: module __getattr__ is slow
+            p, b = self._parameters, self._buffers  # and this runs per layer per step
             return NoisyParams(
                 cast(torch.Tensor, p["weight_mu"]),
                 p["weight_sigma"],
@@ -151,9 +147,6 @@ class NoisyLinear(nn.Module):
 class DuelingHead(nn.Module):
     """Dueling / distributional Q head (Rainbow) on noisy layers: at most two launches forward.
 
-    ``h -> [hidden: both streams' noisy layers + ReLU, one launch] -> value (Z) and advantage
-    (A * Z) noisy layers + Q = V + A - mean_a A + log-softmax, one launch``.
-
     Args:
         in_features: width of the input features h.
         num_actions: A.
@@ -167,10 +160,7 @@ class DuelingHead(nn.Module):
         device: where the parameters live.
         dtype: parameter dtype; ``None``: ``training_dtype(device)``.
 
-    Forward: ``h [B, in_features]`` (parameters' dtype) -> f32 ``Q [B, A]`` when ``atoms == 1``,
-    log-probabilities ``[B, A, Z]`` when ``atoms > 1`` and ``log_softmax``, raw ``[B, A, Z]``
-    otherwise. ``forward(h, support)`` also returns the expected Q-values ``[B, A]`` f32,
-    computed in the same launch.
+    Forward: ``h [B, in_features]`` -> f32 ``Q [B, A]`` (``atoms == 1``), else ``[B, A, Z]``.
     """
 
     def __init__(
@@ -212,13 +202,13 @@ class DuelingHead(nn.Module):
     def forward(
         self, h: torch.Tensor, support: torch.Tensor | None = None
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """Q ``[B, A]``, or ``[B, A, Z]`` log-probabilities / raw values, f32 (see the class doc).
+        """Q ``[B, A]``, or ``[B, A, Z]`` log-probabilities / raw values, f32.
 
-        With ``support`` ``[Z]`` (f32; needs ``atoms > 1`` and ``log_softmax``): returns
-        ``(log_probs, expected_q)``.
+        With ``support`` ``[Z]`` f32 (needs ``atoms > 1`` and ``log_softmax``): returns
+        ``(log_probs, expected_q [B, A])``, from the same launch.
 
         Raises:
-            TypeError, ValueError: from :func:`tritonrl.kernels.noisy_head.noisy_dueling` (dtype, shapes).
+            TypeError, ValueError: from :func:`tritonrl.kernels.noisy_head.noisy_dueling`.
         """
         adv = self.advantage
         if self.plain and support is None and type(adv) is NoisyLinear:  # DQN: one plain layer

@@ -1,17 +1,9 @@
-"""The Mamba2 block: a sequence model that trains on whole sequences and acts one step at a time.
+"""The Mamba2 block: trains on whole sequences, acts one step at a time.
 
-``x -> in_proj -> (z, xBC, dt)``; ``xBC -> causal depthwise conv (d_conv taps) -> SiLU ->
-(x, B, C)``; the selective scan :func:`tritonrl.kernels.mamba2.mamba2_scan` (gate ``silu(z)``, skip ``D``,
-``dt_bias`` with softplus, ``A = -exp(A_log)``); RMSNorm of the gated output; ``out_proj``.
-
-Episode resets (``resets[b, t]`` true where an episode starts at step ``t``) clear both memories:
-the scan's state and the conv window, so no output mixes inputs from before a reset. ``step``
-applied ``L`` times gives what ``forward`` gives over the ``L`` steps (tested).
-
-Parameters live in ``dtype`` (default: the training dtype of ``device``); the recurrent SSM state
-is float32 in every case (a bf16 state drifts over long episodes) and the conv window is in the parameter
-dtype (it holds raw inputs). Nothing in ``forward`` or ``step`` casts: the scan takes bf16 inputs
-with a float32 state and returns float32 states; that op is the f32 boundary of the state.
+``in_proj``, causal depthwise conv, SiLU, the selective scan :func:`tritonrl.kernels.mamba2.mamba2_scan`,
+RMSNorm of the gated output, ``out_proj``. Resets clear the scan's state and the conv window;
+``step`` L times equals ``forward`` over L steps. Parameters in ``dtype``, the SSM state always
+f32. See docs/pages/mamba2.md.
 """
 
 from __future__ import annotations
@@ -36,8 +28,7 @@ class Mamba2State:
     """The memory of a :class:`Mamba2Block` for a batch of sequences.
 
     Attributes:
-        conv: [B, d_conv - 1, conv_dim], the parameter dtype: the last raw conv inputs (zeroed
-            where they precede a reset).
+        conv: [B, d_conv - 1, conv_dim], the parameter dtype: the last raw conv inputs.
         ssm: [B, H, P, N] float32: the scan's state.
     """
 
@@ -55,13 +46,9 @@ class Mamba2State:
 
 class _CausalConv(torch.autograd.Function):
     """The causal depthwise conv from a zero window, no resets: ``x [B, L, C]``, ``w [C, K]``,
-    ``b [C]`` -> ``out[:, t] = b + sum_k w[:, K - 1 - k] * x[:, t - k]`` (``x`` is zero before
-    step 0), in ``x``'s dtype.
+    ``b [C]`` -> ``out[:, t] = b + sum_k w[:, K - 1 - k] * x[:, t - k]``, in ``x``'s dtype.
 
-    The same sums as :meth:`Mamba2Block._conv`'s shifted slices, accumulated in place on the
-    output (forward) and on the input gradient (backward): no padded copy of the input and no
-    full-size zero gradient per tap, which autograd through the slices builds (tested equal, values
-    and gradients).
+    Accumulates in place (forward and backward), so no padded copy or per-tap zero gradient.
     """
 
     @staticmethod
@@ -101,7 +88,7 @@ class Mamba2Block(nn.Module):
         dtype: the parameter dtype (default ``training_dtype(device)``).
 
     Raises:
-        ValueError: inconsistent sizes (``d_inner % headdim``, ``H % ngroups``, non-positive sizes).
+        ValueError: inconsistent or non-positive sizes.
     """
 
     def __init__(
@@ -167,8 +154,7 @@ class Mamba2Block(nn.Module):
         return self.in_proj.weight.dtype
 
     def initial_state(self, batch_size: int) -> Mamba2State:
-        """Zero memory for ``batch_size`` sequences: conv window in the parameter dtype, SSM state
-        float32, on the parameters' device."""
+        """Zero memory for ``batch_size`` sequences on the parameters' device (SSM state f32)."""
         dev = self.in_proj.weight.device
         return Mamba2State(
             conv=torch.zeros(batch_size, self.d_conv - 1, self.conv_dim, device=dev, dtype=self.dtype),
@@ -204,8 +190,7 @@ class Mamba2Block(nn.Module):
     def _conv(
         self, xbc: torch.Tensor, window: torch.Tensor | None, resets: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Causal depthwise conv over [B, L, C] that never reaches across a reset; also returns the
-        next window (the last ``d_conv - 1`` inputs, zeroed where they precede the last reset)."""
+        """Causal depthwise conv over [B, L, C] that never reaches across a reset, and the next window."""
         batch, length, _ = xbc.shape
         W = self.d_conv
         if window is None and resets is None and not torch.compiler.is_compiling():
@@ -246,8 +231,7 @@ class Mamba2Block(nn.Module):
 
         Args:
             x: [B, L, d_model] in the parameter dtype.
-            resets: optional [B, L] bool, true where an episode starts (memory cleared before
-                that step).
+            resets: optional [B, L] bool, true where an episode starts.
             state: optional memory entering step 0 (default: zeros); not modified.
             return_state: also return the memory after step ``L - 1``.
 
@@ -306,11 +290,9 @@ class Mamba2Block(nn.Module):
     def _check_step(
         self, x_t: torch.Tensor, state: Mamba2State, reset: torch.Tensor | None, inplace: bool
     ) -> None:
-        """What :meth:`step` takes from outside: ``x_t``, ``state`` and ``reset`` (shapes, dtypes,
-        devices; the SSM state float32, contiguous when updated in place). The rest of what the
-        single-step op needs the block builds itself from its parameters, so the op runs without
-        its own checks (:func:`tritonrl.kernels.mamba2.mamba2_step_unchecked`). A fast test of all
-        of it first; anything unusual goes to the detailed checks, which name the problem."""
+        """Check what :meth:`step` takes from outside (``x_t``, ``state``, ``reset``), so the op runs
+        unchecked; a fast test first, detailed checks naming the problem otherwise.
+        """
         try:
             batch = x_t.shape[0]
             conv, ssm = state.conv, state.ssm
@@ -382,15 +364,9 @@ class Mamba2Block(nn.Module):
     ) -> tuple[torch.Tensor, Mamba2State]:
         """One step for acting: ``x_t [B, d_model]`` -> ``(y_t [B, d_model], next state)``.
 
-        ``reset [B]`` (bool) clears that row's memory (conv window and SSM state) before the step.
-        The given ``state`` is left untouched and a new one is returned, unless ``inplace=True``
-        (the state's tensors are updated and returned). The SSM update runs the fused
-        single-step op, which carries no gradient, and the returned state never holds an autograd
-        graph: ``step`` is for acting (run it under ``torch.no_grad()``); train with ``forward``.
-
-        The new state's conv window is a view of a fresh ``[B, d_conv, conv_dim]`` buffer (the
-        window and the new input side by side), not a contiguous tensor: nothing is copied to
-        shift it. Any layout of ``state.conv`` is accepted.
+        ``reset [B]`` bool clears that row's memory first. ``state`` is left untouched unless
+        ``inplace=True``. No gradient flows: train with ``forward``. The new conv window is a
+        view (not contiguous); any layout of ``state.conv`` is accepted.
 
         Raises:
             ValueError / TypeError: wrong shape, dtype or device of ``x_t``, ``reset`` or ``state``

@@ -1,10 +1,7 @@
 """RMSNorm over the last dimension with a hand-written backward.
 
-:func:`rms_norm` computes what ``F.rms_norm(x, (d,), weight, eps)`` computes, with the same
-operations in the forward (bit for bit), and a backward that forms the input gradient from the
-saved normalised input in a few passes, where autograd through ``F.rms_norm``'s decomposition
-(power, mean, reciprocal square root, products) makes about twice as many passes over ``x``-sized
-tensors. On a CPU, where the sequence models' norms are memory-bound, that halves their cost.
+:func:`rms_norm` equals ``F.rms_norm`` bit for bit forward; its backward forms the input gradient
+from the saved normalised input in about half the passes over ``x`` that autograd takes.
 """
 
 from __future__ import annotations
@@ -40,10 +37,10 @@ class _RMSNorm(torch.autograd.Function):
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """``F.rms_norm(x, (d,), weight, eps)`` over the last dimension ``d`` of ``x`` [..., d];
-    ``weight`` [d]. Float32 and float64 inputs take the hand-written backward (same forward, bit
-    for bit; gradients equal up to rounding, tested); other dtypes, and traced code (Inductor
-    fuses the decomposition itself), call ``F.rms_norm``.
+    """``F.rms_norm(x, (d,), weight, eps)`` over the last dimension of ``x`` [..., d]; ``weight`` [d].
+
+    f32 and f64 take the hand-written backward (gradients equal up to rounding); other dtypes
+    and traced code call ``F.rms_norm``.
     """
     if (
         x.dtype in (torch.float32, torch.float64)

@@ -1,27 +1,9 @@
 """The action heads of the PPO family: categorical, diagonal Gaussian, normalizing flow.
 
-A head turns actor features into a distribution. Every head takes ``device`` and ``dtype``
-(default ``training_dtype(device)``) and creates its parameters there, in that dtype. The heads
-are the f32 boundary: network outputs are upcast once there and every log-prob and entropy leaves
-in f32; the action bounds of the squashing heads are f32 buffers on that side of the boundary.
-
-Random draws: a head's ``sample`` (and the entropy estimate of the squashed heads' ``evaluate``)
-draws from a ``generator``, or takes the same draw made beforehand as ``noise``
-(:meth:`CategoricalHead.draw` and the others make it): that is how a compiled policy step gets its
-randomness, since ``torch.compile`` cannot trace a call that takes a generator.
-
-Each head returns the *raw* action it samples, which is what PPO stores and scores:
-
-- :class:`CategoricalHead`: ``Discrete(n)``; raw action = env action (int64).
-- :class:`GaussianHead`: ``Box``; diagonal Gaussian with a state-independent log-std. With
-  ``squash=True`` the sample ``u`` goes through ``tanh`` and an affine map onto ``[low, high]``,
-  and the log-prob gets the change-of-variables correction
-  ``- sum log(scale * (1 - tanh(u)^2))``; raw action = ``u``.
-- :class:`FlowHead`: ``Box``; a RealNVP-style normalizing flow: a Gaussian base (mean from the
-  features, state-independent log-std), then affine coupling layers whose scale and shift are
-  computed from the observation features and the other half of the action, then the tanh squash.
-  The log-prob is exact: base log-density minus the log-determinants. Raw action = the pre-tanh
-  flow output.
+A head turns actor features into a distribution and is the f32 boundary: log-probs and entropies
+leave in f32. Draws come from a ``generator`` or are passed in as ``noise`` (made beforehand by
+``draw``), so a compiled policy step can take them. Each head returns the raw action PPO stores
+(the pre-squash sample for the squashed heads). See docs/pages/ppo.md.
 """
 
 from __future__ import annotations
@@ -42,18 +24,14 @@ def _up(t: torch.Tensor) -> torch.Tensor:
 
 
 def squash_log_det(u: torch.Tensor, log_scale: torch.Tensor) -> torch.Tensor:
-    """``sum_i log(scale_i * (1 - tanh(u_i)^2))`` over the last dim, in a form stable for large ``|u|``.
-
-    ``log(1 - tanh(u)^2) = 2 * (log 2 - u - softplus(-2u))``.
-    """
+    """``sum_i log(scale_i * (1 - tanh(u_i)^2))`` over the last dim, stable for large ``|u|``."""
     return (2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u)) + log_scale).sum(-1)
 
 
 def _rsample(
     normal: torch.distributions.Normal, generator: torch.Generator | None, noise: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """A reparameterised sample ``mean + std * eps``: ``eps`` is ``noise`` when given, else drawn
-    from ``generator`` (the same draw as :func:`_normal_noise`)."""
+    """``mean + std * eps``, ``eps`` from ``noise`` or drawn from ``generator``."""
     eps = noise if noise is not None else _normal_noise(normal.mean.shape, generator, normal.mean)
     return normal.mean + normal.stddev * eps
 
@@ -66,8 +44,7 @@ def _normal_noise(
 
 
 def _f32_side(param: torch.Tensor) -> torch.Tensor:
-    """A 0-d tensor with the dtype and device of the heads' f32 side for parameters like ``param``
-    (what :func:`_up` makes of them), to draw noise in."""
+    """A 0-d tensor of the heads' f32-side dtype and device for ``param``, to draw noise in."""
     return torch.empty((), dtype=_up(param[:0]).dtype, device=param.device)
 
 
@@ -88,16 +65,13 @@ class CategoricalHead(nn.Module):
     def log_probs(self, feat: torch.Tensor) -> torch.Tensor:
         """Normalised log-probabilities ``[..., n]`` f32 (``log_softmax`` of the logits).
 
-        The distribution is written out in tensor ops rather than built as a
-        ``torch.distributions.Categorical`` (the same distribution to rounding): at a few
-        environments per step its construction, ``logsumexp`` and ``log_prob`` cost more than the
-        network.
+        Written in tensor ops, not ``torch.distributions.Categorical``, whose overhead exceeds
+        the network's at a few environments per step.
         """
         return torch.log_softmax(_up(self.logits(feat)), -1)
 
     def draw(self, shape: int | tuple[int, ...], generator: torch.Generator | None = None) -> torch.Tensor:
-        """The noise :meth:`sample` draws for ``shape`` rows (an int: the batch): uniforms
-        ``[*shape, n]`` f32 in ``[0, 1)``."""
+        """The noise :meth:`sample` draws for ``shape`` rows: uniforms ``[*shape, n]`` f32 in ``[0, 1)``."""
         lead = (shape,) if isinstance(shape, int) else tuple(shape)
         w = self.logits.weight
         return torch.rand((*lead, w.shape[0]), generator=generator, device=w.device)
@@ -109,8 +83,7 @@ class CategoricalHead(nn.Module):
         generator: torch.Generator | None = None,
         noise: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(env_action [B] int64, raw_action [B] int64, logprob [B] f32)`` (Gumbel-max sampling;
-        ``noise``: the uniforms of :meth:`draw`, else drawn from ``generator``)."""
+        """``(env_action [B] int64, raw_action [B] int64, logprob [B] f32)`` by Gumbel-max."""
         logp = self.log_probs(feat)
         if deterministic:
             a = logp.argmax(-1)
@@ -152,10 +125,8 @@ class CategoricalHead(nn.Module):
 
 
 class _Bounds(nn.Module):
-    """Affine map from ``[-1, 1]`` onto ``[low, high]``.
-
-    The buffers are f32 in every training dtype, on purpose: the map and its log-determinant act
-    on the heads' f32 side (after the upcast), where the log-prob corrections are computed.
+    """Affine map from ``[-1, 1]`` onto ``[low, high]``; f32 buffers in every training dtype (the
+    heads' f32 side).
     """
 
     center: torch.Tensor  # buffers, f32 [D]
@@ -226,8 +197,7 @@ class GaussianHead(nn.Module):
         return self.squash
 
     def draw(self, shape: int | tuple[int, ...], generator: torch.Generator | None = None) -> torch.Tensor:
-        """The noise :meth:`sample` (``shape`` = batch rows) or :meth:`evaluate` (``shape`` = the
-        raw actions' leading dims) draws: standard normals ``[*shape, D]`` on the f32 side."""
+        """Standard normals ``[*shape, D]`` on the f32 side, for :meth:`sample` or :meth:`evaluate`."""
         lead = (shape,) if isinstance(shape, int) else tuple(shape)
         return _normal_noise((*lead, self.log_std.shape[0]), generator, _f32_side(self.log_std))
 
@@ -238,8 +208,7 @@ class GaussianHead(nn.Module):
         generator: torch.Generator | None = None,
         noise: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(env_action [B, D] f32, raw_action u [B, D] f32, logprob [B] f32)`` (``noise``: the
-        draw of :meth:`draw`, else drawn from ``generator``)."""
+        """``(env_action [B, D] f32, raw_action u [B, D] f32, logprob [B] f32)``."""
         normal = self._normal(feat)
         u = normal.mean if deterministic else _rsample(normal, generator, noise).detach()
         logp = normal.log_prob(u).sum(-1)
@@ -248,8 +217,7 @@ class GaussianHead(nn.Module):
         return self.bounds.squash(u), u, logp - self.bounds.log_det(u)
 
     def greedy(self, feat: torch.Tensor) -> torch.Tensor:
-        """The deterministic env action ``[B, D]`` f32: the mean (squashed onto the bounds where
-        the head squashes), as ``sample(feat, deterministic=True)`` returns it."""
+        """The deterministic env action ``[B, D]`` f32: the mean, squashed where the head squashes."""
         u = _up(self.mean(feat))
         return self.bounds.squash(u) if self.squash else u
 
@@ -265,10 +233,10 @@ class GaussianHead(nn.Module):
         entropy_grad: bool = True,
         noise: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(logprob, entropy)`` of raw actions, f32. Squashed: no closed form; the entropy is a
-        one-sample estimate ``-log pi`` of a reparameterised fresh sample (``noise``: its draw,
-        :meth:`draw` of ``raw``'s leading dims, else drawn from ``generator``), or, with
-        ``entropy_grad=False`` (no entropy bonus), the cheap detached ``-log pi`` of ``raw``."""
+        """``(logprob, entropy)`` of raw actions, f32. Squashed: the entropy is a one-sample estimate
+        ``-log pi`` of a fresh reparameterised sample, or with ``entropy_grad=False`` the
+        detached ``-log pi`` of ``raw``.
+        """
         normal = self._normal(feat)
         logp = normal.log_prob(raw).sum(-1)
         if not self.squash:
@@ -347,12 +315,8 @@ class FlowHead(nn.Module):
     """Conditional normalizing flow policy over a Gaussian base, with a final tanh squash.
 
     ``z ~ N(mu(features), diag(sigma^2))``, ``y = f_K o ... o f_1(z)`` (affine couplings
-    conditioned on the features; the split alternates), ``a = center + scale * tanh(y)``::
-
-        log pi(a) = log N(z) - sum_k log|det J_k| - sum_i log(scale_i * (1 - tanh(y_i)^2))
-
-    With ``D = 1`` nothing can be split and each coupling is an affine map conditioned on the
-    features only (the policy is then a tanh-squashed, state-dependent Gaussian).
+    conditioned on the features), ``a = center + scale * tanh(y)``; the log-prob is exact.
+    With ``D = 1`` each coupling is an affine map of the features only.
 
     Args:
         feature_dim: conditioning features.
@@ -433,10 +397,8 @@ class FlowHead(nn.Module):
         generator: torch.Generator | None = None,
         noise: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(env_action [B, D] f32, raw y [B, D] f32, logprob [B] f32)`` (``noise``: the draw of
-        :meth:`draw`, else drawn from ``generator``).
-
-        Deterministic: the base mean pushed through the flow (not the exact mode of the flow).
+        """``(env_action [B, D] f32, raw y [B, D] f32, logprob [B] f32)``; deterministic: the base
+        mean through the flow.
         """
         base = self._base(feat)
         z = base.mean if deterministic else _rsample(base, generator, noise)
@@ -445,8 +407,7 @@ class FlowHead(nn.Module):
         return self.bounds.squash(y), y, logp
 
     def greedy(self, feat: torch.Tensor) -> torch.Tensor:
-        """The deterministic env action ``[B, D]`` f32: the base mean through the flow, squashed
-        (as ``sample(feat, deterministic=True)`` returns it)."""
+        """The deterministic env action ``[B, D]`` f32: the base mean through the flow, squashed."""
         y, _ = self._forward_flow(feat, _up(self.base_mean(feat)))
         return self.bounds.squash(y)
 
@@ -462,9 +423,9 @@ class FlowHead(nn.Module):
         entropy_grad: bool = True,
         noise: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(logprob, entropy)``: exact log-prob of stored ``y``; the entropy is estimated as ``-log pi``
-        of a reparameterised fresh sample (``noise``: its draw, else drawn from ``generator``), or,
-        with ``entropy_grad=False``, the detached ``-log pi(raw)``."""
+        """``(logprob, entropy)``: exact log-prob of stored ``y``; entropy estimated as in
+        :meth:`GaussianHead.evaluate`.
+        """
         logp = self.log_prob_raw(feat, raw) - self.bounds.log_det(_up(raw))
         if not entropy_grad:
             return logp, -logp.detach()

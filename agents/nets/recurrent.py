@@ -1,15 +1,8 @@
 """The recurrent cores of the PPO family: LSTM, GRU and Mamba2 memories shared by actor and critic.
 
-- :class:`LSTMCore`, :class:`GRUCore`: MLP encoder, ``LSTMCell``/``GRUCell`` memory; the memory
-  resets where an observation starts an episode. Acting steps the cell; training splits the
-  sequences at episode starts and runs torch's fused ``lstm``/``gru`` once over all the pieces
-  (:func:`subsequence_layout` sizes that layout).
-- :class:`Mamba2Core`: linear encoder, :class:`tritonrl.agents.nets.mamba2.Mamba2Block` with resets
-  at episode starts; sequences in training, the single-step form when acting. Its SSM state stays
-  f32 in every training dtype (see :mod:`tritonrl.agents.nets.mamba2`).
-
-Every core takes ``device`` and ``dtype`` (default ``training_dtype(device)``) and creates its
-parameters there, in that dtype.
+Memories reset where an episode starts. LSTM and GRU step their cell when acting and run torch's
+fused ``lstm``/``gru`` over sequences split at episode starts when training; Mamba2 runs its scan
+(SSM state always f32). Parameters are created in ``dtype``. See docs/pages/ppo.md.
 """
 
 from __future__ import annotations
@@ -33,10 +26,9 @@ def _mask_state(state: tuple[torch.Tensor, ...], starts: torch.Tensor) -> tuple[
 
 
 def _pieces(starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``starts [B, L]`` bool cut into sub-sequences (row ``b`` splits at every ``t > 0`` where
-    ``starts[b, t]``): ``(count [B]: sub-sequences per row, piece [B, L]: the index of each step's
-    sub-sequence within its row, tau [B, L]: its position within that sub-sequence)``, int64,
-    computed with cumulative sums (nothing read on the host)."""
+    """``starts [B, L]`` split at every ``t > 0`` where set: ``(count [B], piece [B, L], tau [B, L])``
+    int64 (sub-sequences per row, each step's sub-sequence, its position there); no host read.
+    """
     t = torch.arange(starts.shape[1], device=starts.device)
     begins = torch.cat([torch.ones_like(starts[:, :1]), starts[:, 1:]], 1)  # [B, L]
     piece = begins.cumsum(1) - 1
@@ -46,9 +38,7 @@ def _pieces(starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Ten
 
 def subsequence_stats(starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per row of ``starts [S, L]`` bool: ``(count [S], longest [S])`` int64, the number of
-    sub-sequences the row is split into at its episode starts after step 0 and the length of the
-    longest one (device tensors: nothing read on the host). A batch of rows needs the layout
-    ``(count.sum(), longest.max())`` in :meth:`LSTMCore.sequence`.
+    sub-sequences and the longest's length (device tensors, no host read).
 
     Raises:
         ValueError: ``starts`` is not 2-d bool with at least one step.
@@ -60,12 +50,9 @@ def subsequence_stats(starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]
 
 
 def subsequence_layout(starts: torch.Tensor) -> tuple[int, int]:
-    """``(rows, length)`` of the padded layout of ``starts [B, L]``'s sub-sequences (see
-    :meth:`LSTMCore.sequence`): how many there are, and the longest one's length.
+    """``(rows, length)`` of the padded layout of ``starts [B, L]``'s sub-sequences.
 
-    Reads two integers on the host in one transfer: free on a CPU, a device synchronisation on
-    CUDA. :class:`tritonrl.agents.ppo.PPOAgent` does not call this per minibatch: it reads the
-    layouts of all the minibatches of an update at once (one read per update).
+    One host read (a device sync on CUDA); PPO reads all of an update's layouts at once instead.
 
     Raises:
         ValueError: ``starts`` is not 2-d bool with at least one step.
@@ -78,10 +65,8 @@ def subsequence_layout(starts: torch.Tensor) -> tuple[int, int]:
 class _RecurrentCore(nn.Module, abc.ABC):
     """``obs -> MLP encoder -> recurrent cell``; features shared by actor and critic.
 
-    The shared code of :class:`LSTMCore` and :class:`GRUCore`. Acting steps the cell once per
-    call (:meth:`step`); training runs whole sequences through the fused multi-step op
-    (:meth:`sequence`), split exactly at episode starts; :meth:`sequence_stepwise` is the
-    step-by-step computation it equals (the reference of the tests).
+    Acting steps the cell (:meth:`step`); training runs whole sequences through the fused op
+    (:meth:`sequence`), equal to :meth:`sequence_stepwise`.
     """
 
     recurrent = True
@@ -117,8 +102,9 @@ class _RecurrentCore(nn.Module, abc.ABC):
 
     @abc.abstractmethod
     def _fused(self, x: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
-        """The cell run over ``x [R, L, D]`` (batch first) from ``state [n, R, size]`` (the state's
-        tensors stacked): outputs ``[R, L, size]``, by torch's fused op with the cell's own weights."""
+        """The cell over ``x [R, L, D]`` from ``state [n, R, size]`` -> ``[R, L, size]``, by torch's
+        fused op with the cell's weights.
+        """
 
     def _weights(self) -> list[torch.Tensor]:
         c = self.cell
@@ -136,8 +122,9 @@ class _RecurrentCore(nn.Module, abc.ABC):
     def step(
         self, x: torch.Tensor, state: tuple[torch.Tensor, ...], starts: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
-        """One step: ``x [B, obs_dim]``, ``starts [B]`` bool (memory reset first where set;
-        ``None``: no reset) -> ``(actor feat, critic feat, new state)``, features ``[B, size]``."""
+        """One step: ``x [B, obs_dim]``, ``starts [B]`` bool (reset first where set) ->
+        ``(actor feat, critic feat, new state)``, features ``[B, size]``.
+        """
         if starts is not None:
             state = _mask_state(state, starts)
         state = self._cell_step(self.encoder(x), state)
@@ -152,33 +139,22 @@ class _RecurrentCore(nn.Module, abc.ABC):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Features of whole sequences, memory reset at episode starts, in one fused recurrence.
 
-        ``x [B, L, obs_dim]``, ``starts [B, L]`` bool, ``state`` the memory before step 0 (``[B,
-        size]`` each) -> features ``[B, L, size]`` (twice: actor and critic share them). Equals
-        :meth:`sequence_stepwise` up to f32 rounding (the fused op sums the gates' matrix products
-        in another order: ~1e-6 relative), gradients included.
+        ``x [B, L, obs_dim]``, ``starts [B, L]`` bool, ``state`` before step 0 -> features
+        ``[B, L, size]`` (twice: actor and critic share them). Equals :meth:`sequence_stepwise`
+        up to f32 rounding, gradients included.
 
-        Each row is split at its starts after step 0 into sub-sequences: the first one starts from
-        ``state`` (from zero if ``starts[b, 0]``), later ones from zero. They become the rows of a
-        right-padded ``[rows, length, D]`` tensor (a recurrence is causal: the padding after a
-        sub-sequence never reaches its outputs), the fused op runs once over all of them, and the
-        outputs go back to their places. Where each step goes is computed with tensor ops; the
-        layout's size must be known on the host: ``layout = (rows, length)``, the number of
-        sub-sequences and the longest one's length (:func:`subsequence_stats` gives them per row;
-        larger values only add zero padding), or ``None`` to measure it here
-        (:func:`subsequence_layout`: one host read, a device synchronisation on CUDA). A layout
-        smaller than the data is an error of the caller (an index error; a device assert on CUDA).
-
-        Under ``torch.compile`` this part runs eagerly (a graph break): the layout's size changes
-        with the data, and a graph per size would recompile without end. (PPO calls it outside its
-        compiled loss and passes the features in.)
+        Rows are split at their starts into right-padded sub-sequences, run once, scattered back.
+        ``layout = (rows, length)`` sizes that layout (:func:`subsequence_stats`; larger only
+        pads); ``None`` measures it (:func:`subsequence_layout`, one host read). A layout too
+        small is the caller's error (an index error; a device assert on CUDA). Runs eagerly under
+        ``torch.compile``: the layout's size changes with the data.
         """
         return _run_split(self, self.encoder(x), starts, tuple(state), layout)
 
     def sequence_stepwise(
         self, x: torch.Tensor, starts: torch.Tensor, state: tuple[torch.Tensor, ...]
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """:meth:`sequence` computed one step at a time, masking the memory where ``starts``
-        (the reference it is tested against; slow: one cell call per step)."""
+        """:meth:`sequence` one step at a time (the test reference)."""
         enc = self.encoder(x)
         out = []
         s = tuple(state)
@@ -216,10 +192,8 @@ def _run_split(
 class LSTMCore(_RecurrentCore):
     """``obs -> MLP encoder -> LSTMCell``; features shared by actor and critic.
 
-    State: ``(h, c)``, each ``[B, size]`` in the parameters' dtype. Acting steps the
-    ``LSTMCell`` (checkpoint keys ``cell.weight_ih`` ...); training runs the same weights
-    through ``torch.lstm`` (cuDNN on CUDA) over sequences split at episode starts (see
-    :meth:`sequence`).
+    State: ``(h, c)``, each ``[B, size]`` in the parameters' dtype; training runs the cell's
+    weights through ``torch.lstm``.
 
     Raises:
         ValueError: a layer size below 1.
@@ -251,9 +225,7 @@ class LSTMCore(_RecurrentCore):
 class GRUCore(_RecurrentCore):
     """``obs -> MLP encoder -> GRUCell``; features shared by actor and critic.
 
-    State: ``(h,)``, ``[B, size]`` in the parameters' dtype. Acting steps the ``GRUCell``;
-    training runs the same weights through ``torch.gru`` (cuDNN on CUDA) over sequences split at
-    episode starts (see :meth:`LSTMCore.sequence`).
+    State: ``(h,)``, ``[B, size]`` in the parameters' dtype; training runs ``torch.gru``.
 
     Raises:
         ValueError: a layer size below 1.
@@ -284,9 +256,8 @@ class GRUCore(_RecurrentCore):
 class Mamba2Core(nn.Module):
     """``obs -> Linear -> Mamba2Block (+ residual) -> LayerNorm``; features shared by actor and critic.
 
-    Trains on whole sequences with resets at episode starts (the chunked scan), each sequence
-    starting from the memory stored when it was collected, and acts with the block's single-step
-    form. State: :class:`tritonrl.agents.nets.mamba2.Mamba2State` (conv window, f32 SSM state).
+    State: :class:`tritonrl.agents.nets.mamba2.Mamba2State`; sequences in training, the
+    single-step form when acting.
     """
 
     recurrent = True
@@ -327,8 +298,7 @@ class Mamba2Core(nn.Module):
     def step(
         self, x: torch.Tensor, state: Any, starts: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor, Any]:
-        """One step with memory reset where ``starts`` (``None``: no reset): ``x [B, obs_dim]`` ->
-        ``(feat, feat, state)``."""
+        """One step, reset where ``starts``: ``x [B, obs_dim]`` -> ``(feat, feat, state)``."""
         u = torch.tanh(self.encoder(x))
         y, state = self.block.step(u, state, starts)
         feat = self.norm(u + y)
@@ -338,7 +308,8 @@ class Mamba2Core(nn.Module):
         self, x: torch.Tensor, starts: torch.Tensor, state: Any
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``x [B, L, obs_dim]``, ``starts [B, L]``, memory at step 0 -> features ``[B, L, d_model]``
-        (twice: actor and critic share them)."""
+        (twice).
+        """
         u = torch.tanh(self.encoder(x))
         feat = self.norm(u + self.block(u, starts, state=state))
         return feat, feat

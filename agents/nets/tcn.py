@@ -1,10 +1,7 @@
 """The TCN encoder: dilated causal 1-D convolutions in residual blocks (Bai, Kolter and Koltun, 2018).
 
-``x [B, L, F] -> Linear(F, C) -> depth x block -> [B, L, C]``. Block ``i`` (dilation ``2**i``) is
-``relu(x + conv2(relu(conv1(x))))`` with two causal convolutions of ``kernel_size`` taps, each
-left-padded so step ``s`` reads steps ``<= s`` only. The TCN forecaster
-(:class:`tritonrl.agents.forecast.TCN`) and the agents' ``"tcn"`` torso
-(:func:`tritonrl.agents.nets.torsos.build_torso`) both run it.
+``x [B, L, F] -> Linear(F, C) -> depth x block -> [B, L, C]``; block ``i`` has dilation ``2**i``.
+Run by the TCN forecaster and the agents' ``"tcn"`` torso.
 """
 
 from __future__ import annotations
@@ -41,10 +38,7 @@ class _TCNBlock(nn.Module):
 
 
 class TCNEncoder(nn.Module):
-    """The causal TCN encoding: ``x [B, L, F] -> [B, L, width]`` in the parameter dtype.
-
-    Any length ``L`` works (the convolutions are padded); step ``s`` of the output depends on
-    input steps ``<= s`` only.
+    """The causal TCN encoding: ``x [B, L, F] -> [B, L, width]`` in the parameter dtype; any ``L``.
 
     Args:
         num_features: ``F``.

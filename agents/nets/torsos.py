@@ -1,26 +1,8 @@
 """Torso building blocks: observation -> feature vector, and the one MLP builder of both families.
 
-Every block creates its parameters in the dtype it is given (the agents pass
-``training_dtype(device)``; the default is the same) and never casts inside ``forward``: the
-observation arrives already in that dtype (it was cast once, when it entered the replay buffer,
-the rollout or ``act``).
-
-- :class:`MLP`: ``Linear -> [RMSNorm] -> activation`` layers of given sizes over the last dim;
-  DQN's ``"mlp"`` torso (ReLU, PyTorch's default init) and PPO's actor, critic and encoder MLPs
-  (tanh, orthogonal init, as in CleanRL) are both built by it.
-- ``"mlp"``: input ``[B, *obs_shape]`` (flattened); ``depth`` x (linear, [RMSNorm], ReLU) of
-  ``width``, or one layer per size of ``hidden`` (e.g. ``(120, 84)``).
-- ``"resmlp"``: input ``[B, *obs_shape]`` (flattened); an input projection, then ``depth``
-  pre-norm residual blocks.
-- ``"attention"``: input ``[B, K, D]`` (the last ``K`` observations); per-step embedding plus a
-  learned position, ``depth`` causal pre-norm self-attention blocks, the newest step's features.
-- ``"tcn"``: input ``[B, K, D]``; the TCN forecaster's causal encoder
-  (:class:`tritonrl.agents.nets.tcn.TCNEncoder`: ``depth`` dilated causal convolution blocks
-  of ``width`` channels) over the window, the newest step's features (:class:`SequenceTorso`).
-
-``norm="rmsnorm"`` adds RMSNorm; ``spectral_norm=True`` makes every hidden linear layer a
-:class:`SpectralLinear` (weight divided by its largest singular value, estimated by one power
-iteration per training forward), which bounds each layer's Lipschitz constant.
+Kinds ``"mlp"``, ``"resmlp"``, ``"attention"``, ``"tcn"`` (:func:`build_torso`); optional RMSNorm
+and spectral norm. Parameters are created in the dtype given and ``forward`` never casts (the
+observation arrives in that dtype). See docs/pages/dqn.md ("Torsos").
 """
 
 from __future__ import annotations
@@ -56,13 +38,9 @@ _LinearT = TypeVar("_LinearT", bound="nn.Linear | SpectralLinear")
 
 
 def init_orthogonal_(weight: torch.Tensor, gain: float = 1.0) -> torch.Tensor:
-    """Fill ``weight`` (2-d or more, any float dtype) with a (semi-)orthogonal matrix times ``gain``,
-    in place, and return it.
+    """Fill ``weight`` (any float dtype) with a (semi-)orthogonal matrix times ``gain``, in place.
 
-    f32 and f64 weights are filled by ``nn.init.orthogonal_`` itself. Other dtypes (bf16) get the
-    matrix computed in f32 (QR has no bf16 kernel) and rounded once into the weight: the parameter
-    keeps the dtype it was created in, and with the same seed it starts from the rounded values of
-    the f32 weight (the random draws are the same).
+    bf16 weights get the f32 matrix rounded once (QR has no bf16 kernel), from the same draws.
     """
     with torch.no_grad():
         if weight.dtype in (torch.float32, torch.float64):
@@ -83,13 +61,9 @@ def init_linear_(layer: _LinearT, gain: float) -> _LinearT:
 class SpectralLinear(nn.Module):
     """``y = x W^T / sigma(W) + b`` with ``sigma`` the largest singular value of ``W``.
 
-    ``sigma`` is estimated by power iteration: one step per forward in training mode with
-    gradients enabled, i.e. per learning step (the left singular vector estimate ``u`` is a
-    buffer, so it improves across calls and is saved in the state dict); eval mode and
-    ``no_grad`` calls (acting, target values) reuse the stored ``u`` without updating it.
-    Gradients flow through ``sigma`` (as in Miyato et al., 2018), not through the power iteration.
-
-    Shapes: ``x [..., in_features] -> [..., out_features]``, in the parameter dtype.
+    One power-iteration step per training forward with gradients; eval and ``no_grad`` calls
+    reuse the stored ``u`` (a buffer). Gradients flow through ``sigma``, not the iteration.
+    ``x [..., in_features] -> [..., out_features]`` in the parameter dtype.
     """
 
     weight: torch.Tensor  # nn.Parameters (taken from an nn.Linear, whose attributes torch types as Tensor)
@@ -151,10 +125,8 @@ def _norm(kind: str, width: int, device, dtype) -> nn.Module:
 class MLP(nn.Module):
     """``Linear -> [RMSNorm] -> activation`` for each size in ``hidden``: the MLP of both families.
 
-    ``forward(x [..., in_features]) -> [..., out_features]`` over the last dim, in the parameter
-    dtype; ``out_features`` is ``hidden[-1]`` (``in_features``, and ``x`` returned as is, for
-    ``hidden=()``). The loop is written out (no ``Sequential`` of activation modules): acting calls
-    this once per environment step, where each module call costs microseconds.
+    ``x [..., in_features] -> [..., out_features]`` in the parameter dtype (``x`` itself for
+    ``hidden=()``). The loop is written out: acting calls it once per environment step.
 
     Args:
         in_features: input features.
@@ -162,8 +134,8 @@ class MLP(nn.Module):
         activation: ``"relu"`` (DQN torsos) or ``"tanh"`` (PPO, as in CleanRL).
         norm: ``"none"`` or ``"rmsnorm"`` (after each linear layer, before the activation).
         spectral_norm: :class:`SpectralLinear` layers.
-        orthogonal_gain: ``None``: PyTorch's default ``nn.Linear`` init (DQN); a number: orthogonal
-            weights with that gain and zero biases (PPO), drawn layer by layer as each is created.
+        orthogonal_gain: ``None``: PyTorch's default init (DQN); a number: orthogonal weights
+            with that gain and zero biases (PPO).
         device: where the parameters live.
         dtype: the parameter dtype (default ``training_dtype(device)``).
 
@@ -206,7 +178,7 @@ class MLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # Plain nn.Linear layers without hooks run as F.linear on their own parameters: the
         # same op as Linear.forward without the module-call machinery, which at one environment
-        # per step costs more than the matmul (~1.5 us a layer).
+        # per step costs more than the matmul.
         direct = not (_global_forward_hooks or _global_forward_pre_hooks)
         norms, activation = self.norms, self.activation
         for i, layer in enumerate(self.layers):
@@ -221,11 +193,8 @@ class MLP(nn.Module):
 
 
 class MLPTorso(MLP):
-    """DQN's ``"mlp"`` torso: linear, optional RMSNorm, ReLU layers on the flattened observation,
-    PyTorch's default init: an :class:`MLP` of ``depth`` layers of ``width``, or of the sizes in
-    ``hidden`` when given (``width`` and ``depth`` are then unused).
-
-    ``forward(x [B, *obs_shape]) -> [B, out_features]`` (``width``, or ``hidden[-1]``).
+    """DQN's ``"mlp"`` torso: an :class:`MLP` (ReLU, default init) of ``depth`` x ``width`` or the
+    sizes in ``hidden``, on the flattened observation: ``[B, *obs_shape] -> [B, out_features]``.
 
     Raises:
         ValueError: ``hidden`` empty or a size below 1.
@@ -276,9 +245,8 @@ class _ResidualBlock(nn.Module):
 
 
 class ResidualMLPTorso(nn.Module):
-    """Input projection to ``width``, ``depth`` residual blocks, final norm and ReLU.
-
-    ``forward(x [B, *obs_shape]) -> [B, width]``.
+    """Input projection to ``width``, ``depth`` residual blocks, final norm and ReLU:
+    ``[B, *obs_shape] -> [B, width]``.
     """
 
     def __init__(
@@ -308,8 +276,8 @@ class ResidualMLPTorso(nn.Module):
 
 class AttentionBlock(nn.Module):
     """Pre-norm multi-head self-attention (causal unless ``causal=False``), then a pre-norm MLP,
-    both residual. Also the block of the Transformer and PatchTST forecasters
-    (:mod:`tritonrl.agents.forecast.attention`)."""
+    both residual; also used by the attention forecasters.
+    """
 
     def __init__(
         self, width: int, heads: int, norm: str, spectral: bool, device, dtype, *, causal: bool = True
@@ -337,12 +305,9 @@ class AttentionBlock(nn.Module):
 
 
 class AttentionTorso(nn.Module):
-    """Self-attention over a short observation history.
+    """Self-attention over the last ``K`` observations ``[B, K, D]``, oldest first -> ``[B, width]``.
 
-    Input ``[B, K, D]``: the last ``K`` observations, oldest first (e.g. from gymnasium's
-    ``FrameStackObservation``). Each step is embedded to ``width``, a learned position embedding
-    is added, ``depth`` causal pre-norm attention blocks run, and the newest step's features are
-    the output ``[B, width]``.
+    Embedding plus learned position, ``depth`` causal pre-norm blocks, the newest step's features.
 
     Raises:
         ValueError: ``width`` is not divisible by ``heads``.
@@ -379,12 +344,8 @@ class AttentionTorso(nn.Module):
 
 
 class SequenceTorso(nn.Module):
-    """A sequence forecaster's causal encoder as a torso over an observation window.
-
-    Input ``[B, K, D]`` (the last ``K`` observations, oldest first); ``encoder`` maps it to per-step
-    features ``[B, K, features]`` causally (the encoder a forecaster's ``encode`` runs: the same
-    module, not a copy); the output is the newest step's features, RMSNorm-ed for
-    ``norm="rmsnorm"``: ``[B, features]``.
+    """A forecaster's causal encoder (the same module) as a torso over a window ``[B, K, D]``:
+    the newest step's features ``[B, features]``, RMSNorm-ed for ``norm="rmsnorm"``.
     """
 
     def __init__(self, encoder: nn.Module, features: int, norm: str, device, dtype) -> None:
@@ -412,13 +373,12 @@ def build_torso(
 ) -> MLPTorso | ResidualMLPTorso | AttentionTorso | SequenceTorso:
     """A torso for observations of shape ``obs_shape``; its feature size is ``.out_features``.
 
-    ``hidden`` (``"mlp"`` only): the layer sizes, one per layer, instead of ``depth`` x ``width``.
+    ``hidden`` (``"mlp"`` only): the layer sizes instead of ``depth`` x ``width``.
 
     Raises:
-        ValueError: unknown ``kind`` or ``norm``; ``"attention"`` or ``"tcn"`` with an
-            observation that is not ``[K, D]`` (a history of ``K`` flat observations);
-            ``spectral_norm`` with ``"tcn"``; a non-positive width, depth or number of attention
-            heads; ``hidden`` with a kind other than ``"mlp"``, empty or with a size below 1.
+        ValueError: unknown ``kind`` or ``norm``; ``"attention"`` or ``"tcn"`` without a ``[K, D]``
+            observation; ``spectral_norm`` with ``"tcn"``; a non-positive width, depth or head
+            count; ``hidden`` with another kind, empty or with a size below 1.
     """
     if kind not in TORSO_KINDS:
         raise ValueError(f"torso kind={kind!r} is unknown; choose one of {', '.join(TORSO_KINDS)}")
