@@ -1,8 +1,6 @@
 """Supervised sequence forecasters: a window of bars ``[B, W, F]`` -> a forecast ``[B, H, T]``.
 
-:data:`FORECASTERS` maps each ``--model`` name to its class; every class takes
-``(window, num_features, horizon, num_targets, *, device, dtype, target_channels, **hyperparameters)``
-(``target_channels``: the input channel of each target's own history).
+:data:`FORECASTERS` maps each ``--model`` name to its class. See docs/pages/forecasting.md.
 """
 
 from tritonrl.agents.forecast.attention import PatchTST, Transformer

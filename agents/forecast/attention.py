@@ -1,26 +1,9 @@
 """Attention forecasters: a causal Transformer encoder, and PatchTST (Nie et al., 2023).
 
-Both are built from the agents' attention block (``tritonrl.agents.nets.torsos.AttentionBlock``:
-pre-norm multi-head self-attention and a pre-norm ReLU MLP, both residual, RMSNorm), the block of
-the ``"attention"`` torso: one implementation of self-attention in the package.
-
-- :class:`Transformer`: ``x [B, W, F] -> Linear(F, width) + positions -> depth`` causal blocks
-  ``-> RMSNorm`` (the causal encoding ``[B, W, width]``), and a linear forecast of ``H x T`` values
-  from the last step. Positions are learned (``positions="learned"``) or the fixed sinusoids of
-  Vaswani et al. (``"sinusoidal"``).
-- :class:`PatchTST`: channel independence, as published: each channel (by default only the
-  targets' own channels, :attr:`~tritonrl.agents.forecast.base.Forecaster.target_channels`) is
-  optionally normalised per window (RevIN without affine: its mean and std over the window), cut
-  into patches of ``patch_len`` steps every ``stride`` steps (aligned to end at the last step;
-  leading steps that do not fill a patch are dropped), each patch embedded by one shared
-  ``Linear(patch_len, width)`` plus a learned patch position, ``depth`` non-causal blocks over the
-  patches (shared by all channels) and a flatten head ``Linear(patches * width, H)`` (shared). The
-  forecast of target ``k`` is the head's output of channel ``target_channels[k]`` with that
-  channel's normalisation undone, after every learned layer, so shifting and scaling the channel
-  shifts and scales the forecast with it. ``exogenous=True`` encodes every channel and adds a
-  learned mix of all channels' head outputs (zero at initialisation) to each target's, still in
-  the normalised units, before the inverse. Not causal per step (``causal = False``): a patch
-  mixes its steps.
+Both use the agents' attention block (:class:`tritonrl.agents.nets.torsos.AttentionBlock`), the
+package's one self-attention. The Transformer forecasts from the last step of its causal
+encoding; PatchTST encodes each channel's patches independently (optionally RevIN-normalised)
+and is not causal per step. See docs/pages/forecasting.md.
 """
 
 from __future__ import annotations
@@ -54,8 +37,7 @@ def _learned_positions(length: int, width: int, factory: dict[str, Any]) -> nn.P
 
 
 def _sinusoids(length: int, width: int, factory: dict[str, Any]) -> torch.Tensor:
-    """The fixed ``[length, width]`` sin/cos positions (Vaswani et al.), computed in f32 and rounded
-    once into the parameter dtype."""
+    """The fixed ``[length, width]`` sin/cos positions, computed in f32, rounded once to ``dtype``."""
     pos = torch.arange(length, device=factory["device"], dtype=torch.float32)[:, None]
     freq = torch.exp(
         torch.arange(0, width, 2, device=factory["device"], dtype=torch.float32)
@@ -76,10 +58,8 @@ class Transformer(Forecaster):
         depth: attention blocks.
         heads: attention heads.
         positions: ``"learned"`` (a parameter ``[W, width]``) or ``"sinusoidal"`` (a fixed buffer).
-        revin: normalise each channel of each window by its mean and standard deviation before
-            the forecast and undo it on each target with its channel's (RevIN without affine,
-            :meth:`~tritonrl.agents.forecast.base.Forecaster.use_revin`); :meth:`encode` stays
-            unnormalised (causal).
+        revin: RevIN around the forecast (:meth:`~tritonrl.agents.forecast.base.Forecaster.use_revin`);
+            :meth:`encode` stays unnormalised.
 
     Raises:
         ValueError: a size that is not a positive int, ``width % heads``, unknown ``positions``.
@@ -160,16 +140,13 @@ class PatchTST(Forecaster):
         width: model width (a multiple of ``heads``).
         depth: attention blocks.
         heads: attention heads.
-        revin: normalise each channel of each window by its mean and standard deviation (over the
-            window) before the encoder, and undo it on each target's forecast with its channel's.
-        exogenous: also encode the channels that are not targets, and add a learned mix of every
-            channel's (normalised) head output to each target's before the inverse; ``False``:
-            only the target channels are encoded (channel independence).
+        revin: normalise each channel per window before the encoder, undo it on the forecast.
+        exogenous: also encode the non-target channels and add a learned mix of every channel's
+            head output to each target's (``False``: channel independence).
 
     Raises:
         ValueError: a size that is not a positive int, ``patch_len > window``, ``width % heads``,
-            bad ``target_channels``; loading a state dict of the former layout (with the learned
-            channel projection after the inverse, ``channel_proj``).
+            bad ``target_channels``; a state dict with the old ``channel_proj`` layout.
     """
 
     name = "patchtst"

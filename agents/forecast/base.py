@@ -1,19 +1,9 @@
 """What every forecaster is: a window of bars ``[B, W, F]`` in, a forecast ``[B, H, T]`` out.
 
-A forecaster is a plain ``nn.Module`` whose parameters are created in the dtype it is given
-(default ``training_dtype(device)``) and whose ``forward`` never casts: the window arrives in that
-dtype (the features were cast once, when they were uploaded) and the forecast leaves in it; the
-trainer upcasts it once to f32 for the loss.
-
-Sequence models (LSTM, GRU, TCN, Transformer, Mamba2) also expose :meth:`Forecaster.encode`: per-step
-features ``[B, W, D]`` where step ``s`` depends only on steps ``<= s`` (causal), which is what an
-agent can use as a torso over an observation window.
-
-Every forecaster knows which input channel holds each target's own history
-(:attr:`Forecaster.target_channels`, given by the window source: ``0 .. T - 1`` for a series CSV,
-the target's column for market bars); a model that normalises each window (RevIN) undoes it on
-target ``k`` with the statistics of channel ``target_channels[k]``
-(:attr:`Forecaster.normalizes_input`). See docs/pages/forecasting.md.
+Parameters are created in the dtype given and ``forward`` never casts (the trainer upcasts the
+forecast for the loss). Causal sequence models also expose :meth:`Forecaster.encode`, usable as an
+agent's torso. RevIN models undo the normalisation on each target with its own channel's
+statistics (:attr:`Forecaster.target_channels`). See docs/pages/forecasting.md.
 """
 
 from __future__ import annotations
@@ -33,8 +23,9 @@ REVIN_EPS = 1e-5
 
 
 def window_stats(x: torch.Tensor, eps: float = REVIN_EPS) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-window, per-channel ``(mean, std)`` of ``x [B, W, C]``, each ``[B, 1, C]`` in ``x``'s
-    dtype (``std = sqrt(var + eps)``, the biased variance over the window): RevIN's statistics."""
+    """RevIN's per-window, per-channel ``(mean, std)`` of ``x [B, W, C]``, each ``[B, 1, C]`` in
+    ``x``'s dtype (``std = sqrt(var + eps)``, biased variance).
+    """
     mean = x.mean(dim=1, keepdim=True)
     return mean, torch.sqrt(x.var(dim=1, keepdim=True, unbiased=False) + eps)
 
@@ -46,7 +37,7 @@ def check_target_channels(
     (``None``: ``0 .. T - 1``).
 
     Raises:
-        ValueError: another length, a repeated channel or one outside ``0 .. num_features - 1``.
+        ValueError: another length, a repeated channel or one out of range.
         TypeError: not a sequence of ints.
     """
     if target_channels is None:
@@ -73,15 +64,14 @@ class Forecaster(nn.Module):
         num_targets: ``T``, target columns forecast per bar ahead.
         device: where the parameters live (default CPU).
         dtype: the parameter dtype (default ``training_dtype(device)``).
-        target_channels: the input channel holding each target's own history (``T`` distinct
-            channels; default ``0 .. T - 1``); :func:`check_target_channels`.
+        target_channels: the input channel holding each target's own history (default
+            ``0 .. T - 1``).
 
     Raises:
         ValueError: a size that is not a positive int, bad ``target_channels``.
 
-    Subclasses build their layers with ``**self.factory`` (``device=``, ``dtype=``) and implement
-    ``forward(x [B, W, F]) -> [B, H, T]``; causal sequence models set ``causal = True`` and
-    implement ``encode(x [B, W, F]) -> [B, W, D]`` (``D = self.encoding_dim``).
+    Subclasses build layers with ``**self.factory`` and implement ``forward``; causal models set
+    ``causal = True`` and implement ``encode(x) -> [B, W, D]`` (``D = self.encoding_dim``).
     """
 
     name: str = "forecaster"
@@ -89,9 +79,9 @@ class Forecaster(nn.Module):
     causal: bool = False
     """``True``: :meth:`encode` is causal over the window's steps."""
     normalizes_input: bool = False
-    """``True``: each window is normalised per channel (RevIN) and the forecast of target ``k`` is
-    equivariant in channel ``target_channels[k]``: shifting it by ``a`` and scaling it by ``s > 0``
-    gives ``s * forecast + a`` (up to rounding)."""
+    """``True``: windows are RevIN-normalised, so target ``k``'s forecast shifts and scales with
+    channel ``target_channels[k]``.
+    """
 
     def __init__(
         self,
@@ -117,9 +107,8 @@ class Forecaster(nn.Module):
         self.revin = False
 
     def use_revin(self, revin: bool) -> None:
-        """Normalise each window per channel in :meth:`forward` (RevIN without affine, see
-        :func:`window_stats`) and undo it on target ``k`` with channel ``target_channels[k]``'s
-        statistics (:meth:`revin_in`, :meth:`revin_out`); sets :attr:`normalizes_input`.
+        """Turn RevIN on in :meth:`forward` (:meth:`revin_in`, :meth:`revin_out`); sets
+        :attr:`normalizes_input`.
 
         Raises:
             TypeError: ``revin`` is not a bool.
@@ -139,13 +128,14 @@ class Forecaster(nn.Module):
         return (x - mean) / std, mean, std
 
     def revin_out(self, y: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
-        """A normalised forecast ``y [B, H, T]`` in the window's units: target ``k`` with the
-        statistics of channel ``target_channels[k]`` (``mean``/``std`` ``[B, 1, F]``)."""
+        """A normalised forecast ``y [B, H, T]`` in the window's units, target ``k`` with channel
+        ``target_channels[k]``'s ``mean``/``std`` ``[B, 1, F]``.
+        """
         return y * std.index_select(2, self.channels) + mean.index_select(2, self.channels)
 
     def last_step_forecast(self, x: torch.Tensor) -> torch.Tensor:
-        """A causal sequence model's forecast: ``self.head`` on the last step of :meth:`encode`,
-        inside RevIN when :attr:`revin` is on (``x [B, W, F] -> [B, H, T]``, parameter dtype).
+        """``self.head`` on the last step of :meth:`encode`, inside RevIN when on:
+        ``x [B, W, F] -> [B, H, T]`` in the parameter dtype.
 
         Raises:
             ValueError / TypeError: see :meth:`check_input`.
@@ -158,7 +148,7 @@ class Forecaster(nn.Module):
         return self.revin_out(self.to_forecast(head(self.encode(xn)[:, -1])), mean, std)
 
     def check_input(self, x: torch.Tensor) -> None:
-        """Raise unless ``x`` is ``[B, W, F]`` in the parameter dtype (shape and dtype only: no read).
+        """Raise unless ``x`` is ``[B, W, F]`` in the parameter dtype (no data read).
 
         Raises:
             ValueError: wrong rank or sizes.

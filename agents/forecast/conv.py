@@ -1,14 +1,8 @@
-"""TCN: dilated causal 1-D convolutions in residual blocks (Bai, Kolter and Koltun, 2018).
+"""TCN forecaster: dilated causal 1-D convolutions in residual blocks (Bai, Kolter and Koltun, 2018).
 
-``x [B, W, F] -> Linear(F, C) -> depth x block -> [B, W, C]`` (the causal encoding), and the
-forecast ``Linear(C, H * T)`` of the last step. Block ``i`` (dilation ``2**i``) is
-``relu(x + conv2(relu(conv1(x))))`` with two causal convolutions of ``kernel_size`` taps: each is
-left-padded by ``(kernel_size - 1) * dilation`` zeros, so step ``s`` reads steps ``<= s`` only.
-The receptive field is ``1 + 2 (kernel_size - 1) (2**depth - 1)`` steps (61 for the defaults).
-
-The encoder is a shared network block (:class:`tritonrl.agents.nets.tcn.TCNEncoder`): the agents'
-``"tcn"`` torso (:func:`tritonrl.agents.nets.torsos.build_torso`) is the same encoder over an
-observation window.
+The encoder is :class:`tritonrl.agents.nets.tcn.TCNEncoder` (also the agents' ``"tcn"`` torso);
+the forecast is ``Linear(C, H * T)`` of the last step. Receptive field
+``1 + 2 (kernel_size - 1) (2**depth - 1)`` steps.
 """
 
 from __future__ import annotations
@@ -30,13 +24,10 @@ class TCN(Forecaster):
     Args:
         window, num_features, horizon, num_targets, device, dtype, target_channels: see :class:`Forecaster`.
         width: channels of the blocks (``encoding_dim``).
-        depth: residual blocks; with ``kernel_size`` they set the receptive field
-            ``1 + 2 (kernel_size - 1) (2**depth - 1)`` (keep it >= ``window`` to see all of it).
+        depth: residual blocks (keep the receptive field >= ``window``).
         kernel_size: taps of every convolution (>= 2).
-        revin: normalise each channel of each window by its mean and standard deviation before
-            the forecast and undo it on each target with its channel's (RevIN without affine,
-            :meth:`~tritonrl.agents.forecast.base.Forecaster.use_revin`); :meth:`encode` stays
-            unnormalised (causal).
+        revin: RevIN around the forecast (:meth:`~tritonrl.agents.forecast.base.Forecaster.use_revin`);
+            :meth:`encode` stays unnormalised.
 
     Raises:
         ValueError: a size that is not a positive int, ``kernel_size < 2``.

@@ -1,19 +1,9 @@
 """Window-level forecasters without recurrence: DLinear and an MLP over the flattened window.
 
-- :class:`DLinear` (Zeng et al., "Are Transformers Effective for Time Series Forecasting?", 2023):
-  each feature channel of the window is split into a **trend** (a centred moving average over the
-  steps, the ends padded by repeating the first/last bar) and a **seasonal** remainder
-  (``x - trend``); one linear map over the window steps (``W -> H``) is applied to each part and
-  the two are summed, giving a per-channel forecast ``[B, H, F]``. The ``F`` channel forecasts are
-  then mixed into the ``T`` targets by one learned linear map over the channel dim (``F -> T``,
-  with bias), applied at every horizon step. With ``individual=True`` (default) every channel has
-  its own pair of maps, so for ``T = 1`` the model spans every linear function of the window; with
-  ``individual=False`` the maps are shared across channels (the paper's channel-independent form).
-- :class:`MLP`: the window flattened to ``W * F`` values, ``layers`` x (``Linear``, GELU,
-  dropout), a ``Linear`` to ``H * T`` values, reshaped to ``[B, H, T]``.
-
-Neither is causal over the window steps (the moving average looks both ways inside the window, the
-MLP mixes every step), so neither has :meth:`~tritonrl.agents.forecast.base.Forecaster.encode`.
+DLinear (Zeng et al., 2023): a moving-average trend and seasonal remainder per channel, one
+``W -> H`` linear map per part, then an ``F -> T`` channel mix. MLP: the flattened window
+through GELU layers to ``H * T`` values. Neither is causal, so neither has ``encode``. See
+docs/pages/forecasting.md.
 """
 
 from __future__ import annotations
@@ -36,10 +26,8 @@ class DLinear(Forecaster):
     Args:
         window, num_features, horizon, num_targets, device, dtype, target_channels: see
             :class:`~tritonrl.agents.forecast.base.Forecaster`.
-        kernel_size: steps of the moving average that gives the trend (odd, >= 1; it may exceed
-            the window: the padding repeats the end bars).
-        individual: one pair of ``W -> H`` maps per feature channel (``True``) or one pair shared
-            by every channel (``False``).
+        kernel_size: steps of the trend's moving average (odd, >= 1; ends padded by repetition).
+        individual: one pair of ``W -> H`` maps per channel (``True``) or one shared pair.
 
     Shapes: ``forward(x [B, W, F]) -> [B, H, T]``, both in the parameter dtype.
 
@@ -90,14 +78,8 @@ class DLinear(Forecaster):
         self.project = nn.Linear(num_features, num_targets, **self.factory)
 
     def decompose(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Split a window into its trend and seasonal parts.
-
-        Args:
-            x: ``[B, W, F]`` in the parameter dtype.
-
-        Returns:
-            ``(trend, seasonal)``, each ``[B, W, F]`` in the parameter dtype, ``trend + seasonal ==
-            x`` up to one rounding of the subtraction.
+        """Split a window ``x [B, W, F]`` into ``(trend, seasonal)``, each ``[B, W, F]`` in the
+        parameter dtype, summing to ``x`` up to one rounding.
 
         Raises:
             ValueError, TypeError: as :meth:`check_input`.
@@ -112,11 +94,10 @@ class DLinear(Forecaster):
         return trend, x - trend
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Forecast ``[B, H, T]`` (parameter dtype) from a window ``x [B, W, F]`` (parameter dtype).
+        """``x [B, W, F] -> [B, H, T]`` in the parameter dtype.
 
         Raises:
-            ValueError: ``x`` is not ``[B, W, F]``.
-            TypeError: ``x`` is not in the parameter dtype.
+            ValueError / TypeError: see :meth:`Forecaster.check_input`.
         """
         trend, seasonal = self.decompose(x)
         # per channel c: out[b, h, c] = sum_w weight[c, h, w] * part[b, w, c] + bias[c, h]
@@ -136,8 +117,6 @@ class MLP(Forecaster):
         hidden: units per hidden layer.
         layers: hidden layers (``Linear`` + GELU + dropout each), >= 1.
         dropout: dropout probability after each hidden layer, in ``[0, 1)``.
-
-    Shapes: ``forward(x [B, W, F]) -> [B, H, T]``, both in the parameter dtype.
 
     Raises:
         ValueError: a size that is not a positive int, or ``dropout`` outside ``[0, 1)``.
@@ -181,11 +160,10 @@ class MLP(Forecaster):
         self.net = nn.Sequential(*blocks)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Forecast ``[B, H, T]`` (parameter dtype) from a window ``x [B, W, F]`` (parameter dtype).
+        """``x [B, W, F] -> [B, H, T]`` in the parameter dtype.
 
         Raises:
-            ValueError: ``x`` is not ``[B, W, F]``.
-            TypeError: ``x`` is not in the parameter dtype.
+            ValueError / TypeError: see :meth:`Forecaster.check_input`.
         """
         self.check_input(x)
         return self.to_forecast(self.net(x.flatten(1)))

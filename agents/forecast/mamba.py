@@ -1,15 +1,8 @@
-"""The Mamba2 forecaster: :class:`tritonrl.agents.nets.mamba2.Mamba2Block` layers over the window.
+"""The Mamba2 forecaster: residual :class:`tritonrl.agents.nets.mamba2.Mamba2Block` layers over the window.
 
-``x [B, W, F] -> Linear(F, width) -> depth x (h + Mamba2Block(RMSNorm(h))) -> RMSNorm`` is the
-causal encoding ``[B, W, width]``; the forecast is ``Linear(width, H * T)`` of the last step.
-Training runs the chunked selective scan (``kernels.mamba2.mamba2_scan``: Triton on CUDA, the torch
-chunked scan on CPU) over the whole window from a zero state.
-
-:meth:`Mamba2Forecaster.step` rolls the model forward one bar at a time with
-``Mamba2Block.step`` (the fused single-step op; no gradient): from :meth:`initial_state`, ``W``
-steps over a window's bars give the forecast :meth:`forward` gives for that window (tested within
-float tolerance). Stepping on past ``W`` bars keeps the whole history in the state, unlike the
-window, which forgets everything older than ``W`` bars.
+Trains with the chunked scan over the whole window; :meth:`Mamba2Forecaster.step` rolls forward
+one bar at a time (``W`` steps give ``forward``'s forecast; later steps
+keep the whole history). See docs/pages/forecasting.md.
 """
 
 from __future__ import annotations
@@ -34,18 +27,12 @@ class Mamba2Forecaster(Forecaster):
         window, num_features, horizon, num_targets, device, dtype, target_channels: see :class:`Forecaster`.
         width: model width (``encoding_dim``, the blocks' ``d_model``).
         depth: Mamba2 blocks.
-        d_state, d_conv, expand, headdim, chunk_size: of every block (see
-            :class:`tritonrl.agents.nets.mamba2.Mamba2Block`; ``expand * width`` must be a multiple of
-            ``headdim``). ``chunk_size=None``: 16 for parameters on a CPU, the chunk of the torch
-            scan ``kernels/mamba2/fast.py`` (its intra-chunk work grows with the chunk, and its
-            chunk loop is cheap; the factored CPU scan, which runs first where the decays allow,
-            picks its own chunk); elsewhere the power of two >= ``window`` within [16, 64] (the
-            scan pads the window to whole chunks). The chunk changes the speed, not the result
-            (up to rounding).
-        revin: normalise each channel of each window by its mean and standard deviation before
-            the forecast and undo it on each target with its channel's (RevIN without affine,
-            :meth:`~tritonrl.agents.forecast.base.Forecaster.use_revin`); :meth:`encode` stays
-            unnormalised (causal).
+        d_state, d_conv, expand, headdim, chunk_size: of every block
+            (:class:`tritonrl.agents.nets.mamba2.Mamba2Block`). ``chunk_size=None``: 16 on a CPU,
+            elsewhere the power of two >= ``window`` within [16, 64]; the result does not depend
+            on it (up to rounding).
+        revin: RevIN around the forecast (:meth:`~tritonrl.agents.forecast.base.Forecaster.use_revin`);
+            :meth:`encode` stays unnormalised.
 
     Raises:
         ValueError: a size that is not a positive int; inconsistent block sizes.
@@ -108,8 +95,7 @@ class Mamba2Forecaster(Forecaster):
         self.use_revin(revin)
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
-        """``x [B, W, F] -> [B, W, width]`` by the scan; step ``s`` depends on steps ``<= s`` only
-        (bit for bit while the CPU scan's choice of path holds: ``kernels/mamba2/factored.py``).
+        """``x [B, W, F] -> [B, W, width]`` by the scan; step ``s`` depends on steps ``<= s`` only.
 
         Raises:
             ValueError / TypeError: see :meth:`Forecaster.check_input`.
@@ -129,8 +115,7 @@ class Mamba2Forecaster(Forecaster):
         return self.last_step_forecast(x)
 
     def initial_state(self, batch_size: int) -> list[Mamba2State]:
-        """Zero memory of every block for ``batch_size`` series (conv windows in the parameter
-        dtype, SSM states f32)."""
+        """Zero memory of every block for ``batch_size`` series (SSM states f32)."""
         return [block.initial_state(batch_size) for block in self._blocks()]
 
     def _norms(self) -> list[nn.RMSNorm]:
@@ -144,14 +129,13 @@ class Mamba2Forecaster(Forecaster):
     ) -> tuple[torch.Tensor, list[Mamba2State]]:
         """Roll forward one bar: ``x_t [B, F]`` (parameter dtype) -> ``(forecast [B, H, T], state)``.
 
-        The forecast is the one made after every bar stepped so far. ``state`` (from
-        :meth:`initial_state` or a previous step) is left untouched unless ``inplace=True``. For
-        acting/inference: run it under ``torch.no_grad()`` (the fused step carries no gradient).
+        ``state`` is left untouched unless ``inplace=True``. No gradient: run under
+        ``torch.no_grad()``.
 
         Raises:
-            ValueError: ``x_t`` is not ``[B, F]``, or ``state`` does not hold one state per block.
+            ValueError: ``x_t`` is not ``[B, F]``, ``state`` does not hold one state per block,
+                or the model uses RevIN.
             TypeError: ``x_t`` is not in the parameter dtype.
-            ValueError: the model normalises its windows (``revin=True``).
         """
         if self.revin:
             raise ValueError(f"{self.name}: step() has no window to normalise: build it with revin=False")

@@ -1,13 +1,7 @@
 """Recurrent forecasters: an LSTM or a GRU over the window's steps, a linear head on the last state.
 
-``encode(x [B, W, F]) -> [B, W, D]`` is the top layer's hidden state after each step (``D =
-hidden``), started from zero state at the window's first bar: step ``s`` depends on bars ``<= s``
-only (causal), so an agent can use it as a torso over an observation window. ``forward`` maps the
-last step's state through one ``Linear(hidden, H * T)`` to the forecast ``[B, H, T]``.
-
-The layers are ``torch.nn.LSTM`` / ``torch.nn.GRU`` built with ``device=`` and ``dtype=``: their
-weights are allocated in the parameter dtype and filled in place by a uniform draw
-(``reset_parameters``), so no parameter exists in another dtype first.
+``encode`` is the top layer's hidden state per step from a zero state (causal, usable as a
+torso). The ``torch.nn`` layers are built in the parameter dtype directly.
 """
 
 from __future__ import annotations
@@ -30,11 +24,9 @@ class _Recurrent(Forecaster):
             :class:`~tritonrl.agents.forecast.base.Forecaster`.
         hidden: ``D``, the hidden state size (also :attr:`encoding_dim`).
         layers: stacked recurrent layers.
-        dropout: dropout between stacked layers (needs ``layers > 1`` to act), in ``[0, 1)``.
-        revin: normalise each channel of each window by its mean and standard deviation before
-            the forecast and undo it on each target with its channel's (RevIN without affine,
-            :meth:`~tritonrl.agents.forecast.base.Forecaster.use_revin`); :meth:`encode` stays
-            unnormalised (causal).
+        dropout: dropout between stacked layers, in ``[0, 1)``.
+        revin: RevIN around the forecast (:meth:`~tritonrl.agents.forecast.base.Forecaster.use_revin`);
+            :meth:`encode` stays unnormalised.
 
     Raises:
         ValueError: a size that is not a positive int, or ``dropout`` outside ``[0, 1)``.
@@ -84,28 +76,20 @@ class _Recurrent(Forecaster):
         self.use_revin(revin)
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
-        """The top layer's hidden state after each step, from zero state: ``[B, W, hidden]``.
-
-        Args:
-            x: ``[B, W, F]`` in the parameter dtype.
-
-        Returns:
-            ``[B, W, hidden]`` in the parameter dtype; step ``s`` depends on ``x[:, :s + 1]`` only.
+        """``x [B, W, F] -> [B, W, hidden]`` in the parameter dtype, from zero state; causal.
 
         Raises:
-            ValueError: ``x`` is not ``[B, W, F]``.
-            TypeError: ``x`` is not in the parameter dtype.
+            ValueError / TypeError: see :meth:`Forecaster.check_input`.
         """
         self.check_input(x)
         out, _ = self.rnn(x)
         return out
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Forecast ``[B, H, T]`` (parameter dtype) from a window ``x [B, W, F]`` (parameter dtype).
+        """``x [B, W, F] -> [B, H, T]`` in the parameter dtype.
 
         Raises:
-            ValueError: ``x`` is not ``[B, W, F]``.
-            TypeError: ``x`` is not in the parameter dtype.
+            ValueError / TypeError: see :meth:`Forecaster.check_input`.
         """
         return self.last_step_forecast(x)
 
