@@ -1,18 +1,9 @@
 """ICM: the Intrinsic Curiosity Module (Pathak et al., 2017), attachable to any DQN preset.
 
-An encoder ``phi`` embeds observations; an **inverse model** predicts the action from
-``(phi(s), phi(s'))`` (this shapes ``phi`` to keep what the agent can influence); a **forward
-model** predicts ``phi(s')`` from ``(phi(s), a)``. Its error is the curiosity:
-
-    forward_error = 0.5 * mean_k (f(phi(s), a)_k - phi(s')_k)^2          per transition, f32
-    r_intrinsic   = eta * forward_error
-    loss          = (1 - beta) * inverse_cross_entropy + beta * forward_error   (mean over the batch)
-
-The forward model's target ``phi(s')`` is detached, so the forward loss does not pull the embedding
-toward a trivial constant; the embedding learns from the inverse loss only. Actions enter through
-an embedding table (``one_hot(a) @ W`` without building the one-hot), so no cast happens inside
-``forward``. MultiDiscrete actions ``[B, D]`` get one table and one inverse classifier per
-dimension.
+An encoder ``phi``, an inverse model (action from ``phi(s), phi(s')``) and a forward model
+(``phi(s')`` from ``phi(s), a``) whose error, times ``eta``, is the intrinsic reward. The forward
+target is detached, so ``phi`` learns from the inverse loss only. See docs/pages/dqn.md
+("Curiosity (ICM)").
 """
 
 from __future__ import annotations
@@ -97,10 +88,8 @@ class ICM(nn.Module):
     def forward(
         self, obs: torch.Tensor, action: torch.Tensor, next_obs: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Predictions in the parameter dtype.
-
-        Shapes: ``obs``/``next_obs [B, *obs_shape]`` (parameter dtype), ``action [B]`` or
-        ``[B, D]`` int64 -> ``(phi_next [B, E], phi_next_pred [B, E], action_logits [B, sum(dims)])``.
+        """``obs``/``next_obs [B, *obs_shape]``, ``action [B]`` or ``[B, D]`` int64 ->
+        ``(phi_next [B, E], phi_next_pred [B, E], action_logits [B, sum(dims)])``, parameter dtype.
         """
         phi, phi_next, pred = self._predict(obs, action, next_obs)
         logits = self.inverse(torch.cat([phi, phi_next], dim=-1))

@@ -1,19 +1,8 @@
 """TD targets and losses of the DQN family, as pure f32 functions.
 
-Every function takes network outputs that were already upcast to f32 (the one allowed cast, at
-the loss boundary) and replay data in f32: ``reward`` is the n-step discounted return
-``sum_{i<k} gamma^i r_{t+i}`` and ``discount`` is ``gamma^k`` (``0`` where the episode
-terminated inside the window), both as the replay buffer returns them. So one formula covers
-1-step and n-step targets: ``y = reward + discount * bootstrap``.
-
-| function | what |
-| --- | --- |
-| :func:`greedy_actions` | ``argmax_a`` of the online (double Q) or target values |
-| :func:`scalar_td_target` | ``r + discount * Q_target(s', a*)`` |
-| :func:`c51_project` | the projected categorical target of C51 (Bellemare et al., 2017) |
-| :func:`c51_loss` | cross-entropy of the projected target against the online log-probs |
-| :func:`quantile_huber_loss` | QR-DQN's quantile Huber loss (Dabney et al., 2018) |
-| :func:`branching_td_target` | the mean-operator target of branching (factored) Q |
+Inputs are network outputs already upcast to f32 and replay data: ``reward`` the n-step return,
+``discount`` ``gamma^k`` (0 after termination), so ``y = reward + discount * bootstrap`` covers
+1-step and n-step targets. See docs/pages/dqn.md ("Targets and losses").
 """
 
 from __future__ import annotations
@@ -34,10 +23,8 @@ __all__ = [
 
 
 def greedy_actions(q_next_target: torch.Tensor, q_next_online: torch.Tensor | None = None) -> torch.Tensor:
-    """Bootstrap actions ``a* = argmax_a Q(s', a)`` over the last dim.
-
-    Double Q (van Hasselt et al., 2016): pass ``q_next_online`` and the online network selects
-    while the target network evaluates. Shapes ``[..., A] -> [...]`` int64.
+    """Bootstrap actions ``a* = argmax_a Q(s', a)``: ``[..., A] -> [...]`` int64; with
+    ``q_next_online`` the online network selects (double Q).
     """
     return (q_next_target if q_next_online is None else q_next_online).argmax(-1)
 
@@ -48,10 +35,8 @@ def scalar_td_target(
     q_next_target: torch.Tensor,
     q_next_online: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``y = reward + discount * Q_target(s', a*)``; ``a*`` by :func:`greedy_actions`.
-
-    Shapes: ``reward``, ``discount`` ``[B]`` f32; ``q_next_*`` ``[B, A]`` f32 -> ``[B]`` f32,
-    without gradient.
+    """``y = reward + discount * Q_target(s', a*)``: ``reward``, ``discount`` ``[B]``, ``q_next_*``
+    ``[B, A]``, all f32 -> ``[B]`` f32, no gradient.
     """
     with torch.no_grad():
         a = greedy_actions(q_next_target, q_next_online)
@@ -61,16 +46,11 @@ def scalar_td_target(
 def c51_project(
     next_probs: torch.Tensor, reward: torch.Tensor, discount: torch.Tensor, support: torch.Tensor
 ) -> torch.Tensor:
-    """Project the distribution of ``reward + discount * Z(s', a*)`` back onto ``support``.
+    """Project the distribution of ``reward + discount * Z(s', a*)`` back onto ``support`` (C51).
 
-    Each shifted atom ``Tz_j`` (clamped to ``[v_min, v_max]``) lands at fractional position
-    ``b_j = (Tz_j - v_min) / dz`` and its mass is split linearly between atoms ``floor(b_j)``
-    (weight ``1 - frac``) and ``floor(b_j) + 1`` (weight ``frac``). A ``b_j`` that falls exactly on
-    an atom has ``frac == 0`` and gives that atom all its mass: the ``floor(b) == ceil(b)`` case
-    loses nothing, by construction.
-
-    Shapes: ``next_probs [B, Z]`` (rows sum to 1), ``reward``/``discount [B]``, ``support [Z]``
-    (evenly spaced, increasing), all f32 -> ``[B, Z]`` f32, rows summing to 1, no gradient.
+    Each clamped atom's mass is split linearly between its two neighbours (all of it to an atom
+    it lands on exactly). ``next_probs [B, Z]``, ``reward``/``discount [B]``, ``support [Z]``
+    (evenly spaced), all f32 -> ``[B, Z]`` f32, rows summing to 1, no gradient.
     """
     with torch.no_grad():
         z = support.numel()
@@ -89,19 +69,14 @@ def c51_project(
 
 
 def c51_loss(log_probs: torch.Tensor, target_probs: torch.Tensor) -> torch.Tensor:
-    """Per-sample cross-entropy ``-sum_i m_i log p_i``: ``[B, Z], [B, Z] -> [B]`` f32.
-
-    It differs from KL(m || p) only by the target's entropy, which has no gradient; Rainbow
-    uses it as the priority too.
+    """Per-sample cross-entropy ``-sum_i m_i log p_i``: ``[B, Z], [B, Z] -> [B]`` f32 (also
+    Rainbow's priority).
     """
     return -(target_probs * log_probs).sum(-1)
 
 
 def huber(u: torch.Tensor, kappa: float = 1.0) -> torch.Tensor:
-    """Elementwise Huber ``0.5 u^2`` for ``|u| <= kappa``, else ``kappa (|u| - 0.5 kappa)``.
-
-    One fused op (``F.huber_loss`` against zero), forward and backward.
-    """
+    """Elementwise Huber ``0.5 u^2`` for ``|u| <= kappa``, else ``kappa (|u| - 0.5 kappa)``."""
     return F.huber_loss(u, torch.zeros_like(u), reduction="none", delta=kappa)
 
 
@@ -113,14 +88,11 @@ def quantile_midpoints(n: int, *, device: torch.device | str | None = None) -> t
 def quantile_huber_loss(
     quantiles: torch.Tensor, target: torch.Tensor, taus: torch.Tensor, kappa: float = 1.0
 ) -> torch.Tensor:
-    """Quantile Huber loss per sample.
+    """QR-DQN's quantile Huber loss per sample (Dabney et al., 2018).
 
-    ``u_ij = target_j - quantiles_i``; ``rho_ij = |tau_i - 1{u_ij < 0}| * huber(u_ij) / kappa``;
-    the loss is ``sum_i mean_j rho_ij``. With ``kappa == 0`` the Huber term is replaced by
-    ``|u|`` (the plain quantile regression loss).
-
-    Shapes: ``quantiles [B, N]`` (online, with gradient), ``target [B, M]`` (no gradient),
-    ``taus [N]``, all f32 -> ``[B]`` f32.
+    ``rho_ij = |tau_i - 1{u_ij < 0}| * huber(u_ij) / kappa`` with ``u_ij = target_j -
+    quantiles_i``, summed over ``i``, averaged over ``j``; ``kappa == 0`` uses ``|u|``.
+    ``quantiles [B, N]``, ``target [B, M]``, ``taus [N]``, all f32 -> ``[B]`` f32.
 
     Raises:
         ValueError: ``kappa < 0``.
@@ -142,13 +114,10 @@ def branching_td_target(
     q_next_target: torch.Tensor,
     q_next_online: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Factored-action target: ``y = r + discount * mean_d Q_target,d(s', a*_d)`` (Tavakoli et al., 2018).
+    """Factored-action target ``y = r + discount * mean_d Q_target,d(s', a*_d)`` (Tavakoli et al., 2018).
 
-    Each action dimension ``d`` picks its own greedy sub-action; the bootstrap is their mean, one
-    target shared by all branches. Invalid (padding) sub-actions must hold ``-inf`` in the
-    selecting tensor.
-
-    Shapes: ``reward``, ``discount [B]``; ``q_next_* [B, D, n]`` f32 -> ``[B]`` f32, no gradient.
+    ``reward``, ``discount [B]``; ``q_next_* [B, D, n]`` f32 with ``-inf`` padding -> ``[B]``
+    f32, no gradient.
     """
     with torch.no_grad():
         a = greedy_actions(q_next_target, q_next_online)  # [B, D]
