@@ -1,7 +1,6 @@
 """The DQN family's config: every switch and hyperparameter, and their valid ranges.
 
-See :mod:`tritonrl.agents.dqn` for what the switches combine into, and
-:mod:`tritonrl.agents.dqn.presets` for the named configs.
+What the switches combine into: docs/pages/dqn.md; the named configs: :mod:`tritonrl.agents.dqn.presets`.
 """
 
 from __future__ import annotations
@@ -26,31 +25,24 @@ REPLAY_STAGINGS = ("auto", *STAGINGS)
 class DQNConfig(Config):
     """Every switch and hyperparameter of the DQN family (immutable; copy with ``dataclasses.replace``).
 
-    Fields declared ``resumable(...)`` may change when a run is resumed (``--resume --set lr=...``);
-    every other field is fixed for the life of a run (see :mod:`tritonrl.toolkit.config`).
+    Fields declared ``resumable(...)`` may change on ``--resume``; the others are fixed for a run.
     """
 
     # ---- network
     torso: str = "mlp"
-    """Torso: ``"mlp"``, ``"resmlp"`` (residual blocks), ``"attention"`` or ``"tcn"`` (the TCN
-    forecaster's causal encoder; both over an observation history ``[K, D]``), or a convolutional
-    torso over image observations ``[C, H, W]`` (:mod:`tritonrl.agents.nets.conv`): ``"nature"``
-    (the Nature DQN CNN), ``"minatar"`` or ``"impala"``."""
+    """Torso: ``"mlp"``, ``"resmlp"``, ``"attention"`` or ``"tcn"`` (the last two over an observation
+    history ``[K, D]``), or a conv torso over images ``[C, H, W]``: ``"nature"``, ``"minatar"``, ``"impala"``.
+    """
     torso_width: int = 128
     """Hidden width of the torso."""
     torso_depth: int = 2
     """Layers (mlp), residual blocks (resmlp) or attention blocks (attention)."""
     torso_hidden: tuple[int, ...] | None = backfilled(None)
-    """The mlp torso's layer sizes, one per layer (``--set torso_hidden=120,84``); ``None``: the
-    uniform ``torso_depth`` x ``torso_width``. When given, the mlp torso ignores those two. A conv
-    torso's linear layers after its convolutions (``None``: the kind's default, e.g. 512 for
-    ``"nature"``; ``()``: the flattened convolution features). Other torsos take none. A
-    checkpoint saved before this field existed reads as ``None``."""
+    """The mlp torso's layer sizes (``None``: ``torso_depth`` x ``torso_width``), or a conv torso's
+    linear layers (``None``: the kind's default; ``()``: the flattened features)."""
     frame_stack: int = backfilled(1)
-    """Frames stacked in each image observation (``[frame_stack * C, H, W]``, newest last): the
-    frame replay used for uint8 image observations stores each frame once and rebuilds the
-    stacks when it samples (4 for Atari, 1 for MinAtar). A checkpoint saved before this field
-    existed reads as 1."""
+    """Frames stacked in each image observation (``[frame_stack * C, H, W]``, newest last); the frame
+    replay stores each frame once."""
     torso_norm: str = "none"
     """``"none"`` or ``"rmsnorm"`` inside the torso."""
     spectral_norm: bool = False
@@ -71,8 +63,7 @@ class DQNConfig(Config):
     atoms: int = 51
     """C51: number of atoms of the support (the head's output and cost grow with it)."""
     v_min: float = -100.0
-    """C51: lowest atom (returns below are clamped onto it); +-100 holds every return of rewards in
-    [-1, 1] at gamma 0.99. Set it to your task's return range."""
+    """C51: lowest atom (lower returns are clamped onto it); set it to your task's return range."""
     v_max: float = 100.0
     """C51: highest atom."""
     quantiles: int = 32
@@ -111,8 +102,7 @@ class DQNConfig(Config):
     adam_eps: float = 1e-8
     """Adam epsilon (Rainbow uses ``1.5e-4`` on Atari)."""
     max_grad_norm: float | None = resumable(10.0)
-    """Global gradient-norm clip (computed in f32). ``None``: no clip, and no norm computed (as
-    CleanRL's ``dqn_atari.py``); ``losses/grad_norm`` is then not logged."""
+    """Global gradient-norm clip (in f32). ``None``: no clip, no norm computed, no ``losses/grad_norm``."""
     # ---- schedule (read by tritonrl.toolkit.training.offpolicy or by your loop)
     learning_starts: int = 1_000
     """Environment steps (all envs) before the first update."""
@@ -147,17 +137,12 @@ class DQNConfig(Config):
     extrinsic_coef: float = resumable(1.0)
     """Weight of the environment's reward (0 explores on curiosity alone)."""
     replay_staging: str = resumable("auto")
-    """Where the replay buffer closes its n-step windows (:mod:`tritonrl.toolkit.replay`): ``"host"``
-    reads rewards and done flags on the host (free on a CPU; a sync per step on an accelerator),
-    ``"device"`` keeps them on the device (fixed shapes: each step commits the transitions that
-    started ``n_step - 1`` steps earlier); ``"auto"``: host on a CPU, device on an accelerator. A
-    resume may switch it (the open windows, at most ``(n_step - 1) * num_envs`` transitions, are
-    dropped)."""
+    """Where replay closes its n-step windows: ``"host"`` (a sync per step on an accelerator),
+    ``"device"`` (fixed shapes) or ``"auto"`` (host on a CPU); a resume may switch it."""
     # ---- speed
     compile: CompileMode = resumable("none")
-    """``torch.compile`` of the learner step and the acting forward: ``"none"`` (eager),
-    ``"default"`` (TorchInductor) or ``"reduce-overhead"`` (also CUDA graphs on CUDA; on a CPU the
-    same as ``"default"``). See :mod:`tritonrl.toolkit.compile`. The first update compiles (seconds)."""
+    """``torch.compile`` of the learner step and the acting forward: ``"none"``, ``"default"`` or
+    ``"reduce-overhead"`` (CUDA graphs on CUDA). See :mod:`tritonrl.toolkit.compile`."""
     # ---- metadata
     tags: tuple[str, ...] = resumable(())
     """Free-form labels (a preset records its name here)."""

@@ -18,9 +18,7 @@ __all__ = ["QNetwork", "build_icm", "build_q_network"]
 
 
 class QNetwork(nn.Module):
-    """Torso + head. ``forward(obs)`` returns the head's output (see
-    :class:`tritonrl.agents.nets.heads.DuelingHead` and
-    :class:`tritonrl.agents.nets.factored.BranchingHead`)."""
+    """Torso + head; ``forward(obs)`` returns the head's output."""
 
     def __init__(self, torso: nn.Module, head: nn.Module) -> None:
         super().__init__()

@@ -1,11 +1,8 @@
 """The DQN family's policy module: greedy on the expected Q, and the family's one exploration.
 
-:class:`QPolicy` is ``agent.policy()``: an f32 copy of the online network whose ``forward(obs)``
-is the argmax of the expected Q (C51 through its support, QR-DQN through the mean of its
-quantiles, factored heads per branch; noisy layers at their mean weights in eval mode), with
-image bytes scaled inside. Exploration is a thin wrapper around the same expected Q:
-:func:`epsilon_greedy` (a uniform random action with probability ``eps``), the one exploring step
-of :meth:`DQNAgent.act`, the collector's snapshot and the overlapped actor.
+:class:`QPolicy` is ``agent.policy()``: an f32 copy of the online network acting greedily (noisy
+layers at their mean in eval mode), image bytes scaled inside. :func:`epsilon_greedy` is the one
+exploring step of acting, the collector's snapshot and the overlapped actor.
 """
 
 from __future__ import annotations
@@ -27,11 +24,7 @@ def expected_q(
     net: QNetwork, x: torch.Tensor, distribution: str, support: torch.Tensor | None, factored: bool
 ) -> torch.Tensor:
     """Expected Q of ``net`` for ingested observations ``x`` in f32: ``[B, A]``, or
-    ``[B, D, n_max]`` for the factored head (``-inf`` at the padding).
-
-    C51 takes the expected values from the head's fused epilogue (one launch with the
-    log-probabilities, ``support`` f32 ``[Z]``), QR-DQN the mean of the quantiles.
-    """
+    ``[B, D, n_max]`` for the factored head (``-inf`` at the padding)."""
     if distribution == "c51" and not factored:
         out: torch.Tensor = net(x, support)[1]
         return out
@@ -53,15 +46,11 @@ def epsilon_greedy(
     nvec: torch.Tensor | None = None,
     host: bool = False,
 ) -> torch.Tensor:
-    """The greedy actions of ``q(x)`` (``argmax`` of the expected Q), each replaced with
-    probability ``eps`` by a uniform random action drawn from ``generator``: ``[B]`` int64
-    (``[B, D]`` for MultiDiscrete, ``nvec`` its ``[D]`` sub-action counts on the device, all
-    sub-actions of a row at once). ``eps <= 0`` draws nothing.
+    """Greedy actions of ``q(x)``, each replaced with probability ``eps`` by a uniform random action
+    from ``generator``: ``[B]`` int64 (``[B, D]`` for MultiDiscrete, ``nvec`` ``[D]`` on the device).
 
-    ``host=True`` (a CPU agent with Discrete actions and few environments): the draws are read on
-    the host (free there) and the forward runs only when some row acts greedily; the same draws in
-    the same order and the same comparison (``rand < eps`` in f32), so the same actions as the
-    device path.
+    ``eps <= 0`` draws nothing. ``host=True`` (CPU, Discrete, few environments) reads the draws
+    on the host and skips the forward when no row is greedy: the same actions as the device path.
     """
     if eps <= 0.0:
         return q(x).argmax(-1)
@@ -100,10 +89,9 @@ class QPolicy(PolicyModule):
         distribution: ``"none"``, ``"c51"`` or ``"qr"``.
         support: C51's ``[Z]`` atoms (``None`` otherwise); kept as an f32 buffer.
         pixel_scale: the factor image bytes are scaled by (``None``: float observations).
-        frame_stack: frames per observation (image observations; recorded in export sidecars).
+        frame_stack: frames per observation (recorded in export sidecars).
 
-    Forward: ``obs [B, *obs_shape]`` (the environment's floats or bytes) -> ``[B]`` int64 actions
-    (``[B, D]`` for MultiDiscrete).
+    Forward: ``obs [B, *obs_shape]`` -> ``[B]`` int64 actions (``[B, D]`` for MultiDiscrete).
     """
 
     family = "dqn"

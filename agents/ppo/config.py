@@ -1,7 +1,6 @@
 """The PPO config: every hyperparameter, and their valid ranges.
 
-See :mod:`tritonrl.agents.ppo` for the algorithm and :mod:`tritonrl.agents.ppo.presets` for the
-named configs.
+The algorithm: docs/pages/ppo.md; the named configs: :mod:`tritonrl.agents.ppo.presets`.
 """
 
 from __future__ import annotations
@@ -26,35 +25,23 @@ _FEED_FORWARD = ("discrete", "continuous", "flow")
 class PPOConfig(Config):
     """Every PPO hyperparameter (immutable; copy with ``dataclasses.replace`` or :func:`preset`).
 
-    Fields declared ``resumable(...)`` may change when a run is resumed (``--resume --set lr=...``);
-    every other field is fixed for the life of a run (see :mod:`tritonrl.toolkit.config`).
+    Fields declared ``resumable(...)`` may change on ``--resume``; the others are fixed for a run.
     """
 
     # ---- policy
     policy: Literal["discrete", "continuous", "lstm", "gru", "flow", "mamba"] = "discrete"
-    """Policy kind: ``discrete`` (categorical MLP), ``continuous`` (Gaussian MLP), ``lstm``, ``gru``,
-    ``flow`` (normalizing flow over a Gaussian base), ``mamba`` (Mamba2 memory).
-    ``lstm``/``gru``/``mamba`` pick a categorical head for ``Discrete`` and a Gaussian head for
-    ``Box`` action spaces."""
+    """``discrete``, ``continuous`` (Gaussian), ``lstm``, ``gru``, ``flow`` or ``mamba``; the recurrent
+    kinds use a categorical head for ``Discrete`` and a Gaussian one for ``Box``."""
     hidden: tuple[int, ...] = (64, 64)
-    """Hidden layer sizes of the MLPs (actor and critic each; the encoder of recurrent cores).
-    Unused by a conv torso (its linear layers are ``torso_hidden``)."""
+    """MLP hidden sizes (actor and critic each; the recurrent cores' encoder); unused by a conv torso."""
     torso: Literal["mlp", "nature", "minatar", "impala"] = "mlp"
-    """``mlp``: separate tanh MLPs of ``hidden`` for actor and critic over flat observations. A conv
-    kind (image observations, uint8 ``[C, H, W]``): one :class:`tritonrl.agents.nets.conv.ConvTorso`
-    shared by actor and critic (orthogonal init, gain sqrt 2, as CleanRL's ``ppo_atari.py``):
-    ``nature`` (the Nature DQN CNN, 512 features), ``minatar`` (one conv of 16, 128 features) or
-    ``impala`` (the IMPALA ResNet, 256 features). Feed-forward policies only (``discrete``,
-    ``continuous``, ``flow``)."""
+    """``mlp`` (separate tanh MLPs) or a conv kind for uint8 ``[C, H, W]`` images (``nature``,
+    ``minatar``, ``impala``; one torso shared by actor and critic; feed-forward policies only)."""
     torso_hidden: tuple[int, ...] | None = backfilled(None)
-    """A conv torso's linear layers after its convolutions, as DQN's ``torso_hidden``
-    (``--set torso_hidden=256``): ``None``, the kind's default (512 for ``nature``, 128 for
-    ``minatar``, 256 for ``impala``); ``()``: the flattened convolution features. ``torso="mlp"``
-    takes none (its sizes are ``hidden``). A checkpoint saved before this field existed reads as
-    ``None``."""
+    """A conv torso's linear layers (``None``: the kind's default; ``()``: the flattened features);
+    ``torso="mlp"`` takes none."""
     squash: bool = False
-    """Continuous/recurrent Gaussian heads: tanh-squash onto the action bounds (with the log-prob
-    correction). Without it, actions are clipped to the bounds by the environment wrapper."""
+    """Gaussian heads: tanh-squash onto the action bounds; without it the environment clips actions."""
     log_std_init: float = 0.0
     """Initial log standard deviation of Gaussian heads and of the flow's base."""
     flow_layers: int = 4
@@ -88,11 +75,9 @@ class PPOConfig(Config):
     lr: float = resumable(2.5e-4)
     """Adam learning rate (at the start, if annealed)."""
     anneal_lr: bool = resumable(True)
-    """Anneal the learning rate linearly to 0 over ``total_steps``; updates past that point learn
-    nothing (the first one warns, :class:`tritonrl.agents.ppo.LRAnnealedWarning`)."""
+    """Anneal the learning rate linearly to 0 over ``total_steps`` (updates past that warn once)."""
     total_steps: int = resumable(500_000)
-    """Environment steps of the whole run, all environments (where the annealed learning rate
-    reaches 0): set it to your run's length."""
+    """Environment steps of the whole run, all environments (where the annealed rate reaches 0)."""
     adam_eps: float = 1e-5
     """Adam epsilon."""
     update_epochs: int = resumable(4)
@@ -112,13 +97,11 @@ class PPOConfig(Config):
     max_grad_norm: float = resumable(0.5)
     """Global gradient-norm clip."""
     target_kl: float | None = resumable(None)
-    """Stop the epochs of an update once the approximate KL exceeds this. Reading the KL is a host
-    sync per epoch: the one sync of an update, and only when this is set (default ``None``)."""
+    """Stop an update's epochs once the approximate KL exceeds this (``None``; else a sync per epoch)."""
     # ---- speed
     compile: CompileMode = resumable("none")
-    """``torch.compile`` of the learner step (GAE, minibatch loss, optimizer step) and the acting
-    forward: ``"none"`` (eager), ``"default"`` (TorchInductor) or ``"reduce-overhead"`` (also CUDA
-    graphs on CUDA; on a CPU the same as ``"default"``). See :mod:`tritonrl.toolkit.compile`."""
+    """``torch.compile`` of the learner step and the acting forward: ``"none"``, ``"default"`` or
+    ``"reduce-overhead"`` (CUDA graphs on CUDA). See :mod:`tritonrl.toolkit.compile`."""
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -155,9 +138,8 @@ class PPOConfig(Config):
 
     @property
     def action_kind(self) -> str:
-        """``"continuous"`` for the policies that drive a Box action (``continuous``, ``flow``),
-        else ``"discrete"``: the action kind an environment built for this config offers (a
-        market run's positions, :func:`tritonrl.toolkit.training.market.env_config_for`)."""
+        """``"continuous"`` for the policies that drive a Box action, else ``"discrete"``: the action
+        kind of an environment built for this config."""
         return "continuous" if self.policy in ("continuous", "flow") else "discrete"
 
 

@@ -1,7 +1,6 @@
 """The PPO policy: a core and an action head chosen by ``config.policy`` and the action space.
 
-The networks themselves are in :mod:`tritonrl.agents.nets.actor_critic`,
-:mod:`tritonrl.agents.nets.policy_heads` and :mod:`tritonrl.agents.nets.recurrent`.
+The networks live in :mod:`tritonrl.agents.nets`.
 """
 
 from __future__ import annotations
@@ -25,13 +24,12 @@ def build_policy(
     device: torch.device,
     dtype: torch.dtype,
 ) -> ActorCritic:
-    """The actor-critic of ``cfg.policy`` for observations of ``obs_shape`` (``(obs_dim,)`` for the
-    ``mlp`` torso, ``(C, H, W)`` for a conv ``cfg.torso``) and ``action_space``: a categorical head
-    for ``Discrete`` actions, a Gaussian or flow head for a flat ``Box``.
+    """The actor-critic of ``cfg.policy`` for observations of ``obs_shape`` (``(obs_dim,)``, or
+    ``(C, H, W)`` for a conv torso) and ``action_space`` (``Discrete`` or a flat ``Box``).
 
     Raises:
-        ValueError: an action space the policy kind cannot drive, or a squashing policy (``flow``,
-            ``squash``) with infinite action bounds.
+        ValueError: an action space the policy kind cannot drive, or a squashing policy with
+            infinite action bounds.
     """
     space = action_space
     discrete = isinstance(space, gym.spaces.Discrete)

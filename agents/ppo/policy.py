@@ -1,12 +1,8 @@
 """The PPO family's policy module: the deterministic action of the actor-critic.
 
-:class:`ActorCriticPolicy` is ``agent.policy()``: an f32 copy of the actor-critic whose
-``forward`` is the mode of the categorical head, the mean of the Gaussian (squashed onto the
-bounds where the head squashes), or the flow's deterministic action (the base mean through the
-flow); recurrent policies (LSTM, GRU, Mamba2) take and return their memory as flat tensors
-(``forward(obs, *state) -> (action, *state)``; zero memory at an episode start). Observation
-normalisation (``normalize_obs``: the running statistics as buffers) and image scaling live
-inside. The overlapped actor samples from the same module (:meth:`ActorCriticPolicy.sample`).
+:class:`ActorCriticPolicy` is ``agent.policy()``: an f32 copy of the actor-critic acting with the
+head's mode or mean, observation normalisation and image scaling inside; recurrent policies take
+and return their memory as flat tensors (``forward(obs, *state) -> (action, *state)``).
 """
 
 from __future__ import annotations
@@ -33,12 +29,10 @@ class ActorCriticPolicy(PolicyModule):
         observation_space: a flat ``Box``, or a uint8 ``[C, H, W]`` one for images.
         action_space: ``Discrete`` or a flat ``Box``.
         pixel_scale: the factor image bytes are scaled by (``None``: float observations).
-        obs_stats: ``(mean, var)`` of ``normalize_obs`` (``None``: no normalisation); copied into
-            f32 buffers.
+        obs_stats: ``(mean, var)`` of ``normalize_obs`` (``None``: no normalisation).
         obs_clip: the clip of normalised observations.
 
-    Forward: ``obs [B, *obs_shape]`` -> ``[B]`` int64 (Discrete) or ``[B, D]`` f32 (Box) actions;
-    recurrent: ``forward(obs, *state) -> (action, *state)``.
+    Forward: ``obs [B, *obs_shape]`` -> ``[B]`` int64 (Discrete) or ``[B, D]`` f32 (Box) actions.
     """
 
     family = "ppo"
@@ -68,8 +62,7 @@ class ActorCriticPolicy(PolicyModule):
         self._mamba = isinstance(net.initial_state(1), Mamba2State)
 
     def mirrors(self) -> list[torch.Tensor]:
-        """The actor-critic's parameters then buffers, then the observation statistics (the
-        agent's ``learner_tensors()``)."""
+        """The actor-critic's parameters, buffers, then the observation statistics (``learner_tensors()``)."""
         stats = [] if self.obs_mean is None or self.obs_var is None else [self.obs_mean, self.obs_var]
         return [*self.net.parameters(), *self.net.buffers(), *stats]
 
@@ -96,8 +89,8 @@ class ActorCriticPolicy(PolicyModule):
         return Mamba2State(conv=state[0], ssm=state[1]) if self._mamba else tuple(state)
 
     def ingest(self, obs: torch.Tensor) -> torch.Tensor:
-        """Observations as the network takes them: image bytes scaled to ``[0, 1]``, or floats
-        normalised by the running statistics (``normalize_obs``), in the network's dtype."""
+        """Observations in the network's dtype: image bytes scaled to ``[0, 1]``, or floats normalised
+        (``normalize_obs``)."""
         dtype = self.net.critic.weight.dtype
         if self.pixel_scale is not None:
             return obs.to(dtype) * self.pixel_scale
@@ -113,8 +106,8 @@ class ActorCriticPolicy(PolicyModule):
         return (action, *self.flatten(new)) if self.recurrent else action
 
     def outputs(self, obs: torch.Tensor, *state: torch.Tensor) -> dict[str, torch.Tensor]:
-        """``{"action", "logits" (Discrete) or "mean" (Box, before any squash), "value"}``, then a
-        recurrent policy's next state (``state_0``, ...)."""
+        """``{"action", "logits" (Discrete) or "mean" (Box), "value"}``, then a recurrent policy's
+        next state (``state_0``, ...)."""
         fa, fc, new = self.net.step_features(self.ingest(obs), self.unflatten(state), None)
         head = self.net.head
         out = {
@@ -126,8 +119,7 @@ class ActorCriticPolicy(PolicyModule):
         return out
 
     def sample(self, x: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """A feed-forward policy's exploring step on ingested observations ``x``:
-        ``(env action, raw action, log-prob f32 [B])`` from the head's draw ``noise``
-        (``net.head.draw(B)``)."""
+        """A feed-forward policy's exploring step on ingested ``x``: ``(env action, raw action,
+        log-prob f32 [B])`` from the head's draw ``noise``."""
         env_a, raw, logp, _, _ = self.net.act(x, None, None, False, None, noise)
         return env_a, raw, logp

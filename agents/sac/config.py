@@ -1,7 +1,6 @@
 """The configs of the continuous off-policy family: :class:`SACConfig` and :class:`TD3Config`.
 
-Field names and defaults follow CleanRL's ``sac_continuous_action.py`` and
-``td3_continuous_action.py``; the named presets are in :mod:`tritonrl.agents.sac.presets`.
+Field names and defaults follow CleanRL's SAC and TD3; presets: :mod:`tritonrl.agents.sac.presets`.
 """
 
 from __future__ import annotations
@@ -37,8 +36,7 @@ class _OffPolicyConfig(Config):
     """Transitions per gradient step."""
     # ---- schedule (read by tritonrl.toolkit.training.offpolicy or by your loop)
     learning_starts: int = 5_000
-    """Environment steps (all envs) before the first update; ``act(explore=True)`` draws uniform
-    random actions until then."""
+    """Environment steps (all envs) before the first update; exploring acts are uniform until then."""
     train_freq: int = 1
     """Environment steps (all envs) between two rounds of updates."""
     gradient_steps: int = 1
@@ -47,17 +45,15 @@ class _OffPolicyConfig(Config):
     """Critic updates between two rounds of actor updates (the delayed policy update)."""
     # ---- speed
     compile: CompileMode = resumable("none")
-    """``torch.compile`` of the losses (with their backward) and the optimizer steps: ``"none"``
-    (eager), ``"default"`` or ``"reduce-overhead"`` (see :mod:`tritonrl.toolkit.compile`)."""
+    """``torch.compile`` of the losses and optimizer steps: ``"none"``, ``"default"`` or
+    ``"reduce-overhead"`` (see :mod:`tritonrl.toolkit.compile`)."""
     # ---- metadata
     tags: tuple[str, ...] = resumable(())
     """Free-form labels (a preset records its name here)."""
 
     @property
     def action_kind(self) -> str:
-        """``"continuous"``: the action kind an environment built for this config offers (a
-        market run's target position in ``[-1, 1]``,
-        :func:`tritonrl.toolkit.training.market.env_config_for`)."""
+        """``"continuous"``: the action kind of an environment built for this config."""
         return "continuous"
 
     def _check(self, ranges: dict[str, str]) -> None:
@@ -71,8 +67,7 @@ class _OffPolicyConfig(Config):
 @dataclass(frozen=True)
 class SACConfig(_OffPolicyConfig):
     """Soft actor-critic (SAC v2: twin soft Q critics, squashed Gaussian actor, automatic entropy
-    tuning). Immutable; copy with ``dataclasses.replace``. Fields declared ``resumable(...)`` may
-    change when a run is resumed."""
+    tuning). Immutable; fields declared ``resumable(...)`` may change on ``--resume``."""
 
     policy_lr: float = resumable(3e-4)
     """Adam learning rate of the actor."""
@@ -106,15 +101,13 @@ class SACConfig(_OffPolicyConfig):
 
 @dataclass(frozen=True)
 class TD3Config(_OffPolicyConfig):
-    """Twin delayed DDPG (twin critics, target policy smoothing, delayed actor and target updates,
-    Gaussian exploration noise). Noise scales are fractions of the half-range of each action
-    dimension (the actor acts in ``[-1, 1]``)."""
+    """Twin delayed DDPG. Noise scales are fractions of each action dimension's half-range (the
+    actor acts in ``[-1, 1]``)."""
 
     lr: float = resumable(3e-4)
     """Adam learning rate of the actor and the critics."""
     learning_starts: int = 25_000
-    """Environment steps (all envs) before the first update (CleanRL's TD3 default; uniform
-    random actions until then)."""
+    """Environment steps (all envs) before the first update (uniform random actions until then)."""
     exploration_noise: float = resumable(0.1)
     """Standard deviation of the Gaussian exploration noise added to the actor's action."""
     policy_noise: float = 0.2

@@ -1,9 +1,8 @@
 """The networks of SAC and TD3: twin Q critics, the squashed Gaussian actor, the deterministic actor.
 
-Every module is built on its device in the training dtype (``device=``, ``dtype=``) from the
-shared ReLU :class:`tritonrl.agents.nets.torsos.MLP` (PyTorch's default init, as CleanRL). The
-actors act in ``[-1, 1]`` per action dimension (the agent maps that onto the space's bounds) and
-are the f32 boundary of the family: their outputs, log-probs and Q values leave in f32.
+Built in the training dtype from the shared ReLU :class:`tritonrl.agents.nets.torsos.MLP`
+(PyTorch's default init, as CleanRL). Actors act in ``[-1, 1]``; outputs, log-probs and Q values
+leave in f32 (the family's f32 boundary).
 """
 
 from __future__ import annotations
@@ -29,11 +28,10 @@ def _up(t: torch.Tensor) -> torch.Tensor:
 def squashed_gaussian_log_prob(
     noise: torch.Tensor, log_std: torch.Tensor, u: torch.Tensor, log_scale: torch.Tensor
 ) -> torch.Tensor:
-    """``log pi(a)`` of ``a = center + scale * tanh(u)``, ``u = mean + exp(log_std) * noise``,
-    summed over the last dim: the Gaussian log-density of ``u`` minus
-    ``sum log(scale * (1 - tanh(u)^2))`` (the change of variables; stable for large ``|u|``).
+    """``log pi(a)`` of ``a = center + scale * tanh(u)``, ``u = mean + exp(log_std) * noise``, with
+    the change-of-variables term (stable for large ``|u|``).
 
-    Shapes: ``noise``, ``log_std``, ``u`` ``[B, D]``; ``log_scale`` ``[D]``; returns ``[B]``.
+    ``noise``, ``log_std``, ``u`` ``[B, D]``; ``log_scale`` ``[D]``; returns ``[B]``.
     """
     gauss = (-0.5 * noise.square() - log_std - _HALF_LOG_2PI).sum(-1)
     return gauss - squash_log_det(u, log_scale)
@@ -46,20 +44,15 @@ def _torso_head(
     device: torch.device | str | None,
     dtype: torch.dtype | None,
 ) -> tuple[MLP, nn.Linear]:
-    """A ReLU :class:`MLP` of ``hidden`` sizes on ``in_dim`` inputs, then a linear head to
-    ``out_dim``, on ``device`` in ``dtype`` (default ``training_dtype(device)``); built in this
-    order (a seeded initialisation depends on it)."""
+    """A ReLU :class:`MLP` of ``hidden`` on ``in_dim`` inputs, then a linear head to ``out_dim``;
+    built in this order (a seeded initialisation depends on it)."""
     dtype = dtype_or_default(dtype, device)
     torso = MLP(in_dim, tuple(hidden), device=device, dtype=dtype)
     return torso, nn.Linear(torso.out_features, out_dim, device=device, dtype=dtype)
 
 
 class TwinQ(nn.Module):
-    """Two independent critics ``Q_i(s, a)``: ``[obs, action] -> MLP(hidden) -> 1`` each.
-
-    ``forward(obs [B, O], action [B, D]) -> (q1 [B], q2 [B])`` in f32; both inputs in the
-    parameter dtype. :meth:`q1` is the first alone (TD3's actor loss reads nothing else).
-    """
+    """Two independent critics ``Q_i(s, a)``: ``(obs [B, O], action [B, D]) -> (q1 [B], q2 [B])`` f32."""
 
     def __init__(
         self,
@@ -86,9 +79,8 @@ class TwinQ(nn.Module):
 
 
 class SquashedGaussianActor(nn.Module):
-    """SAC's actor: a diagonal Gaussian over ``u`` with a state-dependent log-std, squashed by
-    ``tanh`` into ``[-1, 1]``; log-probs are those of the environment's action
-    ``center + scale * tanh(u)`` (the scale's log-determinant included, as CleanRL).
+    """SAC's actor: a diagonal Gaussian over ``u`` with state-dependent log-std, squashed by ``tanh``
+    into ``[-1, 1]``; log-probs include the action scale's log-determinant (as CleanRL).
 
     Args:
         obs_dim: flat observation size ``O``.
@@ -134,15 +126,14 @@ class SquashedGaussianActor(nn.Module):
         return mean, log_std
 
     def sample(self, obs: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(action [B, D] in [-1, 1], log_prob [B])``, f32, reparameterised on ``noise``
-        (standard normals ``[B, D]``, drawn by the caller from the agent's generator)."""
+        """``(action [B, D] in [-1, 1], log_prob [B])``, f32, reparameterised on standard normals
+        ``noise [B, D]``."""
         mean, log_std = self(obs)
         u = mean + log_std.exp() * noise
         return torch.tanh(u), squashed_gaussian_log_prob(noise, log_std, u, self.log_scale)
 
     def explore(self, obs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
-        """The action of :meth:`sample` alone (``[B, D]`` in ``[-1, 1]``, f32), without its
-        log-probability (acting needs none)."""
+        """The action of :meth:`sample` alone, without its log-probability."""
         mean, log_std = self(obs)
         return torch.tanh(mean + log_std.exp() * noise)
 

@@ -1,10 +1,8 @@
 """The policy modules of SAC and TD3: the deterministic action on the space's bounds.
 
-``agent.policy()`` is an f32 copy of the actor with the bounds as buffers: SAC's
-:class:`SquashedPolicy` acts with ``center + scale * tanh(mean)``, TD3's
-:class:`DeterministicPolicy` with ``center + scale * actor(obs)``; observations of any shape are
-flattened inside. The collector's and the overlapped actor's snapshots explore around the same
-actor (:meth:`tritonrl.agents.sac.base.ContinuousAgent._explore`).
+``agent.policy()`` is an f32 copy of the actor with the bounds as buffers (SAC:
+``center + scale * tanh(mean)``, TD3: ``center + scale * actor(obs)``); observations are
+flattened inside.
 """
 
 from __future__ import annotations
@@ -21,9 +19,8 @@ __all__ = ["ContinuousPolicy", "DeterministicPolicy", "SquashedPolicy"]
 
 
 class ContinuousPolicy(PolicyModule):
-    """An actor with the action bounds: ``forward(obs [B, *obs_shape]) -> [B, *action_shape]`` f32
-    within the bounds. A subclass says what the actor's deterministic action in ``[-1, 1]`` is
-    (:meth:`greedy`).
+    """An actor with the action bounds: ``obs [B, *obs_shape] -> [B, *action_shape]`` f32 within
+    the bounds; subclasses define :meth:`greedy`.
 
     Args:
         actor: the actor network (``agent.policy()`` passes an f32 copy).

@@ -1,9 +1,8 @@
 """The SAC agent (SAC v2, as CleanRL's ``sac_continuous_action.py``): twin soft Q critics with
 Polyak targets, a tanh-squashed Gaussian actor, automatic entropy tuning towards ``-dim(A)``.
 
-Each :meth:`SACAgent.update` takes one critic step; every ``policy_frequency`` updates it then
-takes ``policy_frequency`` actor (and entropy-coefficient) steps, which compensates the delay; every
-``target_network_frequency`` updates the target critics move by ``tau``. Guide: docs/pages/sac.md.
+Every ``policy_frequency`` critic updates, ``policy_frequency`` actor (and alpha) steps; targets
+move by ``tau`` every ``target_network_frequency`` updates. Guide: docs/pages/sac.md.
 """
 
 from __future__ import annotations
@@ -30,10 +29,9 @@ _DEFAULT_CONFIG = SACConfig(tags=("sac",))
 
 
 class LogAlpha(nn.Module):
-    """The log of the entropy coefficient: one f32 parameter (0-d), starting at ``log(alpha0)``.
+    """The log of the entropy coefficient: one 0-d f32 parameter, starting at ``log(alpha0)``.
 
-    It stays f32 in every training dtype on purpose: it is a loss coefficient, used on the f32
-    side of the boundary, and a bf16 ``log alpha`` would move ``alpha`` in steps of about 1.5%.
+    f32 in every training dtype: a loss coefficient on the f32 side, too coarse in bf16.
     """
 
     def __init__(self, alpha0: float = 1.0, *, device: torch.device | str | None = None) -> None:
@@ -44,20 +42,16 @@ class LogAlpha(nn.Module):
 class SACAgent(ContinuousAgent):
     """A soft actor-critic agent for ``Box`` actions of any shape (see the module docstring).
 
-    Checkpoints and ``check_inputs`` are :class:`tritonrl.toolkit.agent.AgentBase`'s; the agent's
-    own parts are the actor, the critics and their targets, the three optimizers (actor, critics,
-    ``log_alpha``; each with f32 master weights), ``log_alpha``, the replay and, in bf16, the f32
-    masters of the target critics.
+    Its checkpoint parts: actor, critics and targets, three optimizers (f32 masters),
+    ``log_alpha``, the replay and, in bf16, the target critics' f32 masters.
 
     Args:
         observation_space: a gymnasium ``Box`` (flattened for the networks).
-        action_space: a ``Box`` with finite bounds; the actor acts in ``[-1, 1]`` and actions are
-            rescaled onto the bounds.
+        action_space: a ``Box`` with finite bounds; actions are rescaled from ``[-1, 1]``.
         config: a :class:`SACConfig` (default: the ``sac`` preset).
         num_envs: environments per ``act``/``observe`` call.
         device: where networks and replay live; the dtype is ``training_dtype(device)``.
-        seed: seeds the parameters and the agent's generator (exploration, replay sampling, the
-            actor's noise).
+        seed: seeds the parameters and the agent's generator.
         dist: the data-parallel context (``None``: a single process).
 
     Raises:
@@ -183,10 +177,9 @@ class SACAgent(ContinuousAgent):
     def update(self) -> dict[str, torch.Tensor]:
         """One critic step on a replay batch; the actor, alpha and target steps when due.
 
-        Returns f32 scalar metrics on the device: ``losses/qf_loss``, ``losses/qf1_loss``,
-        ``losses/qf2_loss``, ``losses/qf1_values``, ``losses/qf2_values`` every update, and
-        ``losses/actor_loss``, ``losses/alpha`` (and ``losses/alpha_loss`` with ``autotune``) on
-        the updates that step the actor. Reads nothing on the host (tested).
+        Returns f32 scalar metrics on the device (no host read): ``losses/qf_loss``,
+        ``qf1_loss``, ``qf2_loss``, ``qf1_values``, ``qf2_values``, and on actor steps
+        ``actor_loss``, ``alpha`` (and ``alpha_loss`` with ``autotune``), all under ``losses/``.
 
         Raises:
             RuntimeError: the replay holds fewer transitions than :attr:`batch_size`.

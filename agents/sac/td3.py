@@ -1,7 +1,6 @@
 """The TD3 agent (as CleanRL's ``td3_continuous_action.py``): twin critics, target policy
 smoothing with clipped noise, the actor and both targets updated every ``policy_frequency``
-critic updates, Gaussian exploration noise. Guide: docs/pages/sac.md.
-"""
+critic updates, Gaussian exploration noise. Guide: docs/pages/sac.md."""
 
 from __future__ import annotations
 
@@ -27,8 +26,8 @@ _DEFAULT_CONFIG = TD3Config(learning_starts=5_000, tags=("td3",))
 class TD3Agent(ContinuousAgent):
     """A TD3 agent for ``Box`` actions of any shape (see the module docstring).
 
-    The agent's own checkpoint parts are the actor, the critics, both targets, the two optimizers
-    (f32 master weights), the replay and, in bf16, the f32 masters of the targets.
+    Its checkpoint parts: actor, critics, both targets, two optimizers (f32 masters), the
+    replay and, in bf16, the targets' f32 masters.
 
     Args:
         observation_space: a gymnasium ``Box`` (flattened for the networks).
@@ -36,8 +35,7 @@ class TD3Agent(ContinuousAgent):
         config: a :class:`TD3Config` (default: the ``td3`` preset).
         num_envs: environments per ``act``/``observe`` call.
         device: where networks and replay live; the dtype is ``training_dtype(device)``.
-        seed: seeds the parameters and the agent's generator (exploration and smoothing noise,
-            replay sampling).
+        seed: seeds the parameters and the agent's generator.
         dist: the data-parallel context (``None``: a single process).
 
     Raises:
@@ -147,9 +145,9 @@ class TD3Agent(ContinuousAgent):
         """One critic step on a replay batch; every ``policy_frequency`` updates, one actor step and
         the Polyak updates of both targets.
 
-        Returns f32 scalar metrics on the device: ``losses/qf_loss``, ``losses/qf1_loss``,
-        ``losses/qf2_loss``, ``losses/qf1_values``, ``losses/qf2_values``, and
-        ``losses/actor_loss`` on the updates that step the actor. Reads nothing on the host (tested).
+        Returns f32 scalar metrics on the device (no host read): ``losses/qf_loss``,
+        ``qf1_loss``, ``qf2_loss``, ``qf1_values``, ``qf2_values``, and ``actor_loss`` on actor
+        steps, all under ``losses/``.
 
         Raises:
             RuntimeError: the replay holds fewer transitions than :attr:`batch_size`.
