@@ -1,9 +1,8 @@
 """Kernel dispatch: which implementation of an op runs for given tensors.
 
-Every op owns one :class:`KernelOp`: CUDA tensors run the Triton kernel, CPU tensors the torch
-reference; ``TRITONRL_BACKEND`` (auto, triton, torch) overrides, and a Triton compile, resource or
-driver failure falls back to the reference on that device, warning once. Imports torch only;
-nothing here imports triton or queries CUDA at import time. The rules: docs/pages/kernels.md.
+Every op owns one :class:`KernelOp` (Triton on CUDA, the torch reference on CPU,
+``TRITONRL_BACKEND`` overrides). Imports torch only, never triton or CUDA at import time.
+The rules: docs/pages/kernels.md.
 """
 
 from __future__ import annotations
@@ -134,11 +133,8 @@ _DEVICE_FAILURE_MARKERS = ("PassManager::run failed", "Triton Error [CUDA]", "CU
 
 
 def is_device_failure(exc: BaseException) -> bool:
-    """Whether ``exc`` says a Triton kernel cannot run on its device (so falling back is right).
-
-    True for Triton's own errors, CUDA driver/runtime errors and ``RuntimeError``s naming a
-    compiler pass or driver failure; False for everything else (a host-side bug).
-    """
+    """Whether ``exc`` says a Triton kernel cannot run on its device (Triton, CUDA driver or compiler
+    errors; not a host-side bug), so falling back is right."""
     try:
         from triton.errors import TritonError
     except Exception:  # triton missing or broken: nothing can be a Triton error
@@ -160,11 +156,8 @@ _REFERENCES_ONLY = [0]
 
 @contextlib.contextmanager
 def references_only() -> Iterator[None]:
-    """Inside the block every op selects its torch reference on every device, traced calls too.
-
-    How a policy is exported (:mod:`tritonrl.toolkit.export`): the trace records aten ops, never
-    a ``tritonrl::`` custom op. Nests; not thread-local.
-    """
+    """Inside the block every op selects its torch reference, traced calls too: how a policy is
+    exported (:mod:`tritonrl.toolkit.export`). Nests; not thread-local."""
     _REFERENCES_ONLY[0] += 1
     try:
         yield
@@ -182,11 +175,8 @@ _ENV_KEYS: list[Any] = [None, None]
 
 
 def _environ_state() -> tuple[Any, Any]:
-    """The raw values of ``TRITONRL_BACKEND`` and ``TRITON_INTERPRET`` now (``None`` when unset).
-
-    Read from ``os.environ._data`` where it exists, which skips the ``KeyError`` that
-    ``os.environ.get`` raises and catches for an unset variable; any other mapping uses ``get``.
-    """
+    """The raw ``TRITONRL_BACKEND`` and ``TRITON_INTERPRET`` (``None`` when unset), read from
+    ``os.environ._data`` where it exists (no ``KeyError`` raised and caught when unset)."""
     env = os.environ
     data = getattr(env, "_data", None)
     if type(data) is not dict:
@@ -314,22 +304,15 @@ class KernelOp:
     def dispatch(
         self, device: torch.device | str, triton_call: Callable[[], T], torch_call: Callable[[], T]
     ) -> T:
-        """:meth:`__call__` with calls of the caller's choosing (the custom ops' host launchers).
-
-        Runs ``triton_call`` (through :meth:`guard`) or ``torch_call`` by the rule of
-        :meth:`select`, counted like :meth:`__call__`.
-        """
+        """:meth:`__call__` with calls of the caller's choosing (the custom ops' host launchers), counted
+        the same way."""
         if self.select(device).backend == "torch":
             return self._ran("torch", torch_call())
         return self.guard(device, triton_call, torch_call)
 
     def guard(self, device: torch.device | str, triton_call: Callable[[], T], fallback: Callable[[], T]) -> T:
         """Run ``triton_call``; on a device failure (:func:`is_device_failure`) in auto mode on CUDA,
-        warn once and run ``fallback``.
-
-        Any other exception propagates, as does every failure on CPU or under
-        ``TRITONRL_BACKEND=triton``.
-        """
+        warn once and run ``fallback``. Any other exception propagates."""
         try:
             return self._ran("triton", triton_call())
         except Exception as exc:

@@ -1,8 +1,6 @@
 """The kernel ops as torch custom ops (namespace ``tritonrl``): what ``torch.compile`` traces.
 
-Each family's ``library.py`` registers a custom op per :class:`~tritonrl.kernels.backend.KernelOp`
-(fake implementation, autograd through a backward op), so code using the kernels compiles with
-``fullgraph=True``. This module holds the shared pieces. Imports torch and ``kernels`` only.
+The pieces every family's ``library.py`` shares. Imports torch and ``kernels`` only.
 See docs/pages/kernels.md ("torch.compile: the ops as custom ops").
 """
 
@@ -62,11 +60,8 @@ def _traces_reference(name: str, device: str) -> bool:
 
 
 def traces_reference(op: KernelOp, device: torch.device) -> bool:
-    """Under ``torch.compile``: call ``op``'s torch reference inline (``True``) or its custom op.
-
-    ``True`` inside :func:`~tritonrl.kernels.backend.references_only`, or when
-    :func:`inline_reference` is on and ``op`` selects its reference for ``device``.
-    """
+    """Under ``torch.compile``: call ``op``'s torch reference inline (``True``) or its custom op
+    (inside :func:`~tritonrl.kernels.backend.references_only`, or by :func:`inline_reference`)."""
     return _traces_reference(op.name, str(device))
 
 
@@ -88,8 +83,7 @@ def reference_grads_in_op(
     grad_outputs: Sequence[torch.Tensor | None],
 ) -> tuple[torch.Tensor | None, ...]:
     """:func:`~tritonrl.kernels.fallback.reference_grads` with autograd turned back on, for use
-    inside a custom op's implementation.
-    """
+    inside a custom op's implementation."""
     include = torch._C._dispatch_tls_local_include_set()
     exclude = torch._C._dispatch_tls_local_exclude_set() - _AUTOGRAD_KEYS
     with torch._C._ForceDispatchKeyGuard(include, exclude):
@@ -107,8 +101,7 @@ def needed_grads(
     needs: Sequence[bool],
 ) -> list[torch.Tensor]:
     """A backward op's outputs: one contiguous gradient per existing input that ``needs`` flags,
-    zeros where the backend produced none.
-    """
+    zeros where the backend produced none."""
     return [
         (torch.zeros_like(t, memory_format=torch.contiguous_format) if g is None else g.contiguous())
         for g, t, n in zip(grads, inputs, needs, strict=True)
@@ -131,8 +124,7 @@ def run_backward(
     op: KernelOp, device: torch.device, triton_call: Callable[[], T], reference_call: Callable[[], T]
 ) -> T:
     """A backward op's dispatch: the Triton backward through :meth:`KernelOp.guard` (counted)
-    on a Triton selection, else ``reference_call`` (not counted).
-    """
+    on a Triton selection, else ``reference_call`` (not counted)."""
     if op.select(device).backend == "torch":
         return reference_call()
     return op.guard(device, triton_call, reference_call)

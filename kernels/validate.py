@@ -1,10 +1,8 @@
-"""Argument checks: the project's one validation dialect.
+"""Argument checks: the project's one validation dialect (``x must be a torch.Tensor, got list``).
 
-Kernels, toolkit and agents check arguments with these helpers, so every message reads the same
-(``x must be a torch.Tensor, got list``). Checks read metadata only, never tensor data (no device
-sync). ``TypeError`` for a wrong type or dtype, ``ValueError`` for everything else. Imports torch
-and the standard library only, so any layer may use it. See docs/pages/contributing.md,
-"Validation".
+Metadata only, never tensor data (no device sync); ``TypeError`` for a wrong type or dtype,
+``ValueError`` otherwise. Imports torch only, so any layer may use it. See
+docs/pages/contributing.md ("Validation").
 """
 
 from __future__ import annotations

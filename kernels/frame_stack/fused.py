@@ -1,9 +1,7 @@
 """The Triton kernel of the frame-stack gather (layout: :mod:`tritonrl.kernels.frame_stack.reference`).
 
-One program per (row, stack position, block of pixels): find the source frame, load its bytes
-(zeros before the episode's start), multiply by ``scale`` rounded to the output dtype, store.
-Equal to the reference bit for bit on CUDA (the interpreter truncates f32 -> bf16: one ulp).
-No autograd; the launch config depends only on ``P``.
+One program per (row, stack position, block of pixels). Equal to the reference bit for bit on
+CUDA (the interpreter truncates f32 -> bf16: one ulp). No autograd.
 """
 
 from __future__ import annotations
@@ -63,8 +61,7 @@ def frame_stack_sample_fwd(
     weight: float,
 ) -> torch.Tensor:
     """Launch the gather: ``[M, stack, P]`` in ``dtype``; ``weight`` is the multiplier already
-    rounded to ``dtype``. Validates nothing.
-    """
+    rounded to ``dtype``. Validates nothing."""
     m, p = rows.shape[0], frames.shape[1]
     out = empty((m, stack, p), dtype=dtype, device=frames.device)
     if m == 0 or p == 0:

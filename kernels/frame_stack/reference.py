@@ -1,9 +1,7 @@
 """The frame-stack gather: the specification, the CPU path and the test oracle.
 
-Per-environment rings of ``ring`` uint8 frames: ``frames [N, P]`` (environment ``e`` owns rows
-``e * ring ..``) and ``depth [N]`` int32, the slot's frames so far in its episode (1 at the
-first). Row ``r``'s observation is the ``stack`` frames ending at ``r``, oldest first, zeros
-before the episode's start, each converted to the output dtype and multiplied by ``scale``.
+Per-environment rings: ``frames [N, P]`` uint8 and ``depth [N]`` int32 (the slot's frames so far
+in its episode). An observation is the ``stack`` frames ending at a row, zeros before the start.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """The Mamba2 selective state-space scan (an op folder: CONTRIBUTING.md, "Adding an op").
 
-:func:`mamba2_scan` (chunked SSD scan with episode resets, differentiable) and
-:func:`mamba2_step` (one step for acting). Triton kernels in ``chunk.py`` and ``step.py``; CPU
-paths in ``factored.py``, ``fast.py`` and ``reference.py``; ``naive.py`` is the test oracle.
-See docs/pages/mamba2.md.
+:func:`mamba2_scan` (chunked, with episode resets, differentiable) and :func:`mamba2_step`
+(acting). See docs/pages/mamba2.md.
 """
 
 # torch.ops.tritonrl.mamba2_scan / mamba2_step (+ the backward op): what torch.compile traces

@@ -43,12 +43,8 @@ def mamba2_scan_torch(
     return_final_states: bool,
     **kwargs: object,
 ) -> torch.Tensor | tuple[torch.Tensor, ...]:
-    """The scan's torch path (arguments as :func:`~tritonrl.kernels.mamba2.reference.mamba2_scan_ref`).
-
-    Without resets and keyword options: the factored scan on a CPU where the decays fit its
-    factors, else the fast scan; both equal the reference up to float32 reassociation. The
-    reference otherwise.
-    """
+    """The scan's torch path (arguments as :func:`~tritonrl.kernels.mamba2.reference.mamba2_scan_ref`):
+    the factored or fast scan without resets on a CPU, the reference otherwise."""
     if resets is None and not kwargs:
         args = (
             x,

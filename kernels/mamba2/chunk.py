@@ -1,9 +1,7 @@
 """Triton kernels of the chunked Mamba2 scan (SSD), forward and backward.
 
-One program per (batch, head, block of P) walks its sequence's chunks in order, holding its
-[N, BP] f32 state slice in registers; the backward walks them in reverse. Gradients summed over
-P or over a group's heads are written as f32 partials and reduced in torch: no atomics, so the
-backward is deterministic. bf16 or f32 data, f32 math. See docs/pages/mamba2.md.
+One program per (batch, head, block of P) walks the chunks with its f32 state in registers; no
+atomics, so the backward is deterministic. See docs/pages/mamba2.md.
 """
 
 from __future__ import annotations
@@ -385,11 +383,8 @@ _MIN_PROGRAMS = 128
 
 
 def _blocks(P: int, N: int, BT: int, bwd: bool, rows: int) -> tuple[int, int, int]:
-    """BP (P-block), BN (padded N) and warps for ``rows`` = batch x heads sequences.
-
-    Hand-picked, not autotuned. Few sequences cut P into smaller blocks so more programs run;
-    ``num_stages=1`` because the chunk loop carries the state.
-    """
+    """BP (P-block), BN (padded N) and warps for ``rows`` = batch x heads sequences; hand-picked
+    (few sequences cut P into smaller blocks so more programs run)."""
     BN = max(16, triton.next_power_of_2(N))
     cap = 32 if (bwd or BN > 64 or BT > 64) else 64
     BP = max(16, min(cap, triton.next_power_of_2(P)))
@@ -442,8 +437,7 @@ def mamba2_chunk_fwd(
     store_states: bool,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Launch the forward kernel. Returns y, the final states (if ``store_final``) and the
-    f32 states entering every chunk [B, H, NC, P, N] (if ``store_states``).
-    """
+    f32 states entering every chunk [B, H, NC, P, N] (if ``store_states``)."""
     batch, length, nheads, headdim = x.shape
     ngroups, dstate = B.shape[2:]
     x, B, C = _unit_last(x), _unit_last(B), _unit_last(C)
@@ -519,8 +513,7 @@ def mamba2_chunk_bwd(
     chunk_size: int,
 ) -> dict[str, torch.Tensor]:
     """Launch the backward kernel and reduce its partials: a dict of gradients by input name, in the
-    inputs' dtypes (states: float32).
-    """
+    inputs' dtypes (states: float32)."""
     batch, length, nheads, headdim = x.shape
     ngroups, dstate = B.shape[2:]
     x, B, C = _unit_last(x), _unit_last(B), _unit_last(C)

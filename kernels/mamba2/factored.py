@@ -1,10 +1,7 @@
 """The CPU scan without resets where the decays allow it: each chunk's decay matrix factored.
 
-``exp(cs_t - cs_s) = f_t u_s`` with ``f_t = exp(cs_t - r)``, ``u_s = exp(r - cs_s)``, so the decays
-leave the ``[T, T]`` matrices and ``C B^T`` is shared by a group's heads; a hand-written backward.
-Exact while the factors stay within ``exp(+-MAX_LOG_FACTOR)`` (checked on the host; else a
-halved chunk or None). Equal to the reference up to float32 reassociation. See
-docs/pages/mamba2.md.
+``exp(cs_t - cs_s) = f_t u_s``, exact while the factors stay within ``exp(+-MAX_LOG_FACTOR)``
+(checked on the host; else None). Hand-written backward. See docs/pages/mamba2.md.
 """
 
 from __future__ import annotations

@@ -30,11 +30,9 @@ def mamba2_scan_fast(
     return_final_states: bool,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """The chunked scan without resets (arguments as
-    :func:`tritonrl.kernels.mamba2.reference.mamba2_scan_ref`; no ``resets``, no chunk states).
-
-    Computes in float32 (float64 for float64 ``x``); returns y [B, L, H, P] in ``x.dtype`` and
-    optionally the final states [B, H, P, N] in the compute dtype. Differentiable.
-    """
+    :func:`tritonrl.kernels.mamba2.reference.mamba2_scan_ref`), computed in float32 (float64 for
+    float64 ``x``): y [B, L, H, P] in ``x.dtype``, optionally the final states [B, H, P, N].
+    Differentiable."""
     batch, length, nheads, headdim = x.shape
     ngroups, dstate = B.shape[-2:]
     rep = nheads // ngroups

@@ -1,9 +1,7 @@
 """The Mamba2 ops as torch custom ops (design: :mod:`tritonrl.kernels.library`).
 
-``mamba2_scan`` returns ``(y, final_states, chunk_states)`` (outputs not asked for are an empty
-f32 ``[0]``; the chunk states feed the Triton backward); ``mamba2_scan_backward`` runs the Triton
-backward or autograd through the reference. ``mamba2_step`` updates ``state`` in place and is
-not differentiable. Imports no triton.
+``mamba2_scan`` returns ``(y, final_states, chunk_states)`` (an empty f32 ``[0]`` where not asked
+for); ``mamba2_step`` updates ``state`` in place. Imports no triton.
 """
 
 from __future__ import annotations
@@ -157,8 +155,7 @@ def mamba2_scan_backward_op(
     needs: list[bool],
 ) -> list[Tensor]:
     """Gradients of :func:`mamba2_scan_op` for the inputs ``needs`` flags, in argument order.
-    ``chunk_states`` may be an empty ``[0]`` (the Triton path then recomputes them).
-    """
+    ``chunk_states`` may be an empty ``[0]`` (the Triton path then recomputes them)."""
     limit = (dt_min, dt_max)
     inputs = (x, dt, A, B, C, D, z, dt_bias, initial_states)
 

@@ -1,9 +1,7 @@
 """Torch references of the Mamba2 scan (chunked SSD) and the single step.
 
-The CPU path with resets and the oracle of the kernels. Compute in float32 (float64 for float64
-``x``); ``y`` in ``x.dtype``. Inside a chunk, the decay from step ``s`` to ``t`` is
-``exp(cs_t - cs_s)`` unless a reset lies between; states pass from chunk to chunk. The
-algorithm: docs/pages/mamba2.md ("The chunked algorithm").
+The CPU path with resets and the kernels' oracle; float32 math (float64 for float64 ``x``).
+See docs/pages/mamba2.md ("The chunked algorithm").
 """
 
 from __future__ import annotations
@@ -22,11 +20,8 @@ def dt_transform(
     dt_softplus: bool,
     dt_limit: tuple[float, float],
 ) -> torch.Tensor:
-    """``clamp(softplus(dt + dt_bias), *dt_limit)``; the softplus only if ``dt_softplus``.
-
-    ``dt``: [..., H]; ``dt_bias``: [H] or None. Computes in ``dt``'s dtype; ``(0, inf)`` bounds
-    after a softplus skip the clamp (NaN kept).
-    """
+    """``clamp(softplus(dt + dt_bias), *dt_limit)`` (softplus only if ``dt_softplus``) of ``dt``
+    [..., H], ``dt_bias`` [H] or None, in ``dt``'s dtype."""
     if dt_bias is not None:
         dt = dt + dt_bias.to(dt.dtype)
     if dt_softplus:

@@ -1,9 +1,6 @@
 """Noisy linear layers and the dueling / distributional Q head (Rainbow), as fused ops.
 
-:func:`noisy_linear` (factorised Gaussian noise, optional ReLU, grouped weights),
-:func:`noisy_dueling` (``Q = V + A - mean_a A``, log-softmax over atoms, f32 out) and
-:func:`expected_q`. Files follow the op-folder convention (docs/pages/kernels.md); the ops:
-docs/pages/noisy-head.md.
+:func:`noisy_linear`, :func:`noisy_dueling` and :func:`expected_q`; see docs/pages/noisy-head.md.
 """
 
 # torch.ops.tritonrl.noisy_linear / noisy_dueling (+ backward ops): what torch.compile traces

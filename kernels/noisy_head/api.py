@@ -48,8 +48,7 @@ _validated_dueling: dict[object, bool] = {}
 
 def _signature(tensors: tuple[object, ...]) -> tuple[object, ...] | None:
     """``(shape, dtype, device, is_contiguous)`` per tensor, or ``None`` when an entry is neither a
-    tensor nor ``None`` (the caller then validates in full).
-    """
+    tensor nor ``None`` (the caller then validates in full)."""
     try:
         return tuple(
             None if t is None else (t.shape, t.dtype, t.device, t.is_contiguous())  # type: ignore[attr-defined]

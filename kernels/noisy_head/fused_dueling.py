@@ -1,9 +1,7 @@
 """Triton kernels of the noisy dueling / distributional head: one forward launch, f32 epilogue.
 
-Forward, one program per block of batch rows: the value tile, the advantage tiles (parked in the
-f32 output when there are several, so no matmul runs twice), then ``Q = V + A - mean_a A``,
-log-softmax and expected Q. Backward: one kernel gives the streams' output gradients, then the
-noisy linear backward kernels. See docs/pages/noisy-head.md.
+One program per block of batch rows; several action tiles are parked in the f32 output so no
+matmul runs twice. See docs/pages/noisy-head.md.
 """
 
 from __future__ import annotations
@@ -345,11 +343,8 @@ def _noisy_dueling_bwd_kernel(
 
 
 def _config(num_actions: int, atoms: int, dtype: torch.dtype) -> dict[str, int]:
-    """Tile sizes from the dims that change code (actions, atoms, dtype), never the batch size.
-
-    ZB: atoms rounded up to a power of two; BA: actions per tile (16..128 columns); BM shrinks
-    as tiles widen; BK keeps one weight tile near 8 KiB so a pipelined loop fits shared memory.
-    """
+    """Tile sizes from the dims that change code (actions, atoms, dtype), never the batch size; BK
+    keeps a weight tile near 8 KiB so a pipelined loop fits shared memory."""
     zb = triton.next_power_of_2(atoms)
     ba = max(1, min(triton.next_power_of_2(num_actions), 128 // zb), 16 // zb)
     width = ba * zb
@@ -446,11 +441,8 @@ def noisy_dueling_bwd(
     need_adv: bool = True,
     need_val: bool = True,
 ) -> tuple[torch.Tensor | None, tuple[torch.Tensor | None, ...], tuple[torch.Tensor | None, ...]]:
-    """Launch the backward kernels.
-
-    Returns ``(dx, advantage grads, value grads)``, each grads tuple
-    ``(dW_mu, dW_sigma, db_mu, db_sigma)``; ``None`` where not asked for or absent.
-    """
+    """Launch the backward kernels: ``(dx, advantage grads, value grads)``, grads as
+    ``(dW_mu, dW_sigma, db_mu, db_sigma)``; ``None`` where not asked for or absent."""
     xv, xa = _streams(x)
     b_ = x.shape[0]
     cfg = _config(num_actions, atoms, x.dtype)

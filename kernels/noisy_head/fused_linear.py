@@ -1,9 +1,7 @@
 """Triton kernels of the noisy linear op: forward, and backward for x, weights and biases.
 
-Forward: one pass over the input features feeds two f32 accumulators (mu and sigma); the noisy
-weight is never built. Backward: ``dx``, ``dW_mu = g.T @ x`` and ``dW_sigma = dW_mu *
-outer(eps_out, eps_in)`` from one product, bias gradients. Weights may be grouped ``[G, O, I]``.
-bf16 and f32 from one source; launch configs fixed per dtype. See docs/pages/noisy-head.md.
+Two f32 accumulators in one pass, the noisy weight never built; bf16 and f32 from one source,
+launch configs fixed per dtype. See docs/pages/noisy-head.md.
 """
 
 from __future__ import annotations
@@ -50,10 +48,8 @@ def noisy_tile(
     INTERPRET: tl.constexpr,
     IEEE: tl.constexpr,
 ):
-    """f32 [BM, BN]: rows o_m of x through output units o_r (masked by m_r) of one noisy layer.
-
-    Weights are ``[O, I]`` row-major at ``w_mu`` / ``w_sigma`` (grouped callers offset them).
-    """
+    """f32 [BM, BN]: rows o_m of x through output units o_r (masked by m_r) of one noisy layer
+    (``[O, I]`` row-major weights at ``w_mu`` / ``w_sigma``)."""
     b_acc = tl.zeros([BM, BN], dtype=tl.float32)
     b_acc_s = tl.zeros([BM, BN], dtype=tl.float32)
     for k0 in range(0, I, BK):

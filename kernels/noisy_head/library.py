@@ -95,8 +95,7 @@ def noisy_linear_backward_op(
     needs: list[bool],
 ) -> list[Tensor]:
     """Gradients of :func:`noisy_linear_op` for the inputs ``needs`` flags among
-    ``(x, weight_mu, weight_sigma, bias_mu, bias_sigma)``; ``y`` is read only with ``relu``.
-    """
+    ``(x, weight_mu, weight_sigma, bias_mu, bias_sigma)``; ``y`` is read only with ``relu``."""
     inputs = (x, weight_mu, weight_sigma, bias_mu, bias_sigma)
 
     def triton() -> tuple[Tensor | None, ...]:
@@ -246,8 +245,7 @@ def noisy_dueling_backward_op(
     needs: list[bool],
 ) -> list[Tensor]:
     """Gradients of :func:`noisy_dueling_op` for the inputs ``needs`` flags, in argument order;
-    ``grad_q`` is ``None`` without ``support``.
-    """
+    ``grad_q`` is ``None`` without ``support``."""
     adv = NoisyParams(a_weight_mu, a_weight_sigma, a_bias_mu, a_bias_sigma, a_eps_in, a_eps_out)
     val = NoisyParams(v_weight_mu, v_weight_sigma, v_bias_mu, v_bias_sigma, v_eps_in, v_eps_out)
     dueling = v_weight_mu is not None

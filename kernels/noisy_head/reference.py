@@ -46,11 +46,8 @@ def noisy_linear_ref(
     noise: bool = True,
     relu: bool = False,
 ) -> torch.Tensor:
-    """``y = x @ W_mu.T + b_mu + ((x * eps_in) @ W_sigma.T + b_sigma) * eps_out`` (optional ReLU).
-
-    x ``[B, I]``; ``[O, I]`` weights give ``[B, O]``, ``[G, O, I]`` give ``[B, G, O]``; in the
-    inputs' dtype. ``noise=False`` keeps only the mu terms.
-    """
+    """``y = x @ W_mu.T + b_mu + ((x * eps_in) @ W_sigma.T + b_sigma) * eps_out`` (optional ReLU):
+    x ``[B, I]`` -> ``[B, O]`` (``[B, G, O]`` for ``[G, O, I]`` weights), the inputs' dtype."""
     if weight_mu.dim() == 3:
 
         def pick(t: torch.Tensor | None, g: int) -> torch.Tensor | None:
@@ -86,12 +83,8 @@ def noisy_dueling_ref(
     log_softmax: bool,
     support: torch.Tensor | None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """The last layer of a dueling / distributional head and its combine, in f32.
-
-    ``x`` ``[B, I]`` or ``[B, 2, I]`` (value, advantage). Returns ``[B, A, Z]`` f32:
-    log-probabilities when ``log_softmax`` and ``Z > 1``, raw values otherwise; with ``support``
-    ``[Z]`` also ``q`` ``[B, A]`` f32.
-    """
+    """The last layer of a dueling / distributional head and its combine: ``x [B, I]`` or
+    ``[B, 2, I]`` -> ``[B, A, Z]`` f32 (and ``q [B, A]`` f32 with ``support``)."""
     b = x.shape[0]
     xv, xa = (x[:, 0], x[:, 1]) if x.dim() == 3 else (x, x)
     adv = noisy_linear_ref(xa, *advantage, noise=noise).float().view(b, num_actions, atoms)
