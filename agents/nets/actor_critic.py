@@ -1,9 +1,7 @@
 """The actor-critic network of the PPO family: a core, an action head and a linear critic.
 
-Cores here: :class:`FeedForwardCore` (separate tanh MLPs, as in CleanRL) and :class:`ConvCore`
-(one conv torso for images); the recurrent ones live in :mod:`tritonrl.agents.nets.recurrent`.
-Parameters are created in their dtype (CONTRIBUTING.md, "Precision"); values leave the critic in
-f32. See docs/pages/ppo.md.
+Feed-forward and conv cores here, recurrent ones in :mod:`tritonrl.agents.nets.recurrent`;
+values leave the critic in f32. See docs/pages/ppo.md.
 """
 
 from __future__ import annotations
@@ -24,12 +22,8 @@ State = Any  # a tuple of tensors with the batch as their first dimension, or No
 
 
 class FeedForwardCore(nn.Module):
-    """Separate actor and critic MLPs over the observation (tanh, orthogonal init; identity for
-    ``hidden=()``).
-
-    Raises:
-        ValueError: a layer size below 1.
-    """
+    """Separate actor and critic tanh MLPs over the observation (identity for ``hidden=()``);
+    raises ``ValueError`` for a layer size below 1."""
 
     recurrent = False
 
@@ -116,8 +110,7 @@ class ActorCritic(nn.Module):
 
     def actor_step(self, x: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
         """One step's ``(actor features, next state)``, without critic features or memory reset: what
-        acting greedily needs.
-        """
+        acting greedily needs."""
         if self.recurrent:
             fa, _, state = self.core.step(x, state, None)
             return fa, state
@@ -129,8 +122,7 @@ class ActorCritic(nn.Module):
         self, x: torch.Tensor, state: State, starts: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor, State]:
         """One step's ``(actor features, critic features, next state)`` for ``x [B, obs_dim]``;
-        ``starts [B]`` bool resets memory first where set.
-        """
+        ``starts [B]`` bool resets memory first where set."""
         if self.recurrent:
             return self.core.step(x, state, starts)
         a, c = self.core(x)
@@ -146,8 +138,7 @@ class ActorCritic(nn.Module):
         noise: torch.Tensor | None = None,
     ):
         """``x [B, obs_dim]`` -> ``(env_action, raw_action, logprob f32, value f32 [B], new_state)``
-        (``noise``: the head's draw for ``B`` rows, else drawn from ``generator``).
-        """
+        (``noise``: the head's draw for ``B`` rows, else drawn from ``generator``)."""
         fa, fc, state = self.step_features(x, state, starts)
         env_a, raw, logp = self.head.sample(fa, deterministic, generator, noise)
         return env_a, raw, logp, self.critic(fc).float().squeeze(-1), state
@@ -185,10 +176,8 @@ class ActorCritic(nn.Module):
         state: State = None,
         layout: tuple[int, int] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(actor features, critic features)`` of ``x`` (shapes as in :meth:`evaluate`).
-        ``layout``: the padded layout size for cores that split at episode starts (LSTM, GRU);
-        ``None``: measured by the core (one host read).
-        """
+        """``(actor features, critic features)`` of ``x`` (shapes as in :meth:`evaluate`); ``layout``:
+        the padded layout of LSTM/GRU cores (``None``: one host read measures it)."""
         if not self.recurrent:
             return self.core(x)
         if layout is not None:

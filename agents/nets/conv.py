@@ -1,9 +1,7 @@
-"""Convolutional torsos for pixel observations ``[B, C, H, W]``: the Nature DQN CNN, the MinAtar
-CNN and the IMPALA ResNet.
+"""Convolutional torsos for pixel observations ``[B, C, H, W]``: Nature DQN, MinAtar, IMPALA.
 
-Parameters in the dtype given, never a cast in ``forward`` (frames arrive scaled, in that dtype);
-channels-last weights, inputs of either layout accepted. Layer sizes: docs/pages/pixels.md
-("Conv torsos").
+Channels-last weights in the dtype given, no cast in ``forward`` (frames arrive scaled); layer
+sizes: docs/pages/pixels.md ("Conv torsos").
 """
 
 from __future__ import annotations
@@ -72,8 +70,6 @@ class ConvTorso(nn.Module):
             ``()``: the flattened convolution features.
         orthogonal_gain: ``None``: PyTorch's default init (DQN); a number: orthogonal weights
             with that gain and zero biases (PPO).
-        device: where the parameters live.
-        dtype: the parameter dtype (default ``training_dtype(device)``).
 
     Raises:
         ValueError: ``obs_shape`` is not 3-D, an unknown ``kind``, a layer size below 1, or an

@@ -70,11 +70,8 @@ class BranchingHead(nn.Module):
 
 
 def branching_q(value: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """``Q_d = V + A_d - mean(A_d)`` over each branch's real sub-actions, in f32.
-
-    ``value [B, 1]``, ``advantages [B, D, n_max]`` (any float dtype), ``mask [D, n_max]`` bool ->
-    ``[B, D, n_max]`` f32 with ``-inf`` at the padding.
-    """
+    """``Q_d = V + A_d - mean(A_d)`` over real sub-actions: ``value [B, 1]``, ``advantages [B, D,
+    n_max]``, ``mask [D, n_max]`` bool -> ``[B, D, n_max]`` f32, ``-inf`` at the padding."""
     adv = advantages.float().masked_fill(~mask, 0.0)
     mean = adv.sum(-1, keepdim=True) / mask.sum(-1, keepdim=True)
     q = value.float().unsqueeze(-1) + adv - mean

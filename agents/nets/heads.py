@@ -40,8 +40,6 @@ class NoisyLinear(nn.Module):
         activation: ``None`` or ``"relu"`` (fused into the op).
         groups: G layers reading the same input: weights ``[G, O, I]``, output ``[B, G, O]``.
         noisy: ``False`` gives a plain linear layer (no sigma parameters, same op).
-        device: where the parameters live.
-        dtype: parameter dtype; ``None``: ``training_dtype(device)``.
 
     Forward: x ``[B, I]`` in the parameters' dtype and device -> ``[B, O]`` (``[B, G, O]``).
     """
@@ -100,11 +98,7 @@ class NoisyLinear(nn.Module):
 
     @torch.no_grad()
     def reset_noise(self, generator: torch.Generator | None = None) -> None:
-        """Draw new factorised noise ``eps_in``, ``eps_out`` (``sign(u) sqrt(|u|)``, u ~ N(0, 1)).
-
-        ``generator`` makes the draw reproducible (it may live on another device). Nothing for
-        ``noisy=False``.
-        """
+        """Draw new noise ``eps_in``, ``eps_out`` from ``generator`` (any device); nothing if not noisy."""
         if not self.noisy:
             return
         for buf in (self.eps_in, self.eps_out):
@@ -157,8 +151,6 @@ class DuelingHead(nn.Module):
         log_softmax: for ``atoms > 1``, log-probabilities over atoms (C51); ``False``: raw values
             (QR-DQN quantiles).
         sigma0: initial noise scale of every noisy layer.
-        device: where the parameters live.
-        dtype: parameter dtype; ``None``: ``training_dtype(device)``.
 
     Forward: ``h [B, in_features]`` -> f32 ``Q [B, A]`` (``atoms == 1``), else ``[B, A, Z]``.
     """

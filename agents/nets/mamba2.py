@@ -1,9 +1,7 @@
 """The Mamba2 block: trains on whole sequences, acts one step at a time.
 
-``in_proj``, causal depthwise conv, SiLU, the selective scan :func:`tritonrl.kernels.mamba2.mamba2_scan`,
-RMSNorm of the gated output, ``out_proj``. Resets clear the scan's state and the conv window;
-``step`` L times equals ``forward`` over L steps. Parameters in ``dtype``, the SSM state always
-f32. See docs/pages/mamba2.md.
+Resets clear the scan's state and the conv window; ``step`` L times equals ``forward`` over L
+steps. The SSM state is always f32. See docs/pages/mamba2.md.
 """
 
 from __future__ import annotations
@@ -45,11 +43,8 @@ class Mamba2State:
 
 
 class _CausalConv(torch.autograd.Function):
-    """The causal depthwise conv from a zero window, no resets: ``x [B, L, C]``, ``w [C, K]``,
-    ``b [C]`` -> ``out[:, t] = b + sum_k w[:, K - 1 - k] * x[:, t - k]``, in ``x``'s dtype.
-
-    Accumulates in place (forward and backward), so no padded copy or per-tap zero gradient.
-    """
+    """Causal depthwise conv from a zero window, no resets: ``x [B, L, C]``, ``w [C, K]``, ``b [C]``
+    -> ``[B, L, C]`` in ``x``'s dtype, accumulated in place (no padded copies)."""
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -84,8 +79,6 @@ class Mamba2Block(nn.Module):
         headdim: P; ``d_inner`` must be a multiple of it, giving ``H = d_inner // P`` heads.
         ngroups: G groups of B and C shared by ``H // G`` heads each (``H % G == 0``).
         chunk_size: the scan's chunk (a power of two in [16, 256]).
-        device: where the parameters live (default CPU).
-        dtype: the parameter dtype (default ``training_dtype(device)``).
 
     Raises:
         ValueError: inconsistent or non-positive sizes.
@@ -291,8 +284,7 @@ class Mamba2Block(nn.Module):
         self, x_t: torch.Tensor, state: Mamba2State, reset: torch.Tensor | None, inplace: bool
     ) -> None:
         """Check what :meth:`step` takes from outside (``x_t``, ``state``, ``reset``), so the op runs
-        unchecked; a fast test first, detailed checks naming the problem otherwise.
-        """
+        unchecked; a fast test first, detailed checks naming the problem otherwise."""
         try:
             batch = x_t.shape[0]
             conv, ssm = state.conv, state.ssm

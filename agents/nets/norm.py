@@ -37,11 +37,8 @@ class _RMSNorm(torch.autograd.Function):
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """``F.rms_norm(x, (d,), weight, eps)`` over the last dimension of ``x`` [..., d]; ``weight`` [d].
-
-    f32 and f64 take the hand-written backward (gradients equal up to rounding); other dtypes
-    and traced code call ``F.rms_norm``.
-    """
+    """``F.rms_norm(x, (d,), weight, eps)`` of ``x [..., d]``, ``weight [d]``; f32 and f64 take the
+    hand-written backward, other dtypes and traced code ``F.rms_norm``."""
     if (
         x.dtype in (torch.float32, torch.float64)
         and weight.dtype == x.dtype

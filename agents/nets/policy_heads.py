@@ -1,9 +1,7 @@
 """The action heads of the PPO family: categorical, diagonal Gaussian, normalizing flow.
 
-A head turns actor features into a distribution and is the f32 boundary: log-probs and entropies
-leave in f32. Draws come from a ``generator`` or are passed in as ``noise`` (made beforehand by
-``draw``), so a compiled policy step can take them. Each head returns the raw action PPO stores
-(the pre-squash sample for the squashed heads). See docs/pages/ppo.md.
+Heads are the f32 boundary; their draws come from a ``generator`` or as ``noise`` made by
+``draw`` (how a compiled step takes them). See docs/pages/ppo.md.
 """
 
 from __future__ import annotations
@@ -63,11 +61,8 @@ class CategoricalHead(nn.Module):
         self.logits = orthogonal_linear(feature_dim, n, 0.01, factory_kwargs(device, dtype))
 
     def log_probs(self, feat: torch.Tensor) -> torch.Tensor:
-        """Normalised log-probabilities ``[..., n]`` f32 (``log_softmax`` of the logits).
-
-        Written in tensor ops, not ``torch.distributions.Categorical``, whose overhead exceeds
-        the network's at a few environments per step.
-        """
+        """Normalised log-probabilities ``[..., n]`` f32, in tensor ops (``torch.distributions`` costs
+        more than the network at a few environments)."""
         return torch.log_softmax(_up(self.logits(feat)), -1)
 
     def draw(self, shape: int | tuple[int, ...], generator: torch.Generator | None = None) -> torch.Tensor:
@@ -126,8 +121,7 @@ class CategoricalHead(nn.Module):
 
 class _Bounds(nn.Module):
     """Affine map from ``[-1, 1]`` onto ``[low, high]``; f32 buffers in every training dtype (the
-    heads' f32 side).
-    """
+    heads' f32 side)."""
 
     center: torch.Tensor  # buffers, f32 [D]
     scale: torch.Tensor
@@ -162,8 +156,6 @@ class GaussianHead(nn.Module):
         high: ``[D]`` upper action bounds.
         squash: apply ``tanh`` and the affine map, with the log-prob correction.
         log_std_init: initial log standard deviation.
-        device: where the parameters live.
-        dtype: the parameter dtype (default ``training_dtype(device)``).
     """
 
     def __init__(
@@ -235,8 +227,7 @@ class GaussianHead(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(logprob, entropy)`` of raw actions, f32. Squashed: the entropy is a one-sample estimate
         ``-log pi`` of a fresh reparameterised sample, or with ``entropy_grad=False`` the
-        detached ``-log pi`` of ``raw``.
-        """
+        detached ``-log pi`` of ``raw``."""
         normal = self._normal(feat)
         logp = normal.log_prob(raw).sum(-1)
         if not self.squash:
@@ -327,8 +318,6 @@ class FlowHead(nn.Module):
         hidden: width of each coupling network.
         log_std_init: initial log-std of the base.
         max_log_scale: soft bound on each coupling's log-scale (``max * tanh(s / max)``).
-        device: where the parameters live.
-        dtype: the parameter dtype (default ``training_dtype(device)``).
     """
 
     def __init__(
@@ -398,8 +387,7 @@ class FlowHead(nn.Module):
         noise: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(env_action [B, D] f32, raw y [B, D] f32, logprob [B] f32)``; deterministic: the base
-        mean through the flow.
-        """
+        mean through the flow."""
         base = self._base(feat)
         z = base.mean if deterministic else _rsample(base, generator, noise)
         y, log_det = self._forward_flow(feat, z)
@@ -424,8 +412,7 @@ class FlowHead(nn.Module):
         noise: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(logprob, entropy)``: exact log-prob of stored ``y``; entropy estimated as in
-        :meth:`GaussianHead.evaluate`.
-        """
+        :meth:`GaussianHead.evaluate`."""
         logp = self.log_prob_raw(feat, raw) - self.bounds.log_det(_up(raw))
         if not entropy_grad:
             return logp, -logp.detach()

@@ -1,8 +1,7 @@
 """The recurrent cores of the PPO family: LSTM, GRU and Mamba2 memories shared by actor and critic.
 
-Memories reset where an episode starts. LSTM and GRU step their cell when acting and run torch's
-fused ``lstm``/``gru`` over sequences split at episode starts when training; Mamba2 runs its scan
-(SSM state always f32). Parameters are created in ``dtype``. See docs/pages/ppo.md.
+Memories reset where an episode starts; training runs whole sequences in one fused op.
+See docs/pages/ppo.md.
 """
 
 from __future__ import annotations
@@ -27,8 +26,7 @@ def _mask_state(state: tuple[torch.Tensor, ...], starts: torch.Tensor) -> tuple[
 
 def _pieces(starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``starts [B, L]`` split at every ``t > 0`` where set: ``(count [B], piece [B, L], tau [B, L])``
-    int64 (sub-sequences per row, each step's sub-sequence, its position there); no host read.
-    """
+    int64 (sub-sequences per row, each step's sub-sequence, its position there); no host read."""
     t = torch.arange(starts.shape[1], device=starts.device)
     begins = torch.cat([torch.ones_like(starts[:, :1]), starts[:, 1:]], 1)  # [B, L]
     piece = begins.cumsum(1) - 1
@@ -38,7 +36,7 @@ def _pieces(starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Ten
 
 def subsequence_stats(starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per row of ``starts [S, L]`` bool: ``(count [S], longest [S])`` int64, the number of
-    sub-sequences and the longest's length (device tensors, no host read).
+    sub-sequences and the longest's length (no host read).
 
     Raises:
         ValueError: ``starts`` is not 2-d bool with at least one step.
@@ -63,11 +61,8 @@ def subsequence_layout(starts: torch.Tensor) -> tuple[int, int]:
 
 
 class _RecurrentCore(nn.Module, abc.ABC):
-    """``obs -> MLP encoder -> recurrent cell``; features shared by actor and critic.
-
-    Acting steps the cell (:meth:`step`); training runs whole sequences through the fused op
-    (:meth:`sequence`), equal to :meth:`sequence_stepwise`.
-    """
+    """``obs -> MLP encoder -> recurrent cell``; features shared by actor and critic. Acting steps the
+    cell; training runs the fused op over whole sequences (:meth:`sequence`)."""
 
     recurrent = True
     supports_initial_state = True  # sequences may start from a stored memory
@@ -103,8 +98,7 @@ class _RecurrentCore(nn.Module, abc.ABC):
     @abc.abstractmethod
     def _fused(self, x: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
         """The cell over ``x [R, L, D]`` from ``state [n, R, size]`` -> ``[R, L, size]``, by torch's
-        fused op with the cell's weights.
-        """
+        fused op with the cell's weights."""
 
     def _weights(self) -> list[torch.Tensor]:
         c = self.cell
@@ -123,8 +117,7 @@ class _RecurrentCore(nn.Module, abc.ABC):
         self, x: torch.Tensor, state: tuple[torch.Tensor, ...], starts: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
         """One step: ``x [B, obs_dim]``, ``starts [B]`` bool (reset first where set) ->
-        ``(actor feat, critic feat, new state)``, features ``[B, size]``.
-        """
+        ``(actor feat, critic feat, new state)``, features ``[B, size]``."""
         if starts is not None:
             state = _mask_state(state, starts)
         state = self._cell_step(self.encoder(x), state)
@@ -254,11 +247,8 @@ class GRUCore(_RecurrentCore):
 
 
 class Mamba2Core(nn.Module):
-    """``obs -> Linear -> Mamba2Block (+ residual) -> LayerNorm``; features shared by actor and critic.
-
-    State: :class:`tritonrl.agents.nets.mamba2.Mamba2State`; sequences in training, the
-    single-step form when acting.
-    """
+    """``obs -> Linear -> Mamba2Block (+ residual) -> LayerNorm``; features shared by actor and critic;
+    state: :class:`tritonrl.agents.nets.mamba2.Mamba2State`."""
 
     recurrent = True
     supports_initial_state = True
@@ -308,8 +298,7 @@ class Mamba2Core(nn.Module):
         self, x: torch.Tensor, starts: torch.Tensor, state: Any
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``x [B, L, obs_dim]``, ``starts [B, L]``, memory at step 0 -> features ``[B, L, d_model]``
-        (twice).
-        """
+        (twice)."""
         u = torch.tanh(self.encoder(x))
         feat = self.norm(u + self.block(u, starts, state=state))
         return feat, feat

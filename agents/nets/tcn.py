@@ -45,8 +45,6 @@ class TCNEncoder(nn.Module):
         width: channels ``C`` of every block (the encoding size).
         depth: residual blocks (dilations ``1, 2, 4, ...``).
         kernel_size: taps of every convolution (>= 2).
-        device: where the parameters live.
-        dtype: the parameter dtype (default ``training_dtype(device)``).
 
     Raises:
         ValueError: a size that is not a positive int, ``kernel_size < 2``.

@@ -1,8 +1,6 @@
 """Torso building blocks: observation -> feature vector, and the one MLP builder of both families.
 
-Kinds ``"mlp"``, ``"resmlp"``, ``"attention"``, ``"tcn"`` (:func:`build_torso`); optional RMSNorm
-and spectral norm. Parameters are created in the dtype given and ``forward`` never casts (the
-observation arrives in that dtype). See docs/pages/dqn.md ("Torsos").
+Parameters in the dtype given, no cast in ``forward``. See docs/pages/dqn.md ("Torsos").
 """
 
 from __future__ import annotations
@@ -38,10 +36,8 @@ _LinearT = TypeVar("_LinearT", bound="nn.Linear | SpectralLinear")
 
 
 def init_orthogonal_(weight: torch.Tensor, gain: float = 1.0) -> torch.Tensor:
-    """Fill ``weight`` (any float dtype) with a (semi-)orthogonal matrix times ``gain``, in place.
-
-    bf16 weights get the f32 matrix rounded once (QR has no bf16 kernel), from the same draws.
-    """
+    """Fill ``weight`` with a (semi-)orthogonal matrix times ``gain``, in place; bf16 weights get the
+    f32 matrix rounded once (QR has no bf16 kernel)."""
     with torch.no_grad():
         if weight.dtype in (torch.float32, torch.float64):
             return nn.init.orthogonal_(weight, gain)
@@ -59,11 +55,11 @@ def init_linear_(layer: _LinearT, gain: float) -> _LinearT:
 
 
 class SpectralLinear(nn.Module):
-    """``y = x W^T / sigma(W) + b`` with ``sigma`` the largest singular value of ``W``.
+    """``y = x W^T / sigma(W) + b``, ``sigma`` the largest singular value of ``W``: ``[..., in] ->
+    [..., out]``.
 
-    One power-iteration step per training forward with gradients; eval and ``no_grad`` calls
-    reuse the stored ``u`` (a buffer). Gradients flow through ``sigma``, not the iteration.
-    ``x [..., in_features] -> [..., out_features]`` in the parameter dtype.
+    One power-iteration step per training forward with gradients (``u`` a buffer); gradients
+    flow through ``sigma``, not the iteration.
     """
 
     weight: torch.Tensor  # nn.Parameters (taken from an nn.Linear, whose attributes torch types as Tensor)
@@ -136,8 +132,6 @@ class MLP(nn.Module):
         spectral_norm: :class:`SpectralLinear` layers.
         orthogonal_gain: ``None``: PyTorch's default init (DQN); a number: orthogonal weights
             with that gain and zero biases (PPO).
-        device: where the parameters live.
-        dtype: the parameter dtype (default ``training_dtype(device)``).
 
     Raises:
         ValueError: a size below 1, an unknown ``activation`` or ``norm``.
@@ -193,8 +187,8 @@ class MLP(nn.Module):
 
 
 class MLPTorso(MLP):
-    """DQN's ``"mlp"`` torso: an :class:`MLP` (ReLU, default init) of ``depth`` x ``width`` or the
-    sizes in ``hidden``, on the flattened observation: ``[B, *obs_shape] -> [B, out_features]``.
+    """DQN's ``"mlp"`` torso: an :class:`MLP` (ReLU) of ``depth`` x ``width`` or ``hidden`` on the
+    flattened observation, ``[B, *obs_shape] -> [B, out_features]``.
 
     Raises:
         ValueError: ``hidden`` empty or a size below 1.
@@ -246,8 +240,7 @@ class _ResidualBlock(nn.Module):
 
 class ResidualMLPTorso(nn.Module):
     """Input projection to ``width``, ``depth`` residual blocks, final norm and ReLU:
-    ``[B, *obs_shape] -> [B, width]``.
-    """
+    ``[B, *obs_shape] -> [B, width]``."""
 
     def __init__(
         self,
@@ -276,8 +269,7 @@ class ResidualMLPTorso(nn.Module):
 
 class AttentionBlock(nn.Module):
     """Pre-norm multi-head self-attention (causal unless ``causal=False``), then a pre-norm MLP,
-    both residual; also used by the attention forecasters.
-    """
+    both residual; also used by the attention forecasters."""
 
     def __init__(
         self, width: int, heads: int, norm: str, spectral: bool, device, dtype, *, causal: bool = True
@@ -345,8 +337,7 @@ class AttentionTorso(nn.Module):
 
 class SequenceTorso(nn.Module):
     """A forecaster's causal encoder (the same module) as a torso over a window ``[B, K, D]``:
-    the newest step's features ``[B, features]``, RMSNorm-ed for ``norm="rmsnorm"``.
-    """
+    the newest step's features ``[B, features]``, RMSNorm-ed for ``norm="rmsnorm"``."""
 
     def __init__(self, encoder: nn.Module, features: int, norm: str, device, dtype) -> None:
         super().__init__()
