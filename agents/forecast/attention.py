@@ -1,9 +1,7 @@
 """Attention forecasters: a causal Transformer encoder, and PatchTST (Nie et al., 2023).
 
-Both use the agents' attention block (:class:`tritonrl.agents.nets.torsos.AttentionBlock`), the
-package's one self-attention. The Transformer forecasts from the last step of its causal
-encoding; PatchTST encodes each channel's patches independently (optionally RevIN-normalised)
-and is not causal per step. See docs/pages/forecasting.md.
+Both use :class:`tritonrl.agents.nets.torsos.AttentionBlock`, the package's one self-attention.
+See docs/pages/forecasting.md.
 """
 
 from __future__ import annotations
@@ -58,8 +56,7 @@ class Transformer(Forecaster):
         depth: attention blocks.
         heads: attention heads.
         positions: ``"learned"`` (a parameter ``[W, width]``) or ``"sinusoidal"`` (a fixed buffer).
-        revin: RevIN around the forecast (:meth:`~tritonrl.agents.forecast.base.Forecaster.use_revin`);
-            :meth:`encode` stays unnormalised.
+        revin: RevIN around the forecast (:meth:`Forecaster.use_revin`).
 
     Raises:
         ValueError: a size that is not a positive int, ``width % heads``, unknown ``positions``.
@@ -113,20 +110,12 @@ class Transformer(Forecaster):
         self.use_revin(revin)
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
-        """``x [B, W, F] -> [B, W, width]``; step ``s`` attends to steps ``<= s`` only.
-
-        Raises:
-            ValueError / TypeError: see :meth:`Forecaster.check_input`.
-        """
+        """``x [B, W, F] -> [B, W, width]``, causal; raises as :meth:`Forecaster.check_input`."""
         self.check_input(x)
         return self.out_norm(self.blocks(self.embed(x) + self.pos))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``x [B, W, F] -> [B, H, T]`` in the parameter dtype.
-
-        Raises:
-            ValueError / TypeError: see :meth:`Forecaster.check_input`.
-        """
+        """``x [B, W, F] -> [B, H, T]`` in the parameter dtype; raises as :meth:`Forecaster.check_input`."""
         return self.last_step_forecast(x)
 
 
@@ -213,11 +202,7 @@ class PatchTST(Forecaster):
         self.register_load_state_dict_pre_hook(_refuse_channel_proj)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``x [B, W, F] -> [B, H, T]`` in the parameter dtype.
-
-        Raises:
-            ValueError / TypeError: see :meth:`Forecaster.check_input`.
-        """
+        """``x [B, W, F] -> [B, H, T]`` in the parameter dtype; raises as :meth:`Forecaster.check_input`."""
         self.check_input(x)
         if not self.exogenous:
             x = x.index_select(2, self.channels)  # [B, W, T]: only the targets' own channels

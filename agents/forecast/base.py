@@ -1,9 +1,7 @@
 """What every forecaster is: a window of bars ``[B, W, F]`` in, a forecast ``[B, H, T]`` out.
 
-Parameters are created in the dtype given and ``forward`` never casts (the trainer upcasts the
-forecast for the loss). Causal sequence models also expose :meth:`Forecaster.encode`, usable as an
-agent's torso. RevIN models undo the normalisation on each target with its own channel's
-statistics (:attr:`Forecaster.target_channels`). See docs/pages/forecasting.md.
+Parameters in the dtype given, no cast in ``forward``; causal models also ``encode`` per step
+(usable as an agent's torso). See docs/pages/forecasting.md.
 """
 
 from __future__ import annotations
@@ -24,8 +22,7 @@ REVIN_EPS = 1e-5
 
 def window_stats(x: torch.Tensor, eps: float = REVIN_EPS) -> tuple[torch.Tensor, torch.Tensor]:
     """RevIN's per-window, per-channel ``(mean, std)`` of ``x [B, W, C]``, each ``[B, 1, C]`` in
-    ``x``'s dtype (``std = sqrt(var + eps)``, biased variance).
-    """
+    ``x``'s dtype (``std = sqrt(var + eps)``, biased variance)."""
     mean = x.mean(dim=1, keepdim=True)
     return mean, torch.sqrt(x.var(dim=1, keepdim=True, unbiased=False) + eps)
 
@@ -57,6 +54,9 @@ def check_target_channels(
 class Forecaster(nn.Module):
     """Base of the forecasters: sizes, dtype, device and the input check.
 
+    Subclasses build layers with ``**self.factory`` and implement ``forward``; causal models set
+    ``causal = True`` and implement ``encode(x) -> [B, W, D]`` (``D = self.encoding_dim``).
+
     Args:
         window: ``W``, bars per input window.
         num_features: ``F``, features per bar.
@@ -64,14 +64,10 @@ class Forecaster(nn.Module):
         num_targets: ``T``, target columns forecast per bar ahead.
         device: where the parameters live (default CPU).
         dtype: the parameter dtype (default ``training_dtype(device)``).
-        target_channels: the input channel holding each target's own history (default
-            ``0 .. T - 1``).
+        target_channels: the input channel of each target's own history (default ``0 .. T - 1``).
 
     Raises:
         ValueError: a size that is not a positive int, bad ``target_channels``.
-
-    Subclasses build layers with ``**self.factory`` and implement ``forward``; causal models set
-    ``causal = True`` and implement ``encode(x) -> [B, W, D]`` (``D = self.encoding_dim``).
     """
 
     name: str = "forecaster"
@@ -80,8 +76,7 @@ class Forecaster(nn.Module):
     """``True``: :meth:`encode` is causal over the window's steps."""
     normalizes_input: bool = False
     """``True``: windows are RevIN-normalised, so target ``k``'s forecast shifts and scales with
-    channel ``target_channels[k]``.
-    """
+    channel ``target_channels[k]``."""
 
     def __init__(
         self,
@@ -107,8 +102,7 @@ class Forecaster(nn.Module):
         self.revin = False
 
     def use_revin(self, revin: bool) -> None:
-        """Turn RevIN on in :meth:`forward` (:meth:`revin_in`, :meth:`revin_out`); sets
-        :attr:`normalizes_input`.
+        """Turn RevIN on in :meth:`forward` (:meth:`revin_in`, :meth:`revin_out`).
 
         Raises:
             TypeError: ``revin`` is not a bool.
@@ -129,17 +123,12 @@ class Forecaster(nn.Module):
 
     def revin_out(self, y: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
         """A normalised forecast ``y [B, H, T]`` in the window's units, target ``k`` with channel
-        ``target_channels[k]``'s ``mean``/``std`` ``[B, 1, F]``.
-        """
+        ``target_channels[k]``'s ``mean``/``std`` ``[B, 1, F]``."""
         return y * std.index_select(2, self.channels) + mean.index_select(2, self.channels)
 
     def last_step_forecast(self, x: torch.Tensor) -> torch.Tensor:
-        """``self.head`` on the last step of :meth:`encode`, inside RevIN when on:
-        ``x [B, W, F] -> [B, H, T]`` in the parameter dtype.
-
-        Raises:
-            ValueError / TypeError: see :meth:`check_input`.
-        """
+        """``self.head`` on the last step of :meth:`encode`, inside RevIN when on: ``x [B, W, F] ->
+        [B, H, T]``; raises as :meth:`check_input`."""
         head = cast("nn.Module", self.head)  # every sequence model names its head `head`
         if not self.revin:
             return self.to_forecast(head(self.encode(x)[:, -1]))

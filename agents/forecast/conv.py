@@ -1,7 +1,6 @@
 """TCN forecaster: dilated causal 1-D convolutions in residual blocks (Bai, Kolter and Koltun, 2018).
 
-The encoder is :class:`tritonrl.agents.nets.tcn.TCNEncoder` (also the agents' ``"tcn"`` torso);
-the forecast is ``Linear(C, H * T)`` of the last step. Receptive field
+The encoder is :class:`tritonrl.agents.nets.tcn.TCNEncoder`; receptive field
 ``1 + 2 (kernel_size - 1) (2**depth - 1)`` steps.
 """
 
@@ -26,8 +25,7 @@ class TCN(Forecaster):
         width: channels of the blocks (``encoding_dim``).
         depth: residual blocks (keep the receptive field >= ``window``).
         kernel_size: taps of every convolution (>= 2).
-        revin: RevIN around the forecast (:meth:`~tritonrl.agents.forecast.base.Forecaster.use_revin`);
-            :meth:`encode` stays unnormalised.
+        revin: RevIN around the forecast (:meth:`Forecaster.use_revin`).
 
     Raises:
         ValueError: a size that is not a positive int, ``kernel_size < 2``.
@@ -68,18 +66,10 @@ class TCN(Forecaster):
         self.use_revin(revin)
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
-        """``x [B, W, F] -> [B, W, width]``, causal over the steps.
-
-        Raises:
-            ValueError / TypeError: see :meth:`Forecaster.check_input`.
-        """
+        """``x [B, W, F] -> [B, W, width]``, causal; raises as :meth:`Forecaster.check_input`."""
         self.check_input(x)
         return self.encoder(x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``x [B, W, F] -> [B, H, T]`` in the parameter dtype.
-
-        Raises:
-            ValueError / TypeError: see :meth:`Forecaster.check_input`.
-        """
+        """``x [B, W, F] -> [B, H, T]`` in the parameter dtype; raises as :meth:`Forecaster.check_input`."""
         return self.last_step_forecast(x)

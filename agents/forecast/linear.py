@@ -1,9 +1,6 @@
-"""Window-level forecasters without recurrence: DLinear and an MLP over the flattened window.
+"""Window-level forecasters without recurrence: DLinear (Zeng et al., 2023) and an MLP.
 
-DLinear (Zeng et al., 2023): a moving-average trend and seasonal remainder per channel, one
-``W -> H`` linear map per part, then an ``F -> T`` channel mix. MLP: the flattened window
-through GELU layers to ``H * T`` values. Neither is causal, so neither has ``encode``. See
-docs/pages/forecasting.md.
+Neither is causal over the window, so neither has ``encode``. See docs/pages/forecasting.md.
 """
 
 from __future__ import annotations
@@ -78,12 +75,8 @@ class DLinear(Forecaster):
         self.project = nn.Linear(num_features, num_targets, **self.factory)
 
     def decompose(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Split a window ``x [B, W, F]`` into ``(trend, seasonal)``, each ``[B, W, F]`` in the
-        parameter dtype, summing to ``x`` up to one rounding.
-
-        Raises:
-            ValueError, TypeError: as :meth:`check_input`.
-        """
+        """``x [B, W, F]`` -> ``(trend, seasonal)``, each ``[B, W, F]``, summing to ``x`` up to rounding;
+        raises as :meth:`check_input`."""
         self.check_input(x)
         half = (self.kernel_size - 1) // 2
         series = x.transpose(1, 2)  # [B, F, W]
@@ -94,11 +87,7 @@ class DLinear(Forecaster):
         return trend, x - trend
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``x [B, W, F] -> [B, H, T]`` in the parameter dtype.
-
-        Raises:
-            ValueError / TypeError: see :meth:`Forecaster.check_input`.
-        """
+        """``x [B, W, F] -> [B, H, T]`` in the parameter dtype; raises as :meth:`Forecaster.check_input`."""
         trend, seasonal = self.decompose(x)
         # per channel c: out[b, h, c] = sum_w weight[c, h, w] * part[b, w, c] + bias[c, h]
         # (with individual=False the single channel's maps broadcast over every c)
@@ -160,10 +149,6 @@ class MLP(Forecaster):
         self.net = nn.Sequential(*blocks)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``x [B, W, F] -> [B, H, T]`` in the parameter dtype.
-
-        Raises:
-            ValueError / TypeError: see :meth:`Forecaster.check_input`.
-        """
+        """``x [B, W, F] -> [B, H, T]`` in the parameter dtype; raises as :meth:`Forecaster.check_input`."""
         self.check_input(x)
         return self.to_forecast(self.net(x.flatten(1)))

@@ -1,8 +1,7 @@
-"""The Mamba2 forecaster: residual :class:`tritonrl.agents.nets.mamba2.Mamba2Block` layers over the window.
+"""The Mamba2 forecaster: residual :class:`tritonrl.agents.nets.mamba2.Mamba2Block` layers.
 
-Trains with the chunked scan over the whole window; :meth:`Mamba2Forecaster.step` rolls forward
-one bar at a time (``W`` steps give ``forward``'s forecast; later steps
-keep the whole history). See docs/pages/forecasting.md.
+Trains with the chunked scan over the window; :meth:`Mamba2Forecaster.step` rolls forward one bar
+at a time. See docs/pages/forecasting.md.
 """
 
 from __future__ import annotations
@@ -27,12 +26,9 @@ class Mamba2Forecaster(Forecaster):
         window, num_features, horizon, num_targets, device, dtype, target_channels: see :class:`Forecaster`.
         width: model width (``encoding_dim``, the blocks' ``d_model``).
         depth: Mamba2 blocks.
-        d_state, d_conv, expand, headdim, chunk_size: of every block
-            (:class:`tritonrl.agents.nets.mamba2.Mamba2Block`). ``chunk_size=None``: 16 on a CPU,
-            elsewhere the power of two >= ``window`` within [16, 64]; the result does not depend
-            on it (up to rounding).
-        revin: RevIN around the forecast (:meth:`~tritonrl.agents.forecast.base.Forecaster.use_revin`);
-            :meth:`encode` stays unnormalised.
+        d_state, d_conv, expand, headdim, chunk_size: of every block (:class:`Mamba2Block`);
+            ``chunk_size=None``: 16 on a CPU, else the power of two >= ``window`` in [16, 64].
+        revin: RevIN around the forecast (:meth:`Forecaster.use_revin`).
 
     Raises:
         ValueError: a size that is not a positive int; inconsistent block sizes.
@@ -95,11 +91,7 @@ class Mamba2Forecaster(Forecaster):
         self.use_revin(revin)
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
-        """``x [B, W, F] -> [B, W, width]`` by the scan; step ``s`` depends on steps ``<= s`` only.
-
-        Raises:
-            ValueError / TypeError: see :meth:`Forecaster.check_input`.
-        """
+        """``x [B, W, F] -> [B, W, width]`` by the scan, causal; raises as :meth:`Forecaster.check_input`."""
         self.check_input(x)
         h = self.proj(x)
         for norm, block in zip(self._norms(), self.blocks, strict=True):
@@ -107,11 +99,7 @@ class Mamba2Forecaster(Forecaster):
         return rms_norm(h, self.out_norm.weight, cast("float", self.out_norm.eps))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``x [B, W, F] -> [B, H, T]`` in the parameter dtype.
-
-        Raises:
-            ValueError / TypeError: see :meth:`Forecaster.check_input`.
-        """
+        """``x [B, W, F] -> [B, H, T]`` in the parameter dtype; raises as :meth:`Forecaster.check_input`."""
         return self.last_step_forecast(x)
 
     def initial_state(self, batch_size: int) -> list[Mamba2State]:

@@ -20,13 +20,11 @@ class _Recurrent(Forecaster):
     """The shared LSTM/GRU forecaster; subclasses name the ``torch.nn`` layer class.
 
     Args:
-        window, num_features, horizon, num_targets, device, dtype, target_channels: see
-            :class:`~tritonrl.agents.forecast.base.Forecaster`.
+        window, num_features, horizon, num_targets, device, dtype, target_channels: see :class:`Forecaster`.
         hidden: ``D``, the hidden state size (also :attr:`encoding_dim`).
         layers: stacked recurrent layers.
         dropout: dropout between stacked layers, in ``[0, 1)``.
-        revin: RevIN around the forecast (:meth:`~tritonrl.agents.forecast.base.Forecaster.use_revin`);
-            :meth:`encode` stays unnormalised.
+        revin: RevIN around the forecast (:meth:`Forecaster.use_revin`).
 
     Raises:
         ValueError: a size that is not a positive int, or ``dropout`` outside ``[0, 1)``.
@@ -76,21 +74,13 @@ class _Recurrent(Forecaster):
         self.use_revin(revin)
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
-        """``x [B, W, F] -> [B, W, hidden]`` in the parameter dtype, from zero state; causal.
-
-        Raises:
-            ValueError / TypeError: see :meth:`Forecaster.check_input`.
-        """
+        """``x [B, W, F] -> [B, W, hidden]`` from zero state, causal; raises as :meth:`check_input`."""
         self.check_input(x)
         out, _ = self.rnn(x)
         return out
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``x [B, W, F] -> [B, H, T]`` in the parameter dtype.
-
-        Raises:
-            ValueError / TypeError: see :meth:`Forecaster.check_input`.
-        """
+        """``x [B, W, F] -> [B, H, T]`` in the parameter dtype; raises as :meth:`Forecaster.check_input`."""
         return self.last_step_forecast(x)
 
 
