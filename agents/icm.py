@@ -1,9 +1,7 @@
 """ICM: the Intrinsic Curiosity Module (Pathak et al., 2017), attachable to any DQN preset.
 
-An encoder ``phi``, an inverse model (action from ``phi(s), phi(s')``) and a forward model
-(``phi(s')`` from ``phi(s), a``) whose error, times ``eta``, is the intrinsic reward. The forward
-target is detached, so ``phi`` learns from the inverse loss only. See docs/pages/dqn.md
-("Curiosity (ICM)").
+The forward model's error on the embedding, times ``eta``, is the intrinsic reward; the embedding
+learns from the inverse model only. See docs/pages/dqn.md ("Curiosity (ICM)").
 """
 
 from __future__ import annotations
@@ -30,8 +28,6 @@ class ICM(nn.Module):
         hidden: hidden width of the encoder, forward and inverse models.
         eta: intrinsic reward scale.
         beta: weight of the forward loss against the inverse loss, in ``[0, 1]``.
-        device: where the parameters live.
-        dtype: the parameters' dtype (the training dtype).
 
     Raises:
         ValueError: empty ``action_dims``, a count below 2, ``beta`` outside ``[0, 1]``, or a
@@ -89,8 +85,7 @@ class ICM(nn.Module):
         self, obs: torch.Tensor, action: torch.Tensor, next_obs: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``obs``/``next_obs [B, *obs_shape]``, ``action [B]`` or ``[B, D]`` int64 ->
-        ``(phi_next [B, E], phi_next_pred [B, E], action_logits [B, sum(dims)])``, parameter dtype.
-        """
+        ``(phi_next [B, E], phi_next_pred [B, E], action_logits [B, sum(dims)])``, parameter dtype."""
         phi, phi_next, pred = self._predict(obs, action, next_obs)
         logits = self.inverse(torch.cat([phi, phi_next], dim=-1))
         return phi_next, pred, logits

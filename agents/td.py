@@ -24,8 +24,7 @@ __all__ = [
 
 def greedy_actions(q_next_target: torch.Tensor, q_next_online: torch.Tensor | None = None) -> torch.Tensor:
     """Bootstrap actions ``a* = argmax_a Q(s', a)``: ``[..., A] -> [...]`` int64; with
-    ``q_next_online`` the online network selects (double Q).
-    """
+    ``q_next_online`` the online network selects (double Q)."""
     return (q_next_target if q_next_online is None else q_next_online).argmax(-1)
 
 
@@ -36,8 +35,7 @@ def scalar_td_target(
     q_next_online: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``y = reward + discount * Q_target(s', a*)``: ``reward``, ``discount`` ``[B]``, ``q_next_*``
-    ``[B, A]``, all f32 -> ``[B]`` f32, no gradient.
-    """
+    ``[B, A]``, all f32 -> ``[B]`` f32, no gradient."""
     with torch.no_grad():
         a = greedy_actions(q_next_target, q_next_online)
         return reward + discount * q_next_target.gather(-1, a.unsqueeze(-1)).squeeze(-1)
@@ -46,12 +44,8 @@ def scalar_td_target(
 def c51_project(
     next_probs: torch.Tensor, reward: torch.Tensor, discount: torch.Tensor, support: torch.Tensor
 ) -> torch.Tensor:
-    """Project the distribution of ``reward + discount * Z(s', a*)`` back onto ``support`` (C51).
-
-    Each clamped atom's mass is split linearly between its two neighbours (all of it to an atom
-    it lands on exactly). ``next_probs [B, Z]``, ``reward``/``discount [B]``, ``support [Z]``
-    (evenly spaced), all f32 -> ``[B, Z]`` f32, rows summing to 1, no gradient.
-    """
+    """Project ``reward + discount * Z(s', a*)`` onto ``support`` (C51): ``next_probs [B, Z]``,
+    ``reward``/``discount [B]``, ``support [Z]`` f32 -> ``[B, Z]`` f32, no gradient."""
     with torch.no_grad():
         z = support.numel()
         v_min, v_max = support[0], support[-1]
@@ -70,8 +64,7 @@ def c51_project(
 
 def c51_loss(log_probs: torch.Tensor, target_probs: torch.Tensor) -> torch.Tensor:
     """Per-sample cross-entropy ``-sum_i m_i log p_i``: ``[B, Z], [B, Z] -> [B]`` f32 (also
-    Rainbow's priority).
-    """
+    Rainbow's priority)."""
     return -(target_probs * log_probs).sum(-1)
 
 
@@ -114,11 +107,8 @@ def branching_td_target(
     q_next_target: torch.Tensor,
     q_next_online: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Factored-action target ``y = r + discount * mean_d Q_target,d(s', a*_d)`` (Tavakoli et al., 2018).
-
-    ``reward``, ``discount [B]``; ``q_next_* [B, D, n]`` f32 with ``-inf`` padding -> ``[B]``
-    f32, no gradient.
-    """
+    """Factored-action target ``y = r + discount * mean_d Q_target,d(s', a*_d)`` (Tavakoli et al., 2018):
+    ``reward``, ``discount [B]``; ``q_next_* [B, D, n]`` with ``-inf`` padding -> ``[B]`` f32."""
     with torch.no_grad():
         a = greedy_actions(q_next_target, q_next_online)  # [B, D]
         boot = q_next_target.gather(-1, a.unsqueeze(-1)).squeeze(-1).mean(-1)
