@@ -24,15 +24,12 @@ REPLAY_STAGINGS = ("auto", *STAGINGS)
 @dataclass(frozen=True)
 class DQNConfig(Config):
     """Every switch and hyperparameter of the DQN family (immutable; copy with ``dataclasses.replace``).
-
-    Fields declared ``resumable(...)`` may change on ``--resume``; the others are fixed for a run.
-    """
+    Fields declared ``resumable(...)`` may change on ``--resume``; the others are fixed for a run."""
 
     # ---- network
     torso: str = "mlp"
-    """Torso: ``"mlp"``, ``"resmlp"``, ``"attention"`` or ``"tcn"`` (the last two over an observation
-    history ``[K, D]``), or a conv torso over images ``[C, H, W]``: ``"nature"``, ``"minatar"``, ``"impala"``.
-    """
+    """``"mlp"``, ``"resmlp"``, ``"attention"``, ``"tcn"`` (the last two over a history ``[K, D]``),
+    or a conv torso over ``[C, H, W]`` images: ``"nature"``, ``"minatar"``, ``"impala"``."""
     torso_width: int = 128
     """Hidden width of the torso."""
     torso_depth: int = 2

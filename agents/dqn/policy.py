@@ -48,10 +48,7 @@ def epsilon_greedy(
 ) -> torch.Tensor:
     """Greedy actions of ``q(x)``, each replaced with probability ``eps`` by a uniform random action
     from ``generator``: ``[B]`` int64 (``[B, D]`` for MultiDiscrete, ``nvec`` ``[D]`` on the device).
-
-    ``eps <= 0`` draws nothing. ``host=True`` (CPU, Discrete, few environments) reads the draws
-    on the host and skips the forward when no row is greedy: the same actions as the device path.
-    """
+    ``host=True`` (CPU, Discrete) reads the draws on the host: the same actions as the device path."""
     if eps <= 0.0:
         return q(x).argmax(-1)
     dev = x.device

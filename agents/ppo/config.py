@@ -24,9 +24,7 @@ _FEED_FORWARD = ("discrete", "continuous", "flow")
 @dataclass(frozen=True)
 class PPOConfig(Config):
     """Every PPO hyperparameter (immutable; copy with ``dataclasses.replace`` or :func:`preset`).
-
-    Fields declared ``resumable(...)`` may change on ``--resume``; the others are fixed for a run.
-    """
+    Fields declared ``resumable(...)`` may change on ``--resume``; the others are fixed for a run."""
 
     # ---- policy
     policy: Literal["discrete", "continuous", "lstm", "gru", "flow", "mamba"] = "discrete"

@@ -1,8 +1,7 @@
 """The PPO family's policy module: the deterministic action of the actor-critic.
 
-:class:`ActorCriticPolicy` is ``agent.policy()``: an f32 copy of the actor-critic acting with the
-head's mode or mean, observation normalisation and image scaling inside; recurrent policies take
-and return their memory as flat tensors (``forward(obs, *state) -> (action, *state)``).
+An f32 copy of the actor-critic with observation normalisation and image scaling inside;
+recurrent policies take and return their memory: ``forward(obs, *state) -> (action, *state)``.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """The networks of SAC and TD3: twin Q critics, the squashed Gaussian actor, the deterministic actor.
 
-Built in the training dtype from the shared ReLU :class:`tritonrl.agents.nets.torsos.MLP`
-(PyTorch's default init, as CleanRL). Actors act in ``[-1, 1]``; outputs, log-probs and Q values
-leave in f32 (the family's f32 boundary).
+ReLU MLPs (as CleanRL); actors act in ``[-1, 1]``; outputs, log-probs and Q values leave in f32.
 """
 
 from __future__ import annotations
@@ -28,11 +26,8 @@ def _up(t: torch.Tensor) -> torch.Tensor:
 def squashed_gaussian_log_prob(
     noise: torch.Tensor, log_std: torch.Tensor, u: torch.Tensor, log_scale: torch.Tensor
 ) -> torch.Tensor:
-    """``log pi(a)`` of ``a = center + scale * tanh(u)``, ``u = mean + exp(log_std) * noise``, with
-    the change-of-variables term (stable for large ``|u|``).
-
-    ``noise``, ``log_std``, ``u`` ``[B, D]``; ``log_scale`` ``[D]``; returns ``[B]``.
-    """
+    """``log pi(a)`` ``[B]`` of ``a = center + scale * tanh(u)``, ``u = mean + exp(log_std) * noise``
+    (``[B, D]``; ``log_scale`` ``[D]``), change of variables included, stable for large ``|u|``."""
     gauss = (-0.5 * noise.square() - log_std - _HALF_LOG_2PI).sum(-1)
     return gauss - squash_log_det(u, log_scale)
 
@@ -89,8 +84,6 @@ class SquashedGaussianActor(nn.Module):
         log_scale: ``[D]`` f32, ``log((high - low) / 2)`` of the action space (an f32 buffer).
         log_std_min: lowest log-std (the log-std head is squashed into ``[min, max]``).
         log_std_max: highest log-std.
-        device: where the parameters live.
-        dtype: the parameter dtype (default ``training_dtype(device)``).
     """
 
     log_scale: torch.Tensor

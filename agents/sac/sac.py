@@ -1,8 +1,6 @@
 """The SAC agent (SAC v2, as CleanRL's ``sac_continuous_action.py``): twin soft Q critics with
 Polyak targets, a tanh-squashed Gaussian actor, automatic entropy tuning towards ``-dim(A)``.
-
-Every ``policy_frequency`` critic updates, ``policy_frequency`` actor (and alpha) steps; targets
-move by ``tau`` every ``target_network_frequency`` updates. Guide: docs/pages/sac.md.
+Guide: docs/pages/sac.md.
 """
 
 from __future__ import annotations
@@ -29,10 +27,8 @@ _DEFAULT_CONFIG = SACConfig(tags=("sac",))
 
 
 class LogAlpha(nn.Module):
-    """The log of the entropy coefficient: one 0-d f32 parameter, starting at ``log(alpha0)``.
-
-    f32 in every training dtype: a loss coefficient on the f32 side, too coarse in bf16.
-    """
+    """The log of the entropy coefficient: one 0-d f32 parameter (f32 in every training dtype: bf16
+    is too coarse for it), starting at ``log(alpha0)``."""
 
     def __init__(self, alpha0: float = 1.0, *, device: torch.device | str | None = None) -> None:
         super().__init__()
