@@ -1,11 +1,9 @@
-"""Acting policies: what a collector or an overlapped run acts with, and when it follows the
-learner.
+"""Acting policies: what a collector or an overlapped run acts with, and when it follows the learner.
 
-Each snapshot is ``agent.policy()`` (f32) with the family's exploration around it:
-:class:`SnapshotPolicy` (the collector's, refreshed every ``sync_every`` updates),
-:class:`SnapshotActor` (an overlapped run's actor, with its own generator) and
-:class:`LearnerPolicy` (``agent.act`` itself, for on-policy learners). A core module: it imports no
-toolkit subpackage. Guide: docs/pages/training.md.
+Each snapshot is ``agent.policy()`` (f32) with the family's exploration around it: :class:`SnapshotPolicy`
+(the collector's, refreshed every ``sync_every`` updates), :class:`SnapshotActor` (an overlapped run's actor,
+with its own generator) and :class:`LearnerPolicy` (``agent.act`` itself, for on-policy learners). A core
+module: it imports no toolkit subpackage. Guide: docs/pages/training.md.
 """
 
 from __future__ import annotations
@@ -32,18 +30,12 @@ Explore = Callable[[Any, Any], torch.Tensor]
 
 @runtime_checkable
 class ActingPolicy(Protocol):
-    """Acts from a policy snapshot (or the learner itself) for a collector.
-
-    Attributes:
-        syncs: how many times :meth:`sync` refreshed the snapshot (0 when the learner acts).
-    """
+    """Acts from a policy snapshot (or the learner itself) for a collector; :attr:`syncs` counts refreshes."""
 
     syncs: int
 
     def __call__(self, obs: torch.Tensor) -> torch.Tensor:
-        """Actions ``[E, ...]`` for observations ``[E, *obs_shape]`` on the agent's device, no host
-        read.
-        """
+        """Actions ``[E, ...]`` for observations ``[E, *obs_shape]`` on the agent's device, no host read."""
         ...
 
     def sync(self) -> None:
@@ -83,12 +75,7 @@ def _check_counters(state: Mapping[str, Any]) -> None:
 
 
 class LearnerPolicy:
-    """Acts with ``agent.act(obs)`` (exploring): the learner is the acting policy; ``syncs`` stays
-    0.
-
-    Args:
-        agent: anything with ``act(obs) -> actions``.
-    """
+    """Acts with ``agent.act(obs)`` (exploring; any ``agent`` with ``act``): the learner acts."""
 
     def __init__(self, agent: Any) -> None:
         self.agent = agent
@@ -112,9 +99,7 @@ class LearnerPolicy:
         _check_counters(state)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict` output; ``ValueError`` (nothing changed) on a missing or
-        mistyped counter.
-        """
+        """Restore :meth:`state_dict` output; ``ValueError`` (nothing changed) on a bad one."""
         _check_counters(state)
         self.synced_at, self.syncs = state["synced_at"], state["syncs"]
 
@@ -135,9 +120,7 @@ class _Snapshot:
 
     @torch.no_grad()
     def load(self, tensors: Sequence[torch.Tensor]) -> None:
-        """Copy ``tensors`` (in ``agent.learner_tensors()`` order) into the snapshot: the one
-        learner-to-actor cast.
-        """
+        """Copy ``tensors`` (``learner_tensors()`` order) into the snapshot: the one cast."""
         for dst, src in zip(self._mirrors, tensors, strict=True):
             dst.copy_(src)
 
@@ -147,16 +130,14 @@ class _Snapshot:
 
 
 class SnapshotPolicy(_Snapshot):
-    """The collector's acting policy: a snapshot of the learner, refreshed every ``sync_every``
-    learner updates.
+    """The collector's acting policy: a snapshot of the learner, refreshed every ``sync_every`` learner
+    updates.
 
     Args:
-        policy: the snapshot, a fresh ``agent.policy()`` (train mode where exploration uses its
-            noise).
+        policy: the snapshot, a fresh ``agent.policy()`` (train mode where exploration uses its noise).
         act: ``act(policy, obs) -> actions``: the family's exploration around the policy.
         learner: returns the learner's tensors (``agent.learner_tensors``).
         updates: returns the learner's update count now.
-        sync_every: learner updates between two refreshes.
         check: the agent's observation checks for :meth:`eval_policy`.
 
     Raises:
@@ -203,9 +184,7 @@ class SnapshotPolicy(_Snapshot):
         }
 
     def _saved(self, state: Mapping[str, Any]) -> Mapping[str, Any]:
-        """The saved snapshot's tensors under this policy's names (older checkpoints lack the
-        module's prefix).
-        """
+        """The saved snapshot's tensors under this policy's names (older saves lack the prefix)."""
         saved = state.get("snapshot")
         mine = self.policy.state_dict()
         if not isinstance(saved, Mapping) or set(saved) == set(mine):
@@ -219,9 +198,7 @@ class SnapshotPolicy(_Snapshot):
         return saved
 
     def check_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Raise ``ValueError`` unless ``state`` is a :meth:`state_dict` of this policy; changes
-        nothing.
-        """
+        """Raise ``ValueError`` unless ``state`` is a :meth:`state_dict` of this policy; changes nothing."""
         _check_counters(state)
         saved = self._saved(state)
         mine = self.policy.state_dict()
@@ -236,11 +213,7 @@ class SnapshotPolicy(_Snapshot):
             raise ValueError(f"collector snapshot tensor {bad!r} holds NaN or infinite values")
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict` output (``sync_every`` is this policy's own).
-
-        Raises:
-            ValueError: a bad counter or snapshot (:meth:`check_state_dict`); nothing changed.
-        """
+        """Restore :meth:`state_dict` output; ``ValueError`` (nothing changed) on a bad one."""
         self.check_state_dict(state)
         saved = self._saved(state)
         with torch.no_grad():
@@ -250,19 +223,14 @@ class SnapshotPolicy(_Snapshot):
 
 
 class SnapshotActor(_Snapshot):
-    """An overlapped run's actor: a snapshot refreshed at the run's sync points, with its own
-    generator and step count.
+    """An overlapped run's actor: a snapshot refreshed at sync points, with its own generator and step count.
 
     Args:
-        policy: the snapshot, a fresh ``agent.policy()`` (train mode where exploration uses its
-            noise).
         act: ``act(policy, obs) -> actions``, exploring from ``generator``, counting env steps in
             ``steps[0]``.
         generator: the actor's own generator (:func:`actor_generator`).
         steps: a one-element list, the actor's env step count, shared with ``act``.
-        check: the agent's observation checks for :meth:`eval_policy`.
-        extras: ``extras() -> {name: tensor}`` staged beside each step (:meth:`extras`); ``None``:
-            nothing.
+        extras: ``extras() -> {name: tensor}`` staged beside each step; ``None``: nothing.
     """
 
     def __init__(
@@ -293,11 +261,7 @@ class SnapshotActor(_Snapshot):
 
     @torch.no_grad()
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict` output.
-
-        Raises:
-            ValueError: the snapshot tensors do not match this actor's network.
-        """
+        """Restore :meth:`state_dict` output; ``ValueError`` for a snapshot of another network."""
         saved = list(state["snapshot"])
         if [tuple(t.shape) for t in saved] != [tuple(t.shape) for t in self._mirrors]:
             raise ValueError("overlap: the saved actor snapshot does not match the agent's network")

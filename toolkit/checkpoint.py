@@ -1,10 +1,8 @@
 """Checkpoints: one safetensors file holding the tensors and, in its header, a JSON tree.
 
-:func:`save_checkpoint` writes a nest of dicts, lists, tuples, tensors and JSON scalars atomically;
-:func:`load_checkpoint` reads it back without pickle, refusing truncated, foreign, crafted or
-damaged files (crc32 of the header and every tensor) with one :class:`CheckpointError` line. Also
-the training-run sections, RNG states and the checked, dtype-casting load into a module. A core
-module: it imports no tritonrl module. Guide: docs/pages/checkpoints.md.
+Atomic writes, no pickle, crc32 of the header and every tensor; a bad file is one :class:`CheckpointError`
+line. Also the training-run sections, RNG states and the checked, dtype-casting load into a module. A core
+module. Guide: docs/pages/checkpoints.md.
 """
 
 from __future__ import annotations
@@ -183,12 +181,11 @@ def _decode(obj: Any, tensors: Mapping[str, torch.Tensor]) -> Any:
 
 
 def save_checkpoint(path: str | os.PathLike, state: Mapping[str, Any]) -> None:
-    """Write ``state`` to ``path`` atomically (temporary file in the same folder + ``os.replace``).
+    """Write ``state`` to ``path`` atomically (temporary file + ``os.replace``; parent folders created).
 
     Args:
-        path: destination file (conventionally ``*.safetensors``); parent folders are created.
-        state: nested dicts (str or int keys), lists, tuples, tensors (any device and dtype, stored
-            as they are), numpy arrays and JSON scalars.
+        state: nested dicts (str or int keys), lists, tuples, tensors (any device and dtype), arrays, JSON
+            scalars.
 
     Raises:
         TypeError: ``state`` holds something else (the message names where).
@@ -210,9 +207,7 @@ def save_checkpoint(path: str | os.PathLike, state: Mapping[str, Any]) -> None:
 
 
 def checksum(tensor: torch.Tensor) -> str:
-    """The crc32 (8 hex digits) of a CPU tensor's dtype, shape and bytes: what a checkpoint stores
-    per tensor.
-    """
+    """The crc32 (8 hex digits) of a CPU tensor's dtype, shape and bytes."""
     flat = tensor.detach().contiguous().reshape(-1).view(torch.uint8).numpy().data
     start = zlib.crc32(f"{tensor.dtype}:{list(tensor.shape)}".encode())
     return f"{zlib.crc32(flat, start):08x}"
@@ -223,9 +218,7 @@ def _crc_text(text: str) -> str:
 
 
 def _verify_sums(meta: Mapping[str, Any], doc: Mapping[str, Any], payload: Any, where: str) -> None:
-    """Check ``meta``'s checksums against the header document and (``payload`` given) the tensors; a
-    document without them (an older file) is not verified.
-    """
+    """Check ``meta``'s checksums against the document and tensors (none stored: not checked)."""
     raw = meta.get(_SUMS_KEY)
     if "checksum" not in doc and raw is None:
         return  # written before checksums existed
@@ -257,12 +250,11 @@ def _verify_sums(meta: Mapping[str, Any], doc: Mapping[str, Any], payload: Any, 
 def atomic_write_bytes(path: str | os.PathLike, payload: bytes) -> None:
     """Write ``payload`` to ``path`` so that readers see the old file or the new one, never a mix.
 
-    A temporary ``.<name>.<random>.tmp`` in the same folder, ``fsync``, ``os.replace``, then the
-    folder is fsynced; on failure the previous file is untouched. A killed writer's temporary file
-    is cleared by :func:`remove_stale_temps`.
+    Temporary file, ``fsync``, ``os.replace``, folder fsync; a killed writer's temporary is cleared by
+    :func:`remove_stale_temps`.
 
     Raises:
-        OSError: the write failed (disk full, read-only folder, ...); the error names ``path``.
+        OSError: the write failed (the previous file stays); the error names ``path``.
     """
     dest = Path(path)
     tmp = None
@@ -304,11 +296,7 @@ def _fsync_dir(folder: Path) -> None:
 
 
 def remove_stale_temps(path: str | os.PathLike) -> list[Path]:
-    """Remove the temporary files :func:`atomic_write_bytes` left for ``path`` and return them.
-
-    Only ``.<name>.*.tmp`` files of this destination are touched. Call it only while no other
-    process can be writing ``path`` (the run folder's lock).
-    """
+    """Remove and return the temporary files :func:`atomic_write_bytes` left for ``path`` (hold the lock)."""
     dest = Path(path)
     removed = []
     for tmp in dest.parent.glob(f".{glob_escape(dest.name)}.*.tmp"):
@@ -326,10 +314,10 @@ names; a big replay buffer's header stays far below): a larger length field mean
 
 
 def _read_file(path: str | os.PathLike, where: str, *, payload: bool = True) -> bytes:
-    """The bytes of a regular-file checkpoint (``payload=False``: the length and header only).
+    """The bytes of a regular-file checkpoint (``payload=False``: length and header only).
 
-    Anything but a regular file is refused before a byte is read (a FIFO would block, ``/dev/zero``
-    exhaust memory), and so is a header length beyond the file or :data:`MAX_HEADER_BYTES`.
+    Non-regular files (a FIFO, ``/dev/zero``) and header lengths beyond the file or :data:`MAX_HEADER_BYTES`
+    are refused unread.
     """
     try:
         # O_NONBLOCK: opening a FIFO without a writer would otherwise block right here
@@ -401,21 +389,16 @@ class _NoTensors(dict):
 def load_checkpoint(
     path: str | os.PathLike, *, device: torch.device | str | None = None, tensors: bool = True
 ) -> dict:
-    """Read a checkpoint written by :func:`save_checkpoint`; no pickle is involved.
+    """Read a checkpoint written by :func:`save_checkpoint` (no pickle); dtypes kept as stored.
 
     Args:
-        path: the checkpoint file (a regular file, or a link to one).
-        device: where tensors go (default: CPU). Dtypes are kept as stored (see
-            :func:`load_into_module`).
-        tensors: ``False`` reads the header alone and leaves ``None`` where each tensor was (the
-            payload's checksums are checked at the full load).
+        tensors: ``False`` reads the header alone, ``None`` where each tensor was.
 
     Returns:
         the nested ``state`` as saved (tuples come back as tuples, int keys as ints).
 
     Raises:
-        CheckpointError: missing, not a regular file, truncated, foreign, a newer format, damaged (a
-            checksum mismatch), or a header this module cannot have written. The message is one line
+        CheckpointError: missing, not a regular file, truncated, foreign, newer, damaged, or crafted; one line
             starting with ``path``.
     """
     where = str(path)
@@ -498,12 +481,10 @@ def section(state: Any, key: str, where: str, words: str | None = None) -> Any:
 
 
 def training_sections(state: Any, where: str) -> dict:
-    """Check the top level of a training-run checkpoint (:mod:`tritonrl.toolkit.training.loop`) and
-    return it.
+    """Check the top level of a training-run checkpoint and return it.
 
     Raises:
-        CheckpointError: another format, a section missing, of the wrong type or unknown, named in
-            words (``"<where>: the loop counters section ('loop') is missing"``).
+        CheckpointError: another format, a section missing, mistyped or unknown, named in words.
     """
     if not isinstance(state, Mapping) or state.get("format") != TRAIN_FORMAT:
         what = (
@@ -530,12 +511,10 @@ def training_sections(state: Any, where: str) -> dict:
 
 
 def agent_state(state: Any, kind: str, where: str) -> dict:
-    """The agent state of ``kind``: the whole state of an agent save, or a training checkpoint's
-    ``agent`` section.
+    """The agent state of ``kind``: a whole agent save, or a training checkpoint's ``agent`` section.
 
     Raises:
-        CheckpointError: another agent kind, or no usable agent section (one line starting with
-            ``where``).
+        CheckpointError: another agent kind, or no usable agent section.
     """
     if isinstance(state, Mapping) and state.get("format") == TRAIN_FORMAT:
         state = section(state, "agent", where)
@@ -561,11 +540,10 @@ def agent_state(state: Any, kind: str, where: str) -> dict:
 
 
 def generator_state_fits(state: Any, device: torch.device | str) -> bool:
-    """Whether a saved ``torch.Generator`` state can be restored on ``device`` (``False`` across
-    device types: the caller reseeds).
+    """Whether a saved generator state restores on ``device`` (``False`` across device types: reseed).
 
     Raises:
-        ValueError: not a 1-D uint8 tensor of a generator state of any device type.
+        ValueError: not a 1-D uint8 generator state.
     """
     if not isinstance(state, torch.Tensor) or state.dtype != torch.uint8 or state.dim() != 1:
         got = (
@@ -623,8 +601,8 @@ def check_module_tensors(
 
 
 def nonfinite_entry(state: Any, *, skip: Iterable[str] = ()) -> str | None:
-    """The path (``"online.fc.weight"``) of the first floating tensor of ``state`` holding a NaN or
-    an infinity, else ``None``.
+    """The path (``"online.fc.weight"``) of the first floating tensor of ``state`` holding a NaN or an
+    infinity, else ``None``.
 
     Entries whose paths ``skip`` names (``"replay"``) are not looked at. One host sync per device.
     """
@@ -659,14 +637,10 @@ def nonfinite_entry(state: Any, *, skip: Iterable[str] = ()) -> str | None:
 def load_into_module(
     module: torch.nn.Module, tensors: Mapping[str, Any], *, where: str = "checkpoint"
 ) -> None:
-    """Copy ``tensors`` into ``module`` after checking all of them (see
-    :func:`check_module_tensors`).
-
-    Floating tensors are cast to the dtype and device of the entry they replace (bf16 <-> f32).
+    """Copy ``tensors`` into ``module``, all checked first, floats cast to each entry's dtype and device.
 
     Raises:
-        CheckpointError: names, shapes or kinds differ, or a tensor is not finite; ``module`` is
-            left untouched then.
+        CheckpointError: names, shapes or kinds differ, or a tensor is not finite; ``module`` untouched.
     """
     check_module_tensors(module, tensors, where=where)
     own = module.state_dict()
@@ -699,12 +673,10 @@ def capture_rng_state() -> dict:
 
 
 def check_rng_state(state: Any, *, where: str = "RNG state") -> tuple:
-    """Check RNG states from :func:`capture_rng_state` and return them staged for
-    :func:`restore_rng_state`; changes no RNG.
+    """Check RNG states of :func:`capture_rng_state`; returned staged for :func:`restore_rng_state`.
 
     Raises:
-        CheckpointError: ``state`` lacks an entry or has the wrong shape (message starts with
-            ``where``).
+        CheckpointError: a missing entry or a wrong shape (message starts with ``where``).
     """
     try:
         if not isinstance(state, Mapping):
@@ -737,12 +709,10 @@ def check_rng_state(state: Any, *, where: str = "RNG state") -> tuple:
 
 
 def restore_rng_state(state: Mapping[str, Any], *, where: str = "RNG state") -> None:
-    """Put back the RNG states captured by :func:`capture_rng_state`, all checked before any
-    changes.
+    """Put back the RNG states of :func:`capture_rng_state`, all checked first.
 
     Raises:
-        CheckpointError: ``state`` lacks an entry or has the wrong shape (message starts with
-            ``where``); no RNG was changed then.
+        CheckpointError: a missing entry or a wrong shape; no RNG changed.
     """
     torch_state, np_tuple, py_tuple, cuda_states = check_rng_state(state, where=where)
     torch.set_rng_state(torch_state)

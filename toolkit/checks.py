@@ -1,11 +1,8 @@
 """Validation shared by every agent family: config field ranges, memory budgets, per-step inputs.
 
-:func:`check_config` (ranges as interval strings, through
-:func:`tritonrl.kernels.validate.check_field`), :func:`check_memory` (refuse an allocation that
-cannot fit), :class:`StepShapes` (shapes and dtypes of ``act``/``observe``, metadata only) and
-:class:`InputGuard` (NaN/inf and out-of-range inputs, checked at once on the host and deferred to a
-device-side flag on an accelerator). A core module: it imports kernels.validate, no toolkit
-subpackage. Guide: docs/pages/agent-inputs.md.
+:func:`check_config`, :func:`check_memory`, :class:`StepShapes` (metadata only) and :class:`InputGuard`
+(NaN/inf and out-of-range inputs; deferred to a device flag on an accelerator). A core module. Guide:
+docs/pages/agent-inputs.md.
 """
 
 from __future__ import annotations
@@ -80,18 +77,16 @@ def numeric_fields(cls: type) -> list[str]:
 
 
 def check_config(config: Any, ranges: Mapping[str, str]) -> None:
-    """Check the types of a config's int/float/bool fields, the range of each numeric one, and each
-    ``Literal[...]`` field's value.
+    """Check the types of a config's int/float/bool fields, each numeric range, each ``Literal`` field's
+    value.
 
     Args:
-        config: a dataclass instance (its type hints give each field's type).
-        ranges: ``{field: interval}`` such as ``"(0, 1]"``, ``"[1, inf)"``, ``"(-inf, inf)"`` (any
-            finite number); applied to every item of a tuple field; an optional field may be
-            ``None``. Every int/float field must be listed.
+        ranges: ``{field: interval}`` such as ``"(0, 1]"``, ``"[1, inf)"`` for every int/float field (tuples:
+            each item).
 
     Raises:
-        ValueError: one line naming the field and its value: a wrong type, NaN or inf, a value
-            outside its interval or not one of a ``Literal`` field's.
+        ValueError: one line naming the field and value: wrong type, NaN or inf, out of range, not a
+            ``Literal`` value.
         KeyError: a numeric field has no range (a programming error in the config class).
     """
     cls: type = type(config)
@@ -126,9 +121,7 @@ def format_bytes(n: float) -> str:
 
 
 def available_memory(device: torch.device | str) -> int | None:
-    """Bytes that can still be allocated on ``device`` (CPU: ``MemAvailable``; CUDA:
-    ``mem_get_info``), or ``None`` when unknown.
-    """
+    """Bytes that can still be allocated on ``device``, or ``None`` when unknown."""
     dev = torch.device(device)
     if dev.type == "cuda":
         try:
@@ -157,11 +150,9 @@ def check_memory(what: str, parts: Mapping[str, int], device: torch.device | str
     Args:
         what: the setting responsible, e.g. ``"buffer_size=100000000000"``.
         parts: bytes per component, e.g. ``{"observations": ..., "actions": ...}``.
-        device: where it would be allocated.
 
     Raises:
-        ValueError: ``"buffer_size=... needs 3.2 TB (observations 3.2 TB, ...) on cpu; this machine
-            has 24.1 GB available"`` (never when the free memory is unknown).
+        ValueError: ``"buffer_size=... needs 3.2 TB (...) on cpu; this machine has 24.1 GB available"``.
     """
     need = sum(parts.values())
     free = available_memory(device)
@@ -185,9 +176,7 @@ def _shape(x: Any) -> tuple[int, ...]:
 
 
 def _dtype(x: Any) -> tuple[str, Any]:
-    """The dtype of a tensor, array, list or number, and its numpy kind letter (``"b"``, ``"i"``,
-    ``"u"``, ``"f"``, ``"c"``).
-    """
+    """The dtype of a tensor, array, list or number, and its numpy kind letter."""
     if isinstance(x, torch.Tensor):
         d = x.dtype
         return ("b" if d == torch.bool else "f" if d.is_floating_point else "c" if d.is_complex else "i"), d
@@ -202,8 +191,7 @@ def check_image_bytes(owner: str, call: str, x: Any, name: str = "obs") -> None:
     """Refuse image observations that are not uint8 bytes, before any tensor op (metadata only).
 
     Raises:
-        TypeError: ``"<owner>.<call>: image <name> must be uint8 (the environment's bytes), got
-            ..."``.
+        TypeError: ``"<owner>.<call>: image <name> must be uint8 (the environment's bytes), got ..."``.
     """
     dtype = x.dtype if isinstance(x, torch.Tensor) else torch.as_tensor(np.asarray(x)).dtype
     if dtype != torch.uint8:
@@ -213,13 +201,10 @@ def check_image_bytes(owner: str, call: str, x: Any, name: str = "obs") -> None:
 class StepShapes:
     """The shapes and dtypes an agent's ``act`` and ``observe`` take, checked before any tensor op.
 
-    One row per environment for every argument, boolean episode flags, real rewards; errors are one
-    line naming the call and argument.
-
     Args:
         owner: how messages name the agent (``"DQNAgent"``).
         num_envs: the leading dim of every argument.
-        obs_shape: the shape of one observation (``obs``, ``next_obs``).
+        obs_shape: the shape of one observation.
         action_shape: the shape of one action.
     """
 
@@ -242,9 +227,7 @@ class StepShapes:
     def _fast(
         self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any
     ) -> bool:
-        """The common cases (right shapes and dtypes) cheaply; ``False``: let the general checks
-        name the fault.
-        """
+        """The common, well-formed cases cheaply; ``False``: let the general checks speak."""
         T, N, full = torch.Tensor, np.ndarray, self.obs
         if not (type(obs) in (T, N) and type(next_obs) in (T, N) and type(action) in (T, N)):
             return False
@@ -286,8 +269,8 @@ class StepShapes:
     def observe(
         self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any
     ) -> None:
-        """``observe``'s arguments: shapes ``[num_envs, ...]``, boolean ``terminated``/``truncated``
-        (float flags refused, not cast), real ``reward``.
+        """``observe``'s arguments: shapes ``[num_envs, ...]``, boolean ``terminated``/``truncated`` (float
+        flags refused, not cast), real ``reward``.
 
         Raises:
             ValueError: a wrong shape (as :meth:`act`).
@@ -320,13 +303,11 @@ class ActionRule:
     """What a valid action is, for :class:`InputGuard`.
 
     Attributes:
-        kind: ``"discrete"`` (``0 <= a < n``), ``"multidiscrete"`` (``0 <= a[..., d] < nvec[d]``) or
-            ``"box"`` (finite floats).
+        kind: ``"discrete"``, ``"multidiscrete"`` or ``"box"`` (finite floats).
         nvec: ``(n,)`` for discrete, the per-dimension counts for multidiscrete; ``()`` for box.
         low: box lower bounds (used when ``bounded``).
         high: box upper bounds.
-        bounded: box actions must lie in ``[low, high]`` (tanh-squashed policies; an unsquashed
-            Gaussian needs only finiteness).
+        bounded: box actions must lie in ``[low, high]`` (tanh-squashed policies).
         text: how the space reads in messages, e.g. ``"Discrete(2)"``.
     """
 
@@ -363,24 +344,17 @@ def _index(idx: Sequence[int]) -> str:
 
 
 class InputGuard:
-    """Rejects NaN/inf observations and rewards and out-of-range actions at an agent's boundary.
-
-    The agent calls :meth:`obs`, :meth:`reward`, :meth:`action` and :meth:`same` on its inputs
-    before changing any state, and :meth:`acted` on each action it returns (passed back unchanged,
-    it is not checked again).
+    """Rejects NaN/inf observations and rewards and out-of-range actions at an agent's boundary, before any
+    state changes.
 
     Args:
         owner: how messages name the checked object (``"DQNAgent"``, ``"ReplayBuffer"``).
         actions: the valid actions; ``None``: :meth:`action` checks nothing.
-        where: how messages name this guard's ``mode`` (``"agent.inputs"``, ``"buffer.inputs"``).
+        where: how messages name this guard's ``mode`` (``"agent.inputs"``).
 
     Attributes:
-        mode: ``"auto"``: host inputs checked at once, accelerator tensors deferred to a device-side
-            flag; ``"eager"``: all at once (a sync per tensor; the message names the entry);
-            ``"deferred"``: all deferred.
-        check_at_update: ``True``: ``update()`` reads the flags first (one sync per round of
-            updates), so nothing is learned from bad data; ``False``: only ``agent.check_inputs()``
-            reads them (every log interval and checkpoint).
+        mode: ``"auto"`` (host inputs at once, accelerator tensors deferred), ``"eager"`` or ``"deferred"``.
+        check_at_update: ``update()`` reads the deferred flags first, so nothing is learned from bad data.
 
     Modes and costs: docs/pages/agent-inputs.md.
     """
@@ -505,9 +479,7 @@ class InputGuard:
                 self._fail(call, name, t, bad, "is not finite")
 
     def action(self, call: str, x: Any) -> None:
-        """Check that the action ``x`` lies in the action space (see :class:`ActionRule`).
-
-        An action :meth:`acted` recorded (same tensor, unmodified) passes unchecked.
+        """Check that the action ``x`` lies in the space (an action :meth:`acted` recorded passes).
 
         Raises:
             ValueError: an entry outside the space or not finite (eager path).
@@ -601,14 +573,10 @@ class InputGuard:
             )
 
     def same(self, call: str, name: str, given: Any, expected: torch.Tensor, what: str, fix: str) -> None:
-        """Check that ``given`` equals ``expected`` (``[E, ...]``, what the agent holds) row by row.
-
-        A ``given`` that :meth:`acted` recorded passes unchecked; on an accelerator the comparison
-        is deferred to :meth:`check`.
+        """Check that ``given`` equals ``expected`` (``[E, ...]``) row by row (deferred on an accelerator).
 
         Raises:
-            ValueError: ``"PPOAgent.observe: action differs in rows [1] from <what>; <fix>"`` (eager
-                path).
+            ValueError: ``"PPOAgent.observe: action differs in rows [1] from <what>; <fix>"`` (eager path).
         """
         if isinstance(given, torch.Tensor):
             acted = self._acted
@@ -647,12 +615,10 @@ class InputGuard:
         self._acted = (action, action._version)
 
     def check(self) -> None:
-        """Raise if a deferred check failed since the agent was built; one host sync when pending.
+        """Raise if a deferred check failed since the agent was built (one host sync when pending).
 
         Raises:
-            ValueError: a deferred check found NaN/inf or a differing row (the message names the
-                call, argument and device, and ``<where>.mode = 'eager'`` to find the entry). A
-                failed check stays failed.
+            ValueError: the call and argument that held NaN/inf or differed; a failed check stays failed.
         """
         if not self.pending:
             return

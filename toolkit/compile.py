@@ -1,9 +1,9 @@
 """``torch.compile`` of the learner step and the acting forward: one switch, one helper.
 
-The agents' ``compile`` field is ``"none"``, ``"default"`` (fullgraph, static shapes) or
-``"reduce-overhead"`` (plus CUDA graphs on CUDA). :class:`Compiled` wraps each region;
-:func:`escape` copies what must outlive a CUDA-graph step. Imports torch and toolkit root modules
-only. Rules and what each agent compiles: docs/pages/speed.md ("The compile switch").
+The agents' ``compile`` field is ``"none"``, ``"default"`` (fullgraph, static shapes) or ``"reduce-overhead"``
+(plus CUDA graphs on CUDA). :class:`Compiled` wraps each region; :func:`escape` copies what must outlive a
+CUDA-graph step. Imports torch and toolkit root modules only. Rules and what each agent compiles:
+docs/pages/speed.md ("The compile switch").
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ class Compiled:
 
     Args:
         fn: the function (often a bound method; Dynamo guards on the attributes it reads).
-        mode: one of :data:`COMPILE_MODES`.
         device: where the function's tensors live (CUDA graphs only on CUDA).
         fullgraph: refuse graph breaks, so an unsupported call raises at the first call.
 
@@ -74,21 +73,13 @@ class Compiled:
         return self._call(*args, **kwargs)
 
     def step_begin(self) -> None:
-        """Mark the start of a step for CUDA-graph replays (no-op without CUDA graphs).
-
-        Call it once per update or act before the first compiled call: the previous step's outputs
-        may be overwritten from then on.
-        """
+        """Mark a step's start for CUDA-graph replays: the previous step's outputs may be overwritten."""
         if self.cudagraphs:
             torch.compiler.cudagraph_mark_step_begin()
 
 
 def _own_code(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """A function that calls ``fn``, with a code object of its own.
-
-    Dynamo's recompile limit counts per code object; one per :class:`Compiled` keeps agents of other
-    shapes from sharing (and exhausting) it under ``fullgraph=True``.
-    """
+    """A function that calls ``fn`` with a code object of its own: a recompile limit per agent."""
 
     def call(*args: Any, **kwargs: Any) -> Any:
         return fn(*args, **kwargs)
@@ -98,11 +89,7 @@ def _own_code(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def escape(tree: Any, compiled: Compiled) -> Any:
-    """``tree`` (a nest of tensors), made safe to keep past the current step.
-
-    Under CUDA graphs each tensor is cloned out of the graph's memory (no host sync); otherwise
-    ``tree`` is returned as it is.
-    """
+    """``tree`` (a nest of tensors), cloned out of CUDA-graph memory where needed, to keep past the step."""
     if not compiled.cudagraphs:
         return tree
     return pytree.tree_map(torch.clone, tree)

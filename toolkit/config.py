@@ -1,10 +1,10 @@
-"""Agent configs: one (de)serialiser, command-line overrides, strict reading back from checkpoints,
-and which fields a resume may change.
+"""Agent configs: one (de)serialiser, command-line overrides, strict reading back from checkpoints, and which
+fields a resume may change.
 
 Every agent config is a frozen dataclass deriving from :class:`Config`. A field declared with
-:func:`resumable` may change on ``--resume --set``; every other field is fixed (a change is
-refused), and :func:`backfilled` marks a fixed field added after checkpoints were written. Imports
-nothing from tritonrl. Guide: docs/pages/training.md ("--resume and --set").
+:func:`resumable` may change on ``--resume --set``; every other field is fixed (a change is refused), and
+:func:`backfilled` marks a fixed field added after checkpoints were written. Imports nothing from tritonrl.
+Guide: docs/pages/training.md ("--resume and --set").
 """
 
 from __future__ import annotations
@@ -42,9 +42,7 @@ def resumable(default: Any, **kwargs: Any) -> Any:
 
 
 def backfilled(default: Any, **kwargs: Any) -> Any:
-    """A fixed dataclass field that older checkpoints lack: they read as ``default``, which must be
-    what those runs did.
-    """
+    """A fixed field older checkpoints lack: they read as ``default``, what those runs did."""
     metadata = {**kwargs.pop("metadata", {}), _BACKFILLED: True}
     return dataclasses.field(default=default, metadata=metadata, **kwargs)
 
@@ -114,14 +112,11 @@ def _type_ok(value: Any, tp: Any) -> bool:
 
 
 def check_config_dict(config_cls: type, values: Any, *, where: str = "config") -> None:
-    """Raise ``ValueError`` unless ``values`` is a well-typed dict of ``config_cls``'s fields.
+    """Raise ``ValueError`` unless ``values`` is a well-typed dict of ``config_cls``'s fields; changes
+    nothing.
 
-    Resumable and :func:`backfilled` fields may be missing (they take their defaults). Changes
-    nothing; ``__post_init__`` checks ranges.
-
-    Raises:
-        ValueError: not a dict, a missing or unknown field, or a value of the wrong type (the
-            message names the field and shows at most 40 characters of the value).
+    Resumable and :func:`backfilled` fields may be missing. The message names the field and at most 40
+    characters of the value.
     """
     if not isinstance(values, Mapping):
         raise ValueError(f"{where} is a {type(values).__name__}, not a dict of {config_cls.__name__} fields")
@@ -164,12 +159,10 @@ class Config:
 
     @classmethod
     def from_dict(cls: type[C], values: Mapping[str, Any]) -> C:
-        """Inverse of :meth:`to_dict`: lists become tuples where the field's type says tuple; a
-        missing field takes its default.
+        """Inverse of :meth:`to_dict` (lists become tuples where the type says; missing fields take defaults).
 
         Raises:
-            ValueError: ``values`` is not a dict, holds an unknown field name, or a value the
-                config's own checks reject.
+            ValueError: not a dict, an unknown field, or a value the config's own checks reject.
         """
         if not isinstance(values, Mapping):
             raise ValueError(f"{cls.__name__} values must be a dict, got {type(values).__name__}")
@@ -203,9 +196,7 @@ def _tuples(value: Any, tp: Any) -> Any:
 
 
 def _convert(raw: Any, tp: Any, key: str) -> Any:
-    """``raw`` as a value of type ``tp``: strings are parsed; other values pass through for the
-    config's checks.
-    """
+    """``raw`` as a value of type ``tp``: strings parsed, other values passed through."""
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         args = typing.get_args(tp)
@@ -266,15 +257,13 @@ def _convert(raw: Any, tp: Any, key: str) -> Any:
 
 
 def apply_overrides(config: Any, overrides: Mapping[str, Any]) -> Any:
-    """A copy of the frozen dataclass ``config`` with ``overrides`` applied: the one way to change
-    fields by name.
+    """A copy of ``config`` with ``overrides`` applied: the one way to change fields by name (``--set``).
 
-    Strings are converted to each field's type (``--set buffer_size=1e6``, ``--set hidden=64,64``);
-    other values pass through. The config's ``__post_init__`` then judges them.
+    Strings convert to the field's type (``buffer_size=1e6``, ``hidden=64,64``); ``__post_init__`` judges the
+    values.
 
     Raises:
-        ValueError: an unknown field (the message lists the known ones), a string that does not
-            convert to the field's type, or a value the config rejects.
+        ValueError: an unknown field (the known ones listed), an unconvertible string, or a rejected value.
     """
     if not overrides:
         return config

@@ -1,10 +1,9 @@
-"""Data-parallel training on ``torch.distributed``: one process per device, launched by
-``torchrun``.
+"""Data-parallel training on ``torch.distributed``: one process per device, launched by ``torchrun``.
 
-:func:`init_distributed` joins the process group (NCCL on CUDA, gloo on a CPU) and returns the
-process's :class:`DistContext`: rank, world size, the collectives and the checks every rank must
-agree on. A single process gets :data:`SINGLE_PROCESS`, whose collectives return at once. Imports
-torch only. Guide: docs/pages/scaling.md.
+:func:`init_distributed` joins the process group (NCCL on CUDA, gloo on a CPU) and returns the process's
+:class:`DistContext`: rank, world size, the collectives and the checks every rank must agree on. A single
+process gets :data:`SINGLE_PROCESS`, whose collectives return at once. Imports torch only. Guide:
+docs/pages/scaling.md.
 """
 
 from __future__ import annotations
@@ -39,9 +38,7 @@ DEFAULT_TIMEOUT_S = 300.0
 
 
 class DistributedError(RuntimeError):
-    """A data-parallel run that cannot go on (ranks disagree, an uneven split, an incomplete
-    launch).
-    """
+    """A data-parallel run that cannot go on (ranks disagree, an uneven split, an incomplete launch)."""
 
 
 @dataclass(frozen=True)
@@ -49,8 +46,6 @@ class DistContext:
     """The process's place in a data-parallel run.
 
     Attributes:
-        rank: this process's rank, ``0 <= rank < world_size``.
-        world_size: the number of processes.
         local_rank: the rank on this node (the CUDA device index of a GPU rank).
         backend: ``"nccl"``, ``"gloo"``, or ``None`` for a single process.
         device: the device this rank trains on.
@@ -75,10 +70,10 @@ class DistContext:
     # -- collectives -------------------------------------------------------------------------------
 
     def all_reduce_mean_(self, tensors: Sequence[torch.Tensor | None]) -> None:
-        """Average ``tensors`` across ranks, in place, with one flat all-reduce per (device, dtype).
+        """Average ``tensors`` across ranks in place: one flat all-reduce per (device, dtype), in f32, no host
+        read.
 
-        Low-precision tensors are summed in f32 and rounded once; ``None`` entries are skipped.
-        Every rank must pass the same shapes in the same order. No host read.
+        Every rank passes the same shapes in the same order; ``None`` entries are skipped.
 
         Raises:
             TypeError: a tensor is not floating point.
@@ -134,10 +129,7 @@ class DistContext:
         return out
 
     def gather_objects(self, obj: Any) -> list[Any] | None:
-        """Every rank's ``obj`` (picklable), indexed by rank, on rank 0; ``None`` on the others.
-
-        Move tensors to the CPU first: rank 0 unpickles them onto the device they came from.
-        """
+        """Every rank's picklable ``obj`` on rank 0 (``None`` elsewhere); move tensors to the CPU first."""
         if not self.enabled:
             return [obj]
         out: list[Any] | None = [None] * self.world_size if self.is_main else None
@@ -145,12 +137,7 @@ class DistContext:
         return out
 
     def scatter_objects(self, objs: Sequence[Any] | None) -> Any:
-        """``objs[rank]`` on every rank: rank 0 passes one picklable object per rank, the others
-        ``None``.
-
-        Raises:
-            ValueError: on rank 0, ``objs`` does not hold one object per rank.
-        """
+        """``objs[rank]`` on every rank: rank 0 passes one picklable object per rank (else ``ValueError``)."""
         if self.is_main and (objs is None or len(objs) != self.world_size):
             raise ValueError(
                 f"scatter_objects needs {self.world_size} objects on rank 0, got "
@@ -182,8 +169,7 @@ class DistContext:
         """Raise on every rank unless every rank passes an equal ``value`` (compared as JSON).
 
         Raises:
-            DistributedError: ``"<what> differs across ranks: rank 0 has ...; rank 1 has ..."`` (for
-                mappings, the first three differing keys).
+            DistributedError: ``"<what> differs across ranks: rank 0 has ...; rank 1 has ..."``.
         """
         if not self.enabled:
             return
@@ -279,20 +265,16 @@ def _timeout(timeout_s: float | None) -> float:
 def init_distributed(
     device: torch.device | str | None = None, *, timeout_s: float | None = None
 ) -> DistContext:
-    """Join the process group ``torchrun`` describes and return this process's context.
+    """Join the process group ``torchrun`` describes (once) and return this process's context.
 
-    Without a multi-process launch, :data:`SINGLE_PROCESS` (on ``device``) is returned. Calling it
-    again returns the same context.
+    Without a multi-process launch: :data:`SINGLE_PROCESS` on ``device``.
 
     Args:
-        device: ``"cpu"``, ``"cuda"``, ``"auto"`` or ``None``; ``cuda:N`` only with ``N`` the local
-            rank.
-        timeout_s: how long a collective waits for the other ranks (default
-            ``TRITONRL_DIST_TIMEOUT`` or :data:`DEFAULT_TIMEOUT_S`).
+        device: ``"cpu"``, ``"cuda"``, ``"auto"`` or ``None``; ``cuda:N`` only with ``N`` the local rank.
+        timeout_s: a collective's wait (default ``TRITONRL_DIST_TIMEOUT`` or :data:`DEFAULT_TIMEOUT_S`).
 
     Raises:
-        DistributedError: an incomplete launch environment, too few GPUs, ``cuda:N`` that is not the
-            local rank, a bad timeout.
+        DistributedError: an incomplete launch, too few GPUs, ``cuda:N`` not the local rank, a bad timeout.
     """
     global _current
     if dist.is_available() and dist.is_initialized() and _current.enabled:
@@ -342,8 +324,7 @@ other exceptions are bugs and stay on rank 0 (the others then fail at their next
 def on_main(ctx: DistContext, fn: Callable[[], Any]) -> Any:
     """``fn()`` run on rank 0 alone, its picklable result returned on every rank (one broadcast).
 
-    An error of :data:`AGREED_ERRORS` that ``fn`` raises is raised on every rank, so no rank goes on
-    alone.
+    An error of :data:`AGREED_ERRORS` that ``fn`` raises is raised on every rank, so no rank goes on alone.
     """
     if not ctx.enabled:
         return fn()

@@ -1,10 +1,8 @@
 """Export a policy module so that it runs without tritonrl: ``torch.export``, ONNX, AOTInductor.
 
-:func:`export_policy` traces a :class:`tritonrl.toolkit.policy.PolicyModule` once (dynamic batch,
-every kernel op as its torch reference: no ``tritonrl::`` op reaches the artifact) and writes it as
-``pt2``, ``onnx`` (the ``export`` extra) or ``aoti``, with a JSON sidecar of spaces, dtypes, state
-tensors and provenance. :func:`load_exported` reads any of the three back. A core module: it imports
-kernels.backend, no toolkit subpackage. Guide: docs/pages/using-policies.md.
+:func:`export_policy` traces a :class:`tritonrl.toolkit.policy.PolicyModule` once (kernel ops as torch
+references) and writes ``pt2``, ``onnx`` or ``aoti`` with a JSON sidecar; :func:`load_exported` reads any
+back. A core module. Guide: docs/pages/using-policies.md.
 """
 
 from __future__ import annotations
@@ -63,9 +61,7 @@ _ONNX_DOMAINS = frozenset(("", "ai.onnx", "ai.onnx.ml"))
 
 
 class ExportError(ValueError):
-    """A policy or request that cannot be exported (unknown format, missing extra, untraceable
-    graph, a non-standard op). Nothing is written.
-    """
+    """A policy or request that cannot be exported; nothing is written."""
 
 
 def sidecar_path(artifact: str | os.PathLike) -> Path:
@@ -89,9 +85,7 @@ def _check_format(format: str) -> None:
 
 
 class _Exportable(nn.Module):
-    """What is traced: the greedy action (and state), or every output of
-    :meth:`PolicyModule.outputs` as a flat tuple.
-    """
+    """What is traced: the greedy action (and state), or every output as a flat tuple."""
 
     def __init__(self, policy: PolicyModule, every: bool) -> None:
         super().__init__()
@@ -130,17 +124,15 @@ def foreign_ops(graph_module: torch.fx.GraphModule) -> list[str]:
 def exported_program(
     policy: PolicyModule, example_obs: torch.Tensor | None = None, *, outputs: str = "action"
 ) -> torch.export.ExportedProgram:
-    """``policy`` traced by ``torch.export`` with a dynamic batch dimension, every kernel op as its
-    torch reference.
+    """``policy`` (f32, eval mode) traced by ``torch.export`` with a dynamic batch, kernel ops as torch
+    references.
 
     Args:
-        policy: an f32 policy module (``agent.policy()``), in eval mode.
-        example_obs: a batch of at least 2 observations (default :meth:`PolicyModule.example_obs`).
+        example_obs: at least 2 observations (default :meth:`PolicyModule.example_obs`).
         outputs: ``"action"`` (``forward``'s outputs) or ``"all"`` (:meth:`PolicyModule.outputs`).
 
     Raises:
-        ExportError: weights that are not f32, a batch of fewer than 2, a graph that does not trace,
-            or one that holds a non-standard op (named).
+        ExportError: weights not f32, a batch below 2, a graph that does not trace or holds a non-standard op.
     """
     if not isinstance(policy, PolicyModule):
         raise ExportError(f"export takes a PolicyModule (agent.policy()), got {type(policy).__name__}")
@@ -233,25 +225,22 @@ def export_policy(
     outputs: str = "action",
     metadata: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Write ``policy`` as a ``format`` artifact at ``path`` with its JSON sidecar ``<path>.json``.
+    """Write ``policy`` (f32, ``agent.policy()``) as a ``format`` artifact at ``path`` with its sidecar
+    ``<path>.json``.
 
     Args:
-        policy: an f32 policy module (``agent.policy()``).
-        example_obs: a batch of at least 2 observations to trace with (default: drawn from the
-            observation space).
+        example_obs: a batch of at least 2 observations to trace with (default: drawn from the space).
         format: ``"pt2"``, ``"onnx"`` or ``"aoti"``.
-        path: the artifact (default ``policy.pt2`` / ``policy.onnx`` / ``policy.aoti.pt2`` in the
-            current folder).
-        outputs: ``"action"`` (the greedy action, and a recurrent policy's next state) or ``"all"``
-            (also ``q_values``, ``logits``, ``value``).
-        metadata: more sidecar entries (the command line adds ``checkpoint`` and ``market``).
+        path: the artifact (default ``policy.pt2`` / ``policy.onnx`` / ``policy.aoti.pt2`` here).
+        outputs: ``"action"`` (and a recurrent policy's next state) or ``"all"`` (also ``q_values``,
+            ``logits``, ``value``).
+        metadata: more sidecar entries.
 
     Returns:
         the artifact's path.
 
     Raises:
-        ExportError: an unknown format, a missing extra, a policy that cannot be exported (which op
-            and why); nothing is written.
+        ExportError: an unknown format, a missing extra, a policy that cannot be exported; nothing is written.
         OSError: the folder cannot be written (nothing is left half-written).
     """
     _check_format(format)
@@ -289,8 +278,7 @@ def export_policy(
 
 
 class ExportedPolicy:
-    """A loaded artifact: ``policy(obs, *state)`` returns the action (or a tuple with the next
-    state) as tensors.
+    """A loaded artifact: ``policy(obs, *state)`` returns the action (or with the next state) as tensors.
 
     Attributes:
         sidecar: the sidecar's entries.
@@ -331,8 +319,7 @@ def load_exported(path: str | os.PathLike) -> ExportedPolicy:
     """Load an artifact of :func:`export_policy` (its sidecar says which format it is).
 
     Raises:
-        ExportError: no sidecar, or not a tritonrl policy's; the ``onnx`` extra missing for an ONNX
-            artifact.
+        ExportError: no sidecar, or not a tritonrl policy's; the ``onnx`` extra missing for an ONNX artifact.
         OSError: the artifact cannot be read.
     """
     p = Path(path)

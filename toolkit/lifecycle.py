@@ -1,11 +1,10 @@
 """One run's lifecycle in its folder, shared by the RL loop and the forecaster trainer.
 
 :class:`RunLifecycle` holds what :func:`tritonrl.toolkit.training.loop.run_training` and
-:func:`tritonrl.toolkit.forecast.fit` share: the folder lock, fresh start or resume, the metric
-flush and divergence check, the checkpoint cadence, the signal stop and the final report. Rank 0
-alone touches the folder; an error it meets there is raised on every rank. A core module: it imports
-no toolkit subpackage. Guide: docs/pages/training.md ("Run folders survive kills, restarts and
-divergence").
+:func:`tritonrl.toolkit.forecast.fit` share: the folder lock, fresh start or resume, the metric flush and
+divergence check, the checkpoint cadence, the signal stop and the final report. Rank 0 alone touches the
+folder; an error it meets there is raised on every rank. A core module: it imports no toolkit subpackage.
+Guide: docs/pages/training.md ("Run folders survive kills, restarts and divergence").
 """
 
 from __future__ import annotations
@@ -62,9 +61,7 @@ def crossed(prev: int, now: int, every: int) -> bool:
 
 
 def parameters(owner: Any) -> list[torch.Tensor]:
-    """The floating-point tensors ``owner`` trains: ``owner.parameters()``, else those of its
-    ``nn.Module`` attributes.
-    """
+    """The floating-point tensors ``owner`` trains (its parameters, else its modules')."""
     params = getattr(owner, "parameters", None)
     if callable(params):
         found = list(params())
@@ -77,9 +74,7 @@ def parameters(owner: Any) -> list[torch.Tensor]:
 def first_nonfinite(
     means: Mapping[str, float], watch: Callable[[str], bool], params: Iterable[torch.Tensor] = ()
 ) -> str | None:
-    """The first watched metric of ``means`` that is not finite, else ``"parameters"`` when a tensor
-    of ``params`` is not (one sync per device), else ``None``.
-    """
+    """The first non-finite watched metric, else ``"parameters"`` if a tensor is, else ``None``."""
     for name, value in means.items():
         if watch(name) and not math.isfinite(value):
             return name
@@ -93,14 +88,10 @@ def first_nonfinite(
 
 
 class RunLifecycle:
-    """The folder side of one run: lock, fresh start or resume, logger, cadence, stop, report.
-
-    Use as a context manager: leaving it closes the logger and releases the lock.
+    """The folder side of one run; a context manager that closes the logger and releases the lock.
 
     Args:
-        run_dir: the run folder; ``None``: nothing is written (no lock, no logger, :meth:`save`
-            refused).
-        ctx: the data-parallel context (rank 0 owns the folder).
+        run_dir: the run folder; ``None``: nothing is written (:meth:`save` refused).
         run_files: glob patterns of what an earlier run left (moved aside by a fresh start).
         checkpoint_seconds: :meth:`due_by_time`'s period (0: never).
     """
@@ -131,10 +122,8 @@ class RunLifecycle:
         """Lock the folder (rank 0) and say whether a checkpoint is there to resume (every rank).
 
         Args:
-            resume: continue from a checkpoint if the folder holds one.
-            refuse_overwrite: the message of the ``ValueError`` raised, before locking, when the
-                folder holds a checkpoint and ``resume`` is false; ``None``: a fresh run moves it
-                aside.
+            refuse_overwrite: the ``ValueError`` message when the folder holds a checkpoint and ``resume`` is
+                false; ``None``: moved aside.
 
         Raises:
             RunFolderBusy: another process holds the folder.
@@ -160,11 +149,8 @@ class RunLifecycle:
         *,
         tensorboard: bool = True,
     ) -> None:
-        """Prepare the folder on rank 0 and open its logger; a no-op without a folder.
-
-        Clears a kill's temporary files; then a fresh run (``resumed_step`` ``None``) moves an
-        earlier run's files aside, a resumed one trims ``metrics.csv`` and TensorBoard past
-        ``resumed_step``.
+        """Prepare the folder on rank 0 (fresh: move an earlier run aside; resumed: trim past
+        ``resumed_step``), open the logger.
 
         Raises:
             CheckpointError: ``metrics.csv`` is not a metrics file.
@@ -211,11 +197,7 @@ class RunLifecycle:
         self.checkpoint_step = step
 
     def close(self) -> None:
-        """Close the logger and release the lock (both idempotent).
-
-        A run refused between :meth:`begin` and :meth:`open` wrote nothing: its lock file and the
-        folders the lock created go too.
-        """
+        """Close the logger and release the lock; a run refused before :meth:`open` leaves no lock file."""
         if self.logger is not None:
             self.logger.close()
         if self._lock is not None:

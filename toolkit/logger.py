@@ -1,10 +1,9 @@
-"""Metric logging that syncs the device once per log interval, a learning-curve plot, a progress
-bar.
+"""Metric logging that syncs the device once per log interval, a learning-curve plot, a progress bar.
 
-:class:`MetricLogger` keeps running sums as device tensors and writes one ``metrics.csv`` row
-(CleanRL names: ``charts/episodic_return``, ``losses/value_loss``, ...) and TensorBoard scalars per
-flush. The CSV survives a kill at any moment: appends, atomic rewrites, :func:`repair_csv` on
-resume. Imports toolkit root modules only. Guide: docs/pages/training.md.
+:class:`MetricLogger` keeps running sums as device tensors and writes one ``metrics.csv`` row (CleanRL names:
+``charts/episodic_return``, ``losses/value_loss``, ...) and TensorBoard scalars per flush. The CSV survives a
+kill at any moment: appends, atomic rewrites, :func:`repair_csv` on resume. Imports toolkit root modules only.
+Guide: docs/pages/training.md.
 """
 
 from __future__ import annotations
@@ -29,13 +28,9 @@ class MetricLogger:
     """Accumulate metrics (means over each interval) and write them at ``flush``.
 
     Args:
-        run_dir: the folder that receives ``metrics.csv`` and TensorBoard event files.
-        csv: write ``metrics.csv`` (appended to when it exists; a flush at the last row's step
-            merges into that row).
-        tensorboard: write TensorBoard scalars (without the ``tensorboard`` package: one warning,
-            CSV only).
-        purge_step: a resumed run's first step past its checkpoint: TensorBoard hides the
-            interrupted run's events from it on.
+        csv: write ``metrics.csv`` (appended to; a flush at the last row's step merges into it).
+        tensorboard: write TensorBoard scalars (without the package: one warning, CSV only).
+        purge_step: a resumed run's first step: TensorBoard hides the interrupted run's events from it.
     """
 
     def __init__(
@@ -67,9 +62,7 @@ class MetricLogger:
         self.last: dict[str, float] = {}
 
     def log(self, step: int, metrics: Mapping[str, torch.Tensor | float]) -> None:
-        """Add one value per metric to the current interval (tensors stay on their device).
-
-        ``step`` is unused: the values are written at the step given to :meth:`flush`.
+        """Add one value per metric to the interval (tensors stay on their device; written at :meth:`flush`).
 
         Raises:
             TypeError: a value is neither a number nor a one-element tensor.
@@ -191,9 +184,7 @@ def _fmt(v: float | None) -> str:
 
 
 def _parse_row(line: str, width: int) -> tuple[int, list[float | None]] | None:
-    """``(step, cells)`` of one data line (``None`` for an empty cell), or ``None`` for a damaged
-    line.
-    """
+    """``(step, cells)`` of one data line (``None`` for an empty cell), or ``None`` for a damaged line."""
     try:
         cells = next(csv.reader([line]))
     except (csv.Error, StopIteration):
@@ -215,8 +206,7 @@ def read_csv(path: str | Path) -> list[dict[str, float]]:
     """Rows of a ``metrics.csv`` as dicts of floats (empty cells left out; ``nan`` reads as NaN).
 
     Raises:
-        ValueError: a damaged line; the message names the file and line (:func:`repair_csv` fixes
-            it).
+        ValueError: a damaged line; the message names the file and line (:func:`repair_csv` fixes it).
     """
     path = Path(path)
     lines, complete = _split(path.read_text())
@@ -240,17 +230,15 @@ def read_csv(path: str | Path) -> list[dict[str, float]]:
 
 
 def repair_csv(path: str | Path, up_to_step: int) -> tuple[int, int]:
-    """Keep the intact rows of ``metrics.csv`` logged at or before ``up_to_step``; drop the rest.
-
-    A resumed run calls it with its checkpoint's step. Damaged lines (cut short by a kill, merged,
-    not numbers) go too. The file is rewritten atomically, only when something changes.
+    """Keep the intact rows of ``metrics.csv`` logged at or before ``up_to_step``; rewrite atomically if
+    needed.
 
     Returns:
-        ``(kept, damaged)``: rows kept, damaged lines dropped (rows past the step not counted).
+        ``(kept, damaged)``: rows kept, damaged lines dropped.
 
     Raises:
-        ValueError: the header line is not a ``metrics.csv`` header (``global_step`` first).
-        OSError: the file cannot be read or rewritten (the old file then stays as it was).
+        ValueError: the header is not a ``metrics.csv`` header (``global_step`` first).
+        OSError: the file cannot be read or rewritten (the old file stays).
     """
     path = Path(path)
     if not path.exists():
@@ -287,8 +275,7 @@ def plot_learning_curve(
     metrics: tuple[str, ...] = ("charts/episodic_return", "eval/mean_return"),
     title: str | None = None,
 ) -> Path:
-    """Plot the named metrics of a ``metrics.csv`` against ``global_step`` into a PNG; returns its
-    path.
+    """Plot the named metrics of a ``metrics.csv`` against ``global_step`` into a PNG; returns its path.
 
     Raises:
         ValueError: none of ``metrics`` appears in the file.
@@ -323,11 +310,9 @@ def plot_learning_curve(
 
 
 class ProgressBar:
-    """A one-line progress bar on stderr: redrawn in place on a terminal, a plain line every
-    ``log_interval`` seconds elsewhere.
+    """A one-line progress bar on stderr (plain lines every ``log_interval`` s off a terminal).
 
     Args:
-        total: the step count at 100%.
         initial: the step to start from (a resumed run).
         stream: where to draw (default ``sys.stderr``); ``enabled=False`` draws nothing.
     """

@@ -1,9 +1,9 @@
 """Optimizers that keep bf16 training from losing its updates: f32 master weights.
 
-A small Adam step on a bf16 weight rounds away; :class:`MasterWeightOptimizer` steps f32 copies and
-rounds them back into the parameters. Also the agents' learner step
-(:meth:`~MasterWeightOptimizer.clip_and_step`) and the gradient average across ranks. Imports torch
-and toolkit root modules only. Guide: docs/pages/precision.md.
+A small Adam step on a bf16 weight rounds away; :class:`MasterWeightOptimizer` steps f32 copies and rounds
+them back into the parameters. Also the agents' learner step (:meth:`~MasterWeightOptimizer.clip_and_step`)
+and the gradient average across ranks. Imports torch and toolkit root modules only. Guide:
+docs/pages/precision.md.
 """
 
 from __future__ import annotations
@@ -23,22 +23,15 @@ __all__ = ["MasterWeightOptimizer"]
 class MasterWeightOptimizer:
     """Wrap ``optimizer_cls`` so low-precision parameters are updated through f32 master copies.
 
-    f32 parameters are their own masters; ``state_dict()`` holds the masters, so resume is exact
-    across parameter dtypes.
-
     Args:
-        params: the parameters (an iterable of tensors requiring grad; one param group).
         optimizer_cls: a ``torch.optim.Optimizer`` subclass (Adam, AdamW, SGD, ...).
-        compile: how :meth:`clip_and_step` runs, one of
-            :data:`tritonrl.toolkit.compile.COMPILE_MODES`; anything but ``"none"`` needs
-            ``torch.optim.Adam`` with ``fused=True``.
-        dist: the data-parallel context whose ranks' gradients are averaged (one flat f32
-            all-reduce) before each clip and step; ``None`` or a single process: no averaging.
+        compile: how :meth:`clip_and_step` runs (:data:`~tritonrl.toolkit.compile.COMPILE_MODES`); compiled
+            needs fused Adam.
+        dist: the data-parallel context whose gradients are averaged before each step; ``None``: none.
         **kwargs: passed to ``optimizer_cls`` (``lr``, ``eps``, ...).
 
     Raises:
-        ValueError: ``params`` is empty or holds a parameter that does not require grad, or
-            ``compile`` is unknown or set for another optimizer than fused Adam.
+        ValueError: empty ``params`` or one not requiring grad, or a bad ``compile``.
     """
 
     def __init__(
@@ -130,8 +123,7 @@ class MasterWeightOptimizer:
         self._averaged = True
 
     def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
-        """Clip the global gradient norm (f32, on the master gradients, averaged across ranks) to
-        ``max_norm``.
+        """Clip the global f32 gradient norm (over the masters, averaged across ranks) to ``max_norm``.
 
         Returns:
             the norm before clipping, an f32 scalar tensor on the parameters' device (no sync).
@@ -163,13 +155,11 @@ class MasterWeightOptimizer:
     def clip_and_step(self, max_norm: float | None) -> torch.Tensor | None:
         """Clip the global gradient norm to ``max_norm`` and take one Adam step, without host reads.
 
-        The same update as :meth:`clip_grad_norm_` then :meth:`step`, as one function of tensors:
-        the fused Adam kernel when eager, foreach ops when compiled (they agree to f32 rounding).
-        The learning rate comes from :meth:`set_lr`. ``max_norm=None``: no clip and no norm.
+        :meth:`clip_grad_norm_` then :meth:`step` as one function of tensors (fused Adam eager, foreach
+        compiled).
 
         Returns:
-            the norm before clipping, an f32 0-d tensor on the parameters' device; ``None`` when
-                ``max_norm`` is ``None``.
+            the f32 0-d norm before clipping; ``None`` when ``max_norm`` is ``None`` (no clip).
 
         Raises:
             TypeError: the inner optimizer is not a fused Adam.
@@ -195,9 +185,7 @@ class MasterWeightOptimizer:
     def _adam_state(
         self,
     ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
-        """Adam's per-master state lists, created as fused Adam creates them (f32 device ``step``,
-        zero moments).
-        """
+        """Adam's per-master state lists, as fused Adam creates them (f32 device ``step``, zero moments)."""
         amsgrad = bool(self.optimizer.param_groups[0]["amsgrad"])
         steps, exp_avgs, exp_avg_sqs, max_sqs = [], [], [], []
         for m in self.masters:
@@ -228,12 +216,7 @@ class MasterWeightOptimizer:
         }
 
     def check_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Raise ``ValueError`` unless ``state`` fits these parameters; changes nothing.
-
-        Checks the masters, the param groups (every setting but the learning rate equal to this
-        optimizer's, so a checkpoint cannot smuggle in another ``eps``), the parameter ids and the
-        per-parameter state.
-        """
+        """Raise ``ValueError`` unless ``state`` fits (masters, ids, per-parameter state, settings)."""
         if not isinstance(state, Mapping) or not isinstance(state.get("optimizer"), Mapping):
             raise ValueError("optimizer state is missing its 'optimizer' entry")
         inner, masters = state["optimizer"], state.get("masters")
@@ -303,10 +286,7 @@ class MasterWeightOptimizer:
                     )
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Load a state from :meth:`state_dict`, possibly saved with another parameter dtype.
-
-        Call it after the parameters were loaded. Without saved masters, the masters are rebuilt
-        from the parameters.
+        """Load a :meth:`state_dict` (any parameter dtype) after the parameters were loaded.
 
         Raises:
             ValueError: the state does not fit (checked before anything changes).
@@ -351,11 +331,7 @@ def _adam_step(
     amsgrad: bool,
     maximize: bool,
 ) -> torch.Tensor | None:
-    """The body of :meth:`MasterWeightOptimizer.clip_and_step`: a pure function of its tensors.
-
-    ``grads[i]`` is the gradient of ``params[i]`` (``None``: skipped). Returns the f32 norm before
-    clipping, or ``None`` when ``max_norm`` is ``None``.
-    """
+    """The body of :meth:`MasterWeightOptimizer.clip_and_step`: the f32 norm (``None`` unclipped)."""
     keep = [i for i, g in enumerate(grads) if g is not None]
     if not keep:
         return None if max_norm is None else torch.zeros((), dtype=torch.float32, device=steps[0].device)
@@ -413,12 +389,7 @@ def _adam_traced(
     betas: tuple[float, float],
     eps: float,
 ) -> None:
-    """Adam (no weight decay, amsgrad or maximize) as ``torch.optim.Adam`` computes it, for
-    Inductor.
-
-    The bias corrections of all parameters are one ``[n]`` tensor computed once; the foreach form
-    has Inductor recompute ``beta ** step`` in every parameter's loop.
-    """
+    """Adam (no weight decay, amsgrad, maximize) as torch's, its bias corrections one ``[n]`` tensor."""
     beta1, beta2 = betas
     torch._foreach_add_(steps, 1)
     step = torch.stack(steps)  # [n] f32
@@ -440,9 +411,7 @@ def _brief(value: Any, limit: int = 60) -> str:
 
 
 def _same_setting(key: str, saved: Any, mine: Any) -> bool:
-    """A saved param-group setting fits: any learning rate, every other setting equal (tuples may
-    come back as lists).
-    """
+    """A saved param-group setting fits: any learning rate, every other setting equal."""
 
     def number(x: Any) -> bool:
         return isinstance(x, (int, float)) and not isinstance(x, bool)

@@ -1,9 +1,9 @@
 """Policy modules: a trained policy as a plain ``torch.nn.Module``, and greedy acting from one.
 
-Every agent family gives one :class:`PolicyModule` (``agent.policy()``): f32 weights and a
-``forward`` that is the greedy action, preprocessing included. The same class acts for the collector
-and the overlapped actor, for evaluation (:class:`GreedyActor`) and for export. A core module: it
-imports no toolkit subpackage. Guide: docs/pages/using-policies.md.
+Every agent family gives one :class:`PolicyModule` (``agent.policy()``): f32 weights and a ``forward`` that is
+the greedy action, preprocessing included. The same class acts for the collector and the overlapped actor, for
+evaluation (:class:`GreedyActor`) and for export. A core module: it imports no toolkit subpackage. Guide:
+docs/pages/using-policies.md.
 """
 
 from __future__ import annotations
@@ -26,13 +26,8 @@ StateSpec = tuple[str, tuple[int, ...], torch.dtype]
 class PolicyModule(nn.Module):
     """The base of every family's policy module.
 
-    A subclass sets :attr:`family` and :attr:`extra_outputs` and implements :meth:`act`,
-    :meth:`outputs` and :meth:`mirrors` (the tensors a snapshot copies, in ``learner_tensors()``
-    order). Recurrent subclasses set :attr:`recurrent` and implement :meth:`state_spec`.
-
-    Args:
-        observation_space: the space of one observation (a ``Box``).
-        action_space: the space of one action.
+    A subclass sets :attr:`family` and :attr:`extra_outputs` and implements :meth:`act`, :meth:`outputs` and
+    :meth:`mirrors`; recurrent ones set :attr:`recurrent` and implement :meth:`state_spec`.
     """
 
     family: ClassVar[str] = ""
@@ -58,9 +53,7 @@ class PolicyModule(nn.Module):
         raise NotImplementedError(f"{type(self).__name__} does not implement act")
 
     def outputs(self, obs: torch.Tensor, *state: torch.Tensor) -> dict[str, torch.Tensor]:
-        """``{"action": ..., **extras}`` for a batch (recurrent: also the next state as ``state_0``,
-        ...).
-        """
+        """``{"action": ..., **extras}`` for a batch (recurrent: also the next state as ``state_0``, ...)."""
         raise NotImplementedError(f"{type(self).__name__} does not implement outputs")
 
     def mirrors(self) -> list[torch.Tensor]:
@@ -74,8 +67,8 @@ class PolicyModule(nn.Module):
     # ---- shared
 
     def forward(self, obs: torch.Tensor, *state: torch.Tensor) -> Any:
-        """The greedy action for ``obs [B, *obs_shape]``, or one unbatched observation (action
-        without batch dim).
+        """The greedy action for ``obs [B, *obs_shape]``, or one unbatched observation (action without batch
+        dim).
 
         Recurrent policies: ``forward(obs, *state) -> (action, *state)``, each state ``[B, ...]``.
         """
@@ -87,9 +80,7 @@ class PolicyModule(nn.Module):
         return self.act(obs, *state)
 
     def initial_state(self, batch: int) -> tuple[torch.Tensor, ...]:
-        """The zero memory of ``batch`` rows on the module's device (``()`` for feed-forward
-        policies).
-        """
+        """The zero memory of ``batch`` rows on the module's device (``()`` for feed-forward policies)."""
         dev = self.device
         return tuple(
             torch.zeros((batch, *shape), dtype=dtype, device=dev) for _, shape, dtype in self.state_spec()
@@ -103,18 +94,14 @@ class PolicyModule(nn.Module):
         return torch.device("cpu")
 
     def example_obs(self, batch: int = 2, *, seed: int = 0) -> torch.Tensor:
-        """``batch`` seeded observations from the observation space, on the module's device (what
-        export traces).
-        """
+        """``batch`` seeded observations from the space, on the module's device."""
         space = self.observation_space
         space.seed(seed)
         rows = np.stack([space.sample() for _ in range(batch)])
         return torch.as_tensor(rows).to(self.device)
 
     def spec(self) -> dict[str, Any]:
-        """What an export sidecar records: family, spaces and dtypes, the memory's tensors, the
-        extra outputs.
-        """
+        """What an export sidecar records: family, spaces, dtypes, memory, extra outputs."""
         action = self.action_space
         if isinstance(action, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
             action_dtype = "int64"
@@ -143,15 +130,11 @@ class PolicyModule(nn.Module):
 
 
 class GreedyActor:
-    """Greedy acting from a :class:`PolicyModule` for evaluation (what ``agent.eval_policy()``
-    returns).
+    """Greedy acting from a :class:`PolicyModule` for evaluation (``agent.eval_policy()``), in eval mode.
 
-    Takes any number of observations (or one unbatched), checked and moved to the policy's device. A
-    recurrent policy keeps its own memory (:meth:`reset`; a batch of another size starts from zero).
-    A policy in train mode acts in eval mode for the call.
+    A recurrent policy keeps its own memory (:meth:`reset`; a batch of another size starts from zero).
 
     Args:
-        policy: the policy module.
         check: ``check(obs)`` raises on observations the agent refuses; ``None``: no check.
     """
 

@@ -1,9 +1,9 @@
 """The precision policy: the one place that decides the training dtype of a device.
 
 bf16 on CUDA with compute capability >= (8, 0), f32 elsewhere; never fp16 (it needs loss scaling).
-``TRITONRL_DTYPE`` (``auto`` | ``bf16`` | ``f32``) or ``override=`` force a choice. Decisions are
-cached per (device, override); ``training_dtype.cache_clear()`` empties the cache. Imports torch
-only. Guide: docs/pages/precision.md.
+``TRITONRL_DTYPE`` (``auto`` | ``bf16`` | ``f32``) or ``override=`` force a choice. Decisions are cached per
+(device, override); ``training_dtype.cache_clear()`` empties the cache. Imports torch only. Guide:
+docs/pages/precision.md.
 """
 
 from __future__ import annotations
@@ -129,15 +129,11 @@ def _decide(device: torch.device, choice: str) -> PrecisionDecision:
 
 
 def explain(device: torch.device | str | int | None = None, override: str | None = None) -> PrecisionDecision:
-    """The full decision for ``device``: name, capability, dtype, source and reason.
-
-    Args:
-        device: a torch device, a string such as ``"cuda:0"``, a CUDA index, or ``None`` (CPU).
-        override: ``"auto"``, ``"bf16"`` or ``"f32"``; takes precedence over ``TRITONRL_DTYPE``.
+    """The full decision for ``device`` (a device, ``"cuda:0"``, an index, or ``None``: CPU).
 
     Raises:
-        ValueError: the override or ``TRITONRL_DTYPE`` is not one of auto, bf16, f32.
-        PrecisionError: bf16 forced on a CUDA device with compute capability below (8, 0).
+        ValueError: ``override`` or ``TRITONRL_DTYPE`` is not auto, bf16 or f32.
+        PrecisionError: bf16 forced on CUDA below compute capability (8, 0).
     """
     return _decide(_normalise(device), _parse_override(override))
 
@@ -145,11 +141,11 @@ def explain(device: torch.device | str | int | None = None, override: str | None
 def training_dtype(
     device: torch.device | str | int | None = None, override: str | None = None
 ) -> torch.dtype:
-    """The dtype in which parameters, stored states and uploads live on ``device``.
+    """The dtype of parameters, stored states and uploads on ``device``.
 
     Raises:
-        ValueError: the override or ``TRITONRL_DTYPE`` is not one of auto, bf16, f32.
-        PrecisionError: bf16 forced on a CUDA device with compute capability below (8, 0).
+        ValueError: ``override`` or ``TRITONRL_DTYPE`` is not auto, bf16 or f32.
+        PrecisionError: bf16 forced on CUDA below compute capability (8, 0).
     """
     return explain(device, override).dtype
 

@@ -1,8 +1,8 @@
 """Leaf-wise helpers for nested containers of tensors (recurrent memories, batched states).
 
-A *tree* is ``None``, a tensor, or a tuple, list, dict or dataclass whose fields are trees. Leaves
-are visited in a fixed order (container, insertion, field order): how recurrent memories are
-flattened into checkpoints. A core module: it imports torch only.
+A *tree* is ``None``, a tensor, or a tuple, list, dict or dataclass whose fields are trees. Leaves are visited
+in a fixed order (container, insertion, field order): how recurrent memories are flattened into checkpoints. A
+core module: it imports torch only.
 """
 
 from __future__ import annotations
@@ -65,8 +65,8 @@ def leaves(tree: Any) -> list[torch.Tensor]:
 
 
 def from_leaves(template: Any, values: list[torch.Tensor]) -> Any:
-    """A tree shaped like ``template`` holding copies of ``values`` (in :func:`leaves` order), each
-    on its leaf's device and dtype.
+    """A tree shaped like ``template`` holding copies of ``values`` (in :func:`leaves` order), each on its
+    leaf's device and dtype.
 
     Raises:
         ValueError: the number of ``values``, or the shape of one, does not fit ``template``.

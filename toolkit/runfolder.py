@@ -1,10 +1,9 @@
 """A run folder's housekeeping: one writer at a time, and never two runs mixed in one folder.
 
-:class:`RunLock` (an ``fcntl.flock`` the OS releases however its holder exits), :func:`move_aside`
-(an earlier run's files into ``stale-<UTC time>/``, nothing deleted), and :func:`atomic_write_text`
-/ :func:`save_figure` (a kill leaves the old file or the new one). A core module: it imports no
-toolkit subpackage. Guide: docs/pages/training.md ("Run folders survive kills, restarts and
-divergence").
+:class:`RunLock` (an ``fcntl.flock`` the OS releases however its holder exits), :func:`move_aside` (an earlier
+run's files into ``stale-<UTC time>/``, nothing deleted), and :func:`atomic_write_text` / :func:`save_figure`
+(a kill leaves the old file or the new one). A core module: it imports no toolkit subpackage. Guide:
+docs/pages/training.md ("Run folders survive kills, restarts and divergence").
 """
 
 from __future__ import annotations
@@ -51,16 +50,13 @@ class RunFolderBusy(RuntimeError):
 
 
 class RunLock:
-    """An exclusive lock on ``<run_dir>/.lock``, held from :meth:`acquire` to :meth:`release` (or
-    ``with``).
-
-    Args:
-        run_dir: the folder (created if missing).
+    """An exclusive lock on ``<run_dir>/.lock`` (folder created), held from :meth:`acquire` to
+    :meth:`release`.
 
     Raises:
-        RunFolderBusy: (from :meth:`acquire`) another process holds it; the message names its PID,
-            host and start time.
-        OSError: the lock file cannot be created (read-only folder, ...).
+        RunFolderBusy: (from :meth:`acquire`) another process holds it; the message names its PID, host and
+            start.
+        OSError: the lock file cannot be created.
     """
 
     def __init__(self, run_dir: str | Path) -> None:
@@ -72,8 +68,8 @@ class RunLock:
     def acquire(self) -> RunLock:
         """Take the lock or raise :class:`RunFolderBusy` at once (never waits).
 
-        A lock file its holder removed meanwhile is opened again, so two processes never hold two
-        files of one name.
+        A lock file its holder removed meanwhile is opened again, so two processes never hold two files of one
+        name.
         """
         if self._fd is not None:
             return self
@@ -107,8 +103,8 @@ class RunLock:
     def release(self, *, undo: bool = False) -> None:
         """Let the lock go; the file stays, emptied.
 
-        ``undo``: the lock file and the folders :meth:`acquire` created go too, removed while still
-        locked (a folder no longer empty stays).
+        ``undo``: the lock file and the folders :meth:`acquire` created go too, removed while still locked (a
+        folder no longer empty stays).
         """
         if self._fd is None:
             return
@@ -171,13 +167,11 @@ def _remove(files: list[Path], folders: list[Path]) -> None:
 
 
 def move_aside(run_dir: str | Path, names: tuple[str, ...] = RUN_FILES) -> Path | None:
-    """Move an earlier run's files (``names``, glob patterns) into ``<run_dir>/stale-<UTC time>/``.
-
-    Returns:
-        the new folder, or ``None`` when there was nothing to move.
+    """Move an earlier run's files (glob ``names``) into ``<run_dir>/stale-<UTC time>/``; returns it, or
+    ``None``.
 
     Raises:
-        OSError: a file cannot be moved (those already moved stay in the stale folder).
+        OSError: a file cannot be moved (those moved stay in the stale folder).
     """
     run_dir = Path(run_dir)
     found = sorted({p for pattern in names for p in run_dir.glob(pattern) if p.is_file()})
@@ -196,7 +190,7 @@ def move_aside(run_dir: str | Path, names: tuple[str, ...] = RUN_FILES) -> Path 
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` atomically and return the path.
+    """Write ``text`` (UTF-8) to ``path`` atomically; returns the path.
 
     Raises:
         OSError: the write failed (the old file stays); the error names ``path``.
@@ -206,8 +200,8 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
 
 
 def save_figure(fig: Any, path: str | Path, *, dpi: int = 100) -> Path:
-    """Render a matplotlib figure (format from the suffix, PNG without one) and write it to ``path``
-    atomically; returns the path.
+    """Render a matplotlib figure (format from the suffix, PNG without one) to ``path`` atomically; returns
+    the path.
 
     Raises:
         OSError: the write failed (the old file stays); the error names ``path``.
