@@ -1,25 +1,9 @@
 """Acting policies: what a collector or an overlapped run acts with, and when it follows the learner.
 
-Every snapshot here is the agent's own policy module (``agent.policy()``, a
-:class:`tritonrl.toolkit.policy.PolicyModule`: an f32 copy of the learner's acting network, the
-export cast) with the family's exploration as a thin function around it
-(``act(policy, obs) -> actions``). Three classes cover who acts and how the snapshot follows the
-learner:
-
-- :class:`SnapshotPolicy` (the collector's, for off-policy learners such as the DQN family):
-  refreshed from the learner's tensors (``agent.learner_tensors()``) once ``sync_every`` learner
-  updates have happened since the last refresh; explores with the agent's generator.
-- :class:`SnapshotActor` (an overlapped run's actor, :mod:`tritonrl.toolkit.training.overlap`):
-  refreshed at the run's sync points from the tensors the learner hands over; explores with a
-  generator (:func:`actor_generator`) and a step count of its own, so that it never touches what
-  the learner uses.
-- :class:`LearnerPolicy`: ``agent.act`` itself, for an on-policy learner (PPO), whose importance
-  ratio ``pi_new / pi_old`` needs the policy that acted to be the learner.
-
-An agent says which the collector uses with ``acting_policy(sync_every)``
-(:class:`tritonrl.toolkit.agent.Agent`; :class:`tritonrl.toolkit.agent.AgentBase` defaults to
-:class:`LearnerPolicy`) and builds its overlapped actor with ``lagged_actor()``. Their
-``state_dict`` is what a resumed run needs to act exactly as before. See the docs page *Training*.
+Each snapshot is ``agent.policy()`` (f32) with the family's exploration around it: :class:`SnapshotPolicy`
+(the collector's, refreshed every ``sync_every`` updates), :class:`SnapshotActor` (an overlapped run's actor,
+with its own generator) and :class:`LearnerPolicy` (``agent.act`` itself, for on-policy learners). A core
+module: it imports no toolkit subpackage. Guide: docs/pages/training.md.
 """
 
 from __future__ import annotations
@@ -46,23 +30,16 @@ Explore = Callable[[Any, Any], torch.Tensor]
 
 @runtime_checkable
 class ActingPolicy(Protocol):
-    """Acts from a policy snapshot (or the learner itself) for a collector.
-
-    Attributes:
-        syncs: how many times :meth:`sync` refreshed the snapshot (construction included; 0 for a
-            policy that acts with the learner).
-    """
+    """Acts from a policy snapshot (or the learner itself) for a collector; :attr:`syncs` counts refreshes."""
 
     syncs: int
 
     def __call__(self, obs: torch.Tensor) -> torch.Tensor:
-        """Actions ``[E, ...]`` for observations ``[E, *obs_shape]`` on the agent's device, with no
-        host read of a tensor value (a due :meth:`sync` runs first)."""
+        """Actions ``[E, ...]`` for observations ``[E, *obs_shape]`` on the agent's device, no host read."""
         ...
 
     def sync(self) -> None:
-        """Refresh the acting weights from the learner (the one export cast); a no-op for a policy
-        that acts with the learner."""
+        """Refresh the acting weights from the learner; a no-op when the learner acts."""
         ...
 
     def state_dict(self) -> dict[str, Any]:
@@ -75,20 +52,14 @@ class ActingPolicy(Protocol):
 
 
 def check_sync_every(sync_every: Any) -> int:
-    """``sync_every`` if it is a positive int.
-
-    Raises:
-        ValueError: anything else (a bool, a float, 0).
-    """
+    """``sync_every`` if it is a positive int, else ``ValueError``."""
     if not isinstance(sync_every, int) or isinstance(sync_every, bool) or sync_every < 1:
         raise ValueError(f"sync_every must be a positive int, got {sync_every!r}")
     return sync_every
 
 
 def actor_generator(generator: torch.Generator, device: torch.device | str) -> torch.Generator:
-    """An actor's own generator on ``device``, seeded by one draw from the agent's ``generator``
-    (so the actor's draws never interleave with the learner's, and a run with the same seed gives
-    the same actor)."""
+    """An actor's own generator on ``device``, seeded by one draw from the agent's ``generator``."""
     seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device))
     out = torch.Generator(device=device)
     out.manual_seed(seed)
@@ -104,14 +75,7 @@ def _check_counters(state: Mapping[str, Any]) -> None:
 
 
 class LearnerPolicy:
-    """Acts with ``agent.act(obs)`` (exploring): the learner is the acting policy.
-
-    :meth:`sync` does nothing (``syncs`` stays 0); the state holds the two counters of the
-    protocol, kept as loaded (``synced_at``: 0).
-
-    Args:
-        agent: anything with ``act(obs) -> actions``.
-    """
+    """Acts with ``agent.act(obs)`` (exploring; any ``agent`` with ``act``): the learner acts."""
 
     def __init__(self, agent: Any) -> None:
         self.agent = agent
@@ -135,18 +99,13 @@ class LearnerPolicy:
         _check_counters(state)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict` output.
-
-        Raises:
-            ValueError: a missing or mistyped counter; nothing changed.
-        """
+        """Restore :meth:`state_dict` output; ``ValueError`` (nothing changed) on a bad one."""
         _check_counters(state)
         self.synced_at, self.syncs = state["synced_at"], state["syncs"]
 
 
 class _Snapshot:
-    """An f32 policy module acted from with ``act(policy, obs)`` (no gradients), refreshed from
-    the learner's tensors by :meth:`load`; greedy for evaluations (:meth:`eval_policy`)."""
+    """An f32 policy module acted from with ``act(policy, obs)``, refreshed by :meth:`load`."""
 
     def __init__(self, policy: PolicyModule, act: Explore, check: Callable[[Any], None] | None) -> None:
         self.policy = policy.requires_grad_(False)
@@ -161,32 +120,24 @@ class _Snapshot:
 
     @torch.no_grad()
     def load(self, tensors: Sequence[torch.Tensor]) -> None:
-        """Copy ``tensors`` (the learner's, in the order of ``agent.learner_tensors()``) into the
-        snapshot: the one cast between learner and actor."""
+        """Copy ``tensors`` (``learner_tensors()`` order) into the snapshot: the one cast."""
         for dst, src in zip(self._mirrors, tensors, strict=True):
             dst.copy_(src)
 
     def eval_policy(self) -> Callable[[Any], torch.Tensor]:
-        """Greedy actions of the snapshot (eval mode: noisy layers at their mean weights) for any
-        number of observations, checked by the agent's checks where it gave them."""
+        """Greedy actions of the snapshot (eval mode) for any number of observations, checked."""
         return GreedyActor(self.policy, self._check)
 
 
 class SnapshotPolicy(_Snapshot):
-    """The collector's acting policy: a snapshot of the learner, refreshed every ``sync_every``
-    learner updates.
-
-    A call syncs first when ``updates() - synced_at >= sync_every`` (Python ints: no host read),
-    then returns ``act(policy, obs)`` under ``torch.no_grad()``.
+    """The collector's acting policy: a snapshot of the learner, refreshed every ``sync_every`` learner
+    updates.
 
     Args:
-        policy: the snapshot, a fresh ``agent.policy()`` (in train mode where exploration uses its
-            noise; the learner's tensors now).
-        act: ``act(policy, obs) -> actions``: the family's exploration around the policy;
-            observations come as the env hands them over.
+        policy: the snapshot, a fresh ``agent.policy()`` (train mode where exploration uses its noise).
+        act: ``act(policy, obs) -> actions``: the family's exploration around the policy.
         learner: returns the learner's tensors (``agent.learner_tensors``).
         updates: returns the learner's update count now.
-        sync_every: learner updates between two refreshes.
         check: the agent's observation checks for :meth:`eval_policy`.
 
     Raises:
@@ -225,8 +176,7 @@ class SnapshotPolicy(_Snapshot):
         return self.act(self.policy, obs)
 
     def state_dict(self) -> dict[str, Any]:
-        """``synced_at``, ``syncs`` and the snapshot's tensors (``snapshot``: its state dict): the
-        learner has moved on since the last sync, so the snapshot cannot be rebuilt from it."""
+        """``synced_at``, ``syncs`` and the snapshot's state dict (the learner has moved on since)."""
         return {
             "synced_at": self.synced_at,
             "syncs": self.syncs,
@@ -234,8 +184,7 @@ class SnapshotPolicy(_Snapshot):
         }
 
     def _saved(self, state: Mapping[str, Any]) -> Mapping[str, Any]:
-        """The saved snapshot's tensors under this policy's names (a snapshot saved before the
-        snapshot was a policy module holds its network's names, without the module's prefix)."""
+        """The saved snapshot's tensors under this policy's names (older saves lack the prefix)."""
         saved = state.get("snapshot")
         mine = self.policy.state_dict()
         if not isinstance(saved, Mapping) or set(saved) == set(mine):
@@ -249,9 +198,7 @@ class SnapshotPolicy(_Snapshot):
         return saved
 
     def check_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Raise ``ValueError`` unless ``state`` is a :meth:`state_dict` of this policy: counters
-        that are non-negative ints, a snapshot of the same entries and shapes, finite; changes
-        nothing."""
+        """Raise ``ValueError`` unless ``state`` is a :meth:`state_dict` of this policy; changes nothing."""
         _check_counters(state)
         saved = self._saved(state)
         mine = self.policy.state_dict()
@@ -266,12 +213,7 @@ class SnapshotPolicy(_Snapshot):
             raise ValueError(f"collector snapshot tensor {bad!r} holds NaN or infinite values")
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict` output (``sync_every`` is this policy's own).
-
-        Raises:
-            ValueError: a missing or mistyped counter, or a snapshot of other entries or shapes
-                or not finite (:meth:`check_state_dict`); nothing changed.
-        """
+        """Restore :meth:`state_dict` output; ``ValueError`` (nothing changed) on a bad one."""
         self.check_state_dict(state)
         saved = self._saved(state)
         with torch.no_grad():
@@ -281,19 +223,14 @@ class SnapshotPolicy(_Snapshot):
 
 
 class SnapshotActor(_Snapshot):
-    """An overlapped run's actor (:mod:`tritonrl.toolkit.training.overlap`): a snapshot the run
-    refreshes at its sync points (:meth:`load`), exploring with its own generator and step count.
+    """An overlapped run's actor: a snapshot refreshed at sync points, with its own generator and step count.
 
     Args:
-        policy: the snapshot, a fresh ``agent.policy()`` (train mode where exploration uses its
-            noise).
-        act: ``act(policy, obs) -> actions``, exploring from ``generator``, counting its env
-            steps in ``steps[0]``.
+        act: ``act(policy, obs) -> actions``, exploring from ``generator``, counting env steps in
+            ``steps[0]``.
         generator: the actor's own generator (:func:`actor_generator`).
         steps: a one-element list, the actor's env step count, shared with ``act``.
-        check: the agent's observation checks for :meth:`eval_policy`.
-        extras: ``extras() -> {name: tensor}``, what to stage beside the step ``act`` just took
-            (:meth:`extras`); ``None``: nothing.
+        extras: ``extras() -> {name: tensor}`` staged beside each step; ``None``: nothing.
     """
 
     def __init__(
@@ -315,8 +252,7 @@ class SnapshotActor(_Snapshot):
         return {} if self._extras is None else self._extras()
 
     def state_dict(self) -> dict[str, Any]:
-        """The snapshot's tensors (in ``learner_tensors()`` order), the generator's state and the
-        step count (copies)."""
+        """Copies of the snapshot's tensors, the generator's state and the step count."""
         return {
             "snapshot": [t.detach().clone() for t in self._mirrors],
             "generator": self.generator.get_state(),
@@ -325,11 +261,7 @@ class SnapshotActor(_Snapshot):
 
     @torch.no_grad()
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict`'s snapshot, generator state and step count.
-
-        Raises:
-            ValueError: the snapshot tensors do not match this actor's network.
-        """
+        """Restore :meth:`state_dict` output; ``ValueError`` for a snapshot of another network."""
         saved = list(state["snapshot"])
         if [tuple(t.shape) for t in saved] != [tuple(t.shape) for t in self._mirrors]:
             raise ValueError("overlap: the saved actor snapshot does not match the agent's network")

@@ -1,32 +1,8 @@
 """Checkpoints: one safetensors file holding the tensors and, in its header, a JSON tree.
 
-``save_checkpoint(path, state)`` takes a nested structure of dicts, lists, tuples, tensors and
-JSON scalars (model and optimizer state dicts, counters, config, RNG states). Tensors go to the
-safetensors payload under flat names; everything else, with a placeholder where each tensor was,
-is a JSON document stored in the safetensors header metadata. One file means one atomic write:
-the bytes go to a temporary file in the same folder, are flushed to disk, and ``os.replace`` puts
-them in place, so a crash mid-save leaves the previous checkpoint intact.
-
-``load_checkpoint(path)`` never unpickles anything: safetensors tensors plus ``json.loads``.
-It reads regular files only (a FIFO or a link to ``/dev/zero`` is refused before a byte is read),
-bounds the header (:data:`MAX_HEADER_BYTES`) and parses it before the payload, and decodes only
-what :func:`save_checkpoint` writes (dtype names are real torch dtypes, never any ``torch``
-attribute). Truncated, foreign, crafted or unreadable files raise :class:`CheckpointError` with
-one line starting with the file's path; messages never embed a state (:func:`brief`).
-
-Integrity: the header also holds a crc32 checksum of the JSON document and of every tensor (its
-dtype, shape and bytes); :func:`load_checkpoint` verifies them, so flipped bits anywhere in the
-file are refused at load, not trained on. A file written before checksums existed (no
-``checksum`` entry in its document) loads without verification. :func:`nonfinite_entry` finds a
-NaN or infinite tensor in a state (what a checkpoint of a diverged run holds).
-
-A training run's checkpoint (format :data:`TRAIN_FORMAT`) has sections, checked and named in
-words by :func:`training_sections`; :func:`agent_state` takes the agent state out of either kind.
-
-Cross-dtype loading is the consumer's business, done once at load: :func:`load_into_module`
-checks names and shapes of every tensor against a module *before* touching it, then copies,
-casting floating tensors to the dtype of the parameter they land in (bf16 -> f32 on a CPU,
-f32 -> bf16 on an Ampere GPU).
+Atomic writes, no pickle, crc32 of the header and every tensor; a bad file is one :class:`CheckpointError`
+line. Also the training-run sections, RNG states and the checked, dtype-casting load into a module. A core
+module. Guide: docs/pages/checkpoints.md.
 """
 
 from __future__ import annotations
@@ -205,12 +181,11 @@ def _decode(obj: Any, tensors: Mapping[str, torch.Tensor]) -> Any:
 
 
 def save_checkpoint(path: str | os.PathLike, state: Mapping[str, Any]) -> None:
-    """Write ``state`` to ``path`` atomically (temporary file in the same folder + ``os.replace``).
+    """Write ``state`` to ``path`` atomically (temporary file + ``os.replace``; parent folders created).
 
     Args:
-        path: destination file (conventionally ``*.safetensors``); parent folders are created.
-        state: nested dicts (str or int keys), lists, tuples, tensors (any device and dtype:
-            stored as they are, on the CPU), numpy arrays and JSON scalars.
+        state: nested dicts (str or int keys), lists, tuples, tensors (any device and dtype), arrays, JSON
+            scalars.
 
     Raises:
         TypeError: ``state`` holds something else (the message names where).
@@ -232,8 +207,7 @@ def save_checkpoint(path: str | os.PathLike, state: Mapping[str, Any]) -> None:
 
 
 def checksum(tensor: torch.Tensor) -> str:
-    """The crc32 (8 hex digits) of a CPU tensor's dtype, shape and bytes: what a checkpoint stores
-    per tensor. zlib's crc32 runs at memory speed (docs/pages/checkpoints.md, "Checksums")."""
+    """The crc32 (8 hex digits) of a CPU tensor's dtype, shape and bytes."""
     flat = tensor.detach().contiguous().reshape(-1).view(torch.uint8).numpy().data
     start = zlib.crc32(f"{tensor.dtype}:{list(tensor.shape)}".encode())
     return f"{zlib.crc32(flat, start):08x}"
@@ -244,8 +218,7 @@ def _crc_text(text: str) -> str:
 
 
 def _verify_sums(meta: Mapping[str, Any], doc: Mapping[str, Any], payload: Any, where: str) -> None:
-    """Check the checksums of ``meta`` against the header document and (``payload`` given) the
-    tensors. A document without a ``checksum`` entry (an older file) is not verified."""
+    """Check ``meta``'s checksums against the document and tensors (none stored: not checked)."""
     raw = meta.get(_SUMS_KEY)
     if "checksum" not in doc and raw is None:
         return  # written before checksums existed
@@ -277,14 +250,11 @@ def _verify_sums(meta: Mapping[str, Any], doc: Mapping[str, Any], payload: Any, 
 def atomic_write_bytes(path: str | os.PathLike, payload: bytes) -> None:
     """Write ``payload`` to ``path`` so that readers see the old file or the new one, never a mix.
 
-    The bytes go to a temporary file ``.<name>.<random>.tmp`` in the same folder, reach the disk
-    (``fsync``), ``os.replace`` makes them current, and the folder is fsynced so that the rename
-    itself survives a power cut; parent folders are created. On any failure the temporary file
-    is removed and the previous file at ``path`` is untouched. A process killed mid-write can
-    leave its temporary file behind: :func:`remove_stale_temps` clears those.
+    Temporary file, ``fsync``, ``os.replace``, folder fsync; a killed writer's temporary is cleared by
+    :func:`remove_stale_temps`.
 
     Raises:
-        OSError: the write failed (disk full, read-only folder, ...); the error names ``path``.
+        OSError: the write failed (the previous file stays); the error names ``path``.
     """
     dest = Path(path)
     tmp = None
@@ -326,14 +296,7 @@ def _fsync_dir(folder: Path) -> None:
 
 
 def remove_stale_temps(path: str | os.PathLike) -> list[Path]:
-    """Remove the temporary files :func:`atomic_write_bytes` left for ``path`` (a killed writer).
-
-    Only ``.<name>.*.tmp`` files of this one destination are touched. Call it only while no other
-    process can be writing ``path`` (the run folder's lock guarantees that for the training loop).
-
-    Returns:
-        the files removed.
-    """
+    """Remove and return the temporary files :func:`atomic_write_bytes` left for ``path`` (hold the lock)."""
     dest = Path(path)
     removed = []
     for tmp in dest.parent.glob(f".{glob_escape(dest.name)}.*.tmp"):
@@ -351,12 +314,10 @@ names; a big replay buffer's header stays far below): a larger length field mean
 
 
 def _read_file(path: str | os.PathLike, where: str, *, payload: bool = True) -> bytes:
-    """The bytes of a regular-file checkpoint, reading the 8-byte length and the header first
-    (only those with ``payload=False``).
+    """The bytes of a regular-file checkpoint (``payload=False``: length and header only).
 
-    Refuses anything but a regular file (after following links) before reading a byte, so a FIFO
-    cannot block and ``/dev/zero`` cannot exhaust memory; a header length beyond the file or
-    beyond :data:`MAX_HEADER_BYTES` is refused before the rest is read.
+    Non-regular files (a FIFO, ``/dev/zero``) and header lengths beyond the file or :data:`MAX_HEADER_BYTES`
+    are refused unread.
     """
     try:
         # O_NONBLOCK: opening a FIFO without a writer would otherwise block right here
@@ -428,25 +389,17 @@ class _NoTensors(dict):
 def load_checkpoint(
     path: str | os.PathLike, *, device: torch.device | str | None = None, tensors: bool = True
 ) -> dict:
-    """Read a checkpoint written by :func:`save_checkpoint`; no pickle is involved.
+    """Read a checkpoint written by :func:`save_checkpoint` (no pickle); dtypes kept as stored.
 
     Args:
-        path: the checkpoint file (a regular file, or a link to one).
-        device: where tensors go (default: CPU). Dtypes are kept as stored; converting them is
-            the consumer's job (see :func:`load_into_module`).
-        tensors: ``False`` reads the header alone (configs, counters, identity: what deciding
-            about a resume takes) and leaves ``None`` where each tensor was, without reading the
-            payload; its integrity is checked when the checkpoint is loaded in full.
+        tensors: ``False`` reads the header alone, ``None`` where each tensor was.
 
     Returns:
         the nested ``state`` as saved (tuples come back as tuples, int keys as ints).
 
     Raises:
-        CheckpointError: missing, not a regular file, truncated, foreign (not a tritonrl
-            checkpoint), a newer format, damaged (a header or tensor that does not match its
-            checksum; ``tensors=False`` checks the header's alone), or a header this module cannot
-            have written (bad dtype names, malformed entries, absurd nesting). The message is one
-            line starting with ``path``.
+        CheckpointError: missing, not a regular file, truncated, foreign, newer, damaged, or crafted; one line
+            starting with ``path``.
     """
     where = str(path)
     data = _read_file(path, where, payload=tensors)
@@ -520,10 +473,7 @@ _OPTIONAL_SECTIONS = {"format", "collector", "ranks", "overlap"}  # a collector'
 
 
 def section(state: Any, key: str, where: str, words: str | None = None) -> Any:
-    """``state[key]``, or a :class:`CheckpointError` naming the section in words.
-
-    ``"run/checkpoint.safetensors: the loop counters section ('loop') is missing"``.
-    """
+    """``state[key]``, or a :class:`CheckpointError` naming the section in words."""
     if not isinstance(state, Mapping) or key not in state:
         what = words or SECTIONS.get(key, "the entry")
         raise CheckpointError(f"{where}: {what} ({key!r}) is missing")
@@ -531,12 +481,10 @@ def section(state: Any, key: str, where: str, words: str | None = None) -> Any:
 
 
 def training_sections(state: Any, where: str) -> dict:
-    """Check the top level of a training-run checkpoint (:mod:`tritonrl.toolkit.training.loop`) and return it.
+    """Check the top level of a training-run checkpoint and return it.
 
     Raises:
-        CheckpointError: another format (an agent-only save, say), a section missing or of the
-            wrong type, named in words (``"<where>: the loop counters section ('loop') is
-            missing"``), or a section the loop does not write.
+        CheckpointError: another format, a section missing, mistyped or unknown, named in words.
     """
     if not isinstance(state, Mapping) or state.get("format") != TRAIN_FORMAT:
         what = (
@@ -563,12 +511,10 @@ def training_sections(state: Any, where: str) -> dict:
 
 
 def agent_state(state: Any, kind: str, where: str) -> dict:
-    """The agent state of ``kind`` in a loaded checkpoint: the whole state of an agent save, or the
-    ``agent`` section of a training-run checkpoint.
+    """The agent state of ``kind``: a whole agent save, or a training checkpoint's ``agent`` section.
 
     Raises:
-        CheckpointError: another agent kind, or a training checkpoint without a usable agent
-            section (one line starting with ``where``; never the state itself).
+        CheckpointError: another agent kind, or no usable agent section.
     """
     if isinstance(state, Mapping) and state.get("format") == TRAIN_FORMAT:
         state = section(state, "agent", where)
@@ -594,11 +540,10 @@ def agent_state(state: Any, kind: str, where: str) -> dict:
 
 
 def generator_state_fits(state: Any, device: torch.device | str) -> bool:
-    """Whether a saved ``torch.Generator`` state can be restored on ``device`` (checked on a scratch
-    generator). ``False`` for a state of another device type (CUDA <-> CPU: the caller reseeds).
+    """Whether a saved generator state restores on ``device`` (``False`` across device types: reseed).
 
     Raises:
-        ValueError: not a 1-D uint8 tensor of a generator state of any device type.
+        ValueError: not a 1-D uint8 generator state.
     """
     if not isinstance(state, torch.Tensor) or state.dtype != torch.uint8 or state.dim() != 1:
         got = (
@@ -626,8 +571,7 @@ def check_module_tensors(
 ) -> None:
     """Raise :class:`CheckpointError` unless ``tensors`` fits ``module.state_dict()`` exactly.
 
-    Checks: the same names, each value a tensor of the same shape, floating where the module's
-    entry is floating, and no NaN or infinity (:func:`nonfinite_entry`). Touches nothing.
+    The same names, shapes and floating kinds, and no NaN or infinity. Touches nothing.
     """
     if not isinstance(tensors, Mapping):
         raise CheckpointError(f"{where}: is a {type(tensors).__name__}, not a dict of tensors")
@@ -657,10 +601,11 @@ def check_module_tensors(
 
 
 def nonfinite_entry(state: Any, *, skip: Iterable[str] = ()) -> str | None:
-    """The path (``"online.fc.weight"``) of the first floating tensor of ``state`` (nested dicts,
-    lists, tuples) that holds a NaN or an infinity, else ``None``. The entries whose paths
-    ``skip`` names (``"replay"``, ``"agent.replay"``) are not looked at. One host sync per device
-    (one more on each that has one)."""
+    """The path (``"online.fc.weight"``) of the first floating tensor of ``state`` holding a NaN or an
+    infinity, else ``None``.
+
+    Entries whose paths ``skip`` names (``"replay"``) are not looked at. One host sync per device.
+    """
     skipped = set(skip)
     found: list[tuple[str, torch.Tensor]] = []
 
@@ -692,14 +637,10 @@ def nonfinite_entry(state: Any, *, skip: Iterable[str] = ()) -> str | None:
 def load_into_module(
     module: torch.nn.Module, tensors: Mapping[str, Any], *, where: str = "checkpoint"
 ) -> None:
-    """Copy ``tensors`` into ``module`` after checking all of them (see :func:`check_module_tensors`).
-
-    Floating tensors are cast to the dtype (and device) of the entry they replace: a bf16
-    checkpoint loads into an f32 module and the other way round, converted once here.
+    """Copy ``tensors`` into ``module``, all checked first, floats cast to each entry's dtype and device.
 
     Raises:
-        CheckpointError: names, shapes or kinds differ, or a tensor is not finite; ``module`` is
-            left untouched then.
+        CheckpointError: names, shapes or kinds differ, or a tensor is not finite; ``module`` untouched.
     """
     check_module_tensors(module, tensors, where=where)
     own = module.state_dict()
@@ -732,12 +673,10 @@ def capture_rng_state() -> dict:
 
 
 def check_rng_state(state: Any, *, where: str = "RNG state") -> tuple:
-    """Check RNG states captured by :func:`capture_rng_state` (each part is loaded into a scratch
-    generator) and return them staged for :func:`restore_rng_state`; changes no RNG.
+    """Check RNG states of :func:`capture_rng_state`; returned staged for :func:`restore_rng_state`.
 
     Raises:
-        CheckpointError: ``state`` lacks an entry or has the wrong shape (message starts with
-            ``where``).
+        CheckpointError: a missing entry or a wrong shape (message starts with ``where``).
     """
     try:
         if not isinstance(state, Mapping):
@@ -770,13 +709,10 @@ def check_rng_state(state: Any, *, where: str = "RNG state") -> tuple:
 
 
 def restore_rng_state(state: Mapping[str, Any], *, where: str = "RNG state") -> None:
-    """Put back the RNG states captured by :func:`capture_rng_state`.
-
-    Every part is checked (:func:`check_rng_state`) before any global RNG changes.
+    """Put back the RNG states of :func:`capture_rng_state`, all checked first.
 
     Raises:
-        CheckpointError: ``state`` lacks an entry or has the wrong shape (message starts with
-            ``where``); no RNG was changed then.
+        CheckpointError: a missing entry or a wrong shape; no RNG changed.
     """
     torch_state, np_tuple, py_tuple, cuda_states = check_rng_state(state, where=where)
     torch.set_rng_state(torch_state)

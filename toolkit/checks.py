@@ -1,22 +1,8 @@
 """Validation shared by every agent family: config field ranges, memory budgets, per-step inputs.
 
-Three mechanisms, each in one place:
-
-- :func:`check_config`: the type and the valid range of every field of a frozen config dataclass,
-  from a small table of interval strings (``"(0, 1]"``, ``"[1, inf)"``); one ``ValueError`` line
-  naming the field and the value. Non-finite numbers (NaN, inf) are never valid. The numbers are
-  checked by :func:`tritonrl.kernels.validate.check_field`, the project's one validation dialect.
-- :func:`check_memory`: refuse an allocation that cannot fit in the device's free memory, saying
-  how much it needs, for what, and how much there is.
-- :class:`StepShapes`: the shapes (one row per environment) and dtypes of ``act``/``observe``
-  arguments, metadata only, before any tensor op.
-- :class:`InputGuard`: NaN/inf observations and rewards and out-of-range actions are rejected at an
-  agent's boundary (``act``/``observe``), before anything is stored or learned. Host inputs (numpy
-  arrays, CPU tensors) are checked at once, at a cost of about a microsecond per tensor; tensors on
-  an accelerator are never read on the step: their checks accumulate into a device-side flag that
-  :meth:`InputGuard.check` reads (one sync) when the training loop calls ``agent.check_inputs()``
-  (at every log interval and before every checkpoint), or, with
-  :attr:`InputGuard.check_at_update`, when the agent's ``update()`` starts.
+:func:`check_config`, :func:`check_memory`, :class:`StepShapes` (metadata only) and :class:`InputGuard`
+(NaN/inf and out-of-range inputs; deferred to a device flag on an accelerator). A core module. Guide:
+docs/pages/agent-inputs.md.
 """
 
 from __future__ import annotations
@@ -91,20 +77,16 @@ def numeric_fields(cls: type) -> list[str]:
 
 
 def check_config(config: Any, ranges: Mapping[str, str]) -> None:
-    """Check the types of a config's int/float/bool fields, the range of each numeric one, and that
-    each ``Literal[...]`` field holds one of its values.
+    """Check the types of a config's int/float/bool fields, each numeric range, each ``Literal`` field's
+    value.
 
     Args:
-        config: a dataclass instance (its type hints give each field's type).
-        ranges: ``{field: interval}`` with intervals such as ``"(0, 1]"``, ``"[1, inf)"``,
-            ``"(-inf, inf)"`` (any finite number). Tuple fields apply it to every item; an
-            optional field may be ``None``. Every int/float field must be listed.
+        ranges: ``{field: interval}`` such as ``"(0, 1]"``, ``"[1, inf)"`` for every int/float field (tuples:
+            each item).
 
     Raises:
-        ValueError: one line naming the field and its value: a wrong type (an int field holding
-            ``1.5`` or ``True``), NaN or inf, a value outside its interval, or a value that is not
-            one of a ``Literal`` field's (``compile='fast' is not one of ('none', 'default',
-            'reduce-overhead')``).
+        ValueError: one line naming the field and value: wrong type, NaN or inf, out of range, not a
+            ``Literal`` value.
         KeyError: a numeric field has no range (a programming error in the config class).
     """
     cls: type = type(config)
@@ -139,11 +121,7 @@ def format_bytes(n: float) -> str:
 
 
 def available_memory(device: torch.device | str) -> int | None:
-    """Bytes that can still be allocated on ``device``, or ``None`` when unknown.
-
-    CPU: ``MemAvailable`` of ``/proc/meminfo`` (free plus reclaimable cache), else free pages from
-    ``os.sysconf``. CUDA: ``torch.cuda.mem_get_info`` (free device memory).
-    """
+    """Bytes that can still be allocated on ``device``, or ``None`` when unknown."""
     dev = torch.device(device)
     if dev.type == "cuda":
         try:
@@ -172,11 +150,9 @@ def check_memory(what: str, parts: Mapping[str, int], device: torch.device | str
     Args:
         what: the setting responsible, e.g. ``"buffer_size=100000000000"``.
         parts: bytes per component, e.g. ``{"observations": ..., "actions": ...}``.
-        device: where it would be allocated.
 
     Raises:
-        ValueError: ``"buffer_size=... needs 3.2 TB (observations 3.2 TB, ...) on cpu; this machine
-            has 24.1 GB available"``. Nothing is raised when the free memory is unknown.
+        ValueError: ``"buffer_size=... needs 3.2 TB (...) on cpu; this machine has 24.1 GB available"``.
     """
     need = sum(parts.values())
     free = available_memory(device)
@@ -200,8 +176,7 @@ def _shape(x: Any) -> tuple[int, ...]:
 
 
 def _dtype(x: Any) -> tuple[str, Any]:
-    """The dtype of a tensor, array, list or number, and its kind in numpy's letters (``"b"``
-    bool, ``"i"``/``"u"`` integer, ``"f"`` floating, ``"c"`` complex)."""
+    """The dtype of a tensor, array, list or number, and its numpy kind letter."""
     if isinstance(x, torch.Tensor):
         d = x.dtype
         return ("b" if d == torch.bool else "f" if d.is_floating_point else "c" if d.is_complex else "i"), d
@@ -213,8 +188,7 @@ _BOOL = torch.bool
 
 
 def check_image_bytes(owner: str, call: str, x: Any, name: str = "obs") -> None:
-    """Refuse image observations that are not the environment's bytes (uint8), before any tensor op
-    (metadata only; a numpy array or a list is read as numpy reads it).
+    """Refuse image observations that are not uint8 bytes, before any tensor op (metadata only).
 
     Raises:
         TypeError: ``"<owner>.<call>: image <name> must be uint8 (the environment's bytes), got ..."``.
@@ -225,15 +199,12 @@ def check_image_bytes(owner: str, call: str, x: Any, name: str = "obs") -> None:
 
 
 class StepShapes:
-    """The shapes and dtypes an agent's ``act`` and ``observe`` take (metadata only, checked before
-    any tensor op): one row per environment for every argument, boolean episode flags, real
-    rewards. One per agent; errors are one line naming the call, the argument, what was expected
-    and what came.
+    """The shapes and dtypes an agent's ``act`` and ``observe`` take, checked before any tensor op.
 
     Args:
         owner: how messages name the agent (``"DQNAgent"``).
         num_envs: the leading dim of every argument.
-        obs_shape: the shape of one observation (``obs``, ``next_obs``).
+        obs_shape: the shape of one observation.
         action_shape: the shape of one action.
     """
 
@@ -256,8 +227,7 @@ class StepShapes:
     def _fast(
         self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any
     ) -> bool:
-        """The common cases, at a fraction of the general checks' cost: tensors or arrays of the
-        right shapes and dtypes (``False``: let the general checks name what is wrong)."""
+        """The common, well-formed cases cheaply; ``False``: let the general checks speak."""
         T, N, full = torch.Tensor, np.ndarray, self.obs
         if not (type(obs) in (T, N) and type(next_obs) in (T, N) and type(action) in (T, N)):
             return False
@@ -290,8 +260,8 @@ class StepShapes:
         """``obs`` has shape ``[num_envs, *obs_shape]``.
 
         Raises:
-            ValueError: ``"DQNAgent.act: obs has shape (3, 4), expected (4, 4) (one per
-                environment, num_envs=4)"``.
+            ValueError: ``"DQNAgent.act: obs has shape (3, 4), expected (4, 4) (one per environment,
+                num_envs=4)"``.
         """
         if type(obs) is not torch.Tensor or obs.shape != self.obs:
             self._rows("act", "obs", obs, self.obs)
@@ -299,13 +269,12 @@ class StepShapes:
     def observe(
         self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any
     ) -> None:
-        """``observe``'s arguments (tensors, arrays or lists): shapes ``[num_envs, ...]``, boolean
-        ``terminated`` and ``truncated`` (a float 0/1 flag is refused, not cast), real ``reward``.
+        """``observe``'s arguments: shapes ``[num_envs, ...]``, boolean ``terminated``/``truncated`` (float
+        flags refused, not cast), real ``reward``.
 
         Raises:
             ValueError: a wrong shape (as :meth:`act`).
-            TypeError: ``"PPOAgent.observe: terminated must be boolean, got dtype torch.float32"``,
-                ``"... reward must be real numbers, got dtype torch.bool"``.
+            TypeError: a flag that is not boolean or a reward that is not real.
         """
         if self._fast(obs, action, reward, next_obs, terminated, truncated):
             return
@@ -334,14 +303,11 @@ class ActionRule:
     """What a valid action is, for :class:`InputGuard`.
 
     Attributes:
-        kind: ``"discrete"`` (integers ``0 <= a < n``), ``"multidiscrete"`` (``0 <= a[..., d] <
-            nvec[d]``) or ``"box"`` (finite floats; within ``[low, high]`` when ``bounded``).
+        kind: ``"discrete"``, ``"multidiscrete"`` or ``"box"`` (finite floats).
         nvec: ``(n,)`` for discrete, the per-dimension counts for multidiscrete; ``()`` for box.
         low: box lower bounds (used when ``bounded``).
         high: box upper bounds.
-        bounded: box actions must lie in ``[low, high]`` (tanh-squashed policies, whose log-prob
-            is undefined outside; an unsquashed Gaussian samples beyond the bounds by design and
-            the environment clips, so there only finiteness is required).
+        bounded: box actions must lie in ``[low, high]`` (tanh-squashed policies).
         text: how the space reads in messages, e.g. ``"Discrete(2)"``.
     """
 
@@ -378,37 +344,19 @@ def _index(idx: Sequence[int]) -> str:
 
 
 class InputGuard:
-    """Rejects NaN/inf observations and rewards and out-of-range actions at an agent's boundary.
-
-    One per agent. The agent calls :meth:`obs`, :meth:`reward` and :meth:`action` on its inputs
-    (and :meth:`same` on an input that must equal what it holds) before changing any state, and
-    :meth:`acted` on each action it returns (an action passed back unchanged, the same tensor not
-    modified in place since, is not checked again; likewise the last observation checked, so a
-    loop's ``next_obs`` -> ``obs`` is checked once).
+    """Rejects NaN/inf observations and rewards and out-of-range actions at an agent's boundary, before any
+    state changes.
 
     Args:
         owner: how messages name the checked object (``"DQNAgent"``, ``"ReplayBuffer"``).
         actions: the valid actions; ``None``: :meth:`action` checks nothing.
-        where: how messages name this guard's ``mode`` (``"agent.inputs"``, ``"buffer.inputs"``).
+        where: how messages name this guard's ``mode`` (``"agent.inputs"``).
 
     Attributes:
-        mode: ``"auto"`` (default): host inputs are checked at once, accelerator tensors deferred;
-            ``"eager"``: every input is checked at once (a host sync per tensor on an accelerator,
-            for debugging: the message gives the exact entry); ``"deferred"``: every input only
-            sets the device-side flag (how tests exercise the accelerator path on a CPU).
-        check_at_update: ``False`` (default): ``update()`` reads no flag (no host sync in a
-            learner step); the flags are read by ``agent.check_inputs()``, which the training loop
-            calls at every log interval and before every checkpoint, so a checkpoint never holds
-            what was learned from bad data, and the run stops with this error at the next log
-            interval. ``True``: ``update()`` reads the flags first whenever new inputs arrived
-            (one host sync per round of updates on an accelerator), and nothing is ever learned
-            from bad data.
+        mode: ``"auto"`` (host inputs at once, accelerator tensors deferred), ``"eager"`` or ``"deferred"``.
+        check_at_update: ``update()`` reads the deferred flags first, so nothing is learned from bad data.
 
-    Eager errors are one line naming the call, the argument, the step-local index of the first bad
-    entry and its value: ``DQNAgent.observe: reward[3] = nan is not finite``. Deferred errors name
-    the call and the argument (the entry is unknown without a sync per step); the bad data may
-    already be stored, and updates before the check may have learned from it (none has with
-    ``check_at_update``).
+    Modes and costs: docs/pages/agent-inputs.md.
     """
 
     def __init__(
@@ -531,10 +479,7 @@ class InputGuard:
                 self._fail(call, name, t, bad, "is not finite")
 
     def action(self, call: str, x: Any) -> None:
-        """Check that the action ``x`` lies in the action space (see :class:`ActionRule`).
-
-        An action that :meth:`acted` recorded (same tensor, unmodified) passes without a check;
-        without an action rule nothing is checked.
+        """Check that the action ``x`` lies in the space (an action :meth:`acted` recorded passes).
 
         Raises:
             ValueError: an entry outside the space or not finite (eager path).
@@ -628,15 +573,10 @@ class InputGuard:
             )
 
     def same(self, call: str, name: str, given: Any, expected: torch.Tensor, what: str, fix: str) -> None:
-        """Check that ``given`` equals ``expected`` (``[E, ...]``, what the agent holds for it) row by
-        row; a ``given`` that is the tensor :meth:`acted` recorded (unmodified) passes unchecked.
-
-        Host tensors are compared at once; on an accelerator (or in ``"deferred"`` mode) the
-        comparison folds into a device-side flag read by :meth:`check` (no sync on the step).
+        """Check that ``given`` equals ``expected`` (``[E, ...]``) row by row (deferred on an accelerator).
 
         Raises:
-            ValueError: ``"PPOAgent.observe: action differs in rows [1] from <what>; <fix>"`` (eager
-                path).
+            ValueError: ``"PPOAgent.observe: action differs in rows [1] from <what>; <fix>"`` (eager path).
         """
         if isinstance(given, torch.Tensor):
             acted = self._acted
@@ -675,14 +615,10 @@ class InputGuard:
         self._acted = (action, action._version)
 
     def check(self) -> None:
-        """Raise if a deferred check failed since the agent was built; one host sync when pending.
+        """Raise if a deferred check failed since the agent was built (one host sync when pending).
 
         Raises:
-            ValueError: ``"PPOAgent.act: obs held NaN or inf at a step since the last check (deferred
-                check on cuda:0, without a per-step sync; set agent.inputs.mode = 'eager' to find
-                the entry)"`` (``agent.inputs`` is :attr:`where`), or a row that differed in a
-                deferred :meth:`same` check. A failed check stays failed (the bad data may be
-                stored).
+            ValueError: the call and argument that held NaN/inf or differed; a failed check stays failed.
         """
         if not self.pending:
             return

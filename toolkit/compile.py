@@ -1,13 +1,9 @@
 """``torch.compile`` of the learner step and the acting forward: one switch, one helper.
 
-Every agent config has a resumable ``compile`` field: ``"none"`` (eager), ``"default"``
-(``torch.compile(fn, fullgraph=True, dynamic=False)``) or ``"reduce-overhead"`` (the same plus CUDA
-graphs on CUDA; on a CPU exactly ``"default"``). :class:`Compiled` wraps each compiled region (the
-loss with its backward, the optimizer step, the acting forward); draws from the agents'
-generators stay outside, passed in as tensors. Under CUDA graphs a replay overwrites the previous
-outputs: :class:`Compiled` marks each step's start and the agents copy what outlives a step with
-:func:`escape`. What each agent compiles, the rules and the measured effect: docs/pages/speed.md
-("The compile switch").
+The agents' ``compile`` field is ``"none"``, ``"default"`` (fullgraph, static shapes) or ``"reduce-overhead"``
+(plus CUDA graphs on CUDA). :class:`Compiled` wraps each region; :func:`escape` copies what must outlive a
+CUDA-graph step. Imports torch and toolkit root modules only. Rules and what each agent compiles:
+docs/pages/speed.md ("The compile switch").
 """
 
 from __future__ import annotations
@@ -26,8 +22,7 @@ COMPILE_MODES: tuple[str, ...] = ("none", "default", "reduce-overhead")
 
 
 # Inductor options of every compiled region. size_asserts: the generated wrapper re-checks each
-# input's sizes and strides on every call (65 checks per DQN update, ~25 us on a CPU), which
-# Dynamo's guards have already checked before the call.
+# input's sizes and strides on every call, which Dynamo's guards have already checked.
 _OPTIONS = {"size_asserts": False}
 
 
@@ -36,12 +31,8 @@ class Compiled:
 
     Args:
         fn: the function (often a bound method; Dynamo guards on the attributes it reads).
-        mode: one of :data:`COMPILE_MODES`.
         device: where the function's tensors live (CUDA graphs only on CUDA).
-        fullgraph: refuse graph breaks (an unsupported call raises at the first call instead of
-            silently splitting the region). Every region of the agents traces whole: the kernel
-            ops are torch custom ops where a Triton kernel runs, their torch references (plain
-            torch) elsewhere (:func:`tritonrl.kernels.library.traces_reference`).
+        fullgraph: refuse graph breaks, so an unsupported call raises at the first call.
 
     Raises:
         ValueError: an unknown ``mode``.
@@ -82,24 +73,13 @@ class Compiled:
         return self._call(*args, **kwargs)
 
     def step_begin(self) -> None:
-        """Mark the start of a new step for CUDA-graph replays (a no-op without CUDA graphs).
-
-        Call it once per update (or act) before the first compiled call: outputs of the previous
-        step's replays may be overwritten from then on.
-        """
+        """Mark a step's start for CUDA-graph replays: the previous step's outputs may be overwritten."""
         if self.cudagraphs:
             torch.compiler.cudagraph_mark_step_begin()
 
 
 def _own_code(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """A function that calls ``fn``, with a code object of its own.
-
-    Dynamo keeps compiled code per code object, at most ``torch._dynamo.config.recompile_limit``
-    (8) entries each; a method compiled for every agent would share one code object among all
-    agents of a process, and the ninth agent of another shape would fail (``fullgraph=True``
-    turns the recompile limit into an error). With a code object per :class:`Compiled`, each agent
-    has its own limit (Inductor's graph cache still serves agents of equal shapes).
-    """
+    """A function that calls ``fn`` with a code object of its own: a recompile limit per agent."""
 
     def call(*args: Any, **kwargs: Any) -> Any:
         return fn(*args, **kwargs)
@@ -109,11 +89,7 @@ def _own_code(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def escape(tree: Any, compiled: Compiled) -> Any:
-    """``tree`` (a nest of tensors), made safe to keep past the current step.
-
-    With CUDA graphs (:attr:`Compiled.cudagraphs`) each tensor is cloned out of the graph's memory
-    (a device copy, no host sync); otherwise ``tree`` is returned as it is.
-    """
+    """``tree`` (a nest of tensors), cloned out of CUDA-graph memory where needed, to keep past the step."""
     if not compiled.cudagraphs:
         return tree
     return pytree.tree_map(torch.clone, tree)

@@ -1,34 +1,10 @@
-"""Agent configs: one (de)serialiser, command-line overrides, strict reading back from checkpoints,
-and which fields a resume may change.
+"""Agent configs: one (de)serialiser, command-line overrides, strict reading back from checkpoints, and which
+fields a resume may change.
 
-Every agent config is a frozen dataclass deriving from :class:`Config`, which gives it the one
-``to_dict`` / ``from_dict`` pair: ``to_dict`` keeps every value as it is (tuples stay tuples:
-the checkpoint stores them as such, JSON writes them as lists), ``from_dict`` turns lists back
-into tuples wherever the field's type says tuple, nested tuple types included.
-:func:`apply_overrides` is the one way to change fields by name (``--set lr=1e-3`` strings are
-converted to each field's type; Python values pass through to the config's own checks).
-
-A field declared with ``resumable()`` may differ between a checkpoint and the run that
-continues it (``--resume --set lr=1e-4``): the new value is applied for real (the agent reads it
-from its config; optimizer learning rates are set from it after the optimizer state is loaded).
-Every other field is *fixed*: network shapes, discount, n-step, buffer and batch sizes, rollout
-length, atoms, seeds' effects; changing one on resume is refused
-(``--resume cannot change gamma (checkpoint 0.99, now 0.9): start a new run``). ::
-
-    @dataclass(frozen=True)
-    class MyConfig(Config):
-        hidden: int = 64                       # fixed
-        lr: float = resumable(3e-4)            # may change on resume
-
-A fixed field added after checkpoints were written is declared with :func:`backfilled` when its
-default reproduces what those runs did (``torso_hidden: ... = backfilled(None)``: the network they
-built): a checkpoint without it reads as that default, and a resume still may not change it.
-
-:func:`check_config_dict` reads a config dict back from a checkpoint strictly: every fixed field
-present (a resumable or :func:`backfilled` field saved before it existed takes its default), no
-unknown one, each value of its declared type (``int`` is not ``bool``, ``float`` accepts ints,
-tuples come back as lists or tuples). :func:`config_changes` and :func:`fixed_changes` compare two
-configs field by field.
+Every agent config is a frozen dataclass deriving from :class:`Config`. A field declared with
+:func:`resumable` may change on ``--resume --set``; every other field is fixed (a change is refused), and
+:func:`backfilled` marks a fixed field added after checkpoints were written. Imports nothing from tritonrl.
+Guide: docs/pages/training.md ("--resume and --set").
 """
 
 from __future__ import annotations
@@ -60,14 +36,13 @@ _BACKFILLED = "backfilled"
 
 
 def resumable(default: Any, **kwargs: Any) -> Any:
-    """A dataclass field (default ``default``) that a resumed run may change (see the module doc)."""
+    """A dataclass field (default ``default``) that a resumed run may change."""
     metadata = {**kwargs.pop("metadata", {}), _RESUMABLE: True}
     return dataclasses.field(default=default, metadata=metadata, **kwargs)
 
 
 def backfilled(default: Any, **kwargs: Any) -> Any:
-    """A fixed dataclass field (default ``default``) that checkpoints saved before it existed lack:
-    they read as ``default``, which must be what those runs did (see the module doc)."""
+    """A fixed field older checkpoints lack: they read as ``default``, what those runs did."""
     metadata = {**kwargs.pop("metadata", {}), _BACKFILLED: True}
     return dataclasses.field(default=default, metadata=metadata, **kwargs)
 
@@ -137,15 +112,11 @@ def _type_ok(value: Any, tp: Any) -> bool:
 
 
 def check_config_dict(config_cls: type, values: Any, *, where: str = "config") -> None:
-    """Raise ``ValueError`` unless ``values`` is a well-typed dict of ``config_cls``'s fields, complete
-    but for resumable and :func:`backfilled` fields (those take their defaults: a checkpoint older
-    than the field).
+    """Raise ``ValueError`` unless ``values`` is a well-typed dict of ``config_cls``'s fields; changes
+    nothing.
 
-    Changes nothing and builds nothing (the config's own ``__post_init__`` checks ranges).
-
-    Raises:
-        ValueError: not a dict, a missing or unknown field, or a value of the wrong type (the
-            message names the field and shows at most 40 characters of the value).
+    Resumable and :func:`backfilled` fields may be missing. The message names the field and at most 40
+    characters of the value.
     """
     if not isinstance(values, Mapping):
         raise ValueError(f"{where} is a {type(values).__name__}, not a dict of {config_cls.__name__} fields")
@@ -179,14 +150,7 @@ def _type_name(tp: Any) -> str:
 class Config:
     """Base of the frozen config dataclasses: the one ``to_dict`` / ``from_dict`` pair.
 
-    ::
-
-        @dataclass(frozen=True)
-        class MyConfig(Config):
-            hidden: tuple[int, ...] = (64, 64)
-            lr: float = resumable(3e-4)
-
-        MyConfig.from_dict(MyConfig().to_dict()) == MyConfig()
+    ``MyConfig.from_dict(MyConfig().to_dict()) == MyConfig()``.
     """
 
     def to_dict(self) -> dict[str, Any]:
@@ -195,12 +159,10 @@ class Config:
 
     @classmethod
     def from_dict(cls: type[C], values: Mapping[str, Any]) -> C:
-        """Inverse of :meth:`to_dict`: lists become tuples where the field's type is a tuple (nested
-        tuple types too); a missing field takes its default.
+        """Inverse of :meth:`to_dict` (lists become tuples where the type says; missing fields take defaults).
 
         Raises:
-            ValueError: ``values`` is not a dict, holds an unknown field name, or a value the
-                config's own checks reject.
+            ValueError: not a dict, an unknown field, or a value the config's own checks reject.
         """
         if not isinstance(values, Mapping):
             raise ValueError(f"{cls.__name__} values must be a dict, got {type(values).__name__}")
@@ -234,8 +196,7 @@ def _tuples(value: Any, tp: Any) -> Any:
 
 
 def _convert(raw: Any, tp: Any, key: str) -> Any:
-    """``raw`` as a value of type ``tp``: strings are parsed; other values pass through unchanged
-    (sequences become tuples for tuple fields), for the config's own checks to judge."""
+    """``raw`` as a value of type ``tp``: strings parsed, other values passed through."""
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         args = typing.get_args(tp)
@@ -296,16 +257,13 @@ def _convert(raw: Any, tp: Any, key: str) -> Any:
 
 
 def apply_overrides(config: Any, overrides: Mapping[str, Any]) -> Any:
-    """A copy of the frozen dataclass ``config`` with ``overrides`` applied: the one way to change
-    config fields by name (``--set``, presets with overrides, a resumed run's ``--set``).
+    """A copy of ``config`` with ``overrides`` applied: the one way to change fields by name (``--set``).
 
-    Strings are converted to each field's type (int fields take integral float strings too:
-    ``--set buffer_size=1e6``; tuple fields comma-separated items: ``--set hidden=64,64``); other
-    values pass through unchanged. The config's own checks (``__post_init__``) then judge them.
+    Strings convert to the field's type (``buffer_size=1e6``, ``hidden=64,64``); ``__post_init__`` judges the
+    values.
 
     Raises:
-        ValueError: an unknown field (the message lists the known ones), a string that does not
-            convert to the field's type, or a value the config rejects.
+        ValueError: an unknown field (the known ones listed), an unconvertible string, or a rejected value.
     """
     if not overrides:
         return config

@@ -1,12 +1,9 @@
 """Data-parallel training on ``torch.distributed``: one process per device, launched by ``torchrun``.
 
-:func:`init_distributed` reads torchrun's environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
-...), joins the process group (NCCL on CUDA with ``cuda:<LOCAL_RANK>``, gloo on a CPU; every
-collective waits at most 300 s or ``TRITONRL_DIST_TIMEOUT``) and returns the process's
-:class:`DistContext`: rank, world size, the collectives the agents, loops and trainers use (one
-flat mean all-reduce per dtype, sums, broadcasts, gathers) and the checks every rank must agree on
-(:meth:`DistContext.check_same`, :meth:`DistContext.shard`). A single process gets
-:data:`SINGLE_PROCESS`, whose collectives return at once. Guide: docs/pages/scaling.md.
+:func:`init_distributed` joins the process group (NCCL on CUDA, gloo on a CPU) and returns the process's
+:class:`DistContext`: rank, world size, the collectives and the checks every rank must agree on. A single
+process gets :data:`SINGLE_PROCESS`, whose collectives return at once. Imports torch only. Guide:
+docs/pages/scaling.md.
 """
 
 from __future__ import annotations
@@ -41,17 +38,14 @@ DEFAULT_TIMEOUT_S = 300.0
 
 
 class DistributedError(RuntimeError):
-    """A data-parallel run that cannot go on: ranks disagree, a count does not split evenly, or
-    the launch environment is incomplete. The message names what differs and where."""
+    """A data-parallel run that cannot go on (ranks disagree, an uneven split, an incomplete launch)."""
 
 
 @dataclass(frozen=True)
 class DistContext:
-    """The process's place in a data-parallel run (see the module docstring).
+    """The process's place in a data-parallel run.
 
     Attributes:
-        rank: this process's rank, ``0 <= rank < world_size``.
-        world_size: the number of processes.
         local_rank: the rank on this node (the CUDA device index of a GPU rank).
         backend: ``"nccl"``, ``"gloo"``, or ``None`` for a single process.
         device: the device this rank trains on.
@@ -76,11 +70,10 @@ class DistContext:
     # -- collectives -------------------------------------------------------------------------------
 
     def all_reduce_mean_(self, tensors: Sequence[torch.Tensor | None]) -> None:
-        """Average ``tensors`` across ranks, in place, with one flat all-reduce per (device, dtype).
+        """Average ``tensors`` across ranks in place: one flat all-reduce per (device, dtype), in f32, no host
+        read.
 
-        Floating-point tensors of a low precision are summed in f32 and written back rounded once.
-        ``None`` entries (a parameter without a gradient) are skipped; every rank must pass the
-        same shapes in the same order. No host read: the result stays on the device.
+        Every rank passes the same shapes in the same order; ``None`` entries are skipped.
 
         Raises:
             TypeError: a tensor is not floating point.
@@ -136,12 +129,7 @@ class DistContext:
         return out
 
     def gather_objects(self, obj: Any) -> list[Any] | None:
-        """Every rank's ``obj`` (picklable), indexed by rank, on rank 0; ``None`` on the others.
-
-        Cheaper than :meth:`all_gather_objects` for large objects only rank 0 needs (the per-rank
-        parts of a checkpoint: replay buffers, environment states). Move tensors to the CPU first:
-        an object is unpickled on rank 0 onto the device it was pickled from.
-        """
+        """Every rank's picklable ``obj`` on rank 0 (``None`` elsewhere); move tensors to the CPU first."""
         if not self.enabled:
             return [obj]
         out: list[Any] | None = [None] * self.world_size if self.is_main else None
@@ -149,12 +137,7 @@ class DistContext:
         return out
 
     def scatter_objects(self, objs: Sequence[Any] | None) -> Any:
-        """``objs[rank]`` on every rank: rank 0 passes one picklable object per rank, the others
-        pass ``None`` (a resumed checkpoint's per-rank parts).
-
-        Raises:
-            ValueError: on rank 0, ``objs`` does not hold one object per rank.
-        """
+        """``objs[rank]`` on every rank: rank 0 passes one picklable object per rank (else ``ValueError``)."""
         if self.is_main and (objs is None or len(objs) != self.world_size):
             raise ValueError(
                 f"scatter_objects needs {self.world_size} objects on rank 0, got "
@@ -186,9 +169,7 @@ class DistContext:
         """Raise on every rank unless every rank passes an equal ``value`` (compared as JSON).
 
         Raises:
-            DistributedError: ``"<what> differs across ranks: rank 0 has ...; rank 1 has ..."``;
-                for mappings, the (first three) differing keys: ``"<what> differs across ranks:
-                lr: rank 0 has 0.001, rank 1 has 0.002"``.
+            DistributedError: ``"<what> differs across ranks: rank 0 has ...; rank 1 has ..."``.
         """
         if not self.enabled:
             return
@@ -284,22 +265,16 @@ def _timeout(timeout_s: float | None) -> float:
 def init_distributed(
     device: torch.device | str | None = None, *, timeout_s: float | None = None
 ) -> DistContext:
-    """Join the process group ``torchrun`` describes and return this process's context.
+    """Join the process group ``torchrun`` describes (once) and return this process's context.
 
-    Without a multi-process launch (``WORLD_SIZE`` unset or 1) nothing is joined and
-    :data:`SINGLE_PROCESS` (on ``device``) is returned. Otherwise the backend is NCCL for a CUDA
-    ``device`` and gloo for a CPU one; the rank's device is ``cuda:<LOCAL_RANK>`` (``device``
-    ``None``/``"auto"``: CUDA when available). Calling it again returns the same context.
+    Without a multi-process launch: :data:`SINGLE_PROCESS` on ``device``.
 
     Args:
-        device: ``"cpu"``, ``"cuda"``, ``"auto"`` or ``None``; ``cuda:N`` only with ``N`` equal to
-            the local rank (each rank owns the device of its local rank).
-        timeout_s: how long a collective waits for the other ranks (default
-            ``TRITONRL_DIST_TIMEOUT`` or :data:`DEFAULT_TIMEOUT_S`).
+        device: ``"cpu"``, ``"cuda"``, ``"auto"`` or ``None``; ``cuda:N`` only with ``N`` the local rank.
+        timeout_s: a collective's wait (default ``TRITONRL_DIST_TIMEOUT`` or :data:`DEFAULT_TIMEOUT_S`).
 
     Raises:
-        DistributedError: an incomplete launch environment, a CUDA device asked for on a
-            machine without enough GPUs, ``cuda:N`` that is not the local rank, a bad timeout.
+        DistributedError: an incomplete launch, too few GPUs, ``cuda:N`` not the local rank, a bad timeout.
     """
     global _current
     if dist.is_available() and dist.is_initialized() and _current.enabled:
@@ -347,11 +322,9 @@ other exceptions are bugs and stay on rank 0 (the others then fail at their next
 
 
 def on_main(ctx: DistContext, fn: Callable[[], Any]) -> Any:
-    """``fn()`` run on rank 0 alone, its result (picklable) returned on every rank (one broadcast).
+    """``fn()`` run on rank 0 alone, its picklable result returned on every rank (one broadcast).
 
-    For the work only rank 0 does (the run folder, reading a checkpoint, evaluating): an error of
-    :data:`AGREED_ERRORS` that ``fn`` raises is raised on every rank, so no rank goes on alone.
-    On one process this is ``fn()``.
+    An error of :data:`AGREED_ERRORS` that ``fn`` raises is raised on every rank, so no rank goes on alone.
     """
     if not ctx.enabled:
         return fn()
@@ -372,8 +345,7 @@ def on_main(ctx: DistContext, fn: Callable[[], Any]) -> Any:
 
 
 def picklable_error(exc: BaseException) -> BaseException:
-    """``exc`` if it survives pickling (to send it to other ranks), else a ``RuntimeError`` with
-    its first line."""
+    """``exc`` if it survives pickling, else a ``RuntimeError`` with its first line."""
     import pickle
 
     try:

@@ -1,23 +1,8 @@
 """Export a policy module so that it runs without tritonrl: ``torch.export``, ONNX, AOTInductor.
 
-:func:`export_policy` traces a :class:`tritonrl.toolkit.policy.PolicyModule` once with
-``torch.export`` (the batch dimension dynamic) inside
-:func:`tritonrl.kernels.backend.references_only`, so every kernel op is recorded as its torch
-reference's aten ops and no ``tritonrl::`` custom op reaches the artifact (checked: a graph that
-holds one is refused). From that one program it writes:
-
-- ``pt2``: the program itself (``torch.export.save``; load it with ``torch.export.load``);
-- ``onnx``: an ONNX model through the dynamo exporter (opset :data:`ONNX_OPSET`; load it with
-  ``onnxruntime.InferenceSession``); needs the ``export`` extra (onnx, onnxscript, onnxruntime);
-- ``aoti``: an AOTInductor package compiled for the policy's device (``torch._inductor.
-  aoti_load_package``; a C++ compiler, and CUDA's for a CUDA policy).
-
-Beside each artifact a JSON sidecar (``<artifact>.json``) records the observation and action
-spaces and dtypes, the frame stack of image observations, a recurrent policy's state tensors,
-the inputs' and outputs' names, the opset, the source checkpoint (crc32 and step) and the
-versions. :func:`load_exported` reads any of the three back behind one call.
-
-Guide: docs/pages/using-policies.md.
+:func:`export_policy` traces a :class:`tritonrl.toolkit.policy.PolicyModule` once (kernel ops as torch
+references) and writes ``pt2``, ``onnx`` or ``aoti`` with a JSON sidecar; :func:`load_exported` reads any
+back. A core module. Guide: docs/pages/using-policies.md.
 """
 
 from __future__ import annotations
@@ -76,8 +61,7 @@ _ONNX_DOMAINS = frozenset(("", "ai.onnx", "ai.onnx.ml"))
 
 
 class ExportError(ValueError):
-    """A policy or request that cannot be exported: an unknown format, a missing extra, a policy
-    whose graph does not trace or holds a non-standard op (named). Nothing is written."""
+    """A policy or request that cannot be exported; nothing is written."""
 
 
 def sidecar_path(artifact: str | os.PathLike) -> Path:
@@ -101,8 +85,7 @@ def _check_format(format: str) -> None:
 
 
 class _Exportable(nn.Module):
-    """What is traced: the policy's greedy action (and state), or every output of
-    :meth:`PolicyModule.outputs` as a flat tuple (``outputs="all"``)."""
+    """What is traced: the greedy action (and state), or every output as a flat tuple."""
 
     def __init__(self, policy: PolicyModule, every: bool) -> None:
         super().__init__()
@@ -124,8 +107,7 @@ def _names(policy: PolicyModule, every: bool) -> tuple[list[str], list[str]]:
 
 
 def foreign_ops(graph_module: torch.fx.GraphModule) -> list[str]:
-    """The ops of ``graph_module`` that are not standard aten ops (``tritonrl::...`` custom ops,
-    Python callables): what an artifact would need beyond PyTorch."""
+    """The ops of ``graph_module`` that are not standard aten ops (custom ops, Python callables)."""
     bad: list[str] = []
     for node in graph_module.graph.nodes:
         if node.op != "call_function":
@@ -142,17 +124,15 @@ def foreign_ops(graph_module: torch.fx.GraphModule) -> list[str]:
 def exported_program(
     policy: PolicyModule, example_obs: torch.Tensor | None = None, *, outputs: str = "action"
 ) -> torch.export.ExportedProgram:
-    """``policy`` traced by ``torch.export`` with a dynamic batch dimension, every kernel op as
-    its torch reference.
+    """``policy`` (f32, eval mode) traced by ``torch.export`` with a dynamic batch, kernel ops as torch
+    references.
 
     Args:
-        policy: an f32 policy module (``agent.policy()``), in eval mode.
-        example_obs: a batch of at least 2 observations (default :meth:`PolicyModule.example_obs`).
+        example_obs: at least 2 observations (default :meth:`PolicyModule.example_obs`).
         outputs: ``"action"`` (``forward``'s outputs) or ``"all"`` (:meth:`PolicyModule.outputs`).
 
     Raises:
-        ExportError: weights that are not f32, a batch of fewer than 2, a graph that does not
-            trace, or one that holds a non-standard op (named).
+        ExportError: weights not f32, a batch below 2, a graph that does not trace or holds a non-standard op.
     """
     if not isinstance(policy, PolicyModule):
         raise ExportError(f"export takes a PolicyModule (agent.policy()), got {type(policy).__name__}")
@@ -245,25 +225,22 @@ def export_policy(
     outputs: str = "action",
     metadata: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Write ``policy`` as a ``format`` artifact at ``path`` with its JSON sidecar (module doc).
+    """Write ``policy`` (f32, ``agent.policy()``) as a ``format`` artifact at ``path`` with its sidecar
+    ``<path>.json``.
 
     Args:
-        policy: an f32 policy module (``agent.policy()``).
-        example_obs: a batch of at least 2 observations to trace with (default: drawn from the
-            observation space).
+        example_obs: a batch of at least 2 observations to trace with (default: drawn from the space).
         format: ``"pt2"``, ``"onnx"`` or ``"aoti"``.
-        path: the artifact (default ``policy.pt2`` / ``policy.onnx`` / ``policy.aoti.pt2`` in the
-            current folder); the sidecar is ``<path>.json``.
-        outputs: ``"action"`` (the greedy action, and a recurrent policy's next state) or
-            ``"all"`` (also the extra outputs: ``q_values``, ``logits``, ``value``).
-        metadata: more sidecar entries (the command line adds ``checkpoint`` and ``market``).
+        path: the artifact (default ``policy.pt2`` / ``policy.onnx`` / ``policy.aoti.pt2`` here).
+        outputs: ``"action"`` (and a recurrent policy's next state) or ``"all"`` (also ``q_values``,
+            ``logits``, ``value``).
+        metadata: more sidecar entries.
 
     Returns:
         the artifact's path.
 
     Raises:
-        ExportError: an unknown format, a missing extra, a policy that cannot be exported (which
-            op and why); nothing is written.
+        ExportError: an unknown format, a missing extra, a policy that cannot be exported; nothing is written.
         OSError: the folder cannot be written (nothing is left half-written).
     """
     _check_format(format)
@@ -301,8 +278,7 @@ def export_policy(
 
 
 class ExportedPolicy:
-    """An artifact of :func:`export_policy`, loaded: ``policy(obs, *state)`` returns what the
-    traced policy returned (the action, or a tuple with the next state), as tensors.
+    """A loaded artifact: ``policy(obs, *state)`` returns the action (or with the next state) as tensors.
 
     Attributes:
         sidecar: the sidecar's entries.
@@ -343,8 +319,7 @@ def load_exported(path: str | os.PathLike) -> ExportedPolicy:
     """Load an artifact of :func:`export_policy` (its sidecar says which format it is).
 
     Raises:
-        ExportError: no sidecar, or a sidecar that is not a tritonrl policy's; the ``onnx`` extra
-            missing for an ONNX artifact.
+        ExportError: no sidecar, or not a tritonrl policy's; the ``onnx`` extra missing for an ONNX artifact.
         OSError: the artifact cannot be read.
     """
     p = Path(path)

@@ -1,28 +1,10 @@
 """One run's lifecycle in its folder, shared by the RL loop and the forecaster trainer.
 
-:func:`tritonrl.toolkit.training.loop.run_training` and :func:`tritonrl.toolkit.forecast.fit` differ
-in what one step is, what they save and what they evaluate; everything around that lives here,
-once (CONTRIBUTING.md, "Run folders and checkpoints"):
-
-- **lock**: one writer per folder (:class:`~tritonrl.toolkit.runfolder.RunLock`), held by rank 0
-  of a data-parallel run from :meth:`RunLifecycle.begin` to :meth:`RunLifecycle.close` (a run
-  refused before :meth:`~RunLifecycle.open` removes the lock file it created);
-- **fresh start or resume**: :meth:`~RunLifecycle.begin` says whether a checkpoint is there to
-  resume; :meth:`~RunLifecycle.open` clears temporary files a kill left, then moves an earlier
-  run's files aside (fresh) or trims ``metrics.csv`` to the checkpoint's step (resumed), and opens
-  the :class:`~tritonrl.toolkit.logger.MetricLogger`;
-- **metric flush and divergence check**: :meth:`~RunLifecycle.flush` writes the interval's row,
-  :func:`first_nonfinite` finds a NaN or infinite loss or parameter (one sync per device), and
-  :meth:`~RunLifecycle.kept` words what stays on disk;
-- **checkpoint cadence**: :func:`crossed` (every N steps) and :meth:`~RunLifecycle.due_by_time`
-  (every N seconds of wall time); :meth:`~RunLifecycle.save` writes atomically on rank 0;
-- **signal stop**: :meth:`~RunLifecycle.stop_requested` polls ``should_stop`` (a signal handler's
-  flag) and agrees on it over the ranks;
-- **final report**: :meth:`~RunLifecycle.written` (the checkpoint path the summary names) and
-  :meth:`~RunLifecycle.write_report`.
-
-Rank 0 alone touches the folder; an error it meets there is raised on every rank
-(:func:`tritonrl.toolkit.distributed.on_main`). A core module: it imports no toolkit subpackage.
+:class:`RunLifecycle` holds what :func:`tritonrl.toolkit.training.loop.run_training` and
+:func:`tritonrl.toolkit.forecast.fit` share: the folder lock, fresh start or resume, the metric flush and
+divergence check, the checkpoint cadence, the signal stop and the final report. Rank 0 alone touches the
+folder; an error it meets there is raised on every rank. A core module: it imports no toolkit subpackage.
+Guide: docs/pages/training.md ("Run folders survive kills, restarts and divergence").
 """
 
 from __future__ import annotations
@@ -79,8 +61,7 @@ def crossed(prev: int, now: int, every: int) -> bool:
 
 
 def parameters(owner: Any) -> list[torch.Tensor]:
-    """The floating-point tensors ``owner`` trains: ``owner.parameters()`` if it has one, else those
-    of every ``nn.Module`` attribute (an agent's ``online``/``target``, ``policy``, ...)."""
+    """The floating-point tensors ``owner`` trains (its parameters, else its modules')."""
     params = getattr(owner, "parameters", None)
     if callable(params):
         found = list(params())
@@ -93,8 +74,7 @@ def parameters(owner: Any) -> list[torch.Tensor]:
 def first_nonfinite(
     means: Mapping[str, float], watch: Callable[[str], bool], params: Iterable[torch.Tensor] = ()
 ) -> str | None:
-    """The first watched metric of ``means`` that is NaN or infinite, else ``"parameters"`` when a
-    tensor of ``params`` holds one (one sync per device), else ``None``."""
+    """The first non-finite watched metric, else ``"parameters"`` if a tensor is, else ``None``."""
     for name, value in means.items():
         if watch(name) and not math.isfinite(value):
             return name
@@ -108,16 +88,12 @@ def first_nonfinite(
 
 
 class RunLifecycle:
-    """The folder side of one run: lock, fresh start or resume, logger, cadence, stop, report.
+    """The folder side of one run; a context manager that closes the logger and releases the lock.
 
     Args:
-        run_dir: the run folder; ``None``: nothing is written (every method is then a no-op that
-            says so: no lock, no logger, :meth:`save` refused).
-        ctx: the data-parallel context (rank 0 owns the folder).
+        run_dir: the run folder; ``None``: nothing is written (:meth:`save` refused).
         run_files: glob patterns of what an earlier run left (moved aside by a fresh start).
         checkpoint_seconds: :meth:`due_by_time`'s period (0: never).
-
-    Use as a context manager: leaving it closes the logger and releases the lock.
     """
 
     def __init__(
@@ -146,9 +122,8 @@ class RunLifecycle:
         """Lock the folder (rank 0) and say whether a checkpoint is there to resume (every rank).
 
         Args:
-            resume: continue from a checkpoint if the folder holds one.
-            refuse_overwrite: the message of the ``ValueError`` raised, before locking, when the
-                folder holds a checkpoint and ``resume`` is false; ``None``: a fresh run moves it aside.
+            refuse_overwrite: the ``ValueError`` message when the folder holds a checkpoint and ``resume`` is
+                false; ``None``: moved aside.
 
         Raises:
             RunFolderBusy: another process holds the folder.
@@ -174,13 +149,8 @@ class RunLifecycle:
         *,
         tensorboard: bool = True,
     ) -> None:
-        """Prepare the folder on rank 0 and open its logger; a no-op without a folder.
-
-        The temporary files a kill left for the run's files go first. A fresh run (``resumed_step``
-        ``None``) moves an earlier run's files aside and prints each line of
-        ``fresh_notices(moved_to)``; a resumed one drops
-        the ``metrics.csv`` rows past ``resumed_step`` (and damaged lines, with a notice) and asks
-        TensorBoard to hide its events past that step.
+        """Prepare the folder on rank 0 (fresh: move an earlier run aside; resumed: trim past
+        ``resumed_step``), open the logger.
 
         Raises:
             CheckpointError: ``metrics.csv`` is not a metrics file.
@@ -227,9 +197,7 @@ class RunLifecycle:
         self.checkpoint_step = step
 
     def close(self) -> None:
-        """Close the logger and release the lock (both idempotent). A run refused between
-        :meth:`begin` and :meth:`open` (a checkpoint that does not load, another run's settings)
-        wrote nothing: the lock file and the folders the lock created are removed too."""
+        """Close the logger and release the lock; a run refused before :meth:`open` leaves no lock file."""
         if self.logger is not None:
             self.logger.close()
         if self._lock is not None:
@@ -267,12 +235,11 @@ class RunLifecycle:
         )
 
     def save(self, step: int, state: Callable[[], Mapping[str, Any]]) -> None:
-        """Write ``state()`` (built on rank 0 alone) as the checkpoint of ``step``, atomically; an
-        error writing it is raised on every rank.
+        """Write ``state()`` (built on rank 0 alone) as the checkpoint of ``step``, atomically.
 
         Raises:
             ValueError: the run has no folder.
-            OSError: the write failed (the previous checkpoint stays).
+            OSError: the write failed, on every rank (the previous checkpoint stays).
         """
         ckpt = self.ckpt_path
         if ckpt is None:
@@ -287,8 +254,7 @@ class RunLifecycle:
         self.t_saved = time.perf_counter()
 
     def stop_requested(self, should_stop: Callable[[], bool] | None) -> bool:
-        """``should_stop()`` (a signal handler's flag), true on every rank when set on any (one
-        all-reduce in a data-parallel run)."""
+        """``should_stop()`` (a signal handler's flag), true on every rank when set on any."""
         asked = should_stop is not None and bool(should_stop())
         return self.ctx.any(asked) if self.ctx.enabled else asked
 

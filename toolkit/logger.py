@@ -1,18 +1,9 @@
 """Metric logging that syncs the device once per log interval, a learning-curve plot, a progress bar.
 
-:class:`MetricLogger` keeps running sums of every metric as tensors on their device
-(``log`` does no ``.item()``); ``flush(step)`` stacks them, moves them to the CPU in one
-transfer, and writes one CSV row (``metrics.csv`` in the run folder) and TensorBoard scalars.
-Metric names follow CleanRL: ``charts/episodic_return``, ``charts/episodic_length``,
-``charts/SPS``, ``losses/value_loss``, ``eval/mean_return``.
-
-``metrics.csv`` holds one row per step and survives a kill at any moment: rows are appended, and
-the rewrites (a new column widens the header; a second flush at the last row's step merges into
-that row; a resumed run drops rows past its checkpoint, :func:`repair_csv`) go through
-:func:`tritonrl.toolkit.checkpoint.atomic_write_bytes`. A row cut short by a kill mid-append is
-dropped by :func:`repair_csv` on resume. A cell is a number, ``nan``/``inf`` (a diverged metric),
-or empty (not logged in that interval). Figures are written whole
-(:func:`tritonrl.toolkit.runfolder.save_figure`).
+:class:`MetricLogger` keeps running sums as device tensors and writes one ``metrics.csv`` row (CleanRL names:
+``charts/episodic_return``, ``losses/value_loss``, ...) and TensorBoard scalars per flush. The CSV survives a
+kill at any moment: appends, atomic rewrites, :func:`repair_csv` on resume. Imports toolkit root modules only.
+Guide: docs/pages/training.md.
 """
 
 from __future__ import annotations
@@ -37,13 +28,9 @@ class MetricLogger:
     """Accumulate metrics (means over each interval) and write them at ``flush``.
 
     Args:
-        run_dir: the folder that receives ``metrics.csv`` and TensorBoard event files.
-        csv: write ``metrics.csv``. When the file exists (a resumed run) rows are appended; a flush
-            at the step of the file's last row merges into that row (one row per step).
-        tensorboard: write TensorBoard scalars (needs the ``tensorboard`` package; without it a
-            warning line is printed once and only the CSV is written).
-        purge_step: a resumed run's first step past its checkpoint: TensorBoard hides the events
-            the interrupted run wrote from this step on, so each (tag, step) pair is read once.
+        csv: write ``metrics.csv`` (appended to; a flush at the last row's step merges into it).
+        tensorboard: write TensorBoard scalars (without the package: one warning, CSV only).
+        purge_step: a resumed run's first step: TensorBoard hides the interrupted run's events from it.
     """
 
     def __init__(
@@ -75,10 +62,7 @@ class MetricLogger:
         self.last: dict[str, float] = {}
 
     def log(self, step: int, metrics: Mapping[str, torch.Tensor | float]) -> None:
-        """Add one value per metric to the current interval (tensors stay on their device).
-
-        ``step`` is accepted for symmetry with :meth:`flush`; the interval's values are written
-        at the step given to ``flush``.
+        """Add one value per metric to the interval (tensors stay on their device; written at :meth:`flush`).
 
         Raises:
             TypeError: a value is neither a number nor a one-element tensor.
@@ -200,8 +184,7 @@ def _fmt(v: float | None) -> str:
 
 
 def _parse_row(line: str, width: int) -> tuple[int, list[float | None]] | None:
-    """``(step, cells)`` of one data line (``None`` for an empty cell), or ``None`` when the line
-    is damaged (wrong field count, a cell that is not a number)."""
+    """``(step, cells)`` of one data line (``None`` for an empty cell), or ``None`` for a damaged line."""
     try:
         cells = next(csv.reader([line]))
     except (csv.Error, StopIteration):
@@ -220,11 +203,10 @@ def _split(text: str) -> tuple[list[str], bool]:
 
 
 def read_csv(path: str | Path) -> list[dict[str, float]]:
-    """Rows of a ``metrics.csv`` as dicts of floats (empty cells are left out; ``nan`` reads as NaN).
+    """Rows of a ``metrics.csv`` as dicts of floats (empty cells left out; ``nan`` reads as NaN).
 
     Raises:
-        ValueError: a damaged line (wrong number of fields, a cell that is not a number, a last
-            line cut short); the message names the file and the line. :func:`repair_csv` fixes it.
+        ValueError: a damaged line; the message names the file and line (:func:`repair_csv` fixes it).
     """
     path = Path(path)
     lines, complete = _split(path.read_text())
@@ -248,20 +230,15 @@ def read_csv(path: str | Path) -> list[dict[str, float]]:
 
 
 def repair_csv(path: str | Path, up_to_step: int) -> tuple[int, int]:
-    """Keep the intact rows of ``metrics.csv`` logged at or before ``up_to_step``; drop the rest.
-
-    A resumed run calls it with its checkpoint's step: rows a stopped run logged after the
-    checkpoint are written again by the resumed run. Damaged lines (a row cut short by a kill,
-    two rows merged, a cell that is not a number) are dropped too. The file is rewritten
-    atomically, and only when something changes.
+    """Keep the intact rows of ``metrics.csv`` logged at or before ``up_to_step``; rewrite atomically if
+    needed.
 
     Returns:
-        ``(kept, damaged)``: rows kept, and damaged lines dropped (rows past the step are not
-        counted as damaged).
+        ``(kept, damaged)``: rows kept, damaged lines dropped.
 
     Raises:
-        ValueError: the header line is not a ``metrics.csv`` header (``global_step`` first).
-        OSError: the file cannot be read or rewritten (the old file then stays as it was).
+        ValueError: the header is not a ``metrics.csv`` header (``global_step`` first).
+        OSError: the file cannot be read or rewritten (the old file stays).
     """
     path = Path(path)
     if not path.exists():
@@ -298,10 +275,7 @@ def plot_learning_curve(
     metrics: tuple[str, ...] = ("charts/episodic_return", "eval/mean_return"),
     title: str | None = None,
 ) -> Path:
-    """Plot the named metrics of a ``metrics.csv`` against ``global_step`` into a PNG (matplotlib Agg).
-
-    Returns:
-        the PNG path.
+    """Plot the named metrics of a ``metrics.csv`` against ``global_step`` into a PNG; returns its path.
 
     Raises:
         ValueError: none of ``metrics`` appears in the file.
@@ -336,13 +310,9 @@ def plot_learning_curve(
 
 
 class ProgressBar:
-    """A one-line textual progress bar on stderr (redrawn at most every ``interval`` seconds).
-
-    On a terminal the line is redrawn in place; into a file or a CI log it prints a plain line at
-    most every ``log_interval`` seconds instead.
+    """A one-line progress bar on stderr (plain lines every ``log_interval`` s off a terminal).
 
     Args:
-        total: the step count at 100%.
         initial: the step to start from (a resumed run).
         stream: where to draw (default ``sys.stderr``); ``enabled=False`` draws nothing.
     """

@@ -1,13 +1,9 @@
 """Optimizers that keep bf16 training from losing its updates: f32 master weights.
 
-An Adam step of ``lr = 3e-4`` on a bf16 weight of size 1 is below half a unit in its last place and
-rounds away, so :class:`MasterWeightOptimizer` wraps any ``torch.optim`` optimizer to work on f32
-copies (moments included) and rounds them back into the bf16 parameters after each step; f32
-parameters are optimized in place. ``state_dict()`` holds the masters, so resume is exact, across
-parameter dtypes too. :meth:`MasterWeightOptimizer.clip_and_step` is the agents' learner step: clip
-and Adam as one function of tensors, no host read, traced whole by ``torch.compile``. With
-``dist=`` the f32 gradients are averaged across ranks before clipping (one flat all-reduce), so
-every rank takes the same global step. Guide: docs/pages/precision.md.
+A small Adam step on a bf16 weight rounds away; :class:`MasterWeightOptimizer` steps f32 copies and rounds
+them back into the parameters. Also the agents' learner step (:meth:`~MasterWeightOptimizer.clip_and_step`)
+and the gradient average across ranks. Imports torch and toolkit root modules only. Guide:
+docs/pages/precision.md.
 """
 
 from __future__ import annotations
@@ -28,18 +24,14 @@ class MasterWeightOptimizer:
     """Wrap ``optimizer_cls`` so low-precision parameters are updated through f32 master copies.
 
     Args:
-        params: the parameters (an iterable of tensors requiring grad; one param group).
         optimizer_cls: a ``torch.optim.Optimizer`` subclass (Adam, AdamW, SGD, ...).
-        compile: how :meth:`clip_and_step` runs, one of
-            :data:`tritonrl.toolkit.compile.COMPILE_MODES`; anything but ``"none"`` needs
-            ``torch.optim.Adam`` with ``fused=True``.
-        dist: the data-parallel context whose ranks' gradients are averaged before each clip and
-            step (see the module docstring); ``None`` or a single process: no averaging.
+        compile: how :meth:`clip_and_step` runs (:data:`~tritonrl.toolkit.compile.COMPILE_MODES`); compiled
+            needs fused Adam.
+        dist: the data-parallel context whose gradients are averaged before each step; ``None``: none.
         **kwargs: passed to ``optimizer_cls`` (``lr``, ``eps``, ...).
 
     Raises:
-        ValueError: ``params`` is empty or holds a parameter that does not require grad, or
-            ``compile`` is unknown or set for another optimizer than fused Adam.
+        ValueError: empty ``params`` or one not requiring grad, or a bad ``compile``.
     """
 
     def __init__(
@@ -123,8 +115,7 @@ class MasterWeightOptimizer:
         self._gathered = True
 
     def _average_grads(self) -> None:
-        """Average the f32 master gradients across the ranks, once per step (one flat all-reduce;
-        no-op in a single process)."""
+        """Average the f32 master gradients across the ranks, once per step (no-op in one process)."""
         if self.dist is None or self._averaged:
             return
         self._gather_grads()
@@ -132,9 +123,7 @@ class MasterWeightOptimizer:
         self._averaged = True
 
     def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
-        """Clip the global gradient norm (computed in f32 on the master gradients) to ``max_norm``.
-
-        With ``dist``, the gradients are first averaged across the ranks (the global gradient).
+        """Clip the global f32 gradient norm (over the masters, averaged across ranks) to ``max_norm``.
 
         Returns:
             the norm before clipping, an f32 scalar tensor on the parameters' device (no sync).
@@ -145,15 +134,14 @@ class MasterWeightOptimizer:
         if not grads or len({(g.device, g.dtype) for g in grads}) != 1:
             return torch.nn.utils.clip_grad_norm_(self.masters, max_norm)
         # One device and dtype (the usual case): torch's foreach computation, written out, without
-        # its per-call grouping and wrappers (a third of the cost of a small network's clip).
+        # its per-call grouping and wrappers.
         with torch.no_grad():
             total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
             torch._foreach_mul_(grads, torch.clamp(max_norm / (total + 1e-6), max=1.0))
         return total
 
     def step(self) -> None:
-        """One optimizer step on the f32 masters, then round them into the parameters (with
-        ``dist``, on the gradients averaged across the ranks)."""
+        """One optimizer step on the f32 masters, then round them into the parameters."""
         self._gather_grads()
         self._average_grads()
         self.optimizer.step()
@@ -167,18 +155,11 @@ class MasterWeightOptimizer:
     def clip_and_step(self, max_norm: float | None) -> torch.Tensor | None:
         """Clip the global gradient norm to ``max_norm`` and take one Adam step, without host reads.
 
-        The same update as :meth:`clip_grad_norm_` then :meth:`step` (f32 master gradients, the
-        norm computed in f32, Adam on the f32 masters, the parameters rounded from them), written
-        as one function of tensors: the fused Adam kernel when eager, foreach ops when compiled
-        (the fused kernel is opaque to Dynamo; the two agree to f32 rounding). The learning rate
-        comes from :meth:`set_lr`. Needs ``torch.optim.Adam(fused=True)``. With ``dist``, the
-        gradients are averaged across the ranks first, in f32 (bf16 gradients are upcast for it:
-        the step's own upcast then costs nothing), outside the compiled step. ``max_norm=None``:
-        no clip, and no norm computed (Adam on the unscaled gradients).
+        :meth:`clip_grad_norm_` then :meth:`step` as one function of tensors (fused Adam eager, foreach
+        compiled).
 
         Returns:
-            the norm before clipping, an f32 0-d tensor on the parameters' device; ``None`` when
-            ``max_norm`` is ``None``.
+            the f32 0-d norm before clipping; ``None`` when ``max_norm`` is ``None`` (no clip).
 
         Raises:
             TypeError: the inner optimizer is not a fused Adam.
@@ -204,8 +185,7 @@ class MasterWeightOptimizer:
     def _adam_state(
         self,
     ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
-        """Adam's per-master state lists (created as ``torch.optim.Adam(fused=True)`` creates
-        them on its first step: f32 ``step`` on the device, zero moments)."""
+        """Adam's per-master state lists, as fused Adam creates them (f32 device ``step``, zero moments)."""
         amsgrad = bool(self.optimizer.param_groups[0]["amsgrad"])
         steps, exp_avgs, exp_avg_sqs, max_sqs = [], [], [], []
         for m in self.masters:
@@ -236,15 +216,7 @@ class MasterWeightOptimizer:
         }
 
     def check_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Raise ``ValueError`` unless ``state`` fits these parameters; changes nothing.
-
-        Checks everything :meth:`load_state_dict` and later steps read: the masters (``None`` or a
-        floating tensor of the parameter's shape), the param groups (every setting this optimizer
-        has, of the same kind; every setting but the learning rate equal to this optimizer's, so
-        a checkpoint cannot smuggle in another ``eps`` or ``betas``), the parameter ids, and the
-        per-parameter state (tensors of the parameter's shape or scalars, the same entries for
-        every parameter, and the entries this optimizer keeps once it has stepped).
-        """
+        """Raise ``ValueError`` unless ``state`` fits (masters, ids, per-parameter state, settings)."""
         if not isinstance(state, Mapping) or not isinstance(state.get("optimizer"), Mapping):
             raise ValueError("optimizer state is missing its 'optimizer' entry")
         inner, masters = state["optimizer"], state.get("masters")
@@ -314,11 +286,7 @@ class MasterWeightOptimizer:
                     )
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Load a state from :meth:`state_dict`, possibly saved with another parameter dtype.
-
-        Call it after the parameters themselves were loaded. Saved masters replace the current
-        masters (or the f32 parameters themselves, which then get the exact f32 values); without
-        saved masters the masters are rebuilt from the parameters.
+        """Load a :meth:`state_dict` (any parameter dtype) after the parameters were loaded.
 
         Raises:
             ValueError: the state does not fit (checked before anything changes).
@@ -363,13 +331,7 @@ def _adam_step(
     amsgrad: bool,
     maximize: bool,
 ) -> torch.Tensor | None:
-    """The body of :meth:`MasterWeightOptimizer.clip_and_step`: a pure function of its tensors.
-
-    ``grads[i]`` is the gradient of ``params[i]`` (``None``: the parameter is skipped, as Adam
-    does); f32 master gradients, global-norm clip (f32), Adam on the masters, then each
-    low-precision parameter <- round(master). Returns the f32 norm before clipping; with
-    ``max_norm=None`` no norm is computed, nothing is clipped, and it returns ``None``.
-    """
+    """The body of :meth:`MasterWeightOptimizer.clip_and_step`: the f32 norm (``None`` unclipped)."""
     keep = [i for i, g in enumerate(grads) if g is not None]
     if not keep:
         return None if max_norm is None else torch.zeros((), dtype=torch.float32, device=steps[0].device)
@@ -427,10 +389,7 @@ def _adam_traced(
     betas: tuple[float, float],
     eps: float,
 ) -> None:
-    """Adam (no weight decay, amsgrad or maximize) as ``torch.optim.Adam`` computes it, written for
-    Inductor: the bias corrections of all parameters are one ``[n]`` tensor, computed once, where
-    ``torch.optim.adam``'s foreach form has Inductor recompute ``beta ** step`` (two ``pow``) in
-    every vector iteration of every parameter's loop (on a CPU, 40 of the 84 us of a DQN step)."""
+    """Adam (no weight decay, amsgrad, maximize) as torch's, its bias corrections one ``[n]`` tensor."""
     beta1, beta2 = betas
     torch._foreach_add_(steps, 1)
     step = torch.stack(steps)  # [n] f32
@@ -452,8 +411,7 @@ def _brief(value: Any, limit: int = 60) -> str:
 
 
 def _same_setting(key: str, saved: Any, mine: Any) -> bool:
-    """A saved param-group setting fits: the learning rate is any number (a schedule or a resume
-    sets it), every other setting equals this optimizer's (tuples may come back as lists)."""
+    """A saved param-group setting fits: any learning rate, every other setting equal."""
 
     def number(x: Any) -> bool:
         return isinstance(x, (int, float)) and not isinstance(x, bool)

@@ -1,16 +1,9 @@
 """Policy modules: a trained policy as a plain ``torch.nn.Module``, and greedy acting from one.
 
-Every agent family gives one :class:`PolicyModule` (``agent.policy()``): f32 weights (the export
-cast, the one place besides the acting snapshot where weights leave the training dtype) and a
-``forward`` that is the greedy or deterministic action, with any observation preprocessing (image
-bytes to ``[0, 1]``, normalisation statistics) inside it. Feed-forward policies are
-``forward(obs) -> action``; recurrent ones ``forward(obs, *state) -> (action, *state)`` with
-:meth:`PolicyModule.initial_state`. The same class acts for the collector and the overlapped actor
-(their f32 snapshots, with the family's exploration around it), for evaluation
-(:class:`GreedyActor`, what ``agent.eval_policy()`` returns) and for export
-(:mod:`tritonrl.toolkit.export`).
-
-Guide: docs/pages/using-policies.md.
+Every agent family gives one :class:`PolicyModule` (``agent.policy()``): f32 weights and a ``forward`` that is
+the greedy action, preprocessing included. The same class acts for the collector and the overlapped actor, for
+evaluation (:class:`GreedyActor`) and for export. A core module: it imports no toolkit subpackage. Guide:
+docs/pages/using-policies.md.
 """
 
 from __future__ import annotations
@@ -31,17 +24,10 @@ StateSpec = tuple[str, tuple[int, ...], torch.dtype]
 
 
 class PolicyModule(nn.Module):
-    """The base of every family's policy module (see the module docstring).
+    """The base of every family's policy module.
 
-    A subclass sets :attr:`family` and :attr:`extra_outputs`, implements :meth:`act` (the greedy
-    action of a batch, from raw observations) and :meth:`outputs`, and lists in :meth:`mirrors`
-    the tensors a snapshot copies from the learner (in the order of the agent's
-    ``learner_tensors()``). Recurrent subclasses set :attr:`recurrent`, implement
-    :meth:`state_spec`, and take and return the state in :meth:`act` and :meth:`outputs`.
-
-    Args:
-        observation_space: the space of one observation (a ``Box``).
-        action_space: the space of one action.
+    A subclass sets :attr:`family` and :attr:`extra_outputs` and implements :meth:`act`, :meth:`outputs` and
+    :meth:`mirrors`; recurrent ones set :attr:`recurrent` and implement :meth:`state_spec`.
     """
 
     family: ClassVar[str] = ""
@@ -67,13 +53,11 @@ class PolicyModule(nn.Module):
         raise NotImplementedError(f"{type(self).__name__} does not implement act")
 
     def outputs(self, obs: torch.Tensor, *state: torch.Tensor) -> dict[str, torch.Tensor]:
-        """``{"action": ..., **extras}`` for a batch (extras: :attr:`extra_outputs`; recurrent
-        policies also return the next state's tensors as ``state_0``, ``state_1``, ...)."""
+        """``{"action": ..., **extras}`` for a batch (recurrent: also the next state as ``state_0``, ...)."""
         raise NotImplementedError(f"{type(self).__name__} does not implement outputs")
 
     def mirrors(self) -> list[torch.Tensor]:
-        """The tensors a snapshot refreshes from the learner, in the order of the agent's
-        ``learner_tensors()``."""
+        """The tensors a snapshot refreshes from the learner, in ``learner_tensors()`` order."""
         raise NotImplementedError(f"{type(self).__name__} does not implement mirrors")
 
     def state_spec(self) -> list[StateSpec]:
@@ -83,11 +67,11 @@ class PolicyModule(nn.Module):
     # ---- shared
 
     def forward(self, obs: torch.Tensor, *state: torch.Tensor) -> Any:
-        """The greedy / deterministic action for ``obs [B, *obs_shape]`` (or one unbatched
-        observation, as SB3's ``predict`` takes it: the action then has no batch dim).
+        """The greedy action for ``obs [B, *obs_shape]``, or one unbatched observation (action without batch
+        dim).
 
-        Recurrent policies: ``forward(obs, *state) -> (action, *state)``, the state batched
-        (``[B, ...]`` each, ``B = 1`` for an unbatched observation)."""
+        Recurrent policies: ``forward(obs, *state) -> (action, *state)``, each state ``[B, ...]``.
+        """
         if obs.dim() == len(self.obs_shape):
             out = self.act(obs.unsqueeze(0), *state)
             if self.recurrent:
@@ -96,8 +80,7 @@ class PolicyModule(nn.Module):
         return self.act(obs, *state)
 
     def initial_state(self, batch: int) -> tuple[torch.Tensor, ...]:
-        """The zero memory of ``batch`` rows (``()`` for feed-forward policies), on the module's
-        device: what a recurrent policy starts every episode from."""
+        """The zero memory of ``batch`` rows on the module's device (``()`` for feed-forward policies)."""
         dev = self.device
         return tuple(
             torch.zeros((batch, *shape), dtype=dtype, device=dev) for _, shape, dtype in self.state_spec()
@@ -111,16 +94,14 @@ class PolicyModule(nn.Module):
         return torch.device("cpu")
 
     def example_obs(self, batch: int = 2, *, seed: int = 0) -> torch.Tensor:
-        """``batch`` observations drawn from the observation space (seeded), in its dtype, on the
-        module's device: what export traces with."""
+        """``batch`` seeded observations from the space, on the module's device."""
         space = self.observation_space
         space.seed(seed)
         rows = np.stack([space.sample() for _ in range(batch)])
         return torch.as_tensor(rows).to(self.device)
 
     def spec(self) -> dict[str, Any]:
-        """The description an export sidecar records: family, observation and action spaces and
-        dtypes, the memory's tensors, the extra outputs."""
+        """What an export sidecar records: family, spaces, dtypes, memory, extra outputs."""
         action = self.action_space
         if isinstance(action, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
             action_dtype = "int64"
@@ -149,19 +130,12 @@ class PolicyModule(nn.Module):
 
 
 class GreedyActor:
-    """Greedy acting from a :class:`PolicyModule` for evaluation (what ``agent.eval_policy()``
-    returns): any number of observations (or one unbatched, as SB3's ``predict``), checked by the
-    agent's input checks, moved to the policy's device; actions on that device. A recurrent
-    policy keeps its own memory: ``reset(mask)`` zeroes the rows in ``mask`` before their next
-    step, and a batch of another size starts from zero memory.
+    """Greedy acting from a :class:`PolicyModule` for evaluation (``agent.eval_policy()``), in eval mode.
 
-    A policy module in train mode (an exploring snapshot with noisy layers) acts in eval mode for
-    the call and is put back (noisy layers at their mean weights).
+    A recurrent policy keeps its own memory (:meth:`reset`; a batch of another size starts from zero).
 
     Args:
-        policy: the policy module.
-        check: ``check(obs)`` raises on a batch of observations the agent refuses (shape,
-            NaN/inf, dtype), naming the call; ``None``: no check.
+        check: ``check(obs)`` raises on observations the agent refuses; ``None``: no check.
     """
 
     def __init__(self, policy: PolicyModule, check: Callable[[Any], None] | None = None) -> None:
@@ -183,8 +157,7 @@ class GreedyActor:
 
     @torch.no_grad()
     def __call__(self, obs: Any) -> torch.Tensor:
-        """Greedy actions for ``obs`` (a tensor or an array, ``[N, *obs_shape]`` or one
-        unbatched observation).
+        """Greedy actions for ``obs`` (``[N, *obs_shape]`` or one unbatched observation).
 
         Raises:
             ValueError, TypeError: from the agent's checks (wrong shape, dtype, NaN/inf).

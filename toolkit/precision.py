@@ -1,20 +1,9 @@
 """The precision policy: the one place that decides the training dtype of a device.
 
-| device                                   | training dtype   |
-| ---------------------------------------- | ---------------- |
-| CUDA, compute capability >= (8, 0)       | ``torch.bfloat16`` |
-| CUDA, compute capability <  (8, 0)       | ``torch.float32``  |
-| CPU and every other device type          | ``torch.float32``  |
-
-fp16 is never chosen: it needs loss scaling. The environment variable ``TRITONRL_DTYPE``
-(``auto`` | ``bf16`` | ``f32``) or the ``override`` argument force a choice for experiments.
-Forcing bf16 on a CUDA device below (8, 0) raises :class:`PrecisionError`; forcing bf16 on a
-CPU is allowed (PyTorch computes bf16 there, slowly), which is how the tests compare bf16 and
-f32 learning without a GPU.
-
-Decisions are cached per (device, override). Nothing is queried at import time.
-``training_dtype.cache_clear()`` empties the cache (after changing GPUs in a process, or in tests
-that mock the capability queries).
+bf16 on CUDA with compute capability >= (8, 0), f32 elsewhere; never fp16 (it needs loss scaling).
+``TRITONRL_DTYPE`` (``auto`` | ``bf16`` | ``f32``) or ``override=`` force a choice. Decisions are cached per
+(device, override); ``training_dtype.cache_clear()`` empties the cache. Imports torch only. Guide:
+docs/pages/precision.md.
 """
 
 from __future__ import annotations
@@ -140,15 +129,11 @@ def _decide(device: torch.device, choice: str) -> PrecisionDecision:
 
 
 def explain(device: torch.device | str | int | None = None, override: str | None = None) -> PrecisionDecision:
-    """Return the full decision for ``device``: name, capability, dtype, source and reason.
-
-    Args:
-        device: a torch device, a string such as ``"cuda:0"``, a CUDA index, or ``None`` (CPU).
-        override: ``"auto"``, ``"bf16"`` or ``"f32"``; takes precedence over ``TRITONRL_DTYPE``.
+    """The full decision for ``device`` (a device, ``"cuda:0"``, an index, or ``None``: CPU).
 
     Raises:
-        ValueError: the override or ``TRITONRL_DTYPE`` is not one of auto, bf16, f32.
-        PrecisionError: bf16 forced on a CUDA device with compute capability below (8, 0).
+        ValueError: ``override`` or ``TRITONRL_DTYPE`` is not auto, bf16 or f32.
+        PrecisionError: bf16 forced on CUDA below compute capability (8, 0).
     """
     return _decide(_normalise(device), _parse_override(override))
 
@@ -156,14 +141,11 @@ def explain(device: torch.device | str | int | None = None, override: str | None
 def training_dtype(
     device: torch.device | str | int | None = None, override: str | None = None
 ) -> torch.dtype:
-    """The dtype in which parameters, stored states and uploads live on ``device``.
-
-    bf16 on CUDA with compute capability >= (8, 0); f32 on older CUDA GPUs, on CPUs and on
-    every other device type. See the module docstring for the override rules.
+    """The dtype of parameters, stored states and uploads on ``device``.
 
     Raises:
-        ValueError: the override or ``TRITONRL_DTYPE`` is not one of auto, bf16, f32.
-        PrecisionError: bf16 forced on a CUDA device with compute capability below (8, 0).
+        ValueError: ``override`` or ``TRITONRL_DTYPE`` is not auto, bf16 or f32.
+        PrecisionError: bf16 forced on CUDA below compute capability (8, 0).
     """
     return explain(device, override).dtype
 
@@ -175,6 +157,5 @@ explain.cache_clear = _decide.cache_clear  # type: ignore[attr-defined]
 def dtype_or_default(
     dtype: torch.dtype | None, device: torch.device | str | int | None = None
 ) -> torch.dtype:
-    """``dtype`` when given, else :func:`training_dtype` of ``device``: the default every module,
-    buffer and upload that takes an optional ``dtype`` argument uses."""
+    """``dtype`` when given, else :func:`training_dtype` of ``device``."""
     return dtype if dtype is not None else training_dtype(device)

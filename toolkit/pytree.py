@@ -1,9 +1,8 @@
 """Leaf-wise helpers for nested containers of tensors (recurrent memories, batched states).
 
-A *tree* is ``None``, a tensor, or a tuple, list, dict or dataclass instance whose fields are
-trees (for example :class:`tritonrl.agents.nets.mamba2.Mamba2State`, or an LSTM's ``(h, c)``). The
-leaves are visited in a fixed order (container order, dict insertion order, dataclass field
-order), which is how recurrent memories are flattened into checkpoints and rebuilt from them.
+A *tree* is ``None``, a tensor, or a tuple, list, dict or dataclass whose fields are trees. Leaves are visited
+in a fixed order (container, insertion, field order): how recurrent memories are flattened into checkpoints. A
+core module: it imports torch only.
 """
 
 from __future__ import annotations
@@ -18,8 +17,7 @@ __all__ = ["from_leaves", "leaves", "tree_map", "zip_map"]
 
 
 def zip_map(fn: Callable[..., torch.Tensor], *trees: Any) -> Any:
-    """Apply ``fn`` leaf-wise to trees of one structure: ``fn(leaf_0, leaf_1, ...)`` for each leaf
-    position, rebuilt in the structure of ``trees[0]`` (``None`` stays ``None``).
+    """Apply ``fn`` leaf-wise to trees of one structure, rebuilt in the structure of ``trees[0]``.
 
     Raises:
         TypeError: a leaf that is neither a tensor nor a supported container.
@@ -67,8 +65,8 @@ def leaves(tree: Any) -> list[torch.Tensor]:
 
 
 def from_leaves(template: Any, values: list[torch.Tensor]) -> Any:
-    """A tree shaped like ``template`` holding copies of ``values`` (in :func:`leaves` order), each
-    converted to the device and dtype of the template's leaf it replaces.
+    """A tree shaped like ``template`` holding copies of ``values`` (in :func:`leaves` order), each on its
+    leaf's device and dtype.
 
     Raises:
         ValueError: the number of ``values``, or the shape of one, does not fit ``template``.

@@ -1,21 +1,9 @@
 """A run folder's housekeeping: one writer at a time, and never two runs mixed in one folder.
 
-:class:`RunLock` takes an exclusive, non-blocking ``fcntl.flock`` on ``<run_dir>/.lock`` for the
-whole run and writes the holder's PID, host name and start time into it; a second trainer on the
-same folder gets :class:`RunFolderBusy` naming the holder. The operating system releases the lock
-when its holder exits, however it exits (a ``kill -9`` included), so a stale ``.lock`` file never
-blocks anyone. A run refused before it wrote anything (``release(undo=True)``) removes the lock
-file and the folders it created.
-
-:func:`move_aside` clears the way for a fresh run in a folder that holds files of an earlier one
-(a run killed before its first checkpoint, or a fresh start over a finished run): they move into
-``<run_dir>/stale-<UTC time>/``; nothing is deleted.
-
-:func:`atomic_write_text` and :func:`save_figure` write a report or a figure whole, through the
-checkpoint's temporary file, ``fsync`` and rename
-(:func:`tritonrl.toolkit.checkpoint.atomic_write_bytes`): a kill at any moment leaves the old file
-or the new one. Every file a run writes goes through them, except ``metrics.csv``'s appends
-(:class:`tritonrl.toolkit.logger.MetricLogger`) and the lock file.
+:class:`RunLock` (an ``fcntl.flock`` the OS releases however its holder exits), :func:`move_aside` (an earlier
+run's files into ``stale-<UTC time>/``, nothing deleted), and :func:`atomic_write_text` / :func:`save_figure`
+(a kill leaves the old file or the new one). A core module: it imports no toolkit subpackage. Guide:
+docs/pages/training.md ("Run folders survive kills, restarts and divergence").
 """
 
 from __future__ import annotations
@@ -62,15 +50,13 @@ class RunFolderBusy(RuntimeError):
 
 
 class RunLock:
-    """An exclusive lock on a run folder, held from :meth:`acquire` to :meth:`release` (or ``with``).
-
-    Args:
-        run_dir: the folder (created if missing).
+    """An exclusive lock on ``<run_dir>/.lock`` (folder created), held from :meth:`acquire` to
+    :meth:`release`.
 
     Raises:
-        RunFolderBusy: (from :meth:`acquire`) another process holds it; the message names its PID,
-            host and start time.
-        OSError: the lock file cannot be created (read-only folder, ...).
+        RunFolderBusy: (from :meth:`acquire`) another process holds it; the message names its PID, host and
+            start.
+        OSError: the lock file cannot be created.
     """
 
     def __init__(self, run_dir: str | Path) -> None:
@@ -82,9 +68,8 @@ class RunLock:
     def acquire(self) -> RunLock:
         """Take the lock or raise :class:`RunFolderBusy` at once (never waits).
 
-        The lock is the file's inode at ``path`` once locked: a lock file that its holder removed
-        meanwhile (:meth:`release` with ``undo``) is opened again, so two processes never hold
-        two files of one name.
+        A lock file its holder removed meanwhile is opened again, so two processes never hold two files of one
+        name.
         """
         if self._fd is not None:
             return self
@@ -116,10 +101,11 @@ class RunLock:
         return self
 
     def release(self, *, undo: bool = False) -> None:
-        """Let the lock go. The file stays (emptied), unless ``undo``: then the lock file and the
-        folders :meth:`acquire` created go too, removed while still locked (a refused run leaves
-        nothing behind; a process that opened the old file meanwhile sees it replaced and opens
-        the new one). A folder that is no longer empty stays."""
+        """Let the lock go; the file stays, emptied.
+
+        ``undo``: the lock file and the folders :meth:`acquire` created go too, removed while still locked (a
+        folder no longer empty stays).
+        """
         if self._fd is None:
             return
         fd, self._fd = self._fd, None
@@ -181,13 +167,11 @@ def _remove(files: list[Path], folders: list[Path]) -> None:
 
 
 def move_aside(run_dir: str | Path, names: tuple[str, ...] = RUN_FILES) -> Path | None:
-    """Move an earlier run's files (``names``, glob patterns) into ``<run_dir>/stale-<UTC time>/``.
-
-    Returns:
-        the new folder, or ``None`` when there was nothing to move.
+    """Move an earlier run's files (glob ``names``) into ``<run_dir>/stale-<UTC time>/``; returns it, or
+    ``None``.
 
     Raises:
-        OSError: a file cannot be moved (those already moved stay in the stale folder).
+        OSError: a file cannot be moved (those moved stay in the stale folder).
     """
     run_dir = Path(run_dir)
     found = sorted({p for pattern in names for p in run_dir.glob(pattern) if p.is_file()})
@@ -206,10 +190,7 @@ def move_aside(run_dir: str | Path, names: tuple[str, ...] = RUN_FILES) -> Path 
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` atomically: readers see the old file or the new one.
-
-    Returns:
-        the path.
+    """Write ``text`` (UTF-8) to ``path`` atomically; returns the path.
 
     Raises:
         OSError: the write failed (the old file stays); the error names ``path``.
@@ -219,11 +200,8 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
 
 
 def save_figure(fig: Any, path: str | Path, *, dpi: int = 100) -> Path:
-    """Render a matplotlib figure into memory (the format named by the suffix, PNG without one)
-    and write it to ``path`` atomically.
-
-    Returns:
-        the path.
+    """Render a matplotlib figure (format from the suffix, PNG without one) to ``path`` atomically; returns
+    the path.
 
     Raises:
         OSError: the write failed (the old file stays); the error names ``path``.

@@ -55,10 +55,10 @@ def space_from_json(d: dict[str, Any]) -> gym.Space:
 
 
 def pixel_scale(observation_space: gym.Space) -> float | None:
-    """For image observations (a uint8 ``Box`` of shape ``[C, H, W]``), the factor that maps the
-    bytes to ``[0, 1]``: ``1 / high`` (``1/255`` for Atari frames, 1 for MinAtar's 0/1 channels);
-    ``None`` for any other space (observations arrive as floats). Shared by the agents that take
-    image observations (DQN, PPO)."""
+    """The factor that maps an image space's bytes to ``[0, 1]`` (``1 / high``), ``None`` for other spaces.
+
+    An image space is a uint8 ``Box`` of shape ``[C, H, W]``: ``1/255`` for Atari frames, 1 for MinAtar.
+    """
     space = observation_space
     if not (isinstance(space, spaces.Box) and space.dtype == np.uint8 and len(space.shape) == 3):
         return None

@@ -1,12 +1,9 @@
 """Environments: the vector-env wrapper over gymnasium, and the market environments on the device.
 
-:mod:`.vector` wraps gymnasium vector envs behind a torch interface (real transitions, same-step
-autoreset); :mod:`.pixels` holds the MinAtar and Atari preprocessing it applies; :mod:`.market`
-holds the bar data, the batched trading environment, the gym-anytrading compatibility env and the
-market evaluation. May import the toolkit's core
-modules and ``kernels``; never ``replay``, ``training``, ``forecast``, ``cli`` or ``agents``.
-The names of :mod:`.vector` are re-exported here on first use, so ``import tritonrl.toolkit.envs``
-works on a machine without gymnasium.
+:mod:`.vector` (gymnasium behind a torch interface), :mod:`.pixels` (MinAtar and Atari
+preprocessing), :mod:`.market` (bar data, the batched trading env, evaluation). May import the
+toolkit's core modules and ``kernels``; never ``replay``, ``training``, ``forecast``, ``cli`` or
+``agents``. :mod:`.vector`'s names are re-exported on first use, so this imports without gymnasium.
 """
 
 import importlib

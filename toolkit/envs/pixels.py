@@ -1,21 +1,8 @@
 """Pixel environments: MinAtar and Atari (ale-py) with their standard preprocessing.
 
-:func:`tritonrl.toolkit.envs.vector.make_vec_env` applies :func:`preprocess` to every id starting
-with ``MinAtar/`` or ``ALE/``; the ids are registered lazily (:func:`register_pixel_ids`), so
-importing tritonrl imports neither MinAtar nor ale-py.
-
-- **MinAtar**: the observation as uint8 channels-first ``[C, 10, 10]`` (0/1), no frame stack.
-- **Atari** (Nature DQN / CleanRL ``dqn_atari.py``): no sticky actions, up to 30 no-op starts,
-  frame skip 4 with a max over the last two frames, 84x84 grey (:class:`AtariFrames`); the real
-  game's raw return (:class:`RawEpisodeStats`); for training only a life loss ends the episode
-  without resetting the game (:class:`EpisodicLife`); FIRE on reset for games that need it
-  (:class:`FireReset`); for training only rewards clipped to their sign (:class:`ClipRewardSign`);
-  the last 4 frames stacked with zeros before the episode's start (:class:`ZeroPadFrameStack`,
-  ``[4, 84, 84]`` uint8, ``obs[-1]`` the newest).
-
-Layers that hold state outside plain attributes (the emulator, MinAtar's game objects) expose it
-through ``extra_state()`` / ``check_extra_state(value)`` / ``load_extra_state(value)``, which
-:meth:`~tritonrl.toolkit.envs.vector.VecEnv.get_state` captures, so these envs resume exactly.
+:func:`preprocess` wraps ``MinAtar/`` ids (uint8 ``[C, 10, 10]``) and ``ALE/`` ids (Nature DQN / CleanRL:
+84x84 grey, 4 zero-padded frames, episodic life and clipped rewards in training). Ids register lazily;
+emulator state resumes exactly (``extra_state()``). Layer: envs. Guide: docs/pages/pixels.md.
 """
 
 from __future__ import annotations
@@ -63,8 +50,7 @@ def register_pixel_ids(env_id: str) -> None:
     """Register the MinAtar or ALE ids in gymnasium if ``env_id`` is one and they are not yet.
 
     Raises:
-        ValueError: the package the id needs (MinAtar; ale-py and opencv for ``ALE/``) is not
-            installed; one line naming the pip extra.
+        ValueError: the package the id needs is not installed; one line naming the pip extra.
     """
     if not is_pixel_id(env_id):
         return
@@ -94,18 +80,16 @@ def register_pixel_ids(env_id: str) -> None:
 def make_kwargs(env_id: str) -> dict[str, Any]:
     """Extra ``gym.make`` keyword arguments of a pixel id.
 
-    ALE: ``frameskip=1`` (the skip is :class:`AtariFrames`') and ``repeat_action_probability=0``:
-    no sticky actions, as the ``NoFrameskip-v4`` ids of Nature DQN and CleanRL's ``dqn_atari.py``
-    (the v5 default 0.25 cannot resume exactly: the emulator does not save the action it repeats).
+    ALE: ``frameskip=1`` (:class:`AtariFrames` skips) and no sticky actions (their repeated action is not in
+    the emulator's saved state, so no exact resume).
     """
     return {"frameskip": 1, "repeat_action_probability": 0.0} if env_id.startswith("ALE/") else {}
 
 
 def preprocess(env_id: str, env: gym.Env, *, training: bool = True) -> gym.Env:
-    """Wrap a single ``MinAtar/`` or ``ALE/`` env (made with :func:`make_kwargs`) in its preprocessing.
+    """Wrap a single ``MinAtar/`` or ``ALE/`` env in its preprocessing; any other id is returned as it is.
 
-    ``training`` adds, for Atari, the episodic life and the reward clipping (see the module doc).
-    Any other id is returned as it is.
+    ``training`` adds, for Atari, the episodic life and the reward clipping.
     """
     if env_id.startswith("MinAtar/"):
         return MinAtarObs(env)
@@ -175,8 +159,8 @@ def _scratch_random(saved: Any) -> np.random.RandomState:
 class MinAtarObs(gym.ObservationWrapper):
     """MinAtar's ``[10, 10, C]`` bool observation as uint8 channels-first ``[C, 10, 10]`` (0/1).
 
-    Also the hook that saves the game's state (its objects, sticky action, ``RandomState``) as a
-    JSON string: :meth:`extra_state`, :meth:`check_extra_state`, :meth:`load_extra_state`.
+    Also saves the game's state (objects, sticky action, ``RandomState``) as a JSON string
+    (:meth:`extra_state`).
     """
 
     def __init__(self, env: gym.Env) -> None:
@@ -253,9 +237,7 @@ class MinAtarObs(gym.ObservationWrapper):
 
 
 class AtariFrames(AtariPreprocessing):
-    """gymnasium's ``AtariPreprocessing`` (up to 30 no-ops, skip 4 with a max over the last two
-    frames, 84x84 grey uint8, no life-loss termination) plus the emulator state hook: the ALE
-    state with its RNG (sticky actions) and the max-pool buffers, as one uint8 array."""
+    """gymnasium's ``AtariPreprocessing`` (84x84 grey uint8) plus the emulator state hook."""
 
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env, noop_max=30, frame_skip=4, screen_size=84, terminal_on_life_loss=False)
@@ -264,8 +246,7 @@ class AtariFrames(AtariPreprocessing):
         """``[ALE state bytes..., max-pool buffers...]`` uint8 1-D.
 
         Raises:
-            ValueError: sticky actions are on (``repeat_action_probability > 0``): the ALE's saved
-                state lacks the action it repeats, so a resume would not be exact.
+            ValueError: sticky actions are on: the saved state lacks the action they repeat.
         """
         if self.ale.getFloat("repeat_action_probability") > 0:
             raise ValueError(
@@ -298,10 +279,7 @@ class AtariFrames(AtariPreprocessing):
         return state, buffers
 
     def check_extra_state(self, value: Any) -> None:
-        """Raise ``ValueError`` unless ``value`` is an :meth:`extra_state` of this game.
-
-        The saved state is tried on the emulator, and the emulator's own state put back.
-        """
+        """Raise ``ValueError`` unless ``value`` is an :meth:`extra_state` of this game."""
         state, _ = self._split(value)
         current = self.ale.cloneState(include_rng=True)
         try:
@@ -320,10 +298,10 @@ class AtariFrames(AtariPreprocessing):
 
 
 class RawEpisodeStats(gym.Wrapper):
-    """Counts the real game's raw reward and agent steps; sets ``info[RAW_EPISODE_KEY] =
-    {"r": return, "l": length}`` at the step the game ends (terminated or truncated here, below
-    the episodic life and the clipping). The length counts every step the layers above take,
-    the FIRE presses and the no-op after a life loss of the reset wrappers included."""
+    """Records the real game's raw return and length in ``info[RAW_EPISODE_KEY]`` at the step the game ends.
+
+    It sits below the episodic life and the clipping; the length counts every step the layers above take.
+    """
 
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)
@@ -350,8 +328,7 @@ def _carry(src: dict, dst: dict) -> dict:
 
 
 class EpisodicLife(gym.Wrapper):
-    """A life loss ends the episode (``terminated``) but not the game: the next ``reset`` steps a
-    no-op instead of resetting, unless the game really ended or a seed is given."""
+    """A life loss ends the episode (``terminated``) but not the game (reset steps a no-op)."""
 
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)
@@ -384,10 +361,11 @@ class EpisodicLife(gym.Wrapper):
 
 
 class FireReset(gym.Wrapper):
-    """Press FIRE (then action 2) after each reset, for games that wait for it (as CleanRL), and
-    after a lost life that does not end the episode (evaluation, without episodic life): in
-    training the reset after each life loss presses it, so an agent never learns to, and a greedy
-    evaluation would otherwise wait, the ball never served, until the game's frame limit."""
+    """Press FIRE (then action 2) after each reset for games that wait for it, and after a lost life in
+    evaluation.
+
+    Without it a greedy evaluation would wait, the ball never served, until the frame limit.
+    """
 
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)
@@ -431,8 +409,7 @@ class ClipRewardSign(gym.RewardWrapper):
 
 
 class ZeroPadFrameStack(gym.Wrapper):
-    """The last ``k`` frames as ``[k, *frame]`` (``obs[-1]`` the newest), zeros before the episode's
-    first frame: the stack a replay rebuilds from single frames with zeros before the start."""
+    """The last ``k`` frames ``[k, *frame]`` (newest last), zeros before the episode's start."""
 
     def __init__(self, env: gym.Env, k: int) -> None:
         super().__init__(env)

@@ -1,27 +1,8 @@
-"""Atari through envpool: ``envpool:<Game>-v5`` ids behind the :class:`~tritonrl.toolkit.envs.vector.VecEnv`
-interface (``pip install "tritonrl[envpool]"``).
+"""Atari through envpool: ``envpool:<Game>-v5`` ids behind the ``VecEnv`` interface (the ``envpool`` extra).
 
-envpool steps its emulators in C++ threads and applies the standard preprocessing itself (up to 30
-no-ops, frame skip 4 with a max over the last two, 84x84 grey, FIRE on reset, 4 frames stacked, no
-sticky actions here). :class:`EnvPoolVecEnv` adds what the rest of the library expects of a vector
-env:
-
-- **same-step autoreset**: where an episode ends, the same :meth:`~EnvPoolVecEnv.step` call steps
-  that env once more (envpool's own reset step: after a lost life it continues the game, after a
-  game over it starts a new one) and returns the new episode's first observation in ``obs``, the
-  final one in ``next_obs``;
-- **zeros before an episode's first frame** in the stacked observation, as
-  :class:`~tritonrl.toolkit.envs.pixels.ZeroPadFrameStack` and the frame replay have (envpool repeats
-  the first frame, or keeps the frames from before a lost life);
-- **training and evaluation variants**: training (``training=True``) ends an episode at each lost
-  life (``terminated``) and clips rewards to their sign; evaluation plays whole games with raw
-  rewards. The reported episode returns and lengths are always the whole games' (raw rewards;
-  the length counts the agent's steps).
-
-**Resume**: envpool cannot save its emulators' state, so a checkpoint of an envpool run keeps the
-agent, replay and counters but cannot continue the games: resuming it is refused with one line
-(use the ``ALE/`` id of the same game for a run that must resume exactly). The checkpoint's
-weights load for evaluation as any other.
+:class:`EnvPoolVecEnv` adds same-step autoreset, zeros before an episode's first frame and training/evaluation
+variants. envpool cannot save its emulators: resuming is refused (use ``ALE/`` ids). Layer: envs. Guide:
+docs/pages/pixels.md.
 """
 
 from __future__ import annotations
@@ -56,10 +37,11 @@ def _envpool() -> Any:
 
 
 class EnvPoolVecEnv:
-    """``num_envs`` envpool Atari games behind the :class:`~tritonrl.toolkit.envs.vector.VecEnv`
-    interface (see the module doc); build it with :func:`~tritonrl.toolkit.envs.vector.make_vec_env`.
+    """``num_envs`` envpool Atari games behind the :class:`~tritonrl.toolkit.envs.vector.VecEnv` interface.
 
     Observations are ``[E, 4, 84, 84]`` uint8 (``obs[:, -1]`` the newest frame) on ``device``.
+    ``training=True``: a lost life ends an episode and rewards are clipped to their sign; reported returns and
+    lengths are always the whole games'. Build it with :func:`~tritonrl.toolkit.envs.vector.make_vec_env`.
     """
 
     def __init__(
@@ -118,8 +100,8 @@ class EnvPoolVecEnv:
         return self.obs
 
     def step(self, actions: torch.Tensor | np.ndarray) -> Transition:
-        """Step every game once; where an episode ends, its env steps again in the same call (see the
-        module doc).
+        """Step every game once; where an episode ends, its env steps again in the same call (same-step
+        autoreset).
 
         Raises:
             RuntimeError: called before :meth:`reset`.
@@ -167,12 +149,11 @@ class EnvPoolVecEnv:
         return out
 
     def get_state(self) -> dict[str, Any]:
-        """What a checkpoint keeps of this env: its id and size, marked as not resumable (envpool
-        cannot save its emulators; :meth:`check_state` refuses it)."""
+        """This env's id and size, marked as not resumable (:meth:`check_state` refuses it)."""
         return {"env_id": self.env_id, "num_envs": self.num_envs, "kind": _KIND}
 
     def check_state(self, state: dict[str, Any]) -> None:
-        """Refuse to resume: envpool cannot restore its games (see the module doc).
+        """Refuse to resume: envpool cannot restore its games.
 
         Raises:
             ValueError: always, naming the id whose games the checkpoint could not keep.

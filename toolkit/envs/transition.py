@@ -13,25 +13,16 @@ __all__ = ["Transition", "host_actions", "host_tensor", "host_transition"]
 
 @dataclass
 class Transition:
-    """One vector step. ``E`` is the number of environments.
-
-    :class:`VecEnv` fills it with f32 observations (uint8 for a uint8 ``Box`` space, e.g. pixels)
-    on the host's or the given device; a device env (:class:`tritonrl.toolkit.envs.market.MarketEnv`)
-    fills it with observations already in the training dtype on its device and leaves the episode
-    lists empty (its finished episodes are read at log intervals through ``episode_stats()``, one
-    sync).
+    """One vector step of ``E`` environments (f32 observations, uint8 for a uint8 ``Box``; device envs:
+    training dtype).
 
     Attributes:
-        obs: ``[E, *obs_shape]`` f32 (or the device env's dtype): the observation to act on next
-            (a reset observation where an episode just ended).
+        obs: ``[E, *obs_shape]``: the observation to act on next (reset where an episode ended).
         reward: ``[E]`` f32.
-        next_obs: ``[E, *obs_shape]``, as ``obs``: the true next observation of this transition (the
-            final observation where an episode ended; equal to ``obs`` elsewhere).
-        terminated: ``[E]`` bool: the episode reached a terminal state (do not bootstrap).
-        truncated: ``[E]`` bool: the episode was cut (time limit): bootstrap from ``next_obs``.
-        episode_returns: returns of the episodes that ended at this step (python floats); with a
-            :class:`~tritonrl.toolkit.envs.pixels.RawEpisodeStats` layer (Atari), the real
-            games that ended, unclipped over all lives.
+        next_obs: ``[E, *obs_shape]``: the true next observation (the final one where an episode ended).
+        terminated: ``[E]`` bool: a terminal state (do not bootstrap).
+        truncated: ``[E]`` bool: cut by a time limit (bootstrap from ``next_obs``).
+        episode_returns: returns of the episodes that ended here (floats; Atari: whole games, unclipped).
         episode_lengths: their lengths, in the same order.
     """
 
@@ -45,12 +36,7 @@ class Transition:
 
 
 def host_actions(actions: torch.Tensor | np.ndarray, num_envs: int) -> np.ndarray:
-    """``actions`` (a tensor on any device, or array-like) as a numpy array ``[num_envs, ...]``
-    for a host env (a view of a CPU tensor).
-
-    Raises:
-        ValueError: ``actions`` has no leading axis of ``num_envs``.
-    """
+    """``actions`` as a numpy array ``[num_envs, ...]``; ``ValueError`` without that leading axis."""
     a: np.ndarray
     if isinstance(actions, torch.Tensor):
         t = actions.detach()
@@ -79,9 +65,7 @@ def host_transition(
     episode_returns: list[float],
     episode_lengths: list[int],
 ) -> Transition:
-    """A host env's step (fresh numpy arrays, in their final dtypes) as a :class:`Transition` on
-    ``device``: zero-copy on CPU, and ``next_obs`` the same tensor as ``obs`` when it is the
-    same array."""
+    """A host env's step (fresh numpy arrays) as a :class:`Transition` on ``device`` (zero-copy on CPU)."""
     obs_t = host_tensor(device, obs)
     return Transition(
         obs=obs_t,

@@ -1,32 +1,8 @@
 """Vector environments with autoreset handled in one place, greedy evaluation, extra env ids.
 
-:func:`make_vec_env` builds a gymnasium ``SyncVectorEnv`` in *same-step* autoreset mode and wraps
-it in :class:`VecEnv`, which speaks torch and reports **real transitions**: each
-:meth:`VecEnv.step` returns the observation to act on next (already reset where an episode
-ended) and, separately, the true next observation of the transition (the final observation
-where an episode ended), with ``terminated`` and ``truncated`` kept apart. An agent bootstraps
-from ``next_obs`` where ``truncated`` and never where ``terminated``; nothing downstream needs
-to know how gymnasium resets.
-
-Observations and rewards come out as f32 tensors (observations of a uint8 ``Box`` space stay
-uint8), terminations as bool tensors, on the ``device`` given (default CPU). Discrete actions go
-in as int64 ``[E]``, MultiDiscrete as int64 ``[E, K]``, Box actions as float ``[E, D]`` (clipped
-to the space's bounds here, once).
-
-:meth:`VecEnv.get_state` / :meth:`VecEnv.set_state` capture the sub-environments' plain state
-(numbers, arrays, numpy generators, episode counters), which is what classic-control and similar
-pure-Python environments hold, so a training run resumes exactly; a wrapper layer with more
-(an emulator) adds it through ``extra_state`` / ``check_extra_state`` / ``load_extra_state``.
-A MuJoCo environment's simulator state (``MjData``: positions, velocities, time, controls, the
-solver's warm start) is saved as MuJoCo's full integration state (``mj_getState``), so the
-physics continues bit for bit too.
-
-``MinAtar/`` and ``ALE/`` ids get their standard pixel preprocessing (:mod:`.pixels`); for Atari
-the reported episode returns are the real game's, unclipped, over all lives.
-
-Extra ids registered on import (for tests of memory): ``CartPoleNoVel-v1`` (CartPole with the
-cart and pole velocities hidden: observation ``[x, theta]``) and ``PendulumNoVel-v1`` (Pendulum
-without the angular velocity: ``[cos, sin]``).
+:class:`VecEnv` puts a same-step-autoreset ``SyncVectorEnv`` behind torch and reports real transitions; its
+state resumes exactly (MuJoCo included). Extra ids for tests of memory: ``CartPoleNoVel-v1``,
+``PendulumNoVel-v1``. Layer: envs. Guide: docs/pages/training.md.
 """
 
 from __future__ import annotations
@@ -109,10 +85,11 @@ _MUJOCO = "__mujoco__"  # a MuJoCo env's integration state (f64 [mj_stateSize]),
 
 
 def _mujoco_parts(layer: Any) -> tuple[Any, Any, Any, int] | None:
-    """``(mujoco, model, data, spec)`` of a layer that holds a MuJoCo simulation (gymnasium's
-    ``MujocoEnv``: ``model`` and ``data`` attributes of MuJoCo's types), else ``None``.
-    ``spec`` is ``mjSTATE_INTEGRATION``: everything ``mj_step`` reads, so that a restored
-    simulation steps bit for bit as the saved one would have."""
+    """``(mujoco, model, data, spec)`` of a layer holding a MuJoCo simulation, else ``None``.
+
+    ``spec`` is ``mjSTATE_INTEGRATION``: everything ``mj_step`` reads, so a restored simulation steps bit for
+    bit.
+    """
     data = vars(layer).get("data")
     if data is None or type(data).__module__.split(".")[0] != "mujoco":
         return None
@@ -172,13 +149,12 @@ def _capture_layer(layer: Any) -> dict[str, Any]:
 
 
 def _plan_layer(layer: Any, state: Any) -> list[tuple[str, Any]]:
-    """Check one wrapper layer's saved attributes and return the ``(name, value)`` pairs to set.
-
-    Changes nothing: a saved generator state is tried on a scratch bit generator first.
+    """Check one wrapper layer's saved attributes and return the ``(name, value)`` pairs to set; changes
+    nothing.
 
     Raises:
-        ValueError: not a dict, a name that is not a plain attribute (dunder, method, property),
-            or a value of a kind :func:`_capture_layer` does not write.
+        ValueError: not a dict, a name that is not a plain attribute, or a value of a kind
+            :func:`_capture_layer` does not write.
     """
     if not isinstance(state, dict):
         raise ValueError(f"layer state of {type(layer).__name__} is a {type(state).__name__}, not a dict")
@@ -253,8 +229,7 @@ def _plan_layer(layer: Any, state: Any) -> list[tuple[str, Any]]:
 
 
 def _describe(value: Any) -> str | None:
-    """What kind of env state value ``value`` is, in words (``"an array of shape (4,)"``);
-    ``None`` for a value :func:`_capture_layer` does not write."""
+    """What kind of env state ``value`` is, in words; ``None`` for an unknown kind."""
     if isinstance(value, (np.random.Generator, np.random.BitGenerator)):
         return "a generator"
     if isinstance(value, (bool, int, float, np.bool_, np.number)):
@@ -269,11 +244,11 @@ def _describe(value: Any) -> str | None:
 
 
 def _unlike(live: Any, saved: Any) -> str | None:
-    """Why ``saved`` (a planned value) cannot stand where the layer holds ``live`` now, else
-    ``None``: the same kind (a generator, a number, a string, numbers) and, for an array or a
-    tuple, as many numbers (an array's shape against an array; a list may grow). ``None`` on
-    either side, or a live value of another kind, is not judged. A damaged value fails at load,
-    not steps later inside the env."""
+    """Why ``saved`` cannot stand where the layer holds ``live`` now, else ``None``.
+
+    The same kind and, for an array or tuple, as many numbers (a list may grow); ``None`` on either side is
+    not judged. A damaged value fails at load, not steps later inside the env.
+    """
     live_kind, saved_kind = _describe(live), _describe(saved)
     if live_kind is None or saved is None:
         return None
@@ -316,9 +291,11 @@ def _layers(env: gym.Env) -> list[Any]:
 
 
 class VecEnv:
-    """A gymnasium vector env behind a torch interface with real transitions (see the module doc).
+    """A gymnasium vector env behind a torch interface with real transitions; build it with
+    :func:`make_vec_env`.
 
-    Build it with :func:`make_vec_env`. ``obs`` holds the observation to act on next.
+    Observations and rewards are f32 (uint8 for a uint8 ``Box``), flags bool, on ``device``. Actions: int64
+    ``[E]`` (Discrete), int64 ``[E, K]`` (MultiDiscrete), float ``[E, D]`` (Box, clipped to the bounds here).
     """
 
     def __init__(
@@ -346,8 +323,7 @@ class VecEnv:
             self._low, self._high = space.low, space.high
 
     def reset(self) -> torch.Tensor:
-        """Reset every environment with seeds ``seed, seed + 1, ...``; returns ``obs`` [E, *obs_shape] f32
-        (uint8 for a uint8 ``Box`` space)."""
+        """Reset every environment with seeds ``seed, seed + 1, ...``; returns ``obs`` ``[E, *obs_shape]``."""
         obs, _ = self.vec.reset(seed=[self.seed + i for i in range(self.num_envs)])
         self._returns[:] = 0.0
         self._lengths[:] = 0
@@ -356,10 +332,6 @@ class VecEnv:
 
     def step(self, actions: torch.Tensor | np.ndarray) -> Transition:
         """Step every environment once; finished ones reset in the same call (see :class:`Transition`).
-
-        The sub-environments are stepped here, one Python call each, with the same-step autoreset
-        of the wrapped ``SyncVectorEnv`` (same calls in the same order, so the same episodes),
-        without its per-step copies and space bookkeeping.
 
         Raises:
             RuntimeError: called before :meth:`reset`.
@@ -424,11 +396,7 @@ class VecEnv:
         }
 
     def check_state(self, state: dict[str, Any]) -> list[list[list[tuple[str, Any]]]]:
-        """Raise ``ValueError`` unless ``state`` is a :meth:`get_state` of this env; changes nothing.
-
-        Returns:
-            the per-environment, per-layer attribute plan :meth:`set_state` applies.
-        """
+        """The plan :meth:`set_state` applies; ``ValueError`` unless ``state`` is this env's."""
         if not isinstance(state, dict):
             raise ValueError(f"env state is a {type(state).__name__}, not a dict")
         if state.get("env_id") != self.env_id or state.get("num_envs") != self.num_envs:
@@ -543,38 +511,21 @@ def make_vec_env(
     video_dir: str | None = None,
     training: bool = True,
 ) -> VecEnv:
-    """Build ``num_envs`` copies of ``env_id`` as a :class:`VecEnv` (reset with seeds ``seed + i``).
+    """Build ``num_envs`` copies of ``env_id`` as a :class:`VecEnv` (env ``i`` reset with ``seed + i``).
 
-    Ids starting with ``MinAtar/`` or ``ALE/`` get their standard preprocessing
-    (:func:`tritonrl.toolkit.envs.pixels.preprocess`), before ``wrappers``; ``envpool:<Game>-v5``
-    ids give an :class:`~tritonrl.toolkit.envs.pool.EnvPoolVecEnv` (the same interface and
-    preprocessing, stepped by envpool; no ``wrappers``, no video, no exact resume):
-
-    - MinAtar: observation uint8 ``[C, 10, 10]`` (0/1), channels first; no frame stack.
-    - Atari (Nature DQN): no sticky actions, up to 30 no-op starts, frame skip 4 with a max over
-      the last two frames, 84x84 grey, FIRE on reset where the game needs it, the last 4 frames
-      stacked (``[4, 84, 84]`` uint8, ``obs[-1]`` the newest, zeros before the episode's first frame);
-      with ``training``, a life loss ends the episode (``terminated``) without resetting the game,
-      and rewards are clipped to their sign. The reported ``episode_returns`` / ``episode_lengths``
-      are the real games' (unclipped, over all lives, in agent steps), when a game ends.
+    ``MinAtar/`` and ``ALE/`` ids get their preprocessing (:func:`tritonrl.toolkit.envs.pixels.preprocess`)
+    before ``wrappers``; ``envpool:<Game>-v5`` ids give an :class:`~tritonrl.toolkit.envs.pool.EnvPoolVecEnv`.
 
     Args:
-        env_id: a gymnasium id, one of :data:`EXTRA_ENV_IDS`, a ``MinAtar/`` / ``ALE/`` id
-            (registered here on first use), or ``envpool:<Game>-v5``.
-        num_envs: number of environments (>= 1).
-        seed: base seed; environment ``i`` is reset with ``seed + i``.
-        capture_video: record environment 0 with ``gymnasium.wrappers.RecordVideo`` into
-            ``video_dir`` (needs ``moviepy``).
+        env_id: a gymnasium id, one of :data:`EXTRA_ENV_IDS`, a ``MinAtar/`` / ``ALE/`` id, or
+            ``envpool:<Game>-v5``.
+        capture_video: record environment 0 into ``video_dir`` (needs ``moviepy``).
         wrappers: callables applied, in order, to each single environment.
-        device: where the returned tensors live.
-        training: the training variant of an Atari id (episodic life, clipped rewards); ``False``
-            for evaluation. No effect on other ids.
+        training: the training variant of an Atari id (episodic life, clipped rewards).
 
     Raises:
-        ValueError: unknown ``env_id`` (the message suggests close ids), an environment whose
-            optional dependency is not installed (the message names the pip extra, e.g.
-            ``gymnasium[box2d]`` for ``LunarLander-v3``, ``tritonrl[atari]`` for ``ALE/Pong-v5``),
-            ``num_envs < 1``, or wrappers or a video asked of an envpool id.
+        ValueError: unknown ``env_id`` (close ids suggested), a missing optional dependency (its pip extra
+            named), ``num_envs < 1``, or wrappers or a video asked of an envpool id.
     """
     if not isinstance(num_envs, int) or num_envs < 1:
         raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
@@ -621,12 +572,11 @@ def evaluate(
     device: torch.device | str = "cpu",
     wrappers: Sequence[Callable[[gym.Env], gym.Env]] = (),
 ) -> dict[str, Any]:
-    """Run ``episodes`` episodes (one per environment, in parallel) with ``policy`` and report returns.
+    """Run ``episodes`` episodes (one per environment, in parallel) with a greedy ``policy``; returns and
+    lengths.
 
-    ``policy(obs [N, *obs_shape] f32, or uint8 for pixels) -> actions`` should be greedy. The env
-    is the evaluation variant (``training=False``: for Atari, whole games, rewards unclipped). If
-    it has a ``reset(mask: Tensor[N] bool)`` method (a recurrent policy's own memory), that is
-    called with all ``True`` first; environments that finish are not counted again.
+    ``policy(obs [N, *obs_shape]) -> actions`` on the evaluation variant; its ``reset(mask)``, if any, is
+    called first.
 
     Returns:
         ``{"mean_return", "std_return", "mean_length", "returns": [...], "lengths": [...]}``.

@@ -1,6 +1,7 @@
-"""The loop's public parts that every other module of it uses: its settings (:class:`LoopConfig`),
-its errors, and the protocols of what it drives (:class:`Schedule`, :class:`StepCollector`,
-:class:`Evaluator`). :mod:`tritonrl.toolkit.training.loop` re-exports them all.
+"""The loop's public parts: its settings (:class:`LoopConfig`), its errors, and the protocols of what it
+drives.
+
+:mod:`tritonrl.toolkit.training.loop` re-exports them all. Layer: training.
 """
 
 from __future__ import annotations
@@ -31,10 +32,7 @@ OVERLAP_LEARNERS = ("auto", "process", "stream", "inline")
 
 
 class TrainingError(RuntimeError):
-    """Training stopped by an error (bad data from the env, a failed write, divergence).
-
-    The message is one line naming the step and the last good checkpoint, which stays on disk.
-    """
+    """Training stopped by an error; the one-line message names the step and the last good checkpoint."""
 
     def __init__(self, message: str, *, step: int, checkpoint_step: int | None) -> None:
         super().__init__(message)
@@ -113,7 +111,7 @@ class LoopConfig:
     the others are tested against); ``"auto"``: ``"stream"`` on CUDA, else ``"process"``."""
 
     def __post_init__(self) -> None:
-        """Reject impossible settings at construction, before any training.
+        """Reject impossible settings at construction.
 
         Raises:
             ValueError: a field out of range (named in the message).
@@ -141,8 +139,7 @@ class LoopConfig:
 
 
 class StepCollector(Protocol):
-    """Steps the env with the agent and stores what happened, for :func:`run_training`
-    (:class:`tritonrl.toolkit.training.collector.Collector` is one)."""
+    """Steps the env with the agent and stores what happened (e.g. ``Collector``)."""
 
     def step(self) -> Any:
         """One vector step; returns the env's :class:`~tritonrl.toolkit.envs.vector.Transition`."""
@@ -153,9 +150,10 @@ class StepCollector(Protocol):
         ...
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` output; raise ``ValueError`` (changing nothing) on a bad one.
-        An optional ``check_state_dict(state)`` (check only) lets a resume check every section
-        before it applies any."""
+        """Restore :meth:`state_dict` output; ``ValueError`` (nothing changed) on a bad one.
+
+        An optional ``check_state_dict(state)`` lets a resume check every section before applying any.
+        """
         ...
 
 

@@ -1,24 +1,9 @@
 """The device experience collector: policy, environment and replay on one device, no host round trip.
 
-:class:`Collector` drives any vector environment whose ``step_transition(actions)`` returns a
-:class:`tritonrl.toolkit.envs.vector.Transition` of tensors on the agent's device (``MarketEnv``, or your
-own), and feeds any agent of the agent protocol (:class:`tritonrl.toolkit.agent.Agent`) the same way:
-
-1. ``policy(obs)``: the agent's acting policy (``agent.acting_policy(sync_every)``, a
-   :class:`tritonrl.toolkit.acting.ActingPolicy`) acts on the env's observations. An off-policy
-   agent (the DQN family) acts from an **f32 snapshot** of its learner, refreshed once at least
-   ``sync_every`` learner updates happened since the last refresh (the one export cast, see
-   :class:`~tritonrl.toolkit.acting.SnapshotPolicy`), with its own exploration; an on-policy
-   agent (PPO) acts with the learner (:class:`~tritonrl.toolkit.acting.LearnerPolicy`: its
-   importance ratio needs the policy that acted to be the learner);
-2. ``env.step_transition(actions)``;
-3. ``agent.observe(obs, actions, reward, next_obs, terminated, truncated)``: the agent stores the
-   step as it always does (input checks, ICM's intrinsic reward, replay or rollout, counters).
-
-Nothing in a step reads a tensor value on the host when the agent's own ``observe`` reads none:
-the DQN family with its replay in device staging (``replay_staging="device"``, the accelerator
-default of ``"auto"``; host staging reads rewards and done flags, free on a CPU), PPO on an
-accelerator (on a CPU its ``observe`` reads the CPU truncation flags, free there).
+:class:`Collector` drives an env whose ``step_transition(actions)`` returns device tensors (``MarketEnv``):
+the agent's acting policy acts (an f32 snapshot for off-policy agents, the learner for on-policy ones), the
+env steps, ``agent.observe`` stores the step. No step reads a tensor on the host unless the agent's
+``observe`` does. Layer: training. Guide: docs/pages/market.md.
 """
 
 from __future__ import annotations
@@ -33,23 +18,17 @@ __all__ = ["Collector"]
 
 
 class Collector:
-    """Step ``env`` with ``agent``'s acting policy and let the agent store what happens (see the
-    module docstring).
+    """Step ``env`` with ``agent``'s acting policy and let the agent store what happens.
 
     Args:
-        agent: an agent of the agent protocol (``acting_policy``, ``observe``; its ``num_envs``
-            and ``device``, where it has them, must be the env's), built for ``env.num_envs``
-            environments on ``env.device``.
-        env: a vector environment with ``num_envs``, ``device``, ``obs`` (the observations to act
-            on next, ``None`` before the first reset), ``reset()`` and
-            ``step_transition(actions) -> Transition``, all tensors on ``env.device``.
-        sync_every: learner updates between two refreshes of an acting snapshot (ignored by a
-            policy that acts with the learner).
+        agent: an agent of the agent protocol, built for ``env.num_envs`` environments on ``env.device``.
+        env: a vector env with ``num_envs``, ``device``, ``obs``, ``reset()`` and
+            ``step_transition(actions)``.
+        sync_every: learner updates between two refreshes of an acting snapshot.
 
     Raises:
         TypeError: ``agent`` has no ``acting_policy`` or ``observe``.
-        ValueError: ``sync_every`` is not a positive int, or the env's number of environments or
-            device differs from the agent's.
+        ValueError: a bad ``sync_every``, or the env's size or device differs from the agent's.
     """
 
     def __init__(self, agent: Any, env: Any, *, sync_every: int = 1) -> None:
@@ -81,16 +60,12 @@ class Collector:
         return getattr(self.policy, "snapshot", None)
 
     def sync(self) -> None:
-        """Refresh the acting policy from the learner now (as after a resume without a saved
-        collector state); a no-op when the learner acts."""
+        """Refresh the acting policy from the learner now; a no-op when the learner acts."""
         self.policy.sync()
 
     def step(self) -> Transition:
-        """One vector step: act on ``env.obs`` (resetting the env first if it has none), step the
-        env, ``agent.observe`` the transition.
-
-        Returns:
-            the env's :class:`~tritonrl.toolkit.envs.vector.Transition` (device tensors).
+        """One vector step: act on ``env.obs`` (reset first if needed), step, observe; returns the device
+        ``Transition``.
 
         Raises:
             RuntimeError: PPO's rollout is full (call ``agent.update()`` first).
@@ -106,13 +81,11 @@ class Collector:
         return t
 
     def state_dict(self) -> dict[str, Any]:
-        """``sync_every`` and the acting policy's state (``synced_at``, ``syncs`` and, for a
-        snapshot, its tensors as ``snapshot``), so that a resumed collector acts exactly as before."""
+        """``sync_every`` and the acting policy's state, so a resumed collector acts exactly as before."""
         return {"sync_every": self.sync_every, **self.policy.state_dict()}
 
     def check_state_dict(self, state: dict[str, Any]) -> None:
-        """Raise ``ValueError`` unless ``state`` fits this collector's acting policy (its
-        ``check_state_dict``, where it has one); changes nothing."""
+        """Raise ``ValueError`` unless ``state`` fits this collector's acting policy; changes nothing."""
         if not isinstance(state, dict):
             raise ValueError(f"collector state is a {type(state).__name__}, not a dict")
         check = getattr(self.policy, "check_state_dict", None)
@@ -120,9 +93,5 @@ class Collector:
             check(state)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore from :meth:`state_dict` (the ``sync_every`` of this collector is kept).
-
-        Raises:
-            ValueError: a missing or mistyped entry, or a snapshot of other shapes; nothing changed.
-        """
+        """Restore :meth:`state_dict` output; ``ValueError`` (nothing changed) on a bad one."""
         self.policy.load_state_dict(state)

@@ -1,9 +1,7 @@
-"""Episode statistics of device environments, as metric names (the loop's ``env.episode_stats()`` hook).
+"""Episode statistics of device environments as metric names (the loop's ``env.episode_stats()`` hook).
 
-An env that counts its finished episodes on the device has ``episode_stats() -> dict[str, float]``
-(means over the episodes since the last call, and their count) and names its family's metrics with
-a ``metric_prefix`` attribute (:class:`~tritonrl.toolkit.envs.market.env.MarketEnv`: ``"market"``);
-without one its entries are logged under :data:`DEFAULT_METRIC_PREFIX`.
+An env's ``metric_prefix`` (``MarketEnv``: ``"market"``, else :data:`DEFAULT_METRIC_PREFIX`) names its
+family's metrics. Layer: training. Guide: docs/pages/training.md.
 """
 
 from __future__ import annotations
@@ -18,11 +16,7 @@ DEFAULT_METRIC_PREFIX = "env"
 
 
 def metric_prefix(env: Any) -> str:
-    """``env.metric_prefix`` (a non-empty string), else :data:`DEFAULT_METRIC_PREFIX`.
-
-    Raises:
-        ValueError: a ``metric_prefix`` that is not a non-empty string without ``/``.
-    """
+    """``env.metric_prefix`` (non-empty, no ``/``), else :data:`DEFAULT_METRIC_PREFIX`."""
     prefix = getattr(env, "metric_prefix", None)
     if prefix is None:
         return DEFAULT_METRIC_PREFIX
@@ -37,14 +31,10 @@ _STATS_COUNT = ("count", "episodes")
 
 
 def episode_metrics(stats: Mapping[str, float], prefix: str) -> dict[str, float]:
-    """Metric names for an ``env.episode_stats()`` dict (means over the episodes it drained).
+    """Metric names for an ``env.episode_stats()`` dict; ``{}`` when no episode finished.
 
-    The mean return (key ``mean_return``, ``return`` or ``episodic_return``) becomes
-    ``charts/episodic_return``, the mean length (``mean_length``, ``length``,
-    ``episodic_length``) ``charts/episodic_length``, any other entry ``<prefix>/<name>`` (a
-    ``mean_`` prefix dropped: ``mean_sharpe`` -> ``market/sharpe`` for the prefix ``market``,
-    :func:`metric_prefix` of the env); the count (``count`` or
-    ``episodes``) is left out. No finished episode (a count of 0): an empty dict.
+    The mean return and length become ``charts/episodic_return`` and ``charts/episodic_length``; other entries
+    ``<prefix>/<name>`` (``mean_sharpe`` -> ``market/sharpe``); the count is left out.
     """
     count = next((stats[k] for k in _STATS_COUNT if k in stats), None)
     if count is not None and count <= 0:
@@ -63,11 +53,7 @@ def episode_metrics(stats: Mapping[str, float], prefix: str) -> dict[str, float]
 
 
 def merge_episode_stats(stats: list[Mapping[str, float] | None]) -> dict[str, float]:
-    """One ``env.episode_stats()`` dict for several ranks' (``None``: a rank without the hook).
-
-    Each mean is weighted by its rank's episode count (``count`` or ``episodes``; without one, the
-    ranks weigh equally); the count becomes the sum. Ranks without finished episodes add nothing.
-    """
+    """One ``episode_stats()`` dict for several ranks', means weighted by counts."""
     present = [s for s in stats if s]
     if not present:
         return {}

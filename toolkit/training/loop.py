@@ -1,23 +1,8 @@
-"""The shared training loop: one loop, parameterised by a schedule (on-policy or off-policy).
+"""The shared training loop, parameterised by a schedule (on-policy or off-policy).
 
-The loop owns everything that is not the algorithm: seeding, stepping the vector env (or a
-``collector``), episode statistics, metric logging (one device sync per log interval), periodic
-greedy evaluation with an optional early stop at a target return, checkpoints with exact resume,
-a progress bar and the learning curve. The algorithm enters through the agent protocol
-(:mod:`tritonrl.toolkit.agent`) and a :class:`Schedule` that decides after every vector step
-whether the agent updates. ::
-
-    env = make_vec_env("CartPole-v1", 8, seed=1)
-    agent = PPOAgent(env.single_observation_space, env.single_action_space, num_envs=8)
-    summary = run_training(agent, env, OnPolicySchedule(agent.config.num_steps),
-                           LoopConfig(total_steps=50_000, eval_every=10_000, target_return=475))
-
-Device environments join through optional hooks (``step_transition``, ``episode_stats``,
-``metric_prefix``, ``evaluate_policy``); the run folder's lock, resume, flush, cadence, signal
-stop and divergence check are :class:`tritonrl.toolkit.lifecycle.RunLifecycle`, shared with the
-forecaster trainer (CONTRIBUTING.md, "Run folders and checkpoints"). Under ``torchrun`` every
-rank runs the loop on its shard; rank 0 alone writes the folder. The whole contract:
-docs/pages/training.md (hooks, run folders) and docs/pages/scaling.md (data-parallel runs).
+:func:`run_training` owns everything but the algorithm, which enters through the agent protocol and a
+:class:`Schedule`; the folder side is :class:`tritonrl.toolkit.lifecycle.RunLifecycle`. Layer: training.
+Guide: docs/pages/training.md.
 """
 
 from __future__ import annotations
@@ -75,44 +60,28 @@ def run_training(
 ) -> dict[str, Any]:
     """Train ``agent`` on ``env`` for ``cfg.total_steps`` environment steps (summed over all ranks).
 
-    ``env`` is a :class:`~tritonrl.toolkit.envs.vector.VecEnv` or any env with its attributes
-    (``num_envs``, ``device``, ``env_id``, ``obs``, ``reset``, ``get_state``/``set_state``) and
-    either ``step`` returning a :class:`~tritonrl.toolkit.envs.vector.Transition` or
-    ``step_transition`` (see the module doc for that hook and ``episode_stats``).
-
     Args:
-        should_stop: polled after every vector step; when it returns true the run ends there
-            (metrics flushed, a checkpoint saved when ``run_dir`` is set, ``interrupted`` and
-            ``stopped`` = ``"should_stop"`` in the summary). A signal handler setting a
-            ``threading.Event`` whose ``is_set`` is passed here is the intended use.
-        evaluator: has ``evaluate_policy(policy, episodes, seed) -> dict`` (``"mean_return"``
-            at least): used for every evaluation instead of the gymnasium one on
-            ``cfg.eval_env_id``; ``None``: the env's own ``evaluate_policy`` if it has one.
-        collector: steps ``env`` with ``agent`` (``collector.step()``) instead of ``agent.act``,
-            the env step and ``agent.observe``; built for this agent and env (module doc).
-        dist: this process's place in a data-parallel run (module doc); ``None``: the agent's
-            ``dist`` attribute if it has one, else :func:`tritonrl.toolkit.distributed.current`.
+        env: a :class:`~tritonrl.toolkit.envs.vector.VecEnv`, or a device env with ``step_transition``
+            (docs/pages/training.md).
+        should_stop: polled after every vector step; true ends the run there, flushed and checkpointed.
+        evaluator: ``evaluate_policy(policy, episodes, seed) -> dict``; ``None``: the env's own, else
+            gymnasium's.
+        collector: steps ``env`` with ``agent`` (``collector.step()``) instead of act, step, observe.
+        dist: the data-parallel context; ``None``: the agent's ``dist``, else the process's.
 
     Returns:
-        a summary: ``global_step``, ``evaluations`` (``[step, mean_return]`` pairs),
-        ``reached_target_at`` (first evaluation step reaching ``target_return``, or ``None``),
-        ``final_eval`` (the last evaluation's dict), ``recent_return`` (mean of the last 20
-        training episodes), ``wall_s``, ``sps``, ``checkpoint`` (path or ``None``),
-        ``checkpoint_step`` (step of the last checkpoint written or resumed from), ``interrupted``
-        and ``stopped`` (``None``, ``"stop_at"`` or ``"should_stop"``). The same on every rank,
-        except ``final_eval``'s and ``recent_return``'s sources (all ranks') and ``wall_s``/``sps``
-        (each rank's clock).
+        a summary: ``global_step``, ``evaluations``, ``reached_target_at``, ``final_eval``, ``recent_return``,
+            ``wall_s``, ``sps``, ``checkpoint``, ``checkpoint_step``, ``interrupted``, ``stopped``.
 
     Raises:
-        ValueError: inconsistent settings (checkpoints or resume without ``run_dir``, a
-            ``collector`` of another agent or env, a ``dist`` other than the agent's, ``overlap``
-            where :func:`tritonrl.toolkit.training.overlap.check_overlap` refuses it).
-        CheckpointError: ``resume`` with a checkpoint of another agent, env or format, or a
-            ``metrics.csv`` whose header is not one.
+        ValueError: inconsistent settings (checkpoints without ``run_dir``, a foreign ``collector`` or
+            ``dist``, ...).
+        CheckpointError: ``resume`` with a checkpoint of another agent, env or format, or a bad
+            ``metrics.csv``.
         RunFolderBusy: another process trains in ``run_dir``.
         DivergenceError: a ``losses/...`` metric or a parameter became non-finite.
         TrainingError: a ``ValueError``, ``RuntimeError`` or ``OSError`` during training.
-        OSError: the run folder cannot be prepared (lock, moving an earlier run aside).
+        OSError: the run folder cannot be prepared.
     """
     if cfg.total_steps < 1:
         raise ValueError(f"total_steps must be >= 1, got {cfg.total_steps}")
@@ -131,11 +100,7 @@ def run_training(
 
 
 def _context(agent: Any, dist: DistContext | None) -> DistContext:
-    """``dist``, else the agent's ``dist`` attribute, else the process's context.
-
-    Raises:
-        ValueError: ``dist`` and the agent's context name different ranks or world sizes.
-    """
+    """``dist``, else the agent's, else the process's; ``ValueError`` when they disagree."""
     own = getattr(agent, "dist", None)
     if dist is None:
         return own if isinstance(own, DistContext) else current()

@@ -1,21 +1,8 @@
 """The off-policy schedule of the shared loop: learning starts, train frequency, gradient steps.
 
-The loop (:func:`tritonrl.toolkit.training.loop.run_training`) stores every vector step through
-``agent.observe``; this schedule decides when the agent learns:
-
-- nothing before ``learning_starts`` environment steps (summed over the vector envs);
-- then, each time the global step crosses a multiple of ``train_freq``, ``gradient_steps`` calls
-  of ``agent.update()``. With ``E`` environments a vector step advances the global step by ``E``,
-  so several rounds can fall due at once; the update-to-data ratio stays
-  ``gradient_steps / train_freq`` whatever ``E`` is.
-
-Target-network updates (hard every ``target_update_every`` learner updates, or Polyak with
-``tau < 1``) happen inside ``agent.update()``, so an agent driven by hand behaves the same. ::
-
-    env = make_vec_env("CartPole-v1", 4, seed=1)
-    agent = DQNAgent(env.single_observation_space, env.single_action_space, preset("rainbow"), num_envs=4)
-    run_training(agent, env, schedule_for(agent), LoopConfig(total_steps=50_000, eval_every=5_000,
-                                                             target_return=475))
+Nothing before ``learning_starts`` env steps; then ``gradient_steps`` updates each time the global step
+crosses a multiple of ``train_freq``, so the update-to-data ratio does not depend on the number of envs.
+Target updates happen inside ``agent.update()``. Layer: training. Guide: docs/pages/dqn.md.
 """
 
 from __future__ import annotations
@@ -33,14 +20,10 @@ class OffPolicySchedule:
 
     Args:
         learning_starts: environment steps (all envs) before the first update.
-        train_freq: environment steps between two rounds of updates.
-        gradient_steps: updates per round.
-        return_metrics: ``"last"`` returns the metrics of the last update of each round (one
-            accumulation per round in the logger), ``"all"`` every update's.
+        return_metrics: ``"last"``: the metrics of each round's last update; ``"all"``: every update's.
 
     Raises:
-        ValueError: a negative ``learning_starts``, ``train_freq`` or ``gradient_steps`` below 1,
-            or an unknown ``return_metrics``.
+        ValueError: a negative ``learning_starts``, a count below 1, or an unknown ``return_metrics``.
     """
 
     def __init__(
@@ -64,8 +47,7 @@ class OffPolicySchedule:
         self.refill_until = 0  # no updates before this global step (replay restarted empty)
 
     def rounds_due(self, prev: int, step: int) -> int:
-        """Multiples ``k * train_freq`` in ``(prev, step]`` that are ``>= learning_starts`` (and
-        ``>= refill_until``, see :meth:`restart_collection`)."""
+        """Multiples of ``train_freq`` in ``(prev, step]`` past ``learning_starts``/``refill_until``."""
         lo = max(prev, self.learning_starts - 1, self.refill_until - 1)
         return max(0, step // self.train_freq - lo // self.train_freq) if step > lo else 0
 
@@ -87,14 +69,11 @@ class OffPolicySchedule:
         return out
 
     def restart_collection(self, step: int) -> None:
-        """The agent's replay restarted empty at global step ``step`` (a data-parallel checkpoint
-        resumed on another number of ranks, :func:`tritonrl.toolkit.training.loop.run_training`): no
-        updates until ``learning_starts`` new env steps have refilled it."""
+        """The replay restarted empty at ``step``: wait ``learning_starts`` new steps."""
         self.refill_until = step + self.learning_starts
 
     def state_dict(self) -> dict[str, Any]:
-        """Settings and counters (``refill_until`` only when a refill is set: a checkpoint without
-        it loads as 0)."""
+        """Settings and counters (``refill_until`` only when set)."""
         state = {
             "learning_starts": self.learning_starts,
             "train_freq": self.train_freq,
@@ -108,8 +87,7 @@ class OffPolicySchedule:
         return state
 
     def check_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Raise ``ValueError`` unless ``state`` is this schedule's (same settings, counters that are
-        non-negative ints); changes nothing."""
+        """Raise ``ValueError`` unless ``state`` is this schedule's; changes nothing."""
         if not isinstance(state, Mapping):
             raise ValueError(f"schedule state is a {type(state).__name__}, not a dict")
         for key in ("learning_starts", "train_freq", "gradient_steps", "last_step", "rounds", "updates"):
@@ -126,11 +104,7 @@ class OffPolicySchedule:
                 )
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict` output.
-
-        Raises:
-            ValueError: the state was saved with other settings or is damaged (checked first).
-        """
+        """Restore :meth:`state_dict` output; ``ValueError`` (checked first) on a bad one."""
         self.check_state_dict(state)
         self.last_step = state["last_step"]
         self.rounds = state["rounds"]
@@ -139,8 +113,7 @@ class OffPolicySchedule:
 
 
 def schedule_for(agent: Any) -> OffPolicySchedule:
-    """The schedule of an off-policy agent from its config (``learning_starts``, ``train_freq``,
-    ``gradient_steps``); learning never starts before the buffer holds one batch."""
+    """The schedule of an off-policy agent from its config (never before one batch)."""
     cfg = agent.config
     starts = max(int(cfg.learning_starts), int(getattr(cfg, "batch_size", 0)))
     return OffPolicySchedule(starts, int(cfg.train_freq), int(cfg.gradient_steps))

@@ -1,9 +1,7 @@
 """The on-policy schedule of the shared loop: collect a rollout of T vector steps, then update once.
 
-``update()`` of an on-policy agent (PPO) runs its epochs over the rollout it has stored through
-``observe``; this schedule only decides when. ::
-
-    run_training(agent, env, OnPolicySchedule(agent.config.num_steps), LoopConfig(total_steps=...))
+The agent's ``update()`` runs its epochs over the rollout it stored; this schedule only decides when. Layer:
+training. Guide: docs/pages/ppo.md.
 """
 
 from __future__ import annotations
@@ -17,10 +15,7 @@ __all__ = ["OnPolicySchedule", "schedule_for"]
 
 
 class OnPolicySchedule:
-    """Call ``agent.update()`` after every ``rollout_steps`` vector steps.
-
-    Args:
-        rollout_steps: vector steps per rollout (``T``; the rollout holds ``T * num_envs`` transitions).
+    """Call ``agent.update()`` after every ``rollout_steps`` vector steps (``T``).
 
     Raises:
         ValueError: ``rollout_steps < 1``.
@@ -43,9 +38,7 @@ class OnPolicySchedule:
         return [agent.update()]
 
     def restart_collection(self, step: int) -> None:
-        """The agent's rollout restarted empty (a data-parallel checkpoint resumed on another number
-        of ranks, :func:`tritonrl.toolkit.training.loop.run_training`): the next update comes after a full
-        rollout of ``rollout_steps`` vector steps again. ``step`` (the global step) is unused."""
+        """The rollout restarted empty: the next update after a full rollout."""
         del step
         self.vector_steps -= self.vector_steps % self.rollout_steps
 
@@ -72,16 +65,12 @@ class OnPolicySchedule:
             )
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore the counters.
-
-        Raises:
-            ValueError: the state was saved with another rollout length or is damaged (checked first).
-        """
+        """Restore the counters; ``ValueError`` (checked first) on a bad state."""
         self.check_state_dict(state)
         self.vector_steps = state["vector_steps"]
         self.updates = state["updates"]
 
 
 def schedule_for(agent: Any) -> OnPolicySchedule:
-    """The schedule the CLI uses for an on-policy agent: its rollout length ``agent.config.num_steps``."""
+    """The schedule for an on-policy agent: its rollout length ``agent.config.num_steps``."""
     return OnPolicySchedule(int(agent.config.num_steps))

@@ -1,44 +1,9 @@
 """Overlapped acting and learning: the actor acts while the learner updates.
 
-With ``LoopConfig(overlap=True)`` the loop's schedule becomes **lagged**. Sync points fall after
-every vector step that crosses a multiple of the schedule's ``train_freq`` (an on-policy
-schedule: after every rollout, ``rollout_steps`` vector steps; :func:`sync_period`). At sync
-point ``k`` the learner receives the transitions collected since sync point ``k - 1``, stores them
-(``agent.observe``, one call per vector step, in order) and runs the updates due at ``k``
-(``schedule.after_step``; an on-policy schedule counts each staged vector step) with the replay
-as of ``k``; meanwhile the actor collects the steps up to
-sync point ``k + 1`` from an f32 snapshot of the learner taken at sync point ``k``, that is after
-the updates of ``k - 1``. Acting lags learning by at most one sync interval; what the learner sees
-at each sync point is fixed by step counts, never by timing, so a run is reproducible.
-
-Three learners implement it (``overlap_learner``; ``"auto"``, the default, picks ``"process"`` for
-an agent on the CPU and ``"stream"`` for one on CUDA):
-
-- ``"process"`` runs the agent's update side (networks, optimizer, replay, schedule) in a child
-  process started once per run with ``fork`` (the child starts from an exact copy of the agent
-  without pickling it, which is what makes it bit-identical to the inline learner; CUDA cannot be
-  forked, so it is CPU-only) and hands transitions and weights over in shared-memory tensors;
-- ``"stream"`` runs the update side in this process but queues its device work on a CUDA stream of
-  its own: the updates of a sync point are launched and the host goes back to stepping the env at
-  once (the updates read nothing back to the host), while the actor's forwards run on the current
-  stream from the snapshot, which no pending update writes, so the actions it copies to the host
-  never wait for the learner. The streams meet only at sync points: the learner's stream waits
-  for everything queued before its round (the staged steps, the snapshot's copy of the weights it
-  is about to change), and the current stream waits for the learner's round before the snapshot
-  is refreshed and before the learner's metrics are read. Off CUDA it is the inline learner;
-- ``"inline"`` runs the same semantics in this process, synchronously (no gain: it is the oracle
-  the other two are tested against).
-
-The agent takes part through two methods (:class:`OverlapAgent`): ``learner_tensors()``, the
-tensors the actor mirrors, and ``lagged_actor()``, an actor that acts from its own snapshot with
-its own random generator and step count (:class:`tritonrl.toolkit.acting.SnapshotActor`: the
-agent's policy module with its exploration around it). An actor with
-an ``extras()`` method stages what it returns for each step beside the transition (PPO: the raw
-actions and the snapshot's log-probs), and the learner passes it to ``agent.observe_steps`` as
-keywords. A checkpoint
-(:meth:`Overlap.state_dict`) holds the actor's side beside the learner's state, without draining,
-so that a resumed run continues the lagged run exactly. See docs/pages/training.md, "Overlapped
-acting and learning".
+With ``LoopConfig(overlap=True)`` the learner gets, at each sync point, the steps since the last one, while
+the actor acts from a snapshot one interval behind; step counts, never timing, fix what it sees. Learners:
+``"process"`` (forked, CPU), ``"stream"`` (a CUDA stream), ``"inline"`` (the oracle). Layer: training. Guide:
+docs/pages/training.md.
 """
 
 from __future__ import annotations
@@ -76,10 +41,8 @@ FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
 """The fields of a staged vector step, in ``agent.observe``'s order."""
 _POLL_S = 0.5  # how often a wait for the learner process checks that it is still alive
 _SPIN_S = 0.005
-"""How long either side of the process learner polls for the other's message before it sleeps in a
-blocking wait: a hand-over every few milliseconds then costs no wake-up of a sleeping process (a
-blocking pipe read woken by the other side took ~150 us a message on a 2-core VM, where a spin costs
-a few microseconds), and a wait longer than this costs at most this much of a core."""
+"""How long either side of the process learner polls for the other's message before a blocking wait:
+frequent hand-overs then wake no sleeping process, and a longer wait costs at most this much of a core."""
 
 
 def _spin(conn: Any, seconds: float) -> bool:
@@ -94,8 +57,7 @@ def _spin(conn: Any, seconds: float) -> bool:
 
 
 class LearnerProcessError(RuntimeError):
-    """The learner process raised (its exception type and message lead the message; its traceback
-    is :attr:`child_traceback`) or died."""
+    """The learner process raised (traceback in :attr:`child_traceback`) or died."""
 
     def __init__(self, message: str, child_traceback: str = "") -> None:
         super().__init__(message)
@@ -107,8 +69,7 @@ class LaggedActor(Protocol):
     """Acts for an overlapped run from its own copy of the learner's tensors."""
 
     def __call__(self, obs: torch.Tensor) -> torch.Tensor:
-        """Exploring actions ``[E, ...]`` for ``obs [E, *obs_shape]``; advances the actor's own
-        step count (its exploration schedule) and draws only from its own generator."""
+        """Exploring actions ``[E, ...]`` for ``obs [E, *obs_shape]`` (own steps and generator)."""
         ...
 
     def load(self, tensors: Sequence[torch.Tensor]) -> None:
@@ -120,7 +81,7 @@ class LaggedActor(Protocol):
         ...
 
     def state_dict(self) -> dict[str, Any]:
-        """What a checkpoint of an overlapped run holds of the actor (its copy, generator, steps)."""
+        """What a checkpoint holds of the actor (its copy, generator, steps)."""
         ...
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -133,7 +94,7 @@ class OverlapAgent(Protocol):
     """What an agent gives an overlapped run (beyond the agent protocol)."""
 
     def learner_tensors(self) -> list[torch.Tensor]:
-        """The learner's tensors the actor acts from (parameters and buffers), in a fixed order."""
+        """The learner's tensors the actor acts from, in a fixed order."""
         ...
 
     def lagged_actor(self) -> LaggedActor:
@@ -142,11 +103,7 @@ class OverlapAgent(Protocol):
 
 
 class _Staging:
-    """The vector steps of one sync interval: one ``[capacity, E, ...]`` tensor per field, the
-    :data:`FIELDS` then the actor's extras, each on the device of the field's first value. CPU
-    fields are written through numpy views (a numpy row copy costs a fraction of a torch
-    ``copy_``); device fields (a CUDA env's or actor's tensors) by a ``copy_`` queued on the current
-    stream, never read back to the host."""
+    """The vector steps of one sync interval, one ``[capacity, E, ...]`` tensor per field, never read back."""
 
     def __init__(self, first: Mapping[str, torch.Tensor], capacity: int, shared: bool) -> None:
         self.capacity = capacity
@@ -174,9 +131,7 @@ class _Staging:
         self.rows = row + 1
 
     def feed(self, agent: Any, rows: int) -> None:
-        """``agent.observe`` each of the first ``rows`` staged vector steps, in order (one
-        ``agent.observe_steps`` call for all of them where the agent has it; the actor's extras
-        go to it as keywords)."""
+        """``agent.observe`` the first ``rows`` staged steps, in order."""
         f = self.fields
         many = getattr(agent, "observe_steps", None)
         if many is not None:
@@ -196,8 +151,7 @@ class _Staging:
 
 
 def _pack(metrics: Sequence[Mapping[str, torch.Tensor]]) -> _Metrics:
-    """Metric dicts as ``(names, f32 values)`` pairs: what both learners hand back (so the values
-    logged are the same bits whichever learner ran)."""
+    """Metric dicts as ``(names, f32 values)`` pairs, so the logged bits do not depend on the learner."""
     out: _Metrics = []
     for m in metrics:
         names = tuple(m)
@@ -213,9 +167,7 @@ def _unpack(packed: _Metrics) -> list[dict[str, torch.Tensor]]:
 def _due(
     agent: Any, schedule: Any, staging: _Staging, rows: int, step: int
 ) -> list[Mapping[str, torch.Tensor]]:
-    """One learner round: store the staged steps, run the updates due at ``step`` (an on-policy
-    schedule counts each staged vector step: its update comes when a rollout is full); returns
-    their metric dicts as the agent made them (tensors on its device, not read yet)."""
+    """One learner round: store the staged steps, run the updates due; their metrics, unread."""
     staging.feed(agent, rows)
     if _on_policy(schedule):
         due: list[Mapping[str, torch.Tensor]] = []
@@ -231,10 +183,7 @@ def _round(agent: Any, schedule: Any, staging: _Staging, rows: int, step: int) -
 
 
 def feed_staged(agent: Any, schedule: Any, staged: Mapping[str, torch.Tensor], step: int) -> None:
-    """A sequential run resumed from an overlapped run's checkpoint: store the steps that were
-    staged when it was saved (``{field: [rows, E, ...]}``, the actor's extras included) as the
-    learner would have at the next sync point, and count them in an on-policy schedule (they are
-    fewer than a rollout: no update is due)."""
+    """Store an overlapped checkpoint's staged steps in a sequential resumed run."""
     rows = int(staged["obs"].shape[0])
     many = getattr(agent, "observe_steps", None)
     if many is not None:
@@ -253,8 +202,7 @@ def _on_policy(schedule: Any) -> bool:
 
 
 def sync_period(schedule: Any, step_size: int) -> int:
-    """Env steps between two sync points: an off-policy schedule's ``train_freq``, an on-policy
-    schedule's rollout (``rollout_steps * step_size``).
+    """Env steps between two sync points: ``train_freq``, or ``rollout_steps * step_size``.
 
     Raises:
         ValueError: a schedule with neither.
@@ -269,8 +217,7 @@ def sync_period(schedule: Any, step_size: int) -> int:
 
 
 class _InlineLearner:
-    """The lagged semantics in this process: the updates of a sync point run when it is reached,
-    their metrics and weights are handed to the actor at the next one."""
+    """The lagged semantics in this process, synchronously."""
 
     def __init__(self, agent: Any, schedule: Any, stagings: Sequence[_Staging]) -> None:
         self.agent, self.schedule, self.stagings = agent, schedule, stagings
@@ -297,9 +244,7 @@ class _InlineLearner:
 
 
 class _StreamLearner:
-    """The lagged semantics in this process, the learner's device work on a CUDA stream of its own
-    (module doc); off CUDA (no streams) the inline learner. Its metrics stay on the device until
-    :meth:`finish`, when the round that made them has had a whole sync interval to run."""
+    """The lagged semantics with the learner's device work on a CUDA stream of its own (off CUDA: inline)."""
 
     def __init__(self, agent: Any, schedule: Any, stagings: Sequence[_Staging]) -> None:
         self.agent, self.schedule, self.stagings = agent, schedule, stagings
@@ -322,9 +267,7 @@ class _StreamLearner:
             self.pending = _due(self.agent, self.schedule, self.stagings[which], rows, step)
 
     def settle(self) -> None:
-        """Order the current stream after the learner's round: what is queued on it from now on
-        (the snapshot's refresh, a read of the agent's tensors) sees the round's results. The host
-        does not wait."""
+        """Order the current stream after the learner's round (the host does not wait)."""
         if self.stream is not None:
             torch.cuda.current_stream(self.stream.device).wait_stream(self.stream)
 
@@ -334,8 +277,7 @@ class _StreamLearner:
         return out
 
     def fetch_state(self) -> None:
-        """The agent here is the learner: nothing to fetch (:meth:`finish` ordered the current
-        stream after its round)."""
+        """The agent here is the learner: nothing to fetch."""
         self.settle()
 
     def close(self) -> None:
@@ -344,8 +286,7 @@ class _StreamLearner:
 
 
 def _learner_main(agent: Any, schedule: Any, conn: Any, other_end: Any, stagings: Any, weights: Any) -> None:
-    """The learner process: observe the staged steps and run the due updates at each sync point,
-    publish the weights, answer; any exception is sent back (type, message, traceback)."""
+    """The learner process: observe, update, publish the weights; exceptions go back."""
     other_end.close()  # the main process's end: an EOF on ``conn`` then means the main process is gone
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -445,8 +386,8 @@ class _ProcessLearner:
 
 
 def resolve_learner(learner: str, device: torch.device | str) -> str:
-    """The learner an overlapped run on ``device`` uses: ``learner`` itself, or for ``"auto"``
-    ``"stream"`` on CUDA and ``"process"`` elsewhere.
+    """The learner for ``device``: ``learner`` itself, or for ``"auto"`` ``"stream"`` on CUDA, else
+    ``"process"``.
 
     Raises:
         ValueError: ``learner`` is not one of :data:`LEARNERS`.
@@ -461,10 +402,7 @@ def resolve_learner(learner: str, device: torch.device | str) -> str:
 def check_overlap(
     agent: Any, schedule: Any, collector: Any = None, distributed: bool = False, learner: str = "auto"
 ) -> None:
-    """Raise ``ValueError`` unless an overlapped run can train ``agent`` with ``schedule`` and
-    ``learner``: an :class:`OverlapAgent` whose ``check_lagged()`` (where it has one) passes, a
-    schedule :func:`sync_period` knows, no collector, no data-parallel run (``distributed``), and
-    the process learner only for an agent on the CPU."""
+    """Raise ``ValueError`` unless an overlapped run can train ``agent`` with ``schedule`` and ``learner``."""
     if collector is not None or distributed:
         raise ValueError("overlap steps the env itself: not with a collector or a data-parallel run")
     if not isinstance(agent, OverlapAgent):
@@ -482,12 +420,9 @@ def check_overlap(
 
 
 class Overlap:
-    """The loop's side of an overlapped run: act and stage each vector step, sync at each crossed
-    multiple of ``train_freq`` (module doc).
+    """The loop's side of an overlapped run: act and stage each vector step, sync at each sync point.
 
     Args:
-        agent: an :class:`OverlapAgent`.
-        schedule: an off-policy schedule (``train_freq``, ``after_step``).
         step_env: the env's step (``actions -> Transition``).
         step_size: global env steps per vector step (``num_envs``).
         learner: one of :data:`LEARNERS` (:func:`resolve_learner`).
@@ -545,14 +480,14 @@ class Overlap:
         return tr
 
     def after_step(self, prev: int, step: int) -> list[dict[str, torch.Tensor]]:
-        """At a sync point (``step`` crossed a multiple of ``train_freq``): :meth:`sync`; else nothing."""
+        """At a sync point: :meth:`sync`; else nothing."""
         if step // self.period == prev // self.period:
             return []
         return self.sync(step)
 
     def sync(self, step: int) -> list[dict[str, torch.Tensor]]:
-        """Wait for the learner's previous round, act from its weights from now on, hand it the
-        staged steps and the updates due at ``step``; returns the previous round's metrics.
+        """Wait for the learner's last round, act from its weights, start the next; returns the last round's
+        metrics.
 
         Raises:
             LearnerProcessError: the learner raised or died.
@@ -570,9 +505,7 @@ class Overlap:
         return _unpack(packed)
 
     def drain(self, step: int) -> list[dict[str, torch.Tensor]]:
-        """Bring the learner up to ``step``: hand it the staged steps, wait for its updates, act
-        from its weights, and load its whole state into this process's agent and schedule (for
-        an evaluation at the end, a checkpoint, the caller). Returns the metrics not returned yet."""
+        """Bring the learner up to ``step`` and load its state here; the metrics not returned yet."""
         if self.learner is None or not self.dirty:
             return []
         out = self.sync(step)
@@ -587,20 +520,13 @@ class Overlap:
         return self.actor.eval_policy()
 
     def settle(self) -> None:
-        """Before reading this process's agent between sync points (the loop's checks at a log
-        interval): with the stream learner, order the current stream after the learner's round,
-        so that the read sees the same state whatever the timing (the host does not wait)."""
+        """Order the current stream after the learner's round (before reading the agent)."""
         if self.learner is not None:
             self.learner.settle()
 
     def state_dict(self) -> dict[str, Any]:
-        """The run's actor side for a checkpoint at the current step, without changing what the
-        actor or the learner do next (no drain): waits for the learner's round (its metrics are
-        kept for the next sync), loads the learner's state into this process's agent and schedule
-        (the checkpoint's ``agent`` and ``schedule`` sections), and returns the actor's
-        :meth:`LaggedActor.state_dict`, the vector steps staged since the last sync point
-        (``staged``: ``{field: [rows, E, ...]}``, empty before the first step) and the metrics not
-        returned yet (``pending``: ``[{"names": [...], "values": [n] f32}]``).
+        """The actor side for a checkpoint without draining (actor, ``staged``, ``pending``); the agent gets
+        the learner's state.
 
         Raises:
             LearnerProcessError: the learner raised or died.
@@ -618,8 +544,7 @@ class Overlap:
         return {"actor": self.actor.state_dict(), "staged": staged, "pending": pending}
 
     def check_state_dict(self, state: Any) -> None:
-        """Raise ``ValueError`` unless ``state`` has :meth:`state_dict`'s structure and its actor
-        snapshot fits this run's actor (checked before anything is loaded)."""
+        """Raise ``ValueError`` unless ``state`` has :meth:`state_dict`'s structure and fits this actor."""
         if not isinstance(state, Mapping) or {"actor", "staged", "pending"} - set(state):
             raise ValueError("the overlap section needs 'actor', 'staged' and 'pending'")
         actor, staged = state["actor"], state["staged"]
@@ -637,12 +562,7 @@ class Overlap:
             raise ValueError("the overlap section's pending metrics are not a list")
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict` before the run's first step (the agent and schedule hold the
-        checkpoint's learner state already): the actor, the staged rows, the pending metrics.
-
-        Raises:
-            ValueError: the learner has started already, or the saved actor does not fit.
-        """
+        """Restore :meth:`state_dict` before the first step; ``ValueError`` if it does not fit."""
         if self.learner is not None:
             raise ValueError("overlap: load_state_dict before the first step only")
         self.actor.load_state_dict(state["actor"])
@@ -651,6 +571,6 @@ class Overlap:
         self.pending = [(tuple(p["names"]), p["values"].numpy()) for p in state["pending"]]
 
     def close(self) -> None:
-        """Stop the learner (the learner process ends; no orphan); idempotent."""
+        """Stop the learner (no orphan process); idempotent."""
         if self.learner is not None:
             self.learner.close()

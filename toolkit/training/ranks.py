@@ -1,6 +1,7 @@
-"""Data-parallel plumbing of the loop: rank 0's work sent to every rank, errors agreed over the
-ranks, and the checkpoint's per-rank parts (each stored without what it shares with rank 0).
-See "Data-parallel runs" in :mod:`tritonrl.toolkit.training.loop`.
+"""Data-parallel plumbing of the loop: rank 0's work sent to every rank, errors agreed over the ranks, and the
+checkpoint's per-rank parts.
+
+Layer: training. Guide: docs/pages/scaling.md.
 """
 
 from __future__ import annotations
@@ -28,8 +29,7 @@ __all__ = [
 
 
 def scatter_from_main(ctx: DistContext, fn: Callable[[], list[Any]]) -> Any:
-    """``fn()[rank]`` on every rank, ``fn`` (one item per rank) run on rank 0 alone; an error it
-    raises as in :func:`~tritonrl.toolkit.distributed.on_main` (one scatter)."""
+    """``fn()[rank]`` on every rank, ``fn`` run on rank 0 alone (errors as ``on_main``)."""
     if not ctx.enabled:
         return fn()[0]
     items: list[tuple[bool, Any]] | None = None
@@ -47,8 +47,7 @@ def scatter_from_main(ctx: DistContext, fn: Callable[[], list[Any]]) -> Any:
 
 
 def agree_on_errors(ctx: DistContext, error: BaseException | None) -> None:
-    """Raise on every rank when ``error`` (this rank's, or ``None``) is set on any rank: the first
-    rank's, its message prefixed with ``rank R:`` for a rank other than this one."""
+    """Raise on every rank when ``error`` is set on any: the first rank's, prefixed ``rank R:`` elsewhere."""
     if not ctx.enabled:
         if error is not None:
             raise error
@@ -98,8 +97,7 @@ def same(a: Any, b: Any) -> bool:
 
 
 def shared_marker(tree: Any, base: Any) -> Any:
-    """``tree`` with every subtree equal to ``base``'s at the same place replaced by the marker
-    (:data:`SAME_AS_RANK_0`): a rank's agent state stored without what it shares with rank 0."""
+    """``tree`` with every subtree equal to ``base``'s replaced by :data:`SAME_AS_RANK_0`."""
     marker = {SAME_AS_RANK_0: True}
     if isinstance(tree, Mapping) and isinstance(base, Mapping):
         out = {k: shared_marker(v, base[k]) if k in base else v for k, v in tree.items()}
@@ -119,11 +117,7 @@ def shared_marker(tree: Any, base: Any) -> Any:
 
 
 def fill_shared(tree: Any, base: Any) -> Any:
-    """Undo :func:`shared_marker`: every marker replaced by ``base``'s subtree at its place.
-
-    Raises:
-        ValueError: a marker where ``base`` has nothing (a damaged checkpoint).
-    """
+    """Undo :func:`shared_marker`; ``ValueError`` for a marker where ``base`` has nothing."""
     if is_marker(tree):
         return base
     if isinstance(tree, Mapping):
@@ -169,11 +163,10 @@ RANK_PARTS = ("agent", "env", "rng", "collector")
 
 
 def saved_world_size(state: Mapping[str, Any], where: str) -> int:
-    """The number of ranks that wrote ``state`` (1 for a checkpoint without ``meta["world_size"]``).
+    """The number of ranks that wrote ``state`` (1 without ``meta["world_size"]``).
 
     Raises:
-        CheckpointError: a world size that is not an int >= 1, or a ``ranks`` section that does
-            not hold one dict with the per-rank parts for each rank but 0.
+        CheckpointError: a bad world size, or a ``ranks`` section without one dict per rank but 0.
     """
     world = state["meta"].get("world_size", 1)
     if type(world) is not int or world < 1:
@@ -192,6 +185,5 @@ def saved_world_size(state: Mapping[str, Any], where: str) -> int:
 
 
 def rank_seed(seed: int, rank: int, step: int = 0) -> int:
-    """The global RNG seed of ``rank``: ``seed`` on rank 0 of a fresh run (a single process's),
-    ``seed + rank`` on the others, plus ``step`` when per-rank parts restart mid-run."""
+    """The global RNG seed of ``rank``: ``seed + rank`` (plus ``step`` on a mid-run restart)."""
     return (seed + rank + step) % 2**63

@@ -1,7 +1,8 @@
-"""One call of :func:`~tritonrl.toolkit.training.loop.run_training`: what an RL run's step, save
-and evaluation are. The folder side (lock, fresh start or resume, metric flush, checkpoint
-cadence, stop, divergence, the report) is :class:`tritonrl.toolkit.lifecycle.RunLifecycle`,
-shared with the forecaster trainer. The rules are in :mod:`tritonrl.toolkit.training.loop`.
+"""One call of :func:`~tritonrl.toolkit.training.loop.run_training`: what an RL run's step, save and
+evaluation are.
+
+The folder side is :class:`tritonrl.toolkit.lifecycle.RunLifecycle`. Layer: training. Guide:
+docs/pages/training.md, docs/pages/scaling.md.
 """
 
 from __future__ import annotations
@@ -133,8 +134,7 @@ def run(
     collector: StepCollector | None,
     ctx: DistContext,
 ) -> dict[str, Any]:
-    """:func:`~tritonrl.toolkit.training.loop.run_training` after its argument checks: the
-    folder held (rank 0) for the whole run."""
+    """:func:`run_training` after its argument checks, the folder held by rank 0."""
     run = _Run(agent, env, schedule, cfg, evaluator, collector, ctx)
     with run.life:
         run.start()
@@ -143,9 +143,7 @@ def run(
 
 
 class _Run:
-    """One call of :func:`run_training`, in steps: :meth:`start` (resume or seed, prepare the run
-    folder), :meth:`train` (the loop: :meth:`env_step`, then evaluation, :meth:`flush_and_check`
-    and :meth:`save` when due; the end of the run), :meth:`finish` (the curve and the summary)."""
+    """One call of :func:`run_training`, in steps: :meth:`start`, :meth:`train`, :meth:`finish`."""
 
     def __init__(
         self,
@@ -195,8 +193,7 @@ class _Run:
         return self.life.checkpoint_step
 
     def start(self) -> None:
-        """Lock the folder; resume from the checkpoint (``cfg.resume``, one exists) or seed a fresh
-        run; prepare the run folder and the logger (rank 0); start the clocks."""
+        """Lock the folder, resume or seed, prepare the folder and logger (rank 0), start the clocks."""
         cfg, ctx, life = self.cfg, self.ctx, self.life
         if life.begin(cfg.resume):
             if cfg.overlap:  # before the load: the actor's seed draw is overwritten by the saved state
@@ -239,9 +236,8 @@ class _Run:
         """Rank 0: read and check the checkpoint's top level; what each rank is to load.
 
         Returns:
-            one dict per rank of this run: ``schedule``, ``loop``, ``agent`` (complete), ``exact``
-            (the checkpoint was written by as many ranks: each rank also gets its ``env``,
-            ``rng`` and ``collector``) and ``saved_world``.
+            one dict per rank: ``schedule``, ``loop``, ``agent``, ``exact`` (as many ranks wrote it: ``env``,
+                ``rng`` and ``collector`` too) and ``saved_world``.
 
         Raises:
             CheckpointError: another format, identity (``meta``), or a damaged ``ranks`` section.
@@ -277,12 +273,11 @@ class _Run:
         return out
 
     def _resume(self) -> None:
-        """Check every saved section against this run, then load them all (or none); every rank
-        loads its own (module doc: resume on another number of ranks).
+        """Check every saved section against this run, then load them all (or none); every rank loads its own.
 
         Raises:
-            CheckpointError: another format, identity (``meta``), agent, env or damaged sections
-                (on every rank when any rank's part does not fit).
+            CheckpointError: another format, identity, agent, env or damaged sections (on every rank when any
+                rank's part does not fit).
         """
         assert self.ckpt_path is not None
         ctx = self.ctx
@@ -304,8 +299,7 @@ class _Run:
             )
 
     def _load(self, payload: Mapping[str, Any]) -> None:
-        """Load this rank's ``payload`` (from :meth:`_read_checkpoint`): every section is checked
-        (structure, and no NaN or infinite weight) before any is applied."""
+        """Load this rank's ``payload``: every section checked before any is applied."""
         agent, env, schedule, collector = self.agent, self.env, self.schedule, self.collector
         exact = payload["exact"]
         saved_collector = payload.get("collector") if exact else None
@@ -359,9 +353,7 @@ class _Run:
             collector.sync()  # a run without a collector saved this: act from the loaded learner
 
     def _load_overlap(self, saved: Mapping[str, Any] | None) -> None:
-        """After the agent is loaded: an overlapped run restores its actor side (or, from a
-        checkpoint of a sequential run, starts a fresh actor from the loaded agent); a sequential
-        run resumed from an overlapped run's checkpoint observes the steps that were staged."""
+        """Restore an overlapped run's actor side, or feed a sequential run the staged steps."""
         if self.overlap is not None:
             if saved is None:
                 self.overlap = self._make_overlap()
@@ -373,12 +365,12 @@ class _Run:
     # -- the loop ----------------------------------------------------------------------------------
 
     def train(self, should_stop: Callable[[], bool] | None) -> None:
-        """Step until ``total_steps``, a reached target, ``stop_at`` or ``should_stop``; at a normal
-        end evaluate, flush and save once more. Closes the progress bar and the logger.
+        """Step until ``total_steps``, a reached target, ``stop_at`` or ``should_stop``; a normal end
+        evaluates and saves.
 
         Raises:
             TrainingError: a ``ValueError``, ``RuntimeError`` or ``OSError`` while training
-                (:class:`DivergenceError` from :meth:`flush_and_check` passes unchanged).
+                (:class:`DivergenceError` passes unchanged).
         """
         cfg, counters = self.cfg, self.counters
         self.should_stop = should_stop
@@ -405,8 +397,7 @@ class _Run:
                 self.logger.close()
 
     def env_step(self) -> int:
-        """One vector step: act, step the env, observe (or ``collector.step()``), log finished
-        episodes, run the schedule's updates. Returns the new global step."""
+        """One vector step with its updates and episode logging; returns the new global step."""
         agent, env, logger, counters = self.agent, self.env, self.logger, self.counters
         if self.overlap is not None:
             tr = self.overlap.step(self.obs)
@@ -439,9 +430,10 @@ class _Run:
         return step
 
     def after_step(self, prev: int, step: int) -> None:
-        """What is due after the step from ``prev`` to ``step``: evaluation, metric flush (and the
-        wall-time checkpoint it may trigger), checkpoint, progress bar. The final evaluation of the
-        last step comes before that step's flush, so ``metrics.csv`` gets one row per step."""
+        """What is due after the step from ``prev`` to ``step``: evaluation, flush, checkpoint, progress bar.
+
+        The final evaluation comes before the last step's flush, so ``metrics.csv`` gets one row per step.
+        """
         cfg = self.cfg
         if crossed(prev, step, cfg.eval_every) or (cfg.final_eval and step >= cfg.total_steps):
             self.evaluate(step)
@@ -458,9 +450,7 @@ class _Run:
             self.bar.update(step, f"return {np.mean(self.recent):.1f}" if self.recent else None)
 
     def _stop_reason(self, step: int, should_stop: Callable[[], bool] | None) -> str | None:
-        """``"should_stop"`` (after flushing and saving this step) or ``"stop_at"`` to end the run
-        early here, else ``None``. A data-parallel run stops on ``should_stop`` only at the flush
-        that agreed on it (:meth:`flush_and_check`)."""
+        """``"should_stop"`` or ``"stop_at"`` to end the run here, else ``None``."""
         cfg = self.cfg
         if self.ctx.enabled:
             requested = self.stop_agreed and self.step_flush == step
@@ -477,9 +467,7 @@ class _Run:
         return None
 
     def end_of_run(self) -> None:
-        """The final evaluation (unless the last one was at this step: :meth:`after_step` runs it
-        before the last step's flush), flush and checkpoint (unless :meth:`after_step` saved this
-        step and nothing ran since: a second write of a large replay costs as much as the first)."""
+        """The final evaluation, flush and checkpoint, each unless already done at this step."""
         counters = self.counters
         evaluated_here = bool(counters.evaluations) and counters.evaluations[-1][0] == counters.step
         evaluated_now = self.cfg.final_eval and not evaluated_here
@@ -492,8 +480,7 @@ class _Run:
     # -- the steps the loop calls ------------------------------------------------------------------
 
     def save(self) -> None:
-        """Write the checkpoint (agent, env, schedule, loop counters, RNG states) atomically; in a
-        data-parallel run every rank's parts are gathered to rank 0, which writes (module doc)."""
+        """Write the checkpoint atomically (rank 0, every rank's parts gathered)."""
         counters, ctx = self.counters, self.ctx
         # an overlapped run: the learner's state comes into this process's agent, the actor's side
         # goes beside it; neither side changes what it does next
@@ -534,8 +521,7 @@ class _Run:
         self.life.save(counters.step, state)
 
     def drain(self) -> None:
-        """An overlapped run: bring the learner (and this process's agent) up to the current step
-        and log its last metrics; otherwise nothing."""
+        """An overlapped run: bring the learner up to the current step and log its last metrics."""
         if self.overlap is None:
             return
         step = self.counters.step
@@ -544,9 +530,7 @@ class _Run:
                 self.logger.log(step, metrics)
 
     def _refuse_nonfinite(self, parts: Mapping[str, Any]) -> None:
-        """Stop the run (every rank) when a weight, optimizer or collector tensor about to be
-        saved is NaN or infinite: the last good checkpoint is never replaced by a diverged state
-        (stored experience, ``agent.experience_keys``, is not scanned; one sync per device).
+        """Stop the run when a tensor about to be saved is NaN or infinite, so the last good checkpoint stays.
 
         Raises:
             DivergenceError: naming the first such tensor and the checkpoint kept.
@@ -590,10 +574,8 @@ class _Run:
             raise self._divergence(bad, step)
 
     def _flush_and_check_ranks(self, step: int, sps: bool) -> None:
-        """:meth:`flush_and_check` of a data-parallel run: every rank's episodes, ``episode_stats``,
-        stop request and check verdict gathered (one ``all_gather_objects``); rank 0 logs and
-        flushes, then broadcasts its verdict (a non-finite loss) and whether its clock asks for a
-        checkpoint. Every rank raises the same error.
+        """:meth:`flush_and_check` of a data-parallel run: one gather, rank 0 logs and decides, every rank
+        raises alike.
 
         Raises:
             DivergenceError: a non-finite ``losses/...`` mean (rank 0's) or parameter (any rank's).
@@ -655,8 +637,7 @@ class _Run:
         )
 
     def evaluate(self, step: int) -> None:
-        """A greedy evaluation at ``step`` (on rank 0, its result sent to every rank); sets
-        :attr:`stop` when it reaches ``target_return``."""
+        """A greedy evaluation at ``step`` on rank 0, sent to every rank; may set :attr:`stop`."""
         cfg = self.cfg
 
         policy = _eval_policy(self.agent) if self.overlap is None else self.overlap.eval_policy()
