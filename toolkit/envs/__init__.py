@@ -2,9 +2,9 @@
 
 :mod:`.vector` wraps gymnasium vector envs behind a torch interface (real transitions, same-step
 autoreset); :mod:`.pixels` holds the MinAtar and Atari preprocessing it applies; :mod:`.market`
-holds the bar data, the batched trading environment, the gym-anytrading compatibility env and the
-market evaluation. May import the toolkit's core
-modules and ``kernels``; never ``replay``, ``training``, ``forecast``, ``cli`` or ``agents``.
+holds the batched trading environment, the gym-anytrading compatibility env and the market
+evaluation, over the bars of :mod:`tritonrl.toolkit.bars`. May import the toolkit's core modules,
+``bars`` and ``kernels``; never ``replay``, ``training``, ``forecast``, ``cli`` or ``agents``.
 The names of :mod:`.vector` are re-exported here on first use, so ``import tritonrl.toolkit.envs``
 works on a machine without gymnasium.
 """
