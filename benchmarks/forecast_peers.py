@@ -14,7 +14,7 @@ series and model:
 
 - ``ours (F features)`` (market series only): :func:`tritonrl.toolkit.forecast.fit` on the model's
   usual input, the window of every feature column of
-  :func:`~tritonrl.toolkit.envs.market.compute_features` (as in ``benchmarks/forecast.py``);
+  :func:`~tritonrl.toolkit.bars.compute_features` (as in ``benchmarks/forecast.py``);
 - ``ours (y only)``: the same trainer and model on the window of the normalised target alone (one
   feature), which is exactly what NeuralForecast's model sees (on the CSV series, the only input);
 - ``neuralforecast``: ``neuralforecast.models.<Model>`` fit on the same normalised series

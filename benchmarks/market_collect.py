@@ -239,7 +239,7 @@ def run(quick: bool = False) -> list[Row]:
     module docstring."""
     with one_cpu_thread():
         rows = _run(quick)
-        from tritonrl.toolkit.envs.market.data import synthetic_bars, upload
+        from tritonrl.toolkit.bars import synthetic_bars, upload
 
         bars = synthetic_bars(BARS, seed=0)
         if torch.cuda.is_available():  # the loop on CUDA, sequential against the stream learner
@@ -248,7 +248,7 @@ def run(quick: bool = False) -> list[Row]:
 
 
 def _run(quick: bool) -> list[Row]:
-    from tritonrl.toolkit.envs.market.data import synthetic_bars, upload
+    from tritonrl.toolkit.bars import synthetic_bars, upload
 
     min_time = 0.1 if quick else 0.5
     bars = synthetic_bars(BARS, seed=0)
@@ -299,7 +299,7 @@ def _run(quick: bool) -> list[Row]:
 
 if __name__ == "__main__":  # --quick: shorter timings; --loop: the loop rows alone
     if "--loop" in sys.argv:
-        from tritonrl.toolkit.envs.market.data import synthetic_bars, upload
+        from tritonrl.toolkit.bars import synthetic_bars, upload
 
         with one_cpu_thread():
             bars = upload(synthetic_bars(BARS, seed=0), "cpu")

@@ -153,7 +153,7 @@ def anytrading_parity(df: Any, bars: Any, device: str) -> str:
 
 def _data(device: str) -> tuple[Any, Any, str, Any]:
     """(bars, MarketData on ``device``, what they are, the package's DataFrame or None)."""
-    from tritonrl.toolkit.envs.market.data import anytrading_bars, synthetic_bars, upload
+    from tritonrl.toolkit.bars import anytrading_bars, synthetic_bars, upload
 
     try:
         from gym_anytrading import datasets

@@ -116,7 +116,7 @@ def test_no_import_cycle_between_modules() -> None:
 
 def test_toolkit_layers() -> None:
     graph = _graph()
-    subpackages = {"envs", "replay", "training", "forecast", "cli"}
+    subpackages = {"bars", "envs", "replay", "training", "forecast", "cli"}
     bad = []
     for mod, deps in graph.items():
         parts = mod.split(".")

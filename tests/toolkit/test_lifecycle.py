@@ -110,7 +110,7 @@ def test_the_loop_and_the_fit_stop_and_save_through_the_same_lifecycle(
     seen by its poll, one checkpoint written by its save, which names the step it holds."""
     pytest.importorskip("gymnasium")
     from tritonrl.agents.ppo import PPOAgent, PPOConfig
-    from tritonrl.toolkit.envs.market import synthetic_bars
+    from tritonrl.toolkit.bars import synthetic_bars
     from tritonrl.toolkit.envs.vector import make_vec_env
     from tritonrl.toolkit.forecast import FitConfig, fit, load_windows
     from tritonrl.toolkit.training.loop import LoopConfig, run_training

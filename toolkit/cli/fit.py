@@ -410,7 +410,7 @@ def _build(
     Raises:
         UsageError: bad hyperparameters or data, or a model or data too large for this machine.
     """
-    from tritonrl.toolkit.envs.market import source_bars
+    from tritonrl.toolkit.bars import source_bars
     from tritonrl.toolkit.forecast.series import check_series_length, series_windows
     from tritonrl.toolkit.precision import PrecisionError, training_dtype
 
@@ -489,7 +489,7 @@ def _check_memory(
     Raises:
         UsageError: ``"<flag> needs X (...) on cpu; this machine has Y available"``.
     """
-    from tritonrl.toolkit.envs.market import FEATURES, upload_memory
+    from tritonrl.toolkit.bars import FEATURES, upload_memory
 
     item = dtype.itemsize
     if table is None:

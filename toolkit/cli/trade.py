@@ -73,7 +73,7 @@ def _prepare(args: argparse.Namespace) -> tuple[Any, Any]:
             unreadable bars, a bad flag, an ``--out`` that is not a trade CSV.
     """
     import torch
-    from tritonrl.toolkit.envs.market.data import source_bars
+    from tritonrl.toolkit.bars import source_bars
     from tritonrl.toolkit.envs.market.live import LiveTrader, as_time, market_from_sidecar
     from tritonrl.toolkit.export import load_exported
 

@@ -1,9 +1,10 @@
 """Environments: the vector-env wrapper over gymnasium, and the market environments on the device.
 
 :mod:`.vector` (gymnasium behind a torch interface), :mod:`.pixels` (MinAtar and Atari
-preprocessing), :mod:`.market` (bar data, the batched trading env, evaluation). May import the
-toolkit's core modules and ``kernels``; never ``replay``, ``training``, ``forecast``, ``cli`` or
-``agents``. :mod:`.vector`'s names are re-exported on first use, so this imports without gymnasium.
+preprocessing), :mod:`.market` (the batched trading env, evaluation, over the bars of
+:mod:`tritonrl.toolkit.bars`). May import the toolkit's core modules, ``bars`` and ``kernels``; never
+``replay``, ``training``, ``forecast``, ``cli`` or ``agents``. :mod:`.vector`'s names are re-exported on
+first use, so this imports without gymnasium.
 """
 
 import importlib

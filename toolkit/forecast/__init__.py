@@ -1,13 +1,11 @@
-"""Forecasting: windows over uploaded market data, baselines, and the trainer ``fit``; any numeric time series
+"""Forecasting: windows over uploaded bars, baselines, and the trainer ``fit``; any numeric time series
 from a CSV (:mod:`.series`).
 
 Forecasters are networks (:mod:`tritonrl.agents.forecast`); this package trains any of them on the
-same device-resident data the market environment uses: :mod:`.windows` (the target series, its
-normaliser, the windows of a split), :mod:`.baselines` (scores of a model and of the baselines,
-overall and per horizon step), :mod:`.synthetic` (deterministic test series),
-:mod:`.trainer` (:class:`FitConfig`, :func:`fit`, :func:`lr_at`, the report). May import the
-toolkit's core modules, ``envs`` and ``kernels``; never ``training``, ``cli`` or ``agents``.
-See docs/pages/forecasting.md.
+bars the market environment uses (:mod:`tritonrl.toolkit.bars`): :mod:`.windows`, :mod:`.baselines`,
+:mod:`.synthetic` (deterministic test series), :mod:`.trainer` (:func:`fit`), :mod:`.report`
+(:func:`format_report`). May import the toolkit's core modules, ``bars`` and ``kernels``; never
+``envs``, ``training``, ``cli`` or ``agents``. See docs/pages/forecasting.md.
 """
 
 from tritonrl.toolkit.forecast.baselines import (
@@ -18,6 +16,7 @@ from tritonrl.toolkit.forecast.baselines import (
     evaluate_by_step,
     horizon_steps,
 )
+from tritonrl.toolkit.forecast.report import format_report
 from tritonrl.toolkit.forecast.series import (
     SeriesNormalizer,
     SeriesTable,
@@ -41,7 +40,6 @@ from tritonrl.toolkit.forecast.trainer import (
     FitConfig,
     FitError,
     fit,
-    format_report,
     lr_at,
 )
 from tritonrl.toolkit.forecast.windows import (

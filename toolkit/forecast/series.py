@@ -3,11 +3,11 @@
 :func:`load_series` reads a time column, one or several target columns, optional exogenous
 feature columns and an optional series-id column (long format: many series in one file) into a
 :class:`SeriesTable`; :func:`series_windows` splits each series by time (70 / 15 / 15 %, like
-:func:`~tritonrl.toolkit.envs.market.split`), normalises every column of each series with the
+:func:`~tritonrl.toolkit.bars.split`), normalises every column of each series with the
 mean and std of that series' TRAIN rows only (:class:`SeriesNormalizer`) and returns three
 :class:`SeriesWindows`, which the trainer takes where it takes :class:`WindowData`. A window never
 crosses two series. NeuralForecast's ``unique_id``, ``ds``, ``y`` are recognised without options.
-The file is opened and read with the market CSV loader's helpers (regular files only, a size and
+The file is opened and read with the bar CSV loader's helpers (regular files only, a size and
 line-length bound, UTF-8). See docs/pages/forecasting.md ("Any time series").
 """
 
@@ -24,7 +24,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from tritonrl.toolkit.envs.market.csvbars import (
+from tritonrl.toolkit.bars import FEATURES
+from tritonrl.toolkit.bars.csvbars import (
     _EPOCH,
     _SECOND,
     PRICE_COLUMNS,
@@ -81,12 +82,10 @@ def read_header(path: str | Path) -> list[str]:
 def is_market_csv(
     header: Sequence[str], target: str | None, features: Sequence[str], series_id: str | None
 ) -> bool:
-    """Whether a CSV goes today's market-bar way (:func:`~tritonrl.toolkit.envs.market.load_csv`
+    """Whether a CSV goes today's market-bar way (:func:`~tritonrl.toolkit.bars.load_csv`
     and the six market features): its header has a market time column and ``open, high, low,
     close, volume`` (any case), and no other target than a market one (``None``, ``log_return``,
     ``close`` or a market feature name) nor any ``features`` or ``series_id`` is asked."""
-    from tritonrl.toolkit.envs.market import FEATURES
-
     lower = {h.strip().lower() for h in header}
     bars = all(c in lower for c in _OHLCV) and any(c in lower for c in TIME_COLUMNS)
     market_target = target is None or target in ("log_return", "close", *FEATURES)
@@ -293,7 +292,7 @@ def _rows(
 
 def _bounds(n: int, window: int, fractions: Sequence[float]) -> dict[str, tuple[int, int]]:
     """Each split's rows ``(start, stop)`` of a series of ``n`` rows (validation and test keep the
-    ``window - 1`` rows before their boundary), as :func:`~tritonrl.toolkit.envs.market.split`."""
+    ``window - 1`` rows before their boundary), as :func:`~tritonrl.toolkit.bars.split`."""
     b1, b2 = round(n * fractions[0]), round(n * (fractions[0] + fractions[1]))
     return {"train": (0, b1), "validation": (b1 - window + 1, b2), "test": (b2 - window + 1, n)}
 

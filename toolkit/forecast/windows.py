@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from tritonrl.toolkit.bars import FEATURES, compute_features, source_bars, split, upload
 
 __all__ = [
     "CHANGE_TARGETS",
@@ -53,19 +54,17 @@ scale and a model that does not normalise its inputs, else ``level``
 def market_inputs(target: str) -> tuple[int, tuple[int, ...]]:
     """``(F, target_channels)`` of :func:`load_windows`'s market windows for ``target``: the six
     features, the target's own column when it is one, else one more channel (its level)."""
-    from tritonrl.toolkit.envs.market import FEATURES
-
     if target in FEATURES:
         return len(FEATURES), (FEATURES.index(target),)
     return len(FEATURES) + 1, (len(FEATURES),)
 
 
 def target_series(data: Any, target: str = "log_return", host_features: Any = None) -> torch.Tensor:
-    """The target column of ``data`` (a :class:`~tritonrl.toolkit.envs.market.MarketData`), ``[T]`` f32.
+    """The target column of ``data`` (a :class:`~tritonrl.toolkit.bars.MarketData`), ``[T]`` f32.
 
     ``log_return`` and ``close`` are ``data``'s f32 columns; a feature name is taken from
     ``host_features`` (the ``[T, F]`` f32 host array of
-    :func:`~tritonrl.toolkit.envs.market.compute_features`, before the upload's cast), or from
+    :func:`~tritonrl.toolkit.bars.compute_features`, before the upload's cast), or from
     ``data.features`` when those are f32 already.
 
     Raises:
@@ -145,7 +144,7 @@ class WindowData:
     """The windows of one split: inputs ``[B, W, F]`` in the features' dtype, targets f32 ``[B, H, 1]``.
 
     Args:
-        data: one split (:class:`~tritonrl.toolkit.envs.market.MarketData`, ``T`` rows).
+        data: one split (:class:`~tritonrl.toolkit.bars.MarketData`, ``T`` rows).
         window: ``W``.
         horizon: ``H``.
         target: the target's name (for change vs level: :data:`CHANGE_TARGETS`).
@@ -322,7 +321,7 @@ def resolve_target_mode(mode: str, data: WindowData, normalizes_input: bool = Fa
 
 
 def check_length(bars: Any, window: int, horizon: int) -> None:
-    """Whether ``bars`` (:class:`~tritonrl.toolkit.envs.market.Bars`) are long enough for windows of
+    """Whether ``bars`` (:class:`~tritonrl.toolkit.bars.Bars`) are long enough for windows of
     ``window`` bars forecasting ``horizon`` ahead (checked before anything is uploaded).
 
     Raises:
@@ -348,7 +347,7 @@ def load_windows(
     fractions: tuple[float, float, float] = (0.7, 0.15, 0.15),
 ) -> tuple[WindowData, WindowData, WindowData]:
     """Train, validation and test windows of a bar source (a ``market:`` spec string or
-    :class:`~tritonrl.toolkit.envs.market.Bars`): upload once, split by time, normalise on train.
+    :class:`~tritonrl.toolkit.bars.Bars`): upload once, split by time, normalise on train.
     A target that is not a feature (``close``) adds one input channel, its level normalised with
     the train split's normaliser (:attr:`WindowData.target_channels` names it).
 
@@ -356,8 +355,6 @@ def load_windows(
         ValueError: a bad source, target, sizes, or data (from the source, :func:`split` or
             :class:`WindowData`).
     """
-    from tritonrl.toolkit.envs.market import compute_features, source_bars, split, upload
-
     bars = source_bars(source) if isinstance(source, str) else source
     check_length(bars, window, horizon)
     data = upload(bars, device, dtype=dtype)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tritonrl.toolkit.envs.market.types import MarketData
+from tritonrl.toolkit.bars import MarketData
 from tritonrl.toolkit.preset import MarketPreset, Preset
 from tritonrl.toolkit.runfolder import atomic_write_text
 
@@ -109,7 +109,7 @@ def build_market_run(
         ValueError: an unknown source or option, a missing extra, data too short for the window
             and episode length (each named by the source, the split or the env).
     """
-    from tritonrl.toolkit.envs.market.data import source_bars, split, upload
+    from tritonrl.toolkit.bars import source_bars, split, upload
     from tritonrl.toolkit.envs.market.env import MarketEnv
     from tritonrl.toolkit.envs.market.evaluate import MarketEvaluator
 

@@ -17,9 +17,9 @@ gym = pytest.importorskip("gymnasium")
 from toy_agent import ToyMarketAgent, ToyMarketConfig, toy_market_preset  # noqa: E402
 from tritonrl.toolkit.acting import ActingPolicy, LearnerPolicy, SnapshotPolicy  # noqa: E402
 from tritonrl.toolkit.agent import Agent  # noqa: E402
+from tritonrl.toolkit.bars import synthetic_bars, upload  # noqa: E402
 from tritonrl.toolkit.checkpoint import load_checkpoint  # noqa: E402
 from tritonrl.toolkit.cli import main, registry  # noqa: E402
-from tritonrl.toolkit.envs.market.data import synthetic_bars, upload  # noqa: E402
 from tritonrl.toolkit.envs.market.env import MarketEnv, MarketEnvConfig  # noqa: E402
 from tritonrl.toolkit.preset import MarketPreset  # noqa: E402
 from tritonrl.toolkit.training.collector import Collector  # noqa: E402

@@ -31,8 +31,8 @@ gym_anytrading = pytest.importorskip(
 
 from gym_anytrading import datasets  # noqa: E402
 from gym_anytrading.envs import ForexEnv, StocksEnv  # noqa: E402
+from tritonrl.toolkit.bars import Bars  # noqa: E402
 from tritonrl.toolkit.envs.market import ANYTRADING_WINDOW, AnyTradingEnv, process_data  # noqa: E402
-from tritonrl.toolkit.envs.market.types import Bars  # noqa: E402
 from tritonrl.toolkit.envs.vector import Transition  # noqa: E402
 
 exact_numpy = pytest.mark.skipif(

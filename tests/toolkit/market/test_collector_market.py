@@ -18,7 +18,7 @@ from tritonrl.agents.dqn import DQNAgent  # noqa: E402
 from tritonrl.agents.dqn import preset as dqn_preset  # noqa: E402
 from tritonrl.agents.ppo import PPOAgent  # noqa: E402
 from tritonrl.agents.ppo import preset as ppo_preset  # noqa: E402
-from tritonrl.toolkit.envs.market.data import synthetic_bars, upload  # noqa: E402
+from tritonrl.toolkit.bars import synthetic_bars, upload  # noqa: E402
 from tritonrl.toolkit.envs.market.env import MarketEnv, MarketEnvConfig  # noqa: E402
 from tritonrl.toolkit.training.collector import Collector  # noqa: E402
 

@@ -25,9 +25,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 gym = pytest.importorskip("gymnasium")
 
 from helpers import HostReads  # noqa: E402
+from tritonrl.toolkit.bars import MarketData  # noqa: E402
 from tritonrl.toolkit.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
 from tritonrl.toolkit.envs.market import MarketEnv, MarketEnvConfig  # noqa: E402
-from tritonrl.toolkit.envs.market.types import MarketData  # noqa: E402
 from tritonrl.toolkit.envs.vector import Transition  # noqa: E402  (imports gymnasium)
 
 PPY = 252.0

@@ -22,8 +22,8 @@ gym = pytest.importorskip("gymnasium")
 
 from test_env import make_data  # noqa: E402
 from tritonrl.toolkit.envs.market import MarketEnv, MarketEnvConfig  # noqa: E402
+from tritonrl.toolkit.envs.market.actions import as_actions  # noqa: E402
 from tritonrl.toolkit.envs.market.env import _R, _RESET  # noqa: E402
-from tritonrl.toolkit.envs.market.types import as_actions  # noqa: E402
 
 
 def reference_position(env: MarketEnv, actions: Any) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -28,9 +28,8 @@ from tritonrl.agents.dqn import DQNAgent
 from tritonrl.agents.dqn.presets import preset as dqn_preset
 from tritonrl.agents.sac import SACAgent
 from tritonrl.agents.sac.presets import preset as sac_preset
+from tritonrl.toolkit.bars import FEATURES, Bars, compute_features, source_bars, split, synthetic_bars, upload
 from tritonrl.toolkit.cli.commands import main
-from tritonrl.toolkit.envs.market import FEATURES, Bars, compute_features, split, synthetic_bars, upload
-from tritonrl.toolkit.envs.market.data import source_bars
 from tritonrl.toolkit.envs.market.env import MarketEnv, MarketEnvConfig
 from tritonrl.toolkit.envs.market.evaluate import evaluate_market, strategy_figures
 from tritonrl.toolkit.envs.market.live import (

@@ -12,10 +12,10 @@ import torch
 
 pytest.importorskip("gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
 
+from tritonrl.toolkit.bars import synthetic_bars, upload
 from tritonrl.toolkit.checkpoint import load_checkpoint, save_checkpoint
 from tritonrl.toolkit.cli import main
 from tritonrl.toolkit.cli.registry import get_agent
-from tritonrl.toolkit.envs.market.data import synthetic_bars, upload
 from tritonrl.toolkit.envs.market.env import MarketEnvConfig
 from tritonrl.toolkit.envs.market.evaluate import evaluate_market, format_report, strategy_figures
 from tritonrl.toolkit.logger import read_csv

@@ -1,15 +1,18 @@
-"""Market data, a batched trading environment on the device, and the gym-anytrading compatibility env.
+"""A batched trading environment on the device, its evaluation, the live bar stream and the
+gym-anytrading compatibility env.
 
-See :mod:`tritonrl.toolkit.envs.market.data` (bars, features, the one upload cast, splits by time)
-and :mod:`tritonrl.toolkit.envs.market.csvbars` (bars from a CSV file).
+The bars, their CSV loading, features, upload and splits live in :mod:`tritonrl.toolkit.bars`;
+their names are re-exported here for ``from tritonrl.toolkit.envs.market import load_csv``.
 """
 
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from tritonrl.toolkit.envs.market.data import (
+from tritonrl.toolkit.bars import (
     FEATURE_WARMUP,
     FEATURES,
+    Bars,
+    MarketData,
     anytrading_bars,
     compute_features,
     load_csv,
@@ -19,10 +22,9 @@ from tritonrl.toolkit.envs.market.data import (
     upload,
     upload_memory,
 )
-from tritonrl.toolkit.envs.market.types import Bars, MarketData
 
 # Names that need gymnasium import on first use (PEP 562), so that `import tritonrl.toolkit.envs.market`
-# and its data modules work on a bare machine without gymnasium.
+# and the bar names work on a bare machine without gymnasium.
 _LAZY: dict[str, str] = {}
 _LAZY.update(dict.fromkeys(("ANYTRADING_WINDOW", "AnyTradingEnv", "process_data"), "anytrading"))
 _LAZY.update(dict.fromkeys(("MarketEnv", "MarketEnvConfig"), "env"))

@@ -20,7 +20,8 @@ import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
-from tritonrl.toolkit.envs.market.types import Bars, as_actions
+from tritonrl.toolkit.bars.types import Bars
+from tritonrl.toolkit.envs.market.actions import as_actions
 from tritonrl.toolkit.envs.vector import Transition
 
 __all__ = ["ANYTRADING_WINDOW", "AnyTradingEnv", "process_data"]

@@ -1,7 +1,7 @@
 """A batched trading environment: ``N`` environments over one series, stepped as tensor operations.
 
 :class:`MarketEnv` is a gymnasium ``VectorEnv`` whose state, observations, rewards and flags are
-tensors on the device of its :class:`~tritonrl.toolkit.envs.market.types.MarketData`. A step is a fixed
+tensors on the device of its :class:`~tritonrl.toolkit.bars.types.MarketData`. A step is a fixed
 sequence of tensor operations of fixed shapes: no value is read by the host, no Python branch
 depends on a tensor, so a step on an accelerator never waits for it.
 
@@ -44,11 +44,12 @@ import torch
 from gymnasium import spaces
 from gymnasium.vector.utils import batch_space
 from tritonrl.toolkit.agent import reseed
+from tritonrl.toolkit.bars.types import MarketData
 from tritonrl.toolkit.checkpoint import generator_state_fits
 from tritonrl.toolkit.checks import check_config
 from tritonrl.toolkit.config import Config, check_config_dict
+from tritonrl.toolkit.envs.market.actions import as_actions
 from tritonrl.toolkit.envs.market.outputs import OutputPool, OutputSet
-from tritonrl.toolkit.envs.market.types import MarketData, as_actions
 from tritonrl.toolkit.envs.vector import Transition
 
 __all__ = ["MarketEnv", "MarketEnvConfig"]

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from tritonrl.toolkit.envs.market.types import MarketData
+from tritonrl.toolkit.bars.types import MarketData
 from tritonrl.toolkit.runfolder import save_figure
 
 __all__ = ["MarketEvaluator", "evaluate_market", "format_report", "plot_equity", "strategy_figures"]
@@ -134,7 +134,7 @@ def evaluate_market(
             the agent's row alone. A ``reset(mask [1] bool)`` method, if it has one (a recurrent
             policy's memory), is called with ``True`` first.
         data: the period, with ``window - 1`` warm-up rows before its first decision (a split
-            from :func:`tritonrl.toolkit.envs.market.data.split`).
+            from :func:`tritonrl.toolkit.bars.marketdata.split`).
         env_config: a :class:`~tritonrl.toolkit.envs.market.env.MarketEnvConfig` (window, actions,
             costs); ``random_start``, ``max_drawdown`` and ``episode_length`` are overridden.
         seed: seeds the env and the random policy's generator.

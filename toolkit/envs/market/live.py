@@ -35,9 +35,9 @@ from typing import Any, NamedTuple, TextIO
 
 import numpy as np
 import torch
-from tritonrl.toolkit.envs.market.data import FEATURE_WARMUP, FEATURES, compute_features
+from tritonrl.toolkit.bars.features import FEATURE_WARMUP, FEATURES, compute_features
+from tritonrl.toolkit.bars.types import Bars
 from tritonrl.toolkit.envs.market.env import MarketEnvConfig
-from tritonrl.toolkit.envs.market.types import Bars
 from tritonrl.toolkit.precision import dtype_or_default
 
 try:

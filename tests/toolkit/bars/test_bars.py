@@ -1,4 +1,4 @@
-"""Market data (toolkit/envs/market/data.py): CSV errors, the packaged series, the synthetic generator,
+"""Bars (toolkit/bars/): CSV errors, the packaged series, the synthetic generator,
 causal features, the one upload cast, and splits by time."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
-from tritonrl.toolkit.envs.market import (
+from tritonrl.toolkit.bars import (
     FEATURES,
     Bars,
     anytrading_bars,
@@ -23,7 +23,7 @@ from tritonrl.toolkit.envs.market import (
     synthetic_bars,
     upload,
 )
-from tritonrl.toolkit.envs.market import data as data_module
+from tritonrl.toolkit.bars import sources as sources_module
 from tritonrl.toolkit.precision import training_dtype
 
 HEADER = "Date,Open,High,Low,Close,Adj Close,Volume"
@@ -163,14 +163,14 @@ def test_anytrading_series_match_pandas(which: str, rows: int, periods: float, f
     assert (bars.name, len(bars), bars.periods_per_year) == (which, rows, periods)
     assert bars.time[0] == np.datetime64(first_time)
     path = Path(importlib.util.find_spec("gym_anytrading").origin).parent / "datasets" / "data"  # type: ignore[union-attr, arg-type]
-    frame = pd.read_csv(path / data_module.ANYTRADING_FILES[which])
+    frame = pd.read_csv(path / sources_module.ANYTRADING_FILES[which])
     for column in ("Open", "High", "Low", "Close", "Volume"):
         np.testing.assert_array_equal(getattr(bars, column.lower()), frame[column].to_numpy(np.float64))
     assert len(source_bars(f"market:{which}")) == rows
 
 
 def test_anytrading_missing_package_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(data_module.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(sources_module.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ValueError, match=r"pip install 'tritonrl\[market\]'"):
         anytrading_bars("googl")
     with pytest.raises(ValueError, match="unknown gym-anytrading series 'aapl'; known: googl, eurusd"):

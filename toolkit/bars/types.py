@@ -1,21 +1,19 @@
-"""The two records the market pipeline passes around: host bars and device-resident market data.
+"""The two records the bar pipeline passes around: host bars and device-resident market data.
 
 :class:`Bars` is what a source yields (a CSV file, the synthetic generator, a packaged series):
 plain numpy arrays on the host, sorted by time. :class:`MarketData` is what an environment or a
 forecaster consumes: the features in the training dtype and the returns in f32, on one device,
-uploaded once (:func:`tritonrl.toolkit.envs.market.data.upload`). :func:`as_actions` is the
-action conversion both market environments share.
+uploaded once (:func:`tritonrl.toolkit.bars.marketdata.upload`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
 
-__all__ = ["Bars", "MarketData", "as_actions"]
+__all__ = ["Bars", "MarketData"]
 
 
 @dataclass(frozen=True)
@@ -62,7 +60,7 @@ class MarketData:
         offset: the row of the full series this data's row 0 is (splits keep it; 0 for the whole
             series).
         warmup: rows ``0 .. warmup - 1`` of the full series have no defined features yet (they
-            hold zeros: :func:`~tritonrl.toolkit.envs.market.compute_features`); splits keep it.
+            hold zeros: :func:`~tritonrl.toolkit.bars.features.compute_features`); splits keep it.
     """
 
     name: str
@@ -113,35 +111,3 @@ class MarketData:
             offset=self.offset + start,
             warmup=self.warmup,
         )
-
-
-def as_actions(actions: Any, num_envs: int, device: torch.device) -> torch.Tensor:
-    """``actions`` as a tensor on ``device``, the way gymnasium users pass them.
-
-    A tensor is returned as it is (its shape, dtype and device are the env's to check). A Python
-    or numpy integer steps a single env (``[1]``, int64); a numpy array or a list is moved to
-    ``device`` (a host path, one copy per step).
-
-    Raises:
-        ValueError: a bool (an action is an integer, not a flag), a scalar for ``num_envs > 1``,
-            or something numpy cannot read as an array.
-    """
-    if isinstance(actions, torch.Tensor):
-        return actions
-    if isinstance(actions, (bool, np.bool_)):
-        raise ValueError(f"actions must be integers, got {type(actions).__name__} {actions!r}")
-    if isinstance(actions, (int, np.integer)):
-        if num_envs != 1:
-            raise ValueError(
-                f"a single action steps one env, this one has {num_envs}: pass {num_envs} actions"
-            )
-        return torch.tensor([int(actions)], dtype=torch.int64, device=device)
-    try:
-        array = np.asarray(actions)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(
-            f"actions must be a tensor, an array or an int, got {type(actions).__name__}"
-        ) from exc
-    if array.dtype == object or array.dtype.kind in "USV":
-        raise ValueError(f"actions must be numbers, got an array of {array.dtype}")
-    return torch.as_tensor(array, device=device)

@@ -1,6 +1,6 @@
 """The CSV loader refuses what it cannot read, in one line naming the file (and the line and the
 column where there is one), directly and through ``fit --data csv=PATH`` and ``train --env
-market:csv=PATH``: exit status 2, nothing written (toolkit/envs/market/csvbars.py).
+market:csv=PATH``: exit status 2, nothing written (toolkit/bars/csvbars.py).
 
 :data:`CSV_CASES` writes one malformed file per row; a FIFO and a link to ``/dev/zero`` run in a
 subprocess with a timeout, so a loader that blocked on the pipe or read the device forever would
@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from tritonrl.toolkit.bars import load_csv
+from tritonrl.toolkit.bars.csvbars import MAX_CSV_BYTES, MAX_CSV_LINE, OHLC_RTOL
 from tritonrl.toolkit.cli import main
-from tritonrl.toolkit.envs.market import load_csv
-from tritonrl.toolkit.envs.market.csvbars import MAX_CSV_BYTES, MAX_CSV_LINE, OHLC_RTOL
 
 REPO = Path(__file__).resolve().parents[3]
 HEADER = "Date,Open,High,Low,Close,Volume"

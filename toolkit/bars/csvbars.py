@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
-from tritonrl.toolkit.envs.market.types import Bars
+from tritonrl.toolkit.bars.types import Bars
 
 __all__ = ["MAX_CSV_BYTES", "MAX_CSV_LINE", "OHLC_RTOL", "PRICE_COLUMNS", "TIME_COLUMNS", "load_csv"]
 

@@ -1,0 +1,104 @@
+"""Bars on a device: :func:`upload` (the features computed on the host, moved with ONE cast to the
+training dtype) into :class:`~tritonrl.toolkit.bars.types.MarketData`, and :func:`split` into
+train / validation / test periods by time. An upload that would not fit in the free memory of
+the host or the device is refused before it is allocated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from tritonrl.toolkit.bars.features import (
+    FEATURE_HOST_BYTES_PER_BAR,
+    FEATURE_WARMUP,
+    FEATURES,
+    compute_features,
+)
+from tritonrl.toolkit.bars.types import Bars, MarketData
+from tritonrl.toolkit.checks import check_memory
+from tritonrl.toolkit.precision import dtype_or_default
+
+__all__ = ["split", "upload", "upload_memory"]
+
+
+def upload_memory(bars: int, dtype: torch.dtype) -> tuple[dict[str, int], dict[str, int]]:
+    """Bytes :func:`upload` of ``bars`` bars allocates, as ``(host parts, device parts)``: the
+    features' computation on the host; the ``[T, F]`` features in ``dtype`` and the f32 log returns
+    and closes on the device."""
+    host = {"computing the features": bars * FEATURE_HOST_BYTES_PER_BAR}
+    on_device = {"features": bars * (len(FEATURES) * dtype.itemsize + 2 * 4)}
+    return host, on_device
+
+
+def upload(bars: Bars, device: torch.device | str = "cpu", *, dtype: torch.dtype | None = None) -> MarketData:
+    """Compute the features on the host (f32) and move them to ``device`` with ONE cast.
+
+    The features go to ``dtype`` (default ``training_dtype(device)``) in a single ``.to``; the
+    log returns (unscaled, 0 at row 0) and closes travel in f32, cast on the host beforehand.
+
+    Returns:
+        :class:`MarketData`: ``features`` ``[T, F]`` in ``dtype``, ``log_return`` and ``close``
+        ``[T]`` f32, all on ``device``; ``offset`` 0; ``warmup`` :data:`FEATURE_WARMUP`.
+
+    Raises:
+        ValueError: ``"uploading ... needs X ...; this machine has Y available"``: the features
+            would not fit in the free memory of the host or ``device`` (checked before computing).
+        ValueError / PrecisionError: from :func:`training_dtype` when the dtype policy is invalid.
+    """
+    device = torch.device(device)
+    target = dtype_or_default(dtype, device)
+    host_parts, device_parts = upload_memory(len(bars), target)
+    what = f"uploading the {len(bars)} bars of {bars.name!r}"
+    if device.type == "cpu":
+        check_memory(what, {**host_parts, **device_parts}, device)
+    else:
+        check_memory(what, host_parts, "cpu")
+        check_memory(what, device_parts, device)
+    host = torch.from_numpy(compute_features(bars))
+    close = np.asarray(bars.close, dtype=np.float64)
+    log_return = np.concatenate(([0.0], np.diff(np.log(close)))).astype(np.float32)
+    return MarketData(
+        name=bars.name,
+        features=host.to(device=device, dtype=target),  # the one cast
+        log_return=torch.from_numpy(log_return).to(device),
+        close=torch.from_numpy(close.astype(np.float32)).to(device),
+        time=np.asarray(bars.time).copy(),
+        feature_names=FEATURES,
+        periods_per_year=bars.periods_per_year,
+        warmup=FEATURE_WARMUP,
+    )
+
+
+def split(
+    data: MarketData, window: int, fractions: Sequence[float] = (0.7, 0.15, 0.15)
+) -> tuple[MarketData, MarketData, MarketData]:
+    """Train, validation and test periods: contiguous time ranges, never shuffled (row views).
+
+    With ``T`` rows, ``b1 = round(T * f0)`` and ``b2 = round(T * (f0 + f1))``: train is rows
+    ``0 .. b1 - 1``; validation rows ``b1 - (window - 1) .. b2 - 1`` and test rows ``b2 - (window -
+    1) .. T - 1``, each keeping the ``window - 1`` rows before its boundary as warm-up (past
+    data), so the first decision of every split is at its row ``window - 1`` (for validation,
+    the row ``b1``) and sees only bars before its next return.
+
+    Raises:
+        ValueError: ``window < 1``; fractions not three positive numbers summing to 1; a split
+            shorter than ``window + 1`` rows (then it holds no decision with a next return).
+    """
+    if window < 1:
+        raise ValueError(f"window={window} must be >= 1")
+    f = tuple(float(x) for x in fractions)
+    if len(f) != 3 or min(f) <= 0 or abs(sum(f) - 1.0) > 1e-9:
+        raise ValueError(f"fractions={tuple(fractions)} must be three positive numbers summing to 1")
+    n = len(data)
+    b1, b2 = round(n * f[0]), round(n * (f[0] + f[1]))
+    bounds = {"train": (0, b1), "validation": (b1 - window + 1, b2), "test": (b2 - window + 1, n)}
+    for label, (start, stop) in bounds.items():
+        if start < 0 or stop - start < window + 1:
+            raise ValueError(
+                f"the {label} split of {data.name!r} ({n} rows, fractions {f}) has {stop - max(start, 0)} "
+                f"rows with its warm-up, fewer than window + 1 = {window + 1}"
+            )
+    train, validation, test = (data.rows(start, stop) for start, stop in bounds.values())
+    return train, validation, test
