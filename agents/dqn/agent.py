@@ -33,6 +33,7 @@ from tritonrl.toolkit.agent import AgentBase
 from tritonrl.toolkit.checks import ActionRule, InputGuard, StepShapes, check_image_bytes
 from tritonrl.toolkit.compile import Compiled, escape
 from tritonrl.toolkit.distributed import DistContext
+from tritonrl.toolkit.optim import polyak_
 from tritonrl.toolkit.replay import (
     FrameReplayBuffer,
     PrioritizedFrameReplayBuffer,
@@ -559,13 +560,10 @@ class DQNAgent(DQNCheckpoint, AgentBase):
         tau = self.config.tau
         online: list[torch.Tensor] = list(self.online.parameters())
         target: list[torch.Tensor] = list(self.target.parameters())
-        if tau >= 1.0:
-            torch._foreach_copy_(target, online)
-        elif self._target_master is None:
-            torch._foreach_lerp_(target, online, tau)
+        if tau >= 1.0 or self._target_master is None:
+            polyak_(target, online, tau)
         else:  # bf16: average f32 copies (the optimizer's masters), round once into the target
-            torch._foreach_lerp_(self._target_master, self.optimizer.masters, tau)
-            torch._foreach_copy_(target, self._target_master)
+            polyak_(self._target_master, self.optimizer.masters, tau, round_into=target)
         for bt, bo in zip(self.target.buffers(), self.online.buffers(), strict=True):
             bt.copy_(bo)
 

@@ -27,7 +27,7 @@ from tritonrl.toolkit.checkpoint import CheckpointError, check_module_tensors, l
 from tritonrl.toolkit.checks import ActionRule, InputGuard, StepShapes
 from tritonrl.toolkit.compile import Compiled, escape
 from tritonrl.toolkit.distributed import DistContext
-from tritonrl.toolkit.optim import MasterWeightOptimizer
+from tritonrl.toolkit.optim import MasterWeightOptimizer, polyak_
 from tritonrl.toolkit.replay import ReplayBatch, ReplayBuffer
 
 __all__ = ["ContinuousAgent", "NO_CLIP"]
@@ -396,13 +396,10 @@ class ContinuousAgent(AgentBase):
             cache[name] = (list(target.parameters()), list(online.parameters()), masters, optimizer.masters)
         t_params, o_params, masters, o_masters = cache[name]
         tau = self.config.tau
-        dst, src = (t_params, o_params) if masters is None else (masters, o_masters)
-        if tau >= 1.0:
-            torch._foreach_copy_(dst, src)
+        if masters is None:
+            polyak_(t_params, o_params, tau)
         else:
-            torch._foreach_lerp_(dst, src, tau)
-        if masters is not None:
-            torch._foreach_copy_(t_params, masters)
+            polyak_(masters, o_masters, tau, round_into=t_params)
 
     # ------------------------------------------------------------------ checkpoint parts
 
