@@ -258,23 +258,6 @@ class DQNAgent(DQNCheckpoint, AgentBase):
                 self.online.train()
         return self._act_q(x)
 
-    def _ingest(self, obs: Any, call: str = "act") -> torch.Tensor:
-        """The one cast of an observation: f32 (or numpy) -> training dtype on the device, after the
-        input checks (:attr:`inputs`: NaN/inf is refused where the observation lives); image bytes
-        -> training dtype scaled to ``[0, 1]`` (bytes are always finite)."""
-        x = obs if isinstance(obs, torch.Tensor) else torch.as_tensor(obs)
-        if tuple(x.shape[1:]) != self.obs_shape:
-            raise ValueError(
-                f"DQNAgent.{call}: obs has shape {tuple(x.shape)}, expected [batch, *{self.obs_shape}]"
-            )
-        if call == "act":  # one row per environment (eval_policy and q_values take any batch)
-            self.shapes.act(x)
-        if self.pixel_scale is not None:
-            check_image_bytes("DQNAgent", call, x)
-            return x.to(device=self.device, dtype=self.dtype).mul_(self.pixel_scale)
-        self.inputs.obs(call, "obs", x)
-        return x.to(device=self.device, dtype=self.dtype)
-
     # ------------------------------------------------------------------ acting
 
     def epsilon(self) -> float:

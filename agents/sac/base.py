@@ -200,19 +200,10 @@ class ContinuousAgent(AgentBase):
 
     # ------------------------------------------------------------------ acting
 
-    def _ingest(self, obs: Any, call: str) -> torch.Tensor:
-        """The one cast of an observation (f32 or numpy -> training dtype on the device), flattened
-        to ``[B, O]``, after the input checks."""
-        x = obs if isinstance(obs, torch.Tensor) else torch.as_tensor(obs)
-        if tuple(x.shape[1:]) != self.obs_shape:
-            raise ValueError(
-                f"{type(self).__name__}.{call}: obs has shape {tuple(x.shape)}, expected "
-                f"[batch, *{self.obs_shape}]"
-            )
-        if call == "act":  # one row per environment (eval_policy takes any batch)
-            self.shapes.act(x)
-        self.inputs.obs(call, "obs", x)
-        return x.to(device=self.device, dtype=self.dtype).reshape(x.shape[0], self.obs_dim)
+    def _ingest_cast(self, x: torch.Tensor, dtype: torch.dtype, **hook: Any) -> torch.Tensor:
+        """:meth:`AgentBase._ingest`'s cast (f32 or numpy -> training dtype on the device),
+        flattened to ``[B, O]``."""
+        return x.to(device=self.device, dtype=dtype).reshape(x.shape[0], self.obs_dim)
 
     def _uniform(self, rows: int, generator: torch.Generator) -> torch.Tensor:
         """Uniform random actions ``[rows, D]`` f32 in ``[-1, 1]`` from ``generator`` (the
