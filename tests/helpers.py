@@ -172,15 +172,15 @@ class HostReads:
 
         for name in ("tolist", "numpy", "__array__", "cpu"):
             self._monkeypatch.setattr(torch.Tensor, name, failing(name, getattr(torch.Tensor, name)))
-        from tritonrl.kernels.sumtree import reference
+        from tritonrl.kernels.sumtree import cpu as sumtree_cpu
 
-        host_insert = reference._per_insert_cpu
+        host_insert = sumtree_cpu._per_insert_cpu
 
         def insert(*args: Any) -> None:
             with guard.lifted():
                 host_insert(*args)
 
-        self._monkeypatch.setattr(reference, "_per_insert_cpu", insert)
+        self._monkeypatch.setattr(sumtree_cpu, "_per_insert_cpu", insert)
         original_to = torch.Tensor.to
 
         def to(t: torch.Tensor, *args: Any, **kwargs: Any) -> Any:

@@ -35,7 +35,7 @@ from tritonrl.toolkit.checkpoint import (
     save_checkpoint,
     section,
 )
-from tritonrl.toolkit.checks import InputGuard, check_image_bytes
+from tritonrl.toolkit.checks import InputGuard, StepShapes, check_image_bytes
 from tritonrl.toolkit.config import Config, check_config_dict, fixed_changes, format_change
 from tritonrl.toolkit.distributed import DistContext, DistributedError
 from tritonrl.toolkit.optim import MasterWeightOptimizer
@@ -583,6 +583,50 @@ class AgentBase(abc.ABC):
             check_image_bytes(type(self).__name__, "eval_policy", obs)
             return
         self.inputs.obs("eval_policy", "obs", obs)
+
+    # ---- observations entering the agent (act, observe): one check-and-cast for every family
+
+    obs_shape: tuple[int, ...]
+    shapes: StepShapes
+    ingest_rows: ClassVar[str] = "batch"
+    """How :meth:`_ingest`'s shape error names the leading dim (``"E"``: one row per env)."""
+
+    def _ingest(
+        self, obs: Any, call: str | None = None, dtype: torch.dtype | None = None, **hook: Any
+    ) -> torch.Tensor:
+        """The one cast of observations ``[B, *obs_shape]`` entering the agent, after its checks:
+        the shape (``call="act"``: one row per environment, :attr:`shapes`), then image bytes
+        (uint8 only, where the agent has a ``pixel_scale``: cast to ``dtype`` on the device and
+        scaled; bytes are always finite) or NaN/inf (:attr:`inputs`, named after ``call``;
+        ``None``: checked already, a shape error names ``observe``), then :meth:`_ingest_cast`
+        with ``hook``. ``dtype``: ``None`` is the training dtype.
+
+        Raises:
+            ValueError: a wrong shape; NaN/inf (host inputs at once, see :attr:`inputs`).
+            TypeError: image observations that are not uint8.
+        """
+        dtype = self.dtype if dtype is None else dtype
+        x = obs if isinstance(obs, torch.Tensor) else torch.as_tensor(obs)
+        owner = self.shapes.owner  # how the agent's messages name it ("DQNAgent")
+        where = f"{owner}.{call or 'observe'}"
+        if tuple(x.shape[1:]) != self.obs_shape:
+            raise ValueError(
+                f"{where}: obs has shape {tuple(x.shape)}, expected [{self.ingest_rows}, *{self.obs_shape}]"
+            )
+        if call == "act":  # one row per environment (eval_policy and q_values take any batch)
+            self.shapes.act(x)
+        scale = getattr(self, "pixel_scale", None)
+        if scale is not None:
+            check_image_bytes(owner, call or "observe", x)
+            return x.to(device=self.device, dtype=dtype).mul_(scale)
+        if call is not None:
+            self.inputs.obs(call, "obs", x)
+        return self._ingest_cast(x, dtype, **hook)
+
+    def _ingest_cast(self, x: torch.Tensor, dtype: torch.dtype, **hook: Any) -> torch.Tensor:
+        """:meth:`_ingest`'s last step for checked floating observations ``x``: by default ``dtype``
+        on the device (a family that normalises or reshapes overrides it)."""
+        return x.to(device=self.device, dtype=dtype)
 
     def eval_policy(self) -> GreedyActor:
         """Greedy acting for evaluation: a :class:`tritonrl.toolkit.policy.GreedyActor` of the

@@ -17,7 +17,7 @@ from torch.optim.adam import adam
 from tritonrl.toolkit.compile import Compiled
 from tritonrl.toolkit.distributed import DistContext
 
-__all__ = ["MasterWeightOptimizer"]
+__all__ = ["MasterWeightOptimizer", "polyak_"]
 
 
 class MasterWeightOptimizer:
@@ -427,3 +427,25 @@ def _same_setting(key: str, saved: Any, mine: Any) -> bool:
     if number(mine):
         return number(saved) and float(saved) == float(mine)
     return type(saved) is type(mine) and saved == mine
+
+
+def polyak_(
+    target: list[torch.Tensor],
+    online: list[torch.Tensor],
+    tau: float,
+    *,
+    round_into: list[torch.Tensor] | None = None,
+) -> None:
+    """Polyak-average ``online`` into ``target`` in place: ``target += tau * (online - target)``
+    (one ``_foreach_lerp_``), or copy it when ``tau >= 1``.
+
+    ``round_into``: low-precision tensors that then receive a copy of ``target`` (the agents'
+    bf16 target networks, averaged through f32 masters and rounded once). Lists pair up by
+    position, of equal shapes.
+    """
+    if tau >= 1.0:
+        torch._foreach_copy_(target, online)
+    else:
+        torch._foreach_lerp_(target, online, tau)
+    if round_into is not None:
+        torch._foreach_copy_(round_into, target)

@@ -1,7 +1,7 @@
 """The DQN agent: act epsilon-greedily (or with noisy weights), observe into a replay, update.
 
 What the config switches on is in :mod:`tritonrl.agents.dqn`; the config, the network, the
-presets, the replay plumbing and the checkpoint parts have modules of their own beside this one.
+presets, the spaces, the replays and the checkpoint parts have modules of their own beside this one.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 import gymnasium as gym
 import torch
-from tritonrl.agents.dqn import plumbing
+from tritonrl.agents.dqn import replay, spaces
 from tritonrl.agents.dqn.config import AGENT_KIND, DQNConfig
 from tritonrl.agents.dqn.network import QNetwork, build_icm, build_q_network
 from tritonrl.agents.dqn.policy import QPolicy, epsilon_greedy, expected_q
@@ -33,6 +33,7 @@ from tritonrl.toolkit.agent import AgentBase
 from tritonrl.toolkit.checks import ActionRule, InputGuard, StepShapes, check_image_bytes
 from tritonrl.toolkit.compile import Compiled, escape
 from tritonrl.toolkit.distributed import DistContext
+from tritonrl.toolkit.optim import polyak_
 from tritonrl.toolkit.replay import (
     FrameReplayBuffer,
     PrioritizedFrameReplayBuffer,
@@ -40,6 +41,7 @@ from tritonrl.toolkit.replay import (
     ReplayBatch,
     ReplayBuffer,
 )
+from tritonrl.toolkit.spaces import pixel_scale
 
 __all__ = ["DQNAgent"]
 
@@ -115,32 +117,22 @@ class DQNAgent(DQNCheckpoint, AgentBase):
         """Transitions this rank samples per update: ``batch_size / world_size``."""
         self.buffer_size = self.dist.shard(cfg.buffer_size, "buffer_size")
         """This rank's replay capacity: ``buffer_size / world_size``."""
-        self.obs_shape = plumbing.obs_shape(observation_space)
-        self.pixel_scale = plumbing.pixel_scale(observation_space)
+        self.obs_shape = spaces.obs_shape(observation_space)
+        self.pixel_scale = pixel_scale(observation_space)
         """Image observations (uint8 ``[C, H, W]``): the factor that maps their bytes to ``[0, 1]``
         when they enter (``act``, the frame replay's sample); ``None`` for float observations."""
-        plumbing.check_pixels(cfg, self.obs_shape, self.pixel_scale)
-        self.action = plumbing.action_spec(action_space)
+        spaces.check_pixels(cfg, self.obs_shape, self.pixel_scale)
+        self.action = spaces.action_spec(action_space)
         self.factored = self.action["type"] == "multidiscrete"
         if self.factored and cfg.distribution != "none":
             raise ValueError(
                 f"distribution={cfg.distribution!r} with action_space={action_space}: the factored "
                 "(MultiDiscrete) head supports expected-value Q only; use distribution='none'"
             )
-        self._action_shape = plumbing.action_shape(self.action)
-        self.replay_staging = plumbing.resolve_staging(cfg.replay_staging, self.device)
+        self._action_shape = spaces.action_shape(self.action)
+        self.replay_staging = replay.resolve_staging(cfg.replay_staging, self.device)
         """The resolved ``config.replay_staging``: ``"host"`` or ``"device"``."""
-        plumbing.check_replay_memory(
-            cfg,
-            self.buffer_size,
-            self.obs_shape,
-            self._action_shape,
-            num_envs=self.num_envs,
-            device=self.device,
-            dtype=self.dtype,
-            staging=self.replay_staging,
-            pixels=self.pixel_scale is not None,
-        )
+        self._check_replay_memory()
         self.shapes = StepShapes("DQNAgent", self.num_envs, self.obs_shape, self._action_shape)
         """The shape and dtype checks of ``act``/``observe`` arguments (:class:`StepShapes`)."""
         self.inputs = InputGuard(
@@ -152,8 +144,40 @@ class DQNAgent(DQNCheckpoint, AgentBase):
         """The checks of ``act``/``observe`` inputs (:class:`tritonrl.toolkit.checks.InputGuard`); its
         ``mode`` (``"auto"``, ``"eager"``, ``"deferred"``) says when inputs on an accelerator are
         checked."""
+        self._build_networks()
+        self.buffer = self._build_buffer()
+        self.icm_buffer: ReplayBuffer | None = None  # set exactly when icm_module is
+        if self.icm_module is not None:
+            self.icm_optimizer = self._adam(self.icm_module.parameters(), cfg.icm_lr)
+            self.icm_buffer = self._build_icm_buffer()
+        self.support: torch.Tensor | None = None
+        """C51's ``[atoms]`` f32 support (``None`` for the other heads)."""
+        if cfg.distribution == "c51":
+            self.support = torch.linspace(cfg.v_min, cfg.v_max, cfg.atoms, device=self.device)
+        if cfg.distribution == "qr":
+            self.taus = quantile_midpoints(cfg.quantiles, device=self.device)
+        self._init_compiled()
+        self._init_exploration()
 
-        # rank 0's weights; the target network and the optimizers' masters are copied from them
+    def _check_replay_memory(self) -> None:
+        """Refuse a replay of this rank's ``buffer_size`` share that cannot fit on the device,
+        before anything is allocated (:func:`tritonrl.agents.dqn.replay.check_replay_memory`)."""
+        replay.check_replay_memory(
+            self.config,
+            self.buffer_size,
+            self.obs_shape,
+            self._action_shape,
+            num_envs=self.num_envs,
+            device=self.device,
+            dtype=self.dtype,
+            staging=self.replay_staging,
+            pixels=self.pixel_scale is not None,
+        )
+
+    def _build_networks(self) -> None:
+        """The online network and the ICM module (rank 0's weights), the target network copied
+        from the online one, the optimizer, and the f32 target masters of a bf16 Polyak average."""
+        cfg = self.config
         self.online, self.icm_module = self._build_seeded(
             lambda: (
                 build_q_network(self.obs_shape, self.action, cfg, self.device, self.dtype),
@@ -168,27 +192,16 @@ class DQNAgent(DQNCheckpoint, AgentBase):
         if cfg.tau < 1.0 and self.dtype != torch.float32:
             self._target_master = [p.detach().float().clone() for p in self.target.parameters()]
 
-        self.buffer = self._build_buffer()
-        self.icm_buffer: ReplayBuffer | None = None  # set exactly when icm_module is
-        if self.icm_module is not None:
-            self.icm_optimizer = self._adam(self.icm_module.parameters(), cfg.icm_lr)
-            self.icm_buffer = self._build_icm_buffer()
-
-        self.support: torch.Tensor | None = None
-        """C51's ``[atoms]`` f32 support (``None`` for the other heads)."""
-        if cfg.distribution == "c51":
-            self.support = torch.linspace(cfg.v_min, cfg.v_max, cfg.atoms, device=self.device)
-        if cfg.distribution == "qr":
-            self.taus = quantile_midpoints(cfg.quantiles, device=self.device)
-        # The compiled regions (tritonrl.toolkit.compile): the loss of an update (its backward
-        # compiled with it), the ICM loss, the acting forward. Eager functions for compile="none".
-        # The acting forward is compiled on CUDA only: on a CPU its guards and wrappers cost more
-        # than the small network saves.
+    def _init_compiled(self) -> None:
+        """The compiled regions (:mod:`tritonrl.toolkit.compile`): the loss of an update (its
+        backward compiled with it), the ICM loss, the acting forward; eager functions for
+        ``compile="none"``. The acting forward is compiled on CUDA only: on a CPU its guards and
+        wrappers cost more than the small network saves."""
+        cfg = self.config
         self._learn = Compiled(self._loss, cfg.compile, self.device)
         self._learn_icm = Compiled(self._icm_loss, cfg.compile, self.device)
         act_mode = cfg.compile if self.device.type == "cuda" else "none"
         self._act_q = Compiled(self._online_q, act_mode, self.device)
-        self._init_exploration()
 
     def _init_exploration(self) -> None:
         """What :meth:`_explore` draws from: Discrete action counts, or the ``[D]`` sub-action
@@ -205,8 +218,9 @@ class DQNAgent(DQNCheckpoint, AgentBase):
         self._nvec = self.online.head.mask.sum(-1) if self.factored else None
 
     def _build_buffer(self) -> ReplayBuffer | FrameReplayBuffer:
-        """An empty replay of this rank's ``buffer_size`` share (:func:`plumbing.build_replay`)."""
-        return plumbing.build_replay(
+        """An empty replay of this rank's ``buffer_size`` share
+        (:func:`tritonrl.agents.dqn.replay.build_replay`)."""
+        return replay.build_replay(
             self.config,
             self.buffer_size,
             self.obs_shape,
@@ -218,8 +232,8 @@ class DQNAgent(DQNCheckpoint, AgentBase):
         )
 
     def _build_icm_buffer(self) -> ReplayBuffer:
-        """An empty ICM replay (one-step transitions; :func:`plumbing.build_icm_replay`)."""
-        return plumbing.build_icm_replay(
+        """An empty ICM replay (one-step transitions; :func:`tritonrl.agents.dqn.replay.build_icm_replay`)."""
+        return replay.build_icm_replay(
             self.config,
             self.buffer_size,
             self.obs_shape,
@@ -256,23 +270,6 @@ class DQNAgent(DQNCheckpoint, AgentBase):
             finally:
                 self.online.train()
         return self._act_q(x)
-
-    def _ingest(self, obs: Any, call: str = "act") -> torch.Tensor:
-        """The one cast of an observation: f32 (or numpy) -> training dtype on the device, after the
-        input checks (:attr:`inputs`: NaN/inf is refused where the observation lives); image bytes
-        -> training dtype scaled to ``[0, 1]`` (bytes are always finite)."""
-        x = obs if isinstance(obs, torch.Tensor) else torch.as_tensor(obs)
-        if tuple(x.shape[1:]) != self.obs_shape:
-            raise ValueError(
-                f"DQNAgent.{call}: obs has shape {tuple(x.shape)}, expected [batch, *{self.obs_shape}]"
-            )
-        if call == "act":  # one row per environment (eval_policy and q_values take any batch)
-            self.shapes.act(x)
-        if self.pixel_scale is not None:
-            check_image_bytes("DQNAgent", call, x)
-            return x.to(device=self.device, dtype=self.dtype).mul_(self.pixel_scale)
-        self.inputs.obs(call, "obs", x)
-        return x.to(device=self.device, dtype=self.dtype)
 
     # ------------------------------------------------------------------ acting
 
@@ -559,13 +556,10 @@ class DQNAgent(DQNCheckpoint, AgentBase):
         tau = self.config.tau
         online: list[torch.Tensor] = list(self.online.parameters())
         target: list[torch.Tensor] = list(self.target.parameters())
-        if tau >= 1.0:
-            torch._foreach_copy_(target, online)
-        elif self._target_master is None:
-            torch._foreach_lerp_(target, online, tau)
+        if tau >= 1.0 or self._target_master is None:
+            polyak_(target, online, tau)
         else:  # bf16: average f32 copies (the optimizer's masters), round once into the target
-            torch._foreach_lerp_(self._target_master, self.optimizer.masters, tau)
-            torch._foreach_copy_(target, self._target_master)
+            polyak_(self._target_master, self.optimizer.masters, tau, round_into=target)
         for bt, bo in zip(self.target.buffers(), self.online.buffers(), strict=True):
             bt.copy_(bo)
 

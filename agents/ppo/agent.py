@@ -180,31 +180,16 @@ class PPOAgent(LaggedPPO, PPOCheckpoint, AgentBase):
 
     # ------------------------------------------------------------------ acting
 
-    def _ingest(
-        self, obs: Any, update_stats: bool, call: str | None = None, dtype: torch.dtype | None = None
-    ) -> torch.Tensor:
-        """Observations enter here: checked for NaN/inf (by :attr:`inputs`, named after ``call``;
-        ``None``: already checked), f32 on the device, optionally normalised, cast once to
-        ``dtype`` (``None``: the training dtype; an overlapped run's f32 snapshot asks for f32).
-        Image bytes: uint8 only, cast once on the device and scaled by :attr:`pixel_scale` (bytes
-        are always finite: no check)."""
-        dtype = self.dtype if dtype is None else dtype
-        x = obs if isinstance(obs, torch.Tensor) else torch.as_tensor(obs)
-        if tuple(x.shape[1:]) != self.obs_shape:
-            raise ValueError(
-                f"PPOAgent.{call or 'observe'}: obs has shape {tuple(x.shape)}, expected "
-                f"[E, *{self.obs_shape}]"
-            )
-        if call == "act":  # one row per environment (eval_policy takes any batch)
-            self.shapes.act(x)
-        if self.pixel_scale is not None:
-            check_image_bytes("PPOAgent", call or "observe", x)
-            return x.to(device=self.device, dtype=dtype).mul_(self.pixel_scale)
-        if call is not None:
-            self.inputs.obs(call, "obs", x)
+    ingest_rows = "E"
+
+    def _ingest_cast(self, x: torch.Tensor, dtype: torch.dtype, **hook: Any) -> torch.Tensor:
+        """:meth:`AgentBase._ingest`'s cast: f32 on the device, normalised by the observation
+        statistics (updated first when ``hook["update_stats"]``), then cast once to ``dtype``
+        (an overlapped run's f32 snapshot asks for f32). Called as
+        ``_ingest(obs, update_stats=..., call=..., dtype=...)``."""
         x = x.to(self.device, torch.float32)
         if self.obs_rms is not None:
-            if update_stats:
+            if hook["update_stats"]:
                 self.obs_rms.update(x)
                 if self._obs_local is not None:
                     self._obs_local.update(x)

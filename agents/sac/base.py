@@ -27,7 +27,7 @@ from tritonrl.toolkit.checkpoint import CheckpointError, check_module_tensors, l
 from tritonrl.toolkit.checks import ActionRule, InputGuard, StepShapes
 from tritonrl.toolkit.compile import Compiled, escape
 from tritonrl.toolkit.distributed import DistContext
-from tritonrl.toolkit.optim import MasterWeightOptimizer
+from tritonrl.toolkit.optim import MasterWeightOptimizer, polyak_
 from tritonrl.toolkit.replay import ReplayBatch, ReplayBuffer
 
 __all__ = ["ContinuousAgent", "NO_CLIP"]
@@ -200,19 +200,10 @@ class ContinuousAgent(AgentBase):
 
     # ------------------------------------------------------------------ acting
 
-    def _ingest(self, obs: Any, call: str) -> torch.Tensor:
-        """The one cast of an observation (f32 or numpy -> training dtype on the device), flattened
-        to ``[B, O]``, after the input checks."""
-        x = obs if isinstance(obs, torch.Tensor) else torch.as_tensor(obs)
-        if tuple(x.shape[1:]) != self.obs_shape:
-            raise ValueError(
-                f"{type(self).__name__}.{call}: obs has shape {tuple(x.shape)}, expected "
-                f"[batch, *{self.obs_shape}]"
-            )
-        if call == "act":  # one row per environment (eval_policy takes any batch)
-            self.shapes.act(x)
-        self.inputs.obs(call, "obs", x)
-        return x.to(device=self.device, dtype=self.dtype).reshape(x.shape[0], self.obs_dim)
+    def _ingest_cast(self, x: torch.Tensor, dtype: torch.dtype, **hook: Any) -> torch.Tensor:
+        """:meth:`AgentBase._ingest`'s cast (f32 or numpy -> training dtype on the device),
+        flattened to ``[B, O]``."""
+        return x.to(device=self.device, dtype=dtype).reshape(x.shape[0], self.obs_dim)
 
     def _uniform(self, rows: int, generator: torch.Generator) -> torch.Tensor:
         """Uniform random actions ``[rows, D]`` f32 in ``[-1, 1]`` from ``generator`` (the
@@ -396,13 +387,10 @@ class ContinuousAgent(AgentBase):
             cache[name] = (list(target.parameters()), list(online.parameters()), masters, optimizer.masters)
         t_params, o_params, masters, o_masters = cache[name]
         tau = self.config.tau
-        dst, src = (t_params, o_params) if masters is None else (masters, o_masters)
-        if tau >= 1.0:
-            torch._foreach_copy_(dst, src)
+        if masters is None:
+            polyak_(t_params, o_params, tau)
         else:
-            torch._foreach_lerp_(dst, src, tau)
-        if masters is not None:
-            torch._foreach_copy_(t_params, masters)
+            polyak_(masters, o_masters, tau, round_into=t_params)
 
     # ------------------------------------------------------------------ checkpoint parts
 

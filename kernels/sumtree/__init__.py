@@ -6,7 +6,8 @@
 - :func:`rebuild`, :func:`new_sumtree`, :func:`leaves`, :func:`total`: building and reading a tree.
 
 Files (the kernel-folder convention, docs/pages/kernels.md): ``api.py`` (ops, validation, public
-functions), ``reference.py`` (the layout, the torch specification and the tuned CPU path),
+functions), ``reference.py`` (the layout, the rules and a plain-loop oracle of them), ``cpu.py``
+(the eager paths the ops run without Triton: tuned numpy on a CPU tree, torch ops elsewhere),
 ``fused.py`` (the Triton kernels, imported only when a Triton path runs), ``library.py`` (the ops as
 torch custom ops, ``torch.ops.tritonrl.*``, for ``torch.compile``).
 """

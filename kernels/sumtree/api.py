@@ -5,7 +5,8 @@ leaf values ``p_i ** alpha`` (layout and accuracy argument: :mod:`tritonrl.kerne
 are recomputed from their children, nothing drifts). Four levels cover a million leaves, so the
 eager CPU path runs a few ops per level over few levels.
 
-Ops (each one :class:`~tritonrl.kernels.backend.KernelOp`: Triton on CUDA, torch reference on CPU):
+Ops (each one :class:`~tritonrl.kernels.backend.KernelOp`: Triton on CUDA, the eager path of
+``cpu.py`` on CPU):
 
 - :func:`per_sample` -- ``B`` stratified samples by tree descent in one launch, with the
   importance weights ``(N P(i))**-beta / max_j (N P(j))**-beta = (leaf_i / min_leaf)**-beta``.
@@ -22,18 +23,8 @@ import weakref
 
 import torch
 from tritonrl.kernels.backend import KernelOp
-from tritonrl.kernels.sumtree.reference import (
-    BAD_INDEX,
-    BAD_PRIORITY,
-    FANOUT,
-    Geometry,
-    SumTree,
-    geometry,
-    per_insert_ref,
-    per_sample_ref,
-    per_update_ref,
-    rebuild_ref,
-)
+from tritonrl.kernels.sumtree.cpu import per_insert_eager, per_sample_eager, per_update_eager, rebuild_eager
+from tritonrl.kernels.sumtree.reference import BAD_INDEX, BAD_PRIORITY, FANOUT, Geometry, SumTree, geometry
 from tritonrl.kernels.validate import check_int, check_real, check_tensor
 
 __all__ = [
@@ -59,11 +50,11 @@ __all__ = [
 ]
 
 # One name per op: the public function, its KernelOp (upper case) and its registry name agree
-# (``per_sample`` / ``PER_SAMPLE`` / "per_sample", reference ``per_sample_ref``, Triton
+# (``per_sample`` / ``PER_SAMPLE`` / "per_sample", eager path ``per_sample_eager``, Triton
 # ``per_sample_triton``).
-PER_SAMPLE = KernelOp("per_sample", per_sample_ref, "tritonrl.kernels.sumtree.fused:per_sample_triton")
-PER_UPDATE = KernelOp("per_update", per_update_ref, "tritonrl.kernels.sumtree.fused:per_update_triton")
-PER_INSERT = KernelOp("per_insert", per_insert_ref, "tritonrl.kernels.sumtree.fused:per_insert_triton")
+PER_SAMPLE = KernelOp("per_sample", per_sample_eager, "tritonrl.kernels.sumtree.fused:per_sample_triton")
+PER_UPDATE = KernelOp("per_update", per_update_eager, "tritonrl.kernels.sumtree.fused:per_update_triton")
+PER_INSERT = KernelOp("per_insert", per_insert_eager, "tritonrl.kernels.sumtree.fused:per_insert_triton")
 
 
 def leaves_for(capacity: int) -> int:
@@ -351,4 +342,4 @@ def rebuild(tree: SumTree, *, exact: bool = False) -> None:
     rounded once to f32.
     """
     _check_tree(tree)
-    rebuild_ref(tree, exact)
+    rebuild_eager(tree, exact)

@@ -25,7 +25,8 @@ import torch
 import triton
 import triton.language as tl
 from torch import empty
-from tritonrl.kernels.sumtree.reference import FANOUT, FANOUT_LOG2, ROW, SumTree, forget_host_copies, geometry
+from tritonrl.kernels.sumtree.cpu import forget_host_copies
+from tritonrl.kernels.sumtree.reference import FANOUT, FANOUT_LOG2, ROW, SumTree, geometry
 
 __all__ = ["per_insert_triton", "per_sample_triton", "per_update_triton"]
 

@@ -17,7 +17,8 @@ from typing import Any
 
 import torch
 from tritonrl.kernels.sumtree.api import PER_INSERT, PER_SAMPLE, PER_UPDATE
-from tritonrl.kernels.sumtree.reference import SumTree, per_insert_ref, per_sample_ref, per_update_ref
+from tritonrl.kernels.sumtree.cpu import per_insert_eager, per_sample_eager, per_update_eager
+from tritonrl.kernels.sumtree.reference import SumTree
 
 __all__ = ["per_insert_op", "per_sample_op", "per_update_op"]
 
@@ -50,7 +51,7 @@ def per_sample_op(
 
         return per_sample_triton(tree, uniforms, beta, size)
 
-    return PER_SAMPLE.dispatch(sums.device, triton, lambda: per_sample_ref(tree, uniforms, beta, size))
+    return PER_SAMPLE.dispatch(sums.device, triton, lambda: per_sample_eager(tree, uniforms, beta, size))
 
 
 @per_sample_op.register_fake
@@ -88,7 +89,7 @@ def per_update_op(
         per_update_triton(tree, indices, td_errors, alpha, eps, size)
 
     PER_UPDATE.dispatch(
-        sums.device, triton, lambda: per_update_ref(tree, indices, td_errors, alpha, eps, size)
+        sums.device, triton, lambda: per_update_eager(tree, indices, td_errors, alpha, eps, size)
     )
 
 
@@ -123,7 +124,7 @@ def per_insert_op(
 
         per_insert_triton(tree, start, count, alpha)
 
-    PER_INSERT.dispatch(sums.device, triton, lambda: per_insert_ref(tree, start, count, alpha))
+    PER_INSERT.dispatch(sums.device, triton, lambda: per_insert_eager(tree, start, count, alpha))
 
 
 @per_insert_op.register_fake

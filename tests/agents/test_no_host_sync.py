@@ -220,7 +220,7 @@ def test_dqn_on_pixels_updates_and_acts_without_host_reads(
     the conv torso's update and the uint8 acting path read nothing on the host. The sum tree's
     device-generic torch paths run in place of its numpy CPU paths (what a GPU runs; the torch
     update's validity flag is read with the guard lifted, as in tests/toolkit/test_frame_replay.py)."""
-    from tritonrl.kernels.sumtree import reference
+    from tritonrl.kernels.sumtree import cpu as sumtree_cpu
 
     space = gym.spaces.Box(0, 1, (4, 10, 10), np.uint8)
     cfg = dqn_preset(name, batch_size=4, buffer_size=64, learning_starts=0, atoms=11)
@@ -238,14 +238,14 @@ def test_dqn_on_pixels_updates_and_acts_without_host_reads(
             obs, agent.act(obs), torch.rand(E, generator=g), nxt, done, torch.zeros(E, dtype=torch.bool)
         )
     guard = HostReads()
-    torch_update = reference._per_update_torch
+    torch_update = sumtree_cpu._per_update_torch
 
     def update(*args: Any) -> None:
         with guard.lifted():
             torch_update(*args)
 
-    monkeypatch.setattr(reference, "_per_sample_cpu", reference._per_sample_torch)
-    monkeypatch.setattr(reference, "_per_update_cpu", update)
+    monkeypatch.setattr(sumtree_cpu, "_per_sample_cpu", sumtree_cpu._per_sample_torch)
+    monkeypatch.setattr(sumtree_cpu, "_per_update_cpu", update)
     obs = torch.randint(0, 2, (E, 4, 10, 10), dtype=torch.uint8, generator=g)
     with guard:
         metrics = agent.update()

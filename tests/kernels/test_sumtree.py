@@ -30,7 +30,8 @@ from tritonrl.kernels.sumtree import (
     rebuild,
     total,
 )
-from tritonrl.kernels.sumtree.reference import FANOUT, ROW, prefix_ref
+from tritonrl.kernels.sumtree.cpu import prefix_eager
+from tritonrl.kernels.sumtree.reference import FANOUT, ROW
 
 # Upper 0.1% points of the chi-square distribution (standard tables), by degrees of freedom.
 CHI2_999 = {7: 24.322, 12: 32.909, 15: 37.697}
@@ -199,7 +200,7 @@ def test_cpu_fast_update_is_bitwise_the_torch_path(
 ) -> None:
     """The CPU update (numpy index work around torch cumsum/amin/pow) writes exactly what the
     device-generic torch path writes: random batches with many duplicates, rejected batches too."""
-    from tritonrl.kernels.sumtree import reference as ref
+    from tritonrl.kernels.sumtree import cpu as ref
 
     calls: list[str] = []
     fast_path = ref._per_update_cpu
@@ -233,7 +234,7 @@ def test_cpu_fast_update_is_bitwise_the_torch_path(
             idx[0] = -1
         if step == 17:  # increasing, above the range at its last end
             idx[-1] = size
-        ref.per_update_ref(fast, idx, td, alpha, 1e-6, size)
+        ref.per_update_eager(fast, idx, td, alpha, 1e-6, size)
         ref._per_update_torch(slow, idx, td, alpha, 1e-6, size)
         for a, b in zip(fast, slow, strict=True):
             assert torch.equal(a, b), (step, B)
@@ -270,7 +271,7 @@ def test_cpu_fast_update_is_bitwise_the_torch_path_hypothesis(
     writes exactly the torch path's bits, and its trees equal their rebuild, on random trees of
     every depth, batches with and without repeats, in every order (exact: one function of the
     same inputs, by the prefix rule)."""
-    from tritonrl.kernels.sumtree import reference as ref
+    from tritonrl.kernels.sumtree import cpu as ref
 
     calls: list[str] = []
     fast_path = ref._per_update_cpu
@@ -323,7 +324,7 @@ def test_cpu_fast_insert_is_bitwise_the_torch_path_hypothesis(
     """The CPU insert (numpy on views of the same memory) writes exactly the torch path's bits
     on trees of every depth, between updates that raise the running maximum and leave rows of
     mixed scale (exact: the same prefix rule on the same children, see the reference docstring)."""
-    from tritonrl.kernels.sumtree import reference as ref
+    from tritonrl.kernels.sumtree import cpu as ref
 
     calls: list[str] = []
     fast_path = ref._per_insert_cpu
@@ -375,7 +376,7 @@ def test_cpu_fast_sample_is_bitwise_the_torch_path(
 ) -> None:
     """The CPU descent (numpy on views of the tree) returns exactly the indices and weights of
     the device-generic torch path for the same uniforms, on random trees of every depth."""
-    from tritonrl.kernels.sumtree import reference as ref
+    from tritonrl.kernels.sumtree import cpu as ref
 
     calls: list[str] = []
     fast_path = ref._per_sample_cpu
@@ -538,9 +539,9 @@ def test_prefix_rule_is_a_sequential_f64_sum() -> None:
     for j in range(FANOUT):
         acc = acc + kids[:, j].double()
         expected[:, j] = acc.float()
-    assert torch.equal(prefix_ref(kids), expected)
+    assert torch.equal(prefix_eager(kids), expected)
     out = torch.empty(500, ROW)[:, 1:]  # a strided destination, as the tree's rows are
-    prefix_ref(kids, out=out)
+    prefix_eager(kids, out=out)
     assert torch.equal(out, expected)
     # a plausible other rule (an f32 running sum) gives other bits on this data
     acc32 = torch.zeros(500)

@@ -1,5 +1,5 @@
 """The sum tree's CPU path and the contiguous copies of the level totals it keeps beside a tree
-(kernels/sumtree/reference.py, "CPU path"): every other route that writes the tree (the torch
+(kernels/sumtree/cpu.py, "CPU path"): every other route that writes the tree (the torch
 path, leaves written and rebuilt, the Triton interpreter) must reach the copies, so that the CPU
 path writes the torch path's bits whatever wrote before it. Exact comparisons: the same values in
 the same order on both sides.
@@ -26,7 +26,7 @@ def test_cpu_update_follows_writes_by_other_routes(capacity: int) -> None:
     below; writes by any other route (the torch path, leaves written directly and rebuilt) must
     reach it. One tree takes turns of every writer; its twin only the torch path: bit for bit
     equal after every step, and equal to its rebuild at the end."""
-    from tritonrl.kernels.sumtree import reference as ref
+    from tritonrl.kernels.sumtree import cpu as ref
 
     g = torch.Generator().manual_seed(capacity)
     size = capacity - capacity // 5  # a partly filled tree: rows with empty leaves
@@ -56,7 +56,7 @@ def test_cpu_update_follows_writes_by_other_routes(capacity: int) -> None:
 def test_cpu_update_of_an_inference_tree() -> None:
     """A tree made under ``torch.inference_mode`` has no version counter: the CPU path then
     reads the totals again on every call, and still writes the torch path's bits."""
-    from tritonrl.kernels.sumtree import reference as ref
+    from tritonrl.kernels.sumtree import cpu as ref
 
     g = torch.Generator().manual_seed(5)
     with torch.inference_mode():

@@ -378,20 +378,20 @@ def test_deferred_checks_raise_in_check_inputs() -> None:
 @pytest.mark.parametrize("cls", [FrameReplayBuffer, PrioritizedFrameReplayBuffer])
 def test_sample_and_update_read_nothing_on_the_host(cls: type, monkeypatch: pytest.MonkeyPatch) -> None:
     from helpers import HostReads
-    from tritonrl.kernels.sumtree import reference
+    from tritonrl.kernels.sumtree import cpu as sumtree_cpu
 
     kw = {"check_priorities": False} if cls is PrioritizedFrameReplayBuffer else {}
     buf = _filled(cls, **kw)
     reads = HostReads()
-    torch_update = reference._per_update_torch
+    torch_update = sumtree_cpu._per_update_torch
 
     def update(*args: Any) -> None:  # the torch reference reads its validity flag (Triton does not)
         with reads.lifted():
             torch_update(*args)
 
     # the sum tree's device-generic paths in place of its numpy CPU paths (what a GPU runs)
-    monkeypatch.setattr(reference, "_per_sample_cpu", reference._per_sample_torch)
-    monkeypatch.setattr(reference, "_per_update_cpu", update)
+    monkeypatch.setattr(sumtree_cpu, "_per_sample_cpu", sumtree_cpu._per_sample_torch)
+    monkeypatch.setattr(sumtree_cpu, "_per_update_cpu", update)
     g = torch.Generator().manual_seed(1)
     with reads:
         batch = buf.sample(8, generator=g)

@@ -5,9 +5,11 @@ returns, on-policy rollouts with GAE.
 ``staging`` holds the two strategies that close the n-step windows (host and device staging);
 ``nstep`` is the host staging's bookkeeping; ``state`` checks saved states and writes the
 safetensors file; ``inputs`` checks the fields ``add``/``extend`` take; ``prioritized`` adds the
-sum tree (:class:`PrioritizedReplayBuffer`); ``rollout`` is the on-policy storage; ``frames``
-(with ``frames_state``) stores pixel frames once, as uint8 (:class:`FrameReplayBuffer`,
-:class:`PrioritizedFrameReplayBuffer`). This folder imports the toolkit core and kernels only.
+sum tree (:class:`PrioritizedReplayBuffer`; ``priorities`` is what both prioritized buffers share);
+``rollout`` is the on-policy storage; ``frames`` stores pixel frames once, as uint8
+(:class:`FrameReplayBuffer`, a :class:`ReplayBuffer` with another storage, and
+:class:`PrioritizedFrameReplayBuffer`), ``frame_cursor`` is its per-env ring bookkeeping. This
+folder imports the toolkit core and kernels only.
 Guide: ``docs/pages/replay.md``.
 """
 

@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import torch
 from tritonrl.kernels.validate import check_int
@@ -139,7 +139,7 @@ class ReplayBuffer:
         staging: str = "host",
         num_actions: int | Sequence[int] | None = None,
     ) -> None:
-        strategy = staging_class(staging)
+        strategy = self._staging_class(staging)
         self.staging = staging
         self._capacity = check_int("capacity", capacity, low=1)
         self.obs_shape = check_shape("obs_shape", obs_shape)
@@ -148,13 +148,11 @@ class ReplayBuffer:
         self.n_step = check_int("n_step", n_step, low=1)
         self.gamma = check_fraction("gamma", gamma)
         self.device = torch.device(device)
+        self._check_layout()
         if not isinstance(action_dtype, torch.dtype) or action_dtype == torch.bool or action_dtype.is_complex:
             raise TypeError(f"action_dtype must be an integer or floating torch.dtype, got {action_dtype!r}")
         self.action_dtype = action_dtype
-        if obs_dtype is not None and not (
-            isinstance(obs_dtype, torch.dtype) and (obs_dtype == torch.uint8 or obs_dtype.is_floating_point)
-        ):
-            raise TypeError(f"obs_dtype must be None, torch.uint8 or a floating dtype, got {obs_dtype!r}")
+        self._check_obs_dtype(obs_dtype)
         self.obs_dtype = dtype_or_default(obs_dtype, self.device)
         rule = action_rule(num_actions, self.action_shape, action_dtype)
         self.num_actions = tuple(num_actions) if isinstance(num_actions, Sequence) else num_actions
@@ -164,36 +162,72 @@ class ReplayBuffer:
         its ``mode`` (``"auto"``, ``"eager"``, ``"deferred"``) says when tensors on an
         accelerator are checked."""
         self._float_actions = action_dtype.is_floating_point
-        check_memory(
-            f"capacity={self._capacity}",
-            self.memory_bytes(
-                self._capacity,
-                self.obs_shape,
-                obs_dtype=self.obs_dtype,
-                action_shape=self.action_shape,
-                action_dtype=action_dtype,
-                num_envs=self.num_envs,
-                n_step=self.n_step,
-                staging=staging,
-            ),
-            self.device,
+        check_memory(f"capacity={self._capacity}", self._memory(), self.device)
+        self._size = 0  # sampleable transitions stored
+        self._steps = 0  # vector steps added
+        self._allocate()
+        if strategy is not None:
+            self._staging: Staging = strategy(self)
+
+    # ---- what a subclass with another storage overrides (the frame replay) ---------------------
+
+    _checks_obs: ClassVar[bool] = True
+    """Whether ``add`` checks observations for NaN/inf (not for a store of uint8 frames)."""
+
+    def _staging_class(self, staging: str) -> type[Staging] | None:
+        """The staging strategy of ``staging`` (``None``: the storage closes its own windows).
+
+        Raises:
+            ValueError: an unknown staging mode.
+        """
+        return staging_class(staging)
+
+    def _check_layout(self) -> None:
+        """Checks of the storage layout, once the shapes, counts and device are set (none here).
+
+        Raises:
+            ValueError: a layout the storage cannot hold.
+        """
+
+    def _check_obs_dtype(self, obs_dtype: torch.dtype | None) -> None:
+        """Refuse an ``obs_dtype`` the storage cannot hold.
+
+        Raises:
+            TypeError: not ``None``, ``torch.uint8`` or a floating dtype.
+        """
+        if obs_dtype is not None and not (
+            isinstance(obs_dtype, torch.dtype) and (obs_dtype == torch.uint8 or obs_dtype.is_floating_point)
+        ):
+            raise TypeError(f"obs_dtype must be None, torch.uint8 or a floating dtype, got {obs_dtype!r}")
+
+    def _memory(self) -> dict[str, int]:
+        """:meth:`memory_bytes` of this buffer's settings."""
+        return self.memory_bytes(
+            self._capacity,
+            self.obs_shape,
+            obs_dtype=self.obs_dtype,
+            action_shape=self.action_shape,
+            action_dtype=self.action_dtype,
+            num_envs=self.num_envs,
+            n_step=self.n_step,
+            staging=self.staging,
         )
+
+    def _allocate(self) -> None:
+        """The storage on the device: the ring of complete transitions and its position."""
         C, dev = self._capacity, self.device
         self._obs = torch.zeros((C, *self.obs_shape), dtype=self.obs_dtype, device=dev)
         self._next_obs = torch.zeros_like(self._obs)
-        self._action = torch.zeros((C, *self.action_shape), dtype=action_dtype, device=dev)
+        self._action = torch.zeros((C, *self.action_shape), dtype=self.action_dtype, device=dev)
         self._reward = torch.zeros(C, dtype=torch.float32, device=dev)
         self._discount = torch.zeros(C, dtype=torch.float32, device=dev)
         self._pos = 0  # next slot to write
-        self._size = 0  # complete transitions stored
-        self._steps = 0  # vector steps added
         self._committed = 0  # complete transitions ever written
         # numpy views of CPU storage, for the numpy fast paths (add, sample)
         self._views: tuple[Any, ...] | None = None
         storage = (self._obs, self._next_obs, self._action, self._reward, self._discount)
         if dev.type == "cpu" and all(t.dtype in NUMPY_DTYPES for t in storage):
             self._views = tuple(t.numpy() for t in storage)  # the storage is never reassigned
-        self._staging: Staging = strategy(self)
 
     # ---- sizes ---------------------------------------------------------------------------------
 
@@ -306,8 +340,9 @@ class ReplayBuffer:
         """The value checks of :attr:`inputs`. Fields of a dtype the storage refuses are left to the
         staging's dtype checks (a ``TypeError``, not a range error)."""
         g = self.inputs
-        g.obs(call, "obs", obs)
-        g.obs(call, "next_obs", next_obs)
+        if self._checks_obs:
+            g.obs(call, "obs", obs)
+            g.obs(call, "next_obs", next_obs)
         g.reward(call, reward)
         if g.rule is not None and (self._float_actions or integer_kind(action)):
             g.action(call, action)

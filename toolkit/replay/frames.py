@@ -23,7 +23,6 @@ every other leaf 0. Guide: ``docs/pages/replay.md``.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,28 +38,15 @@ from tritonrl.kernels.sumtree import (
     per_insert,
     per_sample,
     per_update,
+    rebuild,
 )
 from tritonrl.kernels.validate import check_int, check_real
-from tritonrl.toolkit.checks import InputGuard, check_memory
-from tritonrl.toolkit.precision import dtype_or_default
-from tritonrl.toolkit.replay.buffer import ReplayBatch
-from tritonrl.toolkit.replay.frames_state import (
-    FrameCursor,
-    apply_frame_state,
-    frame_state,
-    parse_frame_state,
-)
-from tritonrl.toolkit.replay.inputs import (
-    action_rule,
-    check_fraction,
-    check_shape,
-    host_array,
-    input_tensor,
-    integer_kind,
-    itemsize,
-)
+from tritonrl.toolkit.replay.buffer import ReplayBatch, ReplayBuffer
+from tritonrl.toolkit.replay.frame_cursor import FrameCursor
+from tritonrl.toolkit.replay.inputs import host_array, input_tensor, itemsize
 from tritonrl.toolkit.replay.priorities import PrioritySchedule
-from tritonrl.toolkit.replay.state import read_file, write_file
+from tritonrl.toolkit.replay.staging import Staging
+from tritonrl.toolkit.replay.state import FORMAT, VERSION, check_config, load_tensors, read_meta
 
 __all__ = ["FrameReplayBuffer", "PrioritizedFrameReplayBuffer"]
 
@@ -82,7 +68,7 @@ def _uint8_obs(name: str, value: Any, shape: tuple[int, ...]) -> torch.Tensor:
     return t
 
 
-class FrameReplayBuffer:
+class FrameReplayBuffer(ReplayBuffer):
     """Uniform replay of stacked uint8 frames, each frame stored once (see the module docstring).
 
     Args:
@@ -113,7 +99,8 @@ class FrameReplayBuffer:
 
     ``add`` reads rewards and done flags on the host (CUDA tensors cost one synchronisation per
     ``add``) and writes the slots and the tree with a few small ops per env; ``sample`` reads
-    nothing on the host.
+    nothing on the host. Settings, checks and counters are :class:`ReplayBuffer`'s; this class
+    replaces its storage (the slots and their tree) and how a sample gathers observations.
 
     Raises:
         ValueError / TypeError: an argument is out of range or of the wrong type, or the storage
@@ -137,22 +124,40 @@ class FrameReplayBuffer:
         scale: float = 1.0 / 255.0,
         staging: str = "host",
     ) -> None:
+        self.stack = check_int("stack", stack, low=1)
+        self.scale = check_real("scale", scale)
+        super().__init__(
+            capacity,
+            obs_shape,
+            device=device,
+            num_envs=num_envs,
+            n_step=n_step,
+            gamma=gamma,
+            action_shape=action_shape,
+            action_dtype=action_dtype,
+            obs_dtype=obs_dtype,
+            staging=staging,
+            num_actions=num_actions,
+        )
+
+    # ---- what differs from ReplayBuffer: the storage -------------------------------------------
+
+    _checks_obs = False  # uint8 frames are always finite
+
+    def _staging_class(self, staging: str) -> type[Staging] | None:
         if staging != "host":
             raise ValueError(
                 f"staging={staging!r}: a frame replay has host staging only (add reads rewards and "
                 "flags on the host; the n-step returns are computed when sampled)"
             )
-        self.staging = staging
-        self._capacity = check_int("capacity", capacity, low=1)
-        self.obs_shape = check_shape("obs_shape", obs_shape)
-        self.stack = check_int("stack", stack, low=1)
-        self.num_envs = check_int("num_envs", num_envs, low=1)
-        self.n_step = check_int("n_step", n_step, low=1)
-        self.gamma = check_fraction("gamma", gamma)
-        self.scale = check_real("scale", scale)
-        self.device = torch.device(device)
+        return None  # the slots and the cursor close the windows
+
+    def _check_layout(self) -> None:
         if len(self.obs_shape) != 3 or self.obs_shape[0] % self.stack:
-            raise ValueError(f"obs_shape must be (stack * C, H, W) with stack={stack}, got {obs_shape!r}")
+            raise ValueError(
+                f"obs_shape must be (stack * C, H, W) with stack={self.stack}, got {self.obs_shape!r}"
+            )
+        capacity, num_envs = self._capacity, self.num_envs
         if capacity % num_envs:
             raise ValueError(f"capacity={capacity} must be a multiple of num_envs={num_envs}")
         self.ring = capacity // num_envs
@@ -162,30 +167,23 @@ class FrameReplayBuffer:
                 f"{self.stack + self.n_step}"
             )
         self.frame_shape = (self.obs_shape[0] // self.stack, *self.obs_shape[1:])
-        self.action_shape = check_shape("action_shape", action_shape)
-        if not isinstance(action_dtype, torch.dtype) or action_dtype == torch.bool or action_dtype.is_complex:
-            raise TypeError(f"action_dtype must be an integer or floating torch.dtype, got {action_dtype!r}")
-        self.action_dtype = action_dtype
+
+    def _check_obs_dtype(self, obs_dtype: torch.dtype | None) -> None:
         if obs_dtype is not None and obs_dtype not in FLOAT_DTYPES:
             raise TypeError(f"obs_dtype must be None, torch.float32 or torch.bfloat16, got {obs_dtype!r}")
-        self.obs_dtype = dtype_or_default(obs_dtype, self.device)
-        rule = action_rule(num_actions, self.action_shape, action_dtype)
-        self.num_actions = tuple(num_actions) if isinstance(num_actions, Sequence) else num_actions
-        self.inputs = InputGuard(type(self).__name__, rule, where="buffer.inputs")
-        """The value checks of ``add`` (rewards finite, actions in range; uint8 frames need none)."""
-        self._float_actions = action_dtype.is_floating_point
-        check_memory(f"capacity={capacity}", self._memory(), self.device)
+
+    def _allocate(self) -> None:
+        """The slots (frames, depths, actions, rewards, flags), the cursor, the host mirror of the
+        valid slots, the slot tree, and the constants of the n-step returns."""
         N, dev, P = self._capacity, self.device, math.prod(self.frame_shape)
         self.frames = torch.zeros((N, P), dtype=torch.uint8, device=dev)
         self.depth = torch.zeros(N, dtype=torch.int32, device=dev)
-        self.action = torch.zeros((N, *self.action_shape), dtype=action_dtype, device=dev)
+        self.action = torch.zeros((N, *self.action_shape), dtype=self.action_dtype, device=dev)
         self.reward = torch.zeros(N, dtype=torch.float32, device=dev)
         self.terminated = torch.zeros(N, dtype=torch.bool, device=dev)
         self.truncated = torch.zeros(N, dtype=torch.bool, device=dev)
         self._cursor = FrameCursor.empty(self.num_envs)
         self._valid = np.zeros(N, dtype=np.bool_)  # host mirror of the tree's non-zero leaves
-        self._size = 0
-        self._steps = 0
         self._tree = new_sumtree(N, dev)
         self._zero = torch.zeros(1, dtype=torch.float32, device=dev)
         acc = torch.float32 if dev.type == "mps" else torch.float64  # returns summed as host mode does
@@ -234,23 +232,9 @@ class FrameReplayBuffer:
         }
 
     @property
-    def capacity(self) -> int:
-        """Slots (frames) stored, ``num_envs * ring``."""
-        return self._capacity
-
-    def __len__(self) -> int:
-        """Sampleable transitions (see the class docstring)."""
-        return self._size
-
-    @property
     def pending(self) -> int:
         """Started transitions whose n-step window is still open (a Python int)."""
         return sum(self._cursor.pending(e, self.n_step) for e in range(self.num_envs))
-
-    @property
-    def steps(self) -> int:
-        """Vector steps added so far."""
-        return self._steps
 
     def valid_indices(self) -> torch.Tensor:
         """int64: the slot rows :meth:`sample` may return now, ascending (host bookkeeping, on the CPU)."""
@@ -288,9 +272,7 @@ class FrameReplayBuffer:
         next_t = _uint8_obs("next_obs", next_obs, shape)
         act_t = input_tensor("action", action, (E, *self.action_shape), self.action_dtype)
         if check:  # before the host reads below: their errors do not name the entry
-            self.inputs.reward("add", reward)
-            if self.inputs.rule is not None and (self._float_actions or integer_kind(act_t)):
-                self.inputs.action("add", act_t)
+            self._check_values("add", obs_t, act_t, reward, next_t)
         rew = host_array("reward", reward, (E,), "real")
         term = host_array("terminated", terminated, (E,), "bool")
         trunc = host_array("truncated", truncated, (E,), "bool")
@@ -300,6 +282,14 @@ class FrameReplayBuffer:
         valid_on, valid_off = ranges
         self._set_leaves(valid_on, valid_off)
         self._steps += 1
+
+    def extend(self, *args: Any, **kwargs: Any) -> None:
+        """Not available: a frame replay takes one vector step per :meth:`add`.
+
+        Raises:
+            TypeError: always.
+        """
+        raise TypeError("a frame replay takes one vector step per add; it has no extend")
 
     def _write(
         self,
@@ -350,22 +340,7 @@ class FrameReplayBuffer:
         """Leaves ``[a, b)`` of newly valid slots: 1 for uniform sampling."""
         per_insert(self._tree, a, b - a, alpha=1.0)  # max_priority stays 1: 1 ** 1
 
-    def check_inputs(self) -> None:
-        """Raise now if a deferred value check of ``add`` failed (see :attr:`inputs`).
-
-        Raises:
-            ValueError: a reward or an action of an earlier ``add`` was invalid.
-        """
-        self.inputs.check()
-
     # ---- sampling ------------------------------------------------------------------------------
-
-    def _check_batch_size(self, batch_size: int) -> None:
-        check_int("batch_size", batch_size, low=1)
-        if self._size == 0:
-            raise ValueError("cannot sample from an empty buffer (no complete transition yet)")
-        if batch_size > self._size:
-            raise ValueError(f"batch_size={batch_size} exceeds the {self._size} transitions stored")
 
     def _uniforms(self, batch_size: int, generator: torch.Generator | None) -> torch.Tensor:
         if generator is None:
@@ -466,28 +441,64 @@ class FrameReplayBuffer:
         """Everything needed to resume: the whole slot storage (``frames``, ``depth``, ``action``,
         ``reward``, ``terminated``, ``truncated``), ``valid`` (bool ``[N]``) and a JSON ``meta``
         (config, counters, each env's write position)."""
-        return frame_state(self)
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore from :meth:`state_dict` (saved on any device).
-
-        Raises:
-            ValueError: not a frame-replay state of this configuration, or inconsistent; the
-                buffer is left unchanged.
-        """
-        self.apply_state(self.parse_state(state))
+        sd: dict[str, Any] = dict(self._storage())
+        sd["valid"] = torch.from_numpy(self._valid.copy())
+        sd["meta"] = {
+            "format": FORMAT,
+            "version": VERSION,
+            "config": self._config(),
+            "size": self._size,
+            "steps": self._steps,
+            **self._cursor.to_meta(),
+        }
+        return sd
 
     def parse_state(self, state: dict[str, Any]) -> dict[str, Any]:
         """Validate ``state`` and move its tensors to this buffer's device; changes nothing.
 
+        Returns:
+            the staged state (tensors on the buffer's device, ``cursor``, ``meta``).
+
         Raises:
-            ValueError: as :meth:`load_state_dict`.
+            ValueError: not a frame-replay state of this configuration, or inconsistent
+                (counters, tensors).
         """
-        return parse_frame_state(self, state)
+        meta = read_meta(state)
+        check_config(meta.get("config"), self._config(), ("host",))
+        N = self.capacity
+        size = check_int("state meta 'size'", meta.get("size"), low=0, high=N)
+        check_int("state meta 'steps'", meta.get("steps"), low=0)
+        cursor = FrameCursor.from_meta(meta, self.num_envs, self.stack)
+        spec = {k: (tuple(t.shape), t.dtype) for k, t in self._storage().items()}
+        spec["valid"] = ((N,), torch.bool)
+        out: dict[str, Any] = {"meta": meta, "cursor": cursor}
+        out.update(load_tensors(state, spec, lambda key, dtype: (self.device, dtype)))
+        if int(out["valid"].sum()) != size:
+            raise ValueError(
+                f"state counters disagree: size={size} but {int(out['valid'].sum())} valid slots"
+            )
+        depth = out["depth"]
+        if bool(((depth < 0) | (depth > self.stack)).any()):
+            raise ValueError(f"state depths must lie in [0, {self.stack}]")
+        return out
 
     def apply_state(self, staged: dict[str, Any]) -> None:
-        """Restore a state staged by :meth:`parse_state` (no further checks)."""
-        apply_frame_state(self, staged)
+        """Restore a state staged by :meth:`parse_state` (no further checks): the storage, the
+        host bookkeeping and the slot tree, rebuilt from the staged leaves (the tree the updates
+        maintain, bit for bit)."""
+        for key, dst in self._storage().items():
+            dst.copy_(staged[key])
+        self._valid = staged["valid"].cpu().numpy().copy()
+        N = self.capacity
+        tree = new_sumtree(N, self.device)
+        values = self._rebuild_leaves(staged).to(torch.float32)
+        leaves(tree)[:N] = values
+        tree.mins[:N] = values
+        rebuild(tree)
+        self._adopt_tree(tree, staged)
+        self._cursor = staged["cursor"].copy()
+        self._size = staged["meta"]["size"]
+        self._steps = staged["meta"]["steps"]
 
     def _rebuild_leaves(self, staged: dict[str, Any]) -> torch.Tensor:
         """The leaf values of a staged state: 1 where valid (uniform)."""
@@ -495,22 +506,6 @@ class FrameReplayBuffer:
 
     def _adopt_tree(self, tree: SumTree, staged: dict[str, Any]) -> None:
         self._tree = tree
-
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Write :meth:`state_dict` to one checked safetensors file, atomically."""
-        write_file(path, self.state_dict())
-
-    def load(self, path: str | os.PathLike[str]) -> None:
-        """Restore from a file written by :meth:`save`.
-
-        Raises:
-            FileNotFoundError: no such file.
-            ValueError: truncated, damaged or foreign file, or another configuration.
-        """
-        self.load_state_dict(read_file(path))
-
-
-_TD_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 
 
 class PrioritizedFrameReplayBuffer(PrioritySchedule, FrameReplayBuffer):
@@ -527,23 +522,6 @@ class PrioritizedFrameReplayBuffer(PrioritySchedule, FrameReplayBuffer):
             :class:`FrameReplayBuffer`.
     """
 
-    def __init__(
-        self,
-        capacity: int,
-        obs_shape: tuple[int, ...],
-        *,
-        alpha: float = 0.6,
-        beta: float = 0.4,
-        beta_final: float = 1.0,
-        beta_steps: int = 100_000,
-        eps: float = 1e-6,
-        check_priorities: bool | None = None,
-        **kwargs: Any,
-    ) -> None:
-        self._init_priorities(alpha, beta, beta_final, beta_steps, eps, check_priorities)
-        super().__init__(capacity, obs_shape, **kwargs)
-        self._resolve_check(self.device)
-
     def _fresh(self, a: int, b: int) -> None:
         per_insert(self._tree, a, b - a, alpha=self.alpha)
 
@@ -558,22 +536,10 @@ class PrioritizedFrameReplayBuffer(PrioritySchedule, FrameReplayBuffer):
         Raises:
             ValueError / TypeError: as ``PrioritizedReplayBuffer.update_priorities``.
         """
-        idx = indices if isinstance(indices, torch.Tensor) else torch.as_tensor(indices)
-        td = td_errors if isinstance(td_errors, torch.Tensor) else torch.as_tensor(td_errors)
-        if idx.dtype.is_floating_point or idx.dtype.is_complex or idx.dtype == torch.bool:
-            raise TypeError(f"indices must have an integer dtype, got {idx.dtype}")
-        if not td.dtype.is_floating_point:
-            raise TypeError(f"td_errors must have a floating dtype, got {td.dtype}")
-        if idx.dim() != 1 or td.dim() != 1:
-            raise ValueError(
-                f"indices and td_errors must be 1-D, got {tuple(idx.shape)} and {tuple(td.shape)}"
-            )
-        if idx.shape[0] != td.shape[0]:
-            raise ValueError(f"td_errors has {td.shape[0]} entries but indices has {idx.shape[0]}")
-        if idx.shape[0] == 0:
+        batch = self._priority_batch(indices, td_errors, self._steps == 0)
+        if batch is None:
             return
-        if self._steps == 0:
-            raise ValueError("update_priorities on an empty buffer: no index is valid")
+        idx, td = batch
         N = self._capacity
         idx = idx.to(device=self.device, dtype=torch.int64).contiguous()
         td = td.to(device=self.device).contiguous()
@@ -621,58 +587,17 @@ class PrioritizedFrameReplayBuffer(PrioritySchedule, FrameReplayBuffer):
         self._sample_calls += 1
         return self._gather(idx, weights)
 
-    def _config(self) -> dict[str, Any]:
-        cfg = super()._config()
-        cfg.update(
-            alpha=self.alpha,
-            beta=self.beta,
-            beta_final=self.beta_final,
-            beta_steps=self.beta_steps,
-            eps=self.eps,
-        )
-        return cfg
+    def _state_leaves(self, staged: dict[str, Any]) -> int:
+        return self._capacity  # every slot's leaf
 
-    def state_dict(self) -> dict[str, Any]:
-        """As :meth:`FrameReplayBuffer.state_dict`, plus ``priorities`` (the ``N`` leaves),
-        ``max_priority``, ``status`` and the ``beta`` schedule position."""
-        sd = super().state_dict()
-        sd["priorities"] = self.priorities()
-        sd["max_priority"] = self._tree.max_priority.clone()
-        sd["status"] = self._tree.status.clone()
-        sd["meta"]["sample_calls"] = self._sample_calls
-        sd["meta"]["rejections_seen"] = self._rejections_seen
-        return sd
-
-    def parse_state(self, state: dict[str, Any]) -> dict[str, Any]:
-        """As :meth:`FrameReplayBuffer.parse_state`, plus the priorities (positive exactly where
-        valid, finite), the running max and the counters."""
-        out = super().parse_state(state)
-        N = self._capacity
-        for key, shape, dtype in (
-            ("priorities", (N,), torch.float32),
-            ("max_priority", (1,), torch.float32),
-            ("status", (2,), torch.int32),
-        ):
-            t = state.get(key)
-            if not isinstance(t, torch.Tensor) or tuple(t.shape) != shape or t.dtype != dtype:
-                raise ValueError(f"state tensor {key!r} is missing or not {dtype} {shape}")
-            out[key] = t.to(self.device)
-        prio = out["priorities"]
-        if not bool(torch.isfinite(prio).all() & ((prio > 0) == out["valid"]).all()):
+    def _check_state_priorities(self, staged: dict[str, Any]) -> None:
+        prio = staged["priorities"]
+        if not bool(torch.isfinite(prio).all() & ((prio > 0) == staged["valid"]).all()):
             raise ValueError("state priorities must be finite, > 0 exactly where a slot is valid")
-        mp = float(out["max_priority"][0])
-        if not (0 < mp < math.inf):
-            raise ValueError(f"state max_priority must be finite and > 0, got {mp}")
-        for key in ("sample_calls", "rejections_seen"):
-            check_int(f"state meta {key!r}", out["meta"].get(key), low=0)
-        return out
 
     def _rebuild_leaves(self, staged: dict[str, Any]) -> torch.Tensor:
         return staged["priorities"]
 
     def _adopt_tree(self, tree: SumTree, staged: dict[str, Any]) -> None:
-        tree.max_priority.copy_(staged["max_priority"])
-        tree.status.copy_(staged["status"])
+        self._adopt_priorities(tree, staged)
         self._tree = tree
-        self._sample_calls = staged["meta"]["sample_calls"]
-        self._rejections_seen = staged["meta"]["rejections_seen"]

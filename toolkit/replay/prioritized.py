@@ -33,7 +33,6 @@ from tritonrl.kernels.sumtree import (
     per_update_unchecked,
     rebuild,
 )
-from tritonrl.kernels.validate import check_int
 from tritonrl.toolkit.replay.buffer import ReplayBatch, ReplayBuffer
 from tritonrl.toolkit.replay.priorities import PrioritySchedule
 
@@ -63,22 +62,8 @@ class PrioritizedReplayBuffer(PrioritySchedule, ReplayBuffer):
         ValueError / TypeError: an argument is out of range or of the wrong type.
     """
 
-    def __init__(
-        self,
-        capacity: int,
-        obs_shape: tuple[int, ...],
-        *,
-        alpha: float = 0.6,
-        beta: float = 0.4,
-        beta_final: float = 1.0,
-        beta_steps: int = 100_000,
-        eps: float = 1e-6,
-        check_priorities: bool | None = None,
-        **kwargs: Any,
-    ) -> None:
-        self._init_priorities(alpha, beta, beta_final, beta_steps, eps, check_priorities)
-        super().__init__(capacity, obs_shape, **kwargs)
-        self._resolve_check(self.device)
+    def _allocate(self) -> None:
+        super()._allocate()
         self._set_tree(new_sumtree(self.capacity, self.device))
 
     @classmethod
@@ -117,22 +102,10 @@ class PrioritizedReplayBuffer(PrioritySchedule, ReplayBuffer):
                 the whole batch is then ignored and the buffer is unchanged.
             TypeError: non-integer indices or non-floating TD errors.
         """
-        idx = indices if isinstance(indices, torch.Tensor) else torch.as_tensor(indices)
-        td = td_errors if isinstance(td_errors, torch.Tensor) else torch.as_tensor(td_errors)
-        if idx.dtype.is_floating_point or idx.dtype.is_complex or idx.dtype == torch.bool:
-            raise TypeError(f"indices must have an integer dtype, got {idx.dtype}")
-        if not td.dtype.is_floating_point:
-            raise TypeError(f"td_errors must have a floating dtype, got {td.dtype}")
-        if idx.dim() != 1 or td.dim() != 1:
-            raise ValueError(
-                f"indices and td_errors must be 1-D, got {tuple(idx.shape)} and {tuple(td.shape)}"
-            )
-        if idx.shape[0] != td.shape[0]:
-            raise ValueError(f"td_errors has {td.shape[0]} entries but indices has {idx.shape[0]}")
-        if idx.shape[0] == 0:
+        batch = self._priority_batch(indices, td_errors, self._size == 0)
+        if batch is None:
             return
-        if self._size == 0:
-            raise ValueError("update_priorities on an empty buffer: no index is valid")
+        idx, td = batch
         if idx.dtype != torch.int64 or idx.device != self.device:
             idx = idx.to(device=self.device, dtype=torch.int64)
         if td.device != self.device:
@@ -199,50 +172,13 @@ class PrioritizedReplayBuffer(PrioritySchedule, ReplayBuffer):
 
     # ---- checkpoints ---------------------------------------------------------------------------
 
-    def _config(self) -> dict[str, Any]:
-        cfg = super()._config()
-        cfg.update(
-            alpha=self.alpha,
-            beta=self.beta,
-            beta_final=self.beta_final,
-            beta_steps=self.beta_steps,
-            eps=self.eps,
-        )
-        return cfg
+    def _state_leaves(self, staged: dict[str, Any]) -> int:
+        return int(staged["meta"]["size"])  # the stored transitions'
 
-    def state_dict(self) -> dict[str, Any]:
-        """As :meth:`ReplayBuffer.state_dict`, plus the leaf values, the running max priority,
-        the ``beta`` schedule position and the rejection counter."""
-        sd = super().state_dict()
-        sd["priorities"] = self.priorities()
-        sd["max_priority"] = self._tree.max_priority.clone()
-        sd["status"] = self._tree.status.clone()
-        sd["meta"]["sample_calls"] = self._sample_calls
-        sd["meta"]["rejections_seen"] = self._rejections_seen
-        return sd
-
-    def parse_state(self, state: dict[str, Any]) -> dict[str, Any]:
-        """As :meth:`ReplayBuffer.parse_state`, plus the priorities, running max and counters."""
-        out = super().parse_state(state)
-        size = out["meta"]["size"]
-        for key, shape, dtype in (
-            ("priorities", (size,), torch.float32),
-            ("max_priority", (1,), torch.float32),
-            ("status", (2,), torch.int32),
-        ):
-            t = state.get(key)
-            if not isinstance(t, torch.Tensor) or tuple(t.shape) != shape or t.dtype != dtype:
-                raise ValueError(f"state tensor {key!r} is missing or not {dtype} {shape}")
-            out[key] = t.to(self.device)
-        prio = out["priorities"].double()
-        if size and not bool(torch.isfinite(prio).all() & (prio > 0).all()):
+    def _check_state_priorities(self, staged: dict[str, Any]) -> None:
+        prio = staged["priorities"].double()
+        if staged["meta"]["size"] and not bool(torch.isfinite(prio).all() & (prio > 0).all()):
             raise ValueError("state priorities must be finite and > 0")
-        mp = float(out["max_priority"][0])
-        if not (mp > 0 and mp < float("inf")):
-            raise ValueError(f"state max_priority must be finite and > 0, got {mp}")
-        for key in ("sample_calls", "rejections_seen"):
-            check_int(f"state meta {key!r}", out["meta"].get(key), low=0)
-        return out
 
     def apply_state(self, staged: dict[str, Any]) -> None:
         """As :meth:`ReplayBuffer.apply_state`, rebuilding the sum tree from the staged priorities."""
@@ -252,8 +188,5 @@ class PrioritizedReplayBuffer(PrioritySchedule, ReplayBuffer):
         leaves(tree)[:size] = staged["priorities"]
         tree.mins[:size] = staged["priorities"]
         rebuild(tree)
-        tree.max_priority.copy_(staged["max_priority"])
-        tree.status.copy_(staged["status"])
+        self._adopt_priorities(tree, staged)
         self._set_tree(tree)
-        self._sample_calls = staged["meta"]["sample_calls"]
-        self._rejections_seen = staged["meta"]["rejections_seen"]

@@ -1,18 +1,16 @@
-"""The DQN agent's plumbing: what its spaces are made of, and its replay buffers.
-
-The spaces are checked once, at construction: a ``Box`` of observations, and ``Discrete`` or flat
-``MultiDiscrete`` actions starting at 0 (the factored head). The replays hold this rank's share of
-``buffer_size``; their memory is checked against the device before anything is allocated.
+"""The DQN family's replays: the staging mode, the memory check and the builders of the Q
+learner's replay (uniform or prioritized; the frame replay for image observations) and of the
+ICM's. They hold this rank's share of ``buffer_size``; their memory is checked against the device
+before anything is allocated. Guide: docs/pages/dqn.md, docs/pages/replay.md.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import gymnasium as gym
-import numpy as np
 import torch
 from tritonrl.agents.dqn.config import DQNConfig
+from tritonrl.agents.dqn.spaces import action_counts, action_shape
 from tritonrl.toolkit.checks import check_memory
 from tritonrl.toolkit.replay import (
     FrameReplayBuffer,
@@ -20,79 +18,8 @@ from tritonrl.toolkit.replay import (
     PrioritizedReplayBuffer,
     ReplayBuffer,
 )
-from tritonrl.toolkit.spaces import pixel_scale
 
-__all__ = [
-    "action_counts",
-    "action_shape",
-    "action_spec",
-    "build_icm_replay",
-    "build_replay",
-    "check_pixels",
-    "check_replay_memory",
-    "obs_shape",
-    "pixel_scale",
-    "resolve_staging",
-]
-
-
-def action_spec(action_space: gym.Space) -> dict[str, Any]:
-    """``{"type": "discrete", "n": n}`` or ``{"type": "multidiscrete", "nvec": [...]}``.
-
-    Raises:
-        ValueError: another space, or one whose actions do not start at 0.
-    """
-    if isinstance(action_space, gym.spaces.Discrete):
-        if int(action_space.start) != 0:
-            raise ValueError(f"action_space={action_space}: DQN needs Discrete actions starting at 0")
-        return {"type": "discrete", "n": int(action_space.n)}
-    if isinstance(action_space, gym.spaces.MultiDiscrete):
-        if action_space.nvec.ndim != 1 or np.any(action_space.start != 0):
-            raise ValueError(f"action_space={action_space}: DQN needs a flat MultiDiscrete starting at 0")
-        return {"type": "multidiscrete", "nvec": [int(n) for n in action_space.nvec]}
-    raise ValueError(
-        f"action_space={action_space}: the DQN family handles Discrete and MultiDiscrete action "
-        "spaces only (continuous actions need an actor-critic agent)"
-    )
-
-
-def action_shape(action: dict[str, Any]) -> tuple[int, ...]:
-    """The shape of one environment's action: ``()`` (Discrete) or ``(D,)`` (MultiDiscrete)."""
-    return () if action["type"] == "discrete" else (len(action["nvec"]),)
-
-
-def action_counts(action: dict[str, Any]) -> int | list[int]:
-    """What the replay checks actions against: ``n`` (Discrete) or ``nvec`` (MultiDiscrete)."""
-    return int(action["n"]) if action["type"] == "discrete" else list(action["nvec"])
-
-
-def obs_shape(observation_space: gym.Space) -> tuple[int, ...]:
-    """The shape of one observation.
-
-    Raises:
-        ValueError: not a ``Box``.
-    """
-    if not isinstance(observation_space, gym.spaces.Box):
-        raise ValueError(f"observation_space={observation_space}: DQN needs a Box observation space")
-    return tuple(int(s) for s in observation_space.shape)
-
-
-def check_pixels(cfg: DQNConfig, obs_shape: tuple[int, ...], pixel_scale: float | None) -> None:
-    """Refuse what image observations (``pixel_scale`` not ``None``) cannot take.
-
-    Raises:
-        ValueError: ``icm=True`` (its models are MLPs), or a ``frame_stack`` that does not divide
-            the observation's channels.
-    """
-    if pixel_scale is None:
-        return
-    if cfg.icm:
-        raise ValueError("icm=True is not available with image observations (its models are MLPs)")
-    if obs_shape[0] % cfg.frame_stack:
-        raise ValueError(
-            f"frame_stack={cfg.frame_stack} must divide the {obs_shape[0]} channels of the "
-            f"observations {obs_shape}"
-        )
+__all__ = ["build_icm_replay", "build_replay", "check_replay_memory", "resolve_staging"]
 
 
 def resolve_staging(staging: str, device: torch.device) -> str:
@@ -150,14 +77,14 @@ def build_replay(
     pixel_scale: float | None = None,
 ) -> ReplayBuffer | FrameReplayBuffer:
     """The Q learner's replay of ``capacity`` transitions for actions of ``action``
-    (:func:`action_spec`): ``n_step`` returns, prioritized if ``cfg.prioritized``; int64 actions,
-    checked against the space when the replay is used directly (the agent checks its own inputs
-    and adds with ``check=False``). With a ``pixel_scale`` (image observations,
-    :func:`pixel_scale`), a frame replay that stores each frame once as uint8 and samples the
-    stacks of ``cfg.frame_stack`` frames scaled by it into the training dtype
-    (:class:`tritonrl.toolkit.replay.FrameReplayBuffer`; its n-step windows close at sample time,
-    so ``staging`` does not apply; ``capacity`` is rounded down to a multiple of ``num_envs``,
-    one ring of frames per environment)."""
+    (:func:`tritonrl.agents.dqn.spaces.action_spec`): ``n_step`` returns, prioritized if
+    ``cfg.prioritized``; int64 actions, checked against the space when the replay is used directly
+    (the agent checks its own inputs and adds with ``check=False``). With a ``pixel_scale`` (image
+    observations, :func:`tritonrl.toolkit.spaces.pixel_scale`), a frame replay that stores each
+    frame once as uint8 and samples the stacks of ``cfg.frame_stack`` frames scaled by it into the
+    training dtype (:class:`tritonrl.toolkit.replay.FrameReplayBuffer`; its n-step windows close at
+    sample time, so ``staging`` does not apply; ``capacity`` is rounded down to a multiple of
+    ``num_envs``, one ring of frames per environment)."""
     kw: dict[str, Any] = dict(
         device=device,
         num_envs=num_envs,
