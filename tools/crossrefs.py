@@ -1,11 +1,12 @@
 """Rewrite Sphinx roles (:class:`~a.b.C`, :func:`f`, :meth:`X.m`, ...) as mkdocstrings cross-references.
 
 A role in a docstring whose target the API reference documents becomes ``[`C`][tritonrl.a.b.C]``
-(a link on the site); any other role (unresolved, undocumented, in a comment) becomes plain
-``` `C` ```. Names resolve as Python would in the docstring's scope (its object, the enclosing
-classes with their inherited members, the module and its imports), loaded with griffe from
-``docs/_src``; the documented objects are those of the site's ``objects.inv``. Docstring lines
-that grow past the line length are rewrapped into the paragraph, or fall back to the plain form.
+(a link on the site); any other role (unresolved, undocumented, in a comment, on a summary line,
+which listings such as ``tritonrl fit --list`` print) becomes plain ``` `C` ```. Names resolve as
+Python would in the docstring's scope (its object, the enclosing classes with their inherited
+members, the module and its imports), loaded with griffe from ``docs/_src``; the documented
+objects are those of the site's ``objects.inv``. Docstring lines that grow past the line length
+are rewrapped into the paragraph, or fall back to the plain form.
 
     python tools/crossrefs.py                  # rewrite kernels/ toolkit/ agents/ tritonrl/ docs/pages/
     python tools/crossrefs.py --check          # exit 1 if anything would change
@@ -250,7 +251,8 @@ def rewrite_source(
             return resolve(name, scope, root, inventory) if scope is not None else None
 
         trial = Counts()
-        new = _replace_roles(line, link_for, trial, plain_only=scope is None)
+        summary = span is not None and span[0] == i + 1 - shift  # shown as text too (tritonrl fit --list)
+        new = _replace_roles(line, link_for, trial, plain_only=scope is None or summary)
         if len(new) > max_len and len(new) > len(line):  # a line the links made too long
             wrapped = [*lines[:i], new, *lines[i + 1 :]]
             if not _rewrap(wrapped, i, max_len):
