@@ -1,5 +1,6 @@
 # Two entry points for a fresh clone: `make train` (the main job) and `make test` (the tests).
-# Both create .venv and install what is missing: torch 2.13.0 (CPU wheel) when no torch is present.
+# Both create .venv and install what is missing: torch 2.13.0 from PyPI when no torch is present (on
+# Linux the CUDA build; install the CPU one into .venv first from https://download.pytorch.org/whl/cpu).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -173,3 +175,51 @@ def test_page_figures_exist(page: str) -> None:
     assert figures, f"{page} shows no figure"
     for fig in figures:
         assert (PAGES / fig).is_file(), f"{page}: {fig} is missing"
+
+
+# --- the built site: offline (no script, stylesheet or font from the network), maths as MathML
+
+ROLE = re.compile(r":(?:class|func|meth|mod|data|attr|exc|obj):`")
+
+
+def test_pages_hold_no_raw_sphinx_roles() -> None:
+    """Pages link objects as ``[`Name`][tritonrl.path]`` (tools/crossrefs.py rewrites roles)."""
+    raw = {p.name: len(ROLE.findall(p.read_text())) for p in PAGES.glob("*.md") if not p.is_symlink()}
+    assert not {name: n for name, n in raw.items() if n}, raw
+
+
+def test_maths_renders_to_mathml_without_a_script() -> None:
+    markdown = pytest.importorskip("markdown")
+    pytest.importorskip("latex2mathml")
+    spec = importlib.util.spec_from_file_location("tritonrl_docs_maths", PAGES.parent / "_hooks" / "maths.py")
+    assert spec is not None and spec.loader is not None
+    maths = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(maths)
+    page = (PAGES / "noisy-head.md").read_text()
+    html = markdown.markdown(
+        page, extensions=["pymdownx.arithmatex"], extension_configs={"pymdownx.arithmatex": {"generic": True}}
+    )
+    assert 'class="arithmatex"' in html
+    rendered = maths.render(html)
+    assert "<math" in rendered and 'class="arithmatex"' not in rendered
+    assert rendered.count("<math") == html.count('class="arithmatex"')
+    config = (PAGES.parent / "mkdocs.yml").read_text()
+    assert "_hooks/maths.py" in config and "font: false" in config
+    assert not re.search(r"https?://", config.split("plugins:")[0]), "a script or stylesheet from the network"
+
+
+def test_built_site_needs_no_network(tmp_path: Path) -> None:
+    pytest.importorskip("mkdocs")
+    pytest.importorskip("latex2mathml")
+    root = PAGES.parent.parent
+    env = {**os.environ, "PYTHONPATH": str(root), "NO_MKDOCS_2_WARNING": "1"}
+    config = str(PAGES.parent / "mkdocs.yml")
+    cmd = [sys.executable, "-m", "mkdocs", "build", "-q", "-f", config, "-d", str(tmp_path)]
+    subprocess.run(cmd, check=True, env=env, cwd=root, capture_output=True)
+    remote = re.compile(r"<(?:script|link|img)\b[^>]*\b(?:src|href)=\"(?:https?:)?//")
+    pages = list(tmp_path.rglob("*.html"))
+    assert len(pages) > 20
+    assert [p.name for p in pages if remote.search(p.read_text())] == []
+    for name in ("mamba2", "noisy-head"):
+        html = (tmp_path / name / "index.html").read_text()
+        assert "<math" in html and "\\(" not in html, name

@@ -38,6 +38,7 @@ PAGES = ROOT / "docs" / "pages"
 IMG = "img/results"
 """Figures' folder, relative to the pages folder (and so to ``results.md``)."""
 CURVES_PNG = "learning-curves.png"
+CURVE_COLUMNS = 3  # panels per row of the learning-curve figure
 PEERS_PNG = "peer-curves.png"
 PEER_IMPLS = ("tritonrl", "cleanrl")
 PEER_BINS = 10
@@ -284,8 +285,8 @@ def _machine(info: dict[str, Any]) -> str:
 def _learning_tables(meta: dict[str, Any], groups: Sequence[Group]) -> list[str]:
     seeds = meta["seeds"]
     out = [
-        "| preset | environment | env steps | seeds reaching the threshold | steps to threshold, per seed |"
-        " median | final greedy return (mean ± sd) | wall time per run (median) |",
+        "| preset | env | steps | solved | steps to threshold, per seed |"
+        " median | final return (mean ± sd) | wall, median |",
         "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: |",
     ]
     for g in groups:
@@ -323,7 +324,7 @@ def _market_tables(groups: Sequence[Group]) -> list[str]:
             "Random: the mean over "
             f"{next(iter(g.reports.values()))['random'].get('runs', 'several')} uniformly random policies.",
             "",
-            "| seed | total return | Sharpe (± s.e.) | max drawdown | turnover "
+            "| seed | return | Sharpe (± s.e.) | max drawdown | turnover "
             "| buy and hold: return, Sharpe "
             "| random: Sharpe |",
             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
@@ -361,8 +362,8 @@ def _peer_section(peers: tuple[dict[str, Any], list[PeerGroup]] | None) -> list[
         "",
         f"![Training return against environment steps, tritonrl beside CleanRL]({IMG}/{PEERS_PNG})",
         "",
-        f"| algorithm | environment | implementation | return over steps {last}, per seed | mean ± sd "
-        "| wall time per run (median) |",
+        f"| algorithm | env | implementation | return over steps {last}, per seed | mean ± sd "
+        "| wall, median |",
         "| --- | --- | --- | --- | ---: | ---: |",
     ]
     for g in groups:
@@ -418,7 +419,7 @@ def _minatar_section(runs: tuple[dict[str, Any], list[MinAtarGroup]] | None) -> 
         f"![Training return against environment steps on MinAtar]({IMG}/{MINATAR_PNG})",
         "",
         "| game | preset | step | training return, per seed | mean ± sd | Young & Tian's DQN "
-        "| greedy evaluation nearest the step (mean ± sd) | wall time per run (median) |",
+        "| greedy eval. (mean ± sd) | wall, median |",
         "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: |",
     ]
     for g in sorted(groups, key=lambda g: (g.env, g.agent)):
@@ -557,9 +558,13 @@ def draw(data: Path = DATA, img_dir: Path = PAGES / IMG) -> list[Path]:
     panels: dict[tuple[str, str], list[Group]] = {}  # the modes of a preset on an env share a panel
     for g in groups:
         panels.setdefault((g.agent, g.env), []).append(g)
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
+    cols = min(CURVE_COLUMNS, len(panels))  # a grid, readable at the page's width
+    rows = math.ceil(len(panels) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.9 * rows), squeeze=False)
+    for ax in axes.flat[len(panels) :]:
+        ax.set_visible(False)
     seeds = meta["seeds"]
-    for ax, ((agent, env), members) in zip(axes[0], panels.items(), strict=True):
+    for ax, ((agent, env), members) in zip(axes.flat, panels.items(), strict=False):
         for g in members:
             steps = [s for s, _ in g.curves[seeds[0]]]
             n = min(len(g.curves[s]) for s in seeds)
@@ -580,7 +585,7 @@ def draw(data: Path = DATA, img_dir: Path = PAGES / IMG) -> list[Path]:
     fig.suptitle(f"mean and min-max over {len(meta['seeds'])} seeds", fontsize=8)
     fig.tight_layout()
     written = [img_dir / CURVES_PNG]
-    fig.savefig(written[0], dpi=110)
+    fig.savefig(written[0], dpi=100)
     plt.close(fig)
     peers = load_peers(data)
     if peers is not None:
