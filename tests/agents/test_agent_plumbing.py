@@ -193,7 +193,7 @@ def test_load_keeps_the_saved_spaces_bounds_included(kind: str, tmp_path: Path) 
 
 @pytest.mark.parametrize("kind", ["dqn", "ppo"])
 def test_a_generator_state_of_another_device_type_is_reseeded_the_same_way(kind: str) -> None:
-    from tritonrl.toolkit.agent import RESEED_STRIDE
+    from tritonrl.toolkit.seeding import RESEED_STRIDE
 
     state = MAKERS[kind](seed=4).state_dict()
     state["counters"] = {**state["counters"], "updates": 6}
