@@ -4,84 +4,15 @@
 ``observe``; this schedule only decides when. ::
 
     run_training(agent, env, OnPolicySchedule(agent.config.num_steps), LoopConfig(total_steps=...))
+
+The schedule lives in the core module :mod:`tritonrl.toolkit.schedule` (``schedule_for`` is its
+:func:`~tritonrl.toolkit.schedule.onpolicy_schedule`), where the agents' presets name it; it is
+re-exported here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-import torch
+from tritonrl.toolkit.schedule import OnPolicySchedule
+from tritonrl.toolkit.schedule import onpolicy_schedule as schedule_for
 
 __all__ = ["OnPolicySchedule", "schedule_for"]
-
-
-class OnPolicySchedule:
-    """Call ``agent.update()`` after every ``rollout_steps`` vector steps.
-
-    Args:
-        rollout_steps: vector steps per rollout (``T``; the rollout holds ``T * num_envs`` transitions).
-
-    Raises:
-        ValueError: ``rollout_steps < 1``.
-    """
-
-    def __init__(self, rollout_steps: int) -> None:
-        if not isinstance(rollout_steps, int) or rollout_steps < 1:
-            raise ValueError(f"rollout_steps must be a positive int, got {rollout_steps!r}")
-        self.rollout_steps = rollout_steps
-        self.vector_steps = 0
-        self.updates = 0
-
-    def after_step(self, agent: Any, step: int) -> list[Mapping[str, torch.Tensor]]:
-        """Count one vector step; at the end of a rollout run ``agent.update()`` and return its metrics."""
-        del step
-        self.vector_steps += 1
-        if self.vector_steps % self.rollout_steps:
-            return []
-        self.updates += 1
-        return [agent.update()]
-
-    def restart_collection(self, step: int) -> None:
-        """The agent's rollout restarted empty (a data-parallel checkpoint resumed on another number
-        of ranks, :func:`tritonrl.toolkit.training.loop.run_training`): the next update comes after a full
-        rollout of ``rollout_steps`` vector steps again. ``step`` (the global step) is unused."""
-        del step
-        self.vector_steps -= self.vector_steps % self.rollout_steps
-
-    def state_dict(self) -> dict[str, Any]:
-        """The counters."""
-        return {
-            "rollout_steps": self.rollout_steps,
-            "vector_steps": self.vector_steps,
-            "updates": self.updates,
-        }
-
-    def check_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Raise ``ValueError`` unless ``state`` is this schedule's; changes nothing."""
-        if not isinstance(state, Mapping):
-            raise ValueError(f"schedule state is a {type(state).__name__}, not a dict")
-        for key in ("rollout_steps", "vector_steps", "updates"):
-            value = state.get(key)
-            if type(value) is not int or value < 0:
-                raise ValueError(f"schedule state {key}={repr(value)[:20]} is missing or not an int >= 0")
-        if state["rollout_steps"] != self.rollout_steps:
-            raise ValueError(
-                f"schedule state has rollout_steps={state['rollout_steps']}, this schedule "
-                f"has {self.rollout_steps}"
-            )
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore the counters.
-
-        Raises:
-            ValueError: the state was saved with another rollout length or is damaged (checked first).
-        """
-        self.check_state_dict(state)
-        self.vector_steps = state["vector_steps"]
-        self.updates = state["updates"]
-
-
-def schedule_for(agent: Any) -> OnPolicySchedule:
-    """The schedule the CLI uses for an on-policy agent: its rollout length ``agent.config.num_steps``."""
-    return OnPolicySchedule(int(agent.config.num_steps))
