@@ -3,7 +3,7 @@ shared loop that drives it and the command line's defaults (and, in :class:`Mark
 market run changes in them).
 
 Each agent module lists its presets in a ``PRESETS`` tuple of :class:`Preset`; the command line's
-registry (:mod:`tritonrl.toolkit.cli.registry`) collects them. The record lives in the core so that
+registry (:mod:`tritonrl.cli.registry`) collects them. The record lives in the core so that
 agents import it without importing the command line.
 """
 

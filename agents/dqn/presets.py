@@ -97,7 +97,7 @@ PRESETS: tuple[Preset, ...] = (
         distribution="c51",
     ),
 )
-"""The named presets; the command line's registry (:mod:`tritonrl.toolkit.cli.registry`) collects them."""
+"""The named presets; the command line's registry (:mod:`tritonrl.cli.registry`) collects them."""
 
 
 def _pixel_preset(

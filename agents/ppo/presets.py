@@ -221,7 +221,7 @@ PIXEL_PRESETS: tuple[Preset, ...] = (
 )
 """The presets on image observations (uint8 ``[C, H, W]``; docs/pages/pixels.md); no market variant."""
 PRESETS = PRESETS + PIXEL_PRESETS
-"""The named presets; the command line's registry (:mod:`tritonrl.toolkit.cli.registry`) collects them."""
+"""The named presets; the command line's registry (:mod:`tritonrl.cli.registry`) collects them."""
 
 
 def preset(name: str, **overrides: Any) -> PPOConfig:

@@ -74,7 +74,7 @@ PRESETS: tuple[Preset, ...] = (
         **_CLI,
     ),
 )
-"""The named presets; the command line's registry (:mod:`tritonrl.toolkit.cli.registry`) collects them."""
+"""The named presets; the command line's registry (:mod:`tritonrl.cli.registry`) collects them."""
 
 
 def preset(name: str, **overrides: Any) -> Any:

@@ -21,7 +21,7 @@ import pytest
 import torch
 from torch import nn
 from tritonrl.agents.forecast import FORECASTERS, Forecaster
-from tritonrl.toolkit.cli import main
+from tritonrl.cli import main
 from tritonrl.toolkit.envs.market import FEATURE_WARMUP, Bars, MarketData, source_bars, synthetic_bars, upload
 from tritonrl.toolkit.forecast import (
     FitConfig,

@@ -28,7 +28,7 @@ from tritonrl.agents.dqn import DQNAgent
 from tritonrl.agents.dqn.presets import preset as dqn_preset
 from tritonrl.agents.sac import SACAgent
 from tritonrl.agents.sac.presets import preset as sac_preset
-from tritonrl.toolkit.cli.commands import main
+from tritonrl.cli.commands import main
 from tritonrl.toolkit.envs.market import FEATURES, Bars, compute_features, split, synthetic_bars, upload
 from tritonrl.toolkit.envs.market.data import source_bars
 from tritonrl.toolkit.envs.market.env import MarketEnv, MarketEnvConfig
@@ -421,7 +421,7 @@ def slow(self, bar):  # the test's throttle: the kill lands mid-stream
         time.sleep(0.01)
     return rows
 live.LiveTrader.feed = slow
-from tritonrl.toolkit.cli.commands import main
+from tritonrl.cli.commands import main
 sys.exit(main(sys.argv[1:]))
 """
 

@@ -22,8 +22,8 @@ from tritonrl.agents.dqn import DQNAgent
 from tritonrl.agents.dqn import preset as dqn_preset
 from tritonrl.agents.ppo import PPOAgent
 from tritonrl.agents.ppo import preset as ppo_preset
+from tritonrl.cli import main
 from tritonrl.toolkit.checkpoint import load_checkpoint
-from tritonrl.toolkit.cli import main
 from tritonrl.toolkit.envs.market.data import synthetic_bars, upload
 from tritonrl.toolkit.envs.market.env import MarketEnv, MarketEnvConfig
 from tritonrl.toolkit.training.loop import CHECKPOINT_NAME, LoopConfig, run_training

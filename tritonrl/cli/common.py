@@ -1,5 +1,5 @@
-"""What the run commands ``train`` (:mod:`tritonrl.toolkit.cli.train`) and ``fit``
-(:mod:`tritonrl.toolkit.cli.fit`) share: the flags both define the same way, their checks,
+"""What the run commands ``train`` (:mod:`tritonrl.cli.train`) and ``fit``
+(:mod:`tritonrl.cli.fit`) share: the flags both define the same way, their checks,
 the run folder's checks and the signal handling.
 
 Both follow one set of rules: bad input is one ``error:`` line and exit status 2 before anything
