@@ -18,7 +18,7 @@ from typing import NoReturn
 
 import torch
 
-__all__ = ["info", "main"]
+__all__ = ["build_parser", "info", "main"]
 
 
 def _devices() -> list[torch.device]:
@@ -71,13 +71,11 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"error: {message} (see `{self.prog} --help`)\n")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m tritonrl``; returns the exit code (argparse's too: ``--help`` is 0).
+def build_parser(prog: str = "tritonrl") -> argparse.ArgumentParser:
+    """The command line's parser, every subcommand added (``prog``: the name its messages use)."""
+    from tritonrl.cli.common import plain
 
-    A command-line mistake prints one ``error: ...`` line on stderr and returns 2.
-    """
-    prog = "tritonrl" if os.path.basename(sys.argv[0]) == "tritonrl" else "python -m tritonrl"
-    parser = _Parser(prog=prog, description=__doc__.splitlines()[0])
+    parser = _Parser(prog=prog, description=plain(__doc__.splitlines()[0]))
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="versions, devices, training dtypes and kernel paths")
     p_bench = sub.add_parser("bench", help="run the benchmarks under benchmarks/ as one table")
@@ -97,6 +95,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="also draw one PNG per benchmark (ratios against the baseline) into DIR (needs matplotlib)",
     )
     _register_extra(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m tritonrl``; returns the exit code (argparse's too: ``--help`` is 0).
+
+    A command-line mistake prints one ``error: ...`` line on stderr and returns 2.
+    """
+    prog = "tritonrl" if os.path.basename(sys.argv[0]) == "tritonrl" else "python -m tritonrl"
+    parser = build_parser(prog)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, or a mistake already reported by _Parser.error

@@ -57,6 +57,7 @@ from tritonrl.cli.common import (
     end_rank,
     parse_device,
     parse_overrides,
+    plain,
     probe_run_dir,
     refuse_failed_allocation,
     report_interrupted,
@@ -85,9 +86,7 @@ from tritonrl.toolkit.forecast import (
 __all__ = ["DEFAULT_DATA", "add_parser", "run"]
 
 DEFAULT_DATA = "market:synthetic,ar=0.3"
-DESCRIPTION = (
-    "Training forecasters on market bars: windows, baselines, the trainer ``fit`` and ``tritonrl fit``."
-)
+DESCRIPTION = "Train a registered forecaster on market bars or on any numeric series of a CSV file."
 _INT_FLAGS = (
     ("epochs", 1),
     ("batch_size", 1),
@@ -550,7 +549,7 @@ def _run(args: argparse.Namespace, ctx: DistContext) -> int:
         for name, cls in sorted(forecasters().items()):
             doc = (cls.__doc__ or "").strip().splitlines()
             kind = "sequence" if getattr(cls, "causal", False) else "window"
-            print(f"{name:<14} {kind:<9} {doc[0] if doc else ''}")
+            print(f"{name:<14} {kind:<9} {plain(doc[0]) if doc else ''}")
         return 0
     say = ctx.is_main  # rank 0 prints; every error below is met by every rank (fit agrees them)
     failed: UsageError | None = None

@@ -41,6 +41,7 @@ from tritonrl.cli.common import (
     end_rank,
     parse_device,
     parse_overrides,
+    plain,
     probe_run_dir,
     refuse_failed_allocation,
     report_interrupted,
@@ -61,7 +62,9 @@ MAX_ENVS = 65_536
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add the ``train`` subcommand to ``python -m tritonrl``'s parser."""
     p = subparsers.add_parser(
-        "train", help="train an agent preset on a gymnasium environment", description=__doc__.splitlines()[0]
+        "train",
+        help="train an agent preset on a gymnasium environment",
+        description=plain(__doc__.splitlines()[0]),
     )
     p.add_argument(
         "--agent",
