@@ -17,10 +17,10 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 # Rainbow on CartPole-v1, on the CPU, until a greedy evaluation is solved (>= 475): seconds to a minute
-# on 2 cores (`python -m tritonrl.toolkit train` with no arguments). Each run gets its own folder under
+# on 2 cores (`python -m tritonrl train` with no arguments). Each run gets its own folder under
 # runs/ (metrics.csv, curve.png, checkpoint.safetensors); nothing is overwritten.
 train: install
-	$(BIN)/python -m tritonrl.toolkit train --run-dir runs/rainbow-CartPole-v1-$$(date +%Y%m%d-%H%M%S)
+	$(BIN)/python -m tritonrl train --run-dir runs/rainbow-CartPole-v1-$$(date +%Y%m%d-%H%M%S)
 
 # Two pytest workers (pytest-xdist), one torch thread each: the 2-core CI machine's second core would
 # otherwise idle (the serial suite runs about twice as long). TEST_WORKERS=0 runs it in one process.
@@ -49,15 +49,15 @@ format: install
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-# mypy over tritonrl.toolkit and tritonrl.agents under their installed names ([tool.mypy] in pyproject.toml).
+# mypy over tritonrl.toolkit, tritonrl.agents and tritonrl.cli under their installed names ([tool.mypy] in pyproject.toml).
 typecheck: install
-	$(BIN)/mypy -p tritonrl.toolkit -p tritonrl.agents
+	$(BIN)/mypy -p tritonrl.toolkit -p tritonrl.agents -p tritonrl.cli
 
 docs: install
 	$(BIN)/mkdocs build --strict -f docs/mkdocs.yml
 
 bench: install
-	$(BIN)/python -m tritonrl.toolkit bench
+	$(BIN)/python -m tritonrl bench
 
 # A lent GPU machine (no registry, maybe no gymnasium): the kernel parity suite and every benchmark,
 # from the source tree, in under 10 minutes; output in $(GPU_OUT). Installs nothing from a registry:

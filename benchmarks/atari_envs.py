@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from tritonrl.toolkit.cli.bench import Row, format_table, one_cpu_thread, time_fn
+from tritonrl.cli.bench import Row, format_table, one_cpu_thread, time_fn
 
 REQUIRES = ("gymnasium", "ale_py")  # where one is missing, `tritonrl bench` skips this file in one line
 

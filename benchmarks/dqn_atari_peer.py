@@ -206,11 +206,11 @@ def cleanrl_command(args: argparse.Namespace) -> list[str]:
 
 
 def tritonrl_command(args: argparse.Namespace, run_dir: Path) -> list[str]:
-    """tritonrl's run: ``python -m tritonrl.toolkit train`` on the CPU, one thread, into ``run_dir``."""
+    """tritonrl's run: ``python -m tritonrl train`` on the CPU, one thread, into ``run_dir``."""
     return [
         sys.executable,
         "-m",
-        "tritonrl.toolkit",
+        "tritonrl",
         *tritonrl_train_args(args, run_dir),
     ]
 
@@ -377,9 +377,9 @@ def run_pairs(args: argparse.Namespace) -> list[Measurement]:
 
 
 def table_rows(results: list[Measurement], args: argparse.Namespace) -> list[Any]:
-    """One :class:`~tritonrl.toolkit.cli.bench.Row` per side: the median rate, the range over the
+    """One :class:`~tritonrl.cli.bench.Row` per side: the median rate, the range over the
     repeats in its note; tritonrl's ``ratio`` is the median of the per-repeat ratios."""
-    from tritonrl.toolkit.cli.bench import Row
+    from tritonrl.cli.bench import Row
 
     cleanrl_id, tritonrl_id = env_ids(args.env)
     case = f"{args.env}, 1 env, cpu, one torch thread"
@@ -444,8 +444,8 @@ def peer_versions(args: argparse.Namespace) -> str:
 def dry_run(args: argparse.Namespace) -> int:
     """Print both command lines; check tritonrl's with ``train``'s own parser and, where the preset
     is registered, its ``--set`` keys; check that CleanRL's script is there. Runs no training."""
-    from tritonrl.toolkit.cli.registry import get_agent
-    from tritonrl.toolkit.cli.train import add_parser
+    from tritonrl.cli.registry import get_agent
+    from tritonrl.cli.train import add_parser
 
     run_dir = Path(tempfile.gettempdir()) / f"{NAME}-tritonrl-XXXX" / "run"
     print("CleanRL:  ", _shell(cleanrl_command(args), _child_env(Path(args.cleanrl)), args.cleanrl))
@@ -529,7 +529,7 @@ def run(quick: bool = False) -> list[Any]:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark (or ``--dry-run``) and print the table; the exit code."""
-    from tritonrl.toolkit.cli.bench import env_header, format_table
+    from tritonrl.cli.bench import env_header, format_table
 
     args = parse_args(argv)
     if args.dry_run:

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from tritonrl.toolkit.cli.bench import Row, forced_dtype
+from tritonrl.cli.bench import Row, forced_dtype
 
 NAME = "dqn_loop"
 REQUIRES = ("gymnasium",)  # where it is missing, `tritonrl bench` skips this file in one line
@@ -579,7 +579,7 @@ def _gpu_rows(quick: bool) -> list[Row]:
 if __name__ == "__main__":
     import argparse
 
-    from tritonrl.toolkit.cli.bench import env_header, format_table, one_cpu_thread
+    from tritonrl.cli.bench import env_header, format_table, one_cpu_thread
 
     parser = argparse.ArgumentParser(description="DQN loop throughput beside a single-file reference")
     parser.add_argument("--quick", action="store_true", help="short runs, no compiled rows")

@@ -31,7 +31,7 @@ forecaster at their defaults on the same synthetic batch, in ms; ``ratio`` is th
 over the row's (the goal for Mamba2: >= 0.25, a step within 4x the LSTM's). Seen: see
 docs/pages/forecasting.md, "Training speed".
 
-torch runs one CPU thread (tritonrl.toolkit.cli.bench). ``run(quick=True)``: the synthetic series
+torch runs one CPU thread (tritonrl.cli.bench). ``run(quick=True)``: the synthetic series
 alone, 1,500 bars, window 16, 2 epochs; the step rows at window 16, shorter timing rounds.
 """
 
@@ -43,7 +43,7 @@ import sys
 from typing import Any
 
 import torch
-from tritonrl.toolkit.cli.bench import Row, format_table, one_cpu_thread, time_fn
+from tritonrl.cli.bench import Row, format_table, one_cpu_thread, time_fn
 
 NAME = "forecast"
 SYNTHETIC = "synthetic,ar=0.3,seed=0"
@@ -59,7 +59,7 @@ def _series(quick: bool) -> list[tuple[str, str]]:
 
 
 def _run(quick: bool) -> list[Row]:
-    from tritonrl.toolkit.cli.registry import forecasters
+    from tritonrl.cli.registry import forecasters
     from tritonrl.toolkit.forecast import FitConfig, fit, load_windows
 
     window = 16 if quick else 32

@@ -124,7 +124,7 @@ our rows. It is in the ``bench`` extra; install it in its own environment (it pu
 and torchmetrics): ``python3 -m venv /tmp/nf && /tmp/nf/bin/pip install torch==2.13.0 &&
 /tmp/nf/bin/pip install torch==2.13.0 neuralforecast numpy safetensors gymnasium gym-anytrading``
 (the torch pin keeps pip from replacing torch with a multi-GB CUDA build) and run
-``OMP_NUM_THREADS=1 PYTHONPATH=. /tmp/nf/bin/python -m tritonrl.toolkit bench forecast_peers``
+``OMP_NUM_THREADS=1 PYTHONPATH=. /tmp/nf/bin/python -m tritonrl bench forecast_peers``
 (about 8 minutes on one thread). ``run(quick=True)``: the synthetic series of 1,500 bars and the
 load CSV of 800 rows, window 16, 2 epochs.
 """
@@ -144,7 +144,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
-from tritonrl.toolkit.cli.bench import Row, format_table, one_cpu_thread
+from tritonrl.cli.bench import Row, format_table, one_cpu_thread
 
 NAME = "forecast_peers"
 SYNTHETIC = "synthetic,ar=0.3,seed=0"
@@ -430,7 +430,7 @@ def _note(r: dict[str, Any]) -> str:
 
 
 def _run(quick: bool) -> list[Row]:
-    from tritonrl.toolkit.cli.registry import forecasters
+    from tritonrl.cli.registry import forecasters
     from tritonrl.toolkit.forecast import FitConfig
 
     config = FitConfig(

@@ -27,8 +27,8 @@ import sys
 from collections.abc import Callable
 
 import torch
+from tritonrl.cli.bench import Row, format_table, one_cpu_thread, time_fn
 from tritonrl.kernels.frame_stack import FRAME_STACK_SAMPLE, frame_stack_sample, stack_rows
-from tritonrl.toolkit.cli.bench import Row, format_table, one_cpu_thread, time_fn
 
 P, STACK, ENVS = 84 * 84, 4, 8
 FRAMES = 50_000  # frame store: 50k x 7056 B = 0.35 GB; stacked storage: 8 x that (2.8 GB)

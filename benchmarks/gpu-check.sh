@@ -40,7 +40,7 @@ else
 fi
 echo "$gym_note" | tee -a "$out/summary.txt"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >"$out/gpu.txt" 2>&1
-"${py[@]}" -m tritonrl.toolkit info 2>&1 | tee "$out/info.txt"
+"${py[@]}" -m tritonrl info 2>&1 | tee "$out/info.txt"
 timeout "${PYTEST_TIMEOUT:-300}" "${py[@]}" -m pytest --gpu -m gpu -q -p no:cacheprovider 2>&1 | tee "$out/pytest-gpu.txt"
 rc_test=${PIPESTATUS[0]}
 # Benchmarks, kernels first: those that declare REQUIRES (the loops, gymnasium) run afterwards,
@@ -52,7 +52,7 @@ mapfile -t loop_benches < <(grep -l '^REQUIRES' benchmarks/[!_]*.py | xargs -rn1
                             | grep -vx scaling)  # data-parallel scaling: last, on 2+ GPUs only (below)
 rc_bench=0
 if [ ${#kernel_benches[@]} -gt 0 ]; then
-  timeout "$budget" "${py[@]}" -m tritonrl.toolkit bench "${kernel_benches[@]}" 2>&1 | tee "$out/bench.txt"
+  timeout "$budget" "${py[@]}" -m tritonrl bench "${kernel_benches[@]}" 2>&1 | tee "$out/bench.txt"
   rc_bench=${PIPESTATUS[0]}
 fi
 # One bench process per loop benchmark (the table is printed when a process ends, so a timeout
@@ -69,7 +69,7 @@ for name in "${loop_benches[@]}"; do
     echo "loop benchmark $name not run: ${left} s of BENCH_TIMEOUT left" | tee -a "$out/summary.txt"
     continue
   fi
-  timeout "$left" "${py[@]}" -m tritonrl.toolkit bench --quick "$name" 2>&1 | tee -a "$out/bench-loops.txt"
+  timeout "$left" "${py[@]}" -m tritonrl bench --quick "$name" 2>&1 | tee -a "$out/bench-loops.txt"
   rc_loop=${PIPESTATUS[0]}
   [ "$rc_bench" = 0 ] && rc_bench=$rc_loop
 done
@@ -81,7 +81,7 @@ if [ "$gpus" -ge 2 ]; then
   if [ "$left" -lt 60 ]; then
     echo "scaling benchmark not run: ${left} s of BENCH_TIMEOUT left" | tee -a "$out/summary.txt"
   else
-    timeout "$left" "${py[@]}" -m tritonrl.toolkit bench --quick scaling 2>&1 | tee "$out/bench-scaling.txt"
+    timeout "$left" "${py[@]}" -m tritonrl bench --quick scaling 2>&1 | tee "$out/bench-scaling.txt"
     rc_scale=${PIPESTATUS[0]}
     [ "$rc_bench" = 0 ] && rc_bench=$rc_scale
   fi

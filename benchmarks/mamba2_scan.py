@@ -31,10 +31,10 @@ import math
 from collections.abc import Callable
 
 import torch
+from tritonrl.cli.bench import Row, one_cpu_thread, time_fn
 from tritonrl.kernels.mamba2 import mamba2_scan
 from tritonrl.kernels.mamba2.naive import mamba2_scan_naive
 from tritonrl.kernels.mamba2.reference import mamba2_scan_ref
-from tritonrl.toolkit.cli.bench import Row, one_cpu_thread, time_fn
 
 NAME = "mamba2_scan"
 GPU_CASES = [(8, 1024, 8, 64, 64), (32, 256, 8, 64, 128), (1, 8192, 16, 64, 128)]

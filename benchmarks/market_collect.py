@@ -39,7 +39,7 @@ machine its row drops below the sequential one (docs/pages/speed.md). On CUDA th
 run on the GPU first, the overlapped one with the stream learner (the learner's updates on a CUDA
 stream of their own while the host steps the env).
 
-On CPU: 1,024 envs, torch on one thread (tritonrl.toolkit.cli.bench; the notes say so). On CUDA the
+On CPU: 1,024 envs, torch on one thread (tritonrl.cli.bench; the notes say so). On CUDA the
 GPU rows are measured and listed first: 16,384 envs (the issue's goal on an H200: >= 10 million
 env steps/s with a small MLP policy; the rows' notes say whether it is met) and 1,024 envs, eager
 (``compile="none"``), timed as wall time over blocks of 16 steps ending in a
@@ -58,7 +58,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from tritonrl.toolkit.cli.bench import Row, format_table, one_cpu_thread, time_loop
+from tritonrl.cli.bench import Row, format_table, one_cpu_thread, time_loop
 
 REQUIRES = ("gymnasium",)  # where it is missing, `tritonrl bench` skips this file in one line
 
@@ -162,7 +162,7 @@ def _loop(data: Any, overrides: dict[str, Any], vector_steps: int, overlap: bool
     import time
 
     from tritonrl.agents.dqn import DQNAgent, preset
-    from tritonrl.toolkit.cli.registry import get_agent
+    from tritonrl.cli.registry import get_agent
     from tritonrl.toolkit.training.collector import Collector
     from tritonrl.toolkit.training.loop import LoopConfig, run_training
     from tritonrl.toolkit.training.market import market_preset

@@ -25,7 +25,7 @@ actions through a whole episode and into the next, must agree bit for bit (obser
 
 Where gym-anytrading is not installed (a bare GPU machine), the peer rows and the parity check are
 skipped with the reason, and the tritonrl rows run on synthetic bars of GOOGL's length (2,335)
-with no ratio. On CPU, torch runs one thread (tritonrl.toolkit.cli.bench; the notes say so).
+with no ratio. On CPU, torch runs one thread (tritonrl.cli.bench; the notes say so).
 
 Where CUDA is available, ``MarketEnv`` and ``AnyTradingEnv`` also run on the GPU (measured and
 listed first), against the same CPU peer. A GPU row's time is the wall time of blocks of 16 steps
@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from tritonrl.toolkit.cli.bench import Row, format_table, one_cpu_thread, time_fn, time_loop
+from tritonrl.cli.bench import Row, format_table, one_cpu_thread, time_fn, time_loop
 
 REQUIRES = ("gymnasium",)  # where it is missing, `tritonrl bench` skips this file in one line
 

@@ -25,8 +25,8 @@ from collections.abc import Callable
 
 import torch
 from tritonrl.agents.nets.heads import DuelingHead
+from tritonrl.cli.bench import Row, one_cpu_thread, time_fn
 from tritonrl.kernels.noisy_head.reference import noisy_dueling_ref, noisy_linear_ref
-from tritonrl.toolkit.cli.bench import Row, one_cpu_thread, time_fn
 
 NAME = "noisy_dueling"
 
@@ -168,7 +168,7 @@ def _run_dtype(b, hid, a, z, device, dtype, quick, with_compile) -> list[Row]:
 
 
 if __name__ == "__main__":
-    from tritonrl.toolkit.cli.bench import env_header, format_table
+    from tritonrl.cli.bench import env_header, format_table
 
     print(env_header())
     print(format_table(run(quick=True)))

@@ -20,7 +20,7 @@ import sys
 
 import numpy as np
 import torch
-from tritonrl.toolkit.cli.bench import Row, forced_dtype, format_table, one_cpu_thread, time_fn
+from tritonrl.cli.bench import Row, forced_dtype, format_table, one_cpu_thread, time_fn
 
 NAME = "pixel_update"
 REQUIRES = ("gymnasium",)  # where it is missing, `tritonrl bench` skips this file in one line

@@ -48,7 +48,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import torch
-from tritonrl.toolkit.cli.bench import Row, one_cpu_thread
+from tritonrl.cli.bench import Row, one_cpu_thread
 
 NAME = "policy_latency"
 REQUIRES = ("gymnasium",)  # SB3 and the ONNX stack are optional: their rows are left out without them

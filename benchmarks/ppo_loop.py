@@ -56,7 +56,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
-from tritonrl.toolkit.cli.bench import Row, forced_dtype, one_cpu_thread, time_fn
+from tritonrl.cli.bench import Row, forced_dtype, one_cpu_thread, time_fn
 
 NAME = "ppo_loop"
 REQUIRES = ("gymnasium",)  # where it is missing, `tritonrl bench` skips this file in one line

@@ -21,7 +21,7 @@ percent from run to run: compare several runs.
 
 TorchRL and cpprb come with the ``bench`` extra; a library that is missing or cannot run here
 (TorchRL's sum tree is a C++ extension tied to the torch it was built for) is skipped with its
-reason printed. On CPU, torch runs one thread (tritonrl.toolkit.cli.bench). Where CUDA is available, this
+reason printed. On CPU, torch runs one thread (tritonrl.cli.bench). Where CUDA is available, this
 buffer (Triton kernels) and the naive baseline also run on the GPU (timed with
 ``triton.testing.do_bench``). ``run(quick=True)``: 100k only, short repeats.
 """
@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from tritonrl.toolkit.cli.bench import Row, format_table, one_cpu_thread, time_fn
+from tritonrl.cli.bench import Row, format_table, one_cpu_thread, time_fn
 
 OBS_DIM = 64
 ALPHA, BETA, EPS = 0.6, 0.4, 1e-6

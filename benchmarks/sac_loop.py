@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
-from tritonrl.toolkit.cli.bench import Row, forced_dtype, one_cpu_thread, time_loop
+from tritonrl.cli.bench import Row, forced_dtype, one_cpu_thread, time_loop
 
 NAME = "sac_loop"
 REQUIRES = ("gymnasium",)  # where it is missing, `tritonrl bench` skips this file in one line

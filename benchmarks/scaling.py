@@ -1,7 +1,7 @@
 """Data-parallel scaling: env steps/s of ``train`` with 1 and with 2 processes (``torchrun``).
 
 Each measurement is ``python -m torch.distributed.run --standalone --nproc-per-node N -m
-tritonrl.toolkit train ...`` in a fresh folder, with the same global settings for every N (the
+tritonrl train ...`` in a fresh folder, with the same global settings for every N (the
 preset's global ``--num-envs``, each of the N ranks stepping its share), one torch thread per
 process, no evaluation until the end and no TensorBoard. The throughput is rank 0's
 ``charts/SPS`` (global env steps per second of wall time between two metric flushes), the median
@@ -32,7 +32,7 @@ import tempfile
 from pathlib import Path
 
 import torch
-from tritonrl.toolkit.cli.bench import Row
+from tritonrl.cli.bench import Row
 
 NAME = "scaling"
 REQUIRES = ("gymnasium",)  # where it is missing, `tritonrl bench` skips this file in one line
@@ -60,7 +60,7 @@ def train_sps(
             "--nproc-per-node",
             str(nproc),
             "-m",
-            "tritonrl.toolkit",
+            "tritonrl",
             "train",
             *("--agent", agent, "--env", env, "--num-envs", str(num_envs), "--steps", str(steps)),
             *("--log-every", str(log_every), "--eval-every", "0", "--eval-episodes", "1"),

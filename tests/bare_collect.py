@@ -10,8 +10,8 @@ tree. This script, run from anywhere with any Python that has those packages::
    to play a machine without it inside a full environment (``tests/test_bare_machine.py`` does);
 2. runs ``pytest --collect-only -m gpu`` over the whole suite (every test file is imported; the
    ``gpu`` marker only deselects) and counts the ``gpu``-marked tests per file;
-3. imports every benchmark the way ``python -m tritonrl.toolkit bench`` loads it (through
-   :func:`tritonrl.toolkit.cli.bench.load`, the bench runner whose helpers the benchmarks import).
+3. imports every benchmark the way ``python -m tritonrl bench`` loads it (through
+   :func:`tritonrl.cli.bench.load`, the bench runner whose helpers the benchmarks import).
 
 Exits 1 when a benchmark does not import, a test file does not collect, fewer than ``--min-gpu``
 tests are marked ``gpu`` or a kernel parity file has none (a file that started to skip as a whole
@@ -88,7 +88,7 @@ class _Tally:
 
 
 def _import_benchmarks() -> tuple[list[str], dict[str, str]]:
-    from tritonrl.toolkit.cli.bench import discover, load
+    from tritonrl.cli.bench import discover, load
 
     imported, failed = [], {}
     for path in discover(ROOT / "benchmarks"):

@@ -1,4 +1,4 @@
-"""``python -m tritonrl.toolkit`` with a test environment registered, for the CLI tests of
+"""``python -m tritonrl`` with a test environment registered, for the CLI tests of
 data-parallel training (``torchrun ... tests/dist_cli.py train --env FixedLength-v0 ...``).
 
 ``FixedLength-v0``: every episode of the environment reset with seed ``s`` lasts ``5 + s % 7``
@@ -58,6 +58,6 @@ if FIXED_LENGTH_ID not in gym.registry:
     gym.register(FIXED_LENGTH_ID, entry_point=FixedLength, max_episode_steps=1000)
 
 if __name__ == "__main__":
-    from tritonrl.toolkit.cli import main
+    from tritonrl.cli import main
 
     sys.exit(main(sys.argv[1:]))

@@ -3,9 +3,10 @@
 - import-linter's contracts (``[tool.importlinter]`` in pyproject.toml) hold, and break when a
   forbidden import is added (so the check cannot pass vacuously);
 - no import cycle between modules, function-level imports included;
-- nothing in ``toolkit/`` reads a private attribute of an agent;
-- inside ``toolkit/``: core modules import no toolkit subpackage; no module outside ``toolkit/cli``
-  imports ``agents``;
+- nothing in ``toolkit/`` or ``tritonrl/cli/`` reads a private attribute of an agent;
+- ``tritonrl/cli`` is the one package that imports ``agents`` and ``toolkit`` both: no module of
+  ``toolkit/`` imports ``agents`` or ``tritonrl.cli``; inside ``toolkit/`` the core modules import
+  no toolkit subpackage;
 - sizes: no file over 800 lines, no function over 100 lines outside ``kernels/``.
 """
 
@@ -20,7 +21,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = {"kernels": "tritonrl.kernels", "toolkit": "tritonrl.toolkit", "agents": "tritonrl.agents"}
+SOURCES = {
+    "kernels": "tritonrl.kernels",
+    "toolkit": "tritonrl.toolkit",
+    "agents": "tritonrl.agents",
+    "tritonrl/cli": "tritonrl.cli",
+}
 MAX_FILE_LINES, MAX_FUNCTION_LINES = 800, 100
 CHECKED_FOR_SIZE = ("toolkit", "agents", "tritonrl", "tools", "benchmarks", "tests", "docs")
 
@@ -116,17 +122,17 @@ def test_no_import_cycle_between_modules() -> None:
 
 def test_toolkit_layers() -> None:
     graph = _graph()
-    subpackages = {"bars", "envs", "replay", "training", "forecast", "cli"}
+    subpackages = {"bars", "envs", "replay", "training", "forecast"}
     bad = []
     for mod, deps in graph.items():
         parts = mod.split(".")
         if parts[1] != "toolkit":
             continue
-        in_core = len(parts) == 3 and parts[2] not in subpackages | {"__main__"}  # __main__: the CLI entry
+        in_core = len(parts) == 3 and parts[2] not in subpackages
         for dep in deps:
             dparts = dep.split(".")
-            if dparts[1] == "agents" and (len(parts) < 3 or parts[2] != "cli"):
-                bad.append(f"{mod} -> {dep} (only toolkit.cli imports agents)")
+            if dparts[1] in ("agents", "cli"):
+                bad.append(f"{mod} -> {dep} (toolkit imports no agent and not the command line)")
             if in_core and dparts[1] == "toolkit" and len(dparts) > 2 and dparts[2] in subpackages:
                 bad.append(f"{mod} -> {dep} (a core module imports no toolkit subpackage)")
     assert not bad, bad
@@ -159,10 +165,11 @@ def test_the_private_access_scan_finds_one() -> None:
 def test_toolkit_reads_no_private_attribute_of_an_agent() -> None:
     found = {
         str(p.relative_to(ROOT)): hits
-        for p in sorted((ROOT / "toolkit").rglob("*.py"))
+        for folder in ("toolkit", "tritonrl/cli")
+        for p in sorted((ROOT / folder).rglob("*.py"))
         if (hits := _private_agent_reads(p.read_text()))
     }
-    assert not found, f"private agent attributes read in toolkit/ (file: lines): {found}"
+    assert not found, f"private agent attributes read in toolkit/ or tritonrl/cli/ (file: lines): {found}"
 
 
 def test_sizes_outside_kernels() -> None:
@@ -203,8 +210,17 @@ def test_import_linter_contracts_hold_and_can_break(tmp_path: Path) -> None:
     tool = _lint_tool()
     tool.stage(tmp_path / "ok")
     assert tool.lint(tmp_path / "ok", quiet=True) == 0
-    # one forbidden import in a kernel module breaks the contracts
-    shutil.copytree(tmp_path / "ok", tmp_path / "bad")
-    victim = tmp_path / "bad" / "tritonrl" / "kernels" / "validate.py"
-    victim.write_text(victim.read_text() + "\nimport tritonrl.toolkit.precision  # noqa\n")
-    assert tool.lint(tmp_path / "bad", quiet=True) == 1
+    # one forbidden import, added to one module, breaks the contracts
+    forbidden = [
+        ("kernels/validate.py", "tritonrl.toolkit.precision"),
+        ("toolkit/precision.py", "tritonrl.agents.nets"),
+        ("toolkit/training/loop.py", "tritonrl.cli.registry"),
+        ("agents/dqn/presets.py", "tritonrl.toolkit.training.offpolicy"),
+        ("agents/nets/__init__.py", "tritonrl.cli"),
+    ]
+    for i, (module, target) in enumerate(forbidden):
+        bad = tmp_path / f"bad{i}"
+        shutil.copytree(tmp_path / "ok", bad)
+        victim = bad / "tritonrl" / module
+        victim.write_text(victim.read_text() + f"\nimport {target}  # noqa\n")
+        assert tool.lint(bad, quiet=True) == 1, f"{module} -> {target} kept every contract"

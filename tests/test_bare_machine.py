@@ -1,5 +1,5 @@
 """A bare GPU machine (no gymnasium, no registry) must collect every test file and import every
-benchmark, and ``python -m tritonrl.toolkit bench`` skips a benchmark whose package is missing in one line."""
+benchmark, and ``python -m tritonrl bench`` skips a benchmark whose package is missing in one line."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 from bare_collect import KERNEL_FILES, MIN_GPU_TESTS
-from tritonrl.toolkit.cli.bench import discover
-from tritonrl.toolkit.cli.bench import main as bench_main
+from tritonrl.cli.bench import discover
+from tritonrl.cli.bench import main as bench_main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -54,7 +54,7 @@ def test_bench_skips_a_benchmark_whose_requirement_is_missing(tmp_path: Path, ca
         "def run(quick=False):\n    raise AssertionError('run() of a skipped benchmark was called')\n"
     )
     (tmp_path / "plain.py").write_text(
-        "from tritonrl.toolkit.cli.bench import Row\n"
+        "from tritonrl.cli.bench import Row\n"
         "def run(quick=False):\n    return [Row('plain', 'case', 'impl', 1.5, 'ms')]\n"
     )
     assert bench_main(tmp_path, quick=True) == 0
@@ -80,11 +80,11 @@ def test_gymnasium_benchmarks_skip_in_one_line_without_gymnasium(
 
 
 def test_train_without_gymnasium_is_one_line(tmp_path: Path) -> None:
-    """`python -m tritonrl.toolkit train` without gymnasium: one line naming it, exit 2, no run folder."""
+    """`python -m tritonrl train` without gymnasium: one line naming it, exit 2, no run folder."""
     shim = (
         "import sys\n"
         "sys.modules['gymnasium'] = None\n"  # `import gymnasium` raises ModuleNotFoundError
-        "from tritonrl.toolkit.cli import main\n"
+        "from tritonrl.cli import main\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )
     run_dir = tmp_path / "run"

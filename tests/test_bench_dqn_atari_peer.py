@@ -59,11 +59,11 @@ def test_tritonrl_rate_is_the_window_steps_over_the_intervals_wall_time() -> Non
 
 
 def test_tritonrl_command_is_accepted_by_trains_parser(tmp_path: Path) -> None:
-    from tritonrl.toolkit.cli.train import add_parser
+    from tritonrl.cli.train import add_parser
 
     args = _args("--steps", "20000", "--learning-starts", "5000", "--buffer-size", "50000", "--env", "Pong")
     cmd = peer.tritonrl_command(args, tmp_path / "run")
-    assert cmd[:3] == [sys.executable, "-m", "tritonrl.toolkit"]
+    assert cmd[:3] == [sys.executable, "-m", "tritonrl"]
     parser = argparse.ArgumentParser()
     add_parser(parser.add_subparsers(dest="command"))
     parsed = parser.parse_args(cmd[3:])

@@ -62,10 +62,11 @@ def test_the_wheel_holds_only_the_tritonrl_namespace(wheel: Path) -> None:
         entry_points = z.read(next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode()
     tops = {n.split("/")[0] for n in names}
     assert tops == {"tritonrl", wheel.name.split("-py3")[0] + ".dist-info"}, tops
-    for pkg in ("toolkit", "kernels", "agents"):
+    for pkg in ("toolkit", "kernels", "agents", "cli"):
         assert f"tritonrl/{pkg}/__init__.py" in names
+    assert "tritonrl/__main__.py" in names and "tritonrl/toolkit/__main__.py" not in names
     assert "tritonrl/py.typed" in names
-    assert "tritonrl = tritonrl.toolkit.cli:main" in entry_points
+    assert "tritonrl = tritonrl.cli:main" in entry_points
 
 
 def _standin(root: Path, name: str) -> Path:
@@ -120,16 +121,17 @@ def test_installs_beside_packages_that_own_agents_and_kernels(wheel: Path, tmp_p
     assert Path(origin).is_relative_to(target) and dtype == "torch.float32"
     script = target / "bin" / "tritonrl"
     assert script.is_file()
-    proc = subprocess.run(
-        [sys.executable, "-P", str(script), "info"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-        env=env,
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("torch ")
+    for command in ([str(script)], ["-m", "tritonrl"]):  # the script and python -m tritonrl
+        proc = subprocess.run(
+            [sys.executable, "-P", *command, "info"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=tmp_path,
+            env=env,
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.startswith("torch ")
 
 
 # ----------------------------------------------------------------------------- extras

@@ -1,4 +1,4 @@
-"""Infrastructure: precision policy, replay buffers, data upload, loops, checkpoints, CLI."""
+"""Infrastructure: precision policy, replay buffers, data upload, loops, checkpoints."""
 
 from tritonrl.toolkit.precision import PrecisionError, explain, training_dtype
 

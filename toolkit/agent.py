@@ -5,7 +5,8 @@
 object with those works. :class:`AgentBase` is the one home of the plumbing around an algorithm:
 the checkpoint header (:func:`checkpoint_header`, :func:`check_header`), save and load with
 check-then-apply ``load_state_dict`` through three hooks, the deferred input checks, and the
-data-parallel helpers (:func:`join_ranks`, :func:`rank_seed`, :func:`broadcast_modules_`).
+data-parallel helpers (:func:`join_ranks`, :func:`broadcast_modules_`; the seeds:
+:mod:`tritonrl.toolkit.seeding`).
 
 Guide: docs/pages/checkpoints.md ("The plumbing an agent inherits"); the protocol's place in the
 loop: docs/pages/training.md.
@@ -41,30 +42,18 @@ from tritonrl.toolkit.distributed import DistContext, DistributedError
 from tritonrl.toolkit.optim import MasterWeightOptimizer
 from tritonrl.toolkit.policy import GreedyActor
 from tritonrl.toolkit.precision import training_dtype
+from tritonrl.toolkit.seeding import rank_seed, reseed
 from tritonrl.toolkit.spaces import space_from_json, space_to_json
 
 __all__ = [
-    "RANK_SEED_STRIDE",
-    "RESEED_STRIDE",
     "Agent",
     "AgentBase",
     "broadcast_modules_",
     "check_header",
     "checkpoint_header",
     "join_ranks",
-    "rank_seed",
     "read_header",
-    "reseed",
 ]
-
-RESEED_STRIDE = 7919
-"""A generator state saved on another device type is replaced by ``seed + RESEED_STRIDE * updates``
-(a prime, so that runs with nearby seeds and update counts do not share a stream)."""
-
-RANK_SEED_STRIDE = 1_000_003
-"""Rank ``r`` of a data-parallel run seeds its agent's generator with ``seed + RANK_SEED_STRIDE * r``
-(:func:`rank_seed`; a prime far above any run's update count, so that the ranks' streams, and
-their reseeds after :data:`RESEED_STRIDE` steps, do not meet)."""
 
 _Built = TypeVar("_Built")
 
@@ -197,12 +186,6 @@ def read_header(
     return config_class.from_dict(config), obs_space, act_space, num_envs, seed
 
 
-def rank_seed(seed: int, rank: int) -> int:
-    """The seed of rank ``rank``'s sampling generator (exploration, minibatch order, replay
-    sampling): ``seed + RANK_SEED_STRIDE * rank``; rank 0 (and a single process) uses ``seed``."""
-    return int(seed) + RANK_SEED_STRIDE * int(rank)
-
-
 def join_ranks(
     dist: DistContext | None,
     *,
@@ -255,12 +238,6 @@ def broadcast_modules_(dist: DistContext, *modules: torch.nn.Module | None) -> N
             tensors.extend(m.parameters())
             tensors.extend(m.buffers())
     dist.broadcast_tensors_(tensors)
-
-
-def reseed(generator: torch.Generator, seed: int, updates: int) -> None:
-    """Reseed ``generator`` deterministically from ``seed`` and the update count: what replaces a
-    generator state saved on another device type (CUDA <-> CPU states cannot cross over)."""
-    generator.manual_seed(seed + RESEED_STRIDE * updates)
 
 
 # ----------------------------------------------------------------------------- the base class

@@ -494,7 +494,7 @@ def training_sections(state: Any, where: str) -> dict:
         )
         raise CheckpointError(
             f"{where}: {what} (no format {TRAIN_FORMAT!r}); a run folder's checkpoint is "
-            "written by `python -m tritonrl.toolkit train`"
+            "written by `python -m tritonrl train`"
         )
     for key in SECTIONS:
         value = section(state, key, where)

@@ -240,7 +240,7 @@ def _env_int(name: str) -> int:
     if raw is None:
         raise DistributedError(
             f"{name} is not set: start data-parallel runs with torchrun "
-            "(torchrun --nproc-per-node N -m tritonrl.toolkit train ...)"
+            "(torchrun --nproc-per-node N -m tritonrl train ...)"
         )
     try:
         return int(raw)

@@ -3,7 +3,7 @@ shared loop that drives it and the command line's defaults (and, in :class:`Mark
 market run changes in them).
 
 Each agent module lists its presets in a ``PRESETS`` tuple of :class:`Preset`; the command line's
-registry (:mod:`tritonrl.toolkit.cli.registry`) collects them. The record lives in the core so that
+registry (:mod:`tritonrl.cli.registry`) collects them. The record lives in the core so that
 agents import it without importing the command line.
 """
 
@@ -66,8 +66,8 @@ class Preset:
         kind: ``"onpolicy"`` or ``"offpolicy"``: which kind of schedule drives it (a label for
             ``--agent list``).
         schedule: ``schedule(agent)`` returns the schedule of the shared loop for a built agent
-            (:func:`tritonrl.toolkit.training.offpolicy.schedule_for`,
-            :func:`tritonrl.toolkit.training.onpolicy.schedule_for`).
+            (:func:`tritonrl.toolkit.schedule.offpolicy_schedule`,
+            :func:`tritonrl.toolkit.schedule.onpolicy_schedule`).
         default_num_envs: environments the CLI uses when ``--num-envs`` is not given.
         default_steps: environment steps the CLI uses when ``--steps`` is not given.
         default_eval_every: greedy evaluation interval the CLI uses when ``--eval-every`` is not

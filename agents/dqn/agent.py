@@ -69,7 +69,7 @@ class DQNAgent(DQNCheckpoint, AgentBase):
             ``dist``, this rank's share of the run's environments.
         seed: seeds the parameters and the agent's own generator (exploration, noise, replay;
             rank ``r`` of a data-parallel run seeds it with
-            :func:`tritonrl.toolkit.agent.rank_seed` ``(seed, r)``).
+            :func:`tritonrl.toolkit.seeding.rank_seed` ``(seed, r)``).
         dist: the data-parallel context (``None``: :func:`tritonrl.toolkit.distributed.current`,
             a single process unless ``init_distributed`` joined a group); see the module
             docstring. Every rank must build the agent at the same point.

@@ -25,7 +25,7 @@ from typing import Any
 from tritonrl.agents.dqn.agent import DQNAgent
 from tritonrl.agents.dqn.config import DQNConfig
 from tritonrl.toolkit.preset import MarketPreset, Preset, find_preset
-from tritonrl.toolkit.training.offpolicy import schedule_for
+from tritonrl.toolkit.schedule import offpolicy_schedule
 
 __all__ = ["PIXEL_PRESETS", "PRESETS", "preset"]
 
@@ -71,7 +71,7 @@ def _preset(name: str, description: str, **switches: Any) -> Preset:
         dataclasses.replace(_BASE, tags=(name,), **switches),
         agent=DQNAgent,
         kind="offpolicy",
-        schedule=schedule_for,
+        schedule=offpolicy_schedule,
         default_num_envs=4,
         default_steps=50_000,
         default_eval_every=2_500,
@@ -97,7 +97,7 @@ PRESETS: tuple[Preset, ...] = (
         distribution="c51",
     ),
 )
-"""The named presets; the command line's registry (:mod:`tritonrl.toolkit.cli.registry`) collects them."""
+"""The named presets; the command line's registry (:mod:`tritonrl.cli.registry`) collects them."""
 
 
 def _pixel_preset(
@@ -111,7 +111,7 @@ def _pixel_preset(
         dataclasses.replace(_BASE, tags=(name,), **fields),
         agent=DQNAgent,
         kind="offpolicy",
-        schedule=schedule_for,
+        schedule=offpolicy_schedule,
         default_num_envs=1,
         default_steps=steps,
         default_eval_every=eval_every,

@@ -10,7 +10,7 @@ from typing import Any
 from tritonrl.agents.ppo.agent import PPOAgent
 from tritonrl.agents.ppo.config import PPOConfig
 from tritonrl.toolkit.preset import MarketPreset, Preset, find_preset
-from tritonrl.toolkit.training.onpolicy import schedule_for
+from tritonrl.toolkit.schedule import onpolicy_schedule
 
 __all__ = ["PIXEL_PRESETS", "PRESETS", "preset"]
 
@@ -25,7 +25,7 @@ def _preset(name: str, description: str, config: PPOConfig, steps: int, market: 
         config,
         agent=PPOAgent,
         kind="onpolicy",
-        schedule=schedule_for,
+        schedule=onpolicy_schedule,
         default_num_envs=8,
         default_steps=steps,
         default_eval_every=10_000,
@@ -189,7 +189,7 @@ def _pixel_preset(
         config,
         agent=PPOAgent,
         kind="onpolicy",
-        schedule=schedule_for,
+        schedule=onpolicy_schedule,
         default_num_envs=8,
         default_steps=steps,
         default_eval_every=eval_every,
@@ -221,7 +221,7 @@ PIXEL_PRESETS: tuple[Preset, ...] = (
 )
 """The presets on image observations (uint8 ``[C, H, W]``; docs/pages/pixels.md); no market variant."""
 PRESETS = PRESETS + PIXEL_PRESETS
-"""The named presets; the command line's registry (:mod:`tritonrl.toolkit.cli.registry`) collects them."""
+"""The named presets; the command line's registry (:mod:`tritonrl.cli.registry`) collects them."""
 
 
 def preset(name: str, **overrides: Any) -> PPOConfig:

@@ -7,7 +7,7 @@ in ``[-1, 1]`` and actions are rescaled onto the space's bounds. The presets ``s
 (:data:`PRESETS`) carry CleanRL's defaults; both agents are plain objects, driven by
 :mod:`tritonrl.toolkit.training.offpolicy` or by your own loop.
 
-Guide: docs/pages/sac.md. Imports the toolkit (not ``toolkit/cli``) and ``agents/nets``.
+Guide: docs/pages/sac.md. Imports the toolkit (not ``tritonrl.cli``) and ``agents/nets``.
 """
 
 from tritonrl.agents.sac.config import SAC_KIND, TD3_KIND, SACConfig, TD3Config

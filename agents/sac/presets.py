@@ -18,7 +18,7 @@ from tritonrl.agents.sac.config import SACConfig, TD3Config
 from tritonrl.agents.sac.sac import SACAgent
 from tritonrl.agents.sac.td3 import TD3Agent
 from tritonrl.toolkit.preset import MarketPreset, Preset, find_preset
-from tritonrl.toolkit.training.offpolicy import schedule_for
+from tritonrl.toolkit.schedule import offpolicy_schedule
 
 __all__ = ["PRESETS", "preset"]
 
@@ -58,7 +58,7 @@ PRESETS: tuple[Preset, ...] = (
         SACConfig(tags=("sac",)),
         agent=SACAgent,
         kind="offpolicy",
-        schedule=schedule_for,
+        schedule=offpolicy_schedule,
         market=_MARKET_SAC,
         **_CLI,
     ),
@@ -69,12 +69,12 @@ PRESETS: tuple[Preset, ...] = (
         TD3Config(learning_starts=5_000, tags=("td3",)),
         agent=TD3Agent,
         kind="offpolicy",
-        schedule=schedule_for,
+        schedule=offpolicy_schedule,
         market=_MARKET_TD3,
         **_CLI,
     ),
 )
-"""The named presets; the command line's registry (:mod:`tritonrl.toolkit.cli.registry`) collects them."""
+"""The named presets; the command line's registry (:mod:`tritonrl.cli.registry`) collects them."""
 
 
 def preset(name: str, **overrides: Any) -> Any:

@@ -1,7 +1,7 @@
 """MinAtar learning runs behind the results page's MinAtar section, stored under ``docs/data/minatar/``.
 
 Each group is a pixel preset (``dqn-minatar``, ``rainbow-minatar``) on a MinAtar game, run with
-several seeds through the CLI (``python -m tritonrl.toolkit train``), one torch thread each,
+several seeds through the CLI (``python -m tritonrl train``), one torch thread each,
 ``--jobs`` runs at a time, in order of seed (a budget cut short still leaves whole seeds). The
 games are the ``-v0`` ids: the full set of 6 actions, as in the runs that Young & Tian (2019)
 published. Stored per run: ``<group>-s<seed>.csv`` (its ``metrics.csv``: training-episode returns
@@ -46,7 +46,7 @@ GROUPS: tuple[dict[str, object], ...] = (
 
 def _command(g: dict[str, object], seed: int, run_dir: Path) -> list[str]:
     return [
-        sys.executable, "-m", "tritonrl.toolkit", "train", "--agent", str(g["agent"]), "--env", str(g["env"]),
+        sys.executable, "-m", "tritonrl", "train", "--agent", str(g["agent"]), "--env", str(g["env"]),
         "--steps", str(g["steps"]), "--eval-every", str(g["eval_every"]), "--eval-episodes", "10",
         "--seed", str(seed), "--threads", "1", "--run-dir", str(run_dir), "--no-tensorboard", "--no-progress",
     ]  # fmt: skip
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with ThreadPoolExecutor(args.jobs) as pool:
         list(pool.map(one, jobs))
-    from tritonrl.toolkit.cli.bench import run_info
+    from tritonrl.cli.bench import run_info
 
     meta = {"machine": {**run_info(), "torch_threads": 1}, "seeds": args.seeds, "jobs": args.jobs,
             "groups": list(GROUPS), "wall_s": walls, "commands": sorted(commands)}  # fmt: skip

@@ -1,7 +1,7 @@
 """Learning runs side by side with an unmodified CleanRL script, stored under ``docs/data/peers/``.
 
 For each group (a preset and the CleanRL script of the same algorithm, on one environment) and
-seed: ``python -m tritonrl.toolkit train`` and the CleanRL script at its defaults with the same
+seed: ``python -m tritonrl train`` and the CleanRL script at its defaults with the same
 ``--total-timesteps``, both on one CPU thread (``--threads 1``; ``OMP_NUM_THREADS=1`` for the
 script, which sets no thread count). Runs go ``--jobs`` at a time, in order of seed, so that a
 budget cut short still leaves whole pairs. Stored per run: ``<impl>-<group>-s<seed>.csv`` with
@@ -77,7 +77,7 @@ def _write(path: Path, rows: list[tuple[int, float]]) -> None:
 def _run_ours(g: dict[str, str], seed: int, steps: int, work: Path) -> float:
     run_dir = work / f"tritonrl-{g['name']}-s{seed}"
     cmd = [
-        sys.executable, "-m", "tritonrl.toolkit", "train", "--agent", g["agent"], "--env", g["env"],
+        sys.executable, "-m", "tritonrl", "train", "--agent", g["agent"], "--env", g["env"],
         "--steps", str(steps), "--eval-every", str(steps // 10), "--eval-episodes", "5", "--seed", str(seed),
         "--threads", "1", "--run-dir", str(run_dir), "--no-tensorboard", "--no-progress",
     ]  # fmt: skip
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with ThreadPoolExecutor(args.jobs) as pool:
         list(pool.map(one, jobs))
-    from tritonrl.toolkit.cli.bench import run_info
+    from tritonrl.cli.bench import run_info
 
     meta = {
         "machine": {**run_info(), "torch_threads": 1},

@@ -516,7 +516,8 @@ def render(data: Path = DATA) -> str:
         "",
         "```bash",
         meta["commands"][0]
-        .replace("python -m tritonrl.toolkit", "tritonrl")
+        .replace("python -m tritonrl.toolkit", "tritonrl")  # runs recorded before `python -m tritonrl`
+        .replace("python -m tritonrl", "tritonrl")
         .replace("RUN_DIR", "runs/ppo-s1"),
         "```",
         "",
@@ -594,7 +595,7 @@ def draw(data: Path = DATA, img_dir: Path = PAGES / IMG) -> list[Path]:
     if minatar is not None:
         written.append(_draw_minatar(plt, *minatar, img_dir / MINATAR_PNG))
 
-    from tritonrl.toolkit.cli.bench import Row, plot_ratios
+    from tritonrl.cli.bench import Row, plot_ratios
 
     bench = load_bench(data)
     rows = [

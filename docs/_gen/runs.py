@@ -1,7 +1,7 @@
 """Make the learning runs behind ``docs/pages/results.md`` and store them under ``docs/data/learning/``.
 
 Each group (a preset on its reference environment) runs for a fixed number of steps with several
-seeds, one torch thread, through the CLI (``python -m tritonrl.toolkit train``). An explicit
+seeds, one torch thread, through the CLI (``python -m tritonrl train``). An explicit
 ``--eval-every`` means no early stop at the solved score, so every seed's curve covers the same
 steps. Stored per run: ``<group>-s<seed>.csv`` (its ``metrics.csv``) and, for market runs,
 ``<group>-s<seed>.test.json`` (its ``test_report.json`` without the equity curves); plus
@@ -50,8 +50,8 @@ GROUPS: tuple[dict[str, object], ...] = (
 
 
 def _run_info() -> dict[str, object]:
-    """The bench runner's :func:`~tritonrl.toolkit.cli.bench.run_info` (machine, versions, commit, date)."""
-    from tritonrl.toolkit.cli.bench import run_info
+    """The bench runner's :func:`~tritonrl.cli.bench.run_info` (machine, versions, commit, date)."""
+    from tritonrl.cli.bench import run_info
 
     return run_info()
 
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         for g in GROUPS:
             run_dir = work / f"{g['name']}-s{seed}"
             cmd = [
-                sys.executable, "-m", "tritonrl.toolkit", "train", "--agent", str(g["agent"]),
+                sys.executable, "-m", "tritonrl", "train", "--agent", str(g["agent"]),
                 "--env", str(g["env"]), "--steps", str(g["steps"]), "--eval-every", str(g["eval_every"]),
                 "--seed", str(seed), "--threads", "1", *g["flags"],  # type: ignore[misc]
                 "--run-dir", str(run_dir), "--no-tensorboard", "--no-progress",

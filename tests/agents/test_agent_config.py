@@ -13,10 +13,10 @@ gym = pytest.importorskip("gymnasium")
 
 from tritonrl.agents.dqn import DQNConfig  # noqa: E402  (imports gymnasium)
 from tritonrl.agents.ppo import PPOConfig  # noqa: E402
+from tritonrl.cli import main  # noqa: E402
+from tritonrl.cli.registry import get_agent  # noqa: E402
 from tritonrl.kernels.backend import backend_override  # noqa: E402
 from tritonrl.toolkit.checks import check_config, numeric_fields  # noqa: E402
-from tritonrl.toolkit.cli import main  # noqa: E402
-from tritonrl.toolkit.cli.registry import get_agent  # noqa: E402
 from tritonrl.toolkit.config import apply_overrides  # noqa: E402
 
 OBS = gym.spaces.Box(-math.inf, math.inf, (4,), "float32")

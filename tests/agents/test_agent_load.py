@@ -15,8 +15,8 @@ import torch
 
 gym = pytest.importorskip("gymnasium")
 
+from tritonrl.cli import main  # noqa: E402
 from tritonrl.toolkit.checkpoint import CheckpointError, load_checkpoint, save_checkpoint  # noqa: E402
-from tritonrl.toolkit.cli import main  # noqa: E402
 
 SMALL = {
     "dqn": [

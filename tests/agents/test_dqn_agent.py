@@ -12,8 +12,8 @@ pytest.importorskip("gymnasium", reason="gymnasium is not installed (benchmarks/
 
 import gymnasium as gym
 from tritonrl.agents.dqn import PIXEL_PRESETS, PRESETS, DQNAgent, DQNConfig, preset
+from tritonrl.cli.registry import find_preset
 from tritonrl.toolkit.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from tritonrl.toolkit.cli.registry import find_preset
 
 VECTOR_PRESETS = [p for p in PRESETS if p not in PIXEL_PRESETS]  # pixel presets: test_dqn_pixels.py
 OBS = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
@@ -73,7 +73,7 @@ def test_rainbow_is_the_sum_of_its_parts() -> None:
 
 
 def test_presets_are_registered_as_offpolicy_agents() -> None:
-    from tritonrl.toolkit.cli.registry import get_agent
+    from tritonrl.cli.registry import get_agent
 
     for p in VECTOR_PRESETS:
         spec = get_agent(p.name)

@@ -36,7 +36,7 @@ import torch
 
 pytest.importorskip("gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
 
-from tritonrl.toolkit.cli.registry import get_agent
+from tritonrl.cli.registry import get_agent
 from tritonrl.toolkit.envs.market.evaluate import evaluate_market
 from tritonrl.toolkit.training.loop import LoopConfig, run_training
 from tritonrl.toolkit.training.market import (

@@ -24,7 +24,7 @@ pytest.importorskip("gymnasium", reason="gymnasium is not installed (benchmarks/
 
 import numpy as np
 import torch
-from tritonrl.toolkit.cli.registry import get_agent, list_agents
+from tritonrl.cli.registry import get_agent, list_agents
 from tritonrl.toolkit.export import FORMATS, SUFFIXES, export_policy, load_exported
 from tritonrl.toolkit.precision import training_dtype
 

@@ -11,8 +11,8 @@ import torch
 pytest.importorskip("gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
 
 from tritonrl.agents.ppo import PPOAgent, PPOConfig, preset
+from tritonrl.cli import main as cli_main
 from tritonrl.toolkit.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from tritonrl.toolkit.cli import main as cli_main
 from tritonrl.toolkit.envs.vector import make_vec_env
 from tritonrl.toolkit.precision import training_dtype
 from tritonrl.toolkit.training.loop import LoopConfig, run_training

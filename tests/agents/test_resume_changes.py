@@ -15,8 +15,8 @@ import pytest
 
 gym = pytest.importorskip("gymnasium")
 
+from tritonrl.cli import main  # noqa: E402
 from tritonrl.toolkit.checkpoint import CheckpointError, load_checkpoint  # noqa: E402
-from tritonrl.toolkit.cli import main  # noqa: E402
 from tritonrl.toolkit.config import resumable_fields  # noqa: E402
 
 DQN_SMALL = [

@@ -26,9 +26,9 @@ from tritonrl.agents.sac import (  # noqa: E402  (imports gymnasium)
 )
 from tritonrl.agents.sac.network import squashed_gaussian_log_prob  # noqa: E402
 from tritonrl.agents.sac.sac import _DEFAULT_CONFIG  # noqa: E402
+from tritonrl.cli.commands import main as cli_main  # noqa: E402
+from tritonrl.cli.registry import get_agent  # noqa: E402
 from tritonrl.toolkit.checkpoint import CheckpointError  # noqa: E402
-from tritonrl.toolkit.cli.commands import main as cli_main  # noqa: E402
-from tritonrl.toolkit.cli.registry import get_agent  # noqa: E402
 from tritonrl.toolkit.precision import training_dtype  # noqa: E402
 
 TINY = {"hidden": (16, 16), "batch_size": 8, "buffer_size": 64, "learning_starts": 8}

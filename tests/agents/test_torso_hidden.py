@@ -16,8 +16,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from tritonrl.agents.dqn import DQNAgent, DQNConfig, preset  # noqa: E402
 from tritonrl.agents.nets.torsos import MLPTorso, build_torso  # noqa: E402
+from tritonrl.cli import main  # noqa: E402
 from tritonrl.toolkit.checkpoint import CheckpointError, load_checkpoint, save_checkpoint  # noqa: E402
-from tritonrl.toolkit.cli import main  # noqa: E402
 from tritonrl.toolkit.config import (  # noqa: E402
     apply_overrides,
     backfilled_fields,

@@ -93,7 +93,7 @@ def _equity(folder: Path) -> None:
 
 
 _BENCH = """
-from tritonrl.toolkit.cli.bench import Row
+from tritonrl.cli.bench import Row
 
 def run(quick=False):
     return [Row("fake", f"b{b}", impl, 10.0 * b * (1 + i), "calls/s", ratio=1.0 + i)
@@ -102,7 +102,7 @@ def run(quick=False):
 
 
 def _bench_json(folder: Path) -> None:
-    from tritonrl.toolkit.cli import bench
+    from tritonrl.cli import bench
 
     (folder / "benchmarks").mkdir(exist_ok=True)
     (folder / "benchmarks" / "fake.py").write_text(_BENCH)
@@ -110,7 +110,7 @@ def _bench_json(folder: Path) -> None:
 
 
 def _bench_figure(folder: Path) -> None:
-    from tritonrl.toolkit.cli.bench import Row, plot_ratios
+    from tritonrl.cli.bench import Row, plot_ratios
 
     rows = [Row("fake", f"b{b}", "fused", 10.0 * b, "calls/s", ratio=1.0 + b) for b in range(1, 4)]
     assert plot_ratios(rows, folder) == [folder / "fake.png"]
@@ -284,7 +284,7 @@ ALLOWED = {
         "LiveTrader._open",
         "open",
     ): "the trade CSV's append-only rows (a cut line is truncated on resume)",
-    ("toolkit/cli/common.py", "probe_run_dir", "os.open"): "a probe file, removed at once",
+    ("tritonrl/cli/common.py", "probe_run_dir", "os.open"): "a probe file, removed at once",
     ("toolkit/training/overlap.py", "_learner_main", "torch.save"): "into memory, sent to the main process",
 }
 
@@ -336,10 +336,11 @@ def _writes(path: Path) -> list[tuple[str, str, int]]:
 
 
 def test_no_run_file_is_written_in_place() -> None:
-    """Every write in toolkit/ and agents/ goes through the atomic writers, except the designed ones."""
+    """Every write in toolkit/, agents/ and tritonrl/cli/ goes through the atomic writers, except the
+    designed ones."""
     seen = set()
     bad = []
-    for folder in ("toolkit", "agents"):
+    for folder in ("toolkit", "agents", "tritonrl/cli"):
         for path in sorted((ROOT / folder).rglob("*.py")):
             rel = path.relative_to(ROOT).as_posix()
             for where, kind, line in _writes(path):

@@ -1,6 +1,6 @@
 """``tritonrl bench --json PATH --plot DIR`` on a folder of fake benchmarks (fast: nothing is timed).
 
-The runner under test is the package's (:mod:`tritonrl.toolkit.cli.bench`); the folder holds small
+The runner under test is the package's (:mod:`tritonrl.cli.bench`); the folder holds small
 benchmark files whose ``run`` returns fixed rows, so the JSON can be compared value for value.
 """
 
@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from tritonrl.toolkit.cli import main as cli_main
+from tritonrl.cli import main as cli_main
 
 FAKE = """
-from tritonrl.toolkit.cli.bench import Row
+from tritonrl.cli.bench import Row
 
 def run(quick: bool = False):
     n = 2 if quick else 3
@@ -26,7 +26,7 @@ def run(quick: bool = False):
     return rows
 """
 NO_RATIOS = """
-from tritonrl.toolkit.cli.bench import Row
+from tritonrl.cli.bench import Row
 
 def run(quick: bool = False):
     return [Row("plain", "one", "only", 1.5, "ms", extra={"peak_mib": 3.0})]
@@ -122,7 +122,7 @@ def test_forced_dtype_decides_inside_and_restores_after(
     outside: str | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import torch
-    from tritonrl.toolkit.cli.bench import forced_dtype
+    from tritonrl.cli.bench import forced_dtype
     from tritonrl.toolkit.precision import DTYPE_ENV, training_dtype
 
     if outside is None:

@@ -37,7 +37,7 @@ from tritonrl.toolkit.checkpoint import (
 
 gym = pytest.importorskip("gymnasium")
 
-from tritonrl.toolkit.cli import main  # noqa: E402
+from tritonrl.cli import main  # noqa: E402
 from tritonrl.toolkit.envs.vector import make_vec_env  # noqa: E402
 from tritonrl.toolkit.replay import ReplayBuffer  # noqa: E402
 from tritonrl.toolkit.training.loop import DivergenceError, LoopConfig, run_training  # noqa: E402

@@ -1,7 +1,7 @@
 """Every command-line mistake: one ``error:`` line on stderr, exit status 2, nothing written.
 
 One table, :data:`CASES`: argv -> exit code -> a regex the single stderr line must match. Each row
-runs in-process through ``tritonrl.toolkit.cli.commands`` with the working directory set to a fresh
+runs in-process through ``tritonrl.cli.commands`` with the working directory set to a fresh
 ``tmp_path`` (so the default ``runs/...`` folder would land there too), and the test asserts:
 the exit code, exactly one stderr line starting with ``error:`` and matching the row, nothing on
 stdout, no ``Traceback``, and every file and folder under ``tmp_path`` unchanged (no run folder
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from tritonrl.toolkit.cli import main
+from tritonrl.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 SMALL = ("--no-progress", "--no-tensorboard", "--steps", "64", "--eval-episodes", "2")
@@ -395,7 +395,7 @@ CASES = [
     Case(
         "seed-not-an-int",
         train("--seed", "1.5"),
-        r"argument --seed: invalid int value: '1.5' \(see `python -m tritonrl.toolkit train --help`\)",
+        r"argument --seed: invalid int value: '1.5' \(see `python -m tritonrl train --help`\)",
     ),
     Case("steps-float-notation", train("--steps", "1e4"), r"argument --steps: invalid int value: '1e4'"),
     Case(
@@ -502,7 +502,7 @@ def test_table_covers_every_train_flag() -> None:
     """Every ``train`` flag that takes a value has at least one row (a new flag needs its mistakes here)."""
     import argparse
 
-    from tritonrl.toolkit.cli.train import add_parser
+    from tritonrl.cli.train import add_parser
 
     parser = argparse.ArgumentParser()
     p = add_parser(parser.add_subparsers())
@@ -521,9 +521,9 @@ def test_probe_leaves_nothing_behind_on_success(tmp_path: Path, capsys: pytest.C
 
 
 def test_entry_point_exit_status() -> None:
-    """Through ``python -m tritonrl.toolkit`` (``sys.exit(main())``): status 2 and the one line."""
+    """Through ``python -m tritonrl`` (``sys.exit(main())``): status 2 and the one line."""
     proc = subprocess.run(
-        [sys.executable, "-m", "tritonrl.toolkit", "bench", "nosuchbench"],
+        [sys.executable, "-m", "tritonrl", "bench", "nosuchbench"],
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -564,7 +564,7 @@ def test_loop_config_rejects_impossible_values(field: str, value: object) -> Non
 
 def test_seed_limit_matches_the_loop() -> None:
     pytest.importorskip("gymnasium")
-    from tritonrl.toolkit.cli.train import MAX_SEED as CLI_MAX_SEED
+    from tritonrl.cli.train import MAX_SEED as CLI_MAX_SEED
     from tritonrl.toolkit.training.loop import MAX_SEED
 
     assert CLI_MAX_SEED == MAX_SEED == 2**32 - 1
@@ -595,7 +595,7 @@ def test_agent_list_is_a_listing_not_a_mistake(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``--agent list`` prints one preset a line on stdout, exit 0, and writes nothing."""
-    from tritonrl.toolkit.cli.registry import list_agents
+    from tritonrl.cli.registry import list_agents
 
     monkeypatch.chdir(tmp_path)
     assert main(["train", "--agent", "list"]) == 0
@@ -607,7 +607,7 @@ def test_agent_list_is_a_listing_not_a_mistake(
 
 def test_default_run_dir_is_one_plain_folder_name() -> None:
     """Env ids and data specs with ``/ : , =`` or spaces give one folder of plain characters."""
-    from tritonrl.toolkit.cli.common import default_run_dir
+    from tritonrl.cli.common import default_run_dir
 
     assert default_run_dir("dqn", "CartPole-v1", "s1") == Path("runs/dqn-CartPole-v1-s1")
     assert default_run_dir("dqn", "ALE/Pong-v5", "s1") == Path("runs/dqn-ALE_Pong-v5-s1")

@@ -1,7 +1,7 @@
 """``fit`` guards what ``train`` guards: every mistake in a ``fit`` flag is one ``error:`` line,
 exit status 2, no traceback and nothing written; models and data too large for this machine are
 refused before they are allocated; a run refused after taking its folder's lock leaves no
-``.lock`` behind (toolkit/cli/common.py, toolkit/cli/fit.py, toolkit/runfolder.py,
+``.lock`` behind (tritonrl/cli/common.py, tritonrl/cli/fit.py, toolkit/runfolder.py,
 toolkit/lifecycle.py).
 
 :data:`FIT_CASES` is the ``fit`` table (argv -> regex the one stderr line must match), run
@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 import tritonrl.toolkit.checks as checks
-from tritonrl.toolkit.cli import main
+from tritonrl.cli import main
 from tritonrl.toolkit.runfolder import LOCK_NAME, RunFolderBusy, RunLock
 
 QUICK = ("--no-progress", "--no-tensorboard", "--epochs", "1", "--data", "market:synthetic,bars=300")
@@ -241,7 +241,7 @@ def test_fit_mistake_is_one_line(
 
 def test_fit_table_covers_every_fit_flag() -> None:
     """Every ``fit`` flag that takes a value has a row (a new flag needs its mistakes here)."""
-    from tritonrl.toolkit.cli.fit import add_parser
+    from tritonrl.cli.fit import add_parser
 
     parser = argparse.ArgumentParser()
     p = add_parser(parser.add_subparsers())
@@ -262,8 +262,8 @@ def test_fit_estimate_passes_a_normal_run(
 
 def test_count_parameters_matches_the_real_model() -> None:
     """The meta-device count is the parameter count of the model built on the CPU (exact: same shapes)."""
-    from tritonrl.toolkit.cli.common import count_parameters
-    from tritonrl.toolkit.cli.registry import forecasters
+    from tritonrl.cli.common import count_parameters
+    from tritonrl.cli.registry import forecasters
 
     for name, cls in sorted(forecasters().items()):
         real = cls(16, 6, 2, 1, device="cpu")
@@ -354,7 +354,7 @@ def test_train_allocation_too_large_is_one_line(
 def test_failed_allocation_wording(monkeypatch: pytest.MonkeyPatch) -> None:
     """torch's CPU allocator error and numpy's MemoryError both become one ``needs X`` line; other
     RuntimeErrors pass untouched."""
-    from tritonrl.toolkit.cli.common import UsageError, refuse_failed_allocation
+    from tritonrl.cli.common import UsageError, refuse_failed_allocation
 
     monkeypatch.setattr(checks, "available_memory", lambda device: 24 * 10**9)
     cpu = torch.device("cpu")

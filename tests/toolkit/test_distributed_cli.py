@@ -1,5 +1,5 @@
 """Data-parallel training from the command line (``torchrun`` subprocesses of
-``python -m tritonrl.toolkit train`` on 2 gloo ranks, CPU): one run folder written by rank 0,
+``python -m tritonrl train`` on 2 gloo ranks, CPU): one run folder written by rank 0,
 resume on two ranks and on one, errors agreed by every rank, a dead rank detected.
 """
 
@@ -58,10 +58,10 @@ class Launch:
 
 
 def _torchrun(args: list[str], tmp: Path, *, nproc: int = 2, timeout: float = 240, **env: str) -> Launch:
-    """``torchrun --standalone --nproc-per-node N [tests/dist_cli.py | -m tritonrl.toolkit] ARGS``
+    """``torchrun --standalone --nproc-per-node N [tests/dist_cli.py | -m tritonrl] ARGS``
     (the test script when ``--env FixedLength-v0`` is asked for); each rank's output from its log."""
     logs = Path(tempfile.mkdtemp(dir=tmp, prefix="torchrun-logs-"))
-    target = [str(DIST_CLI)] if FIXED_LENGTH_ID in args else ["-m", "tritonrl.toolkit"]
+    target = [str(DIST_CLI)] if FIXED_LENGTH_ID in args else ["-m", "tritonrl"]
     cmd = [
         sys.executable,
         "-m",
@@ -87,7 +87,7 @@ def _torchrun(args: list[str], tmp: Path, *, nproc: int = 2, timeout: float = 24
 
 
 def _single(args: list[str], tmp: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    target = [str(DIST_CLI)] if FIXED_LENGTH_ID in args else ["-m", "tritonrl.toolkit"]
+    target = [str(DIST_CLI)] if FIXED_LENGTH_ID in args else ["-m", "tritonrl"]
     return subprocess.run(
         [sys.executable, *target, *args],
         cwd=tmp,

@@ -16,8 +16,8 @@ pytest.importorskip("gymnasium")
 
 import tritonrl.toolkit.checkpoint as ckpt_mod
 import tritonrl.toolkit.logger as logger_mod
+from tritonrl.cli import main
 from tritonrl.toolkit.checkpoint import load_checkpoint
-from tritonrl.toolkit.cli import main
 from tritonrl.toolkit.envs.vector import make_vec_env
 from tritonrl.toolkit.training.loop import DivergenceError, LoopConfig, TrainingError, run_training
 from tritonrl.toolkit.training.onpolicy import OnPolicySchedule

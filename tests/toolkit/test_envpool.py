@@ -229,7 +229,7 @@ def test_bad_ids_sizes_and_options_are_one_line_errors(
 def test_cli_trains_on_an_envpool_id_and_refuses_its_resume(
     fake: list[FakePool], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from tritonrl.toolkit.cli import main
+    from tritonrl.cli import main
 
     run = tmp_path / "run"
     argv = ["train", "--agent", "dqn-atari", "--env", "envpool:Breakout-v5", "--steps", "150",

@@ -20,8 +20,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
+from tritonrl.cli import main
 from tritonrl.kernels.backend import references_forced, references_only, registry
-from tritonrl.toolkit.cli import main
 from tritonrl.toolkit.export import (
     ExportError,
     export_policy,
@@ -275,7 +275,7 @@ def test_export_command_writes_the_artifact_and_its_sidecar(
 
 
 def test_the_command_line_offers_every_format() -> None:
-    from tritonrl.toolkit.cli import export as cli_export
+    from tritonrl.cli import export as cli_export
     from tritonrl.toolkit.export import FORMATS
 
     assert cli_export.FORMATS == FORMATS

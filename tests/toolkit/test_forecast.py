@@ -21,8 +21,8 @@ import pytest
 import torch
 from torch import nn
 from tritonrl.agents.forecast import FORECASTERS, Forecaster
+from tritonrl.cli import main
 from tritonrl.toolkit.bars import FEATURE_WARMUP, Bars, MarketData, source_bars, synthetic_bars, upload
-from tritonrl.toolkit.cli import main
 from tritonrl.toolkit.forecast import (
     FitConfig,
     Normalizer,

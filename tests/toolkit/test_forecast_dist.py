@@ -142,7 +142,7 @@ def test_rank0_alone_writes_and_a_batch_that_does_not_split_is_an_error(two_rank
 def _torchrun(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess[str]:
     argv = [
         *("-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"),
-        *("-m", "tritonrl.toolkit", "fit", "--model", "mlp", "--data", f"market:{SOURCE}"),
+        *("-m", "tritonrl", "fit", "--model", "mlp", "--data", f"market:{SOURCE}"),
         *("--window", "8", "--epochs", "1", "--set", "hidden=16", "--set", "layers=1", "--threads", "1"),
         *("--no-progress", "--no-tensorboard", "--run-dir", str(tmp_path / "run"), *flags),
     ]

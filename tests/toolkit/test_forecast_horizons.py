@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 from tritonrl.agents.forecast import MLP
-from tritonrl.toolkit.cli import main
+from tritonrl.cli import main
 from tritonrl.toolkit.forecast import (
     SeriesTable,
     baselines,

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 from tritonrl.agents.forecast import FORECASTERS
+from tritonrl.cli import main
 from tritonrl.toolkit.bars import FEATURES
 from tritonrl.toolkit.checkpoint import load_checkpoint, save_checkpoint
-from tritonrl.toolkit.cli import main
 from tritonrl.toolkit.forecast import (
     FitConfig,
     Normalizer,

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from tritonrl.toolkit.cli import main
+from tritonrl.cli import main
 from tritonrl.toolkit.forecast import baselines, is_market_csv, load_series, read_header, series_windows
 
 W, H = 8, 2

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from tritonrl.toolkit.cli import main
+from tritonrl.cli import main
 from tritonrl.toolkit.forecast import (
     SYNTHETIC_KINDS,
     baselines,

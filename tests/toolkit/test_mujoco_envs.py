@@ -16,7 +16,7 @@ import torch
 pytest.importorskip("gymnasium")
 pytest.importorskip("mujoco", reason='needs mujoco: pip install "tritonrl[mujoco]"')
 
-from tritonrl.toolkit.cli.commands import main as cli_main
+from tritonrl.cli.commands import main as cli_main
 from tritonrl.toolkit.envs.vector import make_vec_env
 
 

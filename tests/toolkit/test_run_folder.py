@@ -23,8 +23,8 @@ pytest.importorskip("gymnasium")
 
 import tritonrl.toolkit.checkpoint as ckpt_mod
 import tritonrl.toolkit.logger as logger_mod
+from tritonrl.cli import main
 from tritonrl.toolkit.checkpoint import atomic_write_bytes, load_checkpoint, remove_stale_temps
-from tritonrl.toolkit.cli import main
 from tritonrl.toolkit.envs.vector import make_vec_env
 from tritonrl.toolkit.logger import MetricLogger, read_csv, repair_csv
 from tritonrl.toolkit.runfolder import RunFolderBusy, RunLock

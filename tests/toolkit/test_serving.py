@@ -24,7 +24,7 @@ pytest.importorskip("onnxruntime", reason="onnxruntime is not installed (the exp
 
 import gymnasium as gym
 from tritonrl.agents.ppo import PPOAgent
-from tritonrl.toolkit.cli import main
+from tritonrl.cli import main
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "pages" / "using-policies.md"
 _BLOCK = re.compile(r"^```python[^\n]*\n(.*?)^```", re.S | re.M)

@@ -1,4 +1,4 @@
-"""``python -m tritonrl.toolkit train`` as a real process: SIGINT/SIGTERM save and exit cleanly, and the
+"""``python -m tritonrl train`` as a real process: SIGINT/SIGTERM save and exit cleanly, and the
 ``train`` extra (matplotlib) is optional (issue 15, items 3 and 9)."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import pytest
 
 pytest.importorskip("gymnasium")
 
+from tritonrl.cli import main
 from tritonrl.toolkit.checkpoint import load_checkpoint
-from tritonrl.toolkit.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = [
@@ -60,7 +60,7 @@ def test_a_signal_saves_prints_one_line_and_resume_continues(
         [
             sys.executable,
             "-m",
-            "tritonrl.toolkit",
+            "tritonrl",
             "train",
             *TINY,
             "--steps",
@@ -122,7 +122,7 @@ class HideMatplotlib:
 sys.meta_path.insert(0, HideMatplotlib())
 for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
     del sys.modules[name]
-from tritonrl.toolkit.cli import main
+from tritonrl.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 

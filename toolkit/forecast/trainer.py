@@ -17,7 +17,7 @@ The run folder's lifecycle (one writer, fresh start or resume, metric flush, div
 signal stop, checkpoint writes, the report) is :class:`tritonrl.toolkit.lifecycle.RunLifecycle`,
 the same as the RL loop's; this module says what a step, a save and an evaluation are.
 
-**Data-parallel** (``torchrun --nproc-per-node N -m tritonrl.toolkit fit ...``, or ``fit(...,
+**Data-parallel** (``torchrun --nproc-per-node N -m tritonrl fit ...``, or ``fit(...,
 dist=ctx)`` on every rank): the configuration is global. The ``batch_size`` windows of a step are
 split evenly over the ranks (``batch_size`` must be a multiple of the world size, else
 :class:`~tritonrl.toolkit.distributed.DistributedError`): every rank draws the same epoch

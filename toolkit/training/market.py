@@ -1,14 +1,11 @@
-"""Training on market data from the command line: ``--env market:...``, presets, the test report.
+"""Training on market data: a market run's parts, its collector and its test report.
 
-``python -m tritonrl.toolkit train --agent rainbow --env market:synthetic`` comes here: the bars of
-the source (:func:`tritonrl.toolkit.envs.market.data.source_bars`) are uploaded once and split by
-time into train / validation / test periods; a
-:class:`~tritonrl.toolkit.envs.market.env.MarketEnv` on the train period is stepped by the device
-:class:`~tritonrl.toolkit.training.collector.Collector` (:func:`market_collector`); a
-:class:`~tritonrl.toolkit.envs.market.evaluate.MarketEvaluator` on the validation period is the
-loop's evaluation; after training the test-period report is printed and saved. The preset's
-market overrides and defaults (:func:`market_preset`) and the ``--set env.FIELD=VALUE`` trading
-rules are applied here.
+:func:`build_market_run` uploads the bars of a source (``market:SOURCE``) once and splits them by
+time into train / validation / test periods: a :class:`~tritonrl.toolkit.envs.market.env.MarketEnv`
+on the train period, stepped by the device collector (:func:`market_collector`), a validation
+evaluator for the loop, and the test-period report after training (:func:`market_report`). The
+preset's market overrides and defaults come from :func:`market_preset`; the env config from
+:func:`env_config_for`. The command line (``tritonrl train --env market:...``) calls these.
 
 Guide: docs/pages/market.md ("From the command line", "Presets on market data").
 """
@@ -35,12 +32,10 @@ __all__ = [
     "is_market",
     "market_collector",
     "market_preset",
-    "split_overrides",
     "market_report",
 ]
 
 ENV_PREFIX = "market:"
-ENV_SET_PREFIX = "env."
 REPORT_NAME = "test_report.json"
 EQUITY_NAME = "equity.png"
 
@@ -55,13 +50,6 @@ def market_preset(preset: Preset) -> MarketPreset:
     declares in its ``market`` field; a preset without one: no overrides and the generic defaults
     of :class:`~tritonrl.toolkit.preset.MarketPreset`."""
     return preset.market if preset.market is not None else MarketPreset()
-
-
-def split_overrides(overrides: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
-    """``--set`` items as (agent config fields, ``env.``-prefixed env config fields without the prefix)."""
-    agent = {k: v for k, v in overrides.items() if not k.startswith(ENV_SET_PREFIX)}
-    env = {k.removeprefix(ENV_SET_PREFIX): v for k, v in overrides.items() if k.startswith(ENV_SET_PREFIX)}
-    return agent, env
 
 
 def env_config_for(agent_config: Any, env_overrides: Mapping[str, Any]) -> Any:

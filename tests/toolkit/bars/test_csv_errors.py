@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from tritonrl.cli import main
 from tritonrl.toolkit.bars import load_csv
 from tritonrl.toolkit.bars.csvbars import MAX_CSV_BYTES, MAX_CSV_LINE, OHLC_RTOL
-from tritonrl.toolkit.cli import main
 
 REPO = Path(__file__).resolve().parents[3]
 HEADER = "Date,Open,High,Low,Close,Volume"
@@ -240,14 +240,14 @@ def _dev_zero(path: Path) -> None:
 def test_cli_never_blocks_on_a_fifo_or_a_device(
     make: Callable[[Path], None], match: str, command: str, tmp_path: Path
 ) -> None:
-    """Through ``python -m tritonrl.toolkit`` with a timeout: refused at once, exit 2, one line."""
+    """Through ``python -m tritonrl`` with a timeout: refused at once, exit 2, one line."""
     if command == "train":
         pytest.importorskip("gymnasium")
     path = tmp_path / "bars.csv"
     make(path)
     before = _snapshot(tmp_path)
     proc = subprocess.run(
-        [sys.executable, "-m", "tritonrl.toolkit", *COMMANDS[command](path, str(tmp_path / "run"))],
+        [sys.executable, "-m", "tritonrl", *COMMANDS[command](path, str(tmp_path / "run"))],
         capture_output=True,
         text=True,
         cwd=tmp_path,

@@ -15,11 +15,11 @@ import torch
 gym = pytest.importorskip("gymnasium")
 
 from toy_agent import ToyMarketAgent, ToyMarketConfig, toy_market_preset  # noqa: E402
+from tritonrl.cli import main, registry  # noqa: E402
 from tritonrl.toolkit.acting import ActingPolicy, LearnerPolicy, SnapshotPolicy  # noqa: E402
 from tritonrl.toolkit.agent import Agent  # noqa: E402
 from tritonrl.toolkit.bars import synthetic_bars, upload  # noqa: E402
 from tritonrl.toolkit.checkpoint import load_checkpoint  # noqa: E402
-from tritonrl.toolkit.cli import main, registry  # noqa: E402
 from tritonrl.toolkit.envs.market.env import MarketEnv, MarketEnvConfig  # noqa: E402
 from tritonrl.toolkit.preset import MarketPreset  # noqa: E402
 from tritonrl.toolkit.training.collector import Collector  # noqa: E402

@@ -129,8 +129,8 @@ def test_the_collector_steps_every_preset_family(family: str) -> None:
     """One collector for every family: acting policy -> env -> ``agent.observe``. The DQN family acts
     from its f32 snapshot (ICM's replay fed too, no host read with device staging), PPO (discrete,
     continuous, recurrent) with the learner; the env's actions follow the config's action kind."""
+    from tritonrl.cli.registry import get_agent
     from tritonrl.toolkit.acting import LearnerPolicy, SnapshotPolicy
-    from tritonrl.toolkit.cli.registry import get_agent
     from tritonrl.toolkit.training.market import env_config_for
 
     name, tiny, steps = FAMILIES[family]

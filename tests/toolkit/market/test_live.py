@@ -28,8 +28,8 @@ from tritonrl.agents.dqn import DQNAgent
 from tritonrl.agents.dqn.presets import preset as dqn_preset
 from tritonrl.agents.sac import SACAgent
 from tritonrl.agents.sac.presets import preset as sac_preset
+from tritonrl.cli.commands import main
 from tritonrl.toolkit.bars import FEATURES, Bars, compute_features, source_bars, split, synthetic_bars, upload
-from tritonrl.toolkit.cli.commands import main
 from tritonrl.toolkit.envs.market.env import MarketEnv, MarketEnvConfig
 from tritonrl.toolkit.envs.market.evaluate import evaluate_market, strategy_figures
 from tritonrl.toolkit.envs.market.live import (
@@ -420,7 +420,7 @@ def slow(self, bar):  # the test's throttle: the kill lands mid-stream
         time.sleep(0.01)
     return rows
 live.LiveTrader.feed = slow
-from tritonrl.toolkit.cli.commands import main
+from tritonrl.cli.commands import main
 sys.exit(main(sys.argv[1:]))
 """
 

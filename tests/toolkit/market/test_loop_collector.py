@@ -25,8 +25,8 @@ import torch
 
 pytest.importorskip("gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
 
+from tritonrl.cli.registry import get_agent
 from tritonrl.toolkit.checkpoint import load_checkpoint, save_checkpoint
-from tritonrl.toolkit.cli.registry import get_agent
 from tritonrl.toolkit.training.collector import Collector
 from tritonrl.toolkit.training.loop import CHECKPOINT_NAME, LoopConfig, run_training
 from tritonrl.toolkit.training.market import build_market_run, env_config_for, market_preset

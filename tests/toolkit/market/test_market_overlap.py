@@ -22,9 +22,9 @@ from tritonrl.agents.dqn import DQNAgent
 from tritonrl.agents.dqn import preset as dqn_preset
 from tritonrl.agents.ppo import PPOAgent
 from tritonrl.agents.ppo import preset as ppo_preset
+from tritonrl.cli import main
 from tritonrl.toolkit.bars import synthetic_bars, upload
 from tritonrl.toolkit.checkpoint import load_checkpoint
-from tritonrl.toolkit.cli import main
 from tritonrl.toolkit.envs.market.env import MarketEnv, MarketEnvConfig
 from tritonrl.toolkit.training.loop import CHECKPOINT_NAME, LoopConfig, run_training
 from tritonrl.toolkit.training.offpolicy import schedule_for

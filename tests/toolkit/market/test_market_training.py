@@ -12,15 +12,16 @@ import torch
 
 pytest.importorskip("gymnasium", reason="gymnasium is not installed (benchmarks/fetch-wheels.sh brings it)")
 
+from tritonrl.cli import main
+from tritonrl.cli.registry import get_agent
+from tritonrl.cli.train import split_overrides
 from tritonrl.toolkit.bars import synthetic_bars, upload
 from tritonrl.toolkit.checkpoint import load_checkpoint, save_checkpoint
-from tritonrl.toolkit.cli import main
-from tritonrl.toolkit.cli.registry import get_agent
 from tritonrl.toolkit.envs.market.env import MarketEnvConfig
 from tritonrl.toolkit.envs.market.evaluate import evaluate_market, format_report, strategy_figures
 from tritonrl.toolkit.logger import read_csv
 from tritonrl.toolkit.training.loop import CHECKPOINT_NAME
-from tritonrl.toolkit.training.market import env_config_for, market_preset, split_overrides
+from tritonrl.toolkit.training.market import env_config_for, market_preset
 
 
 def test_strategy_figures_by_hand() -> None:

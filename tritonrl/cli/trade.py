@@ -31,7 +31,7 @@ DESCRIPTION = "Run an exported market policy on a stream of bars, as the env dec
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add the ``trade`` subcommand to ``python -m tritonrl.toolkit``'s parser."""
+    """Add the ``trade`` subcommand to ``python -m tritonrl``'s parser."""
     p = subparsers.add_parser("trade", help="run an exported market policy on bars", description=DESCRIPTION)
     p.add_argument(
         "exported", help="the artifact of `tritonrl export` (its sidecar <artifact>.json beside it)"

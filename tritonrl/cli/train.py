@@ -1,9 +1,9 @@
-"""``python -m tritonrl.toolkit train``: train a registered agent preset on a gymnasium environment.
+"""``python -m tritonrl train``: train a registered agent preset on a gymnasium environment.
 
 ::
 
-    python -m tritonrl.toolkit train --agent ppo --env CartPole-v1 --steps 100000 --eval-every 10000
-    python -m tritonrl.toolkit train --agent rainbow --env market:synthetic,ar=0.3 --set env.cost=2e-4
+    python -m tritonrl train --agent ppo --env CartPole-v1 --steps 100000 --eval-every 10000
+    python -m tritonrl train --agent rainbow --env market:synthetic,ar=0.3 --set env.cost=2e-4
 
 The command parses and checks every flag before anything is written, builds the agent from its
 preset (:class:`tritonrl.toolkit.preset.Preset`), runs :func:`tritonrl.toolkit.training.loop.run_training`
@@ -22,13 +22,13 @@ import json
 import math
 import signal
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from tritonrl.toolkit.checks import MAX_SEED  # light: ``--help`` must not import the loop
-from tritonrl.toolkit.cli.common import (
+from tritonrl.cli.common import (
     UsageError,
     add_output_flags,
     add_run_folder_flags,
@@ -41,14 +41,16 @@ from tritonrl.toolkit.cli.common import (
     end_rank,
     parse_device,
     parse_overrides,
+    plain,
     probe_run_dir,
     refuse_failed_allocation,
     report_interrupted,
     run_dir_from_flag,
     stop_on_signals,
 )
+from tritonrl.toolkit.checks import MAX_SEED  # light: ``--help`` must not import the loop
 
-__all__ = ["add_parser", "run"]
+__all__ = ["add_parser", "run", "split_overrides"]
 
 DEFAULT_AGENT = "rainbow"
 DEFAULT_ENV = "CartPole-v1"
@@ -58,9 +60,11 @@ MAX_ENVS = 65_536
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add the ``train`` subcommand to ``python -m tritonrl.toolkit``'s parser."""
+    """Add the ``train`` subcommand to ``python -m tritonrl``'s parser."""
     p = subparsers.add_parser(
-        "train", help="train an agent preset on a gymnasium environment", description=__doc__.splitlines()[0]
+        "train",
+        help="train an agent preset on a gymnasium environment",
+        description=plain(__doc__.splitlines()[0]),
     )
     p.add_argument(
         "--agent",
@@ -167,7 +171,7 @@ def _validate(args: argparse.Namespace) -> None:
 def _preset_env(agent: str) -> str:
     """The environment of ``--agent``'s preset when ``--env`` is not given (an unknown agent gets
     :data:`DEFAULT_ENV` here and its error where the preset is resolved)."""
-    from tritonrl.toolkit.cli.registry import get_agent
+    from tritonrl.cli.registry import get_agent
 
     try:
         env = get_agent(agent).default_env
@@ -187,6 +191,17 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
         for k, v in sorted(vars(args).items())
         if v is None or isinstance(v, (str, int, float, bool, list))
     }
+
+
+ENV_SET_PREFIX = "env."
+"""``--set env.FIELD=VALUE`` sets a field of the market env config, not of the agent config."""
+
+
+def split_overrides(overrides: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """``--set`` items as (agent config fields, ``env.``-prefixed env config fields without the prefix)."""
+    agent = {k: v for k, v in overrides.items() if not k.startswith(ENV_SET_PREFIX)}
+    env = {k.removeprefix(ENV_SET_PREFIX): v for k, v in overrides.items() if k.startswith(ENV_SET_PREFIX)}
+    return agent, env
 
 
 @dataclass
@@ -270,10 +285,10 @@ def _plan(args: argparse.Namespace, ctx: Any) -> _Plan:
             a ``--num-envs`` the world size does not divide.
     """
     import gymnasium as gym
-    from tritonrl.toolkit.cli.registry import get_agent
+    from tritonrl.cli.registry import get_agent
     from tritonrl.toolkit.distributed import DistributedError
     from tritonrl.toolkit.training.loop import CHECKPOINT_NAME
-    from tritonrl.toolkit.training.market import is_market, market_preset, split_overrides
+    from tritonrl.toolkit.training.market import is_market, market_preset
 
     try:
         ctx.check_same("the command line", _flags(args))
@@ -505,7 +520,7 @@ def _market_run(
     Raises:
         ValueError: a bad source, option, env field, or data too short.
     """
-    from tritonrl.toolkit.training.market import build_market_run, env_config_for, split_overrides
+    from tritonrl.toolkit.training.market import build_market_run, env_config_for
 
     agent_config = spec.configure(overrides, config=saved_config, total_steps=steps)
     _, env_overrides = split_overrides(parse_overrides(args.overrides))
@@ -522,7 +537,7 @@ def run(args: argparse.Namespace) -> int:
     exits right here (``os._exit``) once it has left the group instead of returning.
     """
     if args.agent == "list":  # the presets, one a line on stdout: a listing, not a mistake
-        from tritonrl.toolkit.cli.registry import list_agents
+        from tritonrl.cli.registry import list_agents
 
         for spec in list_agents():
             print(f"{spec.name:<16} {spec.kind:<10} {spec.description}")

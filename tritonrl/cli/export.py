@@ -37,7 +37,7 @@ say so in one line)."""
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add the ``export`` subcommand to ``python -m tritonrl.toolkit``'s parser."""
+    """Add the ``export`` subcommand to ``python -m tritonrl``'s parser."""
     p = subparsers.add_parser(
         "export", help="export a run folder's policy (pt2, onnx, aoti)", description=DESCRIPTION
     )
@@ -70,7 +70,7 @@ def _agent(ckpt: Path, state: dict[str, Any], device: str) -> Any:
     Raises:
         ValueError: a preset the registry does not know (one registered by code that did not run).
     """
-    from tritonrl.toolkit.cli.registry import get_agent
+    from tritonrl.cli.registry import get_agent
 
     meta = state.get("meta")
     name = meta.get("agent") if isinstance(meta, dict) else None
@@ -108,8 +108,8 @@ def _metadata(ckpt: Path, state: dict[str, Any]) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     """``export``: the exit code (0, or 2 with one ``error:`` line and nothing written)."""
+    from tritonrl.cli.common import parse_device
     from tritonrl.toolkit.checkpoint import CheckpointError, load_checkpoint
-    from tritonrl.toolkit.cli.common import parse_device
     from tritonrl.toolkit.export import SUFFIXES, ExportError, export_policy, sidecar_path
     from tritonrl.toolkit.lifecycle import CHECKPOINT_NAME
 

@@ -1,8 +1,8 @@
 """The benchmark runner: timing helpers and the one table ``tritonrl bench`` prints.
 
-``tritonrl bench`` (and ``python -m tritonrl.toolkit bench``) runs the benchmark files of its
+``tritonrl bench`` (and ``python -m tritonrl bench``) runs the benchmark files of its
 ``--dir`` folder (default ``benchmarks``: they live in a checkout, not in the installed package);
-they import their helpers from here (``from tritonrl.toolkit.cli.bench import Row, time_fn``).
+they import their helpers from here (``from tritonrl.cli.bench import Row, time_fn``).
 
 A benchmark is a file ``benchmarks/<name>.py`` with ``run(quick: bool = False) -> list[Row]``;
 files whose name starts with an underscore are not benchmarks.

@@ -1,4 +1,4 @@
-"""``tritonrl`` (or ``python -m tritonrl.toolkit``): the command line.
+"""``tritonrl`` (or ``python -m tritonrl``): the command line.
 
 Subcommands: ``info`` (versions, devices, dtypes, which kernel path each op takes) and
 ``bench`` (every benchmark under ``benchmarks/`` in one table; ``--json PATH`` and ``--plot DIR``
@@ -18,7 +18,7 @@ from typing import NoReturn
 
 import torch
 
-__all__ = ["info", "main"]
+__all__ = ["build_parser", "info", "main"]
 
 
 def _devices() -> list[torch.device]:
@@ -30,10 +30,9 @@ def _devices() -> list[torch.device]:
 
 def info() -> str:
     """A report of versions, devices with their training dtype, and each op's implementation."""
+    from tritonrl import kernels
     from tritonrl.kernels.backend import interpreting, triton_available
     from tritonrl.toolkit.precision import explain
-
-    from tritonrl import kernels
 
     kernels.load_all()
     lines = [f"torch {torch.__version__}"]
@@ -72,13 +71,11 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"error: {message} (see `{self.prog} --help`)\n")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m tritonrl.toolkit``; returns the exit code (argparse's too: ``--help`` is 0).
+def build_parser(prog: str = "tritonrl") -> argparse.ArgumentParser:
+    """The command line's parser, every subcommand added (``prog``: the name its messages use)."""
+    from tritonrl.cli.common import plain
 
-    A command-line mistake prints one ``error: ...`` line on stderr and returns 2.
-    """
-    prog = "tritonrl" if os.path.basename(sys.argv[0]) == "tritonrl" else "python -m tritonrl.toolkit"
-    parser = _Parser(prog=prog, description=__doc__.splitlines()[0])
+    parser = _Parser(prog=prog, description=plain(__doc__.splitlines()[0]))
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="versions, devices, training dtypes and kernel paths")
     p_bench = sub.add_parser("bench", help="run the benchmarks under benchmarks/ as one table")
@@ -98,6 +95,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="also draw one PNG per benchmark (ratios against the baseline) into DIR (needs matplotlib)",
     )
     _register_extra(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m tritonrl``; returns the exit code (argparse's too: ``--help`` is 0).
+
+    A command-line mistake prints one ``error: ...`` line on stderr and returns 2.
+    """
+    prog = "tritonrl" if os.path.basename(sys.argv[0]) == "tritonrl" else "python -m tritonrl"
+    parser = build_parser(prog)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, or a mistake already reported by _Parser.error
@@ -118,7 +125,7 @@ def _bench(
     json_path: str | None = None,
     plot_dir: str | None = None,
 ) -> int:
-    """``bench``: the runner :func:`tritonrl.toolkit.cli.bench.main` over the benchmark files in
+    """``bench``: the runner :func:`tritonrl.cli.bench.main` over the benchmark files in
     ``folder`` (``json_path``, ``plot_dir``: ``--json``, ``--plot``); the exit code. A missing folder
     (an install without a checkout) is one ``error:`` line and status 2."""
     if not folder.is_dir():
@@ -128,7 +135,7 @@ def _bench(
             file=sys.stderr,
         )
         return 2
-    from tritonrl.toolkit.cli.bench import main as run_benchmarks
+    from tritonrl.cli.bench import main as run_benchmarks
 
     return run_benchmarks(folder, names, quick=quick, json_path=json_path, plot_dir=plot_dir)
 
@@ -137,7 +144,7 @@ def _register_extra(sub: argparse._SubParsersAction) -> None:
     """Subcommands added by later modules (``train``, ``fit``, ``export``, ``trade``); each sets ``run``
     on its parser."""
     modules = ("train", "fit", "export", "trade")
-    for module in (f"tritonrl.toolkit.cli.{name}" for name in modules):
+    for module in (f"tritonrl.cli.{name}" for name in modules):
         try:
             add_parser = importlib.import_module(module).add_parser
         except ImportError as exc:

@@ -11,7 +11,7 @@ file (``--data csv=PATH --target COL``, :mod:`tritonrl.toolkit.forecast.series`)
     tritonrl fit --model gru --data market:synthetic,ar=0.3 --run-dir runs/g --resume
     tritonrl fit --model mlp --data csv=load.csv --target load --features temperature --window 48
     tritonrl fit --model dlinear --data series:synthetic,kind=all,n=3000 --window 48 --horizon 96
-    torchrun --nproc-per-node 2 -m tritonrl.toolkit fit --model mlp --batch-size 64
+    torchrun --nproc-per-node 2 -m tritonrl fit --model mlp --batch-size 64
 
 Under ``torchrun`` (more than one process) every rank joins the process group
 (:func:`tritonrl.toolkit.distributed.init_distributed` on ``--device``) and trains data-parallel
@@ -20,11 +20,11 @@ evenly over the ranks); rank 0 alone writes the run folder and prints, the other
 A launch that cannot start, a ``--batch-size`` not divisible by the number of processes or ranks
 that disagree is one ``error:`` line (on rank 0) and exit status 2 on every rank.
 
-The command follows ``train``'s rules (:mod:`tritonrl.toolkit.cli.common`, shared with
-:mod:`tritonrl.toolkit.cli.train`): bad input is one ``error:`` line and exit status 2 before anything
+The command follows ``train``'s rules (:mod:`tritonrl.cli.common`, shared with
+:mod:`tritonrl.cli.train`): bad input is one ``error:`` line and exit status 2 before anything
 is written; an existing checkpoint is never overwritten without ``--resume``; a non-finite loss
 stops the run with status 1, keeping the last checkpoint; SIGINT / SIGTERM save a checkpoint and
-exit with 130 / 143. The models come from :func:`tritonrl.toolkit.cli.registry.forecasters` (the lazy
+exit with 130 / 143. The models come from :func:`tritonrl.cli.registry.forecasters` (the lazy
 registry of ``tritonrl.agents.forecast``).
 """
 
@@ -42,8 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tritonrl.toolkit import distributed
-from tritonrl.toolkit.cli.common import (
+from tritonrl.cli.common import (
     UsageError,
     add_output_flags,
     add_run_folder_flags,
@@ -58,12 +57,14 @@ from tritonrl.toolkit.cli.common import (
     end_rank,
     parse_device,
     parse_overrides,
+    plain,
     probe_run_dir,
     refuse_failed_allocation,
     report_interrupted,
     run_dir_from_flag,
     stop_on_signals,
 )
+from tritonrl.toolkit import distributed
 from tritonrl.toolkit.distributed import DistContext, DistributedError
 from tritonrl.toolkit.forecast import (
     CHECKPOINT_NAME,
@@ -85,9 +86,7 @@ from tritonrl.toolkit.forecast import (
 __all__ = ["DEFAULT_DATA", "add_parser", "run"]
 
 DEFAULT_DATA = "market:synthetic,ar=0.3"
-DESCRIPTION = (
-    "Training forecasters on market bars: windows, baselines, the trainer ``fit`` and ``tritonrl fit``."
-)
+DESCRIPTION = "Train a registered forecaster on market bars or on any numeric series of a CSV file."
 _INT_FLAGS = (
     ("epochs", 1),
     ("batch_size", 1),
@@ -100,7 +99,7 @@ _INT_FLAGS = (
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add the ``fit`` subcommand to ``python -m tritonrl.toolkit``'s parser."""
+    """Add the ``fit`` subcommand to ``python -m tritonrl``'s parser."""
     p = subparsers.add_parser(
         "fit",
         help="train a forecaster on market bars",
@@ -257,7 +256,7 @@ def _prepare(
     Raises:
         UsageError: the first bad argument, or a model or data that would not fit in memory.
     """
-    from tritonrl.toolkit.cli.registry import forecasters
+    from tritonrl.cli.registry import forecasters
 
     device, config = _check_flags(args, ctx)
     run_dir = run_dir_from_flag(args.run_dir, _default_run_dir(args))
@@ -524,7 +523,7 @@ def run(args: argparse.Namespace) -> int:
 
     Under ``torchrun`` (:func:`~tritonrl.toolkit.distributed.launched_by_torchrun`) it joins the
     process group first, and at the end the ranks leave it together and each process ends there
-    with its status (:func:`~tritonrl.toolkit.cli.common.end_rank`); rank 0 alone prints."""
+    with its status (:func:`~tritonrl.cli.common.end_rank`); rank 0 alone prints."""
     launched = distributed.launched_by_torchrun()
     if args.list and launched and os.environ.get("RANK", "0") != "0":
         return 0
@@ -545,12 +544,12 @@ def _run(args: argparse.Namespace, ctx: DistContext) -> int:
     from tritonrl.toolkit.runfolder import RunFolderBusy
 
     if args.list:
-        from tritonrl.toolkit.cli.registry import forecasters
+        from tritonrl.cli.registry import forecasters
 
         for name, cls in sorted(forecasters().items()):
             doc = (cls.__doc__ or "").strip().splitlines()
             kind = "sequence" if getattr(cls, "causal", False) else "window"
-            print(f"{name:<14} {kind:<9} {doc[0] if doc else ''}")
+            print(f"{name:<14} {kind:<9} {plain(doc[0]) if doc else ''}")
         return 0
     say = ctx.is_main  # rank 0 prints; every error below is met by every rank (fit agrees them)
     failed: UsageError | None = None

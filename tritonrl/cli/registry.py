@@ -5,8 +5,8 @@ config, the agent
 class that config builds, the schedule of the shared loop that drives it, and the command line's
 defaults (environments, steps, evaluation cadence). Each agent module lists its presets in a
 ``PRESETS`` tuple; this registry imports those modules explicitly, on first use
-(:func:`get_agent`, :func:`list_agents`). This is the only place where ``toolkit`` imports
-``agents``, and it does so lazily, so ``import tritonrl.toolkit`` stays light (the forecasters of
+(:func:`get_agent`, :func:`list_agents`). This is where the command line imports ``agents``, and
+it does so lazily, so ``import tritonrl.cli`` stays light (the forecasters of
 ``tritonrl fit`` come through here too: :func:`forecasters`). A preset of your
 own joins with :func:`register_agent`.
 
@@ -33,7 +33,7 @@ def _registry() -> dict[str, Preset]:
     """Every preset by name; the agent modules' ``PRESETS`` are imported on the first call."""
     global _LOADED
     if not _LOADED:
-        # the only import of ``agents`` in ``toolkit``: lazy, explicit, one line per agent module
+        # the command line's import of the agent modules: lazy, explicit, one line per agent module
         from tritonrl.agents import dqn, ppo, sac
 
         builtin: dict[str, Preset] = {}
@@ -78,8 +78,9 @@ def get_agent(name: str) -> Preset:
 
 def forecasters() -> dict[str, type]:
     """The forecaster registry, ``tritonrl.agents.forecast.FORECASTERS`` (``--model NAME`` -> class),
-    imported on first use: the trainer (:mod:`tritonrl.toolkit.forecast`) reaches ``agents`` only
-    through here. The dict itself is returned: a model added to it is found by ``fit --model``.
+    imported on first use: ``fit`` reaches the forecasters only through here (the trainer,
+    :mod:`tritonrl.toolkit.forecast`, is handed the model). The dict itself is returned: a model
+    added to it is found by ``fit --model``.
     """
     from tritonrl.agents.forecast import FORECASTERS
 

@@ -1,5 +1,5 @@
-"""What the run commands ``train`` (:mod:`tritonrl.toolkit.cli.train`) and ``fit``
-(:mod:`tritonrl.toolkit.cli.fit`) share: the flags both define the same way, their checks,
+"""What the run commands ``train`` (:mod:`tritonrl.cli.train`) and ``fit``
+(:mod:`tritonrl.cli.fit`) share: the flags both define the same way, their checks,
 the run folder's checks and the signal handling.
 
 Both follow one set of rules: bad input is one ``error:`` line and exit status 2 before anything
@@ -49,6 +49,7 @@ __all__ = [
     "end_rank",
     "parse_device",
     "parse_overrides",
+    "plain",
     "probe_run_dir",
     "refuse_failed_allocation",
     "report_interrupted",
@@ -59,6 +60,16 @@ __all__ = [
 
 class UsageError(ValueError):
     """A command-line mistake: reported as one line, exit status 2."""
+
+
+_ROLE = re.compile(r":[a-z]+:`(~?)([^`]+)`")
+
+
+def plain(text: str) -> str:
+    """``text`` (a docstring line) without its reST markup, for ``--help`` and listings: a role
+    keeps its target (``~`` its last part), double backticks are dropped."""
+    text = _ROLE.sub(lambda m: m.group(2).rpartition(".")[2] if m.group(1) else m.group(2), text)
+    return text.replace("``", "")
 
 
 # ----------------------------------------------------------------------------- the shared flags

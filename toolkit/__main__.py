@@ -1,5 +1,0 @@
-import sys
-
-from tritonrl.toolkit.cli import main
-
-sys.exit(main())

@@ -1,0 +1,7 @@
+"""``python -m tritonrl ...``: the command line (:mod:`tritonrl.cli`), as the ``tritonrl`` script."""
+
+import sys
+
+from tritonrl.cli import main
+
+sys.exit(main())
