@@ -14,12 +14,12 @@ import torch
 from torch import nn
 from tritonrl.toolkit.acting import SnapshotPolicy
 from tritonrl.toolkit.agent import AgentBase, join_ranks
-from tritonrl.toolkit.checkpoint import check_module_tensors, load_into_module, section
 from tritonrl.toolkit.checks import ActionRule, InputGuard
 from tritonrl.toolkit.config import Config, resumable
 from tritonrl.toolkit.policy import PolicyModule
 from tritonrl.toolkit.precision import training_dtype
 from tritonrl.toolkit.preset import MarketPreset, Preset
+from tritonrl.toolkit.runstate import check_module_tensors, load_into_module, section
 from tritonrl.toolkit.seeding import rank_seed
 from tritonrl.toolkit.training.offpolicy import OffPolicySchedule
 

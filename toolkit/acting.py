@@ -12,8 +12,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import torch
-from tritonrl.toolkit.checkpoint import nonfinite_entry
 from tritonrl.toolkit.policy import GreedyActor, PolicyModule
+from tritonrl.toolkit.runstate import nonfinite_entry
 
 __all__ = [
     "ActingPolicy",

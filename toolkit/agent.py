@@ -25,23 +25,14 @@ from tritonrl.kernels.backend import backend_override
 from tritonrl.kernels.validate import check_int
 from tritonrl.toolkit import distributed
 from tritonrl.toolkit.acting import ActingPolicy, LearnerPolicy
-from tritonrl.toolkit.checkpoint import (
-    CheckpointError,
-    agent_state,
-    brief,
-    cut,
-    generator_state_fits,
-    load_checkpoint,
-    nonfinite_entry,
-    save_checkpoint,
-    section,
-)
+from tritonrl.toolkit.checkpoint import CheckpointError, brief, cut, load_checkpoint, save_checkpoint
 from tritonrl.toolkit.checks import InputGuard, StepShapes, check_image_bytes
 from tritonrl.toolkit.config import Config, check_config_dict, fixed_changes, format_change
 from tritonrl.toolkit.distributed import DistContext, DistributedError
 from tritonrl.toolkit.optim import MasterWeightOptimizer
 from tritonrl.toolkit.policy import GreedyActor
 from tritonrl.toolkit.precision import training_dtype
+from tritonrl.toolkit.runstate import agent_state, generator_state_fits, nonfinite_entry, section
 from tritonrl.toolkit.seeding import rank_seed, reseed
 from tritonrl.toolkit.spaces import space_from_json, space_to_json
 

@@ -15,7 +15,7 @@ import torch
 from tritonrl.agents.dqn.config import DQNConfig
 from tritonrl.agents.dqn.network import QNetwork
 from tritonrl.agents.icm import ICM
-from tritonrl.toolkit.checkpoint import CheckpointError, check_module_tensors, load_into_module, section
+from tritonrl.toolkit.checkpoint import CheckpointError
 from tritonrl.toolkit.optim import MasterWeightOptimizer
 from tritonrl.toolkit.replay import (
     FrameReplayBuffer,
@@ -23,6 +23,7 @@ from tritonrl.toolkit.replay import (
     PrioritizedReplayBuffer,
     ReplayBuffer,
 )
+from tritonrl.toolkit.runstate import check_module_tensors, load_into_module, section
 
 __all__ = ["DQNCheckpoint"]
 

@@ -15,15 +15,10 @@ import torch
 from tritonrl.agents.nets.actor_critic import ActorCritic
 from tritonrl.agents.ppo.config import PPOConfig
 from tritonrl.toolkit import pytree
-from tritonrl.toolkit.checkpoint import (
-    CheckpointError,
-    brief,
-    check_module_tensors,
-    load_into_module,
-    section,
-)
+from tritonrl.toolkit.checkpoint import CheckpointError, brief
 from tritonrl.toolkit.optim import MasterWeightOptimizer
 from tritonrl.toolkit.replay.rollout import RolloutBuffer, RunningMeanStd
+from tritonrl.toolkit.runstate import check_module_tensors, load_into_module, section
 
 __all__ = ["PPOCheckpoint"]
 

@@ -23,12 +23,13 @@ from torch import nn
 from tritonrl.agents.sac.policy import ContinuousPolicy
 from tritonrl.toolkit.acting import SnapshotActor, actor_generator
 from tritonrl.toolkit.agent import AgentBase
-from tritonrl.toolkit.checkpoint import CheckpointError, check_module_tensors, load_into_module, section
+from tritonrl.toolkit.checkpoint import CheckpointError
 from tritonrl.toolkit.checks import ActionRule, InputGuard, StepShapes
 from tritonrl.toolkit.compile import Compiled, escape
 from tritonrl.toolkit.distributed import DistContext
 from tritonrl.toolkit.optim import MasterWeightOptimizer, polyak_
 from tritonrl.toolkit.replay import ReplayBatch, ReplayBuffer
+from tritonrl.toolkit.runstate import check_module_tensors, load_into_module, section
 
 __all__ = ["ContinuousAgent", "NO_CLIP"]
 

@@ -10,15 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from tritonrl.toolkit.checkpoint import (
-    CheckpointError,
-    capture_rng_state,
-    load_checkpoint,
-    load_into_module,
-    restore_rng_state,
-    save_checkpoint,
-)
+from tritonrl.toolkit.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from tritonrl.toolkit.optim import MasterWeightOptimizer
+from tritonrl.toolkit.runstate import capture_rng_state, load_into_module, restore_rng_state
 
 
 def _model(dtype: torch.dtype, seed: int = 0) -> torch.nn.Module:

@@ -19,14 +19,8 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tritonrl.toolkit.checkpoint import (
-    MAX_HEADER_BYTES,
-    CheckpointError,
-    capture_rng_state,
-    load_checkpoint,
-    restore_rng_state,
-    save_checkpoint,
-)
+from tritonrl.toolkit.checkpoint import MAX_HEADER_BYTES, CheckpointError, load_checkpoint, save_checkpoint
+from tritonrl.toolkit.runstate import capture_rng_state, restore_rng_state
 
 
 def _state() -> dict:

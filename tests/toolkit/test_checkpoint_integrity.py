@@ -27,13 +27,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from safetensors.torch import save as st_save
-from tritonrl.toolkit.checkpoint import (
-    CheckpointError,
-    checksum,
-    load_checkpoint,
-    nonfinite_entry,
-    save_checkpoint,
-)
+from tritonrl.toolkit.checkpoint import CheckpointError, checksum, load_checkpoint, save_checkpoint
+from tritonrl.toolkit.runstate import nonfinite_entry
 
 gym = pytest.importorskip("gymnasium")
 
@@ -347,7 +342,7 @@ def test_collector_snapshot_and_sections_are_checked() -> None:
     import gymnasium as gym
     from toy_agent import ToyPolicy
     from tritonrl.toolkit.acting import SnapshotPolicy
-    from tritonrl.toolkit.checkpoint import training_sections
+    from tritonrl.toolkit.runstate import training_sections
 
     net = torch.nn.Linear(3, 2)
     toy = ToyPolicy(net, gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2))

@@ -47,14 +47,7 @@ import numpy as np
 import torch
 from tritonrl.kernels.validate import check_int, check_real
 from tritonrl.toolkit import distributed
-from tritonrl.toolkit.checkpoint import (
-    CheckpointError,
-    capture_rng_state,
-    load_checkpoint,
-    load_into_module,
-    restore_rng_state,
-    section,
-)
+from tritonrl.toolkit.checkpoint import CheckpointError, load_checkpoint
 from tritonrl.toolkit.config import Config, fixed_changes, format_change
 from tritonrl.toolkit.distributed import DistContext, on_main
 from tritonrl.toolkit.forecast.baselines import (
@@ -75,6 +68,7 @@ from tritonrl.toolkit.lifecycle import (
 )
 from tritonrl.toolkit.logger import ProgressBar
 from tritonrl.toolkit.optim import MasterWeightOptimizer
+from tritonrl.toolkit.runstate import capture_rng_state, load_into_module, restore_rng_state, section
 
 __all__ = [
     "CHECKPOINT_NAME",

@@ -15,18 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tritonrl.toolkit.checkpoint import (
-    TRAIN_FORMAT,
-    CheckpointError,
-    brief,
-    capture_rng_state,
-    check_rng_state,
-    cut,
-    load_checkpoint,
-    nonfinite_entry,
-    restore_rng_state,
-    training_sections,
-)
+from tritonrl.toolkit.checkpoint import CheckpointError, brief, cut, load_checkpoint
 from tritonrl.toolkit.distributed import DistContext, current, on_main
 from tritonrl.toolkit.envs.vector import VecEnv, evaluate
 from tritonrl.toolkit.lifecycle import (
@@ -39,6 +28,14 @@ from tritonrl.toolkit.lifecycle import (
     seed_everything,
 )
 from tritonrl.toolkit.logger import MetricLogger, ProgressBar, plot_learning_curve
+from tritonrl.toolkit.runstate import (
+    TRAIN_FORMAT,
+    capture_rng_state,
+    check_rng_state,
+    nonfinite_entry,
+    restore_rng_state,
+    training_sections,
+)
 from tritonrl.toolkit.training.base import (
     DivergenceError,
     Evaluator,

@@ -345,13 +345,8 @@ def _read_saved(args: argparse.Namespace, plan: _Plan) -> tuple[dict[str, Any] |
         UsageError: a checkpoint that ``--resume`` was not given for, that cannot be read, or that
             was made with another agent, env or number of environments.
     """
-    from tritonrl.toolkit.checkpoint import (
-        CheckpointError,
-        brief,
-        load_checkpoint,
-        section,
-        training_sections,
-    )
+    from tritonrl.toolkit.checkpoint import CheckpointError, brief, load_checkpoint
+    from tritonrl.toolkit.runstate import section, training_sections
 
     ckpt = plan.ckpt
     if not check_no_overwrite(ckpt, args.resume):

@@ -44,12 +44,12 @@ import torch
 from gymnasium import spaces
 from gymnasium.vector.utils import batch_space
 from tritonrl.toolkit.bars.types import MarketData
-from tritonrl.toolkit.checkpoint import generator_state_fits
 from tritonrl.toolkit.checks import check_config
 from tritonrl.toolkit.config import Config, check_config_dict
 from tritonrl.toolkit.envs.market.actions import as_actions
 from tritonrl.toolkit.envs.market.outputs import OutputPool, OutputSet
 from tritonrl.toolkit.envs.vector import Transition
+from tritonrl.toolkit.runstate import generator_state_fits
 from tritonrl.toolkit.seeding import reseed
 
 __all__ = ["MarketEnv", "MarketEnvConfig"]
