@@ -1,16 +1,11 @@
 """On-policy rollout storage on the device, GAE in f32, and running observation statistics.
 
-GAE with terminations and truncations kept apart. For step ``t`` of environment ``e`` with
-transition ``(s_t, a_t, r_t, s'_t)``, ``s'_t`` being the *true* next observation (the final
-observation where the episode ended)::
+GAE keeps terminations and truncations apart (``s'_t`` is the true next observation)::
 
     delta_t = r_t + gamma * (1 - terminated_t) * V(s'_t) - V(s_t)
-    A_t     = delta_t + gamma * lambda * (1 - done_t) * A_{t+1},   done_t = terminated_t or truncated_t
+    A_t     = delta_t + gamma * lambda * (1 - done_t) * A_{t+1}
 
-A truncated episode (time limit) is cut, not ended: its last step bootstraps from the value of
-its real final observation. A terminated one bootstraps from nothing. ``V(s'_t)`` is
-``V(s_{t+1})`` inside an episode, so :class:`RolloutBuffer` stores it only where it differs: at
-truncations and at the last step of the rollout.
+See docs/pages/ppo.md.
 """
 
 from __future__ import annotations
@@ -44,12 +39,11 @@ def compute_gae(
     """Generalised advantage estimates and returns, in f32, vectorised over environments.
 
     Args:
-        rewards: ``[T, E]`` rewards ``r_t``.
+        rewards: ``[T, E]``.
         values: ``[T, E]`` ``V(s_t)``.
-        next_values: ``[T, E]`` ``V(s'_t)``: the value of the true next observation (used only
-            where the transition is not terminated).
+        next_values: ``[T, E]`` ``V(s'_t)`` of the true next observation (unused where terminated).
         terminated: ``[T, E]`` bool: ``s'_t`` is terminal.
-        truncated: ``[T, E]`` bool: the episode was cut after this step (bootstrap from ``s'_t``).
+        truncated: ``[T, E]`` bool: the episode was cut after this step.
         gamma: discount in ``[0, 1]``.
         lam: GAE lambda in ``[0, 1]``.
 
@@ -94,7 +88,6 @@ class RunningMeanStd:
 
     Args:
         shape: the shape of one sample.
-        device: where the statistics live.
         epsilon: initial pseudo-count (keeps the first normalisations finite).
     """
 
@@ -118,9 +111,7 @@ class RunningMeanStd:
         self.count = total
 
     def merge(self, other: RunningMeanStd) -> None:
-        """Merge ``other``'s statistics (of samples disjoint from these) into these, in place
-        (Chan et al.; :meth:`update` is the merge of one batch). Two empty sets (count 0) stay
-        as they are. No host read."""
+        """Merge ``other``'s statistics (of disjoint samples) into these, in place, without a host read."""
         total = self.count + other.count
         safe = torch.where(total > 0, total, torch.ones_like(total))
         delta = other.mean - self.mean
@@ -133,13 +124,9 @@ class RunningMeanStd:
         self.count = total
 
     def all_reduce_(self, dist: DistContext) -> None:
-        """Replace these statistics, on every rank, by the pooled statistics of every rank's
-        (each rank's samples disjoint from the others'), in place.
+        """Replace these statistics on every rank by the exact pooled statistics of all ranks.
 
-        Exact pooling with two small all-reduces and no host read: the counts and count-weighted
-        means give the pooled mean ``m``; then each rank's sum of squared deviations about ``m``,
-        ``n_r * (var_r + (mean_r - m)**2)``, summed, gives the pooled variance (no
-        ``E[x^2] - m^2`` cancellation). A single process (``dist.enabled`` false) changes nothing.
+        Two small all-reduces, no host read; a single process changes nothing.
         """
         if not dist.enabled:
             return
@@ -178,19 +165,13 @@ class RunningMeanStd:
 class RolloutBuffer:
     """``T`` vector steps of ``E`` environments, stored on ``device``.
 
-    Observations are stored in ``obs_dtype`` (the training dtype: they are cast once, here);
-    log-probs, values, rewards, bootstrap values, advantages and returns in f32; actions in
-    ``action_dtype`` (int64 for discrete, f32 for continuous: the raw, pre-squash sample);
-    ``terminated``, ``truncated`` and ``starts`` (the observation begins an episode) as bool.
+    Observations in ``obs_dtype``, actions in ``action_dtype`` (the raw, pre-squash sample), flags as
+    bool, everything else in f32.
 
     Args:
         num_steps: ``T``.
         num_envs: ``E``.
-        obs_shape: shape of one observation.
         action_shape: shape of one stored action (``()`` for discrete).
-        action_dtype: dtype of stored actions.
-        obs_dtype: dtype of stored observations.
-        device: where everything lives.
     """
 
     FIELDS = (
@@ -279,9 +260,7 @@ class RolloutBuffer:
     _ADDED = ("obs", "actions", "logprobs", "values", "rewards", "terminated", "truncated", "starts")
 
     def _write_host(self, t: int, args: tuple[Any, ...]) -> bool:
-        """Row ``t`` written through numpy views of CPU storage (the same values as the tensor
-        assignment, at a third of its cost a field); ``False`` when a field or an argument is not
-        a CPU tensor numpy can read (bf16 storage, a tensor that requires grad, another device)."""
+        """Write row ``t`` through numpy views of CPU storage; ``False`` where numpy cannot."""
         fields = tuple(getattr(self, name) for name in self._ADDED)
         views = self._views
         if views is None or any(a is not b for a, b in zip(fields, self._viewed, strict=True)):
@@ -306,10 +285,7 @@ class RolloutBuffer:
     def compute_advantages(
         self, gamma: float, lam: float, *, gae: Callable[..., tuple[torch.Tensor, torch.Tensor]] = compute_gae
     ) -> None:
-        """Fill ``advantages`` and ``returns`` (see :func:`compute_gae`).
-
-        ``V(s'_t)`` is the stored bootstrap value where there is one, else ``V(s_{t+1})``.
-        ``gae``: :func:`compute_gae` or a compiled version of it (same arguments).
+        """Fill ``advantages`` and ``returns`` with ``gae`` (:func:`compute_gae` or a compiled one).
 
         Raises:
             RuntimeError: the buffer is not full.
@@ -331,8 +307,7 @@ class RolloutBuffer:
         return {"pos": self.pos, **{name: getattr(self, name) for name in self.FIELDS}}
 
     def check_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Raise ``ValueError`` unless ``state`` fits this buffer (every field a tensor of the right
-        shape and kind: floating, integer or bool; ``pos`` an int in ``[0, T]``); changes nothing."""
+        """Raise ``ValueError`` unless ``state`` fits this buffer; changes nothing."""
         if not isinstance(state, Mapping):
             raise ValueError(f"rollout state is a {type(state).__name__}, not a dict")
         for name in self.FIELDS:
