@@ -1,11 +1,9 @@
 """On-policy rollout storage on the device, GAE in f32, and running observation statistics.
 
-GAE keeps terminations and truncations apart (``s'_t`` is the true next observation)::
+GAE keeps terminations and truncations apart (docs/pages/ppo.md; ``s'_t``: the true next obs)::
 
     delta_t = r_t + gamma * (1 - terminated_t) * V(s'_t) - V(s_t)
     A_t     = delta_t + gamma * lambda * (1 - done_t) * A_{t+1}
-
-See docs/pages/ppo.md.
 """
 
 from __future__ import annotations
