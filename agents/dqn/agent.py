@@ -276,10 +276,7 @@ class DQNAgent(DQNCheckpoint, AgentBase):
         generator: torch.Generator,
         host: bool | None = None,
     ) -> torch.Tensor:
-        """The family's one exploration (:func:`tritonrl.agents.dqn.policy.epsilon_greedy`) of ``q``.
-
-        :meth:`act`, the collector's snapshot and the lagged actor all explore through here.
-        """
+        """The family's one exploration of ``q`` (:func:`tritonrl.agents.dqn.policy.epsilon_greedy`)."""
         host = self._host_explore if host is None else host
         return epsilon_greedy(q, x, eps, generator, num_actions=self._num_actions, nvec=self._nvec, host=host)
 
@@ -342,11 +339,7 @@ class DQNAgent(DQNCheckpoint, AgentBase):
     def observe_steps(
         self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any
     ) -> None:
-        """Store ``T`` vector-env steps ``[T, num_envs, ...]`` (CPU tensors), as ``T`` :meth:`observe` calls.
-
-        Raises:
-            ValueError, TypeError: as :meth:`observe`; a bad entry is named ``[t, env, ...]``.
-        """
+        """Store ``T`` steps ``[T, num_envs, ...]`` (CPU) as ``T`` :meth:`observe` calls (errors too)."""
         steps = obs.shape[0]
         if self.icm_module is not None or not steps:
             for i in range(steps):

@@ -235,7 +235,7 @@ def _per_update_torch(
 
 
 # one row of 32 f32 children, and one stored prefix row of 33 f32, as single numpy items: a
-# gather or write-back of whole rows is then a 1-D take / put of B items (about half the cost of
+# gather or write-back of whole rows is then a 1-D take / put of B items (cheaper than
 # 2-D fancy indexing)
 _CHILD_ROW = np.dtype((np.void, 4 * FANOUT))
 _PREFIX_ROW = np.dtype((np.void, 4 * ROW))

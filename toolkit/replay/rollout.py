@@ -122,10 +122,7 @@ class RunningMeanStd:
         self.count = total
 
     def all_reduce_(self, dist: DistContext) -> None:
-        """Replace these statistics on every rank by the exact pooled statistics of all ranks.
-
-        Two small all-reduces, no host read; a single process changes nothing.
-        """
+        """Replace these statistics on every rank by all ranks' exact pooled ones (no host read)."""
         if not dist.enabled:
             return
         n = self.count.reshape(1)
@@ -145,11 +142,7 @@ class RunningMeanStd:
         return {"mean": self.mean, "var": self.var, "count": self.count}
 
     def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
-        """Restore :meth:`state_dict` output (cast to f32 on this device).
-
-        Raises:
-            ValueError: a shape differs.
-        """
+        """Restore :meth:`state_dict` output as f32 on this device; ``ValueError`` on another shape."""
         if tuple(state["mean"].shape) != tuple(self.mean.shape):
             raise ValueError(
                 f"obs statistics have shape {tuple(state['mean'].shape)}, expected {tuple(self.mean.shape)}"
@@ -234,11 +227,7 @@ class RolloutBuffer:
         truncated: torch.Tensor,
         starts: torch.Tensor,
     ) -> None:
-        """Store one vector step (each argument ``[E, ...]``; cast into the stored dtypes).
-
-        Raises:
-            RuntimeError: the buffer is full (call :meth:`reset` after the update).
-        """
+        """Store one vector step (each argument ``[E, ...]``); ``RuntimeError`` when full."""
         if self.full:
             raise RuntimeError(f"rollout buffer is full ({self.num_steps} steps): update, then reset()")
         t = self.pos
@@ -283,11 +272,7 @@ class RolloutBuffer:
     def compute_advantages(
         self, gamma: float, lam: float, *, gae: Callable[..., tuple[torch.Tensor, torch.Tensor]] = compute_gae
     ) -> None:
-        """Fill ``advantages`` and ``returns`` with ``gae`` (:func:`compute_gae` or a compiled one).
-
-        Raises:
-            RuntimeError: the buffer is not full.
-        """
+        """Fill ``advantages`` and ``returns`` with ``gae``; ``RuntimeError`` unless full."""
         if not self.full:
             raise RuntimeError(f"rollout holds {self.pos} of {self.num_steps} steps")
         shifted = torch.cat([self.values[1:], torch.zeros_like(self.values[:1])])
@@ -322,11 +307,7 @@ class RolloutBuffer:
             raise ValueError(f"rollout position {repr(pos)[:20]} is not an int in [0, {self.num_steps}]")
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict` output, casting into this buffer's dtypes and device.
-
-        Raises:
-            ValueError: a shape differs (checked before anything changes).
-        """
+        """Restore :meth:`state_dict` output (checked first, then cast); ``ValueError`` if it does not fit."""
         self.check_state_dict(state)
         for name in self.FIELDS:
             getattr(self, name).copy_(state[name].to(self.device))
