@@ -52,35 +52,27 @@ HOST_EXPLORE_ENVS = 32
 
 
 class DQNAgent(DQNCheckpoint, AgentBase):
-    """A DQN-family agent (see the module docstring).
+    """A DQN-family agent; the config's switches are listed in :mod:`tritonrl.agents.dqn`.
 
-    Checkpoints (``state_dict``, ``load_state_dict``, ``save``, ``load``) and ``check_inputs`` are
-    :class:`tritonrl.toolkit.agent.AgentBase`'s; the agent's own parts are the online and
-    target networks, the optimizer, the replay buffer, the f32 target masters (Polyak in bf16)
-    and, with ICM, its module, optimizer and replay. The learning rates come from the config
-    (``lr``, ``icm_lr``) on load.
+    Checkpoints and ``check_inputs`` are :class:`tritonrl.toolkit.agent.AgentBase`'s.
 
     Args:
         observation_space: a gymnasium ``Box``.
         action_space: ``Discrete`` (Q head) or ``MultiDiscrete`` (branching head).
         config: a :class:`DQNConfig` (default: the ``dqn`` preset).
         device: where networks and replay live; the dtype is ``training_dtype(device)``.
-        num_envs: environments per ``observe`` call (the leading dim of every argument); with
-            ``dist``, this rank's share of the run's environments.
-        seed: seeds the parameters and the agent's own generator (exploration, noise, replay;
-            rank ``r`` of a data-parallel run seeds it with
-            :func:`tritonrl.toolkit.seeding.rank_seed` ``(seed, r)``).
-        dist: the data-parallel context (``None``: :func:`tritonrl.toolkit.distributed.current`,
-            a single process unless ``init_distributed`` joined a group); see the module
-            docstring. Every rank must build the agent at the same point.
+        num_envs: environments per ``observe`` call; with ``dist``, this rank's share.
+        seed: seeds the parameters and the agent's generator (per rank:
+            :func:`tritonrl.toolkit.seeding.rank_seed`).
+        dist: the data-parallel context (``None``: :func:`tritonrl.toolkit.distributed.current`);
+            every rank must build the agent at the same point.
 
     Raises:
         ValueError: an unsupported space, a distributional config with a MultiDiscrete space, a
-            replay (``buffer_size``) that cannot fit in the device's free memory, or a
-            ``TRITONRL_BACKEND`` that cannot run on ``device``.
+            replay that does not fit in the device's free memory, or a ``TRITONRL_BACKEND`` that
+            cannot run on ``device``.
         tritonrl.toolkit.distributed.DistributedError: the ranks' configs, spaces or ``num_envs``
-            differ, or ``buffer_size`` or ``batch_size`` is not divisible by the world size (on
-            every rank).
+            differ, or ``buffer_size`` or ``batch_size`` is not divisible by the world size.
     """
 
     kind = AGENT_KIND
@@ -193,10 +185,7 @@ class DQNAgent(DQNCheckpoint, AgentBase):
             self._target_master = [p.detach().float().clone() for p in self.target.parameters()]
 
     def _init_compiled(self) -> None:
-        """The compiled regions (:mod:`tritonrl.toolkit.compile`): the loss of an update (its
-        backward compiled with it), the ICM loss, the acting forward; eager functions for
-        ``compile="none"``. The acting forward is compiled on CUDA only: on a CPU its guards and
-        wrappers cost more than the small network saves."""
+        """The compiled regions (:mod:`tritonrl.toolkit.compile`); the acting forward on CUDA only."""
         cfg = self.config
         self._learn = Compiled(self._loss, cfg.compile, self.device)
         self._learn_icm = Compiled(self._icm_loss, cfg.compile, self.device)
@@ -204,14 +193,11 @@ class DQNAgent(DQNCheckpoint, AgentBase):
         self._act_q = Compiled(self._online_q, act_mode, self.device)
 
     def _init_exploration(self) -> None:
-        """What :meth:`_explore` draws from: Discrete action counts, or the ``[D]`` sub-action
-        counts on the device; and whether a CPU agent draws on the host.
+        """What :meth:`_explore` draws from, and whether a CPU agent draws on the host.
 
-        On a CPU the exploration draws are read on the host (no sync there), chosen once: the
-        greedy forward is skipped for the environments that explore, and the choice between the
-        random and the greedy action is a numpy select instead of two tensor ops. Past a few dozen
-        environments some always act greedily and the per-env Python costs more than the two
-        tensor ops (the same draws either way, so the same actions)."""
+        On a CPU with few environments the draws are read on the host, so exploring environments skip
+        the greedy forward; the draws, and so the actions, are the same either way.
+        """
         host = self.device.type == "cpu" and not self.factored
         self._host_explore = host and self.num_envs <= HOST_EXPLORE_ENVS
         self._num_actions: int | None = None if self.factored else self.action["n"]
@@ -250,10 +236,7 @@ class DQNAgent(DQNCheckpoint, AgentBase):
         return expected_q(net, x, self.config.distribution, self.support, self.factored)
 
     def q_values(self, obs: torch.Tensor, *, explore: bool = False) -> torch.Tensor:
-        """Expected Q values (f32) of the online network for ``obs [B, *obs_shape]``.
-
-        ``explore=False`` runs the network in eval mode: noisy layers at their mean weights.
-        """
+        """Expected Q values (f32) for ``obs [B, *obs_shape]``; ``explore=False``: noise-free weights."""
         return escape(self._q(self._ingest(obs, "q_values"), explore), self._act_q)
 
     def _online_q(self, x: torch.Tensor) -> torch.Tensor:
@@ -293,25 +276,18 @@ class DQNAgent(DQNCheckpoint, AgentBase):
         generator: torch.Generator,
         host: bool | None = None,
     ) -> torch.Tensor:
-        """The family's one exploration (:func:`tritonrl.agents.dqn.policy.epsilon_greedy`) of the
-        expected Q ``q`` for ingested ``x``: :meth:`act`, the collector's snapshot and the lagged
-        actor all explore through here (``host``: the host draws of a CPU agent, default
-        ``_host_explore``; the collector never reads on the host)."""
+        """The family's one exploration of ``q`` (:func:`tritonrl.agents.dqn.policy.epsilon_greedy`)."""
         host = self._host_explore if host is None else host
         return epsilon_greedy(q, x, eps, generator, num_actions=self._num_actions, nvec=self._nvec, host=host)
 
     def act(self, obs: Any, explore: bool = True) -> torch.Tensor:
-        """Actions for a batch of observations ``[E, *obs_shape]`` (f32 tensor or array).
+        """Actions for ``obs [E, *obs_shape]``: int64 ``[E]`` (``[E, D]`` for MultiDiscrete) on the device.
 
-        ``explore=True``: epsilon-greedy (or the noisy network's current noise); ``False``:
-        greedy at the noise-free weights. Returns ``[E]`` int64 (``[E, D]`` for MultiDiscrete)
-        on the agent's device.
+        ``explore=True``: epsilon-greedy (or the noisy network's noise); ``False``: greedy, noise-free.
 
         Raises:
-            ValueError: ``obs`` has the wrong shape (``num_envs`` rows: :meth:`eval_policy` acts
-                for any number), or holds NaN/inf (checked at once for host inputs; for
-                accelerator tensors at the next :meth:`update` or :meth:`check_inputs`, see
-                :attr:`inputs`).
+            ValueError: ``obs`` has the wrong shape or holds NaN/inf (accelerator tensors: raised at the
+                next :meth:`update` or :meth:`check_inputs`).
         """
         x = self._ingest(obs, "act")
         eps = self.epsilon() if explore else 0.0
@@ -324,19 +300,13 @@ class DQNAgent(DQNCheckpoint, AgentBase):
     ) -> None:
         """Store one vector-env step (leading dim ``num_envs``); with ICM, add the intrinsic reward.
 
-        ``next_obs`` is the true next observation (the final one at episode ends). With
-        ``replay_staging`` host (the CPU default), rewards and done flags are best passed on the
-        host (numpy or CPU tensors), where the replay buffer reads them, and with ICM on CUDA the
-        intrinsic reward is brought there (one sync per call); with device staging (the
-        accelerator default) nothing is read on the host: pass device tensors.
+        ``next_obs`` is the true next observation. With host staging pass rewards and flags on the host;
+        with device staging, device tensors (nothing is read on the host).
 
         Raises:
-            ValueError: an argument whose shape is not ``[num_envs, ...]`` (nothing stored); NaN/inf
-                in ``obs``, ``reward`` or ``next_obs``, or an ``action`` outside the action space,
-                named with the first bad entry (host inputs: at once, and nothing is stored;
-                accelerator tensors: at the next :meth:`update` or :meth:`check_inputs`).
-            TypeError: ``terminated``/``truncated`` not boolean, or another wrong dtype (nothing
-                stored).
+            ValueError: a shape that is not ``[num_envs, ...]``, or NaN/inf or an out-of-range action,
+                named with the first bad entry (accelerator tensors: raised later, see :meth:`act`).
+            TypeError: ``terminated``/``truncated`` not boolean, or another wrong dtype.
         """
         self.shapes.observe(obs, action, reward, next_obs, terminated, truncated)
         self._check_values(obs, action, reward, next_obs)
@@ -369,15 +339,7 @@ class DQNAgent(DQNCheckpoint, AgentBase):
     def observe_steps(
         self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any
     ) -> None:
-        """Store ``T`` consecutive vector-env steps, each argument ``[T, num_envs, ...]`` (CPU
-        tensors): the same replay and counters as ``T`` :meth:`observe` calls in order, with the
-        inputs checked once for the whole block (the overlapped learner's way in). With ICM, it is
-        those ``T`` calls.
-
-        Raises:
-            ValueError, TypeError: as :meth:`observe` (nothing stored); a bad entry is named by its
-                index in the block, ``[t, env, ...]``.
-        """
+        """Store ``T`` steps ``[T, num_envs, ...]`` (CPU) as ``T`` :meth:`observe` calls (errors too)."""
         steps = obs.shape[0]
         if self.icm_module is not None or not steps:
             for i in range(steps):
@@ -469,19 +431,13 @@ class DQNAgent(DQNCheckpoint, AgentBase):
     def update(self) -> dict[str, torch.Tensor]:
         """One gradient step on a replay batch (plus the target and ICM updates when due).
 
-        Returns f32 scalar metrics on the device: ``losses/td_loss``, ``losses/grad_norm`` (the
-        norm before clipping; absent with ``max_grad_norm=None``, which computes none),
-        ``values/q``, and ``losses/icm_*`` with ICM. Reads no tensor value on the host (no
-        device sync; tested), unless ``inputs.check_at_update`` is set (see :meth:`check_inputs`).
-        With ``compile`` set, the loss and the optimizer step run compiled. With ``dist``, every
-        rank calls it together: each samples :attr:`batch_size` transitions of its own replay and
-        the gradients are averaged (the metrics are this rank's).
+        Returns f32 scalar metrics on the device (``losses/td_loss``, ``losses/grad_norm``, ``values/q``,
+        ``losses/icm_*``) without a host read unless ``inputs.check_at_update``. With ``dist``, every rank
+        calls it together and the gradients are averaged.
 
         Raises:
-            RuntimeError: the buffer holds fewer transitions than :attr:`batch_size` (this rank's
-                share of ``config.batch_size``).
-            ValueError: with ``inputs.check_at_update``, a deferred input check failed (see
-                :meth:`check_inputs`); nothing learned.
+            RuntimeError: the buffer holds fewer than :attr:`batch_size` transitions.
+            ValueError: with ``inputs.check_at_update``, a deferred input check failed; nothing learned.
         """
         cfg = self.config
         if self.inputs.pending and self.inputs.check_at_update:
@@ -536,16 +492,11 @@ class DQNAgent(DQNCheckpoint, AgentBase):
 
     @torch.no_grad()
     def check_inputs(self) -> None:
-        """Raise now if a deferred input check failed, or if the prioritized replay rejected a
-        priority update (NaN/inf TD errors) since the last check.
-
-        On a CPU both are checked as they happen; on an accelerator neither reads the device
-        inside a step: the training loop calls this at every log interval and before every
-        checkpoint (one host sync for each when there is something to read).
+        """Raise if a deferred input check failed or a priority update was rejected since the last check.
 
         Raises:
-            ValueError: an earlier ``act``/``observe`` received NaN/inf or an out-of-range action,
-                or an update's priorities were rejected (the buffer kept the old ones).
+            ValueError: NaN/inf or an out-of-range action in an earlier ``act``/``observe``, or rejected
+                priorities (the buffer kept the old ones).
         """
         super().check_inputs()
         if isinstance(self.buffer, (PrioritizedReplayBuffer, PrioritizedFrameReplayBuffer)):
@@ -580,9 +531,7 @@ class DQNAgent(DQNCheckpoint, AgentBase):
         )
 
     def policy(self) -> QPolicy:
-        """The policy as a plain module (:class:`tritonrl.agents.dqn.policy.QPolicy`): an f32 copy
-        of the online network in eval mode whose ``forward(obs)`` is the argmax of the expected Q
-        (noise off). A snapshot: later updates do not reach it."""
+        """The policy module (:class:`tritonrl.agents.dqn.policy.QPolicy`): an f32 greedy snapshot."""
         return self._snapshot().eval()
 
     def learner_tensors(self) -> list[torch.Tensor]:
@@ -590,11 +539,9 @@ class DQNAgent(DQNCheckpoint, AgentBase):
         return [*self.online.parameters(), *self.online.buffers()]
 
     def acting_policy(self, sync_every: int = 1) -> SnapshotPolicy:
-        """The collector's acting policy: a :class:`tritonrl.toolkit.acting.SnapshotPolicy` of the
-        policy module (f32, refreshed every ``sync_every`` updates), exploring as :meth:`act` does
-        (:func:`tritonrl.agents.dqn.policy.epsilon_greedy` with the agent's generator and epsilon
-        schedule; noisy layers: the noise as of the last sync), the expected Q compiled on CUDA as
-        :meth:`act`'s forward. Reads nothing on the host on an accelerator.
+        """The collector's :class:`tritonrl.toolkit.acting.SnapshotPolicy`, exploring as :meth:`act`.
+
+        Refreshed every ``sync_every`` updates; reads nothing on the host on an accelerator.
 
         Raises:
             ValueError: ``sync_every`` is not a positive int.
@@ -616,10 +563,7 @@ class DQNAgent(DQNCheckpoint, AgentBase):
         )
 
     def lagged_actor(self) -> SnapshotActor:
-        """An overlapped run's actor: a snapshot of the policy module (holding the online weights
-        now) exploring as :meth:`act` does, with ``epsilon`` at the actor's own step count (which
-        starts at ``env_steps``) and a generator seeded by one draw from the agent's; greedy for
-        evaluations."""
+        """An overlapped run's actor: a policy snapshot exploring as :meth:`act` on its own step count."""
         generator = actor_generator(self.generator, self.device)
         stride = self.num_envs * self.dist.world_size
         steps = [self.env_steps]

@@ -77,14 +77,13 @@ def epsilon_greedy(
 
 
 class QPolicy(PolicyModule):
-    """The DQN family's policy module (see the module docstring).
+    """The DQN family's policy module: greedy on the expected Q, image bytes scaled inside.
 
     Args:
         net: the Q network it acts with (``agent.policy()`` passes an f32 copy of the online one).
         observation_space: a ``Box`` (uint8 ``[C, H, W]`` for images).
-        action_space: ``Discrete`` or ``MultiDiscrete``.
         distribution: ``"none"``, ``"c51"`` or ``"qr"``.
-        support: C51's ``[Z]`` atoms (``None`` otherwise); kept as an f32 buffer.
+        support: C51's ``[Z]`` atoms (``None`` otherwise).
         pixel_scale: the factor image bytes are scaled by (``None``: float observations).
         frame_stack: frames per observation (recorded in export sidecars).
 

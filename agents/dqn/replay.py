@@ -1,7 +1,6 @@
-"""The DQN family's replays: the staging mode, the memory check and the builders of the Q
-learner's replay (uniform or prioritized; the frame replay for image observations) and of the
-ICM's. They hold this rank's share of ``buffer_size``; their memory is checked against the device
-before anything is allocated. Guide: docs/pages/dqn.md, docs/pages/replay.md.
+"""The DQN family's replays: staging mode, memory check and builders of the Q learner's and the ICM's.
+
+They hold this rank's share of ``buffer_size``. See docs/pages/dqn.md and docs/pages/replay.md.
 """
 
 from __future__ import annotations
@@ -39,9 +38,7 @@ def check_replay_memory(
     staging: str,
     pixels: bool = False,
 ) -> None:
-    """Refuse a ``buffer_size`` whose replay (and ICM replay) of ``capacity`` transitions (this
-    rank's share) cannot fit on the device, before anything is allocated (``pixels``: the frame
-    replay of :func:`build_replay`).
+    """Refuse a ``buffer_size`` whose replays (this rank's share) do not fit on the device.
 
     Raises:
         ValueError: the replay does not fit in the device's free memory.
@@ -76,15 +73,11 @@ def build_replay(
     staging: str,
     pixel_scale: float | None = None,
 ) -> ReplayBuffer | FrameReplayBuffer:
-    """The Q learner's replay of ``capacity`` transitions for actions of ``action``
-    (:func:`tritonrl.agents.dqn.spaces.action_spec`): ``n_step`` returns, prioritized if
-    ``cfg.prioritized``; int64 actions, checked against the space when the replay is used directly
-    (the agent checks its own inputs and adds with ``check=False``). With a ``pixel_scale`` (image
-    observations, :func:`tritonrl.toolkit.spaces.pixel_scale`), a frame replay that stores each
-    frame once as uint8 and samples the stacks of ``cfg.frame_stack`` frames scaled by it into the
-    training dtype (:class:`tritonrl.toolkit.replay.FrameReplayBuffer`; its n-step windows close at
-    sample time, so ``staging`` does not apply; ``capacity`` is rounded down to a multiple of
-    ``num_envs``, one ring of frames per environment)."""
+    """The Q learner's replay: ``n_step`` returns, prioritized if ``cfg.prioritized``, int64 actions.
+
+    With a ``pixel_scale``, a :class:`tritonrl.toolkit.replay.FrameReplayBuffer` of ``cfg.frame_stack``
+    frames (``staging`` does not apply; ``capacity`` rounds down to a multiple of ``num_envs``).
+    """
     kw: dict[str, Any] = dict(
         device=device,
         num_envs=num_envs,

@@ -1,6 +1,5 @@
-"""What the DQN family takes from its spaces, checked once at construction: a ``Box`` of
-observations (image bytes select the conv torso and the frame replay), and ``Discrete`` or flat
-``MultiDiscrete`` actions starting at 0 (the factored head). Guide: docs/pages/dqn.md.
+"""What the DQN family takes from its spaces, checked once: a ``Box`` of observations, and
+``Discrete`` or flat ``MultiDiscrete`` actions starting at 0. See docs/pages/dqn.md.
 """
 
 from __future__ import annotations
@@ -45,22 +44,17 @@ def action_counts(action: dict[str, Any]) -> int | list[int]:
 
 
 def obs_shape(observation_space: gym.Space) -> tuple[int, ...]:
-    """The shape of one observation.
-
-    Raises:
-        ValueError: not a ``Box``.
-    """
+    """The shape of one observation; ``ValueError`` if not a ``Box``."""
     if not isinstance(observation_space, gym.spaces.Box):
         raise ValueError(f"observation_space={observation_space}: DQN needs a Box observation space")
     return tuple(int(s) for s in observation_space.shape)
 
 
 def check_pixels(cfg: DQNConfig, obs_shape: tuple[int, ...], pixel_scale: float | None) -> None:
-    """Refuse what image observations (``pixel_scale`` not ``None``) cannot take.
+    """Refuse what image observations cannot take.
 
     Raises:
-        ValueError: ``icm=True`` (its models are MLPs), or a ``frame_stack`` that does not divide
-            the observation's channels.
+        ValueError: ``icm=True``, or a ``frame_stack`` that does not divide the channels.
     """
     if pixel_scale is None:
         return

@@ -1,9 +1,7 @@
 """The DQN agent's checkpoint parts (the :class:`tritonrl.toolkit.agent.AgentBase` hooks).
 
-The agent's own entries of a state: the online and target networks, the optimizer, the replay
-buffer, the f32 target masters (Polyak averaging in bf16) and, with ICM, its module, optimizer and
-replay. The replays are this rank's own parts (``rank_part_keys``); loading without them starts
-empty ones.
+Networks, optimizer, replay, f32 target masters and, with ICM, its parts; the replays are this
+rank's own (``rank_part_keys``) and start empty when loaded without them.
 """
 
 from __future__ import annotations
@@ -128,9 +126,7 @@ class DQNCheckpoint:
                 self.icm_buffer.apply_state(staged["icm_replay"])
 
     def _fresh_replays(self) -> None:
-        """Empty replay buffers (this rank's own part, for ``rank_parts=False``): rebuilt unless
-        still unused (the old storage is released first). A prioritized replay continues its
-        ``beta`` schedule from the update count (one sampled batch per update)."""
+        """Empty replays (this rank's part); a prioritized one continues ``beta`` from the update count."""
         if self.buffer.steps:
             self.buffer = None  # release the storage before building the new one
             self.buffer = self._build_buffer()

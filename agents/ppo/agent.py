@@ -67,37 +67,27 @@ class _Pending(typing.NamedTuple):
 
 
 class PPOAgent(LaggedPPO, PPOCheckpoint, AgentBase):
-    """A PPO agent (see the module docstring).
+    """A PPO agent; the algorithm is described in :mod:`tritonrl.agents.ppo`.
 
-    Checkpoints (``state_dict``, ``load_state_dict``, ``save``, ``load``) and ``check_inputs`` are
-    :class:`tritonrl.toolkit.agent.AgentBase`'s; the agent's own parts are the policy, the
-    optimizer, the rollout, the observation statistics and the recurrent memories. On load the
-    learning rate comes from the config (:meth:`current_lr`).
+    Checkpoints and ``check_inputs`` are :class:`tritonrl.toolkit.agent.AgentBase`'s.
 
     Args:
-        observation_space: a gymnasium ``Box``: flat observations (``torso="mlp"``), or images, a
-            uint8 ``Box`` of shape ``[C, H, W]`` (a conv ``torso``; the bytes are scaled by
-            ``1 / high`` into the training dtype once, where they enter ``act``/``observe``).
-        action_space: ``Discrete`` (discrete, lstm, gru, mamba) or ``Box`` (continuous, flow, lstm,
-            gru, mamba).
+        observation_space: a flat ``Box`` (``torso="mlp"``) or a uint8 image ``Box`` ``[C, H, W]``
+            (a conv ``torso``; bytes scaled by ``1 / high`` once, on entry).
+        action_space: ``Discrete`` or ``Box``, as the policy kind can drive.
         config: a :class:`PPOConfig` (default: the ``ppo`` preset).
-        num_envs: environments per ``act``/``observe`` call (the leading dim of every argument);
-            with ``dist``, this rank's share of the run's environments.
+        num_envs: environments per ``act``/``observe`` call; with ``dist``, this rank's share.
         device: where networks and the rollout live; the dtype is ``training_dtype(device)``.
-        seed: seeds the parameters and the agent's own generator (sampling, minibatch order;
-            rank ``r`` of a data-parallel run seeds it with
-            :func:`tritonrl.toolkit.seeding.rank_seed` ``(seed, r)``).
-        dist: the data-parallel context (``None``: :func:`tritonrl.toolkit.distributed.current`,
-            a single process unless ``init_distributed`` joined a group); see the module
-            docstring. Every rank must build the agent at the same point.
+        seed: seeds the parameters and the agent's generator (per rank:
+            :func:`tritonrl.toolkit.seeding.rank_seed`).
+        dist: the data-parallel context (``None``: :func:`tritonrl.toolkit.distributed.current`);
+            every rank must build the agent at the same point.
 
     Raises:
-        ValueError: an action space the policy kind cannot drive, an observation space that is
-            neither flat nor a uint8 image, or an observation space the ``torso`` does not fit
-            (images need a conv torso, flat observations ``"mlp"``).
+        ValueError: an action space the policy kind cannot drive, or an observation space that is
+            neither flat nor a uint8 image or does not fit the ``torso``.
         TypeError: ``config`` is not a :class:`PPOConfig`.
-        tritonrl.toolkit.distributed.DistributedError: the ranks' configs, spaces or ``num_envs``
-            differ (on every rank).
+        tritonrl.toolkit.distributed.DistributedError: the ranks' configs, spaces or ``num_envs`` differ.
     """
 
     kind = AGENT_KIND
@@ -183,10 +173,7 @@ class PPOAgent(LaggedPPO, PPOCheckpoint, AgentBase):
     ingest_rows = "E"
 
     def _ingest_cast(self, x: torch.Tensor, dtype: torch.dtype, **hook: Any) -> torch.Tensor:
-        """:meth:`AgentBase._ingest`'s cast: f32 on the device, normalised by the observation
-        statistics (updated first when ``hook["update_stats"]``), then cast once to ``dtype``
-        (an overlapped run's f32 snapshot asks for f32). Called as
-        ``_ingest(obs, update_stats=..., call=..., dtype=...)``."""
+        """:meth:`AgentBase._ingest`'s cast: f32, normalised (stats updated if asked), then ``dtype``."""
         x = x.to(self.device, torch.float32)
         if self.obs_rms is not None:
             if hook["update_stats"]:
@@ -209,16 +196,14 @@ class PPOAgent(LaggedPPO, PPOCheckpoint, AgentBase):
 
     @torch.no_grad()
     def act(self, obs: torch.Tensor, explore: bool = True) -> torch.Tensor:
-        """Actions for ``obs [E, obs_dim]`` (f32; images: ``[E, C, H, W]`` uint8): ``[E]`` int64
-        (Discrete) or ``[E, D]`` f32 (Box).
+        """Actions for ``obs [E, *obs_shape]``: ``[E]`` int64 (Discrete) or ``[E, D]`` f32 (Box).
 
-        ``explore=False`` acts greedily (argmax, Gaussian mean, flow of the base mean). The step's
-        log-prob and value are kept for :meth:`observe`; recurrent memories advance.
+        ``explore=False`` acts greedily. The log-prob and value are kept for :meth:`observe`; recurrent
+        memories advance.
 
         Raises:
-            ValueError: ``obs`` has the wrong shape, or holds NaN/inf (checked at once for host
-                inputs, before the observation statistics change; for accelerator tensors at the
-                next :meth:`update` or :meth:`check_inputs`, see :attr:`inputs`).
+            ValueError: ``obs`` has the wrong shape or holds NaN/inf (accelerator tensors: raised at the
+                next :meth:`update` or :meth:`check_inputs`).
             TypeError: image observations that are not uint8.
         """
         x = self._ingest(obs, update_stats=explore, call="act")
@@ -248,28 +233,17 @@ class PPOAgent(LaggedPPO, PPOCheckpoint, AgentBase):
     ) -> None:
         """Store one vector step (each argument has leading dim ``E``).
 
-        ``next_obs`` is the true next observation (the final one where an episode ended): it is
-        evaluated by the critic where ``truncated`` (and at the rollout's last step) to bootstrap.
-
-        The step is scored with the log-prob and value :meth:`act` computed for ``obs`` (the
-        same object, or equal values: a numpy copy is fine), and ``action`` must then be the
-        action :meth:`act` returned. ``rescore=True`` stores another ``action`` (an action mask or
-        a shield replaced it) with its log-prob under the current policy, from the features
-        :meth:`act` computed (recurrent policies too). An ``obs`` that did not go through
-        :meth:`act` is re-scored by feed-forward policies and refused by recurrent ones.
+        ``next_obs`` is the true next observation, scored by the critic where ``truncated`` and at the
+        rollout's last step. ``action`` must be what :meth:`act` returned for ``obs``; ``rescore=True``
+        stores another one (a mask or shield replaced it) with its log-prob under the current policy.
 
         Raises:
-            RuntimeError: the rollout is full (call :meth:`update`), or a recurrent policy observes
-                an ``obs`` that did not come through :meth:`act`.
-            ValueError: an argument whose shape is not ``[num_envs, ...]``, before any tensor op;
-                NaN/inf in ``obs``, ``reward`` or ``next_obs``, an ``action`` outside the action
-                space, or (without ``rescore``) an ``action`` that differs from the one :meth:`act`
-                returned for ``obs``, named with the first bad entry or the rows (host inputs: at
-                once, nothing is stored; accelerator tensors: at the next :meth:`update` or
-                :meth:`check_inputs`).
-            TypeError: ``terminated``/``truncated`` not boolean (a float 0/1 flag is refused, not
-                cast), ``reward`` not real numbers, or image observations not uint8; nothing is
-                stored.
+            RuntimeError: the rollout is full, or a recurrent policy observes an ``obs`` that did not
+                come through :meth:`act`.
+            ValueError: a shape that is not ``[num_envs, ...]``, NaN/inf, an out-of-range action, or
+                (without ``rescore``) another action than :meth:`act` returned; accelerator tensors
+                raise at the next :meth:`update` or :meth:`check_inputs`.
+            TypeError: non-boolean ``terminated``/``truncated``, non-real ``reward``, or non-uint8 images.
         """
         self.shapes.observe(obs, action, reward, next_obs, terminated, truncated)
         self._check_values(obs, action, reward, next_obs)
@@ -356,19 +330,13 @@ class PPOAgent(LaggedPPO, PPOCheckpoint, AgentBase):
     def update(self) -> dict[str, torch.Tensor]:
         """One PPO update on the full rollout; returns f32 scalar metrics on the device.
 
-        Reads no tensor value on the host (no device sync; tested), except the approximate KL once
-        per epoch when ``target_kl`` is set, the deferred input checks first when
-        ``inputs.check_at_update`` is set (see :meth:`check_inputs`), and, for the LSTM and GRU
-        policies, one small integer tensor per update: the sizes of the layouts every minibatch's
-        sequences are split into at episode starts (:meth:`_minibatch_layouts`; the epochs'
-        permutations are drawn first, all at once, for it). With ``compile`` set, GAE,
-        the minibatch loss and the optimizer step run compiled. With ``dist``, every rank calls it
-        together (see the module docstring for what is exchanged).
+        Host reads: the approximate KL once per epoch with ``target_kl``, the deferred input checks with
+        ``inputs.check_at_update``, and for LSTM/GRU policies one small layout tensor per update
+        (:meth:`_minibatch_layouts`). With ``dist``, every rank calls it together.
 
         Raises:
             RuntimeError: the rollout is not full yet.
-            ValueError: with ``inputs.check_at_update``, a deferred input check failed (see
-                :meth:`check_inputs`); nothing learned.
+            ValueError: with ``inputs.check_at_update``, a deferred input check failed; nothing learned.
         """
         if self.inputs.pending and self.inputs.check_at_update:
             self.inputs.check()
@@ -425,10 +393,7 @@ class PPOAgent(LaggedPPO, PPOCheckpoint, AgentBase):
     def _minibatch_layouts(
         starts: torch.Tensor, perms: list[torch.Tensor], mb_size: int
     ) -> list[list[tuple[int, int]]]:
-        """``(rows, length)`` of the split layout (:meth:`LSTMCore.sequence`) of each minibatch
-        ``perm.split(mb_size)`` of each epoch's ``perm``, for sequences ``starts [S, L]``: the
-        layouts of a whole update read on the host at once (one transfer of ``[2, epochs,
-        minibatches]`` integers: a device synchronisation on CUDA, once per update)."""
+        """``(rows, length)`` of the split layout of every minibatch of every epoch, read in one transfer."""
         count, longest = subsequence_stats(starts)  # [S] each
         n = starts.shape[0]
         m = -(-n // mb_size)  # minibatches per epoch (the last one may be shorter)
@@ -465,12 +430,10 @@ class PPOAgent(LaggedPPO, PPOCheckpoint, AgentBase):
         return escape(metrics, self._learn)  # summed over minibatches: kept past the next replay
 
     def _global_adv_stats(self, adv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(mean, std)`` (f32 0-d) of the advantages of the global minibatch: the union of every
-        rank's ``adv`` (any shape), with the same unbiased rule as ``Tensor.std`` in one process.
+        """``(mean, std)`` (f32 0-d) of the advantages over every rank, as ``Tensor.std`` (unbiased).
 
-        Two small all-reduces, outside the compiled loss, no host read: the count and sum give the
-        mean, then the sum of squared deviations about it (two passes: no ``E[a^2] - mean^2``
-        cancellation)."""
+        Two small all-reduces (sum, then squared deviations about the mean), no host read.
+        """
         a = adv.detach().float().reshape(-1)
         sums = torch.stack([a.new_full((), a.numel()), a.sum()])
         self.dist.all_reduce_sum_(sums)
@@ -512,11 +475,11 @@ class PPOAgent(LaggedPPO, PPOCheckpoint, AgentBase):
         features: tuple[torch.Tensor, torch.Tensor] | None = None,
         adv_stats: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """``(loss, metrics)`` of the minibatch ``idx`` of ``data`` (the compiled region of a
-        minibatch step; its backward is compiled with it). ``features``: the policy's features of
-        the minibatch, computed before (LSTM/GRU policies); else computed here. ``adv_stats``: the
-        ``(mean, std)`` that normalise the advantages (data-parallel: the global minibatch's);
-        ``None``: this minibatch's own."""
+        """``(loss, metrics)`` of minibatch ``idx`` (the compiled region).
+
+        ``features``: precomputed (LSTM/GRU) or ``None``; ``adv_stats``: the advantage ``(mean, std)``,
+        ``None`` for this minibatch's own.
+        """
         cfg = self.config
         if features is not None:
             logp, entropy, value = self.net.evaluate_features(
@@ -566,10 +529,7 @@ class PPOAgent(LaggedPPO, PPOCheckpoint, AgentBase):
     # ------------------------------------------------------------------ the policy module
 
     def policy(self) -> ActorCriticPolicy:
-        """The policy as a plain module (:class:`tritonrl.agents.ppo.policy.ActorCriticPolicy`): an
-        f32 copy of the actor-critic (the export cast) with the observation statistics of
-        ``normalize_obs``, in eval mode; ``forward`` is the deterministic action (recurrent:
-        ``forward(obs, *state) -> (action, *state)``). A snapshot: later updates do not reach it."""
+        """The policy module (:class:`tritonrl.agents.ppo.policy.ActorCriticPolicy`): an f32 snapshot."""
         net = copy.deepcopy(self.net).float().requires_grad_(False)
         stats = None if self.obs_rms is None else (self.obs_rms.mean, self.obs_rms.var)
         return ActorCriticPolicy(
@@ -600,8 +560,7 @@ class PPOAgent(LaggedPPO, PPOCheckpoint, AgentBase):
 
 
 def _check_obs_space(space: gym.Space, cfg: PPOConfig, pixels: bool) -> tuple[int, ...]:
-    """The shape of one observation of ``space``: ``(obs_dim,)`` for a flat ``Box`` and the ``mlp``
-    torso, ``(C, H, W)`` for a uint8 image ``Box`` and a conv torso.
+    """The shape of one observation: ``(obs_dim,)`` (``mlp`` torso) or ``(C, H, W)`` (conv torso).
 
     Raises:
         ValueError: another space, or a torso that does not fit it.

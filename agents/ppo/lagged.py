@@ -1,17 +1,9 @@
 """The PPO agent's part in overlapped training (:mod:`tritonrl.toolkit.training.overlap`).
 
-The actor of an overlapped PPO run collects rollout ``k + 1`` from an f32 snapshot of the policy
-module (``agent.policy()``) taken at sync point ``k`` (the weights after update ``k - 1``), with a
-generator of its own, while the learner runs update ``k``. The actor stages, beside each vector
-step, the raw actions it sampled and their log-probs under the snapshot (the behaviour policy); the
-learner's
-:meth:`LaggedPPO.observe_steps` stores them as the rollout's old log-probs, so the clipped ratio of
-the update is taken against the policy that acted (one update behind the learner). The rollout's
-values and bootstrap values are the learner's critic at the sync point, computed in one batch.
-
-Feed-forward policies only (discrete, continuous, flow; flat or image observations, without
-``normalize_obs``): a recurrent policy's memory and the observation statistics live on the acting
-side, which the learner does not see.
+The actor collects rollout ``k + 1`` from an f32 policy snapshot taken at sync point ``k`` and
+stages its raw actions and log-probs; :meth:`LaggedPPO.observe_steps` stores them as the old
+log-probs, so the ratio is taken against the policy that acted. Feed-forward policies without
+``normalize_obs`` only (memories and statistics live on the acting side). See docs/pages/ppo.md.
 """
 
 from __future__ import annotations
@@ -29,11 +21,7 @@ class LaggedPPO:
     ``observe_steps``."""
 
     def check_lagged(self) -> None:
-        """Raise ``ValueError`` unless this agent can act lagged (the module doc says why not).
-
-        Raises:
-            ValueError: a recurrent policy, or ``normalize_obs=True``.
-        """
+        """Raise ``ValueError`` for a recurrent policy or ``normalize_obs=True``."""
         agent: Any = self
         if agent.recurrent:
             raise ValueError(
@@ -47,13 +35,10 @@ class LaggedPPO:
             )
 
     def lagged_actor(self) -> SnapshotActor:
-        """An actor for an overlapped run: a snapshot of the policy module (``agent.policy()``,
-        holding its weights now) that samples with a generator seeded by one draw from the agent's
-        and keeps, for the step it acted, ``extras()``: ``{"raw": raw actions, "logprob": [E]
-        f32}``; greedy for evaluations.
+        """An overlapped run's actor: a policy snapshot with its own generator and ``extras()``.
 
         Raises:
-            ValueError: a recurrent policy, or ``normalize_obs=True`` (module doc).
+            ValueError: a recurrent policy, or ``normalize_obs=True``.
         """
         self.check_lagged()
         agent: Any = self
@@ -87,17 +72,14 @@ class LaggedPPO:
         raw: torch.Tensor | None = None,
         logprob: torch.Tensor | None = None,
     ) -> None:
-        """Store ``T`` vector steps at once (each argument ``[T, E, ...]``), scored by this agent's
-        critic in one batch: the values of ``obs``, and of ``next_obs`` where an episode was truncated
-        and at the rollout's last step. ``raw`` and ``logprob`` (``[T, E, ...]``, ``[T, E]`` f32) are
-        the behaviour policy's raw actions and log-probs (an overlapped run's snapshot); without
-        them the actions are scored by this agent's policy, as :meth:`observe` scores an ``obs``
-        that did not come through ``act``.
+        """Store ``T`` vector steps (``[T, E, ...]``), scored by this agent's critic in one batch.
+
+        ``raw`` and ``logprob`` (``[T, E]`` f32) are the behaviour policy's; without them the actions
+        are scored by this agent's policy.
 
         Raises:
-            ValueError: a recurrent policy or ``normalize_obs`` (see :meth:`lagged_actor`); blocks of
-                different lengths, or a step :meth:`observe` would refuse (checked for every step
-                first; nothing is stored).
+            ValueError: a recurrent policy or ``normalize_obs``, blocks of different lengths, or a step
+                :meth:`observe` would refuse; nothing is stored.
             RuntimeError: the steps do not fit into the rollout.
         """
         self.check_lagged()

@@ -24,8 +24,7 @@ def build_policy(
     device: torch.device,
     dtype: torch.dtype,
 ) -> ActorCritic:
-    """The actor-critic of ``cfg.policy`` for observations of ``obs_shape`` (``(obs_dim,)``, or
-    ``(C, H, W)`` for a conv torso) and ``action_space`` (``Discrete`` or a flat ``Box``).
+    """The actor-critic of ``cfg.policy`` for ``obs_shape`` and ``action_space``.
 
     Raises:
         ValueError: an action space the policy kind cannot drive, or a squashing policy with

@@ -21,12 +21,11 @@ _STATE_NAMES = {1: ("h",), 2: ("h", "c")}
 
 
 class ActorCriticPolicy(PolicyModule):
-    """The PPO family's policy module (see the module docstring).
+    """The PPO family's policy module: the deterministic action of the actor-critic.
 
     Args:
         net: the actor-critic it acts with (``agent.policy()`` passes an f32 copy).
         observation_space: a flat ``Box``, or a uint8 ``[C, H, W]`` one for images.
-        action_space: ``Discrete`` or a flat ``Box``.
         pixel_scale: the factor image bytes are scaled by (``None``: float observations).
         obs_stats: ``(mean, var)`` of ``normalize_obs`` (``None``: no normalisation).
         obs_clip: the clip of normalised observations.

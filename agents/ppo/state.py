@@ -1,9 +1,7 @@
 """The PPO agent's checkpoint parts (the :class:`tritonrl.toolkit.agent.AgentBase` hooks).
 
-The agent's own entries of a state: the policy, the optimizer, the rollout, the observation
-statistics and the recurrent memories. The rollout, the memories and a data-parallel rank's own
-observation statistics are this rank's parts (``rank_part_keys``); loading without them starts
-an empty rollout, zero memory and episodes starting.
+Policy, optimizer, rollout, observation statistics and recurrent memories; the rollout, memories
+and a rank's own statistics are rank parts (``rank_part_keys``), reset when loaded without them.
 """
 
 from __future__ import annotations
@@ -153,9 +151,7 @@ class PPOCheckpoint:
         self._pending = None
 
     def _load_obs_stats(self, state: Mapping[str, Any], rank_parts: bool) -> None:
-        """Restore the observation statistics: ``obs_rms`` is what every rank shares (a single
-        process's statistics; a data-parallel run's pooled at its last update); with
-        ``rank_parts``, a data-parallel rank's ``obs_rms_rank`` adds its own observations since."""
+        """Restore ``obs_rms`` (shared) and, with ``rank_parts``, this rank's ``obs_rms_rank``."""
         if self.obs_rms is None:
             return
         own = state.get("obs_rms_rank") if rank_parts else None

@@ -1,11 +1,9 @@
 """What SAC and TD3 share: Box spaces rescaled onto ``[-1, 1]``, the replay, acting, observing,
 Polyak targets and the checkpoint parts (the :class:`tritonrl.toolkit.agent.AgentBase` hooks).
 
-The actors act in ``[-1, 1]`` per action dimension; :meth:`ContinuousAgent.act` maps that onto the
-space's bounds (``center + scale * a``) and :meth:`ContinuousAgent.observe` maps the environment's
-action back before it is stored, so the critics see actions in ``[-1, 1]`` whatever the bounds.
-Before ``learning_starts`` environment steps, ``act(explore=True)`` draws uniform random actions
-(as CleanRL). Guide: docs/pages/sac.md.
+Actors act in ``[-1, 1]``; ``act`` maps onto the bounds and ``observe`` maps back before storing,
+so the critics see ``[-1, 1]``. Before ``learning_starts`` steps, exploring actions are uniform
+(as CleanRL). See docs/pages/sac.md.
 """
 
 from __future__ import annotations
@@ -45,14 +43,11 @@ def _box(space: gym.Space, what: str, owner: str) -> gym.spaces.Box:
 
 
 class ContinuousAgent(AgentBase):
-    """The shared part of :class:`tritonrl.agents.sac.SACAgent` and
-    :class:`tritonrl.agents.sac.TD3Agent` (see the module docstring), its constructor included (the
-    arguments are the subclasses'). A subclass names its :attr:`default_config`, builds its networks
-    and optimizers in :meth:`_build` and lists them in :meth:`_nets`, :meth:`_optimizers` and
-    :meth:`_targets`; it implements :meth:`_explore` and :meth:`_greedy` (of any actor: the agent's
-    own, or the lagged actor's snapshot of it in an overlapped run) and the two losses the
-    constructor compiles, ``_critic_loss(...) -> (loss, metrics)`` and ``_actor_loss(...)``, which
-    :meth:`_critic_step` and :meth:`_actor_step` run.
+    """The shared part of :class:`tritonrl.agents.sac.SACAgent` and :class:`tritonrl.agents.sac.TD3Agent`.
+
+    A subclass names :attr:`default_config`, builds its networks in :meth:`_build`, lists them in
+    :meth:`_nets`, :meth:`_optimizers` and :meth:`_targets`, and implements :meth:`_explore`,
+    :meth:`_greedy`, ``_critic_loss(...) -> (loss, metrics)`` and ``_actor_loss(...)``.
     """
 
     rank_part_keys = ("generator", "replay")
@@ -107,10 +102,10 @@ class ContinuousAgent(AgentBase):
         seed: int,
         dist: DistContext | None,
     ) -> None:
-        """:meth:`_init_agent`, then the spaces, the bounds, the input checks and the replay.
+        """:meth:`_init_agent`, then the spaces, bounds, input checks and replay.
 
         Raises:
-            ValueError: a space that is not a ``Box``, an action space with infinite or empty bounds.
+            ValueError: a space that is not a ``Box``, or infinite or empty action bounds.
         """
         owner = type(self).__name__
         obs_box = _box(observation_space, "observation", owner)
@@ -191,9 +186,7 @@ class ContinuousAgent(AgentBase):
 
     @abc.abstractmethod
     def _explore(self, actor: Any, x: torch.Tensor, randn: Callable[[int], torch.Tensor]) -> torch.Tensor:
-        """Exploring actions ``[B, D]`` f32 in ``[-1, 1]`` of ``actor`` (the agent's or the lagged
-        actor's snapshot) for ingested observations ``x [B, O]``; ``randn(rows)`` gives standard
-        normals ``[rows, D]`` f32 from the caller's generator."""
+        """Exploring actions ``[B, D]`` f32 in ``[-1, 1]`` of ``actor`` for ``x [B, O]``."""
 
     @abc.abstractmethod
     def _greedy(self, actor: Any, x: torch.Tensor) -> torch.Tensor:
@@ -218,15 +211,14 @@ class ContinuousAgent(AgentBase):
 
     @torch.no_grad()
     def act(self, obs: Any, explore: bool = True) -> torch.Tensor:
-        """Actions ``[E, *action_shape]`` f32 within the bounds, on the agent's device, for
-        observations ``[E, *obs_shape]`` (f32 tensor or array).
+        """Actions ``[E, *action_shape]`` f32 within the bounds for ``obs [E, *obs_shape]``; no host read.
 
-        ``explore=True``: uniform random before ``learning_starts`` environment steps, then the
-        family's exploring policy; ``False``: the deterministic policy. Reads nothing on the host.
+        ``explore=True``: uniform before ``learning_starts``, then the exploring policy; ``False``:
+        the deterministic policy.
 
         Raises:
-            ValueError: ``obs`` has the wrong shape or holds NaN/inf (checked at once for host
-                inputs; for accelerator tensors at the next :meth:`check_inputs`).
+            ValueError: ``obs`` has the wrong shape or holds NaN/inf (accelerator tensors: raised at
+                the next :meth:`check_inputs`).
         """
         x = self._ingest(obs, "act")
         if not explore:
@@ -249,10 +241,7 @@ class ContinuousAgent(AgentBase):
         )
 
     def policy(self) -> ContinuousPolicy:
-        """The policy as a plain module (:class:`tritonrl.agents.sac.policy.SquashedPolicy` for SAC,
-        :class:`~tritonrl.agents.sac.policy.DeterministicPolicy` for TD3): an f32 copy of the
-        actor in eval mode whose ``forward(obs)`` is the deterministic action on the bounds. A
-        snapshot: later updates do not reach it."""
+        """The policy module (SAC: ``SquashedPolicy``, TD3: ``DeterministicPolicy``): an f32 snapshot."""
         return self._snapshot().eval()
 
     def learner_tensors(self) -> list[torch.Tensor]:
@@ -260,11 +249,7 @@ class ContinuousAgent(AgentBase):
         return [*self.actor.parameters(), *self.actor.buffers()]
 
     def lagged_actor(self) -> SnapshotActor:
-        """An overlapped run's actor: a snapshot of the policy module (holding the actor's weights
-        now) exploring as ``act(explore=True)`` does at the actor's own step count (which starts at
-        ``env_steps``) with a generator seeded by one draw from the agent's; deterministic for
-        evaluations. Actions ``[E, *action_shape]`` f32 within the bounds; reads nothing on the
-        host per step."""
+        """An overlapped run's actor: a policy snapshot exploring as ``act`` on its own step count."""
         generator = actor_generator(self.generator, self.device)
         stride = self.num_envs * self.dist.world_size
         steps = [self.env_steps]
@@ -287,14 +272,11 @@ class ContinuousAgent(AgentBase):
     def observe(
         self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any
     ) -> None:
-        """Store one vector-env step (leading dim ``num_envs``); ``action`` in the environment's
-        bounds (it is stored rescaled onto ``[-1, 1]``), ``next_obs`` the true next observation.
+        """Store one vector-env step (leading dim ``num_envs``), ``action`` within the bounds.
 
         Raises:
-            ValueError: an argument whose shape is not ``[num_envs, ...]``; NaN/inf in ``obs``,
-                ``reward`` or ``next_obs``, or an ``action`` outside the bounds, named with the
-                first bad entry (host inputs: at once, nothing stored; accelerator tensors: at the
-                next :meth:`check_inputs`).
+            ValueError: a shape that is not ``[num_envs, ...]``, NaN/inf, or an action outside the
+                bounds, named with the first bad entry (accelerator tensors: raised later).
             TypeError: ``terminated``/``truncated`` not boolean, or ``reward`` not real numbers.
         """
         self.shapes.observe(obs, action, reward, next_obs, terminated, truncated)
@@ -315,11 +297,7 @@ class ContinuousAgent(AgentBase):
     # ------------------------------------------------------------------ learning helpers
 
     def _sample(self) -> Any:
-        """A replay batch of :attr:`batch_size` (actions flattened to ``[B, D]``).
-
-        Raises:
-            RuntimeError: fewer transitions stored than :attr:`batch_size`.
-        """
+        """A replay batch of :attr:`batch_size`, actions ``[B, D]``; ``RuntimeError`` if too few stored."""
         if self.inputs.pending and self.inputs.check_at_update:
             self.inputs.check()
         if len(self.buffer) < self.batch_size:

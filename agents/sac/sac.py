@@ -36,23 +36,18 @@ class LogAlpha(nn.Module):
 
 
 class SACAgent(ContinuousAgent):
-    """A soft actor-critic agent for ``Box`` actions of any shape (see the module docstring).
-
-    Its checkpoint parts: actor, critics and targets, three optimizers (f32 masters),
-    ``log_alpha``, the replay and, in bf16, the target critics' f32 masters.
+    """A soft actor-critic agent for ``Box`` actions of any shape.
 
     Args:
         observation_space: a gymnasium ``Box`` (flattened for the networks).
-        action_space: a ``Box`` with finite bounds; actions are rescaled from ``[-1, 1]``.
+        action_space: a ``Box`` with finite bounds.
         config: a :class:`SACConfig` (default: the ``sac`` preset).
         num_envs: environments per ``act``/``observe`` call.
-        device: where networks and replay live; the dtype is ``training_dtype(device)``.
-        seed: seeds the parameters and the agent's generator.
         dist: the data-parallel context (``None``: a single process).
 
     Raises:
-        ValueError: a space that is not a ``Box``, infinite action bounds, a replay that cannot
-            fit in the device's memory.
+        ValueError: a space that is not a ``Box``, infinite action bounds, or a replay that does
+            not fit in the device's memory.
         TypeError: ``config`` is not a :class:`SACConfig`.
     """
 
@@ -173,9 +168,7 @@ class SACAgent(ContinuousAgent):
     def update(self) -> dict[str, torch.Tensor]:
         """One critic step on a replay batch; the actor, alpha and target steps when due.
 
-        Returns f32 scalar metrics on the device (no host read): ``losses/qf_loss``,
-        ``qf1_loss``, ``qf2_loss``, ``qf1_values``, ``qf2_values``, and on actor steps
-        ``actor_loss``, ``alpha`` (and ``alpha_loss`` with ``autotune``), all under ``losses/``.
+        Returns f32 scalar ``losses/*`` metrics on the device, without a host read.
 
         Raises:
             RuntimeError: the replay holds fewer transitions than :attr:`batch_size`.

@@ -24,23 +24,18 @@ _DEFAULT_CONFIG = TD3Config(learning_starts=5_000, tags=("td3",))
 
 
 class TD3Agent(ContinuousAgent):
-    """A TD3 agent for ``Box`` actions of any shape (see the module docstring).
-
-    Its checkpoint parts: actor, critics, both targets, two optimizers (f32 masters), the
-    replay and, in bf16, the targets' f32 masters.
+    """A TD3 agent for ``Box`` actions of any shape.
 
     Args:
         observation_space: a gymnasium ``Box`` (flattened for the networks).
-        action_space: a ``Box`` with finite bounds (the actor acts in ``[-1, 1]``).
+        action_space: a ``Box`` with finite bounds.
         config: a :class:`TD3Config` (default: the ``td3`` preset).
         num_envs: environments per ``act``/``observe`` call.
-        device: where networks and replay live; the dtype is ``training_dtype(device)``.
-        seed: seeds the parameters and the agent's generator.
         dist: the data-parallel context (``None``: a single process).
 
     Raises:
-        ValueError: a space that is not a ``Box``, infinite action bounds, a replay that cannot
-            fit in the device's memory.
+        ValueError: a space that is not a ``Box``, infinite action bounds, or a replay that does
+            not fit in the device's memory.
         TypeError: ``config`` is not a :class:`TD3Config`.
     """
 
@@ -142,12 +137,9 @@ class TD3Agent(ContinuousAgent):
         return -critic.q1(obs, self.actor(obs).to(self.dtype)).mean()
 
     def update(self) -> dict[str, torch.Tensor]:
-        """One critic step on a replay batch; every ``policy_frequency`` updates, one actor step and
-        the Polyak updates of both targets.
+        """One critic step; every ``policy_frequency`` updates, an actor step and the target updates.
 
-        Returns f32 scalar metrics on the device (no host read): ``losses/qf_loss``,
-        ``qf1_loss``, ``qf2_loss``, ``qf1_values``, ``qf2_values``, and ``actor_loss`` on actor
-        steps, all under ``losses/``.
+        Returns f32 scalar ``losses/*`` metrics on the device, without a host read.
 
         Raises:
             RuntimeError: the replay holds fewer transitions than :attr:`batch_size`.

@@ -1,20 +1,10 @@
 """The sum-tree ops: validation, dispatch and the public functions. Imports no triton.
 
-A :class:`SumTree` holds a 32-ary f32 sum tree of prefix rows and a 32-ary f32 min tree over the
-leaf values ``p_i ** alpha`` (layout and accuracy argument: :mod:`tritonrl.kernels.sumtree.reference`; rows
-are recomputed from their children, nothing drifts). Four levels cover a million leaves, so the
-eager CPU path runs a few ops per level over few levels.
-
-Ops (each one :class:`~tritonrl.kernels.backend.KernelOp`: Triton on CUDA, the eager path of
-``cpu.py`` on CPU):
-
-- :func:`per_sample` -- ``B`` stratified samples by tree descent in one launch, with the
-  importance weights ``(N P(i))**-beta / max_j (N P(j))**-beta = (leaf_i / min_leaf)**-beta``.
-- :func:`per_update` -- new priorities ``|td| + eps`` for a batch of leaves, validated on the
-  device (a bad batch changes nothing and is counted in ``status``); duplicates: last one wins.
-- :func:`per_insert` -- a range of fresh leaves gets the running maximum priority.
-
-:func:`rebuild` recomputes the trees from their leaves (optionally with f64 accumulation).
+A :class:`SumTree` is a 32-ary f32 sum tree of prefix rows and a 32-ary f32 min tree over the
+leaves ``p_i ** alpha`` (layout: :mod:`tritonrl.kernels.sumtree.reference`). :func:`per_sample`,
+:func:`per_update` and :func:`per_insert` are each one
+:class:`~tritonrl.kernels.backend.KernelOp` (Triton on CUDA, ``cpu.py``'s eager path elsewhere).
+See docs/pages/replay.md ("The sum tree").
 """
 
 from __future__ import annotations
@@ -58,11 +48,7 @@ PER_INSERT = KernelOp("per_insert", per_insert_eager, "tritonrl.kernels.sumtree.
 
 
 def leaves_for(capacity: int) -> int:
-    """``P``: the number of leaves of a tree holding ``capacity`` items (a power of two >= 32).
-
-    Raises:
-        ValueError: ``capacity`` is not a positive int.
-    """
+    """``P``, the leaves of a tree of ``capacity`` items (a power of two >= 32); ``ValueError`` if bad."""
     check_int("capacity", capacity, low=1)
     return max(FANOUT, 1 << (capacity - 1).bit_length())
 
@@ -223,9 +209,7 @@ def per_sample(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Draw ``B = len(uniforms)`` leaves, one per equal-mass stratum, with their IS weights.
 
-    Stratum ``j`` covers the mass ``[j, j + 1) * total / B``; sample ``j`` takes the leaf whose
-    prefix interval holds ``(j + uniforms[j]) * (total * f32(1/B))``. Every backend makes the same
-    f32 operations, so the indices are identical for the same uniforms.
+    Every backend makes the same f32 operations, so the indices agree for the same uniforms.
 
     Args:
         tree: a :class:`SumTree` with at least one non-empty leaf among ``[0, size)``.
@@ -234,8 +218,7 @@ def per_sample(
         size: leaves ``[0, size)`` are stored; indices are clamped below ``size``.
 
     Returns:
-        ``(indices, weights)``: int64 ``[B]`` and f32 ``[B]``, ``weights = (leaf / min_leaf)**-beta``
-        (the largest possible weight is 1).
+        ``(indices, weights)``: int64 ``[B]`` and f32 ``[B]``, ``(leaf / min_leaf)**-beta`` (<= 1).
 
     Raises:
         TypeError / ValueError: wrong dtype, shape, device, or an invalid ``beta`` / ``size``.
@@ -254,20 +237,19 @@ def per_update(
 ) -> None:
     """Set ``leaf[indices[k]] = (|td_errors[k]| + eps) ** alpha`` and recompute the ancestors.
 
-    The batch is validated on the device: if any priority is NaN or infinite, or any index lies
-    outside ``[0, size)``, nothing changes except ``tree.status`` (``[0] += 1``, ``[1]`` =
-    :data:`BAD_PRIORITY` | :data:`BAD_INDEX` bits); read it to raise (a sync on CUDA). Otherwise
-    ``tree.max_priority`` becomes ``max(max_priority, max_k |td_k| + eps)``. Duplicate indices:
-    the last occurrence wins, identically on every backend.
+    A batch with a NaN/inf priority or an index outside ``[0, size)`` changes nothing but
+    ``tree.status`` (``[0] += 1``, ``[1]`` = :data:`BAD_PRIORITY` | :data:`BAD_INDEX`); otherwise
+    ``max_priority`` takes the batch's largest ``|td| + eps``. The last of duplicate indices wins.
 
     Args:
-        tree: a :class:`SumTree`.
         indices: int64 ``[B]``.
-        td_errors: float ``[B]`` (f32, bf16, f16 or f64; read as f32).
-        alpha: priority exponent >= 0. eps: added to ``|td|``, > 0. size: stored leaves.
+        td_errors: float ``[B]`` (read as f32).
+        alpha: priority exponent >= 0.
+        eps: added to ``|td|``, > 0.
+        size: stored leaves.
 
     Raises:
-        TypeError / ValueError: metadata (dtype, shape, device, lengths) or arguments are wrong.
+        TypeError / ValueError: wrong metadata (dtype, shape, device, lengths) or arguments.
     """
     g = _check_tree(tree)
     dev = tree.sums.device
@@ -287,11 +269,7 @@ def per_update(
 def per_sample_unchecked(
     tree: SumTree, uniforms: torch.Tensor, beta: float, size: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`per_sample` without its argument checks, for a caller that already made them (the
-    replay buffer, whose tree, ``size`` and ``beta`` are its own): the same dispatch and results.
-    ``tree`` passed :func:`per_sample`'s checks once, ``uniforms`` is a contiguous f32 ``[B]`` on
-    its device, ``beta`` a float >= 0 and ``size`` an int in ``[1, P]``; anything else is undefined.
-    Under ``torch.compile`` it is :func:`per_sample` (the custom op)."""
+    """:func:`per_sample` without its argument checks, for a caller that made them (the replay buffer)."""
     if torch.compiler.is_compiling():
         return per_sample(tree, uniforms, beta, size)
     return PER_SAMPLE(tree.sums.device, tree, uniforms, beta, size)
@@ -300,12 +278,7 @@ def per_sample_unchecked(
 def per_update_unchecked(
     tree: SumTree, indices: torch.Tensor, td_errors: torch.Tensor, alpha: float, eps: float, size: int
 ) -> None:
-    """:func:`per_update` without its argument checks, for a caller that already made them (the
-    replay buffer): the same dispatch and results, the batch still validated on the device.
-    ``tree`` passed :func:`per_update`'s checks once; ``indices`` (int64) and ``td_errors`` (f32,
-    bf16, f16 or f64) are contiguous ``[B]`` tensors on its device; ``alpha`` >= 0, ``eps`` > 0
-    floats; ``size`` an int in ``[1, P]``; anything else is undefined. Under ``torch.compile`` it
-    is :func:`per_update` (the custom op)."""
+    """:func:`per_update` without its argument checks (the batch is still validated on the device)."""
     if torch.compiler.is_compiling():
         per_update(tree, indices, td_errors, alpha=alpha, eps=eps, size=size)
         return
@@ -313,12 +286,10 @@ def per_update_unchecked(
 
 
 def per_insert(tree: SumTree, start: int, count: int, *, alpha: float) -> None:
-    """Give leaves ``start .. start + count - 1`` the value ``max_priority ** alpha`` (new
-    transitions) and recompute their ancestors; each level's touched nodes are one range.
+    """Give leaves ``start .. start + count - 1`` the value ``max_priority ** alpha``.
 
     Raises:
-        TypeError / ValueError: the tree's metadata, the range (within ``[0, P)``) or ``alpha``
-            is wrong.
+        TypeError / ValueError: wrong tree metadata, a range outside ``[0, P)`` or a bad ``alpha``.
     """
     g = _check_tree(tree)
     check_int("start", start, low=0)
@@ -333,13 +304,10 @@ def per_insert(tree: SumTree, start: int, count: int, *, alpha: float) -> None:
 
 
 def rebuild(tree: SumTree, *, exact: bool = False) -> None:
-    """Recompute all prefix rows and min nodes from the leaves in place (vectorised torch on any
-    device; write both ``leaves(tree)`` and ``tree.mins[:P]`` (+inf where empty) first).
+    """Recompute all prefix rows and min nodes from the leaves in place, on any device.
 
-    ``exact=False`` reproduces the trees the updates maintain bit for bit (use it after writing
-    leaves directly, e.g. when loading). ``exact=True`` accumulates every row from unrounded f64
-    totals and rounds each stored value once, so the root's total is an f64 sum of the leaves
-    rounded once to f32.
+    Write both ``leaves(tree)`` and ``tree.mins[:P]`` (+inf where empty) first. ``exact=False``
+    gives the trees the updates maintain, bit for bit; ``exact=True`` rounds each row once from f64.
     """
     _check_tree(tree)
     rebuild_eager(tree, exact)

@@ -1,16 +1,9 @@
-"""The eager paths of the sum-tree ops (what the op dispatch runs where no Triton kernel does):
-tuned numpy on views of a CPU tree, vectorised torch ops on any other device. Both compute what
-:mod:`tritonrl.kernels.sumtree.reference` specifies, bit for bit (tests/kernels/test_sumtree.py,
-test_sumtree_oracle.py); the layout and the rules are that module's.
+"""The eager paths of the sum-tree ops, run where no Triton kernel does.
 
-**CPU path.** Updates and inserts on a CPU tree keep, beside the tree, a contiguous copy of
-every level's totals (the children of the next level, which in ``sums`` are a strided column,
-one cache line per value) and read children from it; the copies follow the tree through torch's
-version counter of ``sums`` (:func:`_sync_totals`). Level 1 of the min tree is taken from the
-gathered leaf rows of the sum tree where they hold no empty leaf: every op writes a filled
-leaf's value to both trees (an empty leaf is 0 in ``sums``, +inf in ``mins``), as
-:func:`rebuild_eager` asks of direct writes too. Everything is vectorised over the batch; the
-only Python loops run over the ``L`` levels. Guide: docs/pages/replay.md ("The sum tree").
+Tuned numpy on views of a CPU tree, vectorised torch elsewhere; both compute what
+:mod:`tritonrl.kernels.sumtree.reference` specifies, bit for bit (tests/kernels/test_sumtree.py).
+The CPU path keeps a contiguous copy of every level's totals beside the tree, kept in step
+through torch's version counter of ``sums``. See docs/pages/replay.md ("The sum tree").
 """
 
 from __future__ import annotations
@@ -150,11 +143,7 @@ def _views(tree: SumTree) -> _Views:
 
 
 def prefix_eager(children: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-    """Inclusive prefix sums along dim 1 by the prefix rule: sequential f64, rounded to f32.
-
-    ``children``: f32 ``[n, 32]``. Writes into ``out`` (f32 ``[n, 32]``, any strides) when given;
-    returns the f32 prefix sums.
-    """
+    """Inclusive prefix sums of ``children`` (f32 ``[n, 32]``) by the prefix rule, into ``out`` if given."""
     if children.is_cpu:  # cumsum of f32 accumulates in f64 on CPU (tested)
         return torch.cumsum(children, 1) if out is None else torch.cumsum(children, 1, out=out)
     cs = torch.cumsum(children, 1, dtype=torch.float64)
@@ -162,21 +151,15 @@ def prefix_eager(children: torch.Tensor, out: torch.Tensor | None = None) -> tor
 
 
 def _dense_limit(batch: int) -> int:
-    """Recompute a whole level of an update (one op) when it has at most this many children.
+    """Recompute a whole level of an update when it has at most this many children.
 
-    A sparse level gathers, prefixes and scatters ``32 * batch`` values (three passes), a dense
-    one prefixes all of the level's children once. Only a speed choice: an unchanged row already
-    equals the prefix of its children, so recomputing it writes the same bits as leaving it alone.
+    A speed choice only: an unchanged row already equals the prefix of its children.
     """
     return max(8192, 64 * batch)
 
 
 def _update_ancestors(tree: SumTree, idx: torch.Tensor) -> None:
-    """Recompute the rows and min entries above leaves ``idx`` (int64 [B]), bottom up.
-
-    Large levels: gather the touched rows' children, prefix, copy back (duplicates write equal
-    rows). Small levels: the whole level at once.
-    """
+    """Recompute the rows and min entries above leaves ``idx`` (int64 ``[B]``), bottom up."""
     v = _views(tree)
     B = idx.shape[0]
     limit = _dense_limit(B)
@@ -209,16 +192,9 @@ def _update_ancestors(tree: SumTree, idx: torch.Tensor) -> None:
 def per_update_eager(
     tree: SumTree, indices: torch.Tensor, td_errors: torch.Tensor, alpha: float, eps: float, size: int
 ) -> None:
-    """Set leaf ``indices[k]`` to ``(|td_errors[k]| + eps) ** alpha``; see
-    :func:`tritonrl.kernels.sumtree.per_update`.
+    """Eager :func:`tritonrl.kernels.sumtree.per_update` (one sync on CUDA for the validity test).
 
-    A batch with a non-finite priority or an index outside ``[0, size)`` changes nothing but
-    ``tree.status`` (``[0] += 1``, ``[1] = reason bits``). Duplicate indices: the last occurrence
-    wins. The validity test reads three numbers (one synchronisation on CUDA).
-
-    On CPU the leaf part (validation, duplicates, leaf writes) runs on numpy views of the same
-    memory (:func:`_per_update_cpu`), where each small op costs a fraction of a torch op; the
-    results are the same bits as :func:`_per_update_torch`, the device-generic path (tested).
+    On CPU the leaf part runs on numpy views (:func:`_per_update_cpu`), bit for bit the torch path.
     """
     if indices.shape[0] == 0:
         return
@@ -259,20 +235,14 @@ def _per_update_torch(
 
 
 # one row of 32 f32 children, and one stored prefix row of 33 f32, as single numpy items: a
-# gather or write-back of whole rows is then a 1-D take / put of B items (about half the cost of
+# gather or write-back of whole rows is then a 1-D take / put of B items (cheaper than
 # 2-D fancy indexing)
 _CHILD_ROW = np.dtype((np.void, 4 * FANOUT))
 _PREFIX_ROW = np.dtype((np.void, 4 * ROW))
 
 
 class _HostLevel(NamedTuple):
-    """numpy and torch views of one level ``l`` of a CPU tree, for updates and inserts.
-
-    The children of a level ``l >= 2`` are the totals of level ``l - 1``, a strided column of
-    its rows (one cache line each). The CPU path keeps a contiguous copy of every such column
-    but the root row's, ``total`` (see :func:`_sync_totals`), and reads children from it: a
-    row's 32 children are then one 128-byte item, as the leaves are for level 1.
-    """
+    """numpy and torch views of one level of a CPU tree; children are read from a contiguous copy."""
 
     shift: int  # 5 l: leaf index >> shift = the row of level l above it
     children: np.ndarray  # [n_l, 32]: the leaves (l = 1), the copy of level l - 1's totals, or on
@@ -382,23 +352,13 @@ def _host_views(tree: SumTree, v: _Views) -> _HostViews:
 
 
 def _sums_version(h: _HostViews) -> int:
-    """The version counter of the tree's ``sums`` (every in-place torch op on it or a view adds
-    one); -1 for an inference tensor, which has none (its copies are then refreshed every time)."""
+    """The version counter of the tree's ``sums``; -1 for an inference tensor (always refreshed)."""
     t = h.sums_t
     return -1 if t.is_inference() else t._version
 
 
 def _sync_totals(h: _HostViews) -> None:
-    """Make the contiguous copies of the level totals equal ``sums`` again, if anything but the
-    CPU path wrote ``sums`` since the CPU path last did.
-
-    The CPU update and insert write ``sums`` through numpy (no version change) and keep the
-    copies in step; anything else that writes it (a torch op on the tree: the device-generic
-    path, :func:`rebuild_eager`, loading leaves) moves the version counter, and the copies are
-    then read again from the tree here (a strided pass over each level's totals). The Triton
-    kernels never run on a CPU tree outside the interpreter, whose wrappers call
-    :func:`forget_host_copies`.
-    """
+    """Refresh the contiguous copies of the level totals if anything but the CPU path wrote ``sums``."""
     version = _sums_version(h)
     if version == h.synced[0] and version >= 0:
         return
@@ -408,9 +368,7 @@ def _sync_totals(h: _HostViews) -> None:
 
 
 def forget_host_copies(tree: SumTree) -> None:
-    """Drop the CPU path's cached views and total copies of ``tree`` (call after writing its
-    ``sums`` by a route that does not move torch's version counter, e.g. a Triton kernel under
-    the interpreter or a write through ``numpy()``); the next CPU update or insert rebuilds them."""
+    """Drop the CPU path's cached views of ``tree``, after a write that skips torch's version counter."""
     hit = _VIEWS.get(id(tree.sums))
     if hit is not None:
         hit[3].host.clear()
@@ -442,15 +400,10 @@ def _host_work(h: _HostViews, B: int) -> _HostWork:
 
 
 def _update_ancestors_cpu(hw: _HostWork, idx: np.ndarray) -> None:
-    """:func:`_update_ancestors` on CPU: the same torch ``cumsum`` / ``amin`` on the same values
-    (bit for bit), with the index work (row numbers, gathers, write-backs) in numpy. Both trees
-    are walked in one pass, so a sparse level computes its row numbers once. A sparse level
-    writes whole stored rows back (entry 0 included, which is 0 in both), and its totals to the
-    contiguous copy the next level reads its children from.
+    """:func:`_update_ancestors` on CPU: the same torch ``cumsum`` / ``amin``, index work in numpy.
 
-    Level 1's minima come from the gathered leaf rows of the sum tree when all of them are > 0:
-    a filled leaf holds the same value in both trees and an empty one holds 0 in ``sums`` (+inf
-    in ``mins``), so such rows are their min-tree rows. Otherwise the min-tree rows are gathered.
+    Level 1's minima come from the sum tree's leaf rows when they hold no empty leaf (a filled leaf
+    is the same value in both trees).
     """
     rows_t, rows_buf, prefix_t, prefix_rows = hw.rows_t, hw.rows, hw.prefix_t, hw.prefix_rows
     minima, minima_t = hw.minima, hw.minima_t
@@ -486,15 +439,8 @@ def _per_update_cpu(
 ) -> None:
     """:func:`_per_update_torch` on CPU with numpy for the leaf part, bit for bit the same.
 
-    Same values step by step: ``|td| + eps`` is one exact abs and one correctly rounded f32 add
-    in both (so ``p >= 0``, and ``max(p) < inf`` fails exactly for a NaN or an infinity);
-    ``** alpha`` stays a torch op on the same contiguous ``[B]`` tensor (numpy's ``powf`` may
-    differ by an ulp). The indices are sorted once (their range is then their two ends); without
-    repeats every leaf is written once with its own value; with repeats, duplicates resolve by
-    the same scratch rule, with ``np.maximum.at`` (unbuffered, deterministic) for
-    ``scatter_reduce_(amax)``, and every duplicate then writes the winner's value, so the order of
-    the leaf writes does not matter. The tree walk runs the same torch ``cumsum`` / ``amin`` on
-    the same rows as :func:`_update_ancestors` (the rows of the sorted indices: the same set).
+    ``** alpha`` stays a torch op (numpy's ``powf`` may differ by an ulp); duplicates resolve by the
+    same scratch rule, with ``np.maximum.at`` for ``scatter_reduce_(amax)``.
     """
     h = _host_views(tree, _views(tree))
     B = indices.shape[0]
@@ -538,14 +484,7 @@ def _per_update_cpu(
 
 
 def per_insert_eager(tree: SumTree, start: int, count: int, alpha: float) -> None:
-    """Set leaves ``start .. start + count - 1`` to ``max_priority ** alpha``; see
-    :func:`tritonrl.kernels.sumtree.per_insert`. The touched rows of every level form one contiguous
-    range, recomputed with one prefix per level.
-
-    On CPU the same values are written by :func:`_per_insert_cpu` (numpy on views of the same
-    memory: a replay buffer inserts on every environment step, where each torch op's fixed cost
-    is most of the work); elsewhere by :func:`_per_insert_torch`.
-    """
+    """Eager :func:`tritonrl.kernels.sumtree.per_insert`: one prefix per level over the touched range."""
     if count == 0:
         return
     if tree.sums.is_cpu:
@@ -580,15 +519,7 @@ def _per_insert_torch(tree: SumTree, start: int, count: int, alpha: float) -> No
 
 
 def _per_insert_cpu(tree: SumTree, start: int, count: int, alpha: float) -> None:
-    """:func:`_per_insert_torch` on CPU in numpy, bit for bit (``count > 0``).
-
-    The leaf value is the torch ``pow`` of ``max_priority`` (numpy's ``powf`` may differ by an
-    ulp), computed once per ``(max_priority, alpha)``. Each level recomputes the touched range of
-    rows: ``cumsum`` in f64 rounded once to f32 per prefix is the prefix rule, which torch's f32
-    ``cumsum`` on CPU follows too, and a minimum is exact in any order. Rows outside the range
-    have unchanged children, so recomputing only the range writes what the torch path's whole
-    small levels write.
-    """
+    """:func:`_per_insert_torch` on CPU in numpy, bit for bit (``count > 0``; ``pow`` stays torch's)."""
     h = _host_views(tree, _views(tree))
     _sync_totals(h)
     key = (float(h.max_priority[0]), float(alpha))
@@ -635,14 +566,9 @@ def _strata(B: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
 def per_sample_eager(
     tree: SumTree, uniforms: torch.Tensor, beta: float, size: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Stratified proportional sampling by tree descent; see :func:`tritonrl.kernels.sumtree.per_sample`.
+    """Eager :func:`tritonrl.kernels.sumtree.per_sample`: the descent of the reference, index clamped.
 
-    Sample ``j`` targets the mass ``(j + uniforms[j]) * (total * f32(1/B))`` and descends the
-    rows from the root (the descent rule of :mod:`tritonrl.kernels.sumtree.reference`). The leaf
-    index is clamped to ``size - 1`` (rounding can only push a descent into the empty tail).
-
-    On CPU the index work runs on numpy views of the same memory (:func:`_per_sample_cpu`); the
-    results are the same bits as :func:`_per_sample_torch`, the device-generic path (tested).
+    On CPU the index work runs on numpy views (:func:`_per_sample_cpu`), bit for bit the torch path.
     """
     if uniforms.is_cpu:
         return _per_sample_cpu(tree, uniforms, beta, size)
@@ -735,15 +661,10 @@ def _sample_work(tree: SumTree, v: _Views, B: int) -> _SampleWork:
 def _per_sample_cpu(
     tree: SumTree, uniforms: torch.Tensor, beta: float, size: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`_per_sample_torch` on CPU in numpy, on views of the same memory, bit for bit.
+    """:func:`_per_sample_torch` on CPU in numpy, bit for bit.
 
-    Same values step by step: the target is the same two correctly rounded f32 operations
-    (``strata + u``, times the f32 product ``total * f32(1/B)``). A level's child is the number
-    of inner prefixes ``<= t`` (entries 1 .. 31; entry 0 is 0 and ``t >= 0``, so this is the
-    torch path's ``searchsorted - 1``, counted with one comparison instead of a branchy search),
-    and ``t`` loses the same f32 prefix. ``leaf / min_leaf`` is one correctly rounded f32
-    division; ``** -beta`` stays the torch ``pow_`` on a contiguous ``[B]`` tensor (numpy's
-    ``powf`` may differ by an ulp).
+    A level's child is the count of inner prefixes ``<= t`` (the torch path's ``searchsorted - 1``);
+    ``** -beta`` stays the torch ``pow_`` (numpy's ``powf`` may differ by an ulp).
     """
     v = _views(tree)
     s = _sample_work(tree, v, uniforms.shape[0])
@@ -771,13 +692,10 @@ def _per_sample_cpu(
 
 
 def rebuild_eager(tree: SumTree, exact: bool = False) -> None:
-    """Recompute every row of the sum tree and every internal node of the min tree from the
-    leaves (in place; the leaves and ``mins[:P]`` are not touched).
+    """Recompute every sum row and inner min node from the leaves, in place.
 
-    ``exact=False``: each row by the prefix rule from its children's stored totals, the tree the
-    updates maintain. ``exact=True``: every row is computed from unrounded f64 totals of its
-    children, so each stored prefix and total (the root included) is an f64 sum of its leaves
-    rounded to f32 once. The min tree is exact either way.
+    ``exact=False``: the prefix rule, the tree the updates maintain; ``exact=True``: each row from
+    unrounded f64 totals, rounded once.
     """
     v = _views(tree)
     for rows in v.stored:

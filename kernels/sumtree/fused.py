@@ -1,22 +1,10 @@
 """Triton kernels of the prioritized-replay sum tree (layout: :mod:`tritonrl.kernels.sumtree.reference`).
 
-- ``_per_sample_kernel``: stratified sampling for a whole batch in one launch; each lane
-  descends the prefix rows (a ``[32]`` row load, a count and one subtraction per level) and
-  writes its leaf index and IS weight.
-- ``_per_update_kernel`` / ``_per_insert_kernel`` (a contiguous range of new leaves): one
-  program (one CTA) per launch. Writing a batch of leaves and recomputing their ancestors needs
-  each level finished before the next starts; a single CTA orders the levels with
-  ``tl.debug_barrier()`` and no grid-wide sync. Duplicate indices resolve with an int32
-  ``atomic_max`` of the batch position into a scratch array (last one wins, deterministic),
-  which is reset to -1 before the kernel ends. Lanes that share a row recompute it alike.
-
-A row's prefixes follow the prefix rule of the reference: the children accumulated one after the
-other in f64, each prefix rounded to f32, so the rows equal the reference's bit for bit. The
-descent uses only compares, counts and one f32 subtraction per level, so it picks exactly the
-leaves the torch reference picks for the same uniforms; the IS weights and ``p ** alpha`` use
-``exp2``/``log2`` and agree with the reference to a few ulps. The in-place kernels are never
-autotuned (CONTRIBUTING.md, "Kernels"). Loads of values written earlier in the same launch use
-``cache_modifier=".cg"`` (L2, bypassing L1).
+``_per_sample_kernel`` descends the prefix rows for a whole batch in one launch.
+``_per_update_kernel`` / ``_per_insert_kernel`` run one CTA per launch, ordering the levels with
+``tl.debug_barrier()``; duplicates resolve with an int32 ``atomic_max`` into a scratch array.
+Rows follow the reference's prefix rule bit for bit; loads of values written in the same launch
+use ``cache_modifier=".cg"``. See docs/pages/replay.md ("The sum tree").
 """
 
 from __future__ import annotations
@@ -37,8 +25,7 @@ _MIN_BLOCK = 64  # [64, 32] children per pass of the min tree
 
 @triton.jit
 def _prefix_row(sums, b_row, m_b, off_kid, kid_stride, kid_col, off_row, F: tl.constexpr, ROW_: tl.constexpr):
-    """Rows ``b_row`` ([BLOCK]) of a level: entries 1 .. F from the children's totals, summed
-    one after the other in f64 and rounded to f32 at each step (the prefix rule)."""
+    """Rows ``b_row`` ([BLOCK]) of a level by the prefix rule (sequential f64 sums, each rounded to f32)."""
     b_acc = tl.zeros(b_row.shape, dtype=tl.float64)
     for j in tl.static_range(F):
         p_kid = sums + off_kid + (b_row * F + j) * kid_stride + kid_col
@@ -186,8 +173,7 @@ def _per_insert_kernel(
     F_LOG2: tl.constexpr,
     ROW_: tl.constexpr,
 ):
-    """Leaves ``start .. start + count - 1`` get ``max_priority ** alpha``. The touched rows of
-    each level form one contiguous range, so every row is recomputed once."""
+    """Leaves ``start .. start + count - 1`` get ``max_priority ** alpha``; each touched row once."""
     o_k = tl.arange(0, BLOCK)
     b_v = tl.exp2(alpha * tl.log2(tl.load(max_priority).to(tl.float32)))
     for s0 in range(0, count, BLOCK):

@@ -1,14 +1,8 @@
-"""The sum-tree ops as torch custom ops (design: :mod:`tritonrl.kernels.library`).
+"""The sum-tree ops as torch custom ops (design: :mod:`tritonrl.kernels.library`). Imports no triton.
 
-``torch.ops.tritonrl.per_sample`` / ``per_update`` / ``per_insert`` are what
-:func:`~tritonrl.kernels.sumtree.per_sample`, :func:`~tritonrl.kernels.sumtree.per_update` and
-:func:`~tritonrl.kernels.sumtree.per_insert` call under ``torch.compile`` (inputs validated
-there). A :class:`SumTree` is its five tensors (``sums, mins, scratch, max_priority, status``);
-the schemas declare which ones each op writes, so the compiler orders the ops and keeps the
-updates. Same implementations as eager mode: no host read of a tensor value is added (on CUDA
-the kernels run without a synchronisation), and ``per_update``'s rule holds (a bad batch changes
-nothing but ``status``). ``size``, ``start`` and ``count`` are ``SymInt`` (they change from call to
-call). Not differentiable (priorities take no gradient). Imports no triton.
+``torch.ops.tritonrl.per_sample`` / ``per_update`` / ``per_insert`` are what the public functions
+call under ``torch.compile``. A :class:`SumTree` is its five tensors; the schemas declare which
+ones each op writes. Same implementations as eager mode; not differentiable.
 """
 
 from __future__ import annotations

@@ -1,40 +1,22 @@
-"""The specification of the prioritized-replay sum tree: its layout, its rules, and an oracle in
-plain Python loops of what every backend computes (the Triton kernels of
-:mod:`tritonrl.kernels.sumtree.fused`, the eager paths of :mod:`tritonrl.kernels.sumtree.cpu`).
-The oracle is for tests on small trees; nothing in production calls it.
+"""The specification of the prioritized-replay sum tree: its layout, its rules, and a plain-loop
+oracle of what every backend computes (``fused.py``, ``cpu.py``), for tests on small trees.
 
-Layout. ``P`` is a power of two >= the capacity, at least ``F = 32`` (the fan-out);
-``L = ceil(log2(P) / 5)`` levels of rows sit above the leaves.
-
-- ``sums``: f32. Entries ``[0, P)`` are the **leaves** (``p ** alpha``; empty leaves hold 0).
-  Then, level after level (``l = 1 .. L``), **prefix rows** of ``F + 1 = 33`` entries: row ``r``
-  of level ``l`` covers the ``F`` children ``32r .. 32r + 31`` of level ``l - 1`` (leaves for
-  ``l = 1``) and holds ``[0, c_0, c_0 + c_1, ..., c_0 + ... + c_31]``: its children's exclusive
-  prefix sums, then its own total ``T`` (last entry). A child's total is the ``T`` of its row
-  (the leaf itself on level 0). Level ``l`` has ``n_l = max(1, P >> 5l)`` rows, stored padded
-  with zero rows to ``max(n_l, 32)`` (to 1 on the top level, the single root row), so that the
-  children of a level are always ``32 n_l`` stored totals. The root's ``T`` is the total mass.
-- ``mins``: f32, a 32-ary min tree stored level after level. Level 0 is the leaves (empty ones
-  +inf), level ``k + 1`` entry ``b`` is the minimum of level ``k`` entries ``32b .. 32b + 31``,
-  padded with +inf like the sum rows; the last level is the single global minimum.
-
-**Prefix rule** (:func:`prefix_row`). A row's prefixes are the children's totals accumulated one
-after the other in f64, each rounded once to f32. Every touched row is recomputed from its
-children, never patched with a delta, so after any sequence of ops ``sums`` equals
-:func:`build_ref` of its leaves bit for bit; each level rounds once, so the root's relative
-error is at most about ``L * 2**-24``.
-
-**Descent** (:func:`sample_ref`). Sample ``j`` of ``B`` targets the f32 mass
-``(j + u_j) * (total * f32(1/B))``. In a row the target goes to child
-``k = #{i in 1 .. 31 : row[i] <= t}`` (on the root row only its real children's prefixes count)
-and continues with ``t - row[k]`` (f32). The leaf is clamped below ``size``; its weight is
-``(leaf / min_leaf) ** -beta``.
-
-**Updates** (:func:`update_ref`): ``p = |td| + eps`` in f32, leaf ``p ** alpha``; a batch with a
-non-finite ``p`` or an index outside ``[0, size)`` changes nothing but the status; the last of
-duplicate indices wins; the running maximum priority takes the batch's largest ``p``.
-**Inserts** (:func:`insert_ref`): a range of leaves gets ``max_priority ** alpha``.
+The layout is the comment block below; the rules are the docstrings of :func:`prefix_row`,
+:func:`sample_ref` and :func:`update_ref`. See docs/pages/replay.md ("The sum tree").
 """
+
+# Layout. P: a power of two >= capacity, at least F = 32 (the fan-out); L = ceil(log2(P) / 5)
+# levels of rows above the leaves.
+# - sums (f32): entries [0, P) are the leaves p ** alpha (empty: 0). Then level l = 1 .. L of
+#   prefix rows of F + 1 = 33 entries: row r covers children 32r .. 32r + 31 of level l - 1 and
+#   holds [0, c_0, c_0 + c_1, ..., c_0 + ... + c_31] (exclusive prefixes, then its total T).
+#   A child's total is its row's T (the leaf itself on level 0). Level l has n_l = max(1, P >> 5l)
+#   rows, padded with zero rows to max(n_l, 32) (the top level: 1, the root row, whose T is the
+#   total mass).
+# - mins (f32): a 32-ary min tree level after level; level 0 the leaves (empty: +inf), entry b of
+#   level k + 1 the minimum of entries 32b .. 32b + 31 of level k, padded with +inf; the last
+#   level is the global minimum.
+# Inserts (insert_ref) give a range of leaves max_priority ** alpha.
 
 from __future__ import annotations
 
@@ -76,8 +58,7 @@ class SumTree(NamedTuple):
     """The device tensors of one tree (create with :func:`tritonrl.kernels.sumtree.new_sumtree`).
 
     Attributes:
-        sums: f32 ``[Geometry.sum_size]``: the ``P`` leaves ``p ** alpha``, then the prefix rows
-            of the 32-ary sum tree (see the module docstring).
+        sums: f32 ``[Geometry.sum_size]``: the ``P`` leaves, then the prefix rows (layout above).
         mins: f32 ``[Geometry.min_size]``: the 32-ary min tree.
         scratch: int32 ``[P]``, all -1 between calls (duplicate resolution in updates).
         max_priority: f32 ``[1]``, the running maximum raw priority (new leaves get it).
@@ -110,11 +91,7 @@ class Geometry(NamedTuple):
 
 @functools.lru_cache(maxsize=64)
 def geometry(P: int) -> Geometry:
-    """The :class:`Geometry` of a tree with ``P`` leaves (a power of two >= 32).
-
-    Raises:
-        ValueError: ``P`` is not a power of two >= 32.
-    """
+    """The :class:`Geometry` of a tree with ``P`` leaves; ``ValueError`` unless a power of two >= 32."""
     if P < FANOUT or P & (P - 1):
         raise ValueError(f"P must be a power of two >= {FANOUT}, got {P}")
     L = -(-(P.bit_length() - 1) // FANOUT_LOG2)
@@ -132,9 +109,12 @@ def geometry(P: int) -> Geometry:
 
 
 def prefix_row(children: Sequence[float], exact: Sequence[float] | None = None) -> tuple[list[float], float]:
-    """The prefix rule for one row: the inclusive prefix sums of ``children`` accumulated one after
-    the other in f64, each rounded once to f32; and the unrounded f64 total. ``exact``: accumulate
-    these (unrounded f64 totals) instead of ``children``."""
+    """The prefix rule: inclusive prefix sums of ``children`` accumulated in f64, each rounded once to f32.
+
+    Also returns the unrounded f64 total; ``exact``: accumulate these f64 totals instead. A row is
+    always recomputed from its children, never patched, so ``sums`` equals :func:`build_ref` of its
+    leaves bit for bit (root relative error at most about ``L * 2**-24``).
+    """
     acc, out = 0.0, []
     for c in children if exact is None else exact:
         acc += float(c)
@@ -145,9 +125,7 @@ def prefix_row(children: Sequence[float], exact: Sequence[float] | None = None) 
 def build_ref(
     leaves: torch.Tensor, min_leaves: torch.Tensor, exact: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``sums`` and ``mins`` of the tree over ``leaves`` (f32 ``[P]``, the sum tree's) and
-    ``min_leaves`` (f32 ``[P]``, the min tree's level 0), by the layout and the prefix rule
-    (``exact``: each row from the unrounded f64 totals of its children)."""
+    """``sums`` and ``mins`` of the tree over ``leaves`` and ``min_leaves`` (f32 ``[P]`` each)."""
     P = leaves.shape[0]
     g = geometry(P)
     sums = torch.zeros(g.sum_size, dtype=torch.float32)
@@ -179,8 +157,12 @@ def build_ref(
 def sample_ref(
     tree: SumTree, uniforms: torch.Tensor, beta: float, size: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Stratified descent of ``tree`` for ``uniforms`` (f32 ``[B]``): int64 leaf indices ``[B]``
-    and f32 importance weights ``[B]`` (the descent rule of the module docstring)."""
+    """Stratified descent for ``uniforms`` (f32 ``[B]``): int64 indices ``[B]``, f32 weights ``[B]``.
+
+    Sample ``j`` targets ``t = (j + u_j) * (total * f32(1/B))``; a row sends it to child
+    ``k = #{i in 1 .. 31 : row[i] <= t}`` (on the root, real children only) with ``t - row[k]`` (f32).
+    The leaf is clamped below ``size``; its weight is ``(leaf / min_leaf) ** -beta``.
+    """
     f32 = np.float32
     P = tree.scratch.shape[0]
     g = geometry(P)
@@ -208,9 +190,7 @@ def sample_ref(
 
 @dataclass
 class Leaves:
-    """What the ops change besides the rows: the leaves of both trees (f32 values as Python
-    floats, ``[P]``), the running maximum priority, and the status (rejected batches, reason
-    bits of the last rejection)."""
+    """What the ops change besides the rows: both trees' leaves (floats ``[P]``), max priority, status."""
 
     sums: list[float]
     mins: list[float]
@@ -222,9 +202,11 @@ class Leaves:
 def update_ref(
     state: Leaves, indices: Sequence[int], td_errors: Sequence[float], alpha: float, eps: float, size: int
 ) -> None:
-    """``per_update``: leaf ``indices[k]`` gets ``(|td_errors[k]| + eps) ** alpha`` (f32), the last
-    of duplicates winning; a batch with a non-finite priority or an index outside ``[0, size)``
-    only counts a rejection."""
+    """``per_update``: leaf ``indices[k]`` gets ``(|td_errors[k]| + eps) ** alpha`` (f32).
+
+    The last of duplicates wins; a non-finite ``p`` or an index outside ``[0, size)`` only counts a
+    rejection; the running maximum takes the batch's largest ``p``.
+    """
     f32 = np.float32
     p = [f32(f32(abs(f32(td))) + f32(eps)) for td in td_errors]
     reason = (0 if all(math.isfinite(v) for v in p) else BAD_PRIORITY) | (

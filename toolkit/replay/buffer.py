@@ -1,37 +1,9 @@
 """Uniform replay buffer on the training device, with n-step returns over parallel environments.
 
-Storage is a preallocated ring of *complete* n-step transitions (see :mod:`tritonrl.toolkit.replay.nstep`):
-``obs``/``next_obs`` in the observation dtype (``training_dtype(device)``, or uint8 for images),
-``action`` in ``action_dtype``, ``reward`` (the n-step return) and ``discount`` in f32. Each
-field is cast exactly once, when it enters (``add``/``extend``); sampling only gathers.
-
-Transitions whose n-step window is still open wait in a small staging area (``n - 1`` steps per
-environment, on the device) and are neither counted by ``len()`` nor sampled.
-
-Two staging modes (``staging=`` of the constructor) decide how the n-step windows are closed:
-
-- ``"host"`` (default): rewards and done flags are read on the host (numpy arrays or CPU
-  tensors, as gymnasium returns them; CUDA tensors cost one synchronisation per
-  ``add``/``extend``); a transition is committed as soon as its window closes (``n`` steps or an
-  episode end), pending ones wait in a staging area of ``n - 1`` steps per environment.
-- ``"device"``: :meth:`ReplayBuffer.add` reads no tensor value on the host. Every argument may
-  be a tensor on the buffer's device (host inputs are moved there); shapes are fixed: every
-  vector step (after ``n - 1`` warm-up steps) commits exactly ``num_envs`` transitions, those
-  that started ``n - 1`` steps earlier, each return cut at the first episode end in its window.
-  The last ``n`` steps of every field wait in a device staging ring. Over a whole stream both
-  modes store the same set of transitions (tested); they differ only in when (and so in which
-  order) a transition whose window an episode end closed early enters the ring.
-
-Values are checked too (``check=True``, the default of ``add``/``extend``): NaN/inf observations,
-next observations and rewards, and actions outside ``[0, num_actions)`` (when the buffer knows
-``num_actions``; floating actions must be finite) are refused by the buffer's
-:class:`~tritonrl.toolkit.checks.InputGuard` (:attr:`ReplayBuffer.inputs`): host inputs at once,
-before anything is stored; tensors on an accelerator without a host read, into a device-side flag
-that :meth:`ReplayBuffer.check_inputs` reads. An agent whose own guard checked the step passes
-``check=False``.
-
-Each mode is a strategy object of :mod:`tritonrl.toolkit.replay.staging` that the buffer holds;
-saved states are checked and written by :mod:`tritonrl.toolkit.replay.state`.
+A preallocated ring of complete n-step transitions (:mod:`tritonrl.toolkit.replay.nstep`), each
+field cast once when it enters; the n-step windows are closed by a staging strategy
+(:mod:`tritonrl.toolkit.replay.staging`, ``"host"`` or ``"device"``) and saved states are checked
+by :mod:`tritonrl.toolkit.replay.state`. See docs/pages/replay.md.
 """
 
 from __future__ import annotations
@@ -76,12 +48,10 @@ class ReplayBatch(NamedTuple):
     Attributes:
         obs: ``[B, *obs_shape]`` in the observation dtype.
         action: ``[B, *action_shape]`` in ``action_dtype``.
-        reward: f32 ``[B]``, n-step discounted return ``sum_{j<k} gamma**j r_j``.
-        next_obs: ``[B, *obs_shape]``, the observation ``k`` steps later (the real final
-            observation where the episode ended).
-        discount: f32 ``[B]``, ``gamma**k`` for the ``k`` steps used, 0 where the episode terminated.
-            TD target: ``reward + discount * Q(next_obs)``.
-        indices: int64 ``[B]``, slots in the buffer (pass them to ``update_priorities``).
+        reward: f32 ``[B]``, n-step return ``sum_{j<k} gamma**j r_j``.
+        next_obs: ``[B, *obs_shape]``, the observation ``k`` steps later.
+        discount: f32 ``[B]``, ``gamma**k``, 0 where the episode terminated.
+        indices: int64 ``[B]``, slots in the buffer (for ``update_priorities``).
         weights: f32 ``[B]``, importance weights (ones for the uniform buffer).
     """
 
@@ -99,29 +69,19 @@ class ReplayBuffer:
 
     Args:
         capacity: transitions kept (the oldest are overwritten).
-        obs_shape: shape of one observation.
-        device: where everything is stored and sampled.
-        num_envs: parallel environments; ``add`` takes one step of each (leading dim ``num_envs``).
+        num_envs: parallel environments (leading dim of ``add``).
         n_step: steps per return (1 = one-step TD).
         gamma: discount in ``[0, 1]``.
-        action_shape: shape of one action (``()`` for discrete actions).
+        action_shape: ``()`` for discrete actions.
         action_dtype: an integer dtype (discrete) or ``torch.float32`` (continuous).
-        obs_dtype: ``None`` -> ``training_dtype(device)``; ``torch.uint8`` keeps image bytes;
-            another floating dtype is an explicit override for experiments.
-        staging: ``"host"`` or ``"device"`` (see the module docstring): where the n-step windows
-            are closed, and whether ``add`` reads rewards and done flags on the host.
-        num_actions: integer actions: ``n`` (``0 <= a < n``, every entry) or, with
-            ``action_shape=(D,)``, ``D`` counts (per dimension); ``None`` (default): any integer
-            is stored. Must be ``None`` for floating actions (which must be finite).
-
-    ``len()`` counts committed (sampleable) transitions in both modes; :attr:`pending` counts the
-    started transitions not committed yet: in host mode the open windows, in device mode every
-    start of the last ``n - 1`` steps (some of them may be complete already; they are committed at
-    their fixed step).
+        obs_dtype: ``None`` -> ``training_dtype(device)``; ``torch.uint8`` keeps image bytes.
+        staging: ``"host"`` or ``"device"``: where the n-step windows are closed.
+        num_actions: bound of integer actions (an int, or ``D`` counts for ``action_shape=(D,)``);
+            ``None``: unchecked. Must be ``None`` for floating actions.
 
     Raises:
         ValueError / TypeError: an argument is out of range or of the wrong type, or the storage
-            cannot fit in the device's free memory (the message says how much it needs).
+            does not fit in the device's free memory.
     """
 
     def __init__(
@@ -175,26 +135,14 @@ class ReplayBuffer:
     """Whether ``add`` checks observations for NaN/inf (not for a store of uint8 frames)."""
 
     def _staging_class(self, staging: str) -> type[Staging] | None:
-        """The staging strategy of ``staging`` (``None``: the storage closes its own windows).
-
-        Raises:
-            ValueError: an unknown staging mode.
-        """
+        """The staging strategy of ``staging`` (``None``: the storage closes its own windows)."""
         return staging_class(staging)
 
     def _check_layout(self) -> None:
-        """Checks of the storage layout, once the shapes, counts and device are set (none here).
-
-        Raises:
-            ValueError: a layout the storage cannot hold.
-        """
+        """Hook: refuse (``ValueError``) a layout the storage cannot hold."""
 
     def _check_obs_dtype(self, obs_dtype: torch.dtype | None) -> None:
-        """Refuse an ``obs_dtype`` the storage cannot hold.
-
-        Raises:
-            TypeError: not ``None``, ``torch.uint8`` or a floating dtype.
-        """
+        """Raise ``TypeError`` unless ``obs_dtype`` is ``None``, ``torch.uint8`` or floating."""
         if obs_dtype is not None and not (
             isinstance(obs_dtype, torch.dtype) and (obs_dtype == torch.uint8 or obs_dtype.is_floating_point)
         ):
@@ -214,7 +162,7 @@ class ReplayBuffer:
         )
 
     def _allocate(self) -> None:
-        """The storage on the device: the ring of complete transitions and its position."""
+        """Allocate the ring of complete transitions on the device."""
         C, dev = self._capacity, self.device
         self._obs = torch.zeros((C, *self.obs_shape), dtype=self.obs_dtype, device=dev)
         self._next_obs = torch.zeros_like(self._obs)
@@ -246,11 +194,6 @@ class ReplayBuffer:
     ) -> dict[str, int]:
         """Bytes a buffer of these settings allocates, by component (nothing is allocated).
 
-        ``observations``: ``obs`` and ``next_obs`` rings plus the n-step staging area (host mode:
-        ``n - 1`` observations per environment; device mode: ``n`` observations and ``n`` next
-        observations); ``actions``; ``rewards and discounts`` (f32; device mode adds its f64
-        rewards and two flags per staged step). Subclasses add their own parts.
-
         Raises:
             ValueError: an unknown ``staging``.
         """
@@ -269,9 +212,7 @@ class ReplayBuffer:
 
     @property
     def pending(self) -> int:
-        """Started transitions not committed yet (not sampleable): host mode, those whose n-step
-        window is still open; device mode, every start of the last ``n - 1`` steps,
-        ``min(stage_steps, n - 1) * num_envs`` (a Python int: nothing is read)."""
+        """Started transitions not committed yet (not sampleable); a Python int, nothing is read."""
         return self._staging.pending
 
     @property
@@ -292,25 +233,21 @@ class ReplayBuffer:
         *,
         check: bool = True,
     ) -> None:
-        """Add one vector step: every argument has leading dim ``num_envs``.
+        """Add one vector step: every argument has leading dim ``E = num_envs``.
 
         Args:
-            obs: ``[E, *obs_shape]``, floating (or uint8 for a uint8 buffer), on any device; finite.
-            action: ``[E, *action_shape]``, integer or floating as ``action_dtype``; integers in
-                ``[0, num_actions)`` when the buffer has ``num_actions``, floats finite.
-            reward: ``[E]`` real numbers, finite.
-            next_obs: like ``obs``: the real next observation (the final one at an episode end).
-            terminated: ``[E]`` bool, the episode ended in a terminal state (no bootstrap).
-            truncated: ``[E]`` bool, the episode was cut (bootstrap from ``next_obs``).
-            check: check the values (see :attr:`inputs`); ``False`` for a caller that checked them
-                (an agent's input guard). Shapes and dtypes are always checked.
+            obs: ``[E, *obs_shape]``, floating (or uint8 for a uint8 buffer), finite.
+            action: ``[E, *action_shape]`` as ``action_dtype``; in ``[0, num_actions)`` or finite.
+            reward: ``[E]``, finite.
+            next_obs: like ``obs``; the real final observation at an episode end.
+            terminated: ``[E]`` bool, no bootstrap.
+            truncated: ``[E]`` bool, bootstrap from ``next_obs``.
+            check: check the values (see :attr:`inputs`); shapes and dtypes are always checked.
 
         Raises:
-            ValueError / TypeError: wrong shape or dtype, or (host inputs, ``check``) NaN/inf in
-                ``obs``, ``next_obs`` or ``reward`` or an action outside the range, named with the
-                first bad entry (``ReplayBuffer.add: obs[1, 2] = nan is not finite``); nothing is
-                added. Accelerator tensors are not read: their values raise in
-                :meth:`check_inputs` (the bad step is stored).
+            ValueError / TypeError: wrong shape or dtype, or (host inputs, ``check``) a bad value,
+                named with its first entry; nothing is added. Accelerator tensors raise later, in
+                :meth:`check_inputs`.
         """
         if check:
             self._check_values("add", obs, action, reward, next_obs)
@@ -327,18 +264,13 @@ class ReplayBuffer:
         *,
         check: bool = True,
     ) -> None:
-        """Add ``T`` vector steps at once: leading dims ``[T, num_envs]`` (step-major).
-
-        Same result as ``T`` calls of :meth:`add`. Field rules, ``check`` and errors as in
-        :meth:`add` (an entry is named ``[t, e, ...]``).
-        """
+        """Add ``T`` vector steps at once (leading dims ``[T, num_envs]``), as ``T`` calls of :meth:`add`."""
         if check:
             self._check_values("extend", obs, action, reward, next_obs)
         self._staging.extend(obs, action, reward, next_obs, terminated, truncated)
 
     def _check_values(self, call: str, obs: Any, action: Any, reward: Any, next_obs: Any) -> None:
-        """The value checks of :attr:`inputs`. Fields of a dtype the storage refuses are left to the
-        staging's dtype checks (a ``TypeError``, not a range error)."""
+        """The value checks of :attr:`inputs` (wrong dtypes are left to the staging's ``TypeError``)."""
         g = self.inputs
         if self._checks_obs:
             g.obs(call, "obs", obs)
@@ -348,17 +280,15 @@ class ReplayBuffer:
             g.action(call, action)
 
     def check_inputs(self) -> None:
-        """Raise now if a deferred value check of ``add``/``extend`` failed (one host sync when
-        checks are pending; see :attr:`inputs`).
+        """Raise now if a deferred value check of ``add``/``extend`` failed (one host sync).
 
         Raises:
-            ValueError: ``"ReplayBuffer.add: obs held NaN or inf at a step since the last check
-                (deferred check on cuda:0, ...)"``. A failed check stays failed.
+            ValueError: a non-finite or out-of-range value since the last check; it stays failed.
         """
         self.inputs.check()
 
     def _advance(self, count: int) -> None:
-        """``count`` transitions were committed at the ring's position (the staging wrote them)."""
+        """``count`` transitions were committed at the ring's position."""
         C = self._capacity
         self._pos = (self._pos + count) % C
         self._size = min(C, self._size + count)
@@ -377,9 +307,7 @@ class ReplayBuffer:
             raise ValueError(f"batch_size={batch_size} exceeds the {self._size} transitions stored")
 
     def _gather(self, idx: torch.Tensor, weights: torch.Tensor) -> ReplayBatch:
-        """The rows ``idx`` (int64 ``[B]`` on the buffer's device, all in ``[0, len)``) of every
-        field, as fresh tensors. On CPU numpy's ``take`` copies the rows (cheaper per call than
-        ``index_select``, the same values); traced by ``torch.compile``, ``index_select``."""
+        """Rows ``idx`` (int64 ``[B]``, in ``[0, len)``) of every field, as fresh tensors."""
         views = self._views
         if views is not None and not torch.compiler.is_compiling():
             i = idx.numpy()
@@ -408,8 +336,7 @@ class ReplayBuffer:
 
         Args:
             batch_size: 1 .. ``len(self)``.
-            generator: the random source; a generator on another device than the buffer draws
-                there and the indices are copied over. ``None``: the device's default generator.
+            generator: the random source (may live on another device); ``None``: the default one.
 
         Raises:
             ValueError: empty buffer, or ``batch_size`` not in ``[1, len(self)]``.
@@ -435,17 +362,7 @@ class ReplayBuffer:
         }
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to resume: tensors (views of the stored part) and a ``meta`` dict.
-
-        The ``meta`` entry is JSON-serialisable (config and counters); every other entry is a
-        tensor. Observations keep their stored dtype; :meth:`load_state_dict` casts them.
-
-        Host mode saves its staging area (``stage_obs``, ``stage_action``) and the pending n-step
-        rewards (``nstep_pending``, ``nstep_rewards``); device mode saves its whole staging ring
-        (``ring_obs``, ``ring_action``, ``ring_next_obs``, ``ring_reward``, ``ring_terminated``,
-        ``ring_done``, ``[n, E, ...]``) and ``meta["stage_steps"]``, and its ``config`` holds
-        ``"staging": "device"``.
-        """
+        """Everything needed to resume: tensors (views of the stored part) and a JSON ``meta`` dict."""
         n = self._size
         sd: dict[str, Any] = {
             "obs": self._obs[:n],
@@ -468,31 +385,22 @@ class ReplayBuffer:
         return sd
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore from :meth:`state_dict` (possibly saved on another device or in another dtype).
-
-        A state saved in the other staging mode loads too (a run resumed with another
-        ``staging``): the stored transitions and counters are kept and the staging starts empty,
-        so the at most ``(n - 1) * num_envs`` transitions whose windows were open are dropped.
+        """Restore from :meth:`state_dict`, from any device, dtype or staging mode.
 
         Raises:
-            ValueError: the state is not a replay-buffer state, or its configuration, shapes or
-                counters do not match this buffer; the buffer is left unchanged.
+            ValueError: not a replay-buffer state, or another configuration; the buffer is unchanged.
         """
         staged = self.parse_state(state)
         self.apply_state(staged)
 
     def parse_state(self, state: dict[str, Any]) -> dict[str, Any]:
-        """Validate ``state`` (a :meth:`state_dict`) and convert its tensors to this buffer's
-        dtypes and device; touches nothing of ``self``. With :meth:`apply_state`, the two halves of
-        :meth:`load_state_dict`, for an owner that checks all its parts before changing any (an
-        agent's checkpoint load).
+        """Validate ``state`` and convert it to this buffer's dtypes and device, touching nothing.
 
         Returns:
             the staged state, for :meth:`apply_state`.
 
         Raises:
-            ValueError: the state is not a replay-buffer state, or its configuration, shapes or
-                counters do not match this buffer.
+            ValueError: not a replay-buffer state, or another configuration.
         """
         meta = read_meta(state)
         saved_staging = check_config(meta.get("config"), self._config(), STAGINGS)
@@ -530,15 +438,11 @@ class ReplayBuffer:
         self._steps, self._committed = int(meta["steps"]), int(meta["committed"])
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write :meth:`state_dict` to one safetensors file (``meta`` as JSON in its header).
-
-        The write is atomic: a temporary file in the same folder, flushed to disk (``fsync``),
-        then ``os.replace``; an interrupted save never destroys the previous file.
-        """
+        """Write :meth:`state_dict` to one safetensors file, atomically."""
         write_file(path, self.state_dict())
 
     def load(self, path: str | os.PathLike[str]) -> None:
-        """Restore from a file written by :meth:`save` (any device / dtype it was saved from).
+        """Restore from a file written by :meth:`save`.
 
         Raises:
             FileNotFoundError: no such file.

@@ -1,7 +1,6 @@
-"""The frame replay's host bookkeeping (:class:`~tritonrl.toolkit.replay.FrameReplayBuffer`):
-:class:`FrameCursor`, each env's write position in its ring of slots, decides per ``add`` which
-slots are written and which become (or stop being) sampleable, and is saved in the buffer's
-``meta``. Pure Python ints, no tensor. Guide: ``docs/pages/replay.md``.
+"""The frame replay's host bookkeeping: each env's write position in its ring of slots.
+
+Pure Python ints, saved in the buffer's ``meta``. See docs/pages/replay.md.
 """
 
 from __future__ import annotations
@@ -18,8 +17,7 @@ Range = tuple[int, int]
 
 
 def _row_ranges(e: int, a: int, b: int, ring: int) -> list[Range]:
-    """Absolute slots ``[a, b)`` of env ``e`` (at most ``ring`` of them) as row ranges, split
-    where the ring wraps."""
+    """Absolute slots ``[a, b)`` of env ``e`` as row ranges, split where the ring wraps."""
     if b <= a:
         return []
     base, pa = e * ring, a % ring
@@ -31,11 +29,10 @@ def _row_ranges(e: int, a: int, b: int, ring: int) -> list[Range]:
 
 @dataclass
 class FrameCursor:
-    """Per env (lists of ``E`` Python ints): ``top``, the absolute slot count of the newest
-    written slot (-1 before the first ``add``); ``new_episode``, the next ``add`` starts an
-    episode; ``episode_start``, the absolute slot of the current episode's first frame;
-    ``depth``, the depth of slot ``top`` (capped at ``stack``). Absolute slot ``t`` of env ``e``
-    is row ``e * ring + t % ring``."""
+    """Per env ints: ``top`` (newest slot, -1 before any), ``new_episode``, ``episode_start``, ``depth``.
+
+    Absolute slot ``t`` of env ``e`` is row ``e * ring + t % ring``.
+    """
 
     top: list[int]
     new_episode: list[bool]
@@ -59,11 +56,8 @@ class FrameCursor:
         """One ``add`` with episode ends ``done`` (bool ``[E]``).
 
         Returns:
-            ``rows`` (``2E``: each env's step slot, then each env's next slot), their ``depths``,
-            and the row ranges that become sampleable and those that stop being sampleable.
-
-        A start ``t`` is sampleable when its window is written (``t + k <= top``) and its stack
-        is intact (``t - stack + 1 > top - ring``).
+            ``rows`` (``2E``: step slots, then next slots), their ``depths``, and the row ranges that
+            become and stop being sampleable.
         """
         E = len(self.top)
         first, second, d_first, d_second = [], [], [], []
@@ -108,8 +102,7 @@ class FrameCursor:
 
     @classmethod
     def from_meta(cls, meta: dict[str, Any], E: int, stack: int) -> FrameCursor:
-        """The cursor a saved state's ``meta`` holds (``top``, ``new_episode``, ``episode_start``,
-        ``depth``: lists of ``E`` entries), checked.
+        """The cursor of a saved state's ``meta``, checked.
 
         Raises:
             ValueError: an entry is missing, of the wrong type or out of range.

@@ -1,23 +1,10 @@
 """Replay of pixel observations that stores every frame once, as uint8 (Dopamine-style).
 
-A stacked observation ``[stack * C, H, W]`` (channels first) is not stored: only its newest frame
-``obs[-C:]`` is, and a sample rebuilds the stacks of the observation and of the next observation
-with one :func:`tritonrl.kernels.frame_stack.frame_stack_sample` call (converted to the training
-dtype and scaled there). The n-step return is computed at sample time from the stored rewards
-and done flags.
-
-Layout: ``num_envs`` rings of ``ring = capacity // num_envs`` slots, env ``e`` owning rows
-``e * ring .. e * ring + ring - 1``; per slot a frame (uint8 ``[N, C*H*W]``), its ``depth``
-(frames of its episode up to and including it, capped at ``stack``), the action, the reward and
-the terminated / truncated flags of the step that starts there. One ``add`` writes two slots per
-env: the step's slot and, after it, the newest frame of ``next_obs`` (a *preview*, overwritten by
-the same frame at the next ``add``, or, where the episode ended, the episode's *final* slot from
-which no transition starts). So a transition whose n-step window closed at this ``add`` is
-sampleable at once, exactly when :class:`~tritonrl.toolkit.replay.ReplayBuffer` commits it.
-
-Which slots may be sampled is kept in a sum tree over the ``N`` slots
-(:mod:`tritonrl.kernels.sumtree`): a valid slot's leaf is 1 (uniform) or its priority (PER),
-every other leaf 0. Guide: ``docs/pages/replay.md``.
+Only the newest frame of a stacked observation ``[stack * C, H, W]`` is stored; a sample rebuilds
+both stacks with one :func:`tritonrl.kernels.frame_stack.frame_stack_sample` call and the n-step
+return from the stored rewards and flags. Each env owns a ring of ``capacity // num_envs`` slots;
+one ``add`` writes the step's slot and a preview (or final) slot of ``next_obs``; a sum tree
+(:mod:`tritonrl.kernels.sumtree`) holds which slots are sampleable. See docs/pages/pixels.md.
 """
 
 from __future__ import annotations
@@ -52,10 +39,11 @@ __all__ = ["FrameReplayBuffer", "PrioritizedFrameReplayBuffer"]
 
 
 def _uint8_obs(name: str, value: Any, shape: tuple[int, ...]) -> torch.Tensor:
-    """``value`` as a uint8 tensor of ``shape`` (any device; not copied).
+    """``value`` as a uint8 tensor of ``shape`` (not copied).
 
     Raises:
-        TypeError: not uint8.  ValueError: another shape.
+        TypeError: not uint8.
+        ValueError: another shape.
     """
     t = value if isinstance(value, torch.Tensor) else torch.as_tensor(np.asarray(value))
     if t.dtype != torch.uint8:
@@ -69,42 +57,25 @@ def _uint8_obs(name: str, value: Any, shape: tuple[int, ...]) -> torch.Tensor:
 
 
 class FrameReplayBuffer(ReplayBuffer):
-    """Uniform replay of stacked uint8 frames, each frame stored once (see the module docstring).
+    """Uniform replay of stacked uint8 frames, each frame stored once.
 
     Args:
-        capacity: slots (frames) kept, a multiple of ``num_envs``: each env gets
-            ``ring = capacity // num_envs`` slots, at least ``stack + n_step``. An episode end
-            uses one slot more than its steps (its final frame).
-        obs_shape: ``(stack * C, H, W)``, the stacked observation ``add`` takes.
-        stack: frames per observation (4 for Atari, 1 for MinAtar); ``C = obs_shape[0] // stack``.
-        device: where everything is stored and sampled.
-        num_envs: parallel environments; ``add`` takes one step of each.
-        n_step: steps per return. gamma: discount in ``[0, 1]``.
-        action_shape, action_dtype, num_actions: as :class:`~tritonrl.toolkit.replay.ReplayBuffer`.
-        obs_dtype: the dtype sampled observations come in: ``None`` -> ``training_dtype(device)``,
-            or float32 / bfloat16.
-        scale: each frame's multiplier when sampled (``1/255`` maps bytes to ``[0, 1]``; 1.0 for
-            MinAtar's 0/1 frames).
-        staging: ``"host"`` only (accepted for the agents' wiring of ``ReplayBuffer``).
+        capacity: slots (frames), a multiple of ``num_envs``, at least ``stack + n_step`` per env;
+            an episode end takes one slot more than its steps.
+        obs_shape: ``(stack * C, H, W)``.
+        stack: frames per observation (4 for Atari, 1 for MinAtar).
+        obs_dtype: dtype of sampled observations: ``None`` -> ``training_dtype(device)``, or
+            float32 / bfloat16.
+        scale: multiplier of sampled frames (``1/255`` maps bytes to ``[0, 1]``).
+        staging: ``"host"`` only.
 
-    ``add`` assumes a consistent stream: where no episode ended, the next ``add``'s ``obs`` equals
-    this ``next_obs`` (as a vector env's autoreset gives), and observations are zero-padded
-    stacks (the frames from before an episode's start are zeros when sampled). This is not checked.
-
-    ``len()`` counts the sampleable transitions: written, n-step window closed, and neither the
-    frames of their stacks nor their next observation overwritten (the oldest ``stack - 1``
-    slots behind each env's write head are not sampled). ``sample`` draws stratified (one
-    transition per equal-count stratum of the valid slots, like the prioritized buffers), not
-    independently with replacement like :class:`~tritonrl.toolkit.replay.ReplayBuffer`.
-
-    ``add`` reads rewards and done flags on the host (CUDA tensors cost one synchronisation per
-    ``add``) and writes the slots and the tree with a few small ops per env; ``sample`` reads
-    nothing on the host. Settings, checks and counters are :class:`ReplayBuffer`'s; this class
-    replaces its storage (the slots and their tree) and how a sample gathers observations.
+    The other arguments are :class:`~tritonrl.toolkit.replay.ReplayBuffer`'s. ``add`` assumes (does
+    not check) a consistent stream: the next ``obs`` equals this ``next_obs`` where no episode ended,
+    and stacks are zero-padded. ``sample`` is stratified, one transition per equal-count stratum.
 
     Raises:
         ValueError / TypeError: an argument is out of range or of the wrong type, or the storage
-            cannot fit in the device's free memory.
+            does not fit in the device's free memory.
     """
 
     def __init__(
@@ -173,8 +144,7 @@ class FrameReplayBuffer(ReplayBuffer):
             raise TypeError(f"obs_dtype must be None, torch.float32 or torch.bfloat16, got {obs_dtype!r}")
 
     def _allocate(self) -> None:
-        """The slots (frames, depths, actions, rewards, flags), the cursor, the host mirror of the
-        valid slots, the slot tree, and the constants of the n-step returns."""
+        """Allocate the slots, the cursor, the host mirror of valid slots and the slot tree."""
         N, dev, P = self._capacity, self.device, math.prod(self.frame_shape)
         self.frames = torch.zeros((N, P), dtype=torch.uint8, device=dev)
         self.depth = torch.zeros(N, dtype=torch.int32, device=dev)
@@ -216,11 +186,7 @@ class FrameReplayBuffer(ReplayBuffer):
         action_dtype: torch.dtype = torch.int64,
         **_: Any,
     ) -> dict[str, int]:
-        """Bytes the device tensors of a buffer of these settings take, by component (nothing is
-        allocated): ``frames`` (uint8, ``capacity * C * H * W``), ``depth``, ``actions``,
-        ``rewards and flags`` (f32 reward, two bools), ``slot tree`` (the sum tree). Other
-        keywords (``num_envs``, ``n_step``, ...) change nothing and are accepted. The host keeps
-        one validity byte per slot besides."""
+        """Bytes of the device tensors of these settings, by component (nothing is allocated)."""
         frame = math.prod(obs_shape) // stack
         g = geometry(leaves_for(capacity))
         return {
@@ -237,7 +203,7 @@ class FrameReplayBuffer(ReplayBuffer):
         return sum(self._cursor.pending(e, self.n_step) for e in range(self.num_envs))
 
     def valid_indices(self) -> torch.Tensor:
-        """int64: the slot rows :meth:`sample` may return now, ascending (host bookkeeping, on the CPU)."""
+        """int64 (CPU): the slot rows :meth:`sample` may return now, ascending."""
         return torch.from_numpy(np.flatnonzero(self._valid))
 
     # ---- ingestion -----------------------------------------------------------------------------
@@ -253,19 +219,20 @@ class FrameReplayBuffer(ReplayBuffer):
         *,
         check: bool = True,
     ) -> None:
-        """Add one vector step: every argument has leading dim ``num_envs``.
+        """Add one vector step: every argument has leading dim ``E = num_envs``.
 
         Args:
             obs: uint8 ``[E, *obs_shape]`` (its newest frame ``obs[:, -C:]`` is stored).
-            action: ``[E, *action_shape]`` as ``action_dtype`` (in range when ``num_actions``).
-            reward: ``[E]`` real, finite. terminated, truncated: ``[E]`` bool.
-            next_obs: uint8 like ``obs``: the next observation (the real final one at an end).
-            check: check the values (:attr:`inputs`); ``False`` for a caller that checked them.
+            action: ``[E, *action_shape]`` as ``action_dtype``.
+            reward: ``[E]``, finite.
+            next_obs: uint8 like ``obs``; the real final one at an episode end.
+            terminated: ``[E]`` bool.
+            truncated: ``[E]`` bool.
+            check: check the values (:attr:`inputs`).
 
         Raises:
             TypeError: non-uint8 observations or another wrong dtype.
-            ValueError: a wrong shape, or (``check``, host inputs) a NaN/inf reward or an action
-                out of range; nothing is added.
+            ValueError: a wrong shape, or a bad value (``check``, host inputs); nothing is added.
         """
         E, shape = self.num_envs, (self.num_envs, *self.obs_shape)
         obs_t = _uint8_obs("obs", obs, shape)
@@ -284,11 +251,7 @@ class FrameReplayBuffer(ReplayBuffer):
         self._steps += 1
 
     def extend(self, *args: Any, **kwargs: Any) -> None:
-        """Not available: a frame replay takes one vector step per :meth:`add`.
-
-        Raises:
-            TypeError: always.
-        """
+        """Not available: raises ``TypeError`` (one vector step per :meth:`add`)."""
         raise TypeError("a frame replay takes one vector step per add; it has no extend")
 
     def _write(
@@ -302,8 +265,7 @@ class FrameReplayBuffer(ReplayBuffer):
         rows: list[int],
         depths: list[int],
     ) -> None:
-        """Write each env's step slot (``rows[:E]``) and the following preview / final slot
-        (``rows[E:]``): frames, depths, action, reward and flags (zeros in the second slot)."""
+        """Write each env's step slot (``rows[:E]``) and its preview / final slot (``rows[E:]``)."""
         E, C, dev = self.num_envs, self.frame_shape[0], self.device
         idx = torch.tensor(rows, dtype=torch.int64).to(dev)
         newest = torch.cat([obs[:, -C:].reshape(E, -1), next_obs[:, -C:].reshape(E, -1)]).to(dev)
@@ -318,9 +280,7 @@ class FrameReplayBuffer(ReplayBuffer):
         self.truncated.index_copy_(0, idx, torch.from_numpy(np.concatenate([truncated, no])).to(dev))
 
     def _set_leaves(self, on: list[tuple[int, int]], off: list[tuple[int, int]]) -> None:
-        """Slot rows ``[a, b)`` of ``off`` are no longer sampleable (leaf 0), those of ``on`` now
-        are (:meth:`_fresh`). ``off`` goes first: in a small ring, a row that an old slot held may
-        already hold a newly valid one."""
+        """Clear the rows ``[a, b)`` of ``off``, then set those of ``on`` (a row may be in both)."""
         valid, tree = self._valid, self._tree
         gone = [(a, b) for a, b in off if valid[a:b].any()]
         if gone:
@@ -348,9 +308,7 @@ class FrameReplayBuffer(ReplayBuffer):
         return torch.rand(batch_size, generator=generator, device=generator.device).to(self.device)
 
     def _draw(self, uniforms: torch.Tensor) -> torch.Tensor:
-        """The slot rows of the tree's descents for ``uniforms``, each a valid slot: a descent
-        that f32 rounding ended on a leaf of 0 (at a stratum's edge) takes the first valid slot
-        instead (the descent to mass 0, which compares only zeros and is exact)."""
+        """Slot rows of the tree's descents for ``uniforms``; a rounding miss takes the first valid slot."""
         tree, N = self._tree, self._capacity
         with np.errstate(divide="ignore", invalid="ignore"):  # unused weights over a min leaf of 0 (CPU)
             idx, _ = per_sample(tree, uniforms, 0.0, N)
@@ -360,10 +318,6 @@ class FrameReplayBuffer(ReplayBuffer):
     def sample(self, batch_size: int, generator: torch.Generator | None = None) -> ReplayBatch:
         """``batch_size`` valid transitions, one per equal-count stratum (weights 1).
 
-        Args:
-            batch_size: 1 .. ``len(self)``.
-            generator: the random source (on another device: drawn there, copied over).
-
         Raises:
             ValueError: empty buffer, or ``batch_size`` not in ``[1, len(self)]``.
         """
@@ -372,8 +326,7 @@ class FrameReplayBuffer(ReplayBuffer):
         return self._gather(idx, torch.ones(batch_size, device=self.device))
 
     def _gather(self, idx: torch.Tensor, weights: torch.Tensor) -> ReplayBatch:
-        """The transitions starting at slot rows ``idx`` (int64 ``[B]``, valid ones): the n-step
-        return and discount from the stored rewards and flags, both stacks in one gather."""
+        """Transitions starting at slot rows ``idx`` (int64 ``[B]``), both stacks in one gather."""
         B, n, ring = idx.shape[0], self.n_step, self.ring
         base = idx - idx.remainder(ring)
         window = base[:, None] + (idx.remainder(ring)[:, None] + self._offsets).remainder(ring)  # [B, n]
@@ -438,9 +391,7 @@ class FrameReplayBuffer(ReplayBuffer):
         }
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to resume: the whole slot storage (``frames``, ``depth``, ``action``,
-        ``reward``, ``terminated``, ``truncated``), ``valid`` (bool ``[N]``) and a JSON ``meta``
-        (config, counters, each env's write position)."""
+        """The whole slot storage, ``valid`` (bool ``[N]``) and a JSON ``meta``."""
         sd: dict[str, Any] = dict(self._storage())
         sd["valid"] = torch.from_numpy(self._valid.copy())
         sd["meta"] = {
@@ -457,11 +408,10 @@ class FrameReplayBuffer(ReplayBuffer):
         """Validate ``state`` and move its tensors to this buffer's device; changes nothing.
 
         Returns:
-            the staged state (tensors on the buffer's device, ``cursor``, ``meta``).
+            the staged state, for :meth:`apply_state`.
 
         Raises:
-            ValueError: not a frame-replay state of this configuration, or inconsistent
-                (counters, tensors).
+            ValueError: not a frame-replay state of this configuration, or inconsistent.
         """
         meta = read_meta(state)
         check_config(meta.get("config"), self._config(), ("host",))
@@ -483,9 +433,7 @@ class FrameReplayBuffer(ReplayBuffer):
         return out
 
     def apply_state(self, staged: dict[str, Any]) -> None:
-        """Restore a state staged by :meth:`parse_state` (no further checks): the storage, the
-        host bookkeeping and the slot tree, rebuilt from the staged leaves (the tree the updates
-        maintain, bit for bit)."""
+        """Restore a staged state; the slot tree is rebuilt from the leaves, bit for bit."""
         for key, dst in self._storage().items():
             dst.copy_(staged[key])
         self._valid = staged["valid"].cpu().numpy().copy()
@@ -509,29 +457,20 @@ class FrameReplayBuffer(ReplayBuffer):
 
 
 class PrioritizedFrameReplayBuffer(PrioritySchedule, FrameReplayBuffer):
-    """Proportional prioritized replay (as :class:`~tritonrl.toolkit.replay.PrioritizedReplayBuffer`)
-    over the slots of a :class:`FrameReplayBuffer`.
+    """Proportional prioritized replay over the slots of a :class:`FrameReplayBuffer`.
 
-    A slot that becomes sampleable gets the running maximum priority; an overwritten one gets 0.
-    Importance weights ``(leaf / min_leaf) ** -beta`` take the minimum over the valid slots (one
-    pass over the ``N`` leaves per :meth:`sample`, on the device).
-
-    Args:
-        alpha, beta, beta_final, beta_steps, eps, check_priorities: as
-            :class:`~tritonrl.toolkit.replay.PrioritizedReplayBuffer`; the rest as
-            :class:`FrameReplayBuffer`.
+    A newly sampleable slot gets the running maximum priority, an overwritten one 0. Priority
+    arguments as :class:`~tritonrl.toolkit.replay.PrioritizedReplayBuffer`, the rest as
+    :class:`FrameReplayBuffer`.
     """
 
     def _fresh(self, a: int, b: int) -> None:
         per_insert(self._tree, a, b - a, alpha=self.alpha)
 
     def update_priorities(self, indices: Any, td_errors: Any) -> None:
-        """Set ``p_i = |td_errors| + eps`` for slot rows ``indices`` (:attr:`ReplayBatch.indices`).
+        """Set ``p_i = |td_errors| + eps`` for slot rows ``indices``.
 
-        A row that is no longer sampleable (overwritten by ``add`` calls since it was sampled) is
-        skipped: its TD error is not checked and does not raise the running maximum. Bad batches
-        (NaN/inf, rows outside ``[0, capacity)``) change nothing and are counted, as in
-        :class:`~tritonrl.toolkit.replay.PrioritizedReplayBuffer`.
+        Rows overwritten since they were sampled are skipped; bad batches change nothing and are counted.
 
         Raises:
             ValueError / TypeError: as ``PrioritizedReplayBuffer.update_priorities``.
@@ -558,23 +497,15 @@ class PrioritizedFrameReplayBuffer(PrioritySchedule, FrameReplayBuffer):
             self.check()
 
     def check(self) -> None:
-        """Raise if an :meth:`update_priorities` batch was rejected since the last check (one
-        sync on CUDA).
-
-        Raises:
-            ValueError: names what was wrong (non-finite TD errors, rows out of range).
-        """
+        """Raise ``ValueError`` if an :meth:`update_priorities` batch was rejected since the last check."""
         self._raise_rejected(f"[0, {self._capacity})")
 
     def priorities(self) -> torch.Tensor:
-        """The leaf values ``p ** alpha`` of the ``N`` slots (0 where not sampleable), f32 (a copy)."""
+        """f32 copy of the ``N`` slots' leaves ``p ** alpha`` (0 where not sampleable)."""
         return leaves(self._tree)[: self._capacity].clone()
 
     def sample(self, batch_size: int, generator: torch.Generator | None = None) -> ReplayBatch:
-        """``batch_size`` transitions, one per equal-mass stratum of ``P(i)``, with IS weights.
-
-        Advances the ``beta`` schedule by one call. Generator rules as
-        :meth:`FrameReplayBuffer.sample`.
+        """``batch_size`` transitions, one per equal-mass stratum, with IS weights; advances ``beta``.
 
         Raises:
             ValueError: empty buffer, or ``batch_size`` not in ``[1, len(self)]``.

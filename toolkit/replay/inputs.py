@@ -1,8 +1,7 @@
 """Checks and conversions of the replay buffers' arguments and of the fields ``add``/``extend`` take.
 
-Ints and reals are checked by :mod:`tritonrl.kernels.validate` (the project's one dialect); this
-module adds what is particular to replay input: shapes, dtype kinds per stored dtype, host reads of
-rewards and flags. Only metadata is read, except where a docstring says "on the host".
+Ints and reals go through :mod:`tritonrl.kernels.validate`; this module adds shapes, dtype kinds
+and host reads of rewards and flags. Only metadata is read unless a docstring says "on the host".
 """
 
 from __future__ import annotations
@@ -37,8 +36,7 @@ NUMPY_DTYPES = (torch.float32, torch.float64, torch.float16, torch.int64, torch.
 
 
 def check_fraction(name: str, value: object, *, positive: bool = False) -> float:
-    """``value`` is a real number in ``[0, 1]`` (``(0, 1]`` with ``positive``): a discount, an
-    exponent or an epsilon; returns it as a float.
+    """``value`` as a float in ``[0, 1]`` (``(0, 1]`` with ``positive``).
 
     Raises:
         ValueError: as :func:`~tritonrl.kernels.validate.check_real`, or above 1.
@@ -68,13 +66,11 @@ def check_shape(name: str, value: Any) -> tuple[int, ...]:
 def action_rule(
     num_actions: int | Sequence[int] | None, action_shape: tuple[int, ...], action_dtype: torch.dtype
 ) -> ActionRule | None:
-    """The actions a buffer's ``add``/``extend`` accept beyond their dtype: floating actions must
-    be finite; integer actions lie in ``[0, num_actions)`` (an int: every entry; a sequence of
-    ``D`` ints with ``action_shape == (D,)``: per dimension); ``num_actions=None``: any integer.
+    """The action check of ``add``/``extend``: finite floats, or integers in ``[0, num_actions)``.
 
     Raises:
-        ValueError: ``num_actions`` is not a positive int or a sequence of them matching
-            ``action_shape``, or is given for floating actions.
+        ValueError: ``num_actions`` is not a positive int or ``D`` of them for ``action_shape == (D,)``,
+            or is given for floating actions.
     """
     if action_dtype.is_floating_point:
         if num_actions is not None:
@@ -124,8 +120,7 @@ def _is_int(dtype: torch.dtype) -> bool:
 
 
 def kind_rule(target: torch.dtype) -> tuple[Callable[[torch.dtype], bool], str]:
-    """Which input dtypes a field stored as ``target`` takes, and how errors name them: uint8
-    exactly for uint8 storage, any floating dtype for floating storage, else any integer dtype."""
+    """Which input dtypes a field stored as ``target`` takes, and how errors name them."""
     if target == torch.uint8:
         return _is_uint8, "uint8"
     if target.is_floating_point:
@@ -134,10 +129,11 @@ def kind_rule(target: torch.dtype) -> tuple[Callable[[torch.dtype], bool], str]:
 
 
 def input_tensor(name: str, value: Any, shape: tuple[int, ...], target: torch.dtype) -> torch.Tensor:
-    """An input field as a tensor (any device, not yet cast) after shape and dtype-kind checks.
+    """An input field as a tensor (not yet cast or moved) after shape and dtype-kind checks.
 
     Raises:
-        ValueError: another shape.  TypeError: a dtype ``target`` storage does not take.
+        ValueError: another shape.
+        TypeError: a dtype ``target`` storage does not take.
     """
     t = value if isinstance(value, torch.Tensor) else torch.as_tensor(np.asarray(value))
     if tuple(t.shape) != shape:
@@ -152,7 +148,8 @@ def host_array(name: str, value: Any, shape: tuple[int, ...], kind: str) -> np.n
     """A reward (``kind="real"``) or flag (``"bool"``) array read on the host, checked.
 
     Raises:
-        ValueError: another shape, or NaN/inf rewards.  TypeError: a wrong dtype kind.
+        ValueError: another shape, or NaN/inf rewards.
+        TypeError: a wrong dtype kind.
     """
     if isinstance(value, torch.Tensor):
         value = value.detach().cpu()  # a sync if the tensor lives on a GPU
@@ -171,11 +168,11 @@ def host_array(name: str, value: Any, shape: tuple[int, ...], kind: str) -> np.n
 
 
 def device_vector(name: str, value: Any, E: int, kind: str) -> torch.Tensor:
-    """A reward / flag vector ``[E]`` as a tensor (host inputs are wrapped, not yet moved), after
-    shape and dtype-kind checks; no value is read.
+    """A reward / flag vector ``[E]`` as a tensor (not yet moved), checked without a value read.
 
     Raises:
-        ValueError: another shape.  TypeError: a wrong dtype kind.
+        ValueError: another shape.
+        TypeError: a wrong dtype kind.
     """
     t = value if isinstance(value, torch.Tensor) else torch.as_tensor(np.asarray(value))
     if tuple(t.shape) != (E,):
@@ -203,11 +200,7 @@ def host_vector(x: Any) -> np.ndarray | None:
 
 
 def leading_dims(x: Any) -> tuple[int, ...]:
-    """The shape of an ``extend`` field, which must have leading dims ``[T, num_envs]``.
-
-    Raises:
-        ValueError: fewer than two dims.
-    """
+    """The shape of an ``extend`` field; raises ``ValueError`` below two dims ``[T, num_envs]``."""
     shape = tuple(x.shape) if hasattr(x, "shape") else np.shape(x)
     if len(shape) < 2:
         raise ValueError(f"obs must have leading dims [T, num_envs], got shape {shape}")

@@ -1,15 +1,8 @@
 """n-step bookkeeping on the host: which transitions are complete, their returns and discounts.
 
-Each of ``E`` parallel environments streams one transition per vector step. A transition that
-starts at step ``s`` is *complete* at step ``end = min(first episode end at or after s,
-s + n - 1)``: then its n-step return ``sum_{j < k} gamma**j r_{s+j}`` (``k = end - s + 1``) and
-its bootstrap observation (``next_obs`` of step ``end``) are known. Its discount is
-``gamma**k``, or 0 if the episode *terminated* at ``end``; a *truncated* end bootstraps from
-the real final observation like any other. Until it is complete a transition is *pending*
-(at most ``n - 1`` per environment, always that environment's latest steps).
-
-This module works on small numpy arrays (rewards and done flags live on the host, as
-gymnasium returns them); the observations stay on the buffer's device and only move by index.
+A transition starting at step ``s`` completes at the first episode end in ``s .. s + n - 1`` or
+at ``s + n - 1``; its discount is ``gamma**k``, 0 where the episode terminated. Works on small
+numpy arrays; observations stay on the device. See docs/pages/replay.md.
 """
 
 from __future__ import annotations
@@ -26,7 +19,7 @@ class NStepState:
     """What the host remembers between vector steps (``K = n - 1``).
 
     Attributes:
-        pending: int64 ``[E]``, pending transitions per environment (they are its last steps).
+        pending: int64 ``[E]``, pending transitions per environment.
         rewards: f64 ``[K, E]``, rewards of the last ``K`` steps, oldest first.
     """
 
@@ -40,18 +33,14 @@ class NStepState:
 
 @dataclass
 class Commits:
-    """Transitions completed by a batch of ``T`` new steps, in the order they enter the buffer.
-
-    Timeline index ``tau`` runs over the ``K`` remembered steps then the ``T`` new ones; a
-    transition is identified by its start ``(tau, env)``.
+    """Transitions completed by ``T`` new steps, in buffer order (timeline: ``K`` old then ``T`` new).
 
     Attributes:
-        start: int64 ``[m]`` flat source ``tau * E + env`` of obs and action in the timeline.
-        end: int64 ``[m]`` flat index ``(end_tau - K) * E + env`` of the bootstrap ``next_obs``
-            among the new steps.
-        reward: f32 ``[m]`` n-step discounted returns.
-        discount: f32 ``[m]``: ``gamma**k``, or 0 where the episode terminated.
-        identity: the commits are exactly the new steps in order (``n == 1``): no gather needed.
+        start: int64 ``[m]`` flat timeline index ``tau * E + env`` of obs and action.
+        end: int64 ``[m]`` flat index among the new steps of the bootstrap ``next_obs``.
+        reward: f32 ``[m]`` n-step returns.
+        discount: f32 ``[m]``.
+        identity: the commits are exactly the new steps in order (``n == 1``).
     """
 
     start: np.ndarray
@@ -69,10 +58,9 @@ def schedule(
     n_step: int,
     gamma: float,
 ) -> tuple[Commits, NStepState]:
-    """The commits caused by ``T`` new steps (arrays ``[T, E]``) and the state after them.
+    """The commits of ``T`` new steps (arrays ``[T, E]``) and the state after them.
 
-    Commits are ordered by completion step, then environment, then start step, so adding
-    ``T`` steps at once gives the same buffer as adding them one by one.
+    Adding ``T`` steps at once gives the same buffer as adding them one by one.
     """
     T, E = rewards.shape
     K = n_step - 1
@@ -90,15 +78,7 @@ def schedule(
 def _schedule_one(
     state: NStepState, r: np.ndarray, terminated: np.ndarray, done: np.ndarray, n_step: int, gamma: float
 ) -> tuple[Commits, NStepState]:
-    """:func:`schedule` of one vector step (``r``, flags ``[E]``), ``n_step >= 2``: the same commits,
-    bit for bit, from a few Python operations per environment instead of the timeline arrays.
-
-    With one new step the timeline is the ``K`` remembered steps plus this one, and no remembered
-    step ends an episode. An environment that ends its episode now completes every pending start
-    and the new one (all ending now); otherwise only its oldest start completes, when ``K`` are
-    pending. Returns and discounts are summed in the order :func:`_schedule_window` sums them
-    (``w_0 + w_1 + ...`` over the whole window, zero weights included), so they round alike.
-    """
+    """:func:`schedule` of one vector step for ``n_step >= 2``, bit for bit, without timeline arrays."""
     K = n_step - 1
     E = r.shape[0]
     old = state.rewards  # [K, E]
@@ -152,8 +132,7 @@ def _schedule_window(
     n_step: int,
     gamma: float,
 ) -> tuple[Commits, NStepState]:
-    """:func:`schedule` for ``n_step >= 2`` over the whole timeline of remembered and new steps
-    (``r`` f64 and the flags ``[T, E]``)."""
+    """:func:`schedule` for ``n_step >= 2`` over the whole timeline (``[T, E]``)."""
     T, E = r.shape
     K = n_step - 1
     n_tl = K + T

@@ -1,7 +1,5 @@
-"""What the two prioritized buffers share (:class:`~tritonrl.toolkit.replay.PrioritizedReplayBuffer`
-and :class:`~tritonrl.toolkit.replay.PrioritizedFrameReplayBuffer`): their settings and checks, the
-``beta`` schedule, the checks of ``update_priorities``' arguments, their part of the saved state,
-and the reading of rejected priority batches. Guide: docs/pages/replay.md.
+"""What the two prioritized buffers share: settings, the ``beta`` schedule, the checks of
+``update_priorities``, their part of the saved state. See docs/pages/replay.md.
 """
 
 from __future__ import annotations
@@ -17,11 +15,11 @@ __all__ = ["PrioritySchedule"]
 
 
 class PrioritySchedule:
-    """A mixin before a :class:`~tritonrl.toolkit.replay.ReplayBuffer` (or a subclass) in the bases:
-    takes the PER keywords, checks them before the buffer's own checks allocate anything, and
-    adds the PER settings and tensors to the buffer's config and saved state. The buffer keeps
-    its tree in ``_tree`` and says how many leaves its state holds (:meth:`_state_leaves`) and
-    which of them must be positive (:meth:`_check_state_priorities`)."""
+    """Mixin before a :class:`~tritonrl.toolkit.replay.ReplayBuffer` in the bases: the PER settings.
+
+    The buffer keeps its tree in ``_tree`` and implements :meth:`_state_leaves` and
+    :meth:`_check_state_priorities`.
+    """
 
     _tree: SumTree
     device: torch.device
@@ -55,7 +53,8 @@ class PrioritySchedule:
         """Check and keep the PER settings.
 
         Raises:
-            ValueError: a value out of range.  TypeError: ``check_priorities`` not None or a bool.
+            ValueError: a value out of range.
+            TypeError: ``check_priorities`` not None or a bool.
         """
         self.alpha = check_fraction("alpha", alpha)
         self.beta = check_fraction("beta", beta)
@@ -69,16 +68,13 @@ class PrioritySchedule:
         self._rejections_seen = 0
 
     def _resolve_check(self, device: torch.device) -> None:
-        """``check_priorities``: the setting, or by default at once on a CPU (free there) and at
-        :meth:`check` on an accelerator (a read there is a sync)."""
+        """``check_priorities``, by default on a CPU only."""
         setting = self._check_setting
         self.check_priorities = device.type == "cpu" if setting is None else setting
 
     @property
     def sample_calls(self) -> int:
-        """Calls of :meth:`sample` so far: the position of the ``beta`` schedule. Settable (a
-        non-negative int), so that a fresh buffer can continue a schedule: an agent resumed
-        without its replay (a data-parallel run on another number of ranks)."""
+        """Calls of :meth:`sample` so far (the ``beta`` schedule position); settable."""
         return self._sample_calls
 
     @sample_calls.setter
@@ -97,12 +93,7 @@ class PrioritySchedule:
         return int(self._tree.status[0])
 
     def _raise_rejected(self, rows: str) -> None:
-        """Raise if the tree counted rejected batches since the last call (reads two int32: one
-        sync on CUDA); ``rows`` names the valid index range in the message.
-
-        Raises:
-            ValueError: names what was wrong (non-finite TD errors, indices out of range).
-        """
+        """Raise ``ValueError`` if the tree counted rejected batches (one sync); ``rows`` for the message."""
         rejected, reason = (int(v) for v in self._tree.status.tolist())
         if rejected > self._rejections_seen:
             n_new = rejected - self._rejections_seen
@@ -122,8 +113,7 @@ class PrioritySchedule:
     def _priority_batch(
         self, indices: Any, td_errors: Any, empty: bool
     ) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """``update_priorities``' arguments as tensors after their checks; ``None`` for an empty
-        batch (nothing to do). ``empty``: the buffer holds nothing yet.
+        """``update_priorities``' arguments as tensors, checked; ``None`` for an empty batch.
 
         Raises:
             TypeError: non-integer indices or non-floating TD errors.
@@ -165,8 +155,7 @@ class PrioritySchedule:
         raise NotImplementedError
 
     def state_dict(self) -> dict[str, Any]:
-        """The buffer's state plus ``priorities`` (:meth:`priorities`), ``max_priority``,
-        ``status`` and, in ``meta``, the ``beta`` schedule position and the rejection counter."""
+        """The buffer's state plus ``priorities``, ``max_priority``, ``status`` and schedule counters."""
         sd: dict[str, Any] = super().state_dict()  # type: ignore[misc]
         sd["priorities"] = self.priorities()
         sd["max_priority"] = self._tree.max_priority.clone()
@@ -180,11 +169,7 @@ class PrioritySchedule:
         raise NotImplementedError
 
     def _check_state_priorities(self, staged: dict[str, Any]) -> None:
-        """Value checks of the staged ``priorities``.
-
-        Raises:
-            ValueError: a value out of range.
-        """
+        """Value checks of the staged ``priorities``; raises ``ValueError``."""
         raise NotImplementedError
 
     def parse_state(self, state: dict[str, Any]) -> dict[str, Any]:
@@ -209,8 +194,7 @@ class PrioritySchedule:
         return out
 
     def _adopt_priorities(self, tree: SumTree, staged: dict[str, Any]) -> None:
-        """Give ``tree`` (rebuilt from the staged leaves) the staged running max and status, and
-        take the staged counters."""
+        """Give ``tree`` the staged running max and status; take the staged counters."""
         tree.max_priority.copy_(staged["max_priority"])
         tree.status.copy_(staged["status"])
         self._sample_calls = staged["meta"]["sample_calls"]

@@ -1,18 +1,9 @@
 """Prioritized replay (Schaul et al., 2016, proportional variant) on the device.
 
-- ``P(i) = p_i**alpha / sum_j p_j**alpha``, sampled **stratified**: the total mass is cut into
-  ``B`` equal segments and one sample is drawn inside each (tree descent, :mod:`tritonrl.kernels.sumtree`).
-- Importance weights ``w_i = (N P(i))**-beta / max_j (N P(j))**-beta``, the max over the whole
-  buffer (the global minimum priority comes from the min tree), so ``w <= 1``.
-- ``beta`` anneals linearly from ``beta`` to ``beta_final`` over ``beta_steps`` calls of
-  :meth:`~PrioritizedReplayBuffer.sample`.
-- New transitions get the running maximum priority (initially 1); ``update_priorities`` sets
-  ``p = |td_error| + eps``; within one call, the last of duplicate indices wins.
-
-Bad priorities (NaN or inf TD errors) and out-of-range indices are rejected on the device: the
-buffer stays unchanged and the rejection is counted. Reading that count to raise costs a device
-synchronisation, so ``check_priorities`` decides when it happens: by default at once on CPU
-(free there) and only in :meth:`~PrioritizedReplayBuffer.check` on CUDA.
+``P(i) = p_i**alpha / sum_j p_j**alpha``, sampled stratified by a sum-tree descent
+(:mod:`tritonrl.kernels.sumtree`); IS weights are normalised by the global minimum priority (so
+``w <= 1``); ``beta`` anneals linearly; new transitions get the running maximum priority. Bad
+priority batches are rejected on the device and counted. See docs/pages/replay.md.
 """
 
 from __future__ import annotations
@@ -53,10 +44,8 @@ class PrioritizedReplayBuffer(PrioritySchedule, ReplayBuffer):
         beta_final: exponent reached after ``beta_steps`` calls of :meth:`sample`.
         beta_steps: length of the linear annealing, in :meth:`sample` calls (>= 1).
         eps: added to ``|td_error|`` so that no priority is 0 (> 0).
-        check_priorities: raise in :meth:`update_priorities` when a batch was rejected.
-            ``None`` (default): on CPU yes (costs nothing), on CUDA no (it would synchronise
-            every update; call :meth:`check` once per log interval instead). ``True`` forces the
-            per-update check on CUDA too (one sync per call).
+        check_priorities: raise in :meth:`update_priorities` when a batch was rejected; ``None``:
+            on CPU yes, on an accelerator no (call :meth:`check` instead: it syncs).
 
     Raises:
         ValueError / TypeError: an argument is out of range or of the wrong type.
@@ -68,8 +57,7 @@ class PrioritizedReplayBuffer(PrioritySchedule, ReplayBuffer):
 
     @classmethod
     def memory_bytes(cls, capacity: int, obs_shape: tuple[int, ...], **kwargs: Any) -> dict[str, int]:
-        """:meth:`ReplayBuffer.memory_bytes` plus the priority sum tree (f32 sums and mins, int32
-        scratch)."""
+        """:meth:`ReplayBuffer.memory_bytes` plus the priority sum tree."""
         parts = super().memory_bytes(capacity, obs_shape, **kwargs)
         g = geometry(leaves_for(capacity))
         parts["priorities"] = 4 * (g.sum_size + g.min_size + g.P)
@@ -78,8 +66,7 @@ class PrioritizedReplayBuffer(PrioritySchedule, ReplayBuffer):
     # ---- priorities ----------------------------------------------------------------------------
 
     def _set_tree(self, tree: SumTree) -> None:
-        """Adopt ``tree``; on CPU keep a numpy view of its status, which :meth:`check` reads
-        after every update (a fraction of ``tolist()``'s cost)."""
+        """Adopt ``tree``; on CPU keep a numpy view of its status for :meth:`check`."""
         self._tree = tree
         self._status_host = tree.status.numpy() if tree.status.is_cpu else None
 
@@ -90,16 +77,15 @@ class PrioritizedReplayBuffer(PrioritySchedule, ReplayBuffer):
             per_insert(self._tree, 0, count - first, alpha=self.alpha)
 
     def update_priorities(self, indices: Any, td_errors: Any) -> None:
-        """Set ``p_i = |td_errors| + eps`` for ``indices`` (from :attr:`ReplayBatch.indices`).
+        """Set ``p_i = |td_errors| + eps`` for ``indices``; the last of duplicates wins.
 
         Args:
-            indices: int ``[B]`` slots (any integer dtype; tensor, array or list).
-            td_errors: float ``[B]`` TD errors (f32, bf16, f16 or f64), on any device.
+            indices: int ``[B]`` slots (tensor, array or list).
+            td_errors: float ``[B]``, on any device.
 
         Raises:
-            ValueError: lengths differ or the arrays are not 1-D; with priority checking on (see
-                the class docstring), also NaN/inf TD errors or indices outside ``[0, len)``:
-                the whole batch is then ignored and the buffer is unchanged.
+            ValueError: lengths differ or not 1-D; with priority checking on, also NaN/inf TD errors
+                or indices outside ``[0, len)`` (the batch is then ignored).
             TypeError: non-integer indices or non-floating TD errors.
         """
         batch = self._priority_batch(indices, td_errors, self._size == 0)
@@ -122,12 +108,10 @@ class PrioritizedReplayBuffer(PrioritySchedule, ReplayBuffer):
             self.check()
 
     def check(self) -> None:
-        """Raise if an :meth:`update_priorities` batch was rejected since the last check.
-
-        Costs one device synchronisation on CUDA (reads two int32).
+        """Raise if an :meth:`update_priorities` batch was rejected since the last check (syncs).
 
         Raises:
-            ValueError: names what was wrong (non-finite TD errors, indices out of range).
+            ValueError: names what was wrong.
         """
         host = self._status_host
         if host is not None and host[0] <= self._rejections_seen:  # CPU, nothing new rejected
@@ -139,20 +123,13 @@ class PrioritizedReplayBuffer(PrioritySchedule, ReplayBuffer):
         return leaves(self._tree)[: self._size].clone()
 
     def rebuild_tree(self, exact: bool = False) -> None:
-        """Recompute the sum and min trees from their leaves (see :func:`tritonrl.kernels.sumtree.rebuild`).
-
-        Never needed for correctness (nodes are recomputed from their children, nothing drifts);
-        ``exact=True`` rounds each node of the sum tree once from an f64 sum.
-        """
+        """Recompute the sum and min trees from their leaves (``exact``: each sum node from an f64 sum)."""
         rebuild(self._tree, exact=exact)
 
     # ---- sampling ------------------------------------------------------------------------------
 
     def sample(self, batch_size: int, generator: torch.Generator | None = None) -> ReplayBatch:
-        """``batch_size`` transitions, one per equal-mass stratum of ``P(i)``, with IS weights.
-
-        Advances the ``beta`` schedule by one call. Generator rules as in
-        :meth:`ReplayBuffer.sample`.
+        """``batch_size`` transitions, one per equal-mass stratum, with IS weights; advances ``beta``.
 
         Raises:
             ValueError: empty buffer, or ``batch_size`` not in ``[1, len(self)]``.

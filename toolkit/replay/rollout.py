@@ -1,16 +1,9 @@
 """On-policy rollout storage on the device, GAE in f32, and running observation statistics.
 
-GAE with terminations and truncations kept apart. For step ``t`` of environment ``e`` with
-transition ``(s_t, a_t, r_t, s'_t)``, ``s'_t`` being the *true* next observation (the final
-observation where the episode ended)::
+GAE keeps terminations and truncations apart (docs/pages/ppo.md; ``s'_t``: the true next obs)::
 
     delta_t = r_t + gamma * (1 - terminated_t) * V(s'_t) - V(s_t)
-    A_t     = delta_t + gamma * lambda * (1 - done_t) * A_{t+1},   done_t = terminated_t or truncated_t
-
-A truncated episode (time limit) is cut, not ended: its last step bootstraps from the value of
-its real final observation. A terminated one bootstraps from nothing. ``V(s'_t)`` is
-``V(s_{t+1})`` inside an episode, so :class:`RolloutBuffer` stores it only where it differs: at
-truncations and at the last step of the rollout.
+    A_t     = delta_t + gamma * lambda * (1 - done_t) * A_{t+1}
 """
 
 from __future__ import annotations
@@ -44,12 +37,11 @@ def compute_gae(
     """Generalised advantage estimates and returns, in f32, vectorised over environments.
 
     Args:
-        rewards: ``[T, E]`` rewards ``r_t``.
+        rewards: ``[T, E]``.
         values: ``[T, E]`` ``V(s_t)``.
-        next_values: ``[T, E]`` ``V(s'_t)``: the value of the true next observation (used only
-            where the transition is not terminated).
+        next_values: ``[T, E]`` ``V(s'_t)`` of the true next observation (unused where terminated).
         terminated: ``[T, E]`` bool: ``s'_t`` is terminal.
-        truncated: ``[T, E]`` bool: the episode was cut after this step (bootstrap from ``s'_t``).
+        truncated: ``[T, E]`` bool: the episode was cut after this step.
         gamma: discount in ``[0, 1]``.
         lam: GAE lambda in ``[0, 1]``.
 
@@ -94,7 +86,6 @@ class RunningMeanStd:
 
     Args:
         shape: the shape of one sample.
-        device: where the statistics live.
         epsilon: initial pseudo-count (keeps the first normalisations finite).
     """
 
@@ -118,9 +109,7 @@ class RunningMeanStd:
         self.count = total
 
     def merge(self, other: RunningMeanStd) -> None:
-        """Merge ``other``'s statistics (of samples disjoint from these) into these, in place
-        (Chan et al.; :meth:`update` is the merge of one batch). Two empty sets (count 0) stay
-        as they are. No host read."""
+        """Merge ``other``'s statistics (of disjoint samples) into these, in place, without a host read."""
         total = self.count + other.count
         safe = torch.where(total > 0, total, torch.ones_like(total))
         delta = other.mean - self.mean
@@ -133,14 +122,7 @@ class RunningMeanStd:
         self.count = total
 
     def all_reduce_(self, dist: DistContext) -> None:
-        """Replace these statistics, on every rank, by the pooled statistics of every rank's
-        (each rank's samples disjoint from the others'), in place.
-
-        Exact pooling with two small all-reduces and no host read: the counts and count-weighted
-        means give the pooled mean ``m``; then each rank's sum of squared deviations about ``m``,
-        ``n_r * (var_r + (mean_r - m)**2)``, summed, gives the pooled variance (no
-        ``E[x^2] - m^2`` cancellation). A single process (``dist.enabled`` false) changes nothing.
-        """
+        """Replace these statistics on every rank by all ranks' exact pooled ones (no host read)."""
         if not dist.enabled:
             return
         n = self.count.reshape(1)
@@ -160,11 +142,7 @@ class RunningMeanStd:
         return {"mean": self.mean, "var": self.var, "count": self.count}
 
     def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
-        """Restore :meth:`state_dict` output (cast to f32 on this device).
-
-        Raises:
-            ValueError: a shape differs.
-        """
+        """Restore :meth:`state_dict` output as f32 on this device; ``ValueError`` on another shape."""
         if tuple(state["mean"].shape) != tuple(self.mean.shape):
             raise ValueError(
                 f"obs statistics have shape {tuple(state['mean'].shape)}, expected {tuple(self.mean.shape)}"
@@ -178,19 +156,13 @@ class RunningMeanStd:
 class RolloutBuffer:
     """``T`` vector steps of ``E`` environments, stored on ``device``.
 
-    Observations are stored in ``obs_dtype`` (the training dtype: they are cast once, here);
-    log-probs, values, rewards, bootstrap values, advantages and returns in f32; actions in
-    ``action_dtype`` (int64 for discrete, f32 for continuous: the raw, pre-squash sample);
-    ``terminated``, ``truncated`` and ``starts`` (the observation begins an episode) as bool.
+    Observations in ``obs_dtype``, actions in ``action_dtype`` (the raw, pre-squash sample), flags as
+    bool, everything else in f32.
 
     Args:
         num_steps: ``T``.
         num_envs: ``E``.
-        obs_shape: shape of one observation.
         action_shape: shape of one stored action (``()`` for discrete).
-        action_dtype: dtype of stored actions.
-        obs_dtype: dtype of stored observations.
-        device: where everything lives.
     """
 
     FIELDS = (
@@ -255,11 +227,7 @@ class RolloutBuffer:
         truncated: torch.Tensor,
         starts: torch.Tensor,
     ) -> None:
-        """Store one vector step (each argument ``[E, ...]``; cast into the stored dtypes).
-
-        Raises:
-            RuntimeError: the buffer is full (call :meth:`reset` after the update).
-        """
+        """Store one vector step (each argument ``[E, ...]``); ``RuntimeError`` when full."""
         if self.full:
             raise RuntimeError(f"rollout buffer is full ({self.num_steps} steps): update, then reset()")
         t = self.pos
@@ -279,9 +247,7 @@ class RolloutBuffer:
     _ADDED = ("obs", "actions", "logprobs", "values", "rewards", "terminated", "truncated", "starts")
 
     def _write_host(self, t: int, args: tuple[Any, ...]) -> bool:
-        """Row ``t`` written through numpy views of CPU storage (the same values as the tensor
-        assignment, at a third of its cost a field); ``False`` when a field or an argument is not
-        a CPU tensor numpy can read (bf16 storage, a tensor that requires grad, another device)."""
+        """Write row ``t`` through numpy views of CPU storage; ``False`` where numpy cannot."""
         fields = tuple(getattr(self, name) for name in self._ADDED)
         views = self._views
         if views is None or any(a is not b for a, b in zip(fields, self._viewed, strict=True)):
@@ -306,14 +272,7 @@ class RolloutBuffer:
     def compute_advantages(
         self, gamma: float, lam: float, *, gae: Callable[..., tuple[torch.Tensor, torch.Tensor]] = compute_gae
     ) -> None:
-        """Fill ``advantages`` and ``returns`` (see :func:`compute_gae`).
-
-        ``V(s'_t)`` is the stored bootstrap value where there is one, else ``V(s_{t+1})``.
-        ``gae``: :func:`compute_gae` or a compiled version of it (same arguments).
-
-        Raises:
-            RuntimeError: the buffer is not full.
-        """
+        """Fill ``advantages`` and ``returns`` with ``gae``; ``RuntimeError`` unless full."""
         if not self.full:
             raise RuntimeError(f"rollout holds {self.pos} of {self.num_steps} steps")
         shifted = torch.cat([self.values[1:], torch.zeros_like(self.values[:1])])
@@ -331,8 +290,7 @@ class RolloutBuffer:
         return {"pos": self.pos, **{name: getattr(self, name) for name in self.FIELDS}}
 
     def check_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Raise ``ValueError`` unless ``state`` fits this buffer (every field a tensor of the right
-        shape and kind: floating, integer or bool; ``pos`` an int in ``[0, T]``); changes nothing."""
+        """Raise ``ValueError`` unless ``state`` fits this buffer; changes nothing."""
         if not isinstance(state, Mapping):
             raise ValueError(f"rollout state is a {type(state).__name__}, not a dict")
         for name in self.FIELDS:
@@ -349,11 +307,7 @@ class RolloutBuffer:
             raise ValueError(f"rollout position {repr(pos)[:20]} is not an int in [0, {self.num_steps}]")
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict` output, casting into this buffer's dtypes and device.
-
-        Raises:
-            ValueError: a shape differs (checked before anything changes).
-        """
+        """Restore :meth:`state_dict` output (checked first, then cast); ``ValueError`` if it does not fit."""
         self.check_state_dict(state)
         for name in self.FIELDS:
             getattr(self, name).copy_(state[name].to(self.device))

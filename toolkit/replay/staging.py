@@ -1,17 +1,9 @@
-"""The two staging strategies of :class:`~tritonrl.toolkit.replay.ReplayBuffer`: where the n-step
-windows of the last steps wait, when they close, and how closed ones enter the buffer's ring.
+"""The two staging strategies of :class:`~tritonrl.toolkit.replay.ReplayBuffer`.
 
-- :class:`HostStaging` (``staging="host"``): rewards and done flags are read on the host and a
-  transition is committed as soon as its window closes (:mod:`tritonrl.toolkit.replay.nstep`);
-  the observations and actions of the last ``n - 1`` steps wait on the device.
-- :class:`DeviceStaging` (``staging="device"``): nothing is read on the host; the last ``n``
-  steps of every field wait in a device ring and every step (after ``n - 1`` warm-up steps)
-  commits the ``num_envs`` transitions that started ``n - 1`` steps earlier.
-
-A strategy is a part of its buffer: it writes committed transitions into the buffer's storage
-(``_obs``, ``_action``, ``_reward``, ``_next_obs``, ``_discount`` and their numpy ``_views``) and
-advances the buffer's counters with ``_advance``. The interface the buffer uses is
-:class:`Staging`. See ``docs/pages/replay.md``.
+:class:`HostStaging` reads rewards and done flags on the host and commits a transition when its
+n-step window closes; :class:`DeviceStaging` reads nothing on the host and commits, every step,
+the transitions that started ``n - 1`` steps earlier. A strategy writes into its buffer's storage
+and advances its counters. See docs/pages/replay.md.
 """
 
 from __future__ import annotations
@@ -41,8 +33,7 @@ if TYPE_CHECKING:
 __all__ = ["STAGINGS", "DeviceStaging", "HostStaging", "Staging", "staging_class"]
 
 _SMALL = 64
-"""Vector steps of at most this many observation entries are written through ``tolist()``: for a
-few environments a list costs less than a tensor's ``numpy()`` (microseconds each)."""
+"""Vector steps of at most this many observation entries are written through ``tolist()``."""
 _REAL = (torch.float32, torch.float64, torch.float16, torch.int64, torch.int32, torch.uint8)
 """Reward dtypes of the small-step path (those numpy reads; ``bool`` is refused as a reward)."""
 
@@ -51,8 +42,7 @@ Spec = dict[str, tuple[tuple[int, ...], torch.dtype]]
 
 
 class Staging(abc.ABC):
-    """What a :class:`ReplayBuffer` needs from its staging strategy: ingestion (:meth:`add`,
-    :meth:`extend`), the pending count, and its part of the buffer's saved state."""
+    """What a :class:`ReplayBuffer` needs from its staging: ingestion, the pending count, its state."""
 
     name: ClassVar[str]
     config: ClassVar[dict[str, str]]
@@ -98,8 +88,7 @@ class Staging(abc.ABC):
     @classmethod
     @abc.abstractmethod
     def state_spec(cls, buf: ReplayBuffer, meta: dict[str, Any]) -> Spec:
-        """The tensors a state saved with this staging holds for ``buf``, after checking the
-        staging's ``meta`` entries.
+        """The tensors a state saved with this staging holds for ``buf``, after checking its ``meta``.
 
         Raises:
             ValueError: a ``meta`` entry is invalid.
@@ -110,17 +99,12 @@ class Staging(abc.ABC):
         return self.buf.device, dtype
 
     def check_loaded(self, staged: dict[str, Any]) -> None:
-        """Value checks of the loaded staging tensors (by default none: nothing to check).
-
-        Raises:
-            ValueError: a value is out of range.
-        """
+        """Value checks of the loaded staging tensors; raises ``ValueError`` (none by default)."""
         return None
 
     @abc.abstractmethod
     def apply(self, staged: dict[str, Any] | None) -> None:
-        """Restore the staging from a state staged by :meth:`ReplayBuffer.parse_state`; ``None``
-        (a state of the other staging): start empty."""
+        """Restore from a state staged by :meth:`ReplayBuffer.parse_state`; ``None``: start empty."""
 
 
 class HostStaging(Staging):
@@ -181,10 +165,7 @@ class HostStaging(Staging):
     def _add_one(
         self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any
     ) -> bool:
-        """The common case of :meth:`add`, written directly into the ring: one-step returns, tensor
-        observations and actions of exactly the stored shapes and dtype kinds, host (CPU) rewards and
-        flags, and no wrap-around. Returns ``False`` (nothing changed) for anything else, which
-        :meth:`extend` then handles, with its errors."""
+        """:meth:`add` straight into the ring in the common case; ``False`` (no change) otherwise."""
         buf = self.buf
         E, pos = buf.num_envs, buf._pos
         if pos + E > buf.capacity:
@@ -241,11 +222,7 @@ class HostStaging(Staging):
         terminated: torch.Tensor,
         truncated: torch.Tensor,
     ) -> bool:
-        """:meth:`_add_one` for a few environments' CPU tensors (shapes and obs/action dtypes
-        checked by the caller, numpy views of the storage, no wrap-around): the values through
-        ``tolist()``, the same stored values as the numpy path (the same casts: a Python float
-        of an f32 or f64 entry rounds as the array would). ``False`` (nothing changed) for what
-        :meth:`extend` must handle: another device or dtype, a NaN/inf reward (its error)."""
+        """:meth:`_add_one` for a few environments' CPU tensors through ``tolist()``; ``False`` otherwise."""
         buf = self.buf
         vec = self.vec
         if not (reward.is_cpu and terminated.is_cpu and truncated.is_cpu):
@@ -300,9 +277,7 @@ class HostStaging(Staging):
     def _write_numpy(
         self, commits: Any, obs: torch.Tensor, action: torch.Tensor, next_obs: torch.Tensor, T: int
     ) -> None:
-        """:meth:`_write` on the CPU, through numpy views of the ring and (n-step buffers) the
-        staging area: the same gathers and copies (and casts to the stored dtypes) without a
-        tensor op each."""
+        """:meth:`_write` on the CPU through numpy views, with the same casts."""
         buf = self.buf
         E, K, C = buf.num_envs, buf.n_step - 1, buf.capacity
         assert buf._views is not None and (K == 0 or self.views is not None)  # checked by the caller
@@ -402,8 +377,7 @@ class HostStaging(Staging):
                 self.action[K - T :].copy_(action)
 
     def state_tensors(self) -> dict[str, torch.Tensor]:
-        """``stage_obs``, ``stage_action`` (``[n - 1, E, ...]``) and the pending n-step rewards
-        (``nstep_pending`` int64 ``[E]``, ``nstep_rewards`` f64 ``[n - 1, E]``)."""
+        """``stage_obs``, ``stage_action`` ``[n - 1, E, ...]``, ``nstep_pending`` and ``nstep_rewards``."""
         return {
             "stage_obs": self.obs,
             "stage_action": self.action,
@@ -448,10 +422,10 @@ _RING_KEYS = ("ring_obs", "ring_action", "ring_next_obs", "ring_reward", "ring_t
 
 
 class DeviceStaging(Staging):
-    """Device staging: a ring of the last ``R = n`` steps of every field (``R = 0`` for one-step
-    returns, which commit straight from the inputs), written at slot ``stage_steps % R`` (a Python
-    int); rewards are kept in f64 so that returns round once, as in host mode (f32 where the
-    device has no f64)."""
+    """Device staging: a ring of the last ``n`` steps of every field (none for one-step returns).
+
+    Rewards are kept in f64 (f32 where the device has none) so that returns round as in host mode.
+    """
 
     name = "device"
     config: ClassVar[dict[str, str]] = {"staging": "device"}
@@ -477,8 +451,7 @@ class DeviceStaging(Staging):
     def memory_bytes(
         capacity: int, obs_item: int, act_item: int, num_envs: int, n_step: int
     ) -> dict[str, int]:
-        """``n`` staged observations, next observations and actions per environment, plus their
-        f64 rewards and two flags."""
+        """``n`` staged observations, next observations and actions per environment, rewards, flags."""
         ring = (n_step if n_step > 1 else 0) * num_envs
         return {
             "observations": (2 * capacity + 2 * ring) * obs_item,
@@ -488,8 +461,7 @@ class DeviceStaging(Staging):
 
     @property
     def pending(self) -> int:
-        """Every start of the last ``n - 1`` steps, ``min(stage_steps, n - 1) * num_envs`` (a
-        Python int: nothing is read)."""
+        """``min(stage_steps, n - 1) * num_envs``, a Python int (nothing is read)."""
         return min(self.stage_steps, self.buf.n_step - 1) * self.buf.num_envs
 
     def extend(
@@ -502,13 +474,9 @@ class DeviceStaging(Staging):
             self.add(*(x[k] if isinstance(x, torch.Tensor) else np.asarray(x)[k] for x in fields))
 
     def add(self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any) -> None:
-        """Metadata checks only, then fixed-shape tensor ops.
+        """Stage one step and commit the ``E`` transitions that started ``n - 1`` steps ago.
 
-        The step enters the staging ring at slot ``stage_steps % n``; once ``n - 1`` earlier
-        steps are there, the ``E`` transitions that started ``n - 1`` steps ago are committed:
-        return ``sum_{j<k} gamma**j r_j`` (``k`` up to and including the first episode end in
-        the window, summed in f64 in host mode's order), bootstrap observation ``next_obs`` of the
-        window's step ``k - 1``, discount ``gamma**k`` or 0 where that step terminated.
+        Metadata checks only, then fixed-shape tensor ops; returns are summed in host mode's order.
         """
         buf = self.buf
         E = buf.num_envs
@@ -558,9 +526,7 @@ class DeviceStaging(Staging):
         next_obs: torch.Tensor,
         discount: torch.Tensor,
     ) -> None:
-        """Write ``E`` transitions (one per environment, in environment order) at the ring's
-        position; ``copy_`` casts and moves each field once. More than ``capacity``: the last
-        ``capacity`` survive, as in host mode."""
+        """Write ``E`` transitions at the ring's position (of more than ``capacity``, the last survive)."""
         buf = self.buf
         E, C = buf.num_envs, buf.capacity
         skip = max(0, E - C)
@@ -587,8 +553,7 @@ class DeviceStaging(Staging):
         )
 
     def state_tensors(self) -> dict[str, torch.Tensor]:
-        """The whole staging ring: ``ring_obs``, ``ring_action``, ``ring_next_obs``,
-        ``ring_reward``, ``ring_terminated``, ``ring_done`` (``[n, E, ...]``)."""
+        """The whole staging ring, ``ring_*`` tensors of ``[n, E, ...]``."""
         return dict(zip(_RING_KEYS, self._ring(), strict=True))
 
     def state_meta(self) -> dict[str, Any]:

@@ -1,9 +1,7 @@
-"""The replay buffers' saved state: its header and counter checks, the load-boundary cast of its
-tensors, and the safetensors file (``meta`` as JSON in the header, written atomically).
+"""The replay buffers' saved state: header and counter checks, the load-boundary cast, the file.
 
-A state is a dict of tensors plus a JSON-serialisable ``meta`` entry (format, version, config,
-counters); :meth:`~tritonrl.toolkit.replay.ReplayBuffer.state_dict` lists its keys. A file holds
-crc32 checksums of its metadata and tensors (docs/pages/checkpoints.md, "Checksums").
+A state is a dict of tensors plus a JSON ``meta`` entry; the safetensors file holds crc32
+checksums (docs/pages/checkpoints.md).
 """
 
 from __future__ import annotations
@@ -52,12 +50,10 @@ def read_meta(state: Any) -> dict[str, Any]:
 
 
 def check_config(config: Any, mine: dict[str, Any], stagings: tuple[str, ...]) -> str:
-    """The staging mode a state was saved with, after checking that its ``config`` equals
-    ``mine`` but for the staging (either mode loads).
+    """The staging mode a state was saved with, after checking its ``config`` equals ``mine``.
 
     Raises:
-        ValueError: an unknown staging mode, or another configuration (the message lists the
-            differing entries, saved and this).
+        ValueError: an unknown staging mode, or another configuration (the differences listed).
     """
     saved_staging = config.get("staging", "host") if isinstance(config, dict) else "host"
     if isinstance(config, dict):
@@ -78,8 +74,7 @@ def check_config(config: Any, mine: dict[str, Any], stagings: tuple[str, ...]) -
 
 
 def check_counters(meta: dict[str, Any], capacity: int, num_envs: int) -> None:
-    """``size``, ``pos``, ``steps`` and ``committed`` of ``meta`` are ints that agree with each
-    other for this capacity and number of environments.
+    """Check that ``size``, ``pos``, ``steps`` and ``committed`` of ``meta`` agree.
 
     Raises:
         ValueError: one is missing, of the wrong type or out of range, or they disagree.
@@ -106,9 +101,7 @@ def load_tensors(
     spec: Spec,
     target: Callable[[str, torch.dtype], tuple[torch.device | str, torch.dtype]],
 ) -> dict[str, torch.Tensor]:
-    """The tensors of ``spec`` from ``state``, checked and moved to ``target(key, dtype)`` (device
-    and dtype): the load boundary's one cast. A floating tensor loads into any floating dtype;
-    other dtypes must match.
+    """The tensors of ``spec`` from ``state``, checked and cast to ``target(key, dtype)``.
 
     Raises:
         ValueError: a tensor is missing, or has another shape or a dtype that cannot load.
@@ -130,12 +123,7 @@ def load_tensors(
 
 
 def write_file(path: str | os.PathLike[str], state: dict[str, Any]) -> None:
-    """Write a state to one safetensors file, ``meta`` as JSON in its header.
-
-    The write is atomic: a temporary file in the same folder, flushed to disk (``fsync``), then
-    ``os.replace``; an interrupted save never destroys the previous file. The header holds a
-    crc32 checksum of the metadata and of every tensor, verified by :func:`read_file`.
-    """
+    """Write a state to one safetensors file, atomically, with crc32 checksums."""
     from safetensors.torch import save
 
     sd = dict(state)
@@ -150,15 +138,11 @@ def write_file(path: str | os.PathLike[str], state: dict[str, Any]) -> None:
 
 
 def read_file(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """A state read from a file written by :func:`write_file` (tensors on the CPU, as saved).
-
-    A file written before checksums existed (no ``checksum`` entry in its metadata) is read
-    without verification.
+    """A state read from a file of :func:`write_file` (tensors on the CPU; no checksums: unverified).
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: truncated or foreign file, damaged metadata, or a tensor or the metadata
-            that does not match its checksum.
+        ValueError: truncated, foreign or damaged file, or a checksum mismatch.
     """
     from safetensors import safe_open
 
