@@ -52,10 +52,6 @@ def compute_features(bars: Bars, *, window: int = FEATURE_WARMUP, scale_window: 
     returns and ranges are O(1) on any instrument. Rows ``0 .. window - 1`` are 0; a zero spread
     gives 0; every value is clipped to [-10, 10].
 
-    Args:
-        window: the rolling window of ``volatility``, ``price_z`` and ``volume_z`` (>= 2).
-        scale_window: the longest window of the return scale (>= ``window``).
-
     Returns:
         ``[T, len(FEATURES)]`` f32, columns in :data:`FEATURES` order.
 

@@ -28,12 +28,8 @@ def upload_memory(bars: int, dtype: torch.dtype) -> tuple[dict[str, int], dict[s
 
 
 def upload(bars: Bars, device: torch.device | str = "cpu", *, dtype: torch.dtype | None = None) -> MarketData:
-    """Compute the features on the host (f32) and move them to ``device`` with one cast to ``dtype``
-    (default ``training_dtype(device)``).
-
-    Returns:
-        :class:`MarketData`: ``features`` ``[T, F]`` in ``dtype``, ``log_return`` and ``close``
-        ``[T]`` f32, all on ``device``; ``offset`` 0; ``warmup`` :data:`FEATURE_WARMUP`.
+    """:class:`MarketData` of ``bars`` on ``device``: the features computed on the host, then one cast
+    to ``dtype`` (default ``training_dtype(device)``); log returns and closes f32.
 
     Raises:
         ValueError: the features would not fit in the free memory of the host or ``device``.
@@ -68,8 +64,7 @@ def split(
 ) -> tuple[MarketData, MarketData, MarketData]:
     """Train, validation and test periods: contiguous time ranges, never shuffled (row views).
 
-    Boundaries are ``b1 = round(T * f0)`` and ``b2 = round(T * (f0 + f1))``; validation and test
-    keep the ``window - 1`` rows before their boundary as warm-up (past data only).
+    Validation and test keep the ``window - 1`` rows before their boundary as warm-up.
 
     Raises:
         ValueError: ``window < 1``; fractions not three positive numbers summing to 1; a split
