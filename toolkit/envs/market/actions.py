@@ -13,11 +13,8 @@ __all__ = ["as_actions"]
 def as_actions(actions: Any, num_envs: int, device: torch.device) -> torch.Tensor:
     """``actions`` as a tensor on ``device``, the way gymnasium users pass them.
 
-    A tensor is returned as it is (the env checks it); an integer steps a single env (``[1]``
-    int64); a numpy array or a list is copied to ``device``.
-
-    Raises:
-        ValueError: a bool, a scalar for ``num_envs > 1``, or something not an array of numbers.
+    A tensor is returned as it is; an integer is ``[1]`` int64; an array or a list is copied.
+    Raises ``ValueError`` for a bool, a scalar for ``num_envs > 1``, or non-numbers.
     """
     if isinstance(actions, torch.Tensor):
         return actions

@@ -186,14 +186,8 @@ class AnyTradingEnv(gym.vector.VectorEnv):
     ) -> AnyTradingEnv:
         """Build from a close series as the package builds from a DataFrame's ``Close`` column.
 
-        Args:
-            close: ``[L]`` close prices (e.g. ``df["Close"].to_numpy()``).
-            window_size: defaults to the registered id's (:data:`ANYTRADING_WINDOW`).
-            frame_bound: defaults to ``(window_size, len(close))``, as the registered ids.
-            **fees: as the constructor.
-
-        Raises:
-            ValueError: as :func:`process_data` and the constructor.
+        ``window_size`` and ``frame_bound`` default to the registered ids' (:data:`ANYTRADING_WINDOW`,
+        ``(window_size, len(close))``); raises as :func:`process_data` and the constructor.
         """
         if kind not in _KINDS:
             raise ValueError(f"kind must be one of {_KINDS}, got {kind!r}")

@@ -421,14 +421,7 @@ class MarketEnv(gym.vector.VectorEnv):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[torch.Tensor, dict[str, Any]]:
-        """Start a new episode in every env (episodes in progress are dropped, uncounted).
-
-        Args:
-            seed: reseed the start-row generator first (``None``: continue its stream).
-
-        Returns:
-            ``(obs [E, W*F + 1] in the features' dtype, {})``.
-        """
+        """Start a new episode in every env (``seed`` reseeds the start rows first); ``(obs, {})``."""
         if seed is not None:
             if isinstance(seed, bool) or not isinstance(seed, int):
                 raise ValueError(f"seed must be an int, got {seed!r}")
@@ -447,18 +440,12 @@ class MarketEnv(gym.vector.VectorEnv):
     def step(
         self, actions: Any
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
-        """Step every env once; finished ones reset in the same step.
-
-        Args:
-            actions: ``[E]`` integer (discrete) or ``[E, 1]`` float (continuous), on the env's
-                device (numpy arrays and lists are moved there).
+        """Step every env with ``[E]`` integer or ``[E, 1]`` float ``actions``; ended ones reset.
 
         Returns:
-            ``(obs, reward, terminated, truncated, info)``: ``obs`` ``[E, D]`` (the reset one where
-            an episode ended), ``reward`` ``[E]`` f32, flags ``[E]`` bool; ``info`` holds
-            ``final_obs`` ``[E, D]``, ``_final_obs`` ``[E]`` bool and, f32 ``[E]``, the episode as
-            it stood after this step: ``equity``, ``sharpe``, ``max_drawdown``, ``turnover``,
-            ``position``.
+            ``(obs, reward, terminated, truncated, info)``; ``info`` holds ``final_obs`` ``[E, D]``,
+            ``_final_obs`` ``[E]`` bool and, f32 ``[E]``, ``equity``, ``sharpe``,
+            ``max_drawdown``, ``turnover``, ``position`` after this step.
 
         Raises:
             RuntimeError: before :meth:`reset`.

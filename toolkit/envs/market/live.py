@@ -639,8 +639,6 @@ def _parse(path: Path, number: int, line: str) -> TradeRow:
 def read_trades(path: str | os.PathLike) -> tuple[list[TradeRow], int]:
     """The rows of a trade CSV and the byte length of its complete lines (a missing file: none, 0).
 
-    A last line without its newline (cut by a kill) is left out.
-
     Raises:
         ValueError: not a trade CSV, or rows out of time order.
         OSError: the file cannot be read.
