@@ -234,8 +234,8 @@ def fit(
 
     Args:
         model: its parameters in the windows' dtype (bf16 ones are trained through f32 masters).
-        train, validation, test: windows from :func:`~tritonrl.toolkit.forecast.load_windows`,
-            normalised with the train split's normaliser.
+        train: windows from :func:`~tritonrl.toolkit.forecast.load_windows`; ``validation`` and
+            ``test`` are normalised with the train split's normaliser.
         run_dir: where ``metrics.csv``, TensorBoard files, ``checkpoint.safetensors`` and
             ``fit_report.json`` go (locked for the run); ``None``: nothing is written.
         resume: continue from ``run_dir``'s checkpoint exactly; without it an existing checkpoint

@@ -79,8 +79,7 @@ class AnyTradingEnv(gym.vector.VectorEnv):
         prices: ``[T]`` prices (the package's ``env.prices``), cast to f32 once.
         signal_features: ``[T, F]`` features (the package's ``env.signal_features``), cast to f32 once.
         kind: ``"stocks"`` or ``"forex"``: which reward and profit rules apply.
-        window_size: ``W``, with ``T >= W + 2``.
-        trade_fee_bid_percent, trade_fee_ask_percent, trade_fee, unit_side: as published.
+        window_size: ``W``, with ``T >= W + 2``; the fees and ``unit_side`` are as published.
 
     Observations are ``[N, W, F]`` f32, actions ``[N]`` int64 (0 Sell, 1 Buy), rewards ``[N]`` f32,
     flags ``[N]`` bool. ``info`` holds ``total_reward`` and ``total_profit`` ``[N]`` f32 and
