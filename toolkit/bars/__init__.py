@@ -1,9 +1,7 @@
-"""Bars: the one place the market environment, the live trader and forecasting read their data from.
+"""Bars: where the market environment, the live trader and forecasting read their data from.
 
-:mod:`.types` (:class:`Bars` on the host, :class:`MarketData` on a device), :mod:`.csvbars` (bars
-from a CSV file, checked), :mod:`.sources` (the synthetic generator, the series gym-anytrading
-ships, the ``market:...`` spec), :mod:`.features` (the causal :data:`FEATURES`) and
-:mod:`.marketdata` (the one upload cast, splits by time). May import the toolkit's core modules
+Host bars (:mod:`.types`, :mod:`.csvbars`, :mod:`.sources`), causal features (:mod:`.features`)
+and the one upload cast to a device (:mod:`.marketdata`). May import the toolkit's core modules
 and ``kernels``; never ``envs``, ``replay``, ``training``, ``forecast``, ``cli`` or ``agents``.
 See docs/pages/market.md.
 """

@@ -1,10 +1,5 @@
-"""Bars from a CSV file: :func:`load_csv`, which reads any OHLCV file and refuses, in one line naming
-the file, the line and the column, what it cannot read.
-
-Only regular files are opened (never a folder, a FIFO or a device), without blocking, up to
-:data:`MAX_CSV_BYTES`, line by line (none longer than :data:`MAX_CSV_LINE`), into flat arrays of
-8 bytes a value. See docs/pages/market.md ("CSV files").
-"""
+"""Bars from a CSV file: :func:`load_csv` reads any OHLCV file and refuses what it cannot read in
+one line naming the file, the line and the column. See docs/pages/market.md ("CSV files")."""
 
 from __future__ import annotations
 
@@ -65,40 +60,25 @@ def load_csv(
     periods_per_year: float | None = None,
     min_rows: int = 2,
 ) -> Bars:
-    """Read OHLCV bars from a CSV file (the csv module and numpy; no pandas).
+    """Read OHLCV bars from a regular UTF-8 CSV file (the csv module and numpy; no pandas).
 
-    The header names a time column (``date``, ``time``, ``datetime`` or ``timestamp``; the first
-    of ``datetime, timestamp, date, time`` when several are present) and ``open, high, low,
-    close, volume``, in any case and order; other columns (``Adj Close``) are ignored. Times are
-    ISO 8601 dates or datetimes (aware ones converted to UTC) or gym-anytrading's day-first
-    ``01.01.2017 22:00:00.000``, kept to the second. Blank lines at the end are ignored. Every row
-    has the header's number of fields, and ``low <= open, close <= high`` (to a relative
-    :data:`OHLC_RTOL`). The file is UTF-8 text, a regular file (never a folder, a FIFO or a
-    device: checked before it is opened, and it is opened without blocking) of at most
-    :data:`MAX_CSV_BYTES`, with lines of at most :data:`MAX_CSV_LINE` characters.
-
-    ``periods_per_year``, when not given, comes from the median spacing ``d`` between bars:
-    ``d`` under 20 hours is intraday, ``6240 * 1 h / d`` (24 h x 5 days x 52 weeks: hourly ->
-    6,240, minute -> 374,400); under 4 days is daily -> 252; under 20 days weekly -> 52; under
-    80 days monthly -> 12; longer, ``365.25 days / d``.
+    The header names a time column and ``open, high, low, close, volume`` in any case and order;
+    other columns are ignored. Times are ISO 8601 (aware ones converted to UTC) or day-first
+    ``01.01.2017 22:00:00.000``. The checks are in docs/pages/market.md ("CSV files").
 
     Args:
-        path: the file.
         name: the label of the bars; defaults to the file's stem.
-        periods_per_year: bars per year for annualising; inferred when ``None``.
+        periods_per_year: bars per year for annualising; when ``None``, from the median spacing
+            (intraday ``6240 h / spacing``, daily 252, weekly 52, monthly 12).
         min_rows: the fewest bars accepted (callers pass ``window + 2``); at least 2.
 
     Returns:
         :class:`Bars` with ``[T]`` ``datetime64[s]`` times and f64 prices and volumes.
 
     Raises:
-        ValueError: one line naming the file (and the line and the column where there is one):
-            no such file, not a regular file, too large, not UTF-8, a line too long or malformed
-            CSV, missing or repeated columns, a row with another number of fields than the
-            header, an empty row, an empty or unparsable value, a NaN or infinite value, a
-            non-positive price, a negative volume, a high below the low or an open or close
-            outside ``[low, high]``, unsorted or duplicate timestamps, fewer than ``min_rows``
-            rows.
+        ValueError: one line naming the file (and the line and the column where there is one)
+            for anything unreadable: a missing or irregular file, bad CSV or UTF-8, missing
+            columns, bad, non-finite or inconsistent values, unsorted times, too few rows.
     """
     path = Path(path)
     if min_rows < 2:
@@ -145,9 +125,8 @@ _EPOCH, _SECOND = datetime(1970, 1, 1), timedelta(seconds=1)
 
 
 def _open_csv(path: Path) -> TextIO:
-    """``path`` opened as UTF-8 text, after checking it is a regular file of at most
-    :data:`MAX_CSV_BYTES` (``stat`` first; opened with ``O_NONBLOCK``, so a FIFO put in its place
-    meanwhile cannot block, and checked again on the open file).
+    """``path`` opened as UTF-8 text once it is a regular file of at most :data:`MAX_CSV_BYTES`
+    (opened with ``O_NONBLOCK`` and checked again, so a FIFO swapped in cannot block).
 
     Raises:
         ValueError: missing, not a regular file, too large, or not readable.
@@ -193,11 +172,7 @@ def _check_regular(path: Path, st: os.stat_result) -> None:
 
 
 def _bounded_lines(path: Path, f: TextIO) -> Iterator[str]:
-    """The lines of ``f``, none longer than :data:`MAX_CSV_LINE` characters (never read whole).
-
-    Raises:
-        ValueError: a longer line (the file and its number).
-    """
+    """The lines of ``f``; raises ``ValueError`` at one longer than :data:`MAX_CSV_LINE`."""
     number = 0
     while line := f.readline(MAX_CSV_LINE + 1):
         number += 1
@@ -209,8 +184,7 @@ def _bounded_lines(path: Path, f: TextIO) -> Iterator[str]:
 
 
 def _utf8_error(path: Path) -> str:
-    """Where ``path`` stops being UTF-8: ``"<path>, line L: not UTF-8 text (byte 0xXX at position
-    P of the line) ..."`` (read again in chunks: the decoder's own offset is within a buffer)."""
+    """The message saying where ``path`` stops being UTF-8 (line and position)."""
     decoder = codecs.getincrementaldecoder("utf-8")()
     offset, newlines, line_start = 0, 0, 0  # bytes read; newlines and the last line's start before them
     with path.open("rb") as f:
@@ -239,11 +213,10 @@ def _csv_rows(
     path: Path, reader: Any, header: list[str], time_index: int, columns: list[tuple[str, int]]
 ) -> tuple[array, array, array]:
     """The rows of ``reader`` as flat arrays: int64 seconds since 1970, f64 values (``len(columns)``
-    a row) and the line numbers (8 bytes a value: a file of :data:`MAX_CSV_BYTES` stays small).
+    a row) and the line numbers.
 
     Raises:
-        ValueError: a row with another number of fields than the header, an empty row before the
-            end, or a bad value (the file, the line and the column).
+        ValueError: a malformed row or a bad value (the file, the line and the column).
     """
     seconds, values, lines = array("q"), array("d"), array("q")
     time_where = f"column {header[time_index].strip()!r}"
@@ -258,12 +231,10 @@ def _csv_rows(
 
 
 def _data_rows(path: Path, reader: Any, header: list[str]) -> Iterator[tuple[int, list[str]]]:
-    """``(line number, cells)`` of every data row of ``reader`` (a ``csv.reader`` past the header);
-    blank lines at the end are skipped.
+    """``(line number, cells)`` of every data row of ``reader``; blank lines at the end are skipped.
 
     Raises:
-        ValueError: a blank line before more data, or a row with another number of fields than
-            the header (the file and the line).
+        ValueError: a blank line before more data, or a row whose field count differs from the header's.
     """
     blank: int | None = None  # first blank line, an error only if data follows it
     for row in reader:
@@ -279,9 +250,8 @@ def _data_rows(path: Path, reader: Any, header: list[str]) -> Iterator[tuple[int
 
 
 def _check_ohlc(path: Path, names: list[str], table: np.ndarray, lines: Sequence[int]) -> None:
-    """Raise at the first row whose high is below its low or whose open or close lies outside
-    ``[low, high]`` (to a relative :data:`OHLC_RTOL`); ``table`` is ``[T, 5]`` OHLCV, ``names``
-    the header's names of those columns."""
+    """Raise at the first row of the ``[T, 5]`` OHLCV ``table`` whose open or close lies outside
+    ``[low, high]`` (to a relative :data:`OHLC_RTOL`)."""
     o, h, lo, c = table[:, 0], table[:, 1], table[:, 2], table[:, 3]
     top, bottom = h * (1 + OHLC_RTOL), lo * (1 - OHLC_RTOL)
     bad = np.flatnonzero((lo > top) | (o > top) | (o < bottom) | (c > top) | (c < bottom))
@@ -302,7 +272,7 @@ def _csv_columns(path: Path, header: list[str]) -> tuple[int, list[tuple[str, in
     """The index of the time column and ``(name, index)`` of open, high, low, close, volume.
 
     Raises:
-        ValueError: a column is missing (the file, the header and what is needed are named).
+        ValueError: a missing or repeated column.
     """
     lower = [h.strip().lower() for h in header]
     time_name = next((c for c in TIME_COLUMNS if c in lower), None)
@@ -322,11 +292,7 @@ def _csv_columns(path: Path, header: list[str]) -> tuple[int, list[tuple[str, in
 
 
 def _csv_time(where: str, cell: str) -> datetime:
-    """The timestamp in ``cell`` (``where``: the file, line and column, for messages).
-
-    Raises:
-        ValueError: an empty or unparsable value.
-    """
+    """The timestamp in ``cell``; raises ``ValueError`` (``where`` first) if empty or unparsable."""
     text = cell.strip()
     if not text:
         raise ValueError(f"{where}: empty value")
@@ -340,11 +306,7 @@ def _csv_time(where: str, cell: str) -> datetime:
 
 
 def _csv_number(where: str, cell: str) -> float:
-    """The finite number in ``cell``.
-
-    Raises:
-        ValueError: an empty, non-numeric, NaN or infinite value (``where`` first).
-    """
+    """The finite number in ``cell``; raises ``ValueError`` (``where`` first) otherwise."""
     text = cell.strip()
     if not text:
         raise ValueError(f"{where}: empty value")
@@ -361,8 +323,7 @@ def _csv_value(where: str, column: str, cell: str) -> float:
     """The price or volume (``column``) in ``cell``.
 
     Raises:
-        ValueError: an empty, unparsable or non-finite value, a non-positive price or a negative
-            volume.
+        ValueError: a bad or non-finite value, a non-positive price or a negative volume.
     """
     value = _csv_number(where, cell)
     text = cell.strip()
@@ -374,11 +335,7 @@ def _csv_value(where: str, column: str, cell: str) -> float:
 
 
 def _check_sorted(column: str, path: Path, time: np.ndarray, lines: Sequence[int]) -> None:
-    """Raise ``ValueError`` at the first timestamp that does not follow the one before it.
-
-    Raises:
-        ValueError: a duplicate or an unsorted timestamp (the file, its line and ``column``).
-    """
+    """Raise ``ValueError`` at the first duplicate or unsorted timestamp."""
     step = np.diff(time).astype(np.int64)
     bad = np.flatnonzero(step <= 0)
     if bad.size:

@@ -1,8 +1,4 @@
-"""Causal features of bars: :data:`FEATURES` and :func:`compute_features` (host numpy, f32).
-
-Row ``t`` of the features reads bars ``0..t`` only; the first :data:`FEATURE_WARMUP` rows are
-zeros. The market environment, the live trader and the forecasters all read these columns.
-"""
+"""Causal features of bars (host numpy, f32): row ``t`` reads bars ``0..t`` only."""
 
 from __future__ import annotations
 
@@ -27,11 +23,8 @@ _CLIP = 10.0
 
 
 def _rolling_std(x: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Mean and population std of ``x[t - count[t] + 1 .. t]`` per ``t`` (f64; causal, exact per row).
-
-    Sums come from ``np.cumsum`` (a sequential scan, so row ``t`` reads ``x[0..t]`` only) of ``x``
-    shifted by ``x[0]`` against cancellation.
-    """
+    """Mean and population std of ``x[t - count[t] + 1 .. t]`` per ``t`` (f64, causal); ``x`` is
+    shifted by ``x[0]`` against cancellation."""
     y = x - x[0]
     s1 = np.concatenate(([0.0], np.cumsum(y)))
     s2 = np.concatenate(([0.0], np.cumsum(y * y)))
@@ -55,16 +48,9 @@ FEATURE_WARMUP = 20
 def compute_features(bars: Bars, *, window: int = FEATURE_WARMUP, scale_window: int = 100) -> np.ndarray:
     """The :data:`FEATURES` of ``bars``, on the host, causal: row ``t`` reads bars ``0..t`` only.
 
-    The return scale ``s_t`` is the population std of the last ``min(t, scale_window)`` log
-    returns (row ``t`` holds the return from bar ``t-1`` to ``t``), so returns and ranges come
-    out in units of recent volatility, O(1) on any instrument or bar length. Rows ``0 ..
-    window - 1`` (the warm-up: fewer than ``window`` returns) are 0 in every column; a zero
-    spread (constant prices or volume) gives 0; every value is clipped to [-10, 10].
-
-    Args:
-        bars: ``T`` bars.
-        window: the rolling window of ``volatility``, ``price_z`` and ``volume_z`` (>= 2).
-        scale_window: the longest window of the return scale (>= ``window``).
+    The return scale ``s_t`` is the std of the last ``min(t, scale_window)`` log returns, so
+    returns and ranges are O(1) on any instrument. Rows ``0 .. window - 1`` are 0; a zero spread
+    gives 0; every value is clipped to [-10, 10].
 
     Returns:
         ``[T, len(FEATURES)]`` f32, columns in :data:`FEATURES` order.

@@ -1,8 +1,5 @@
-"""Bars on a device: :func:`upload` (the features computed on the host, moved with ONE cast to the
-training dtype) into :class:`~tritonrl.toolkit.bars.types.MarketData`, and :func:`split` into
-train / validation / test periods by time. An upload that would not fit in the free memory of
-the host or the device is refused before it is allocated.
-"""
+"""Bars on a device: :func:`upload` (host features, one cast to the training dtype) and
+:func:`split` into train / validation / test periods by time. See docs/pages/market.md."""
 
 from __future__ import annotations
 
@@ -24,28 +21,19 @@ __all__ = ["split", "upload", "upload_memory"]
 
 
 def upload_memory(bars: int, dtype: torch.dtype) -> tuple[dict[str, int], dict[str, int]]:
-    """Bytes :func:`upload` of ``bars`` bars allocates, as ``(host parts, device parts)``: the
-    features' computation on the host; the ``[T, F]`` features in ``dtype`` and the f32 log returns
-    and closes on the device."""
+    """Bytes :func:`upload` of ``bars`` bars allocates, as ``(host parts, device parts)``."""
     host = {"computing the features": bars * FEATURE_HOST_BYTES_PER_BAR}
     on_device = {"features": bars * (len(FEATURES) * dtype.itemsize + 2 * 4)}
     return host, on_device
 
 
 def upload(bars: Bars, device: torch.device | str = "cpu", *, dtype: torch.dtype | None = None) -> MarketData:
-    """Compute the features on the host (f32) and move them to ``device`` with ONE cast.
-
-    The features go to ``dtype`` (default ``training_dtype(device)``) in a single ``.to``; the
-    log returns (unscaled, 0 at row 0) and closes travel in f32, cast on the host beforehand.
-
-    Returns:
-        :class:`MarketData`: ``features`` ``[T, F]`` in ``dtype``, ``log_return`` and ``close``
-        ``[T]`` f32, all on ``device``; ``offset`` 0; ``warmup`` :data:`FEATURE_WARMUP`.
+    """:class:`MarketData` of ``bars`` on ``device``: the features computed on the host, then one cast
+    to ``dtype`` (default ``training_dtype(device)``); log returns and closes f32.
 
     Raises:
-        ValueError: ``"uploading ... needs X ...; this machine has Y available"``: the features
-            would not fit in the free memory of the host or ``device`` (checked before computing).
-        ValueError / PrecisionError: from :func:`training_dtype` when the dtype policy is invalid.
+        ValueError: the features would not fit in the free memory of the host or ``device``.
+        ValueError / PrecisionError: an invalid dtype policy.
     """
     device = torch.device(device)
     target = dtype_or_default(dtype, device)
@@ -76,11 +64,7 @@ def split(
 ) -> tuple[MarketData, MarketData, MarketData]:
     """Train, validation and test periods: contiguous time ranges, never shuffled (row views).
 
-    With ``T`` rows, ``b1 = round(T * f0)`` and ``b2 = round(T * (f0 + f1))``: train is rows
-    ``0 .. b1 - 1``; validation rows ``b1 - (window - 1) .. b2 - 1`` and test rows ``b2 - (window -
-    1) .. T - 1``, each keeping the ``window - 1`` rows before its boundary as warm-up (past
-    data), so the first decision of every split is at its row ``window - 1`` (for validation,
-    the row ``b1``) and sees only bars before its next return.
+    Validation and test keep the ``window - 1`` rows before their boundary as warm-up.
 
     Raises:
         ValueError: ``window < 1``; fractions not three positive numbers summing to 1; a split

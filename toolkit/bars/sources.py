@@ -1,11 +1,6 @@
-"""Bar sources: host :class:`~tritonrl.toolkit.bars.types.Bars` from the synthetic generator, the series
-gym-anytrading ships, or the ``market:...`` spec of ``--env`` and ``--data``.
-
-:func:`synthetic_bars` (seeded regime-switching GBM, optionally with planted AR(1) returns),
-:func:`anytrading_bars` (the two series gym-anytrading ships) and :func:`source_bars` (the spec;
-``csv=PATH`` through :func:`~tritonrl.toolkit.bars.csvbars.load_csv`). A synthetic source that
-would not fit in the free memory is refused before it is generated.
-"""
+"""Bar sources: :func:`synthetic_bars`, :func:`anytrading_bars` (the series gym-anytrading ships)
+and :func:`source_bars` (the ``market:...`` spec of ``--env`` and ``--data``). See
+docs/pages/market.md."""
 
 from __future__ import annotations
 
@@ -40,21 +35,13 @@ def synthetic_bars(
 ) -> Bars:
     """Seeded daily bars from regime-switching geometric Brownian motion, with volume.
 
-    A Markov chain over ``regimes`` states leaves its state with probability ``switch_prob`` per
-    bar (to a uniformly drawn other state). State ``k`` has log-return drift ``drift * m_k`` and
-    volatility ``vol * s_k``, with ``m`` evenly from 3 down to -1 and ``s`` geometric from 0.6 up
-    to 1.6 (a calm rising regime first, a volatile falling one last; one regime: ``drift``,
-    ``vol``). Log returns are ``r_t = mu_k + x_t`` with ``x_t = ar * x_{t-1} + sqrt(1 - ar**2) *
-    sigma_k * z_t``: AR(1) deviations whose variance stays ``sigma_k**2``, so ``ar`` is the lag-1
-    autocorrelation, the predictable component; ``ar=0`` with ``regimes=1`` is a pure random walk.
-    Opens are the previous close; highs and lows spread beyond them by half-normal moves of
-    ``sigma_k / 2``; volume grows with the regime's volatility and with ``|x_t| / sigma_k``. Times
-    are business days from 2000-01-03; ``periods_per_year`` is 252. Deterministic for a seed.
+    A Markov chain leaves its regime with probability ``switch_prob`` per bar; regime ``k`` has
+    drift ``drift * m_k`` (``m`` from 3 down to -1) and volatility ``vol * s_k`` (``s`` from 0.6 up
+    to 1.6). Log-return deviations are AR(1) with lag-1 autocorrelation ``ar`` and variance
+    ``sigma_k**2``; ``ar=0, regimes=1`` is a pure random walk. Business days from 2000-01-03.
 
     Raises:
-        ValueError: ``n < 2``, ``regimes < 1``, ``|ar| >= 1``, ``vol <= 0``, ``start_price <= 0`` or
-            ``switch_prob`` outside [0, 1]; a price path that leaves the float64 range (millions
-            of bars compound the drift past it).
+        ValueError: an argument out of range, or a price path that leaves the float64 range.
     """
     if n < 2 or regimes < 1 or not -1.0 < ar < 1.0 or vol <= 0 or start_price <= 0:
         raise ValueError(
@@ -110,8 +97,7 @@ ANYTRADING_FILES = {"googl": "STOCKS_GOOGL.csv", "eurusd": "FOREX_EURUSD_1H_ASK.
 def anytrading_bars(which: str) -> Bars:
     """The daily GOOGL (``"googl"``) or hourly EUR/USD ask (``"eurusd"``) bars gym-anytrading ships.
 
-    Reads ``gym_anytrading/datasets/data/*.csv`` of the installed package with :func:`load_csv`,
-    found without importing the package (its import pulls in pandas and gymnasium).
+    Found without importing the package (its import pulls in pandas and gymnasium).
 
     Raises:
         ValueError: an unknown ``which``, or gym-anytrading is not installed (or lacks the file).
@@ -136,14 +122,11 @@ _SYNTHETIC_OPTIONS = {"ar": float, "seed": int, "bars": int, "regimes": int}
 def source_bars(spec: str) -> Bars:
     """Bars for the part of ``--env market:SPEC`` after ``market:`` (the prefix is also accepted).
 
-    ``synthetic`` with optional ``,key=value`` options (``ar`` float, ``seed`` int, ``bars`` int
-    (the length), ``regimes`` int), e.g. ``synthetic,ar=0.3,seed=2,bars=4000``; ``googl`` and
-    ``eurusd`` (:func:`anytrading_bars`); ``csv=PATH`` (:func:`load_csv`; the rest of the spec is
-    the path, commas included).
+    ``synthetic[,ar=F][,seed=N][,bars=N][,regimes=N]``, ``googl``, ``eurusd`` or ``csv=PATH`` (the
+    rest of the spec is the path, commas included).
 
     Raises:
-        ValueError: an unknown source or option (listing the known ones), a malformed value, or
-            whatever the source raises.
+        ValueError: an unknown source or option, a malformed value, or whatever the source raises.
     """
     spec = spec.strip().removeprefix("market:")
     known = "synthetic[,ar=F][,seed=N][,bars=N][,regimes=N], googl, eurusd, csv=PATH"
@@ -182,13 +165,8 @@ regime path, the noise and AR(1) path, prices, spreads, volumes, times)."""
 
 
 def _check_synthetic(spec: str, kwargs: dict[str, float | int]) -> None:
-    """Refuse ``market:synthetic`` options out of range (naming the option) or whose bars would not fit
-    in this machine's free memory, before anything is generated.
-
-    Raises:
-        ValueError: ``bars < 2``, ``seed < 0``, ``regimes`` outside ``1 .. bars``, ``ar`` outside
-            ``(-1, 1)``, or ``"market:... needs X ...; this machine has Y available"``.
-    """
+    """Raise ``ValueError`` at a ``market:synthetic`` option out of range or bars that would not fit
+    in this machine's free memory, before anything is generated."""
     n = int(kwargs.get("n", 5000))
     checks = (
         ("bars", n >= 2, "bars >= 2"),

@@ -1,10 +1,5 @@
-"""The two records the bar pipeline passes around: host bars and device-resident market data.
-
-:class:`Bars` is what a source yields (a CSV file, the synthetic generator, a packaged series):
-plain numpy arrays on the host, sorted by time. :class:`MarketData` is what an environment or a
-forecaster consumes: the features in the training dtype and the returns in f32, on one device,
-uploaded once (:func:`tritonrl.toolkit.bars.marketdata.upload`).
-"""
+"""The bar pipeline's two records: :class:`Bars` (host numpy, from a source) and :class:`MarketData`
+(features and returns on one device, uploaded once). See docs/pages/market.md."""
 
 from __future__ import annotations
 
@@ -25,8 +20,7 @@ class Bars:
         time: ``[T]`` ``datetime64[s]``, strictly increasing.
         open, high, low, close: ``[T]`` f64 prices, finite and positive.
         volume: ``[T]`` f64, finite and non-negative.
-        periods_per_year: bars per year (252 for daily stock bars, 6,240 for hourly forex bars
-            traded 24 x 5 x 52), used to annualise the Sharpe ratio.
+        periods_per_year: bars per year (252 for daily stock bars); annualises the Sharpe ratio.
     """
 
     name: str
@@ -49,18 +43,13 @@ class MarketData:
     Row ``t`` of every tensor depends only on bars ``0..t`` (no look-ahead).
 
     Attributes:
-        name: the source's label.
-        features: ``[T, F]`` in the training dtype of ``device`` (the one cast).
-        log_return: ``[T]`` f32, ``log(close[t] / close[t-1])`` (0 at ``t = 0``): the return a
-            position held from bar ``t-1`` to bar ``t`` earns.
-        close: ``[T]`` f32 close prices (for equity curves and the compatibility mode).
+        features: ``[T, F]`` in the training dtype of ``device``.
+        log_return: ``[T]`` f32, ``log(close[t] / close[t-1])`` (0 at ``t = 0``): what a position
+            held from bar ``t-1`` to bar ``t`` earns.
+        close: ``[T]`` f32 close prices.
         time: ``[T]`` ``datetime64[s]`` on the host.
-        feature_names: ``F`` names, in column order.
-        periods_per_year: as :attr:`Bars.periods_per_year`.
-        offset: the row of the full series this data's row 0 is (splits keep it; 0 for the whole
-            series).
-        warmup: rows ``0 .. warmup - 1`` of the full series have no defined features yet (they
-            hold zeros: :func:`~tritonrl.toolkit.bars.features.compute_features`); splits keep it.
+        offset: the row of the full series this data's row 0 is (0 for the whole series).
+        warmup: rows ``0 .. warmup - 1`` of the full series hold zero features.
     """
 
     name: str
@@ -88,7 +77,7 @@ class MarketData:
 
     @property
     def first_defined(self) -> int:
-        """This data's first row whose features are defined (0 unless it starts inside the warm-up)."""
+        """This data's first row whose features are defined."""
         return max(0, self.warmup - self.offset)
 
     def rows(self, start: int, stop: int) -> MarketData:

@@ -1,11 +1,8 @@
-"""Forecasting: windows over uploaded bars, baselines, and the trainer ``fit``; any numeric time series
-from a CSV (:mod:`.series`).
+"""Forecasting: windows over uploaded bars or any CSV time series, baselines, and the trainer ``fit``.
 
-Forecasters are networks (:mod:`tritonrl.agents.forecast`); this package trains any of them on the
-bars the market environment uses (:mod:`tritonrl.toolkit.bars`): :mod:`.windows`, :mod:`.baselines`,
-:mod:`.synthetic` (deterministic test series), :mod:`.trainer` (:func:`fit`), :mod:`.report`
-(:func:`format_report`). May import the toolkit's core modules, ``bars`` and ``kernels``; never
-``envs``, ``training``, ``cli`` or ``agents``. See docs/pages/forecasting.md.
+Forecasters are networks (:mod:`tritonrl.agents.forecast`); this package trains any of them.
+May import the toolkit's core modules, ``bars`` and ``kernels``; never ``envs``, ``training``,
+``cli`` or ``agents``. See docs/pages/forecasting.md.
 """
 
 from tritonrl.toolkit.forecast.baselines import (

@@ -1,17 +1,6 @@
 """Scores of forecasts over every window of a split: MSE, MAE (normalised units) and directional
-accuracy of a model (:func:`evaluate`) and of the :data:`BASELINES` (:func:`baselines`).
-
-**Baselines**: ``naive`` (no change: a zero return, or the last value for a level-like target
-such as ``close`` or ``price_z``), ``seasonal_naive`` (the value one season back, ``season``
-bars), and ``train_mean`` (the training split's mean target). **Directional accuracy** scores
-each forecast step against the no-change forecast: 1 when the forecast and the truth move the
-same way from it, 0 when opposite, 1/2 when either does not move (so the naive forecast scores
-exactly 1/2, a coin flip).
-
-**Per horizon step**: :func:`evaluate_by_step` and :func:`baselines_by_step` also give each
-metric at every step ``h = 1 .. H`` (f64 sums per step, one host read), and
-:func:`horizon_steps` picks the steps a report shows (``1, H/4, H/2, H``); the overall metric is
-the average of the per-step ones (every step scores the same windows).
+accuracy of a model (:func:`evaluate`) and of the :data:`BASELINES` (:func:`baselines`), overall
+and per horizon step. See docs/pages/forecasting.md ("Baselines", "Errors by horizon step").
 """
 
 from __future__ import annotations
@@ -39,10 +28,8 @@ BASELINES = ("naive", "seasonal_naive", "train_mean")
 def _sums(
     pred: torch.Tensor, y: torch.Tensor, ref: torch.Tensor, scale: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """``[3, H]`` f32 sums per horizon step (over the batch and the targets) of squared error,
-    absolute error and direction score (see the module doc); with ``scale`` (broadcast to the
-    errors: the normaliser's std) ``[5, H]``, adding the squared and absolute errors in the
-    original units."""
+    """``[3, H]`` f32 sums per horizon step of squared error, absolute error and direction score;
+    with ``scale`` (the normaliser's std) ``[5, H]``, adding both errors in the original units."""
     err = pred - y  # [B, H, T]
     hit = 0.5 * (1.0 + torch.sign(pred - ref) * torch.sign(y - ref))
     sums = [(err * err).sum((0, 2)), err.abs().sum((0, 2)), hit.sum((0, 2))]
@@ -53,8 +40,7 @@ def _sums(
 
 
 def horizon_steps(horizon: int) -> tuple[int, ...]:
-    """The steps a per-horizon report shows: ``1, H / 4, H / 2, H`` (rounded down, at least 1),
-    increasing, without repeats: ``(1, 24, 48, 96)`` for ``H = 96``, ``(1,)`` for ``H = 1``.
+    """The steps a per-horizon report shows: ``1, H / 4, H / 2, H`` rounded down, without repeats.
 
     Raises:
         ValueError: ``horizon`` below 1.
@@ -65,8 +51,7 @@ def horizon_steps(horizon: int) -> tuple[int, ...]:
 
 
 def even_slice(n: int, rank: int, world: int) -> tuple[int, int]:
-    """``(start, stop)`` of rank ``rank``'s contiguous share of ``n`` items split as evenly as
-    possible over ``world`` ranks (the first ``n % world`` ranks take one more)."""
+    """``(start, stop)`` of rank ``rank``'s contiguous, as even as possible share of ``n`` items."""
     q, rem = divmod(n, world)
     start = rank * q + min(rank, rem)
     return start, start + q + (rank < rem)
@@ -113,16 +98,9 @@ def evaluate_by_step(
     dist: DistContext | None = None,
     target_mode: str = "level",
 ) -> Scores:
-    """:data:`Scores` of ``model`` over every window of ``data``: the overall metrics of
-    :func:`evaluate` and the same metrics at each horizon step (one pass, one host read); the
-    output is read as ``data.decode(idx, output, target_mode)`` (a level or a change).
-
-    The forecast is upcast to f32 once. The model is put in eval mode and back in the mode it was
-    in. With a data-parallel ``dist`` (every rank calls it, with the same model) each rank
-    forecasts a contiguous share of the windows and the ``[K, H]`` f64 sums are all-reduced: the
-    exact global means (sum over every window / count), equal on every rank. ``None``: this
-    process alone evaluates every window.
-    """
+    """:data:`Scores` of ``model`` over every window of ``data`` (one pass, one host read), its
+    output read by ``data.decode(idx, output, target_mode)`` and upcast to f32 once. With a
+    data-parallel ``dist`` each rank scores its share and the f64 sums are all-reduced."""
     was = model.training
     model.eval()
     try:
@@ -141,17 +119,12 @@ def evaluate(
     dist: DistContext | None = None,
     target_mode: str = "level",
 ) -> dict[str, float]:
-    """MSE, MAE (normalised units) and directional accuracy of ``model`` over every window of
-    ``data`` (the overall part of :func:`evaluate_by_step`, same arguments)."""
+    """The overall part of :func:`evaluate_by_step`: MSE, MAE and directional accuracy."""
     return evaluate_by_step(model, data, batch=batch, dist=dist, target_mode=target_mode)[0]
 
 
 def baselines_by_step(data: WindowData, *, season: int = 5, batch: int = 4096) -> dict[str, Scores]:
-    """``{name: (overall, by_step)}`` (:data:`Scores`) of the :data:`BASELINES` over ``data``'s windows.
-
-    Raises:
-        ValueError: ``season`` outside ``1 .. W``.
-    """
+    """``{name: (overall, by_step)}`` of the :data:`BASELINES`; ``ValueError`` unless ``1 <= season <= W``."""
     return {
         "naive": _metrics(data, lambda idx, x: data.naive(idx), batch),
         "seasonal_naive": _metrics(data, lambda idx, x: data.seasonal_naive(idx, season), batch),
@@ -160,10 +133,5 @@ def baselines_by_step(data: WindowData, *, season: int = 5, batch: int = 4096) -
 
 
 def baselines(data: WindowData, *, season: int = 5, batch: int = 4096) -> dict[str, dict[str, float]]:
-    """``{name: {"mse", "mae", "direction"}}`` of the :data:`BASELINES` over ``data``'s windows
-    (the overall part of :func:`baselines_by_step`).
-
-    Raises:
-        ValueError: ``season`` outside ``1 .. W``.
-    """
+    """The overall part of :func:`baselines_by_step`: ``{name: {"mse", "mae", "direction"}}``."""
     return {name: scores[0] for name, scores in baselines_by_step(data, season=season, batch=batch).items()}

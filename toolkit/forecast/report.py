@@ -10,10 +10,8 @@ __all__ = ["format_report"]
 
 
 def format_report(report: Mapping[str, Any], split: str = "test") -> str:
-    """The report's ``split`` as a table: MSE, MAE (normalised units) and directional accuracy of
-    the model and each baseline; with a horizon of more than one step, a second table of their
-    MSE and MAE at the steps of ``report["horizons"]`` (also in the original units where the
-    report has them)."""
+    """The report's ``split`` as a table of MSE, MAE and directional accuracy of the model and each
+    baseline, and a table by horizon step when the horizon is longer than one."""
     rows, norm = report[split], report["normalizer"]
     if "series" in norm:  # SeriesWindows: per series and column; MAE also in the file's units
         scaling = f"each of {len(norm['series'])} series normalised by its own train split"
@@ -36,9 +34,7 @@ _UNITS = (("mse", "MSE"), ("mae", "MAE"), ("mse_original", "MSE units"), ("mae_o
 
 
 def _horizon_table(report: Mapping[str, Any], split: str) -> list[str]:
-    """The lines of the per-horizon-step table of ``split`` (none for a report without one, or of a
-    single step): for each forecast its MSE and MAE (normalised; 4 decimals) and, where the report
-    has them, in the original units (4 significant digits), at each step of ``horizons.steps``."""
+    """The lines of the per-horizon-step table of ``split`` (none without one, or for one step)."""
     horizons = report.get("horizons")
     if not horizons or len(horizons["steps"]) < 2 or split not in horizons:
         return []

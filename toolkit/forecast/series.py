@@ -1,14 +1,9 @@
 """Forecasting windows over any numeric time series in a CSV file (not only market bars).
 
-:func:`load_series` reads a time column, one or several target columns, optional exogenous
-feature columns and an optional series-id column (long format: many series in one file) into a
-:class:`SeriesTable`; :func:`series_windows` splits each series by time (70 / 15 / 15 %, like
-:func:`~tritonrl.toolkit.bars.split`), normalises every column of each series with the
-mean and std of that series' TRAIN rows only (:class:`SeriesNormalizer`) and returns three
-:class:`SeriesWindows`, which the trainer takes where it takes :class:`WindowData`. A window never
-crosses two series. NeuralForecast's ``unique_id``, ``ds``, ``y`` are recognised without options.
-The file is opened and read with the bar CSV loader's helpers (regular files only, a size and
-line-length bound, UTF-8). See docs/pages/forecasting.md ("Any time series").
+:func:`load_series` reads one or several series (long format) into a :class:`SeriesTable`;
+:func:`series_windows` splits each by time, normalises it with its TRAIN rows only
+(:class:`SeriesNormalizer`) and returns three :class:`SeriesWindows`, which the trainer takes
+where it takes :class:`WindowData`. See docs/pages/forecasting.md ("Any time series").
 """
 
 from __future__ import annotations
@@ -60,12 +55,7 @@ _INT = re.compile(r"[+-]?\d+")
 
 
 def read_header(path: str | Path) -> list[str]:
-    """The header fields of the CSV file ``path`` (stripped).
-
-    Raises:
-        ValueError: one line naming the file: missing, not a regular file, too large, not UTF-8,
-            empty, or not readable as CSV.
-    """
+    """The header fields of the CSV file ``path`` (stripped); ``ValueError`` if it cannot be read."""
     path = Path(path)
     with _open_csv(path) as f:
         try:
@@ -82,10 +72,8 @@ def read_header(path: str | Path) -> list[str]:
 def is_market_csv(
     header: Sequence[str], target: str | None, features: Sequence[str], series_id: str | None
 ) -> bool:
-    """Whether a CSV goes today's market-bar way (:func:`~tritonrl.toolkit.bars.load_csv`
-    and the six market features): its header has a market time column and ``open, high, low,
-    close, volume`` (any case), and no other target than a market one (``None``, ``log_return``,
-    ``close`` or a market feature name) nor any ``features`` or ``series_id`` is asked."""
+    """Whether a CSV is read as market bars (:func:`~tritonrl.toolkit.bars.load_csv`): an OHLCV
+    header, a market target (or none) and no ``features`` or ``series_id``."""
     lower = {h.strip().lower() for h in header}
     bars = all(c in lower for c in _OHLCV) and any(c in lower for c in TIME_COLUMNS)
     market_target = target is None or target in ("log_return", "close", *FEATURES)
@@ -94,12 +82,9 @@ def is_market_csv(
 
 @dataclass(frozen=True, eq=False)
 class SeriesTable:
-    """Series read from one CSV, grouped by series (each in time order), host arrays.
-
-    ``values`` is ``[N, T + E]`` f64 (the ``targets`` columns first, then the ``features``);
-    ``time`` ``[N]`` (``datetime64[s]``, or int64 for integer times); ``lines`` ``[N]`` the file's
-    line numbers; series ``k`` is rows ``starts[k] .. starts[k + 1] - 1`` and named ``ids[k]``
-    (``""`` for a file without a series-id column)."""
+    """Series read from one CSV, grouped by series (each in time order), host arrays: ``values``
+    ``[N, T + E]`` f64 (targets, then features), ``time`` ``[N]`` (``datetime64[s]`` or int64),
+    ``lines`` ``[N]``; series ``k`` is rows ``starts[k] .. starts[k + 1] - 1``, named ``ids[k]``."""
 
     name: str
     path: Path
@@ -121,7 +106,7 @@ class SeriesTable:
         return int(self.values.shape[0])
 
     def label(self, k: int) -> str:
-        """``"series 'a' (lines 2-41)"`` (``"the series (...)"`` for a single unnamed one), for messages."""
+        """``"series 'a' (lines 2-41)"``, for messages."""
         a, b = self.starts[k], self.starts[k + 1] - 1
         who = f"series {self.ids[k]!r}" if self.ids[k] else "the series"
         return f"{who} (lines {self.lines[a]}-{self.lines[b]})"
@@ -135,11 +120,7 @@ def _split_names(names: str | Sequence[str] | None) -> tuple[str, ...]:
 
 
 def _find(path: Path, header: list[str], name: str, what: str) -> int:
-    """The index of column ``name`` (exact, else the one case-insensitive match).
-
-    Raises:
-        ValueError: no such column, or several of that name.
-    """
+    """The index of column ``name`` (exact, else the one case-insensitive match); ``ValueError`` otherwise."""
     exact = [i for i, h in enumerate(header) if h == name]
     found = exact or [i for i, h in enumerate(header) if h.lower() == name.lower()]
     if len(found) != 1:
@@ -206,20 +187,16 @@ def load_series(
     """Read numeric series from a CSV file.
 
     Args:
-        path: the file (a header line, then one row per time step and series).
         target: the target column(s), a name, ``"a,b"`` or a sequence; default ``y``.
-        features: exogenous input columns (default none besides the targets' own history).
+        features: exogenous input columns (default none).
         series_id: the column naming each row's series (long format); default ``unique_id`` when
             present, else the file is one series.
-        time: the time column; default the first of :data:`SERIES_TIME_COLUMNS` present. Times
-            are integers or ISO 8601 / day-first dates (as the market loader's).
-        name: the table's label (default the file's stem).
+        time: the time column (integers or dates); default the first of
+            :data:`SERIES_TIME_COLUMNS` present.
 
     Raises:
         ValueError: one line naming the file (and the line and the column where there is one):
-            the market loader's file refusals, a missing column, a row with another number of
-            fields, an empty, non-numeric, NaN or infinite value, unsorted or duplicate times
-            within a series, an empty file.
+            an unreadable file, a missing column, a malformed row or value, unsorted times.
     """
     path = Path(path)
     with _open_csv(path) as f:
@@ -268,8 +245,7 @@ def load_series(
 def _rows(
     path: Path, reader: Any, header: list[str], t: int, sid: int | None, cols: list[int]
 ) -> tuple[array, list[str], array, array, bool]:
-    """Times (int64: seconds since 1970, or the integers), series ids, f64 values (``len(cols)`` a
-    row), line numbers, and whether the times are integers (the first row decides)."""
+    """Times (int64), series ids, f64 values, line numbers, and whether the times are integers."""
     times, values, lines, ids = array("q"), array("d"), array("q"), []
     integer: bool | None = None
     for line, row in _data_rows(path, reader, header):
@@ -291,8 +267,7 @@ def _rows(
 
 
 def _bounds(n: int, window: int, fractions: Sequence[float]) -> dict[str, tuple[int, int]]:
-    """Each split's rows ``(start, stop)`` of a series of ``n`` rows (validation and test keep the
-    ``window - 1`` rows before their boundary), as :func:`~tritonrl.toolkit.bars.split`."""
+    """Each split's rows ``(start, stop)`` of ``n`` rows, as :func:`~tritonrl.toolkit.bars.split`."""
     b1, b2 = round(n * fractions[0]), round(n * (fractions[0] + fractions[1]))
     return {"train": (0, b1), "validation": (b1 - window + 1, b2), "test": (b2 - window + 1, n)}
 
@@ -323,14 +298,9 @@ class SeriesNormalizer:
 
 class SeriesWindows(WindowData):
     """The windows of one split of every series of a :class:`SeriesTable`: inputs ``[B, W, C]`` in
-    the training dtype (the normalised targets' history, then the normalised features), targets
-    ``[B, H, T]`` f32 (normalised). Built by :func:`series_windows`.
-
-    The split's rows of all series are concatenated (``rows``: their rows in the table); each
-    series' windows end at its rows ``W - 1 .. len - 1 - H`` (``ends``, ``window_series``), so a
-    window and its targets never reach into another series. Duck-types :class:`WindowData`
-    (``batch``, ``naive``, ``seasonal_naive``, ``train_mean``) for ``fit`` and ``baselines``; it
-    sets its own attributes and does not run ``WindowData.__init__``.
+    the training dtype (targets' history, then features), targets ``[B, H, T]`` f32, all
+    normalised. A window never reaches into another series. Duck-types :class:`WindowData` for
+    ``fit`` and ``baselines`` without running its ``__init__``.
     """
 
     def __init__(
@@ -383,11 +353,7 @@ class SeriesWindows(WindowData):
         return self.y[self.ends[idx]][:, None, :].expand(-1, self.horizon, -1)
 
     def seasonal_naive(self, idx: torch.Tensor, season: int) -> torch.Tensor:
-        """The value one season back (as :meth:`WindowData.seasonal_naive`), ``[B, H, T]``.
-
-        Raises:
-            ValueError: ``season`` outside ``1 .. W``.
-        """
+        """The value one season back (as :meth:`WindowData.seasonal_naive`), ``[B, H, T]``."""
         if not 1 <= season <= self.window:
             raise ValueError(f"season={season} must lie between 1 and the window {self.window}")
         h = torch.arange(1, self.horizon + 1, device=self.device)
@@ -399,19 +365,14 @@ class SeriesWindows(WindowData):
         return torch.zeros(idx.shape[0], self.horizon, self.num_targets, device=self.device)
 
     def scale(self, idx: torch.Tensor) -> torch.Tensor:
-        """The train std of each window's series per target, ``[B, 1, T]`` f32: a normalised error
-        times it is the error in the file's units."""
+        """The train std of each window's series per target, ``[B, 1, T]`` f32."""
         return self._std[self.window_series[idx]].unsqueeze(1)
 
 
 def check_series_length(
     table: SeriesTable, window: int, horizon: int, fractions: Sequence[float] = (0.7, 0.15, 0.15)
 ) -> None:
-    """Whether every series holds ``window + horizon`` rows in each split (checked before upload).
-
-    Raises:
-        ValueError: the first series too short (the file, its lines and the rows it needs).
-    """
+    """Raise ``ValueError`` at the first series without ``window + horizon`` rows in each split."""
     if window < 1 or horizon < 1:
         raise ValueError(f"window={window} and horizon={horizon} must be >= 1")
     need = next(n for n in range(2, 1 << 40) if _long_enough(n, window, horizon, fractions))
@@ -426,10 +387,7 @@ def check_series_length(
 
 def _normalizer(table: SeriesTable, window: int, fractions: Sequence[float]) -> SeriesNormalizer:
     """Mean and std (f64) of each series' train rows, per column; a constant feature gets std 1.
-
-    Raises:
-        ValueError: a target constant over a series' train rows.
-    """
+    Raises ``ValueError`` for a target constant over a series' train rows."""
     means, stds = [], []
     for k in range(len(table.ids)):
         a = table.starts[k]
@@ -458,12 +416,11 @@ def series_windows(
     dtype: torch.dtype | None = None,
     fractions: tuple[float, float, float] = (0.7, 0.15, 0.15),
 ) -> tuple[SeriesWindows, SeriesWindows, SeriesWindows]:
-    """Train, validation and test windows of every series of ``table``: each series split by time,
-    normalised with its own train rows, uploaded once per split in ``dtype`` (default
-    ``training_dtype(device)``).
+    """Train, validation and test windows of every series of ``table``, each normalised with its
+    own train rows, uploaded once per split in ``dtype`` (default ``training_dtype(device)``).
 
     Raises:
-        ValueError: a series too short (:func:`check_series_length`) or with a constant target.
+        ValueError: a series too short or with a constant target.
     """
     from tritonrl.toolkit.precision import dtype_or_default
 

@@ -1,23 +1,8 @@
-"""Deterministic synthetic test series that can fail a forecaster: a level shift, a trend, a regime
-change of the noise, several seasonalities, or all four at once (:data:`SYNTHETIC_KINDS`).
-
-Every kind is an hourly series ``y_t`` (``t = 0 .. n - 1``) built on the same learnable signal,
-a daily cycle (period ``period``, with its second harmonic) plus an AR(1) process
-(``a_t = 0.8 a_{t-1} + 0.3 e_t``, std 0.5) plus white noise (std 0.2, the unpredictable part):
-a good model forecasts the cycle and the AR part, so it beats the naive forecast (which misses
-the cycle's move over the horizon) and the seasonal naive one (which adds a day's AR drift and
-twice the noise). On top of it:
-
-- ``shift``: a piecewise-constant level, jumping every 150 .. 450 rows between -1.5, 0 and 1.5;
-- ``trend``: a linear trend rising 3 over the series (the test split lies above the train range);
-- ``regime``: the noise std switches between 0.05 and 0.6 every 200 .. 600 rows;
-- ``seasons``: a weekly cycle (period ``7 * period``, amplitude 0.8) beside the daily one;
-- ``all``: the four together.
-
-:func:`synthetic_series` returns a :class:`~tritonrl.toolkit.forecast.series.SeriesTable` (one
-series, column ``y``, integer times), what :func:`~tritonrl.toolkit.forecast.series_windows`
-takes; ``tritonrl fit --data series:synthetic,kind=shift,n=3000,seed=0`` trains on one
-(:func:`parse_synthetic_spec`). See docs/pages/forecasting.md ("Test series").
+"""Deterministic synthetic test series that can fail a forecaster (:data:`SYNTHETIC_KINDS`): a level
+shift, a trend, a noise regime change, several seasonalities, or all four, on top of a learnable
+daily cycle plus AR(1) signal. :func:`synthetic_series` returns a one-series
+:class:`~tritonrl.toolkit.forecast.series.SeriesTable`; :func:`parse_synthetic_spec` reads
+``series:synthetic,...``. See docs/pages/forecasting.md ("Test series").
 """
 
 from __future__ import annotations
@@ -43,13 +28,10 @@ def _segments(rng: np.random.Generator, n: int, low: int, high: int) -> np.ndarr
 
 
 def synthetic_values(kind: str = "all", n: int = 3000, seed: int = 0, *, period: int = 24) -> np.ndarray:
-    """The series of ``kind`` (see the module doc), ``[n]`` f64; the same ``(kind, n, seed,
-    period)`` always gives the same values (a NumPy ``default_rng(seed)`` stream, drawn in a fixed
-    order whatever the kind).
+    """The series of ``kind``, ``[n]`` f64, a function of ``(kind, n, seed, period)`` alone.
 
     Raises:
-        ValueError: an unknown ``kind``, ``n < 2``, ``n`` above a million, ``seed < 0`` or
-            ``period < 2``.
+        ValueError: an unknown ``kind``, ``n`` outside ``2 .. 1_000_000``, ``seed < 0`` or ``period < 2``.
     """
     if kind not in SYNTHETIC_KINDS:
         known = ", ".join(SYNTHETIC_KINDS)
@@ -82,12 +64,8 @@ def synthetic_values(kind: str = "all", n: int = 3000, seed: int = 0, *, period:
 
 
 def synthetic_series(kind: str = "all", n: int = 3000, seed: int = 0, *, period: int = 24) -> SeriesTable:
-    """:func:`synthetic_values` as a one-series table (target ``y``, integer times ``0 .. n - 1``),
-    named ``synthetic-<kind>``; its ``path`` is that name (no file is written).
-
-    Raises:
-        ValueError: as :func:`synthetic_values`.
-    """
+    """:func:`synthetic_values` as a one-series table ``synthetic-<kind>`` (target ``y``, integer
+    times); raises as it does."""
     values = synthetic_values(kind, n, seed, period=period)
     name = f"synthetic-{kind}"
     return SeriesTable(
@@ -112,8 +90,8 @@ def parse_synthetic_spec(spec: str) -> SeriesTable:
     ``series:`` prefix optional), e.g. ``series:synthetic,kind=trend,n=2000``.
 
     Raises:
-        ValueError: another source than ``synthetic``, an unknown option, a malformed value, or
-            what :func:`synthetic_values` refuses.
+        ValueError: another source, an unknown option, a malformed value, or what
+            :func:`synthetic_values` refuses.
     """
     body = spec.strip().removeprefix("series:")
     head, *options = [part.strip() for part in body.split(",")]

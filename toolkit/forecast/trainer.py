@@ -1,36 +1,10 @@
 """The forecaster trainer :func:`fit`: settings (:class:`FitConfig`), the learning-rate schedule
-(:func:`lr_at`), the training steps, the checkpoint and the report's scores (its text is
-:func:`tritonrl.toolkit.forecast.report.format_report`).
+(:func:`lr_at`), the training steps, the checkpoint and the report's scores.
 
-AdamW through :class:`~tritonrl.toolkit.optim.MasterWeightOptimizer` (bf16 parameters keep f32
-masters), the f32 MSE loss on the forecast upcast once, gradient clipping, a cosine or linear
-learning-rate schedule with linear warm-up, early stopping on the validation MSE (``patience``
-epochs; the best weights are restored for the test), deterministic seeds (the epoch's shuffle is
-a function of the seed and the epoch), metrics to ``metrics.csv`` and TensorBoard
-(``losses/train_mse``, ``losses/grad_norm``, ``charts/lr`` every ``log_every`` steps; ``val/mse``,
-``val/mae``, ``val/direction`` each epoch), a progress bar, and exact resume from
-``<run_dir>/checkpoint.safetensors`` (format :data:`FIT_FORMAT`; written at each epoch's end and
-when ``should_stop`` asks, at a metric flush, so a resumed run writes the same rows as an
-uninterrupted one).
-
-The run folder's lifecycle (one writer, fresh start or resume, metric flush, divergence check,
-signal stop, checkpoint writes, the report) is :class:`tritonrl.toolkit.lifecycle.RunLifecycle`,
-the same as the RL loop's; this module says what a step, a save and an evaluation are.
-
-**Data-parallel** (``torchrun --nproc-per-node N -m tritonrl fit ...``, or ``fit(...,
-dist=ctx)`` on every rank): the configuration is global. The ``batch_size`` windows of a step are
-split evenly over the ranks (``batch_size`` must be a multiple of the world size, else
-:class:`~tritonrl.toolkit.distributed.DistributedError`): every rank draws the same epoch
-permutation and takes its contiguous share of each batch; the gradients are averaged (one flat
-all-reduce) before clipping, so N ranks take the steps of one process with the same
-``batch_size``, to f32 rounding. A last batch shorter than the others is split as evenly as
-possible and each rank's mean loss weighted by its share (``n_r * N / b``), so the averaged
-gradient is still the gradient of that batch's mean loss. Validation and test metrics are exact
-global means (f64 sums all-reduced over each rank's share of the windows), so early stopping and
-the best weights are decided identically on every rank. Every rank checks that the others run the
-same configuration and data, starts from rank 0's weights, and draws its own dropout stream
-(rank 0 the single process's); rank 0 alone locks and writes the run folder (metrics, checkpoint
-with every rank's RNG state, report) and prints; ``should_stop`` is agreed at each flush.
+AdamW with f32 masters, f32 MSE, clipping, warm-up then cosine or linear decay, early stopping on
+the validation MSE, exact resume; data-parallel under ``torchrun`` with the steps of one process.
+The run folder's lifecycle is :class:`tritonrl.toolkit.lifecycle.RunLifecycle`, as the RL loop's.
+See docs/pages/forecasting.md ("Training", "Data-parallel fit").
 """
 
 from __future__ import annotations
@@ -137,11 +111,7 @@ class FitConfig(Config):
     ``level``). The loss and every metric are in the level's normalised units either way."""
 
     def __post_init__(self) -> None:
-        """Reject impossible settings at construction.
-
-        Raises:
-            ValueError: a field out of range (named first in the message).
-        """
+        """Raise ``ValueError`` at a field out of range (named first in the message)."""
         for name, low in (("epochs", 1), ("batch_size", 1), ("warmup_steps", 0), ("patience", 1)):
             check_int(name, getattr(self, name), low=low)
         for name, low in (("log_every", 1), ("eval_batch", 1), ("season", 1), ("seed", 0)):
@@ -172,8 +142,7 @@ def lr_at(config: FitConfig, step: int, total_steps: int) -> float:
 
 
 def _permutation(seed: int, epoch: int, n: int, device: torch.device) -> torch.Tensor:
-    """The training windows' order in ``epoch``: a function of ``(seed, epoch)`` alone (so a resumed
-    run draws the same one)."""
+    """The training windows' order in ``epoch``: a function of ``(seed, epoch)`` alone."""
     g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
     return torch.randperm(n, generator=g).to(device)
 
@@ -259,44 +228,30 @@ def fit(
 
     Args:
         model: its parameters in the windows' dtype (bf16 ones are trained through f32 masters).
-        train: the training windows, from :func:`~tritonrl.toolkit.forecast.load_windows`.
-        validation: the validation windows (normalised with the train split's normalizer).
-        test: the test windows (normalised the same way).
-        config: :class:`FitConfig` (default ``FitConfig()``).
+        train: windows from :func:`~tritonrl.toolkit.forecast.load_windows`; ``validation`` and
+            ``test`` are normalised with the train split's normaliser.
         run_dir: where ``metrics.csv``, TensorBoard files, ``checkpoint.safetensors`` and
-            ``fit_report.json`` go (held with a lock for the run); ``None``: nothing is written.
-        resume: continue from ``run_dir``'s checkpoint exactly (its config, data identity and
-            model must match); without one, start fresh. Without ``resume`` an existing
-            checkpoint is an error, never overwritten.
-        progress: draw a progress bar on stderr.
-        tensorboard: also write TensorBoard scalars.
-        should_stop: polled at each metric flush; ``True`` saves a checkpoint and returns
-            (``stopped == "should_stop"``).
+            ``fit_report.json`` go (locked for the run); ``None``: nothing is written.
+        resume: continue from ``run_dir``'s checkpoint exactly; without it an existing checkpoint
+            is an error, never overwritten.
+        should_stop: polled at each metric flush; ``True`` saves a checkpoint and returns.
         meta: extra identity strings stored in the checkpoint and compared on resume.
-        dist: the data-parallel context (``None``: :func:`tritonrl.toolkit.distributed.current`,
-            a single process unless :func:`~tritonrl.toolkit.distributed.init_distributed` joined
-            a group). With several ranks every rank calls ``fit`` with the same arguments and
-            data (see **Data-parallel** in the module docstring).
+        dist: the data-parallel context (``None``: :func:`tritonrl.toolkit.distributed.current`);
+            every rank calls ``fit`` with the same arguments and data.
 
     Returns:
         the report: ``stopped`` (``"epochs"``, ``"early"`` or ``"should_stop"``), ``global_step``,
-        ``epochs`` run, ``best_epoch``, ``best_val_mse``, ``wall_s`` (this call's loop),
-        ``train_s`` (its training steps alone), ``windows_per_s`` (training windows of every
-        rank / ``train_s``), ``normalizer``, ``test`` and ``validation`` (``{"model": metrics,
-        baseline: metrics}``), ``horizons`` (``steps``: :func:`~.baselines.horizon_steps`, and
-        per split ``{forecast: {"mse": [...], "mae": [...], ...}}`` at those steps; these three
-        absent when stopped by ``should_stop``) and ``checkpoint`` (a path or ``None``). Every
-        rank returns the same report but for the timings.
+        ``epochs``, ``best_epoch``, ``best_val_mse``, the timings, ``normalizer``, ``test`` and
+        ``validation`` (``{"model": metrics, baseline: metrics}``), ``horizons`` (absent when
+        stopped by ``should_stop``) and ``checkpoint`` (a path or ``None``).
 
     Raises:
         ValueError / TypeError: sizes, dtypes or normalisers that do not fit, an existing
             checkpoint without ``resume``, a checkpoint of another run.
-        FitError: a non-finite loss or validation MSE (nothing saved after it).
+        FitError: a non-finite loss or validation MSE.
         RunFolderBusy: another process trains in ``run_dir``.
         CheckpointError: a damaged checkpoint.
-        DistributedError: (several ranks) ``batch_size`` not divisible by the world size, or
-            the ranks' configurations, data or ``run_dir`` differ. Errors met by rank 0 alone
-            (the run folder, the checkpoint file) are raised on every rank.
+        DistributedError: ``batch_size`` not divisible by the world size, or ranks that differ.
     """
     ctx = dist if dist is not None else distributed.current()
     config = config or FitConfig()
@@ -324,8 +279,7 @@ def fit(
 
 
 class _Fit:
-    """One call of :func:`fit`: :meth:`start` (lock, resume or fresh), :meth:`train` (the epochs),
-    :meth:`report`. The folder side is :attr:`life` (:class:`~tritonrl.toolkit.lifecycle.RunLifecycle`)."""
+    """One call of :func:`fit`: :meth:`start`, :meth:`train`, :meth:`report`; the folder is :attr:`life`."""
 
     def __init__(
         self,
@@ -366,8 +320,7 @@ class _Fit:
     # -- start ---------------------------------------------------------------------------------------
 
     def start(self, resume: bool, tensorboard: bool) -> None:
-        """Lock the folder (refusing to overwrite a checkpoint without ``resume``), load its
-        checkpoint or start fresh, open the logger."""
+        """Lock the folder, load its checkpoint or start fresh, open the logger."""
         life, folder = self.life, self.life.run_dir
         refusal = f"{folder} already holds a checkpoint: pass resume=True (--resume), or use another folder"
         resumed_step = None
@@ -394,8 +347,7 @@ class _Fit:
         return saved
 
     def _load(self, state: Mapping[str, Any]) -> None:
-        """Check ``state`` against this run and load the model, optimizer, counters, best weights
-        and RNG states.
+        """Check ``state`` against this run and load it.
 
         Raises:
             ValueError: another identity or configuration.
@@ -437,8 +389,7 @@ class _Fit:
     # -- the epochs ----------------------------------------------------------------------------------
 
     def train(self, should_stop: Callable[[], bool] | None, progress: bool) -> str | None:
-        """Train until the last epoch, early stopping, or ``should_stop``; the reason (``None``:
-        every epoch ran)."""
+        """Train until the last epoch, early stopping, or ``should_stop``; the reason."""
         loop, config = self.loop, self.config
         bar = ProgressBar(
             self.total_steps, initial=loop["global_step"], enabled=progress and self.ctx.is_main
@@ -520,11 +471,7 @@ class _Fit:
         return val["mse"]
 
     def flush(self, step: int, extra: Mapping[str, float] | None = None) -> dict[str, float]:
-        """Write the interval's means (one host read); raise on a non-finite loss before writing.
-
-        Raises:
-            FitError: ``losses/train_mse`` or ``val/mse`` is NaN or infinite.
-        """
+        """Write the interval's means (one host read); raise ``FitError`` on a non-finite loss first."""
         if self.ctx.enabled and "losses/train_mse" in self.pending:
             # each rank's sum of weighted shard losses -> the sum of the global batch losses
             self.ctx.all_reduce_mean_([self.pending["losses/train_mse"][0]])
@@ -570,8 +517,7 @@ class _Fit:
     # -- the report ----------------------------------------------------------------------------------
 
     def report(self, stopped: str | None) -> dict[str, Any]:
-        """The report (module doc of :func:`fit`); a finished run's is scored on the best weights
-        and written to ``fit_report.json``."""
+        """The report of :func:`fit`, scored on the best weights and written to ``fit_report.json``."""
         loop, config, train = self.loop, self.config, self.train_data
         report: dict[str, Any] = {
             "stopped": stopped or "epochs",
@@ -618,16 +564,9 @@ _WATCHED = frozenset({"losses/train_mse", "val/mse"})
 
 
 def _rank_share(idx: torch.Tensor, ctx: DistContext) -> tuple[torch.Tensor, float]:
-    """This rank's windows of the global batch ``idx`` and the weight of its mean loss.
-
-    Every rank takes a contiguous share of ``idx``, split as evenly as possible. The weight
-    ``n_r * world / b`` (``n_r`` of the batch's ``b`` windows) makes the mean over ranks of the
-    weighted shard means equal the batch's mean loss, so the averaged gradient is the single
-    process's gradient of that batch. A full batch splits evenly (``batch_size`` is a multiple of
-    the world size): weight 1. A rank left without a window (a last batch shorter than the
-    world) forecasts the batch's first window with weight 0: the same graph as the others (the
-    same gradients exist), contributing exact zeros.
-    """
+    """This rank's contiguous share of the global batch ``idx`` and the weight ``n_r * world / b``
+    of its mean loss, so the averaged gradient is the single process's. A rank left without a
+    window forecasts the batch's first one with weight 0 (the same graph, exact zeros)."""
     if not ctx.enabled:
         return idx, 1.0
     b = int(idx.shape[0])
@@ -639,8 +578,7 @@ def _rank_share(idx: torch.Tensor, ctx: DistContext) -> tuple[torch.Tensor, floa
 
 
 def _rank_seed(seed: int, rank: int, step: int = 0) -> int:
-    """The torch seed of rank ``rank > 0`` (its dropout stream): ``SeedSequence((seed, rank,
-    step))``'s first 63-bit word (``step``: the global step of a resume that starts it fresh)."""
+    """The torch seed of rank ``rank > 0``: ``SeedSequence((seed, rank, step))``'s first 63-bit word."""
     word = np.random.SeedSequence([seed, rank, step]).generate_state(1, np.uint64)[0]
     return int(word) >> 1
 
@@ -653,9 +591,8 @@ def _restore_rngs(
     step: int,
     restore: Callable[..., None],
 ) -> None:
-    """Put back this rank's RNG states from a checkpoint: its own on the world size that saved
-    them (``ranks.rng[rank]``); rank 0's ``rng`` on rank 0 otherwise, and a fresh
-    :func:`_rank_seed` stream on the other ranks (one notice)."""
+    """Put back this rank's RNG states from a checkpoint (another world size: rank 0's on rank 0,
+    fresh :func:`_rank_seed` streams elsewhere)."""
     ranks = state.get("ranks")
     if ctx.enabled and isinstance(ranks, Mapping) and ranks.get("world_size") == ctx.world_size:
         saved = ranks.get("rng")

@@ -1,19 +1,9 @@
-"""Forecasting windows over uploaded market bars: the target series, its train-split normaliser and
-the windows of one split (:class:`WindowData`), and :func:`load_windows` for all three splits.
+"""Forecasting windows over uploaded market bars (:class:`WindowData`) and :func:`load_windows` for
+the three splits.
 
-A window ending at row ``t`` of a split holds the features of rows ``t - W + 1 .. t`` (in the
-training dtype they were uploaded in: one gather per batch, never a cast) and its target is rows
-``t + 1 .. t + H`` of the target series (f32), so no input reads a bar after the window's end,
-and none reads a row of the features' warm-up (``MarketData.warmup``). Targets are normalised with
-the mean and std of the TRAIN split's target rows only.
-
-Each window source says which input channel holds each target's own history
-(:attr:`WindowData.target_channels`): a market target that is a feature is that feature's
-column; a level that is not one (``close``) is one more input channel, the level normalised with
-the train split's normaliser (built once at upload, in the features' dtype). A level target can
-also be fitted as a change (:meth:`WindowData.decode`, :data:`TARGET_MODES`): the model's output
-is the change from the window's last value in units of the train split's change scale.
-See docs/pages/forecasting.md.
+A window ending at row ``t`` holds the features of rows ``t - W + 1 .. t`` (training dtype, never
+cast) and targets rows ``t + 1 .. t + H`` (f32), normalised with the TRAIN split's statistics
+only; no input reads a later bar or a warm-up row. See docs/pages/forecasting.md.
 """
 
 from __future__ import annotations
@@ -52,20 +42,15 @@ scale and a model that does not normalise its inputs, else ``level``
 
 
 def market_inputs(target: str) -> tuple[int, tuple[int, ...]]:
-    """``(F, target_channels)`` of :func:`load_windows`'s market windows for ``target``: the six
-    features, the target's own column when it is one, else one more channel (its level)."""
+    """``(F, target_channels)`` of :func:`load_windows`'s market windows for ``target``."""
     if target in FEATURES:
         return len(FEATURES), (FEATURES.index(target),)
     return len(FEATURES) + 1, (len(FEATURES),)
 
 
 def target_series(data: Any, target: str = "log_return", host_features: Any = None) -> torch.Tensor:
-    """The target column of ``data`` (a :class:`~tritonrl.toolkit.bars.MarketData`), ``[T]`` f32.
-
-    ``log_return`` and ``close`` are ``data``'s f32 columns; a feature name is taken from
-    ``host_features`` (the ``[T, F]`` f32 host array of
-    :func:`~tritonrl.toolkit.bars.compute_features`, before the upload's cast), or from
-    ``data.features`` when those are f32 already.
+    """The target column of ``data`` (a :class:`~tritonrl.toolkit.bars.MarketData`), ``[T]`` f32; a
+    feature comes from the f32 ``host_features`` ``[T, F]`` (before the upload's cast) when given.
 
     Raises:
         ValueError: an unknown target, or a feature target of bf16 features without ``host_features``.
@@ -96,8 +81,7 @@ def target_series(data: Any, target: str = "log_return", host_features: Any = No
 @dataclass(frozen=True)
 class Normalizer:
     """``z = (y - mean) / std`` of a target series, from the training split only; for a level
-    target also ``change_scale[h - 1]``, the root mean square of the normalised change ``z[t + h] -
-    z[t]`` over the train windows (``t`` a window's last row), per horizon step ``h``."""
+    target also ``change_scale[h - 1]``, the RMS of ``z[t + h] - z[t]`` over the train windows."""
 
     mean: float
     std: float
@@ -107,10 +91,8 @@ class Normalizer:
     def from_train(
         cls, values: torch.Tensor, window: int, horizon: int, *, first: int = 0, changes: bool = False
     ) -> Normalizer:
-        """Mean and std (f64 on the host) of rows ``first + window .. T - 1`` of the train split's
-        target series: exactly the rows its windows forecast (``first``: the split's first row
-        with defined features, :attr:`MarketData.first_defined`); with ``changes`` the
-        ``change_scale`` of those windows too.
+        """Mean and std (f64 on the host) of exactly the train rows its windows forecast; with
+        ``changes`` the ``change_scale`` of those windows too.
 
         Raises:
             ValueError: fewer than 2 such rows, or a constant target (std 0).
@@ -143,26 +125,19 @@ class Normalizer:
 class WindowData:
     """The windows of one split: inputs ``[B, W, F]`` in the features' dtype, targets f32 ``[B, H, 1]``.
 
+    Windows end at rows ``S + W - 1 .. T - 1 - H`` with ``S = data.first_defined``.
+
     Args:
         data: one split (:class:`~tritonrl.toolkit.bars.MarketData`, ``T`` rows).
-        window: ``W``.
-        horizon: ``H``.
-        target: the target's name (for change vs level: :data:`CHANGE_TARGETS`).
         values: the split's target series, ``[T]`` f32 on ``data``'s device (default
             :func:`target_series` of ``data``).
-        normalizer: the train split's :class:`Normalizer`; ``None`` computes it from this split
-            (pass it for validation and test).
-        split: a label for messages (``"train"``, ``"validation"``, ``"test"``).
-        target_channels: the input channel holding the target's own history (default the
-            target's column in ``data.feature_names`` when it is one, else ``None``: no input holds
-            it).
-
-    Windows end at rows ``S + W - 1 .. T - 1 - H`` (``num_windows = T - S - W - H + 1``), where
-    ``S = data.first_defined`` skips the rows of the features' warm-up (0 past it).
+        normalizer: the train split's :class:`Normalizer`; ``None`` computes it from this split.
+        split: a label for messages.
+        target_channels: the input channel holding the target's own history (``None``: none).
 
     Raises:
-        ValueError: ``W`` or ``H`` below 1, the split shorter than ``W + H`` rows, a NaN or
-            infinite feature or target (one host read, here), ``values`` of the wrong shape.
+        ValueError: ``W`` or ``H`` below 1, the split shorter than ``W + H`` rows, a non-finite
+            feature or target, ``values`` of the wrong shape.
         TypeError: ``values`` not f32.
     """
 
@@ -253,19 +228,16 @@ class WindowData:
         return self.num_windows
 
     def batch(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Windows ``idx`` (``[B]`` int64 window numbers): ``(x [B, W, F]`` features dtype, ``y
-        [B, H, 1]`` f32 normalised); one gather each."""
+        """Windows ``idx`` ``[B]`` int64 as ``(x [B, W, F]`` features dtype, ``y [B, H, 1]`` f32)."""
         end = self.ends[idx]
         return self._x[end - (self.window - 1)], self._y[end + 1].unsqueeze(-1)
 
     def decode(self, idx: torch.Tensor, out: torch.Tensor, mode: str = "level") -> torch.Tensor:
-        """A model's f32 output ``out [B, H, T]`` for windows ``idx`` as the forecast (normalised):
-        ``out`` itself (``mode="level"``), or ``naive(idx) + change_scale * out`` (``"change"``:
-        the change from the window's last value; an output of 0 is the naive forecast exactly).
+        """A model's f32 output ``out [B, H, T]`` for windows ``idx`` as the normalised forecast:
+        ``out`` (``"level"``) or ``naive(idx) + change_scale * out`` (``"change"``).
 
         Raises:
-            ValueError: ``"change"`` without a change scale (a change target, or a normaliser
-                without one), or another mode.
+            ValueError: ``"change"`` without a change scale, or another mode.
         """
         if mode == "level":
             return out
@@ -283,12 +255,8 @@ class WindowData:
         return self.y[self.ends[idx]][:, None, None].expand(-1, self.horizon, 1)
 
     def seasonal_naive(self, idx: torch.Tensor, season: int) -> torch.Tensor:
-        """Each step ``h`` forecast by the value ``season * ceil(h / season)`` rows before it, the
-        most recent observed value one season back; ``[B, H, 1]`` f32 normalised.
-
-        Raises:
-            ValueError: ``season`` outside ``1 .. W`` (the window's rows are what is observed).
-        """
+        """Each step ``h`` forecast by the value ``season * ceil(h / season)`` rows before it;
+        ``[B, H, 1]`` f32 normalised. Raises ``ValueError`` for ``season`` outside ``1 .. W``."""
         if not 1 <= season <= self.window:
             raise ValueError(f"season={season} must lie between 1 and the window {self.window}")
         h = torch.arange(1, self.horizon + 1, device=self.device)
@@ -301,8 +269,7 @@ class WindowData:
 
 
 def resolve_target_mode(mode: str, data: WindowData, normalizes_input: bool = False) -> str:
-    """``mode`` (one of :data:`TARGET_MODES`) as ``"level"`` or ``"change"`` for ``data`` and a
-    model that does (``normalizes_input``) or does not normalise its input windows.
+    """``mode`` (one of :data:`TARGET_MODES`) as ``"level"`` or ``"change"``.
 
     Raises:
         ValueError: an unknown mode, or ``"change"`` for data without a change scale.
@@ -321,12 +288,7 @@ def resolve_target_mode(mode: str, data: WindowData, normalizes_input: bool = Fa
 
 
 def check_length(bars: Any, window: int, horizon: int) -> None:
-    """Whether ``bars`` (:class:`~tritonrl.toolkit.bars.Bars`) are long enough for windows of
-    ``window`` bars forecasting ``horizon`` ahead (checked before anything is uploaded).
-
-    Raises:
-        ValueError: ``window`` or ``horizon`` below 1, or fewer than ``window + horizon + 2`` bars.
-    """
+    """Raise ``ValueError`` unless ``bars`` are long enough for these windows (before any upload)."""
     if window < 1 or horizon < 1:
         raise ValueError(f"window={window} and horizon={horizon} must be >= 1")
     if len(bars) < window + horizon + 2:
@@ -347,13 +309,11 @@ def load_windows(
     fractions: tuple[float, float, float] = (0.7, 0.15, 0.15),
 ) -> tuple[WindowData, WindowData, WindowData]:
     """Train, validation and test windows of a bar source (a ``market:`` spec string or
-    :class:`~tritonrl.toolkit.bars.Bars`): upload once, split by time, normalise on train.
-    A target that is not a feature (``close``) adds one input channel, its level normalised with
-    the train split's normaliser (:attr:`WindowData.target_channels` names it).
+    :class:`~tritonrl.toolkit.bars.Bars`): upload once, split by time, normalise on train. A
+    target that is not a feature (``close``) adds one input channel, its normalised level.
 
     Raises:
-        ValueError: a bad source, target, sizes, or data (from the source, :func:`split` or
-            :class:`WindowData`).
+        ValueError: a bad source, target, sizes, or data.
     """
     bars = source_bars(source) if isinstance(source, str) else source
     check_length(bars, window, horizon)

@@ -13,13 +13,8 @@ __all__ = ["as_actions"]
 def as_actions(actions: Any, num_envs: int, device: torch.device) -> torch.Tensor:
     """``actions`` as a tensor on ``device``, the way gymnasium users pass them.
 
-    A tensor is returned as it is (its shape, dtype and device are the env's to check). A Python
-    or numpy integer steps a single env (``[1]``, int64); a numpy array or a list is moved to
-    ``device`` (a host path, one copy per step).
-
-    Raises:
-        ValueError: a bool (an action is an integer, not a flag), a scalar for ``num_envs > 1``,
-            or something numpy cannot read as an array.
+    A tensor is returned as it is; an integer is ``[1]`` int64; an array or a list is copied.
+    Raises ``ValueError`` for a bool, a scalar for ``num_envs > 1``, or non-numbers.
     """
     if isinstance(actions, torch.Tensor):
         return actions

@@ -1,14 +1,8 @@
 """gym-anytrading 2.0.0's ``StocksEnv`` and ``ForexEnv``, N copies stepped at once as tensor ops.
 
-A compatibility mode for users of `gym-anytrading <https://github.com/AminHP/gym-anytrading>`_:
 :class:`AnyTradingEnv` reproduces the published environments step for step, bit for bit in f32
-under NumPy >= 2 (observations, rewards, position flips, fees, ``total_reward``,
-``total_profit``, truncation and the info keys), so results can be compared across the move;
-:func:`process_data` builds the prices and signal features the same way. The tests check it
-against the installed package on both of its datasets.
-
-Guide: docs/pages/market.md ("gym-anytrading compatibility": the published semantics, precision
-and batching).
+under NumPy >= 2, so results can be compared across the move; :func:`process_data` builds the
+prices and signal features the same way. See docs/pages/market.md ("gym-anytrading compatibility").
 """
 
 from __future__ import annotations
@@ -41,12 +35,9 @@ def process_data(
     """The published ``_process_data`` of both envs: prices and ``[price, diff]`` features.
 
     Args:
-        close: ``[L]`` close prices (any real dtype; the diff is taken in f64 as the package does
-            with its pandas column).
-        window_size: ``W >= 1``.
+        close: ``[L]`` close prices (any real dtype; the diff is taken in f64).
         frame_bound: ``(first, stop)`` with ``W <= first < stop <= L`` and ``stop - first >= 2``
-            (one step at least). The package lets ``first < W`` wrap around to the end of the
-            series and clips ``stop > L`` silently; both are errors here.
+            (the package silently wraps or clips the others).
 
     Returns:
         ``prices`` ``[T]`` f32 and ``signal_features`` ``[T, 2]`` f32 with
@@ -82,31 +73,17 @@ def _check_window(window_size: int) -> int:
 
 
 class AnyTradingEnv(gym.vector.VectorEnv):
-    """``num_envs`` copies of gym-anytrading's ``StocksEnv`` or ``ForexEnv`` (see the module doc).
+    """``num_envs`` copies of gym-anytrading's ``StocksEnv`` or ``ForexEnv``.
 
     Args:
-        prices: ``[T]`` prices (the package's ``env.prices``), cast to f32 once, here.
-        signal_features: ``[T, F]`` features (the package's ``env.signal_features``; a custom
-            ``_process_data`` may return any ``F``), cast to f32 once, here.
+        prices: ``[T]`` prices (the package's ``env.prices``), cast to f32 once.
+        signal_features: ``[T, F]`` features (the package's ``env.signal_features``), cast to f32 once.
         kind: ``"stocks"`` or ``"forex"``: which reward and profit rules apply.
-        window_size: ``W``, with ``T >= W + 2``.
-        num_envs: ``N >= 1``.
-        device: where the state and the returned tensors live.
-        trade_fee_bid_percent: stocks fee on selling (a fraction), as published.
-        trade_fee_ask_percent: stocks fee on buying (a fraction), as published.
-        trade_fee: forex fee in price units, as published.
-        unit_side: forex only: ``"left"`` (published default) or ``"right"``.
+        window_size: ``W``, with ``T >= W + 2``; the fees and ``unit_side`` are as published.
 
-    Spaces: ``single_observation_space = Box(-1e10, 1e10, (W, F), float32)``,
-    ``single_action_space = Discrete(2)`` (0 Sell, 1 Buy), batched versions in
-    ``observation_space`` / ``action_space``.
-
-    Tensors out: observations ``[N, W, F]`` f32 (a fresh tensor every call), rewards ``[N]``
-    f32, ``terminated`` / ``truncated`` ``[N]`` bool. ``info`` holds ``total_reward`` ``[N]``
-    f32, ``total_profit`` ``[N]`` f32 and ``position`` ``[N]`` int64 (0 Short, 1 Long): the
-    episode as it stood after this step (the finished one where truncated); ``step`` adds
-    ``final_obs`` ``[N, W, F]`` (the last observation of the finished episode where truncated,
-    equal to the returned observation elsewhere).
+    Observations are ``[N, W, F]`` f32, actions ``[N]`` int64 (0 Sell, 1 Buy), rewards ``[N]`` f32,
+    flags ``[N]`` bool. ``info`` holds ``total_reward`` and ``total_profit`` ``[N]`` f32 and
+    ``position`` ``[N]`` int64 (0 Short, 1 Long); ``step`` adds ``final_obs`` ``[N, W, F]``.
 
     Raises:
         ValueError: bad shapes, kind, window, counts, fees or ``unit_side``.
@@ -208,18 +185,8 @@ class AnyTradingEnv(gym.vector.VectorEnv):
     ) -> AnyTradingEnv:
         """Build from a close series as the package builds from a DataFrame's ``Close`` column.
 
-        Args:
-            close: ``[L]`` close prices (e.g. ``df["Close"].to_numpy()`` of the package's data).
-            kind: ``"stocks"`` or ``"forex"``.
-            window_size: defaults to the registered id's (:data:`ANYTRADING_WINDOW`: 30 / 24).
-            frame_bound: defaults to ``(window_size, len(close))``, as the registered ids.
-            num_envs: as the constructor.
-            device: as the constructor.
-            **fees: ``trade_fee_bid_percent``, ``trade_fee_ask_percent``, ``trade_fee``,
-                ``unit_side``, as the constructor.
-
-        Raises:
-            ValueError: as :func:`process_data` and the constructor.
+        ``window_size`` and ``frame_bound`` default to the registered ids' (:data:`ANYTRADING_WINDOW`,
+        ``(window_size, len(close))``); raises as :func:`process_data` and the constructor.
         """
         if kind not in _KINDS:
             raise ValueError(f"kind must be one of {_KINDS}, got {kind!r}")
@@ -239,12 +206,10 @@ class AnyTradingEnv(gym.vector.VectorEnv):
     def reset(
         self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Reset every env to the start tick (the published reset is deterministic: ``seed``
-        only seeds :attr:`np_random`, as gymnasium's base class does).
+        """Reset every env to the start tick (deterministic: ``seed`` only seeds :attr:`np_random`).
 
         Returns:
-            ``(obs [N, W, F] f32, info)`` with ``total_reward`` 0, ``total_profit`` 1,
-            ``position`` 0 (Short).
+            ``(obs [N, W, F] f32, info)``.
         """
         super().reset(seed=seed if not isinstance(seed, list) else seed[0], options=options)
         self._reset_state()
@@ -254,20 +219,15 @@ class AnyTradingEnv(gym.vector.VectorEnv):
     def step(
         self, actions: Any
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
-        """Step every env with ``actions`` ``[N]`` int64 on :attr:`device` (0 Sell, 1 Buy).
-
-        As in the package, a Python or numpy int steps a single env, and a numpy integer array
-        ``[N]`` is accepted too (moved to :attr:`device`: a host path). No tensor value is read on
-        the host. Values other than 0 and 1 trade never (as in the package, which compares
-        against the two action values).
+        """Step every env with ``actions`` ``[N]`` int64 on :attr:`device` (0 Sell, 1 Buy; other
+        values never trade, as in the package).
 
         Returns:
             ``(obs, reward, terminated, truncated, info)`` as the class doc says.
 
         Raises:
             RuntimeError: before :meth:`reset`.
-            ValueError: ``actions`` not an int64 ``[N]`` tensor on :attr:`device` (nor an int for
-                one env, nor an integer array ``[N]``); a bool or a float.
+            ValueError: ``actions`` not integer ``[N]`` on :attr:`device`.
         """
         if self.obs is None:
             raise RuntimeError("step() before reset()")

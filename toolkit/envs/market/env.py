@@ -1,35 +1,8 @@
 """A batched trading environment: ``N`` environments over one series, stepped as tensor operations.
 
 :class:`MarketEnv` is a gymnasium ``VectorEnv`` whose state, observations, rewards and flags are
-tensors on the device of its :class:`~tritonrl.toolkit.bars.types.MarketData`. A step is a fixed
-sequence of tensor operations of fixed shapes: no value is read by the host, no Python branch
-depends on a tensor, so a step on an accelerator never waits for it.
-
-One environment, at its decision row ``t`` (``t >= W - 1``):
-
-- observes ``features[t - W + 1 .. t]`` flattened (``W * F`` values, oldest row first) and the
-  position it holds, ``p_{t-1}`` (0 at the first decision): ``[W * F + 1]`` in the features' dtype;
-- chooses a position ``p_t``: discrete actions ``{0, 1, 2}`` are short, flat, long (-1, 0, +1);
-  continuous actions are a target position, clipped to ``[-1, 1]``;
-- moves to ``t + 1`` and earns, in log-return units (f32),
-  ``reward = p_t * log_return[t + 1] - cost * |p_t - p_{t-1}| - borrow_cost * max(-p_t, 0)``;
-  its log-equity (the episode's return: equity starts at 1) grows by the reward;
-- ends with ``terminated`` when its drawdown ``1 - equity / peak equity`` exceeds
-  ``max_drawdown``, and with ``truncated`` after ``episode_length`` decisions or when ``t + 1``
-  is the last row (no return follows it); both flags are computed, independently.
-
-Where an episode ends, the environment resets in the same step (gymnasium's ``SAME_STEP``
-autoreset): the returned observation is the first of the next episode (a new start row, position
-0, equity 1), ``info["final_obs"]`` holds the true next observation. Start rows are uniform over
-``[W - 1, T - 1 - episode_length]`` (``random_start``; every episode fits in the data) or the first
-decision row ``W - 1``; they come from the environment's own ``torch.Generator`` on the device,
-drawn for every environment at every step so that shapes never depend on how many ended.
-
-A step allocates nothing: its temporaries are preallocated rows, and its outputs (observations,
-rewards, flags, info values) are written into one of a few sets of buffers that the env reuses
-only when nothing else refers to them (:class:`~tritonrl.toolkit.envs.market.outputs.OutputPool`):
-a tensor a caller keeps, or any view or numpy array of it, is never written again, so a caller
-needs no copy; a loop that keeps only the latest outputs cycles through two sets.
+tensors on the data's device. A step is a fixed sequence of fixed-shape tensor operations: nothing
+is read by the host and nothing is allocated. See docs/pages/market.md.
 """
 
 from __future__ import annotations
@@ -168,12 +141,7 @@ _STATE_KEYS = (
 def _checked(
     data: MarketData, num_envs: Any, config: MarketEnvConfig | None, seed: Any
 ) -> tuple[MarketEnvConfig, int]:
-    """The config (the default one for ``None``) and the decisions before truncation of a
-    :class:`MarketEnv` built with these arguments.
-
-    Raises:
-        ValueError: as :class:`MarketEnv`.
-    """
+    """The config and the decisions before truncation of a :class:`MarketEnv`; raises as it does."""
     config = MarketEnvConfig() if config is None else config
     if not isinstance(config, MarketEnvConfig):
         raise ValueError(f"config must be a MarketEnvConfig, got {type(config).__name__}")
@@ -204,24 +172,16 @@ def _checked(
 class MarketEnv(gym.vector.VectorEnv):
     """``num_envs`` trading environments over ``data``, as tensor operations on ``data.device``.
 
-    Implements gymnasium's vector API (:meth:`reset`, :meth:`step`, same-step autoreset) with
-    tensors in place of arrays, and tritonrl's loop interface (:meth:`step_transition`,
-    :meth:`episode_stats`, :meth:`get_state` / :meth:`check_state` / :meth:`set_state`). See the
-    module docstring for the rules.
+    At decision row ``t`` an env observes ``features[t - W + 1 .. t]`` flattened and its held
+    position ``p_{t-1}``, chooses ``p_t`` (discrete ``{0, 1, 2}`` -> -1, 0, +1; continuous clipped
+    to ``[-1, 1]``) and earns, in f32 log-return units, ``p_t * log_return[t + 1] - cost * |p_t -
+    p_{t-1}| - borrow_cost * max(-p_t, 0)``. It terminates when the drawdown exceeds
+    ``max_drawdown``, truncates after ``episode_length`` decisions or at the data's end, and
+    resets in the same step (``info["final_obs"]`` holds the true next observation). Start rows
+    come from :attr:`generator`, drawn for every env at every step so shapes never vary.
 
-    Observations are ``[E, W * F + 1]`` in ``data.features.dtype`` (the training dtype: the
-    features are not cast; only the position column is written in that dtype);
-    ``single_observation_space`` states the shape (its dtype says float32, the contract of the
-    spaces; tensors carry the training dtype). Rewards are ``[E]`` f32, flags ``[E]`` bool.
-
-    Attributes:
-        data: the series.
-        config: the rules.
-        num_envs: ``E``.
-        device: ``data.device``.
-        env_id: ``"market:" + data.name``.
-        obs: the observation to act on next (``None`` before :meth:`reset`).
-        generator: the ``torch.Generator`` on ``device`` that draws start rows.
+    Observations are ``[E, W * F + 1]`` in ``data.features.dtype``, rewards ``[E]`` f32, flags
+    ``[E]`` bool. Outputs are never written again while anything still refers to them.
     """
 
     metadata: dict[str, Any] = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
@@ -236,15 +196,11 @@ class MarketEnv(gym.vector.VectorEnv):
         Args:
             data: features ``[T, F]`` (any float dtype, used as they are) and f32 log returns
                 ``[T]``, on one device.
-            num_envs: ``E >= 1``.
-            config: the rules (default :class:`MarketEnvConfig()`).
             seed: seeds the start-row generator.
 
         Raises:
-            ValueError: ``num_envs < 1``, a config that is not a :class:`MarketEnvConfig`, data
-                shorter than ``window + episode_length`` rows (``random_start``) or
-                ``window + 1`` rows (one decision), episodes of more than ``2**24`` decisions
-                (steps are counted in f32), or malformed data (shapes, dtypes, devices).
+            ValueError: ``num_envs < 1``, a wrong config type, malformed data, data too short for
+                one episode, or episodes of more than ``2**24`` decisions (counted in f32).
         """
         config, max_steps = _checked(data, num_envs, config, seed)
         self.data = data
@@ -288,7 +244,7 @@ class MarketEnv(gym.vector.VectorEnv):
         self._num_starts = self._last_start - self._first + 1
 
     def _init_constants(self, max_steps: int) -> None:
-        """The rules' numbers as device tensors (a Python number is wrapped into a tensor at every use)."""
+        """The rules' numbers as device tensors."""
         config, dev = self.config, self.device
         f32: dict[str, Any] = {"dtype": torch.float32, "device": dev}
         self._acc_dtype = torch.float32 if dev.type == "mps" else torch.float64
@@ -345,11 +301,8 @@ class MarketEnv(gym.vector.VectorEnv):
         self._outputs = OutputPool(self._make_outputs)
 
     def _make_outputs(self) -> OutputSet:
-        """One set of step outputs: the two observations ``[2E, D]`` (final ones, then next ones) in
-        the features' dtype; f32 ``[7, E]``: reward, a row of ones (reward and one are added to
-        log-equity and steps in one operation), then the info values in :data:`_INFO`'s order;
-        bool ``[3, E]``: truncated, terminated (the order of the ``[steps; drawdown]`` rows they are
-        compared from), done."""
+        """One set of step outputs: observations ``[2E, D]`` (final, then next), f32 ``[7, E]``
+        (reward, ones, the :data:`_INFO` values) and bool ``[3, E]`` (truncated, terminated, done)."""
         dev, e = self.device, self.num_envs
         both = torch.empty((2 * e, self.obs_dim), dtype=self._windows.dtype, device=dev)
         f32 = torch.empty((2 + len(_INFO), e), dtype=torch.float32, device=dev)
@@ -364,18 +317,14 @@ class MarketEnv(gym.vector.VectorEnv):
     # ------------------------------------------------------------------------------- internals
 
     def _draw_starts(self) -> torch.Tensor:
-        """``[E]`` int64 start rows as window indices, uniform over the allowed starts (call only
-        when there is more than one)."""
+        """``[E]`` int64 start rows as window indices, uniform over the allowed starts."""
         return torch.randint(
             0, self._num_starts, (self.num_envs,), generator=self.generator, device=self.device
         )
 
     def _position_after(self, actions: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Check ``actions`` (shape, dtype, device; never their values), write the positions they
-        choose into the ``final_position`` row and return it with their borrow costs (``None``
-        when ``borrow_cost`` is 0; else a preallocated row). Discrete values outside {0, 1, 2} are
-        clamped to short / long; continuous ones are clipped to [-1, 1] (a NaN stays NaN and shows
-        in that env's reward)."""
+        """Check ``actions`` (never their values), write their positions into the ``final_position``
+        row and return it with the borrow costs (``None`` when ``borrow_cost`` is 0)."""
         actions = as_actions(actions, self.num_envs, self.device)
         e, position = self.num_envs, self._views[_R["final_position"]]
         if actions.device != self.device:
@@ -407,9 +356,7 @@ class MarketEnv(gym.vector.VectorEnv):
 
     def _step(self, actions: Any, info: bool) -> _StepOut:
         """One step of every env: ``(obs, reward, terminated, truncated, final_obs, done, info
-        values)`` (the info values only when ``info``; else ``()``); updates the state, the
-        accumulators and :attr:`obs`. Every result is written into a set of the output pool that
-        nothing else holds; every temporary into a preallocated row (no allocation)."""
+        values)`` (the info values ``()`` unless ``info``), written into a free output set."""
         if self.obs is None:
             raise RuntimeError("MarketEnv.step called before reset()")
         rows_next, rows_now = self._rows_next, self._rows_now
@@ -453,7 +400,7 @@ class MarketEnv(gym.vector.VectorEnv):
             values = o.out[6:]
         # same-step autoreset (a start is drawn for every env; used where done): the state's
         # block zeroed where done (+0.0 bits), its bits AND-ed with keep: 1 - 1 = 0 where done,
-        # 0 - 1 = all ones elsewhere (a masked_fill_ broadcast over rows is several times slower)
+        # 0 - 1 = all ones elsewhere (cheaper than a masked_fill_ broadcast over rows)
         keep = self._keep.copy_(done).sub_(self._one_int)
         self._reset_bits.bitwise_and_(keep)
         torch.bitwise_and(self._final_bits, keep, out=self._held_bits)  # p_t, or 0 where done
@@ -474,15 +421,7 @@ class MarketEnv(gym.vector.VectorEnv):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[torch.Tensor, dict[str, Any]]:
-        """Start a new episode in every env (episodes in progress are dropped, uncounted).
-
-        Args:
-            seed: reseed the start-row generator first (``None``: continue its stream).
-            options: unused (gymnasium's signature).
-
-        Returns:
-            ``(obs [E, W*F + 1] in the features' dtype, {})``.
-        """
+        """Start a new episode in every env (``seed`` reseeds the start rows first); ``(obs, {})``."""
         if seed is not None:
             if isinstance(seed, bool) or not isinstance(seed, int):
                 raise ValueError(f"seed must be an int, got {seed!r}")
@@ -501,24 +440,12 @@ class MarketEnv(gym.vector.VectorEnv):
     def step(
         self, actions: Any
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
-        """Step every env once; finished ones reset in the same step.
-
-        Args:
-            actions: ``[E]`` integer (discrete) or ``[E, 1]`` float (continuous), a tensor on the
-                env's device (a numpy array or a list is moved there: a host path; a Python or
-                numpy int steps a single discrete env).
+        """Step every env with ``[E]`` integer or ``[E, 1]`` float ``actions``; ended ones reset.
 
         Returns:
-            ``(obs, reward, terminated, truncated, info)``: ``obs`` ``[E, D]`` (the reset
-            observation where an episode ended), ``reward`` ``[E]`` f32, flags ``[E]`` bool;
-            ``info`` holds ``final_obs`` ``[E, D]`` (the true next observation; equal to ``obs``
-            where nothing ended), ``_final_obs`` ``[E]`` bool (where an episode ended), and per
-            env, f32 ``[E]``, the episode as it stood after this step (the finished one where it
-            ended): ``equity``, ``sharpe`` (annualised, of the episode's rewards so far),
-            ``max_drawdown``, ``turnover`` and ``position`` (held after this step). ``obs`` and
-            ``final_obs`` are the two halves of one tensor; no output is written again while
-            anything (the caller, a view, a numpy array over it) still refers to it: the env
-            reuses an output buffer only once every reference to it is gone.
+            ``(obs, reward, terminated, truncated, info)``; ``info`` holds ``final_obs`` ``[E, D]``,
+            ``_final_obs`` ``[E]`` bool and, f32 ``[E]``, ``equity``, ``sharpe``,
+            ``max_drawdown``, ``turnover``, ``position`` after this step.
 
         Raises:
             RuntimeError: before :meth:`reset`.
@@ -540,23 +467,17 @@ class MarketEnv(gym.vector.VectorEnv):
     # ------------------------------------------------------------------------------- tritonrl's loop
 
     def step_transition(self, actions: Any) -> Transition:
-        """:meth:`step` as a :class:`~tritonrl.toolkit.envs.vector.Transition` (``next_obs`` is the true
-        next observation; the episode lists stay empty: finished episodes are counted on the
-        device, see :meth:`episode_stats`). Same arguments and errors as :meth:`step`."""
+        """:meth:`step` as a :class:`~tritonrl.toolkit.envs.vector.Transition` (``next_obs`` the true
+        next observation; finished episodes are counted by :meth:`episode_stats`)."""
         obs, reward, terminated, truncated, final_obs, _, _ = self._step(actions, info=False)
         return Transition(
             obs=obs, reward=reward, next_obs=final_obs, terminated=terminated, truncated=truncated
         )
 
     def episode_stats(self) -> dict[str, float]:
-        """The episodes finished since the last call, summed on the device: read (one sync) and
-        cleared.
-
-        Returns:
-            ``{"episodes": n}`` and, when ``n > 0``, the means over them: ``mean_return`` (sum of
-            rewards, the final log-equity), ``mean_length`` (decisions), ``mean_equity`` (final),
-            ``mean_sharpe``, ``mean_max_drawdown``, ``mean_turnover``.
-        """
+        """The episodes finished since the last call (one sync; cleared): ``{"episodes": n}`` and,
+        when ``n > 0``, ``mean_return``, ``mean_length``, ``mean_equity``, ``mean_sharpe``,
+        ``mean_max_drawdown``, ``mean_turnover``."""
         values = self._acc.tolist()
         self._acc.zero_()
         n = values[0]
@@ -566,9 +487,8 @@ class MarketEnv(gym.vector.VectorEnv):
         return out
 
     def get_state(self) -> dict[str, Any]:
-        """Everything needed to continue exactly: the per-env state tensors, the generator state,
-        the episode accumulators, ``obs`` (copies, on the env's device), the counters and the
-        identity checked on restore (env id, number of envs, config, data rows)."""
+        """Everything needed to continue exactly (copies, on the env's device), with the identity
+        checked on restore."""
         return {
             "env_id": self.env_id,
             "num_envs": self.num_envs,
@@ -594,12 +514,10 @@ class MarketEnv(gym.vector.VectorEnv):
         return out
 
     def check_state(self, state: dict[str, Any]) -> bool:
-        """Raise ``ValueError`` unless ``state`` is a :meth:`get_state` of an env like this one
-        (reads the saved values: a resume, not a step); changes nothing.
+        """Raise ``ValueError`` unless ``state`` is a :meth:`get_state` of an env like this one.
 
         Returns:
-            whether the saved generator state fits this device (``False``: saved on another
-            device type; :meth:`set_state` then reseeds from ``seed`` and ``vector_steps``).
+            whether the saved generator state fits this device (else :meth:`set_state` reseeds).
         """
         if not isinstance(state, dict):
             raise ValueError(f"env state is a {type(state).__name__}, not a dict")

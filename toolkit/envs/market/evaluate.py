@@ -1,31 +1,9 @@
 """Evaluation over a whole held-out period: the greedy policy against buy-and-hold and random.
 
-:func:`evaluate_market` runs one :class:`~tritonrl.toolkit.envs.market.env.MarketEnv` episode that is the
-period itself (no random start, no drawdown termination, every decision from the period's first,
-at its row ``window - 1``, to its last bar) with ``2 + random_runs`` rows stepped together: row 0
-acts with the policy, row 1 holds a long position throughout (buy-and-hold), the others act
-uniformly at random from a seeded generator. The policy sees row 0 alone (a batch of one), as a
-live stream (:class:`~tritonrl.toolkit.envs.market.live.LiveTrader`) decides: a matrix product's
-rounding may depend on the batch size, and the report is what serving reproduces bit for bit.
-Rewards and positions stay on the device during the episode and are read once at the end; every
-figure is computed from them on the host in f64:
-
-- ``total_return``: ``exp(sum r) - 1`` (rewards are log returns net of costs);
-- ``annual_return``: ``exp(mean(r) * periods_per_year) - 1``;
-- ``sharpe``: ``mean(r) / std(r) * sqrt(periods_per_year)`` (per-decision log returns, sample
-  standard deviation; 0 when they do not vary, e.g. always flat);
-- ``max_drawdown``: the largest fall of the equity curve from its running peak, as a fraction;
-- ``turnover``: ``sum |p_t - p_{t-1}|`` from a flat start (buy-and-hold: 1, its one entry);
-- ``equity``: the curve, ``1`` before the first decision then ``exp(cumsum r)`` (``n + 1`` values).
-
-The random policy's figures are means over its runs, with ``sharpe_std`` (their spread). The
-report's ``sharpe_stderr = sqrt(periods_per_year / n)`` is the standard error of an annualised
-Sharpe estimate from ``n`` independent returns when the true Sharpe is near 0 (Lo, 2002): the
-scale of "noise" when comparing two strategies on the same period.
-
-:class:`MarketEvaluator` adapts this to the training loop's ``evaluate_policy`` hook
-(:func:`tritonrl.toolkit.training.loop.run_training`'s ``evaluator``): a market run is evaluated on its
-validation period; :func:`plot_equity` draws the ``equity.png`` of a run folder.
+:func:`evaluate_market` runs the period as one episode of ``2 + random_runs`` rows stepped together
+(the policy, buy-and-hold, random runs) and computes every figure on the host in f64;
+:class:`MarketEvaluator` is the training loop's hook for it; :func:`plot_equity` draws a run
+folder's ``equity.png``. See docs/pages/market.md ("The test-period report").
 """
 
 from __future__ import annotations
@@ -47,16 +25,16 @@ Policy = Callable[[torch.Tensor], torch.Tensor]
 
 
 def strategy_figures(rewards: np.ndarray, positions: np.ndarray, periods_per_year: float) -> dict[str, Any]:
-    """The figures of one strategy over a period (see the module doc for their definitions).
+    """The figures of one strategy over a period, in f64.
 
     Args:
         rewards: ``[n]`` per-decision rewards (log returns net of costs).
         positions: ``[n]`` the position held after each decision (``p_t``), in [-1, 1].
-        periods_per_year: bars per year, to annualise.
 
     Returns:
-        ``total_return``, ``annual_return``, ``sharpe``, ``max_drawdown``, ``turnover``,
-        ``mean_position``, ``log_return`` (``sum r``) and ``equity`` (a list of ``n + 1`` floats).
+        ``total_return``, ``annual_return``, ``sharpe`` (sample std; 0 when rewards do not vary),
+        ``max_drawdown``, ``turnover`` (from a flat start), ``mean_position``, ``log_return``
+        (``sum r``) and ``equity`` (a list of ``n + 1`` floats starting at 1).
 
     Raises:
         ValueError: empty or mismatched inputs.
@@ -90,8 +68,7 @@ def _period_config(env_config: Any, decisions: int) -> Any:
 def _row_actions(
     chosen: torch.Tensor, rows: int, discrete: bool, gen: torch.Generator, device: torch.device
 ) -> torch.Tensor:
-    """The actions of one step: row 0 ``chosen`` (the policy's), row 1 long (buy-and-hold), the
-    others uniform from ``gen`` (``[rows]`` int64, or ``[rows, 1]`` f32 for continuous actions)."""
+    """One step's actions: row 0 ``chosen``, row 1 long, the others uniform from ``gen``."""
     if discrete:
         actions = torch.empty(rows, dtype=torch.long, device=device)
         actions[0] = chosen.to(device=device, dtype=torch.long).reshape(1)
@@ -106,8 +83,7 @@ def _row_actions(
 
 
 def _random_figures(r: np.ndarray, p: np.ndarray, periods_per_year: float) -> dict[str, Any]:
-    """The mean figures of the random runs, columns of ``r`` and ``p`` (``[n, runs]``), with
-    ``sharpe_std`` (their spread) and ``runs``."""
+    """The mean figures of the random runs (columns of ``[n, runs]``), with ``sharpe_std`` and ``runs``."""
     runs = [strategy_figures(r[:, i], p[:, i], periods_per_year) for i in range(r.shape[1])]
     mean: dict[str, Any] = {k: float(np.mean([f[k] for f in runs])) for k in runs[0] if k != "equity"}
     mean["equity"] = np.mean([f["equity"] for f in runs], axis=0).tolist()
@@ -129,26 +105,19 @@ def evaluate_market(
     """Run ``policy`` greedily over all of ``data`` (one period) beside buy-and-hold and random.
 
     Args:
-        policy: ``policy(obs [1, W*F + 1]) -> action`` (``[1]`` int64 for discrete actions,
-            ``[1, 1]`` float for continuous), greedy (e.g. ``agent.eval_policy()``), called with
-            the agent's row alone. A ``reset(mask [1] bool)`` method, if it has one (a recurrent
-            policy's memory), is called with ``True`` first.
-        data: the period, with ``window - 1`` warm-up rows before its first decision (a split
-            from :func:`tritonrl.toolkit.bars.marketdata.split`).
-        env_config: a :class:`~tritonrl.toolkit.envs.market.env.MarketEnvConfig` (window, actions,
-            costs); ``random_start``, ``max_drawdown`` and ``episode_length`` are overridden.
-        seed: seeds the env and the random policy's generator.
-        random_runs: rows acting at random (0: none; the report then has no ``random`` entry).
+        policy: greedy ``policy(obs [1, W*F + 1]) -> action`` (``[1]`` int64 or ``[1, 1]`` float),
+            called with the agent's row alone, as a live stream decides (a matmul's rounding may
+            depend on the batch size). Its ``reset(mask [1] bool)``, if any, is called first.
+        data: the period, with ``window - 1`` warm-up rows before its first decision.
+        env_config: a :class:`~tritonrl.toolkit.envs.market.env.MarketEnvConfig`;
+            ``random_start``, ``max_drawdown`` and ``episode_length`` are overridden.
+        random_runs: rows acting at random (0: the report has no ``random`` entry).
         steps: also return the agent's decisions one by one (``"steps"``).
 
     Returns:
-        ``{"period": {...}, "agent": figures, "buy_and_hold": figures, "random": figures and
-        ``sharpe_std``/``runs``, "sharpe_stderr": float}`` with figures as in
-        :func:`strategy_figures`; ``period`` holds ``name``, ``start``/``end`` (ISO times of the
-        first decision and the last bar), ``decisions`` and ``periods_per_year``. With ``steps``,
-        also ``"steps": {"time", "action", "position", "reward"}``: ``[n]`` numpy arrays of the
-        agent's decisions (``datetime64[s]`` decision times; the actions as the policy returned
-        them, int64 or f32; the positions taken and the rewards they earned at the next bar, f32).
+        ``{"period", "agent", "buy_and_hold", "random", "sharpe_stderr"}`` with figures as in
+        :func:`strategy_figures`; with ``steps``, also ``"steps"``: ``[n]`` numpy arrays
+        ``time``, ``action``, ``position``, ``reward``.
 
     Raises:
         ValueError: ``data`` holds no decision after the warm-up, or ``random_runs < 0``.
@@ -216,12 +185,7 @@ def evaluate_market(
 
 class MarketEvaluator:
     """The training loop's ``evaluate_policy`` hook for a market run: one greedy pass over ``data``
-    (the validation period) with :func:`evaluate_market`.
-
-    ``mean_return`` is the policy's summed reward over the period (its log return net of costs,
-    the unit of ``charts/episodic_return``); the period is one deterministic episode, so
-    ``episodes`` only seeds nothing and is accepted for the hook's signature.
-    """
+    (the validation period) with :func:`evaluate_market`; ``episodes`` is ignored."""
 
     def __init__(self, data: MarketData, env_config: Any, *, random_runs: int = 0) -> None:
         self.data, self.env_config, self.random_runs = data, env_config, random_runs
@@ -269,9 +233,6 @@ def format_report(report: Mapping[str, Any]) -> str:
 
 def plot_equity(report: Mapping[str, Any], png_path: str | Path, *, title: str | None = None) -> Path:
     """Draw the equity curves of a report (agent, buy-and-hold, mean of the random runs) to a PNG.
-
-    Returns:
-        the PNG path.
 
     Raises:
         ModuleNotFoundError: matplotlib is not installed (the ``train`` extra).

@@ -1,25 +1,10 @@
 """A live bar stream that decides exactly as the backtest did: :class:`LiveTrader`.
 
-A policy trained on a :class:`~tritonrl.toolkit.envs.market.env.MarketEnv` (an exported artifact,
-or ``agent.eval_policy()``) is fed bars one at a time, as a broker delivers them. The trader keeps
-the whole history, computes the features of each bar over it (:func:`compute_features` of the
-prefix: the same numbers as a full-series upload, bit for bit, since the features are causal and
-numpy's cumsum is a sequential scan), builds the observation the env builds, decides, and books
-the reward the env books, with the same f32 torch operations in the same order:
-
-- at a decision bar ``t``: ``obs = [features[t - W + 1 .. t] flattened, p_{t-1}]`` ``[1, W*F + 1]``,
-  ``p_t`` from the action (discrete ``{0, 1, 2}`` -> -1 / 0 / +1; continuous clipped to [-1, 1]);
-- at the next bar: ``reward = p_t * log_return[t + 1] - cost * |p_t - p_{t-1}| - borrow_cost *
-  max(-p_t, 0)`` (f32), log-equity ``+= reward`` (f64, as the report's cumsum), equity its exp.
-
-Each bar at or after ``start`` writes one row of a CSV (:data:`TRADE_COLUMNS`), appended and
-flushed at once, floats written with ``repr`` (they read back exactly). A trader started on an
-existing CSV resumes it: the rows are checked against the bars fed again from the beginning, and
-the position and equity continue from its last row (a last line cut by a kill is rewritten).
-Bars out of order, repeated, or after a gap are refused; ``gaps="fill"`` inserts flat bars instead.
-
-:func:`market_sidecar` is the ``market`` entry of an export sidecar; :func:`market_from_sidecar`
-reads it back. Guide: docs/pages/using-policies.md ("Using a trained policy").
+The trader is fed bars one at a time, computes the causal features of each over the history (the
+same numbers as a full-series upload, bit for bit), builds the env's observation, decides, books
+the env's reward with the same f32 operations in the same order, and appends one row per bar to a
+trade CSV it can resume. :func:`market_sidecar` / :func:`market_from_sidecar` write and read an
+export sidecar's ``market`` entry. See docs/pages/using-policies.md ("A live bar stream").
 """
 
 from __future__ import annotations
@@ -73,8 +58,7 @@ _HEADER = ",".join(TRADE_COLUMNS) + "\n"
 
 
 class Bar(NamedTuple):
-    """One OHLCV bar (what :meth:`LiveTrader.feed` takes; any object with these attributes, or a
-    6-tuple in this order, will do). ``time``: anything :func:`as_time` reads."""
+    """One OHLCV bar (any object with these attributes, or a 6-tuple in this order, will do)."""
 
     time: Any
     open: float
@@ -85,11 +69,9 @@ class Bar(NamedTuple):
 
 
 class TradeRow(NamedTuple):
-    """One row of a trade CSV: the bar's ``time`` and ``close``; the ``action`` the policy returned
-    (an int for discrete actions, a float for continuous ones; ``None`` on a filled bar); the
-    ``position`` held after the bar; the ``reward`` realised at this bar (from the position held
-    since the bar before; 0 at the first decision); ``log_equity`` (the sum of the rewards) and
-    ``equity`` (its exp, 1 at the start); ``filled``: the bar was inserted into a gap."""
+    """One row of a trade CSV: ``action`` as the policy returned it (``None`` on a filled bar),
+    ``position`` held after the bar, ``reward`` realised at this bar, ``log_equity`` (the sum of
+    the rewards), ``equity`` (its exp) and ``filled`` (inserted into a gap)."""
 
     time: np.datetime64
     close: float
@@ -131,12 +113,8 @@ class MarketSpec:
 def market_sidecar(
     source: str, env_config: MarketEnvConfig, periods_per_year: float | None
 ) -> dict[str, Any]:
-    """The ``market`` entry of an export sidecar: ``{"source", "env": env_config.to_dict(),
-    "features": {"names", "warmup", "scale_window"}, "periods_per_year"}`` (JSON values).
-
-    Raises:
-        ValueError: ``env_config`` is not a :class:`MarketEnvConfig`.
-    """
+    """The ``market`` entry of an export sidecar (JSON values); raises ``ValueError`` unless
+    ``env_config`` is a :class:`MarketEnvConfig`."""
     if not isinstance(env_config, MarketEnvConfig):
         raise ValueError(f"env_config must be a MarketEnvConfig, got {type(env_config).__name__}")
     return {
@@ -151,9 +129,8 @@ def market_from_sidecar(sidecar: Mapping[str, Any]) -> MarketSpec:
     """The env config and feature parameters of a sidecar's ``market`` entry (a whole sidecar dict).
 
     Raises:
-        ValueError: no ``market`` entry ("this policy was not trained on market data"), a malformed
-            one, other features than :data:`FEATURES`, or an observation shape that is not
-            ``[window * F + 1]``.
+        ValueError: no ``market`` entry, a malformed one, other features than :data:`FEATURES`, or
+            an observation shape that is not ``[window * F + 1]``.
     """
     if not isinstance(sidecar, Mapping) or not sidecar.get("market"):
         raise ValueError("this policy was not trained on market data: its sidecar has no 'market' entry")
@@ -183,11 +160,7 @@ def market_from_sidecar(sidecar: Mapping[str, Any]) -> MarketSpec:
 
 def as_time(value: Any) -> np.datetime64:
     """``value`` (a ``datetime64``, a ``datetime``, an ISO 8601 string) as ``datetime64[s]`` (aware
-    times converted to UTC, as :func:`load_csv` does).
-
-    Raises:
-        ValueError: not a time.
-    """
+    times converted to UTC); raises ``ValueError`` for anything else."""
     if isinstance(value, str):
         try:
             value = datetime.fromisoformat(value.strip())
@@ -233,11 +206,8 @@ def _span(seconds: float) -> str:
 
 
 def _read_bar(bar: Any) -> tuple[int, float, float, float, float, float]:
-    """``(time in seconds, open, high, low, close, volume)`` of a :class:`Bar`-like ``bar``.
-
-    Raises:
-        ValueError: not a bar, a non-finite or non-positive price, a negative or non-finite volume.
-    """
+    """``(time in seconds, open, high, low, close, volume)`` of a :class:`Bar`-like ``bar``; raises
+    ``ValueError`` for a malformed bar or bad values."""
     if hasattr(bar, "close"):
         parts = (bar.time, bar.open, bar.high, bar.low, bar.close, bar.volume)
     else:
@@ -272,33 +242,26 @@ def _is_recurrent(policy: Any) -> bool:
 
 
 class LiveTrader:
-    """Feed bars one at a time; decide as the env does; write a trade CSV (module docstring).
+    """Feed bars one at a time; decide as the env does; write a trade CSV.
 
     Args:
-        policy: ``policy(obs [1, W*F + 1]) -> action`` (``[1]`` int for discrete actions, ``[1, 1]``
-            float for continuous ones), greedy and without memory: an
-            :class:`~tritonrl.toolkit.export.ExportedPolicy` or ``agent.eval_policy()``.
-        env_config: the rules the policy was trained under (window, actions, cost, borrow_cost).
-        out: the trade CSV (created with its header; an existing one is resumed); ``None``: no file
-            (:meth:`feed` still returns the rows).
-        features: the feature parameters (default: those :func:`upload` uses).
-        start: the first bar to decide at (a time: bars before it are history only); ``None``: the
-            first bar whose window is full (the ``W``-th).
-        gaps: ``"refuse"`` a gap (``ValueError``), or ``"fill"`` it with flat bars (open = high =
-            low = close = the last close, volume 0) at the history's most common spacing, holding
-            the position (their return is 0: their reward is the costs alone).
+        policy: greedy, memoryless ``policy(obs [1, W*F + 1]) -> action`` (``[1]`` int or
+            ``[1, 1]`` float): an :class:`~tritonrl.toolkit.export.ExportedPolicy` or
+            ``agent.eval_policy()``.
+        env_config: the rules the policy was trained under.
+        out: the trade CSV (an existing one is resumed); ``None``: no file.
+        start: the first bar to decide at (earlier bars are history); ``None``: the ``W``-th bar.
+        gaps: ``"refuse"`` a gap, or ``"fill"`` it with flat bars at the history's most common
+            spacing, holding the position.
         max_gap: the largest spacing in seconds that is not a gap; ``None``: the largest spacing
-            of the history bars (without two history bars, nothing is a gap).
+            of the history bars.
         device: where observations are built and the policy runs (rewards are booked on the CPU).
-        feature_dtype: the dtype the features are cast to once, as :func:`upload` casts them
-            (default ``training_dtype(device)``, as the env's); the position column is written
-            in it too, as the env writes it.
-        obs_dtype: the dtype the policy takes (an artifact's: its sidecar's ``observation``
-            ``dtype``); observations in ``feature_dtype`` are cast to it (exactly, from bf16).
+        feature_dtype: the one cast of the features, as the env's (default ``training_dtype(device)``).
+        obs_dtype: the dtype the policy takes (an artifact's sidecar ``observation`` ``dtype``).
 
     Raises:
-        ValueError: a bad argument, a recurrent policy (its memory would not survive a restart),
-            or an ``out`` that is not a trade CSV or does not match ``env_config``'s actions.
+        ValueError: a bad argument, a recurrent policy, or an ``out`` that is not a trade CSV or
+            does not match ``env_config``'s actions.
         OSError: ``out`` cannot be read or written.
     """
 
@@ -364,8 +327,7 @@ class LiveTrader:
     # ------------------------------------------------------------------ the CSV
 
     def _open(self, path: Path) -> TextIO:
-        """Open the trade CSV for appending under an exclusive lock, resuming its rows (all
-        checked before anything is written; a file this call created is removed on a refusal)."""
+        """Open the trade CSV for appending under an exclusive lock, resuming its rows."""
         existed = path.exists()
         file = open(path, "a+", encoding="utf-8", newline="")
         locked = fcntl is None
@@ -395,8 +357,7 @@ class LiveTrader:
         return file
 
     def _restore(self, rows: list[TradeRow]) -> None:
-        """Continue from the last rows: the position, the one before it, the log-equity; the rows'
-        times are checked against the bars fed again (:meth:`_advance`)."""
+        """Continue from the last rows: the position, the one before it, the log-equity."""
         last = rows[-1]
         self._position = torch.tensor([last.position], dtype=torch.float32)
         before = rows[-2].position if len(rows) > 1 else 0.0
@@ -444,25 +405,16 @@ class LiveTrader:
     # ------------------------------------------------------------------ feeding
 
     def run(self, bars: Bars | Iterable[Any]) -> int:
-        """Feed every bar of ``bars`` (a :class:`Bars` or an iterable of bars); the rows written.
-
-        Raises:
-            ValueError: as :meth:`feed`.
-        """
+        """Feed every bar of ``bars`` (a :class:`Bars` or an iterable of bars); the rows written."""
         source = iter_bars(bars) if isinstance(bars, Bars) else bars
         return sum(len(self.feed(bar)) for bar in source)
 
     def feed(self, bar: Any) -> list[TradeRow]:
-        """Take one bar: history before ``start``; from there a decision (and the reward of the
-        position held since the bar before), after the flat bars of a gap with ``gaps="fill"``.
-
-        Returns:
-            the rows this bar wrote (none for history and for bars a resumed CSV holds already).
+        """Take one bar: history before ``start``, a decision from there; the rows it wrote.
 
         Raises:
-            ValueError: a malformed bar; one out of order, repeated, or after a gap (naming its
-                time and the previous one); a policy output that is not one finite action; bars
-                that do not match a resumed CSV.
+            ValueError: a malformed bar; one out of order, repeated, or after a gap; a policy
+                output that is not one finite action; bars that do not match a resumed CSV.
         """
         t, o, h, lo, c, v = _read_bar(bar)
         if self._n:
@@ -496,11 +448,7 @@ class LiveTrader:
         self._n += 1
 
     def _is_live(self, t: int) -> bool:
-        """Whether the bar at ``t`` is decided at (starting the live part at the first one).
-
-        Raises:
-            ValueError: a bar at or after ``start`` with fewer than ``window - 1`` bars before it.
-        """
+        """Whether the bar at ``t`` is decided at; raises ``ValueError`` if its window is not full."""
         if self._live:
             return True
         need = self.window - 1
@@ -520,11 +468,7 @@ class LiveTrader:
         return live
 
     def _begin(self) -> None:
-        """Freeze the gap rule from the history's spacings; reset the policy's episode.
-
-        Raises:
-            ValueError: ``gaps="fill"`` with a ``max_gap`` shorter than the spacing it fills at.
-        """
+        """Freeze the gap rule from the history's spacings; reset the policy's episode."""
         largest = max(self._spacings) if self._spacings else None
         self._limit = self.max_gap if self.max_gap is not None else largest
         if self._spacings:  # the most common spacing (the shortest of equally common ones)
@@ -549,8 +493,7 @@ class LiveTrader:
         """The times of the flat bars to insert before the bar at ``t`` (empty without a gap).
 
         Raises:
-            ValueError: a gap with ``gaps="refuse"``, no spacing to fill with, or more than
-                :data:`MAX_FILL` bars to insert.
+            ValueError: a refused or unfillable gap, or more than :data:`MAX_FILL` bars.
         """
         if not self._n or self._limit is None:
             return range(0)
@@ -576,8 +519,7 @@ class LiveTrader:
     # ------------------------------------------------------------------ one live bar
 
     def _advance(self, *, filled: bool) -> list[TradeRow]:
-        """Book the reward of the position held into the last bar of the history, decide there (or
-        hold, on a filled bar), write its row; a bar a resumed CSV holds is only checked."""
+        """Book the reward into the last bar, decide there (hold on a filled bar), write its row."""
         t = int(self._time[self._n - 1])
         if self._replay:
             want, was_filled = self._replay.popleft()
@@ -637,8 +579,8 @@ class LiveTrader:
         return reward
 
     def _observation(self) -> torch.Tensor:
-        """``[1, W*F + 1]``: the last ``W`` feature rows of the history, flattened, and the
-        position held, in :attr:`feature_dtype`, then in :attr:`obs_dtype`, on :attr:`device`."""
+        """``[1, W*F + 1]`` in :attr:`obs_dtype` on :attr:`device`: the last ``W`` feature rows and
+        the position held."""
         n, w, f = self._n, self.window, len(FEATURES)
         if n <= self.features.window:  # the warm-up: zeros, as compute_features writes them
             rows = np.zeros((w, f), dtype=np.float32)
@@ -654,11 +596,7 @@ class LiveTrader:
         return obs.to(self.obs_dtype)
 
     def _decide(self, t: int) -> tuple[int | float, torch.Tensor]:
-        """The policy's action at the bar at ``t`` and the position it takes (``[1]`` f32).
-
-        Raises:
-            ValueError: not one action, or a non-finite continuous one.
-        """
+        """The policy's action at the bar at ``t`` and the position it takes (``[1]`` f32)."""
         out = self.policy(self._observation())
         action = torch.as_tensor(out).detach().cpu().reshape(-1)
         if action.numel() != 1:
@@ -701,11 +639,8 @@ def _parse(path: Path, number: int, line: str) -> TradeRow:
 def read_trades(path: str | os.PathLike) -> tuple[list[TradeRow], int]:
     """The rows of a trade CSV and the byte length of its complete lines (a missing file: none, 0).
 
-    A last line without its newline (being written, or cut by a kill) is not a row yet: it is left
-    out (a resuming trader truncates the file there); a header cut the same way counts as no file.
-
     Raises:
-        ValueError: not a trade CSV (another header, a malformed row), rows out of time order.
+        ValueError: not a trade CSV, or rows out of time order.
         OSError: the file cannot be read.
     """
     path = Path(path)

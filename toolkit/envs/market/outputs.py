@@ -1,18 +1,9 @@
 """Output buffers a batched env's step writes into: allocated once, reused only when nobody holds them.
 
-A step that allocates its outputs (an observation of ``E * D`` values is megabytes at thousands of
-envs) gets fresh pages from the allocator whenever it returns large blocks to the system, and
-touching them costs a page fault per 4 KiB: the step then spends more time faulting than
-computing. :class:`OutputPool` keeps a few sets of output tensors and hands out a set again only
-when no reference to it remains outside the pool: no tensor that a caller (or the env) still holds
-is ever written, and a loop that keeps only the latest step's outputs cycles through two sets with
-no allocation at all. A set is free when the storage use count of each of its base tensors (every
-view, numpy array or DLPack export of the storage holds one) and the Python reference count of
-each view it handed out are what they were when the set was built; where either count is not
-available (a torch without ``torch._C._storage_Use_Count``, a free-threaded Python) every
-:meth:`OutputPool.take` builds a new set, as an allocating step would. On an accelerator, reuse
-follows stream order as the caching allocator's does: work queued on another stream that reads an
-output needs the caller to keep a reference until it is done.
+Fresh large outputs every step cost page faults. :class:`OutputPool` hands a set out again only
+when its storages' use counts and its views' reference counts are back to what they were when it
+was built (where either count is unavailable, every take builds a new set). On an accelerator,
+another stream reading an output needs the caller to keep a reference until it is done.
 """
 
 from __future__ import annotations
@@ -60,9 +51,7 @@ class OutputPool:
     """Up to ``size`` :class:`OutputSet` built by ``make``; :meth:`take` returns a free one.
 
     Args:
-        make: builds a new set (allocates its tensors).
-        size: the most sets kept; beyond it a new set replaces the oldest (still held) one, which
-            then lives only as long as its holder keeps it.
+        size: the most sets kept; beyond it a new set replaces the oldest (still held) one.
     """
 
     def __init__(self, make: Callable[[], OutputSet], size: int = 4) -> None:
