@@ -16,11 +16,11 @@ import gymnasium as gym
 import torch
 from tritonrl.agents.nets.recurrent import subsequence_stats
 from tritonrl.agents.ppo.config import AGENT_KIND, PPOConfig
-from tritonrl.agents.ppo.lagged import LaggedPPO
 from tritonrl.agents.ppo.network import build_policy
 from tritonrl.agents.ppo.policy import ActorCriticPolicy
 from tritonrl.agents.ppo.state import PPOCheckpoint
 from tritonrl.toolkit import pytree
+from tritonrl.toolkit.acting import SnapshotActor, actor_generator
 from tritonrl.toolkit.agent import AgentBase
 from tritonrl.toolkit.checks import ActionRule, InputGuard, StepShapes, check_image_bytes
 from tritonrl.toolkit.compile import Compiled, escape
@@ -66,7 +66,7 @@ class _Pending(typing.NamedTuple):
     state: Any  # the memory before the step (recurrent policies; None otherwise)
 
 
-class PPOAgent(LaggedPPO, PPOCheckpoint, AgentBase):
+class PPOAgent(PPOCheckpoint, AgentBase):
     """A PPO agent; the algorithm is described in :mod:`tritonrl.agents.ppo`.
 
     Checkpoints and ``check_inputs`` are :class:`tritonrl.toolkit.agent.AgentBase`'s.
@@ -546,6 +546,128 @@ class PPOAgent(LaggedPPO, PPOCheckpoint, AgentBase):
         policy snapshot mirrors, :meth:`ActorCriticPolicy.mirrors`)."""
         stats = [] if self.obs_rms is None else [self.obs_rms.mean, self.obs_rms.var]
         return [*self.net.parameters(), *self.net.buffers(), *stats]
+
+    # ------------------------------------------------------------------ overlapped training
+
+    def check_lagged(self) -> None:
+        """Raise ``ValueError`` for a recurrent policy or ``normalize_obs=True``."""
+        if self.recurrent:
+            raise ValueError(
+                f"overlap: the {self.config.policy!r} policy is recurrent (its memory lives on the "
+                "acting side); use a feed-forward policy (discrete, continuous, flow) or overlap=False"
+            )
+        if self.obs_rms is not None:
+            raise ValueError(
+                "overlap: normalize_obs=True updates the observation statistics on the acting side; "
+                "set normalize_obs=False or overlap=False"
+            )
+
+    def lagged_actor(self) -> SnapshotActor:
+        """An overlapped run's actor: a policy snapshot with its own generator and ``extras()``.
+
+        Raises:
+            ValueError: a recurrent policy, or ``normalize_obs=True``.
+        """
+        self.check_lagged()
+        generator = actor_generator(self.generator, self.device)
+        stride = self.num_envs * self.dist.world_size
+        steps = [self.env_steps]
+        last: dict[str, torch.Tensor] = {}
+
+        def act(policy: Any, obs: Any) -> torch.Tensor:
+            # checked as act checks it (shape, finite values or image bytes), f32 for the snapshot
+            x = self._ingest(obs, update_stats=False, call="act", dtype=torch.float32)
+            noise = policy.net.head.draw(x.shape[0], generator)
+            env_a, last["raw"], last["logprob"] = policy.sample(x, noise)
+            steps[0] += stride
+            return env_a
+
+        return SnapshotActor(
+            self.policy(), act, generator, steps, check=self.eval_check, extras=lambda: dict(last)
+        )
+
+    @torch.no_grad()
+    def observe_steps(
+        self,
+        obs: torch.Tensor,
+        action: torch.Tensor,
+        reward: torch.Tensor,
+        next_obs: torch.Tensor,
+        terminated: torch.Tensor,
+        truncated: torch.Tensor,
+        *,
+        raw: torch.Tensor | None = None,
+        logprob: torch.Tensor | None = None,
+    ) -> None:
+        """Store ``T`` vector steps (``[T, E, ...]``), scored by this agent's critic in one batch.
+
+        ``raw`` and ``logprob`` (``[T, E]`` f32) are the behaviour policy's; without them the actions
+        are scored by this agent's policy.
+
+        Raises:
+            ValueError: a recurrent policy or ``normalize_obs``, blocks of different lengths, or a step
+                :meth:`observe` would refuse; nothing is stored.
+            RuntimeError: the steps do not fit into the rollout.
+        """
+        self.check_lagged()
+        T = int(obs.shape[0])
+        block = {"action": action, "reward": reward, "next_obs": next_obs}
+        block.update(terminated=terminated, truncated=truncated)
+        if logprob is not None:
+            block["logprob"] = logprob
+        for name, v in block.items():
+            if int(v.shape[0]) != T:
+                raise ValueError(f"PPOAgent.observe_steps: {name} holds {v.shape[0]} steps, obs {T}")
+        if (raw is None) != (logprob is None):
+            raise ValueError("PPOAgent.observe_steps: raw and logprob come together")
+        b = self.buffer
+        if b.pos + T > b.num_steps:
+            raise RuntimeError(f"rollout holds {b.pos} of {b.num_steps} steps: {T} more do not fit")
+        if not T:
+            return
+        # every check before anything is stored: the per-step shapes, then the values of the block
+        self.shapes.observe(obs[0], action[0], reward[0], next_obs[0], terminated[0], truncated[0])
+        self._check_values(obs, action, reward, next_obs)
+        E = self.num_envs
+        flat = obs.reshape(T * E, *obs.shape[2:])
+        x = self._ingest(flat, update_stats=False)
+        policy = self.net
+        if raw is None:
+            raw_all = policy.head.to_raw(torch.as_tensor(action).reshape(T * E, *action.shape[2:]))
+            logp, _, values = policy.evaluate(x, raw_all.to(self.device), generator=self.generator)
+            raw = raw_all.reshape(T, E, *raw_all.shape[1:])
+            logprob = logp.reshape(T, E)
+        else:
+            values = policy.value(x, None, None)
+        values = values.reshape(T, E)
+        assert logprob is not None  # given with raw, or scored above
+        dev = self.device
+        term = torch.as_tensor(terminated).to(dev, torch.bool)
+        trunc = torch.as_tensor(truncated).to(dev, torch.bool)
+        rew = torch.as_tensor(reward).to(dev, torch.float32)
+        if self.config.reward_scale != 1.0:
+            rew = rew * self.config.reward_scale
+        x = x.reshape(T, E, *x.shape[1:])
+        first = b.pos
+        # bootstraps: V(next_obs) where truncated, and at the rollout's last step
+        need = trunc.clone()
+        ends_rollout = first + T == b.num_steps
+        if ends_rollout:
+            need[-1] = True
+        rows = need.any(-1).nonzero().flatten().tolist() if bool(need.any()) else []
+        v_next: dict[int, torch.Tensor] = {}
+        if rows:
+            xn = self._ingest(next_obs[rows].reshape(len(rows) * E, *next_obs.shape[2:]), update_stats=False)
+            vn = policy.value(xn, None, None).reshape(len(rows), E)
+            v_next = {r: vn[i] for i, r in enumerate(rows)}
+        for t in range(T):
+            starts = self.starts if t == 0 else (term[t - 1] | trunc[t - 1])
+            b.add(x[t], raw[t], logprob[t], values[t], rew[t], term[t], trunc[t], starts)
+            if t in v_next:
+                b.set_next_values(v_next[t], need[t])
+        self.starts = term[-1] | trunc[-1]
+        self._pending = None
+        self.env_steps += T * E * self.dist.world_size
 
     # ------------------------------------------------------------------ state (AgentBase hooks)
 

@@ -1,4 +1,5 @@
-"""Overlapped PPO: ``LoopConfig(overlap=True)``, an on-policy schedule (:mod:`tritonrl.agents.ppo.lagged`).
+"""Overlapped PPO: ``LoopConfig(overlap=True)``, an on-policy schedule (``PPOAgent.lagged_actor``,
+``PPOAgent.observe_steps``).
 
 Rollout ``k + 1`` is collected from a snapshot of the weights after update ``k - 1`` while the
 learner runs update ``k``; the learner stores the snapshot's log-probs as the rollout's old
