@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import abc
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 import gymnasium as gym
@@ -37,6 +37,8 @@ from tritonrl.toolkit.seeding import rank_seed, reseed
 from tritonrl.toolkit.spaces import space_from_json, space_to_json
 
 __all__ = [
+    "LaggedActor",
+    "OverlapAgent",
     "Agent",
     "AgentBase",
     "broadcast_modules_",
@@ -92,6 +94,49 @@ class Agent(Protocol):
 
 
 # ----------------------------------------------------------------------------- the header
+
+
+@runtime_checkable
+class LaggedActor(Protocol):
+    """Acts for an overlapped run from its own copy of the learner's tensors."""
+
+    def __call__(self, obs: torch.Tensor) -> torch.Tensor:
+        """Exploring actions ``[E, ...]`` for ``obs [E, *obs_shape]`` (own steps and generator)."""
+        ...
+
+    def load(self, tensors: Sequence[torch.Tensor]) -> None:
+        """Refresh the acting copy from ``tensors`` (in the order of ``learner_tensors()``)."""
+        ...
+
+    def eval_policy(self) -> Callable[[Any], torch.Tensor]:
+        """Greedy actions of the acting copy for any number of observations (evaluations)."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint holds of the actor (its copy, generator, steps)."""
+        ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+        ...
+
+
+@runtime_checkable
+class OverlapAgent(Protocol):
+    """What an agent gives an overlapped run (``LoopConfig(overlap=True)``), beyond :class:`Agent`.
+
+    Optional too: ``check_lagged()`` (raise ``ValueError`` for what it cannot do lagged) and
+    ``observe_steps(obs, action, ..., **extras)`` (a block of ``[T, E, ...]`` steps at once, with what
+    the actor staged beside them). See docs/pages/training.md, "Overlapped acting and learning".
+    """
+
+    def learner_tensors(self) -> list[torch.Tensor]:
+        """The learner's tensors the actor acts from, in a fixed order."""
+        ...
+
+    def lagged_actor(self) -> LaggedActor:
+        """A fresh actor whose copy holds the learner's tensors now."""
+        ...
 
 
 def checkpoint_header(

@@ -13,19 +13,18 @@ import signal
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 import torch
 import torch.multiprocessing as mp
 from tritonrl.toolkit.acting import SnapshotActor, actor_generator
+from tritonrl.toolkit.agent import LaggedActor, OverlapAgent
 from tritonrl.toolkit.training.base import OVERLAP_LEARNERS as LEARNERS
 
 __all__ = [
-    "LaggedActor",
     "LearnerProcessError",
     "Overlap",
-    "OverlapAgent",
     "SnapshotActor",
     "FIELDS",
     "actor_generator",
@@ -62,44 +61,6 @@ class LearnerProcessError(RuntimeError):
     def __init__(self, message: str, child_traceback: str = "") -> None:
         super().__init__(message)
         self.child_traceback = child_traceback
-
-
-@runtime_checkable
-class LaggedActor(Protocol):
-    """Acts for an overlapped run from its own copy of the learner's tensors."""
-
-    def __call__(self, obs: torch.Tensor) -> torch.Tensor:
-        """Exploring actions ``[E, ...]`` for ``obs [E, *obs_shape]`` (own steps and generator)."""
-        ...
-
-    def load(self, tensors: Sequence[torch.Tensor]) -> None:
-        """Refresh the acting copy from ``tensors`` (in the order of ``learner_tensors()``)."""
-        ...
-
-    def eval_policy(self) -> Callable[[Any], torch.Tensor]:
-        """Greedy actions of the acting copy for any number of observations (evaluations)."""
-        ...
-
-    def state_dict(self) -> dict[str, Any]:
-        """What a checkpoint holds of the actor (its copy, generator, steps)."""
-        ...
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned."""
-        ...
-
-
-@runtime_checkable
-class OverlapAgent(Protocol):
-    """What an agent gives an overlapped run (beyond the agent protocol)."""
-
-    def learner_tensors(self) -> list[torch.Tensor]:
-        """The learner's tensors the actor acts from, in a fixed order."""
-        ...
-
-    def lagged_actor(self) -> LaggedActor:
-        """A fresh actor whose copy holds the learner's tensors now."""
-        ...
 
 
 class _Staging:
