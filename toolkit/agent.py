@@ -1,15 +1,9 @@
 """The agent protocol, and the checkpoint plumbing every agent family shares.
 
-:class:`Agent` is what :func:`tritonrl.toolkit.training.loop.run_training` drives (``act``,
-``observe``, ``update``, ``state_dict``, ``load_state_dict``, ``config``, ``acting_policy``); any
-object with those works. :class:`AgentBase` is the one home of the plumbing around an algorithm:
-the checkpoint header (:func:`checkpoint_header`, :func:`check_header`), save and load with
-check-then-apply ``load_state_dict`` through three hooks, the deferred input checks, and the
-data-parallel helpers (:func:`join_ranks`, :func:`broadcast_modules_`; the seeds:
-:mod:`tritonrl.toolkit.seeding`).
-
-Guide: docs/pages/checkpoints.md ("The plumbing an agent inherits"); the protocol's place in the
-loop: docs/pages/training.md.
+:class:`Agent` is what :func:`tritonrl.toolkit.training.loop.run_training` drives; any object
+with its methods works. :class:`AgentBase` holds the plumbing around an algorithm: the checkpoint
+header, check-then-apply loading through three hooks, the deferred input checks and the
+data-parallel helpers. See docs/pages/checkpoints.md ("The plumbing an agent inherits").
 """
 
 from __future__ import annotations
@@ -53,13 +47,10 @@ _Built = TypeVar("_Built")
 
 @runtime_checkable
 class Agent(Protocol):
-    """What the shared loop (:func:`tritonrl.toolkit.training.loop.run_training`) and the collector
-    (:class:`tritonrl.toolkit.training.collector.Collector`, through :meth:`acting_policy`) drive.
+    """What the shared loop and the collector (through :meth:`acting_policy`) drive.
 
-    Optional extras the loop uses when present: ``eval_policy()`` (a greedy policy with its own
-    memory), ``check_inputs()`` (deferred input checks), ``check_state_dict(state)`` (validate a
-    checkpoint before anything loads), ``parameters()`` and ``experience_keys`` (the
-    :meth:`state_dict` entries of stored experience, which are not scanned for NaN at save).
+    Optional extras the loop uses when present: ``eval_policy()``, ``check_inputs()``,
+    ``check_state_dict(state)``, ``parameters()`` and ``experience_keys`` (entries not scanned for NaN).
     """
 
     config: Any
@@ -142,8 +133,7 @@ class OverlapAgent(Protocol):
 def checkpoint_header(
     kind: str, config: Any, observation_space: gym.Space, action_space: gym.Space, num_envs: int, seed: int
 ) -> dict[str, Any]:
-    """The first entries of every agent state: ``agent`` (the kind), ``config`` (``to_dict()``),
-    ``observation_space`` and ``action_space`` (:func:`tritonrl.toolkit.spaces.space_to_json`),
+    """The first entries of every agent state: ``agent`` (the kind), ``config``, the two spaces,
     ``num_envs`` and ``seed``."""
     return {
         "agent": kind,
@@ -174,15 +164,8 @@ def check_header(
     num_envs: int | None,
     where: str,
 ) -> None:
-    """Raise :class:`tritonrl.toolkit.checkpoint.CheckpointError` unless ``state``'s header is this
-    agent's: the same kind, spaces and ``num_envs`` (``None``: not compared, as when a data-parallel
-    run resumes on another number of ranks; the config and seed are checked by the agent, after its
-    parts: see :meth:`AgentBase.check_state_dict`).
-
-    Messages start with ``where``: ``"<where>: holds a 'ppo' agent, not a 'dqn' agent"``,
-    ``"<where>: observation shape [2] does not match this agent's [4]"``, ``"<where>: action space
-    {...} does not match this agent's {...}"``, ``"<where>: saved with num_envs=2, this agent has 4"``.
-    """
+    """Raise :class:`tritonrl.toolkit.checkpoint.CheckpointError` (message from ``where``) unless
+    ``state``'s header has this agent's kind, spaces and ``num_envs`` (``None``: not compared)."""
     if not isinstance(state, Mapping) or state.get("agent") != kind:
         got = state.get("agent") if isinstance(state, Mapping) else type(state).__name__
         raise CheckpointError(f"{where}: holds a {brief(got, 40)} agent, not a {kind!r} agent")
@@ -205,12 +188,10 @@ def check_header(
 def read_header(
     state: Mapping[str, Any], config_class: type[Config], where: str
 ) -> tuple[Any, gym.Space, gym.Space, int, int]:
-    """``(config, observation_space, action_space, num_envs, seed)`` of a saved agent state: what
-    rebuilding the agent takes (the saved spaces, bounds included).
+    """``(config, observation_space, action_space, num_envs, seed)`` of a saved agent state.
 
     Raises:
-        CheckpointError: an entry is missing.
-        ValueError, TypeError, KeyError: an entry does not describe a config, a space or an int.
+        CheckpointError, ValueError, TypeError, KeyError: an entry is missing or malformed.
     """
     config = section(state, "config", where, "the agent config")
     check_config_dict(config_class, config, where="config")
@@ -232,16 +213,12 @@ def join_ranks(
     num_envs: int,
     device: torch.device,
 ) -> DistContext:
-    """The agent's data-parallel context (``dist``, or :func:`tritonrl.toolkit.distributed.current`
-    when ``None``), after checking that every rank builds the same agent.
-
-    With more than one rank: ``config.to_dict()`` is compared across the ranks
-    (``ctx.check_same("agent config", ...)``), then the agent kind, both spaces and ``num_envs``
-    (each rank's share of the environments; ``"agent environments"``). Every rank must call it.
+    """The agent's data-parallel context (``dist``, or the current one), after checking that every rank
+    builds the same agent (config, kind, spaces, ``num_envs``). Every rank must call it.
 
     Raises:
-        DistributedError: on every rank, naming what differs and on which ranks; or an NCCL
-            context for an agent that is not on a CUDA device.
+        DistributedError: on every rank, naming what differs and where; or an NCCL context for an
+            agent not on a CUDA device.
     """
     ctx = dist if dist is not None else distributed.current()
     if not ctx.enabled:
@@ -285,18 +262,12 @@ _STATE_KEYS = frozenset(
 
 
 class AgentBase(abc.ABC):
-    """The constructor prologue, save, load, check-then-apply ``load_state_dict`` and
-    ``check_inputs``, shared by the agent families.
+    """The constructor prologue, save, load, check-then-apply ``load_state_dict`` and ``check_inputs``
+    shared by the agent families.
 
-    A subclass sets :attr:`kind` and :attr:`config_class`; its constructor takes
-    ``(observation_space, action_space, config, *, num_envs, device, seed, dist)`` and starts with
-    :meth:`_init_agent` (which sets ``config``, ``observation_space``, ``action_space``,
-    ``num_envs``, ``seed``, ``device``, ``dtype``, ``dist``, ``generator`` (seeded with
-    :func:`rank_seed`), ``env_steps`` and ``updates``), builds its networks with
-    :meth:`_build_seeded` and its optimizers with :meth:`_adam`, and sets ``inputs`` (the
-    :class:`tritonrl.toolkit.checks.InputGuard` of ``act``/``observe``). It implements
-    ``_state_parts``, ``_check_parts`` and ``_load_parts`` (docs/pages/checkpoints.md, "The
-    plumbing an agent inherits").
+    A subclass sets :attr:`kind` and :attr:`config_class`, starts its constructor with
+    :meth:`_init_agent`, builds networks with :meth:`_build_seeded` and optimizers with :meth:`_adam`,
+    and implements ``_state_parts``, ``_check_parts`` and ``_load_parts`` (docs/pages/checkpoints.md).
     """
 
     kind: ClassVar[str]
@@ -341,16 +312,13 @@ class AgentBase(abc.ABC):
         seed: int,
         dist: DistContext | None,
     ) -> None:
-        """The prologue of every agent constructor: check ``config`` and ``num_envs``, join the
-        ranks (:func:`join_ranks`), set the attributes every agent has (``dtype`` is
-        ``training_dtype(device)``), fail now on a ``TRITONRL_BACKEND`` that cannot run on
-        ``device``, seed the agent's generator with :func:`rank_seed`, zero the counters.
+        """The prologue of every agent constructor: check the arguments, join the ranks, set the common
+        attributes, check the backend override, seed the generator (:func:`rank_seed`), zero the counters.
 
         Raises:
             TypeError: ``config`` is not a :attr:`config_class`.
             ValueError: ``num_envs`` is not a positive int, or the backend override cannot run here.
-            tritonrl.toolkit.distributed.DistributedError: the ranks' configs, spaces or
-                ``num_envs`` differ (on every rank).
+            tritonrl.toolkit.distributed.DistributedError: the ranks' agents differ (on every rank).
         """
         if not isinstance(config, self.config_class):
             raise TypeError(f"config must be a {self.config_class.__name__}, got {type(config).__name__}")
@@ -378,10 +346,8 @@ class AgentBase(abc.ABC):
         self.updates = 0
 
     def _build_seeded(self, build: Callable[[], _Built]) -> _Built:
-        """``build()`` (the agent's networks: a module, or a tuple of modules and ``None``) with
-        torch's global generator seeded with ``seed`` and restored afterwards (the caller's
-        stream is untouched); then every rank gets rank 0's parameters and buffers
-        (:func:`broadcast_modules_`)."""
+        """``build()`` under torch's global generator seeded with ``seed`` (then restored); every rank then
+        gets rank 0's parameters and buffers."""
         with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
             torch.manual_seed(self.seed)
             built = build()
@@ -389,9 +355,8 @@ class AgentBase(abc.ABC):
         return built
 
     def _adam(self, params: Iterable[torch.nn.Parameter], lr: float, **kwargs: Any) -> MasterWeightOptimizer:
-        """Adam with f32 master weights (:class:`tritonrl.toolkit.optim.MasterWeightOptimizer`),
-        compiled as ``config.compile``, gradients averaged over ``dist``; fused: one kernel for
-        every parameter, and the step counter stays a device tensor. ``kwargs`` go to Adam."""
+        """Fused Adam with f32 master weights, compiled as ``config.compile``, gradients averaged over
+        ``dist``; ``kwargs`` go to Adam."""
         return MasterWeightOptimizer(
             params, torch.optim.Adam, compile=self.config.compile, dist=self.dist, lr=lr, fused=True, **kwargs
         )
@@ -404,11 +369,9 @@ class AgentBase(abc.ABC):
 
     @abc.abstractmethod
     def _check_parts(self, state: Mapping[str, Any], where: str, rank_parts: bool) -> dict[str, Any]:
-        """Validate the agent's own entries of ``state``; return what :meth:`_load_parts` needs
-        (converted data, staged). Raise :class:`~tritonrl.toolkit.checkpoint.CheckpointError`
-        (message starting with ``where``), or ``ValueError`` / ``TypeError`` / ``KeyError``
-        (prefixed with ``where`` by the caller). Changes nothing. ``rank_parts=False``: only the
-        entries every rank shares are read (the rank's own may be missing)."""
+        """Validate the agent's own entries of ``state`` and return what :meth:`_load_parts` needs; changes
+        nothing. Raises ``CheckpointError``, ``ValueError``, ``TypeError`` or ``KeyError``.
+        ``rank_parts=False``: only the entries every rank shares are read."""
 
     @abc.abstractmethod
     def _load_parts(self, state: Mapping[str, Any], staged: dict[str, Any], rank_parts: bool) -> None:
@@ -418,16 +381,7 @@ class AgentBase(abc.ABC):
     # ---- shared
 
     def check_inputs(self) -> None:
-        """Raise now if a deferred input check failed (one host sync when checks are pending).
-
-        Inputs that live on an accelerator are checked without a sync per step (see
-        :class:`tritonrl.toolkit.checks.InputGuard`): the training loop calls this at every log
-        interval and before every checkpoint; ``update`` calls it first only when
-        ``inputs.check_at_update`` is set (it then costs a sync per round of updates).
-
-        Raises:
-            ValueError: an earlier ``act``/``observe`` received NaN/inf or an out-of-range action.
-        """
+        """Raise the ``ValueError`` of a failed deferred input check now (one host sync when pending)."""
         self.inputs.check()
 
     def state_dict(self) -> dict[str, Any]:
@@ -445,17 +399,8 @@ class AgentBase(abc.ABC):
     def check_state_dict(
         self, state: Mapping[str, Any], *, where: str = "agent state", rank_parts: bool = True
     ) -> None:
-        """Raise :class:`tritonrl.toolkit.checkpoint.CheckpointError` (a ``ValueError``, one line
-        starting with ``where``) unless ``state`` fits this agent; changes nothing.
-
-        Checks every entry :meth:`load_state_dict` reads: the header (kind, spaces, environments),
-        no entry this agent does not write (:attr:`part_keys`), every floating tensor but stored
-        experience finite (:attr:`experience_keys`), the agent's parts, counters, seed, generator,
-        and the saved config (complete, well typed, and equal to this agent's in every field a
-        resume cannot change, see :mod:`tritonrl.toolkit.config`). ``rank_parts=False`` checks what
-        ``load_state_dict(..., rank_parts=False)`` reads: the shared entries only (neither
-        ``num_envs`` nor the rank's own parts, which may be missing).
-        """
+        """Raise :class:`tritonrl.toolkit.checkpoint.CheckpointError` (from ``where``) unless ``state`` fits
+        this agent in every entry :meth:`load_state_dict` reads (``rank_parts=False``: the shared ones)."""
         self._check_state(state, where, rank_parts)
 
     def _check_state(
@@ -512,24 +457,14 @@ class AgentBase(abc.ABC):
     def load_state_dict(
         self, state: Mapping[str, Any], *, where: str = "agent state", rank_parts: bool = True
     ) -> None:
-        """Restore a :meth:`state_dict`, possibly saved in another dtype or on another device
-        (converted once, here). Learning rates come from this agent's config, not from the saved
-        optimizer state, so a run resumed with another ``lr`` uses it. A generator state saved on
-        another device type (CUDA <-> CPU) cannot be restored: the generator is then reseeded from
-        this rank's seed (:func:`rank_seed`) and the update count (:func:`reseed`: deterministic,
-        not the saved stream).
+        """Restore a :meth:`state_dict`, possibly saved in another dtype or on another device.
 
-        ``rank_parts=False`` loads only what every rank of a data-parallel run shares (weights,
-        optimizer, counters, config, normalisation statistics) and starts this rank's own parts
-        fresh (replay or rollout empty, acting memory zero, the generator reseeded as above);
-        ``num_envs`` may differ from the saved one. It is how a checkpoint of N ranks resumes on
-        M != N ranks (each rank loads the same shared state).
+        Learning rates come from this agent's config. A generator saved on another device type is
+        reseeded deterministically (:func:`reseed`). ``rank_parts=False`` loads only the state every rank
+        shares and starts this rank's own parts fresh: how N ranks resume on M.
 
         Raises:
-            tritonrl.toolkit.checkpoint.CheckpointError: (a ``ValueError``, one line starting with
-                ``where``) another agent kind, spaces or number of environments, a fixed config
-                field changed, or any entry missing or not fitting; all checked before anything
-                changes.
+            tritonrl.toolkit.checkpoint.CheckpointError: any mismatch, all checked before anything changes.
         """
         staged, generator_fits = self._check_state(state, where, rank_parts)
         counters = state["counters"]
@@ -547,13 +482,10 @@ class AgentBase(abc.ABC):
 
     @classmethod
     def load(cls, path: str | os.PathLike, device: torch.device | str | None = None) -> Any:
-        """Rebuild an agent saved with :meth:`save`, or the agent section of a training-run
-        checkpoint (``<run>/checkpoint.safetensors``), on ``device`` (default CPU), in that
-        device's dtype, with the saved spaces (bounds included), config, ``num_envs`` and ``seed``.
+        """Rebuild an agent saved with :meth:`save`, or from a run's checkpoint, on ``device`` (default CPU).
 
         Raises:
-            tritonrl.toolkit.checkpoint.CheckpointError: unreadable, foreign, another agent kind, or
-                an entry that does not fit (one line starting with ``path``).
+            tritonrl.toolkit.checkpoint.CheckpointError: unreadable, foreign or not fitting.
         """
         where = str(path)
         state = agent_state(load_checkpoint(path), cls.kind, where)
@@ -577,9 +509,7 @@ class AgentBase(abc.ABC):
         return agent
 
     def eval_check(self, obs: torch.Tensor) -> None:
-        """The checks of :meth:`eval_policy`'s observations (a batch ``[N, *obs_shape]``): the shape
-        (``obs_shape``, where the agent has one), image bytes (uint8, where the agent has a
-        ``pixel_scale``) or NaN/inf (:attr:`inputs`), named ``<Agent>.eval_policy``.
+        """The checks of :meth:`eval_policy`'s observations ``[N, *obs_shape]``: shape, uint8 images, NaN/inf.
 
         Raises:
             ValueError: a wrong shape, NaN or infinite values.
@@ -607,12 +537,8 @@ class AgentBase(abc.ABC):
     def _ingest(
         self, obs: Any, call: str | None = None, dtype: torch.dtype | None = None, **hook: Any
     ) -> torch.Tensor:
-        """The one cast of observations ``[B, *obs_shape]`` entering the agent, after its checks:
-        the shape (``call="act"``: one row per environment, :attr:`shapes`), then image bytes
-        (uint8 only, where the agent has a ``pixel_scale``: cast to ``dtype`` on the device and
-        scaled; bytes are always finite) or NaN/inf (:attr:`inputs`, named after ``call``;
-        ``None``: checked already, a shape error names ``observe``), then :meth:`_ingest_cast`
-        with ``hook``. ``dtype``: ``None`` is the training dtype.
+        """The one cast of observations ``[B, *obs_shape]`` entering the agent, after checking the shape and
+        uint8 images (cast and scaled) or NaN/inf; ``dtype`` ``None`` is the training dtype.
 
         Raises:
             ValueError: a wrong shape; NaN/inf (host inputs at once, see :attr:`inputs`).
@@ -642,18 +568,13 @@ class AgentBase(abc.ABC):
         return x.to(device=self.device, dtype=dtype)
 
     def eval_policy(self) -> GreedyActor:
-        """Greedy acting for evaluation: a :class:`tritonrl.toolkit.policy.GreedyActor` of the
-        agent's ``policy()`` (a snapshot as of this call) behind :meth:`eval_check`; any number of
-        observations (or one unbatched); a recurrent policy keeps its own memory
-        (``reset(mask)`` zeroes rows). Changes no counter. The loop's evaluations and the market
-        report use it."""
+        """Greedy acting for evaluation: a :class:`tritonrl.toolkit.policy.GreedyActor` snapshot of
+        ``policy()`` behind :meth:`eval_check`; a recurrent one keeps its own memory. Changes no counter."""
         make = getattr(self, "policy", None)
         if make is None:
             raise TypeError(f"{type(self).__name__} has no policy(): it cannot evaluate greedily")
         return GreedyActor(make(), self.eval_check)
 
     def acting_policy(self, sync_every: int = 1) -> ActingPolicy:
-        """The policy a collector acts with: by default the learner itself
-        (:class:`tritonrl.toolkit.acting.LearnerPolicy`, ``act``; ``sync_every`` is unused). An
-        agent that acts from a snapshot overrides it."""
+        """The policy a collector acts with: the learner itself by default; ``sync_every`` is unused."""
         return LearnerPolicy(self)

@@ -1,10 +1,8 @@
-"""The preset record: a named agent configuration, the agent class it builds, the schedule of the
-shared loop that drives it and the command line's defaults (and, in :class:`MarketPreset`, what a
-market run changes in them).
+"""The preset record: a named agent config, the agent class it builds, the schedule that drives it
+and the command line's defaults (:class:`MarketPreset`: what a market run changes).
 
-Each agent module lists its presets in a ``PRESETS`` tuple of :class:`Preset`; the command line's
-registry (:mod:`tritonrl.cli.registry`) collects them. The record lives in the core so that
-agents import it without importing the command line.
+Agent modules list theirs in a ``PRESETS`` tuple for :mod:`tritonrl.cli.registry`; the record
+lives in the core so that agents need not import the command line.
 """
 
 from __future__ import annotations
@@ -32,9 +30,7 @@ def _check_defaults(owner: str, record: Any) -> None:
 
 @dataclass(frozen=True)
 class MarketPreset:
-    """What a market run (``--env market:...``) changes in a preset: agent config overrides and
-    the command line's defaults. A preset declares its own (:attr:`Preset.market`); one without
-    gets this record's defaults and no overrides.
+    """What a market run (``--env market:...``) changes in a preset: config overrides and CLI defaults.
 
     Raises:
         ValueError: a default below its minimum (1 environment, 1 step, 0 evaluation interval).
@@ -58,34 +54,22 @@ class Preset:
     """A named agent preset.
 
     Attributes:
-        name: the name used by ``--agent``.
         description: one line for ``--agent list`` and error messages.
-        config: the frozen config (a :class:`tritonrl.toolkit.config.Config`) the preset stands for.
         agent: the agent class, called as ``agent(observation_space, action_space, config, *,
             num_envs, device, seed)`` (and ``dist=`` when :meth:`build` is given one).
-        kind: ``"onpolicy"`` or ``"offpolicy"``: which kind of schedule drives it (a label for
-            ``--agent list``).
-        schedule: ``schedule(agent)`` returns the schedule of the shared loop for a built agent
-            (:func:`tritonrl.toolkit.schedule.offpolicy_schedule`,
-            :func:`tritonrl.toolkit.schedule.onpolicy_schedule`).
-        default_num_envs: environments the CLI uses when ``--num-envs`` is not given.
-        default_steps: environment steps the CLI uses when ``--steps`` is not given.
-        default_eval_every: greedy evaluation interval the CLI uses when ``--eval-every`` is not
-            given (0: at the end only); with it, the run stops once the environment's registered
-            ``reward_threshold`` (its "solved" score) is reached, unless ``--target-return`` is given.
-        default_env: the environment the CLI uses when ``--env`` is not given (``None``: the
-            command line's own default, CartPole-v1).
-        steps_field: the config field that follows the run's length (``--steps``), such as PPO's
-            ``total_steps`` (the learning-rate annealing horizon); ``None``: none does.
-        market: the preset's overrides and defaults on market data (:class:`MarketPreset`, read by
-            :func:`tritonrl.toolkit.training.market.market_preset`); ``None``: the generic ones.
+        kind: ``"onpolicy"`` or ``"offpolicy"`` (a label for ``--agent list``).
+        schedule: ``schedule(agent)`` returns the shared loop's schedule for a built agent.
+        default_eval_every: evaluation interval (0: at the end only); with one, the run stops at the
+            env's ``reward_threshold`` unless ``--target-return`` is given.
+        default_env: ``None``: the command line's default, CartPole-v1.
+        steps_field: the config field set to the run's length (``--steps``), or ``None``.
+        market: the overrides and defaults on market data; ``None``: the generic ones.
 
     Raises:
-        ValueError: an empty name, an unknown ``kind``, a ``steps_field`` or a market override the
-            config lacks, or a default below its minimum (1 environment, 1 step, 0 evaluation
-            interval).
-        TypeError: ``agent`` or ``schedule`` is not callable, ``config`` not a dataclass instance,
-            or ``market`` neither a :class:`MarketPreset` nor ``None``.
+        ValueError: an empty name, an unknown ``kind``, a field or override the config lacks, or a
+            default below its minimum.
+        TypeError: ``agent`` or ``schedule`` not callable, ``config`` not a dataclass instance, or
+            ``market`` neither a :class:`MarketPreset` nor ``None``.
     """
 
     name: str
@@ -145,9 +129,8 @@ class Preset:
         config: Mapping[str, Any] | None = None,
         total_steps: int | None = None,
     ) -> Any:
-        """The config to build: the preset's (or ``config``, a saved ``to_dict()`` of a run being
-        resumed), with ``total_steps`` in :attr:`steps_field` and ``overrides`` on top
-        (:func:`tritonrl.toolkit.config.apply_overrides`: strings from ``--set`` are converted).
+        """The config to build: the preset's (or the saved ``config`` of a resumed run), with
+        ``total_steps`` in :attr:`steps_field` and the ``--set`` ``overrides`` on top.
 
         Raises:
             ValueError: an unknown field, or a value that does not convert or that the config rejects.
@@ -170,19 +153,12 @@ class Preset:
         config: Mapping[str, Any] | None = None,
         dist: Any = None,
     ) -> Any:
-        """An agent of this preset (see :meth:`configure` for ``overrides``, ``config`` and
-        ``total_steps``).
-
-        ``dist`` (a :class:`tritonrl.toolkit.distributed.DistContext`) is passed to the agent as
-        ``dist=`` (``num_envs`` is then this rank's share); ``None`` passes nothing, so agent
-        classes without a ``dist`` argument keep working (the built-in agents then use
-        :func:`tritonrl.toolkit.distributed.current`).
+        """An agent of this preset (arguments as :meth:`configure`); ``dist``, when given, is passed as
+        ``dist=`` (``num_envs`` then this rank's share).
 
         Raises:
             ValueError: a bad config key or value, or a space the agent cannot drive.
-            TypeError: as the agent's constructor.
-            tritonrl.toolkit.distributed.DistributedError: as the agent's constructor (the ranks
-                disagree, a global size does not split evenly).
+            TypeError, tritonrl.toolkit.distributed.DistributedError: as the agent's constructor.
         """
         cfg = self.configure(overrides, config=config, total_steps=total_steps)
         extra: dict[str, Any] = {} if dist is None else {"dist": dist}
@@ -192,11 +168,7 @@ class Preset:
 
 
 def find_preset(presets: Iterable[Preset], name: str, family: str = "agent") -> Preset:
-    """The preset called ``name`` among ``presets`` (an agent module's ``PRESETS``).
-
-    Raises:
-        ValueError: none is called so (``"unknown DQN preset 'x'; choose one of dqn, double, ..."``).
-    """
+    """The preset called ``name`` among ``presets``; ``ValueError`` listing them if there is none."""
     presets = tuple(presets)
     for p in presets:
         if p.name == name:

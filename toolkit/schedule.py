@@ -1,11 +1,9 @@
 """The schedules of the shared loop: when the agent learns.
 
-:class:`OnPolicySchedule`: one ``agent.update()`` after every rollout of ``T`` vector steps (PPO).
-:class:`OffPolicySchedule`: nothing before ``learning_starts`` environment steps (summed over the
-vector envs), then ``gradient_steps`` updates each time the global step crosses a multiple of
-``train_freq`` (the update-to-data ratio stays ``gradient_steps / train_freq`` whatever the number
-of environments). :func:`offpolicy_schedule` and :func:`onpolicy_schedule` read them from an
-agent's config (a preset's ``schedule``). A core module: imports torch only.
+:class:`OnPolicySchedule` updates after every rollout (PPO); :class:`OffPolicySchedule` updates
+``gradient_steps`` times per ``train_freq`` environment steps (summed over the vector envs), so
+the update-to-data ratio does not depend on the number of environments. A core module: imports
+torch only. See docs/pages/training.md.
 """
 
 from __future__ import annotations
@@ -23,10 +21,7 @@ class OffPolicySchedule:
 
     Args:
         learning_starts: environment steps (all envs) before the first update.
-        train_freq: environment steps between two rounds of updates.
-        gradient_steps: updates per round.
-        return_metrics: ``"last"`` returns the metrics of the last update of each round (one
-            accumulation per round in the logger), ``"all"`` every update's.
+        return_metrics: ``"last"``: the metrics of each round's last update; ``"all"``: every update's.
 
     Raises:
         ValueError: a negative ``learning_starts``, ``train_freq`` or ``gradient_steps`` below 1,
@@ -77,9 +72,8 @@ class OffPolicySchedule:
         return out
 
     def restart_collection(self, step: int) -> None:
-        """The agent's replay restarted empty at global step ``step`` (a data-parallel checkpoint
-        resumed on another number of ranks, :func:`tritonrl.toolkit.training.loop.run_training`): no
-        updates until ``learning_starts`` new env steps have refilled it."""
+        """The replay restarted empty at global step ``step``: no updates until ``learning_starts`` new
+        env steps have refilled it."""
         self.refill_until = step + self.learning_starts
 
     def state_dict(self) -> dict[str, Any]:
@@ -116,11 +110,7 @@ class OffPolicySchedule:
                 )
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict` output.
-
-        Raises:
-            ValueError: the state was saved with other settings or is damaged (checked first).
-        """
+        """Restore :meth:`state_dict` output; ``ValueError`` (checked first) for other settings or damage."""
         self.check_state_dict(state)
         self.last_step = state["last_step"]
         self.rounds = state["rounds"]
@@ -137,10 +127,7 @@ def offpolicy_schedule(agent: Any) -> OffPolicySchedule:
 
 
 class OnPolicySchedule:
-    """Call ``agent.update()`` after every ``rollout_steps`` vector steps.
-
-    Args:
-        rollout_steps: vector steps per rollout (``T``; the rollout holds ``T * num_envs`` transitions).
+    """Call ``agent.update()`` after every ``rollout_steps`` vector steps (``T * num_envs`` transitions).
 
     Raises:
         ValueError: ``rollout_steps < 1``.
@@ -163,9 +150,7 @@ class OnPolicySchedule:
         return [agent.update()]
 
     def restart_collection(self, step: int) -> None:
-        """The agent's rollout restarted empty (a data-parallel checkpoint resumed on another number
-        of ranks, :func:`tritonrl.toolkit.training.loop.run_training`): the next update comes after a full
-        rollout of ``rollout_steps`` vector steps again. ``step`` (the global step) is unused."""
+        """The rollout restarted empty: the next update follows a full rollout; ``step`` is unused."""
         del step
         self.vector_steps -= self.vector_steps % self.rollout_steps
 
@@ -192,11 +177,7 @@ class OnPolicySchedule:
             )
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore the counters.
-
-        Raises:
-            ValueError: the state was saved with another rollout length or is damaged (checked first).
-        """
+        """Restore the counters; ``ValueError`` (checked first) for another rollout length or damage."""
         self.check_state_dict(state)
         self.vector_steps = state["vector_steps"]
         self.updates = state["updates"]

@@ -1,6 +1,5 @@
 """The seeds of an agent's sampling generator: per data-parallel rank (:func:`rank_seed`) and after a
-generator state that cannot be restored (:func:`reseed`). A core module: imports torch only; the
-agent base class (:mod:`tritonrl.toolkit.agent`) and the market env use it.
+generator state that cannot be restored (:func:`reseed`). A core module: imports torch only.
 """
 
 from __future__ import annotations

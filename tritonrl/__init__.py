@@ -1,11 +1,8 @@
 """tritonrl: reinforcement learning for PyTorch whose hot paths are Triton kernels.
 
-The distribution installs three packages under this namespace (never as top-level names, which
-other popular packages own): :mod:`tritonrl.kernels` (Triton kernels and their torch references),
-:mod:`tritonrl.toolkit` (precision policy, replay, loops, checkpoints) and
-:mod:`tritonrl.agents` (algorithms and their networks). In the repository they are the top-level
-folders ``kernels/``, ``toolkit/`` and ``agents/``; ``pyproject.toml`` maps them here. The command
-line, :mod:`tritonrl.cli` (``tritonrl``, ``python -m tritonrl``), lives in this folder.
+Installs :mod:`tritonrl.kernels`, :mod:`tritonrl.toolkit` and :mod:`tritonrl.agents` (the
+repository's top-level folders, mapped by ``pyproject.toml``) and the command line,
+:mod:`tritonrl.cli`, which lives in this folder.
 """
 
 from __future__ import annotations

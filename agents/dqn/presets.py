@@ -1,20 +1,9 @@
 """The DQN family's named presets (one :class:`tritonrl.toolkit.preset.Preset` each).
 
-| preset | what is on |
-| --- | --- |
-| ``dqn`` | Q-learning with a target network and epsilon-greedy exploration (Mnih et al., 2015) |
-| ``double`` | + double Q targets (the online network picks ``a*``, the target evaluates it) |
-| ``dueling`` | + dueling head ``V(s) + A(s, a) - mean A`` |
-| ``noisy`` | + noisy linear layers in the head; no epsilon |
-| ``c51`` | categorical return distribution on ``atoms`` fixed atoms, projected target |
-| ``qrdqn`` | ``quantiles`` quantile estimates, quantile Huber loss |
-| ``rainbow`` | double + dueling + noisy + n-step + prioritized replay + C51 |
-| ``dqn-atari`` | DQN on Atari frames at the settings of CleanRL's ``dqn_atari.py`` (Nature CNN) |
-| ``rainbow-atari`` | Rainbow on Atari frames at the settings of Hessel et al. (2018) |
-| ``dqn-minatar`` | DQN on MinAtar at the settings of Young & Tian (2019) |
-| ``rainbow-minatar`` | Rainbow on MinAtar: ``dqn-minatar`` plus the Rainbow components |
-
-The pixel presets store each frame once in a uint8 frame replay (docs/pages/pixels.md).
+``dqn``, then ``double``, ``dueling``, ``noisy``, ``c51``, ``qrdqn`` and ``rainbow`` (each adds its
+component); on frames ``dqn-atari`` (CleanRL), ``rainbow-atari`` (Hessel et al., 2018),
+``dqn-minatar`` (Young & Tian, 2019) and ``rainbow-minatar``, which store each frame once in a
+uint8 frame replay. See docs/pages/dqn.md and docs/pages/pixels.md.
 """
 
 from __future__ import annotations
@@ -37,8 +26,7 @@ _BASE = DQNConfig()
 # over the next bar or two), a short exploration phase, frequent updates on large batches
 # (per-step rewards are log returns, mostly noise), C51's support fitted to log-return rewards
 # (the other presets ignore v_min/v_max) and n-step windows staged on the device. Tuned on
-# synthetic,ar=0.3 (3 seeds, 20k steps: test Sharpe 1.5 to 2.1, against 3.4 for the rule that
-# knows the planted AR(1)).
+# synthetic,ar=0.3; results in docs/pages/results.md.
 _MARKET = MarketPreset(
     overrides={
         "gamma": 0.5,
@@ -61,10 +49,8 @@ _MARKET = MarketPreset(
 
 
 def _preset(name: str, description: str, **switches: Any) -> Preset:
-    """A DQN preset: ``_BASE`` with ``switches``, tagged with its name; the command line's defaults
-    for every DQN preset are 4 environments, 50k steps and a greedy evaluation every 2,500 steps
-    (the run stops at the environment's solved score, e.g. 475 on CartPole-v1), and on market
-    data :data:`_MARKET`'s."""
+    """A DQN preset: ``_BASE`` with ``switches``; CLI defaults of 4 environments, 50k steps and a greedy
+    evaluation every 2,500 steps, and :data:`_MARKET` on market data."""
     return Preset(
         name,
         description,
@@ -103,8 +89,7 @@ PRESETS: tuple[Preset, ...] = (
 def _pixel_preset(
     name: str, description: str, env: str, steps: int, eval_every: int, **fields: Any
 ) -> Preset:
-    """A DQN preset on image observations: one environment, ``steps`` environment steps, a greedy
-    evaluation every ``eval_every`` steps on the unclipped game, no market variant."""
+    """A DQN preset on image observations: one environment, no market variant."""
     return Preset(
         name,
         description,
@@ -244,10 +229,5 @@ PRESETS = PRESETS + PIXEL_PRESETS
 
 
 def preset(name: str, **overrides: Any) -> DQNConfig:
-    """The config of a named preset, with field overrides
-    (:func:`tritonrl.toolkit.config.apply_overrides`).
-
-    Raises:
-        ValueError: unknown preset or field name, or an invalid value.
-    """
+    """The config of a named preset with field ``overrides``; ``ValueError`` if unknown or bad."""
     return find_preset(PRESETS, name, "DQN").configure(overrides)

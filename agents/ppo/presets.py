@@ -16,9 +16,8 @@ __all__ = ["PIXEL_PRESETS", "PRESETS", "preset"]
 
 
 def _preset(name: str, description: str, config: PPOConfig, steps: int, market: MarketPreset) -> Preset:
-    """A PPO preset: 8 environments and a greedy evaluation every 10k steps by default; the
-    learning-rate annealing horizon ``total_steps`` follows the run's ``--steps``; ``market``: its
-    overrides and defaults on market data."""
+    """A PPO preset: 8 environments and an evaluation every 10k steps by default; ``total_steps`` (the
+    learning-rate annealing horizon) follows ``--steps``."""
     return Preset(
         name,
         description,
@@ -35,7 +34,7 @@ def _preset(name: str, description: str, config: PPOConfig, steps: int, market: 
 
 
 # PPO on market data (--env market:...): a myopic discount, returns scaled to O(1), no entropy
-# bonus. Tuned on synthetic,ar=0.3 (3 seeds, 80k steps: test Sharpe 3.0 to 3.3; gamma 0.9: 2.6 to 3.2).
+# bonus. Tuned on synthetic,ar=0.3; results in docs/pages/results.md.
 _MARKET = MarketPreset(
     overrides={
         "gamma": 0.5,
@@ -225,10 +224,5 @@ PRESETS = PRESETS + PIXEL_PRESETS
 
 
 def preset(name: str, **overrides: Any) -> PPOConfig:
-    """The config of a named preset, with field overrides
-    (:func:`tritonrl.toolkit.config.apply_overrides`).
-
-    Raises:
-        ValueError: unknown preset or field name, or an invalid value.
-    """
+    """The config of a named preset with field ``overrides``; ``ValueError`` if unknown or bad."""
     return find_preset(PRESETS, name, "PPO").configure(overrides)

@@ -1,13 +1,6 @@
-"""The continuous off-policy family's named presets (one :class:`tritonrl.toolkit.preset.Preset` each).
-
-| preset | agent | defaults |
-| --- | --- | --- |
-| ``sac`` | ``SACAgent`` | CleanRL ``sac_continuous_action.py`` |
-| ``td3`` | ``TD3Agent`` | CleanRL ``td3_continuous_action.py``, but ``learning_starts`` 5,000 |
-
-The command line runs them on Pendulum-v1 unless ``--env`` says otherwise: one environment,
-20,000 steps, a greedy evaluation every 5,000. On market data (``--env market:...``) each has its
-own overrides and defaults (:data:`_MARKET_SAC`, :data:`_MARKET_TD3`).
+"""The continuous off-policy family's presets: ``sac`` and ``td3`` at CleanRL's settings (TD3's
+``learning_starts`` 5,000), on Pendulum-v1 by default, each with its own market overrides
+(:data:`_MARKET_SAC`, :data:`_MARKET_TD3`). See docs/pages/sac.md.
 """
 
 from __future__ import annotations
@@ -33,8 +26,7 @@ _CLI: dict[str, Any] = {
 # two), 64-64 networks, a 100k replay, a short random phase and 16 updates every 64 env steps (a
 # quarter per step: rewards are log returns, mostly noise, and a CPU run stays short). SAC's
 # entropy coefficient is fixed and small: rewards are about 1e-2 a bar, and the autotuned one
-# (from 1) swamped them (test Sharpe 2.05, turnover 12: it barely traded). Tuned on
-# synthetic,ar=0.3 (20k steps, 16 envs): figures in docs/pages/sac.md.
+# (from 1) swamped them (it barely traded). Tuned on synthetic,ar=0.3: figures in docs/pages/sac.md.
 _MARKET_COMMON: dict[str, Any] = {
     "gamma": 0.5,
     "hidden": (64, 64),
@@ -78,10 +70,5 @@ PRESETS: tuple[Preset, ...] = (
 
 
 def preset(name: str, **overrides: Any) -> Any:
-    """The config of a named preset (``"sac"`` or ``"td3"``), with field overrides
-    (:func:`tritonrl.toolkit.config.apply_overrides`).
-
-    Raises:
-        ValueError: unknown preset or field name, or an invalid value.
-    """
+    """The config of preset ``"sac"`` or ``"td3"`` with field ``overrides``; ``ValueError`` if bad."""
     return find_preset(PRESETS, name, "SAC/TD3").configure(overrides)

@@ -1,13 +1,9 @@
 """Training on market data: a market run's parts, its collector and its test report.
 
-:func:`build_market_run` uploads the bars of a source (``market:SOURCE``) once and splits them by
-time into train / validation / test periods: a :class:`~tritonrl.toolkit.envs.market.env.MarketEnv`
-on the train period, stepped by the device collector (:func:`market_collector`), a validation
-evaluator for the loop, and the test-period report after training (:func:`market_report`). The
-preset's market overrides and defaults come from :func:`market_preset`; the env config from
-:func:`env_config_for`. The command line (``tritonrl train --env market:...``) calls these.
-
-Guide: docs/pages/market.md ("From the command line", "Presets on market data").
+:func:`build_market_run` uploads a source's bars once and splits them by time into train,
+validation and test periods; :func:`market_collector` steps the train env on the device and
+:func:`market_report` reports the test period. ``tritonrl train --env market:...`` calls these.
+See docs/pages/market.md ("From the command line").
 """
 
 from __future__ import annotations
@@ -46,16 +42,13 @@ def is_market(env_id: str) -> bool:
 
 
 def market_preset(preset: Preset) -> MarketPreset:
-    """The market overrides and defaults a preset (a :class:`tritonrl.toolkit.preset.Preset`)
-    declares in its ``market`` field; a preset without one: no overrides and the generic defaults
-    of :class:`~tritonrl.toolkit.preset.MarketPreset`."""
+    """The market overrides and defaults a preset declares (``Preset.market``), or the generic ones."""
     return preset.market if preset.market is not None else MarketPreset()
 
 
 def env_config_for(agent_config: Any, env_overrides: Mapping[str, Any]) -> Any:
-    """The :class:`~tritonrl.toolkit.envs.market.env.MarketEnvConfig` of a run: the default one with
-    ``actions`` following the agent config's ``action_kind`` (``"continuous"`` or ``"discrete"``;
-    discrete when the config has none) and ``env_overrides`` on top.
+    """The run's :class:`~tritonrl.toolkit.envs.market.env.MarketEnvConfig`: ``actions`` following the
+    agent config's ``action_kind`` (discrete without one), ``env_overrides`` on top.
 
     Raises:
         ValueError: an unknown field or a bad value (named).
@@ -89,13 +82,12 @@ class MarketRun:
 def build_market_run(
     env_id: str, num_envs: int, env_config: Any, *, device: torch.device | str = "cpu", seed: int = 0
 ) -> MarketRun:
-    """Bars of ``env_id`` (``market:SOURCE``), uploaded once to ``device`` and split by time; a
-    :class:`~tritonrl.toolkit.envs.market.env.MarketEnv` of ``num_envs`` on the train period (seeded
-    with ``seed``, reset) and a validation evaluator.
+    """Bars of ``env_id`` (``market:SOURCE``) uploaded once to ``device`` and split by time; a seeded,
+    reset :class:`~tritonrl.toolkit.envs.market.env.MarketEnv` on the train period and a validation
+    evaluator.
 
     Raises:
-        ValueError: an unknown source or option, a missing extra, data too short for the window
-            and episode length (each named by the source, the split or the env).
+        ValueError: an unknown source or option, a missing extra, or data too short (named).
     """
     from tritonrl.toolkit.bars import source_bars, split, upload
     from tritonrl.toolkit.envs.market.env import MarketEnv
@@ -112,16 +104,12 @@ def build_market_run(
 
 
 def market_collector(agent: Any, env: Any, *, sync_every: int = 1) -> Any:
-    """The :class:`~tritonrl.toolkit.training.collector.Collector` of a market run (every agent of
-    the agent protocol, ICM included: the collector hands each step to ``agent.observe``).
-
-    ``sync_every=1``: an f32 acting snapshot follows the learner after every update, as
-    ``agent.act`` would (on a CPU, where the learner is f32 too, the actions are the same).
+    """The :class:`~tritonrl.toolkit.training.collector.Collector` of a market run; ``sync_every=1``
+    keeps the f32 acting snapshot equal to the learner after every update.
 
     Raises:
         TypeError: the agent has no ``acting_policy`` or ``observe``.
-        ValueError: ``sync_every`` below 1, or the agent built for another number of
-            environments or device than ``env``.
+        ValueError: ``sync_every`` below 1, or an agent built for another ``num_envs`` or device.
     """
     from tritonrl.toolkit.training.collector import Collector
 
@@ -137,10 +125,8 @@ def greedy_policy(agent: Any) -> Any:
 def market_report(
     agent: Any, run: MarketRun, *, seed: int, run_dir: str | Path | None = None
 ) -> dict[str, Any]:
-    """The test-period report of ``agent`` (:func:`~tritonrl.toolkit.envs.market.evaluate.evaluate_market`,
-    greedy, against buy-and-hold and 16 random runs); with ``run_dir``, saved there as
-    ``test_report.json`` and drawn as ``equity.png`` (skipped with one notice line without
-    matplotlib).
+    """The greedy test-period report of ``agent`` against buy-and-hold and random runs; with ``run_dir``,
+    saved as ``test_report.json`` and ``equity.png`` (without matplotlib: one notice, no figure).
 
     Raises:
         OSError: the run folder cannot be written.

@@ -1,8 +1,5 @@
-"""The off-policy schedule of the shared loop: learning starts, train frequency, gradient steps.
-
-The off-policy schedule's names where the loop's users import them: the schedule itself lives in
-the core module :mod:`tritonrl.toolkit.schedule` (``schedule_for`` is its ``offpolicy_schedule``).
-Layer: training. Guide: docs/pages/dqn.md.
+"""The off-policy schedule's names where the loop's users import them; it lives in the core module
+:mod:`tritonrl.toolkit.schedule` (``schedule_for`` is ``offpolicy_schedule``). See docs/pages/dqn.md.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
-"""The command line: ``tritonrl train``, ``fit``, ``export``, ``trade``, ``info`` and ``bench``, and
-the preset registry.
+"""The command line (``train``, ``fit``, ``export``, ``trade``, ``info``, ``bench``) and the preset registry.
 
-The application layer above ``tritonrl.toolkit`` and ``tritonrl.agents``, and the one package that
-imports both: the registry collects the presets the agent modules declare and hands the chosen one
-to the loops, which know only the agent protocol.
+The application layer, the one package that imports both ``tritonrl.toolkit`` and
+``tritonrl.agents``: it hands the chosen preset to loops that know only the agent protocol.
 """
 
 from tritonrl.cli.commands import main

@@ -1,20 +1,9 @@
-"""The benchmark runner: timing helpers and the one table ``tritonrl bench`` prints.
+"""``tritonrl bench``: run the benchmark files of ``--dir`` (default ``benchmarks``) and print one
+table; the timing helpers they import (``from tritonrl.cli.bench import Row, time_fn``).
 
-``tritonrl bench`` (and ``python -m tritonrl bench``) runs the benchmark files of its
-``--dir`` folder (default ``benchmarks``: they live in a checkout, not in the installed package);
-they import their helpers from here (``from tritonrl.cli.bench import Row, time_fn``).
-
-A benchmark is a file ``benchmarks/<name>.py`` with ``run(quick: bool = False) -> list[Row]``;
-files whose name starts with an underscore are not benchmarks.
-It imports with torch, numpy and the project alone; a benchmark that needs more (gymnasium) names
-those packages in ``REQUIRES`` and imports them inside its functions, and where one is missing
-it is skipped with one line instead of run (bare GPU machines have no gymnasium).
-Each row is one measurement of one implementation on one case; ``ratio`` compares it with the
-row's baseline in the same run (``> 1`` means faster than the baseline). Speed is measured here,
-side by side in one process, never asserted inside a test.
-
-On CPU the timings pin torch to one thread (the machines this project is developed on have two
-cores, and torch's thread pool collapses when anything else runs); the header says so.
+A benchmark is ``benchmarks/<name>.py`` with ``run(quick: bool = False) -> list[Row]``; one whose
+``REQUIRES`` do not import is skipped. ``ratio`` compares a row with its baseline in the same run.
+Speed is measured here, never asserted in a test. See docs/pages/speed.md.
 """
 
 from __future__ import annotations
@@ -77,11 +66,7 @@ class Row:
 
 @contextmanager
 def one_cpu_thread(enabled: bool = True) -> Iterator[None]:
-    """Pin torch to one CPU thread inside the block (when ``enabled``), then restore the count.
-
-    CPU timings on two-core machines are only stable with one torch thread; benchmarks say so in
-    their notes.
-    """
+    """Pin torch to one CPU thread inside the block (when ``enabled``), then restore the count."""
     threads = torch.get_num_threads()
     if enabled:
         torch.set_num_threads(1)
@@ -93,10 +78,8 @@ def one_cpu_thread(enabled: bool = True) -> Iterator[None]:
 
 @contextmanager
 def forced_dtype(name: str | None) -> Iterator[None]:
-    """Inside the block, ``training_dtype`` answers ``name`` (``"f32"`` or ``"bf16"``, through
-    ``TRITONRL_DTYPE``; ``None``: the variable unset, the detected dtype) for agents built there;
-    the variable and the cached answer are restored after it. For benchmark rows that compare
-    the two dtypes on one device."""
+    """Inside the block, ``training_dtype`` answers ``name`` (``"f32"``, ``"bf16"``; ``None``: detected),
+    through ``TRITONRL_DTYPE``; both are restored after it."""
     from tritonrl.toolkit.precision import DTYPE_ENV, training_dtype
 
     saved = os.environ.get(DTYPE_ENV)
@@ -125,8 +108,7 @@ def time_fn(
 ) -> dict[str, float]:
     """Median, first and third quartile of one call of ``fn``, in seconds.
 
-    On CUDA this uses ``triton.testing.do_bench`` (which flushes the L2 cache between runs);
-    on CPU it repeats ``fn`` until ``min_time`` has passed.
+    On CUDA ``triton.testing.do_bench`` (L2 flushed between runs); on CPU ``fn`` repeats for ``min_time``.
     """
     dev = torch.device(device)
     if dev.type == "cuda":
@@ -155,10 +137,8 @@ def time_loop(
 ) -> dict[str, float]:
     """Median, first and third quartile of one call of ``fn`` called in a loop, in seconds.
 
-    For loop-level work (an env step, a collector step) whose launch overhead is part of the cost.
-    On CPU this is :func:`time_fn`. On CUDA, the wall time of blocks of ``block`` calls ending in
-    one ``torch.cuda.synchronize``, divided by ``block``: the throughput a training loop sees
-    (``do_bench`` times kernels, each call apart with the L2 cache flushed before it).
+    For loop-level work whose launch overhead counts: on CUDA, blocks of ``block`` calls ending in one
+    synchronize; on CPU, :func:`time_fn`.
     """
     if torch.device(device).type != "cuda":
         return time_fn(fn, "cpu", min_time=min_time)
@@ -202,9 +182,8 @@ def _cpu_name() -> str:
 
 
 def run_info() -> dict[str, Any]:
-    """Where and when the benchmarks ran: date (UTC, ISO 8601), commit (None outside a git checkout),
-    torch and triton versions (triton None when not installed), device (the GPU's name, or the CPU's
-    model with ``cpu:`` in front), CPU count, torch CPU threads, Python and OS."""
+    """Where and when the benchmarks ran: date, commit, torch and triton versions, device, CPU count
+    and threads, Python and OS."""
     try:
         import triton
 
@@ -251,9 +230,8 @@ def to_json(
     failed: Sequence[str] = (),
     skipped: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The ``--json`` document: ``schema``, ``run`` (:func:`run_info`), ``config`` (the run's options),
-    ``rows`` (every :class:`Row` as a dict, each with that ``config``), ``failed`` and ``skipped``
-    (benchmark name -> why). NaN and infinite numbers become ``null``: the output is strict JSON."""
+    """The ``--json`` document: ``schema``, ``run``, ``config``, ``rows``, ``failed`` and ``skipped``;
+    non-finite numbers become ``null`` (strict JSON)."""
     out_rows = []
     for r in rows:
         d = dataclasses.asdict(r)
@@ -273,11 +251,7 @@ def to_json(
 
 
 def plot_ratios(rows: Sequence[Row], out_dir: Path, *, subtitle: str = "") -> list[Path]:
-    """One PNG per benchmark in ``out_dir`` (``<benchmark>.png``): each row's ``ratio`` as a horizontal
-    bar labelled ``case: impl``, the bars of one case together, one colour per implementation, a line
-    at 1 (the baseline; a log axis when the ratios span more than 30x). Rows without a ratio are left
-    out; a benchmark with no ratio other than 1 (a baseline without peers) gets no figure.
-    Returns the files written.
+    """One PNG per benchmark in ``out_dir``: each row's ``ratio`` as a bar, a line at 1; returns the files.
 
     Raises:
         ImportError: matplotlib is not installed (the ``train`` extra).
@@ -366,11 +340,7 @@ def discover(directory: Path) -> list[Path]:
 
 
 def load(path: Path) -> Any:
-    """Import the benchmark file ``path`` (as module ``tritonrl_bench_<stem>``, not kept in ``sys.modules``).
-
-    Raises:
-        ImportError: the file cannot be loaded; any exception its top level raises propagates.
-    """
+    """Import the benchmark file ``path`` (not kept in ``sys.modules``); its own errors propagate."""
     spec = importlib.util.spec_from_file_location(f"tritonrl_bench_{path.stem}", path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load benchmark {path}")
@@ -399,15 +369,11 @@ def main(
     json_path: str | Path | None = None,
     plot_dir: str | Path | None = None,
 ) -> int:
-    """Run every benchmark in ``directory`` (or those named in ``only``) and print one table.
+    """Run every benchmark in ``directory`` (or those in ``only``) and print one table.
 
-    With ``json_path``, also write every row with the run's config, versions, device, commit and
-    date there (:func:`to_json`); with ``plot_dir``, one PNG per benchmark of its ratios
-    (:func:`plot_ratios`; without matplotlib, one notice line and no figures, not a failure).
-
-    Returns the process exit code: 1 if any benchmark raised (its rows are missing then), 2 (one
-    ``error:`` line, nothing run) if ``directory`` is missing or ``only`` names an unknown benchmark.
-    A benchmark whose ``REQUIRES`` do not import is skipped with one line and is not a failure.
+    ``json_path`` also writes :func:`to_json`; ``plot_dir`` one PNG per benchmark (:func:`plot_ratios`).
+    Returns the exit code: 1 if a benchmark raised, 2 if ``directory`` is missing or ``only`` names
+    an unknown benchmark.
     """
     directory = Path(directory)
     if not directory.is_dir():

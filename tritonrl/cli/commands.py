@@ -1,9 +1,7 @@
 """``tritonrl`` (or ``python -m tritonrl``): the command line.
 
-Subcommands: ``info`` (versions, devices, dtypes, which kernel path each op takes) and
-``bench`` (every benchmark under ``benchmarks/`` in one table; ``--json PATH`` and ``--plot DIR``
-save the rows and one figure per benchmark); ``train``, ``fit``, ``export`` and ``trade`` come from
-their own modules.
+Subcommands ``info`` and ``bench`` live here; ``train``, ``fit``, ``export`` and ``trade`` come
+from their own modules. See docs/pages/training.md, "Command line".
 """
 
 from __future__ import annotations
@@ -62,10 +60,7 @@ def info() -> str:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse whose mistakes are one line, ``error: ...`` on stderr, exit status 2 (no usage dump).
-
-    Subparsers inherit the class (``add_subparsers`` defaults ``parser_class`` to it).
-    """
+    """argparse whose mistakes are one line, ``error: ...`` on stderr, exit 2; subparsers inherit it."""
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"error: {message} (see `{self.prog} --help`)\n")
@@ -99,10 +94,7 @@ def build_parser(prog: str = "tritonrl") -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m tritonrl``; returns the exit code (argparse's too: ``--help`` is 0).
-
-    A command-line mistake prints one ``error: ...`` line on stderr and returns 2.
-    """
+    """Entry point of ``python -m tritonrl``; the exit code (2 after a one-line ``error: ...``)."""
     prog = "tritonrl" if os.path.basename(sys.argv[0]) == "tritonrl" else "python -m tritonrl"
     parser = build_parser(prog)
     try:

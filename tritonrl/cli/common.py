@@ -1,16 +1,8 @@
-"""What the run commands ``train`` (:mod:`tritonrl.cli.train`) and ``fit``
-(:mod:`tritonrl.cli.fit`) share: the flags both define the same way, their checks,
-the run folder's checks and the signal handling.
+"""What ``train`` and ``fit`` share: their common flags, the checks of input, memory and run
+folder, and the signal handling.
 
-Both follow one set of rules: bad input is one ``error:`` line and exit status 2 before anything
-is written (:class:`UsageError`; the run folder's write probe, :func:`probe_run_dir`, last); an
-empty or impossible ``--run-dir`` is refused (:func:`run_dir_from_flag`); what would not fit in
-memory is refused before it is allocated (:func:`check_fits`, :func:`count_parameters`, and
-:func:`refuse_failed_allocation` for what no estimate foresaw); an
-existing checkpoint is never overwritten without ``--resume`` (:func:`check_no_overwrite`);
-SIGINT / SIGTERM set a flag the training loop polls (:func:`stop_on_signals`), and the command
-exits with 130 / 143 after saving a checkpoint (:func:`report_interrupted`). Under ``torchrun``,
-every rank leaves the process group together and ends there (:func:`end_rank`).
+Bad input is one ``error:`` line and exit status 2 before anything is written; SIGINT / SIGTERM
+save a checkpoint and exit with 130 / 143. See docs/pages/training.md, "Command line".
 """
 
 from __future__ import annotations
@@ -76,26 +68,20 @@ def plain(text: str) -> str:
 
 
 def add_seed_device_flags(p: argparse.ArgumentParser, *, threads_help: str) -> None:
-    """Add ``--seed`` (default 1), ``--device`` (default cpu) and ``--threads`` (default 1) to ``p``.
-
-    Checked by :func:`check_range` (``--seed`` against ``MAX_SEED``), :func:`parse_device` and
-    :func:`check_threads`.
-    """
+    """Add ``--seed`` (default 1), ``--device`` (default cpu) and ``--threads`` (default 1) to ``p``."""
     p.add_argument("--seed", type=int, default=1, help=f"0 to {MAX_SEED} (default 1)")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default cpu)")
     p.add_argument("--threads", type=int, default=1, help=threads_help)
 
 
 def add_run_folder_flags(p: argparse.ArgumentParser, *, default: str, resume_help: str) -> None:
-    """Add ``--run-dir`` (default ``None``: the command's ``default`` folder, named in its help) and
-    ``--resume`` to ``p``."""
+    """Add ``--run-dir`` (default ``None``: the command's ``default`` folder) and ``--resume`` to ``p``."""
     p.add_argument("--run-dir", default=None, help=f"output folder (default {default})")
     p.add_argument("--resume", action="store_true", help=resume_help)
 
 
 def add_set_flag(p: argparse.ArgumentParser, *, help: str) -> None:
-    """Add the repeatable ``--set KEY=VALUE`` (into ``args.overrides``, a list; parsed by
-    :func:`parse_overrides`) to ``p``."""
+    """Add the repeatable ``--set KEY=VALUE`` (into ``args.overrides``) to ``p``."""
     p.add_argument(
         "--set",
         dest="overrides",
@@ -116,17 +102,12 @@ def add_output_flags(p: argparse.ArgumentParser) -> None:
 
 
 def default_run_dir(*parts: str) -> Path:
-    """``runs/<parts joined by "-">`` with every character outside ``[A-Za-z0-9._-]`` made ``_``
-    (an env id such as ``ALE/Pong-v5`` or ``market:synthetic,ar=0.3`` becomes one plain folder name)."""
+    """``runs/<parts joined by "-">``, every character outside ``[A-Za-z0-9._-]`` made ``_``."""
     return Path("runs") / re.sub(r"[^A-Za-z0-9._-]", "_", "-".join(parts))
 
 
 def parse_overrides(items: list[str]) -> dict[str, str]:
-    """``--set KEY=VALUE`` items as ``{KEY: VALUE}`` (both stripped; a later key wins).
-
-    Raises:
-        UsageError: an item without ``=`` or with an empty key.
-    """
+    """``--set KEY=VALUE`` items as ``{KEY: VALUE}`` (a later key wins); :class:`UsageError` if malformed."""
     out = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -174,11 +155,7 @@ def check_range(flag: str, value: int | None, lo: int, hi: int | None = None, wh
 
 
 def check_threads(value: int) -> None:
-    """``--threads`` lies between 1 and this machine's CPU count.
-
-    Raises:
-        UsageError: outside that range.
-    """
+    """``--threads`` lies between 1 and this machine's CPU count, else :class:`UsageError`."""
     check_range("--threads", value, 1, os.cpu_count() or 1, " (the CPU count of this machine)")
 
 
@@ -186,7 +163,7 @@ def check_threads(value: int) -> None:
 
 
 def check_run_dir_path(name: str) -> None:
-    """``--run-dir`` names a folder or a path that can become one (no writes: see :func:`probe_run_dir`).
+    """``--run-dir`` names a folder or a path that can become one (no writes).
 
     Raises:
         UsageError: empty, a NUL character, a file (or a path under one), or not searchable.
@@ -208,12 +185,7 @@ def check_run_dir_path(name: str) -> None:
 
 
 def run_dir_from_flag(value: str | None, default: Path) -> Path:
-    """The run folder of ``--run-dir value`` (``None``: not given, ``default``), checked by
-    :func:`check_run_dir_path` on the text as typed (``Path("")`` would be the current folder).
-
-    Raises:
-        UsageError: empty, a NUL character, a file (or a path under one), or not searchable.
-    """
+    """The run folder of ``--run-dir value`` (``None``: ``default``), see :func:`check_run_dir_path`."""
     text = value if value is not None else str(default)
     check_run_dir_path(text)
     return Path(text)
@@ -222,12 +194,8 @@ def run_dir_from_flag(value: str | None, default: Path) -> Path:
 def probe_run_dir(run_dir: Path) -> None:
     """Create ``run_dir`` and write, fsync and remove a probe file in it; undo the folders made on failure.
 
-    A read-only folder (EROFS, or EACCES for a non-root user), a full disk (ENOSPC, often reported
-    only at fsync) or a path under a file fails here, before training, with nothing left behind.
-    As root, permission bits do not stop writes, so a chmod-ed folder is writable for root.
-
     Raises:
-        UsageError: the folder cannot be created or written.
+        UsageError: the folder cannot be created or written (read-only, full disk, under a file).
     """
     made = [p for p in (run_dir, *run_dir.parents) if not p.exists()][::-1]  # outermost first
     probe = run_dir / f".write-probe-{os.getpid()}"
@@ -268,11 +236,7 @@ def _undo(probe: Path, made: list[Path]) -> None:
 
 
 def check_no_overwrite(ckpt: Path, resume: bool) -> bool:
-    """Whether the checkpoint ``ckpt`` exists (then ``--resume`` continues it).
-
-    Raises:
-        UsageError: it exists and ``resume`` is false (a checkpoint is never overwritten).
-    """
+    """Whether the checkpoint ``ckpt`` exists; :class:`UsageError` if it does and ``resume`` is false."""
     if not ckpt.exists():
         return False
     if not resume:
@@ -297,15 +261,11 @@ class _TooManyTensors(Exception):
 
 def count_parameters(build: Callable[[torch.device], torch.nn.Module], what: str) -> int | None:
     """The number of parameter and buffer elements of ``build(torch.device("meta"))``: shapes only,
-    no memory (a ``--set hidden=10000000000`` model costs nothing to count).
-
-    Returns ``None`` when the model cannot be built on the meta device for another reason than
-    its arguments (the real build then says what it says).
+    no memory. ``None`` when the meta build fails for another reason than its arguments.
 
     Raises:
-        UsageError: ``what: ...`` for arguments the build refuses (``TypeError``, ``ValueError``),
-            a tensor of more elements than an int64 counts, or more than
-            :data:`MAX_PARAMETER_TENSORS` tensors (the build is stopped there).
+        UsageError: arguments the build refuses, a tensor over int64 elements, or more than
+            :data:`MAX_PARAMETER_TENSORS` tensors.
     """
     from torch.nn.modules.module import (
         register_module_buffer_registration_hook,
@@ -349,8 +309,7 @@ def count_parameters(build: Callable[[torch.device], torch.nn.Module], what: str
 def check_fits(
     what: str, device_parts: dict[str, int], host_parts: dict[str, int], device: torch.device
 ) -> None:
-    """Refuse, before allocating, ``device_parts`` (bytes on ``device``) and ``host_parts`` (bytes
-    in host memory) that do not fit in the free memory (one check of both on a CPU device).
+    """Refuse, before allocating, ``device_parts`` and ``host_parts`` (bytes) that do not fit in free memory.
 
     Raises:
         UsageError: ``"<what> needs X (part a, ...) on cpu; this machine has Y available"``.
@@ -374,12 +333,8 @@ _ASKED = re.compile(
 
 @contextmanager
 def refuse_failed_allocation(what: str, device: torch.device) -> Iterator[None]:
-    """Turn an allocation that fails inside the block (``MemoryError``, torch's out-of-memory error
-    or its CPU allocator's ``RuntimeError``) into a :class:`UsageError`: what no estimate foresaw is
-    still refused in one line, before anything is written. Other exceptions pass.
-
-    Raises:
-        UsageError: ``"<what> needs X for one allocation on cpu; this machine has Y available"``.
+    """Turn an allocation that fails inside the block (``MemoryError``, CUDA or CPU out-of-memory)
+    into a :class:`UsageError`; other exceptions pass.
     """
     from tritonrl.toolkit.checks import available_memory, format_bytes
 
@@ -409,10 +364,9 @@ def refuse_failed_allocation(what: str, device: torch.device) -> Iterator[None]:
 
 @contextmanager
 def stop_on_signals() -> Iterator[tuple[Callable[[], bool], list[int]]]:
-    """SIGINT and SIGTERM set a flag (polled by the loop) instead of killing the process.
+    """SIGINT and SIGTERM set a flag the loop polls; yields ``(should_stop, received)``.
 
-    Yields ``(should_stop, received)``; the previous handlers come back on exit. Outside the main
-    thread (where Python cannot install handlers) nothing is installed.
+    The previous handlers come back on exit; outside the main thread nothing is installed.
     """
     event = threading.Event()
     received: list[int] = []
@@ -446,16 +400,11 @@ def report_interrupted(received: list[int], step: int, checkpoint: Any) -> int:
 
 
 def end_rank(ctx: DistContext, body: Callable[[], int]) -> NoReturn:
-    """Run ``body()`` (a command on one rank of a ``torchrun`` launch, ``ctx`` its joined
-    :class:`~tritonrl.toolkit.distributed.DistContext`), leave the process group, and end the
-    process with ``body``'s exit status.
+    """Run ``body()`` on one ``torchrun`` rank, leave the process group and end with its exit status.
 
-    An outcome every rank shares (any status but 1) leaves together: a barrier first, because a
-    rank that tears the group down while another still sends to it can abort in gloo's threads.
-    The process then ends with ``os._exit``: gloo's threads can also abort the interpreter's
-    normal exit (SIGABRT, "terminate called without an active exception"), which would replace
-    the status. Whatever ``body`` wrote is closed by then; the standard streams are flushed here.
-    A ``KeyboardInterrupt`` ends with 130, an unexpected exception with its traceback and 1.
+    A status every rank shares (any but 1) passes a barrier first, and the process ends with
+    ``os._exit``: gloo's threads can abort a normal teardown and replace the status.
+    ``KeyboardInterrupt`` ends with 130, an unexpected exception with its traceback and 1.
     """
     import traceback
 

@@ -1,17 +1,9 @@
 """``tritonrl export``: a run folder's trained policy as an artifact that runs without tritonrl.
 
-::
-
-    tritonrl export runs/ppo-CartPole-v1-s1 --format pt2     # runs/.../policy.pt2 + policy.pt2.json
-    tritonrl export runs/rainbow-market --format onnx --out rainbow.onnx
-
-The checkpoint's agent (its preset names the agent class) is rebuilt on the CPU (``--device
-cuda``: on the GPU, for an AOTInductor package that runs there), its policy module
-(``agent.policy()``) is exported by :func:`tritonrl.toolkit.export.export_policy` and the sidecar
-records the checkpoint's crc32 and step (and, for a market run, the trading rules that
-``tritonrl trade`` needs). A run folder without a checkpoint, a damaged checkpoint, an unknown
-format, a missing ``export`` extra or a policy that cannot be exported is one ``error:`` line, exit
-status 2, and nothing is written. Guide: docs/pages/using-policies.md.
+The checkpoint's agent is rebuilt (on the CPU, or the GPU for an AOTInductor package), its
+``agent.policy()`` exported by :func:`tritonrl.toolkit.export.export_policy`, and the sidecar
+records the checkpoint and, for a market run, the trading rules. Any failure is one ``error:``
+line, exit status 2, nothing written. See docs/pages/using-policies.md.
 """
 
 from __future__ import annotations
@@ -65,11 +57,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def _agent(ckpt: Path, state: dict[str, Any], device: str) -> Any:
-    """The checkpoint's agent, rebuilt on ``device`` from the preset its run names.
-
-    Raises:
-        ValueError: a preset the registry does not know (one registered by code that did not run).
-    """
+    """The checkpoint's agent, rebuilt on ``device``; ``ValueError`` for a preset the registry lacks."""
     from tritonrl.cli.registry import get_agent
 
     meta = state.get("meta")

@@ -1,31 +1,9 @@
 """``tritonrl fit``: train a registered forecaster on market bars, or on any numeric series of a CSV
-file (``--data csv=PATH --target COL``, :mod:`tritonrl.toolkit.forecast.series`), with
-:func:`~tritonrl.toolkit.forecast.fit`.
+file, with :func:`~tritonrl.toolkit.forecast.fit`.
 
-::
-
-    tritonrl fit --list
-    tritonrl fit --model patchtst --data market:googl --horizon 1 --window 64
-    tritonrl fit --model gru --data market:synthetic,ar=0.3 --target price_z --set hidden=32
-    tritonrl fit --model dlinear --data market:synthetic,bars=3000 --target close --window 32
-    tritonrl fit --model gru --data market:synthetic,ar=0.3 --run-dir runs/g --resume
-    tritonrl fit --model mlp --data csv=load.csv --target load --features temperature --window 48
-    tritonrl fit --model dlinear --data series:synthetic,kind=all,n=3000 --window 48 --horizon 96
-    torchrun --nproc-per-node 2 -m tritonrl fit --model mlp --batch-size 64
-
-Under ``torchrun`` (more than one process) every rank joins the process group
-(:func:`tritonrl.toolkit.distributed.init_distributed` on ``--device``) and trains data-parallel
-over windows (:func:`~tritonrl.toolkit.forecast.fit`: ``--batch-size`` is the global batch, split
-evenly over the ranks); rank 0 alone writes the run folder and prints, the others print nothing.
-A launch that cannot start, a ``--batch-size`` not divisible by the number of processes or ranks
-that disagree is one ``error:`` line (on rank 0) and exit status 2 on every rank.
-
-The command follows ``train``'s rules (:mod:`tritonrl.cli.common`, shared with
-:mod:`tritonrl.cli.train`): bad input is one ``error:`` line and exit status 2 before anything
-is written; an existing checkpoint is never overwritten without ``--resume``; a non-finite loss
-stops the run with status 1, keeping the last checkpoint; SIGINT / SIGTERM save a checkpoint and
-exit with 130 / 143. The models come from :func:`tritonrl.cli.registry.forecasters` (the lazy
-registry of ``tritonrl.agents.forecast``).
+Follows ``train``'s rules (:mod:`tritonrl.cli.common`); under ``torchrun`` it trains data-parallel
+over windows and rank 0 alone writes and prints. The models come from
+:func:`tritonrl.cli.registry.forecasters`. See docs/pages/forecasting.md.
 """
 
 from __future__ import annotations
@@ -183,12 +161,11 @@ _RESERVED = ("window", "num_features", "horizon", "num_targets", "device", "dtyp
 
 
 def _model_kwargs(items: list[str], cls: type, model: str) -> dict[str, Any]:
-    """``--set KEY=VALUE`` as keyword arguments of ``cls`` (Python literals; anything else stays a
-    string), each a parameter of its constructor with a value of the annotated type.
+    """``--set KEY=VALUE`` as keyword arguments of ``cls`` (Python literals, else strings), type-checked.
 
     Raises:
-        UsageError: a key the constructor does not take (its hyperparameters listed) or one the
-            command sets itself, or a value of another type than the annotation's.
+        UsageError: a key the constructor does not take or the command sets itself, or a value of
+            another type than the annotation's.
     """
     params = dict(inspect.signature(cls).parameters)
     open_ended = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
@@ -223,8 +200,7 @@ _TYPES: dict[str, Callable[[Any], bool]] = {
 
 
 def _typed(model: str, key: str, text: str, value: Any, annotation: Any) -> Any:
-    """``value`` if it has a type of ``annotation`` (``"int"``, ``"float | None"``, ...; anything
-    else is not checked here), ``text`` itself for a ``str`` one.
+    """``value`` if it has a type of ``annotation``, ``text`` itself for a ``str`` one.
 
     Raises:
         UsageError: ``--set KEY=TEXT: model M takes int for KEY, got str``.
@@ -250,8 +226,7 @@ def _default_run_dir(args: argparse.Namespace) -> Path:
 def _prepare(
     args: argparse.Namespace, ctx: DistContext = distributed.SINGLE_PROCESS
 ) -> tuple[Any, tuple[WindowData, ...], FitConfig, Path, dict[str, str]]:
-    """Everything ``fit`` needs, every check before anything is written (the run folder's write
-    probe last, on rank 0 alone); several ranks: the data on ``ctx.device``.
+    """Everything ``fit`` needs, every check before anything is written (the write probe last, rank 0).
 
     Raises:
         UsageError: the first bad argument, or a model or data that would not fit in memory.
@@ -278,10 +253,8 @@ def _prepare(
 
 
 def _series_table(args: argparse.Namespace) -> Any:
-    """The :class:`~tritonrl.toolkit.forecast.SeriesTable` of ``--data csv=PATH`` when the file is
-    not to be read as market bars (:func:`~tritonrl.toolkit.forecast.is_market_csv`), or of
-    ``--data series:synthetic,...`` (:func:`~tritonrl.toolkit.forecast.parse_synthetic_spec`), else ``None``;
-    sets ``args.target`` (the market default ``log_return``, or the series' target columns).
+    """The :class:`~tritonrl.toolkit.forecast.SeriesTable` of a non-market ``--data csv=PATH`` or of
+    ``--data series:synthetic,...``, else ``None``; sets ``args.target``.
 
     Raises:
         UsageError: a series flag without a CSV, or a file the series loader refuses.
@@ -319,11 +292,7 @@ def _series_table(args: argparse.Namespace) -> Any:
 
 
 def _check_flags(args: argparse.Namespace, ctx: DistContext) -> tuple[torch.device, FitConfig]:
-    """The device and the :class:`FitConfig` of the flags, each checked in the CLI's wording.
-
-    Raises:
-        UsageError: the first bad flag.
-    """
+    """The device and the :class:`FitConfig` of the flags, each checked (:class:`UsageError`)."""
     from tritonrl.toolkit.checks import MAX_SEED
 
     if not args.model:
@@ -366,8 +335,7 @@ def _check_flags(args: argparse.Namespace, ctx: DistContext) -> tuple[torch.devi
 
 
 def _check_resume(args: argparse.Namespace, ckpt: Path, meta: dict[str, str]) -> None:
-    """With a checkpoint in the run folder: ``--resume`` given, and the checkpoint's header made by
-    ``fit`` with this model, window, horizon, target, data and hyperparameters.
+    """With a checkpoint in the run folder: ``--resume`` given, and the checkpoint made by this run.
 
     Raises:
         UsageError: no ``--resume``, an unreadable or foreign checkpoint, another run's identity.
@@ -403,8 +371,7 @@ def _build(
     config: FitConfig,
     table: Any = None,
 ) -> tuple[Any, tuple[WindowData, WindowData, WindowData]]:
-    """The model and the windows, after counting the model's parameters on the meta device and
-    refusing what would not fit in memory (:func:`_check_memory`).
+    """The model and the windows, after refusing what would not fit in memory (:func:`_check_memory`).
 
     Raises:
         UsageError: bad hyperparameters or data, or a model or data too large for this machine.
@@ -473,17 +440,8 @@ def _check_memory(
     batch: int,
     table: Any = None,
 ) -> None:
-    """Refuse a run whose data, model and batch would not fit in memory, naming the flag of the
-    largest part.
-
-    Counted: the upload of ``bars`` bars (:func:`~tritonrl.toolkit.envs.market.upload_memory`),
-    the targets and window indices (f32 targets and their normalised copy, the int64 window ends
-    and the epoch's shuffle, per bar), one batch of input windows, and for ``params`` parameters
-    (``None``: not counted) the weights, gradients and best weights in ``dtype``, the AdamW
-    moments (f32; bf16 weights add f32 masters and their gradients) and the checkpoint's host copy.
-    Activations are not counted. A series ``table`` (``bars``: its rows of the three splits): the
-    table and its normalised copy on the host (f64), the inputs in ``dtype``, the f32 targets and
-    three int64 indices per row on the device.
+    """Refuse a run whose data, model (``params``; ``None``: not counted) and batch would not fit in
+    memory, naming the flag of the largest part. Activations are not counted.
 
     Raises:
         UsageError: ``"<flag> needs X (...) on cpu; this machine has Y available"``.
@@ -518,12 +476,11 @@ def _check_memory(
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the ``fit`` subcommand; the exit status (0 done, 1 stopped by an error, 2 usage error,
-    130 / 143 interrupted by SIGINT / SIGTERM after saving a checkpoint).
+    """Run ``fit``; the exit status (0 done, 1 error, 2 usage error, 130 / 143 interrupted).
 
-    Under ``torchrun`` (:func:`~tritonrl.toolkit.distributed.launched_by_torchrun`) it joins the
-    process group first, and at the end the ranks leave it together and each process ends there
-    with its status (:func:`~tritonrl.cli.common.end_rank`); rank 0 alone prints."""
+    Under ``torchrun`` the ranks join the process group first and leave it together
+    (:func:`~tritonrl.cli.common.end_rank`); rank 0 alone prints.
+    """
     launched = distributed.launched_by_torchrun()
     if args.list and launched and os.environ.get("RANK", "0") != "0":
         return 0

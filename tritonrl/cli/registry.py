@@ -1,21 +1,8 @@
-"""The agent registry: presets by name, for the CLI and the loops.
+"""The agent registry: :class:`~tritonrl.toolkit.preset.Preset` records by name, for the CLI and the loops.
 
-A preset is one :class:`~tritonrl.toolkit.preset.Preset` record: its name, a one-line description, its
-config, the agent
-class that config builds, the schedule of the shared loop that drives it, and the command line's
-defaults (environments, steps, evaluation cadence). Each agent module lists its presets in a
-``PRESETS`` tuple; this registry imports those modules explicitly, on first use
-(:func:`get_agent`, :func:`list_agents`). This is where the command line imports ``agents``, and
-it does so lazily, so ``import tritonrl.cli`` stays light (the forecasters of
-``tritonrl fit`` come through here too: :func:`forecasters`). A preset of your
-own joins with :func:`register_agent`.
-
-::
-
-    spec = get_agent("ppo-lstm")
-    agent = spec.build(env.single_observation_space, env.single_action_space, num_envs=8,
-                       overrides={"lr": "1e-3"})        # --set lr=1e-3
-    run_training(agent, env, spec.schedule(agent), LoopConfig(total_steps=spec.default_steps))
+Each agent module lists its presets in a ``PRESETS`` tuple; this registry imports those modules
+lazily on first use, so ``import tritonrl.cli`` stays light. It is where the command line imports
+``agents`` (the forecasters of ``fit`` too). See docs/pages/training.md, "Registering an agent".
 """
 
 from __future__ import annotations
@@ -47,8 +34,7 @@ def _registry() -> dict[str, Preset]:
 
 
 def register_agent(preset: Preset) -> None:
-    """Add ``preset`` to the registry (``--agent NAME`` then finds it); a preset of the same name,
-    built-in or registered before, is replaced.
+    """Add ``preset`` to the registry, replacing one of the same name.
 
     Raises:
         TypeError: ``preset`` is not a :class:`Preset`.
@@ -65,11 +51,7 @@ def list_agents() -> list[Preset]:
 
 
 def get_agent(name: str) -> Preset:
-    """The preset called ``name``.
-
-    Raises:
-        ValueError: no such preset (the message lists the known ones).
-    """
+    """The preset called ``name``; ``ValueError`` (listing the known ones) if there is none."""
     registry = _registry()
     if name not in registry:
         raise ValueError(f"unknown agent {name!r}; known agents: {', '.join(sorted(registry)) or 'none'}")
@@ -77,11 +59,8 @@ def get_agent(name: str) -> Preset:
 
 
 def forecasters() -> dict[str, type]:
-    """The forecaster registry, ``tritonrl.agents.forecast.FORECASTERS`` (``--model NAME`` -> class),
-    imported on first use: ``fit`` reaches the forecasters only through here (the trainer,
-    :mod:`tritonrl.toolkit.forecast`, is handed the model). The dict itself is returned: a model
-    added to it is found by ``fit --model``.
-    """
+    """The forecaster registry ``tritonrl.agents.forecast.FORECASTERS`` (name -> class), imported on
+    first use; a model added to the returned dict is found by ``fit --model``."""
     from tritonrl.agents.forecast import FORECASTERS
 
     return FORECASTERS

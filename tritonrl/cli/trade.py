@@ -1,20 +1,9 @@
 """``tritonrl trade``: run an exported market policy on bars, one at a time, as the env decided.
 
-::
-
-    tritonrl trade policy.pt2 --bars csv=bars.csv --out trades.csv
-    tritonrl trade policy.pt2 --bars csv=bars.csv --out trades.csv --start 2024-01-02 --gaps fill
-
-The artifact (:func:`tritonrl.toolkit.export.load_exported`) carries its rules in its sidecar's
-``market`` entry (:func:`tritonrl.toolkit.envs.market.live.market_sidecar`); the bars are read
-with :func:`tritonrl.toolkit.envs.market.data.source_bars` (``csv=PATH`` through
-:func:`~tritonrl.toolkit.envs.market.csvbars.load_csv`) and streamed through a
-:class:`~tritonrl.toolkit.envs.market.live.LiveTrader`, which appends one row per bar from
-``--start`` to ``--out``. Run again on the same ``--out`` (after a kill, or with more bars), it
-resumes: no decision is repeated or lost. A missing artifact or sidecar, a sidecar without
-``market``, unreadable bars or a bad flag are one ``error:`` line and exit status 2 before anything
-is written; a bar out of order or after a gap stops the stream the same way (the rows before it
-stay). Guide: docs/pages/using-policies.md ("Using a trained policy").
+The artifact's sidecar carries the market rules; the bars stream through a
+:class:`~tritonrl.toolkit.envs.market.live.LiveTrader`, one trade CSV row per bar, and a rerun on
+the same ``--out`` resumes without repeating or losing a decision. Bad input is one ``error:``
+line and exit status 2. See docs/pages/using-policies.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """``python -m tritonrl train``: train a registered agent preset on a gymnasium environment.
 
-::
-
-    python -m tritonrl train --agent ppo --env CartPole-v1 --steps 100000 --eval-every 10000
-    python -m tritonrl train --agent rainbow --env market:synthetic,ar=0.3 --set env.cost=2e-4
-
-The command parses and checks every flag before anything is written, builds the agent from its
-preset (:class:`tritonrl.toolkit.preset.Preset`), runs :func:`tritonrl.toolkit.training.loop.run_training`
-in a crash-safe run folder (checkpoints, ``--resume``, signals, exit statuses 0 / 1 / 2 / 130 / 143),
-hands ``market:`` sources to :mod:`tritonrl.toolkit.training.market` and, under ``torchrun``, joins
-the process group (:mod:`tritonrl.toolkit.distributed`).
-
-Guide: docs/pages/training.md ("Command line", "Run folders survive kills, restarts and
-divergence"); data-parallel runs: docs/pages/scaling.md.
+Checks every flag before anything is written, builds the agent from its preset, and runs
+:func:`tritonrl.toolkit.training.loop.run_training` in a crash-safe run folder; ``market:`` sources
+go to :mod:`tritonrl.toolkit.training.market`. See docs/pages/training.md ("Command line") and
+docs/pages/scaling.md.
 """
 
 from __future__ import annotations
@@ -138,9 +129,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 def _validate(args: argparse.Namespace) -> None:
     """Check every flag of ``train`` before anything is built, trained or written.
 
-    The agent name, environment id and ``--set`` keys are checked where they are resolved, right
-    after (still before anything is written); the run folder's writability is probed last.
-
     Raises:
         UsageError: the first bad flag, named with its allowed range.
     """
@@ -230,9 +218,7 @@ class _Plan:
 
 
 def _build(args: argparse.Namespace, ctx: Any) -> tuple[Any, Any, Any, Any, Any, Any]:
-    """The preset, agent, env, schedule, loop config and (``--env market:...``) the market run's
-    parts (:class:`tritonrl.toolkit.training.market.MarketRun`, else ``None``) of this rank
-    (``ctx``, a :class:`tritonrl.toolkit.distributed.DistContext`).
+    """The preset, agent, env, schedule, loop config and market run (``None`` off market data) of this rank.
 
     Raises:
         UsageError: any bad argument (before anything is written), on every rank alike.
@@ -277,8 +263,7 @@ def _build(args: argparse.Namespace, ctx: Any) -> tuple[Any, Any, Any, Any, Any,
 
 
 def _plan(args: argparse.Namespace, ctx: Any) -> _Plan:
-    """Check the flags (the same on every rank, each in its range) and resolve them: the preset,
-    its defaults (the market ones on market data), the device, this rank's environments.
+    """Check the flags and resolve them: the preset, its defaults, the device, this rank's environments.
 
     Raises:
         UsageError: the first bad flag, an unknown agent, ``--set env.*`` without a market env, or
@@ -342,8 +327,8 @@ def _read_saved(args: argparse.Namespace, plan: _Plan) -> tuple[dict[str, Any] |
     """Rank 0: the saved agent config and identity (``None, {}`` without a checkpoint to resume).
 
     Raises:
-        UsageError: a checkpoint that ``--resume`` was not given for, that cannot be read, or that
-            was made with another agent, env or number of environments.
+        UsageError: a checkpoint without ``--resume``, unreadable, or of another agent, env or
+            number of environments.
     """
     from tritonrl.toolkit.checkpoint import CheckpointError, brief, load_checkpoint
     from tritonrl.toolkit.runstate import section, training_sections
@@ -375,8 +360,7 @@ def _make_env(
     saved_config: dict[str, Any] | None,
     saved_meta: dict[str, Any],
 ) -> tuple[Any, Any]:
-    """This rank's vector env and, on market data, the market run's parts (else ``None``); a
-    market env's config joins ``plan.meta`` (and must be the checkpoint's on a resume).
+    """This rank's vector env and, on market data, the market run's parts (else ``None``).
 
     Raises:
         UsageError: an unknown env, a missing extra, a bad market source or env field, or a
@@ -419,8 +403,7 @@ def _make_agent(
     overrides: dict[str, Any],
     saved_config: dict[str, Any] | None,
 ) -> Any:
-    """The agent of this rank; on a resume, its config is the saved one with ``--set`` on top, and
-    rank 0 says which changes it applies and which fields the checkpoint predates.
+    """The agent of this rank; on a resume, the saved config with ``--set`` on top.
 
     Raises:
         UsageError: a bad config key or value, a space the agent cannot drive, or a resume that
@@ -473,11 +456,7 @@ def _make_agent(
 
 
 def _loop_config(args: argparse.Namespace, plan: _Plan) -> Any:
-    """The :class:`tritonrl.toolkit.training.loop.LoopConfig` of the run.
-
-    Raises:
-        ValueError: a setting out of its range (``_validate`` checked them first).
-    """
+    """The :class:`tritonrl.toolkit.training.loop.LoopConfig` of the run; ``ValueError`` out of range."""
     from tritonrl.toolkit.training.loop import LoopConfig
 
     return LoopConfig(
@@ -509,8 +488,7 @@ def _market_run(
     *,
     seed: int,
 ) -> Any:
-    """The market data, env and evaluator of ``--env market:...`` (the env config follows the
-    agent's policy and ``--set env.*``); ``num_envs`` and ``seed`` are this rank's.
+    """The market data, env and evaluator of ``--env market:...`` for this rank.
 
     Raises:
         ValueError: a bad source, option, env field, or data too short.
@@ -524,12 +502,10 @@ def _market_run(
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the ``train`` subcommand; returns the exit status (usage errors: docs/pages/training.md).
+    """Run ``train``; the exit status (0 done, 1 error, 2 usage error, 130 / 143 interrupted).
 
-    0 finished; 1 stopped by an error during training; 2 usage error before anything is written;
-    130/143 interrupted by SIGINT/SIGTERM after saving a checkpoint. Under ``torchrun`` every
-    rank ends with the same status (docs/pages/scaling.md), a rank that fails alone with 1, and the process
-    exits right here (``os._exit``) once it has left the group instead of returning.
+    Under ``torchrun`` every rank ends with the same status (a rank that fails alone with 1) and the
+    process exits here (``os._exit``) once it has left the group.
     """
     if args.agent == "list":  # the presets, one a line on stdout: a listing, not a mistake
         from tritonrl.cli.registry import list_agents
