@@ -1,1 +1,1 @@
-"""Algorithms and their networks, built from :mod:`toolkit` and :mod:`kernels`."""
+"""Algorithms and their networks, built from `toolkit` and `kernels`."""

@@ -1,7 +1,7 @@
 """Pure ops: Triton kernels and their torch references.
 
 Imports torch (and numpy) at package import; triton only when a Triton path first runs.
-See :mod:`tritonrl.kernels.backend` for how an op picks its implementation.
+See [`tritonrl.kernels.backend`][tritonrl.kernels.backend] for how an op picks its implementation.
 """
 
 from tritonrl.kernels.backend import (
@@ -37,7 +37,7 @@ _OP_MODULES: tuple[str, ...] = (
 
 
 def load_all() -> None:
-    """Import every op module so that :func:`registry` lists all ops."""
+    """Import every op module so that `registry` lists all ops."""
     import importlib
 
     for name in _OP_MODULES:

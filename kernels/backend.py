@@ -1,6 +1,6 @@
 """Kernel dispatch: which implementation of an op runs for given tensors.
 
-Every op owns one :class:`KernelOp` (Triton on CUDA, the torch reference on CPU,
+Every op owns one [`KernelOp`][tritonrl.kernels.backend.KernelOp] (Triton on CUDA, the torch reference on CPU,
 ``TRITONRL_BACKEND`` overrides). Imports torch only, never triton or CUDA at import time.
 The rules: docs/pages/kernels.md.
 """
@@ -151,13 +151,13 @@ def is_device_failure(exc: BaseException) -> bool:
 
 
 _REFERENCES_ONLY = [0]
-"""How many :func:`references_only` blocks are open (a list: one mutable cell, no ``global``)."""
+"""How many `references_only` blocks are open (a list: one mutable cell, no ``global``)."""
 
 
 @contextlib.contextmanager
 def references_only() -> Iterator[None]:
     """Inside the block every op selects its torch reference, traced calls too: how a policy is
-    exported (:mod:`tritonrl.toolkit.export`). Nests; not thread-local."""
+    exported ([`tritonrl.toolkit.export`][tritonrl.toolkit.export]). Nests; not thread-local."""
     _REFERENCES_ONLY[0] += 1
     try:
         yield
@@ -166,7 +166,7 @@ def references_only() -> Iterator[None]:
 
 
 def references_forced() -> bool:
-    """Whether a :func:`references_only` block is open."""
+    """Whether a `references_only` block is open."""
     return _REFERENCES_ONLY[0] > 0
 
 
@@ -215,7 +215,8 @@ class KernelOp:
         triton_impl: the Triton host function, or ``"module:attr"`` imported on first use.
 
     Attributes:
-        counts: calls run per backend (``{"triton": n, "torch": m}``) since import or :meth:`reset`.
+        counts: calls run per backend (``{"triton": n, "torch": m}``) since import or
+            [`reset`][tritonrl.kernels.backend.KernelOp.reset].
         last_backend: the backend of the latest call (``None`` before the first).
         failed: device -> why Triton failed there (that device runs the reference from then on).
     """
@@ -259,8 +260,8 @@ class KernelOp:
     def select(self, device: torch.device | str) -> Selection:
         """Which implementation runs for tensors on ``device``, and why.
 
-        Cached per device, environment and :func:`references_only` state; a Triton failure and
-        :meth:`reset` clear the cache.
+        Cached per device, environment and [`references_only`][tritonrl.kernels.backend.references_only]
+        state; a Triton failure and [`reset`][tritonrl.kernels.backend.KernelOp.reset] clear the cache.
 
         Raises:
             ValueError: ``TRITONRL_BACKEND`` is unknown or says ``triton`` where Triton cannot run.
@@ -304,14 +305,14 @@ class KernelOp:
     def dispatch(
         self, device: torch.device | str, triton_call: Callable[[], T], torch_call: Callable[[], T]
     ) -> T:
-        """:meth:`__call__` with calls of the caller's choosing (the custom ops' host launchers), counted
+        """`__call__` with calls of the caller's choosing (the custom ops' host launchers), counted
         the same way."""
         if self.select(device).backend == "torch":
             return self._ran("torch", torch_call())
         return self.guard(device, triton_call, torch_call)
 
     def guard(self, device: torch.device | str, triton_call: Callable[[], T], fallback: Callable[[], T]) -> T:
-        """Run ``triton_call``; on a device failure (:func:`is_device_failure`) in auto mode on CUDA,
+        """Run ``triton_call``; on a device failure (`is_device_failure`) in auto mode on CUDA,
         warn once and run ``fallback``. Any other exception propagates."""
         try:
             return self._ran("triton", triton_call())

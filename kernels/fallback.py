@@ -1,6 +1,7 @@
 """The backward every Triton op falls back to: torch autograd through the op's reference.
 
-Used by :meth:`tritonrl.kernels.backend.KernelOp.guard` when a Triton backward fails on a device.
+Used by [`tritonrl.kernels.backend.KernelOp.guard`][tritonrl.kernels.backend.KernelOp.guard] when a Triton
+backward fails on a device.
 """
 
 from __future__ import annotations

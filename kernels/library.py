@@ -51,7 +51,7 @@ def inline_reference() -> bool:
 
 @torch.compiler.assume_constant_result
 def _traces_reference(name: str, device: str) -> bool:
-    """:func:`inline_reference`, and op ``name`` would run its reference on ``device`` (trace time)."""
+    """`inline_reference`, and op ``name`` would run its reference on ``device`` (trace time)."""
     from tritonrl.kernels.backend import references_forced, registry
 
     if references_forced():  # an export trace: the reference, whatever TRITONRL_INLINE_REFERENCE says
@@ -61,7 +61,7 @@ def _traces_reference(name: str, device: str) -> bool:
 
 def traces_reference(op: KernelOp, device: torch.device) -> bool:
     """Under ``torch.compile``: call ``op``'s torch reference inline (``True``) or its custom op
-    (inside :func:`~tritonrl.kernels.backend.references_only`, or by :func:`inline_reference`)."""
+    (inside `references_only`, or by `inline_reference`)."""
     return _traces_reference(op.name, str(device))
 
 
@@ -82,7 +82,7 @@ def reference_grads_in_op(
     needs: Sequence[bool],
     grad_outputs: Sequence[torch.Tensor | None],
 ) -> tuple[torch.Tensor | None, ...]:
-    """:func:`~tritonrl.kernels.fallback.reference_grads` with autograd turned back on, for use
+    """`reference_grads` with autograd turned back on, for use
     inside a custom op's implementation."""
     include = torch._C._dispatch_tls_local_include_set()
     exclude = torch._C._dispatch_tls_local_exclude_set() - _AUTOGRAD_KEYS
@@ -110,12 +110,12 @@ def needed_grads(
 
 
 def fake_grads(inputs: Sequence[torch.Tensor | None], needs: Sequence[bool]) -> list[torch.Tensor]:
-    """The fake counterpart of :func:`needed_grads`: empty contiguous tensors like the inputs."""
+    """The fake counterpart of `needed_grads`: empty contiguous tensors like the inputs."""
     return [t.new_empty(t.shape) for t, n in zip(inputs, needs, strict=True) if n and t is not None]
 
 
 def place_grads(flat: Sequence[torch.Tensor], needs: Sequence[bool]) -> list[torch.Tensor | None]:
-    """Undo :func:`needed_grads`: one entry per input, ``None`` where ``needs`` is false."""
+    """Undo `needed_grads`: one entry per input, ``None`` where ``needs`` is false."""
     it = iter(flat)
     return [next(it) if n else None for n in needs]
 
@@ -123,7 +123,7 @@ def place_grads(flat: Sequence[torch.Tensor], needs: Sequence[bool]) -> list[tor
 def run_backward(
     op: KernelOp, device: torch.device, triton_call: Callable[[], T], reference_call: Callable[[], T]
 ) -> T:
-    """A backward op's dispatch: the Triton backward through :meth:`KernelOp.guard` (counted)
+    """A backward op's dispatch: the Triton backward through `KernelOp.guard` (counted)
     on a Triton selection, else ``reference_call`` (not counted)."""
     if op.select(device).backend == "torch":
         return reference_call()

@@ -1,8 +1,8 @@
 """Triton device helpers shared by every kernel. Imported only where a Triton path runs.
 
 bf16 convention (CONTRIBUTING.md, "Kernels"): load bf16, compute element-wise in f32, store with
-``.to(ptr.dtype.element_ty)``. :func:`dot` upcasts to f32 only under the interpreter; ``IEEE``
-(from :func:`dot_flags`) keeps f32 products exact instead of tf32.
+``.to(ptr.dtype.element_ty)``. `dot` upcasts to f32 only under the interpreter; ``IEEE``
+(from `dot_flags`) keeps f32 products exact instead of tf32.
 """
 
 from __future__ import annotations

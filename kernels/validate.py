@@ -144,7 +144,7 @@ def parse_interval(spec: str) -> tuple[float, bool, float, bool]:
 
 
 def in_interval(value: float, spec: str) -> bool:
-    """Whether ``value`` lies in the interval ``spec`` (:func:`parse_interval`)."""
+    """Whether ``value`` lies in the interval ``spec`` (`parse_interval`)."""
     low, low_closed, high, high_closed = parse_interval(spec)
     above = value >= low if low_closed else value > low
     return above and (value <= high if high_closed else value < high)

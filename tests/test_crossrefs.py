@@ -141,3 +141,22 @@ def test_markdown_links_full_and_unique_short_names(crossrefs) -> None:
         "[`Other.run`][tritonrl.toolkit.other.Other.run], `nowhere`."
     )
     assert (counts.links, counts.plain) == (2, 1)
+
+
+def test_the_sources_hold_no_sphinx_role() -> None:
+    """A role typed into a docstring renders raw on the site: the sources use cross-references
+    (``[`Name`][tritonrl.path]``) or plain code; ``python tools/crossrefs.py`` rewrites any that crept in."""
+    spec = importlib.util.spec_from_file_location("crossrefs_roles", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    root = SCRIPT.parent.parent
+    found = [
+        f"{path.relative_to(root)}:{n}"
+        for folder in module.SOURCES
+        for path in sorted((root / folder).rglob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if module.ROLE.search(line)
+    ]
+    assert not found, f"Sphinx roles in {len(found)} lines, first {found[:5]}"

@@ -1,9 +1,10 @@
 """Acting policies: what a collector or an overlapped run acts with, and when it follows the learner.
 
-Each snapshot is ``agent.policy()`` (f32) with the family's exploration around it: :class:`SnapshotPolicy`
-(the collector's, refreshed every ``sync_every`` updates), :class:`SnapshotActor` (an overlapped run's actor,
-with its own generator) and :class:`LearnerPolicy` (``agent.act`` itself, for on-policy learners). A core
-module: it imports no toolkit subpackage. Guide: docs/pages/training.md.
+Each snapshot is ``agent.policy()`` (f32) with the family's exploration around it:
+[`SnapshotPolicy`][tritonrl.toolkit.acting.SnapshotPolicy] (the collector's, refreshed every ``sync_every``
+updates), [`SnapshotActor`][tritonrl.toolkit.acting.SnapshotActor] (an overlapped run's actor, with its own
+generator) and [`LearnerPolicy`][tritonrl.toolkit.acting.LearnerPolicy] (``agent.act`` itself, for on-policy
+learners). A core module: it imports no toolkit subpackage. Guide: docs/pages/training.md.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ Explore = Callable[[Any, Any], torch.Tensor]
 
 @runtime_checkable
 class ActingPolicy(Protocol):
-    """Acts from a policy snapshot (or the learner itself) for a collector; :attr:`syncs` counts refreshes."""
+    """Acts from a policy snapshot (or the learner itself) for a collector; `syncs` counts refreshes."""
 
     syncs: int
 
@@ -47,7 +48,7 @@ class ActingPolicy(Protocol):
         ...
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict` output; ``ValueError`` (nothing changed) on a bad one."""
+        """Restore `state_dict` output; ``ValueError`` (nothing changed) on a bad one."""
         ...
 
 
@@ -99,13 +100,13 @@ class LearnerPolicy:
         _check_counters(state)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict` output; ``ValueError`` (nothing changed) on a bad one."""
+        """Restore `state_dict` output; ``ValueError`` (nothing changed) on a bad one."""
         _check_counters(state)
         self.synced_at, self.syncs = state["synced_at"], state["syncs"]
 
 
 class _Snapshot:
-    """An f32 policy module acted from with ``act(policy, obs)``, refreshed by :meth:`load`."""
+    """An f32 policy module acted from with ``act(policy, obs)``, refreshed by `load`."""
 
     def __init__(self, policy: PolicyModule, act: Explore, check: Callable[[Any], None] | None) -> None:
         self.policy = policy.requires_grad_(False)
@@ -138,7 +139,7 @@ class SnapshotPolicy(_Snapshot):
         act: ``act(policy, obs) -> actions``: the family's exploration around the policy.
         learner: returns the learner's tensors (``agent.learner_tensors``).
         updates: returns the learner's update count now.
-        check: the agent's observation checks for :meth:`eval_policy`.
+        check: the agent's observation checks for `eval_policy`.
 
     Raises:
         ValueError: ``sync_every`` is not a positive int.
@@ -163,7 +164,7 @@ class SnapshotPolicy(_Snapshot):
         self.sync()
 
     def sync(self) -> None:
-        """Copy the learner's tensors into the snapshot (:meth:`load`)."""
+        """Copy the learner's tensors into the snapshot (`load`)."""
         self.load(self.learner())
         self.synced_at = self.updates()
         self.syncs += 1
@@ -198,7 +199,7 @@ class SnapshotPolicy(_Snapshot):
         return saved
 
     def check_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Raise ``ValueError`` unless ``state`` is a :meth:`state_dict` of this policy; changes nothing."""
+        """Raise ``ValueError`` unless ``state`` is a `state_dict` of this policy; changes nothing."""
         _check_counters(state)
         saved = self._saved(state)
         mine = self.policy.state_dict()
@@ -213,7 +214,7 @@ class SnapshotPolicy(_Snapshot):
             raise ValueError(f"collector snapshot tensor {bad!r} holds NaN or infinite values")
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict` output; ``ValueError`` (nothing changed) on a bad one."""
+        """Restore `state_dict` output; ``ValueError`` (nothing changed) on a bad one."""
         self.check_state_dict(state)
         saved = self._saved(state)
         with torch.no_grad():
@@ -228,7 +229,7 @@ class SnapshotActor(_Snapshot):
     Args:
         act: ``act(policy, obs) -> actions``, exploring from ``generator``, counting env steps in
             ``steps[0]``.
-        generator: the actor's own generator (:func:`actor_generator`).
+        generator: the actor's own generator ([`actor_generator`][tritonrl.toolkit.acting.actor_generator]).
         steps: a one-element list, the actor's env step count, shared with ``act``.
         extras: ``extras() -> {name: tensor}`` staged beside each step; ``None``: nothing.
     """
@@ -261,7 +262,7 @@ class SnapshotActor(_Snapshot):
 
     @torch.no_grad()
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict` output; ``ValueError`` for a snapshot of another network."""
+        """Restore `state_dict` output; ``ValueError`` for a snapshot of another network."""
         saved = list(state["snapshot"])
         if [tuple(t.shape) for t in saved] != [tuple(t.shape) for t in self._mirrors]:
             raise ValueError("overlap: the saved actor snapshot does not match the agent's network")

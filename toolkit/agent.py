@@ -1,9 +1,10 @@
 """The agent protocol, and the checkpoint plumbing every agent family shares.
 
-:class:`Agent` is what :func:`tritonrl.toolkit.training.loop.run_training` drives; any object
-with its methods works. :class:`AgentBase` holds the plumbing around an algorithm: the checkpoint
-header, check-then-apply loading through three hooks, the deferred input checks and the
-data-parallel helpers. See docs/pages/checkpoints.md ("The plumbing an agent inherits").
+[`Agent`][tritonrl.toolkit.agent.Agent] is what
+[`tritonrl.toolkit.training.loop.run_training`][tritonrl.toolkit.training.loop.run_training] drives; any
+object with its methods works. [`AgentBase`][tritonrl.toolkit.agent.AgentBase] holds the plumbing around an
+algorithm: the checkpoint header, check-then-apply loading through three hooks, the deferred input checks and
+the data-parallel helpers. See docs/pages/checkpoints.md ("The plumbing an agent inherits").
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ _Built = TypeVar("_Built")
 
 @runtime_checkable
 class Agent(Protocol):
-    """What the shared loop and the collector (through :meth:`acting_policy`) drive.
+    """What the shared loop and the collector (through `acting_policy`) drive.
 
     Optional extras the loop uses when present: ``eval_policy()``, ``check_inputs()``,
     ``check_state_dict(state)``, ``parameters()`` and ``experience_keys`` (entries not scanned for NaN).
@@ -75,11 +76,11 @@ class Agent(Protocol):
         ...
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict` output (checked before anything changes)."""
+        """Restore `state_dict` output (checked before anything changes)."""
         ...
 
     def acting_policy(self, sync_every: int = 1) -> ActingPolicy:
-        """The policy a collector acts with (:mod:`tritonrl.toolkit.acting`): an f32 snapshot
+        """The policy a collector acts with (`tritonrl.toolkit.acting`): an f32 snapshot
         refreshed every ``sync_every`` learner updates, or the learner itself."""
         ...
 
@@ -108,13 +109,13 @@ class LaggedActor(Protocol):
         ...
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned."""
+        """Restore what `state_dict` returned."""
         ...
 
 
 @runtime_checkable
 class OverlapAgent(Protocol):
-    """What an agent gives an overlapped run (``LoopConfig(overlap=True)``), beyond :class:`Agent`.
+    """What an agent gives an overlapped run (``LoopConfig(overlap=True)``), beyond `Agent`.
 
     Optional too: ``check_lagged()`` (raise ``ValueError`` for what it cannot do lagged) and
     ``observe_steps(obs, action, ..., **extras)`` (a block of ``[T, E, ...]`` steps at once, with what
@@ -146,7 +147,7 @@ def checkpoint_header(
 
 
 def _space_mismatch(words: str, saved: Any, own: dict[str, Any]) -> str | None:
-    """``None`` if ``saved`` equals ``own`` (both :func:`space_to_json` descriptions), else the words."""
+    """``None`` if ``saved`` equals ``own`` (both `space_to_json` descriptions), else the words."""
     if saved == own:
         return None
     box = isinstance(saved, Mapping) and saved.get("type") == own["type"] == "Box"
@@ -164,7 +165,7 @@ def check_header(
     num_envs: int | None,
     where: str,
 ) -> None:
-    """Raise :class:`tritonrl.toolkit.checkpoint.CheckpointError` (message from ``where``) unless
+    """Raise `tritonrl.toolkit.checkpoint.CheckpointError` (message from ``where``) unless
     ``state``'s header has this agent's kind, spaces and ``num_envs`` (``None``: not compared)."""
     if not isinstance(state, Mapping) or state.get("agent") != kind:
         got = state.get("agent") if isinstance(state, Mapping) else type(state).__name__
@@ -258,16 +259,17 @@ def broadcast_modules_(dist: DistContext, *modules: torch.nn.Module | None) -> N
 _STATE_KEYS = frozenset(
     ("agent", "config", "observation_space", "action_space", "num_envs", "seed", "counters", "generator")
 )
-"""The entries :meth:`AgentBase.state_dict` writes around an agent's own parts."""
+"""The entries `AgentBase.state_dict` writes around an agent's own parts."""
 
 
 class AgentBase(abc.ABC):
     """The constructor prologue, save, load, check-then-apply ``load_state_dict`` and ``check_inputs``
     shared by the agent families.
 
-    A subclass sets :attr:`kind` and :attr:`config_class`, starts its constructor with
-    :meth:`_init_agent`, builds networks with :meth:`_build_seeded` and optimizers with :meth:`_adam`,
-    and implements ``_state_parts``, ``_check_parts`` and ``_load_parts`` (docs/pages/checkpoints.md).
+    A subclass sets [`kind`][tritonrl.toolkit.agent.AgentBase.kind] and
+    [`config_class`][tritonrl.toolkit.agent.AgentBase.config_class], starts its constructor with
+    `_init_agent`, builds networks with `_build_seeded` and optimizers with `_adam`, and
+    implements ``_state_parts``, ``_check_parts`` and ``_load_parts`` (docs/pages/checkpoints.md).
     """
 
     kind: ClassVar[str]
@@ -275,11 +277,11 @@ class AgentBase(abc.ABC):
     config_class: ClassVar[type[Config]]
     """The config dataclass (with ``to_dict`` / ``from_dict``)."""
     rank_part_keys: ClassVar[tuple[str, ...]] = ("generator",)
-    """The top-level entries of :meth:`state_dict` that are this rank's own in a data-parallel run
+    """The top-level entries of `state_dict` that are this rank's own in a data-parallel run
     (present or not; every other entry is shared by the ranks): what a checkpoint keeps per rank,
     and what ``load_state_dict(..., rank_parts=False)`` neither needs nor reads."""
     part_keys: ClassVar[tuple[str, ...] | None] = None
-    """Every top-level entry :meth:`_state_parts` may write (``None``: the ones it writes now); a
+    """Every top-level entry `_state_parts` may write (``None``: the ones it writes now); a
     state with any other entry is refused at load (a damaged file, or another program's state)."""
     experience_keys: ClassVar[tuple[str, ...]] = ()
     """The entries that hold stored experience (replay, rollout): the one part of a state not
@@ -313,10 +315,11 @@ class AgentBase(abc.ABC):
         dist: DistContext | None,
     ) -> None:
         """The prologue of every agent constructor: check the arguments, join the ranks, set the common
-        attributes, check the backend override, seed the generator (:func:`rank_seed`), zero the counters.
+        attributes, check the backend override, seed the generator
+        ([`rank_seed`][tritonrl.toolkit.agent.rank_seed]), zero the counters.
 
         Raises:
-            TypeError: ``config`` is not a :attr:`config_class`.
+            TypeError: ``config`` is not a [`config_class`][tritonrl.toolkit.agent.AgentBase.config_class].
             ValueError: ``num_envs`` is not a positive int, or the backend override cannot run here.
             tritonrl.toolkit.distributed.DistributedError: the ranks' agents differ (on every rank).
         """
@@ -365,11 +368,11 @@ class AgentBase(abc.ABC):
 
     @abc.abstractmethod
     def _state_parts(self) -> dict[str, Any]:
-        """The agent's own entries of :meth:`state_dict` (networks, optimizers, buffers, ...)."""
+        """The agent's own entries of `state_dict` (networks, optimizers, buffers, ...)."""
 
     @abc.abstractmethod
     def _check_parts(self, state: Mapping[str, Any], where: str, rank_parts: bool) -> dict[str, Any]:
-        """Validate the agent's own entries of ``state`` and return what :meth:`_load_parts` needs; changes
+        """Validate the agent's own entries of ``state`` and return what `_load_parts` needs; changes
         nothing. Raises ``CheckpointError``, ``ValueError``, ``TypeError`` or ``KeyError``.
         ``rank_parts=False``: only the entries every rank shares are read."""
 
@@ -385,7 +388,7 @@ class AgentBase(abc.ABC):
         self.inputs.check()
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to resume exactly: the header (:func:`checkpoint_header`), counters,
+        """Everything needed to resume exactly: the header (`checkpoint_header`), counters,
         the agent's generator, and the agent's own parts."""
         return {
             **checkpoint_header(
@@ -399,14 +402,14 @@ class AgentBase(abc.ABC):
     def check_state_dict(
         self, state: Mapping[str, Any], *, where: str = "agent state", rank_parts: bool = True
     ) -> None:
-        """Raise :class:`tritonrl.toolkit.checkpoint.CheckpointError` (from ``where``) unless ``state`` fits
-        this agent in every entry :meth:`load_state_dict` reads (``rank_parts=False``: the shared ones)."""
+        """Raise `tritonrl.toolkit.checkpoint.CheckpointError` (from ``where``) unless ``state`` fits
+        this agent in every entry `load_state_dict` reads (``rank_parts=False``: the shared ones)."""
         self._check_state(state, where, rank_parts)
 
     def _check_state(
         self, state: Mapping[str, Any], where: str, rank_parts: bool = True
     ) -> tuple[dict[str, Any], bool]:
-        """:meth:`check_state_dict`, returning the staged parts and whether the generator state fits."""
+        """`check_state_dict`, returning the staged parts and whether the generator state fits."""
         check_header(
             state,
             kind=self.kind,
@@ -457,11 +460,11 @@ class AgentBase(abc.ABC):
     def load_state_dict(
         self, state: Mapping[str, Any], *, where: str = "agent state", rank_parts: bool = True
     ) -> None:
-        """Restore a :meth:`state_dict`, possibly saved in another dtype or on another device.
+        """Restore a `state_dict`, possibly saved in another dtype or on another device.
 
         Learning rates come from this agent's config. A generator saved on another device type is
-        reseeded deterministically (:func:`reseed`). ``rank_parts=False`` loads only the state every rank
-        shares and starts this rank's own parts fresh: how N ranks resume on M.
+        reseeded deterministically ([`reseed`][tritonrl.toolkit.agent.reseed]). ``rank_parts=False`` loads
+        only the state every rank shares and starts this rank's own parts fresh: how N ranks resume on M.
 
         Raises:
             tritonrl.toolkit.checkpoint.CheckpointError: any mismatch, all checked before anything changes.
@@ -477,12 +480,12 @@ class AgentBase(abc.ABC):
         self._load_parts(state, staged, rank_parts)
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write :meth:`state_dict` atomically (:func:`tritonrl.toolkit.checkpoint.save_checkpoint`)."""
+        """Write `state_dict` atomically (`tritonrl.toolkit.checkpoint.save_checkpoint`)."""
         save_checkpoint(path, self.state_dict())
 
     @classmethod
     def load(cls, path: str | os.PathLike, device: torch.device | str | None = None) -> Any:
-        """Rebuild an agent saved with :meth:`save`, or from a run's checkpoint, on ``device`` (default CPU).
+        """Rebuild an agent saved with `save`, or from a run's checkpoint, on ``device`` (default CPU).
 
         Raises:
             tritonrl.toolkit.checkpoint.CheckpointError: unreadable, foreign or not fitting.
@@ -509,7 +512,7 @@ class AgentBase(abc.ABC):
         return agent
 
     def eval_check(self, obs: torch.Tensor) -> None:
-        """The checks of :meth:`eval_policy`'s observations ``[N, *obs_shape]``: shape, uint8 images, NaN/inf.
+        """The checks of `eval_policy`'s observations ``[N, *obs_shape]``: shape, uint8 images, NaN/inf.
 
         Raises:
             ValueError: a wrong shape, NaN or infinite values.
@@ -532,7 +535,7 @@ class AgentBase(abc.ABC):
     obs_shape: tuple[int, ...]
     shapes: StepShapes
     ingest_rows: ClassVar[str] = "batch"
-    """How :meth:`_ingest`'s shape error names the leading dim (``"E"``: one row per env)."""
+    """How `_ingest`'s shape error names the leading dim (``"E"``: one row per env)."""
 
     def _ingest(
         self, obs: Any, call: str | None = None, dtype: torch.dtype | None = None, **hook: Any
@@ -541,7 +544,7 @@ class AgentBase(abc.ABC):
         uint8 images (cast and scaled) or NaN/inf; ``dtype`` ``None`` is the training dtype.
 
         Raises:
-            ValueError: a wrong shape; NaN/inf (host inputs at once, see :attr:`inputs`).
+            ValueError: a wrong shape; NaN/inf (host inputs at once, see `inputs`).
             TypeError: image observations that are not uint8.
         """
         dtype = self.dtype if dtype is None else dtype
@@ -563,13 +566,13 @@ class AgentBase(abc.ABC):
         return self._ingest_cast(x, dtype, **hook)
 
     def _ingest_cast(self, x: torch.Tensor, dtype: torch.dtype, **hook: Any) -> torch.Tensor:
-        """:meth:`_ingest`'s last step for checked floating observations ``x``: by default ``dtype``
+        """`_ingest`'s last step for checked floating observations ``x``: by default ``dtype``
         on the device (a family that normalises or reshapes overrides it)."""
         return x.to(device=self.device, dtype=dtype)
 
     def eval_policy(self) -> GreedyActor:
-        """Greedy acting for evaluation: a :class:`tritonrl.toolkit.policy.GreedyActor` snapshot of
-        ``policy()`` behind :meth:`eval_check`; a recurrent one keeps its own memory. Changes no counter."""
+        """Greedy acting for evaluation: a `tritonrl.toolkit.policy.GreedyActor` snapshot of
+        ``policy()`` behind `eval_check`; a recurrent one keeps its own memory. Changes no counter."""
         make = getattr(self, "policy", None)
         if make is None:
             raise TypeError(f"{type(self).__name__} has no policy(): it cannot evaluate greedily")

@@ -1,8 +1,9 @@
 """Checkpoints: one safetensors file holding the tensors and, in its header, a JSON tree.
 
-Atomic writes, no pickle, crc32 of the header and every tensor; a bad file is one :class:`CheckpointError`
-line. What a training run keeps in one (its sections, RNG states, checked loads into modules) is
-:mod:`tritonrl.toolkit.runstate`. A core module. Guide: docs/pages/checkpoints.md.
+Atomic writes, no pickle, crc32 of the header and every tensor; a bad file is one
+[`CheckpointError`][tritonrl.toolkit.checkpoint.CheckpointError] line. What a training run keeps in one (its
+sections, RNG states, checked loads into modules) is [`tritonrl.toolkit.runstate`][tritonrl.toolkit.runstate].
+A core module. Guide: docs/pages/checkpoints.md.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ VERSION = 1
 _META_KEY = "tritonrl"
 _SUMS_KEY = "tritonrl.crc32"  # {"header": crc of the _META_KEY document, "tensors": {name: crc}}
 CHECKSUM = "crc32"
-"""The ``checksum`` entry of a checkpoint's document: its checksums are crc32 (:func:`checksum`)."""
+"""The ``checksum`` entry of a checkpoint's document: its checksums are crc32 (`checksum`)."""
 
 
 class CheckpointError(ValueError):
@@ -114,11 +115,11 @@ _MARKERS = {
 
 
 class _Corrupt(Exception):
-    """An entry of the header's state tree that :func:`_encode` cannot have written."""
+    """An entry of the header's state tree that `_encode` cannot have written."""
 
 
 def _decode(obj: Any, tensors: Mapping[str, torch.Tensor]) -> Any:
-    """Inverse of :func:`_encode`. Raises :class:`_Corrupt` (one short line) for malformed entries."""
+    """Inverse of `_encode`. Raises `_Corrupt` (one short line) for malformed entries."""
     if isinstance(obj, list):
         return [_decode(v, tensors) for v in obj]
     if not isinstance(obj, dict):
@@ -238,7 +239,7 @@ def atomic_write_bytes(path: str | os.PathLike, payload: bytes) -> None:
     """Write ``payload`` to ``path`` so that readers see the old file or the new one, never a mix.
 
     Temporary file, ``fsync``, ``os.replace``, folder fsync; a killed writer's temporary is cleared by
-    :func:`remove_stale_temps`.
+    [`remove_stale_temps`][tritonrl.toolkit.checkpoint.remove_stale_temps].
 
     Raises:
         OSError: the write failed (the previous file stays); the error names ``path``.
@@ -283,7 +284,7 @@ def _fsync_dir(folder: Path) -> None:
 
 
 def remove_stale_temps(path: str | os.PathLike) -> list[Path]:
-    """Remove and return the temporary files :func:`atomic_write_bytes` left for ``path`` (hold the lock)."""
+    """Remove and return the temporary files `atomic_write_bytes` left for ``path`` (hold the lock)."""
     dest = Path(path)
     removed = []
     for tmp in dest.parent.glob(f".{glob_escape(dest.name)}.*.tmp"):
@@ -296,15 +297,15 @@ def remove_stale_temps(path: str | os.PathLike) -> list[Path]:
 
 
 MAX_HEADER_BYTES = 100 * 2**20
-"""Largest safetensors header :func:`load_checkpoint` reads (the JSON tree of counters, config and
+"""Largest safetensors header `load_checkpoint` reads (the JSON tree of counters, config and
 names; a big replay buffer's header stays far below): a larger length field means a foreign file."""
 
 
 def _read_file(path: str | os.PathLike, where: str, *, payload: bool = True) -> bytes:
     """The bytes of a regular-file checkpoint (``payload=False``: length and header only).
 
-    Non-regular files (a FIFO, ``/dev/zero``) and header lengths beyond the file or :data:`MAX_HEADER_BYTES`
-    are refused unread.
+    Non-regular files (a FIFO, ``/dev/zero``) and header lengths beyond the file or
+    [`MAX_HEADER_BYTES`][tritonrl.toolkit.checkpoint.MAX_HEADER_BYTES] are refused unread.
     """
     try:
         # O_NONBLOCK: opening a FIFO without a writer would otherwise block right here
@@ -376,7 +377,7 @@ class _NoTensors(dict):
 def load_checkpoint(
     path: str | os.PathLike, *, device: torch.device | str | None = None, tensors: bool = True
 ) -> dict:
-    """Read a checkpoint written by :func:`save_checkpoint` (no pickle); dtypes kept as stored.
+    """Read a checkpoint written by `save_checkpoint` (no pickle); dtypes kept as stored.
 
     Args:
         tensors: ``False`` reads the header alone, ``None`` where each tensor was.

@@ -1,8 +1,9 @@
 """Validation shared by every agent family: config field ranges, memory budgets, per-step inputs.
 
-:func:`check_config`, :func:`check_memory`, :class:`StepShapes` (metadata only) and :class:`InputGuard`
-(NaN/inf and out-of-range inputs; deferred to a device flag on an accelerator). A core module. Guide:
-docs/pages/agent-inputs.md.
+[`check_config`][tritonrl.toolkit.checks.check_config],
+[`check_memory`][tritonrl.toolkit.checks.check_memory], [`StepShapes`][tritonrl.toolkit.checks.StepShapes]
+(metadata only) and [`InputGuard`][tritonrl.toolkit.checks.InputGuard] (NaN/inf and out-of-range inputs;
+deferred to a device flag on an accelerator). A core module. Guide: docs/pages/agent-inputs.md.
 """
 
 from __future__ import annotations
@@ -273,7 +274,7 @@ class StepShapes:
         flags refused, not cast), real ``reward``.
 
         Raises:
-            ValueError: a wrong shape (as :meth:`act`).
+            ValueError: a wrong shape (as [`act`][tritonrl.toolkit.checks.StepShapes.act]).
             TypeError: a flag that is not boolean or a reward that is not real.
         """
         if self._fast(obs, action, reward, next_obs, terminated, truncated):
@@ -300,7 +301,7 @@ class StepShapes:
 
 @dataclasses.dataclass(frozen=True)
 class ActionRule:
-    """What a valid action is, for :class:`InputGuard`.
+    """What a valid action is, for `InputGuard`.
 
     Attributes:
         kind: ``"discrete"``, ``"multidiscrete"`` or ``"box"`` (finite floats).
@@ -349,7 +350,8 @@ class InputGuard:
 
     Args:
         owner: how messages name the checked object (``"DQNAgent"``, ``"ReplayBuffer"``).
-        actions: the valid actions; ``None``: :meth:`action` checks nothing.
+        actions: the valid actions; ``None``: [`action`][tritonrl.toolkit.checks.InputGuard.action] checks
+            nothing.
         where: how messages name this guard's ``mode`` (``"agent.inputs"``).
 
     Attributes:
@@ -431,7 +433,7 @@ class InputGuard:
         self._seen = (x, x._version)
 
     def reward(self, call: str, x: Any) -> None:
-        """Check that every reward in ``x`` is finite (see :meth:`obs`)."""
+        """Check that every reward in ``x`` is finite (see `obs`)."""
         if isinstance(x, torch.Tensor):
             self._finite(call, "reward", x)
         else:
@@ -479,7 +481,7 @@ class InputGuard:
                 self._fail(call, name, t, bad, "is not finite")
 
     def action(self, call: str, x: Any) -> None:
-        """Check that the action ``x`` lies in the space (an action :meth:`acted` recorded passes).
+        """Check that the action ``x`` lies in the space (an action `acted` recorded passes).
 
         Raises:
             ValueError: an entry outside the space or not finite (eager path).

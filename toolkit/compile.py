@@ -1,7 +1,7 @@
 """``torch.compile`` of the learner step and the acting forward: one switch, one helper.
 
 The agents' ``compile`` field is ``"none"``, ``"default"`` (fullgraph, static shapes) or ``"reduce-overhead"``
-(plus CUDA graphs on CUDA). :class:`Compiled` wraps each region; :func:`escape` copies what must outlive a
+(plus CUDA graphs on CUDA). `Compiled` wraps each region; `escape` copies what must outlive a
 CUDA-graph step. Imports torch and toolkit root modules only. Rules and what each agent compiles:
 docs/pages/speed.md ("The compile switch").
 """
@@ -53,7 +53,7 @@ class Compiled:
         self.fullgraph = fullgraph
         self.cudagraphs = mode == "reduce-overhead" and torch.device(device).type == "cuda"
         """Whether the compiled function is replayed as a CUDA graph (its outputs then live in
-        graph-owned memory, overwritten by the next replay: see :func:`escape`)."""
+        graph-owned memory, overwritten by the next replay: see `escape`)."""
         if mode == "none":
             self._call = fn
         else:

@@ -1,10 +1,11 @@
 """Agent configs: one (de)serialiser, command-line overrides, strict reading back from checkpoints, and which
 fields a resume may change.
 
-Every agent config is a frozen dataclass deriving from :class:`Config`. A field declared with
-:func:`resumable` may change on ``--resume --set``; every other field is fixed (a change is refused), and
-:func:`backfilled` marks a fixed field added after checkpoints were written. Imports nothing from tritonrl.
-Guide: docs/pages/training.md ("--resume and --set").
+Every agent config is a frozen dataclass deriving from [`Config`][tritonrl.toolkit.config.Config]. A field
+declared with [`resumable`][tritonrl.toolkit.config.resumable] may change on ``--resume --set``; every other
+field is fixed (a change is refused), and [`backfilled`][tritonrl.toolkit.config.backfilled] marks a fixed
+field added after checkpoints were written. Imports nothing from tritonrl. Guide: docs/pages/training.md
+("--resume and --set").
 """
 
 from __future__ import annotations
@@ -48,12 +49,12 @@ def backfilled(default: Any, **kwargs: Any) -> Any:
 
 
 def backfilled_fields(config_cls: type) -> frozenset[str]:
-    """Names of the fields of the config dataclass ``config_cls`` declared with :func:`backfilled`."""
+    """Names of the fields of the config dataclass ``config_cls`` declared with `backfilled`."""
     return frozenset(f.name for f in dataclasses.fields(config_cls) if f.metadata.get(_BACKFILLED))
 
 
 def resumable_fields(config_cls: type) -> frozenset[str]:
-    """Names of the fields of the config dataclass ``config_cls`` declared with :func:`resumable`."""
+    """Names of the fields of the config dataclass ``config_cls`` declared with `resumable`."""
     return frozenset(f.name for f in dataclasses.fields(config_cls) if f.metadata.get(_RESUMABLE))
 
 
@@ -69,7 +70,7 @@ def config_changes(old: Any, new: Any) -> dict[str, tuple[Any, Any]]:
 
 
 def fixed_changes(old: Any, new: Any) -> dict[str, tuple[Any, Any]]:
-    """The :func:`config_changes` of fields that a resume may not change."""
+    """The `config_changes` of fields that a resume may not change."""
     allowed = resumable_fields(type(old))
     return {k: v for k, v in config_changes(old, new).items() if k not in allowed}
 
@@ -115,8 +116,8 @@ def check_config_dict(config_cls: type, values: Any, *, where: str = "config") -
     """Raise ``ValueError`` unless ``values`` is a well-typed dict of ``config_cls``'s fields; changes
     nothing.
 
-    Resumable and :func:`backfilled` fields may be missing. The message names the field and at most 40
-    characters of the value.
+    Resumable and [`backfilled`][tritonrl.toolkit.config.backfilled] fields may be missing. The message names
+    the field and at most 40 characters of the value.
     """
     if not isinstance(values, Mapping):
         raise ValueError(f"{where} is a {type(values).__name__}, not a dict of {config_cls.__name__} fields")
@@ -159,7 +160,7 @@ class Config:
 
     @classmethod
     def from_dict(cls: type[C], values: Mapping[str, Any]) -> C:
-        """Inverse of :meth:`to_dict` (lists become tuples where the type says; missing fields take defaults).
+        """Inverse of `to_dict` (lists become tuples where the type says; missing fields take defaults).
 
         Raises:
             ValueError: not a dict, an unknown field, or a value the config's own checks reject.

@@ -1,9 +1,10 @@
 """Data-parallel training on ``torch.distributed``: one process per device, launched by ``torchrun``.
 
-:func:`init_distributed` joins the process group (NCCL on CUDA, gloo on a CPU) and returns the process's
-:class:`DistContext`: rank, world size, the collectives and the checks every rank must agree on. A single
-process gets :data:`SINGLE_PROCESS`, whose collectives return at once. Imports torch only. Guide:
-docs/pages/scaling.md.
+[`init_distributed`][tritonrl.toolkit.distributed.init_distributed] joins the process group (NCCL on CUDA,
+gloo on a CPU) and returns the process's [`DistContext`][tritonrl.toolkit.distributed.DistContext]: rank,
+world size, the collectives and the checks every rank must agree on. A single process gets
+[`SINGLE_PROCESS`][tritonrl.toolkit.distributed.SINGLE_PROCESS], whose collectives return at once. Imports
+torch only. Guide: docs/pages/scaling.md.
 """
 
 from __future__ import annotations
@@ -267,11 +268,13 @@ def init_distributed(
 ) -> DistContext:
     """Join the process group ``torchrun`` describes (once) and return this process's context.
 
-    Without a multi-process launch: :data:`SINGLE_PROCESS` on ``device``.
+    Without a multi-process launch: [`SINGLE_PROCESS`][tritonrl.toolkit.distributed.SINGLE_PROCESS] on
+    ``device``.
 
     Args:
         device: ``"cpu"``, ``"cuda"``, ``"auto"`` or ``None``; ``cuda:N`` only with ``N`` the local rank.
-        timeout_s: a collective's wait (default ``TRITONRL_DIST_TIMEOUT`` or :data:`DEFAULT_TIMEOUT_S`).
+        timeout_s: a collective's wait (default ``TRITONRL_DIST_TIMEOUT`` or
+            [`DEFAULT_TIMEOUT_S`][tritonrl.toolkit.distributed.DEFAULT_TIMEOUT_S]).
 
     Raises:
         DistributedError: an incomplete launch, too few GPUs, ``cuda:N`` not the local rank, a bad timeout.
@@ -317,14 +320,15 @@ def init_distributed(
 
 
 AGREED_ERRORS: tuple[type[BaseException], ...] = (ValueError, RuntimeError, OSError)
-"""What :func:`on_main` sends from rank 0 to every rank (usage errors, failed reads and writes);
+"""What `on_main` sends from rank 0 to every rank (usage errors, failed reads and writes);
 other exceptions are bugs and stay on rank 0 (the others then fail at their next collective)."""
 
 
 def on_main(ctx: DistContext, fn: Callable[[], Any]) -> Any:
     """``fn()`` run on rank 0 alone, its picklable result returned on every rank (one broadcast).
 
-    An error of :data:`AGREED_ERRORS` that ``fn`` raises is raised on every rank, so no rank goes on alone.
+    An error of [`AGREED_ERRORS`][tritonrl.toolkit.distributed.AGREED_ERRORS] that ``fn`` raises is raised on
+    every rank, so no rank goes on alone.
     """
     if not ctx.enabled:
         return fn()
@@ -357,12 +361,12 @@ def picklable_error(exc: BaseException) -> BaseException:
 
 
 def current() -> DistContext:
-    """The context :func:`init_distributed` set up in this process (:data:`SINGLE_PROCESS` before)."""
+    """The context `init_distributed` set up in this process (`SINGLE_PROCESS` before)."""
     return _current
 
 
 def shutdown() -> None:
-    """Leave the process group (if joined) and return to :data:`SINGLE_PROCESS`."""
+    """Leave the process group (if joined) and return to `SINGLE_PROCESS`."""
     global _current
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()

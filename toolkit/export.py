@@ -1,8 +1,10 @@
 """Export a policy module so that it runs without tritonrl: ``torch.export``, ONNX, AOTInductor.
 
-:func:`export_policy` traces a :class:`tritonrl.toolkit.policy.PolicyModule` once (kernel ops as torch
-references) and writes ``pt2``, ``onnx`` or ``aoti`` with a JSON sidecar; :func:`load_exported` reads any
-back. A core module. Guide: docs/pages/using-policies.md.
+[`export_policy`][tritonrl.toolkit.export.export_policy] traces a
+[`tritonrl.toolkit.policy.PolicyModule`][tritonrl.toolkit.policy.PolicyModule] once (kernel ops as torch
+references) and writes ``pt2``, ``onnx`` or ``aoti`` with a JSON sidecar;
+[`load_exported`][tritonrl.toolkit.export.load_exported] reads any back. A core module. Guide:
+docs/pages/using-policies.md.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ __all__ = [
 ]
 
 FORMATS = ("pt2", "onnx", "aoti")
-"""The artifact formats of :func:`export_policy`."""
+"""The artifact formats of `export_policy`."""
 ONNX_OPSET = 18
 """The ONNX opset of ``onnx`` artifacts (onnxruntime 1.16 and later run it)."""
 SIDECAR_FORMAT = "tritonrl-policy"
@@ -128,8 +130,10 @@ def exported_program(
     references.
 
     Args:
-        example_obs: at least 2 observations (default :meth:`PolicyModule.example_obs`).
-        outputs: ``"action"`` (``forward``'s outputs) or ``"all"`` (:meth:`PolicyModule.outputs`).
+        example_obs: at least 2 observations (default
+            [`PolicyModule.example_obs`][tritonrl.toolkit.policy.PolicyModule.example_obs]).
+        outputs: ``"action"`` (``forward``'s outputs) or ``"all"``
+            ([`PolicyModule.outputs`][tritonrl.toolkit.policy.PolicyModule.outputs]).
 
     Raises:
         ExportError: weights not f32, a batch below 2, a graph that does not trace or holds a non-standard op.
@@ -183,7 +187,7 @@ def _versions(format: str) -> dict[str, str]:
 
 
 def _check_onnx(model: Any) -> None:
-    """Raise :class:`ExportError` unless every node of ``model`` is in a standard ONNX domain."""
+    """Raise `ExportError` unless every node of ``model`` is in a standard ONNX domain."""
     domains = {node.domain for node in model.graph.node}
     for fn in model.functions:
         domains |= {node.domain for node in fn.node}
@@ -316,7 +320,7 @@ class ExportedPolicy:
 
 
 def load_exported(path: str | os.PathLike) -> ExportedPolicy:
-    """Load an artifact of :func:`export_policy` (its sidecar says which format it is).
+    """Load an artifact of `export_policy` (its sidecar says which format it is).
 
     Raises:
         ExportError: no sidecar, or not a tritonrl policy's; the ``onnx`` extra missing for an ONNX artifact.

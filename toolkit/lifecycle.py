@@ -1,10 +1,11 @@
 """One run's lifecycle in its folder, shared by the RL loop and the forecaster trainer.
 
-:class:`RunLifecycle` holds what :func:`tritonrl.toolkit.training.loop.run_training` and
-:func:`tritonrl.toolkit.forecast.fit` share: the folder lock, fresh start or resume, the metric flush and
-divergence check, the checkpoint cadence, the signal stop and the final report. Rank 0 alone touches the
-folder; an error it meets there is raised on every rank. A core module: it imports no toolkit subpackage.
-Guide: docs/pages/training.md ("Run folders survive kills, restarts and divergence").
+[`RunLifecycle`][tritonrl.toolkit.lifecycle.RunLifecycle] holds what
+[`tritonrl.toolkit.training.loop.run_training`][tritonrl.toolkit.training.loop.run_training] and
+[`tritonrl.toolkit.forecast.fit`][tritonrl.toolkit.forecast.fit] share: the folder lock, fresh start or
+resume, the metric flush and divergence check, the checkpoint cadence, the signal stop and the final report.
+Rank 0 alone touches the folder; an error it meets there is raised on every rank. A core module: it imports no
+toolkit subpackage. Guide: docs/pages/training.md ("Run folders survive kills, restarts and divergence").
 """
 
 from __future__ import annotations
@@ -91,9 +92,11 @@ class RunLifecycle:
     """The folder side of one run; a context manager that closes the logger and releases the lock.
 
     Args:
-        run_dir: the run folder; ``None``: nothing is written (:meth:`save` refused).
+        run_dir: the run folder; ``None``: nothing is written
+            ([`save`][tritonrl.toolkit.lifecycle.RunLifecycle.save] refused).
         run_files: glob patterns of what an earlier run left (moved aside by a fresh start).
-        checkpoint_seconds: :meth:`due_by_time`'s period (0: never).
+        checkpoint_seconds: [`due_by_time`][tritonrl.toolkit.lifecycle.RunLifecycle.due_by_time]'s period (0:
+            never).
     """
 
     def __init__(
@@ -197,7 +200,7 @@ class RunLifecycle:
         self.checkpoint_step = step
 
     def close(self) -> None:
-        """Close the logger and release the lock; a run refused before :meth:`open` leaves no lock file."""
+        """Close the logger and release the lock; a run refused before `open` leaves no lock file."""
         if self.logger is not None:
             self.logger.close()
         if self._lock is not None:

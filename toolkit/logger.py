@@ -1,9 +1,10 @@
 """Metric logging that syncs the device once per log interval, a learning-curve plot, a progress bar.
 
-:class:`MetricLogger` keeps running sums as device tensors and writes one ``metrics.csv`` row (CleanRL names:
-``charts/episodic_return``, ``losses/value_loss``, ...) and TensorBoard scalars per flush. The CSV survives a
-kill at any moment: appends, atomic rewrites, :func:`repair_csv` on resume. Imports toolkit root modules only.
-Guide: docs/pages/training.md.
+[`MetricLogger`][tritonrl.toolkit.logger.MetricLogger] keeps running sums as device tensors and writes one
+``metrics.csv`` row (CleanRL names: ``charts/episodic_return``, ``losses/value_loss``, ...) and TensorBoard
+scalars per flush. The CSV survives a kill at any moment: appends, atomic rewrites,
+[`repair_csv`][tritonrl.toolkit.logger.repair_csv] on resume. Imports toolkit root modules only. Guide:
+docs/pages/training.md.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ class MetricLogger:
         self.last: dict[str, float] = {}
 
     def log(self, step: int, metrics: Mapping[str, torch.Tensor | float]) -> None:
-        """Add one value per metric to the interval (tensors stay on their device; written at :meth:`flush`).
+        """Add one value per metric to the interval (tensors stay on their device; written at `flush`).
 
         Raises:
             TypeError: a value is neither a number nor a one-element tensor.
@@ -206,7 +207,8 @@ def read_csv(path: str | Path) -> list[dict[str, float]]:
     """Rows of a ``metrics.csv`` as dicts of floats (empty cells left out; ``nan`` reads as NaN).
 
     Raises:
-        ValueError: a damaged line; the message names the file and line (:func:`repair_csv` fixes it).
+        ValueError: a damaged line; the message names the file and line
+            ([`repair_csv`][tritonrl.toolkit.logger.repair_csv] fixes it).
     """
     path = Path(path)
     lines, complete = _split(path.read_text())

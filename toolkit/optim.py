@@ -1,9 +1,10 @@
 """Optimizers that keep bf16 training from losing its updates: f32 master weights.
 
-A small Adam step on a bf16 weight rounds away; :class:`MasterWeightOptimizer` steps f32 copies and rounds
-them back into the parameters. Also the agents' learner step (:meth:`~MasterWeightOptimizer.clip_and_step`)
-and the gradient average across ranks. Imports torch and toolkit root modules only. Guide:
-docs/pages/precision.md.
+A small Adam step on a bf16 weight rounds away;
+[`MasterWeightOptimizer`][tritonrl.toolkit.optim.MasterWeightOptimizer] steps f32 copies and rounds them back
+into the parameters. Also the agents' learner step
+([`clip_and_step`][tritonrl.toolkit.optim.MasterWeightOptimizer.clip_and_step]) and the gradient average
+across ranks. Imports torch and toolkit root modules only. Guide: docs/pages/precision.md.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ class MasterWeightOptimizer:
 
     Args:
         optimizer_cls: a ``torch.optim.Optimizer`` subclass (Adam, AdamW, SGD, ...).
-        compile: how :meth:`clip_and_step` runs (:data:`~tritonrl.toolkit.compile.COMPILE_MODES`); compiled
-            needs fused Adam.
+        compile: how [`clip_and_step`][tritonrl.toolkit.optim.MasterWeightOptimizer.clip_and_step] runs
+            (`COMPILE_MODES`); compiled needs fused Adam.
         dist: the data-parallel context whose gradients are averaged before each step; ``None``: none.
         **kwargs: passed to ``optimizer_cls`` (``lr``, ``eps``, ...).
 
@@ -155,8 +156,9 @@ class MasterWeightOptimizer:
     def clip_and_step(self, max_norm: float | None) -> torch.Tensor | None:
         """Clip the global gradient norm to ``max_norm`` and take one Adam step, without host reads.
 
-        :meth:`clip_grad_norm_` then :meth:`step` as one function of tensors (fused Adam eager, foreach
-        compiled).
+        [`clip_grad_norm_`][tritonrl.toolkit.optim.MasterWeightOptimizer.clip_grad_norm_] then
+        [`step`][tritonrl.toolkit.optim.MasterWeightOptimizer.step] as one function of tensors (fused Adam
+        eager, foreach compiled).
 
         Returns:
             the f32 0-d norm before clipping; ``None`` when ``max_norm`` is ``None`` (no clip).
@@ -286,7 +288,7 @@ class MasterWeightOptimizer:
                     )
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Load a :meth:`state_dict` (any parameter dtype) after the parameters were loaded.
+        """Load a `state_dict` (any parameter dtype) after the parameters were loaded.
 
         Raises:
             ValueError: the state does not fit (checked before anything changes).
@@ -331,7 +333,7 @@ def _adam_step(
     amsgrad: bool,
     maximize: bool,
 ) -> torch.Tensor | None:
-    """The body of :meth:`MasterWeightOptimizer.clip_and_step`: the f32 norm (``None`` unclipped)."""
+    """The body of `MasterWeightOptimizer.clip_and_step`: the f32 norm (``None`` unclipped)."""
     keep = [i for i, g in enumerate(grads) if g is not None]
     if not keep:
         return None if max_norm is None else torch.zeros((), dtype=torch.float32, device=steps[0].device)

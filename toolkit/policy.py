@@ -1,9 +1,9 @@
 """Policy modules: a trained policy as a plain ``torch.nn.Module``, and greedy acting from one.
 
-Every agent family gives one :class:`PolicyModule` (``agent.policy()``): f32 weights and a ``forward`` that is
-the greedy action, preprocessing included. The same class acts for the collector and the overlapped actor, for
-evaluation (:class:`GreedyActor`) and for export. A core module: it imports no toolkit subpackage. Guide:
-docs/pages/using-policies.md.
+Every agent family gives one [`PolicyModule`][tritonrl.toolkit.policy.PolicyModule] (``agent.policy()``): f32
+weights and a ``forward`` that is the greedy action, preprocessing included. The same class acts for the
+collector and the overlapped actor, for evaluation ([`GreedyActor`][tritonrl.toolkit.policy.GreedyActor]) and
+for export. A core module: it imports no toolkit subpackage. Guide: docs/pages/using-policies.md.
 """
 
 from __future__ import annotations
@@ -26,8 +26,13 @@ StateSpec = tuple[str, tuple[int, ...], torch.dtype]
 class PolicyModule(nn.Module):
     """The base of every family's policy module.
 
-    A subclass sets :attr:`family` and :attr:`extra_outputs` and implements :meth:`act`, :meth:`outputs` and
-    :meth:`mirrors`; recurrent ones set :attr:`recurrent` and implement :meth:`state_spec`.
+    A subclass sets [`family`][tritonrl.toolkit.policy.PolicyModule.family] and
+    [`extra_outputs`][tritonrl.toolkit.policy.PolicyModule.extra_outputs] and implements
+    [`act`][tritonrl.toolkit.policy.PolicyModule.act],
+    [`outputs`][tritonrl.toolkit.policy.PolicyModule.outputs] and
+    [`mirrors`][tritonrl.toolkit.policy.PolicyModule.mirrors]; recurrent ones set
+    [`recurrent`][tritonrl.toolkit.policy.PolicyModule.recurrent] and implement
+    [`state_spec`][tritonrl.toolkit.policy.PolicyModule.state_spec].
     """
 
     family: ClassVar[str] = ""
@@ -35,7 +40,7 @@ class PolicyModule(nn.Module):
     recurrent: bool = False
     """Whether ``forward`` takes and returns a memory (a class or an instance may set it)."""
     extra_outputs: tuple[str, ...] = ()
-    """What :meth:`outputs` returns beside ``"action"`` (``q_values``, ``logits``, ``value``, ...)."""
+    """What `outputs` returns beside ``"action"`` (``q_values``, ``logits``, ``value``, ...)."""
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space) -> None:
         super().__init__()
@@ -130,9 +135,10 @@ class PolicyModule(nn.Module):
 
 
 class GreedyActor:
-    """Greedy acting from a :class:`PolicyModule` for evaluation (``agent.eval_policy()``), in eval mode.
+    """Greedy acting from a `PolicyModule` for evaluation (``agent.eval_policy()``), in eval mode.
 
-    A recurrent policy keeps its own memory (:meth:`reset`; a batch of another size starts from zero).
+    A recurrent policy keeps its own memory ([`reset`][tritonrl.toolkit.policy.GreedyActor.reset]; a batch of
+    another size starts from zero).
 
     Args:
         check: ``check(obs)`` raises on observations the agent refuses; ``None``: no check.

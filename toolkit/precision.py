@@ -157,5 +157,5 @@ explain.cache_clear = _decide.cache_clear  # type: ignore[attr-defined]
 def dtype_or_default(
     dtype: torch.dtype | None, device: torch.device | str | int | None = None
 ) -> torch.dtype:
-    """``dtype`` when given, else :func:`training_dtype` of ``device``."""
+    """``dtype`` when given, else `training_dtype` of ``device``."""
     return dtype if dtype is not None else training_dtype(device)

@@ -1,8 +1,9 @@
 """The preset record: a named agent config, the agent class it builds, the schedule that drives it
-and the command line's defaults (:class:`MarketPreset`: what a market run changes).
+and the command line's defaults ([`MarketPreset`][tritonrl.toolkit.preset.MarketPreset]: what a market run
+changes).
 
-Agent modules list theirs in a ``PRESETS`` tuple for :mod:`tritonrl.cli.registry`; the record
-lives in the core so that agents need not import the command line.
+Agent modules list theirs in a ``PRESETS`` tuple for [`tritonrl.cli.registry`][tritonrl.cli.registry]; the
+record lives in the core so that agents need not import the command line.
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ class Preset:
     Attributes:
         description: one line for ``--agent list`` and error messages.
         agent: the agent class, called as ``agent(observation_space, action_space, config, *,
-            num_envs, device, seed)`` (and ``dist=`` when :meth:`build` is given one).
+            num_envs, device, seed)`` (and ``dist=`` when [`build`][tritonrl.toolkit.preset.Preset.build] is
+            given one).
         kind: ``"onpolicy"`` or ``"offpolicy"`` (a label for ``--agent list``).
         schedule: ``schedule(agent)`` returns the shared loop's schedule for a built agent.
         default_eval_every: evaluation interval (0: at the end only); with one, the run stops at the
@@ -69,7 +71,7 @@ class Preset:
         ValueError: an empty name, an unknown ``kind``, a field or override the config lacks, or a
             default below its minimum.
         TypeError: ``agent`` or ``schedule`` not callable, ``config`` not a dataclass instance, or
-            ``market`` neither a :class:`MarketPreset` nor ``None``.
+            ``market`` neither a [`MarketPreset`][tritonrl.toolkit.preset.MarketPreset] nor ``None``.
     """
 
     name: str
@@ -130,7 +132,7 @@ class Preset:
         total_steps: int | None = None,
     ) -> Any:
         """The config to build: the preset's (or the saved ``config`` of a resumed run), with
-        ``total_steps`` in :attr:`steps_field` and the ``--set`` ``overrides`` on top.
+        ``total_steps`` in `steps_field` and the ``--set`` ``overrides`` on top.
 
         Raises:
             ValueError: an unknown field, or a value that does not convert or that the config rejects.
@@ -153,7 +155,7 @@ class Preset:
         config: Mapping[str, Any] | None = None,
         dist: Any = None,
     ) -> Any:
-        """An agent of this preset (arguments as :meth:`configure`); ``dist``, when given, is passed as
+        """An agent of this preset (arguments as `configure`); ``dist``, when given, is passed as
         ``dist=`` (``num_envs`` then this rank's share).
 
         Raises:

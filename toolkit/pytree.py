@@ -65,7 +65,7 @@ def leaves(tree: Any) -> list[torch.Tensor]:
 
 
 def from_leaves(template: Any, values: list[torch.Tensor]) -> Any:
-    """A tree shaped like ``template`` holding copies of ``values`` (in :func:`leaves` order), each on its
+    """A tree shaped like ``template`` holding copies of ``values`` (in `leaves` order), each on its
     leaf's device and dtype.
 
     Raises:

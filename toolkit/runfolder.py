@@ -1,7 +1,7 @@
 """A run folder's housekeeping: one writer at a time, and never two runs mixed in one folder.
 
-:class:`RunLock` (an ``fcntl.flock`` the OS releases however its holder exits), :func:`move_aside` (an earlier
-run's files into ``stale-<UTC time>/``, nothing deleted), and :func:`atomic_write_text` / :func:`save_figure`
+`RunLock` (an ``fcntl.flock`` the OS releases however its holder exits), `move_aside` (an earlier
+run's files into ``stale-<UTC time>/``, nothing deleted), and `atomic_write_text` / `save_figure`
 (a kill leaves the old file or the new one). A core module: it imports no toolkit subpackage. Guide:
 docs/pages/training.md ("Run folders survive kills, restarts and divergence").
 """
@@ -41,7 +41,7 @@ RUN_FILES = (
     "equity.png",
     "events.out.tfevents.*",
 )
-"""Glob patterns of the files a run writes into its folder (what :func:`move_aside` moves; the
+"""Glob patterns of the files a run writes into its folder (what `move_aside` moves; the
 temporary files a kill left for the plain names are removed at the next start)."""
 
 
@@ -50,11 +50,11 @@ class RunFolderBusy(RuntimeError):
 
 
 class RunLock:
-    """An exclusive lock on ``<run_dir>/.lock`` (folder created), held from :meth:`acquire` to
-    :meth:`release`.
+    """An exclusive lock on ``<run_dir>/.lock`` (folder created), held from `acquire` to
+    `release`.
 
     Raises:
-        RunFolderBusy: (from :meth:`acquire`) another process holds it; the message names its PID, host and
+        RunFolderBusy: (from `acquire`) another process holds it; the message names its PID, host and
             start.
         OSError: the lock file cannot be created.
     """
@@ -66,7 +66,7 @@ class RunLock:
         self._made: list[Path] = []  # what acquire created: the folders (outermost first), then the file
 
     def acquire(self) -> RunLock:
-        """Take the lock or raise :class:`RunFolderBusy` at once (never waits).
+        """Take the lock or raise `RunFolderBusy` at once (never waits).
 
         A lock file its holder removed meanwhile is opened again, so two processes never hold two files of one
         name.
@@ -103,7 +103,7 @@ class RunLock:
     def release(self, *, undo: bool = False) -> None:
         """Let the lock go; the file stays, emptied.
 
-        ``undo``: the lock file and the folders :meth:`acquire` created go too, removed while still locked (a
+        ``undo``: the lock file and the folders `acquire` created go too, removed while still locked (a
         folder no longer empty stays).
         """
         if self._fd is None:

@@ -1,7 +1,8 @@
 """A training run's state in a checkpoint: its sections, the agent's entry, RNG states, and the checked,
 dtype-casting load of tensors into a module.
 
-The file format is :mod:`tritonrl.toolkit.checkpoint`. A core module. Guide: docs/pages/checkpoints.md.
+The file format is [`tritonrl.toolkit.checkpoint`][tritonrl.toolkit.checkpoint]. A core module. Guide:
+docs/pages/checkpoints.md.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ __all__ = [
 # ----------------------------------------------------------------------------- sections
 
 TRAIN_FORMAT = "tritonrl-train"
-"""``format`` entry of a training-run checkpoint (:mod:`tritonrl.toolkit.training.loop`): sections
+"""``format`` entry of a training-run checkpoint (`tritonrl.toolkit.training.loop`): sections
 ``agent``, ``env``,
 ``schedule``, ``loop``, ``rng`` and ``meta``."""
 
@@ -51,7 +52,7 @@ _OPTIONAL_SECTIONS = {"format", "collector", "ranks", "overlap"}  # a collector'
 
 
 def section(state: Any, key: str, where: str, words: str | None = None) -> Any:
-    """``state[key]``, or a :class:`CheckpointError` naming the section in words."""
+    """``state[key]``, or a `CheckpointError` naming the section in words."""
     if not isinstance(state, Mapping) or key not in state:
         what = words or SECTIONS.get(key, "the entry")
         raise CheckpointError(f"{where}: {what} ({key!r}) is missing")
@@ -147,7 +148,7 @@ _CUDA_GENERATOR_BYTES = 16  # seed and offset of the Philox generator
 def check_module_tensors(
     module: torch.nn.Module, tensors: Mapping[str, Any], *, where: str = "checkpoint"
 ) -> None:
-    """Raise :class:`CheckpointError` unless ``tensors`` fits ``module.state_dict()`` exactly.
+    """Raise `CheckpointError` unless ``tensors`` fits ``module.state_dict()`` exactly.
 
     The same names, shapes and floating kinds, and no NaN or infinity. Touches nothing.
     """
@@ -251,7 +252,7 @@ def capture_rng_state() -> dict:
 
 
 def check_rng_state(state: Any, *, where: str = "RNG state") -> tuple:
-    """Check RNG states of :func:`capture_rng_state`; returned staged for :func:`restore_rng_state`.
+    """Check RNG states of `capture_rng_state`; returned staged for `restore_rng_state`.
 
     Raises:
         CheckpointError: a missing entry or a wrong shape (message starts with ``where``).
@@ -287,7 +288,7 @@ def check_rng_state(state: Any, *, where: str = "RNG state") -> tuple:
 
 
 def restore_rng_state(state: Mapping[str, Any], *, where: str = "RNG state") -> None:
-    """Put back the RNG states of :func:`capture_rng_state`, all checked first.
+    """Put back the RNG states of `capture_rng_state`, all checked first.
 
     Raises:
         CheckpointError: a missing entry or a wrong shape; no RNG changed.

@@ -1,9 +1,9 @@
 """The schedules of the shared loop: when the agent learns.
 
-:class:`OnPolicySchedule` updates after every rollout (PPO); :class:`OffPolicySchedule` updates
-``gradient_steps`` times per ``train_freq`` environment steps (summed over the vector envs), so
-the update-to-data ratio does not depend on the number of environments. A core module: imports
-torch only. See docs/pages/training.md.
+[`OnPolicySchedule`][tritonrl.toolkit.schedule.OnPolicySchedule] updates after every rollout (PPO);
+[`OffPolicySchedule`][tritonrl.toolkit.schedule.OffPolicySchedule] updates ``gradient_steps`` times per
+``train_freq`` environment steps (summed over the vector envs), so the update-to-data ratio does not depend on
+the number of environments. A core module: imports torch only. See docs/pages/training.md.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class OffPolicySchedule:
 
     def rounds_due(self, prev: int, step: int) -> int:
         """Multiples ``k * train_freq`` in ``(prev, step]`` that are ``>= learning_starts`` (and
-        ``>= refill_until``, see :meth:`restart_collection`)."""
+        ``>= refill_until``, see `restart_collection`)."""
         lo = max(prev, self.learning_starts - 1, self.refill_until - 1)
         return max(0, step // self.train_freq - lo // self.train_freq) if step > lo else 0
 
@@ -110,7 +110,7 @@ class OffPolicySchedule:
                 )
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict` output; ``ValueError`` (checked first) for other settings or damage."""
+        """Restore `state_dict` output; ``ValueError`` (checked first) for other settings or damage."""
         self.check_state_dict(state)
         self.last_step = state["last_step"]
         self.rounds = state["rounds"]

@@ -1,5 +1,6 @@
-"""The seeds of an agent's sampling generator: per data-parallel rank (:func:`rank_seed`) and after a
-generator state that cannot be restored (:func:`reseed`). A core module: imports torch only.
+"""The seeds of an agent's sampling generator: per data-parallel rank (`rank_seed`) and after a
+generator state that cannot be restored ([`reseed`][tritonrl.toolkit.seeding.reseed]). A core module: imports
+torch only.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ RESEED_STRIDE = 7919
 
 RANK_SEED_STRIDE = 1_000_003
 """Rank ``r`` of a data-parallel run seeds its agent's generator with ``seed + RANK_SEED_STRIDE * r``
-(:func:`rank_seed`; a prime far above any run's update count, so that the ranks' streams, and
-their reseeds after :data:`RESEED_STRIDE` steps, do not meet)."""
+([`rank_seed`][tritonrl.toolkit.seeding.rank_seed]; a prime far above any run's update count, so that the
+ranks' streams, and their reseeds after `RESEED_STRIDE` steps, do not meet)."""
 
 
 def rank_seed(seed: int, rank: int) -> int:

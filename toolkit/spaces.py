@@ -1,5 +1,5 @@
 """gymnasium spaces to and from JSON (how checkpoints record an agent's observation and action
-spaces), and what an image observation space's bytes are scaled by (:func:`pixel_scale`)."""
+spaces), and what an image observation space's bytes are scaled by (`pixel_scale`)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def space_to_json(space: gym.Space) -> dict[str, Any]:
 
 
 def space_from_json(d: dict[str, Any]) -> gym.Space:
-    """Inverse of :func:`space_to_json`.
+    """Inverse of `space_to_json`.
 
     Raises:
         ValueError: an unknown or malformed description.

@@ -1,8 +1,8 @@
 """tritonrl: reinforcement learning for PyTorch whose hot paths are Triton kernels.
 
-Installs :mod:`tritonrl.kernels`, :mod:`tritonrl.toolkit` and :mod:`tritonrl.agents` (the
+Installs `tritonrl.kernels`, `tritonrl.toolkit` and `tritonrl.agents` (the
 repository's top-level folders, mapped by ``pyproject.toml``) and the command line,
-:mod:`tritonrl.cli`, which lives in this folder.
+`tritonrl.cli`, which lives in this folder.
 """
 
 from __future__ import annotations

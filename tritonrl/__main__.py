@@ -1,4 +1,4 @@
-"""``python -m tritonrl ...``: the command line (:mod:`tritonrl.cli`), as the ``tritonrl`` script."""
+"""``python -m tritonrl ...``: the command line (`tritonrl.cli`), as the ``tritonrl`` script."""
 
 import sys
 

@@ -1,8 +1,8 @@
 """The DQN family in one agent: DQN, double, dueling, noisy, n-step, PER, C51, QR-DQN, Rainbow.
 
-One :class:`DQNConfig` switches the pieces on; :data:`PRESETS` and :data:`PIXEL_PRESETS` are
+One [`DQNConfig`][tritonrl.agents.dqn.DQNConfig] switches the pieces on; `PRESETS` and `PIXEL_PRESETS` are
 named configs. ``icm=True`` adds curiosity, a MultiDiscrete space the factored head, image
-observations a conv torso and the frame replay. :class:`DQNAgent` is a plain object.
+observations a conv torso and the frame replay. [`DQNAgent`][tritonrl.agents.dqn.DQNAgent] is a plain object.
 See docs/pages/dqn.md and docs/pages/rainbow-tutorial.md.
 """
 

@@ -1,6 +1,6 @@
 """The DQN agent: act epsilon-greedily (or with noisy weights), observe into a replay, update.
 
-What the config switches on is in :mod:`tritonrl.agents.dqn`; the config, the network, the
+What the config switches on is in `tritonrl.agents.dqn`; the config, the network, the
 presets, the spaces, the replays and the checkpoint parts have modules of their own beside this one.
 """
 
@@ -52,20 +52,22 @@ HOST_EXPLORE_ENVS = 32
 
 
 class DQNAgent(DQNCheckpoint, AgentBase):
-    """A DQN-family agent; the config's switches are listed in :mod:`tritonrl.agents.dqn`.
+    """A DQN-family agent; the config's switches are listed in `tritonrl.agents.dqn`.
 
-    Checkpoints and ``check_inputs`` are :class:`tritonrl.toolkit.agent.AgentBase`'s.
+    Checkpoints and ``check_inputs`` are
+    [`tritonrl.toolkit.agent.AgentBase`][tritonrl.toolkit.agent.AgentBase]'s.
 
     Args:
         observation_space: a gymnasium ``Box``.
         action_space: ``Discrete`` (Q head) or ``MultiDiscrete`` (branching head).
-        config: a :class:`DQNConfig` (default: the ``dqn`` preset).
+        config: a [`DQNConfig`][tritonrl.agents.dqn.config.DQNConfig] (default: the ``dqn`` preset).
         device: where networks and replay live; the dtype is ``training_dtype(device)``.
         num_envs: environments per ``observe`` call; with ``dist``, this rank's share.
         seed: seeds the parameters and the agent's generator (per rank:
-            :func:`tritonrl.toolkit.seeding.rank_seed`).
-        dist: the data-parallel context (``None``: :func:`tritonrl.toolkit.distributed.current`);
-            every rank must build the agent at the same point.
+            [`tritonrl.toolkit.seeding.rank_seed`][tritonrl.toolkit.seeding.rank_seed]).
+        dist: the data-parallel context (``None``:
+            [`tritonrl.toolkit.distributed.current`][tritonrl.toolkit.distributed.current]); every rank must
+            build the agent at the same point.
 
     Raises:
         ValueError: an unsupported space, a distributional config with a MultiDiscrete space, a
@@ -126,14 +128,14 @@ class DQNAgent(DQNCheckpoint, AgentBase):
         """The resolved ``config.replay_staging``: ``"host"`` or ``"device"``."""
         self._check_replay_memory()
         self.shapes = StepShapes("DQNAgent", self.num_envs, self.obs_shape, self._action_shape)
-        """The shape and dtype checks of ``act``/``observe`` arguments (:class:`StepShapes`)."""
+        """The shape and dtype checks of ``act``/``observe`` arguments (`StepShapes`)."""
         self.inputs = InputGuard(
             "DQNAgent",
             ActionRule.discrete(self.action["n"])
             if not self.factored
             else ActionRule.multidiscrete(self.action["nvec"]),
         )
-        """The checks of ``act``/``observe`` inputs (:class:`tritonrl.toolkit.checks.InputGuard`); its
+        """The checks of ``act``/``observe`` inputs (`tritonrl.toolkit.checks.InputGuard`); its
         ``mode`` (``"auto"``, ``"eager"``, ``"deferred"``) says when inputs on an accelerator are
         checked."""
         self._build_networks()
@@ -153,7 +155,7 @@ class DQNAgent(DQNCheckpoint, AgentBase):
 
     def _check_replay_memory(self) -> None:
         """Refuse a replay of this rank's ``buffer_size`` share that cannot fit on the device,
-        before anything is allocated (:func:`tritonrl.agents.dqn.replay.check_replay_memory`)."""
+        before anything is allocated (`tritonrl.agents.dqn.replay.check_replay_memory`)."""
         replay.check_replay_memory(
             self.config,
             self.buffer_size,
@@ -185,7 +187,7 @@ class DQNAgent(DQNCheckpoint, AgentBase):
             self._target_master = [p.detach().float().clone() for p in self.target.parameters()]
 
     def _init_compiled(self) -> None:
-        """The compiled regions (:mod:`tritonrl.toolkit.compile`); the acting forward on CUDA only."""
+        """The compiled regions (`tritonrl.toolkit.compile`); the acting forward on CUDA only."""
         cfg = self.config
         self._learn = Compiled(self._loss, cfg.compile, self.device)
         self._learn_icm = Compiled(self._icm_loss, cfg.compile, self.device)
@@ -193,7 +195,7 @@ class DQNAgent(DQNCheckpoint, AgentBase):
         self._act_q = Compiled(self._online_q, act_mode, self.device)
 
     def _init_exploration(self) -> None:
-        """What :meth:`_explore` draws from, and whether a CPU agent draws on the host.
+        """What `_explore` draws from, and whether a CPU agent draws on the host.
 
         On a CPU with few environments the draws are read on the host, so exploring environments skip
         the greedy forward; the draws, and so the actions, are the same either way.
@@ -205,7 +207,7 @@ class DQNAgent(DQNCheckpoint, AgentBase):
 
     def _build_buffer(self) -> ReplayBuffer | FrameReplayBuffer:
         """An empty replay of this rank's ``buffer_size`` share
-        (:func:`tritonrl.agents.dqn.replay.build_replay`)."""
+        (`tritonrl.agents.dqn.replay.build_replay`)."""
         return replay.build_replay(
             self.config,
             self.buffer_size,
@@ -218,7 +220,7 @@ class DQNAgent(DQNCheckpoint, AgentBase):
         )
 
     def _build_icm_buffer(self) -> ReplayBuffer:
-        """An empty ICM replay (one-step transitions; :func:`tritonrl.agents.dqn.replay.build_icm_replay`)."""
+        """An empty ICM replay (one-step transitions; `tritonrl.agents.dqn.replay.build_icm_replay`)."""
         return replay.build_icm_replay(
             self.config,
             self.buffer_size,
@@ -232,7 +234,7 @@ class DQNAgent(DQNCheckpoint, AgentBase):
     # ------------------------------------------------------------------ values
 
     def _q_of(self, net: QNetwork, x: torch.Tensor) -> torch.Tensor:
-        """Expected Q of ``net`` in f32 (:func:`tritonrl.agents.dqn.policy.expected_q`)."""
+        """Expected Q of ``net`` in f32 (`tritonrl.agents.dqn.policy.expected_q`)."""
         return expected_q(net, x, self.config.distribution, self.support, self.factored)
 
     def q_values(self, obs: torch.Tensor, *, explore: bool = False) -> torch.Tensor:
@@ -261,7 +263,7 @@ class DQNAgent(DQNCheckpoint, AgentBase):
         return self.epsilon_at(self.env_steps)
 
     def epsilon_at(self, env_steps: int) -> float:
-        """:meth:`epsilon` after ``env_steps`` environment steps (the lagged actor counts its own)."""
+        """`epsilon` after ``env_steps`` environment steps (the lagged actor counts its own)."""
         cfg = self.config
         if cfg.noisy:
             return 0.0
@@ -276,7 +278,7 @@ class DQNAgent(DQNCheckpoint, AgentBase):
         generator: torch.Generator,
         host: bool | None = None,
     ) -> torch.Tensor:
-        """The family's one exploration of ``q`` (:func:`tritonrl.agents.dqn.policy.epsilon_greedy`)."""
+        """The family's one exploration of ``q`` (`tritonrl.agents.dqn.policy.epsilon_greedy`)."""
         host = self._host_explore if host is None else host
         return epsilon_greedy(q, x, eps, generator, num_actions=self._num_actions, nvec=self._nvec, host=host)
 
@@ -287,7 +289,8 @@ class DQNAgent(DQNCheckpoint, AgentBase):
 
         Raises:
             ValueError: ``obs`` has the wrong shape or holds NaN/inf (accelerator tensors: raised at the
-                next :meth:`update` or :meth:`check_inputs`).
+                next [`update`][tritonrl.agents.dqn.agent.DQNAgent.update] or
+                [`check_inputs`][tritonrl.agents.dqn.agent.DQNAgent.check_inputs]).
         """
         x = self._ingest(obs, "act")
         eps = self.epsilon() if explore else 0.0
@@ -305,7 +308,8 @@ class DQNAgent(DQNCheckpoint, AgentBase):
 
         Raises:
             ValueError: a shape that is not ``[num_envs, ...]``, or NaN/inf or an out-of-range action,
-                named with the first bad entry (accelerator tensors: raised later, see :meth:`act`).
+                named with the first bad entry (accelerator tensors: raised later, see
+                [`act`][tritonrl.agents.dqn.agent.DQNAgent.act]).
             TypeError: ``terminated``/``truncated`` not boolean, or another wrong dtype.
         """
         self.shapes.observe(obs, action, reward, next_obs, terminated, truncated)
@@ -325,7 +329,7 @@ class DQNAgent(DQNCheckpoint, AgentBase):
         self.env_steps += self.num_envs * self.dist.world_size  # global: every rank's environments
 
     def _check_values(self, obs: Any, action: Any, reward: Any, next_obs: Any) -> None:
-        """The value checks of :meth:`observe` (one step or a block of steps alike)."""
+        """The value checks of `observe` (one step or a block of steps alike)."""
         g = self.inputs
         if self.pixel_scale is None:
             g.obs("observe", "obs", obs)
@@ -339,7 +343,7 @@ class DQNAgent(DQNCheckpoint, AgentBase):
     def observe_steps(
         self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any
     ) -> None:
-        """Store ``T`` steps ``[T, num_envs, ...]`` (CPU) as ``T`` :meth:`observe` calls (errors too)."""
+        """Store ``T`` steps ``[T, num_envs, ...]`` (CPU) as ``T`` `observe` calls (errors too)."""
         steps = obs.shape[0]
         if self.icm_module is not None or not steps:
             for i in range(steps):
@@ -436,7 +440,8 @@ class DQNAgent(DQNCheckpoint, AgentBase):
         calls it together and the gradients are averaged.
 
         Raises:
-            RuntimeError: the buffer holds fewer than :attr:`batch_size` transitions.
+            RuntimeError: the buffer holds fewer than
+                [`batch_size`][tritonrl.agents.dqn.agent.DQNAgent.batch_size] transitions.
             ValueError: with ``inputs.check_at_update``, a deferred input check failed; nothing learned.
         """
         cfg = self.config
@@ -472,7 +477,7 @@ class DQNAgent(DQNCheckpoint, AgentBase):
         return escape(metrics, learn)
 
     def _icm_loss(self, batch: ReplayBatch) -> dict[str, torch.Tensor]:
-        """The ICM losses of one batch and its mean reward (compiled like :meth:`_loss`)."""
+        """The ICM losses of one batch and its mean reward (compiled like `_loss`)."""
         assert self.icm_module is not None  # called only with ICM on
         parts = self.icm_module.loss(batch.obs, batch.action, batch.next_obs)
         return {**parts, "reward": batch.reward.mean()}
@@ -517,7 +522,7 @@ class DQNAgent(DQNCheckpoint, AgentBase):
     # ------------------------------------------------------------------ the policy module
 
     def _snapshot(self) -> QPolicy:
-        """A :class:`QPolicy` of an f32 copy of the online network (the export cast), in the
+        """A `QPolicy` of an f32 copy of the online network (the export cast), in the
         online network's mode (train: noisy layers with the noise drawn last)."""
         net = copy.deepcopy(self.online).float().requires_grad_(False)
         return QPolicy(
@@ -531,7 +536,7 @@ class DQNAgent(DQNCheckpoint, AgentBase):
         )
 
     def policy(self) -> QPolicy:
-        """The policy module (:class:`tritonrl.agents.dqn.policy.QPolicy`): an f32 greedy snapshot."""
+        """The policy module (`tritonrl.agents.dqn.policy.QPolicy`): an f32 greedy snapshot."""
         return self._snapshot().eval()
 
     def learner_tensors(self) -> list[torch.Tensor]:
@@ -539,7 +544,7 @@ class DQNAgent(DQNCheckpoint, AgentBase):
         return [*self.online.parameters(), *self.online.buffers()]
 
     def acting_policy(self, sync_every: int = 1) -> SnapshotPolicy:
-        """The collector's :class:`tritonrl.toolkit.acting.SnapshotPolicy`, exploring as :meth:`act`.
+        """The collector's `tritonrl.toolkit.acting.SnapshotPolicy`, exploring as `act`.
 
         Refreshed every ``sync_every`` updates; reads nothing on the host on an accelerator.
 
@@ -563,7 +568,7 @@ class DQNAgent(DQNCheckpoint, AgentBase):
         )
 
     def lagged_actor(self) -> SnapshotActor:
-        """An overlapped run's actor: a policy snapshot exploring as :meth:`act` on its own step count."""
+        """An overlapped run's actor: a policy snapshot exploring as `act` on its own step count."""
         generator = actor_generator(self.generator, self.device)
         stride = self.num_envs * self.dist.world_size
         steps = [self.env_steps]

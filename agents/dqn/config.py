@@ -1,6 +1,6 @@
 """The DQN family's config: every switch and hyperparameter, and their valid ranges.
 
-What the switches combine into: docs/pages/dqn.md; the named configs: :mod:`tritonrl.agents.dqn.presets`.
+What the switches combine into: docs/pages/dqn.md; the named configs: `tritonrl.agents.dqn.presets`.
 """
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ class DQNConfig(Config):
     # ---- speed
     compile: CompileMode = resumable("none")
     """``torch.compile`` of the learner step and the acting forward: ``"none"``, ``"default"`` or
-    ``"reduce-overhead"`` (CUDA graphs on CUDA). See :mod:`tritonrl.toolkit.compile`."""
+    ``"reduce-overhead"`` (CUDA graphs on CUDA). See `tritonrl.toolkit.compile`."""
     # ---- metadata
     tags: tuple[str, ...] = resumable(())
     """Free-form labels (a preset records its name here)."""

@@ -1,5 +1,5 @@
 """The DQN family's network: a torso and a Q head (dueling, noisy, distributional or factored),
-and the curiosity module it may carry (:mod:`tritonrl.agents.icm`)."""
+and the curiosity module it may carry (`tritonrl.agents.icm`)."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def build_q_network(
     dtype: torch.dtype,
 ) -> QNetwork:
     """The online network of ``cfg`` for observations ``obs_shape`` and the action spec ``action``
-    (:func:`tritonrl.agents.dqn.spaces.action_spec`), created on ``device`` in ``dtype``."""
+    (`tritonrl.agents.dqn.spaces.action_spec`), created on ``device`` in ``dtype``."""
     torso: nn.Module
     if cfg.torso in CONV_KINDS:
         conv = ConvTorso(obs_shape, cfg.torso, hidden=cfg.torso_hidden, device=device, dtype=dtype)

@@ -1,8 +1,9 @@
 """The DQN family's policy module: greedy on the expected Q, and the family's one exploration.
 
-:class:`QPolicy` is ``agent.policy()``: an f32 copy of the online network acting greedily (noisy
-layers at their mean in eval mode), image bytes scaled inside. :func:`epsilon_greedy` is the one
-exploring step of acting, the collector's snapshot and the overlapped actor.
+[`QPolicy`][tritonrl.agents.dqn.policy.QPolicy] is ``agent.policy()``: an f32 copy of the online network
+acting greedily (noisy layers at their mean in eval mode), image bytes scaled inside.
+[`epsilon_greedy`][tritonrl.agents.dqn.policy.epsilon_greedy] is the one exploring step of acting, the
+collector's snapshot and the overlapped actor.
 """
 
 from __future__ import annotations
@@ -125,7 +126,7 @@ class QPolicy(PolicyModule):
         return x if self.pixel_scale is None else x * self.pixel_scale
 
     def q(self, x: torch.Tensor) -> torch.Tensor:
-        """Expected Q (f32) of ingested observations (:func:`expected_q`)."""
+        """Expected Q (f32) of ingested observations (`expected_q`)."""
         return expected_q(self.net, x, self.distribution, self.support, self.factored)
 
     def q_values(self, obs: torch.Tensor) -> torch.Tensor:
@@ -142,7 +143,7 @@ class QPolicy(PolicyModule):
         return {"action": q.argmax(-1), "q_values": q}
 
     def spec(self) -> dict[str, Any]:
-        """:meth:`PolicyModule.spec` with the frame stack of image observations."""
+        """`PolicyModule.spec` with the frame stack of image observations."""
         out = super().spec()
         if self.pixel_scale is not None:
             out["observation"]["frame_stack"] = self.frame_stack

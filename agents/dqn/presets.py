@@ -1,4 +1,4 @@
-"""The DQN family's named presets (one :class:`tritonrl.toolkit.preset.Preset` each).
+"""The DQN family's named presets (one `tritonrl.toolkit.preset.Preset` each).
 
 ``dqn``, then ``double``, ``dueling``, ``noisy``, ``c51``, ``qrdqn`` and ``rainbow`` (each adds its
 component); on frames ``dqn-atari`` (CleanRL), ``rainbow-atari`` (Hessel et al., 2018),
@@ -50,7 +50,7 @@ _MARKET = MarketPreset(
 
 def _preset(name: str, description: str, **switches: Any) -> Preset:
     """A DQN preset: ``_BASE`` with ``switches``; CLI defaults of 4 environments, 50k steps and a greedy
-    evaluation every 2,500 steps, and :data:`_MARKET` on market data."""
+    evaluation every 2,500 steps, and `_MARKET` on market data."""
     return Preset(
         name,
         description,
@@ -83,7 +83,7 @@ PRESETS: tuple[Preset, ...] = (
         distribution="c51",
     ),
 )
-"""The named presets; the command line's registry (:mod:`tritonrl.cli.registry`) collects them."""
+"""The named presets; the command line's registry (`tritonrl.cli.registry`) collects them."""
 
 
 def _pixel_preset(

@@ -75,7 +75,7 @@ def build_replay(
 ) -> ReplayBuffer | FrameReplayBuffer:
     """The Q learner's replay: ``n_step`` returns, prioritized if ``cfg.prioritized``, int64 actions.
 
-    With a ``pixel_scale``, a :class:`tritonrl.toolkit.replay.FrameReplayBuffer` of ``cfg.frame_stack``
+    With a ``pixel_scale``, a `tritonrl.toolkit.replay.FrameReplayBuffer` of ``cfg.frame_stack``
     frames (``staging`` does not apply; ``capacity`` rounds down to a multiple of ``num_envs``).
     """
     kw: dict[str, Any] = dict(
@@ -118,7 +118,7 @@ def build_icm_replay(
     staging: str,
 ) -> ReplayBuffer:
     """The ICM's replay: one-step transitions for the forward/inverse models, whatever
-    ``n_step`` the Q target uses (actions as in :func:`build_replay`)."""
+    ``n_step`` the Q target uses (actions as in `build_replay`)."""
     return ReplayBuffer(
         capacity,
         obs_shape,

@@ -1,4 +1,4 @@
-"""The DQN agent's checkpoint parts (the :class:`tritonrl.toolkit.agent.AgentBase` hooks).
+"""The DQN agent's checkpoint parts (the `tritonrl.toolkit.agent.AgentBase` hooks).
 
 Networks, optimizer, replay, f32 target masters and, with ICM, its parts; the replays are this
 rank's own (``rank_part_keys``) and start empty when loaded without them.
@@ -27,7 +27,7 @@ __all__ = ["DQNCheckpoint"]
 
 
 class DQNCheckpoint:
-    """The checkpoint hooks of :class:`tritonrl.agents.dqn.DQNAgent` (a mixin: the attributes
+    """The checkpoint hooks of `tritonrl.agents.dqn.DQNAgent` (a mixin: the attributes
     below are the agent's)."""
 
     config: DQNConfig

@@ -1,6 +1,7 @@
 """Supervised sequence forecasters: a window of bars ``[B, W, F]`` -> a forecast ``[B, H, T]``.
 
-:data:`FORECASTERS` maps each ``--model`` name to its class. See docs/pages/forecasting.md.
+[`FORECASTERS`][tritonrl.agents.forecast.FORECASTERS] maps each ``--model`` name to its class. See
+docs/pages/forecasting.md.
 """
 
 from tritonrl.agents.forecast.attention import PatchTST, Transformer

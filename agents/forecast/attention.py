@@ -1,6 +1,6 @@
 """Attention forecasters: a causal Transformer encoder, and PatchTST (Nie et al., 2023).
 
-Both use :class:`tritonrl.agents.nets.torsos.AttentionBlock`, the package's one self-attention.
+Both use `tritonrl.agents.nets.torsos.AttentionBlock`, the package's one self-attention.
 See docs/pages/forecasting.md.
 """
 
@@ -51,12 +51,14 @@ class Transformer(Forecaster):
     """Causal Transformer encoder forecaster (forecast from the last step's encoding).
 
     Args:
-        window, num_features, horizon, num_targets, device, dtype, target_channels: see :class:`Forecaster`.
+        window, num_features, horizon, num_targets, device, dtype, target_channels: see
+            [`Forecaster`][tritonrl.agents.forecast.base.Forecaster].
         width: model width (``encoding_dim``); a multiple of ``heads``.
         depth: attention blocks.
         heads: attention heads.
         positions: ``"learned"`` (a parameter ``[W, width]``) or ``"sinusoidal"`` (a fixed buffer).
-        revin: RevIN around the forecast (:meth:`Forecaster.use_revin`).
+        revin: RevIN around the forecast
+            ([`Forecaster.use_revin`][tritonrl.agents.forecast.base.Forecaster.use_revin]).
 
     Raises:
         ValueError: a size that is not a positive int, ``width % heads``, unknown ``positions``.
@@ -110,12 +112,12 @@ class Transformer(Forecaster):
         self.use_revin(revin)
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
-        """``x [B, W, F] -> [B, W, width]``, causal; raises as :meth:`Forecaster.check_input`."""
+        """``x [B, W, F] -> [B, W, width]``, causal; raises as `Forecaster.check_input`."""
         self.check_input(x)
         return self.out_norm(self.blocks(self.embed(x) + self.pos))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``x [B, W, F] -> [B, H, T]`` in the parameter dtype; raises as :meth:`Forecaster.check_input`."""
+        """``x [B, W, F] -> [B, H, T]`` in the parameter dtype; raises as `Forecaster.check_input`."""
         return self.last_step_forecast(x)
 
 
@@ -123,7 +125,8 @@ class PatchTST(Forecaster):
     """PatchTST: patches of each channel, a shared Transformer encoder, a flatten head per channel.
 
     Args:
-        window, num_features, horizon, num_targets, device, dtype, target_channels: see :class:`Forecaster`.
+        window, num_features, horizon, num_targets, device, dtype, target_channels: see
+            [`Forecaster`][tritonrl.agents.forecast.base.Forecaster].
         patch_len: steps per patch (<= ``window``).
         stride: steps between patch starts.
         width: model width (a multiple of ``heads``).
@@ -202,7 +205,7 @@ class PatchTST(Forecaster):
         self.register_load_state_dict_pre_hook(_refuse_channel_proj)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``x [B, W, F] -> [B, H, T]`` in the parameter dtype; raises as :meth:`Forecaster.check_input`."""
+        """``x [B, W, F] -> [B, H, T]`` in the parameter dtype; raises as `Forecaster.check_input`."""
         self.check_input(x)
         if not self.exogenous:
             x = x.index_select(2, self.channels)  # [B, W, T]: only the targets' own channels

@@ -73,7 +73,7 @@ class Forecaster(nn.Module):
     name: str = "forecaster"
     """The registry name (``--model``)."""
     causal: bool = False
-    """``True``: :meth:`encode` is causal over the window's steps."""
+    """``True``: `encode` is causal over the window's steps."""
     normalizes_input: bool = False
     """``True``: windows are RevIN-normalised, so target ``k``'s forecast shifts and scales with
     channel ``target_channels[k]``."""
@@ -102,7 +102,7 @@ class Forecaster(nn.Module):
         self.revin = False
 
     def use_revin(self, revin: bool) -> None:
-        """Turn RevIN on in :meth:`forward` (:meth:`revin_in`, :meth:`revin_out`).
+        """Turn RevIN on in `forward` (`revin_in`, `revin_out`).
 
         Raises:
             TypeError: ``revin`` is not a bool.
@@ -117,7 +117,7 @@ class Forecaster(nn.Module):
             self.register_buffer("channels", chans, persistent=False)
 
     def revin_in(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``((x - mean) / std, mean, std)`` of a window ``x [B, W, F]`` (:func:`window_stats`)."""
+        """``((x - mean) / std, mean, std)`` of a window ``x [B, W, F]`` (`window_stats`)."""
         mean, std = window_stats(x)
         return (x - mean) / std, mean, std
 
@@ -127,8 +127,8 @@ class Forecaster(nn.Module):
         return y * std.index_select(2, self.channels) + mean.index_select(2, self.channels)
 
     def last_step_forecast(self, x: torch.Tensor) -> torch.Tensor:
-        """``self.head`` on the last step of :meth:`encode`, inside RevIN when on: ``x [B, W, F] ->
-        [B, H, T]``; raises as :meth:`check_input`."""
+        """``self.head`` on the last step of `encode`, inside RevIN when on: ``x [B, W, F] ->
+        [B, H, T]``; raises as [`check_input`][tritonrl.agents.forecast.base.Forecaster.check_input]."""
         head = cast("nn.Module", self.head)  # every sequence model names its head `head`
         if not self.revin:
             return self.to_forecast(head(self.encode(x)[:, -1]))

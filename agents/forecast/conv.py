@@ -1,6 +1,6 @@
 """TCN forecaster: dilated causal 1-D convolutions in residual blocks (Bai, Kolter and Koltun, 2018).
 
-The encoder is :class:`tritonrl.agents.nets.tcn.TCNEncoder`; receptive field
+The encoder is `tritonrl.agents.nets.tcn.TCNEncoder`; receptive field
 ``1 + 2 (kernel_size - 1) (2**depth - 1)`` steps.
 """
 
@@ -17,15 +17,17 @@ __all__ = ["TCN", "TCNEncoder"]
 
 
 class TCN(Forecaster):
-    """Temporal convolutional network forecaster: :class:`TCNEncoder`, then a linear forecast of
+    """Temporal convolutional network forecaster: `TCNEncoder`, then a linear forecast of
     ``H x T`` values from the last step's encoding.
 
     Args:
-        window, num_features, horizon, num_targets, device, dtype, target_channels: see :class:`Forecaster`.
+        window, num_features, horizon, num_targets, device, dtype, target_channels: see
+            [`Forecaster`][tritonrl.agents.forecast.base.Forecaster].
         width: channels of the blocks (``encoding_dim``).
         depth: residual blocks (keep the receptive field >= ``window``).
         kernel_size: taps of every convolution (>= 2).
-        revin: RevIN around the forecast (:meth:`Forecaster.use_revin`).
+        revin: RevIN around the forecast
+            ([`Forecaster.use_revin`][tritonrl.agents.forecast.base.Forecaster.use_revin]).
 
     Raises:
         ValueError: a size that is not a positive int, ``kernel_size < 2``.
@@ -66,10 +68,10 @@ class TCN(Forecaster):
         self.use_revin(revin)
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
-        """``x [B, W, F] -> [B, W, width]``, causal; raises as :meth:`Forecaster.check_input`."""
+        """``x [B, W, F] -> [B, W, width]``, causal; raises as `Forecaster.check_input`."""
         self.check_input(x)
         return self.encoder(x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``x [B, W, F] -> [B, H, T]`` in the parameter dtype; raises as :meth:`Forecaster.check_input`."""
+        """``x [B, W, F] -> [B, H, T]`` in the parameter dtype; raises as `Forecaster.check_input`."""
         return self.last_step_forecast(x)

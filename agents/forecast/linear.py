@@ -22,7 +22,7 @@ class DLinear(Forecaster):
 
     Args:
         window, num_features, horizon, num_targets, device, dtype, target_channels: see
-            :class:`~tritonrl.agents.forecast.base.Forecaster`.
+            [`Forecaster`][tritonrl.agents.forecast.base.Forecaster].
         kernel_size: steps of the trend's moving average (odd, >= 1; ends padded by repetition).
         individual: one pair of ``W -> H`` maps per channel (``True``) or one shared pair.
 
@@ -76,7 +76,7 @@ class DLinear(Forecaster):
 
     def decompose(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``x [B, W, F]`` -> ``(trend, seasonal)``, each ``[B, W, F]``, summing to ``x`` up to rounding;
-        raises as :meth:`check_input`."""
+        raises as [`check_input`][tritonrl.agents.forecast.base.Forecaster.check_input]."""
         self.check_input(x)
         half = (self.kernel_size - 1) // 2
         series = x.transpose(1, 2)  # [B, F, W]
@@ -87,7 +87,7 @@ class DLinear(Forecaster):
         return trend, x - trend
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``x [B, W, F] -> [B, H, T]`` in the parameter dtype; raises as :meth:`Forecaster.check_input`."""
+        """``x [B, W, F] -> [B, H, T]`` in the parameter dtype; raises as `Forecaster.check_input`."""
         trend, seasonal = self.decompose(x)
         # per channel c: out[b, h, c] = sum_w weight[c, h, w] * part[b, w, c] + bias[c, h]
         # (with individual=False the single channel's maps broadcast over every c)
@@ -102,7 +102,7 @@ class MLP(Forecaster):
 
     Args:
         window, num_features, horizon, num_targets, device, dtype, target_channels: see
-            :class:`~tritonrl.agents.forecast.base.Forecaster`.
+            [`Forecaster`][tritonrl.agents.forecast.base.Forecaster].
         hidden: units per hidden layer.
         layers: hidden layers (``Linear`` + GELU + dropout each), >= 1.
         dropout: dropout probability after each hidden layer, in ``[0, 1)``.
@@ -149,6 +149,6 @@ class MLP(Forecaster):
         self.net = nn.Sequential(*blocks)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``x [B, W, F] -> [B, H, T]`` in the parameter dtype; raises as :meth:`Forecaster.check_input`."""
+        """``x [B, W, F] -> [B, H, T]`` in the parameter dtype; raises as `Forecaster.check_input`."""
         self.check_input(x)
         return self.to_forecast(self.net(x.flatten(1)))

@@ -1,6 +1,6 @@
-"""The Mamba2 forecaster: residual :class:`tritonrl.agents.nets.mamba2.Mamba2Block` layers.
+"""The Mamba2 forecaster: residual `tritonrl.agents.nets.mamba2.Mamba2Block` layers.
 
-Trains with the chunked scan over the window; :meth:`Mamba2Forecaster.step` rolls forward one bar
+Trains with the chunked scan over the window; `Mamba2Forecaster.step` rolls forward one bar
 at a time. See docs/pages/forecasting.md.
 """
 
@@ -23,12 +23,15 @@ class Mamba2Forecaster(Forecaster):
     """Mamba2 forecaster: a residual stack of Mamba2 blocks, the forecast from the last step.
 
     Args:
-        window, num_features, horizon, num_targets, device, dtype, target_channels: see :class:`Forecaster`.
+        window, num_features, horizon, num_targets, device, dtype, target_channels: see
+            [`Forecaster`][tritonrl.agents.forecast.base.Forecaster].
         width: model width (``encoding_dim``, the blocks' ``d_model``).
         depth: Mamba2 blocks.
-        d_state, d_conv, expand, headdim, chunk_size: of every block (:class:`Mamba2Block`);
-            ``chunk_size=None``: 16 on a CPU, else the power of two >= ``window`` in [16, 64].
-        revin: RevIN around the forecast (:meth:`Forecaster.use_revin`).
+        d_state, d_conv, expand, headdim, chunk_size: of every block
+            ([`Mamba2Block`][tritonrl.agents.nets.mamba2.Mamba2Block]); ``chunk_size=None``: 16 on a CPU, else
+            the power of two >= ``window`` in [16, 64].
+        revin: RevIN around the forecast
+            ([`Forecaster.use_revin`][tritonrl.agents.forecast.base.Forecaster.use_revin]).
 
     Raises:
         ValueError: a size that is not a positive int; inconsistent block sizes.
@@ -91,7 +94,7 @@ class Mamba2Forecaster(Forecaster):
         self.use_revin(revin)
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
-        """``x [B, W, F] -> [B, W, width]`` by the scan, causal; raises as :meth:`Forecaster.check_input`."""
+        """``x [B, W, F] -> [B, W, width]`` by the scan, causal; raises as `Forecaster.check_input`."""
         self.check_input(x)
         h = self.proj(x)
         for norm, block in zip(self._norms(), self.blocks, strict=True):
@@ -99,7 +102,7 @@ class Mamba2Forecaster(Forecaster):
         return rms_norm(h, self.out_norm.weight, cast("float", self.out_norm.eps))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``x [B, W, F] -> [B, H, T]`` in the parameter dtype; raises as :meth:`Forecaster.check_input`."""
+        """``x [B, W, F] -> [B, H, T]`` in the parameter dtype; raises as `Forecaster.check_input`."""
         return self.last_step_forecast(x)
 
     def initial_state(self, batch_size: int) -> list[Mamba2State]:

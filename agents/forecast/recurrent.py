@@ -20,11 +20,13 @@ class _Recurrent(Forecaster):
     """The shared LSTM/GRU forecaster; subclasses name the ``torch.nn`` layer class.
 
     Args:
-        window, num_features, horizon, num_targets, device, dtype, target_channels: see :class:`Forecaster`.
-        hidden: ``D``, the hidden state size (also :attr:`encoding_dim`).
+        window, num_features, horizon, num_targets, device, dtype, target_channels: see
+            [`Forecaster`][tritonrl.agents.forecast.base.Forecaster].
+        hidden: ``D``, the hidden state size (also `encoding_dim`).
         layers: stacked recurrent layers.
         dropout: dropout between stacked layers, in ``[0, 1)``.
-        revin: RevIN around the forecast (:meth:`Forecaster.use_revin`).
+        revin: RevIN around the forecast
+            ([`Forecaster.use_revin`][tritonrl.agents.forecast.base.Forecaster.use_revin]).
 
     Raises:
         ValueError: a size that is not a positive int, or ``dropout`` outside ``[0, 1)``.
@@ -74,25 +76,25 @@ class _Recurrent(Forecaster):
         self.use_revin(revin)
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
-        """``x [B, W, F] -> [B, W, hidden]`` from zero state, causal; raises as :meth:`check_input`."""
+        """``x [B, W, F] -> [B, W, hidden]`` from zero state, causal; raises as `check_input`."""
         self.check_input(x)
         out, _ = self.rnn(x)
         return out
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``x [B, W, F] -> [B, H, T]`` in the parameter dtype; raises as :meth:`Forecaster.check_input`."""
+        """``x [B, W, F] -> [B, H, T]`` in the parameter dtype; raises as `Forecaster.check_input`."""
         return self.last_step_forecast(x)
 
 
 class LSTM(_Recurrent):
-    """An LSTM forecaster (see :class:`_Recurrent` for the arguments)."""
+    """An LSTM forecaster (see `_Recurrent` for the arguments)."""
 
     name = "lstm"
     rnn_class = nn.LSTM
 
 
 class GRU(_Recurrent):
-    """A GRU forecaster (see :class:`_Recurrent` for the arguments)."""
+    """A GRU forecaster (see `_Recurrent` for the arguments)."""
 
     name = "gru"
     rnn_class = nn.GRU

@@ -1,7 +1,8 @@
 """The actor-critic network of the PPO family: a core, an action head and a linear critic.
 
-Feed-forward and conv cores here, recurrent ones in :mod:`tritonrl.agents.nets.recurrent`;
-values leave the critic in f32. See docs/pages/ppo.md.
+Feed-forward and conv cores here, recurrent ones in
+[`tritonrl.agents.nets.recurrent`][tritonrl.agents.nets.recurrent]; values leave the critic in f32. See
+docs/pages/ppo.md.
 """
 
 from __future__ import annotations
@@ -164,7 +165,8 @@ class ActorCritic(nn.Module):
         Feed-forward: ``x [N, obs_dim]``, ``raw [N, ...]`` -> ``[N]`` each. Recurrent:
         ``x [B, L, obs_dim]``, ``raw [B, L, ...]``, ``starts [B, L]``, ``state`` at step 0 ->
         ``[B, L]`` each. ``entropy_grad=False`` allows a cheap detached entropy estimate;
-        ``noise``: that estimate's draw; ``layout``: see :meth:`features`.
+        ``noise``: that estimate's draw; ``layout``: see
+        [`features`][tritonrl.agents.nets.actor_critic.ActorCritic.features].
         """
         fa, fc = self.features(x, starts, state, layout)
         return self.evaluate_features(fa, fc, raw, generator, entropy_grad, noise)
@@ -176,7 +178,7 @@ class ActorCritic(nn.Module):
         state: State = None,
         layout: tuple[int, int] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(actor features, critic features)`` of ``x`` (shapes as in :meth:`evaluate`); ``layout``:
+        """``(actor features, critic features)`` of ``x`` (shapes as in `evaluate`); ``layout``:
         the padded layout of LSTM/GRU cores (``None``: one host read measures it)."""
         if not self.recurrent:
             return self.core(x)
@@ -193,6 +195,6 @@ class ActorCritic(nn.Module):
         entropy_grad: bool = True,
         noise: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """:meth:`evaluate` from the features of :meth:`features`: ``(logprob, entropy, value)`` f32."""
+        """`evaluate` from the features of `features`: ``(logprob, entropy, value)`` f32."""
         logp, entropy = self.head.evaluate(fa, raw, generator, entropy_grad, noise)
         return logp, entropy, self.critic(fc).float().squeeze(-1)

@@ -65,7 +65,7 @@ class ConvTorso(nn.Module):
 
     Args:
         obs_shape: ``(C, H, W)``, channels first (stacked frames are channels).
-        kind: one of :data:`CONV_KINDS`.
+        kind: one of `CONV_KINDS`.
         hidden: the linear layers after the convolutions; ``None``: the kind's default;
             ``()``: the flattened convolution features.
         orthogonal_gain: ``None``: PyTorch's default init (DQN); a number: orthogonal weights

@@ -1,6 +1,6 @@
 """Q-network heads: NoisyNet linear layers and the dueling / distributional (Rainbow) head.
 
-Both run on the fused ops of :mod:`tritonrl.kernels.noisy_head`; parameters in ``dtype``, output f32
+Both run on the fused ops of `tritonrl.kernels.noisy_head`; parameters in ``dtype``, output f32
 from the op's epilogue, so no forward casts. See docs/pages/noisy-head.md ("Modules").
 """
 
@@ -28,9 +28,10 @@ def scaled_noise(
 
 
 class NoisyLinear(nn.Module):
-    """Linear layer with factorised Gaussian noise (NoisyNet), on the fused :func:`noisy_linear` op.
+    """Linear layer with factorised Gaussian noise (NoisyNet), on the fused `noisy_linear` op.
 
-    Noise is on in ``train()``, off in ``eval()``; :meth:`reset_noise` draws new noise.
+    Noise is on in ``train()``, off in ``eval()``;
+    [`reset_noise`][tritonrl.agents.nets.heads.NoisyLinear.reset_noise] draws new noise.
 
     Args:
         in_features: I.
@@ -189,7 +190,7 @@ class DuelingHead(nn.Module):
         self.value = NoisyLinear(width, atoms, **kw) if dueling else None
         self.advantage = NoisyLinear(width, num_actions * atoms, **kw)
         self.plain = not noisy and not dueling and hidden is None and atoms == 1
-        """One plain linear layer (DQN's head): the forward takes :func:`linear_q` where it can."""
+        """One plain linear layer (DQN's head): the forward takes `linear_q` where it can."""
 
     def forward(
         self, h: torch.Tensor, support: torch.Tensor | None = None
@@ -200,7 +201,8 @@ class DuelingHead(nn.Module):
         ``(log_probs, expected_q [B, A])``, from the same launch.
 
         Raises:
-            TypeError, ValueError: from :func:`tritonrl.kernels.noisy_head.noisy_dueling`.
+            TypeError, ValueError: from
+                [`tritonrl.kernels.noisy_head.noisy_dueling`][tritonrl.kernels.noisy_head.noisy_dueling].
         """
         adv = self.advantage
         if self.plain and support is None and type(adv) is NoisyLinear:  # DQN: one plain layer

@@ -23,7 +23,7 @@ __all__ = ["Mamba2Block", "Mamba2State"]
 
 @dataclass
 class Mamba2State:
-    """The memory of a :class:`Mamba2Block` for a batch of sequences.
+    """The memory of a `Mamba2Block` for a batch of sequences.
 
     Attributes:
         conv: [B, d_conv - 1, conv_dim], the parameter dtype: the last raw conv inputs.
@@ -283,7 +283,7 @@ class Mamba2Block(nn.Module):
     def _check_step(
         self, x_t: torch.Tensor, state: Mamba2State, reset: torch.Tensor | None, inplace: bool
     ) -> None:
-        """Check what :meth:`step` takes from outside (``x_t``, ``state``, ``reset``), so the op runs
+        """Check what `step` takes from outside (``x_t``, ``state``, ``reset``), so the op runs
         unchecked; a fast test first, detailed checks naming the problem otherwise."""
         try:
             batch = x_t.shape[0]

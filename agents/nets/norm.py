@@ -1,6 +1,6 @@
 """RMSNorm over the last dimension with a hand-written backward.
 
-:func:`rms_norm` equals ``F.rms_norm`` bit for bit forward; its backward forms the input gradient
+`rms_norm` equals ``F.rms_norm`` bit for bit forward; its backward forms the input gradient
 from the saved normalised input in about half the passes over ``x`` that autograd takes.
 """
 

@@ -66,7 +66,7 @@ class CategoricalHead(nn.Module):
         return torch.log_softmax(_up(self.logits(feat)), -1)
 
     def draw(self, shape: int | tuple[int, ...], generator: torch.Generator | None = None) -> torch.Tensor:
-        """The noise :meth:`sample` draws for ``shape`` rows: uniforms ``[*shape, n]`` f32 in ``[0, 1)``."""
+        """The noise `sample` draws for ``shape`` rows: uniforms ``[*shape, n]`` f32 in ``[0, 1)``."""
         lead = (shape,) if isinstance(shape, int) else tuple(shape)
         w = self.logits.weight
         return torch.rand((*lead, w.shape[0]), generator=generator, device=w.device)
@@ -97,7 +97,7 @@ class CategoricalHead(nn.Module):
         return self.log_probs(feat)
 
     entropy_noise = False
-    """Whether :meth:`evaluate` draws noise (never: the entropy is exact)."""
+    """Whether `evaluate` draws noise (never: the entropy is exact)."""
 
     def evaluate(
         self,
@@ -185,11 +185,11 @@ class GaussianHead(nn.Module):
 
     @property
     def entropy_noise(self) -> bool:
-        """Whether :meth:`evaluate` draws noise (the squashed entropy estimate, with ``entropy_grad``)."""
+        """Whether `evaluate` draws noise (the squashed entropy estimate, with ``entropy_grad``)."""
         return self.squash
 
     def draw(self, shape: int | tuple[int, ...], generator: torch.Generator | None = None) -> torch.Tensor:
-        """Standard normals ``[*shape, D]`` on the f32 side, for :meth:`sample` or :meth:`evaluate`."""
+        """Standard normals ``[*shape, D]`` on the f32 side, for `sample` or `evaluate`."""
         lead = (shape,) if isinstance(shape, int) else tuple(shape)
         return _normal_noise((*lead, self.log_std.shape[0]), generator, _f32_side(self.log_std))
 
@@ -372,10 +372,10 @@ class FlowHead(nn.Module):
         return self._base(feat).log_prob(x).sum(-1) - log_det
 
     entropy_noise = True
-    """Whether :meth:`evaluate` draws noise (the entropy estimate, with ``entropy_grad``)."""
+    """Whether `evaluate` draws noise (the entropy estimate, with ``entropy_grad``)."""
 
     def draw(self, shape: int | tuple[int, ...], generator: torch.Generator | None = None) -> torch.Tensor:
-        """The noise :meth:`sample` or :meth:`evaluate` draws (see :meth:`GaussianHead.draw`)."""
+        """The noise `sample` or `evaluate` draws (see `GaussianHead.draw`)."""
         lead = (shape,) if isinstance(shape, int) else tuple(shape)
         return _normal_noise((*lead, self.log_std.shape[0]), generator, _f32_side(self.log_std))
 
@@ -412,7 +412,7 @@ class FlowHead(nn.Module):
         noise: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(logprob, entropy)``: exact log-prob of stored ``y``; entropy estimated as in
-        :meth:`GaussianHead.evaluate`."""
+        [`GaussianHead.evaluate`][tritonrl.agents.nets.policy_heads.GaussianHead.evaluate]."""
         logp = self.log_prob_raw(feat, raw) - self.bounds.log_det(_up(raw))
         if not entropy_grad:
             return logp, -logp.detach()

@@ -62,7 +62,7 @@ def subsequence_layout(starts: torch.Tensor) -> tuple[int, int]:
 
 class _RecurrentCore(nn.Module, abc.ABC):
     """``obs -> MLP encoder -> recurrent cell``; features shared by actor and critic. Acting steps the
-    cell; training runs the fused op over whole sequences (:meth:`sequence`)."""
+    cell; training runs the fused op over whole sequences (`sequence`)."""
 
     recurrent = True
     supports_initial_state = True  # sequences may start from a stored memory
@@ -133,21 +133,22 @@ class _RecurrentCore(nn.Module, abc.ABC):
         """Features of whole sequences, memory reset at episode starts, in one fused recurrence.
 
         ``x [B, L, obs_dim]``, ``starts [B, L]`` bool, ``state`` before step 0 -> features
-        ``[B, L, size]`` (twice: actor and critic share them). Equals :meth:`sequence_stepwise`
+        ``[B, L, size]`` (twice: actor and critic share them). Equals `sequence_stepwise`
         up to f32 rounding, gradients included.
 
         Rows are split at their starts into right-padded sub-sequences, run once, scattered back.
-        ``layout = (rows, length)`` sizes that layout (:func:`subsequence_stats`; larger only
-        pads); ``None`` measures it (:func:`subsequence_layout`, one host read). A layout too
-        small is the caller's error (an index error; a device assert on CUDA). Runs eagerly under
-        ``torch.compile``: the layout's size changes with the data.
+        ``layout = (rows, length)`` sizes that layout
+        ([`subsequence_stats`][tritonrl.agents.nets.recurrent.subsequence_stats]; larger only pads); ``None``
+        measures it ([`subsequence_layout`][tritonrl.agents.nets.recurrent.subsequence_layout], one host
+        read). A layout too small is the caller's error (an index error; a device assert on CUDA). Runs
+        eagerly under ``torch.compile``: the layout's size changes with the data.
         """
         return _run_split(self, self.encoder(x), starts, tuple(state), layout)
 
     def sequence_stepwise(
         self, x: torch.Tensor, starts: torch.Tensor, state: tuple[torch.Tensor, ...]
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """:meth:`sequence` one step at a time (the test reference)."""
+        """`sequence` one step at a time (the test reference)."""
         enc = self.encoder(x)
         out = []
         s = tuple(state)
@@ -166,7 +167,7 @@ def _run_split(
     state: tuple[torch.Tensor, ...],
     layout: tuple[int, int] | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """:meth:`_RecurrentCore.sequence` after the encoder: split, pad, one fused run, scatter back."""
+    """`_RecurrentCore.sequence` after the encoder: split, pad, one fused run, scatter back."""
     B, L, D = enc.shape
     rows, length = layout if layout is not None else subsequence_layout(starts)
     count, piece, tau = _pieces(starts)
@@ -248,7 +249,7 @@ class GRUCore(_RecurrentCore):
 
 class Mamba2Core(nn.Module):
     """``obs -> Linear -> Mamba2Block (+ residual) -> LayerNorm``; features shared by actor and critic;
-    state: :class:`tritonrl.agents.nets.mamba2.Mamba2State`."""
+    state: [`tritonrl.agents.nets.mamba2.Mamba2State`][tritonrl.agents.nets.mamba2.Mamba2State]."""
 
     recurrent = True
     supports_initial_state = True

@@ -129,7 +129,7 @@ class MLP(nn.Module):
         hidden: the layer sizes, e.g. ``(64, 64)``.
         activation: ``"relu"`` (DQN torsos) or ``"tanh"`` (PPO, as in CleanRL).
         norm: ``"none"`` or ``"rmsnorm"`` (after each linear layer, before the activation).
-        spectral_norm: :class:`SpectralLinear` layers.
+        spectral_norm: `SpectralLinear` layers.
         orthogonal_gain: ``None``: PyTorch's default init (DQN); a number: orthogonal weights
             with that gain and zero biases (PPO).
 
@@ -187,7 +187,7 @@ class MLP(nn.Module):
 
 
 class MLPTorso(MLP):
-    """DQN's ``"mlp"`` torso: an :class:`MLP` (ReLU) of ``depth`` x ``width`` or ``hidden`` on the
+    """DQN's ``"mlp"`` torso: an `MLP` (ReLU) of ``depth`` x ``width`` or ``hidden`` on the
     flattened observation, ``[B, *obs_shape] -> [B, out_features]``.
 
     Raises:

@@ -1,7 +1,7 @@
 """The PPO agent: act and remember, observe into the rollout, update on clipped-surrogate epochs.
 
-The algorithm is described in :mod:`tritonrl.agents.ppo`; the config, the policy network, the
-presets and the checkpoint parts have modules of their own beside this one.
+The algorithm is described in [`tritonrl.agents.ppo`][tritonrl.agents.ppo]; the config, the policy network,
+the presets and the checkpoint parts have modules of their own beside this one.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def _annealed_message(cfg: PPOConfig, updates: int, env_steps: int) -> str:
 
 
 class _Pending(typing.NamedTuple):
-    """What :meth:`PPOAgent.act` computed for ``obs``, kept for :meth:`PPOAgent.observe`."""
+    """What `PPOAgent.act` computed for ``obs``, kept for `PPOAgent.observe`."""
 
     obs: Any
     x: torch.Tensor
@@ -67,26 +67,28 @@ class _Pending(typing.NamedTuple):
 
 
 class PPOAgent(PPOCheckpoint, AgentBase):
-    """A PPO agent; the algorithm is described in :mod:`tritonrl.agents.ppo`.
+    """A PPO agent; the algorithm is described in `tritonrl.agents.ppo`.
 
-    Checkpoints and ``check_inputs`` are :class:`tritonrl.toolkit.agent.AgentBase`'s.
+    Checkpoints and ``check_inputs`` are
+    [`tritonrl.toolkit.agent.AgentBase`][tritonrl.toolkit.agent.AgentBase]'s.
 
     Args:
         observation_space: a flat ``Box`` (``torso="mlp"``) or a uint8 image ``Box`` ``[C, H, W]``
             (a conv ``torso``; bytes scaled by ``1 / high`` once, on entry).
         action_space: ``Discrete`` or ``Box``, as the policy kind can drive.
-        config: a :class:`PPOConfig` (default: the ``ppo`` preset).
+        config: a [`PPOConfig`][tritonrl.agents.ppo.config.PPOConfig] (default: the ``ppo`` preset).
         num_envs: environments per ``act``/``observe`` call; with ``dist``, this rank's share.
         device: where networks and the rollout live; the dtype is ``training_dtype(device)``.
         seed: seeds the parameters and the agent's generator (per rank:
-            :func:`tritonrl.toolkit.seeding.rank_seed`).
-        dist: the data-parallel context (``None``: :func:`tritonrl.toolkit.distributed.current`);
-            every rank must build the agent at the same point.
+            [`tritonrl.toolkit.seeding.rank_seed`][tritonrl.toolkit.seeding.rank_seed]).
+        dist: the data-parallel context (``None``:
+            [`tritonrl.toolkit.distributed.current`][tritonrl.toolkit.distributed.current]); every rank must
+            build the agent at the same point.
 
     Raises:
         ValueError: an action space the policy kind cannot drive, or an observation space that is
             neither flat nor a uint8 image or does not fit the ``torso``.
-        TypeError: ``config`` is not a :class:`PPOConfig`.
+        TypeError: ``config`` is not a [`PPOConfig`][tritonrl.agents.ppo.config.PPOConfig].
         tritonrl.toolkit.distributed.DistributedError: the ranks' configs, spaces or ``num_envs`` differ.
     """
 
@@ -113,7 +115,7 @@ class PPOAgent(PPOCheckpoint, AgentBase):
         )
         self.pixel_scale = pixel_scale(observation_space)
         """Image observations (uint8 ``[C, H, W]``): the factor that maps their bytes to ``[0, 1]``
-        (:func:`tritonrl.toolkit.spaces.pixel_scale`); ``None`` for flat observations."""
+        (`tritonrl.toolkit.spaces.pixel_scale`); ``None`` for flat observations."""
         self.obs_shape = _check_obs_space(observation_space, cfg, self.pixel_scale is not None)
         self.obs_dim = math.prod(self.obs_shape)
         self.net = self._build_seeded(
@@ -130,9 +132,9 @@ class PPOAgent(PPOCheckpoint, AgentBase):
             action_shape = tuple(action_space.shape)
             rule = ActionRule.box(action_space.low, action_space.high, bounded=squashed)
         self.shapes = StepShapes("PPOAgent", num_envs, self.obs_shape, action_shape)
-        """The shape and dtype checks of ``act``/``observe`` arguments (:class:`StepShapes`)."""
+        """The shape and dtype checks of ``act``/``observe`` arguments (`StepShapes`)."""
         self.inputs = InputGuard("PPOAgent", rule)
-        """The checks of ``act``/``observe`` inputs (:class:`tritonrl.toolkit.checks.InputGuard`); its
+        """The checks of ``act``/``observe`` inputs (`tritonrl.toolkit.checks.InputGuard`); its
         ``mode`` (``"auto"``, ``"eager"``, ``"deferred"``) says when inputs on an accelerator are checked.
         Box actions must be finite, and within the bounds for tanh-squashed policies (``squash``,
         ``flow``); an unsquashed Gaussian samples beyond the bounds by design (the env clips)."""
@@ -173,7 +175,7 @@ class PPOAgent(PPOCheckpoint, AgentBase):
     ingest_rows = "E"
 
     def _ingest_cast(self, x: torch.Tensor, dtype: torch.dtype, **hook: Any) -> torch.Tensor:
-        """:meth:`AgentBase._ingest`'s cast: f32, normalised (stats updated if asked), then ``dtype``."""
+        """`AgentBase._ingest`'s cast: f32, normalised (stats updated if asked), then ``dtype``."""
         x = x.to(self.device, torch.float32)
         if self.obs_rms is not None:
             if hook["update_stats"]:
@@ -198,12 +200,13 @@ class PPOAgent(PPOCheckpoint, AgentBase):
     def act(self, obs: torch.Tensor, explore: bool = True) -> torch.Tensor:
         """Actions for ``obs [E, *obs_shape]``: ``[E]`` int64 (Discrete) or ``[E, D]`` f32 (Box).
 
-        ``explore=False`` acts greedily. The log-prob and value are kept for :meth:`observe`; recurrent
-        memories advance.
+        ``explore=False`` acts greedily. The log-prob and value are kept for
+        [`observe`][tritonrl.agents.ppo.agent.PPOAgent.observe]; recurrent memories advance.
 
         Raises:
             ValueError: ``obs`` has the wrong shape or holds NaN/inf (accelerator tensors: raised at the
-                next :meth:`update` or :meth:`check_inputs`).
+                next [`update`][tritonrl.agents.ppo.agent.PPOAgent.update] or
+                [`check_inputs`][tritonrl.agents.ppo.agent.PPOAgent.check_inputs]).
             TypeError: image observations that are not uint8.
         """
         x = self._ingest(obs, update_stats=explore, call="act")
@@ -234,15 +237,18 @@ class PPOAgent(PPOCheckpoint, AgentBase):
         """Store one vector step (each argument has leading dim ``E``).
 
         ``next_obs`` is the true next observation, scored by the critic where ``truncated`` and at the
-        rollout's last step. ``action`` must be what :meth:`act` returned for ``obs``; ``rescore=True``
-        stores another one (a mask or shield replaced it) with its log-prob under the current policy.
+        rollout's last step. ``action`` must be what [`act`][tritonrl.agents.ppo.agent.PPOAgent.act] returned
+        for ``obs``; ``rescore=True`` stores another one (a mask or shield replaced it) with its log-prob
+        under the current policy.
 
         Raises:
             RuntimeError: the rollout is full, or a recurrent policy observes an ``obs`` that did not
-                come through :meth:`act`.
+                come through [`act`][tritonrl.agents.ppo.agent.PPOAgent.act].
             ValueError: a shape that is not ``[num_envs, ...]``, NaN/inf, an out-of-range action, or
-                (without ``rescore``) another action than :meth:`act` returned; accelerator tensors
-                raise at the next :meth:`update` or :meth:`check_inputs`.
+                (without ``rescore``) another action than [`act`][tritonrl.agents.ppo.agent.PPOAgent.act]
+                returned; accelerator tensors raise at the next
+                [`update`][tritonrl.agents.ppo.agent.PPOAgent.update] or
+                [`check_inputs`][tritonrl.agents.ppo.agent.PPOAgent.check_inputs].
             TypeError: non-boolean ``terminated``/``truncated``, non-real ``reward``, or non-uint8 images.
         """
         self.shapes.observe(obs, action, reward, next_obs, terminated, truncated)
@@ -286,7 +292,7 @@ class PPOAgent(PPOCheckpoint, AgentBase):
         self.starts = terminated | truncated
 
     def _check_values(self, obs: Any, action: Any, reward: Any, next_obs: Any) -> None:
-        """The value checks of :meth:`observe` (one step or a block of steps alike)."""
+        """The value checks of `observe` (one step or a block of steps alike)."""
         g = self.inputs
         if self.pixel_scale is None:
             g.obs("observe", "obs", obs)
@@ -332,7 +338,7 @@ class PPOAgent(PPOCheckpoint, AgentBase):
 
         Host reads: the approximate KL once per epoch with ``target_kl``, the deferred input checks with
         ``inputs.check_at_update``, and for LSTM/GRU policies one small layout tensor per update
-        (:meth:`_minibatch_layouts`). With ``dist``, every rank calls it together.
+        (`_minibatch_layouts`). With ``dist``, every rank calls it together.
 
         Raises:
             RuntimeError: the rollout is not full yet.
@@ -529,7 +535,7 @@ class PPOAgent(PPOCheckpoint, AgentBase):
     # ------------------------------------------------------------------ the policy module
 
     def policy(self) -> ActorCriticPolicy:
-        """The policy module (:class:`tritonrl.agents.ppo.policy.ActorCriticPolicy`): an f32 snapshot."""
+        """The policy module (`tritonrl.agents.ppo.policy.ActorCriticPolicy`): an f32 snapshot."""
         net = copy.deepcopy(self.net).float().requires_grad_(False)
         stats = None if self.obs_rms is None else (self.obs_rms.mean, self.obs_rms.var)
         return ActorCriticPolicy(
@@ -543,7 +549,7 @@ class PPOAgent(PPOCheckpoint, AgentBase):
 
     def learner_tensors(self) -> list[torch.Tensor]:
         """The actor-critic's parameters then buffers, then the observation statistics (what a
-        policy snapshot mirrors, :meth:`ActorCriticPolicy.mirrors`)."""
+        policy snapshot mirrors, `ActorCriticPolicy.mirrors`)."""
         stats = [] if self.obs_rms is None else [self.obs_rms.mean, self.obs_rms.var]
         return [*self.net.parameters(), *self.net.buffers(), *stats]
 
@@ -606,7 +612,7 @@ class PPOAgent(PPOCheckpoint, AgentBase):
 
         Raises:
             ValueError: a recurrent policy or ``normalize_obs``, blocks of different lengths, or a step
-                :meth:`observe` would refuse; nothing is stored.
+                [`observe`][tritonrl.agents.ppo.agent.PPOAgent.observe] would refuse; nothing is stored.
             RuntimeError: the steps do not fit into the rollout.
         """
         self.check_lagged()
@@ -673,7 +679,7 @@ class PPOAgent(PPOCheckpoint, AgentBase):
 
     def current_lr(self) -> float:
         """The learning rate of the next update: ``lr``, annealed linearly to 0 over ``total_steps``
-        (environment steps of every rank); the first update at 0 warns (:class:`LRAnnealedWarning`)."""
+        (environment steps of every rank); the first update at 0 warns (`LRAnnealedWarning`)."""
         cfg = self.config
         if not cfg.anneal_lr:
             return cfg.lr

@@ -1,6 +1,6 @@
 """The PPO config: every hyperparameter, and their valid ranges.
 
-The algorithm: docs/pages/ppo.md; the named configs: :mod:`tritonrl.agents.ppo.presets`.
+The algorithm: docs/pages/ppo.md; the named configs: `tritonrl.agents.ppo.presets`.
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ __all__ = ["AGENT_KIND", "POLICIES", "PPOConfig", "TORSOS"]
 AGENT_KIND = "ppo"
 POLICIES = ("discrete", "continuous", "lstm", "gru", "flow", "mamba")
 TORSOS = ("mlp", "nature", "minatar", "impala")
-"""``mlp`` (flat observations), then the conv torsos of :data:`tritonrl.agents.nets.conv.CONV_KINDS`."""
+"""``mlp`` (flat observations), then the conv torsos of `tritonrl.agents.nets.conv.CONV_KINDS`."""
 _FEED_FORWARD = ("discrete", "continuous", "flow")
 
 
 @dataclass(frozen=True)
 class PPOConfig(Config):
-    """Every PPO hyperparameter (immutable; copy with ``dataclasses.replace`` or :func:`preset`).
+    """Every PPO hyperparameter (immutable; copy with ``dataclasses.replace`` or `preset`).
     Fields declared ``resumable(...)`` may change on ``--resume``; the others are fixed for a run."""
 
     # ---- policy
@@ -99,7 +99,7 @@ class PPOConfig(Config):
     # ---- speed
     compile: CompileMode = resumable("none")
     """``torch.compile`` of the learner step and the acting forward: ``"none"``, ``"default"`` or
-    ``"reduce-overhead"`` (CUDA graphs on CUDA). See :mod:`tritonrl.toolkit.compile`."""
+    ``"reduce-overhead"`` (CUDA graphs on CUDA). See `tritonrl.toolkit.compile`."""
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:

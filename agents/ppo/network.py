@@ -1,6 +1,6 @@
 """The PPO policy: a core and an action head chosen by ``config.policy`` and the action space.
 
-The networks live in :mod:`tritonrl.agents.nets`.
+The networks live in `tritonrl.agents.nets`.
 """
 
 from __future__ import annotations

@@ -81,7 +81,7 @@ class ActorCriticPolicy(PolicyModule):
         return tuple(state)
 
     def unflatten(self, state: tuple[torch.Tensor, ...]) -> Any:
-        """Flat tensors as the core's memory (inverse of :meth:`flatten`)."""
+        """Flat tensors as the core's memory (inverse of `flatten`)."""
         if not self.recurrent:
             return None
         return Mamba2State(conv=state[0], ssm=state[1]) if self._mamba else tuple(state)

@@ -1,6 +1,6 @@
-"""PPO's named presets (one :class:`tritonrl.toolkit.preset.Preset` each): ``ppo`` (categorical
+"""PPO's named presets (one `tritonrl.toolkit.preset.Preset` each): ``ppo`` (categorical
 MLP), ``ppo-continuous`` (Gaussian MLP), ``ppo-lstm``, ``ppo-gru``, ``ppo-flow`` and ``ppo-mamba``;
-and on image observations (:data:`PIXEL_PRESETS`) ``ppo-atari`` and ``ppo-minatar``."""
+and on image observations (`PIXEL_PRESETS`) ``ppo-atari`` and ``ppo-minatar``."""
 
 from __future__ import annotations
 
@@ -220,7 +220,7 @@ PIXEL_PRESETS: tuple[Preset, ...] = (
 )
 """The presets on image observations (uint8 ``[C, H, W]``; docs/pages/pixels.md); no market variant."""
 PRESETS = PRESETS + PIXEL_PRESETS
-"""The named presets; the command line's registry (:mod:`tritonrl.cli.registry`) collects them."""
+"""The named presets; the command line's registry (`tritonrl.cli.registry`) collects them."""
 
 
 def preset(name: str, **overrides: Any) -> PPOConfig:

@@ -1,4 +1,4 @@
-"""The PPO agent's checkpoint parts (the :class:`tritonrl.toolkit.agent.AgentBase` hooks).
+"""The PPO agent's checkpoint parts (the `tritonrl.toolkit.agent.AgentBase` hooks).
 
 Policy, optimizer, rollout, observation statistics and recurrent memories; the rollout, memories
 and a rank's own statistics are rank parts (``rank_part_keys``), reset when loaded without them.
@@ -22,7 +22,7 @@ __all__ = ["PPOCheckpoint"]
 
 
 class PPOCheckpoint:
-    """The checkpoint hooks of :class:`tritonrl.agents.ppo.PPOAgent` (a mixin: the attributes
+    """The checkpoint hooks of `tritonrl.agents.ppo.PPOAgent` (a mixin: the attributes
     below are the agent's)."""
 
     config: PPOConfig

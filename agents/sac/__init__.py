@@ -1,8 +1,8 @@
 """The continuous off-policy family: SAC and TD3 for ``Box`` actions of any shape.
 
-:class:`SACAgent` and :class:`TD3Agent` share spaces, replay, acting and checkpoint parts
-(:mod:`tritonrl.agents.sac.base`); :data:`PRESETS` carry CleanRL's defaults. Imports the toolkit
-(not ``tritonrl.cli``) and ``agents/nets``. See docs/pages/sac.md.
+[`SACAgent`][tritonrl.agents.sac.SACAgent] and [`TD3Agent`][tritonrl.agents.sac.TD3Agent] share spaces,
+replay, acting and checkpoint parts (`tritonrl.agents.sac.base`); `PRESETS` carry CleanRL's
+defaults. Imports the toolkit (not ``tritonrl.cli``) and ``agents/nets``. See docs/pages/sac.md.
 """
 
 from tritonrl.agents.sac.config import SAC_KIND, TD3_KIND, SACConfig, TD3Config

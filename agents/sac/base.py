@@ -1,5 +1,6 @@
 """What SAC and TD3 share: Box spaces rescaled onto ``[-1, 1]``, the replay, acting, observing,
-Polyak targets and the checkpoint parts (the :class:`tritonrl.toolkit.agent.AgentBase` hooks).
+Polyak targets and the checkpoint parts (the
+[`tritonrl.toolkit.agent.AgentBase`][tritonrl.toolkit.agent.AgentBase] hooks).
 
 Actors act in ``[-1, 1]``; ``act`` maps onto the bounds and ``observe`` maps back before storing,
 so the critics see ``[-1, 1]``. Before ``learning_starts`` steps, exploring actions are uniform
@@ -43,11 +44,11 @@ def _box(space: gym.Space, what: str, owner: str) -> gym.spaces.Box:
 
 
 class ContinuousAgent(AgentBase):
-    """The shared part of :class:`tritonrl.agents.sac.SACAgent` and :class:`tritonrl.agents.sac.TD3Agent`.
+    """The shared part of `tritonrl.agents.sac.SACAgent` and `tritonrl.agents.sac.TD3Agent`.
 
-    A subclass names :attr:`default_config`, builds its networks in :meth:`_build`, lists them in
-    :meth:`_nets`, :meth:`_optimizers` and :meth:`_targets`, and implements :meth:`_explore`,
-    :meth:`_greedy`, ``_critic_loss(...) -> (loss, metrics)`` and ``_actor_loss(...)``.
+    A subclass names `default_config`, builds its networks in `_build`, lists them in
+    `_nets`, `_optimizers` and `_targets`, and implements `_explore`,
+    `_greedy`, ``_critic_loss(...) -> (loss, metrics)`` and ``_actor_loss(...)``.
     """
 
     rank_part_keys = ("generator", "replay")
@@ -56,7 +57,7 @@ class ContinuousAgent(AgentBase):
     default_config: ClassVar[Any]
     """The config of an agent built without one (the family's preset's)."""
     policy_class: ClassVar[type[ContinuousPolicy]]
-    """The family's policy module (:meth:`policy`)."""
+    """The family's policy module (`policy`)."""
 
     actor: nn.Module
     critic: nn.Module
@@ -102,7 +103,7 @@ class ContinuousAgent(AgentBase):
         seed: int,
         dist: DistContext | None,
     ) -> None:
-        """:meth:`_init_agent`, then the spaces, bounds, input checks and replay.
+        """`_init_agent`, then the spaces, bounds, input checks and replay.
 
         Raises:
             ValueError: a space that is not a ``Box``, or infinite or empty action bounds.
@@ -168,7 +169,7 @@ class ContinuousAgent(AgentBase):
     @abc.abstractmethod
     def _build(self, cfg: Any) -> None:
         """Build the networks, their targets and the optimizers of config ``cfg`` (after
-        :meth:`_init_continuous`: spaces, bounds, checks and replay are set)."""
+        `_init_continuous`: spaces, bounds, checks and replay are set)."""
 
     @abc.abstractmethod
     def _nets(self) -> dict[str, nn.Module]:
@@ -195,7 +196,7 @@ class ContinuousAgent(AgentBase):
     # ------------------------------------------------------------------ acting
 
     def _ingest_cast(self, x: torch.Tensor, dtype: torch.dtype, **hook: Any) -> torch.Tensor:
-        """:meth:`AgentBase._ingest`'s cast (f32 or numpy -> training dtype on the device),
+        """`AgentBase._ingest`'s cast (f32 or numpy -> training dtype on the device),
         flattened to ``[B, O]``."""
         return x.to(device=self.device, dtype=dtype).reshape(x.shape[0], self.obs_dim)
 
@@ -218,7 +219,7 @@ class ContinuousAgent(AgentBase):
 
         Raises:
             ValueError: ``obs`` has the wrong shape or holds NaN/inf (accelerator tensors: raised at
-                the next :meth:`check_inputs`).
+                the next [`check_inputs`][tritonrl.toolkit.agent.AgentBase.check_inputs]).
         """
         x = self._ingest(obs, "act")
         if not explore:
@@ -234,7 +235,7 @@ class ContinuousAgent(AgentBase):
     # ------------------------------------------------------------------ the policy module
 
     def _snapshot(self) -> ContinuousPolicy:
-        """A :attr:`policy_class` of an f32 copy of the actor (the export cast)."""
+        """A `policy_class` of an f32 copy of the actor (the export cast)."""
         actor = copy.deepcopy(self.actor).float().requires_grad_(False)
         return self.policy_class(
             actor, self.observation_space, self.action_space, center=self.center, scale=self.scale
@@ -297,7 +298,7 @@ class ContinuousAgent(AgentBase):
     # ------------------------------------------------------------------ learning helpers
 
     def _sample(self) -> Any:
-        """A replay batch of :attr:`batch_size`, actions ``[B, D]``; ``RuntimeError`` if too few stored."""
+        """A replay batch of `batch_size`, actions ``[B, D]``; ``RuntimeError`` if too few stored."""
         if self.inputs.pending and self.inputs.check_at_update:
             self.inputs.check()
         if len(self.buffer) < self.batch_size:

@@ -1,6 +1,6 @@
-"""The configs of the continuous off-policy family: :class:`SACConfig` and :class:`TD3Config`.
+"""The configs of the continuous off-policy family: `SACConfig` and `TD3Config`.
 
-Field names and defaults follow CleanRL's SAC and TD3; presets: :mod:`tritonrl.agents.sac.presets`.
+Field names and defaults follow CleanRL's SAC and TD3; presets: `tritonrl.agents.sac.presets`.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class _OffPolicyConfig(Config):
     # ---- speed
     compile: CompileMode = resumable("none")
     """``torch.compile`` of the losses and optimizer steps: ``"none"``, ``"default"`` or
-    ``"reduce-overhead"`` (see :mod:`tritonrl.toolkit.compile`)."""
+    ``"reduce-overhead"`` (see `tritonrl.toolkit.compile`)."""
     # ---- metadata
     tags: tuple[str, ...] = resumable(())
     """Free-form labels (a preset records its name here)."""

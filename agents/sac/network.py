@@ -39,7 +39,7 @@ def _torso_head(
     device: torch.device | str | None,
     dtype: torch.dtype | None,
 ) -> tuple[MLP, nn.Linear]:
-    """A ReLU :class:`MLP` of ``hidden`` on ``in_dim`` inputs, then a linear head to ``out_dim``;
+    """A ReLU `MLP` of ``hidden`` on ``in_dim`` inputs, then a linear head to ``out_dim``;
     built in this order (a seeded initialisation depends on it)."""
     dtype = dtype_or_default(dtype, device)
     torso = MLP(in_dim, tuple(hidden), device=device, dtype=dtype)
@@ -69,7 +69,7 @@ class TwinQ(nn.Module):
         return _up(q1), _up(q2)
 
     def q1(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        """``Q_1(s, a)`` alone, f32 ``[B]``: the first output of :meth:`forward`, bit for bit."""
+        """``Q_1(s, a)`` alone, f32 ``[B]``: the first output of `forward`, bit for bit."""
         return _up(self.head1(self.torso1(torch.cat([obs, action], -1))).squeeze(-1))
 
 
@@ -126,7 +126,7 @@ class SquashedGaussianActor(nn.Module):
         return torch.tanh(u), squashed_gaussian_log_prob(noise, log_std, u, self.log_scale)
 
     def explore(self, obs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
-        """The action of :meth:`sample` alone, without its log-probability."""
+        """The action of `sample` alone, without its log-probability."""
         mean, log_std = self(obs)
         return torch.tanh(mean + log_std.exp() * noise)
 

@@ -20,7 +20,7 @@ __all__ = ["ContinuousPolicy", "DeterministicPolicy", "SquashedPolicy"]
 
 class ContinuousPolicy(PolicyModule):
     """An actor with the action bounds: ``obs [B, *obs_shape] -> [B, *action_shape]`` f32 within
-    the bounds; subclasses define :meth:`greedy`.
+    the bounds; subclasses define [`greedy`][tritonrl.agents.sac.policy.ContinuousPolicy.greedy].
 
     Args:
         actor: the actor network (``agent.policy()`` passes an f32 copy).

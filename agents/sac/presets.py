@@ -1,6 +1,6 @@
 """The continuous off-policy family's presets: ``sac`` and ``td3`` at CleanRL's settings (TD3's
 ``learning_starts`` 5,000), on Pendulum-v1 by default, each with its own market overrides
-(:data:`_MARKET_SAC`, :data:`_MARKET_TD3`). See docs/pages/sac.md.
+(`_MARKET_SAC`, `_MARKET_TD3`). See docs/pages/sac.md.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ PRESETS: tuple[Preset, ...] = (
         **_CLI,
     ),
 )
-"""The named presets; the command line's registry (:mod:`tritonrl.cli.registry`) collects them."""
+"""The named presets; the command line's registry (`tritonrl.cli.registry`) collects them."""
 
 
 def preset(name: str, **overrides: Any) -> Any:

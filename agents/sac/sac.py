@@ -41,14 +41,14 @@ class SACAgent(ContinuousAgent):
     Args:
         observation_space: a gymnasium ``Box`` (flattened for the networks).
         action_space: a ``Box`` with finite bounds.
-        config: a :class:`SACConfig` (default: the ``sac`` preset).
+        config: a [`SACConfig`][tritonrl.agents.sac.config.SACConfig] (default: the ``sac`` preset).
         num_envs: environments per ``act``/``observe`` call.
         dist: the data-parallel context (``None``: a single process).
 
     Raises:
         ValueError: a space that is not a ``Box``, infinite action bounds, or a replay that does
             not fit in the device's memory.
-        TypeError: ``config`` is not a :class:`SACConfig`.
+        TypeError: ``config`` is not a [`SACConfig`][tritonrl.agents.sac.config.SACConfig].
     """
 
     kind = SAC_KIND
@@ -171,7 +171,7 @@ class SACAgent(ContinuousAgent):
         Returns f32 scalar ``losses/*`` metrics on the device, without a host read.
 
         Raises:
-            RuntimeError: the replay holds fewer transitions than :attr:`batch_size`.
+            RuntimeError: the replay holds fewer transitions than `batch_size`.
             ValueError: with ``inputs.check_at_update``, a deferred input check failed.
         """
         cfg = self.config

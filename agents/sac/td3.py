@@ -29,14 +29,14 @@ class TD3Agent(ContinuousAgent):
     Args:
         observation_space: a gymnasium ``Box`` (flattened for the networks).
         action_space: a ``Box`` with finite bounds.
-        config: a :class:`TD3Config` (default: the ``td3`` preset).
+        config: a [`TD3Config`][tritonrl.agents.sac.config.TD3Config] (default: the ``td3`` preset).
         num_envs: environments per ``act``/``observe`` call.
         dist: the data-parallel context (``None``: a single process).
 
     Raises:
         ValueError: a space that is not a ``Box``, infinite action bounds, or a replay that does
             not fit in the device's memory.
-        TypeError: ``config`` is not a :class:`TD3Config`.
+        TypeError: ``config`` is not a [`TD3Config`][tritonrl.agents.sac.config.TD3Config].
     """
 
     kind = TD3_KIND
@@ -142,7 +142,7 @@ class TD3Agent(ContinuousAgent):
         Returns f32 scalar ``losses/*`` metrics on the device, without a host read.
 
         Raises:
-            RuntimeError: the replay holds fewer transitions than :attr:`batch_size`.
+            RuntimeError: the replay holds fewer transitions than `batch_size`.
             ValueError: with ``inputs.check_at_update``, a deferred input check failed.
         """
         cfg = self.config

@@ -1,8 +1,8 @@
 """Frames stored once: the stacked-observation gather of pixel replay.
 
-:func:`frame_stack_sample` gathers, masks, converts and scales a batch of stacked observations
-from a uint8 frame store in one launch. Files follow the op-folder convention; see
-docs/pages/kernels.md ("The frame-stack gather").
+[`frame_stack_sample`][tritonrl.kernels.frame_stack.frame_stack_sample] gathers, masks, converts and scales a
+batch of stacked observations from a uint8 frame store in one launch. Files follow the op-folder convention;
+see docs/pages/kernels.md ("The frame-stack gather").
 """
 
 # library registers torch.ops.tritonrl.frame_stack_sample (what torch.compile traces); the

@@ -1,6 +1,6 @@
 """The frame-stack sampling op: validation, dispatch and the public function. Imports no triton.
 
-Layout: :mod:`tritonrl.kernels.frame_stack.reference`. Ask for a batch's observations and next
+Layout: `tritonrl.kernels.frame_stack.reference`. Ask for a batch's observations and next
 observations in one call (``rows`` of both, concatenated).
 """
 

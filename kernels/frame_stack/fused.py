@@ -1,4 +1,4 @@
-"""The Triton kernel of the frame-stack gather (layout: :mod:`tritonrl.kernels.frame_stack.reference`).
+"""The Triton kernel of the frame-stack gather (layout: `tritonrl.kernels.frame_stack.reference`).
 
 One program per (row, stack position, block of pixels). Equal to the reference bit for bit on
 CUDA (the interpreter truncates f32 -> bf16: one ulp). No autograd.
@@ -83,7 +83,7 @@ def frame_stack_sample_triton(
     dtype: torch.dtype,
     scale: float,
 ) -> torch.Tensor:
-    """The Triton implementation of :func:`~tritonrl.kernels.frame_stack.reference.frame_stack_sample_ref`."""
+    """The Triton implementation of `frame_stack_sample_ref`."""
     # the reference's weight: scale rounded to f32, then to dtype (a host-side scalar, no sync)
     weight = float(torch.tensor(scale, dtype=torch.float32).to(dtype).float())
     return frame_stack_sample_fwd(frames, depth, rows, ring, stack, dtype, weight)

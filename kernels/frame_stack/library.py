@@ -1,4 +1,4 @@
-"""The frame-stack gather as a torch custom op (design: :mod:`tritonrl.kernels.library`).
+"""The frame-stack gather as a torch custom op (design: `tritonrl.kernels.library`).
 
 ``torch.ops.tritonrl.frame_stack_sample``, called under ``torch.compile``: eager mode's dispatch,
 a fake for the ``[M, stack, P]`` output, not differentiable. Imports no triton.
@@ -26,7 +26,7 @@ Tensor = torch.Tensor
 def frame_stack_sample_op(
     frames: Tensor, depth: Tensor, rows: Tensor, ring: int, stack: int, dtype: torch.dtype, scale: float
 ) -> Tensor:
-    """:func:`~tritonrl.kernels.frame_stack.frame_stack_sample` as an op: ``[M, stack, P]`` in ``dtype``."""
+    """`frame_stack_sample` as an op: ``[M, stack, P]`` in ``dtype``."""
 
     def triton() -> Tensor:
         from tritonrl.kernels.frame_stack.fused import frame_stack_sample_triton

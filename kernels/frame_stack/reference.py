@@ -32,7 +32,7 @@ def frame_stack_sample_ref(
 ) -> torch.Tensor:
     """``[M, stack, P]`` in ``dtype``: ``out[m, j] = frames[src[m, j]] * scale`` within the episode of
     ``rows[m]``, else 0, with ``src = stack_rows(rows, ring, stack)``. Arguments: see
-    :func:`tritonrl.kernels.frame_stack.frame_stack_sample`.
+    [`tritonrl.kernels.frame_stack.frame_stack_sample`][tritonrl.kernels.frame_stack.frame_stack_sample].
 
     Each product is the byte times ``scale`` rounded to ``dtype``, rounded once (as the kernel).
     On CPU the frames go through in cache-sized chunks into one reused buffer.

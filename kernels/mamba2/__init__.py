@@ -1,7 +1,7 @@
 """The Mamba2 selective state-space scan (an op folder: CONTRIBUTING.md, "Adding an op").
 
-:func:`mamba2_scan` (chunked, with episode resets, differentiable) and :func:`mamba2_step`
-(acting). See docs/pages/mamba2.md.
+[`mamba2_scan`][tritonrl.kernels.mamba2.mamba2_scan] (chunked, with episode resets, differentiable) and
+[`mamba2_step`][tritonrl.kernels.mamba2.mamba2_step] (acting). See docs/pages/mamba2.md.
 """
 
 # torch.ops.tritonrl.mamba2_scan / mamba2_step (+ the backward op): what torch.compile traces

@@ -1,7 +1,8 @@
 """The public Mamba2 ops: validation and dispatch. Imports no triton (the kernels load lazily).
 
-:func:`mamba2_step_unchecked` skips the input checks for a caller that built the inputs itself
-(the Mamba2 block's ``step``, where the checks would cost as much as the step).
+[`mamba2_step_unchecked`][tritonrl.kernels.mamba2.api.mamba2_step_unchecked] skips the input checks for a
+caller that built the inputs itself (the Mamba2 block's ``step``, where the checks would cost as much as the
+step).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def mamba2_scan_torch(
     return_final_states: bool,
     **kwargs: object,
 ) -> torch.Tensor | tuple[torch.Tensor, ...]:
-    """The scan's torch path (arguments as :func:`~tritonrl.kernels.mamba2.reference.mamba2_scan_ref`):
+    """The scan's torch path (arguments as `mamba2_scan_ref`):
     the factored or fast scan without resets on a CPU, the reference otherwise."""
     if resets is None and not kwargs:
         args = (
@@ -279,8 +280,8 @@ def mamba2_step(
 ) -> torch.Tensor:
     """One step of the Mamba2 recurrence for acting: updates ``state`` in place, returns ``y_t``.
 
-    One step of :func:`mamba2_scan` (same arguments without the time axis). The state stays
-    float32 even for a bf16 model: a bf16 state would drift over long episodes.
+    One step of [`mamba2_scan`][tritonrl.kernels.mamba2.api.mamba2_scan] (same arguments without the time
+    axis). The state stays float32 even for a bf16 model: a bf16 state would drift over long episodes.
 
     Args:
         state: [B, H, P, N] float32, contiguous; overwritten with the new state.
@@ -352,11 +353,12 @@ def mamba2_step_unchecked(
     dt_limit: tuple[float, float],
     reset: torch.Tensor | None,
 ) -> torch.Tensor:
-    """:func:`mamba2_step` without its input checks (positional arguments, ``dt_limit`` two floats).
+    """`mamba2_step` without its input checks (positional arguments, ``dt_limit`` two floats).
 
-    For :meth:`tritonrl.agents.nets.mamba2.Mamba2Block.step`, which builds and checks its own
-    arguments. They must satisfy every condition :func:`mamba2_step` states: nothing here
-    verifies them, and the Triton kernel reads out of bounds if they do not hold.
+    For [`tritonrl.agents.nets.mamba2.Mamba2Block.step`][tritonrl.agents.nets.mamba2.Mamba2Block.step], which
+    builds and checks its own arguments. They must satisfy every condition
+    [`mamba2_step`][tritonrl.kernels.mamba2.api.mamba2_step] states: nothing here verifies them, and the
+    Triton kernel reads out of bounds if they do not hold.
 
     Returns:
         y [B, H, P] in the data dtype; ``state`` is updated in place.

@@ -691,7 +691,7 @@ def mamba2_scan_triton(
     chunk_size: int,
     return_final_states: bool,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """The Triton path of :func:`tritonrl.kernels.mamba2.mamba2_scan` (inputs already validated)."""
+    """The Triton path of `tritonrl.kernels.mamba2.mamba2_scan` (inputs already validated)."""
     tensors = (x, dt, A, B, C, D, z, dt_bias, initial_states)
     need_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
     return Mamba2ScanFunction.apply(

@@ -159,7 +159,7 @@ def _per_group(t: torch.Tensor, T: int) -> torch.Tensor:
 
 
 def _per_step(t3: torch.Tensor, batch: int, length: int, heads: int, last: int) -> torch.Tensor:
-    """Inverse of :func:`_per_group`: [b * NC * G, T, K] -> [b, L, heads, last] (``G K = heads last``)."""
+    """Inverse of `_per_group`: [b * NC * G, T, K] -> [b, L, heads, last] (``G K = heads last``)."""
     T = t3.shape[1]
     ngroups = t3.shape[0] // (batch * (length // T))
     t = t3.view(batch, length // T, ngroups, T, -1).transpose(2, 3)
@@ -181,10 +181,10 @@ def mamba2_scan_factored(
     chunk_size: int,
     return_final_states: bool,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None:
-    """The factored scan without resets (arguments as :func:`tritonrl.kernels.mamba2.fast.mamba2_scan_fast`),
-    or None where a log factor exceeds :data:`MAX_LOG_FACTOR` or is not finite.
+    """The factored scan without resets (arguments as `tritonrl.kernels.mamba2.fast.mamba2_scan_fast`),
+    or None where a log factor exceeds `MAX_LOG_FACTOR` or is not finite.
 
-    Ignores ``chunk_size`` (picks :data:`CHUNK` or half). Computes in float32 (float64 for
+    Ignores ``chunk_size`` (picks `CHUNK` or half). Computes in float32 (float64 for
     float64 ``x``); returns y [B, L, H, P] in ``x.dtype`` and optionally the final states
     [B, H, P, N] in the compute dtype. Differentiable. Reads the decays on the host: CPU only.
     """

@@ -1,6 +1,6 @@
 """A CPU scan without resets: the chunked SSD algorithm in fewer, larger products.
 
-For decays too large for :mod:`tritonrl.kernels.mamba2.factored`. ``C . B`` once per group and
+For decays too large for `tritonrl.kernels.mamba2.factored`. ``C . B`` once per group and
 products with a group's heads side by side, where the reference takes small products per head.
 Equal to the reference up to float32 reassociation.
 """
@@ -30,7 +30,7 @@ def mamba2_scan_fast(
     return_final_states: bool,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """The chunked scan without resets (arguments as
-    :func:`tritonrl.kernels.mamba2.reference.mamba2_scan_ref`), computed in float32 (float64 for
+    `tritonrl.kernels.mamba2.reference.mamba2_scan_ref`), computed in float32 (float64 for
     float64 ``x``): y [B, L, H, P] in ``x.dtype``, optionally the final states [B, H, P, N].
     Differentiable."""
     batch, length, nheads, headdim = x.shape

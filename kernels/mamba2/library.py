@@ -1,4 +1,4 @@
-"""The Mamba2 ops as torch custom ops (design: :mod:`tritonrl.kernels.library`).
+"""The Mamba2 ops as torch custom ops (design: `tritonrl.kernels.library`).
 
 ``mamba2_scan`` returns ``(y, final_states, chunk_states)`` (an empty f32 ``[0]`` where not asked
 for); ``mamba2_step`` updates ``state`` in place. Imports no triton.
@@ -61,7 +61,7 @@ def mamba2_scan_op(
     return_final_states: bool,
     store_states: bool,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """:func:`~tritonrl.kernels.mamba2.mamba2_scan` as an op: ``(y, final_states, chunk_states)``."""
+    """`mamba2_scan` as an op: ``(y, final_states, chunk_states)``."""
     limit = (dt_min, dt_max)
 
     def triton() -> tuple[Tensor, Tensor | None, Tensor | None]:
@@ -154,7 +154,7 @@ def mamba2_scan_backward_op(
     chunk_size: int,
     needs: list[bool],
 ) -> list[Tensor]:
-    """Gradients of :func:`mamba2_scan_op` for the inputs ``needs`` flags, in argument order.
+    """Gradients of `mamba2_scan_op` for the inputs ``needs`` flags, in argument order.
     ``chunk_states`` may be an empty ``[0]`` (the Triton path then recomputes them)."""
     limit = (dt_min, dt_max)
     inputs = (x, dt, A, B, C, D, z, dt_bias, initial_states)
@@ -256,7 +256,7 @@ def mamba2_step_op(
     dt_max: float,
     reset: Tensor | None,
 ) -> Tensor:
-    """:func:`~tritonrl.kernels.mamba2.mamba2_step` as an op: updates ``state``, returns ``y``."""
+    """`mamba2_step` as an op: updates ``state``, returns ``y``."""
     args = (state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, (dt_min, dt_max), reset)
 
     def triton() -> Tensor:

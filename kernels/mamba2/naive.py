@@ -31,7 +31,7 @@ def mamba2_scan_naive(
     return_final_states: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """``h_t = exp(dt'_t A) h_{t-1} (1 - reset_t) + dt'_t x_t B_t^T``, ``y_t = h_t C_t + D x_t``;
-    shapes as :func:`tritonrl.kernels.mamba2.mamba2_scan`, everything in ``x.dtype``."""
+    shapes as `tritonrl.kernels.mamba2.mamba2_scan`, everything in ``x.dtype``."""
     batch, length, nheads, headdim = x.shape
     ngroups, dstate = B.shape[-2:]
     dtype = x.dtype

@@ -54,7 +54,7 @@ def mamba2_scan_ref(
     compute_dtype: torch.dtype | None = None,
     return_chunk_states: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, ...]:
-    """The chunked SSD scan in torch (arguments as :func:`tritonrl.kernels.mamba2.mamba2_scan`).
+    """The chunked SSD scan in torch (arguments as `tritonrl.kernels.mamba2.mamba2_scan`).
 
     x: [B, L, H, P]; dt: [B, L, H]; A: [H]; B, C: [B, L, G, N]; D: [H] or [H, P]; z like x;
     dt_bias: [H]; initial_states: [B, H, P, N]; resets: [B, L] bool. Returns y [B, L, H, P] in
@@ -143,7 +143,7 @@ def mamba2_step_ref(
     reset: torch.Tensor | None,
 ) -> torch.Tensor:
     """One recurrence step in torch; updates ``state`` in place (arguments as
-    :func:`tritonrl.kernels.mamba2.mamba2_step`).
+    [`tritonrl.kernels.mamba2.mamba2_step`][tritonrl.kernels.mamba2.mamba2_step]).
 
     state: [B, H, P, N] contiguous (float32, or float64 in tests); x: [B, H, P]; dt: [B, H];
     B, C: [B, G, N]; reset: [B] bool. Returns y [B, H, P] in ``x.dtype``.

@@ -106,7 +106,7 @@ def mamba2_step_triton(
     dt_limit: tuple[float, float],
     reset: torch.Tensor | None,
 ) -> torch.Tensor:
-    """The Triton path of :func:`tritonrl.kernels.mamba2.mamba2_step` (inputs already validated)."""
+    """The Triton path of `tritonrl.kernels.mamba2.mamba2_step` (inputs already validated)."""
     batch, nheads, headdim = x.shape
     ngroups, dstate = B.shape[1:]
     x = x if x.stride(-1) == 1 else x.contiguous()

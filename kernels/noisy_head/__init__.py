@@ -1,6 +1,8 @@
 """Noisy linear layers and the dueling / distributional Q head (Rainbow), as fused ops.
 
-:func:`noisy_linear`, :func:`noisy_dueling` and :func:`expected_q`; see docs/pages/noisy-head.md.
+[`noisy_linear`][tritonrl.kernels.noisy_head.noisy_linear],
+[`noisy_dueling`][tritonrl.kernels.noisy_head.noisy_dueling] and
+[`expected_q`][tritonrl.kernels.noisy_head.expected_q]; see docs/pages/noisy-head.md.
 """
 
 # torch.ops.tritonrl.noisy_linear / noisy_dueling (+ backward ops): what torch.compile traces

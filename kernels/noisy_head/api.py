@@ -1,7 +1,7 @@
 """The noisy-head ops: validation, dispatch and the public functions. Imports no triton.
 
-The noisy weight matrix is never built; :func:`noisy_dueling` ends in an f32 epilogue (the
-loss-boundary cast). See docs/pages/noisy-head.md.
+The noisy weight matrix is never built; [`noisy_dueling`][tritonrl.kernels.noisy_head.api.noisy_dueling] ends
+in an f32 epilogue (the loss-boundary cast). See docs/pages/noisy-head.md.
 """
 
 from __future__ import annotations
@@ -190,7 +190,7 @@ def noisy_linear(
 
 
 def _check_linear(x: object, p: NoisyParams, noise: bool, activation: str | None) -> None:
-    """Every input check of :func:`noisy_linear`."""
+    """Every input check of `noisy_linear`."""
     if activation not in (None, "relu"):
         raise ValueError(f"activation must be None or 'relu', got {activation!r}")
     x = _check_input("x", x, (2,))
@@ -288,9 +288,9 @@ def noisy_dueling(
 
 
 def linear_q(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
-    """``F.linear(x, weight, bias)`` in f32, ``[B, A]``: the plain case of :func:`noisy_dueling`
+    """``F.linear(x, weight, bias)`` in f32, ``[B, A]``: the plain case of `noisy_dueling`
     without its validation and dispatch layers, for acting on a small batch (counted as a torch
-    call of :data:`NOISY_DUELING`).
+    call of `NOISY_DUELING`).
 
     Returns ``None`` where the general op must run: a Triton selection, under ``torch.compile``,
     or inputs these few checks do not vouch for.
@@ -329,7 +329,7 @@ def _check(
     log_softmax: bool,
     support: object,
 ) -> tuple[NoisyParams, NoisyParams | None]:
-    """Every input check of :func:`noisy_dueling`; returns the layers as :class:`NoisyParams`."""
+    """Every input check of `noisy_dueling`; returns the layers as `NoisyParams`."""
     x = _check_input("x", x, (2, 3))
     advantage = _as_params("advantage", advantage)
     value = None if value is None else _as_params("value", value)

@@ -575,6 +575,6 @@ def noisy_dueling_triton(
     log_softmax: bool,
     support: torch.Tensor | None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """The Triton implementation of :func:`tritonrl.kernels.noisy_head.noisy_dueling` (inputs validated)."""
+    """The Triton implementation of `tritonrl.kernels.noisy_head.noisy_dueling` (inputs validated)."""
     flat = (*advantage, *(value if value is not None else (None,) * 6))
     return NoisyDuelingFunction.apply(x, support, (num_actions, atoms, noise, log_softmax), *flat)

@@ -615,5 +615,5 @@ def noisy_linear_triton(
     noise: bool,
     relu: bool,
 ) -> torch.Tensor:
-    """The Triton implementation of :func:`tritonrl.kernels.noisy_head.noisy_linear` (inputs validated)."""
+    """The Triton implementation of `tritonrl.kernels.noisy_head.noisy_linear` (inputs validated)."""
     return NoisyLinearFunction.apply(x, w_mu, w_sigma, b_mu, b_sigma, eps_in, eps_out, noise, relu)

@@ -1,7 +1,7 @@
-"""The noisy-head ops as torch custom ops (design: :mod:`tritonrl.kernels.library`).
+"""The noisy-head ops as torch custom ops (design: `tritonrl.kernels.library`).
 
 ``torch.ops.tritonrl.noisy_linear`` / ``noisy_dueling`` and their backward ops, called by the
-public functions under ``torch.compile``. A layer's :class:`NoisyParams` are six tensor
+public functions under ``torch.compile``. A layer's `NoisyParams` are six tensor
 arguments; the noise vectors and the support take no gradient. Imports no triton.
 """
 
@@ -55,7 +55,7 @@ def noisy_linear_op(
     noise: bool,
     relu: bool,
 ) -> Tensor:
-    """:func:`~tritonrl.kernels.noisy_head.noisy_linear` as an op: ``[B, O]`` (``[B, G, O]``), x's dtype."""
+    """`noisy_linear` as an op: ``[B, O]`` (``[B, G, O]``), x's dtype."""
     args = (x, weight_mu, weight_sigma, bias_mu, bias_sigma, eps_in, eps_out, noise, relu)
 
     def triton() -> Tensor:
@@ -94,7 +94,7 @@ def noisy_linear_backward_op(
     relu: bool,
     needs: list[bool],
 ) -> list[Tensor]:
-    """Gradients of :func:`noisy_linear_op` for the inputs ``needs`` flags among
+    """Gradients of `noisy_linear_op` for the inputs ``needs`` flags among
     ``(x, weight_mu, weight_sigma, bias_mu, bias_sigma)``; ``y`` is read only with ``relu``."""
     inputs = (x, weight_mu, weight_sigma, bias_mu, bias_sigma)
 
@@ -182,7 +182,7 @@ def noisy_dueling_op(
     noise: bool,
     log_softmax: bool,
 ) -> tuple[Tensor, Tensor]:
-    """:func:`~tritonrl.kernels.noisy_head.noisy_dueling` as an op: ``(out [B, A, Z] f32,
+    """`noisy_dueling` as an op: ``(out [B, A, Z] f32,
     q [B, A] f32)``; without ``support``, ``q`` is an empty f32 ``[0]``."""
     adv = NoisyParams(a_weight_mu, a_weight_sigma, a_bias_mu, a_bias_sigma, a_eps_in, a_eps_out)
     val = None
@@ -244,7 +244,7 @@ def noisy_dueling_backward_op(
     log_softmax: bool,
     needs: list[bool],
 ) -> list[Tensor]:
-    """Gradients of :func:`noisy_dueling_op` for the inputs ``needs`` flags, in argument order;
+    """Gradients of `noisy_dueling_op` for the inputs ``needs`` flags, in argument order;
     ``grad_q`` is ``None`` without ``support``."""
     adv = NoisyParams(a_weight_mu, a_weight_sigma, a_bias_mu, a_bias_sigma, a_eps_in, a_eps_out)
     val = NoisyParams(v_weight_mu, v_weight_sigma, v_bias_mu, v_bias_sigma, v_eps_in, v_eps_out)

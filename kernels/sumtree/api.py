@@ -1,10 +1,12 @@
 """The sum-tree ops: validation, dispatch and the public functions. Imports no triton.
 
-A :class:`SumTree` is a 32-ary f32 sum tree of prefix rows and a 32-ary f32 min tree over the
-leaves ``p_i ** alpha`` (layout: :mod:`tritonrl.kernels.sumtree.reference`). :func:`per_sample`,
-:func:`per_update` and :func:`per_insert` are each one
-:class:`~tritonrl.kernels.backend.KernelOp` (Triton on CUDA, ``cpu.py``'s eager path elsewhere).
-See docs/pages/replay.md ("The sum tree").
+A [`SumTree`][tritonrl.kernels.sumtree.api.SumTree] is a 32-ary f32 sum tree of prefix rows and a 32-ary f32
+min tree over the leaves ``p_i ** alpha`` (layout: `tritonrl.kernels.sumtree.reference`).
+[`per_sample`][tritonrl.kernels.sumtree.api.per_sample],
+[`per_update`][tritonrl.kernels.sumtree.api.per_update] and
+[`per_insert`][tritonrl.kernels.sumtree.api.per_insert] are each one
+[`KernelOp`][tritonrl.kernels.backend.KernelOp] (Triton on CUDA, ``cpu.py``'s eager path elsewhere). See
+docs/pages/replay.md ("The sum tree").
 """
 
 from __future__ import annotations
@@ -212,7 +214,8 @@ def per_sample(
     Every backend makes the same f32 operations, so the indices agree for the same uniforms.
 
     Args:
-        tree: a :class:`SumTree` with at least one non-empty leaf among ``[0, size)``.
+        tree: a [`SumTree`][tritonrl.kernels.sumtree.api.SumTree] with at least one non-empty leaf among ``[0,
+            size)``.
         uniforms: f32 ``[B]`` in ``[0, 1)``, on the tree's device.
         beta: importance-sampling exponent >= 0.
         size: leaves ``[0, size)`` are stored; indices are clamped below ``size``.
@@ -238,7 +241,7 @@ def per_update(
     """Set ``leaf[indices[k]] = (|td_errors[k]| + eps) ** alpha`` and recompute the ancestors.
 
     A batch with a NaN/inf priority or an index outside ``[0, size)`` changes nothing but
-    ``tree.status`` (``[0] += 1``, ``[1]`` = :data:`BAD_PRIORITY` | :data:`BAD_INDEX`); otherwise
+    ``tree.status`` (``[0] += 1``, ``[1]`` = `BAD_PRIORITY` | `BAD_INDEX`); otherwise
     ``max_priority`` takes the batch's largest ``|td| + eps``. The last of duplicate indices wins.
 
     Args:
@@ -269,7 +272,7 @@ def per_update(
 def per_sample_unchecked(
     tree: SumTree, uniforms: torch.Tensor, beta: float, size: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`per_sample` without its argument checks, for a caller that made them (the replay buffer)."""
+    """`per_sample` without its argument checks, for a caller that made them (the replay buffer)."""
     if torch.compiler.is_compiling():
         return per_sample(tree, uniforms, beta, size)
     return PER_SAMPLE(tree.sums.device, tree, uniforms, beta, size)
@@ -278,7 +281,7 @@ def per_sample_unchecked(
 def per_update_unchecked(
     tree: SumTree, indices: torch.Tensor, td_errors: torch.Tensor, alpha: float, eps: float, size: int
 ) -> None:
-    """:func:`per_update` without its argument checks (the batch is still validated on the device)."""
+    """`per_update` without its argument checks (the batch is still validated on the device)."""
     if torch.compiler.is_compiling():
         per_update(tree, indices, td_errors, alpha=alpha, eps=eps, size=size)
         return

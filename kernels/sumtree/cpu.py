@@ -1,7 +1,7 @@
 """The eager paths of the sum-tree ops, run where no Triton kernel does.
 
 Tuned numpy on views of a CPU tree, vectorised torch elsewhere; both compute what
-:mod:`tritonrl.kernels.sumtree.reference` specifies, bit for bit (tests/kernels/test_sumtree.py).
+`tritonrl.kernels.sumtree.reference` specifies, bit for bit (tests/kernels/test_sumtree.py).
 The CPU path keeps a contiguous copy of every level's totals beside the tree, kept in step
 through torch's version counter of ``sums``. See docs/pages/replay.md ("The sum tree").
 """
@@ -192,9 +192,9 @@ def _update_ancestors(tree: SumTree, idx: torch.Tensor) -> None:
 def per_update_eager(
     tree: SumTree, indices: torch.Tensor, td_errors: torch.Tensor, alpha: float, eps: float, size: int
 ) -> None:
-    """Eager :func:`tritonrl.kernels.sumtree.per_update` (one sync on CUDA for the validity test).
+    """Eager `tritonrl.kernels.sumtree.per_update` (one sync on CUDA for the validity test).
 
-    On CPU the leaf part runs on numpy views (:func:`_per_update_cpu`), bit for bit the torch path.
+    On CPU the leaf part runs on numpy views (`_per_update_cpu`), bit for bit the torch path.
     """
     if indices.shape[0] == 0:
         return
@@ -212,7 +212,7 @@ def _reject(tree: SumTree, finite: bool, in_range: bool) -> None:
 def _per_update_torch(
     tree: SumTree, indices: torch.Tensor, td_errors: torch.Tensor, alpha: float, eps: float, size: int
 ) -> None:
-    """:func:`per_update_eager` in torch ops on any device (``indices`` non-empty)."""
+    """`per_update_eager` in torch ops on any device (``indices`` non-empty)."""
     B = indices.shape[0]
     p = td_errors.float().abs().add_(_scalar(eps, indices.device))  # a 0-d tensor adds faster
     p_max = p.max()  # NaN if any p is NaN, inf if any is inf
@@ -400,7 +400,7 @@ def _host_work(h: _HostViews, B: int) -> _HostWork:
 
 
 def _update_ancestors_cpu(hw: _HostWork, idx: np.ndarray) -> None:
-    """:func:`_update_ancestors` on CPU: the same torch ``cumsum`` / ``amin``, index work in numpy.
+    """`_update_ancestors` on CPU: the same torch ``cumsum`` / ``amin``, index work in numpy.
 
     Level 1's minima come from the sum tree's leaf rows when they hold no empty leaf (a filled leaf
     is the same value in both trees).
@@ -437,7 +437,7 @@ def _update_ancestors_cpu(hw: _HostWork, idx: np.ndarray) -> None:
 def _per_update_cpu(
     tree: SumTree, indices: torch.Tensor, td_errors: torch.Tensor, alpha: float, eps: float, size: int
 ) -> None:
-    """:func:`_per_update_torch` on CPU with numpy for the leaf part, bit for bit the same.
+    """`_per_update_torch` on CPU with numpy for the leaf part, bit for bit the same.
 
     ``** alpha`` stays a torch op (numpy's ``powf`` may differ by an ulp); duplicates resolve by the
     same scratch rule, with ``np.maximum.at`` for ``scatter_reduce_(amax)``.
@@ -484,7 +484,7 @@ def _per_update_cpu(
 
 
 def per_insert_eager(tree: SumTree, start: int, count: int, alpha: float) -> None:
-    """Eager :func:`tritonrl.kernels.sumtree.per_insert`: one prefix per level over the touched range."""
+    """Eager `tritonrl.kernels.sumtree.per_insert`: one prefix per level over the touched range."""
     if count == 0:
         return
     if tree.sums.is_cpu:
@@ -494,7 +494,7 @@ def per_insert_eager(tree: SumTree, start: int, count: int, alpha: float) -> Non
 
 
 def _per_insert_torch(tree: SumTree, start: int, count: int, alpha: float) -> None:
-    """:func:`per_insert_eager` in torch ops on any device (``count > 0``)."""
+    """`per_insert_eager` in torch ops on any device (``count > 0``)."""
     sums, mins = tree.sums, tree.mins
     v = _views(tree)
     val = tree.max_priority.pow(alpha)  # [1]
@@ -519,7 +519,7 @@ def _per_insert_torch(tree: SumTree, start: int, count: int, alpha: float) -> No
 
 
 def _per_insert_cpu(tree: SumTree, start: int, count: int, alpha: float) -> None:
-    """:func:`_per_insert_torch` on CPU in numpy, bit for bit (``count > 0``; ``pow`` stays torch's)."""
+    """`_per_insert_torch` on CPU in numpy, bit for bit (``count > 0``; ``pow`` stays torch's)."""
     h = _host_views(tree, _views(tree))
     _sync_totals(h)
     key = (float(h.max_priority[0]), float(alpha))
@@ -566,9 +566,9 @@ def _strata(B: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
 def per_sample_eager(
     tree: SumTree, uniforms: torch.Tensor, beta: float, size: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Eager :func:`tritonrl.kernels.sumtree.per_sample`: the descent of the reference, index clamped.
+    """Eager `tritonrl.kernels.sumtree.per_sample`: the descent of the reference, index clamped.
 
-    On CPU the index work runs on numpy views (:func:`_per_sample_cpu`), bit for bit the torch path.
+    On CPU the index work runs on numpy views (`_per_sample_cpu`), bit for bit the torch path.
     """
     if uniforms.is_cpu:
         return _per_sample_cpu(tree, uniforms, beta, size)
@@ -578,7 +578,7 @@ def per_sample_eager(
 def _per_sample_torch(
     tree: SumTree, uniforms: torch.Tensor, beta: float, size: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`per_sample_eager` in torch ops on any device."""
+    """`per_sample_eager` in torch ops on any device."""
     v = _views(tree)
     B = uniforms.shape[0]
     w = _work(v, B, uniforms.device)
@@ -661,7 +661,7 @@ def _sample_work(tree: SumTree, v: _Views, B: int) -> _SampleWork:
 def _per_sample_cpu(
     tree: SumTree, uniforms: torch.Tensor, beta: float, size: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`_per_sample_torch` on CPU in numpy, bit for bit.
+    """`_per_sample_torch` on CPU in numpy, bit for bit.
 
     A level's child is the count of inner prefixes ``<= t`` (the torch path's ``searchsorted - 1``);
     ``** -beta`` stays the torch ``pow_`` (numpy's ``powf`` may differ by an ulp).

@@ -1,4 +1,4 @@
-"""Triton kernels of the prioritized-replay sum tree (layout: :mod:`tritonrl.kernels.sumtree.reference`).
+"""Triton kernels of the prioritized-replay sum tree (layout: `tritonrl.kernels.sumtree.reference`).
 
 ``_per_sample_kernel`` descends the prefix rows for a whole batch in one launch.
 ``_per_update_kernel`` / ``_per_insert_kernel`` run one CTA per launch, ordering the levels with

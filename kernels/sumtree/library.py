@@ -1,8 +1,8 @@
-"""The sum-tree ops as torch custom ops (design: :mod:`tritonrl.kernels.library`). Imports no triton.
+"""The sum-tree ops as torch custom ops (design: `tritonrl.kernels.library`). Imports no triton.
 
 ``torch.ops.tritonrl.per_sample`` / ``per_update`` / ``per_insert`` are what the public functions
-call under ``torch.compile``. A :class:`SumTree` is its five tensors; the schemas declare which
-ones each op writes. Same implementations as eager mode; not differentiable.
+call under ``torch.compile``. A [`SumTree`][tritonrl.kernels.sumtree.reference.SumTree] is its five tensors;
+the schemas declare which ones each op writes. Same implementations as eager mode; not differentiable.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def per_sample_op(
     beta: float,
     size: int,
 ) -> tuple[Tensor, Tensor]:
-    """:func:`~tritonrl.kernels.sumtree.per_sample` as an op: ``(indices int64 [B], weights f32 [B])``."""
+    """`per_sample` as an op: ``(indices int64 [B], weights f32 [B])``."""
     tree = SumTree(sums, mins, scratch, max_priority, status)
 
     def triton() -> tuple[Tensor, Tensor]:
@@ -74,7 +74,7 @@ def per_update_op(
     eps: float,
     size: int,
 ) -> None:
-    """:func:`~tritonrl.kernels.sumtree.per_update` as an op (writes the tree in place)."""
+    """`per_update` as an op (writes the tree in place)."""
     tree = SumTree(sums, mins, scratch, max_priority, status)
 
     def triton() -> None:
@@ -110,7 +110,7 @@ def per_insert_op(
     count: int,
     alpha: float,
 ) -> None:
-    """:func:`~tritonrl.kernels.sumtree.per_insert` as an op (writes ``sums`` and ``mins`` in place)."""
+    """`per_insert` as an op (writes ``sums`` and ``mins`` in place)."""
     tree = SumTree(sums, mins, scratch, max_priority, status)
 
     def triton() -> None:

@@ -1,8 +1,8 @@
 """The specification of the prioritized-replay sum tree: its layout, its rules, and a plain-loop
 oracle of what every backend computes (``fused.py``, ``cpu.py``), for tests on small trees.
 
-The layout is the comment block below; the rules are the docstrings of :func:`prefix_row`,
-:func:`sample_ref` and :func:`update_ref`. See docs/pages/replay.md ("The sum tree").
+The layout is the comment block below; the rules are the docstrings of `prefix_row`,
+`sample_ref` and `update_ref`. See docs/pages/replay.md ("The sum tree").
 """
 
 # Layout. P: a power of two >= capacity, at least F = 32 (the fan-out); L = ceil(log2(P) / 5)
@@ -55,7 +55,7 @@ ROW = FANOUT + 1  # entries per prefix row: 0, 31 inner prefixes, total
 
 
 class SumTree(NamedTuple):
-    """The device tensors of one tree (create with :func:`tritonrl.kernels.sumtree.new_sumtree`).
+    """The device tensors of one tree (create with `tritonrl.kernels.sumtree.new_sumtree`).
 
     Attributes:
         sums: f32 ``[Geometry.sum_size]``: the ``P`` leaves, then the prefix rows (layout above).
@@ -91,7 +91,7 @@ class Geometry(NamedTuple):
 
 @functools.lru_cache(maxsize=64)
 def geometry(P: int) -> Geometry:
-    """The :class:`Geometry` of a tree with ``P`` leaves; ``ValueError`` unless a power of two >= 32."""
+    """The `Geometry` of a tree with ``P`` leaves; ``ValueError`` unless a power of two >= 32."""
     if P < FANOUT or P & (P - 1):
         raise ValueError(f"P must be a power of two >= {FANOUT}, got {P}")
     L = -(-(P.bit_length() - 1) // FANOUT_LOG2)
@@ -112,7 +112,7 @@ def prefix_row(children: Sequence[float], exact: Sequence[float] | None = None) 
     """The prefix rule: inclusive prefix sums of ``children`` accumulated in f64, each rounded once to f32.
 
     Also returns the unrounded f64 total; ``exact``: accumulate these f64 totals instead. A row is
-    always recomputed from its children, never patched, so ``sums`` equals :func:`build_ref` of its
+    always recomputed from its children, never patched, so ``sums`` equals `build_ref` of its
     leaves bit for bit (root relative error at most about ``L * 2**-24``).
     """
     acc, out = 0.0, []

@@ -1,9 +1,10 @@
 """Bars: where the market environment, the live trader and forecasting read their data from.
 
-Host bars (:mod:`.types`, :mod:`.csvbars`, :mod:`.sources`), causal features (:mod:`.features`)
-and the one upload cast to a device (:mod:`.marketdata`). May import the toolkit's core modules
-and ``kernels``; never ``envs``, ``replay``, ``training``, ``forecast``, ``cli`` or ``agents``.
-See docs/pages/market.md.
+Host bars ([`types`][tritonrl.toolkit.bars.types], [`csvbars`][tritonrl.toolkit.bars.csvbars],
+[`sources`][tritonrl.toolkit.bars.sources]), causal features ([`features`][tritonrl.toolkit.bars.features])
+and the one upload cast to a device ([`marketdata`][tritonrl.toolkit.bars.marketdata]). May import the
+toolkit's core modules and ``kernels``; never ``envs``, ``replay``, ``training``, ``forecast``, ``cli`` or
+``agents``. See docs/pages/market.md.
 """
 
 from tritonrl.toolkit.bars.csvbars import load_csv

@@ -1,4 +1,4 @@
-"""Bars from a CSV file: :func:`load_csv` reads any OHLCV file and refuses what it cannot read in
+"""Bars from a CSV file: `load_csv` reads any OHLCV file and refuses what it cannot read in
 one line naming the file, the line and the column. See docs/pages/market.md ("CSV files")."""
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def _parse_time(text: str) -> datetime:
 
 
 def _periods_per_year(time: np.ndarray) -> float:
-    """Bars per year from the median spacing ``d`` of ``time`` (see :func:`load_csv`)."""
+    """Bars per year from the median spacing ``d`` of ``time`` (see `load_csv`)."""
     d = float(np.median(np.diff(time).astype(np.int64)))
     if d < 20 * _HOUR:
         return 6240.0 * _HOUR / d  # intraday: 24 h x 5 days x 52 weeks of trading, per bar length
@@ -73,7 +73,8 @@ def load_csv(
         min_rows: the fewest bars accepted (callers pass ``window + 2``); at least 2.
 
     Returns:
-        :class:`Bars` with ``[T]`` ``datetime64[s]`` times and f64 prices and volumes.
+        [`Bars`][tritonrl.toolkit.bars.csvbars.Bars] with ``[T]`` ``datetime64[s]`` times and f64 prices and
+            volumes.
 
     Raises:
         ValueError: one line naming the file (and the line and the column where there is one)
@@ -114,7 +115,7 @@ def load_csv(
 
 
 MAX_CSV_BYTES = 1 << 30
-"""The largest CSV file :func:`load_csv` reads (1 GiB, some 20 million bars): split a larger one."""
+"""The largest CSV file `load_csv` reads (1 GiB, some 20 million bars): split a larger one."""
 MAX_CSV_LINE = 1 << 17
 """The longest CSV line in characters (the csv module's own field limit; a row of bars is a few dozen)."""
 OHLC_RTOL = 1e-6
@@ -125,7 +126,7 @@ _EPOCH, _SECOND = datetime(1970, 1, 1), timedelta(seconds=1)
 
 
 def _open_csv(path: Path) -> TextIO:
-    """``path`` opened as UTF-8 text once it is a regular file of at most :data:`MAX_CSV_BYTES`
+    """``path`` opened as UTF-8 text once it is a regular file of at most `MAX_CSV_BYTES`
     (opened with ``O_NONBLOCK`` and checked again, so a FIFO swapped in cannot block).
 
     Raises:
@@ -152,7 +153,7 @@ def _open_csv(path: Path) -> TextIO:
 
 
 def _check_regular(path: Path, st: os.stat_result) -> None:
-    """Raise unless ``st`` is a regular file of at most :data:`MAX_CSV_BYTES`."""
+    """Raise unless ``st`` is a regular file of at most `MAX_CSV_BYTES`."""
     if not stat.S_ISREG(st.st_mode):
         kinds = (
             (stat.S_ISDIR, "a folder"),
@@ -172,7 +173,7 @@ def _check_regular(path: Path, st: os.stat_result) -> None:
 
 
 def _bounded_lines(path: Path, f: TextIO) -> Iterator[str]:
-    """The lines of ``f``; raises ``ValueError`` at one longer than :data:`MAX_CSV_LINE`."""
+    """The lines of ``f``; raises ``ValueError`` at one longer than `MAX_CSV_LINE`."""
     number = 0
     while line := f.readline(MAX_CSV_LINE + 1):
         number += 1
@@ -251,7 +252,7 @@ def _data_rows(path: Path, reader: Any, header: list[str]) -> Iterator[tuple[int
 
 def _check_ohlc(path: Path, names: list[str], table: np.ndarray, lines: Sequence[int]) -> None:
     """Raise at the first row of the ``[T, 5]`` OHLCV ``table`` whose open or close lies outside
-    ``[low, high]`` (to a relative :data:`OHLC_RTOL`)."""
+    ``[low, high]`` (to a relative [`OHLC_RTOL`][tritonrl.toolkit.bars.csvbars.OHLC_RTOL])."""
     o, h, lo, c = table[:, 0], table[:, 1], table[:, 2], table[:, 3]
     top, bottom = h * (1 + OHLC_RTOL), lo * (1 - OHLC_RTOL)
     bad = np.flatnonzero((lo > top) | (o > top) | (o < bottom) | (c > top) | (c < bottom))

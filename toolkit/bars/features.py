@@ -9,7 +9,7 @@ __all__ = ["FEATURES", "FEATURE_HOST_BYTES_PER_BAR", "FEATURE_WARMUP", "compute_
 
 
 FEATURES: tuple[str, ...] = ("log_return", "return", "volatility", "price_z", "range", "volume_z")
-"""Columns of :func:`compute_features`, in order (``s_t`` is the return scale described there):
+"""Columns of `compute_features`, in order (``s_t`` is the return scale described there):
 
 - ``log_return``: ``log(close[t] / close[t-1]) / s_t``;
 - ``return``: ``(close[t] / close[t-1] - 1) / s_t``;
@@ -42,18 +42,18 @@ def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
 
 
 FEATURE_WARMUP = 20
-"""Rows at the start of a series whose :func:`compute_features` are zeros (its default ``window``)."""
+"""Rows at the start of a series whose `compute_features` are zeros (its default ``window``)."""
 
 
 def compute_features(bars: Bars, *, window: int = FEATURE_WARMUP, scale_window: int = 100) -> np.ndarray:
-    """The :data:`FEATURES` of ``bars``, on the host, causal: row ``t`` reads bars ``0..t`` only.
+    """The `FEATURES` of ``bars``, on the host, causal: row ``t`` reads bars ``0..t`` only.
 
     The return scale ``s_t`` is the std of the last ``min(t, scale_window)`` log returns, so
     returns and ranges are O(1) on any instrument. Rows ``0 .. window - 1`` are 0; a zero spread
     gives 0; every value is clipped to [-10, 10].
 
     Returns:
-        ``[T, len(FEATURES)]`` f32, columns in :data:`FEATURES` order.
+        ``[T, len(FEATURES)]`` f32, columns in [`FEATURES`][tritonrl.toolkit.bars.features.FEATURES] order.
 
     Raises:
         ValueError: ``window < 2`` or ``scale_window < window``.
@@ -89,5 +89,5 @@ def compute_features(bars: Bars, *, window: int = FEATURE_WARMUP, scale_window: 
 
 
 FEATURE_HOST_BYTES_PER_BAR = 30 * 8
-"""Host bytes :func:`compute_features` holds per bar at its peak (some 30 float64 values: the rolling
+"""Host bytes `compute_features` holds per bar at its peak (some 30 float64 values: the rolling
 sums and means, the six columns stacked, the f32 result), beside the bars themselves."""

@@ -1,5 +1,5 @@
-"""Bars on a device: :func:`upload` (host features, one cast to the training dtype) and
-:func:`split` into train / validation / test periods by time. See docs/pages/market.md."""
+"""Bars on a device: `upload` (host features, one cast to the training dtype) and
+`split` into train / validation / test periods by time. See docs/pages/market.md."""
 
 from __future__ import annotations
 
@@ -21,14 +21,14 @@ __all__ = ["split", "upload", "upload_memory"]
 
 
 def upload_memory(bars: int, dtype: torch.dtype) -> tuple[dict[str, int], dict[str, int]]:
-    """Bytes :func:`upload` of ``bars`` bars allocates, as ``(host parts, device parts)``."""
+    """Bytes `upload` of ``bars`` bars allocates, as ``(host parts, device parts)``."""
     host = {"computing the features": bars * FEATURE_HOST_BYTES_PER_BAR}
     on_device = {"features": bars * (len(FEATURES) * dtype.itemsize + 2 * 4)}
     return host, on_device
 
 
 def upload(bars: Bars, device: torch.device | str = "cpu", *, dtype: torch.dtype | None = None) -> MarketData:
-    """:class:`MarketData` of ``bars`` on ``device``: the features computed on the host, then one cast
+    """`MarketData` of ``bars`` on ``device``: the features computed on the host, then one cast
     to ``dtype`` (default ``training_dtype(device)``); log returns and closes f32.
 
     Raises:

@@ -1,6 +1,6 @@
-"""Bar sources: :func:`synthetic_bars`, :func:`anytrading_bars` (the series gym-anytrading ships)
-and :func:`source_bars` (the ``market:...`` spec of ``--env`` and ``--data``). See
-docs/pages/market.md."""
+"""Bar sources: `synthetic_bars`, `anytrading_bars` (the series gym-anytrading ships)
+and [`source_bars`][tritonrl.toolkit.bars.sources.source_bars] (the ``market:...`` spec of ``--env`` and
+``--data``). See docs/pages/market.md."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ __all__ = ["ANYTRADING_FILES", "anytrading_bars", "source_bars", "synthetic_bars
 
 
 _MAX_LOG_PRICE = math.log(np.finfo(np.float64).max) - 1.0
-"""The largest ``|log price|`` :func:`synthetic_bars` accepts (one below float64's limit: room for
+"""The largest ``|log price|`` `synthetic_bars` accepts (one below float64's limit: room for
 the spread of the high and the low)."""
 
 
@@ -160,7 +160,7 @@ def source_bars(spec: str) -> Bars:
 
 
 SYNTHETIC_BYTES_PER_BAR = 16 * 8
-"""Host bytes :func:`synthetic_bars` holds per bar at its peak (some 16 float64 arrays of ``n``: the
+"""Host bytes `synthetic_bars` holds per bar at its peak (some 16 float64 arrays of ``n``: the
 regime path, the noise and AR(1) path, prices, spreads, volumes, times)."""
 
 

@@ -1,4 +1,4 @@
-"""The bar pipeline's two records: :class:`Bars` (host numpy, from a source) and :class:`MarketData`
+"""The bar pipeline's two records: `Bars` (host numpy, from a source) and `MarketData`
 (features and returns on one device, uploaded once). See docs/pages/market.md."""
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Pixel environments: MinAtar and Atari (ale-py) with their standard preprocessing.
 
-:func:`preprocess` wraps ``MinAtar/`` ids (uint8 ``[C, 10, 10]``) and ``ALE/`` ids (Nature DQN / CleanRL:
-84x84 grey, 4 zero-padded frames, episodic life and clipped rewards in training). Ids register lazily;
-emulator state resumes exactly (``extra_state()``). Layer: envs. Guide: docs/pages/pixels.md.
+[`preprocess`][tritonrl.toolkit.envs.pixels.preprocess] wraps ``MinAtar/`` ids (uint8 ``[C, 10, 10]``) and
+``ALE/`` ids (Nature DQN / CleanRL: 84x84 grey, 4 zero-padded frames, episodic life and clipped rewards in
+training). Ids register lazily; emulator state resumes exactly (``extra_state()``). Layer: envs. Guide:
+docs/pages/pixels.md.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ __all__ = [
 ]
 
 RAW_EPISODE_KEY = "raw_episode"
-"""The ``info`` key :class:`RawEpisodeStats` sets when the real game ends: ``{"r": return, "l": length}``
+"""The ``info`` key `RawEpisodeStats` sets when the real game ends: ``{"r": return, "l": length}``
 (the unclipped return over all lives and the number of agent steps of the game)."""
 
 _EXTRAS = {"MinAtar/": ("minatar", "MinAtar"), "ALE/": ("atari", "ale-py")}
@@ -80,8 +81,8 @@ def register_pixel_ids(env_id: str) -> None:
 def make_kwargs(env_id: str) -> dict[str, Any]:
     """Extra ``gym.make`` keyword arguments of a pixel id.
 
-    ALE: ``frameskip=1`` (:class:`AtariFrames` skips) and no sticky actions (their repeated action is not in
-    the emulator's saved state, so no exact resume).
+    ALE: ``frameskip=1`` ([`AtariFrames`][tritonrl.toolkit.envs.pixels.AtariFrames] skips) and no sticky
+    actions (their repeated action is not in the emulator's saved state, so no exact resume).
     """
     return {"frameskip": 1, "repeat_action_probability": 0.0} if env_id.startswith("ALE/") else {}
 
@@ -160,7 +161,7 @@ class MinAtarObs(gym.ObservationWrapper):
     """MinAtar's ``[10, 10, C]`` bool observation as uint8 channels-first ``[C, 10, 10]`` (0/1).
 
     Also saves the game's state (objects, sticky action, ``RandomState``) as a JSON string
-    (:meth:`extra_state`).
+    ([`extra_state`][tritonrl.toolkit.envs.pixels.MinAtarObs.extra_state]).
     """
 
     def __init__(self, env: gym.Env) -> None:
@@ -214,11 +215,11 @@ class MinAtarObs(gym.ObservationWrapper):
         }
 
     def check_extra_state(self, value: Any) -> None:
-        """Raise ``ValueError`` unless ``value`` is an :meth:`extra_state` of this game; changes nothing."""
+        """Raise ``ValueError`` unless ``value`` is an `extra_state` of this game; changes nothing."""
         self._plan(value)
 
     def load_extra_state(self, value: Any) -> None:
-        """Restore an :meth:`extra_state` (checked first)."""
+        """Restore an `extra_state` (checked first)."""
         plan = self._plan(value)
         game = self._game()
         game.random.set_state(plan["random"].get_state())
@@ -279,7 +280,7 @@ class AtariFrames(AtariPreprocessing):
         return state, buffers
 
     def check_extra_state(self, value: Any) -> None:
-        """Raise ``ValueError`` unless ``value`` is an :meth:`extra_state` of this game."""
+        """Raise ``ValueError`` unless ``value`` is an `extra_state` of this game."""
         state, _ = self._split(value)
         current = self.ale.cloneState(include_rng=True)
         try:
@@ -290,7 +291,7 @@ class AtariFrames(AtariPreprocessing):
             self.ale.restoreState(current)
 
     def load_extra_state(self, value: Any) -> None:
-        """Restore an :meth:`extra_state`."""
+        """Restore an `extra_state`."""
         state, buffers = self._split(value)
         self.ale.restoreState(state)
         for b, saved in zip(self.obs_buffer, buffers, strict=True):

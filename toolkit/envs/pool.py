@@ -1,6 +1,6 @@
 """Atari through envpool: ``envpool:<Game>-v5`` ids behind the ``VecEnv`` interface (the ``envpool`` extra).
 
-:class:`EnvPoolVecEnv` adds same-step autoreset, zeros before an episode's first frame and training/evaluation
+`EnvPoolVecEnv` adds same-step autoreset, zeros before an episode's first frame and training/evaluation
 variants. envpool cannot save its emulators: resuming is refused (use ``ALE/`` ids). Layer: envs. Guide:
 docs/pages/pixels.md.
 """
@@ -37,11 +37,12 @@ def _envpool() -> Any:
 
 
 class EnvPoolVecEnv:
-    """``num_envs`` envpool Atari games behind the :class:`~tritonrl.toolkit.envs.vector.VecEnv` interface.
+    """``num_envs`` envpool Atari games behind the `VecEnv` interface.
 
     Observations are ``[E, 4, 84, 84]`` uint8 (``obs[:, -1]`` the newest frame) on ``device``.
     ``training=True``: a lost life ends an episode and rewards are clipped to their sign; reported returns and
-    lengths are always the whole games'. Build it with :func:`~tritonrl.toolkit.envs.vector.make_vec_env`.
+    lengths are always the whole games'. Build it with
+    [`make_vec_env`][tritonrl.toolkit.envs.vector.make_vec_env].
     """
 
     def __init__(
@@ -104,7 +105,7 @@ class EnvPoolVecEnv:
         autoreset).
 
         Raises:
-            RuntimeError: called before :meth:`reset`.
+            RuntimeError: called before `reset`.
             ValueError: ``actions`` has the wrong leading size.
         """
         if self.obs is None:
@@ -149,7 +150,7 @@ class EnvPoolVecEnv:
         return out
 
     def get_state(self) -> dict[str, Any]:
-        """This env's id and size, marked as not resumable (:meth:`check_state` refuses it)."""
+        """This env's id and size, marked as not resumable (`check_state` refuses it)."""
         return {"env_id": self.env_id, "num_envs": self.num_envs, "kind": _KIND}
 
     def check_state(self, state: dict[str, Any]) -> None:
@@ -166,7 +167,7 @@ class EnvPoolVecEnv:
         )
 
     def set_state(self, state: dict[str, Any]) -> None:
-        """Refused (:meth:`check_state`)."""
+        """Refused (`check_state`)."""
         self.check_state(state)
 
     def close(self) -> None:

@@ -1,5 +1,5 @@
-"""One step of a vector env: :class:`Transition`, what every env of :mod:`tritonrl.toolkit.envs`
-returns from ``step`` (also importable from :mod:`tritonrl.toolkit.envs.vector`)."""
+"""One step of a vector env: `Transition`, what every env of `tritonrl.toolkit.envs`
+returns from ``step`` (also importable from `tritonrl.toolkit.envs.vector`)."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def host_transition(
     episode_returns: list[float],
     episode_lengths: list[int],
 ) -> Transition:
-    """A host env's step (fresh numpy arrays) as a :class:`Transition` on ``device`` (zero-copy on CPU)."""
+    """A host env's step (fresh numpy arrays) as a `Transition` on ``device`` (zero-copy on CPU)."""
     obs_t = host_tensor(device, obs)
     return Transition(
         obs=obs_t,

@@ -1,8 +1,8 @@
 """Vector environments with autoreset handled in one place, greedy evaluation, extra env ids.
 
-:class:`VecEnv` puts a same-step-autoreset ``SyncVectorEnv`` behind torch and reports real transitions; its
-state resumes exactly (MuJoCo included). Extra ids for tests of memory: ``CartPoleNoVel-v1``,
-``PendulumNoVel-v1``. Layer: envs. Guide: docs/pages/training.md.
+[`VecEnv`][tritonrl.toolkit.envs.vector.VecEnv] puts a same-step-autoreset ``SyncVectorEnv`` behind torch and
+reports real transitions; its state resumes exactly (MuJoCo included). Extra ids for tests of memory:
+``CartPoleNoVel-v1``, ``PendulumNoVel-v1``. Layer: envs. Guide: docs/pages/training.md.
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ def _plan_layer(layer: Any, state: Any) -> list[tuple[str, Any]]:
 
     Raises:
         ValueError: not a dict, a name that is not a plain attribute, or a value of a kind
-            :func:`_capture_layer` does not write.
+            `_capture_layer` does not write.
     """
     if not isinstance(state, dict):
         raise ValueError(f"layer state of {type(layer).__name__} is a {type(state).__name__}, not a dict")
@@ -292,7 +292,7 @@ def _layers(env: gym.Env) -> list[Any]:
 
 class VecEnv:
     """A gymnasium vector env behind a torch interface with real transitions; build it with
-    :func:`make_vec_env`.
+    [`make_vec_env`][tritonrl.toolkit.envs.vector.make_vec_env].
 
     Observations and rewards are f32 (uint8 for a uint8 ``Box``), flags bool, on ``device``. Actions: int64
     ``[E]`` (Discrete), int64 ``[E, K]`` (MultiDiscrete), float ``[E, D]`` (Box, clipped to the bounds here).
@@ -331,10 +331,10 @@ class VecEnv:
         return self.obs
 
     def step(self, actions: torch.Tensor | np.ndarray) -> Transition:
-        """Step every environment once; finished ones reset in the same call (see :class:`Transition`).
+        """Step every environment once; finished ones reset in the same call (see `Transition`).
 
         Raises:
-            RuntimeError: called before :meth:`reset`.
+            RuntimeError: called before [`reset`][tritonrl.toolkit.envs.vector.VecEnv.reset].
             ValueError: ``actions`` has the wrong leading size.
         """
         if self.obs is None:
@@ -396,7 +396,7 @@ class VecEnv:
         }
 
     def check_state(self, state: dict[str, Any]) -> list[list[list[tuple[str, Any]]]]:
-        """The plan :meth:`set_state` applies; ``ValueError`` unless ``state`` is this env's."""
+        """The plan `set_state` applies; ``ValueError`` unless ``state`` is this env's."""
         if not isinstance(state, dict):
             raise ValueError(f"env state is a {type(state).__name__}, not a dict")
         if state.get("env_id") != self.env_id or state.get("num_envs") != self.num_envs:
@@ -446,7 +446,7 @@ class VecEnv:
         return plans
 
     def set_state(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`get_state` output (every part checked before anything changes).
+        """Restore `get_state` output (every part checked before anything changes).
 
         Raises:
             ValueError: the state belongs to another env id or number of environments, or is damaged.
@@ -511,13 +511,14 @@ def make_vec_env(
     video_dir: str | None = None,
     training: bool = True,
 ) -> VecEnv:
-    """Build ``num_envs`` copies of ``env_id`` as a :class:`VecEnv` (env ``i`` reset with ``seed + i``).
+    """Build ``num_envs`` copies of ``env_id`` as a `VecEnv` (env ``i`` reset with ``seed + i``).
 
-    ``MinAtar/`` and ``ALE/`` ids get their preprocessing (:func:`tritonrl.toolkit.envs.pixels.preprocess`)
-    before ``wrappers``; ``envpool:<Game>-v5`` ids give an :class:`~tritonrl.toolkit.envs.pool.EnvPoolVecEnv`.
+    ``MinAtar/`` and ``ALE/`` ids get their preprocessing
+    ([`tritonrl.toolkit.envs.pixels.preprocess`][tritonrl.toolkit.envs.pixels.preprocess]) before
+    ``wrappers``; ``envpool:<Game>-v5`` ids give an `EnvPoolVecEnv`.
 
     Args:
-        env_id: a gymnasium id, one of :data:`EXTRA_ENV_IDS`, a ``MinAtar/`` / ``ALE/`` id, or
+        env_id: a gymnasium id, one of `EXTRA_ENV_IDS`, a ``MinAtar/`` / ``ALE/`` id, or
             ``envpool:<Game>-v5``.
         capture_video: record environment 0 into ``video_dir`` (needs ``moviepy``).
         wrappers: callables applied, in order, to each single environment.

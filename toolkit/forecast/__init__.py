@@ -1,7 +1,7 @@
 """Forecasting: windows over uploaded bars or any CSV time series, baselines, and the trainer ``fit``.
 
-Forecasters are networks (:mod:`tritonrl.agents.forecast`); this package trains any of them.
-May import the toolkit's core modules, ``bars`` and ``kernels``; never ``envs``, ``training``,
+Forecasters are networks ([`tritonrl.agents.forecast`][tritonrl.agents.forecast]); this package trains any of
+them. May import the toolkit's core modules, ``bars`` and ``kernels``; never ``envs``, ``training``,
 ``cli`` or ``agents``. See docs/pages/forecasting.md.
 """
 

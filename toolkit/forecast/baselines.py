@@ -1,6 +1,7 @@
 """Scores of forecasts over every window of a split: MSE, MAE (normalised units) and directional
-accuracy of a model (:func:`evaluate`) and of the :data:`BASELINES` (:func:`baselines`), overall
-and per horizon step. See docs/pages/forecasting.md ("Baselines", "Errors by horizon step").
+accuracy of a model ([`evaluate`][tritonrl.toolkit.forecast.baselines.evaluate]) and of the `BASELINES`
+([`baselines`][tritonrl.toolkit.forecast.baselines.baselines]), overall and per horizon step. See
+docs/pages/forecasting.md ("Baselines", "Errors by horizon step").
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ def evaluate_by_step(
     dist: DistContext | None = None,
     target_mode: str = "level",
 ) -> Scores:
-    """:data:`Scores` of ``model`` over every window of ``data`` (one pass, one host read), its
+    """`Scores` of ``model`` over every window of ``data`` (one pass, one host read), its
     output read by ``data.decode(idx, output, target_mode)`` and upcast to f32 once. With a
     data-parallel ``dist`` each rank scores its share and the f64 sums are all-reduced."""
     was = model.training
@@ -119,12 +120,12 @@ def evaluate(
     dist: DistContext | None = None,
     target_mode: str = "level",
 ) -> dict[str, float]:
-    """The overall part of :func:`evaluate_by_step`: MSE, MAE and directional accuracy."""
+    """The overall part of `evaluate_by_step`: MSE, MAE and directional accuracy."""
     return evaluate_by_step(model, data, batch=batch, dist=dist, target_mode=target_mode)[0]
 
 
 def baselines_by_step(data: WindowData, *, season: int = 5, batch: int = 4096) -> dict[str, Scores]:
-    """``{name: (overall, by_step)}`` of the :data:`BASELINES`; ``ValueError`` unless ``1 <= season <= W``."""
+    """``{name: (overall, by_step)}`` of the `BASELINES`; ``ValueError`` unless ``1 <= season <= W``."""
     return {
         "naive": _metrics(data, lambda idx, x: data.naive(idx), batch),
         "seasonal_naive": _metrics(data, lambda idx, x: data.seasonal_naive(idx, season), batch),
@@ -133,5 +134,5 @@ def baselines_by_step(data: WindowData, *, season: int = 5, batch: int = 4096) -
 
 
 def baselines(data: WindowData, *, season: int = 5, batch: int = 4096) -> dict[str, dict[str, float]]:
-    """The overall part of :func:`baselines_by_step`: ``{name: {"mse", "mae", "direction"}}``."""
+    """The overall part of `baselines_by_step`: ``{name: {"mse", "mae", "direction"}}``."""
     return {name: scores[0] for name, scores in baselines_by_step(data, season=season, batch=batch).items()}

@@ -1,4 +1,4 @@
-"""The forecaster report as text: :func:`format_report` of the report :func:`~tritonrl.toolkit.forecast.fit`
+"""The forecaster report as text: `format_report` of the report `fit`
 returns (``tritonrl fit`` prints it). See docs/pages/forecasting.md."""
 
 from __future__ import annotations

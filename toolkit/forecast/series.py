@@ -1,9 +1,12 @@
 """Forecasting windows over any numeric time series in a CSV file (not only market bars).
 
-:func:`load_series` reads one or several series (long format) into a :class:`SeriesTable`;
-:func:`series_windows` splits each by time, normalises it with its TRAIN rows only
-(:class:`SeriesNormalizer`) and returns three :class:`SeriesWindows`, which the trainer takes
-where it takes :class:`WindowData`. See docs/pages/forecasting.md ("Any time series").
+[`load_series`][tritonrl.toolkit.forecast.series.load_series] reads one or several series (long format) into a
+[`SeriesTable`][tritonrl.toolkit.forecast.series.SeriesTable];
+[`series_windows`][tritonrl.toolkit.forecast.series.series_windows] splits each by time, normalises it with
+its TRAIN rows only ([`SeriesNormalizer`][tritonrl.toolkit.forecast.series.SeriesNormalizer]) and returns
+three [`SeriesWindows`][tritonrl.toolkit.forecast.series.SeriesWindows], which the trainer takes where it
+takes [`WindowData`][tritonrl.toolkit.forecast.series.WindowData]. See docs/pages/forecasting.md ("Any time
+series").
 """
 
 from __future__ import annotations
@@ -72,7 +75,7 @@ def read_header(path: str | Path) -> list[str]:
 def is_market_csv(
     header: Sequence[str], target: str | None, features: Sequence[str], series_id: str | None
 ) -> bool:
-    """Whether a CSV is read as market bars (:func:`~tritonrl.toolkit.bars.load_csv`): an OHLCV
+    """Whether a CSV is read as market bars (`load_csv`): an OHLCV
     header, a market target (or none) and no ``features`` or ``series_id``."""
     lower = {h.strip().lower() for h in header}
     bars = all(c in lower for c in _OHLCV) and any(c in lower for c in TIME_COLUMNS)
@@ -192,7 +195,7 @@ def load_series(
         series_id: the column naming each row's series (long format); default ``unique_id`` when
             present, else the file is one series.
         time: the time column (integers or dates); default the first of
-            :data:`SERIES_TIME_COLUMNS` present.
+            [`SERIES_TIME_COLUMNS`][tritonrl.toolkit.forecast.series.SERIES_TIME_COLUMNS] present.
 
     Raises:
         ValueError: one line naming the file (and the line and the column where there is one):
@@ -267,7 +270,7 @@ def _rows(
 
 
 def _bounds(n: int, window: int, fractions: Sequence[float]) -> dict[str, tuple[int, int]]:
-    """Each split's rows ``(start, stop)`` of ``n`` rows, as :func:`~tritonrl.toolkit.bars.split`."""
+    """Each split's rows ``(start, stop)`` of ``n`` rows, as `split`."""
     b1, b2 = round(n * fractions[0]), round(n * (fractions[0] + fractions[1]))
     return {"train": (0, b1), "validation": (b1 - window + 1, b2), "test": (b2 - window + 1, n)}
 
@@ -297,10 +300,11 @@ class SeriesNormalizer:
 
 
 class SeriesWindows(WindowData):
-    """The windows of one split of every series of a :class:`SeriesTable`: inputs ``[B, W, C]`` in
+    """The windows of one split of every series of a `SeriesTable`: inputs ``[B, W, C]`` in
     the training dtype (targets' history, then features), targets ``[B, H, T]`` f32, all
-    normalised. A window never reaches into another series. Duck-types :class:`WindowData` for
-    ``fit`` and ``baselines`` without running its ``__init__``.
+    normalised. A window never reaches into another series. Duck-types
+    [`WindowData`][tritonrl.toolkit.forecast.series.WindowData] for ``fit`` and ``baselines`` without running
+    its ``__init__``.
     """
 
     def __init__(
@@ -353,7 +357,7 @@ class SeriesWindows(WindowData):
         return self.y[self.ends[idx]][:, None, :].expand(-1, self.horizon, -1)
 
     def seasonal_naive(self, idx: torch.Tensor, season: int) -> torch.Tensor:
-        """The value one season back (as :meth:`WindowData.seasonal_naive`), ``[B, H, T]``."""
+        """The value one season back (as `WindowData.seasonal_naive`), ``[B, H, T]``."""
         if not 1 <= season <= self.window:
             raise ValueError(f"season={season} must lie between 1 and the window {self.window}")
         h = torch.arange(1, self.horizon + 1, device=self.device)

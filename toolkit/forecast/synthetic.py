@@ -1,7 +1,8 @@
-"""Deterministic synthetic test series that can fail a forecaster (:data:`SYNTHETIC_KINDS`): a level
+"""Deterministic synthetic test series that can fail a forecaster (`SYNTHETIC_KINDS`): a level
 shift, a trend, a noise regime change, several seasonalities, or all four, on top of a learnable
-daily cycle plus AR(1) signal. :func:`synthetic_series` returns a one-series
-:class:`~tritonrl.toolkit.forecast.series.SeriesTable`; :func:`parse_synthetic_spec` reads
+daily cycle plus AR(1) signal. [`synthetic_series`][tritonrl.toolkit.forecast.synthetic.synthetic_series]
+returns a one-series [`SeriesTable`][tritonrl.toolkit.forecast.series.SeriesTable];
+[`parse_synthetic_spec`][tritonrl.toolkit.forecast.synthetic.parse_synthetic_spec] reads
 ``series:synthetic,...``. See docs/pages/forecasting.md ("Test series").
 """
 
@@ -16,7 +17,7 @@ from tritonrl.toolkit.forecast.series import SeriesTable
 __all__ = ["SYNTHETIC_KINDS", "parse_synthetic_spec", "synthetic_series", "synthetic_values"]
 
 SYNTHETIC_KINDS = ("shift", "trend", "regime", "seasons", "all")
-"""The kinds of :func:`synthetic_values`."""
+"""The kinds of `synthetic_values`."""
 _MAX_ROWS = 1_000_000
 """The most rows a synthetic series may have (8 MB of f64; the AR(1) recursion is a Python loop)."""
 
@@ -64,7 +65,7 @@ def synthetic_values(kind: str = "all", n: int = 3000, seed: int = 0, *, period:
 
 
 def synthetic_series(kind: str = "all", n: int = 3000, seed: int = 0, *, period: int = 24) -> SeriesTable:
-    """:func:`synthetic_values` as a one-series table ``synthetic-<kind>`` (target ``y``, integer
+    """`synthetic_values` as a one-series table ``synthetic-<kind>`` (target ``y``, integer
     times); raises as it does."""
     values = synthetic_values(kind, n, seed, period=period)
     name = f"synthetic-{kind}"
@@ -91,7 +92,7 @@ def parse_synthetic_spec(spec: str) -> SeriesTable:
 
     Raises:
         ValueError: another source, an unknown option, a malformed value, or what
-            :func:`synthetic_values` refuses.
+            [`synthetic_values`][tritonrl.toolkit.forecast.synthetic.synthetic_values] refuses.
     """
     body = spec.strip().removeprefix("series:")
     head, *options = [part.strip() for part in body.split(",")]

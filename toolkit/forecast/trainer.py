@@ -1,10 +1,12 @@
-"""The forecaster trainer :func:`fit`: settings (:class:`FitConfig`), the learning-rate schedule
-(:func:`lr_at`), the training steps, the checkpoint and the report's scores.
+"""The forecaster trainer `fit`: settings (`FitConfig`), the learning-rate schedule
+([`lr_at`][tritonrl.toolkit.forecast.trainer.lr_at]), the training steps, the checkpoint and the report's
+scores.
 
 AdamW with f32 masters, f32 MSE, clipping, warm-up then cosine or linear decay, early stopping on
 the validation MSE, exact resume; data-parallel under ``torchrun`` with the steps of one process.
-The run folder's lifecycle is :class:`tritonrl.toolkit.lifecycle.RunLifecycle`, as the RL loop's.
-See docs/pages/forecasting.md ("Training", "Data-parallel fit").
+The run folder's lifecycle is
+[`tritonrl.toolkit.lifecycle.RunLifecycle`][tritonrl.toolkit.lifecycle.RunLifecycle], as the RL loop's. See
+docs/pages/forecasting.md ("Training", "Data-parallel fit").
 """
 
 from __future__ import annotations
@@ -72,7 +74,7 @@ SCHEDULES = ("cosine", "linear", "constant")
 
 @dataclass(frozen=True)
 class FitConfig(Config):
-    """How :func:`fit` trains (every field is fixed for a resumed run; see ``fit``)."""
+    """How `fit` trains (every field is fixed for a resumed run; see ``fit``)."""
 
     epochs: int = 20
     """Passes over the training windows (at most)."""
@@ -104,7 +106,7 @@ class FitConfig(Config):
     """The seasonal-naive baseline's season in bars (5: a week of daily bars; 24: a day of hourly);
     a season longer than the window is cut to the window (the report's ``season`` says which)."""
     target_mode: str = "auto"
-    """How the model's output is read (:data:`~tritonrl.toolkit.forecast.windows.TARGET_MODES`):
+    """How the model's output is read (`TARGET_MODES`):
     ``level``, ``change`` (a level target fitted as the change from the window's last value, in
     units of the train split's change scale; reported in levels) or ``auto`` (``change`` for a
     level target with a change scale and a model that does not normalise its inputs, else
@@ -228,7 +230,7 @@ def fit(
 
     Args:
         model: its parameters in the windows' dtype (bf16 ones are trained through f32 masters).
-        train: windows from :func:`~tritonrl.toolkit.forecast.load_windows`; ``validation`` and
+        train: windows from [`load_windows`][tritonrl.toolkit.forecast.load_windows]; ``validation`` and
             ``test`` are normalised with the train split's normaliser.
         run_dir: where ``metrics.csv``, TensorBoard files, ``checkpoint.safetensors`` and
             ``fit_report.json`` go (locked for the run); ``None``: nothing is written.
@@ -236,8 +238,9 @@ def fit(
             is an error, never overwritten.
         should_stop: polled at each metric flush; ``True`` saves a checkpoint and returns.
         meta: extra identity strings stored in the checkpoint and compared on resume.
-        dist: the data-parallel context (``None``: :func:`tritonrl.toolkit.distributed.current`);
-            every rank calls ``fit`` with the same arguments and data.
+        dist: the data-parallel context (``None``:
+            [`tritonrl.toolkit.distributed.current`][tritonrl.toolkit.distributed.current]); every rank calls
+            ``fit`` with the same arguments and data.
 
     Returns:
         the report: ``stopped`` (``"epochs"``, ``"early"`` or ``"should_stop"``), ``global_step``,
@@ -279,7 +282,7 @@ def fit(
 
 
 class _Fit:
-    """One call of :func:`fit`: :meth:`start`, :meth:`train`, :meth:`report`; the folder is :attr:`life`."""
+    """One call of `fit`: `start`, `train`, `report`; the folder is `life`."""
 
     def __init__(
         self,
@@ -517,7 +520,7 @@ class _Fit:
     # -- the report ----------------------------------------------------------------------------------
 
     def report(self, stopped: str | None) -> dict[str, Any]:
-        """The report of :func:`fit`, scored on the best weights and written to ``fit_report.json``."""
+        """The report of `fit`, scored on the best weights and written to ``fit_report.json``."""
         loop, config, train = self.loop, self.config, self.train_data
         report: dict[str, Any] = {
             "stopped": stopped or "epochs",
@@ -592,7 +595,7 @@ def _restore_rngs(
     restore: Callable[..., None],
 ) -> None:
     """Put back this rank's RNG states from a checkpoint (another world size: rank 0's on rank 0,
-    fresh :func:`_rank_seed` streams elsewhere)."""
+    fresh `_rank_seed` streams elsewhere)."""
     ranks = state.get("ranks")
     if ctx.enabled and isinstance(ranks, Mapping) and ranks.get("world_size") == ctx.world_size:
         saved = ranks.get("rng")

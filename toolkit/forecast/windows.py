@@ -1,4 +1,4 @@
-"""Forecasting windows over uploaded market bars (:class:`WindowData`) and :func:`load_windows` for
+"""Forecasting windows over uploaded market bars (`WindowData`) and `load_windows` for
 the three splits.
 
 A window ending at row ``t`` holds the features of rows ``t - W + 1 .. t`` (training dtype, never
@@ -34,22 +34,22 @@ CHANGE_TARGETS = frozenset({"log_return", "return"})
 """Targets that are changes: their no-change forecast is 0. Every other target is a level (``close``,
 ``price_z``, ``volatility``, ...): its no-change forecast is the last observed value."""
 TARGET_MODES = ("auto", "level", "change")
-"""How a model's output is read (:meth:`WindowData.decode`): ``level``: as the normalised target
+"""How a model's output is read (`WindowData.decode`): ``level``: as the normalised target
 itself; ``change``: as the change from the window's last target value, in units of the train
 split's change scale (level targets only); ``auto``: ``change`` for a level target with a change
 scale and a model that does not normalise its inputs, else ``level``
-(:func:`resolve_target_mode`)."""
+([`resolve_target_mode`][tritonrl.toolkit.forecast.windows.resolve_target_mode])."""
 
 
 def market_inputs(target: str) -> tuple[int, tuple[int, ...]]:
-    """``(F, target_channels)`` of :func:`load_windows`'s market windows for ``target``."""
+    """``(F, target_channels)`` of `load_windows`'s market windows for ``target``."""
     if target in FEATURES:
         return len(FEATURES), (FEATURES.index(target),)
     return len(FEATURES) + 1, (len(FEATURES),)
 
 
 def target_series(data: Any, target: str = "log_return", host_features: Any = None) -> torch.Tensor:
-    """The target column of ``data`` (a :class:`~tritonrl.toolkit.bars.MarketData`), ``[T]`` f32; a
+    """The target column of ``data`` (a `MarketData`), ``[T]`` f32; a
     feature comes from the f32 ``host_features`` ``[T, F]`` (before the upload's cast) when given.
 
     Raises:
@@ -128,10 +128,11 @@ class WindowData:
     Windows end at rows ``S + W - 1 .. T - 1 - H`` with ``S = data.first_defined``.
 
     Args:
-        data: one split (:class:`~tritonrl.toolkit.bars.MarketData`, ``T`` rows).
+        data: one split ([`MarketData`][tritonrl.toolkit.bars.MarketData], ``T`` rows).
         values: the split's target series, ``[T]`` f32 on ``data``'s device (default
-            :func:`target_series` of ``data``).
-        normalizer: the train split's :class:`Normalizer`; ``None`` computes it from this split.
+            [`target_series`][tritonrl.toolkit.forecast.windows.target_series] of ``data``).
+        normalizer: the train split's [`Normalizer`][tritonrl.toolkit.forecast.windows.Normalizer]; ``None``
+            computes it from this split.
         split: a label for messages.
         target_channels: the input channel holding the target's own history (``None``: none).
 
@@ -142,7 +143,7 @@ class WindowData:
     """
 
     num_targets: int = 1
-    """``T``: one target column (a :class:`~tritonrl.toolkit.forecast.series.SeriesWindows` may hold more)."""
+    """``T``: one target column (a `SeriesWindows` may hold more)."""
     target_channels: tuple[int, ...] | None = None
     """The input channel of each target's own history (``None``: no input holds it)."""
     _change_scale: torch.Tensor | None = None
@@ -269,7 +270,7 @@ class WindowData:
 
 
 def resolve_target_mode(mode: str, data: WindowData, normalizes_input: bool = False) -> str:
-    """``mode`` (one of :data:`TARGET_MODES`) as ``"level"`` or ``"change"``.
+    """``mode`` (one of `TARGET_MODES`) as ``"level"`` or ``"change"``.
 
     Raises:
         ValueError: an unknown mode, or ``"change"`` for data without a change scale.
@@ -309,7 +310,7 @@ def load_windows(
     fractions: tuple[float, float, float] = (0.7, 0.15, 0.15),
 ) -> tuple[WindowData, WindowData, WindowData]:
     """Train, validation and test windows of a bar source (a ``market:`` spec string or
-    :class:`~tritonrl.toolkit.bars.Bars`): upload once, split by time, normalise on train. A
+    [`Bars`][tritonrl.toolkit.bars.Bars]): upload once, split by time, normalise on train. A
     target that is not a feature (``close``) adds one input channel, its normalised level.
 
     Raises:

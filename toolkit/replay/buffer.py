@@ -1,9 +1,9 @@
 """Uniform replay buffer on the training device, with n-step returns over parallel environments.
 
-A preallocated ring of complete n-step transitions (:mod:`tritonrl.toolkit.replay.nstep`), each
+A preallocated ring of complete n-step transitions (`tritonrl.toolkit.replay.nstep`), each
 field cast once when it enters; the n-step windows are closed by a staging strategy
-(:mod:`tritonrl.toolkit.replay.staging`, ``"host"`` or ``"device"``) and saved states are checked
-by :mod:`tritonrl.toolkit.replay.state`. See docs/pages/replay.md.
+(`tritonrl.toolkit.replay.staging`, ``"host"`` or ``"device"``) and saved states are checked
+by `tritonrl.toolkit.replay.state`. See docs/pages/replay.md.
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ class ReplayBuffer:
         self.num_actions = tuple(num_actions) if isinstance(num_actions, Sequence) else num_actions
         """The action counts ``add`` checks integer actions against (``None``: unchecked)."""
         self.inputs = InputGuard(type(self).__name__, rule, where="buffer.inputs")
-        """The value checks of ``add``/``extend`` (:class:`tritonrl.toolkit.checks.InputGuard`):
+        """The value checks of ``add``/``extend`` (`tritonrl.toolkit.checks.InputGuard`):
         its ``mode`` (``"auto"``, ``"eager"``, ``"deferred"``) says when tensors on an
         accelerator are checked."""
         self._float_actions = action_dtype.is_floating_point
@@ -149,7 +149,7 @@ class ReplayBuffer:
             raise TypeError(f"obs_dtype must be None, torch.uint8 or a floating dtype, got {obs_dtype!r}")
 
     def _memory(self) -> dict[str, int]:
-        """:meth:`memory_bytes` of this buffer's settings."""
+        """`memory_bytes` of this buffer's settings."""
         return self.memory_bytes(
             self._capacity,
             self.obs_shape,
@@ -242,12 +242,13 @@ class ReplayBuffer:
             next_obs: like ``obs``; the real final observation at an episode end.
             terminated: ``[E]`` bool, no bootstrap.
             truncated: ``[E]`` bool, bootstrap from ``next_obs``.
-            check: check the values (see :attr:`inputs`); shapes and dtypes are always checked.
+            check: check the values (see [`inputs`][tritonrl.toolkit.replay.buffer.ReplayBuffer.inputs]);
+                shapes and dtypes are always checked.
 
         Raises:
             ValueError / TypeError: wrong shape or dtype, or (host inputs, ``check``) a bad value,
                 named with its first entry; nothing is added. Accelerator tensors raise later, in
-                :meth:`check_inputs`.
+                [`check_inputs`][tritonrl.toolkit.replay.buffer.ReplayBuffer.check_inputs].
         """
         if check:
             self._check_values("add", obs, action, reward, next_obs)
@@ -264,13 +265,13 @@ class ReplayBuffer:
         *,
         check: bool = True,
     ) -> None:
-        """Add ``T`` vector steps at once (leading dims ``[T, num_envs]``), as ``T`` calls of :meth:`add`."""
+        """Add ``T`` vector steps at once (leading dims ``[T, num_envs]``), as ``T`` calls of `add`."""
         if check:
             self._check_values("extend", obs, action, reward, next_obs)
         self._staging.extend(obs, action, reward, next_obs, terminated, truncated)
 
     def _check_values(self, call: str, obs: Any, action: Any, reward: Any, next_obs: Any) -> None:
-        """The value checks of :attr:`inputs` (wrong dtypes are left to the staging's ``TypeError``)."""
+        """The value checks of `inputs` (wrong dtypes are left to the staging's ``TypeError``)."""
         g = self.inputs
         if self._checks_obs:
             g.obs(call, "obs", obs)
@@ -385,7 +386,7 @@ class ReplayBuffer:
         return sd
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore from :meth:`state_dict`, from any device, dtype or staging mode.
+        """Restore from `state_dict`, from any device, dtype or staging mode.
 
         Raises:
             ValueError: not a replay-buffer state, or another configuration; the buffer is unchanged.
@@ -397,7 +398,7 @@ class ReplayBuffer:
         """Validate ``state`` and convert it to this buffer's dtypes and device, touching nothing.
 
         Returns:
-            the staged state, for :meth:`apply_state`.
+            the staged state, for [`apply_state`][tritonrl.toolkit.replay.buffer.ReplayBuffer.apply_state].
 
         Raises:
             ValueError: not a replay-buffer state, or another configuration.
@@ -424,7 +425,7 @@ class ReplayBuffer:
         return out
 
     def apply_state(self, staged: dict[str, Any]) -> None:
-        """Restore a state staged by :meth:`parse_state` (no further checks)."""
+        """Restore a state staged by `parse_state` (no further checks)."""
         meta = staged["meta"]
         n = meta["size"]
         for key, dst in zip(
@@ -438,11 +439,11 @@ class ReplayBuffer:
         self._steps, self._committed = int(meta["steps"]), int(meta["committed"])
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write :meth:`state_dict` to one safetensors file, atomically."""
+        """Write `state_dict` to one safetensors file, atomically."""
         write_file(path, self.state_dict())
 
     def load(self, path: str | os.PathLike[str]) -> None:
-        """Restore from a file written by :meth:`save`.
+        """Restore from a file written by `save`.
 
         Raises:
             FileNotFoundError: no such file.

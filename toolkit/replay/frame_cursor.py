@@ -92,7 +92,7 @@ class FrameCursor:
         return FrameCursor(list(self.top), list(self.new_episode), list(self.episode_start), list(self.depth))
 
     def to_meta(self) -> dict[str, list[Any]]:
-        """The saved state's ``meta`` entries of the cursor (see :meth:`from_meta`)."""
+        """The saved state's ``meta`` entries of the cursor (see `from_meta`)."""
         return {
             "top": list(self.top),
             "new_episode": list(self.new_episode),

@@ -1,10 +1,12 @@
 """Replay of pixel observations that stores every frame once, as uint8 (Dopamine-style).
 
 Only the newest frame of a stacked observation ``[stack * C, H, W]`` is stored; a sample rebuilds
-both stacks with one :func:`tritonrl.kernels.frame_stack.frame_stack_sample` call and the n-step
-return from the stored rewards and flags. Each env owns a ring of ``capacity // num_envs`` slots;
+both stacks with one
+[`tritonrl.kernels.frame_stack.frame_stack_sample`][tritonrl.kernels.frame_stack.frame_stack_sample] call and
+the n-step return from the stored rewards and flags. Each env owns a ring of ``capacity // num_envs`` slots;
 one ``add`` writes the step's slot and a preview (or final) slot of ``next_obs``; a sum tree
-(:mod:`tritonrl.kernels.sumtree`) holds which slots are sampleable. See docs/pages/pixels.md.
+([`tritonrl.kernels.sumtree`][tritonrl.kernels.sumtree]) holds which slots are sampleable. See
+docs/pages/pixels.md.
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ class FrameReplayBuffer(ReplayBuffer):
         scale: multiplier of sampled frames (``1/255`` maps bytes to ``[0, 1]``).
         staging: ``"host"`` only.
 
-    The other arguments are :class:`~tritonrl.toolkit.replay.ReplayBuffer`'s. ``add`` assumes (does
+    The other arguments are [`ReplayBuffer`][tritonrl.toolkit.replay.ReplayBuffer]'s. ``add`` assumes (does
     not check) a consistent stream: the next ``obs`` equals this ``next_obs`` where no episode ended,
     and stacks are zero-padded. ``sample`` is stratified, one transition per equal-count stratum.
 
@@ -203,7 +205,7 @@ class FrameReplayBuffer(ReplayBuffer):
         return sum(self._cursor.pending(e, self.n_step) for e in range(self.num_envs))
 
     def valid_indices(self) -> torch.Tensor:
-        """int64 (CPU): the slot rows :meth:`sample` may return now, ascending."""
+        """int64 (CPU): the slot rows `sample` may return now, ascending."""
         return torch.from_numpy(np.flatnonzero(self._valid))
 
     # ---- ingestion -----------------------------------------------------------------------------
@@ -228,7 +230,7 @@ class FrameReplayBuffer(ReplayBuffer):
             next_obs: uint8 like ``obs``; the real final one at an episode end.
             terminated: ``[E]`` bool.
             truncated: ``[E]`` bool.
-            check: check the values (:attr:`inputs`).
+            check: check the values ([`inputs`][tritonrl.toolkit.replay.buffer.ReplayBuffer.inputs]).
 
         Raises:
             TypeError: non-uint8 observations or another wrong dtype.
@@ -251,7 +253,7 @@ class FrameReplayBuffer(ReplayBuffer):
         self._steps += 1
 
     def extend(self, *args: Any, **kwargs: Any) -> None:
-        """Not available: raises ``TypeError`` (one vector step per :meth:`add`)."""
+        """Not available: raises ``TypeError`` (one vector step per `add`)."""
         raise TypeError("a frame replay takes one vector step per add; it has no extend")
 
     def _write(
@@ -408,7 +410,7 @@ class FrameReplayBuffer(ReplayBuffer):
         """Validate ``state`` and move its tensors to this buffer's device; changes nothing.
 
         Returns:
-            the staged state, for :meth:`apply_state`.
+            the staged state, for `apply_state`.
 
         Raises:
             ValueError: not a frame-replay state of this configuration, or inconsistent.
@@ -457,11 +459,11 @@ class FrameReplayBuffer(ReplayBuffer):
 
 
 class PrioritizedFrameReplayBuffer(PrioritySchedule, FrameReplayBuffer):
-    """Proportional prioritized replay over the slots of a :class:`FrameReplayBuffer`.
+    """Proportional prioritized replay over the slots of a `FrameReplayBuffer`.
 
     A newly sampleable slot gets the running maximum priority, an overwritten one 0. Priority
-    arguments as :class:`~tritonrl.toolkit.replay.PrioritizedReplayBuffer`, the rest as
-    :class:`FrameReplayBuffer`.
+    arguments as [`PrioritizedReplayBuffer`][tritonrl.toolkit.replay.PrioritizedReplayBuffer], the rest as
+    `FrameReplayBuffer`.
     """
 
     def _fresh(self, a: int, b: int) -> None:
@@ -497,7 +499,7 @@ class PrioritizedFrameReplayBuffer(PrioritySchedule, FrameReplayBuffer):
             self.check()
 
     def check(self) -> None:
-        """Raise ``ValueError`` if an :meth:`update_priorities` batch was rejected since the last check."""
+        """Raise ``ValueError`` if an `update_priorities` batch was rejected since the last check."""
         self._raise_rejected(f"[0, {self._capacity})")
 
     def priorities(self) -> torch.Tensor:

@@ -1,7 +1,7 @@
 """Checks and conversions of the replay buffers' arguments and of the fields ``add``/``extend`` take.
 
-Ints and reals go through :mod:`tritonrl.kernels.validate`; this module adds shapes, dtype kinds
-and host reads of rewards and flags. Only metadata is read unless a docstring says "on the host".
+Ints and reals go through [`tritonrl.kernels.validate`][tritonrl.kernels.validate]; this module adds shapes,
+dtype kinds and host reads of rewards and flags. Only metadata is read unless a docstring says "on the host".
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def check_fraction(name: str, value: object, *, positive: bool = False) -> float
     """``value`` as a float in ``[0, 1]`` (``(0, 1]`` with ``positive``).
 
     Raises:
-        ValueError: as :func:`~tritonrl.kernels.validate.check_real`, or above 1.
+        ValueError: as [`check_real`][tritonrl.kernels.validate.check_real], or above 1.
     """
     v = check_real(name, value, positive=positive)
     if v > 1.0:

@@ -78,7 +78,7 @@ def schedule(
 def _schedule_one(
     state: NStepState, r: np.ndarray, terminated: np.ndarray, done: np.ndarray, n_step: int, gamma: float
 ) -> tuple[Commits, NStepState]:
-    """:func:`schedule` of one vector step for ``n_step >= 2``, bit for bit, without timeline arrays."""
+    """`schedule` of one vector step for ``n_step >= 2``, bit for bit, without timeline arrays."""
     K = n_step - 1
     E = r.shape[0]
     old = state.rewards  # [K, E]
@@ -132,7 +132,7 @@ def _schedule_window(
     n_step: int,
     gamma: float,
 ) -> tuple[Commits, NStepState]:
-    """:func:`schedule` for ``n_step >= 2`` over the whole timeline (``[T, E]``)."""
+    """`schedule` for ``n_step >= 2`` over the whole timeline (``[T, E]``)."""
     T, E = r.shape
     K = n_step - 1
     n_tl = K + T

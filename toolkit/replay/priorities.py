@@ -15,10 +15,10 @@ __all__ = ["PrioritySchedule"]
 
 
 class PrioritySchedule:
-    """Mixin before a :class:`~tritonrl.toolkit.replay.ReplayBuffer` in the bases: the PER settings.
+    """Mixin before a `ReplayBuffer` in the bases: the PER settings.
 
-    The buffer keeps its tree in ``_tree`` and implements :meth:`_state_leaves` and
-    :meth:`_check_state_priorities`.
+    The buffer keeps its tree in ``_tree`` and implements `_state_leaves` and
+    `_check_state_priorities`.
     """
 
     _tree: SumTree
@@ -74,7 +74,7 @@ class PrioritySchedule:
 
     @property
     def sample_calls(self) -> int:
-        """Calls of :meth:`sample` so far (the ``beta`` schedule position); settable."""
+        """Calls of `sample` so far (the ``beta`` schedule position); settable."""
         return self._sample_calls
 
     @sample_calls.setter
@@ -83,13 +83,13 @@ class PrioritySchedule:
 
     @property
     def current_beta(self) -> float:
-        """The IS exponent the next :meth:`sample` uses (linear schedule over ``beta_steps``)."""
+        """The IS exponent the next `sample` uses (linear schedule over ``beta_steps``)."""
         frac = min(1.0, self._sample_calls / self.beta_steps)
         return self.beta + (self.beta_final - self.beta) * frac
 
     @property
     def rejected_updates(self) -> int:
-        """Number of rejected :meth:`update_priorities` batches so far (a sync on CUDA)."""
+        """Number of rejected `update_priorities` batches so far (a sync on CUDA)."""
         return int(self._tree.status[0])
 
     def _raise_rejected(self, rows: str) -> None:

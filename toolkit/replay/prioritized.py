@@ -1,8 +1,8 @@
 """Prioritized replay (Schaul et al., 2016, proportional variant) on the device.
 
 ``P(i) = p_i**alpha / sum_j p_j**alpha``, sampled stratified by a sum-tree descent
-(:mod:`tritonrl.kernels.sumtree`); IS weights are normalised by the global minimum priority (so
-``w <= 1``); ``beta`` anneals linearly; new transitions get the running maximum priority. Bad
+([`tritonrl.kernels.sumtree`][tritonrl.kernels.sumtree]); IS weights are normalised by the global minimum
+priority (so ``w <= 1``); ``beta`` anneals linearly; new transitions get the running maximum priority. Bad
 priority batches are rejected on the device and counted. See docs/pages/replay.md.
 """
 
@@ -36,16 +36,19 @@ _TD_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 class PrioritizedReplayBuffer(PrioritySchedule, ReplayBuffer):
     """Proportional prioritized replay with stratified sampling and global IS-weight normalisation.
 
-    Takes every argument of :class:`~tritonrl.toolkit.replay.ReplayBuffer`, plus:
+    Takes every argument of [`ReplayBuffer`][tritonrl.toolkit.replay.ReplayBuffer], plus:
 
     Args:
         alpha: priority exponent in ``[0, 1]`` (0 = uniform).
         beta: initial importance-sampling exponent in ``[0, 1]``.
-        beta_final: exponent reached after ``beta_steps`` calls of :meth:`sample`.
-        beta_steps: length of the linear annealing, in :meth:`sample` calls (>= 1).
+        beta_final: exponent reached after ``beta_steps`` calls of
+            [`sample`][tritonrl.toolkit.replay.prioritized.PrioritizedReplayBuffer.sample].
+        beta_steps: length of the linear annealing, in
+            [`sample`][tritonrl.toolkit.replay.prioritized.PrioritizedReplayBuffer.sample] calls (>= 1).
         eps: added to ``|td_error|`` so that no priority is 0 (> 0).
-        check_priorities: raise in :meth:`update_priorities` when a batch was rejected; ``None``:
-            on CPU yes, on an accelerator no (call :meth:`check` instead: it syncs).
+        check_priorities: raise in `update_priorities` when a batch was rejected; ``None``:
+            on CPU yes, on an accelerator no (call
+            [`check`][tritonrl.toolkit.replay.prioritized.PrioritizedReplayBuffer.check] instead: it syncs).
 
     Raises:
         ValueError / TypeError: an argument is out of range or of the wrong type.
@@ -57,7 +60,7 @@ class PrioritizedReplayBuffer(PrioritySchedule, ReplayBuffer):
 
     @classmethod
     def memory_bytes(cls, capacity: int, obs_shape: tuple[int, ...], **kwargs: Any) -> dict[str, int]:
-        """:meth:`ReplayBuffer.memory_bytes` plus the priority sum tree."""
+        """`ReplayBuffer.memory_bytes` plus the priority sum tree."""
         parts = super().memory_bytes(capacity, obs_shape, **kwargs)
         g = geometry(leaves_for(capacity))
         parts["priorities"] = 4 * (g.sum_size + g.min_size + g.P)
@@ -66,7 +69,7 @@ class PrioritizedReplayBuffer(PrioritySchedule, ReplayBuffer):
     # ---- priorities ----------------------------------------------------------------------------
 
     def _set_tree(self, tree: SumTree) -> None:
-        """Adopt ``tree``; on CPU keep a numpy view of its status for :meth:`check`."""
+        """Adopt ``tree``; on CPU keep a numpy view of its status for `check`."""
         self._tree = tree
         self._status_host = tree.status.numpy() if tree.status.is_cpu else None
 
@@ -108,7 +111,7 @@ class PrioritizedReplayBuffer(PrioritySchedule, ReplayBuffer):
             self.check()
 
     def check(self) -> None:
-        """Raise if an :meth:`update_priorities` batch was rejected since the last check (syncs).
+        """Raise if an `update_priorities` batch was rejected since the last check (syncs).
 
         Raises:
             ValueError: names what was wrong.
@@ -158,7 +161,7 @@ class PrioritizedReplayBuffer(PrioritySchedule, ReplayBuffer):
             raise ValueError("state priorities must be finite and > 0")
 
     def apply_state(self, staged: dict[str, Any]) -> None:
-        """As :meth:`ReplayBuffer.apply_state`, rebuilding the sum tree from the staged priorities."""
+        """As `ReplayBuffer.apply_state`, rebuilding the sum tree from the staged priorities."""
         super().apply_state(staged)
         size = staged["meta"]["size"]
         tree = new_sumtree(self.capacity, self.device)

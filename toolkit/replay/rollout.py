@@ -142,7 +142,7 @@ class RunningMeanStd:
         return {"mean": self.mean, "var": self.var, "count": self.count}
 
     def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
-        """Restore :meth:`state_dict` output as f32 on this device; ``ValueError`` on another shape."""
+        """Restore `state_dict` output as f32 on this device; ``ValueError`` on another shape."""
         if tuple(state["mean"].shape) != tuple(self.mean.shape):
             raise ValueError(
                 f"obs statistics have shape {tuple(state['mean'].shape)}, expected {tuple(self.mean.shape)}"
@@ -307,7 +307,7 @@ class RolloutBuffer:
             raise ValueError(f"rollout position {repr(pos)[:20]} is not an int in [0, {self.num_steps}]")
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict` output (checked first, then cast); ``ValueError`` if it does not fit."""
+        """Restore `state_dict` output (checked first, then cast); ``ValueError`` if it does not fit."""
         self.check_state_dict(state)
         for name in self.FIELDS:
             getattr(self, name).copy_(state[name].to(self.device))

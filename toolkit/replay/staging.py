@@ -1,7 +1,7 @@
-"""The two staging strategies of :class:`~tritonrl.toolkit.replay.ReplayBuffer`.
+"""The two staging strategies of `ReplayBuffer`.
 
-:class:`HostStaging` reads rewards and done flags on the host and commits a transition when its
-n-step window closes; :class:`DeviceStaging` reads nothing on the host and commits, every step,
+`HostStaging` reads rewards and done flags on the host and commits a transition when its
+n-step window closes; `DeviceStaging` reads nothing on the host and commits, every step,
 the transitions that started ``n - 1`` steps earlier. A strategy writes into its buffer's storage
 and advances its counters. See docs/pages/replay.md.
 """
@@ -42,7 +42,7 @@ Spec = dict[str, tuple[tuple[int, ...], torch.dtype]]
 
 
 class Staging(abc.ABC):
-    """What a :class:`ReplayBuffer` needs from its staging: ingestion, the pending count, its state."""
+    """What a `ReplayBuffer` needs from its staging: ingestion, the pending count, its state."""
 
     name: ClassVar[str]
     config: ClassVar[dict[str, str]]
@@ -60,26 +60,26 @@ class Staging(abc.ABC):
     def memory_bytes(
         capacity: int, obs_item: int, act_item: int, num_envs: int, n_step: int
     ) -> dict[str, int]:
-        """:meth:`ReplayBuffer.memory_bytes` with this staging (``*_item``: bytes per obs/action)."""
+        """`ReplayBuffer.memory_bytes` with this staging (``*_item``: bytes per obs/action)."""
 
     @property
     @abc.abstractmethod
     def pending(self) -> int:
-        """:attr:`ReplayBuffer.pending`."""
+        """`ReplayBuffer.pending`."""
 
     @abc.abstractmethod
     def add(self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any) -> None:
-        """:meth:`ReplayBuffer.add`."""
+        """`ReplayBuffer.add`."""
 
     @abc.abstractmethod
     def extend(
         self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any
     ) -> None:
-        """:meth:`ReplayBuffer.extend`."""
+        """`ReplayBuffer.extend`."""
 
     @abc.abstractmethod
     def state_tensors(self) -> dict[str, torch.Tensor]:
-        """The staging's tensors of :meth:`ReplayBuffer.state_dict`."""
+        """The staging's tensors of `ReplayBuffer.state_dict`."""
 
     def state_meta(self) -> dict[str, Any]:
         """The staging's entries of the state's ``meta``."""
@@ -104,7 +104,7 @@ class Staging(abc.ABC):
 
     @abc.abstractmethod
     def apply(self, staged: dict[str, Any] | None) -> None:
-        """Restore from a state staged by :meth:`ReplayBuffer.parse_state`; ``None``: start empty."""
+        """Restore from a state staged by `ReplayBuffer.parse_state`; ``None``: start empty."""
 
 
 class HostStaging(Staging):
@@ -125,7 +125,7 @@ class HostStaging(Staging):
         if buf._views is not None:  # the buffer's storage has numpy views: so has the staging area
             self.views = (self.obs.numpy(), self.action.numpy())
         self.small = E * math.prod(buf.obs_shape) <= _SMALL
-        """One-step adds of CPU tensors to storage with numpy views go through :meth:`_add_small`."""
+        """One-step adds of CPU tensors to storage with numpy views go through `_add_small`."""
         self.gamma32 = float(np.float32(buf.gamma))  # a discount as the f32 ring stores it
 
     @staticmethod
@@ -165,7 +165,7 @@ class HostStaging(Staging):
     def _add_one(
         self, obs: Any, action: Any, reward: Any, next_obs: Any, terminated: Any, truncated: Any
     ) -> bool:
-        """:meth:`add` straight into the ring in the common case; ``False`` (no change) otherwise."""
+        """`add` straight into the ring in the common case; ``False`` (no change) otherwise."""
         buf = self.buf
         E, pos = buf.num_envs, buf._pos
         if pos + E > buf.capacity:
@@ -222,7 +222,7 @@ class HostStaging(Staging):
         terminated: torch.Tensor,
         truncated: torch.Tensor,
     ) -> bool:
-        """:meth:`_add_one` for a few environments' CPU tensors through ``tolist()``; ``False`` otherwise."""
+        """`_add_one` for a few environments' CPU tensors through ``tolist()``; ``False`` otherwise."""
         buf = self.buf
         vec = self.vec
         if not (reward.is_cpu and terminated.is_cpu and truncated.is_cpu):
@@ -277,7 +277,7 @@ class HostStaging(Staging):
     def _write_numpy(
         self, commits: Any, obs: torch.Tensor, action: torch.Tensor, next_obs: torch.Tensor, T: int
     ) -> None:
-        """:meth:`_write` on the CPU through numpy views, with the same casts."""
+        """`_write` on the CPU through numpy views, with the same casts."""
         buf = self.buf
         E, K, C = buf.num_envs, buf.n_step - 1, buf.capacity
         assert buf._views is not None and (K == 0 or self.views is not None)  # checked by the caller
@@ -591,14 +591,14 @@ class DeviceStaging(Staging):
 
 _CLASSES: dict[str, type[Staging]] = {cls.name: cls for cls in (HostStaging, DeviceStaging)}
 STAGINGS = tuple(_CLASSES)
-"""The staging modes of :class:`ReplayBuffer` (``staging=``)."""
+"""The staging modes of `ReplayBuffer` (``staging=``)."""
 
 
 def staging_class(name: object) -> type[Staging]:
     """The strategy of staging mode ``name``.
 
     Raises:
-        ValueError: not one of :data:`STAGINGS`.
+        ValueError: not one of `STAGINGS`.
     """
     if name not in _CLASSES:
         raise ValueError(f"staging must be one of {STAGINGS}, got {name!r}")

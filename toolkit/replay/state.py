@@ -138,7 +138,7 @@ def write_file(path: str | os.PathLike[str], state: dict[str, Any]) -> None:
 
 
 def read_file(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """A state read from a file of :func:`write_file` (tensors on the CPU; no checksums: unverified).
+    """A state read from a file of `write_file` (tensors on the CPU; no checksums: unverified).
 
     Raises:
         FileNotFoundError: no such file.

@@ -1,7 +1,7 @@
-"""The loop's public parts: its settings (:class:`LoopConfig`), its errors, and the protocols of what it
+"""The loop's public parts: its settings (`LoopConfig`), its errors, and the protocols of what it
 drives.
 
-:mod:`tritonrl.toolkit.training.loop` re-exports them all. Layer: training.
+[`tritonrl.toolkit.training.loop`][tritonrl.toolkit.training.loop] re-exports them all. Layer: training.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ __all__ = [
 ]
 
 OVERLAP_LEARNERS = ("auto", "process", "stream", "inline")
-"""The values of :attr:`LoopConfig.overlap_learner` (:mod:`tritonrl.toolkit.training.overlap`)."""
+"""The values of `LoopConfig.overlap_learner` (`tritonrl.toolkit.training.overlap`)."""
 
 
 class TrainingError(RuntimeError):
@@ -56,13 +56,13 @@ class Schedule(Protocol):
         ...
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict` output."""
+        """Restore `state_dict` output."""
         ...
 
 
 @dataclass(frozen=True)
 class LoopConfig:
-    """Settings of :func:`run_training` (the algorithm's own settings live in the agent's config)."""
+    """Settings of `run_training` (the algorithm's own settings live in the agent's config)."""
 
     total_steps: int
     """Environment steps to train for (summed over the vector envs)."""
@@ -102,7 +102,7 @@ class LoopConfig:
     overlap: bool = False
     """Act while the learner updates (off-policy agents, feed-forward PPO): acting lags learning by
     at most one ``train_freq`` interval, PPO's by one update
-    (:mod:`tritonrl.toolkit.training.overlap`); not with a data-parallel
+    (`tritonrl.toolkit.training.overlap`); not with a data-parallel
     run; a checkpoint (by steps or wall time) holds the actor's side too (exact resume)."""
     overlap_learner: str = "auto"
     """``"process"``: the learner in a child process (an agent on the CPU); ``"stream"``: in this
@@ -142,7 +142,7 @@ class StepCollector(Protocol):
     """Steps the env with the agent and stores what happened (e.g. ``Collector``)."""
 
     def step(self) -> Any:
-        """One vector step; returns the env's :class:`~tritonrl.toolkit.envs.vector.Transition`."""
+        """One vector step; returns the env's `Transition`."""
         ...
 
     def state_dict(self) -> dict[str, Any]:
@@ -150,7 +150,7 @@ class StepCollector(Protocol):
         ...
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` output; ``ValueError`` (nothing changed) on a bad one.
+        """Restore `state_dict` output; ``ValueError`` (nothing changed) on a bad one.
 
         An optional ``check_state_dict(state)`` lets a resume check every section before applying any.
         """

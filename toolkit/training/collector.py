@@ -1,9 +1,9 @@
 """The device experience collector: policy, environment and replay on one device, no host round trip.
 
-:class:`Collector` drives an env whose ``step_transition(actions)`` returns device tensors (``MarketEnv``):
-the agent's acting policy acts (an f32 snapshot for off-policy agents, the learner for on-policy ones), the
-env steps, ``agent.observe`` stores the step. No step reads a tensor on the host unless the agent's
-``observe`` does. Layer: training. Guide: docs/pages/market.md.
+[`Collector`][tritonrl.toolkit.training.collector.Collector] drives an env whose ``step_transition(actions)``
+returns device tensors (``MarketEnv``): the agent's acting policy acts (an f32 snapshot for off-policy agents,
+the learner for on-policy ones), the env steps, ``agent.observe`` stores the step. No step reads a tensor on
+the host unless the agent's ``observe`` does. Layer: training. Guide: docs/pages/market.md.
 """
 
 from __future__ import annotations
@@ -93,5 +93,5 @@ class Collector:
             check(state)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` output; ``ValueError`` (nothing changed) on a bad one."""
+        """Restore `state_dict` output; ``ValueError`` (nothing changed) on a bad one."""
         self.policy.load_state_dict(state)

@@ -1,7 +1,8 @@
 """Episode statistics of device environments as metric names (the loop's ``env.episode_stats()`` hook).
 
-An env's ``metric_prefix`` (``MarketEnv``: ``"market"``, else :data:`DEFAULT_METRIC_PREFIX`) names its
-family's metrics. Layer: training. Guide: docs/pages/training.md.
+An env's ``metric_prefix`` (``MarketEnv``: ``"market"``, else
+[`DEFAULT_METRIC_PREFIX`][tritonrl.toolkit.training.episodes.DEFAULT_METRIC_PREFIX]) names its family's
+metrics. Layer: training. Guide: docs/pages/training.md.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ DEFAULT_METRIC_PREFIX = "env"
 
 
 def metric_prefix(env: Any) -> str:
-    """``env.metric_prefix`` (non-empty, no ``/``), else :data:`DEFAULT_METRIC_PREFIX`."""
+    """``env.metric_prefix`` (non-empty, no ``/``), else `DEFAULT_METRIC_PREFIX`."""
     prefix = getattr(env, "metric_prefix", None)
     if prefix is None:
         return DEFAULT_METRIC_PREFIX

@@ -1,8 +1,9 @@
 """The shared training loop, parameterised by a schedule (on-policy or off-policy).
 
-:func:`run_training` owns everything but the algorithm, which enters through the agent protocol and a
-:class:`Schedule`; the folder side is :class:`tritonrl.toolkit.lifecycle.RunLifecycle`. Layer: training.
-Guide: docs/pages/training.md.
+[`run_training`][tritonrl.toolkit.training.loop.run_training] owns everything but the algorithm, which enters
+through the agent protocol and a [`Schedule`][tritonrl.toolkit.training.loop.Schedule]; the folder side is
+[`tritonrl.toolkit.lifecycle.RunLifecycle`][tritonrl.toolkit.lifecycle.RunLifecycle]. Layer: training. Guide:
+docs/pages/training.md.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def run_training(
     """Train ``agent`` on ``env`` for ``cfg.total_steps`` environment steps (summed over all ranks).
 
     Args:
-        env: a :class:`~tritonrl.toolkit.envs.vector.VecEnv`, or a device env with ``step_transition``
+        env: a [`VecEnv`][tritonrl.toolkit.envs.vector.VecEnv], or a device env with ``step_transition``
             (docs/pages/training.md).
         should_stop: polled after every vector step; true ends the run there, flushed and checkpointed.
         evaluator: ``evaluate_policy(policy, episodes, seed) -> dict``; ``None``: the env's own, else

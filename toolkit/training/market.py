@@ -1,9 +1,10 @@
 """Training on market data: a market run's parts, its collector and its test report.
 
-:func:`build_market_run` uploads a source's bars once and splits them by time into train,
-validation and test periods; :func:`market_collector` steps the train env on the device and
-:func:`market_report` reports the test period. ``tritonrl train --env market:...`` calls these.
-See docs/pages/market.md ("From the command line").
+[`build_market_run`][tritonrl.toolkit.training.market.build_market_run] uploads a source's bars once and
+splits them by time into train, validation and test periods;
+[`market_collector`][tritonrl.toolkit.training.market.market_collector] steps the train env on the device and
+[`market_report`][tritonrl.toolkit.training.market.market_report] reports the test period. ``tritonrl train
+--env market:...`` calls these. See docs/pages/market.md ("From the command line").
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def market_preset(preset: Preset) -> MarketPreset:
 
 
 def env_config_for(agent_config: Any, env_overrides: Mapping[str, Any]) -> Any:
-    """The run's :class:`~tritonrl.toolkit.envs.market.env.MarketEnvConfig`: ``actions`` following the
+    """The run's `MarketEnvConfig`: ``actions`` following the
     agent config's ``action_kind`` (discrete without one), ``env_overrides`` on top.
 
     Raises:
@@ -66,7 +67,7 @@ def env_config_for(agent_config: Any, env_overrides: Mapping[str, Any]) -> Any:
 @dataclass
 class MarketRun:
     """The parts of a market run: the training env, the validation evaluator, the test period
-    and, once the agent is built, its collector (:func:`market_collector`)."""
+    and, once the agent is built, its collector (`market_collector`)."""
 
     env: Any
     evaluator: Any
@@ -75,7 +76,7 @@ class MarketRun:
     test: MarketData
     env_config: Any
     collector: Any = None
-    """The :class:`~tritonrl.toolkit.training.collector.Collector` stepping :attr:`env` (``None``
+    """The `Collector` stepping `env` (``None``
     until the agent is built: the loop then steps through ``agent.act`` / ``agent.observe``)."""
 
 
@@ -83,7 +84,7 @@ def build_market_run(
     env_id: str, num_envs: int, env_config: Any, *, device: torch.device | str = "cpu", seed: int = 0
 ) -> MarketRun:
     """Bars of ``env_id`` (``market:SOURCE``) uploaded once to ``device`` and split by time; a seeded,
-    reset :class:`~tritonrl.toolkit.envs.market.env.MarketEnv` on the train period and a validation
+    reset [`MarketEnv`][tritonrl.toolkit.envs.market.env.MarketEnv] on the train period and a validation
     evaluator.
 
     Raises:
@@ -104,7 +105,7 @@ def build_market_run(
 
 
 def market_collector(agent: Any, env: Any, *, sync_every: int = 1) -> Any:
-    """The :class:`~tritonrl.toolkit.training.collector.Collector` of a market run; ``sync_every=1``
+    """The `Collector` of a market run; ``sync_every=1``
     keeps the f32 acting snapshot equal to the learner after every update.
 
     Raises:

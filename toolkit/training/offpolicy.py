@@ -1,5 +1,6 @@
 """The off-policy schedule's names where the loop's users import them; it lives in the core module
-:mod:`tritonrl.toolkit.schedule` (``schedule_for`` is ``offpolicy_schedule``). See docs/pages/dqn.md.
+[`tritonrl.toolkit.schedule`][tritonrl.toolkit.schedule] (``schedule_for`` is ``offpolicy_schedule``). See
+docs/pages/dqn.md.
 """
 
 from __future__ import annotations

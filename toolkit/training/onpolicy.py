@@ -1,5 +1,6 @@
 """The on-policy schedule's names where the loop's users import them; it lives in the core module
-:mod:`tritonrl.toolkit.schedule` (``schedule_for`` is ``onpolicy_schedule``). See docs/pages/ppo.md.
+[`tritonrl.toolkit.schedule`][tritonrl.toolkit.schedule] (``schedule_for`` is ``onpolicy_schedule``). See
+docs/pages/ppo.md.
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ def _spin(conn: Any, seconds: float) -> bool:
 
 
 class LearnerProcessError(RuntimeError):
-    """The learner process raised (traceback in :attr:`child_traceback`) or died."""
+    """The learner process raised (traceback in `child_traceback`) or died."""
 
     def __init__(self, message: str, child_traceback: str = "") -> None:
         super().__init__(message)
@@ -80,7 +80,7 @@ class _Staging:
         self._views = [t.numpy() if t.is_cpu else None for t in self.fields.values()]
 
     def add(self, values: Sequence[Any]) -> None:
-        """Stage one vector step (``values`` in the order of :attr:`names`: tensors or arrays)."""
+        """Stage one vector step (``values`` in the order of `names`: tensors or arrays)."""
         row = self.rows
         if row == self.capacity:
             raise RuntimeError(f"overlap staging holds {self.capacity} vector steps already")
@@ -139,7 +139,7 @@ def _due(
 
 
 def _round(agent: Any, schedule: Any, staging: _Staging, rows: int, step: int) -> _Metrics:
-    """:func:`_due`, its metrics packed (read on the host)."""
+    """`_due`, its metrics packed (read on the host)."""
     return _pack(_due(agent, schedule, staging, rows, step))
 
 
@@ -351,7 +351,7 @@ def resolve_learner(learner: str, device: torch.device | str) -> str:
     ``"process"``.
 
     Raises:
-        ValueError: ``learner`` is not one of :data:`LEARNERS`.
+        ValueError: ``learner`` is not one of [`LEARNERS`][tritonrl.toolkit.training.overlap.LEARNERS].
     """
     if learner not in LEARNERS:
         raise ValueError(f"overlap_learner must be one of {', '.join(map(repr, LEARNERS))}, got {learner!r}")
@@ -386,10 +386,10 @@ class Overlap:
     Args:
         step_env: the env's step (``actions -> Transition``).
         step_size: global env steps per vector step (``num_envs``).
-        learner: one of :data:`LEARNERS` (:func:`resolve_learner`).
+        learner: one of [`LEARNERS`][tritonrl.toolkit.training.overlap.LEARNERS] (`resolve_learner`).
 
     Raises:
-        ValueError: see :func:`check_overlap`.
+        ValueError: see `check_overlap`.
     """
 
     def __init__(
@@ -441,7 +441,7 @@ class Overlap:
         return tr
 
     def after_step(self, prev: int, step: int) -> list[dict[str, torch.Tensor]]:
-        """At a sync point: :meth:`sync`; else nothing."""
+        """At a sync point: `sync`; else nothing."""
         if step // self.period == prev // self.period:
             return []
         return self.sync(step)
@@ -505,7 +505,7 @@ class Overlap:
         return {"actor": self.actor.state_dict(), "staged": staged, "pending": pending}
 
     def check_state_dict(self, state: Any) -> None:
-        """Raise ``ValueError`` unless ``state`` has :meth:`state_dict`'s structure and fits this actor."""
+        """Raise ``ValueError`` unless ``state`` has `state_dict`'s structure and fits this actor."""
         if not isinstance(state, Mapping) or {"actor", "staged", "pending"} - set(state):
             raise ValueError("the overlap section needs 'actor', 'staged' and 'pending'")
         actor, staged = state["actor"], state["staged"]
@@ -523,7 +523,7 @@ class Overlap:
             raise ValueError("the overlap section's pending metrics are not a list")
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict` before the first step; ``ValueError`` if it does not fit."""
+        """Restore `state_dict` before the first step; ``ValueError`` if it does not fit."""
         if self.learner is not None:
             raise ValueError("overlap: load_state_dict before the first step only")
         self.actor.load_state_dict(state["actor"])

@@ -97,7 +97,7 @@ def same(a: Any, b: Any) -> bool:
 
 
 def shared_marker(tree: Any, base: Any) -> Any:
-    """``tree`` with every subtree equal to ``base``'s replaced by :data:`SAME_AS_RANK_0`."""
+    """``tree`` with every subtree equal to ``base``'s replaced by `SAME_AS_RANK_0`."""
     marker = {SAME_AS_RANK_0: True}
     if isinstance(tree, Mapping) and isinstance(base, Mapping):
         out = {k: shared_marker(v, base[k]) if k in base else v for k, v in tree.items()}
@@ -117,7 +117,7 @@ def shared_marker(tree: Any, base: Any) -> Any:
 
 
 def fill_shared(tree: Any, base: Any) -> Any:
-    """Undo :func:`shared_marker`; ``ValueError`` for a marker where ``base`` has nothing."""
+    """Undo `shared_marker`; ``ValueError`` for a marker where ``base`` has nothing."""
     if is_marker(tree):
         return base
     if isinstance(tree, Mapping):

@@ -1,8 +1,8 @@
-"""One call of :func:`~tritonrl.toolkit.training.loop.run_training`: what an RL run's step, save and
+"""One call of `run_training`: what an RL run's step, save and
 evaluation are.
 
-The folder side is :class:`tritonrl.toolkit.lifecycle.RunLifecycle`. Layer: training. Guide:
-docs/pages/training.md, docs/pages/scaling.md.
+The folder side is [`tritonrl.toolkit.lifecycle.RunLifecycle`][tritonrl.toolkit.lifecycle.RunLifecycle].
+Layer: training. Guide: docs/pages/training.md, docs/pages/scaling.md.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ class _Counters:
 
     @staticmethod
     def check(s: Mapping[str, Any]) -> None:
-        """Raise ``ValueError`` unless ``s`` is a :meth:`state`; changes nothing."""
+        """Raise ``ValueError`` unless ``s`` is a `state`; changes nothing."""
 
         def num(x: Any) -> bool:
             return isinstance(x, (int, float)) and not isinstance(x, bool)
@@ -131,7 +131,7 @@ def run(
     collector: StepCollector | None,
     ctx: DistContext,
 ) -> dict[str, Any]:
-    """:func:`run_training` after its argument checks, the folder held by rank 0."""
+    """`run_training` after its argument checks, the folder held by rank 0."""
     run = _Run(agent, env, schedule, cfg, evaluator, collector, ctx)
     with run.life:
         run.start()
@@ -140,7 +140,7 @@ def run(
 
 
 class _Run:
-    """One call of :func:`run_training`, in steps: :meth:`start`, :meth:`train`, :meth:`finish`."""
+    """One call of `run_training`, in steps: `start`, `train`, `finish`."""
 
     def __init__(
         self,
@@ -367,7 +367,7 @@ class _Run:
 
         Raises:
             TrainingError: a ``ValueError``, ``RuntimeError`` or ``OSError`` while training
-                (:class:`DivergenceError` passes unchanged).
+                ([`DivergenceError`][tritonrl.toolkit.training.base.DivergenceError] passes unchanged).
         """
         cfg, counters = self.cfg, self.counters
         self.should_stop = should_stop
@@ -571,7 +571,7 @@ class _Run:
             raise self._divergence(bad, step)
 
     def _flush_and_check_ranks(self, step: int, sps: bool) -> None:
-        """:meth:`flush_and_check` of a data-parallel run: one gather, rank 0 logs and decides, every rank
+        """`flush_and_check` of a data-parallel run: one gather, rank 0 logs and decides, every rank
         raises alike.
 
         Raises:
@@ -634,7 +634,7 @@ class _Run:
         )
 
     def evaluate(self, step: int) -> None:
-        """A greedy evaluation at ``step`` on rank 0, sent to every rank; may set :attr:`stop`."""
+        """A greedy evaluation at ``step`` on rank 0, sent to every rank; may set `stop`."""
         cfg = self.cfg
 
         policy = _eval_policy(self.agent) if self.overlap is None else self.overlap.eval_policy()

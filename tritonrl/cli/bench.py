@@ -47,7 +47,7 @@ __all__ = [
 ]
 
 JSON_SCHEMA = 1
-"""Version of the ``--json`` document's layout (:func:`to_json`); bumped when a key changes meaning."""
+"""Version of the ``--json`` document's layout (`to_json`); bumped when a key changes meaning."""
 
 
 @dataclass
@@ -138,7 +138,7 @@ def time_loop(
     """Median, first and third quartile of one call of ``fn`` called in a loop, in seconds.
 
     For loop-level work whose launch overhead counts: on CUDA, blocks of ``block`` calls ending in one
-    synchronize; on CPU, :func:`time_fn`.
+    synchronize; on CPU, `time_fn`.
     """
     if torch.device(device).type != "cuda":
         return time_fn(fn, "cpu", min_time=min_time)
@@ -371,7 +371,7 @@ def main(
 ) -> int:
     """Run every benchmark in ``directory`` (or those in ``only``) and print one table.
 
-    ``json_path`` also writes :func:`to_json`; ``plot_dir`` one PNG per benchmark (:func:`plot_ratios`).
+    ``json_path`` also writes `to_json`; ``plot_dir`` one PNG per benchmark (`plot_ratios`).
     Returns the exit code: 1 if a benchmark raised, 2 if ``directory`` is missing or ``only`` names
     an unknown benchmark.
     """

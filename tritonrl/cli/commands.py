@@ -117,7 +117,7 @@ def _bench(
     json_path: str | None = None,
     plot_dir: str | None = None,
 ) -> int:
-    """``bench``: the runner :func:`tritonrl.cli.bench.main` over the benchmark files in
+    """``bench``: the runner `tritonrl.cli.bench.main` over the benchmark files in
     ``folder`` (``json_path``, ``plot_dir``: ``--json``, ``--plot``); the exit code. A missing folder
     (an install without a checkout) is one ``error:`` line and status 2."""
     if not folder.is_dir():

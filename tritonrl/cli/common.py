@@ -107,7 +107,7 @@ def default_run_dir(*parts: str) -> Path:
 
 
 def parse_overrides(items: list[str]) -> dict[str, str]:
-    """``--set KEY=VALUE`` items as ``{KEY: VALUE}`` (a later key wins); :class:`UsageError` if malformed."""
+    """``--set KEY=VALUE`` items as ``{KEY: VALUE}`` (a later key wins); `UsageError` if malformed."""
     out = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -155,7 +155,7 @@ def check_range(flag: str, value: int | None, lo: int, hi: int | None = None, wh
 
 
 def check_threads(value: int) -> None:
-    """``--threads`` lies between 1 and this machine's CPU count, else :class:`UsageError`."""
+    """``--threads`` lies between 1 and this machine's CPU count, else `UsageError`."""
     check_range("--threads", value, 1, os.cpu_count() or 1, " (the CPU count of this machine)")
 
 
@@ -185,7 +185,7 @@ def check_run_dir_path(name: str) -> None:
 
 
 def run_dir_from_flag(value: str | None, default: Path) -> Path:
-    """The run folder of ``--run-dir value`` (``None``: ``default``), see :func:`check_run_dir_path`."""
+    """The run folder of ``--run-dir value`` (``None``: ``default``), see `check_run_dir_path`."""
     text = value if value is not None else str(default)
     check_run_dir_path(text)
     return Path(text)
@@ -236,7 +236,7 @@ def _undo(probe: Path, made: list[Path]) -> None:
 
 
 def check_no_overwrite(ckpt: Path, resume: bool) -> bool:
-    """Whether the checkpoint ``ckpt`` exists; :class:`UsageError` if it does and ``resume`` is false."""
+    """Whether the checkpoint ``ckpt`` exists; `UsageError` if it does and ``resume`` is false."""
     if not ckpt.exists():
         return False
     if not resume:
@@ -250,7 +250,7 @@ def check_no_overwrite(ckpt: Path, resume: bool) -> bool:
 # ----------------------------------------------------------------------------- memory
 
 MAX_PARAMETER_TENSORS = 10_000
-"""Most parameter and buffer tensors :func:`count_parameters` lets a model register (a deep
+"""Most parameter and buffer tensors `count_parameters` lets a model register (a deep
 Transformer has a few thousand): past it a layer count is a typo, and building on, even on the meta
 device, would take minutes."""
 
@@ -265,7 +265,7 @@ def count_parameters(build: Callable[[torch.device], torch.nn.Module], what: str
 
     Raises:
         UsageError: arguments the build refuses, a tensor over int64 elements, or more than
-            :data:`MAX_PARAMETER_TENSORS` tensors.
+            `MAX_PARAMETER_TENSORS` tensors.
     """
     from torch.nn.modules.module import (
         register_module_buffer_registration_hook,
@@ -334,7 +334,7 @@ _ASKED = re.compile(
 @contextmanager
 def refuse_failed_allocation(what: str, device: torch.device) -> Iterator[None]:
     """Turn an allocation that fails inside the block (``MemoryError``, CUDA or CPU out-of-memory)
-    into a :class:`UsageError`; other exceptions pass.
+    into a `UsageError`; other exceptions pass.
     """
     from tritonrl.toolkit.checks import available_memory, format_bytes
 
@@ -388,7 +388,7 @@ def stop_on_signals() -> Iterator[tuple[Callable[[], bool], list[int]]]:
 
 
 def report_interrupted(received: list[int], step: int, checkpoint: Any) -> int:
-    """Print the one line of a run stopped by a signal (``received`` from :func:`stop_on_signals`;
+    """Print the one line of a run stopped by a signal (``received`` from `stop_on_signals`;
     SIGINT when empty) after saving ``checkpoint`` at ``step``; the exit status ``128 + signum``."""
     signum = received[0] if received else signal.SIGINT
     print(

@@ -1,9 +1,10 @@
 """``tritonrl export``: a run folder's trained policy as an artifact that runs without tritonrl.
 
 The checkpoint's agent is rebuilt (on the CPU, or the GPU for an AOTInductor package), its
-``agent.policy()`` exported by :func:`tritonrl.toolkit.export.export_policy`, and the sidecar
-records the checkpoint and, for a market run, the trading rules. Any failure is one ``error:``
-line, exit status 2, nothing written. See docs/pages/using-policies.md.
+``agent.policy()`` exported by
+[`tritonrl.toolkit.export.export_policy`][tritonrl.toolkit.export.export_policy], and the sidecar records the
+checkpoint and, for a market run, the trading rules. Any failure is one ``error:`` line, exit status 2,
+nothing written. See docs/pages/using-policies.md.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ DESCRIPTION = (
 
 
 FORMATS = ("pt2", "onnx", "aoti")
-"""``--format``'s choices: :data:`tritonrl.toolkit.export.FORMATS` (a test keeps them equal), here so
+"""``--format``'s choices: `tritonrl.toolkit.export.FORMATS` (a test keeps them equal), here so
 that building the parser imports nothing heavy (``tritonrl train`` without gymnasium must still
 say so in one line)."""
 

@@ -1,9 +1,9 @@
 """``tritonrl fit``: train a registered forecaster on market bars, or on any numeric series of a CSV
-file, with :func:`~tritonrl.toolkit.forecast.fit`.
+file, with [`fit`][tritonrl.toolkit.forecast.fit].
 
-Follows ``train``'s rules (:mod:`tritonrl.cli.common`); under ``torchrun`` it trains data-parallel
+Follows ``train``'s rules (`tritonrl.cli.common`); under ``torchrun`` it trains data-parallel
 over windows and rank 0 alone writes and prints. The models come from
-:func:`tritonrl.cli.registry.forecasters`. See docs/pages/forecasting.md.
+[`tritonrl.cli.registry.forecasters`][tritonrl.cli.registry.forecasters]. See docs/pages/forecasting.md.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ _INT_FLAGS = (
     ("season", 1),
     ("log_every", 1),
 )
-"""The integer flags of :class:`FitConfig` and their lowest value (checked in the CLI's wording)."""
+"""The integer flags of `FitConfig` and their lowest value (checked in the CLI's wording)."""
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -253,7 +253,7 @@ def _prepare(
 
 
 def _series_table(args: argparse.Namespace) -> Any:
-    """The :class:`~tritonrl.toolkit.forecast.SeriesTable` of a non-market ``--data csv=PATH`` or of
+    """The `SeriesTable` of a non-market ``--data csv=PATH`` or of
     ``--data series:synthetic,...``, else ``None``; sets ``args.target``.
 
     Raises:
@@ -292,7 +292,7 @@ def _series_table(args: argparse.Namespace) -> Any:
 
 
 def _check_flags(args: argparse.Namespace, ctx: DistContext) -> tuple[torch.device, FitConfig]:
-    """The device and the :class:`FitConfig` of the flags, each checked (:class:`UsageError`)."""
+    """The device and the `FitConfig` of the flags, each checked (`UsageError`)."""
     from tritonrl.toolkit.checks import MAX_SEED
 
     if not args.model:
@@ -371,7 +371,7 @@ def _build(
     config: FitConfig,
     table: Any = None,
 ) -> tuple[Any, tuple[WindowData, WindowData, WindowData]]:
-    """The model and the windows, after refusing what would not fit in memory (:func:`_check_memory`).
+    """The model and the windows, after refusing what would not fit in memory (`_check_memory`).
 
     Raises:
         UsageError: bad hyperparameters or data, or a model or data too large for this machine.
@@ -479,7 +479,7 @@ def run(args: argparse.Namespace) -> int:
     """Run ``fit``; the exit status (0 done, 1 error, 2 usage error, 130 / 143 interrupted).
 
     Under ``torchrun`` the ranks join the process group first and leave it together
-    (:func:`~tritonrl.cli.common.end_rank`); rank 0 alone prints.
+    (`end_rank`); rank 0 alone prints.
     """
     launched = distributed.launched_by_torchrun()
     if args.list and launched and os.environ.get("RANK", "0") != "0":

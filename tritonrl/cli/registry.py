@@ -1,4 +1,4 @@
-"""The agent registry: :class:`~tritonrl.toolkit.preset.Preset` records by name, for the CLI and the loops.
+"""The agent registry: `Preset` records by name, for the CLI and the loops.
 
 Each agent module lists its presets in a ``PRESETS`` tuple; this registry imports those modules
 lazily on first use, so ``import tritonrl.cli`` stays light. It is where the command line imports
@@ -37,7 +37,7 @@ def register_agent(preset: Preset) -> None:
     """Add ``preset`` to the registry, replacing one of the same name.
 
     Raises:
-        TypeError: ``preset`` is not a :class:`Preset`.
+        TypeError: ``preset`` is not a [`Preset`][tritonrl.cli.registry.Preset].
     """
     if not isinstance(preset, Preset):
         raise TypeError(f"register_agent takes a Preset, got {type(preset).__name__}")

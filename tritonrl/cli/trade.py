@@ -1,7 +1,7 @@
 """``tritonrl trade``: run an exported market policy on bars, one at a time, as the env decided.
 
 The artifact's sidecar carries the market rules; the bars stream through a
-:class:`~tritonrl.toolkit.envs.market.live.LiveTrader`, one trade CSV row per bar, and a rerun on
+[`LiveTrader`][tritonrl.toolkit.envs.market.live.LiveTrader], one trade CSV row per bar, and a rerun on
 the same ``--out`` resumes without repeating or losing a decision. Bad input is one ``error:``
 line and exit status 2. See docs/pages/using-policies.md.
 """

@@ -1,9 +1,9 @@
 """``python -m tritonrl train``: train a registered agent preset on a gymnasium environment.
 
 Checks every flag before anything is written, builds the agent from its preset, and runs
-:func:`tritonrl.toolkit.training.loop.run_training` in a crash-safe run folder; ``market:`` sources
-go to :mod:`tritonrl.toolkit.training.market`. See docs/pages/training.md ("Command line") and
-docs/pages/scaling.md.
+[`tritonrl.toolkit.training.loop.run_training`][tritonrl.toolkit.training.loop.run_training] in a crash-safe
+run folder; ``market:`` sources go to [`tritonrl.toolkit.training.market`][tritonrl.toolkit.training.market].
+See docs/pages/training.md ("Command line") and docs/pages/scaling.md.
 """
 
 from __future__ import annotations
@@ -158,7 +158,7 @@ def _validate(args: argparse.Namespace) -> None:
 
 def _preset_env(agent: str) -> str:
     """The environment of ``--agent``'s preset when ``--env`` is not given (an unknown agent gets
-    :data:`DEFAULT_ENV` here and its error where the preset is resolved)."""
+    `DEFAULT_ENV` here and its error where the preset is resolved)."""
     from tritonrl.cli.registry import get_agent
 
     try:
@@ -197,13 +197,13 @@ class _Plan:
     """What ``train``'s flags resolve to before anything is built (this rank's share)."""
 
     spec: Any
-    """The preset (:class:`tritonrl.toolkit.preset.Preset`)."""
+    """The preset (`tritonrl.toolkit.preset.Preset`)."""
     overrides: dict[str, str]
     """``--set`` items for the agent config (``env.*`` ones aside)."""
     market: bool
     defaults: Any
     """Where the CLI's defaults come from: the preset, or its market ones
-    (:class:`~tritonrl.toolkit.preset.MarketPreset`)."""
+    ([`MarketPreset`][tritonrl.toolkit.preset.MarketPreset])."""
     device: torch.device
     steps: int
     eval_every: int
@@ -456,7 +456,7 @@ def _make_agent(
 
 
 def _loop_config(args: argparse.Namespace, plan: _Plan) -> Any:
-    """The :class:`tritonrl.toolkit.training.loop.LoopConfig` of the run; ``ValueError`` out of range."""
+    """The `tritonrl.toolkit.training.loop.LoopConfig` of the run; ``ValueError`` out of range."""
     from tritonrl.toolkit.training.loop import LoopConfig
 
     return LoopConfig(
@@ -539,7 +539,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace, ctx: Any) -> int:
-    """:func:`run` once the process knows its place (``ctx``); rank 0 prints, the other ranks
+    """`run` once the process knows its place (``ctx``); rank 0 prints, the other ranks
     print only the errors that may be theirs alone (training errors, prefixed ``rank R:``)."""
     from tritonrl.toolkit.checkpoint import CheckpointError
     from tritonrl.toolkit.runfolder import RunFolderBusy

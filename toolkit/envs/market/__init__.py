@@ -1,7 +1,7 @@
 """A batched trading environment on the device, its evaluation, the live bar stream and the
 gym-anytrading compatibility env.
 
-The bars, their CSV loading, features, upload and splits live in :mod:`tritonrl.toolkit.bars`;
+The bars, their CSV loading, features, upload and splits live in `tritonrl.toolkit.bars`;
 their names are re-exported here for ``from tritonrl.toolkit.envs.market import load_csv``.
 """
 

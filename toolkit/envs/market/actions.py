@@ -1,4 +1,4 @@
-"""The action conversion both market environments share: :func:`as_actions`."""
+"""The action conversion both market environments share: `as_actions`."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """gym-anytrading 2.0.0's ``StocksEnv`` and ``ForexEnv``, N copies stepped at once as tensor ops.
 
-:class:`AnyTradingEnv` reproduces the published environments step for step, bit for bit in f32
-under NumPy >= 2, so results can be compared across the move; :func:`process_data` builds the
-prices and signal features the same way. See docs/pages/market.md ("gym-anytrading compatibility").
+[`AnyTradingEnv`][tritonrl.toolkit.envs.market.anytrading.AnyTradingEnv] reproduces the published environments
+step for step, bit for bit in f32 under NumPy >= 2, so results can be compared across the move;
+[`process_data`][tritonrl.toolkit.envs.market.anytrading.process_data] builds the prices and signal features
+the same way. See docs/pages/market.md ("gym-anytrading compatibility").
 """
 
 from __future__ import annotations
@@ -185,8 +186,9 @@ class AnyTradingEnv(gym.vector.VectorEnv):
     ) -> AnyTradingEnv:
         """Build from a close series as the package builds from a DataFrame's ``Close`` column.
 
-        ``window_size`` and ``frame_bound`` default to the registered ids' (:data:`ANYTRADING_WINDOW`,
-        ``(window_size, len(close))``); raises as :func:`process_data` and the constructor.
+        ``window_size`` and ``frame_bound`` default to the registered ids' (`ANYTRADING_WINDOW`,
+        ``(window_size, len(close))``); raises as
+        [`process_data`][tritonrl.toolkit.envs.market.anytrading.process_data] and the constructor.
         """
         if kind not in _KINDS:
             raise ValueError(f"kind must be one of {_KINDS}, got {kind!r}")
@@ -198,7 +200,7 @@ class AnyTradingEnv(gym.vector.VectorEnv):
 
     @classmethod
     def from_bars(cls, bars: Bars, **kwargs: Any) -> AnyTradingEnv:
-        """:meth:`from_close` on ``bars.close`` (e.g. ``anytrading_bars("googl")``); same keywords."""
+        """`from_close` on ``bars.close`` (e.g. ``anytrading_bars("googl")``); same keywords."""
         return cls.from_close(bars.close, **kwargs)
 
     # ------------------------------------------------------------------ gymnasium API
@@ -206,7 +208,7 @@ class AnyTradingEnv(gym.vector.VectorEnv):
     def reset(
         self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Reset every env to the start tick (deterministic: ``seed`` only seeds :attr:`np_random`).
+        """Reset every env to the start tick (deterministic: ``seed`` only seeds `np_random`).
 
         Returns:
             ``(obs [N, W, F] f32, info)``.
@@ -219,15 +221,15 @@ class AnyTradingEnv(gym.vector.VectorEnv):
     def step(
         self, actions: Any
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
-        """Step every env with ``actions`` ``[N]`` int64 on :attr:`device` (0 Sell, 1 Buy; other
+        """Step every env with ``actions`` ``[N]`` int64 on `device` (0 Sell, 1 Buy; other
         values never trade, as in the package).
 
         Returns:
             ``(obs, reward, terminated, truncated, info)`` as the class doc says.
 
         Raises:
-            RuntimeError: before :meth:`reset`.
-            ValueError: ``actions`` not integer ``[N]`` on :attr:`device`.
+            RuntimeError: before [`reset`][tritonrl.toolkit.envs.market.anytrading.AnyTradingEnv.reset].
+            ValueError: ``actions`` not integer ``[N]`` on `device`.
         """
         if self.obs is None:
             raise RuntimeError("step() before reset()")
@@ -273,7 +275,7 @@ class AnyTradingEnv(gym.vector.VectorEnv):
         return obs, reward, terminated, truncated_t, info
 
     def step_transition(self, actions: Any) -> Transition:
-        """:meth:`step` as a tritonrl :class:`~tritonrl.toolkit.envs.vector.Transition` (episode lists
+        """`step` as a tritonrl `Transition` (episode lists
         left empty: filling them would read the device)."""
         obs, reward, terminated, truncated, info = self.step(actions)
         return Transition(

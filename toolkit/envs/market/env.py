@@ -1,8 +1,8 @@
 """A batched trading environment: ``N`` environments over one series, stepped as tensor operations.
 
-:class:`MarketEnv` is a gymnasium ``VectorEnv`` whose state, observations, rewards and flags are
-tensors on the data's device. A step is a fixed sequence of fixed-shape tensor operations: nothing
-is read by the host and nothing is allocated. See docs/pages/market.md.
+[`MarketEnv`][tritonrl.toolkit.envs.market.env.MarketEnv] is a gymnasium ``VectorEnv`` whose state,
+observations, rewards and flags are tensors on the data's device. A step is a fixed sequence of fixed-shape
+tensor operations: nothing is read by the host and nothing is allocated. See docs/pages/market.md.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ __all__ = ["MarketEnv", "MarketEnvConfig"]
 
 @dataclass(frozen=True)
 class MarketEnvConfig(Config):
-    """The trading rules of :class:`MarketEnv` (immutable; copy with ``dataclasses.replace``)."""
+    """The trading rules of `MarketEnv` (immutable; copy with ``dataclasses.replace``)."""
 
     window: int = 32
     """``W``: bars per observation (the rows ``t - W + 1 .. t`` of the features)."""
@@ -141,7 +141,7 @@ _STATE_KEYS = (
 def _checked(
     data: MarketData, num_envs: Any, config: MarketEnvConfig | None, seed: Any
 ) -> tuple[MarketEnvConfig, int]:
-    """The config and the decisions before truncation of a :class:`MarketEnv`; raises as it does."""
+    """The config and the decisions before truncation of a `MarketEnv`; raises as it does."""
     config = MarketEnvConfig() if config is None else config
     if not isinstance(config, MarketEnvConfig):
         raise ValueError(f"config must be a MarketEnvConfig, got {type(config).__name__}")
@@ -178,7 +178,7 @@ class MarketEnv(gym.vector.VectorEnv):
     p_{t-1}| - borrow_cost * max(-p_t, 0)``. It terminates when the drawdown exceeds
     ``max_drawdown``, truncates after ``episode_length`` decisions or at the data's end, and
     resets in the same step (``info["final_obs"]`` holds the true next observation). Start rows
-    come from :attr:`generator`, drawn for every env at every step so shapes never vary.
+    come from `generator`, drawn for every env at every step so shapes never vary.
 
     Observations are ``[E, W * F + 1]`` in ``data.features.dtype``, rewards ``[E]`` f32, flags
     ``[E]`` bool. Outputs are never written again while anything still refers to them.
@@ -186,12 +186,12 @@ class MarketEnv(gym.vector.VectorEnv):
 
     metadata: dict[str, Any] = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
     metric_prefix: str = "market"
-    """The family name the training loop logs :meth:`episode_stats` under (``market/sharpe``, ...)."""
+    """The family name the training loop logs `episode_stats` under (``market/sharpe``, ...)."""
 
     def __init__(
         self, data: MarketData, num_envs: int, config: MarketEnvConfig | None = None, *, seed: int = 0
     ) -> None:
-        """Build the environments (they start after :meth:`reset`).
+        """Build the environments (they start after `reset`).
 
         Args:
             data: features ``[T, F]`` (any float dtype, used as they are) and f32 log returns
@@ -302,7 +302,7 @@ class MarketEnv(gym.vector.VectorEnv):
 
     def _make_outputs(self) -> OutputSet:
         """One set of step outputs: observations ``[2E, D]`` (final, then next), f32 ``[7, E]``
-        (reward, ones, the :data:`_INFO` values) and bool ``[3, E]`` (truncated, terminated, done)."""
+        (reward, ones, the `_INFO` values) and bool ``[3, E]`` (truncated, terminated, done)."""
         dev, e = self.device, self.num_envs
         both = torch.empty((2 * e, self.obs_dim), dtype=self._windows.dtype, device=dev)
         f32 = torch.empty((2 + len(_INFO), e), dtype=torch.float32, device=dev)
@@ -448,7 +448,7 @@ class MarketEnv(gym.vector.VectorEnv):
             ``max_drawdown``, ``turnover``, ``position`` after this step.
 
         Raises:
-            RuntimeError: before :meth:`reset`.
+            RuntimeError: before [`reset`][tritonrl.toolkit.envs.market.env.MarketEnv.reset].
             ValueError: actions of the wrong shape, dtype or device (values are never read).
         """
         obs, reward, terminated, truncated, final_obs, done, values = self._step(actions, info=True)
@@ -467,8 +467,8 @@ class MarketEnv(gym.vector.VectorEnv):
     # ------------------------------------------------------------------------------- tritonrl's loop
 
     def step_transition(self, actions: Any) -> Transition:
-        """:meth:`step` as a :class:`~tritonrl.toolkit.envs.vector.Transition` (``next_obs`` the true
-        next observation; finished episodes are counted by :meth:`episode_stats`)."""
+        """`step` as a `Transition` (``next_obs`` the true
+        next observation; finished episodes are counted by `episode_stats`)."""
         obs, reward, terminated, truncated, final_obs, _, _ = self._step(actions, info=False)
         return Transition(
             obs=obs, reward=reward, next_obs=final_obs, terminated=terminated, truncated=truncated
@@ -502,7 +502,7 @@ class MarketEnv(gym.vector.VectorEnv):
         }
 
     def _state_tensors(self) -> dict[str, torch.Tensor]:
-        """The per-env state as :data:`_STATE` names it (copies, on the env's device)."""
+        """The per-env state as `_STATE` names it (copies, on the env's device)."""
         out = {}
         for name, dtype in _STATE.items():
             if name == "row":
@@ -514,10 +514,11 @@ class MarketEnv(gym.vector.VectorEnv):
         return out
 
     def check_state(self, state: dict[str, Any]) -> bool:
-        """Raise ``ValueError`` unless ``state`` is a :meth:`get_state` of an env like this one.
+        """Raise ``ValueError`` unless ``state`` is a `get_state` of an env like this one.
 
         Returns:
-            whether the saved generator state fits this device (else :meth:`set_state` reseeds).
+            whether the saved generator state fits this device (else
+                [`set_state`][tritonrl.toolkit.envs.market.env.MarketEnv.set_state] reseeds).
         """
         if not isinstance(state, dict):
             raise ValueError(f"env state is a {type(state).__name__}, not a dict")
@@ -576,7 +577,7 @@ class MarketEnv(gym.vector.VectorEnv):
         return generator_state_fits(state["generator"], self.device)
 
     def set_state(self, state: dict[str, Any]) -> None:
-        """Restore a :meth:`get_state` (every part checked before anything changes).
+        """Restore a `get_state` (every part checked before anything changes).
 
         Raises:
             ValueError: another env id, number of envs, data length or config, or damaged parts.

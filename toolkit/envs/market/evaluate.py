@@ -1,9 +1,10 @@
 """Evaluation over a whole held-out period: the greedy policy against buy-and-hold and random.
 
-:func:`evaluate_market` runs the period as one episode of ``2 + random_runs`` rows stepped together
-(the policy, buy-and-hold, random runs) and computes every figure on the host in f64;
-:class:`MarketEvaluator` is the training loop's hook for it; :func:`plot_equity` draws a run
-folder's ``equity.png``. See docs/pages/market.md ("The test-period report").
+[`evaluate_market`][tritonrl.toolkit.envs.market.evaluate.evaluate_market] runs the period as one episode of
+``2 + random_runs`` rows stepped together (the policy, buy-and-hold, random runs) and computes every figure on
+the host in f64; [`MarketEvaluator`][tritonrl.toolkit.envs.market.evaluate.MarketEvaluator] is the training
+loop's hook for it; [`plot_equity`][tritonrl.toolkit.envs.market.evaluate.plot_equity] draws a run folder's
+``equity.png``. See docs/pages/market.md ("The test-period report").
 """
 
 from __future__ import annotations
@@ -109,14 +110,15 @@ def evaluate_market(
             called with the agent's row alone, as a live stream decides (a matmul's rounding may
             depend on the batch size). Its ``reset(mask [1] bool)``, if any, is called first.
         data: the period, with ``window - 1`` warm-up rows before its first decision.
-        env_config: a :class:`~tritonrl.toolkit.envs.market.env.MarketEnvConfig`;
+        env_config: a [`MarketEnvConfig`][tritonrl.toolkit.envs.market.env.MarketEnvConfig];
             ``random_start``, ``max_drawdown`` and ``episode_length`` are overridden.
         random_runs: rows acting at random (0: the report has no ``random`` entry).
         steps: also return the agent's decisions one by one (``"steps"``).
 
     Returns:
         ``{"period", "agent", "buy_and_hold", "random", "sharpe_stderr"}`` with figures as in
-        :func:`strategy_figures`; with ``steps``, also ``"steps"``: ``[n]`` numpy arrays
+        [`strategy_figures`][tritonrl.toolkit.envs.market.evaluate.strategy_figures]; with ``steps``, also
+            ``"steps"``: ``[n]`` numpy arrays
         ``time``, ``action``, ``position``, ``reward``.
 
     Raises:
@@ -185,7 +187,7 @@ def evaluate_market(
 
 class MarketEvaluator:
     """The training loop's ``evaluate_policy`` hook for a market run: one greedy pass over ``data``
-    (the validation period) with :func:`evaluate_market`; ``episodes`` is ignored."""
+    (the validation period) with `evaluate_market`; ``episodes`` is ignored."""
 
     def __init__(self, data: MarketData, env_config: Any, *, random_runs: int = 0) -> None:
         self.data, self.env_config, self.random_runs = data, env_config, random_runs
@@ -212,7 +214,7 @@ _ROWS = (("agent", "agent (greedy)"), ("buy_and_hold", "buy-and-hold"), ("random
 
 
 def format_report(report: Mapping[str, Any]) -> str:
-    """A small text table of :func:`evaluate_market`'s report (one line per strategy)."""
+    """A small text table of `evaluate_market`'s report (one line per strategy)."""
     period = report["period"]
     lines = [
         f"test period {period['name']} {period['start']} .. {period['end']} "

@@ -1,10 +1,11 @@
-"""A live bar stream that decides exactly as the backtest did: :class:`LiveTrader`.
+"""A live bar stream that decides exactly as the backtest did: `LiveTrader`.
 
 The trader is fed bars one at a time, computes the causal features of each over the history (the
 same numbers as a full-series upload, bit for bit), builds the env's observation, decides, books
 the env's reward with the same f32 operations in the same order, and appends one row per bar to a
-trade CSV it can resume. :func:`market_sidecar` / :func:`market_from_sidecar` write and read an
-export sidecar's ``market`` entry. See docs/pages/using-policies.md ("A live bar stream").
+trade CSV it can resume. [`market_sidecar`][tritonrl.toolkit.envs.market.live.market_sidecar] /
+[`market_from_sidecar`][tritonrl.toolkit.envs.market.live.market_from_sidecar] write and read an export
+sidecar's ``market`` entry. See docs/pages/using-policies.md ("A live bar stream").
 """
 
 from __future__ import annotations
@@ -48,10 +49,10 @@ __all__ = [
 ]
 
 TRADE_COLUMNS = ("time", "close", "action", "position", "reward", "log_equity", "equity", "filled")
-"""The columns of a trade CSV (see :class:`TradeRow`)."""
+"""The columns of a trade CSV (see `TradeRow`)."""
 GAP_MODES = ("refuse", "fill")
 SCALE_WINDOW = 100
-"""The ``scale_window`` of :func:`compute_features` that :func:`upload` uses (its default)."""
+"""The ``scale_window`` of `compute_features` that `upload` uses (its default)."""
 MAX_FILL = 100_000
 """The most flat bars ``gaps="fill"`` inserts into one gap (more is a feed error, not a gap)."""
 _HEADER = ",".join(TRADE_COLUMNS) + "\n"
@@ -85,7 +86,7 @@ class TradeRow(NamedTuple):
 
 @dataclass(frozen=True)
 class FeatureParams:
-    """The arguments of :func:`compute_features` a policy was trained with."""
+    """The arguments of `compute_features` a policy was trained with."""
 
     window: int = FEATURE_WARMUP
     """The rolling window of the features (the warm-up of zero rows)."""
@@ -102,7 +103,7 @@ class FeatureParams:
 
 @dataclass(frozen=True)
 class MarketSpec:
-    """What an export sidecar's ``market`` entry says (:func:`market_from_sidecar`)."""
+    """What an export sidecar's ``market`` entry says (`market_from_sidecar`)."""
 
     source: str
     env_config: MarketEnvConfig
@@ -114,7 +115,7 @@ def market_sidecar(
     source: str, env_config: MarketEnvConfig, periods_per_year: float | None
 ) -> dict[str, Any]:
     """The ``market`` entry of an export sidecar (JSON values); raises ``ValueError`` unless
-    ``env_config`` is a :class:`MarketEnvConfig`."""
+    ``env_config`` is a [`MarketEnvConfig`][tritonrl.toolkit.envs.market.live.MarketEnvConfig]."""
     if not isinstance(env_config, MarketEnvConfig):
         raise ValueError(f"env_config must be a MarketEnvConfig, got {type(env_config).__name__}")
     return {
@@ -129,8 +130,9 @@ def market_from_sidecar(sidecar: Mapping[str, Any]) -> MarketSpec:
     """The env config and feature parameters of a sidecar's ``market`` entry (a whole sidecar dict).
 
     Raises:
-        ValueError: no ``market`` entry, a malformed one, other features than :data:`FEATURES`, or
-            an observation shape that is not ``[window * F + 1]``.
+        ValueError: no ``market`` entry, a malformed one, other features than
+            [`FEATURES`][tritonrl.toolkit.envs.market.live.FEATURES], or an observation shape that is not
+            ``[window * F + 1]``.
     """
     if not isinstance(sidecar, Mapping) or not sidecar.get("market"):
         raise ValueError("this policy was not trained on market data: its sidecar has no 'market' entry")
@@ -206,7 +208,7 @@ def _span(seconds: float) -> str:
 
 
 def _read_bar(bar: Any) -> tuple[int, float, float, float, float, float]:
-    """``(time in seconds, open, high, low, close, volume)`` of a :class:`Bar`-like ``bar``; raises
+    """``(time in seconds, open, high, low, close, volume)`` of a `Bar`-like ``bar``; raises
     ``ValueError`` for a malformed bar or bad values."""
     if hasattr(bar, "close"):
         parts = (bar.time, bar.open, bar.high, bar.low, bar.close, bar.volume)
@@ -246,7 +248,7 @@ class LiveTrader:
 
     Args:
         policy: greedy, memoryless ``policy(obs [1, W*F + 1]) -> action`` (``[1]`` int or
-            ``[1, 1]`` float): an :class:`~tritonrl.toolkit.export.ExportedPolicy` or
+            ``[1, 1]`` float): an [`ExportedPolicy`][tritonrl.toolkit.export.ExportedPolicy] or
             ``agent.eval_policy()``.
         env_config: the rules the policy was trained under.
         out: the trade CSV (an existing one is resumed); ``None``: no file.
@@ -405,7 +407,7 @@ class LiveTrader:
     # ------------------------------------------------------------------ feeding
 
     def run(self, bars: Bars | Iterable[Any]) -> int:
-        """Feed every bar of ``bars`` (a :class:`Bars` or an iterable of bars); the rows written."""
+        """Feed every bar of ``bars`` (a `Bars` or an iterable of bars); the rows written."""
         source = iter_bars(bars) if isinstance(bars, Bars) else bars
         return sum(len(self.feed(bar)) for bar in source)
 
@@ -493,7 +495,8 @@ class LiveTrader:
         """The times of the flat bars to insert before the bar at ``t`` (empty without a gap).
 
         Raises:
-            ValueError: a refused or unfillable gap, or more than :data:`MAX_FILL` bars.
+            ValueError: a refused or unfillable gap, or more than
+                [`MAX_FILL`][tritonrl.toolkit.envs.market.live.MAX_FILL] bars.
         """
         if not self._n or self._limit is None:
             return range(0)
@@ -562,7 +565,7 @@ class LiveTrader:
 
     def _reward(self) -> torch.Tensor:
         """``p * log_return - cost * |p - p_before| - borrow`` at the last bar, ``[1]`` f32: the
-        env's operations in its order (:meth:`MarketEnv._step`)."""
+        env's operations in its order (`MarketEnv._step`)."""
         n = self._n
         log_close = np.log(self._cols[3, n - 2 : n])
         log_return = torch.from_numpy(np.diff(log_close).astype(np.float32))  # upload's f64 diff, then f32
@@ -579,7 +582,7 @@ class LiveTrader:
         return reward
 
     def _observation(self) -> torch.Tensor:
-        """``[1, W*F + 1]`` in :attr:`obs_dtype` on :attr:`device`: the last ``W`` feature rows and
+        """``[1, W*F + 1]`` in `obs_dtype` on `device`: the last ``W`` feature rows and
         the position held."""
         n, w, f = self._n, self.window, len(FEATURES)
         if n <= self.features.window:  # the warm-up: zeros, as compute_features writes them

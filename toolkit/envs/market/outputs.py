@@ -1,6 +1,6 @@
 """Output buffers a batched env's step writes into: allocated once, reused only when nobody holds them.
 
-Fresh large outputs every step cost page faults. :class:`OutputPool` hands a set out again only
+Fresh large outputs every step cost page faults. `OutputPool` hands a set out again only
 when its storages' use counts and its views' reference counts are back to what they were when it
 was built (where either count is unavailable, every take builds a new set). On an accelerator,
 another stream reading an output needs the caller to keep a reference until it is done.
@@ -48,7 +48,7 @@ class OutputSet:
 
 
 class OutputPool:
-    """Up to ``size`` :class:`OutputSet` built by ``make``; :meth:`take` returns a free one.
+    """Up to ``size`` `OutputSet` built by ``make``; `take` returns a free one.
 
     Args:
         size: the most sets kept; beyond it a new set replaces the oldest (still held) one.
