@@ -68,7 +68,7 @@ def test_results_page_states_machine_date_and_every_run() -> None:
     meta, groups = results.load_runs()
     bench = results.load_bench()
     page = results.render()
-    for info in (meta["machine"], bench["run"]):
+    for info in (meta["machine"], bench["run"], *(g.machine for g in groups if g.machine)):
         assert info["device"] in page and info["date"][:10] in page and info["torch"] in page
     for g in groups:
         assert len(g.curves) == len(meta["seeds"]) >= 3, g.name

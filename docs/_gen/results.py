@@ -77,6 +77,8 @@ class Group:
     wall_s: dict[int, float]
     flags: tuple[str, ...] = ()
     """Extra ``train`` flags of its runs (``--overlap``)."""
+    machine: dict[str, Any] | None = None
+    """Where and when its runs ran, if apart from the others (``runs.py --only``); None: ``meta.json``'s."""
 
     @property
     def label(self) -> str:
@@ -122,6 +124,7 @@ def load_runs(data: Path = DATA) -> tuple[dict[str, Any], list[Group]]:
                 reports,
                 walls,
                 tuple(g.get("flags", ())),
+                g.get("machine"),
             )  # fmt: skip
         )
     return meta, groups
@@ -487,6 +490,12 @@ def render(data: Path = DATA) -> str:
         '!!! note "Where and when"',
         f"    Learning runs: {_machine(meta['machine'])}.",
         "",
+        *(
+            f"    `{g.label}` on `{g.env}`, run apart (its wall times do not compare with the other rows'): "
+            f"{_machine(g.machine)}.\n"
+            for g in groups
+            if g.machine
+        ),
         f"    Benchmarks: {_machine(bench['run'])}; `--quick` cases.",
         "",
         "## Learning curves",

@@ -7,7 +7,11 @@ steps. Stored per run: ``<group>-s<seed>.csv`` (its ``metrics.csv``) and, for ma
 ``<group>-s<seed>.test.json`` (its ``test_report.json`` without the equity curves); plus
 ``meta.json``: the groups, the commands, and where and when they ran.
 
-    PYTHONPATH=. python docs/_gen/runs.py [--work DIR]       # from the repository root; ~40 min on 2 cores
+    PYTHONPATH=. python docs/_gen/runs.py [--work DIR]       # from the repository root; ~45 min on 2 cores
+    PYTHONPATH=. python docs/_gen/runs.py --only NAME ...    # (re)run some groups into the stored meta.json
+
+With ``--only``, the other groups' runs and machine stay as stored; each group run then records its
+own ``machine`` (the top-level one is where the full set ran).
 
 Then ``python docs/_gen/results.py`` rewrites the page and its figures from the stored data.
 """
@@ -38,6 +42,8 @@ GROUPS: tuple[dict[str, object], ...] = (
      "threshold": 475.0, "flags": []},
     {"name": "dqn-CartPole-v1-overlap", "agent": "dqn", "env": "CartPole-v1", "steps": 50_000,
      "eval_every": 2_500, "threshold": 475.0, "flags": ["--overlap"]},
+    {"name": "rainbow-CartPole-v1", "agent": "rainbow", "env": "CartPole-v1", "steps": 50_000,
+     "eval_every": 2_500, "threshold": 475.0, "flags": []},
     {"name": "dqn-market-synthetic-ar0.3", "agent": "dqn", "env": "market:synthetic,ar=0.3", "steps": 50_000,
      "eval_every": 5_000, "threshold": None, "flags": []},
     {"name": "dqn-market-synthetic-ar0.3-overlap", "agent": "dqn", "env": "market:synthetic,ar=0.3",
@@ -67,12 +73,18 @@ def main(argv: list[str] | None = None) -> int:
     """Run every group and seed, copy the results into ``docs/data/learning/``; the exit code."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", type=Path, default=None, help="run folders (default: a temporary folder)")
+    parser.add_argument("--only", nargs="+", default=None, metavar="NAME", help="run these groups only")
     args = parser.parse_args(argv)
+    names = [str(g["name"]) for g in GROUPS]
+    unknown = sorted(set(args.only or ()) - set(names))
+    if unknown:
+        parser.error(f"unknown group(s) {unknown}; the groups: {names}")
+    todo = [g for g in GROUPS if args.only is None or g["name"] in args.only]
     work = args.work or Path(tempfile.mkdtemp(prefix="tritonrl-docs-runs-"))
     DATA.mkdir(parents=True, exist_ok=True)
     commands, walls = [], {}
     for seed in SEEDS:
-        for g in GROUPS:
+        for g in todo:
             run_dir = work / f"{g['name']}-s{seed}"
             cmd = [
                 sys.executable, "-m", "tritonrl", "train", "--agent", str(g["agent"]),
@@ -90,8 +102,16 @@ def main(argv: list[str] | None = None) -> int:
                 stripped = _strip_equity(json.loads(report.read_text()))
                 (DATA / f"{run_dir.name}.test.json").write_text(json.dumps(stripped, indent=1) + "\n")
     machine = {**_run_info(), "torch_threads": 1}  # each run's --threads, not this process's
-    meta = {"machine": machine, "seeds": list(SEEDS), "groups": list(GROUPS), "wall_s": walls,
-            "commands": commands}  # fmt: skip
+    if args.only is None:
+        meta = {"machine": machine, "seeds": list(SEEDS), "groups": list(GROUPS), "wall_s": walls,
+                "commands": commands}  # fmt: skip
+    else:  # merge into the stored runs, in GROUPS' order; these groups record where they ran
+        meta = json.loads((DATA / "meta.json").read_text())
+        stored = {g["name"]: g for g in meta["groups"]}
+        stored.update({str(g["name"]): {**g, "machine": machine} for g in todo})
+        meta["groups"] = [stored[n] for n in names if n in stored]
+        meta["wall_s"].update(walls)
+        meta["commands"] = [c for c in meta["commands"] if c not in commands] + commands
     (DATA / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
     print(f"stored {len(walls)} runs in {DATA}")
     return 0
