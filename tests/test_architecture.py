@@ -192,6 +192,43 @@ def test_sizes_outside_kernels() -> None:
     )
 
 
+MAX_MODULE_DOC_LINES, MAX_DOC_SHARE = 8, 0.15
+
+
+def _docstring_lines(tree: ast.Module) -> tuple[int, int]:
+    """(module docstring lines, all docstring lines) of a parsed module."""
+    module = total = 0
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                if isinstance(first.value.value, str):
+                    n = (first.end_lineno or first.lineno) - first.lineno + 1
+                    total += n
+                    module = n if node is tree else module
+    return module, total
+
+
+def test_docstrings_are_lean() -> None:
+    """CONTRIBUTING, "Size and docstrings": a module docstring says what lives there in at most
+    8 lines, and docstrings are at most 15% of the package's lines (the rest lives in the docs)."""
+    long, lines, doc = [], 0, 0
+    for folder in SOURCES:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            src = path.read_text()
+            module, total = _docstring_lines(ast.parse(src))
+            lines, doc = lines + src.count("\n"), doc + total
+            if module > MAX_MODULE_DOC_LINES:
+                long.append(f"{path.relative_to(ROOT)} ({module} lines)")
+    assert not long, f"module docstrings over {MAX_MODULE_DOC_LINES} lines: {long}"
+    assert doc <= MAX_DOC_SHARE * lines, f"docstrings are {doc / lines:.1%} of {lines} lines"
+
+
+def test_the_docstring_count_sees_a_long_one() -> None:
+    tree = ast.parse('"""One.\n\nTwo.\n"""\n\n\ndef f():\n    """F."""\n')
+    assert _docstring_lines(tree) == (4, 5)
+
+
 def _lint_tool():
     spec = importlib.util.spec_from_file_location("lint_imports", ROOT / "tools" / "lint_imports.py")
     assert spec is not None and spec.loader is not None

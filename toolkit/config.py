@@ -1,11 +1,10 @@
-"""Agent configs: one (de)serialiser, command-line overrides, strict reading back from checkpoints, and which
-fields a resume may change.
+"""Agent configs: one (de)serialiser, command-line overrides, strict reading back from checkpoints,
+and which fields a resume may change.
 
-Every agent config is a frozen dataclass deriving from [`Config`][tritonrl.toolkit.config.Config]. A field
-declared with [`resumable`][tritonrl.toolkit.config.resumable] may change on ``--resume --set``; every other
-field is fixed (a change is refused), and [`backfilled`][tritonrl.toolkit.config.backfilled] marks a fixed
-field added after checkpoints were written. Imports nothing from tritonrl. Guide: docs/pages/training.md
-("--resume and --set").
+Every agent config is a frozen dataclass deriving from `Config`. A field declared with `resumable`
+may change on ``--resume --set``; every other field is fixed (a change is refused), and
+`backfilled` marks a fixed field added after checkpoints were written. Imports nothing from
+tritonrl. Guide: docs/pages/training.md ("--resume and --set").
 """
 
 from __future__ import annotations

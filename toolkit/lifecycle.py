@@ -1,11 +1,10 @@
 """One run's lifecycle in its folder, shared by the RL loop and the forecaster trainer.
 
-[`RunLifecycle`][tritonrl.toolkit.lifecycle.RunLifecycle] holds what
-[`tritonrl.toolkit.training.loop.run_training`][tritonrl.toolkit.training.loop.run_training] and
-[`tritonrl.toolkit.forecast.fit`][tritonrl.toolkit.forecast.fit] share: the folder lock, fresh start or
-resume, the metric flush and divergence check, the checkpoint cadence, the signal stop and the final report.
-Rank 0 alone touches the folder; an error it meets there is raised on every rank. A core module: it imports no
-toolkit subpackage. Guide: docs/pages/training.md ("Run folders survive kills, restarts and divergence").
+`RunLifecycle` holds what `run_training` and `fit` share: the folder lock, fresh start or resume,
+the metric flush and divergence check, the checkpoint cadence, the signal stop and the final
+report. Rank 0 alone touches the folder; an error it meets there is raised on every rank. A core
+module: it imports no toolkit subpackage. Guide: docs/pages/training.md ("Run folders survive
+kills, restarts and divergence").
 """
 
 from __future__ import annotations

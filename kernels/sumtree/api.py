@@ -1,12 +1,9 @@
 """The sum-tree ops: validation, dispatch and the public functions. Imports no triton.
 
-A [`SumTree`][tritonrl.kernels.sumtree.api.SumTree] is a 32-ary f32 sum tree of prefix rows and a 32-ary f32
-min tree over the leaves ``p_i ** alpha`` (layout: `tritonrl.kernels.sumtree.reference`).
-[`per_sample`][tritonrl.kernels.sumtree.api.per_sample],
-[`per_update`][tritonrl.kernels.sumtree.api.per_update] and
-[`per_insert`][tritonrl.kernels.sumtree.api.per_insert] are each one
-[`KernelOp`][tritonrl.kernels.backend.KernelOp] (Triton on CUDA, ``cpu.py``'s eager path elsewhere). See
-docs/pages/replay.md ("The sum tree").
+A `SumTree` is a 32-ary f32 sum tree of prefix rows and a 32-ary f32 min tree over the leaves
+``p_i ** alpha`` (layout: `tritonrl.kernels.sumtree.reference`). `per_sample`, `per_update` and
+`per_insert` are each one [`KernelOp`][tritonrl.kernels.backend.KernelOp] (Triton on CUDA,
+``cpu.py``'s eager path elsewhere). See docs/pages/replay.md ("The sum tree").
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """Environments: the vector-env wrapper over gymnasium, and the market environments on the device.
 
-[`vector`][tritonrl.toolkit.envs.vector] (gymnasium behind a torch interface),
-[`pixels`][tritonrl.toolkit.envs.pixels] (MinAtar and Atari preprocessing), `market` (the batched
-trading env, evaluation, over the bars of `tritonrl.toolkit.bars`). May import the toolkit's core
-modules, ``bars`` and ``kernels``; never ``replay``, ``training``, ``forecast``, ``cli`` or ``agents``.
-[`vector`][tritonrl.toolkit.envs.vector]'s names are re-exported on first use, so this imports without
+`vector` (gymnasium behind a torch interface), `pixels` (MinAtar and Atari preprocessing), `market`
+(the batched trading env, evaluation, over the bars of `tritonrl.toolkit.bars`). May import the
+toolkit's core modules, ``bars`` and ``kernels``; never ``replay``, ``training``, ``forecast``,
+``cli`` or ``agents``. `vector`'s names are re-exported on first use, so this imports without
 gymnasium.
 """
 

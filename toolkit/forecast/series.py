@@ -1,12 +1,10 @@
 """Forecasting windows over any numeric time series in a CSV file (not only market bars).
 
-[`load_series`][tritonrl.toolkit.forecast.series.load_series] reads one or several series (long format) into a
-[`SeriesTable`][tritonrl.toolkit.forecast.series.SeriesTable];
-[`series_windows`][tritonrl.toolkit.forecast.series.series_windows] splits each by time, normalises it with
-its TRAIN rows only ([`SeriesNormalizer`][tritonrl.toolkit.forecast.series.SeriesNormalizer]) and returns
-three [`SeriesWindows`][tritonrl.toolkit.forecast.series.SeriesWindows], which the trainer takes where it
-takes [`WindowData`][tritonrl.toolkit.forecast.series.WindowData]. See docs/pages/forecasting.md ("Any time
-series").
+`load_series` reads one or several series (long format) into a `SeriesTable`; `series_windows`
+splits each by time, normalises it with its TRAIN rows only (`SeriesNormalizer`) and returns three
+`SeriesWindows`, which the trainer takes where it takes
+[`WindowData`][tritonrl.toolkit.forecast.series.WindowData]. See docs/pages/forecasting.md ("Any
+time series").
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
-"""The forecaster trainer `fit`: settings (`FitConfig`), the learning-rate schedule
-([`lr_at`][tritonrl.toolkit.forecast.trainer.lr_at]), the training steps, the checkpoint and the report's
-scores.
+"""The forecaster trainer `fit`: settings (`FitConfig`), the learning-rate schedule (`lr_at`), the
+training steps, the checkpoint and the report's scores.
 
 AdamW with f32 masters, f32 MSE, clipping, warm-up then cosine or linear decay, early stopping on
 the validation MSE, exact resume; data-parallel under ``torchrun`` with the steps of one process.
-The run folder's lifecycle is
-[`tritonrl.toolkit.lifecycle.RunLifecycle`][tritonrl.toolkit.lifecycle.RunLifecycle], as the RL loop's. See
-docs/pages/forecasting.md ("Training", "Data-parallel fit").
+The run folder's lifecycle is [`RunLifecycle`][tritonrl.toolkit.lifecycle.RunLifecycle], as the RL
+loop's. See docs/pages/forecasting.md ("Training", "Data-parallel fit").
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Replay of pixel observations that stores every frame once, as uint8 (Dopamine-style).
 
 Only the newest frame of a stacked observation ``[stack * C, H, W]`` is stored; a sample rebuilds
-both stacks with one
-[`tritonrl.kernels.frame_stack.frame_stack_sample`][tritonrl.kernels.frame_stack.frame_stack_sample] call and
-the n-step return from the stored rewards and flags. Each env owns a ring of ``capacity // num_envs`` slots;
-one ``add`` writes the step's slot and a preview (or final) slot of ``next_obs``; a sum tree
+both stacks with one `frame_stack_sample` call and the n-step return from the stored rewards and
+flags. Each env owns a ring of ``capacity // num_envs`` slots; a sum tree
 ([`tritonrl.kernels.sumtree`][tritonrl.kernels.sumtree]) holds which slots are sampleable. See
 docs/pages/pixels.md.
 """

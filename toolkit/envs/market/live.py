@@ -3,8 +3,7 @@
 The trader is fed bars one at a time, computes the causal features of each over the history (the
 same numbers as a full-series upload, bit for bit), builds the env's observation, decides, books
 the env's reward with the same f32 operations in the same order, and appends one row per bar to a
-trade CSV it can resume. [`market_sidecar`][tritonrl.toolkit.envs.market.live.market_sidecar] /
-[`market_from_sidecar`][tritonrl.toolkit.envs.market.live.market_from_sidecar] write and read an export
+trade CSV it can resume. `market_sidecar` / `market_from_sidecar` write and read an export
 sidecar's ``market`` entry. See docs/pages/using-policies.md ("A live bar stream").
 """
 
