@@ -25,6 +25,8 @@ class DLinear(Forecaster):
             [`Forecaster`][tritonrl.agents.forecast.base.Forecaster].
         kernel_size: steps of the trend's moving average (odd, >= 1; ends padded by repetition).
         individual: one pair of ``W -> H`` maps per channel (``True``) or one shared pair.
+        revin: RevIN around the forecast
+            ([`Forecaster.use_revin`][tritonrl.agents.forecast.base.Forecaster.use_revin]).
 
     Shapes: ``forward(x [B, W, F]) -> [B, H, T]``, both in the parameter dtype.
 
@@ -46,6 +48,7 @@ class DLinear(Forecaster):
         target_channels: Sequence[int] | None = None,
         kernel_size: int = 25,
         individual: bool = True,
+        revin: bool = False,
     ) -> None:
         super().__init__(
             window,
@@ -73,6 +76,8 @@ class DLinear(Forecaster):
         # one bias per (channel, horizon step): the paper's two Linear biases only ever add up
         self.bias = nn.Parameter(torch.empty(channels, horizon, **self.factory).uniform_(-bound, bound))
         self.project = nn.Linear(num_features, num_targets, **self.factory)
+        if revin is not False:  # off: no `channels` buffer, the model as it always was
+            self.use_revin(revin)
 
     def decompose(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``x [B, W, F]`` -> ``(trend, seasonal)``, each ``[B, W, F]``, summing to ``x`` up to rounding;
@@ -88,6 +93,14 @@ class DLinear(Forecaster):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x [B, W, F] -> [B, H, T]`` in the parameter dtype; raises as `Forecaster.check_input`."""
+        if self.revin:
+            self.check_input(x)
+            xn, mean, std = self.revin_in(x)
+            return self.revin_out(self._linear(xn), mean, std)
+        return self._linear(x)
+
+    def _linear(self, x: torch.Tensor) -> torch.Tensor:
+        """The decomposition and its two linear maps, ``[B, W, F] -> [B, H, T]``."""
         trend, seasonal = self.decompose(x)
         # per channel c: out[b, h, c] = sum_w weight[c, h, w] * part[b, w, c] + bias[c, h]
         # (with individual=False the single channel's maps broadcast over every c)
@@ -106,6 +119,8 @@ class MLP(Forecaster):
         hidden: units per hidden layer.
         layers: hidden layers (``Linear`` + GELU + dropout each), >= 1.
         dropout: dropout probability after each hidden layer, in ``[0, 1)``.
+        revin: RevIN around the forecast
+            ([`Forecaster.use_revin`][tritonrl.agents.forecast.base.Forecaster.use_revin]).
 
     Raises:
         ValueError: a size that is not a positive int, or ``dropout`` outside ``[0, 1)``.
@@ -126,6 +141,7 @@ class MLP(Forecaster):
         hidden: int = 128,
         layers: int = 2,
         dropout: float = 0.0,
+        revin: bool = False,
     ) -> None:
         super().__init__(
             window,
@@ -147,8 +163,13 @@ class MLP(Forecaster):
             width = hidden
         blocks.append(nn.Linear(width, horizon * num_targets, **self.factory))
         self.net = nn.Sequential(*blocks)
+        if revin is not False:  # off: no `channels` buffer, the model as it always was
+            self.use_revin(revin)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x [B, W, F] -> [B, H, T]`` in the parameter dtype; raises as `Forecaster.check_input`."""
         self.check_input(x)
-        return self.to_forecast(self.net(x.flatten(1)))
+        if not self.revin:
+            return self.to_forecast(self.net(x.flatten(1)))
+        xn, mean, std = self.revin_in(x)
+        return self.revin_out(self.to_forecast(self.net(xn.flatten(1))), mean, std)

@@ -37,8 +37,10 @@ NORMALISING = [
     ("tcn", {"revin": True}),
     ("transformer", {"revin": True}),
     ("mamba2", {"revin": True}),
+    ("mlp", {"revin": True}),
+    ("dlinear", {"revin": True}),
 ]
-"""The models that normalise their inputs (PatchTST by default, the sequence models with
+"""The models that normalise their inputs (PatchTST by default, every other model with
 ``revin=True``), with the variants tested."""
 
 

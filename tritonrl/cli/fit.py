@@ -241,6 +241,8 @@ def _prepare(
         raise UsageError(f"unknown model {args.model!r}; known models: {known} (`tritonrl fit --list`)")
     kwargs = _model_kwargs(args.overrides, registry[args.model], args.model)
     table = _series_table(args)
+    if table is not None and "revin" not in kwargs and _takes(registry[args.model], "revin"):
+        kwargs["revin"] = True  # a series' level drifts out of its train range: RevIN by default
     meta = {"data_spec": args.data, "model_kwargs": json.dumps(kwargs, sort_keys=True, default=str)}
     if table is not None:
         meta.update(features=",".join(table.features), series=",".join(table.ids), time=table.time_column)
@@ -426,6 +428,35 @@ def _build(
     return model, windows
 
 
+def _takes(cls: type, name: str) -> bool:
+    """Whether ``cls``'s constructor has a keyword argument ``name``."""
+    return name in inspect.signature(cls).parameters
+
+
+def _loses_to_baseline(report: dict[str, Any], model: Any) -> str | None:
+    """One line when the trained model's validation MSE is above the naive or the seasonal naive
+    forecast's (the report holds both), naming what may help; ``None`` when it beats both."""
+    val = report.get("validation", {})
+    mse = val.get("model", {}).get("mse")
+    worse = [
+        f"{name.replace('_', ' ')} ({val[name]['mse']:.4g})"
+        for name in ("naive", "seasonal_naive")
+        if mse is not None and name in val and val[name]["mse"] < mse
+    ]
+    if not worse:
+        return None
+    if _takes(type(model), "revin") and not getattr(model, "revin", False):
+        hint = "--set revin=True (each window normalised, for a level that drifts)"
+    elif report.get("target_mode") == "level" and report.get("target") not in ("log_return", "return"):
+        hint = "--target-mode change"
+    else:
+        hint = "a longer --window, more --epochs, or another --model"
+    return (
+        f"note: on the validation split the model (MSE {mse:.4g}) loses to the {' and the '.join(worse)}; "
+        f"try {hint}"
+    )
+
+
 def _sets(args: argparse.Namespace) -> str:
     """The ``--set`` items as typed (`` --set hidden=32``), for messages."""
     return "".join(f" --set {item}" for item in args.overrides)
@@ -560,6 +591,9 @@ def _run(args: argparse.Namespace, ctx: DistContext) -> int:
     if not say:
         return 0
     print(format_report(report))
+    loses = _loses_to_baseline(report, model)
+    if loses:
+        print(loses)
     print(
         f"{args.model} on {args.data}: {report['epochs']} epochs ({report['stopped']}), best epoch "
         f"{report['best_epoch']}, {report['global_step']} steps in {report['wall_s']:.1f} s "
