@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 from torch import nn
-from tritonrl.agents.forecast.base import Forecaster, window_stats
+from tritonrl.agents.forecast.base import Forecaster, check_revin_anchor, window_location, window_stats
 from tritonrl.agents.nets.torsos import AttentionBlock
 from tritonrl.kernels.validate import check_int
 
@@ -59,6 +59,7 @@ class Transformer(Forecaster):
         positions: ``"learned"`` (a parameter ``[W, width]``) or ``"sinusoidal"`` (a fixed buffer).
         revin: RevIN around the forecast
             ([`Forecaster.use_revin`][tritonrl.agents.forecast.base.Forecaster.use_revin]).
+        revin_anchor: RevIN's centre, each window's ``"mean"`` or its ``"last"`` step.
 
     Raises:
         ValueError: a size that is not a positive int, ``width % heads``, unknown ``positions``.
@@ -82,6 +83,7 @@ class Transformer(Forecaster):
         heads: int = 4,
         positions: str = "learned",
         revin: bool = False,
+        revin_anchor: str = "mean",
     ) -> None:
         super().__init__(
             window,
@@ -109,7 +111,7 @@ class Transformer(Forecaster):
         self.out_norm = nn.RMSNorm(width, eps=1e-6, **fk)
         self.head = nn.Linear(width, horizon * num_targets, **fk)
         self.encoding_dim = width
-        self.use_revin(revin)
+        self.use_revin(revin, revin_anchor)
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         """``x [B, W, F] -> [B, W, width]``, causal; raises as `Forecaster.check_input`."""
@@ -133,6 +135,7 @@ class PatchTST(Forecaster):
         depth: attention blocks.
         heads: attention heads.
         revin: normalise each channel per window before the encoder, undo it on the forecast.
+        revin_anchor: RevIN's centre, each window's ``"mean"`` or its ``"last"`` step.
         exogenous: also encode the non-target channels and add a learned mix of every channel's
             head output to each target's (``False``: channel independence).
 
@@ -160,6 +163,7 @@ class PatchTST(Forecaster):
         depth: int = 2,
         heads: int = 4,
         revin: bool = True,
+        revin_anchor: str = "mean",
         exogenous: bool = False,
     ) -> None:
         super().__init__(
@@ -180,6 +184,7 @@ class PatchTST(Forecaster):
         fk = self.factory
         self.patch_len, self.stride, self.revin, self.exogenous = patch_len, stride, revin, exogenous
         self.normalizes_input = bool(revin)
+        self.revin_anchor = check_revin_anchor(revin_anchor)
         self.num_patches = (window - patch_len) // stride + 1
         self.start = window - patch_len - (self.num_patches - 1) * stride  # steps dropped in front
         self.embed = nn.Linear(patch_len, width, **fk)
@@ -212,6 +217,7 @@ class PatchTST(Forecaster):
         b, c = x.shape[0], x.shape[2]
         if self.revin:
             mean, std = window_stats(x, self.revin_eps)  # [B, 1, C] each
+            mean = window_location(x, mean, self.revin_anchor)  # the centre: the mean or the last step
             x = (x - mean) / std
         series = x[:, self.start :].transpose(1, 2)  # [B, C, W']
         patches = series.unfold(-1, self.patch_len, self.stride)  # [B, C, Np, P]

@@ -14,10 +14,34 @@ from torch import nn
 from tritonrl.kernels.validate import check_int
 from tritonrl.toolkit.precision import dtype_or_default
 
-__all__ = ["Forecaster", "check_target_channels", "window_stats"]
+__all__ = [
+    "REVIN_ANCHORS",
+    "Forecaster",
+    "check_revin_anchor",
+    "check_target_channels",
+    "window_location",
+    "window_stats",
+]
 
 REVIN_EPS = 1e-5
 """Added to each window's variance before its square root (RevIN's epsilon)."""
+
+
+REVIN_ANCHORS = ("mean", "last")
+"""Where RevIN centres a window: its ``mean`` (the published RevIN) or its ``last`` step, so that a
+zero normalised forecast is the naive (last value) forecast; a level that trends stays in reach."""
+
+
+def check_revin_anchor(anchor: str) -> str:
+    """``anchor`` if it is one of `REVIN_ANCHORS`; ``ValueError`` otherwise."""
+    if anchor not in REVIN_ANCHORS:
+        raise ValueError(f"revin_anchor must be one of {', '.join(REVIN_ANCHORS)}, got {anchor!r}")
+    return anchor
+
+
+def window_location(x: torch.Tensor, mean: torch.Tensor, anchor: str) -> torch.Tensor:
+    """The centre RevIN subtracts from ``x [B, W, C]``: ``mean`` ``[B, 1, C]`` or the last step."""
+    return mean if anchor == "mean" else x[:, -1:, :]
 
 
 def window_stats(x: torch.Tensor, eps: float = REVIN_EPS) -> tuple[torch.Tensor, torch.Tensor]:
@@ -100,15 +124,19 @@ class Forecaster(nn.Module):
         self.factory: dict[str, Any] = {"device": dev, "dtype": self.param_dtype}
         self.encoding_dim = 0
         self.revin = False
+        self.revin_anchor = "mean"
 
-    def use_revin(self, revin: bool) -> None:
-        """Turn RevIN on in `forward` (`revin_in`, `revin_out`).
+    def use_revin(self, revin: bool, anchor: str = "mean") -> None:
+        """Turn RevIN on in `forward` (`revin_in`, `revin_out`), centred on each window's ``anchor``
+        (`REVIN_ANCHORS`).
 
         Raises:
             TypeError: ``revin`` is not a bool.
+            ValueError: an unknown ``anchor``.
         """
         if not isinstance(revin, bool):
             raise TypeError(f"revin must be a bool, got {revin!r}")
+        self.revin_anchor = check_revin_anchor(anchor)
         self.revin = revin
         self.normalizes_input = revin
         if "channels" not in self._buffers:
@@ -117,9 +145,11 @@ class Forecaster(nn.Module):
             self.register_buffer("channels", chans, persistent=False)
 
     def revin_in(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``((x - mean) / std, mean, std)`` of a window ``x [B, W, F]`` (`window_stats`)."""
+        """``((x - loc) / std, loc, std)`` of a window ``x [B, W, F]``: ``loc`` its mean or its last
+        step (``revin_anchor``), ``std`` as `window_stats`."""
         mean, std = window_stats(x)
-        return (x - mean) / std, mean, std
+        loc = window_location(x, mean, self.revin_anchor)
+        return (x - loc) / std, loc, std
 
     def revin_out(self, y: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
         """A normalised forecast ``y [B, H, T]`` in the window's units, target ``k`` with channel

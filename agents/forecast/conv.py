@@ -28,6 +28,7 @@ class TCN(Forecaster):
         kernel_size: taps of every convolution (>= 2).
         revin: RevIN around the forecast
             ([`Forecaster.use_revin`][tritonrl.agents.forecast.base.Forecaster.use_revin]).
+        revin_anchor: RevIN's centre, each window's ``"mean"`` or its ``"last"`` step.
 
     Raises:
         ValueError: a size that is not a positive int, ``kernel_size < 2``.
@@ -50,6 +51,7 @@ class TCN(Forecaster):
         depth: int = 4,
         kernel_size: int = 3,
         revin: bool = False,
+        revin_anchor: str = "mean",
     ) -> None:
         super().__init__(
             window,
@@ -65,7 +67,7 @@ class TCN(Forecaster):
         )
         self.head = nn.Linear(width, horizon * num_targets, **self.factory)
         self.encoding_dim = width
-        self.use_revin(revin)
+        self.use_revin(revin, revin_anchor)
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         """``x [B, W, F] -> [B, W, width]``, causal; raises as `Forecaster.check_input`."""

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tritonrl.agents.forecast.base import Forecaster
+from tritonrl.agents.forecast.base import Forecaster, check_revin_anchor
 from tritonrl.kernels.validate import check_int
 
 __all__ = ["MLP", "DLinear"]
@@ -27,6 +27,7 @@ class DLinear(Forecaster):
         individual: one pair of ``W -> H`` maps per channel (``True``) or one shared pair.
         revin: RevIN around the forecast
             ([`Forecaster.use_revin`][tritonrl.agents.forecast.base.Forecaster.use_revin]).
+        revin_anchor: RevIN's centre, each window's ``"mean"`` or its ``"last"`` step.
 
     Shapes: ``forward(x [B, W, F]) -> [B, H, T]``, both in the parameter dtype.
 
@@ -49,6 +50,7 @@ class DLinear(Forecaster):
         kernel_size: int = 25,
         individual: bool = True,
         revin: bool = False,
+        revin_anchor: str = "mean",
     ) -> None:
         super().__init__(
             window,
@@ -76,8 +78,9 @@ class DLinear(Forecaster):
         # one bias per (channel, horizon step): the paper's two Linear biases only ever add up
         self.bias = nn.Parameter(torch.empty(channels, horizon, **self.factory).uniform_(-bound, bound))
         self.project = nn.Linear(num_features, num_targets, **self.factory)
+        self.revin_anchor = check_revin_anchor(revin_anchor)
         if revin is not False:  # off: no `channels` buffer, the model as it always was
-            self.use_revin(revin)
+            self.use_revin(revin, revin_anchor)
 
     def decompose(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``x [B, W, F]`` -> ``(trend, seasonal)``, each ``[B, W, F]``, summing to ``x`` up to rounding;
@@ -121,6 +124,7 @@ class MLP(Forecaster):
         dropout: dropout probability after each hidden layer, in ``[0, 1)``.
         revin: RevIN around the forecast
             ([`Forecaster.use_revin`][tritonrl.agents.forecast.base.Forecaster.use_revin]).
+        revin_anchor: RevIN's centre, each window's ``"mean"`` or its ``"last"`` step.
 
     Raises:
         ValueError: a size that is not a positive int, or ``dropout`` outside ``[0, 1)``.
@@ -142,6 +146,7 @@ class MLP(Forecaster):
         layers: int = 2,
         dropout: float = 0.0,
         revin: bool = False,
+        revin_anchor: str = "mean",
     ) -> None:
         super().__init__(
             window,
@@ -163,8 +168,9 @@ class MLP(Forecaster):
             width = hidden
         blocks.append(nn.Linear(width, horizon * num_targets, **self.factory))
         self.net = nn.Sequential(*blocks)
+        self.revin_anchor = check_revin_anchor(revin_anchor)
         if revin is not False:  # off: no `channels` buffer, the model as it always was
-            self.use_revin(revin)
+            self.use_revin(revin, revin_anchor)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x [B, W, F] -> [B, H, T]`` in the parameter dtype; raises as `Forecaster.check_input`."""

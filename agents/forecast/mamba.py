@@ -32,6 +32,7 @@ class Mamba2Forecaster(Forecaster):
             the power of two >= ``window`` in [16, 64].
         revin: RevIN around the forecast
             ([`Forecaster.use_revin`][tritonrl.agents.forecast.base.Forecaster.use_revin]).
+        revin_anchor: RevIN's centre, each window's ``"mean"`` or its ``"last"`` step.
 
     Raises:
         ValueError: a size that is not a positive int; inconsistent block sizes.
@@ -58,6 +59,7 @@ class Mamba2Forecaster(Forecaster):
         headdim: int = 16,
         chunk_size: int | None = None,
         revin: bool = False,
+        revin_anchor: str = "mean",
     ) -> None:
         super().__init__(
             window,
@@ -91,7 +93,7 @@ class Mamba2Forecaster(Forecaster):
         self.out_norm = nn.RMSNorm(width, eps=1e-6, **fk)
         self.head = nn.Linear(width, horizon * num_targets, **fk)
         self.encoding_dim = width
-        self.use_revin(revin)
+        self.use_revin(revin, revin_anchor)
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         """``x [B, W, F] -> [B, W, width]`` by the scan, causal; raises as `Forecaster.check_input`."""

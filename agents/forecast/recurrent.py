@@ -27,6 +27,7 @@ class _Recurrent(Forecaster):
         dropout: dropout between stacked layers, in ``[0, 1)``.
         revin: RevIN around the forecast
             ([`Forecaster.use_revin`][tritonrl.agents.forecast.base.Forecaster.use_revin]).
+        revin_anchor: RevIN's centre, each window's ``"mean"`` or its ``"last"`` step.
 
     Raises:
         ValueError: a size that is not a positive int, or ``dropout`` outside ``[0, 1)``.
@@ -49,6 +50,7 @@ class _Recurrent(Forecaster):
         layers: int = 1,
         dropout: float = 0.0,
         revin: bool = False,
+        revin_anchor: str = "mean",
     ) -> None:
         super().__init__(
             window,
@@ -73,7 +75,7 @@ class _Recurrent(Forecaster):
         )
         self.head = nn.Linear(hidden, horizon * num_targets, **self.factory)
         self.encoding_dim = hidden
-        self.use_revin(revin)
+        self.use_revin(revin, revin_anchor)
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         """``x [B, W, F] -> [B, W, hidden]`` from zero state, causal; raises as `check_input`."""

@@ -39,6 +39,11 @@ NORMALISING = [
     ("mamba2", {"revin": True}),
     ("mlp", {"revin": True}),
     ("dlinear", {"revin": True}),
+    ("patchtst", {"revin_anchor": "last"}),
+    ("lstm", {"revin": True, "revin_anchor": "last"}),
+    ("tcn", {"revin": True, "revin_anchor": "last"}),
+    ("mlp", {"revin": True, "revin_anchor": "last"}),
+    ("dlinear", {"revin": True, "revin_anchor": "last"}),
 ]
 """The models that normalise their inputs (PatchTST by default, every other model with
 ``revin=True``), with the variants tested."""
@@ -153,3 +158,23 @@ def test_a_level_shift_moves_the_patchtst_forecast_by_the_shift() -> None:
     other[..., 1] += 2.0  # a channel that is not the target's: channel independence ignores it
     with torch.no_grad():
         assert torch.equal(model(other), model(x))  # exact: channel 1 is never read (exogenous=False)
+
+
+@pytest.mark.parametrize("name", ["mlp", "dlinear", "lstm", "patchtst"])
+def test_revin_anchored_at_the_last_step_starts_from_the_naive_forecast(name: str) -> None:
+    """``revin_anchor="last"`` centres each window on its last step, so a model whose normalised
+    output is zero forecasts the last value of each target's channel (the naive forecast), however
+    far the level has moved; ``"mean"`` would forecast the window's mean. The output layers are
+    zeroed; tolerance: f32 rounding of ``0 * std + last`` (exact) plus the layers' zero bias."""
+    extra = {} if name == "patchtst" else {"revin": True}
+    model = FORECASTERS[name](
+        16, 3, 2, 2, target_channels=(2, 0), revin_anchor="last", **extra, **SMALL[name]
+    )
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+        x = torch.randn(4, 16, 3) + torch.arange(16.0)[None, :, None] * 10.0  # a level far out of range
+        want = x[:, -1:, [2, 0]].expand(-1, 2, -1)
+        torch.testing.assert_close(model.eval()(x), want, rtol=0, atol=1e-5)
+    with pytest.raises(ValueError, match="revin_anchor must be one of mean, last"):
+        FORECASTERS[name](16, 3, revin_anchor="median", **extra, **SMALL[name])

@@ -170,7 +170,7 @@ FIT_CASES = [
         "set-unknown-key",
         fit("--set", "nosuch=1"),
         r"--set nosuch=\.\.\.: model 'mlp' has no hyperparameter 'nosuch'; its hyperparameters: hidden, "
-        r"layers, dropout, revin$",
+        r"layers, dropout, revin, revin_anchor$",
     ),
     Case(
         "set-str-for-int", fit("--set", "hidden=abc"), r"--set hidden=abc: model 'mlp' takes int for hidden"

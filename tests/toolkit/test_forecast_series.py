@@ -332,7 +332,7 @@ def test_a_trending_series_beats_naive_at_the_defaults(tmp_path: Path, model: st
     code, out, err = _cli([*argv, "--run-dir", str(tmp_path / "run")])
     assert code == 0, err
     report = json.loads((tmp_path / "run" / "fit_report.json").read_text())
-    assert json.loads(report["meta"]["model_kwargs"]) == {"revin": True}
+    assert json.loads(report["meta"]["model_kwargs"]) == {"revin": True, "revin_anchor": "last"}
     test = report["test"]
     assert test["model"]["mse"] < test["naive"]["mse"], test
     assert "note:" not in out

@@ -241,8 +241,11 @@ def _prepare(
         raise UsageError(f"unknown model {args.model!r}; known models: {known} (`tritonrl fit --list`)")
     kwargs = _model_kwargs(args.overrides, registry[args.model], args.model)
     table = _series_table(args)
-    if table is not None and "revin" not in kwargs and _takes(registry[args.model], "revin"):
-        kwargs["revin"] = True  # a series' level drifts out of its train range: RevIN by default
+    if table is not None and _takes(registry[args.model], "revin"):
+        # a series' level drifts out of its train range: RevIN centred on each window's last value
+        kwargs.setdefault("revin", True)
+        if kwargs["revin"]:
+            kwargs.setdefault("revin_anchor", "last")
     meta = {"data_spec": args.data, "model_kwargs": json.dumps(kwargs, sort_keys=True, default=str)}
     if table is not None:
         meta.update(features=",".join(table.features), series=",".join(table.ids), time=table.time_column)
