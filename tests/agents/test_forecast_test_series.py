@@ -46,7 +46,7 @@ EPOCHS = {"dlinear": 10, "mlp": 10}
 """Models trained longer than :data:`BUDGET`'s 5 epochs (each case stays near a second): the MLP's
 budget is what it lacked on ``trend`` (test MSE 0.453 against seasonal naive's 0.443 after 5
 epochs, 0.378 after 10)."""
-KINDS = ("shift", "trend", "regime", "seasons")
+KINDS = ("shift", "step", "trend", "regime", "seasons")
 
 KNOWN_FAILURES: dict[tuple[str, str], str] = {}
 """``(model, kind) -> cause`` of the cases marked xfail (strict)."""

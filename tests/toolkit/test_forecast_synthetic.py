@@ -52,6 +52,13 @@ def test_level_shifts() -> None:
     assert len(set(level[: int(0.7 * N)])) == 3  # the train split sees every level
 
 
+def test_single_step() -> None:
+    """One +2 shift half-way: inside the train rows (70 %), validation and test at the new level."""
+    step = np.round(synthetic_values("step", N) - _base(), 9)
+    assert set(step[: N // 2]) == {0.0} and set(step[N // 2 :]) == {2.0}
+    assert N // 2 < int(0.7 * N)
+
+
 def test_trend() -> None:
     y = synthetic_values("trend", N)
     trend = y - (synthetic_values("seasons", N) - 0.8 * np.sin(2 * np.pi * np.arange(N) / 168 + 0.3))

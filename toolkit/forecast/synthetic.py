@@ -1,8 +1,7 @@
-"""Deterministic synthetic test series that can fail a forecaster (`SYNTHETIC_KINDS`): a level
-shift, a trend, a noise regime change, several seasonalities, or all four, on top of a learnable
-daily cycle plus AR(1) signal. [`synthetic_series`][tritonrl.toolkit.forecast.synthetic.synthetic_series]
-returns a one-series [`SeriesTable`][tritonrl.toolkit.forecast.series.SeriesTable];
-[`parse_synthetic_spec`][tritonrl.toolkit.forecast.synthetic.parse_synthetic_spec] reads
+"""Deterministic synthetic test series that can fail a forecaster (`SYNTHETIC_KINDS`): level shifts,
+a single step, a trend, a noise regime change, several seasonalities, or all but the step, on top
+of a learnable daily cycle plus AR(1) signal. `synthetic_series` returns a one-series
+[`SeriesTable`][tritonrl.toolkit.forecast.series.SeriesTable]; `parse_synthetic_spec` reads
 ``series:synthetic,...``. See docs/pages/forecasting.md ("Test series").
 """
 
@@ -16,8 +15,9 @@ from tritonrl.toolkit.forecast.series import SeriesTable
 
 __all__ = ["SYNTHETIC_KINDS", "parse_synthetic_spec", "synthetic_series", "synthetic_values"]
 
-SYNTHETIC_KINDS = ("shift", "trend", "regime", "seasons", "all")
-"""The kinds of `synthetic_values`."""
+SYNTHETIC_KINDS = ("shift", "step", "trend", "regime", "seasons", "all")
+"""The kinds of `synthetic_values` (``step``: one level shift of +2 half-way, inside the train rows of
+a 70/15/15 split, so validation and test lie at the new level; ``all`` combines the other four)."""
 _MAX_ROWS = 1_000_000
 """The most rows a synthetic series may have (8 MB of f64; the AR(1) recursion is a Python loop)."""
 
@@ -57,6 +57,8 @@ def synthetic_values(kind: str = "all", n: int = 3000, seed: int = 0, *, period:
     y += noise_std * w
     if every or kind == "shift":
         y += levels[level_seg]
+    if kind == "step":
+        y += np.where(t >= n // 2, 2.0, 0.0)
     if every or kind == "trend":
         y += 3.0 * t / n
     if every or kind == "seasons":

@@ -90,7 +90,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         default=DEFAULT_DATA,
         help="market:SOURCE: synthetic[,ar=F,seed=N,bars=N], googl, eurusd, csv=PATH (OHLCV bars, or any "
         "numeric series with --target); series:synthetic[,kind=K,n=N,seed=S,period=P] (a generated "
-        f"test series: kind shift, trend, regime, seasons or all) (default {DEFAULT_DATA})",
+        f"test series: kind shift, step, trend, regime, seasons or all) (default {DEFAULT_DATA})",
     )
     p.add_argument("--window", type=int, default=64, help="bars per input window (default 64)")
     p.add_argument("--horizon", type=int, default=1, help="bars forecast ahead (default 1)")
