@@ -27,7 +27,8 @@ class DLinear(Forecaster):
         individual: one pair of ``W -> H`` maps per channel (``True``) or one shared pair.
         revin: RevIN around the forecast
             ([`Forecaster.use_revin`][tritonrl.agents.forecast.base.Forecaster.use_revin]).
-        revin_anchor: RevIN's centre, each window's ``"mean"`` or its ``"last"`` step.
+        revin_anchor: RevIN's centre, each window's ``"mean"`` or its ``"last"`` step (with ``revin`` and
+            ``"last"`` the untrained model is the naive forecast).
 
     Shapes: ``forward(x [B, W, F]) -> [B, H, T]``, both in the parameter dtype.
 
@@ -81,6 +82,24 @@ class DLinear(Forecaster):
         self.revin_anchor = check_revin_anchor(revin_anchor)
         if revin is not False:  # off: no `channels` buffer, the model as it always was
             self.use_revin(revin, revin_anchor)
+        if revin and revin_anchor == "last":
+            self._start_naive()
+
+    def _start_naive(self) -> None:
+        """Zero maps and bias, and a projection that passes each target's own channel: with RevIN
+        centred on the last step the untrained model is the naive forecast, which training improves
+        (from the random start it lost to naive on short series)."""
+        with torch.no_grad():
+            for p in (
+                self.seasonal_weight,
+                self.trend_weight,
+                self.bias,
+                self.project.weight,
+                self.project.bias,
+            ):
+                p.zero_()
+            for k, c in enumerate(self.target_channels):
+                self.project.weight[k, c] = 1.0
 
     def decompose(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``x [B, W, F]`` -> ``(trend, seasonal)``, each ``[B, W, F]``, summing to ``x`` up to rounding;

@@ -108,3 +108,18 @@ def test_dlinear_bf16_matches_f32() -> None:
     Measured (seeds 0, 1, 2): bf16 / f32 - 1 = +0.1%, +0.4%, +0.5% (f32 MSE ~0.0113).
     """
     check_bf16_matches_f32(DLinear, steps=300)
+
+
+def test_dlinear_anchored_at_the_last_step_starts_as_the_naive_forecast() -> None:
+    """``revin=True, revin_anchor="last"``: zero maps and an identity projection onto each target's
+    channel, so the untrained model forecasts each target's last value (exactly: ``0 * std + last``);
+    the draws of the other inits are unchanged (the same generator state afterwards)."""
+    torch.manual_seed(0)
+    model = DLinear(12, 3, 2, 2, target_channels=(2, 0), revin=True, revin_anchor="last")
+    after_naive = torch.rand(1)
+    torch.manual_seed(0)
+    DLinear(12, 3, 2, 2, target_channels=(2, 0))
+    assert torch.equal(torch.rand(1), after_naive)
+    x = torch.randn(5, 12, 3) * 4.0 + 30.0
+    with torch.no_grad():
+        assert torch.equal(model(x), x[:, -1:, [2, 0]].expand(-1, 2, -1))
