@@ -386,3 +386,23 @@ def test_every_model_beats_both_baselines_after_a_step_with_phase_features(
     assert code == 0, err
     test = json.loads((tmp_path / "run" / "fit_report.json").read_text())["test"]
     assert test["model"]["mse"] < min(test["naive"]["mse"], test["seasonal_naive"]["mse"]), test
+
+
+def test_the_losing_note_names_a_flag_that_applies() -> None:
+    """The note's hint fits the run: RevIN when the model could take it and has it off; the change
+    mode for a level target of market bars only (series windows refuse it); else more data or time."""
+    from tritonrl.agents.forecast import FORECASTERS
+    from tritonrl.cli.fit import _loses_to_baseline
+
+    val = {"model": {"mse": 0.5}, "naive": {"mse": 0.4}, "seasonal_naive": {"mse": 0.9}}
+    series = {"validation": val, "target": "y", "target_mode": "level", "meta": {"series": ""}}
+    market = {"validation": val, "target": "close", "target_mode": "level", "meta": {}}
+    off, on = FORECASTERS["mlp"](8, 1), FORECASTERS["mlp"](8, 1, revin=True, revin_anchor="last")
+    assert "--set revin=True" in (_loses_to_baseline(series, off) or "")
+    assert "--target-mode" not in (_loses_to_baseline(series, on) or "x") and "--window" in (
+        _loses_to_baseline(series, on) or ""
+    )
+    assert "--target-mode change" in (_loses_to_baseline(market, on) or "")
+    assert "loses to the naive (0.4);" in (_loses_to_baseline(series, on) or "")
+    beaten = {**series, "validation": {**val, "model": {"mse": 0.3}}}
+    assert _loses_to_baseline(beaten, on) is None

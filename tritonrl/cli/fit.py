@@ -450,7 +450,11 @@ def _loses_to_baseline(report: dict[str, Any], model: Any) -> str | None:
         return None
     if _takes(type(model), "revin") and not getattr(model, "revin", False):
         hint = "--set revin=True (each window normalised, for a level that drifts)"
-    elif report.get("target_mode") == "level" and report.get("target") not in ("log_return", "return"):
+    elif (
+        "series" not in report.get("meta", {})  # market bars: a level target can be read as a change
+        and report.get("target_mode") == "level"
+        and report.get("target") not in ("log_return", "return")
+    ):
         hint = "--target-mode change"
     else:
         hint = "a longer --window, more --epochs, or another --model"
