@@ -1,15 +1,15 @@
 """Bars: where the market environment, the live trader and forecasting read their data from.
 
-Host bars ([`types`][tritonrl.toolkit.bars.types], [`csvbars`][tritonrl.toolkit.bars.csvbars],
-[`sources`][tritonrl.toolkit.bars.sources]), causal features ([`features`][tritonrl.toolkit.bars.features])
-and the one upload cast to a device ([`marketdata`][tritonrl.toolkit.bars.marketdata]). May import the
-toolkit's core modules and ``kernels``; never ``envs``, ``replay``, ``training``, ``forecast``, ``cli`` or
+Host bars (`types`, `csvbars`, `sources`), causal features (`features`), the one upload cast to a
+device (`marketdata`) and several assets on one calendar (`panel`). May import the toolkit's core
+modules and ``kernels``; never ``envs``, ``replay``, ``training``, ``forecast``, ``cli`` or
 ``agents``. See docs/pages/market.md.
 """
 
 from tritonrl.toolkit.bars.csvbars import load_csv
 from tritonrl.toolkit.bars.features import FEATURE_WARMUP, FEATURES, compute_features
 from tritonrl.toolkit.bars.marketdata import split, upload, upload_memory
+from tritonrl.toolkit.bars.panel import Panel, load_panel
 from tritonrl.toolkit.bars.sources import anytrading_bars, source_bars, synthetic_bars
 from tritonrl.toolkit.bars.types import Bars, MarketData
 
@@ -18,9 +18,11 @@ __all__ = [
     "FEATURE_WARMUP",
     "Bars",
     "MarketData",
+    "Panel",
     "anytrading_bars",
     "compute_features",
     "load_csv",
+    "load_panel",
     "source_bars",
     "split",
     "synthetic_bars",
