@@ -9,10 +9,10 @@ import math
 import os
 import stat
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 import numpy as np
 from tritonrl.toolkit.bars.types import Bars
@@ -84,24 +84,19 @@ def load_csv(
     path = Path(path)
     if min_rows < 2:
         raise ValueError(f"min_rows={min_rows}: at least 2 bars are needed (one return)")
-    with _open_csv(path) as f:
-        reader = csv.reader(_bounded_lines(path, f))
-        try:
-            header = next(reader, None)
-            if header is None:
-                raise ValueError(f"{path}: the file is empty (expected a header line)")
-            time_index, columns = _csv_columns(path, header)
-            seconds, values, lines = _csv_rows(path, reader, header, time_index, columns)
-        except csv.Error as exc:
-            raise ValueError(f"{path}, line {reader.line_num}: not readable as CSV ({exc})") from None
-        except UnicodeDecodeError:
-            raise ValueError(_utf8_error(path)) from None
+
+    def parse(reader: Any, header: list[str]) -> tuple[str, list[str], array, array, array]:
+        time_index, columns = _csv_columns(path, header)
+        names = [header[i].strip() for _, i in columns]
+        return header[time_index].strip(), names, *_csv_rows(path, reader, header, time_index, columns)
+
+    time_name, names, seconds, values, lines = read_checked_csv(path, parse)
     if len(lines) < min_rows:
         raise ValueError(f"{path}: {len(lines)} rows of bars, fewer than the {min_rows} needed")
     time = np.frombuffer(seconds, dtype=np.int64).astype("datetime64[s]")
-    _check_sorted(f"column {header[time_index].strip()!r}", path, time, lines)
-    table = np.frombuffer(values, dtype=np.float64).reshape(-1, len(columns))
-    _check_ohlc(path, [header[i].strip() for _, i in columns], table, lines)
+    _check_sorted(f"column {time_name!r}", path, time, lines)
+    table = np.frombuffer(values, dtype=np.float64).reshape(-1, len(names))
+    _check_ohlc(path, names, table, lines)
     return Bars(
         name=name if name is not None else path.stem,
         time=time,
@@ -122,7 +117,24 @@ OHLC_RTOL = 1e-6
 """The relative slack of the ``low <= open, close <= high`` check: prices that went through float32
 (relative spacing 1.2e-7) before being written may disagree across columns by a few units in
 their last place, which is round-off, not bad data."""
+_T = TypeVar("_T")
 _EPOCH, _SECOND = datetime(1970, 1, 1), timedelta(seconds=1)
+
+
+def read_checked_csv(path: Path, parse: Callable[[Any, list[str]], _T]) -> _T:
+    """``parse(reader, header)`` over the checked, bounded lines of ``path`` (`_open_csv`), with
+    an empty file, bad CSV and bad UTF-8 refused in one line naming the file (and the line)."""
+    with _open_csv(path) as f:
+        reader = csv.reader(_bounded_lines(path, f))
+        try:
+            header = next(reader, None)
+            if header is None:
+                raise ValueError(f"{path}: the file is empty (expected a header line)")
+            return parse(reader, header)
+        except csv.Error as exc:
+            raise ValueError(f"{path}, line {reader.line_num}: not readable as CSV ({exc})") from None
+        except UnicodeDecodeError:
+            raise ValueError(_utf8_error(path)) from None
 
 
 def _open_csv(path: Path) -> TextIO:

@@ -7,7 +7,6 @@ toolkit core only. See docs/pages/market.md ("Several assets").
 
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,14 +17,12 @@ from tritonrl.toolkit.bars.csvbars import (
     _SECOND,
     PRICE_COLUMNS,
     TIME_COLUMNS,
-    _bounded_lines,
     _check_ohlc,
     _csv_time,
     _csv_value,
     _data_rows,
-    _open_csv,
     _periods_per_year,
-    _utf8_error,
+    read_checked_csv,
 )
 
 __all__ = ["SYMBOL_COLUMNS", "Panel", "load_panel"]
@@ -82,21 +79,14 @@ def load_panel(
     path = Path(path)
     if min_rows < 2:
         raise ValueError(f"min_rows={min_rows}: at least 2 bars are needed (one return)")
-    with _open_csv(path) as f:
-        reader = csv.reader(_bounded_lines(path, f))
-        try:
-            header = next(reader, None)
-            if header is None:
-                raise ValueError(f"{path}: the file is empty (expected a header line)")
-            lower = [h.strip().lower() for h in header]
-            if any(c in lower for c in SYMBOL_COLUMNS):
-                rows = _long_rows(path, reader, header, lower)
-            else:
-                rows = _wide_rows(path, reader, header, lower)
-        except csv.Error as exc:
-            raise ValueError(f"{path}, line {reader.line_num}: not readable as CSV ({exc})") from None
-        except UnicodeDecodeError:
-            raise ValueError(_utf8_error(path)) from None
+
+    def parse(reader: Any, header: list[str]) -> _Rows:
+        lower = [h.strip().lower() for h in header]
+        if any(c in lower for c in SYMBOL_COLUMNS):
+            return _long_rows(path, reader, header, lower)
+        return _wide_rows(path, reader, header, lower)
+
+    rows = read_checked_csv(path, parse)
     return _align(path, rows, fill, name, periods_per_year, min_rows)
 
 
