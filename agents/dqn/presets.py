@@ -3,7 +3,8 @@
 ``dqn``, then ``double``, ``dueling``, ``noisy``, ``c51``, ``qrdqn`` and ``rainbow`` (each adds its
 component); on frames ``dqn-atari`` (CleanRL), ``rainbow-atari`` (Hessel et al., 2018),
 ``dqn-minatar`` (Young & Tian, 2019) and ``rainbow-minatar``, which store each frame once in a
-uint8 frame replay. See docs/pages/dqn.md and docs/pages/pixels.md.
+uint8 frame replay; ``dqn-portfolio`` over several assets (target portfolios). See docs/pages/dqn.md
+and docs/pages/pixels.md.
 """
 
 from __future__ import annotations
@@ -81,6 +82,19 @@ PRESETS: tuple[Preset, ...] = (
         n_step=3,
         prioritized=True,
         distribution="c51",
+    ),
+    Preset(
+        "dqn-portfolio",
+        "Double DQN choosing among N + 2 target portfolios (cash, equal weight, each asset; portfolio:...)",
+        dataclasses.replace(_BASE, tags=("dqn-portfolio",), double=True, **_MARKET.overrides),
+        agent=DQNAgent,
+        kind="offpolicy",
+        schedule=offpolicy_schedule,
+        default_num_envs=16,
+        default_steps=60_000,
+        default_eval_every=10_000,
+        default_env="portfolio:synthetic,signal=0.5",
+        market=dataclasses.replace(_MARKET, overrides={}),
     ),
 )
 """The named presets; the command line's registry (`tritonrl.cli.registry`) collects them."""

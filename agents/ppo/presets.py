@@ -1,6 +1,7 @@
 """PPO's named presets (one `tritonrl.toolkit.preset.Preset` each): ``ppo`` (categorical
 MLP), ``ppo-continuous`` (Gaussian MLP), ``ppo-lstm``, ``ppo-gru``, ``ppo-flow`` and ``ppo-mamba``;
-and on image observations (`PIXEL_PRESETS`) ``ppo-atari`` and ``ppo-minatar``."""
+on image observations (`PIXEL_PRESETS`) ``ppo-atari`` and ``ppo-minatar``; over several assets
+(`PORTFOLIO_PRESETS`) ``ppo-portfolio``."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from tritonrl.agents.ppo.config import PPOConfig
 from tritonrl.toolkit.preset import MarketPreset, Preset, find_preset
 from tritonrl.toolkit.schedule import onpolicy_schedule
 
-__all__ = ["PIXEL_PRESETS", "PRESETS", "preset"]
+__all__ = ["PIXEL_PRESETS", "PORTFOLIO_PRESETS", "PRESETS", "preset"]
 
 
 def _preset(name: str, description: str, config: PPOConfig, steps: int, market: MarketPreset) -> Preset:
@@ -155,6 +156,46 @@ PRESETS: tuple[Preset, ...] = (
     ),
 )
 
+# Allocation over several assets (--env portfolio:...): a Gaussian over the N + 1 simplex
+# logits (the env maps them through softmax(5 a)), a myopic discount (a weight pays over the next
+# bar, costs over the next few), rewards (log growth) scaled to O(1), no entropy bonus.
+_PORTFOLIO = PPOConfig(
+    policy="continuous",
+    hidden=(128, 128),
+    num_steps=64,
+    gamma=0.5,
+    gae_lambda=0.9,
+    lr=3e-4,
+    update_epochs=4,
+    num_minibatches=4,
+    ent_coef=0.0,
+    reward_scale=10.0,
+    log_std_init=-0.5,
+    normalize_obs=True,
+    clip_vloss=False,
+    total_steps=100_000,
+)
+"""ppo-portfolio's config."""
+
+PORTFOLIO_PRESETS: tuple[Preset, ...] = (
+    Preset(
+        "ppo-portfolio",
+        "PPO allocating over several assets and cash (Gaussian over simplex logits; portfolio:...)",
+        _PORTFOLIO,
+        agent=PPOAgent,
+        kind="onpolicy",
+        schedule=onpolicy_schedule,
+        default_num_envs=16,
+        default_steps=100_000,
+        default_eval_every=10_000,
+        default_env="portfolio:synthetic,signal=0.5",
+        steps_field="total_steps",
+        market=MarketPreset(overrides={}, default_num_envs=16, default_steps=100_000, default_eval_every=10_000),
+    ),
+)
+"""The portfolio preset (its defaults are the portfolio ones: ``market`` repeats them)."""
+
+
 # CleanRL's ppo_atari.py: 8 environments x 128 steps, Adam 2.5e-4 annealed to 0 over 10M steps,
 # gamma 0.99, GAE lambda 0.95, 4 epochs of 4 minibatches, clip 0.1 (surrogate and value), entropy
 # 0.01, value 0.5, gradient norm 0.5; one Nature CNN (512 features) shared by actor and critic.
@@ -219,7 +260,7 @@ PIXEL_PRESETS: tuple[Preset, ...] = (
     ),
 )
 """The presets on image observations (uint8 ``[C, H, W]``; docs/pages/pixels.md); no market variant."""
-PRESETS = PRESETS + PIXEL_PRESETS
+PRESETS = PRESETS + PIXEL_PRESETS + PORTFOLIO_PRESETS
 """The named presets; the command line's registry (`tritonrl.cli.registry`) collects them."""
 
 

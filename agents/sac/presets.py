@@ -1,6 +1,6 @@
 """The continuous off-policy family's presets: ``sac`` and ``td3`` at CleanRL's settings (TD3's
 ``learning_starts`` 5,000), on Pendulum-v1 by default, each with its own market overrides
-(`_MARKET_SAC`, `_MARKET_TD3`). See docs/pages/sac.md.
+(`_MARKET_SAC`, `_MARKET_TD3`); ``sac-portfolio`` over several assets. See docs/pages/sac.md.
 """
 
 from __future__ import annotations
@@ -43,6 +43,10 @@ _MARKET_DEFAULTS: dict[str, Any] = {
 _MARKET_SAC = MarketPreset(overrides={**_MARKET_COMMON, "autotune": False, "alpha": 1e-4}, **_MARKET_DEFAULTS)
 _MARKET_TD3 = MarketPreset(overrides=dict(_MARKET_COMMON), **_MARKET_DEFAULTS)
 
+# Allocation over several assets (--env portfolio:...): the squashed Gaussian's N + 1 outputs
+# are the simplex logits the env maps through softmax(5 a); the market settings otherwise.
+_PORTFOLIO = MarketPreset(overrides={}, default_num_envs=16, default_steps=30_000, default_eval_every=5_000)
+
 PRESETS: tuple[Preset, ...] = (
     Preset(
         "sac",
@@ -64,6 +68,19 @@ PRESETS: tuple[Preset, ...] = (
         schedule=offpolicy_schedule,
         market=_MARKET_TD3,
         **_CLI,
+    ),
+    Preset(
+        "sac-portfolio",
+        "SAC allocating over several assets and cash (squashed Gaussian over simplex logits; portfolio:...)",
+        SACConfig(**{**_MARKET_COMMON, "autotune": False, "alpha": 1e-4}, tags=("sac", "portfolio")),
+        agent=SACAgent,
+        kind="offpolicy",
+        schedule=offpolicy_schedule,
+        default_num_envs=16,
+        default_steps=30_000,
+        default_eval_every=5_000,
+        default_env="portfolio:synthetic,signal=0.5",
+        market=_PORTFOLIO,
     ),
 )
 """The named presets; the command line's registry (`tritonrl.cli.registry`) collects them."""

@@ -65,7 +65,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument(
         "--env",
         default=None,
-        help=f"gymnasium environment id, or market:SOURCE (synthetic[,ar=F], googl, eurusd, csv=PATH) "
+        help=f"gymnasium environment id, market:SOURCE (synthetic[,ar=F], googl, eurusd, csv=PATH) or "
+        f"portfolio:SOURCE (synthetic[,assets=N][,signal=F], sp500, csv=PATH, csv-fill=PATH) "
         f"(default: the preset's, else {DEFAULT_ENV})",
     )
     p.add_argument("--steps", type=int, default=None, help="environment steps (default: the preset's)")
@@ -274,6 +275,7 @@ def _plan(args: argparse.Namespace, ctx: Any) -> _Plan:
     from tritonrl.toolkit.distributed import DistributedError
     from tritonrl.toolkit.training.loop import CHECKPOINT_NAME
     from tritonrl.toolkit.training.market import is_market, market_preset
+    from tritonrl.toolkit.training.portfolio import is_portfolio
 
     try:
         ctx.check_same("the command line", _flags(args))
@@ -285,9 +287,12 @@ def _plan(args: argparse.Namespace, ctx: Any) -> _Plan:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     overrides, env_overrides = split_overrides(parse_overrides(args.overrides))
-    market = is_market(args.env)
+    market = is_market(args.env) or is_portfolio(args.env)
     if env_overrides and not market:
-        raise UsageError("--set env.FIELD=VALUE sets a market environment's field (--env market:...)")
+        raise UsageError(
+            "--set env.FIELD=VALUE sets a market or portfolio environment's field (--env market:... or "
+            "portfolio:...)"
+        )
     defaults = market_preset(spec) if market else spec
     device = ctx.device if ctx.enabled else parse_device(args.device)
     torch.set_num_threads(args.threads)
@@ -494,9 +499,13 @@ def _market_run(
         ValueError: a bad source, option, env field, or data too short.
     """
     from tritonrl.toolkit.training.market import build_market_run, env_config_for
+    from tritonrl.toolkit.training.portfolio import build_portfolio_run, is_portfolio, portfolio_env_config
 
     agent_config = spec.configure(overrides, config=saved_config, total_steps=steps)
     _, env_overrides = split_overrides(parse_overrides(args.overrides))
+    if is_portfolio(args.env):
+        config = portfolio_env_config(agent_config, env_overrides)
+        return build_portfolio_run(args.env, num_envs, config, device=device, seed=seed)
     env_config = env_config_for(agent_config, env_overrides)
     return build_market_run(args.env, num_envs, env_config, device=device, seed=seed)
 
@@ -538,6 +547,22 @@ def run(args: argparse.Namespace) -> int:
     end_rank(ctx, lambda: _train(args, ctx))
 
 
+def _test_report(args: argparse.Namespace, agent: Any, market: Any, run_dir: str) -> None:
+    """Print (and save in the run folder) the test-period report of a market or portfolio run."""
+    from tritonrl.toolkit.training.portfolio import is_portfolio
+
+    if is_portfolio(args.env):
+        from tritonrl.toolkit.backtest.report import format_summary
+        from tritonrl.toolkit.training.portfolio import portfolio_report
+
+        print(format_summary(portfolio_report(agent, market, seed=args.seed, run_dir=run_dir)))
+        return
+    from tritonrl.toolkit.envs.market.evaluate import format_report
+    from tritonrl.toolkit.training.market import market_report
+
+    print(format_report(market_report(agent, market, seed=args.seed, run_dir=run_dir)))
+
+
 def _train(args: argparse.Namespace, ctx: Any) -> int:
     """`run` once the process knows its place (``ctx``); rank 0 prints, the other ranks
     print only the errors that may be theirs alone (training errors, prefixed ``rank R:``)."""
@@ -575,11 +600,7 @@ def _train(args: argparse.Namespace, ctx: Any) -> int:
                 dist=ctx,
             )
             if market is not None and summary["stopped"] is None and ctx.is_main:
-                from tritonrl.toolkit.envs.market.evaluate import format_report
-                from tritonrl.toolkit.training.market import market_report
-
-                report = market_report(agent, market, seed=args.seed, run_dir=cfg.run_dir)
-                print(format_report(report))
+                _test_report(args, agent, market, cfg.run_dir)
     except (CheckpointError, RunFolderBusy) as exc:  # before training: raised on every rank alike
         error(str(exc), agreed=True)
         return 2
@@ -616,6 +637,7 @@ def _train(args: argparse.Namespace, ctx: Any) -> int:
             "curve.png",
             "equity.png",
             "test_report.json",
+            "tearsheet",
             Path(summary["checkpoint"] or "").name,
         )
         if n and (Path(cfg.run_dir) / n).exists()

@@ -94,17 +94,20 @@ class PortfolioEvaluator:
         self.last: dict[str, Any] | None = None
 
     def evaluate_policy(self, policy: Policy, episodes: int, seed: int) -> dict[str, Any]:
-        """``{"mean_return": log growth, "std_return": 0, "mean_length", "sharpe", "turnover"}``."""
+        """``{"mean_return": log growth, "std_return": 0, "mean_length", "sharpe", "turnover",
+        "report"}`` (``report``: the three figures again, as a market run's evaluation has one)."""
         del episodes
         rec = run_period(policy, self.data, self.env_config, seed=seed)
         self.last = rec
         r = rec["log_returns"]
         sd = float(r.std(ddof=1)) if len(r) > 1 else 0.0
         sharpe = float(r.mean() / sd * math.sqrt(rec["periods_per_year"])) if sd > 0 else 0.0
+        turnover = float(rec["turnover"].mean()) if len(r) else 0.0
         return {
             "mean_return": float(r.sum()),
             "std_return": 0.0,
             "mean_length": float(len(r)),
             "sharpe": sharpe,
-            "turnover": float(rec["turnover"].mean()) if len(r) else 0.0,
+            "turnover": turnover,
+            "report": {"log_return": float(r.sum()), "sharpe": sharpe, "turnover": turnover},
         }
