@@ -190,7 +190,9 @@ PORTFOLIO_PRESETS: tuple[Preset, ...] = (
         default_eval_every=10_000,
         default_env="portfolio:synthetic,signal=0.5",
         steps_field="total_steps",
-        market=MarketPreset(overrides={}, default_num_envs=16, default_steps=100_000, default_eval_every=10_000),
+        market=MarketPreset(
+            overrides={}, default_num_envs=16, default_steps=100_000, default_eval_every=10_000
+        ),
     ),
 )
 """The portfolio preset (its defaults are the portfolio ones: ``market`` repeats them)."""

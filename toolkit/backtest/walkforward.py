@@ -36,7 +36,9 @@ class Fold:
     test: tuple[int, int]
 
 
-def fold_bounds(rows: int, folds: int, window: int, *, train: float = 0.5, validation: float = 0.1) -> list[Fold]:
+def fold_bounds(
+    rows: int, folds: int, window: int, *, train: float = 0.5, validation: float = 0.1
+) -> list[Fold]:
     """``folds`` rolling folds over ``rows`` bars: each trains on ``train * rows`` bars, validates
     on the next ``validation * rows``, and tests on the next of ``folds`` equal test blocks that
     tile the rest; fold ``k`` is fold 0 moved ``k`` test blocks later.
@@ -58,7 +60,11 @@ def fold_bounds(rows: int, folds: int, window: int, *, train: float = 0.5, valid
         b, c = a + n_train, a + n_train + n_val
         d = c + block if k < folds - 1 else rows
         fold = Fold(k, (a, b), (b - window + 1, c), (c - window + 1, d))
-        for label, (start, stop) in (("train", fold.train), ("validation", fold.validation), ("test", fold.test)):
+        for label, (start, stop) in (
+            ("train", fold.train),
+            ("validation", fold.validation),
+            ("test", fold.test),
+        ):
             if stop - max(start, 0) < window + 1 or start < 0:
                 raise ValueError(
                     f"fold {k}'s {label} period has {stop - max(start, 0)} rows, fewer than window + 1 = "
@@ -68,8 +74,8 @@ def fold_bounds(rows: int, folds: int, window: int, *, train: float = 0.5, valid
     return out
 
 
-def _baseline_policy(b: Baseline, n: int, device: torch.device) -> Policy:
-    return weights_policy(b.weights, device) if b.rebalance else hold_policy(b.weights, n, device)
+def _baseline_policy(b: Baseline, device: torch.device) -> Policy:
+    return weights_policy(b.weights, device) if b.rebalance else hold_policy(b.weights, device)
 
 
 def evaluate_period(
@@ -89,7 +95,7 @@ def evaluate_period(
     as_weights = dataclasses.replace(env_config, actions="weights")
     closes = train.close.double().cpu().numpy()
     for b in baselines(closes):
-        pol = _baseline_policy(b, test.num_assets, test.device)
+        pol = _baseline_policy(b, test.device)
         records[b.name] = run_period(pol, test, as_weights, seed=seed)
     return _report(records, strategy, test, env_config, trials=trials, folds=[])
 
@@ -139,7 +145,7 @@ def walk_forward(
         policy = train_fold(fold.index, tr, va)
         records = {strategy: run_period(policy, te, env_config, seed=seed)}
         for b in baselines(tr.close.double().cpu().numpy()):
-            records[b.name] = run_period(_baseline_policy(b, te.num_assets, te.device), te, as_weights, seed=seed)
+            records[b.name] = run_period(_baseline_policy(b, te.device), te, as_weights, seed=seed)
         for name, rec in records.items():
             per_name.setdefault(name, []).append(rec)
         fold_report = _report(records, strategy, te, env_config, trials=trials, folds=[])

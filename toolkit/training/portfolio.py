@@ -103,5 +103,7 @@ def save_report(report: Mapping[str, Any], folder: Path) -> None:
             raise
         import sys
 
-        print("notice: matplotlib is not installed: the tear sheet is skipped (pip install 'tritonrl[train]')",
-              file=sys.stderr)
+        print(
+            "notice: matplotlib is not installed: the tear sheet is skipped (pip install 'tritonrl[train]')",
+            file=sys.stderr,
+        )

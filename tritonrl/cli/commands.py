@@ -1,6 +1,6 @@
 """``tritonrl`` (or ``python -m tritonrl``): the command line.
 
-Subcommands ``info`` and ``bench`` live here; ``train``, ``fit``, ``export`` and ``trade`` come
+Subcommands ``info`` and ``bench`` live here; ``train``, ``fit``, ``backtest``, ``export`` and ``trade`` come
 from their own modules. See docs/pages/training.md, "Command line".
 """
 
@@ -135,7 +135,7 @@ def _bench(
 def _register_extra(sub: argparse._SubParsersAction) -> None:
     """Subcommands added by later modules (``train``, ``fit``, ``export``, ``trade``); each sets ``run``
     on its parser."""
-    modules = ("train", "fit", "export", "trade")
+    modules = ("train", "fit", "backtest", "export", "trade")
     for module in (f"tritonrl.cli.{name}" for name in modules):
         try:
             add_parser = importlib.import_module(module).add_parser

@@ -71,7 +71,8 @@ def _agent(ckpt: Path, state: dict[str, Any], device: str) -> Any:
 
 def _metadata(ckpt: Path, state: dict[str, Any]) -> dict[str, Any]:
     """The sidecar entries of the source checkpoint: ``checkpoint`` (file, crc32, step, agent,
-    env) and, for a market run, ``market`` (the rules ``tritonrl trade`` replays)."""
+    env) and, for a market run, ``market`` (the rules ``tritonrl trade`` replays); for a portfolio
+    run, ``portfolio`` (its env config and observation layout)."""
     meta = state["meta"]
     loop: dict[str, Any] = state["loop"] if isinstance(state.get("loop"), dict) else {}
     counters = state["agent"].get("counters", {})
@@ -86,7 +87,14 @@ def _metadata(ckpt: Path, state: dict[str, Any]) -> dict[str, Any]:
             "env": meta.get("env"),
         }
     }
-    if "market_env" in meta:
+    if "market_env" in meta and str(meta.get("env", "")).startswith("portfolio:"):
+        out["portfolio"] = {
+            "env": meta.get("env"),
+            "env_config": json.loads(meta["market_env"]),
+            "observation": "features [W, N, F] of rows t-W+1..t flattened (PANEL_FEATURES), then the held "
+            "weights [N + 1], cash first",
+        }
+    elif "market_env" in meta:
         from tritonrl.toolkit.envs.market.env import MarketEnvConfig
         from tritonrl.toolkit.envs.market.live import market_sidecar
 

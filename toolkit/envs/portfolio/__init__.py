@@ -4,6 +4,7 @@
 
 from tritonrl.toolkit.envs.portfolio.env import PortfolioEnv, PortfolioEnvConfig
 from tritonrl.toolkit.envs.portfolio.evaluate import (
+    HoldPolicy,
     PortfolioEvaluator,
     hold_policy,
     run_period,
@@ -12,6 +13,7 @@ from tritonrl.toolkit.envs.portfolio.evaluate import (
 from tritonrl.toolkit.envs.portfolio.weights import discrete_portfolios, target_weights
 
 __all__ = [
+    "HoldPolicy",
     "PortfolioEnv",
     "PortfolioEnvConfig",
     "PortfolioEvaluator",

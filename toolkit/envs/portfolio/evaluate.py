@@ -14,7 +14,7 @@ import torch
 from tritonrl.toolkit.bars.paneldata import PanelData
 from tritonrl.toolkit.envs.portfolio.env import PortfolioEnv, PortfolioEnvConfig
 
-__all__ = ["PortfolioEvaluator", "hold_policy", "run_period", "weights_policy"]
+__all__ = ["HoldPolicy", "PortfolioEvaluator", "hold_policy", "run_period", "weights_policy"]
 
 Policy = Callable[[torch.Tensor], Any]
 
@@ -39,8 +39,10 @@ def run_period(
     obs, _ = env.reset(seed=seed)
     rewards, weights, turnover, costs = [], [], [], []
     with torch.no_grad():
-        for _ in range(decisions):
-            obs, reward, terminated, truncated, info = env.step(policy(obs))
+        for i in range(decisions):
+            hold = isinstance(policy, HoldPolicy) and i > 0
+            action = env._state["weights"].clone() if hold else policy(obs)
+            obs, reward, terminated, truncated, info = env.step(action)
             rewards.append(info["equity"])
             weights.append(info["weights"][0])
             turnover.append(info["turnover"])
@@ -68,21 +70,20 @@ def weights_policy(weights: np.ndarray | torch.Tensor, device: torch.device | st
     return lambda obs: w.expand(obs.shape[0], -1)
 
 
-def hold_policy(
-    weights: np.ndarray | torch.Tensor, num_assets: int, device: torch.device | str = "cpu"
-) -> Policy:
-    """Buy ``weights`` at the first step, then hold (target the drifted weights the observation
-    ends with); for ``actions="weights"``."""
-    first = weights_policy(weights, device)
-    started = [False]
+class HoldPolicy:
+    """Buy ``weights`` ``[N + 1]`` at the first step, then hold: `run_period` targets the env's own
+    drifted weights (f64), so nothing is traded after the first step; for ``actions="weights"``."""
 
-    def act(obs: torch.Tensor) -> torch.Tensor:
-        if not started[0]:
-            started[0] = True
-            return first(obs)
-        return obs[:, -(num_assets + 1) :].float()
+    def __init__(self, weights: np.ndarray | torch.Tensor, device: torch.device | str = "cpu") -> None:
+        self.first = weights_policy(weights, device)
 
-    return act
+    def __call__(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.first(obs)
+
+
+def hold_policy(weights: np.ndarray | torch.Tensor, device: torch.device | str = "cpu") -> HoldPolicy:
+    """A `HoldPolicy` of ``weights``."""
+    return HoldPolicy(weights, device)
 
 
 class PortfolioEvaluator:
