@@ -115,8 +115,10 @@ class PortfolioEnv(gym.vector.VectorEnv):
     rebalanced there at the costs of ``config.cost_model``, and drift on to the close of ``t + 1``.
     The reward is ``log(V[t + 1] / V[t])`` of the equity after every cost, so an episode's rewards
     sum to ``log(final / initial equity)``. Nothing after row ``t`` reaches the observation at
-    ``t``. Episodes reset in the same step (``info["final_obs"]``). Accounting is f64 (f32 on MPS);
-    observations ``[E, W * N * F + N + 1]`` in the features' dtype, rewards f32.
+    ``t``. Equity at or below 1e-12 of the initial (a short that outgrew it) is ruin: floored
+    there, all cash, terminated. Episodes reset in the same step (``info["final_obs"]``).
+    Accounting is f64 (f32 on MPS); observations ``[E, W * N * F + N + 1]`` in the features'
+    dtype, rewards f32.
     """
 
     metadata: dict[str, Any] = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
@@ -254,6 +256,9 @@ class PortfolioEnv(gym.vector.VectorEnv):
         held, v_a = _drift(s["weights"], value, ga)
         weights, v_b, traded = self._trade(held, v_a, target)
         weights, v_next = _drift(weights, v_b.clamp_min(value * _RUIN), gb)
+        ruined = v_next <= c.initial_cash * _RUIN  # e.g. a short that outgrew the equity: all lost
+        v_next = v_next.clamp_min(c.initial_cash * _RUIN)
+        weights = torch.where(ruined[:, None], self._cash, weights)
         reward64 = torch.log(v_next / value)
         peak = torch.maximum(s["peak"], v_next)
         drawdown = 1.0 - v_next / peak
@@ -269,7 +274,7 @@ class PortfolioEnv(gym.vector.VectorEnv):
             "costs": s["costs"] + (v_a - v_b) / v_a,
         }
         truncated = steps >= self._max_steps
-        terminated = (drawdown > self._dd_limit) | (v_next <= c.initial_cash * _RUIN)
+        terminated = (drawdown > self._dd_limit) | ruined
         done = truncated | terminated
         final_obs = self._observe(row, weights)
         done_f = done.to(self._acc)
@@ -397,6 +402,11 @@ class PortfolioEnv(gym.vector.VectorEnv):
                 raise ValueError(
                     f"env state {name!r} is not a {ref.dtype} tensor of shape {tuple(ref.shape)}"
                 )
+        value, peak = tensors["value"], tensors["peak"]
+        if not all(bool(torch.isfinite(tensors[k]).all()) for k in _STATE if tensors[k].is_floating_point()):
+            raise ValueError("env state holds a non-finite number")
+        if bool(((value <= 0) | (peak < value)).any()):
+            raise ValueError("env state holds an equity that is not positive or is above its peak")
         row, st = tensors["row"], tensors["steps"]
         start = row - st
         if bool(

@@ -71,8 +71,10 @@ def weights_policy(weights: np.ndarray | torch.Tensor, device: torch.device | st
 def hold_policy(
     weights: np.ndarray | torch.Tensor, num_assets: int, device: torch.device | str = "cpu"
 ) -> Policy:
-    """Buy ``weights`` at the first step, then hold (target the drifted weights the observation
-    ends with); for ``actions="weights"``."""
+    """Buy ``weights`` at the first step, then target the drifted weights the observation ends
+    with, in its dtype; for ``actions="weights"``. That trades nothing with ``fill="close"`` and
+    f64 features; otherwise it re-trades the drift from the close to the fill and the rounding of
+    the observation's dtype."""
     first = weights_policy(weights, device)
     started = [False]
 
@@ -80,7 +82,7 @@ def hold_policy(
         if not started[0]:
             started[0] = True
             return first(obs)
-        return obs[:, -(num_assets + 1) :].float()
+        return obs[:, -(num_assets + 1) :]
 
     return act
 
