@@ -36,7 +36,8 @@ class PortfolioEnvConfig(Config):
     """Decisions per episode; the episode is truncated after the last one (or at the data's end)."""
     actions: Literal["simplex", "weights", "long_short", "discrete", "finrl"] = "simplex"
     """``"simplex"``: ``Box(-1, 1, (N + 1,))``, weights ``softmax(simplex_scale * a)`` (cash first);
-    ``"weights"``: ``Box(0, 1, (N + 1,))`` target weights, normalised by their sum;
+    ``"weights"``: ``Box(0, 1, (N + 1,))`` target weights, normalised by their sum (a row of NaNs:
+    no trade, the drifted weights are held);
     ``"long_short"``: ``Box(-1, 1, (N,))`` asset weights scaled to ``sum |w| <= leverage``, cash the
     rest; ``"discrete"``: ``Discrete(N + 2)``, 0 cash, 1 equal weight, ``2 + i`` all in asset ``i``;
     ``"finrl"``: FinRL's rule (used as given on the simplex, else softmax, in f32)."""
@@ -115,8 +116,10 @@ class PortfolioEnv(gym.vector.VectorEnv):
     rebalanced there at the costs of ``config.cost_model``, and drift on to the close of ``t + 1``.
     The reward is ``log(V[t + 1] / V[t])`` of the equity after every cost, so an episode's rewards
     sum to ``log(final / initial equity)``. Nothing after row ``t`` reaches the observation at
-    ``t``. Episodes reset in the same step (``info["final_obs"]``). Accounting is f64 (f32 on MPS);
-    observations ``[E, W * N * F + N + 1]`` in the features' dtype, rewards f32.
+    ``t``. Equity at or below 1e-12 of the initial (a short that outgrew it) is ruin: floored
+    there, all cash, terminated. Episodes reset in the same step (``info["final_obs"]``).
+    Accounting is f64 (f32 on MPS); observations ``[E, W * N * F + N + 1]`` in the features'
+    dtype, rewards f32.
     """
 
     metadata: dict[str, Any] = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
@@ -242,6 +245,7 @@ class PortfolioEnv(gym.vector.VectorEnv):
         target = target_weights(
             actions, c.actions, scale=c.simplex_scale, leverage=c.leverage, table=self._table, dtype=self._acc
         )
+        keep = torch.isnan(actions).all(-1) if c.actions == "weights" else None
         row, value = s["row"], s["value"]
         c0, c1 = self.data.close[row], self.data.close[row + 1]
         if c.fill == "close":
@@ -252,8 +256,13 @@ class PortfolioEnv(gym.vector.VectorEnv):
             o1 = self.data.open[row + 1]
             ga, gb = o1 / c0, c1 / o1
         held, v_a = _drift(s["weights"], value, ga)
+        if keep is not None:  # NaN rows: hold (the drifted weights are the target: nothing traded)
+            target = torch.where(keep[:, None], held, target)
         weights, v_b, traded = self._trade(held, v_a, target)
         weights, v_next = _drift(weights, v_b.clamp_min(value * _RUIN), gb)
+        ruined = v_next <= c.initial_cash * _RUIN  # e.g. a short that outgrew the equity: all lost
+        v_next = v_next.clamp_min(c.initial_cash * _RUIN)
+        weights = torch.where(ruined[:, None], self._cash, weights)
         reward64 = torch.log(v_next / value)
         peak = torch.maximum(s["peak"], v_next)
         drawdown = 1.0 - v_next / peak
@@ -269,7 +278,7 @@ class PortfolioEnv(gym.vector.VectorEnv):
             "costs": s["costs"] + (v_a - v_b) / v_a,
         }
         truncated = steps >= self._max_steps
-        terminated = (drawdown > self._dd_limit) | (v_next <= c.initial_cash * _RUIN)
+        terminated = (drawdown > self._dd_limit) | ruined
         done = truncated | terminated
         final_obs = self._observe(row, weights)
         done_f = done.to(self._acc)
@@ -397,6 +406,11 @@ class PortfolioEnv(gym.vector.VectorEnv):
                 raise ValueError(
                     f"env state {name!r} is not a {ref.dtype} tensor of shape {tuple(ref.shape)}"
                 )
+        value, peak = tensors["value"], tensors["peak"]
+        if not all(bool(torch.isfinite(tensors[k]).all()) for k in _STATE if tensors[k].is_floating_point()):
+            raise ValueError("env state holds a non-finite number")
+        if bool(((value <= 0) | (peak < value)).any()):
+            raise ValueError("env state holds an equity that is not positive or is above its peak")
         row, st = tensors["row"], tensors["steps"]
         start = row - st
         if bool(

@@ -39,10 +39,8 @@ def run_period(
     obs, _ = env.reset(seed=seed)
     rewards, weights, turnover, costs = [], [], [], []
     with torch.no_grad():
-        for i in range(decisions):
-            hold = isinstance(policy, HoldPolicy) and i > 0
-            action = env._state["weights"].clone() if hold else policy(obs)
-            obs, reward, terminated, truncated, info = env.step(action)
+        for _ in range(decisions):
+            obs, reward, terminated, truncated, info = env.step(policy(obs))
             rewards.append(info["equity"])
             weights.append(info["weights"][0])
             turnover.append(info["turnover"])
@@ -71,14 +69,19 @@ def weights_policy(weights: np.ndarray | torch.Tensor, device: torch.device | st
 
 
 class HoldPolicy:
-    """Buy ``weights`` ``[N + 1]`` at the first step, then hold: `run_period` targets the env's own
-    drifted weights (f64), so nothing is traded after the first step; for ``actions="weights"``."""
+    """Buy ``weights`` ``[N + 1]`` at the first step, then hold: NaN rows, which a
+    ``actions="weights"`` env reads as "no trade" (the drifted weights are kept, nothing is paid)."""
 
     def __init__(self, weights: np.ndarray | torch.Tensor, device: torch.device | str = "cpu") -> None:
         self.first = weights_policy(weights, device)
+        self.started = False
 
     def __call__(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.first(obs)
+        action = self.first(obs)
+        if self.started:
+            return torch.full_like(action, float("nan"))
+        self.started = True
+        return action
 
 
 def hold_policy(weights: np.ndarray | torch.Tensor, device: torch.device | str = "cpu") -> HoldPolicy:
