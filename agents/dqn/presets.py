@@ -93,7 +93,7 @@ PRESETS: tuple[Preset, ...] = (
         default_num_envs=16,
         default_steps=60_000,
         default_eval_every=10_000,
-        default_env="portfolio:synthetic,signal=0.5",
+        default_env="portfolio:synthetic,signal=0.5,bars=20000",
         market=dataclasses.replace(_MARKET, overrides={}),
     ),
 )

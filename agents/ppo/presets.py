@@ -188,7 +188,7 @@ PORTFOLIO_PRESETS: tuple[Preset, ...] = (
         default_num_envs=16,
         default_steps=100_000,
         default_eval_every=10_000,
-        default_env="portfolio:synthetic,signal=0.5",
+        default_env="portfolio:synthetic,signal=0.5,bars=20000",
         steps_field="total_steps",
         market=MarketPreset(
             overrides={}, default_num_envs=16, default_steps=100_000, default_eval_every=10_000

@@ -79,7 +79,7 @@ PRESETS: tuple[Preset, ...] = (
         default_num_envs=16,
         default_steps=30_000,
         default_eval_every=5_000,
-        default_env="portfolio:synthetic,signal=0.5",
+        default_env="portfolio:synthetic,signal=0.5,bars=20000",
         market=_PORTFOLIO,
     ),
 )

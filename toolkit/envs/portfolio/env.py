@@ -30,8 +30,9 @@ __all__ = ["PortfolioEnv", "PortfolioEnvConfig"]
 class PortfolioEnvConfig(Config):
     """The allocation rules of `PortfolioEnv` (immutable; copy with ``dataclasses.replace``)."""
 
-    window: int = 32
-    """``W``: bars per observation (rows ``t - W + 1 .. t`` of every asset's features)."""
+    window: int = 8
+    """``W``: bars per observation (rows ``t - W + 1 .. t`` of every asset's features; the
+    observation grows as ``W * N``, and a long one lets a network memorise a short history)."""
     episode_length: int = 256
     """Decisions per episode; the episode is truncated after the last one (or at the data's end)."""
     actions: Literal["simplex", "weights", "long_short", "discrete", "finrl"] = "simplex"
