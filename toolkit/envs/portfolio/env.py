@@ -41,14 +41,15 @@ class PortfolioEnvConfig(Config):
     no trade, the drifted weights are held);
     ``"long_short"``: ``Box(-1, 1, (N,))`` asset weights scaled to ``sum |w| <= leverage``, cash the
     rest; ``"discrete"``: ``Discrete(N + 2)``, 0 cash, 1 equal weight, ``2 + i`` all in asset ``i``;
-    ``"finrl"``: FinRL's rule (used as given on the simplex, else softmax, in f32)."""
+    ``"finrl"``: FinRL's rule (used as given on the simplex, else softmax, in f32; see
+    `PortfolioEnv` for what FinRL's mode reproduces)."""
     simplex_scale: float = 5.0
     """The softmax's scale in ``"simplex"`` (a bounded action reaches weights near 0 and 1)."""
     leverage: float = 1.0
     """The gross exposure cap of ``"long_short"``."""
     fill: Literal["next_open", "next_close", "close"] = "next_open"
     """Where a decision made at the close of bar ``t`` trades: the open or the close of ``t + 1``,
-    or (``"close"``, FinRL's timing) the close of ``t`` itself."""
+    or (``"close"``, FinRL's timing) the close of ``t`` itself, with FinRL's f32 price relatives."""
     cost: float = 1e-3
     """Proportional cost per side, a fraction of the notional traded."""
     slippage_bps: float = 0.0
@@ -66,7 +67,9 @@ class PortfolioEnvConfig(Config):
     cost_model: Literal["proportional", "finrl_wvm", "finrl_trf"] = "proportional"
     """``"proportional"``: ``cost``, slippage and fees on the notional traded; ``"finrl_wvm"`` /
     ``"finrl_trf"``: FinRL's weights-vector-modifier / transaction-remainder-factor models with
-    ``cost`` as its fee (compatibility mode; slippage, fees and borrowing must be 0)."""
+    ``cost`` as its fee (compatibility mode; slippage, fees and borrowing must be 0). As in FinRL,
+    wvm charges the whole notional traded (``cost`` unused) and skips a trade it exceeds the
+    target cash of."""
 
     def __post_init__(self) -> None:
         check_config(self, _RANGES)
@@ -121,6 +124,16 @@ class PortfolioEnv(gym.vector.VectorEnv):
     there, all cash, terminated. Episodes reset in the same step (``info["final_obs"]``).
     Accounting is f64 (f32 on MPS); observations ``[E, W * N * F + N + 1]`` in the features'
     dtype, rewards f32.
+
+    FinRL's mode (``actions="finrl"``, ``fill="close"``, ``cost_model="finrl_wvm"`` / ``"finrl_trf"``
+    or ``"proportional"`` with ``cost=0`` for its ``None``; ``random_start=False``,
+    ``episode_length=T - W``) reproduces ``PortfolioOptimizationEnv``'s rewards, portfolio values
+    and final weights, its f32 actions, price relatives and weight products included: to 1e-9 on
+    the simplex when FinRL's value is f64 (an f64 ``initial_amount``), to f32 rounding where its
+    softmax runs (NumPy's f32 ``exp`` differs in the last bit) or its value is f32 (a Python-number
+    ``initial_amount`` under NumPy >= 2). Not reproduced: its observation (``[F, N, W]`` features
+    normalized by the previous bar, no weights), its episode of all the data (here a config), its
+    extra terminal step (a no-op there; here the last trade truncates), its plots and report.
     """
 
     metadata: dict[str, Any] = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
@@ -169,6 +182,10 @@ class PortfolioEnv(gym.vector.VectorEnv):
         self._cash[0] = 1.0
         self._dd_limit = config.max_drawdown if config.max_drawdown < 1.0 else math.inf
         self._friction = config.cost + config.slippage_bps * 1e-4
+        # FinRL's close fill drifts its f32 target weights in f32 (not the f64 ones wvm trades to)
+        self._finrl_drift = (
+            config.fill == "close" and config.actions == "finrl" and config.cost_model != "finrl_wvm"
+        )
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(seed)
         self.vector_steps = 0
@@ -249,7 +266,9 @@ class PortfolioEnv(gym.vector.VectorEnv):
         keep = torch.isnan(actions).all(-1) if c.actions == "weights" else None
         row, value = s["row"], s["value"]
         c0, c1 = self.data.close[row], self.data.close[row + 1]
-        if c.fill == "close":
+        if c.fill == "close" and c.actions == "finrl":  # FinRL stores its price relatives in f32
+            ga, gb = None, (c1 / c0).to(torch.float32).to(self._acc)
+        elif c.fill == "close":
             ga, gb = None, c1 / c0
         elif c.fill == "next_close":
             ga, gb = c1 / c0, None
@@ -260,7 +279,8 @@ class PortfolioEnv(gym.vector.VectorEnv):
         if keep is not None:  # NaN rows: hold (the drifted weights are the target: nothing traded)
             target = torch.where(keep[:, None], held, target)
         weights, v_b, traded = self._trade(held, v_a, target)
-        weights, v_next = _drift(weights, v_b.clamp_min(value * _RUIN), gb)
+        drift = _finrl_drift if self._finrl_drift else _drift
+        weights, v_next = drift(weights, v_b.clamp_min(value * _RUIN), gb)
         ruined = v_next <= c.initial_cash * _RUIN  # e.g. a short that outgrew the equity: all lost
         v_next = v_next.clamp_min(c.initial_cash * _RUIN)
         weights = torch.where(ruined[:, None], self._cash, weights)
@@ -459,19 +479,31 @@ def _drift(
     return book / after[:, None], after
 
 
+def _finrl_drift(
+    weights: torch.Tensor, value: torch.Tensor, growth: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`_drift` as FinRL computes it: ``value * (w * g)`` with the product ``w * g`` of its f32
+    target weights and f32 price relatives rounded to f32."""
+    assert growth is not None
+    w = weights.to(torch.float32)
+    held = torch.cat((w[:, :1], w[:, 1:] * growth.to(torch.float32)), dim=1).to(weights.dtype)
+    book = value[:, None] * held
+    after = book.sum(1)
+    return book / after[:, None], after
+
+
 def _trf_mu(held: torch.Tensor, target: torch.Tensor, fee: float) -> torch.Tensor:
-    """FinRL's transaction remainder factor, iterated per env as its env does (to 1e-10)."""
+    """FinRL's transaction remainder factor, iterated per env as its env does (to 1e-10), with its
+    f32 term ``1 - fee * target_cash`` (NumPy >= 2 keeps a Python float times an f32 in f32)."""
     mu = torch.full_like(held[:, 0], 1 - 2 * fee + fee**2)
     last = torch.ones_like(mu)
-    denom = 1 - fee * target[:, 0]
+    denom = (1.0 - target[:, 0].to(torch.float32) * float(np.float32(fee))).to(mu.dtype)
     for _ in range(10_000):
         live = (mu - last).abs() > 1e-10
         if not bool(live.any()):
             break
         nxt = (
-            1
-            - fee * target[:, 0]
-            - (2 * fee - fee**2) * (held[:, 1:] - mu[:, None] * target[:, 1:]).clamp_min(0).sum(1)
+            denom - (2 * fee - fee**2) * (held[:, 1:] - mu[:, None] * target[:, 1:]).clamp_min(0).sum(1)
         ) / denom
         last = torch.where(live, mu, last)
         mu = torch.where(live, nxt, mu)

@@ -9,6 +9,7 @@ import torch
 __all__ = [
     "discrete_portfolios",
     "finrl_weights",
+    "numpy_sum",
     "long_short_weights",
     "simplex_weights",
     "target_weights",
@@ -42,12 +43,41 @@ def direct_weights(action: torch.Tensor) -> torch.Tensor:
 
 def finrl_weights(action: torch.Tensor) -> torch.Tensor:
     """FinRL's ``PortfolioOptimizationEnv`` rule, per env: the action rounded to f32 is used as
-    it is when it sums to 1 within 1e-6 and has no negative entry, else its f32 softmax."""
+    it is when it sums to 1 within 1e-6 and has no negative entry, else its f32 softmax. Sums
+    run in NumPy's order (`numpy_sum`); ``exp`` is torch's (NumPy's f32 ``exp`` differs from it
+    in the last bit on some inputs, so off-simplex weights agree with FinRL's to f32 rounding)."""
     a = action.to(torch.float32)
-    ok = ((a.sum(-1) - 1.0).abs() <= 1e-6) & (a.min(-1).values >= 0)
+    # |sum - 1| is exact in f32 near 1 and no f32 multiple of 2^-24 lies between f32(1e-6) and 1e-6.
+    ok = ((numpy_sum(a) - 1.0).abs() <= 1e-6) & (a.min(-1).values >= 0)
     e = torch.exp(a)
-    soft = e / e.sum(-1, keepdim=True)
+    soft = e / numpy_sum(e)[:, None]
     return torch.where(ok[:, None], a, soft)
+
+
+def numpy_sum(x: torch.Tensor) -> torch.Tensor:
+    """``x [..., n]`` summed over the last axis in NumPy's pairwise order (``np.sum`` of a
+    contiguous row): sequential below 8 terms, 8 running sums up to 128, halves above, so that
+    f32 sums round as FinRL's do."""
+    n = x.shape[-1]
+    if n < 8:
+        res = x[..., 0]
+        for i in range(1, n):
+            res = res + x[..., i]
+        return res
+    if n > 128:
+        half = n // 2 - (n // 2) % 8
+        return numpy_sum(x[..., :half]) + numpy_sum(x[..., half:])
+    stop = n - n % 8
+    blocks = x[..., :stop].unflatten(-1, (stop // 8, 8))
+    r = blocks[..., 0, :]
+    for i in range(1, stop // 8):
+        r = r + blocks[..., i, :]
+    res = ((r[..., 0] + r[..., 1]) + (r[..., 2] + r[..., 3])) + (
+        (r[..., 4] + r[..., 5]) + (r[..., 6] + r[..., 7])
+    )
+    for i in range(stop, n):
+        res = res + x[..., i]
+    return res
 
 
 def discrete_portfolios(
