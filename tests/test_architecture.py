@@ -122,7 +122,7 @@ def test_no_import_cycle_between_modules() -> None:
 
 def test_toolkit_layers() -> None:
     graph = _graph()
-    subpackages = {"bars", "envs", "replay", "training", "forecast"}
+    subpackages = {"bars", "envs", "replay", "training", "forecast", "backtest"}
     bad = []
     for mod, deps in graph.items():
         parts = mod.split(".")

@@ -1,6 +1,57 @@
-"""Backtests of portfolio strategies: what a finished backtest reports and how it is shown.
-
-The tear sheet of a backtest (`tearsheet`: five figures and one self-contained HTML page). May import
-the toolkit's core modules; never ``envs``, ``replay``, ``training``, ``forecast``, ``cli`` or
-``agents``. See docs/pages/market.md.
+"""Backtests of portfolio strategies: `metrics` (the statistics of per-period returns: Sharpe and
+its standard errors, drawdown, the deflated Sharpe ratio, one summary dict), `baselines` (equal
+weight, buy and hold, minimum variance, momentum from training closes), `walkforward` (rolling
+folds, a period beside the baselines, the stitched record), `tearsheet` and `report`. May import
+the toolkit core, ``envs`` and ``bars``; never ``training``, ``cli`` or ``agents``. See
+docs/pages/portfolio.md.
 """
+
+from tritonrl.toolkit.backtest.baselines import (
+    Baseline,
+    baselines,
+    buy_and_hold,
+    equal_weight,
+    minimum_variance,
+    momentum,
+)
+from tritonrl.toolkit.backtest.metrics import (
+    EULER_GAMMA,
+    annual_return,
+    annual_volatility,
+    calmar_ratio,
+    deflated_sharpe_ratio,
+    expected_max_sharpe,
+    max_drawdown,
+    performance_summary,
+    probabilistic_sharpe_ratio,
+    sharpe_bootstrap_interval,
+    sharpe_ratio,
+    sharpe_standard_error,
+    sortino_ratio,
+    total_return,
+    turnover,
+)
+
+__all__ = [
+    "EULER_GAMMA",
+    "Baseline",
+    "annual_return",
+    "annual_volatility",
+    "baselines",
+    "buy_and_hold",
+    "calmar_ratio",
+    "deflated_sharpe_ratio",
+    "equal_weight",
+    "expected_max_sharpe",
+    "max_drawdown",
+    "minimum_variance",
+    "momentum",
+    "performance_summary",
+    "probabilistic_sharpe_ratio",
+    "sharpe_bootstrap_interval",
+    "sharpe_ratio",
+    "sharpe_standard_error",
+    "sortino_ratio",
+    "total_return",
+    "turnover",
+]

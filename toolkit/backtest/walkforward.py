@@ -41,7 +41,8 @@ def fold_bounds(
 ) -> list[Fold]:
     """``folds`` rolling folds over ``rows`` bars: each trains on ``train * rows`` bars, validates
     on the next ``validation * rows``, and tests on the next of ``folds`` equal test blocks that
-    tile the rest; fold ``k`` is fold 0 moved ``k`` test blocks later.
+    tile the rest; fold ``k`` is fold 0 moved ``k`` test blocks later. A test period ends with the
+    close the next one decides at, so the stitched returns have no gap.
 
     Raises:
         ValueError: ``folds < 1``, shares out of (0, 1) or summing to 1 or more, or a period
@@ -59,7 +60,8 @@ def fold_bounds(
         a = k * block
         b, c = a + n_train, a + n_train + n_val
         d = c + block if k < folds - 1 else rows
-        fold = Fold(k, (a, b), (b - window + 1, c), (c - window + 1, d))
+        # a period's last row is only its final close: the next test period decides from it on
+        fold = Fold(k, (a, b), (b - window + 1, c), (c - window + 1, min(d + 1, rows)))
         for label, (start, stop) in (
             ("train", fold.train),
             ("validation", fold.validation),
@@ -179,9 +181,10 @@ def _report(
             simple,
             ppy,
             trials=trials if name == strategy else 1,
-            turnover=float(rec["turnover"].mean()),
-            costs=float(rec["costs"].sum()),
+            turnover=float(rec["turnover"].mean()) / 2,  # one-way, as metrics.turnover counts it
+            costs=rec["costs"],
         )
+        metrics[name]["costs"] = float(rec["costs"].sum())
     return {
         "title": f"{strategy} on {data.name} ({main['dates'][0]} .. {main['dates'][-1]})",
         "strategy": strategy,

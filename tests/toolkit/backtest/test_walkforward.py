@@ -26,22 +26,20 @@ def test_folds_are_in_time_order_and_tile_the_test_span() -> None:
     for f in folds:
         # train, then validation, then test, each test/validation with W - 1 warm-up rows
         assert f.train[1] == f.validation[0] + W - 1
-        assert f.validation[1] == f.test[0] + W - 1
-    # the test periods' decisions tile rows 600 .. 999 without a gap or an overlap
+        assert f.validation[1] == f.test[0] + W - 1  # the test decides from the validation's end on
+    # the test periods' returns tile rows 600 .. 999 without a gap or an overlap: a period's
+    # last row (its final close) is the next one's first decision row
     firsts = [f.test[0] + W - 1 for f in folds]
     assert firsts[0] == 600
-    assert all(
-        a[1] == b[0] + W - 1
-        for a, b in zip((f.test for f in folds), (f.test for f in folds[1:]), strict=False)
-    )
+    assert all(f.test[1] - 1 == g.test[0] + W - 1 for f, g in zip(folds, folds[1:], strict=False))
     assert folds[-1].test[1] == 1000
     # fold k is fold 0 moved k test blocks later
-    assert folds[1].train[0] - folds[0].train[0] == folds[0].test[1] - folds[0].test[0] - (W - 1)
+    assert folds[1].train[0] - folds[0].train[0] == folds[0].test[1] - 1 - (folds[0].test[0] + W - 1)
 
 
 @pytest.mark.parametrize(
     ("rows", "folds", "train", "validation"),
-    [(100, 0, 0.5, 0.1), (100, 2, 0.0, 0.1), (100, 2, 0.6, 0.4), (60, 10, 0.5, 0.1)],
+    [(100, 0, 0.5, 0.1), (100, 2, 0.0, 0.1), (100, 2, 0.6, 0.4), (20, 10, 0.5, 0.1)],
 )
 def test_bad_folds_are_one_line(rows: int, folds: int, train: float, validation: float) -> None:
     with pytest.raises(ValueError) as info:
@@ -52,7 +50,8 @@ def test_bad_folds_are_one_line(rows: int, folds: int, train: float, validation:
 def test_stitch_compounds_the_folds(data) -> None:
     cfg = PortfolioEnvConfig(window=W, actions="weights", cost=1e-3)
     pol = weights_policy([0.0, 1 / 3, 1 / 3, 1 / 3])
-    a, b = run_period(pol, data.rows(0, 150), cfg), run_period(pol, data.rows(150 - W + 1, 300), cfg)
+    # a's last close (row 150) is b's first decision row: 150 - W + 1 + W - 1
+    a, b = run_period(pol, data.rows(0, 151), cfg), run_period(pol, data.rows(150 - W + 1, 300), cfg)
     s = stitch([a, b])
     assert len(s["equity"]) == len(a["equity"]) + len(b["equity"]) - 1 == len(s["dates"])
     # equity compounds: the stitched end is the product of the folds' growths (f64: 1e-12)
