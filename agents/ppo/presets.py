@@ -158,7 +158,8 @@ PRESETS: tuple[Preset, ...] = (
 
 # Allocation over several assets (--env portfolio:...): a Gaussian over the N + 1 simplex
 # logits (the env maps them through softmax(5 a)), a myopic discount (a weight pays over the next
-# bar, costs over the next few), rewards (log growth) scaled to O(1), no entropy bonus.
+# bar, costs over the next few), rewards (log growth) scaled to O(1), no entropy bonus, and a narrow
+# initial Gaussian (its noise, through softmax(5 a), reshuffles the weights: costs on every step).
 _PORTFOLIO = PPOConfig(
     policy="continuous",
     hidden=(128, 128),
@@ -170,7 +171,7 @@ _PORTFOLIO = PPOConfig(
     num_minibatches=4,
     ent_coef=0.0,
     reward_scale=10.0,
-    log_std_init=-0.5,
+    log_std_init=-1.5,
     normalize_obs=True,
     clip_vloss=False,
     total_steps=100_000,

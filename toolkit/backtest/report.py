@@ -11,7 +11,8 @@ __all__ = ["format_summary"]
 _COLUMNS = (
     ("annual_return", "ann.ret", "{:+.1%}"),
     ("annual_volatility", "ann.vol", "{:.1%}"),
-    ("sharpe_ratio", "Sharpe", "{:+.2f}"),
+    ("sharpe", "Sharpe", "{:+.2f}"),
+    ("sharpe_se", "SE", "{:.2f}"),
     ("sharpe_low", "low", "{:+.2f}"),
     ("sharpe_high", "high", "{:+.2f}"),
     ("max_drawdown", "maxDD", "{:.1%}"),
