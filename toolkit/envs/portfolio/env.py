@@ -203,9 +203,12 @@ class PortfolioEnv(gym.vector.VectorEnv):
         )
 
     def _observe(self, row: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-        """``[E, D]``: the feature windows ending at ``row`` and the held ``weights``."""
-        window = self._windows.index_select(0, row - self._first)
-        return torch.cat((window, weights.to(window.dtype)), dim=1)
+        """``[E, D]``: the feature windows ending at ``row`` and the held ``weights`` (written in
+        place into one new tensor: no concatenation)."""
+        obs = torch.empty((row.shape[0], self.obs_dim), dtype=self._windows.dtype, device=self.device)
+        torch.index_select(self._windows, 0, row - self._first, out=obs.narrow(1, 0, self._width))
+        obs.narrow(1, self._width, self.obs_dim - self._width).copy_(weights)
+        return obs
 
     def _reset_rows(
         self, s: dict[str, torch.Tensor], where: torch.Tensor | None, starts: torch.Tensor
@@ -318,7 +321,7 @@ class PortfolioEnv(gym.vector.VectorEnv):
         info = (v_next / c.initial_cash, weights, traded, (v_a - v_b) / v_a)
         starts = self._starts()
         self._reset_rows(s, done, starts)
-        obs = torch.where(done[:, None], self._observe(s["row"], s["weights"]), final_obs)
+        obs = self._observe(s["row"], s["weights"])  # the reset rows where an episode ended
         self.obs = obs
         self.vector_steps += 1
         return obs, reward64.to(torch.float32), terminated, truncated, final_obs, done, info
