@@ -31,10 +31,16 @@ from tritonrl.toolkit.backtest.metrics import (
     total_return,
     turnover,
 )
+from tritonrl.toolkit.backtest.walkforward import Fold, evaluate_period, fold_bounds, stitch, walk_forward
 
 __all__ = [
     "EULER_GAMMA",
     "Baseline",
+    "Fold",
+    "evaluate_period",
+    "fold_bounds",
+    "stitch",
+    "walk_forward",
     "annual_return",
     "annual_volatility",
     "baselines",
