@@ -18,7 +18,7 @@ from typing import Any, NamedTuple, TextIO
 
 import numpy as np
 import torch
-from tritonrl.toolkit.bars.features import compute_features
+from tritonrl.toolkit.bars.features import FEATURE_WARMUP, compute_features
 from tritonrl.toolkit.bars.panel import Panel
 from tritonrl.toolkit.bars.paneldata import PANEL_FEATURES
 from tritonrl.toolkit.bars.types import Bars
@@ -317,10 +317,13 @@ class PortfolioTrader:
     # ------------------------------------------------------------------ feeding
 
     def run(self, bars: Panel | Iterable[tuple[Any, Any]]) -> list[PortfolioRow]:
-        """Feed every row of ``bars`` (a `Panel`, or ``(time, bars)`` pairs); the rows it gave."""
+        """Feed every row of ``bars`` (a `Panel`, or ``(time, bars)`` pairs) until the book ends;
+        the rows it gave."""
         source = iter_panel(bars) if isinstance(bars, Panel) else bars
         rows = []
         for time, row in source:
+            if self.ended is not None:
+                break
             got = self.feed(time, row)
             if got is not None:
                 rows.append(got)
@@ -468,10 +471,12 @@ class PortfolioTrader:
         """``[1, W*N*F + N + 1]`` in `obs_dtype` on `device`: the last ``W`` feature rows of every
         asset (`compute_features` over its whole history, then the filled flag) and the held weights."""
         n, w, k = self._n, self.env_config.window, len(self.symbols)
-        rows = np.empty((w, k, len(PANEL_FEATURES)), dtype=np.float32)
+        rows = np.zeros((w, k, len(PANEL_FEATURES)), dtype=np.float32)
         c = self._cols[:, :n]
         time = self._time[:n].astype("datetime64[s]")
         for i, symbol in enumerate(self.symbols):
+            if n <= FEATURE_WARMUP:  # the warm-up: zeros, as compute_features writes them
+                break
             bars = Bars(symbol, time, c[0, :, i], c[1, :, i], c[2, :, i], c[3, :, i], c[4, :, i])
             rows[:, i, :-1] = compute_features(bars)[n - w :]
         rows[:, :, -1] = self._filled[n - w : n]
