@@ -160,7 +160,10 @@ def test_bad_bars_are_one_line(panel: Panel) -> None:
     later = bars_at(panel, 6)
     cases = {
         r"is not after the previous bar at .*: out of order or repeated": (panel.time[5], later),
-        r"unknown symbol\(s\) XYZ; the policy's: A00, A01, A02": (panel.time[6], {**later, "XYZ": later["A00"]}),
+        r"unknown symbol\(s\) XYZ; the policy's: A00, A01, A02": (
+            panel.time[6],
+            {**later, "XYZ": later["A00"]},
+        ),
         r"no bar of 'A01' \(fill=True": (panel.time[6], {k: v for k, v in later.items() if k != "A01"}),
         r"2 bars for the 3 symbols": (panel.time[6], [later["A00"], later["A01"]]),
         r"'A02': close -1.0 is not a finite positive price": (
