@@ -69,10 +69,21 @@ def _agent(ckpt: Path, state: dict[str, Any], device: str) -> Any:
     return agent_class.load(ckpt, device=device)
 
 
+def _symbols(env_id: str) -> list[str] | None:
+    """The assets of a ``portfolio:SOURCE`` env in the env's order (``None``: the source cannot be
+    read here, e.g. a CSV moved since training; `tritonrl trade` then takes the bars' own)."""
+    from tritonrl.toolkit.bars.panel_sources import source_panel
+
+    try:
+        return list(source_panel(env_id).symbols)
+    except (ValueError, OSError, ImportError):
+        return None
+
+
 def _metadata(ckpt: Path, state: dict[str, Any]) -> dict[str, Any]:
     """The sidecar entries of the source checkpoint: ``checkpoint`` (file, crc32, step, agent,
     env) and, for a market run, ``market`` (the rules ``tritonrl trade`` replays); for a portfolio
-    run, ``portfolio`` (its env config and observation layout)."""
+    run, ``portfolio`` (its env config, symbols and observation layout)."""
     meta = state["meta"]
     loop: dict[str, Any] = state["loop"] if isinstance(state.get("loop"), dict) else {}
     counters = state["agent"].get("counters", {})
@@ -88,12 +99,11 @@ def _metadata(ckpt: Path, state: dict[str, Any]) -> dict[str, Any]:
         }
     }
     if "market_env" in meta and str(meta.get("env", "")).startswith("portfolio:"):
-        out["portfolio"] = {
-            "env": meta.get("env"),
-            "env_config": json.loads(meta["market_env"]),
-            "observation": "features [W, N, F] of rows t-W+1..t flattened (PANEL_FEATURES), then the held "
-            "weights [N + 1], cash first",
-        }
+        from tritonrl.toolkit.envs.portfolio.env import PortfolioEnvConfig
+        from tritonrl.toolkit.envs.portfolio.live import portfolio_sidecar
+
+        config = PortfolioEnvConfig.from_dict(json.loads(meta["market_env"]))
+        out["portfolio"] = portfolio_sidecar(str(meta.get("env")), config, _symbols(str(meta.get("env"))))
     elif "market_env" in meta:
         from tritonrl.toolkit.envs.market.env import MarketEnvConfig
         from tritonrl.toolkit.envs.market.live import market_sidecar

@@ -2,8 +2,9 @@
 
 The artifact's sidecar carries the market rules; the bars stream through a
 [`LiveTrader`][tritonrl.toolkit.envs.market.live.LiveTrader], one trade CSV row per bar, and a rerun on
-the same ``--out`` resumes without repeating or losing a decision. Bad input is one ``error:``
-line and exit status 2. See docs/pages/using-policies.md.
+the same ``--out`` resumes without repeating or losing a decision. A portfolio policy's bars (a
+long panel CSV) stream through a [`PortfolioTrader`][tritonrl.toolkit.envs.portfolio.live.PortfolioTrader].
+Bad input is one ``error:`` line and exit status 2. See docs/pages/using-policies.md.
 """
 
 from __future__ import annotations
@@ -28,9 +29,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument(
         "--bars",
         required=True,
-        help="csv=PATH (an OHLCV file), or any market source: synthetic[,ar=F,seed=N,bars=N], googl, eurusd",
+        help="csv=PATH (an OHLCV file), or any market source: synthetic[,ar=F,seed=N,bars=N], googl, eurusd; "
+        "for a portfolio policy, a long CSV of several assets (date, symbol, open, high, low, close, volume)",
     )
-    p.add_argument("--out", required=True, help="the trade CSV (an existing one is resumed)")
+    p.add_argument(
+        "--out", required=True, help="the trade CSV (an existing one is resumed; a portfolio's must be new)"
+    )
     p.add_argument(
         "--start",
         default=None,
@@ -41,7 +45,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--gaps",
         choices=("refuse", "fill"),
         default="refuse",
-        help="a gap in the bars: refuse it (default), or fill it with flat bars and hold the position",
+        help="a gap in the bars: refuse it (default), or fill it with flat bars and hold the position "
+        "(a portfolio: a missing bar of an asset, carried forward from its last close)",
     )
     p.add_argument(
         "--max-gap",
@@ -76,6 +81,8 @@ def _prepare(args: argparse.Namespace) -> tuple[Any, Any]:
     except (OSError, RuntimeError) as exc:  # torch's loaders raise RuntimeError on a damaged file
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ValueError(f"{artifact}: cannot be loaded ({first})") from None
+    if policy.sidecar.get("portfolio"):
+        return _prepare_portfolio(args, policy)
     spec = market_from_sidecar(policy.sidecar)
     bars = source_bars(args.bars)
     window = spec.env_config.window
@@ -102,6 +109,75 @@ def _prepare(args: argparse.Namespace) -> tuple[Any, Any]:
     return trader, bars
 
 
+def _prepare_portfolio(args: argparse.Namespace, policy: Any) -> tuple[Any, Any]:
+    """The `PortfolioTrader` and the panel of ``args`` for a policy with a ``portfolio`` sidecar.
+
+    Raises:
+        ValueError: unreadable bars, other symbols than the sidecar's, a bad flag, an existing ``--out``.
+    """
+    import torch
+    from tritonrl.toolkit.bars.panel import load_panel
+    from tritonrl.toolkit.envs.market.live import as_time
+    from tritonrl.toolkit.envs.portfolio.live import PortfolioTrader, portfolio_from_sidecar
+
+    spec = portfolio_from_sidecar(policy.sidecar)
+    if args.max_gap is not None:
+        raise ValueError("--max-gap is for one asset's bars; a portfolio's calendar is the panel's")
+    path = str(args.bars)
+    for prefix in ("csv=", "csv-fill="):
+        path = path.removeprefix(prefix)
+    fill = args.gaps == "fill" or str(args.bars).startswith("csv-fill=")
+    panel = load_panel(path, fill=fill)
+    symbols = spec.symbols if spec.symbols is not None else panel.symbols
+    if set(panel.symbols) != set(symbols):
+        raise ValueError(
+            f"--bars {args.bars}: the symbols {', '.join(panel.symbols)}; the policy trades "
+            f"{', '.join(symbols)}"
+        )
+    if len(symbols) != spec.num_assets:
+        raise ValueError(f"--bars {args.bars}: {len(symbols)} assets; the policy trades {spec.num_assets}")
+    window = spec.env_config.window
+    if len(panel) < window:
+        raise ValueError(f"--bars {args.bars}: {len(panel)} rows, fewer than the policy's window {window}")
+    start = as_time(args.start) if args.start is not None else panel.time[window - 1]
+    if start > panel.time[-1]:
+        raise ValueError(f"--start {start}: after the last bar ({panel.time[-1]})")
+    device = str(policy.sidecar.get("device", "cpu"))
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"{args.exported}: exported on {device}, and CUDA is not available here")
+    obs_dtype = getattr(torch, str(policy.sidecar.get("observation", {}).get("dtype", "float32")))
+    trader = PortfolioTrader(
+        policy,
+        spec.env_config,
+        symbols,
+        args.out,
+        start=start,
+        fill=fill,
+        device=device,
+        obs_dtype=obs_dtype,
+    )
+    return trader, panel
+
+
+def _run_portfolio(args: argparse.Namespace, trader: Any, panel: Any) -> int:
+    """Feed the panel to ``trader``; the exit status as `run`'s."""
+    try:
+        with trader:
+            rows = trader.run(panel)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"interrupted: {args.out} holds every bar decided so far", file=sys.stderr)
+        return 130
+    ended = f" (ended: {trader.ended})" if trader.ended else ""
+    print(
+        f"{trader.decisions} decisions over {len(rows)} bars; equity {trader.equity:.6g} at "
+        f"{trader.last_time}{ended}; {args.out}"
+    )
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the ``trade`` subcommand; the exit status: 0 done, 2 refused (one ``error:`` line),
     130 interrupted (the rows written so far stay; run again to resume)."""
@@ -110,6 +186,10 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    from tritonrl.toolkit.bars.panel import Panel
+
+    if isinstance(bars, Panel):
+        return _run_portfolio(args, trader, bars)
     try:
         with trader:
             trader.run(bars)

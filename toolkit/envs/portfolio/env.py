@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -23,7 +23,7 @@ from tritonrl.toolkit.envs.vector import Transition
 from tritonrl.toolkit.runstate import generator_state_fits
 from tritonrl.toolkit.seeding import reseed
 
-__all__ = ["PortfolioEnv", "PortfolioEnvConfig"]
+__all__ = ["PortfolioEnv", "PortfolioEnvConfig", "Settlement", "fill_growth", "settle"]
 
 
 @dataclass(frozen=True)
@@ -181,11 +181,6 @@ class PortfolioEnv(gym.vector.VectorEnv):
         self._cash = torch.zeros(n + 1, dtype=self._acc, device=self.device)
         self._cash[0] = 1.0
         self._dd_limit = config.max_drawdown if config.max_drawdown < 1.0 else math.inf
-        self._friction = config.cost + config.slippage_bps * 1e-4
-        # FinRL's close fill drifts its f32 target weights in f32 (not the f64 ones wvm trades to)
-        self._finrl_drift = (
-            config.fill == "close" and config.actions == "finrl" and config.cost_model != "finrl_wvm"
-        )
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(seed)
         self.vector_steps = 0
@@ -230,31 +225,6 @@ class PortfolioEnv(gym.vector.VectorEnv):
                 mask = where[:, None] if s[name].dim() == 2 else where
                 s[name] = torch.where(mask, new, s[name])
 
-    def _trade(
-        self, held: torch.Tensor, value: torch.Tensor, target: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Rebalance ``held [E, K]`` weights of equity ``value [E]`` to ``target``: the weights and
-        equity after the trade, and the traded fraction ``sum_i |target_i - held_i|`` (assets)."""
-        delta = (target - held)[:, 1:]
-        traded = delta.abs().sum(1)
-        c = self.config
-        if c.cost_model == "proportional":
-            paid = value * traded * self._friction
-            if c.fixed_fee:
-                paid = paid + c.fixed_fee * (delta.abs() > 1e-9).sum(1).to(value.dtype)
-            if c.borrow_cost:
-                paid = paid + value * c.borrow_cost * target[:, 1:].clamp_max(0.0).abs().sum(1)
-            return target, value - paid, traded
-        if c.cost_model == "finrl_wvm":
-            fees = (delta * value[:, None]).abs().sum(1)
-            ok = fees <= target[:, 0] * value
-            book = target * value[:, None]
-            book[:, 0] -= fees
-            after = book.sum(1)
-            weights = torch.where(ok[:, None], book / after[:, None], held)
-            return weights, torch.where(ok, after, value), torch.where(ok, traded, torch.zeros_like(traded))
-        return target, value * _trf_mu(held, target, c.cost), traded
-
     def _step(self, actions: Any) -> tuple[torch.Tensor, ...]:
         """One step of every env: obs, reward, terminated, truncated, final_obs, done, and the
         info values (equity, weights, turnover, cost)."""
@@ -268,25 +238,11 @@ class PortfolioEnv(gym.vector.VectorEnv):
         )
         keep = torch.isnan(actions).all(-1) if c.actions == "weights" else None
         row, value = s["row"], s["value"]
-        c0, c1 = self.data.close[row], self.data.close[row + 1]
-        if c.fill == "close" and c.actions == "finrl":  # FinRL stores its price relatives in f32
-            ga, gb = None, (c1 / c0).to(torch.float32).to(self._acc)
-        elif c.fill == "close":
-            ga, gb = None, c1 / c0
-        elif c.fill == "next_close":
-            ga, gb = c1 / c0, None
-        else:
-            o1 = self.data.open[row + 1]
-            ga, gb = o1 / c0, c1 / o1
-        held, v_a = _drift(s["weights"], value, ga)
-        if keep is not None:  # NaN rows: hold (the drifted weights are the target: nothing traded)
-            target = torch.where(keep[:, None], held, target)
-        weights, v_b, traded = self._trade(held, v_a, target)
-        drift = _finrl_drift if self._finrl_drift else _drift
-        weights, v_next = drift(weights, v_b.clamp_min(value * _RUIN), gb)
-        ruined = v_next <= c.initial_cash * _RUIN  # e.g. a short that outgrew the equity: all lost
-        v_next = v_next.clamp_min(c.initial_cash * _RUIN)
-        weights = torch.where(ruined[:, None], self._cash, weights)
+        o1 = self.data.open[row + 1] if c.fill == "next_open" else None
+        growth = fill_growth(c, self.data.close[row], self.data.close[row + 1], o1)
+        weights, v_a, v_b, v_next, traded, ruined = settle(
+            c, s["weights"], value, target, keep, growth, self._cash
+        )
         reward64 = torch.log(v_next / value)
         peak = torch.maximum(s["peak"], v_next)
         drawdown = 1.0 - v_next / peak
@@ -467,6 +423,91 @@ class PortfolioEnv(gym.vector.VectorEnv):
             reseed(self.generator, self.seed, self.vector_steps)
         obs = state["obs"]
         self.obs = None if obs is None else obs.to(self.device, self._windows.dtype).clone()
+
+
+class Settlement(NamedTuple):
+    """One decision's fill (`settle`), ``[E]`` or ``[E, N + 1]`` in the accounting dtype."""
+
+    weights: torch.Tensor
+    """Held after the fill and the drift to the next close (all cash after ruin)."""
+    value_before: torch.Tensor
+    """Equity at the fill, before the trade."""
+    value_after: torch.Tensor
+    """Equity right after the trade (every cost paid)."""
+    value: torch.Tensor
+    """Equity at the next close (floored at ruin)."""
+    traded: torch.Tensor
+    """``sum_i |target_i - held_i|`` over the assets."""
+    ruined: torch.Tensor
+    """Equity reached ruin (``[E]`` bool)."""
+
+
+def fill_growth(
+    config: PortfolioEnvConfig, close0: torch.Tensor, close1: torch.Tensor, open1: torch.Tensor | None
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """The assets' price ratios ``[E, N]`` from the close of the decision row (``close0``) to the
+    fill, and from the fill to the next close (``close1``), under ``config.fill`` (``None``: no
+    move); ``open1`` is read for ``"next_open"`` only."""
+    if config.fill == "close" and config.actions == "finrl":  # FinRL stores its price relatives in f32
+        return None, (close1 / close0).to(torch.float32).to(close0.dtype)
+    if config.fill == "close":
+        return None, close1 / close0
+    if config.fill == "next_close":
+        return close1 / close0, None
+    assert open1 is not None
+    return open1 / close0, close1 / open1
+
+
+def settle(
+    config: PortfolioEnvConfig,
+    weights: torch.Tensor,
+    value: torch.Tensor,
+    target: torch.Tensor,
+    keep: torch.Tensor | None,
+    growth: tuple[torch.Tensor | None, torch.Tensor | None],
+    cash: torch.Tensor,
+) -> Settlement:
+    """The book of one decision, as `PortfolioEnv` steps it: ``weights [E, N + 1]`` of equity
+    ``value [E]`` drift to the fill (``growth``: `fill_growth`), are rebalanced to ``target``
+    (``keep [E]`` true: the drifted weights are held, nothing traded) at the costs of
+    ``config.cost_model``, then drift to the next close; ``cash [N + 1]`` is the all-cash row."""
+    held, v_a = _drift(weights, value, growth[0])
+    if keep is not None:  # NaN rows: hold (the drifted weights are the target: nothing traded)
+        target = torch.where(keep[:, None], held, target)
+    after, v_b, traded = _trade(config, held, v_a, target)
+    # FinRL's close fill drifts its f32 target weights in f32 (not the f64 ones wvm trades to)
+    finrl = config.fill == "close" and config.actions == "finrl" and config.cost_model != "finrl_wvm"
+    drift = _finrl_drift if finrl else _drift
+    after, v_next = drift(after, v_b.clamp_min(value * _RUIN), growth[1])
+    ruined = v_next <= config.initial_cash * _RUIN  # e.g. a short that outgrew the equity: all lost
+    v_next = v_next.clamp_min(config.initial_cash * _RUIN)
+    return Settlement(torch.where(ruined[:, None], cash, after), v_a, v_b, v_next, traded, ruined)
+
+
+def _trade(
+    config: PortfolioEnvConfig, held: torch.Tensor, value: torch.Tensor, target: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Rebalance ``held [E, K]`` weights of equity ``value [E]`` to ``target``: the weights and
+    equity after the trade, and the traded fraction ``sum_i |target_i - held_i|`` (assets)."""
+    delta = (target - held)[:, 1:]
+    traded = delta.abs().sum(1)
+    c = config
+    if c.cost_model == "proportional":
+        paid = value * traded * (c.cost + c.slippage_bps * 1e-4)
+        if c.fixed_fee:
+            paid = paid + c.fixed_fee * (delta.abs() > 1e-9).sum(1).to(value.dtype)
+        if c.borrow_cost:
+            paid = paid + value * c.borrow_cost * target[:, 1:].clamp_max(0.0).abs().sum(1)
+        return target, value - paid, traded
+    if c.cost_model == "finrl_wvm":
+        fees = (delta * value[:, None]).abs().sum(1)
+        ok = fees <= target[:, 0] * value
+        book = target * value[:, None]
+        book[:, 0] -= fees
+        after = book.sum(1)
+        weights = torch.where(ok[:, None], book / after[:, None], held)
+        return weights, torch.where(ok, after, value), torch.where(ok, traded, torch.zeros_like(traded))
+    return target, value * _trf_mu(held, target, c.cost), traded
 
 
 def _drift(
