@@ -66,14 +66,15 @@ def env_config_for(agent_config: Any, env_overrides: Mapping[str, Any]) -> Any:
 
 @dataclass
 class MarketRun:
-    """The parts of a market run: the training env, the validation evaluator, the test period
-    and, once the agent is built, its collector (`market_collector`)."""
+    """The parts of a market (or portfolio) run: the training env, the validation evaluator, the
+    test period and, once the agent is built, its collector (`market_collector`); the periods are
+    `MarketData` (`PanelData` for a portfolio)."""
 
     env: Any
     evaluator: Any
-    train: MarketData
-    validation: MarketData
-    test: MarketData
+    train: Any
+    validation: Any
+    test: Any
     env_config: Any
     collector: Any = None
     """The `Collector` stepping `env` (``None``

@@ -10,6 +10,7 @@ sheet, and a summary across seeds. See docs/pages/portfolio.md.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
@@ -127,9 +128,10 @@ def run(args: argparse.Namespace) -> int:
     }
     for seed in range(args.seed, args.seed + args.seeds):
         folder = run_dir / f"seed{seed}"
+        train_fold = functools.partial(_train_fold, args, spec, plan, seed, folder=folder)
         try:
             report = walk_forward(
-                lambda k, tr, va, s=seed, f=folder: _train_fold(args, spec, plan, s, k, tr, va, f),
+                train_fold,
                 plan["data"],
                 plan["env_config"],
                 folds=args.folds,
@@ -191,6 +193,7 @@ def _train_fold(
     k: int,
     train: Any,
     validation: Any,
+    *,
     folder: Path,
 ) -> Any:
     """Train a fresh agent on ``train`` (``validation``: its end-of-run evaluation); its greedy policy."""
@@ -199,7 +202,7 @@ def _train_fold(
     from tritonrl.toolkit.training.loop import LoopConfig, run_training
     from tritonrl.toolkit.training.market import greedy_policy
 
-    env = PortfolioEnv(train, plan["num_envs"], plan["env_config"], seed=seed + 1000 * k)
+    env: Any = PortfolioEnv(train, plan["num_envs"], plan["env_config"], seed=seed + 1000 * k)
     env.reset(seed=seed + 1000 * k)
     agent = spec.build(
         env.single_observation_space,

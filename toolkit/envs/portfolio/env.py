@@ -225,7 +225,7 @@ class PortfolioEnv(gym.vector.VectorEnv):
                 mask = where[:, None] if s[name].dim() == 2 else where
                 s[name] = torch.where(mask, new, s[name])
 
-    def _step(self, actions: Any) -> tuple[torch.Tensor, ...]:
+    def _step(self, actions: Any) -> tuple[Any, ...]:
         """One step of every env: obs, reward, terminated, truncated, final_obs, done, and the
         info values (equity, weights, turnover, cost)."""
         if self.obs is None:
@@ -555,18 +555,11 @@ def _trf_mu(held: torch.Tensor, target: torch.Tensor, fee: float) -> torch.Tenso
 
 
 def _zero_state(e: int, n: int, dtype: torch.dtype, device: torch.device) -> dict[str, torch.Tensor]:
-    i64 = {"dtype": torch.int64, "device": device}
-    f = {"dtype": dtype, "device": device}
-    return {
-        "row": torch.zeros(e, **i64),
-        "steps": torch.zeros(e, **i64),
-        "weights": torch.zeros(e, n + 1, **f),
-        "value": torch.zeros(e, **f),
-        "peak": torch.zeros(e, **f),
-        "max_drawdown": torch.zeros(e, **f),
-        "turnover": torch.zeros(e, **f),
-        "costs": torch.zeros(e, **f),
-    }
+    out = {name: torch.zeros(e, dtype=dtype, device=device) for name in _STATE}
+    out["row"] = torch.zeros(e, dtype=torch.int64, device=device)
+    out["steps"] = torch.zeros(e, dtype=torch.int64, device=device)
+    out["weights"] = torch.zeros(e, n + 1, dtype=dtype, device=device)
+    return out
 
 
 def _action_space(config: PortfolioEnvConfig, n: int) -> spaces.Space:
@@ -591,6 +584,7 @@ def _check_actions(actions: torch.Tensor, e: int, space: spaces.Space, device: t
         ):
             raise ValueError(f"actions must be {e} integers, got {actions.dtype} {tuple(actions.shape)}")
         return
+    assert isinstance(space, spaces.Box)
     shape = (e, *space.shape)
     if not actions.dtype.is_floating_point or tuple(actions.shape) != shape:
         raise ValueError(
