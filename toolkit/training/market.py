@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tritonrl.toolkit.bars import MarketData
 from tritonrl.toolkit.preset import MarketPreset, Preset
 from tritonrl.toolkit.runfolder import atomic_write_text
 
