@@ -83,11 +83,11 @@ def _check(args: argparse.Namespace) -> tuple[Any, dict[str, str], dict[str, str
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if args.env is None:
-        args.env = spec.default_env if spec.default_env and is_portfolio(spec.default_env) else None
-    if not args.env or not is_portfolio(args.env):
-        raise UsageError(
-            f"--env must be portfolio:SOURCE (got {args.env!r}; --agent {args.agent} has no default)"
-        )
+        if not (spec.default_env and is_portfolio(spec.default_env)):
+            raise UsageError(f"--env must be given: --agent {args.agent} has no portfolio:SOURCE default")
+        args.env = spec.default_env
+    if not is_portfolio(args.env):
+        raise UsageError(f"--env must be portfolio:SOURCE, got {args.env!r}")
     check_range("--folds", args.folds, 1, 100)
     check_range("--steps", args.steps, 1)
     check_range("--seeds", args.seeds, 1, 100)
