@@ -392,7 +392,7 @@ def _make_env(
         if saved_config is not None and saved_meta.get("market_env") != env_json:
             run.env.close()
             raise UsageError(
-                f"{plan.ckpt} was made with the market env {saved_meta.get('market_env')}, this run "
+                f"{plan.ckpt} was made with the env config {saved_meta.get('market_env')}, this run "
                 f"has {env_json} (--set env.* must match the checkpoint's)"
             )
     except ValueError as exc:  # UsageError included
