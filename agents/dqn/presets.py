@@ -85,7 +85,7 @@ PRESETS: tuple[Preset, ...] = (
     ),
     Preset(
         "dqn-portfolio",
-        "Double DQN choosing among N + 2 target portfolios (cash, equal weight, each asset; portfolio:...)",
+        "Double DQN choosing a target portfolio (cash, equal weight, one asset) or to hold (portfolio:...)",
         dataclasses.replace(_BASE, tags=("dqn-portfolio",), double=True, **_MARKET.overrides),
         agent=DQNAgent,
         kind="offpolicy",

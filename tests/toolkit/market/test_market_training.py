@@ -131,7 +131,7 @@ def test_train_cli_reports_and_resumes(
     # the trading rules are part of the run's identity
     other = [*base, "--steps", "2048", "--run-dir", str(part), "--resume", "--set", "env.cost=0.01"]
     assert main(other) == 2
-    assert "market env" in capsys.readouterr().err
+    assert "env config" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("agent", ["sac", "td3"])

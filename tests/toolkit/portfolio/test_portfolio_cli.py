@@ -137,7 +137,7 @@ def test_the_env_config_is_part_of_the_run(tmp_path: Path, capsys: pytest.Captur
     for other in ("env.window=6", "env.cost=0.01"):
         assert main([*_args("dqn-portfolio", run_dir, 512, "env.window=5", other), "--resume"]) == 2
         err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and "market env" in err[0] and "--set env.* must match" in err[0], err
+        assert len(err) == 1 and "env config" in err[0] and "--set env.* must match" in err[0], err
     assert (run_dir / CHECKPOINT_NAME).read_bytes() == before  # refused before anything was written
     # the same fields resume
     assert main([*_args("dqn-portfolio", run_dir, 512, "env.window=5"), "--resume"]) == 0

@@ -79,7 +79,7 @@ def rows_of(env: PortfolioEnv) -> list[int]:
 def random_actions(kind: str, e: int, n: int, rng: np.random.Generator) -> torch.Tensor:
     """Actions of ``kind`` for ``e`` envs, beyond the box where the env clips them."""
     if kind == "discrete":
-        return torch.from_numpy(rng.integers(0, n + 2, e))
+        return torch.from_numpy(rng.integers(0, n + 3, e))  # N + 2: hold
     width = n if kind == "long_short" else n + 1
     a = rng.uniform(-1.5, 1.5, (e, width))
     if kind == "weights":
@@ -164,7 +164,8 @@ class Model:
             c.fill, (None, c1 / c0)
         )
         held, v_a = self.drift(ep.weights.copy(), ep.value, before)
-        target = self.target(action)
+        hold = c.actions == "discrete" and int(action) == self.n + 2
+        target = held.copy() if hold else self.target(action)
         delta = target[1:] - held[1:]
         traded = float(np.abs(delta).sum())
         paid = v_a * traded * (c.cost + c.slippage_bps * 1e-4)

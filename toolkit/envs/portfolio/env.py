@@ -18,7 +18,7 @@ from tritonrl.toolkit.bars.paneldata import PanelData
 from tritonrl.toolkit.checks import check_config
 from tritonrl.toolkit.config import Config, check_config_dict
 from tritonrl.toolkit.envs.market.actions import as_actions
-from tritonrl.toolkit.envs.portfolio.weights import discrete_portfolios, target_weights
+from tritonrl.toolkit.envs.portfolio.weights import discrete_portfolios, hold_mask, target_weights
 from tritonrl.toolkit.envs.vector import Transition
 from tritonrl.toolkit.runstate import generator_state_fits
 from tritonrl.toolkit.seeding import reseed
@@ -40,7 +40,8 @@ class PortfolioEnvConfig(Config):
     ``"weights"``: ``Box(0, 1, (N + 1,))`` target weights, normalised by their sum (a row of NaNs:
     no trade, the drifted weights are held);
     ``"long_short"``: ``Box(-1, 1, (N,))`` asset weights scaled to ``sum |w| <= leverage``, cash the
-    rest; ``"discrete"``: ``Discrete(N + 2)``, 0 cash, 1 equal weight, ``2 + i`` all in asset ``i``;
+    rest; ``"discrete"``: ``Discrete(N + 3)``, 0 cash, 1 equal weight, ``2 + i`` all in asset ``i``,
+    ``N + 2`` hold (no trade);
     ``"finrl"``: FinRL's rule (used as given on the simplex, else softmax, in f32; see
     `PortfolioEnv` for what FinRL's mode reproduces)."""
     simplex_scale: float = 5.0
@@ -236,7 +237,7 @@ class PortfolioEnv(gym.vector.VectorEnv):
         target = target_weights(
             actions, c.actions, scale=c.simplex_scale, leverage=c.leverage, table=self._table, dtype=self._acc
         )
-        keep = torch.isnan(actions).all(-1) if c.actions == "weights" else None
+        keep = hold_mask(actions, c.actions, self.num_assets)
         row, value = s["row"], s["value"]
         o1 = self.data.open[row + 1] if c.fill == "next_open" else None
         growth = fill_growth(c, self.data.close[row], self.data.close[row + 1], o1)
@@ -564,7 +565,7 @@ def _zero_state(e: int, n: int, dtype: torch.dtype, device: torch.device) -> dic
 
 def _action_space(config: PortfolioEnvConfig, n: int) -> spaces.Space:
     if config.actions == "discrete":
-        return spaces.Discrete(n + 2)
+        return spaces.Discrete(n + 3)
     if config.actions == "long_short":
         return spaces.Box(-1.0, 1.0, (n,), np.float32)
     if config.actions in ("weights", "finrl"):

@@ -31,7 +31,7 @@ from tritonrl.toolkit.envs.portfolio.env import (
     fill_growth,
     settle,
 )
-from tritonrl.toolkit.envs.portfolio.weights import discrete_portfolios, target_weights
+from tritonrl.toolkit.envs.portfolio.weights import discrete_portfolios, hold_mask, target_weights
 from tritonrl.toolkit.precision import dtype_or_default
 
 __all__ = [
@@ -502,7 +502,7 @@ class PortfolioTrader:
         target = target_weights(
             action, c.actions, scale=c.simplex_scale, leverage=c.leverage, table=self._table, dtype=_F64
         )
-        keep = torch.isnan(action).all(-1) if c.actions == "weights" else None
+        keep = hold_mask(action, c.actions, len(self.symbols))
         self._pending = (target, keep)
         shown = target[0].numpy().copy()
         if keep is not None and bool(keep[0]):

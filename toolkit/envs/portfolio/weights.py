@@ -8,6 +8,7 @@ import torch
 
 __all__ = [
     "discrete_portfolios",
+    "hold_mask",
     "finrl_weights",
     "numpy_sum",
     "long_short_weights",
@@ -84,13 +85,24 @@ def discrete_portfolios(
     num_assets: int, *, dtype: torch.dtype = torch.float64, device: torch.device | str = "cpu"
 ) -> torch.Tensor:
     """The DQN family's ``N + 2`` target portfolios ``[N + 2, N + 1]``: action 0 all cash,
-    action 1 equal weight over the assets, action ``2 + i`` all in asset ``i``."""
+    action 1 equal weight over the assets, action ``2 + i`` all in asset ``i`` (action ``N + 2``,
+    hold, has no row: see `hold_mask`)."""
     n = num_assets
     table = torch.zeros(n + 2, n + 1, dtype=dtype, device=device)
     table[0, 0] = 1.0
     table[1, 1:] = 1.0 / n
     table[2:, 1:] = torch.eye(n, dtype=dtype, device=device)
     return table
+
+
+def hold_mask(action: torch.Tensor, kind: str, num_assets: int) -> torch.Tensor | None:
+    """``[E]`` bool: the actions that hold (no trade): a row of NaNs for ``"weights"``, action
+    ``N + 2`` for ``"discrete"``; ``None`` for the kinds that cannot hold."""
+    if kind == "weights":
+        return torch.isnan(action).all(-1)
+    if kind == "discrete":
+        return action.reshape(-1) == num_assets + 2
+    return None
 
 
 def target_weights(
