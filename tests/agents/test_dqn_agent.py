@@ -399,3 +399,32 @@ def test_bad_input() -> None:
         agent.act(torch.zeros(2, 3))
     with pytest.raises(RuntimeError, match="fewer than batch_size"):
         agent.update()
+
+
+@pytest.mark.parametrize("double", [False, True])
+def test_update_bootstraps_as_the_config_says(double: bool) -> None:
+    # One step, two transitions: env 0 truncated (bootstraps from its final obs at gamma), env 1
+    # terminated (no bootstrap). The target's head is the online head negated (Q_target = -Q_online),
+    # so the online argmax (double) and the target argmax (plain) differ in every row.
+    agent = _agent("dqn", double=double, batch_size=2, target_update_every=1000)
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for p in agent.target.head.parameters():
+            p.neg_()
+    obs, next_obs = torch.randn(2, 4, generator=g), torch.randn(2, 4, generator=g)
+    action, reward = torch.tensor([1, 0]), torch.tensor([-1.0, -1.0])
+    agent.observe(obs, action, reward, next_obs, torch.tensor([False, True]), torch.tensor([True, False]))
+    draw = torch.Generator()
+    draw.set_state(agent.generator.get_state())
+    batch = agent.buffer.sample(2, generator=draw)  # the batch update() samples next
+    assert sorted(batch.action.tolist()) == [0, 1]  # both transitions in it
+    with torch.no_grad():
+        q_sa = agent.online(batch.obs).gather(1, batch.action[:, None])[:, 0]
+        q_t, q_o = agent.target(batch.next_obs), agent.online(batch.next_obs)
+    select = (q_o if double else q_t).argmax(1)
+    assert (q_o.argmax(1) != q_t.argmax(1)).all()  # the two rules differ in every row
+    gamma = torch.where(batch.action == 1, 0.99, 0.0)  # action 1 was the truncated env's
+    y = torch.tensor(-1.0) + gamma * q_t.gather(1, select[:, None])[:, 0]
+    expected = torch.nn.functional.huber_loss(q_sa, y)
+    # f32 forwards of the same weights on the same rows, summed in another order: a few ulps
+    torch.testing.assert_close(agent.update()["losses/td_loss"], expected, rtol=1e-5, atol=1e-6)
