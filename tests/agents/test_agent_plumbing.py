@@ -294,7 +294,7 @@ def test_the_registry_holds_exactly_the_agent_modules_presets() -> None:
     from tritonrl.toolkit.training import offpolicy, onpolicy
 
     names = [p.name for p in (*dqn.PRESETS, *ppo.PRESETS, *sac.PRESETS)]
-    assert len(set(names)) == len(names) == 21
+    assert len(set(names)) == len(names) == 24
     assert [p.name for p in list_agents()] == sorted(names)
     for p in (*dqn.PRESETS, *ppo.PRESETS, *sac.PRESETS):
         assert get_agent(p.name) is p

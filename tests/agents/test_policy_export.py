@@ -47,6 +47,11 @@ def _env(name: str, market: bool) -> Any:
         return build_market_run("market:synthetic,bars=600", ENVS, cfg, seed=0).env
     continuous = getattr(spec.config, "action_kind", "discrete") == "continuous"
     env_id = spec.default_env or ("Pendulum-v1" if continuous else "CartPole-v1")
+    if env_id.startswith("portfolio:"):  # a small panel: the policy sees the same layout
+        from tritonrl.toolkit.training.portfolio import build_portfolio_run, portfolio_env_config
+
+        cfg = portfolio_env_config(spec.config, {"episode_length": "16"})
+        return build_portfolio_run("portfolio:synthetic,bars=600,assets=3", ENVS, cfg, seed=0).env
     if env_id.startswith("ALE/"):
         pytest.importorskip("ale_py")
     if env_id.startswith("MinAtar/"):

@@ -225,7 +225,7 @@ def test_configs_check_their_fields() -> None:
 
 def test_presets_carry_the_cleanrl_defaults_and_run_on_pendulum() -> None:
     sac, td3 = get_agent("sac"), get_agent("td3")
-    assert sac.config == _DEFAULT_CONFIG and {p.name for p in PRESETS} == {"sac", "td3"}
+    assert sac.config == _DEFAULT_CONFIG and {p.name for p in PRESETS} == {"sac", "td3", "sac-portfolio"}
     s = sac.config
     assert (s.learning_starts, s.batch_size, s.buffer_size, s.gamma, s.tau) == (
         5_000,

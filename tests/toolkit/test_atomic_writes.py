@@ -285,6 +285,12 @@ ALLOWED = {
         "open",
     ): "the trade CSV's append-only rows (a cut line is truncated on resume)",
     ("tritonrl/cli/common.py", "probe_run_dir", "os.open"): "a probe file, removed at once",
+    ("toolkit/backtest/tearsheet.py", "_finish", "savefig"): "renders into memory, then writes atomically",
+    (
+        "toolkit/envs/portfolio/live.py",
+        "PortfolioTrader.__init__",
+        "open",
+    ): "the portfolio trade CSV's append-only rows (created new, flushed row by row)",
     ("toolkit/training/overlap.py", "_learner_main", "torch.save"): "into memory, sent to the main process",
 }
 

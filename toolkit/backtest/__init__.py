@@ -1,7 +1,8 @@
 """Backtests of portfolio strategies: `metrics` (the statistics of per-period returns: Sharpe and
 its standard errors, drawdown, the deflated Sharpe ratio, one summary dict), `baselines` (equal
 weight, buy and hold, minimum variance, momentum from training closes), `walkforward` (rolling
-folds, a period beside the baselines, the stitched record), `tearsheet` and `report`. May import
+folds, a period beside the baselines, the stitched record; it imports the portfolio env, hence
+gymnasium: not re-exported here), `tearsheet` and `report`. May import
 the toolkit core, ``envs`` and ``bars``; never ``training``, ``cli`` or ``agents``. See
 docs/pages/portfolio.md.
 """
@@ -31,16 +32,10 @@ from tritonrl.toolkit.backtest.metrics import (
     total_return,
     turnover,
 )
-from tritonrl.toolkit.backtest.walkforward import Fold, evaluate_period, fold_bounds, stitch, walk_forward
 
 __all__ = [
     "EULER_GAMMA",
     "Baseline",
-    "Fold",
-    "evaluate_period",
-    "fold_bounds",
-    "stitch",
-    "walk_forward",
     "annual_return",
     "annual_volatility",
     "baselines",

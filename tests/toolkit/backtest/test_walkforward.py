@@ -7,6 +7,9 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
+
+pytest.importorskip("gymnasium")  # the portfolio env is a gymnasium VectorEnv
+
 from tritonrl.toolkit.backtest.walkforward import evaluate_period, fold_bounds, stitch, walk_forward
 from tritonrl.toolkit.bars.panel_sources import synthetic_panel
 from tritonrl.toolkit.bars.paneldata import upload_panel
