@@ -17,7 +17,7 @@ from tritonrl.toolkit.bars.types import Bars, MarketData
 from tritonrl.toolkit.checks import check_memory
 from tritonrl.toolkit.precision import dtype_or_default
 
-__all__ = ["split", "upload", "upload_memory"]
+__all__ = ["period_bounds", "split", "upload", "upload_memory"]
 
 
 def upload_memory(bars: int, dtype: torch.dtype) -> tuple[dict[str, int], dict[str, int]]:
@@ -70,19 +70,32 @@ def split(
         ValueError: ``window < 1``; fractions not three positive numbers summing to 1; a split
             shorter than ``window + 1`` rows (then it holds no decision with a next return).
     """
+    bounds = period_bounds(len(data), window, fractions, f"split of {data.name!r}")
+    train, validation, test = (data.rows(start, stop) for start, stop in bounds)
+    return train, validation, test
+
+
+def period_bounds(
+    n: int, window: int, fractions: Sequence[float], what: str
+) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
+    """Rows ``[start, stop)`` of the train, validation and test periods of ``n`` rows (validation
+    and test with ``window - 1`` rows of warm-up); ``ValueError`` naming ``what`` when one is short.
+
+    Raises:
+        ValueError: ``window < 1``; fractions not three positive numbers summing to 1; a period
+            shorter than ``window + 1`` rows.
+    """
     if window < 1:
         raise ValueError(f"window={window} must be >= 1")
     f = tuple(float(x) for x in fractions)
     if len(f) != 3 or min(f) <= 0 or abs(sum(f) - 1.0) > 1e-9:
         raise ValueError(f"fractions={tuple(fractions)} must be three positive numbers summing to 1")
-    n = len(data)
     b1, b2 = round(n * f[0]), round(n * (f[0] + f[1]))
     bounds = {"train": (0, b1), "validation": (b1 - window + 1, b2), "test": (b2 - window + 1, n)}
     for label, (start, stop) in bounds.items():
         if start < 0 or stop - start < window + 1:
             raise ValueError(
-                f"the {label} split of {data.name!r} ({n} rows, fractions {f}) has {stop - max(start, 0)} "
+                f"the {label} {what} ({n} rows, fractions {f}) has {stop - max(start, 0)} "
                 f"rows with its warm-up, fewer than window + 1 = {window + 1}"
             )
-    train, validation, test = (data.rows(start, stop) for start, stop in bounds.values())
-    return train, validation, test
+    return bounds["train"], bounds["validation"], bounds["test"]

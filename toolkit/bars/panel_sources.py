@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 from tritonrl.toolkit.bars.csvbars import _periods_per_year
 from tritonrl.toolkit.bars.panel import Panel, load_panel
+from tritonrl.toolkit.bars.sources import synthetic_options
 from tritonrl.toolkit.checks import check_memory
 
 __all__ = ["SP500_FILE", "source_panel", "sp500_panel", "synthetic_panel"]
@@ -150,21 +151,7 @@ def source_panel(spec: str) -> Panel:
         return sp500_panel()
     if head != "synthetic":
         raise ValueError(f"unknown portfolio source {spec!r}; known: {known}")
-    kwargs: dict[str, float | int] = {}
-    for option in options:
-        key, sep, text = option.partition("=")
-        key = key.strip()
-        if not sep or key not in _SYNTHETIC_OPTIONS:
-            raise ValueError(
-                f"unknown option {option!r} in portfolio:{spec}; "
-                f"synthetic takes {', '.join(_SYNTHETIC_OPTIONS)}"
-            )
-        try:
-            kwargs["n" if key == "bars" else key] = _SYNTHETIC_OPTIONS[key](text.strip())
-        except ValueError:
-            raise ValueError(
-                f"portfolio:{spec}: {key}={text!r} is not a valid {_SYNTHETIC_OPTIONS[key].__name__}"
-            ) from None
+    kwargs = synthetic_options(f"portfolio:{spec}", options, _SYNTHETIC_OPTIONS)
     n, assets = int(kwargs.get("n", 3000)), int(kwargs.get("assets", 8))
     if n < 2 or assets < 2 or int(kwargs.get("seed", 0)) < 0:
         raise ValueError(f"portfolio:{spec}: need bars >= 2, assets >= 2, seed >= 0")

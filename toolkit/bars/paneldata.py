@@ -15,6 +15,7 @@ from tritonrl.toolkit.bars.features import (
     FEATURES,
     compute_features,
 )
+from tritonrl.toolkit.bars.marketdata import period_bounds
 from tritonrl.toolkit.bars.panel import Panel
 from tritonrl.toolkit.bars.types import Bars
 from tritonrl.toolkit.checks import check_memory
@@ -144,19 +145,6 @@ def split_panel(
         ValueError: ``window < 1``; fractions not three positive numbers summing to 1; a period
             shorter than ``window + 1`` rows.
     """
-    if window < 1:
-        raise ValueError(f"window={window} must be >= 1")
-    f = tuple(float(x) for x in fractions)
-    if len(f) != 3 or min(f) <= 0 or abs(sum(f) - 1.0) > 1e-9:
-        raise ValueError(f"fractions={tuple(fractions)} must be three positive numbers summing to 1")
-    n = len(data)
-    b1, b2 = round(n * f[0]), round(n * (f[0] + f[1]))
-    bounds = {"train": (0, b1), "validation": (b1 - window + 1, b2), "test": (b2 - window + 1, n)}
-    for label, (start, stop) in bounds.items():
-        if start < 0 or stop - start < window + 1:
-            raise ValueError(
-                f"the {label} period of {data.name!r} ({n} rows, fractions {f}) has {stop - max(start, 0)} "
-                f"rows with its warm-up, fewer than window + 1 = {window + 1}"
-            )
-    train, validation, test = (data.rows(start, stop) for start, stop in bounds.values())
+    bounds = period_bounds(len(data), window, fractions, f"period of {data.name!r}")
+    train, validation, test = (data.rows(start, stop) for start, stop in bounds)
     return train, validation, test

@@ -141,22 +141,26 @@ def source_bars(spec: str) -> Bars:
         return anytrading_bars(head)
     if head != "synthetic":
         raise ValueError(f"unknown market source {spec!r}; known: {known}")
+    kwargs = synthetic_options(f"market:{spec}", options, _SYNTHETIC_OPTIONS)
+    _check_synthetic(spec, kwargs)
+    return synthetic_bars(**kwargs)  # type: ignore[arg-type]
+
+
+def synthetic_options(where: str, options: list[str], table: dict[str, type]) -> dict[str, float | int]:
+    """``KEY=VALUE`` items of a synthetic source spec as keyword arguments, each converted by its
+    type in ``table`` (``bars`` becomes ``n``); ``ValueError`` naming ``where`` at an unknown key
+    or a value that does not convert."""
     kwargs: dict[str, float | int] = {}
     for option in options:
         key, sep, text = option.partition("=")
         key = key.strip()
-        if not sep or key not in _SYNTHETIC_OPTIONS:
-            raise ValueError(
-                f"unknown option {option!r} in market:{spec}; synthetic takes {', '.join(_SYNTHETIC_OPTIONS)}"
-            )
+        if not sep or key not in table:
+            raise ValueError(f"unknown option {option!r} in {where}; synthetic takes {', '.join(table)}")
         try:
-            kwargs["n" if key == "bars" else key] = _SYNTHETIC_OPTIONS[key](text.strip())
+            kwargs["n" if key == "bars" else key] = table[key](text.strip())
         except ValueError:
-            raise ValueError(
-                f"market:{spec}: {key}={text!r} is not a valid {_SYNTHETIC_OPTIONS[key].__name__}"
-            ) from None
-    _check_synthetic(spec, kwargs)
-    return synthetic_bars(**kwargs)  # type: ignore[arg-type]
+            raise ValueError(f"{where}: {key}={text!r} is not a valid {table[key].__name__}") from None
+    return kwargs
 
 
 SYNTHETIC_BYTES_PER_BAR = 16 * 8

@@ -594,7 +594,7 @@ def test_check_state_refuses_another_env_or_damaged_parts_and_changes_nothing() 
         return {**good, "state": {**good["state"], **parts}}
 
     cases = [
-        ({"nope": 1}, "must be a dict with"),
+        ({"nope": 1}, "lacks"),
         (PortfolioEnv(data, 5, cfg).get_state(), "is for"),
         (PortfolioEnv(dataclasses.replace(data, name="x"), 4, cfg).get_state(), "portfolio:x"),
         (PortfolioEnv(data.rows(0, 30), 4, cfg).get_state(), "is for"),
@@ -673,7 +673,7 @@ def test_construction_and_step_errors() -> None:
         with pytest.raises(ValueError, match="actions must be 3 integers"):
             disc.step(actions)
     ls = PortfolioEnv(data, 1, PortfolioEnvConfig(window=4, episode_length=8, actions="long_short"))
-    assert ls.single_action_space.shape == (3,) and disc.single_action_space.n == 5
+    assert ls.single_action_space.shape == (3,) and disc.single_action_space.n == 6  # N + 3: hold last
 
 
 # ----------------------------------------------------------------------------- run_period

@@ -18,9 +18,10 @@ from gymnasium import spaces
 from gymnasium.vector.utils import batch_space
 from tritonrl.toolkit.bars.types import MarketData
 from tritonrl.toolkit.checks import check_config
-from tritonrl.toolkit.config import Config, check_config_dict
+from tritonrl.toolkit.config import Config
 from tritonrl.toolkit.envs.market.actions import as_actions
 from tritonrl.toolkit.envs.market.outputs import OutputPool, OutputSet
+from tritonrl.toolkit.envs.statecheck import check_state_header
 from tritonrl.toolkit.envs.vector import Transition
 from tritonrl.toolkit.runstate import generator_state_fits
 from tritonrl.toolkit.seeding import reseed
@@ -520,28 +521,7 @@ class MarketEnv(gym.vector.VectorEnv):
             whether the saved generator state fits this device (else
                 [`set_state`][tritonrl.toolkit.envs.market.env.MarketEnv.set_state] reseeds).
         """
-        if not isinstance(state, dict):
-            raise ValueError(f"env state is a {type(state).__name__}, not a dict")
-        missing = [k for k in _STATE_KEYS if k not in state]
-        if missing:
-            raise ValueError(f"env state lacks {', '.join(missing)}")
-        if (state["env_id"], state["num_envs"], state["rows"]) != (
-            self.env_id,
-            self.num_envs,
-            len(self.data),
-        ):
-            raise ValueError(
-                f"env state is for {str(state['env_id'])[:60]!r} x {str(state['num_envs'])[:20]} envs "
-                f"over {str(state['rows'])[:20]} rows, this is {self.env_id!r} x {self.num_envs} "
-                f"over {len(self.data)}"
-            )
-        check_config_dict(MarketEnvConfig, state["config"], where="env state config")
-        saved = MarketEnvConfig.from_dict(state["config"])
-        if saved != self.config:
-            raise ValueError(f"env state was saved with {saved}, this env has {self.config}")
-        steps = state["vector_steps"]
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-            raise ValueError(f"env state vector_steps={str(steps)[:20]} is not a non-negative int")
+        check_state_header(state, _STATE_KEYS, (self.env_id, self.num_envs, len(self.data)), self.config)
         tensors = state["state"]
         if not isinstance(tensors, dict) or set(tensors) != set(_STATE):
             raise ValueError(f"env state 'state' must hold exactly {sorted(_STATE)}")

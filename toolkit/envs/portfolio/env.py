@@ -16,9 +16,10 @@ from gymnasium import spaces
 from gymnasium.vector.utils import batch_space
 from tritonrl.toolkit.bars.paneldata import PanelData
 from tritonrl.toolkit.checks import check_config
-from tritonrl.toolkit.config import Config, check_config_dict
+from tritonrl.toolkit.config import Config
 from tritonrl.toolkit.envs.market.actions import as_actions
 from tritonrl.toolkit.envs.portfolio.weights import discrete_portfolios, hold_mask, target_weights
+from tritonrl.toolkit.envs.statecheck import check_state_header
 from tritonrl.toolkit.envs.vector import Transition
 from tritonrl.toolkit.runstate import generator_state_fits
 from tritonrl.toolkit.seeding import reseed
@@ -363,21 +364,7 @@ class PortfolioEnv(gym.vector.VectorEnv):
     def check_state(self, state: dict[str, Any]) -> bool:
         """Raise ``ValueError`` unless ``state`` is a `get_state` of an env like this one;
         whether its generator state fits this device (else `set_state` reseeds)."""
-        if not isinstance(state, dict) or any(k not in state for k in _STATE_KEYS):
-            raise ValueError(f"env state must be a dict with {', '.join(_STATE_KEYS)}")
-        ident = (state["env_id"], state["num_envs"], state["rows"])
-        if ident != (self.env_id, self.num_envs, len(self.data)):
-            raise ValueError(
-                f"env state is for {str(ident)[:80]}, this env is "
-                f"{(self.env_id, self.num_envs, len(self.data))}"
-            )
-        check_config_dict(PortfolioEnvConfig, state["config"], where="env state config")
-        saved = PortfolioEnvConfig.from_dict(state["config"])
-        if saved != self.config:
-            raise ValueError(f"env state was saved with {saved}, this env has {self.config}")
-        steps = state["vector_steps"]
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-            raise ValueError(f"env state vector_steps={str(steps)[:20]} is not a non-negative int")
+        check_state_header(state, _STATE_KEYS, (self.env_id, self.num_envs, len(self.data)), self.config)
         tensors = state["state"]
         if not isinstance(tensors, dict) or set(tensors) != set(_STATE):
             raise ValueError(f"env state 'state' must hold exactly {sorted(_STATE)}")
