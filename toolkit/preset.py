@@ -1,6 +1,6 @@
 """The preset record: a named agent config, the agent class it builds, the schedule that drives it
 and the command line's defaults ([`MarketPreset`][tritonrl.toolkit.preset.MarketPreset]: what a market run
-changes).
+changes; [`Tuned`][tritonrl.toolkit.preset.Tuned]: settings tuned for one environment).
 
 Agent modules list theirs in a ``PRESETS`` tuple for [`tritonrl.cli.registry`][tritonrl.cli.registry]; the
 record lives in the core so that agents need not import the command line.
@@ -15,7 +15,7 @@ from typing import Any
 
 from tritonrl.toolkit.config import apply_overrides
 
-__all__ = ["KINDS", "MarketPreset", "Preset", "find_preset"]
+__all__ = ["KINDS", "MarketPreset", "Preset", "Tuned", "find_preset"]
 
 KINDS = ("offpolicy", "onpolicy")
 
@@ -51,6 +51,35 @@ class MarketPreset:
 
 
 @dataclass(frozen=True)
+class Tuned:
+    """Config overrides tuned for one environment, with where they came from.
+
+    Raises:
+        ValueError: an empty ``source`` or a ``steps`` below 1.
+        TypeError: ``overrides`` not a mapping.
+    """
+
+    overrides: Mapping[str, Any]
+    """Agent config fields set on top of the preset's config, before the user's ``--set``."""
+    source: str
+    """Where the settings came from (a published table, a measurement here)."""
+    steps: int | None = None
+    """The environment steps the source trained for (``None``: not stated)."""
+    note: str = ""
+    """Anything else a reader needs (the budget measured here, a caveat)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.overrides, Mapping):
+            raise TypeError(f"tuned overrides must be a mapping, got {type(self.overrides).__name__}")
+        if not isinstance(self.source, str) or not self.source:
+            raise ValueError(f"tuned settings need a non-empty source, got {self.source!r}")
+        if self.steps is not None and (
+            isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1
+        ):
+            raise ValueError(f"tuned steps must be an int >= 1 or None, got {self.steps!r}")
+
+
+@dataclass(frozen=True)
 class Preset:
     """A named agent preset.
 
@@ -66,12 +95,15 @@ class Preset:
         default_env: ``None``: the command line's default, CartPole-v1.
         steps_field: the config field set to the run's length (``--steps``), or ``None``.
         market: the overrides and defaults on market data; ``None``: the generic ones.
+        tuned: settings tuned per gymnasium env id ([`Tuned`][tritonrl.toolkit.preset.Tuned]),
+            applied by `configure` given that ``env``.
 
     Raises:
-        ValueError: an empty name, an unknown ``kind``, a field or override the config lacks, or a
-            default below its minimum.
-        TypeError: ``agent`` or ``schedule`` not callable, ``config`` not a dataclass instance, or
-            ``market`` neither a [`MarketPreset`][tritonrl.toolkit.preset.MarketPreset] nor ``None``.
+        ValueError: an empty name, an unknown ``kind``, a field or override the config lacks (tuned
+            ones and their values included), or a default below its minimum.
+        TypeError: ``agent`` or ``schedule`` not callable, ``config`` not a dataclass instance,
+            ``market`` neither a [`MarketPreset`][tritonrl.toolkit.preset.MarketPreset] nor ``None``,
+            or a ``tuned`` value not a [`Tuned`][tritonrl.toolkit.preset.Tuned].
     """
 
     name: str
@@ -86,6 +118,7 @@ class Preset:
     default_env: str | None = None
     steps_field: str | None = None
     market: MarketPreset | None = None
+    tuned: Mapping[str, Tuned] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -123,6 +156,27 @@ class Preset:
                     f"preset {self.name!r}: market overrides {unknown} are not fields of "
                     f"{type(self.config).__name__}"
                 )
+        self._check_tuned(names)
+
+    def _check_tuned(self, names: set[str]) -> None:
+        """Raise unless every ``tuned`` entry is a `Tuned` of known fields and accepted values."""
+        for env, tuned in self.tuned.items():
+            if not isinstance(env, str) or not env:
+                raise ValueError(f"preset {self.name!r}: tuned keys must be non-empty env ids, got {env!r}")
+            if not isinstance(tuned, Tuned):
+                raise TypeError(
+                    f"preset {self.name!r}: tuned[{env!r}] must be a Tuned, got {type(tuned).__name__}"
+                )
+            unknown = sorted(k for k in tuned.overrides if k not in names)
+            if unknown:
+                raise ValueError(
+                    f"preset {self.name!r}: tuned overrides {unknown} for {env} are not fields of "
+                    f"{type(self.config).__name__}"
+                )
+            try:
+                apply_overrides(self.config, tuned.overrides)
+            except ValueError as exc:
+                raise ValueError(f"preset {self.name!r}: tuned settings for {env}: {exc}") from None
 
     def configure(
         self,
@@ -130,14 +184,20 @@ class Preset:
         *,
         config: Mapping[str, Any] | None = None,
         total_steps: int | None = None,
+        env: str | None = None,
     ) -> Any:
-        """The config to build: the preset's (or the saved ``config`` of a resumed run), with
-        ``total_steps`` in `steps_field` and the ``--set`` ``overrides`` on top.
+        """The config to build: the preset's with the `tuned` settings of ``env`` if any (or the saved
+        ``config`` of a resumed run, ``env`` then ignored), with ``total_steps`` in `steps_field` and
+        the ``--set`` ``overrides`` on top.
 
         Raises:
             ValueError: an unknown field, or a value that does not convert or that the config rejects.
         """
-        base = self.config if config is None else type(self.config).from_dict(config)
+        if config is not None:
+            base = type(self.config).from_dict(config)
+        else:
+            tuned = self.tuned.get(env) if env is not None else None
+            base = self.config if tuned is None else apply_overrides(self.config, tuned.overrides)
         if total_steps is not None and self.steps_field is not None:
             base = dataclasses.replace(base, **{self.steps_field: int(total_steps)})
         return apply_overrides(base, overrides or {})
@@ -154,6 +214,7 @@ class Preset:
         overrides: Mapping[str, Any] | None = None,
         config: Mapping[str, Any] | None = None,
         dist: Any = None,
+        env: str | None = None,
     ) -> Any:
         """An agent of this preset (arguments as `configure`); ``dist``, when given, is passed as
         ``dist=`` (``num_envs`` then this rank's share).
@@ -162,7 +223,7 @@ class Preset:
             ValueError: a bad config key or value, or a space the agent cannot drive.
             TypeError, tritonrl.toolkit.distributed.DistributedError: as the agent's constructor.
         """
-        cfg = self.configure(overrides, config=config, total_steps=total_steps)
+        cfg = self.configure(overrides, config=config, total_steps=total_steps, env=env)
         extra: dict[str, Any] = {} if dist is None else {"dist": dist}
         return self.agent(
             observation_space, action_space, cfg, num_envs=num_envs, device=device, seed=seed, **extra

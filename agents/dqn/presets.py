@@ -14,6 +14,7 @@ from typing import Any
 
 from tritonrl.agents.dqn.agent import DQNAgent
 from tritonrl.agents.dqn.config import DQNConfig
+from tritonrl.agents.dqn.tuned import TUNED
 from tritonrl.toolkit.preset import MarketPreset, Preset, find_preset
 from tritonrl.toolkit.schedule import offpolicy_schedule
 
@@ -63,6 +64,7 @@ def _preset(name: str, description: str, **switches: Any) -> Preset:
         default_steps=50_000,
         default_eval_every=2_500,
         market=_MARKET,
+        tuned={env: tuned for (p, env), tuned in TUNED.items() if p == name},
     )
 
 
@@ -242,6 +244,7 @@ PIXEL_PRESETS: tuple[Preset, ...] = (
 PRESETS = PRESETS + PIXEL_PRESETS
 
 
-def preset(name: str, **overrides: Any) -> DQNConfig:
-    """The config of a named preset with field ``overrides``; ``ValueError`` if unknown or bad."""
-    return find_preset(PRESETS, name, "DQN").configure(overrides)
+def preset(name: str, *, env: str | None = None, **overrides: Any) -> DQNConfig:
+    """The config of a named preset, with its tuned settings for gymnasium id ``env`` if any and field
+    ``overrides`` on top; ``ValueError`` if unknown or bad."""
+    return find_preset(PRESETS, name, "DQN").configure(overrides, env=env)

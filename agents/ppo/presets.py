@@ -267,6 +267,7 @@ PRESETS = PRESETS + PIXEL_PRESETS + PORTFOLIO_PRESETS
 """The named presets; the command line's registry (`tritonrl.cli.registry`) collects them."""
 
 
-def preset(name: str, **overrides: Any) -> PPOConfig:
-    """The config of a named preset with field ``overrides``; ``ValueError`` if unknown or bad."""
-    return find_preset(PRESETS, name, "PPO").configure(overrides)
+def preset(name: str, *, env: str | None = None, **overrides: Any) -> PPOConfig:
+    """The config of a named preset, with its tuned settings for gymnasium id ``env`` if any and field
+    ``overrides`` on top; ``ValueError`` if unknown or bad."""
+    return find_preset(PRESETS, name, "PPO").configure(overrides, env=env)

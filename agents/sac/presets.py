@@ -86,6 +86,7 @@ PRESETS: tuple[Preset, ...] = (
 """The named presets; the command line's registry (`tritonrl.cli.registry`) collects them."""
 
 
-def preset(name: str, **overrides: Any) -> Any:
-    """The config of preset ``"sac"`` or ``"td3"`` with field ``overrides``; ``ValueError`` if bad."""
-    return find_preset(PRESETS, name, "SAC/TD3").configure(overrides)
+def preset(name: str, *, env: str | None = None, **overrides: Any) -> Any:
+    """The config of preset ``"sac"`` or ``"td3"``, with its tuned settings for gymnasium id ``env`` if
+    any and field ``overrides`` on top; ``ValueError`` if bad."""
+    return find_preset(PRESETS, name, "SAC/TD3").configure(overrides, env=env)

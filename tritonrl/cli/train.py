@@ -216,6 +216,8 @@ class _Plan:
     ckpt: Path
     meta: tuple[tuple[str, str], ...]
     """The run's identity in the checkpoint (agent, env, environments, market env config)."""
+    tuned: Any = None
+    """The preset's `tritonrl.toolkit.preset.Tuned` settings for ``--env`` (``None``: none, or a market)."""
 
 
 def _build(args: argparse.Namespace, ctx: Any) -> tuple[Any, Any, Any, Any, Any, Any]:
@@ -235,6 +237,8 @@ def _build(args: argparse.Namespace, ctx: Any) -> tuple[Any, Any, Any, Any, Any,
         build_overrides = {**plan.defaults.overrides, **plan.overrides}
     env, run = _make_env(args, plan, build_overrides, saved_config, saved_meta)
     agent = _make_agent(args, ctx, plan, env, build_overrides, saved_config)
+    if plan.tuned is not None and saved_config is None and ctx.is_main:  # a resume keeps its config
+        _say_tuned(args, plan)
     if run is not None and not args.overlap:  # an overlapped run steps the market env itself
         from tritonrl.toolkit.training.market import market_collector
 
@@ -325,7 +329,19 @@ def _plan(args: argparse.Namespace, ctx: Any) -> _Plan:
         run_dir=run_dir,
         ckpt=run_dir / CHECKPOINT_NAME,
         meta=(("agent", args.agent), ("env", args.env), ("num_envs", str(num_envs))),
+        tuned=None if market else spec.tuned.get(args.env),
     )
+
+
+def _say_tuned(args: argparse.Namespace, plan: _Plan) -> None:
+    """Print (stderr) the tuned settings the run starts from, and which ones ``--set`` replaced."""
+    tuned = plan.tuned
+    kept = ", ".join(f"{k}={v!r}" for k, v in tuned.overrides.items() if k not in plan.overrides)
+    replaced = [k for k in tuned.overrides if k in plan.overrides]
+    line = f"tuned settings for {args.agent} on {args.env} ({tuned.source}): {kept or 'none kept'}"
+    if replaced:
+        line += f"; --set replaces {', '.join(replaced)}"
+    print(line, file=sys.stderr)
 
 
 def _read_saved(args: argparse.Namespace, plan: _Plan) -> tuple[dict[str, Any] | None, dict[str, Any]]:
@@ -429,6 +445,7 @@ def _make_agent(
                 overrides=overrides,
                 config=saved_config,
                 dist=ctx,
+                env=None if plan.market else args.env,  # the tuned settings; ignored on a resume
             )
         before = None if saved_config is None else type(agent.config).from_dict(saved_config)
     except (ValueError, TypeError) as exc:

@@ -1,0 +1,101 @@
+"""Settings tuned per (preset, environment) (issue 45): the `Tuned` record and its checks, the
+``preset(name, env=...)`` functions, and ``train`` applying the entry under ``--set`` (not on a resume)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("gymnasium")
+
+from tritonrl.agents import dqn, ppo, sac
+from tritonrl.cli import main
+from tritonrl.toolkit.checkpoint import load_checkpoint
+from tritonrl.toolkit.config import apply_overrides
+from tritonrl.toolkit.preset import Tuned, find_preset
+
+ACROBOT = {
+    "lr": 6.3e-4,
+    "batch_size": 128,
+    "train_freq": 4,
+    "gradient_steps": 4,
+    "target_update_every": 250,
+    "eps_end": 0.1,
+    "eps_decay_steps": 12_000,
+    "torso_width": 256,
+}
+SMALL = ["--set", "learning_starts=32", "--set", "buffer_size=256", "--set", "batch_size=16"]
+
+
+def _train(capsys, run: Path, agent: str, *args: str) -> tuple[dict, list[str]]:
+    code = main(
+        ["train", "--no-progress", "--no-tensorboard", "--eval-episodes", "1", "--env", "Acrobot-v1"]
+        + ["--agent", agent, "--run-dir", str(run), *args]
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 0, err
+    return load_checkpoint(run / "checkpoint.safetensors", tensors=False)["agent"]["config"], err
+
+
+@pytest.mark.parametrize("name", ["dqn", "double"])
+def test_preset_with_env_returns_the_tuned_config(name: str) -> None:
+    cfg = dqn.preset(name, env="Acrobot-v1")
+    assert {k: getattr(cfg, k) for k in ACROBOT} == ACROBOT
+    assert cfg == apply_overrides(dqn.preset(name), ACROBOT)  # nothing else changes
+    assert dqn.preset(name, env="Acrobot-v1", lr=1e-3).lr == 1e-3  # field overrides on top
+    tuned = find_preset(dqn.PRESETS, name).tuned["Acrobot-v1"]
+    assert tuned.steps == 100_000 and tuned.source.startswith("rl-baselines3-zoo (hyperparams/dqn.yml")
+
+
+def test_no_entry_leaves_the_preset_unchanged() -> None:
+    assert dqn.preset("double", env="CartPole-v1") == dqn.preset("double") == dqn.PRESETS[1].config
+    assert dqn.preset("c51", env="Acrobot-v1") == dqn.preset("c51")  # entries are per preset
+    assert ppo.preset("ppo", env="Acrobot-v1") == ppo.preset("ppo")
+    assert sac.preset("sac", env="Pendulum-v1") == sac.preset("sac")
+
+
+def test_a_tuned_entry_is_checked_when_the_preset_is_made() -> None:
+    double = find_preset(dqn.PRESETS, "double")
+    bad = [
+        (
+            {"E-v0": Tuned({"nope": 1}, "x")},
+            ValueError,
+            r"tuned overrides \['nope'\] for E-v0 are not fields of DQNConfig",
+        ),
+        ({"E-v0": Tuned({"gamma": 2.0}, "x")}, ValueError, "'double': tuned settings for E-v0: .*gamma"),
+        ({"": Tuned({}, "x")}, ValueError, "tuned keys must be non-empty env ids"),
+        ({"E-v0": {"lr": 1e-3}}, TypeError, r"tuned\['E-v0'\] must be a Tuned, got dict"),
+    ]
+    for tuned, exc, words in bad:
+        with pytest.raises(exc, match=words):
+            dataclasses.replace(double, tuned=tuned)
+    with pytest.raises(ValueError, match="non-empty source"):
+        Tuned({"lr": 1e-3}, "")
+    with pytest.raises(ValueError, match="tuned steps must be an int >= 1 or None, got 0"):
+        Tuned({"lr": 1e-3}, "x", steps=0)
+
+
+def test_train_applies_the_entry_under_set_and_not_on_a_resume(tmp_path: Path, capsys) -> None:
+    run = tmp_path / "run"
+    config, err = _train(capsys, run, "double", "--steps", "64", *SMALL, "--set", "lr=1e-3")
+    assert err[0].startswith(
+        "tuned settings for double on Acrobot-v1 (rl-baselines3-zoo (hyperparams/dqn.yml"
+    )
+    assert err[0].endswith("; --set replaces lr, batch_size") and "torso_width=256" in err[0]
+    assert config["lr"] == 1e-3 and config["batch_size"] == 16  # the user wins
+    assert config["torso_width"] == 256 and config["eps_decay_steps"] == 12_000  # the entry otherwise
+    # a resume starts from the saved config: the entry is not applied again, nor announced
+    config, err = _train(capsys, run, "double", "--steps", "128", "--resume")
+    assert config["lr"] == 1e-3 and config["batch_size"] == 16 and config["torso_width"] == 256
+    assert not any(line.startswith("tuned settings") for line in err)
+
+
+def test_train_without_an_entry_builds_the_preset_as_before(tmp_path: Path, capsys) -> None:
+    config, err = _train(capsys, tmp_path / "run", "c51", "--steps", "64", *SMALL)
+    expected = apply_overrides(
+        dqn.preset("c51"), {"learning_starts": 32, "buffer_size": 256, "batch_size": 16}
+    )
+    assert config == expected.to_dict()
+    assert not any(line.startswith("tuned settings") for line in err)
