@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import abc
 from typing import Any
 
 import torch
@@ -14,11 +15,11 @@ from tritonrl.toolkit.replay.inputs import check_fraction
 __all__ = ["PrioritySchedule"]
 
 
-class PrioritySchedule:
+class PrioritySchedule(abc.ABC):
     """Mixin before a `ReplayBuffer` in the bases: the PER settings.
 
-    The buffer keeps its tree in ``_tree`` and implements `_state_leaves` and
-    `_check_state_priorities`.
+    The buffer keeps its tree in ``_tree`` and implements the abstract `priorities`,
+    `_state_leaves` and `_check_state_priorities`.
     """
 
     _tree: SumTree
@@ -150,9 +151,9 @@ class PrioritySchedule:
         )
         return cfg
 
+    @abc.abstractmethod
     def priorities(self) -> torch.Tensor:
         """The leaf values ``p ** alpha`` a saved state holds, f32 (a copy)."""
-        raise NotImplementedError
 
     def state_dict(self) -> dict[str, Any]:
         """The buffer's state plus ``priorities``, ``max_priority``, ``status`` and schedule counters."""
@@ -164,13 +165,13 @@ class PrioritySchedule:
         sd["meta"]["rejections_seen"] = self._rejections_seen
         return sd
 
+    @abc.abstractmethod
     def _state_leaves(self, staged: dict[str, Any]) -> int:
         """How many leaves a state's ``priorities`` hold."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _check_state_priorities(self, staged: dict[str, Any]) -> None:
         """Value checks of the staged ``priorities``; raises ``ValueError``."""
-        raise NotImplementedError
 
     def parse_state(self, state: dict[str, Any]) -> dict[str, Any]:
         """The buffer's staged state plus the priorities, the running max and the counters."""
