@@ -66,9 +66,8 @@ def _prepare(args: argparse.Namespace) -> tuple[Any, Any]:
         ValueError: a missing or unreadable artifact or sidecar, a sidecar without ``market``,
             unreadable bars, a bad flag, an ``--out`` that is not a trade CSV.
     """
-    import torch
     from tritonrl.toolkit.bars import source_bars
-    from tritonrl.toolkit.envs.market.live import LiveTrader, as_time, market_from_sidecar
+    from tritonrl.toolkit.envs.market.live import LiveTrader, market_from_sidecar
     from tritonrl.toolkit.export import load_exported
 
     if args.max_gap is not None and not (math.isfinite(args.max_gap) and args.max_gap > 0):
@@ -85,16 +84,7 @@ def _prepare(args: argparse.Namespace) -> tuple[Any, Any]:
         return _prepare_portfolio(args, policy)
     spec = market_from_sidecar(policy.sidecar)
     bars = source_bars(args.bars)
-    window = spec.env_config.window
-    if len(bars) < window:
-        raise ValueError(f"--bars {args.bars}: {len(bars)} bars, fewer than the policy's window {window}")
-    start = as_time(args.start) if args.start is not None else bars.time[window - 1]
-    if start > bars.time[-1]:
-        raise ValueError(f"--start {start}: after the last bar ({bars.time[-1]})")
-    device = str(policy.sidecar.get("device", "cpu"))
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"{artifact}: exported on {device}, and CUDA is not available here")
-    obs_dtype = getattr(torch, str(policy.sidecar.get("observation", {}).get("dtype", "float32")))
+    start, device, obs_dtype = _start_and_device(args, policy, bars.time, spec.env_config.window, "bars")
     trader = LiveTrader(
         policy,
         spec.env_config,
@@ -109,15 +99,34 @@ def _prepare(args: argparse.Namespace) -> tuple[Any, Any]:
     return trader, bars
 
 
+def _start_and_device(
+    args: argparse.Namespace, policy: Any, times: Any, window: int, what: str
+) -> tuple[Any, str, Any]:
+    """The first decision time (``--start``, else the first full window), the artifact's device
+    and its observation dtype; ``ValueError`` for too few ``times``, a start after them, or CUDA
+    missing here."""
+    import torch
+    from tritonrl.toolkit.envs.market.live import as_time
+
+    if len(times) < window:
+        raise ValueError(f"--bars {args.bars}: {len(times)} {what}, fewer than the policy's window {window}")
+    start = as_time(args.start) if args.start is not None else times[window - 1]
+    if start > times[-1]:
+        raise ValueError(f"--start {start}: after the last bar ({times[-1]})")
+    device = str(policy.sidecar.get("device", "cpu"))
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"{args.exported}: exported on {device}, and CUDA is not available here")
+    obs_dtype = getattr(torch, str(policy.sidecar.get("observation", {}).get("dtype", "float32")))
+    return start, device, obs_dtype
+
+
 def _prepare_portfolio(args: argparse.Namespace, policy: Any) -> tuple[Any, Any]:
     """The `PortfolioTrader` and the panel of ``args`` for a policy with a ``portfolio`` sidecar.
 
     Raises:
         ValueError: unreadable bars, other symbols than the sidecar's, a bad flag, an existing ``--out``.
     """
-    import torch
     from tritonrl.toolkit.bars.panel import load_panel
-    from tritonrl.toolkit.envs.market.live import as_time
     from tritonrl.toolkit.envs.portfolio.live import PortfolioTrader, portfolio_from_sidecar
 
     spec = portfolio_from_sidecar(policy.sidecar)
@@ -136,16 +145,7 @@ def _prepare_portfolio(args: argparse.Namespace, policy: Any) -> tuple[Any, Any]
         )
     if len(symbols) != spec.num_assets:
         raise ValueError(f"--bars {args.bars}: {len(symbols)} assets; the policy trades {spec.num_assets}")
-    window = spec.env_config.window
-    if len(panel) < window:
-        raise ValueError(f"--bars {args.bars}: {len(panel)} rows, fewer than the policy's window {window}")
-    start = as_time(args.start) if args.start is not None else panel.time[window - 1]
-    if start > panel.time[-1]:
-        raise ValueError(f"--start {start}: after the last bar ({panel.time[-1]})")
-    device = str(policy.sidecar.get("device", "cpu"))
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"{args.exported}: exported on {device}, and CUDA is not available here")
-    obs_dtype = getattr(torch, str(policy.sidecar.get("observation", {}).get("dtype", "float32")))
+    start, device, obs_dtype = _start_and_device(args, policy, panel.time, spec.env_config.window, "rows")
     trader = PortfolioTrader(
         policy,
         spec.env_config,

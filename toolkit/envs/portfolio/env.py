@@ -242,10 +242,11 @@ class PortfolioEnv(gym.vector.VectorEnv):
         row, value = s["row"], s["value"]
         o1 = self.data.open[row + 1] if c.fill == "next_open" else None
         growth = fill_growth(c, self.data.close[row], self.data.close[row + 1], o1)
-        weights, v_a, v_b, v_next, traded, ruined = settle(
+        weights, _, _, v_next, traded, ruined, paid = settle(
             c, s["weights"], value, target, keep, growth, self._cash
         )
         reward64 = torch.log(v_next / value)
+        equity = v_next / c.initial_cash
         peak = torch.maximum(s["peak"], v_next)
         drawdown = 1.0 - v_next / peak
         steps, row = s["steps"] + 1, row + 1
@@ -257,26 +258,26 @@ class PortfolioEnv(gym.vector.VectorEnv):
             "peak": peak,
             "max_drawdown": torch.maximum(s["max_drawdown"], drawdown),
             "turnover": s["turnover"] + traded,
-            "costs": s["costs"] + (v_a - v_b) / v_a,
+            "costs": s["costs"] + paid,
         }
         truncated = steps >= self._max_steps
         terminated = (drawdown > self._dd_limit) | ruined
         done = truncated | terminated
         final_obs = self._observe(row, weights)
         done_f = done.to(self._acc)
-        log_equity = torch.log(v_next / c.initial_cash)
+        log_equity = torch.log(equity)
         self._sums += torch.stack(
             (
                 done_f,
                 done_f * log_equity,
                 done_f * steps.to(self._acc),
-                done_f * v_next / c.initial_cash,
+                done_f * equity,
                 done_f * s["max_drawdown"],
                 done_f * s["turnover"],
                 done_f * s["costs"],
             )
         ).sum(1)
-        info = (v_next / c.initial_cash, weights, traded, (v_a - v_b) / v_a)
+        info = (equity, weights, traded, paid)
         starts = self._starts()
         self._reset_rows(s, done, starts)
         obs = self._observe(s["row"], s["weights"])  # the reset rows where an episode ended
@@ -428,6 +429,8 @@ class Settlement(NamedTuple):
     """``sum_i |target_i - held_i|`` over the assets."""
     ruined: torch.Tensor
     """Equity reached ruin (``[E]`` bool)."""
+    cost: torch.Tensor
+    """The costs paid, a fraction of ``value_before`` (from the amount paid: no cancellation)."""
 
 
 def fill_growth(
@@ -462,21 +465,23 @@ def settle(
     held, v_a = _drift(weights, value, growth[0])
     if keep is not None:  # NaN rows: hold (the drifted weights are the target: nothing traded)
         target = torch.where(keep[:, None], held, target)
-    after, v_b, traded = _trade(config, held, v_a, target)
+    after, v_b, traded, paid = _trade(config, held, v_a, target)
     # FinRL's close fill drifts its f32 target weights in f32 (not the f64 ones wvm trades to)
     finrl = config.fill == "close" and config.actions == "finrl" and config.cost_model != "finrl_wvm"
     drift = _finrl_drift if finrl else _drift
     after, v_next = drift(after, v_b.clamp_min(value * _RUIN), growth[1])
     ruined = v_next <= config.initial_cash * _RUIN  # e.g. a short that outgrew the equity: all lost
     v_next = v_next.clamp_min(config.initial_cash * _RUIN)
-    return Settlement(torch.where(ruined[:, None], cash, after), v_a, v_b, v_next, traded, ruined)
+    weights = torch.where(ruined[:, None], cash, after)
+    return Settlement(weights, v_a, v_b, v_next, traded, ruined, paid / v_a)
 
 
 def _trade(
     config: PortfolioEnvConfig, held: torch.Tensor, value: torch.Tensor, target: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Rebalance ``held [E, K]`` weights of equity ``value [E]`` to ``target``: the weights and
-    equity after the trade, and the traded fraction ``sum_i |target_i - held_i|`` (assets)."""
+    equity after the trade, the traded fraction ``sum_i |target_i - held_i|`` (assets) and the
+    amount paid."""
     delta = (target - held)[:, 1:]
     traded = delta.abs().sum(1)
     c = config
@@ -486,7 +491,7 @@ def _trade(
             paid = paid + c.fixed_fee * (delta.abs() > 1e-9).sum(1).to(value.dtype)
         if c.borrow_cost:
             paid = paid + value * c.borrow_cost * target[:, 1:].clamp_max(0.0).abs().sum(1)
-        return target, value - paid, traded
+        return target, value - paid, traded, paid
     if c.cost_model == "finrl_wvm":
         fees = (delta * value[:, None]).abs().sum(1)
         ok = fees <= target[:, 0] * value
@@ -494,8 +499,15 @@ def _trade(
         book[:, 0] -= fees
         after = book.sum(1)
         weights = torch.where(ok[:, None], book / after[:, None], held)
-        return weights, torch.where(ok, after, value), torch.where(ok, traded, torch.zeros_like(traded))
-    return target, value * _trf_mu(held, target, c.cost), traded
+        zero = torch.zeros_like(traded)
+        return (
+            weights,
+            torch.where(ok, after, value),
+            torch.where(ok, traded, zero),
+            torch.where(ok, fees, zero),
+        )
+    after = value * _trf_mu(held, target, c.cost)
+    return target, after, traded, value - after
 
 
 def _drift(

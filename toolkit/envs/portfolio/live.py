@@ -464,7 +464,7 @@ class PortfolioTrader:
         elif float(drawdown[0]) > self._dd_limit:
             when = _iso(int(self._time[n - 1]))
             self.ended = f"drawdown {float(drawdown[0]):.4g} beyond max_drawdown {c.max_drawdown} at {when}"
-        cost = (book.value_before - book.value_after) / book.value_before
+        cost = book.cost
         return float(book.traded[0]), float(cost[0])
 
     def _observation(self) -> torch.Tensor:
