@@ -80,6 +80,24 @@ def _baseline_policy(b: Baseline, device: torch.device) -> Policy:
     return weights_policy(b.weights, device) if b.rebalance else hold_policy(b.weights, device)
 
 
+def _records(
+    policy: Policy,
+    train: PanelData,
+    test: PanelData,
+    env_config: PortfolioEnvConfig,
+    *,
+    seed: int,
+    strategy: str,
+) -> dict[str, dict[str, Any]]:
+    """``policy``'s `run_period` record over ``test``, then each baseline's (fitted on ``train``'s
+    closes, acting with target weights under the same costs and fill)."""
+    records = {strategy: run_period(policy, test, env_config, seed=seed)}
+    as_weights = dataclasses.replace(env_config, actions="weights")
+    for b in baselines(train.close.double().cpu().numpy()):
+        records[b.name] = run_period(_baseline_policy(b, test.device), test, as_weights, seed=seed)
+    return records
+
+
 def evaluate_period(
     policy: Policy,
     train: PanelData,
@@ -93,12 +111,7 @@ def evaluate_period(
     """``policy`` over ``test`` beside the baselines fitted on ``train``'s closes (same costs and
     fill; baselines act with target weights). The tear sheet's report: ``dates``, ``equity`` per
     name, the strategy's ``weights``, ``turnover`` and ``costs``, ``metrics`` per name."""
-    records = {strategy: run_period(policy, test, env_config, seed=seed)}
-    as_weights = dataclasses.replace(env_config, actions="weights")
-    closes = train.close.double().cpu().numpy()
-    for b in baselines(closes):
-        pol = _baseline_policy(b, test.device)
-        records[b.name] = run_period(pol, test, as_weights, seed=seed)
+    records = _records(policy, train, test, env_config, seed=seed, strategy=strategy)
     return _report(records, strategy, test, env_config, trials=trials, folds=[])
 
 
@@ -141,13 +154,10 @@ def walk_forward(
     bounds = fold_bounds(len(data), folds, env_config.window, train=train, validation=validation)
     per_name: dict[str, list[dict[str, Any]]] = {}
     fold_reports = []
-    as_weights = dataclasses.replace(env_config, actions="weights")
     for fold in bounds:
         tr, va, te = (data.rows(*p) for p in (fold.train, fold.validation, fold.test))
         policy = train_fold(fold.index, tr, va)
-        records = {strategy: run_period(policy, te, env_config, seed=seed)}
-        for b in baselines(tr.close.double().cpu().numpy()):
-            records[b.name] = run_period(_baseline_policy(b, te.device), te, as_weights, seed=seed)
+        records = _records(policy, tr, te, env_config, seed=seed, strategy=strategy)
         for name, rec in records.items():
             per_name.setdefault(name, []).append(rec)
         fold_report = _report(records, strategy, te, env_config, trials=trials, folds=[])
