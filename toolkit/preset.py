@@ -66,17 +66,22 @@ class Tuned:
     steps: int | None = None
     """The environment steps the source trained for (``None``: not stated)."""
     note: str = ""
-    """Anything else a reader needs (the budget measured here, a caveat)."""
+    """Anything else a reader needs (a caveat, what was translated)."""
+    budget: int | None = None
+    """``tritonrl train``'s default ``--steps`` with these settings: the budget measured here
+    (``None``: the preset's)."""
+    num_envs: int | None = None
+    """``tritonrl train``'s default ``--num-envs`` with these settings (``None``: the preset's)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.overrides, Mapping):
             raise TypeError(f"tuned overrides must be a mapping, got {type(self.overrides).__name__}")
         if not isinstance(self.source, str) or not self.source:
             raise ValueError(f"tuned settings need a non-empty source, got {self.source!r}")
-        if self.steps is not None and (
-            isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1
-        ):
-            raise ValueError(f"tuned steps must be an int >= 1 or None, got {self.steps!r}")
+        for name in ("steps", "budget", "num_envs"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"tuned {name} must be an int >= 1 or None, got {value!r}")
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,12 @@
 """The DQN family's settings tuned per environment: ``TUNED[(preset, env id)]``, each with its source.
 
 `tritonrl.agents.dqn.presets` gives each preset its entries (`tritonrl.toolkit.preset.Tuned`);
-``tritonrl train --agent P --env E`` applies them under ``--set``. Only measured entries belong
-here. See docs/pages/training.md ("Per-environment settings").
+``tritonrl train --agent P --env E`` applies them under ``--set``. The zoo's entries are
+rl-baselines3-zoo's ``hyperparams/dqn.yml`` / ``qrdqn.yml`` (commit eec15dc), translated: its
+``exploration_fraction`` of ``n_timesteps`` is ``eps_decay_steps``, its ``gradient_steps: -1``
+is one update per env step, and its ``target_update_interval`` (env steps) is in updates here.
+The CartPole-v1 presets need no entry: their defaults are the zoo's CartPole settings (width
+128). Results: docs/pages/results.md ("The zoo table").
 """
 
 from __future__ import annotations
@@ -11,25 +15,69 @@ from tritonrl.toolkit.preset import Tuned
 
 __all__ = ["TUNED"]
 
+_ZOO = "rl-baselines3-zoo hyperparams/{file} ({env})"
+
+_ACROBOT_SETTINGS = {
+    "lr": 6.3e-4,
+    "batch_size": 128,
+    "train_freq": 4,
+    "gradient_steps": 4,
+    "target_update_every": 250,
+    "eps_end": 0.1,
+    "eps_decay_steps": 12_000,
+    "torso_width": 256,
+}
+"""The zoo's Acrobot-v1 entry, which is also its LunarLander-v3 one (1 update per env step)."""
+
+_MOUNTAINCAR_SETTINGS = {
+    "lr": 4e-3,
+    "batch_size": 128,
+    "buffer_size": 10_000,
+    "gamma": 0.98,
+    "train_freq": 16,
+    "gradient_steps": 8,
+    "target_update_every": 300,  # the zoo's 600 env steps at 8 updates per 16 steps
+    "eps_end": 0.07,
+    "eps_decay_steps": 24_000,  # 0.2 of 120k
+    "torso_width": 256,
+}
+
 _ACROBOT = Tuned(
-    overrides={
-        "lr": 6.3e-4,
-        "batch_size": 128,
-        "train_freq": 4,
-        "gradient_steps": 4,
-        "target_update_every": 250,
-        "eps_end": 0.1,
-        "eps_decay_steps": 12_000,
-        "torso_width": 256,
-    },
-    source="rl-baselines3-zoo (hyperparams/dqn.yml, Acrobot-v1); measured here: double, 3 seeds x 50k "
-    "steps, last three greedy evaluations above -100 on every seed",
+    overrides=_ACROBOT_SETTINGS,
+    source=_ZOO.format(file="dqn.yml", env="Acrobot-v1"),
     steps=100_000,
-    note="the zoo trains for 100k steps; measured here with the preset's 50_000",
+    budget=50_000,
+    note="the zoo trains for 100k steps; 50k here",
 )
 
 TUNED: dict[tuple[str, str], Tuned] = {
     ("dqn", "Acrobot-v1"): _ACROBOT,
     ("double", "Acrobot-v1"): _ACROBOT,
+    ("qrdqn", "Acrobot-v1"): Tuned(
+        overrides={**_ACROBOT_SETTINGS, "quantiles": 25},
+        source=_ZOO.format(file="qrdqn.yml", env="Acrobot-v1"),
+        steps=100_000,
+        budget=50_000,
+        note="the zoo trains for 100k steps; 50k here",
+    ),
+    ("dqn", "MountainCar-v0"): Tuned(
+        overrides=_MOUNTAINCAR_SETTINGS,
+        source=_ZOO.format(file="dqn.yml", env="MountainCar-v0"),
+        steps=120_000,
+        budget=120_000,
+    ),
+    ("qrdqn", "MountainCar-v0"): Tuned(
+        overrides={**_MOUNTAINCAR_SETTINGS, "quantiles": 25},
+        source=_ZOO.format(file="qrdqn.yml", env="MountainCar-v0"),
+        steps=120_000,
+        budget=120_000,
+    ),
+    ("dqn", "LunarLander-v3"): Tuned(
+        overrides=_ACROBOT_SETTINGS,
+        source=_ZOO.format(file="dqn.yml", env="LunarLander-v3"),
+        steps=100_000,
+        budget=100_000,
+        note="needs the box2d extra",
+    ),
 }
 """Tuned settings by (preset name, gymnasium env id)."""

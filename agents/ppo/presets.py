@@ -10,6 +10,7 @@ from typing import Any
 
 from tritonrl.agents.ppo.agent import PPOAgent
 from tritonrl.agents.ppo.config import PPOConfig
+from tritonrl.agents.ppo.tuned import TUNED
 from tritonrl.toolkit.preset import MarketPreset, Preset, find_preset
 from tritonrl.toolkit.schedule import onpolicy_schedule
 
@@ -31,6 +32,7 @@ def _preset(name: str, description: str, config: PPOConfig, steps: int, market: 
         default_eval_every=10_000,
         steps_field="total_steps",
         market=market,
+        tuned={env: t for (p, env), t in TUNED.items() if p == name},
     )
 
 

@@ -10,6 +10,7 @@ from typing import Any
 from tritonrl.agents.sac.config import SACConfig, TD3Config
 from tritonrl.agents.sac.sac import SACAgent
 from tritonrl.agents.sac.td3 import TD3Agent
+from tritonrl.agents.sac.tuned import TUNED
 from tritonrl.toolkit.preset import MarketPreset, Preset, find_preset
 from tritonrl.toolkit.schedule import offpolicy_schedule
 
@@ -56,6 +57,7 @@ PRESETS: tuple[Preset, ...] = (
         kind="offpolicy",
         schedule=offpolicy_schedule,
         market=_MARKET_SAC,
+        tuned={env: t for (p, env), t in TUNED.items() if p == "sac"},
         **_CLI,
     ),
     Preset(
@@ -67,6 +69,7 @@ PRESETS: tuple[Preset, ...] = (
         kind="offpolicy",
         schedule=offpolicy_schedule,
         market=_MARKET_TD3,
+        tuned={env: t for (p, env), t in TUNED.items() if p == "td3"},
         **_CLI,
     ),
     Preset(

@@ -46,14 +46,16 @@ def test_preset_with_env_returns_the_tuned_config(name: str) -> None:
     assert cfg == apply_overrides(dqn.preset(name), ACROBOT)  # nothing else changes
     assert dqn.preset(name, env="Acrobot-v1", lr=1e-3).lr == 1e-3  # field overrides on top
     tuned = find_preset(dqn.PRESETS, name).tuned["Acrobot-v1"]
-    assert tuned.steps == 100_000 and tuned.source.startswith("rl-baselines3-zoo (hyperparams/dqn.yml")
+    assert tuned.steps == 100_000 and tuned.budget == 50_000
+    assert tuned.source == "rl-baselines3-zoo hyperparams/dqn.yml (Acrobot-v1)"
 
 
 def test_no_entry_leaves_the_preset_unchanged() -> None:
     assert dqn.preset("double", env="CartPole-v1") == dqn.preset("double") == dqn.PRESETS[1].config
     assert dqn.preset("c51", env="Acrobot-v1") == dqn.preset("c51")  # entries are per preset
-    assert ppo.preset("ppo", env="Acrobot-v1") == ppo.preset("ppo")
-    assert sac.preset("sac", env="Pendulum-v1") == sac.preset("sac")
+    assert ppo.preset("ppo", env="CartPole-v1") == ppo.preset("ppo")
+    assert ppo.preset("ppo-continuous", env="Acrobot-v1") == ppo.preset("ppo-continuous")
+    assert sac.preset("sac", env="InvertedPendulum-v5") == sac.preset("sac")
 
 
 def test_a_tuned_entry_is_checked_when_the_preset_is_made() -> None:
@@ -73,15 +75,27 @@ def test_a_tuned_entry_is_checked_when_the_preset_is_made() -> None:
             dataclasses.replace(double, tuned=tuned)
     with pytest.raises(ValueError, match="non-empty source"):
         Tuned({"lr": 1e-3}, "")
-    with pytest.raises(ValueError, match="tuned steps must be an int >= 1 or None, got 0"):
-        Tuned({"lr": 1e-3}, "x", steps=0)
+    for name in ("steps", "budget", "num_envs"):
+        with pytest.raises(ValueError, match=f"tuned {name} must be an int >= 1 or None, got 0"):
+            Tuned({"lr": 1e-3}, "x", **{name: 0})
+
+
+@pytest.mark.parametrize("family", [dqn, ppo, sac])
+def test_every_entry_builds_and_names_its_source(family) -> None:
+    entries = [(p, env, t) for p in family.PRESETS for env, t in p.tuned.items()]
+    assert entries, f"{family.__name__} has no tuned entry"
+    for p, env, tuned in entries:
+        cfg = family.preset(p.name, env=env)
+        assert {k: getattr(cfg, k) for k in tuned.overrides} == dict(tuned.overrides), (p.name, env)
+        assert cfg != p.config, (p.name, env)  # an entry changes something
+        assert tuned.source.startswith("rl-baselines3-zoo hyperparams/") and f"({env})" in tuned.source
 
 
 def test_train_applies_the_entry_under_set_and_not_on_a_resume(tmp_path: Path, capsys) -> None:
     run = tmp_path / "run"
     config, err = _train(capsys, run, "double", "--steps", "64", *SMALL, "--set", "lr=1e-3")
     assert err[0].startswith(
-        "tuned settings for double on Acrobot-v1 (rl-baselines3-zoo (hyperparams/dqn.yml"
+        "tuned settings for double on Acrobot-v1 (rl-baselines3-zoo hyperparams/dqn.yml (Acrobot-v1)"
     )
     assert err[0].endswith("; --set replaces lr, batch_size") and "torso_width=256" in err[0]
     assert config["lr"] == 1e-3 and config["batch_size"] == 16  # the user wins
@@ -99,3 +113,18 @@ def test_train_without_an_entry_builds_the_preset_as_before(tmp_path: Path, caps
     )
     assert config == expected.to_dict()
     assert not any(line.startswith("tuned settings") for line in err)
+
+
+def test_train_takes_steps_and_envs_from_the_entry_unless_given(tmp_path: Path, capsys, monkeypatch) -> None:
+    double = find_preset(dqn.PRESETS, "double")
+    small = dataclasses.replace(double.tuned["Acrobot-v1"], budget=96, num_envs=2)
+    monkeypatch.setitem(double.tuned, "Acrobot-v1", small)
+    run = tmp_path / "run"
+    _, err = _train(capsys, run, "double", *SMALL)
+    assert err[0].endswith("; 96 steps; 2 envs"), err[0]
+    state = load_checkpoint(run / "checkpoint.safetensors", tensors=False)
+    assert state["loop"]["step"] == 96 and state["meta"]["num_envs"] == "2"
+    _, err = _train(capsys, tmp_path / "given", "double", "--steps", "64", "--num-envs", "4", *SMALL)
+    assert err[0].endswith("; --set replaces batch_size"), err[0]  # the flags win, and say nothing
+    state = load_checkpoint(tmp_path / "given" / "checkpoint.safetensors", tensors=False)
+    assert state["loop"]["step"] == 64 and state["meta"]["num_envs"] == "4"

@@ -69,7 +69,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         f"portfolio:SOURCE (synthetic[,assets=N][,signal=F], sp500, csv=PATH, csv-fill=PATH) "
         f"(default: the preset's, else {DEFAULT_ENV})",
     )
-    p.add_argument("--steps", type=int, default=None, help="environment steps (default: the preset's)")
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="environment steps (default: the tuned entry's budget for --env, else the preset's)",
+    )
     add_seed_device_flags(
         p,
         threads_help="torch CPU threads, at most the CPU count (default 1: small RL networks run fastest "
@@ -79,7 +84,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--num-envs",
         type=int,
         default=None,
-        help=f"parallel environments, at most {MAX_ENVS} (default: the preset's)",
+        help=f"parallel environments, at most {MAX_ENVS} (default: the tuned entry's for --env, else "
+        "the preset's)",
     )
     add_run_folder_flags(
         p,
@@ -298,9 +304,10 @@ def _plan(args: argparse.Namespace, ctx: Any) -> _Plan:
             "portfolio:...)"
         )
     defaults = market_preset(spec) if market else spec
+    tuned = None if market else spec.tuned.get(args.env)
     device = ctx.device if ctx.enabled else parse_device(args.device)
     torch.set_num_threads(args.threads)
-    steps = args.steps if args.steps is not None else defaults.default_steps
+    steps = args.steps if args.steps is not None else _tuned_or(tuned, "budget", defaults.default_steps)
     eval_every = args.eval_every if args.eval_every is not None else defaults.default_eval_every
     target_return = args.target_return
     if target_return is None and args.eval_every is None and eval_every > 0 and not market:
@@ -309,7 +316,9 @@ def _plan(args: argparse.Namespace, ctx: Any) -> _Plan:
             target_return = gym.spec(args.env).reward_threshold
         except gym.error.Error:
             target_return = None  # unknown id: make_vec_env reports it below
-    num_envs = args.num_envs if args.num_envs is not None else defaults.default_num_envs
+    num_envs = args.num_envs
+    if num_envs is None:
+        num_envs = _tuned_or(tuned, "num_envs", defaults.default_num_envs)
     try:
         local_envs = ctx.shard(num_envs, "--num-envs")  # this rank's environments
     except DistributedError as exc:
@@ -329,8 +338,14 @@ def _plan(args: argparse.Namespace, ctx: Any) -> _Plan:
         run_dir=run_dir,
         ckpt=run_dir / CHECKPOINT_NAME,
         meta=(("agent", args.agent), ("env", args.env), ("num_envs", str(num_envs))),
-        tuned=None if market else spec.tuned.get(args.env),
+        tuned=tuned,
     )
+
+
+def _tuned_or(tuned: Any, name: str, default: int) -> int:
+    """The tuned entry's ``name`` (``budget``, ``num_envs``) if it sets one, else ``default``."""
+    value = getattr(tuned, name, None) if tuned is not None else None
+    return default if value is None else int(value)
 
 
 def _say_tuned(args: argparse.Namespace, plan: _Plan) -> None:
@@ -341,6 +356,10 @@ def _say_tuned(args: argparse.Namespace, plan: _Plan) -> None:
     line = f"tuned settings for {args.agent} on {args.env} ({tuned.source}): {kept or 'none kept'}"
     if replaced:
         line += f"; --set replaces {', '.join(replaced)}"
+    if tuned.budget is not None and args.steps is None:
+        line += f"; {tuned.budget} steps"
+    if tuned.num_envs is not None and args.num_envs is None:
+        line += f"; {tuned.num_envs} envs"
     print(line, file=sys.stderr)
 
 

@@ -1,0 +1,56 @@
+"""PPO's settings tuned per environment: ``TUNED[(preset, env id)]``, each with its source.
+
+rl-baselines3-zoo's ``hyperparams/ppo.yml`` (commit eec15dc), translated: ``n_steps`` is
+``num_steps``, ``n_epochs`` ``update_epochs``, the minibatch size ``batch_size`` becomes
+``num_minibatches = n_envs * n_steps / batch_size``, Stable-Baselines3's constant learning rate
+(3e-4) is ``anneal_lr=False`` and its unclipped value loss ``clip_vloss=False``. ``normalize:
+true`` (VecNormalize) is ``normalize_obs`` with ``reward_scale`` 0.1 in place of its reward
+scaling. CartPole-v1 and Pendulum-v1 need no entry (the ``ppo`` and ``ppo-continuous`` defaults).
+Results: docs/pages/results.md ("The zoo table").
+"""
+
+from __future__ import annotations
+
+from tritonrl.toolkit.preset import Tuned
+
+__all__ = ["TUNED"]
+
+_SB3 = {"lr": 3e-4, "anneal_lr": False, "clip_vloss": False}
+
+TUNED: dict[tuple[str, str], Tuned] = {
+    ("ppo", "Acrobot-v1"): Tuned(
+        overrides={
+            **_SB3,
+            "num_steps": 256,
+            "num_minibatches": 64,
+            "gae_lambda": 0.94,
+            "gamma": 0.99,
+            "update_epochs": 4,
+            "ent_coef": 0.0,
+            "normalize_obs": True,
+            "reward_scale": 0.1,
+        },
+        source="rl-baselines3-zoo hyperparams/ppo.yml (Acrobot-v1)",
+        steps=1_000_000,
+        budget=200_000,
+        num_envs=16,
+        note="the zoo trains for 1M steps; 200k here",
+    ),
+    ("ppo", "LunarLander-v3"): Tuned(
+        overrides={
+            **_SB3,
+            "num_steps": 1024,
+            "num_minibatches": 256,
+            "gae_lambda": 0.98,
+            "gamma": 0.999,
+            "update_epochs": 4,
+            "ent_coef": 0.01,
+        },
+        source="rl-baselines3-zoo hyperparams/ppo.yml (LunarLander-v3)",
+        steps=1_000_000,
+        budget=1_000_000,
+        num_envs=16,
+        note="needs the box2d extra",
+    ),
+}
+"""Tuned settings by (preset name, gymnasium env id)."""
