@@ -1,7 +1,7 @@
 """``tritonrl`` (or ``python -m tritonrl``): the command line.
 
-Subcommands ``info`` and ``bench`` live here; ``train``, ``fit``, ``backtest``, ``export`` and ``trade`` come
-from their own modules. See docs/pages/training.md, "Command line".
+Subcommands ``info`` and ``bench`` live here; ``train``, ``fit``, ``backtest``, ``evaluate``, ``export``
+and ``trade`` come from their own modules. See docs/pages/training.md, "Command line".
 """
 
 from __future__ import annotations
@@ -133,9 +133,10 @@ def _bench(
 
 
 def _register_extra(sub: argparse._SubParsersAction) -> None:
-    """Subcommands added by later modules (``train``, ``fit``, ``export``, ``trade``); each sets ``run``
+    """Subcommands added by later modules (``train``, ``fit``, ``backtest``, ``evaluate``, ``export``,
+    ``trade``); each sets ``run``
     on its parser."""
-    modules = ("train", "fit", "backtest", "export", "trade")
+    modules = ("train", "fit", "backtest", "evaluate", "export", "trade")
     for module in (f"tritonrl.cli.{name}" for name in modules):
         try:
             add_parser = importlib.import_module(module).add_parser

@@ -162,6 +162,34 @@ def check_threads(value: int) -> None:
 # ----------------------------------------------------------------------------- the run folder
 
 
+def load_run_agent(run_dir: Path, device: str) -> tuple[Any, dict[str, Any]]:
+    """The agent of ``run_dir``'s checkpoint, rebuilt on ``device``, and the checkpoint's state
+    (its ``meta`` names the preset and env).
+
+    Raises:
+        ValueError: no such folder, no checkpoint in it, a checkpoint of no training run, or a preset
+            the registry lacks.
+        CheckpointError: a damaged checkpoint.
+    """
+    from tritonrl.cli.registry import get_agent
+    from tritonrl.toolkit.checkpoint import load_checkpoint
+    from tritonrl.toolkit.lifecycle import CHECKPOINT_NAME
+
+    ckpt = run_dir / CHECKPOINT_NAME
+    if not run_dir.is_dir():
+        raise ValueError(f"{run_dir}: no such run folder")
+    if not ckpt.is_file():
+        raise ValueError(f"{run_dir}: no {CHECKPOINT_NAME} (train into it first, or name another run folder)")
+    state = load_checkpoint(ckpt)
+    if not isinstance(state, dict) or "agent" not in state or not isinstance(state.get("meta"), dict):
+        raise ValueError(f"{ckpt}: not a training-run checkpoint (no agent and meta sections)")
+    name = state["meta"].get("agent")
+    if not isinstance(name, str):
+        raise ValueError(f"{ckpt}: the checkpoint names no agent (not a run folder of `tritonrl train`)")
+    agent_class: Any = get_agent(name).agent  # an AgentBase subclass (its classmethod load)
+    return agent_class.load(ckpt, device=device), state
+
+
 def check_run_dir_path(name: str) -> None:
     """``--run-dir`` names a folder or a path that can become one (no writes).
 

@@ -57,18 +57,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     return p
 
 
-def _agent(ckpt: Path, state: dict[str, Any], device: str) -> Any:
-    """The checkpoint's agent, rebuilt on ``device``; ``ValueError`` for a preset the registry lacks."""
-    from tritonrl.cli.registry import get_agent
-
-    meta = state.get("meta")
-    name = meta.get("agent") if isinstance(meta, dict) else None
-    if not isinstance(name, str):
-        raise ValueError(f"{ckpt}: the checkpoint names no agent (not a run folder of `tritonrl train`)")
-    agent_class: Any = get_agent(name).agent  # an AgentBase subclass (its classmethod load)
-    return agent_class.load(ckpt, device=device)
-
-
 def _symbols(env_id: str) -> list[str] | None:
     """The assets of a ``portfolio:SOURCE`` env in the env's order (``None``: the source cannot be
     read here, e.g. a CSV moved since training; `tritonrl trade` then takes the bars' own)."""
@@ -115,8 +103,8 @@ def _metadata(ckpt: Path, state: dict[str, Any]) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     """``export``: the exit code (0, or 2 with one ``error:`` line and nothing written)."""
-    from tritonrl.cli.common import parse_device
-    from tritonrl.toolkit.checkpoint import CheckpointError, load_checkpoint
+    from tritonrl.cli.common import load_run_agent, parse_device
+    from tritonrl.toolkit.checkpoint import CheckpointError
     from tritonrl.toolkit.export import SUFFIXES, ExportError, export_policy, sidecar_path
     from tritonrl.toolkit.lifecycle import CHECKPOINT_NAME
 
@@ -124,16 +112,7 @@ def run(args: argparse.Namespace) -> int:
     ckpt = run_dir / CHECKPOINT_NAME
     out = Path(args.out) if args.out is not None else run_dir / f"policy{SUFFIXES[args.format]}"
     try:
-        if not run_dir.is_dir():
-            raise ValueError(f"{run_dir}: no such run folder")
-        if not ckpt.is_file():
-            raise ValueError(
-                f"{run_dir}: no {CHECKPOINT_NAME} (train into it first, or name another run folder)"
-            )
-        state = load_checkpoint(ckpt)
-        if not isinstance(state, dict) or "agent" not in state or "meta" not in state:
-            raise ValueError(f"{ckpt}: not a training-run checkpoint (no agent and meta sections)")
-        agent = _agent(ckpt, state, str(parse_device(args.device)))
+        agent, state = load_run_agent(run_dir, str(parse_device(args.device)))
         metadata = _metadata(ckpt, state)
         path = export_policy(
             agent.policy(), format=args.format, path=out, outputs=args.outputs, metadata=metadata
