@@ -463,6 +463,8 @@ class DQNAgent(DQNCheckpoint, AgentBase):
         self.optimizer.zero_grad()
         loss, priority, metrics = learn(batch)
         loss.backward()
+        if cfg.lr_final is not None:
+            self.optimizer.set_lr(self.current_lr())  # a device fill from host counters: no sync
         grad_norm = self.optimizer.clip_and_step(cfg.max_grad_norm)
         if cfg.prioritized:
             self.buffer.update_priorities(batch.indices, priority)
@@ -506,6 +508,15 @@ class DQNAgent(DQNCheckpoint, AgentBase):
         super().check_inputs()
         if isinstance(self.buffer, (PrioritizedReplayBuffer, PrioritizedFrameReplayBuffer)):
             self.buffer.check()
+
+    def current_lr(self) -> float:
+        """The learning rate of the next update: ``lr``, or with ``lr_final`` the linear
+        interpolation to it over ``lr_decay_steps`` environment steps (held after)."""
+        cfg = self.config
+        if cfg.lr_final is None:
+            return cfg.lr
+        frac = min(1.0, self.env_steps / cfg.lr_decay_steps)
+        return cfg.lr + frac * (cfg.lr_final - cfg.lr)
 
     def update_target(self) -> None:
         """Copy (``tau == 1``) or Polyak-average (``tau < 1``) the online weights into the target."""

@@ -95,7 +95,12 @@ class DQNConfig(Config):
     """PER: added to every priority."""
     # ---- optimisation
     lr: float = resumable(2.3e-3)
-    """Adam learning rate."""
+    """Adam learning rate (at the start, with ``lr_final``)."""
+    lr_final: float | None = backfilled(None)
+    """Anneal the learning rate linearly from ``lr`` to this over ``lr_decay_steps`` environment
+    steps, then hold it (``None``: a constant ``lr``)."""
+    lr_decay_steps: int = backfilled(50_000)
+    """Environment steps (all envs) over which the learning rate reaches ``lr_final``."""
     adam_eps: float = 1e-8
     """Adam epsilon (Rainbow uses ``1.5e-4`` on Atari)."""
     max_grad_norm: float | None = resumable(10.0)
@@ -212,6 +217,8 @@ _RANGES = {
     "per_beta_steps": "[1, inf)",
     "per_eps": "(0, 1]",
     "lr": "(0, inf)",
+    "lr_final": "[0, inf)",
+    "lr_decay_steps": "[1, inf)",
     "adam_eps": "[0, inf)",
     "max_grad_norm": "(0, inf)",
     "learning_starts": "[0, inf)",

@@ -284,6 +284,28 @@ def test_save_load_resumes_exactly_with_icm_and_polyak(tmp_path) -> None:
     _resume_matches(tmp_path, "noisy", icm=True, tau=0.1, target_update_every=1)
 
 
+def test_save_load_resumes_exactly_with_an_annealed_rate(tmp_path) -> None:
+    _resume_matches(tmp_path, "dqn", lr_final=0.0, lr_decay_steps=100)
+
+
+def test_learning_rate_anneals_linearly_then_holds() -> None:
+    lr = 1e-3
+    const = _agent("dqn", lr=lr)
+    agent = _agent("dqn", lr=lr, lr_final=1e-4, lr_decay_steps=100)  # 2 envs: 2 env steps a vector step
+    _fill(const, 20)
+    _fill(agent, 20)  # 40 env steps
+    assert agent.current_lr() == pytest.approx(lr + 0.4 * (1e-4 - lr), rel=1e-12)
+    agent.update()
+    const.update()
+    assert agent.optimizer.param_groups[0]["lr"] == pytest.approx(6.4e-4, rel=1e-12)
+    assert const.current_lr() == lr and const.optimizer.param_groups[0]["lr"] == lr  # None: constant
+    _fill(agent, 60)  # 160 env steps: past lr_decay_steps, held at lr_final
+    agent.update()
+    assert agent.optimizer.param_groups[0]["lr"] == pytest.approx(1e-4, rel=1e-12)
+    with pytest.raises(ValueError, match="lr_decay_steps"):
+        preset("dqn", lr_final=0.0, lr_decay_steps=0)
+
+
 def test_checkpoint_loads_across_dtypes(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("TRITONRL_DTYPE", "bf16")
     a = _agent("rainbow")
