@@ -13,7 +13,7 @@ $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e '.[dev,docs,train,market,portfolio,minatar,atari,mujoco,export]'
+	$(BIN)/python -m pip install -q -e '.[dev,docs,train,market,portfolio,minatar,atari,mujoco,box2d,export]'
 	touch $@
 
 # Rainbow on CartPole-v1, on the CPU, until a greedy evaluation is solved (>= 475): seconds to a minute

@@ -1,13 +1,10 @@
 """Statistics of scores across training runs: interquartile mean, stratified bootstrap intervals and
-the probability of improvement (Agarwal et al., 2021, "Deep RL at the edge of the statistical
-precipice", the method of the ``rliable`` package).
+the probability of improvement (Agarwal et al., 2021; the method of the ``rliable`` package).
 
-A score matrix is ``[runs, tasks]`` f64 (one column for one environment). The bootstrap resamples
-runs with replacement within each task (stratified), so a task never borrows another's runs. Its
-draws are those of ``rliable`` under ``np.random.seed(seed)``: ``np.random.RandomState(seed)``
-draws ``[runs, tasks]`` indices per group and replicate, in that order, and the interval is
-``np.percentile`` (linear) of the replicates. A core module: numpy only.
-Guide: docs/pages/results.md ("How the zoo table is computed").
+A score matrix is ``[runs, tasks]`` f64. The bootstrap resamples runs with replacement within each
+task; its draws are rliable's under ``np.random.seed(seed)`` (``RandomState(seed)``: per replicate,
+per group, ``[runs, tasks]`` indices), its interval ``np.percentile`` of the replicates. Numpy only.
+Guide: docs/pages/training.md ("Evaluating runs").
 """
 
 from __future__ import annotations

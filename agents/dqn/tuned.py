@@ -1,12 +1,10 @@
 """The DQN family's settings tuned per environment: ``TUNED[(preset, env id)]``, each with its source.
 
-`tritonrl.agents.dqn.presets` gives each preset its entries (`tritonrl.toolkit.preset.Tuned`);
-``tritonrl train --agent P --env E`` applies them under ``--set``. The zoo's entries are
-rl-baselines3-zoo's ``hyperparams/dqn.yml`` / ``qrdqn.yml`` (commit eec15dc), translated: its
-``exploration_fraction`` of ``n_timesteps`` is ``eps_decay_steps``, its ``gradient_steps: -1``
-is one update per env step, and its ``target_update_interval`` (env steps) is in updates here.
-The CartPole-v1 presets need no entry: their defaults are the zoo's CartPole settings (width
-128). Results: docs/pages/results.md ("The zoo table").
+From rl-baselines3-zoo's ``hyperparams/dqn.yml`` / ``qrdqn.yml`` (commit eec15dc), translated: the
+exploration fraction of ``n_timesteps`` is ``eps_decay_steps``, ``gradient_steps: -1`` one update
+per env step, ``target_update_interval`` (env steps) a count of updates. The CartPole-v1 presets need
+no entry (their defaults are the zoo's CartPole settings, width 128). `tritonrl.agents.dqn.presets`
+gives each preset its entries. Results: docs/pages/results.md ("The zoo table").
 """
 
 from __future__ import annotations

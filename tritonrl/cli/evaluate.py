@@ -1,12 +1,10 @@
 """``tritonrl evaluate``: greedy evaluation of run folders' checkpoints, and statistics across runs.
 
-Each run's policy (``agent.eval_policy()``, its policy module) plays ``--episodes`` episodes on
-held-out seeds (``--seed``, default 1,000,000: training uses the run's seed and evaluates from
-seed + 100,000), the same seeds for every run; ``RUN_DIR/evaluation.json`` gets the returns.
-Runs of one (preset, env) form a group: its mean, median and interquartile mean over runs, each
-with a stratified-bootstrap interval, and for two groups on one env the probability that a run of
-the first beats one of the second (`tritonrl.toolkit.scores`). ``--out`` writes them as JSON. Any
-failure is one ``error:`` line, exit status 2. See docs/pages/results.md ("Evaluating runs").
+Each run's policy module plays ``--episodes`` episodes on held-out seeds (``--seed`` onwards, the
+same for every run), written to ``RUN_DIR/evaluation.json``. Runs of one (preset, env) form a group:
+its mean, median and IQM over runs with stratified-bootstrap intervals, and for two groups on one
+env the probability of improvement (`tritonrl.toolkit.scores`). Any failure is one ``error:``
+line, exit status 2. See docs/pages/training.md ("Evaluating runs").
 """
 
 from __future__ import annotations
@@ -72,7 +70,7 @@ def evaluate_run(run_dir: Path, *, episodes: int, seed: int, device: str = "cpu"
     env_id = str(meta.get("env", ""))
     if env_id.startswith(("market:", "portfolio:")):
         raise ValueError(f"{run_dir}: a {env_id.split(':')[0]} run; `tritonrl backtest` evaluates those")
-    loop = state.get("loop") if isinstance(state.get("loop"), dict) else {}
+    loop: dict[str, Any] = state["loop"] if isinstance(state.get("loop"), dict) else {}
     result = evaluate(agent.eval_policy(), env_id, episodes, seed, device=agent.device)
     out = {
         "run_dir": str(run_dir),
@@ -101,7 +99,7 @@ def summarize(
     groups: dict[tuple[str, str], list[float]] = {}
     for r in results:
         groups.setdefault((str(r["agent"]), str(r["env"])), []).append(float(r["mean_return"]))
-    kw = {"reps": reps, "confidence": confidence, "seed": seed}
+    kw: dict[str, Any] = {"reps": reps, "confidence": confidence, "seed": seed}
     out: dict[str, Any] = {"confidence": confidence, "reps": reps, "bootstrap_seed": seed, "groups": []}
     for (agent, env), scores in groups.items():
         row: dict[str, Any] = {"agent": agent, "env": env, "runs": len(scores), "scores": scores}
