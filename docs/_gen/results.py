@@ -8,7 +8,9 @@ Inputs (nothing is measured here):
 - ``docs/data/peers/`` (optional): the runs of ``docs/_gen/peer_runs.py`` beside the unmodified
   CleanRL scripts (``<impl>-<group>-s<seed>.csv`` training episodes, ``meta.json``);
 - ``docs/data/minatar/`` (optional): the MinAtar runs of ``docs/_gen/minatar_runs.py``
-  (``<group>-s<seed>.csv`` metrics, ``meta.json``).
+  (``<group>-s<seed>.csv`` metrics, ``meta.json``);
+- ``docs/data/zoo/`` (optional): the zoo table's runs of ``docs/_gen/zoo_runs.py`` (section and figure:
+  ``docs/_gen/zoo_table.py``).
 
 Outputs: ``results.md`` in the pages folder and PNGs under ``img/results/`` beside it (the learning
 curves, one ratio chart per benchmark)::
@@ -60,6 +62,22 @@ PUBLISHED_DQN: dict[tuple[str, int], tuple[float, float]] = {
 """Young & Tian (2019), DQN's learning curves (the MinAtar repository's ``img/learning_curves.gif``:
 the training return as a moving average over 100 episodes, mean of 30 runs, all 6 actions, sticky
 actions 0.1): the range the curve spans at the step, read off the figure (there is no table)."""
+
+
+def _zoo() -> Any:
+    """``docs/_gen/zoo_table.py`` as a module (it lives beside this file, outside the packages)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "tritonrl_docs_zoo_table", Path(__file__).with_name("zoo_table.py")
+    )
+    assert spec is not None and spec.loader is not None
+    module = sys.modules.get(spec.name)
+    if module is None:
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # its dataclasses look their module up
+        spec.loader.exec_module(module)
+    return module
 
 
 @dataclass
@@ -533,6 +551,7 @@ def render(data: Path = DATA) -> str:
         *_market_tables(groups),
         *_peer_section(load_peers(data)),
         *_minatar_section(load_minatar(data)),
+        *_zoo().section(_zoo().load_zoo(data), IMG),
         "## Throughput against the peers",
         "",
         "Every row of `tritonrl bench --quick`; `ratio` is the speed against the row's baseline in the "
@@ -603,6 +622,10 @@ def draw(data: Path = DATA, img_dir: Path = PAGES / IMG) -> list[Path]:
     minatar = load_minatar(data)
     if minatar is not None:
         written.append(_draw_minatar(plt, *minatar, img_dir / MINATAR_PNG))
+    zoo = _zoo()
+    zoo_runs = zoo.load_zoo(data)
+    if zoo_runs is not None:
+        written.append(zoo.draw(plt, zoo_runs, img_dir / zoo.ZOO_PNG))
 
     from tritonrl.cli.bench import Row, plot_ratios
 

@@ -128,3 +128,12 @@ def test_train_takes_steps_and_envs_from_the_entry_unless_given(tmp_path: Path, 
     assert err[0].endswith("; --set replaces batch_size"), err[0]  # the flags win, and say nothing
     state = load_checkpoint(tmp_path / "given" / "checkpoint.safetensors", tensors=False)
     assert state["loop"]["step"] == 64 and state["meta"]["num_envs"] == "4"
+
+
+def test_the_training_page_lists_every_entry() -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs" / "pages" / "training.md").read_text()
+    rows = [line for line in page.splitlines() if line.startswith("| `") and "rl-baselines3-zoo" in line]
+    for family in (dqn, ppo, sac):
+        for p in family.PRESETS:
+            for env in p.tuned:
+                assert any(f"`{p.name}`" in r and f"`{env}`" in r for r in rows), (p.name, env)

@@ -1,0 +1,169 @@
+"""The zoo table's runs behind the results page's "The zoo table" section, stored under ``docs/data/zoo/``.
+
+Each entry is a preset on a gymnasium env at its tuned settings (``agents/*/tuned.py``; none: the
+preset's), trained on 5 seeds through the CLI (``python -m tritonrl train``), one torch thread each,
+``--jobs`` runs at a time. A run evaluates greedily every ``eval_every`` steps (10 episodes) and never
+stops early, so the curve shows whether it falls back after reaching the threshold. A run folder
+with ``done.json`` is skipped: an interrupted sweep resumes. Then every final checkpoint is
+evaluated by ``tritonrl evaluate``'s `evaluate_run` (30 episodes on the held-out seeds). Stored per
+run: ``<preset>-<env>-s<seed>.csv`` (the greedy evaluations of its ``metrics.csv``) and
+``.eval.json`` (the final evaluation); plus ``meta.json``: the entries, commands, wall times and the
+machine.
+
+    PYTHONPATH=. python docs/_gen/zoo_runs.py [--jobs 2] [--work runs/zoo] [--only PRESET/ENV ...]
+
+Then ``python docs/_gen/results.py`` rewrites the page and its figures from the stored data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "docs" / "data" / "zoo"
+SEEDS = (1, 2, 3, 4, 5)
+EPISODES = 30
+"""Episodes of each run's final evaluation (on `tritonrl.cli.evaluate.EVAL_SEED` onwards)."""
+
+# preset, env, steps, eval_every, in the order they ran (the most expensive last: a sweep cut short
+# keeps the others). Budgets are the tuned entries' (``budget``), else the preset's.
+ENTRIES: tuple[tuple[str, str, int, int], ...] = (
+    ("dqn", "Acrobot-v1", 50_000, 2_500),
+    ("double", "Acrobot-v1", 50_000, 2_500),
+    ("sac", "Pendulum-v1", 20_000, 2_000),
+    ("td3", "Pendulum-v1", 20_000, 2_000),
+    ("sac", "InvertedPendulum-v5", 20_000, 2_000),
+    ("td3", "InvertedPendulum-v5", 20_000, 2_000),
+    ("ppo-continuous", "Pendulum-v1", 200_000, 10_000),
+    ("qrdqn", "Acrobot-v1", 50_000, 2_500),
+    ("ppo", "Acrobot-v1", 200_000, 10_000),
+    ("ppo-continuous", "InvertedPendulum-v5", 100_000, 5_000),
+    ("dqn", "MountainCar-v0", 120_000, 5_000),
+    ("qrdqn", "MountainCar-v0", 120_000, 5_000),
+    ("dqn", "LunarLander-v3", 100_000, 5_000),
+    ("ppo", "CartPole-v1", 100_000, 5_000),
+    ("dqn", "CartPole-v1", 50_000, 2_500),
+    ("double", "CartPole-v1", 50_000, 2_500),
+    ("qrdqn", "CartPole-v1", 50_000, 2_500),
+    ("dueling", "CartPole-v1", 50_000, 2_500),
+    ("rainbow", "CartPole-v1", 50_000, 2_500),
+    ("noisy", "CartPole-v1", 50_000, 2_500),
+    ("c51", "CartPole-v1", 50_000, 2_500),
+    ("ppo", "LunarLander-v3", 1_000_000, 50_000),
+)
+
+
+def key(preset: str, env: str) -> str:
+    return f"{preset}/{env}"
+
+
+def stem(preset: str, env: str, seed: int) -> str:
+    return f"{preset}-{env}-s{seed}"
+
+
+def command(preset: str, env: str, steps: int, eval_every: int, seed: int, run_dir: Path) -> list[str]:
+    return [
+        sys.executable, "-m", "tritonrl", "train", "--agent", preset, "--env", env, "--steps", str(steps),
+        "--seed", str(seed), "--eval-every", str(eval_every), "--log-every", str(eval_every),
+        "--eval-episodes", "10", "--threads", "1", "--no-progress", "--no-tensorboard",
+        "--checkpoint-minutes", "0", "--run-dir", str(run_dir),
+    ]  # fmt: skip
+
+
+def _train(work: Path, entry: tuple[str, str, int, int], seed: int) -> str:
+    preset, env, steps, eval_every = entry
+    folder = work / preset / env / f"s{seed}"
+    if (folder / "done.json").is_file():
+        return f"{key(preset, env)} s{seed}: done before"
+    folder.mkdir(parents=True, exist_ok=True)
+    cmd = command(preset, env, steps, eval_every, seed, folder)
+    start = time.perf_counter()
+    with open(folder / "train.log", "w") as log:
+        env_vars = {**os.environ, "OMP_NUM_THREADS": "1"}
+        rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, env=env_vars, cwd=ROOT)
+    wall = time.perf_counter() - start
+    if rc != 0:
+        return f"{key(preset, env)} s{seed}: FAILED rc={rc} (see {folder / 'train.log'})"
+    first = (folder / "train.log").read_text().splitlines()[:1]
+    (folder / "done.json").write_text(json.dumps({"wall_s": wall, "command": cmd, "first_line": first}))
+    return f"{key(preset, env)} s{seed}: {wall:.0f} s"
+
+
+def _collect(work: Path, entries: list[tuple[str, str, int, int]], seeds: list[int]) -> dict[str, object]:
+    """Evaluate every finished run and copy its evaluations into `DATA`; the stored entries."""
+    import torch
+    from tritonrl.cli.evaluate import EVAL_SEED, evaluate_run
+
+    torch.set_num_threads(1)
+    DATA.mkdir(parents=True, exist_ok=True)
+    stored: dict[str, object] = {}
+    for preset, env, steps, eval_every in entries:
+        runs = [(s, work / preset / env / f"s{s}") for s in seeds]
+        if not all((d / "done.json").is_file() for _, d in runs):
+            print(f"{key(preset, env)}: not every seed has finished; left out")
+            continue
+        walls, first = {}, ""
+        for seed, d in runs:
+            done = json.loads((d / "done.json").read_text())
+            walls[seed] = round(done["wall_s"], 1)
+            first = first or (done["first_line"][0] if done["first_line"] else "")
+            with (d / "metrics.csv").open() as f:
+                rows = [
+                    (r["global_step"], r["eval/mean_return"])
+                    for r in csv.DictReader(f)
+                    if r.get("eval/mean_return")
+                ]
+            with (DATA / f"{stem(preset, env, seed)}.csv").open("w", newline="") as f:
+                w = csv.writer(f)
+                w.writerow(["global_step", "eval/mean_return"])
+                w.writerows(rows)
+            result = evaluate_run(d, episodes=EPISODES, seed=EVAL_SEED)
+            result.pop("run_dir")
+            (DATA / f"{stem(preset, env, seed)}.eval.json").write_text(json.dumps(result) + "\n")
+        stored[key(preset, env)] = {
+            "preset": preset, "env": env, "steps": steps, "eval_every": eval_every, "wall_s": walls,
+            "tuned": first if first.startswith("tuned settings") else None,
+            "command": " ".join(["python", *command(preset, env, steps, eval_every, 1, Path("RUN_DIR"))[1:]]),
+        }  # fmt: skip
+        print(f"{key(preset, env)}: stored {len(runs)} runs")
+    return stored
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("what", choices=("run", "collect", "all"), nargs="?", default="all")
+    parser.add_argument("--work", type=Path, default=ROOT / "runs" / "zoo", help="run folders")
+    parser.add_argument("--jobs", type=int, default=2, help="runs at a time (one torch thread each)")
+    parser.add_argument("--only", nargs="*", default=None, metavar="PRESET/ENV")
+    args = parser.parse_args(argv)
+    entries = [e for e in ENTRIES if args.only is None or key(e[0], e[1]) in args.only]
+    if args.what in ("run", "all"):
+        print(f"zoo runs: {len(entries)} entries x {len(SEEDS)} seeds, {args.jobs} at a time")
+        print("torch: one thread a run (--threads 1, OMP_NUM_THREADS=1)")
+        jobs = [(e, s) for e in entries for s in SEEDS]
+        with ThreadPoolExecutor(args.jobs) as pool:
+            for line in pool.map(lambda job: _train(args.work, *job), jobs):
+                print(line, flush=True)
+    if args.what in ("collect", "all"):
+        from tritonrl.cli.bench import run_info
+
+        meta_path = DATA / "meta.json"
+        meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {"entries": {}}
+        meta["entries"].update(_collect(args.work, entries, list(SEEDS)))
+        meta.update({"machine": {**run_info(), "torch_threads": 1}, "seeds": list(SEEDS), "jobs": args.jobs,
+                     "episodes": EPISODES})  # fmt: skip
+        meta_path.write_text(json.dumps(meta, indent=1) + "\n")
+        print(f"stored {len(meta['entries'])} entries in {DATA}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

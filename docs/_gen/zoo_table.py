@@ -1,0 +1,294 @@
+"""The results page's "The zoo table" section and figure, from ``docs/data/zoo/`` (``zoo_runs.py``).
+
+Per entry (a preset on an env, 5 seeds): the interquartile mean of the runs' final greedy returns
+with its stratified-bootstrap 95% interval (`tritonrl.toolkit.scores`, 50,000 replicates, seed 0),
+the steps to the env's threshold, whether every seed's last three evaluations stay above it, and
+the published figures beside it (cited in `ZOO` and `CLEANRL`, not re-run). Used by
+``docs/_gen/results.py``; the markdown depends on the data alone, so the docs test re-renders it.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ZOO_PNG = "zoo-curves.png"
+REPS = 50_000
+CURVE_REPS = 2_000
+"""Bootstrap replicates of the table's intervals, and of the figure's bands (one per evaluation)."""
+LAST = 3
+"""A seed holds the threshold if its last ``LAST`` evaluations are all at or above it."""
+
+THRESHOLDS: dict[str, tuple[float, str]] = {
+    "CartPole-v1": (475.0, "registered"),
+    "Acrobot-v1": (-100.0, "registered"),
+    "MountainCar-v0": (-110.0, "registered"),
+    "LunarLander-v3": (200.0, "registered"),
+    "InvertedPendulum-v5": (950.0, "registered"),
+    "Pendulum-v1": (-200.0, "none registered; -200 here"),
+}
+"""The solved score of each env: gymnasium 1.4's ``reward_threshold``, or ours where it has none."""
+
+ZOO_COMMIT = "61a0d1349fa9"
+"""rl-baselines3-zoo's ``benchmark.md`` at this commit (2023-04-11): one trained agent per row,
+evaluated deterministically over about 150,000 steps; mean ± std over those episodes."""
+ZOO: dict[tuple[str, str], tuple[str, float, float, int]] = {
+    ("dqn", "CartPole-v1"): ("dqn", 500.0, 0.0, 50_000),
+    ("dqn", "Acrobot-v1"): ("dqn", -76.639, 11.752, 100_000),
+    ("dqn", "MountainCar-v0"): ("dqn", -100.849, 9.925, 120_000),
+    ("dqn", "LunarLander-v3"): ("dqn", 154.382, 79.241, 100_000),
+    ("qrdqn", "CartPole-v1"): ("qrdqn", 500.0, 0.0, 50_000),
+    ("qrdqn", "Acrobot-v1"): ("qrdqn", -69.135, 9.967, 100_000),
+    ("qrdqn", "MountainCar-v0"): ("qrdqn", -106.042, 15.536, 120_000),
+    ("ppo", "CartPole-v1"): ("ppo", 500.0, 0.0, 100_000),
+    ("ppo", "Acrobot-v1"): ("ppo", -73.506, 18.201, 1_000_000),
+    ("ppo", "LunarLander-v3"): ("ppo", 242.119, 31.823, 1_000_000),
+    ("ppo-continuous", "Pendulum-v1"): ("ppo", -172.225, 104.159, 100_000),
+    ("sac", "Pendulum-v1"): ("sac", -156.995, 88.714, 20_000),
+    ("td3", "Pendulum-v1"): ("td3", -151.855, 90.227, 20_000),
+}
+"""(preset, env) -> (the zoo's algorithm, mean, std, training steps). LunarLander rows are the zoo's
+``-v2`` (gymnasium 1.4 has ``-v3`` only)."""
+
+CLEANRL_COMMIT = "fe8d8a03c41a"
+"""CleanRL's docs (``docs/rl-algorithms/*.md``, ``docs/benchmark/*.md``) at this commit: the mean ±
+std over 3 seeds of the *training* episodes' return at the end, not a greedy evaluation."""
+CLEANRL: dict[tuple[str, str], tuple[str, float, float, int]] = {
+    ("dqn", "CartPole-v1"): ("dqn.py", 488.69, 16.11, 500_000),
+    ("dqn", "Acrobot-v1"): ("dqn.py", -91.54, 7.20, 500_000),
+    ("dqn", "MountainCar-v0"): ("dqn.py", -194.95, 8.48, 500_000),
+    ("ppo", "CartPole-v1"): ("ppo.py", 490.04, 6.12, 500_000),
+    ("ppo", "Acrobot-v1"): ("ppo.py", -86.36, 1.32, 500_000),
+    ("ppo-continuous", "InvertedPendulum-v5"): ("ppo_continuous_action.py, -v4", 963.09, 22.20, 1_000_000),
+    ("sac", "InvertedPendulum-v5"): ("sac_continuous_action.py, -v4", 909.37, 55.66, 1_000_000),
+    ("td3", "InvertedPendulum-v5"): ("td3_continuous_action.py, -v4", 968.99, 25.80, 1_000_000),
+}
+"""(preset, env) -> (CleanRL script, mean, std, training steps)."""
+
+
+CUT = (
+    "**MuJoCo** (Hopper-v5, HalfCheetah-v5, Walker2d-v5): the zoo trains 1M steps; at this machine's "
+    "SAC rate (about 60-90 steps/s on one thread with evaluations) 5 seeds of one of them take 15-25 "
+    "core-hours, more than the whole budget. The side-by-side SAC runs with CleanRL above (50k steps) "
+    "are what there is.",
+    "**BipedalWalker-v3 and LunarLanderContinuous-v3**: 0.5-1M-step zoo budgets for SAC and TD3, the "
+    "same cost as MuJoCo.",
+    "**MountainCarContinuous-v0**: the zoo's SAC and PPO entries explore with gSDE (state-dependent "
+    "noise), which the presets do not have, and its TD3 entry runs 300k steps with "
+    "Ornstein-Uhlenbeck noise; a translation without them would not be the zoo's settings.",
+    "**`ppo` on MountainCar-v0**: the zoo's 1M steps with VecNormalize.",
+    "**Budgets below the zoo's**: Acrobot-v1 runs 50k steps for the DQN family (the zoo's 100k) and "
+    "200k for `ppo` (the zoo's 1M); their rows compare with the zoo at less than its budget.",
+    "**MinAtar**: its own section above (3 seeds, 100k-250k steps).",
+)
+"""What the table leaves out to fit about 8 core-hours, and why (rendered under it)."""
+
+
+@dataclass
+class ZooEntry:
+    """One preset on one env over the seeds: the evaluation curves, final evaluations and walls."""
+
+    preset: str
+    env: str
+    steps: int
+    tuned: str | None
+    curves: dict[int, list[tuple[int, float]]]
+    finals: dict[int, dict[str, Any]]
+    wall_s: dict[int, float]
+    command: str
+
+    @property
+    def threshold(self) -> float:
+        return THRESHOLDS[self.env][0]
+
+    def scores(self) -> list[float]:
+        """Each seed's final greedy return (the mean over its held-out episodes)."""
+        return [float(self.finals[s]["mean_return"]) for s in sorted(self.finals)]
+
+    def reached(self, seed: int) -> int | None:
+        """The step of the seed's first evaluation at or above the threshold (None: never)."""
+        return next((step for step, v in self.curves[seed] if v >= self.threshold), None)
+
+    def holds(self, seed: int) -> bool:
+        """Whether the seed's last `LAST` evaluations are all at or above the threshold."""
+        return all(v >= self.threshold for _, v in self.curves[seed][-LAST:])
+
+
+def load_zoo(data: Path) -> tuple[dict[str, Any], list[ZooEntry]] | None:
+    """``zoo/meta.json`` and every stored entry; ``None`` where no zoo runs are stored.
+
+    Raises:
+        FileNotFoundError: a run named by ``meta.json`` is missing.
+    """
+    runs = Path(data) / "zoo"
+    if not (runs / "meta.json").is_file():
+        return None
+    meta = json.loads((runs / "meta.json").read_text())
+    entries = []
+    for e in meta["entries"].values():
+        curves, finals, walls = {}, {}, {}
+        for seed in meta["seeds"]:
+            stem = f"{e['preset']}-{e['env']}-s{seed}"
+            with (runs / f"{stem}.csv").open() as f:
+                curves[seed] = [
+                    (int(r["global_step"]), float(r["eval/mean_return"])) for r in csv.DictReader(f)
+                ]
+            finals[seed] = json.loads((runs / f"{stem}.eval.json").read_text())
+            walls[seed] = float(e["wall_s"][str(seed)])
+        entries.append(
+            ZooEntry(e["preset"], e["env"], int(e["steps"]), e["tuned"], curves, finals, walls, e["command"])
+        )
+    return meta, entries
+
+
+def _interval(scores: list[float], reps: int = REPS) -> tuple[float, float, float]:
+    from tritonrl.toolkit.scores import bootstrap_interval
+
+    return bootstrap_interval("iqm", scores, reps=reps, seed=0)
+
+
+def _steps(n: int) -> str:
+    return f"{n / 1e6:g}M" if n >= 1_000_000 else f"{n / 1e3:g}k"
+
+
+def _published(table: dict[tuple[str, str], tuple[str, float, float, int]], e: ZooEntry) -> str:
+    ref = table.get((e.preset, e.env))
+    if ref is None:
+        return "—"
+    name, mean, sd, steps = ref
+    return f"{mean:.1f} ± {sd:.1f} at {_steps(steps)} ({name})"
+
+
+def verdicts(e: ZooEntry) -> dict[str, Any]:
+    """What the table says of an entry: its IQM and interval, the seeds that reached the threshold
+    and held it, the collapses (reached, then not held), and the comparison with the zoo."""
+    est, lo, hi = _interval(e.scores())
+    seeds = sorted(e.curves)
+    reached = [e.reached(s) for s in seeds]
+    zoo = ZOO.get((e.preset, e.env))
+    return {
+        "iqm": (est, lo, hi),
+        "reached": reached,
+        "held": sum(e.holds(s) for s in seeds),
+        "collapsed": [s for s, r in zip(seeds, reached, strict=True) if r is not None and not e.holds(s)],
+        "zoo_met": None if zoo is None else bool(est >= zoo[1] and e.steps <= zoo[3]),
+    }
+
+
+def section(runs: tuple[dict[str, Any], list[ZooEntry]] | None, img: str) -> list[str]:
+    """The section's markdown lines (none without stored runs)."""
+    if runs is None:
+        return []
+    meta, entries = runs
+    rows, met, published, collapses = [], 0, 0, []
+    for e in entries:
+        v = verdicts(e)
+        est, lo, hi = v["iqm"]
+        reached = [r for r in v["reached"] if r is not None]
+        steps_to = (
+            f"{_steps(int(statistics.median(reached)))} ({len(reached)}/{len(v['reached'])})"
+            if reached
+            else "not reached"
+        )
+        if v["zoo_met"] is not None:
+            published += 1
+            met += v["zoo_met"]
+        collapses += [f"`{e.preset}` on `{e.env}` seed {s}" for s in v["collapsed"]]
+        zoo = _published(ZOO, e)
+        if v["zoo_met"] is not None:
+            zoo += " **met**" if v["zoo_met"] else " not met"
+        wall = statistics.median(e.wall_s.values())
+        rows.append(
+            f"| `{e.preset}` | `{e.env}` | {'tuned' if e.tuned else 'preset'} | {_steps(e.steps)} | "
+            f"{est:.1f} ({lo:.1f} .. {hi:.1f}) | {steps_to} | {v['held']}/{len(e.curves)} | {zoo} | "
+            f"{_published(CLEANRL, e)} | {wall / 60:.1f} min |"
+        )
+    core_hours = sum(sum(e.wall_s.values()) for e in entries) / 3600
+    seeds = meta["seeds"]
+    thresholds = ", ".join(
+        f"{env} {t:g}" + ("" if why == "registered" else f" ({why})") for env, (t, why) in THRESHOLDS.items()
+    )
+    return [
+        "## The zoo table",
+        "",
+        f"{len(entries)} (preset, env) entries, {len(seeds)} seeds each ({', '.join(map(str, seeds))}), "
+        "each at its tuned settings where the package has an entry (`agents/*/tuned.py`, from "
+        "rl-baselines3-zoo's files: [Training](training.md#per-environment-settings)), else at the "
+        f"preset's. One torch thread a run, {meta['jobs']} runs at a time (`docs/_gen/zoo_runs.py`): "
+        f"{core_hours:.1f} core-hours in all.",
+        "",
+        f"- **Final return**: each run's last checkpoint played greedily over {meta['episodes']} "
+        "episodes on held-out seeds (`tritonrl evaluate`), its mean the run's score; the column gives "
+        "the interquartile mean over seeds with its 95% stratified-bootstrap interval "
+        f"({REPS:,} replicates; with 5 runs the IQM is the mean of the middle three).",
+        f"- **Steps to threshold**: the first greedy evaluation during training (10 episodes) at or "
+        f"above the solved score ({thresholds}); the median over the seeds that reached it.",
+        f"- **Held**: seeds whose last {LAST} evaluations are all at or above the threshold. A seed that "
+        "reached it and did not hold it has *collapsed*.",
+        f"- **Zoo**: rl-baselines3-zoo's `benchmark.md` (commit `{ZOO_COMMIT}`): one agent per row, "
+        "evaluated deterministically, mean ± std over its episodes, at its own budget; **met** when this "
+        "entry's IQM is at or above that mean at the zoo's budget or less. "
+        f"**CleanRL**: its docs (commit `{CLEANRL_COMMIT}`), the training episodes' return over 3 seeds "
+        "at its budget (not a greedy evaluation). Both are cited, not re-run.",
+        "",
+        f"![Greedy evaluation return against environment steps per entry, IQM over seeds with its "
+        f"95% bootstrap band]({img}/{ZOO_PNG})",
+        "",
+        "| preset | env | settings | steps | final return, IQM (95% interval) | steps to threshold | held | "
+        "zoo | CleanRL | wall a run, median |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | --- | --- | ---: |",
+        *rows,
+        "",
+        f"Entries whose IQM reaches the zoo's published mean at the zoo's budget or less: **{met} of "
+        f"{published}** that the zoo publishes. Collapses (a seed that reached the threshold and whose "
+        f"last {LAST} evaluations are not all above it): "
+        + (", ".join(collapses) if collapses else "**none**")
+        + ".",
+        "",
+        "Left out to fit the budget:",
+        "",
+        *(f"- {line}" for line in CUT),
+        "",
+        "Reproduce one entry (the commands are in `docs/data/zoo/meta.json`), then evaluate its runs:",
+        "",
+        "```bash",
+        entries[0].command.replace("python -m tritonrl", "tritonrl").replace("RUN_DIR", "runs/zoo/s1")
+        if entries
+        else "",
+        "tritonrl evaluate runs/zoo/s1 runs/zoo/s2 runs/zoo/s3 runs/zoo/s4 runs/zoo/s5",
+        "```",
+        "",
+    ]
+
+
+def draw(plt: Any, runs: tuple[dict[str, Any], list[ZooEntry]], path: Path, columns: int = 4) -> Path:
+    """One panel per entry: the IQM over seeds of each evaluation, its bootstrap band, the threshold."""
+    _, entries = runs
+    cols = min(columns, len(entries))
+    rows = math.ceil(len(entries) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 2.6 * rows), squeeze=False)
+    for ax in axes.flat[len(entries) :]:
+        ax.set_visible(False)
+    for ax, e in zip(axes.flat, entries, strict=False):
+        seeds = sorted(e.curves)
+        n = min(len(e.curves[s]) for s in seeds)
+        x = [e.curves[seeds[0]][i][0] for i in range(n)]
+        bands = [_interval([e.curves[s][i][1] for s in seeds], CURVE_REPS) for i in range(n)]
+        ax.fill_between(x, [b[1] for b in bands], [b[2] for b in bands], alpha=0.25, linewidth=0)
+        ax.plot(x, [b[0] for b in bands], linewidth=1.6)
+        ax.axhline(e.threshold, color="gray", linestyle="--", linewidth=0.8)
+        ax.set_title(f"{e.preset} on {e.env}", fontsize=9)
+        ax.set_xlabel("environment steps", fontsize=8)
+        ax.set_ylabel("greedy return", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    fig.suptitle("IQM over 5 seeds and its 95% stratified-bootstrap band; dashed: the threshold", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
