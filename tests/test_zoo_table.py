@@ -1,0 +1,69 @@
+"""docs/_gen/zoo_table.py: what the zoo table says of an entry (threshold reached, held, collapsed,
+the zoo's mean met) on hand-made curves, and that the section renders one row per entry."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "docs" / "_gen" / "zoo_table.py"
+
+
+@pytest.fixture(scope="module")
+def zoo():
+    spec = importlib.util.spec_from_file_location("tritonrl_docs_zoo_table_test", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks its module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def _entry(zoo, preset: str, env: str, steps: int, curves: dict[int, list[float]], finals: list[float]):
+    every = steps // len(next(iter(curves.values())))
+    return zoo.ZooEntry(
+        preset,
+        env,
+        steps,
+        None,
+        {s: [((i + 1) * every, v) for i, v in enumerate(c)] for s, c in curves.items()},
+        {s: {"mean_return": f} for s, f in zip(curves, finals, strict=True)},
+        {s: 60.0 for s in curves},
+        "python -m tritonrl train --agent X --run-dir RUN_DIR",
+    )
+
+
+def test_reached_held_and_collapsed(zoo) -> None:
+    curves = {
+        1: [100, 480, 500, 500, 490],  # reached at 20k, held
+        2: [100, 200, 500, 300, 500],  # reached at 30k, one of its last three below: collapsed
+        3: [100, 200, 300, 400, 450],  # never reached: not a collapse
+    }
+    e = _entry(zoo, "dqn", "CartPole-v1", 50_000, curves, [500.0, 480.0, 450.0])
+    assert [e.reached(s) for s in (1, 2, 3)] == [20_000, 30_000, None]
+    assert [e.holds(s) for s in (1, 2, 3)] == [True, False, False]
+    v = zoo.verdicts(e)
+    assert v["held"] == 1 and v["collapsed"] == [2]
+    assert v["iqm"][0] == pytest.approx((500 + 480 + 450) / 3)  # 3 runs: floor(0.75) = 0 cut, the mean
+    assert v["zoo_met"] is False  # the zoo's 500 at 50k
+
+
+def test_the_zoo_is_met_only_at_its_budget_or_less(zoo) -> None:
+    curves = {s: [-90.0, -80.0, -75.0] for s in (1, 2, 3, 4, 5)}
+    finals = [-70.0, -72.0, -74.0, -76.0, -78.0]  # IQM -74, above the zoo's -76.6 at 100k
+    assert zoo.verdicts(_entry(zoo, "dqn", "Acrobot-v1", 50_000, curves, finals))["zoo_met"] is True
+    assert zoo.verdicts(_entry(zoo, "dqn", "Acrobot-v1", 200_000, curves, finals))["zoo_met"] is False
+    assert zoo.verdicts(_entry(zoo, "double", "Acrobot-v1", 50_000, curves, finals))["zoo_met"] is None
+
+
+def test_section_has_a_row_per_entry_and_lists_collapses(zoo) -> None:
+    held = _entry(zoo, "ppo", "CartPole-v1", 100_000, {s: [500.0] * 4 for s in (1, 2)}, [500.0, 500.0])
+    fell = _entry(zoo, "dqn", "CartPole-v1", 50_000, {1: [500, 100, 500], 2: [500] * 3}, [100.0, 500.0])
+    lines = zoo.section(({"seeds": [1, 2], "jobs": 2, "episodes": 30}, [held, fell]), "img")
+    rows = [line for line in lines if line.startswith("| `")]
+    assert len(rows) == 2 and rows[0].startswith("| `ppo` | `CartPole-v1` | preset | 100k |")
+    assert "| 2/2 |" in rows[0] and "| 1/2 |" in rows[1]
+    assert any("`dqn` on `CartPole-v1` seed 1" in line for line in lines)
+    assert zoo.section(None, "img") == []
