@@ -137,3 +137,15 @@ def test_the_training_page_lists_every_entry() -> None:
         for p in family.PRESETS:
             for env in p.tuned:
                 assert any(f"`{p.name}`" in r and f"`{env}`" in r for r in rows), (p.name, env)
+
+
+def test_the_box2d_extra_builds_the_lunar_lander_of_the_entries() -> None:
+    pytest.importorskip("Box2D", reason="the box2d extra is not installed")
+    pytest.importorskip("pygame", reason="the box2d extra is not installed")
+    import gymnasium as gym
+
+    assert ("dqn", "LunarLander-v3") in {(p.name, env) for p in dqn.PRESETS for env in p.tuned}
+    env = gym.make("LunarLander-v3")
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (8,) and env.action_space.n == 4
+    env.close()
