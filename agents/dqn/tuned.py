@@ -63,12 +63,14 @@ TUNED: dict[tuple[str, str], Tuned] = {
         source=_ZOO.format(file="dqn.yml", env="MountainCar-v0"),
         steps=120_000,
         budget=120_000,
+        note="measured here: no seed of 5 reached -110 in 120k steps (the zoo table)",
     ),
     ("qrdqn", "MountainCar-v0"): Tuned(
         overrides={**_MOUNTAINCAR_SETTINGS, "quantiles": 25},
         source=_ZOO.format(file="qrdqn.yml", env="MountainCar-v0"),
         steps=120_000,
         budget=120_000,
+        note="measured here: no seed of 5 reached -110 in 120k steps (the zoo table)",
     ),
     ("dqn", "LunarLander-v3"): Tuned(
         overrides=_ACROBOT_SETTINGS,
