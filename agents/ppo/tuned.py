@@ -1,10 +1,10 @@
 """PPO's settings tuned per environment: ``TUNED[(preset, env id)]``, each with its source.
 
 From rl-baselines3-zoo's ``hyperparams/ppo.yml`` (commit eec15dc), translated: ``n_steps`` is
-``num_steps``, ``n_epochs`` ``update_epochs``, ``batch_size`` ``num_minibatches = n_envs * n_steps /
-batch_size``, SB3's constant rate ``anneal_lr=False`` (``lin_`` rates anneal), its unclipped value
-loss ``clip_vloss=False``; ``normalize`` is ``normalize_obs`` with ``reward_scale`` 0.1 in place of
-its reward scaling. Results: docs/pages/results.md ("The zoo table").
+``num_steps``, ``n_epochs`` ``update_epochs``, ``num_minibatches = n_envs * n_steps / batch_size``,
+SB3's constant rate ``anneal_lr=False``, its unclipped value loss ``clip_vloss=False``; ``normalize``
+is ``normalize_obs`` with ``reward_scale`` 0.1. CartPole-v1, every preset's tuning env and the
+default one, has none: its runs stay the preset's. Results: docs/pages/results.md ("The zoo table").
 """
 
 from __future__ import annotations
@@ -16,22 +16,6 @@ __all__ = ["TUNED"]
 _SB3 = {"lr": 3e-4, "anneal_lr": False, "clip_vloss": False}
 
 TUNED: dict[tuple[str, str], Tuned] = {
-    ("ppo", "CartPole-v1"): Tuned(
-        overrides={
-            "num_steps": 32,
-            "num_minibatches": 1,  # 8 envs x 32 steps / batch 256
-            "gae_lambda": 0.8,
-            "gamma": 0.98,
-            "update_epochs": 20,
-            "ent_coef": 0.0,
-            "lr": 1e-3,  # lin_0.001: annealed, as the preset's
-        },
-        source="rl-baselines3-zoo hyperparams/ppo.yml (CartPole-v1)",
-        steps=100_000,
-        budget=100_000,
-        num_envs=8,
-        note="the zoo also anneals the clip range (lin_0.2); it stays 0.2 here",
-    ),
     ("ppo", "Acrobot-v1"): Tuned(
         overrides={
             **_SB3,
