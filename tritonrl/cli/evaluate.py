@@ -137,15 +137,16 @@ def _format(summary: dict[str, Any]) -> str:
 def run(args: argparse.Namespace) -> int:
     """``evaluate``: the exit code (0, or 2 after one ``error:`` line)."""
     import torch
-    from tritonrl.cli.common import check_range, check_threads, parse_device
+    from tritonrl.cli.common import MAX_SEED, check_range, check_threads, parse_device
+    from tritonrl.cli.train import MAX_ENVS
     from tritonrl.toolkit.checkpoint import CheckpointError
     from tritonrl.toolkit.runfolder import atomic_write_text
 
     try:
-        check_range("--episodes", args.episodes, 1, 65_536)
+        check_range("--episodes", args.episodes, 1, MAX_ENVS)  # one env per episode, as --eval-episodes
         check_range("--reps", args.reps, 1)
-        check_range("--seed", args.seed, 0, 2**32 - 1)
-        check_range("--bootstrap-seed", args.bootstrap_seed, 0, 2**32 - 1)
+        check_range("--seed", args.seed, 0, MAX_SEED)
+        check_range("--bootstrap-seed", args.bootstrap_seed, 0, MAX_SEED)
         check_threads(args.threads)
         if not 0.0 < args.confidence < 1.0:
             raise ValueError(f"--confidence must be in (0, 1), got {args.confidence}")
