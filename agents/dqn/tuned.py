@@ -55,8 +55,7 @@ TUNED: dict[tuple[str, str], Tuned] = {
         overrides={**_ACROBOT_SETTINGS, "quantiles": 25},
         source=_ZOO.format(file="qrdqn.yml", env="Acrobot-v1"),
         steps=100_000,
-        budget=50_000,
-        note="the zoo trains for 100k steps; 50k here",
+        budget=100_000,
     ),
     ("dqn", "MountainCar-v0"): Tuned(
         overrides=_MOUNTAINCAR_SETTINGS,

@@ -30,9 +30,8 @@ TUNED: dict[tuple[str, str], Tuned] = {
         },
         source="rl-baselines3-zoo hyperparams/ppo.yml (Acrobot-v1)",
         steps=1_000_000,
-        budget=200_000,
+        budget=1_000_000,
         num_envs=16,
-        note="the zoo trains for 1M steps; 200k here",
     ),
     ("ppo", "LunarLander-v3"): Tuned(
         overrides={
