@@ -294,6 +294,8 @@ class DQNAgent(DQNCheckpoint, AgentBase):
         """
         x = self._ingest(obs, "act")
         eps = self.epsilon() if explore else 0.0
+        if explore and self.config.noisy:  # NoisyNet: new noise for every action (every step)
+            self.online.reset_noise(self.generator)
         action = self._explore(lambda x: self._q(x, explore), x, eps, self.generator)
         self.inputs.acted(action)
         return action
@@ -565,10 +567,13 @@ class DQNAgent(DQNCheckpoint, AgentBase):
         mode = self.config.compile if self.device.type == "cuda" else "none"  # as act's forward
         snapshot = self._snapshot()
         forward = Compiled(snapshot.q, mode, self.device)  # a function of the observations alone
+        noisy = self.config.noisy
 
         def act(policy: QPolicy, obs: torch.Tensor) -> torch.Tensor:
             forward.step_begin()
             x = policy.ingest(obs)
+            if noisy:  # new noise every step, as act
+                policy.net.reset_noise(self.generator)
             action = self._explore(forward, x, self.epsilon(), self.generator, host=False)
             self.inputs.acted(action)  # passed back to observe unchanged: not checked again
             return action
@@ -583,11 +588,14 @@ class DQNAgent(DQNCheckpoint, AgentBase):
         generator = actor_generator(self.generator, self.device)
         stride = self.num_envs * self.dist.world_size
         steps = [self.env_steps]
+        noisy = self.config.noisy
 
         def act(policy: QPolicy, obs: Any) -> torch.Tensor:
             eps = self.epsilon_at(steps[0])
             steps[0] += stride
             x = policy.ingest(torch.as_tensor(obs, device=self.device))
+            if noisy:  # new noise every step, as act
+                policy.net.reset_noise(generator)
             return self._explore(policy.q, x, eps, generator)
 
         return SnapshotActor(self._snapshot(), act, generator, steps, check=self.eval_check)

@@ -146,6 +146,21 @@ def test_epsilon_schedule_and_noisy_exploration() -> None:
     assert not torch.equal(explore0, noisy.q_values(torch.ones(1, 4), explore=True))
 
 
+@pytest.mark.parametrize("path", ["act", "acting_policy", "lagged_actor"])
+@pytest.mark.parametrize("name", ["noisy", "rainbow"])
+def test_noisy_exploration_draws_new_noise_every_step(name: str, path: str) -> None:
+    """NoisyNet draws new noise for every action. With one draw per update, every step between
+    updates (and all of them before the first) took the same action for one observation: a
+    CartPole run that never explored. Before any update, acting on one observation 200 times must
+    pick both actions, and a greedy act stays noise-free (one action)."""
+    agent = _agent(name, num_envs=1)
+    obs = torch.zeros(1, 4)
+    policy = {"act": agent.act, "acting_policy": agent.acting_policy(), "lagged_actor": agent.lagged_actor()}
+    acts = torch.cat([policy[path](obs) for _ in range(200)])
+    assert acts.unique().numel() == 2  # a fixed draw gives one action 200 times
+    assert torch.cat([agent.act(obs, explore=False) for _ in range(20)]).unique().numel() == 1
+
+
 @pytest.mark.parametrize("num_envs", [1, 8])
 def test_host_exploration_acts_as_the_tensor_path(num_envs: int) -> None:
     """A CPU agent's host exploration path (numpy select, greedy forward skipped when every
