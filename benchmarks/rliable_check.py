@@ -8,7 +8,8 @@ torch: the module is loaded from its file. For each case (runs x tasks, ties, un
 counts), rliable's point estimate and 95% percentile interval of the mean, median, IQM and
 probability of improvement (``np.random.seed(s)`` before each, as rliable draws from numpy's
 global generator) beside ours with ``seed=s``; prints the largest difference. ``--write`` saves
-rliable's figures for ``tests/toolkit/test_scores.py``.
+rliable's figures for ``tests/toolkit/test_scores.py``. Then the speed of both on the zoo table's
+case (the IQM interval of 5 runs, 50,000 replicates): three runs each, one thread, and the ratio.
 """
 
 from __future__ import annotations
@@ -16,10 +17,15 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import sys
+import time
 from pathlib import Path
 
-import numpy as np
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")  # one thread: set before numpy loads its BLAS
+
+import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 REPS = 2_000
@@ -39,6 +45,34 @@ def _scores_module():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _timed(f, repeats: int = 3) -> list[float]:
+    """``repeats`` wall times of ``f()`` in seconds."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        f()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def _speed(library, metrics, scores) -> None:
+    """Both bootstraps on the zoo table's case, side by side: three runs each and the ratio."""
+    x = np.random.RandomState(7).normal(size=(5, 1)) * 100
+    reps = 50_000
+
+    def theirs():
+        np.random.seed(0)  # noqa: NPY002 (rliable draws from the global generator)
+        library.get_interval_estimates({"a": x}, lambda s: np.array([metrics.aggregate_iqm(s)]), reps=reps)
+
+    rliable_s = _timed(theirs)
+    ours_s = _timed(lambda: scores.bootstrap_interval("iqm", x, reps=reps, seed=0))
+    ratio = [min(rliable_s) / max(ours_s), max(rliable_s) / min(ours_s)]
+    print(f"speed, IQM interval of 5 runs x 1 task, {reps:,} replicates, one thread, 3 runs each:")
+    print(f"  rliable  {min(rliable_s):.3f}-{max(rliable_s):.3f} s")
+    print(f"  tritonrl {min(ours_s) * 1e3:.1f}-{max(ours_s) * 1e3:.1f} ms")
+    print(f"  ratio    {ratio[0]:.0f}-{ratio[1]:.0f}x")
 
 
 def main() -> int:
@@ -81,6 +115,7 @@ def main() -> int:
         print(f"{name:<12} iqm {case['rliable']['iqm']}  P(X>Y) {theirs}")
     what = f"{len(CASES)} cases x 4 statistics x (estimate, lower, upper)"
     print(f"largest |ours - rliable| over {what}: {worst:.3g}")
+    _speed(library, metrics, scores)
     if args.write:
         import rliable
 
