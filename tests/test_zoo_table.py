@@ -67,3 +67,25 @@ def test_section_has_a_row_per_entry_and_lists_collapses(zoo) -> None:
     assert "| 2/2 |" in rows[0] and "| 1/2 |" in rows[1]
     assert any("`dqn` on `CartPole-v1` seed 1" in line for line in lines)
     assert zoo.section(None, "img") == []
+
+
+def test_sb3_re_runs_render_beside_the_dqn_entry(zoo, tmp_path: Path) -> None:
+    """A stored ``sb3-<env>.json`` loads, and renders as one row beside this package's `dqn` row."""
+    import json
+
+    (tmp_path / "zoo").mkdir()
+    runs = [
+        {"seed": s, "final": f, "evals": [[25_000, 500.0], [50_000, last]], "wall_s": 100.0}
+        for s, f, last in ((1, 500.0, 500.0), (2, 120.0, 90.0), (3, 480.0, 480.0))
+    ]
+    record = {"env": "CartPole-v1", "sb3": "2.9.2", "steps": 50_000, "runs": runs}
+    (tmp_path / "zoo" / "sb3-CartPole-v1.json").write_text(json.dumps(record))
+    peers = zoo.load_zoo_peers(tmp_path)
+    assert len(peers) == 1 and peers[0].finals == {1: 500.0, 2: 120.0, 3: 480.0}
+    ours = _entry(zoo, "dqn", "CartPole-v1", 50_000, {1: [500, 500], 2: [500, 100], 3: [100, 200]}, [1, 2, 3])
+    rows = [line for line in zoo.peer_lines(peers, [ours]) if line.startswith("| `CartPole-v1`")]
+    assert rows[0].startswith("| `CartPole-v1` | Stable-Baselines3 2.9.2 | 50k | 366.7 (")  # 3 runs: the mean
+    assert rows[0].endswith("| 500, 120, 480 | 25k (3/3) | 2/3 | 2/3 |")  # second half: 500, 90, 480
+    assert rows[1].startswith("| `CartPole-v1` | tritonrl `dqn` | 50k | 2.0 (")
+    assert rows[1].endswith("| 25k (2/3) | 1/3 | 1/3 |")  # second half: 500, 100, 200
+    assert zoo.peer_lines([], [ours]) == [] and zoo.load_zoo_peers(tmp_path / "none") == []

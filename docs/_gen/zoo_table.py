@@ -82,10 +82,8 @@ CUT = (
     "noise), which the presets do not have, and its TD3 entry runs 300k steps with "
     "Ornstein-Uhlenbeck noise; a translation without them would not be the zoo's settings.",
     "**`ppo` on MountainCar-v0**: the zoo's 1M steps with VecNormalize.",
-    "**`ppo` on LunarLander-v3**: its entry (the zoo's settings, 1M steps) exists, but its runs take "
-    "about 10 minutes each here and were stopped to leave time for the others.",
-    "**Budgets below the zoo's**: Acrobot-v1 runs 50k steps for the DQN family (the zoo's 100k) and "
-    "200k for `ppo` (the zoo's 1M); their rows compare with the zoo at less than its budget.",
+    "**Budgets below the zoo's**: `dqn` and `double` on Acrobot-v1 run 50k steps (the zoo's 100k); "
+    "every other row with a zoo figure runs the zoo's own budget.",
     "**MinAtar**: its own section above (3 seeds, 100k-250k steps).",
 )
 """What the table leaves out to fit about 8 core-hours, and why (rendered under it)."""
@@ -148,6 +146,93 @@ def load_zoo(data: Path) -> tuple[dict[str, Any], list[ZooEntry]] | None:
     return meta, entries
 
 
+@dataclass
+class ZooPeer:
+    """Stable-Baselines3 itself at the zoo's settings on one env, re-run here (``zoo_peer.py``)."""
+
+    env: str
+    version: str
+    steps: int
+    curves: dict[int, list[tuple[int, float]]]
+    finals: dict[int, float]
+    wall_s: dict[int, float]
+
+
+def load_zoo_peers(data: Path) -> list[ZooPeer]:
+    """Every ``zoo/sb3-<env>.json`` stored by ``docs/_gen/zoo_peer.py`` (none: an empty list)."""
+    peers = []
+    for path in sorted((Path(data) / "zoo").glob("sb3-*.json")):
+        d = json.loads(path.read_text())
+        runs = {int(r["seed"]): r for r in d["runs"]}
+        peers.append(
+            ZooPeer(
+                d["env"],
+                d["sb3"],
+                int(d["steps"]),
+                {s: [(int(t), float(v)) for t, v in r["evals"]] for s, r in runs.items()},
+                {s: float(r["final"]) for s, r in runs.items()},
+                {s: float(r["wall_s"]) for s, r in runs.items()},
+            )
+        )
+    return peers
+
+
+def peer_lines(peers: list[ZooPeer], entries: list[ZooEntry]) -> list[str]:
+    """The table of SB3 re-runs beside this package's ``dqn`` entry on the same env (none: no lines)."""
+    if not peers:
+        return []
+    ours = {e.env: e for e in entries if e.preset == "dqn"}
+    out = [
+        "### The zoo's settings in Stable-Baselines3, re-run here",
+        "",
+        "The zoo's figure is one trained agent. To tell the settings from that agent, "
+        "`docs/_gen/zoo_peer.py` trains Stable-Baselines3's own DQN at the zoo's settings on the same "
+        "seeds, budgets and evaluations as the table (its own venv, one torch thread), beside the "
+        "`dqn` rows above (on CartPole-v1 the `dqn` preset: 128 units wide and 4 environments, where the "
+        "zoo has 256 and one). "
+        "The last column counts the evaluations in the second half of the runs at or "
+        "above the threshold, over all seeds: how much of the time each side holds it, where the "
+        "held column says only where the runs happened to end.",
+        "",
+        "| env | implementation | steps | final return, IQM (95% interval) | per seed | steps to threshold "
+        "| held | second half at threshold |",
+        "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: |",
+    ]
+    for p in peers:
+        sb3 = ZooEntry(
+            "dqn",
+            p.env,
+            p.steps,
+            None,
+            p.curves,
+            {s: {"mean_return": f} for s, f in p.finals.items()},
+            p.wall_s,
+            "",
+        )
+        sides = [(f"Stable-Baselines3 {p.version}", sb3)]
+        if p.env in ours:
+            sides.append(("tritonrl `dqn`", ours[p.env]))
+        for name, e in sides:
+            est, lo, hi = _interval(e.scores())
+            seeds = sorted(e.curves)
+            late = [v for s in seeds for t, v in e.curves[s] if t > e.steps // 2]
+            out.append(
+                f"| `{p.env}` | {name} | {_steps(e.steps)} | {est:.1f} ({lo:.1f} .. {hi:.1f}) | "
+                f"{', '.join(f'{v:.0f}' for v in e.scores())} | {_steps_to([e.reached(s) for s in seeds])} | "
+                f"{sum(e.holds(s) for s in seeds)}/{len(seeds)} | "
+                f"{sum(v >= e.threshold for v in late)}/{len(late)} |"
+            )
+    table_seeds = max((len(e.curves) for e in entries), default=0)
+    short = [
+        f"{p.env} ran seeds {', '.join(map(str, sorted(p.finals)))}"
+        for p in peers
+        if len(p.finals) < table_seeds
+    ]
+    if short:
+        out += ["", f"Stable-Baselines3 on {'; on '.join(short)}: the others did not fit the session's time."]
+    return [*out, ""]
+
+
 def _interval(scores: list[float], reps: int = REPS) -> tuple[float, float, float]:
     from tritonrl.toolkit.scores import bootstrap_interval
 
@@ -156,6 +241,12 @@ def _interval(scores: list[float], reps: int = REPS) -> tuple[float, float, floa
 
 def _steps(n: int) -> str:
     return f"{n / 1e6:g}M" if n >= 1_000_000 else f"{n / 1e3:g}k"
+
+
+def _steps_to(reached: list[int | None]) -> str:
+    """The median step at which the seeds that got there reached the threshold, and how many did."""
+    hits = [r for r in reached if r is not None]
+    return f"{_steps(int(statistics.median(hits)))} ({len(hits)}/{len(reached)})" if hits else "not reached"
 
 
 def _published(table: dict[tuple[str, str], tuple[str, float, float, int]], e: ZooEntry) -> str:
@@ -182,8 +273,10 @@ def verdicts(e: ZooEntry) -> dict[str, Any]:
     }
 
 
-def section(runs: tuple[dict[str, Any], list[ZooEntry]] | None, img: str) -> list[str]:
-    """The section's markdown lines (none without stored runs)."""
+def section(
+    runs: tuple[dict[str, Any], list[ZooEntry]] | None, img: str, peers: list[ZooPeer] | None = None
+) -> list[str]:
+    """The section's markdown lines (none without stored runs); ``peers``: the SB3 re-runs."""
     if runs is None:
         return []
     meta, entries = runs
@@ -191,12 +284,7 @@ def section(runs: tuple[dict[str, Any], list[ZooEntry]] | None, img: str) -> lis
     for e in entries:
         v = verdicts(e)
         est, lo, hi = v["iqm"]
-        reached = [r for r in v["reached"] if r is not None]
-        steps_to = (
-            f"{_steps(int(statistics.median(reached)))} ({len(reached)}/{len(v['reached'])})"
-            if reached
-            else "not reached"
-        )
+        steps_to = _steps_to(v["reached"])
         if v["zoo_met"] is not None:
             published += 1
             met += v["zoo_met"]
@@ -222,7 +310,9 @@ def section(runs: tuple[dict[str, Any], list[ZooEntry]] | None, img: str) -> lis
         "each at its tuned settings where the package has an entry (`agents/*/tuned.py`, from "
         "rl-baselines3-zoo's files: [Training](training.md#per-environment-settings)), else at the "
         f"preset's. One torch thread a run, {meta['jobs']} runs at a time (`docs/_gen/zoo_runs.py`): "
-        f"{core_hours:.1f} core-hours in all.",
+        f"the runs' walls sum to {core_hours:.1f} hours. The wall column is each run's own time on a "
+        "machine it shared with other runs and jobs (at times three processes to a core): not a speed "
+        "figure.",
         "",
         f"- **Final return**: each run's last checkpoint played greedily over {meta['episodes']} "
         "episodes on held-out seeds (`tritonrl evaluate`), its mean the run's score; the column gives "
@@ -252,6 +342,7 @@ def section(runs: tuple[dict[str, Any], list[ZooEntry]] | None, img: str) -> lis
         + (", ".join(collapses) if collapses else "**none**")
         + ".",
         "",
+        *peer_lines(peers or [], entries),
         "Left out to fit the budget:",
         "",
         *(f"- {line}" for line in CUT),
