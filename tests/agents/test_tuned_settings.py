@@ -128,6 +128,9 @@ def test_train_takes_steps_and_envs_from_the_entry_unless_given(tmp_path: Path, 
     assert err[0].endswith("; --set replaces batch_size"), err[0]  # the flags win, and say nothing
     state = load_checkpoint(tmp_path / "given" / "checkpoint.safetensors", tensors=False)
     assert state["loop"]["step"] == 64 and state["meta"]["num_envs"] == "4"
+    monkeypatch.setitem(double.tuned, "Acrobot-v1", dataclasses.replace(small, budget=32, num_envs=1))
+    _, err = _train(capsys, tmp_path / "one", "double", *SMALL)
+    assert err[0].endswith("; 32 steps; 1 env"), err[0]
 
 
 def test_the_training_page_lists_every_entry() -> None:

@@ -359,7 +359,7 @@ def _say_tuned(args: argparse.Namespace, plan: _Plan) -> None:
     if tuned.budget is not None and args.steps is None:
         line += f"; {tuned.budget} steps"
     if tuned.num_envs is not None and args.num_envs is None:
-        line += f"; {tuned.num_envs} envs"
+        line += f"; {tuned.num_envs} env{'s' if tuned.num_envs != 1 else ''}"
     print(line, file=sys.stderr)
 
 
