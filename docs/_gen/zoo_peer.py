@@ -60,40 +60,37 @@ def main(argv: list[str] | None = None) -> int:
     from stable_baselines3 import DQN
     from stable_baselines3.common.callbacks import BaseCallback
 
+    class Every(BaseCallback):
+        """A greedy evaluation of 10 episodes every ``every`` env steps, on seeds from ``seed``."""
+
+        def __init__(self, every: int, seed: int) -> None:
+            super().__init__()
+            self.every, self.eval_seed, self.evals = every, seed, []
+
+        def _on_step(self) -> bool:
+            if self.num_timesteps % self.every == 0:
+                self.evals.append((self.num_timesteps, _evaluate(self.model, args.env, 10, self.eval_seed)))
+            return True
+
     torch.set_num_threads(1)
     settings, steps, eval_every = ZOO[args.env]
     version = stable_baselines3.__version__
     print(f"stable-baselines3 {version} DQN on {args.env}, {steps:,} steps, one torch thread")
-    results = []
+    out = args.out or Path(__file__).resolve().parents[1] / "data" / "zoo" / f"sb3-{args.env}.json"
+    record = {"env": args.env, "sb3": version, "steps": steps, "settings": repr(settings), "runs": []}
     for seed in args.seeds:
-
-        class Every(BaseCallback):
-            """A greedy evaluation of 10 episodes every ``eval_every`` env steps."""
-
-            def __init__(self, seed: int) -> None:
-                super().__init__()
-                self.eval_seed, self.evals = 10_000 * seed, []
-
-            def _on_step(self) -> bool:
-                if self.num_timesteps % eval_every == 0:
-                    self.evals.append(
-                        (self.num_timesteps, _evaluate(self.model, args.env, 10, self.eval_seed))
-                    )
-                return True
-
         start = time.perf_counter()
         model = DQN("MlpPolicy", args.env, seed=seed, verbose=0, **settings)
-        every = Every(seed)
+        every = Every(eval_every, 10_000 * seed)
         model.learn(total_timesteps=steps, callback=every)
-        evals = every.evals
         wall = time.perf_counter() - start
         final = _evaluate(model, args.env, 30, EVAL_SEED)
-        results.append({"seed": seed, "final": final, "evals": evals, "wall_s": wall})
-        curve = " ".join(f"{r:.0f}" for _, r in evals)
+        record["runs"].append({"seed": seed, "final": final, "evals": every.evals, "wall_s": wall})
+        out.write_text(
+            json.dumps(record, indent=1) + "\n"
+        )  # after every seed: a stop keeps the finished ones
+        curve = " ".join(f"{r:.0f}" for _, r in every.evals)
         print(f"seed {seed}: final {final:.1f} (30 episodes), {wall:.0f} s; evaluations {curve}", flush=True)
-    out = args.out or Path(__file__).resolve().parents[1] / "data" / "zoo" / f"sb3-{args.env}.json"
-    record = {"env": args.env, "sb3": version, "steps": steps, "settings": repr(settings), "runs": results}
-    out.write_text(json.dumps(record, indent=1) + "\n")
     print(f"wrote {out}")
     return 0
 

@@ -187,7 +187,7 @@ def peer_lines(peers: list[ZooPeer], entries: list[ZooEntry]) -> list[str]:
         "",
         "The zoo's figure is one trained agent. To tell the settings from that agent, "
         "`docs/_gen/zoo_peer.py` trains Stable-Baselines3's own DQN at the zoo's settings on the same "
-        "seeds, budgets and evaluations as the table (its own venv, one torch thread), beside the "
+        "seeds, budgets and evaluation schedule as the table (its own venv, one torch thread), beside the "
         "`dqn` rows above (on CartPole-v1 the `dqn` preset: 128 units wide and 4 environments, where the "
         "zoo has 256 and one). "
         "The last column counts the evaluations in the second half of the runs at or "
