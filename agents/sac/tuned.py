@@ -39,7 +39,7 @@ TUNED: dict[tuple[str, str], Tuned] = {
         "InvertedPendulum (sfujim/TD3 run_experiments.sh)",
         steps=1_000_000,
         budget=50_000,
-        note="the paper trains 1M steps; 50k here, which it holds (the zoo table)",
+        note="the paper trains 1M steps; 50k here",
     ),
 }
 """Tuned settings by (preset name, gymnasium env id)."""
