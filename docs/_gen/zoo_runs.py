@@ -41,7 +41,7 @@ ENTRIES: tuple[tuple[str, str, int, int], ...] = (
     ("sac", "Pendulum-v1", 20_000, 2_000),
     ("td3", "Pendulum-v1", 20_000, 2_000),
     ("sac", "InvertedPendulum-v5", 20_000, 2_000),
-    ("td3", "InvertedPendulum-v5", 20_000, 2_000),
+    ("td3", "InvertedPendulum-v5", 50_000, 5_000),
     ("ppo-continuous", "Pendulum-v1", 100_000, 5_000),
     ("qrdqn", "Acrobot-v1", 100_000, 5_000),
     ("ppo", "Acrobot-v1", 1_000_000, 50_000),
