@@ -277,8 +277,15 @@ class DQNAgent(DQNCheckpoint, AgentBase):
         eps: float,
         generator: torch.Generator,
         host: bool | None = None,
+        noise: QNetwork | None = None,
     ) -> torch.Tensor:
-        """The family's one exploration of ``q`` (`tritonrl.agents.dqn.policy.epsilon_greedy`)."""
+        """The family's one exploration of ``q`` (`tritonrl.agents.dqn.policy.epsilon_greedy`).
+
+        ``noise``: the noisy network behind ``q``, whose noise is drawn anew from ``generator`` for
+        every exploring action (NoisyNet); ``None`` when greedy or not noisy.
+        """
+        if noise is not None and self.config.noisy:
+            noise.reset_noise(generator)
         host = self._host_explore if host is None else host
         return epsilon_greedy(q, x, eps, generator, num_actions=self._num_actions, nvec=self._nvec, host=host)
 
@@ -294,9 +301,8 @@ class DQNAgent(DQNCheckpoint, AgentBase):
         """
         x = self._ingest(obs, "act")
         eps = self.epsilon() if explore else 0.0
-        if explore and self.config.noisy:  # NoisyNet: new noise for every action (every step)
-            self.online.reset_noise(self.generator)
-        action = self._explore(lambda x: self._q(x, explore), x, eps, self.generator)
+        noise = self.online if explore else None
+        action = self._explore(lambda x: self._q(x, explore), x, eps, self.generator, noise=noise)
         self.inputs.acted(action)
         return action
 
@@ -567,14 +573,11 @@ class DQNAgent(DQNCheckpoint, AgentBase):
         mode = self.config.compile if self.device.type == "cuda" else "none"  # as act's forward
         snapshot = self._snapshot()
         forward = Compiled(snapshot.q, mode, self.device)  # a function of the observations alone
-        noisy = self.config.noisy
 
         def act(policy: QPolicy, obs: torch.Tensor) -> torch.Tensor:
             forward.step_begin()
             x = policy.ingest(obs)
-            if noisy:  # new noise every step, as act
-                policy.net.reset_noise(self.generator)
-            action = self._explore(forward, x, self.epsilon(), self.generator, host=False)
+            action = self._explore(forward, x, self.epsilon(), self.generator, host=False, noise=policy.net)
             self.inputs.acted(action)  # passed back to observe unchanged: not checked again
             return action
 
@@ -588,14 +591,11 @@ class DQNAgent(DQNCheckpoint, AgentBase):
         generator = actor_generator(self.generator, self.device)
         stride = self.num_envs * self.dist.world_size
         steps = [self.env_steps]
-        noisy = self.config.noisy
 
         def act(policy: QPolicy, obs: Any) -> torch.Tensor:
             eps = self.epsilon_at(steps[0])
             steps[0] += stride
             x = policy.ingest(torch.as_tensor(obs, device=self.device))
-            if noisy:  # new noise every step, as act
-                policy.net.reset_noise(generator)
-            return self._explore(policy.q, x, eps, generator)
+            return self._explore(policy.q, x, eps, generator, noise=policy.net)
 
         return SnapshotActor(self._snapshot(), act, generator, steps, check=self.eval_check)
