@@ -77,7 +77,7 @@ def _write(path: Path, rows: list[tuple[int, float]]) -> None:
 def _run_ours(g: dict[str, str], seed: int, steps: int, work: Path) -> float:
     run_dir = work / f"tritonrl-{g['name']}-s{seed}"
     cmd = [
-        sys.executable, "-m", "tritonrl", "train", "--agent", g["agent"], "--env", g["env"],
+        sys.executable, "-m", "tritonrl", "train", "--no-tuned", "--agent", g["agent"], "--env", g["env"],
         "--steps", str(steps), "--eval-every", str(steps // 10), "--eval-episodes", "5", "--seed", str(seed),
         "--threads", "1", "--run-dir", str(run_dir), "--no-tensorboard", "--no-progress",
     ]  # fmt: skip

@@ -303,6 +303,11 @@ def _machine(info: dict[str, Any]) -> str:
     )
 
 
+def _no_tuned(command: str) -> str:
+    """``command`` (a ``tritonrl train`` line) with ``--no-tuned`` after ``train``, once."""
+    return command if "--no-tuned" in command else command.replace(" train ", " train --no-tuned ", 1)
+
+
 def _learning_tables(meta: dict[str, Any], groups: Sequence[Group]) -> list[str]:
     seeds = meta["seeds"]
     out = [
@@ -539,13 +544,17 @@ def render(data: Path = DATA) -> str:
         "",
         *_learning_tables(meta, groups),
         "",
-        "Reproduce one run (the commands are in `docs/data/learning/meta.json`):",
+        "Reproduce one run (the commands are in `docs/data/learning/meta.json`; the table measures the "
+        "presets, and `--no-tuned` keeps a preset's own settings where it has an entry for the env: "
+        "`ppo` on CartPole-v1, `sac` and `td3` on Pendulum-v1):",
         "",
         "```bash",
-        meta["commands"][0]
-        .replace("python -m tritonrl.toolkit", "tritonrl")  # runs recorded before `python -m tritonrl`
-        .replace("python -m tritonrl", "tritonrl")
-        .replace("RUN_DIR", "runs/ppo-s1"),
+        _no_tuned(
+            meta["commands"][0]
+            .replace("python -m tritonrl.toolkit", "tritonrl")  # runs recorded before `python -m tritonrl`
+            .replace("python -m tritonrl", "tritonrl")
+            .replace("RUN_DIR", "runs/ppo-s1")
+        ),
         "```",
         "",
         *_market_tables(groups),

@@ -1,11 +1,11 @@
 """Make the learning runs behind ``docs/pages/results.md`` and store them under ``docs/data/learning/``.
 
 Each group (a preset on its reference environment) runs for a fixed number of steps with several
-seeds, one torch thread, through the CLI (``python -m tritonrl train``). An explicit
-``--eval-every`` means no early stop at the solved score, so every seed's curve covers the same
-steps. Stored per run: ``<group>-s<seed>.csv`` (its ``metrics.csv``) and, for market runs,
-``<group>-s<seed>.test.json`` (its ``test_report.json`` without the equity curves); plus
-``meta.json``: the groups, the commands, and where and when they ran.
+seeds, one torch thread, through the CLI (``python -m tritonrl train --no-tuned``: the preset's own
+settings, not an entry's). An explicit ``--eval-every`` means no early stop at the solved score, so
+every seed's curve covers the same steps. Stored per run: ``<group>-s<seed>.csv`` (its
+``metrics.csv``) and, for market runs, ``<group>-s<seed>.test.json`` (its ``test_report.json``
+without the equity curves); plus ``meta.json``: the groups, the commands, where and when they ran.
 
     PYTHONPATH=. python docs/_gen/runs.py [--work DIR]       # from the repository root; ~45 min on 2 cores
     PYTHONPATH=. python docs/_gen/runs.py --only NAME ...    # (re)run some groups into the stored meta.json
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         for g in todo:
             run_dir = work / f"{g['name']}-s{seed}"
             cmd = [
-                sys.executable, "-m", "tritonrl", "train", "--agent", str(g["agent"]),
+                sys.executable, "-m", "tritonrl", "train", "--no-tuned", "--agent", str(g["agent"]),
                 "--env", str(g["env"]), "--steps", str(g["steps"]), "--eval-every", str(g["eval_every"]),
                 "--seed", str(seed), "--threads", "1", *g["flags"],  # type: ignore[misc]
                 "--run-dir", str(run_dir), "--no-tensorboard", "--no-progress",

@@ -48,7 +48,7 @@ PPO_SMALL = [
 
 
 def _train(capsys, *args: str) -> tuple[int, list[str]]:
-    code = main(["train", "--no-progress", "--no-tensorboard", "--eval-episodes", "1", *args])
+    code = main(["train", "--no-tuned", "--no-progress", "--no-tensorboard", "--eval-episodes", "1", *args])
     return code, capsys.readouterr().err.strip().splitlines()
 
 

@@ -119,6 +119,21 @@ def test_train_without_an_entry_builds_the_preset_as_before(tmp_path: Path, caps
     assert not any(line.startswith("tuned settings") for line in err)
 
 
+def test_no_tuned_trains_the_preset_where_an_entry_exists(tmp_path: Path, capsys, monkeypatch) -> None:
+    double = find_preset(dqn.PRESETS, "double")
+    entry = dataclasses.replace(double.tuned["Acrobot-v1"], num_envs=2)
+    monkeypatch.setitem(double.tuned, "Acrobot-v1", entry)
+    run = tmp_path / "run"
+    config, err = _train(capsys, run, "double", "--no-tuned", "--steps", "64", *SMALL)
+    expected = apply_overrides(
+        dqn.preset("double"), {"learning_starts": 32, "buffer_size": 256, "batch_size": 16}
+    )
+    assert config == expected.to_dict()  # not the entry's lr, width or exploration
+    assert not any(line.startswith("tuned settings") for line in err)
+    state = load_checkpoint(run / "checkpoint.safetensors", tensors=False)
+    assert state["meta"]["num_envs"] == str(double.default_num_envs) != str(entry.num_envs)
+
+
 def test_train_takes_steps_and_envs_from_the_entry_unless_given(tmp_path: Path, capsys, monkeypatch) -> None:
     double = find_preset(dqn.PRESETS, "double")
     small = dataclasses.replace(double.tuned["Acrobot-v1"], budget=96, num_envs=2)

@@ -35,7 +35,7 @@ import torch
 from tritonrl.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
-SMALL = ("--no-progress", "--no-tensorboard", "--steps", "64", "--eval-episodes", "2")
+SMALL = ("--no-tuned", "--no-progress", "--no-tensorboard", "--steps", "64", "--eval-episodes", "2")
 
 
 def train(*args: str, run_dir: bool = True) -> tuple[str, ...]:
@@ -62,7 +62,7 @@ DQN_SMALL = (
     "--set",
     "batch_size=32",
 )
-PPO_SMALL = ("--num-envs", "2", "--set", "num_steps=16")
+PPO_SMALL = ("--no-tuned", "--num-envs", "2", "--set", "num_steps=16")
 _TRAINED = {"dqn": ("--agent", "dqn", "--steps", "400", *DQN_SMALL), "ppo": ("--agent", "ppo", *PPO_SMALL)}
 _cache = tempfile.TemporaryDirectory(prefix="tritonrl-cli-errors-")  # one trained run per agent, copied
 

@@ -43,6 +43,7 @@ def _train(capsys: pytest.CaptureFixture[str], agent: str, run: Path, *args: str
     code = main(
         [
             "train",
+            "--no-tuned",
             "--agent",
             agent,
             "--num-envs",

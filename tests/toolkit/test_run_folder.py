@@ -343,6 +343,7 @@ def test_a_second_trainer_is_refused_with_the_holder_named(
         code = main(
             [
                 "train",
+                "--no-tuned",
                 "--agent",
                 "ppo",
                 "--no-progress",
@@ -484,6 +485,7 @@ def test_checkpoint_minutes_must_be_a_finite_number(
     code = main(
         [
             "train",
+            "--no-tuned",
             "--agent",
             "ppo",
             "--no-progress",

@@ -20,6 +20,7 @@ from tritonrl.toolkit.checkpoint import load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = [
+    "--no-tuned",  # the preset: no first line naming tuned settings
     "--agent",
     "ppo",
     "--env",

@@ -122,6 +122,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--log-every", type=int, default=2048, help="env steps between metric flushes")
     p.add_argument("--target-return", type=float, default=None, help="stop once an evaluation reaches this")
     p.add_argument(
+        "--no-tuned",
+        action="store_true",
+        help="the preset's own config, budget and env count even where it has settings tuned for --env",
+    )
+    p.add_argument(
         "--overlap",
         action="store_true",
         help="learn while acting (acting lags by one train_freq interval, PPO's by one rollout): "
@@ -304,7 +309,7 @@ def _plan(args: argparse.Namespace, ctx: Any) -> _Plan:
             "portfolio:...)"
         )
     defaults = market_preset(spec) if market else spec
-    tuned = None if market else spec.tuned.get(args.env)
+    tuned = None if market or args.no_tuned else spec.tuned.get(args.env)
     device = ctx.device if ctx.enabled else parse_device(args.device)
     torch.set_num_threads(args.threads)
     steps = args.steps if args.steps is not None else _tuned_or(tuned, "budget", defaults.default_steps)
@@ -464,7 +469,7 @@ def _make_agent(
                 overrides=overrides,
                 config=saved_config,
                 dist=ctx,
-                env=None if plan.market else args.env,  # the tuned settings; ignored on a resume
+                env=None if plan.tuned is None else args.env,  # the tuned settings; ignored on a resume
             )
         before = None if saved_config is None else type(agent.config).from_dict(saved_config)
     except (ValueError, TypeError) as exc:
