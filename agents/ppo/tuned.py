@@ -3,8 +3,9 @@
 From rl-baselines3-zoo's ``hyperparams/ppo.yml`` (commit eec15dc), translated: ``n_steps`` is
 ``num_steps``, ``n_epochs`` ``update_epochs``, ``num_minibatches = n_envs * n_steps / batch_size``,
 SB3's constant rate ``anneal_lr=False``, its unclipped value loss ``clip_vloss=False``; ``normalize``
-is ``normalize_obs`` with ``reward_scale`` 0.1. CartPole-v1, every preset's tuning env and the
-default one, has none: its runs stay the preset's. Results: docs/pages/results.md ("The zoo table").
+is ``normalize_obs`` with ``reward_scale`` 0.1, its linear rate schedule ``anneal_lr``. The ``ppo``
+preset's own config (CleanRL's) stays what ``preset("ppo")`` and ``train --no-tuned`` give on
+CartPole-v1. Results: docs/pages/results.md ("The zoo table").
 """
 
 from __future__ import annotations
@@ -16,6 +17,23 @@ __all__ = ["TUNED"]
 _SB3 = {"lr": 3e-4, "anneal_lr": False, "clip_vloss": False}
 
 TUNED: dict[tuple[str, str], Tuned] = {
+    ("ppo", "CartPole-v1"): Tuned(
+        overrides={
+            "lr": 1e-3,
+            "clip_vloss": False,
+            "num_steps": 32,
+            "num_minibatches": 1,
+            "update_epochs": 20,
+            "gae_lambda": 0.8,
+            "gamma": 0.98,
+            "ent_coef": 0.0,
+        },
+        source="rl-baselines3-zoo hyperparams/ppo.yml (CartPole-v1)",
+        steps=100_000,
+        budget=100_000,
+        num_envs=8,
+        note="the zoo's rate schedule lin_1e-3 is anneal_lr; its clip range, also annealed there, stays 0.2",
+    ),
     ("ppo", "Acrobot-v1"): Tuned(
         overrides={
             **_SB3,
