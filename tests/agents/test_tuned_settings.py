@@ -159,7 +159,7 @@ def test_the_training_page_lists_every_entry() -> None:
     rows = [
         line
         for line in page.splitlines()
-        if line.startswith("| `") and ("hyperparams/" in line or "et al." in line)
+        if line.startswith("| `") and ("hyperparams/" in line or "et al." in line or "a sweep here" in line)
     ]
     for family in (dqn, ppo, sac):
         for p in family.PRESETS:
