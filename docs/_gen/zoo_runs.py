@@ -158,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
         meta_path = DATA / "meta.json"
         meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {"entries": {}}
         meta["entries"].update(_collect(args.work, entries, list(SEEDS)))
-        meta.update({"machine": {**run_info(), "torch_threads": 1}, "seeds": list(SEEDS), "jobs": args.jobs,
+        jobs = max(args.jobs, meta.get("jobs", 0))  # the most at a time over every sweep stored
+        meta.update({"machine": {**run_info(), "torch_threads": 1}, "seeds": list(SEEDS), "jobs": jobs,
                      "episodes": EPISODES})  # fmt: skip
         meta_path.write_text(json.dumps(meta, indent=1) + "\n")
         print(f"stored {len(meta['entries'])} entries in {DATA}")

@@ -188,8 +188,8 @@ def peer_lines(peers: list[ZooPeer], entries: list[ZooEntry]) -> list[str]:
         "The zoo's figure is one trained agent. To tell the settings from that agent, "
         "`docs/_gen/zoo_peer.py` trains Stable-Baselines3's own DQN at the zoo's settings on the same "
         "seeds, budgets and evaluation schedule as the table (its own venv, one torch thread), beside the "
-        "`dqn` rows above (on CartPole-v1 the `dqn` preset: 128 units wide and 4 environments, where the "
-        "zoo has 256 and one). "
+        "`dqn` rows above (on CartPole-v1 the `dqn` entry: the zoo's settings 256 wide on 4 environments "
+        "with the rate annealed to 0, where the zoo holds it at 2.3e-3 on one). "
         "The last column counts the evaluations in the second half of the runs at or "
         "above the threshold, over all seeds: how much of the time each side holds it, where the "
         "held column says only where the runs happened to end.",
@@ -309,7 +309,7 @@ def section(
         f"{len(entries)} (preset, env) entries, {len(seeds)} seeds each ({', '.join(map(str, seeds))}), "
         "each at its tuned settings where the package has an entry (`agents/*/tuned.py`, from "
         "rl-baselines3-zoo's files: [Training](training.md#per-environment-settings)), else at the "
-        f"preset's. One torch thread a run, {meta['jobs']} runs at a time (`docs/_gen/zoo_runs.py`): "
+        f"preset's. One torch thread a run, up to {meta['jobs']} runs at a time (`docs/_gen/zoo_runs.py`): "
         f"the runs' walls sum to {core_hours:.1f} hours. The wall column is each run's own time on a "
         "machine it shared with other runs and jobs (at times three processes to a core): not a speed "
         "figure.",
