@@ -62,7 +62,10 @@ TUNED: dict[tuple[str, str], Tuned] = {
         ),
         steps=50_000,
         budget=50_000,
-        note="at the zoo's constant 2.3e-3 the greedy return swings between 100 and 500 to the end",
+        note=(
+            "at the zoo's constant 2.3e-3 the greedy return swings between 100 and 500 to the end; the "
+            "rate is 0 from 50k steps on, so a longer --steps needs --set lr_decay_steps=STEPS"
+        ),
     ),
     ("dqn", "Acrobot-v1"): _ACROBOT,
     ("double", "Acrobot-v1"): _ACROBOT,
