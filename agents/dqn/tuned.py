@@ -66,13 +66,15 @@ _CARTPOLE = Tuned(
         "rate is 0 from 50k steps on, so a longer --steps needs --set lr_decay_steps=STEPS"
     ),
 )
-"""``dqn``, ``qrdqn`` (5 of 5 seeds held in probes) and ``dueling`` (3 of 5, where its preset held none)
-on CartPole-v1; ``double`` (2 of 5 either way) and ``c51`` (fewer than its preset's 4) keep theirs."""
+"""``dqn``, ``qrdqn``, ``noisy`` (5 of 5 seeds held in probes; ``noisy``'s preset held 1) and ``dueling`` (3
+of 5, where its preset held none) on CartPole-v1; ``double`` (2 of 5 either way) and ``c51`` (fewer than
+its preset's 4) keep theirs."""
 
 TUNED: dict[tuple[str, str], Tuned] = {
     ("dqn", "CartPole-v1"): _CARTPOLE,
     ("qrdqn", "CartPole-v1"): _CARTPOLE,
     ("dueling", "CartPole-v1"): _CARTPOLE,
+    ("noisy", "CartPole-v1"): _CARTPOLE,
     ("dqn", "Acrobot-v1"): _ACROBOT,
     ("double", "Acrobot-v1"): _ACROBOT,
     ("qrdqn", "Acrobot-v1"): Tuned(
