@@ -154,6 +154,23 @@ def test_train_takes_steps_and_envs_from_the_entry_unless_given(tmp_path: Path, 
     assert err[0].endswith("; 32 steps; 1 env"), err[0]
 
 
+def test_train_says_when_an_entry_s_annealed_rate_ends_before_the_run(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    double = find_preset(dqn.PRESETS, "double")
+    entry = double.tuned["Acrobot-v1"]
+    annealed = dataclasses.replace(
+        entry, overrides={**entry.overrides, "lr_final": 0.0, "lr_decay_steps": 48}
+    )
+    monkeypatch.setitem(double.tuned, "Acrobot-v1", annealed)
+    _, err = _train(capsys, tmp_path / "long", "double", "--steps", "64", *SMALL)
+    assert err[0].endswith("; the rate holds at its final value from step 48 on (--set lr_decay_steps=64)")
+    _, err = _train(capsys, tmp_path / "within", "double", "--steps", "48", *SMALL)
+    assert "the rate holds" not in err[0]  # the schedule ends with the run: nothing to say
+    _, err = _train(capsys, tmp_path / "set", "double", "--steps", "64", *SMALL, "--set", "lr_decay_steps=64")
+    assert "the rate holds" not in err[0] and "--set replaces batch_size, lr_decay_steps" in err[0]
+
+
 def test_the_training_page_lists_every_entry() -> None:
     page = (Path(__file__).resolve().parents[2] / "docs" / "pages" / "training.md").read_text()
     rows = [

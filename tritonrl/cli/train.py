@@ -365,6 +365,11 @@ def _say_tuned(args: argparse.Namespace, plan: _Plan) -> None:
         line += f"; {tuned.budget} steps"
     if tuned.num_envs is not None and args.num_envs is None:
         line += f"; {tuned.num_envs} env{'s' if tuned.num_envs != 1 else ''}"
+    decay = tuned.overrides.get("lr_decay_steps") if "lr_decay_steps" not in plan.overrides else None
+    if decay is not None and plan.steps > decay:  # an annealed rate that would end before the run does
+        line += (
+            f"; the rate holds at its final value from step {decay} on (--set lr_decay_steps={plan.steps})"
+        )
     print(line, file=sys.stderr)
 
 
