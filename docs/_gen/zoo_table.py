@@ -188,8 +188,9 @@ def peer_lines(peers: list[ZooPeer], entries: list[ZooEntry]) -> list[str]:
         "The zoo's figure is one trained agent. To tell the settings from that agent, "
         "`docs/_gen/zoo_peer.py` trains Stable-Baselines3's own DQN at the zoo's settings on the same "
         "seeds, budgets and evaluation schedule as the table (its own venv, one torch thread), beside the "
-        "`dqn` rows above (on CartPole-v1 the `dqn` entry: the zoo's settings 256 wide on 4 environments "
-        "with the rate annealed to 0, where the zoo holds it at 2.3e-3 on one). "
+        "`dqn` rows above, whose entries anneal the rate to 0 where the zoo holds it (on CartPole-v1 "
+        "the zoo's settings 256 wide on 4 environments, the rate from 1e-3 where the zoo holds 2.3e-3 on "
+        "one; on MountainCar-v0 the zoo's settings and rate otherwise). "
         "The last column counts the evaluations in the second half of the runs at or "
         "above the threshold, over all seeds: how much of the time each side holds it, where the "
         "held column says only where the runs happened to end.",
