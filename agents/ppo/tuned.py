@@ -3,9 +3,8 @@
 From rl-baselines3-zoo's ``hyperparams/ppo.yml`` (commit eec15dc), translated: ``n_steps`` is
 ``num_steps``, ``n_epochs`` ``update_epochs``, ``num_minibatches = n_envs * n_steps / batch_size``,
 SB3's constant rate ``anneal_lr=False``, its unclipped value loss ``clip_vloss=False``; ``normalize``
-is ``normalize_obs`` with ``reward_scale`` 0.1, its linear rate schedule ``anneal_lr``. The ``ppo``
-preset's own config (CleanRL's) stays what ``preset("ppo")`` and ``train --no-tuned`` give on
-CartPole-v1. Results: docs/pages/results.md ("The zoo table").
+is ``normalize_obs`` with ``reward_scale`` 0.1, its linear rate schedule ``anneal_lr``. ``ppo``'s own
+config (CleanRL's) is ``preset("ppo")`` and ``train --no-tuned``. Results: docs/pages/results.md.
 """
 
 from __future__ import annotations
