@@ -9,6 +9,8 @@ preset's 4 failed (MountainCar-v0). The presets' defaults are the zoo's CartPole
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from tritonrl.toolkit.preset import Tuned
 
 __all__ = ["TUNED"]
@@ -45,11 +47,22 @@ _ONE_ENV = (
     "changes 4 times as often within each env's episode, and the target is re-synced within one)"
 )
 
-_ANNEALED = (
-    ", its rate annealed linearly to 0 over the {k}k steps "
-    "(a sweep here: docs/pages/results.md, the zoo table)"
-)
-"""A zoo entry whose constant rate swung on at the end of its budget here: annealed, more seeds held."""
+
+def _zoo_annealed(
+    file: str, env: str, settings: Mapping[str, object], steps: int, note: str, num_envs: int | None = None
+) -> Tuned:
+    """The zoo's ``settings`` for ``env`` with the rate annealed linearly to 0 over its ``steps``, the
+    budget: where the zoo's constant rate still swung across the threshold at the end here."""
+    return Tuned(
+        overrides={**settings, "lr_final": 0.0, "lr_decay_steps": steps},
+        source=_ZOO.format(file=file, env=env) + f", its rate annealed linearly to 0 over the "
+        f"{steps // 1000}k steps (a sweep here: docs/pages/results.md, the zoo table)",
+        steps=steps,
+        budget=steps,
+        num_envs=num_envs,
+        note=note,
+    )
+
 
 _ACROBOT = Tuned(
     overrides=_ACROBOT_SETTINGS,
@@ -89,34 +102,32 @@ TUNED: dict[tuple[str, str], Tuned] = {
         steps=100_000,
         budget=100_000,
     ),
-    ("dqn", "MountainCar-v0"): Tuned(
-        overrides={**_MOUNTAINCAR_SETTINGS, "lr_final": 0.0, "lr_decay_steps": 120_000},
-        source=_ZOO.format(file="dqn.yml", env="MountainCar-v0") + _ANNEALED.format(k=120),
-        steps=120_000,
-        budget=120_000,
-        num_envs=1,
-        note=_ONE_ENV
+    ("dqn", "MountainCar-v0"): _zoo_annealed(
+        "dqn.yml",
+        "MountainCar-v0",
+        _MOUNTAINCAR_SETTINGS,
+        120_000,
+        _ONE_ENV
         + "; at the zoo's constant rate 1 seed of 5 held -110 over its last 3 evaluations, annealed 3",
-    ),
-    ("qrdqn", "MountainCar-v0"): Tuned(
-        overrides={**_MOUNTAINCAR_SETTINGS, "quantiles": 25, "lr_final": 0.0, "lr_decay_steps": 120_000},
-        source=_ZOO.format(file="qrdqn.yml", env="MountainCar-v0") + _ANNEALED.format(k=120),
-        steps=120_000,
-        budget=120_000,
         num_envs=1,
-        note=_ONE_ENV
-        + "; at the zoo's constant rate no seed of 5 held -110 over its last 3 evaluations, annealed 3",
     ),
-    ("dqn", "LunarLander-v3"): Tuned(
-        overrides={**_ACROBOT_SETTINGS, "lr_final": 0.0, "lr_decay_steps": 100_000},
-        source=_ZOO.format(file="dqn.yml", env="LunarLander-v3") + _ANNEALED.format(k=100),
-        steps=100_000,
-        budget=100_000,
-        note=(
-            "needs the box2d extra; at the zoo's constant rate 1 seed of 5 held 200 over its last 3 "
-            "evaluations, annealed 4 in probes; the rate is 0 from 100k steps on, so a longer --steps "
-            "needs --set lr_decay_steps=STEPS"
-        ),
+    ("qrdqn", "MountainCar-v0"): _zoo_annealed(
+        "qrdqn.yml",
+        "MountainCar-v0",
+        {**_MOUNTAINCAR_SETTINGS, "quantiles": 25},
+        120_000,
+        _ONE_ENV
+        + "; at the zoo's constant rate no seed of 5 held -110 over its last 3 evaluations, annealed 3",
+        num_envs=1,
+    ),
+    ("dqn", "LunarLander-v3"): _zoo_annealed(
+        "dqn.yml",
+        "LunarLander-v3",
+        _ACROBOT_SETTINGS,
+        100_000,
+        "needs the box2d extra; at the zoo's constant rate 1 seed of 5 held 200 over its last 3 "
+        "evaluations, annealed 4 in probes; the rate is 0 from 100k steps on, so a longer --steps "
+        "needs --set lr_decay_steps=STEPS",
     ),
 }
 """Tuned settings by (preset name, gymnasium env id)."""
