@@ -50,6 +50,22 @@ def test_reached_held_and_collapsed(zoo) -> None:
     assert v["zoo_met"] is False  # the zoo's 500 at 50k
 
 
+def test_a_seed_that_reaches_the_threshold_within_its_last_evaluations_is_late_not_collapsed(zoo) -> None:
+    curves = {
+        1: [100, 100, 100, 500, 500],  # reached at 40k, inside its last three, and stayed: late
+        2: [500, 100, 100, 100, 100],  # reached at 10k, below from 20k on: collapsed
+        3: [100, 100, 480, 470, 500],  # reached at 30k, 470 after it: collapsed (and late is not)
+        4: [100, 100, 100, 100, 500],  # reached at the last evaluation: late
+    }
+    e = _entry(zoo, "dqn", "CartPole-v1", 50_000, curves, [500.0, 100.0, 500.0, 500.0])
+    assert [e.fell_back(s) for s in (1, 2, 3, 4)] == [False, True, True, False]
+    v = zoo.verdicts(e)
+    assert v["held"] == 0 and v["collapsed"] == [2, 3] and v["late"] == [1, 4]
+    lines = zoo.section(({"seeds": [1, 2, 3, 4], "jobs": 2, "episodes": 30}, [e]), "img")
+    summary = next(line for line in lines if line.startswith("Entries whose IQM"))
+    assert "**0 of 4**" in summary and "seed 2, `dqn` on `CartPole-v1` seed 3. Late:" in summary
+
+
 def test_the_zoo_is_met_only_at_its_budget_or_less(zoo) -> None:
     curves = {s: [-90.0, -80.0, -75.0] for s in (1, 2, 3, 4, 5)}
     finals = [-70.0, -72.0, -74.0, -76.0, -78.0]  # IQM -74, above the zoo's -76.6 at 100k
@@ -89,3 +105,37 @@ def test_sb3_re_runs_render_beside_the_dqn_entry(zoo, tmp_path: Path) -> None:
     assert rows[1].startswith("| `CartPole-v1` | tritonrl `dqn` | 50k | 2.0 (")
     assert rows[1].endswith("| 25k (2/3) | 1/3 | 1/3 |")  # second half: 500, 100, 200
     assert zoo.peer_lines([], [ours]) == [] and zoo.load_zoo_peers(tmp_path / "none") == []
+
+
+def test_held_out_seeds_render_the_entry_beside_the_preset(zoo, tmp_path: Path) -> None:
+    """A stored ``heldout.json`` loads both settings of an entry, and its rows count held runs,
+    collapses and the second half's evaluations at the threshold, beside the table's own held."""
+    import csv
+    import json
+
+    folder = tmp_path / "zoo" / "heldout"
+    folder.mkdir(parents=True)
+    curves = {
+        "tuned": {6: [100.0, 500.0, 500.0, 500.0], 7: [100.0, 500.0, 200.0, 500.0]},  # held; collapsed
+        "preset": {6: [100.0, 100.0, 100.0, 100.0], 7: [500.0, 500.0, 500.0, 480.0]},  # never; held
+    }
+    for settings, runs in curves.items():
+        for seed, values in runs.items():
+            with (folder / f"dqn-CartPole-v1-s{seed}-{settings}.csv").open("w", newline="") as f:
+                w = csv.writer(f)
+                w.writerow(["global_step", "eval/mean_return"])
+                w.writerows([((i + 1) * 12_500, v) for i, v in enumerate(values)])
+    walls = {"tuned": {"6": 60.0, "7": 61.0}, "preset": {"6": 50.0, "7": 51.0}}
+    record = {"dqn/CartPole-v1": {"preset": "dqn", "env": "CartPole-v1", "steps": 50_000, "wall_s": walls}}
+    (tmp_path / "zoo" / "heldout.json").write_text(json.dumps({"seeds": [6, 7], "entries": record}))
+
+    held = zoo.load_heldout(tmp_path)
+    assert held is not None and held[0] == [6, 7] and [s for s, _ in held[1]] == ["tuned", "preset"]
+    table = _entry(zoo, "dqn", "CartPole-v1", 50_000, {1: [500.0] * 4, 2: [100.0] * 4}, [500.0, 100.0])
+    lines = zoo.heldout_lines(held, [table])
+    rows = [line for line in lines if line.startswith("| `dqn`")]
+    assert rows[0] == "| `dqn` | `CartPole-v1` | entry | 1/2 | 1/2 | 25k (2/2) | 1 | 3/4 |"
+    assert rows[1] == "| `dqn` | `CartPole-v1` | preset | — | 1/2 | 12.5k (1/2) | 0 | 2/4 |"
+    summary = "the entries **1 of 2** runs, the presets **1 of 2** (on seeds 1-5 the entries held 1 of 2)"
+    assert any(summary in line for line in lines)
+    assert zoo.load_heldout(tmp_path / "none") is None and zoo.heldout_lines(None, [table]) == []

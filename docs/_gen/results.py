@@ -560,7 +560,7 @@ def render(data: Path = DATA) -> str:
         *_market_tables(groups),
         *_peer_section(load_peers(data)),
         *_minatar_section(load_minatar(data)),
-        *_zoo().section(_zoo().load_zoo(data), IMG, _zoo().load_zoo_peers(data)),
+        *_zoo().section(_zoo().load_zoo(data), IMG, _zoo().load_zoo_peers(data), _zoo().load_heldout(data)),
         "## Throughput against the peers",
         "",
         "Every row of `tritonrl bench --quick`; `ratio` is the speed against the row's baseline in the "

@@ -12,6 +12,9 @@ machine.
 
     PYTHONPATH=. python docs/_gen/zoo_runs.py [--jobs 2] [--work runs/zoo] [--only PRESET/ENV ...]
 
+``heldout`` re-runs the entries chosen by sweeps on the table's seeds (`HELDOUT`) on seeds 6-10, at
+the entry and at the preset's settings (``--no-tuned``): their curves only, under ``heldout/``.
+
 Then ``python docs/_gen/results.py`` rewrites the page and its figures from the stored data.
 """
 
@@ -30,6 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "docs" / "data" / "zoo"
 SEEDS = (1, 2, 3, 4, 5)
+HELDOUT_SEEDS = (6, 7, 8, 9, 10)
 EPISODES = 30
 """Episodes of each run's final evaluation (on `tritonrl.cli.evaluate.EVAL_SEED` onwards)."""
 
@@ -61,6 +65,15 @@ ENTRIES: tuple[tuple[str, str, int, int], ...] = (
 )
 
 
+HELDOUT: tuple[tuple[str, str], ...] = (
+    ("dqn", "CartPole-v1"),
+    ("qrdqn", "CartPole-v1"),
+    ("dueling", "CartPole-v1"),
+    ("noisy", "CartPole-v1"),
+)
+"""Entries whose settings a sweep here picked on seeds 1-5 (``agents/dqn/tuned.py``'s ``_CARTPOLE``)."""
+
+
 def key(preset: str, env: str) -> str:
     return f"{preset}/{env}"
 
@@ -69,22 +82,27 @@ def stem(preset: str, env: str, seed: int) -> str:
     return f"{preset}-{env}-s{seed}"
 
 
-def command(preset: str, env: str, steps: int, eval_every: int, seed: int, run_dir: Path) -> list[str]:
+def command(
+    preset: str, env: str, steps: int, eval_every: int, seed: int, run_dir: Path, tuned: bool = True
+) -> list[str]:
     return [
         sys.executable, "-m", "tritonrl", "train", "--agent", preset, "--env", env, "--steps", str(steps),
         "--seed", str(seed), "--eval-every", str(eval_every), "--log-every", str(eval_every),
         "--eval-episodes", "10", "--threads", "1", "--no-progress", "--no-tensorboard",
-        "--checkpoint-minutes", "0", "--run-dir", str(run_dir),
+        "--checkpoint-minutes", "0", "--run-dir", str(run_dir), *(() if tuned else ("--no-tuned",)),
     ]  # fmt: skip
 
 
-def _train(work: Path, entry: tuple[str, str, int, int], seed: int) -> str:
+def _train(work: Path, entry: tuple[str, str, int, int], seed: int, tuned: bool | None = None) -> str:
+    """One run into ``work/preset/env/s<seed>`` (``tuned`` given: ``work/heldout/.../<settings>/``)."""
     preset, env, steps, eval_every = entry
     folder = work / preset / env / f"s{seed}"
+    if tuned is not None:
+        folder = work / "heldout" / preset / env / ("tuned" if tuned else "preset") / f"s{seed}"
     if (folder / "done.json").is_file():
         return f"{key(preset, env)} s{seed}: done before"
     folder.mkdir(parents=True, exist_ok=True)
-    cmd = command(preset, env, steps, eval_every, seed, folder)
+    cmd = command(preset, env, steps, eval_every, seed, folder, tuned is not False)
     start = time.perf_counter()
     with open(folder / "train.log", "w") as log:
         env_vars = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -137,14 +155,59 @@ def _collect(work: Path, entries: list[tuple[str, str, int, int]], seeds: list[i
     return stored
 
 
+def _collect_heldout(work: Path, entries: list[tuple[str, str, int, int]]) -> dict[str, object]:
+    """Copy the held-out runs' greedy evaluations into ``DATA/heldout``; ``heldout.json``'s entries."""
+    out = DATA / "heldout"
+    out.mkdir(parents=True, exist_ok=True)
+    stored: dict[str, object] = {}
+    for preset, env, steps, _ in entries:
+        walls: dict[str, dict[int, float]] = {}
+        for settings in ("tuned", "preset"):
+            runs = [(s, work / "heldout" / preset / env / settings / f"s{s}") for s in HELDOUT_SEEDS]
+            if not all((d / "done.json").is_file() for _, d in runs):
+                print(f"{key(preset, env)} {settings}: not every held-out seed has finished; left out")
+                break
+            walls[settings] = {}
+            for seed, d in runs:
+                walls[settings][seed] = round(json.loads((d / "done.json").read_text())["wall_s"], 1)
+                with (d / "metrics.csv").open() as f:
+                    rows = [
+                        (r["global_step"], r["eval/mean_return"])
+                        for r in csv.DictReader(f)
+                        if r.get("eval/mean_return")
+                    ]
+                with (out / f"{stem(preset, env, seed)}-{settings}.csv").open("w", newline="") as f:
+                    w = csv.writer(f)
+                    w.writerow(["global_step", "eval/mean_return"])
+                    w.writerows(rows)
+        else:
+            stored[key(preset, env)] = {"preset": preset, "env": env, "steps": steps, "wall_s": walls}
+            print(f"{key(preset, env)}: stored {2 * len(HELDOUT_SEEDS)} held-out runs")
+    return stored
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=("run", "collect", "all"), nargs="?", default="all")
+    parser.add_argument("what", choices=("run", "collect", "all", "heldout"), nargs="?", default="all")
     parser.add_argument("--work", type=Path, default=ROOT / "runs" / "zoo", help="run folders")
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time (one torch thread each)")
     parser.add_argument("--only", nargs="*", default=None, metavar="PRESET/ENV")
     args = parser.parse_args(argv)
     entries = [e for e in ENTRIES if args.only is None or key(e[0], e[1]) in args.only]
+    if args.what == "heldout":
+        entries = [e for e in entries if (e[0], e[1]) in HELDOUT]
+        print(f"held-out runs: {len(entries)} entries x {len(HELDOUT_SEEDS)} seeds x 2 settings")
+        print("torch: one thread a run (--threads 1, OMP_NUM_THREADS=1)")
+        jobs = [(e, s, t) for e in entries for t in (True, False) for s in HELDOUT_SEEDS]
+        with ThreadPoolExecutor(args.jobs) as pool:
+            for line in pool.map(lambda job: _train(args.work, *job), jobs):
+                print(line, flush=True)
+        path = DATA / "heldout.json"
+        held = json.loads(path.read_text()) if path.is_file() else {"entries": {}}
+        held["entries"].update(_collect_heldout(args.work, entries))
+        held.update({"seeds": list(HELDOUT_SEEDS), "jobs": max(args.jobs, held.get("jobs", 0))})
+        path.write_text(json.dumps(held, indent=1) + "\n")
+        return 0
     if args.what in ("run", "all"):
         print(f"zoo runs: {len(entries)} entries x {len(SEEDS)} seeds, {args.jobs} at a time")
         print("torch: one thread a run (--threads 1, OMP_NUM_THREADS=1)")

@@ -118,6 +118,14 @@ class ZooEntry:
         """Whether the seed's last `LAST` evaluations are all at or above the threshold."""
         return all(v >= self.threshold for _, v in self.curves[seed][-LAST:])
 
+    def fell_back(self, seed: int) -> bool:
+        """Whether one of the seed's last `LAST` evaluations is below the threshold after an earlier
+        one at or above it (a collapse; a seed that reaches it within them and stays: late)."""
+        first = self.reached(seed)
+        return first is not None and any(
+            step > first and v < self.threshold for step, v in self.curves[seed][-LAST:]
+        )
+
 
 def load_zoo(data: Path) -> tuple[dict[str, Any], list[ZooEntry]] | None:
     """``zoo/meta.json`` and every stored entry; ``None`` where no zoo runs are stored.
@@ -234,6 +242,81 @@ def peer_lines(peers: list[ZooPeer], entries: list[ZooEntry]) -> list[str]:
     return [*out, ""]
 
 
+def load_heldout(data: Path) -> tuple[list[int], list[tuple[str, ZooEntry]]] | None:
+    """``zoo/heldout.json``'s seeds and its runs as ``(settings, entry)`` pairs (``"tuned"`` first, then
+    ``"preset"``, per entry); ``None`` where none are stored."""
+    path = Path(data) / "zoo" / "heldout.json"
+    if not path.is_file():
+        return None
+    held = json.loads(path.read_text())
+    seeds = [int(s) for s in held["seeds"]]
+    out = []
+    for e in held["entries"].values():
+        for settings in ("tuned", "preset"):
+            curves = {}
+            for seed in seeds:
+                stem = f"{e['preset']}-{e['env']}-s{seed}-{settings}"
+                with (Path(data) / "zoo" / "heldout" / f"{stem}.csv").open() as f:
+                    curves[seed] = [
+                        (int(r["global_step"]), float(r["eval/mean_return"])) for r in csv.DictReader(f)
+                    ]
+            walls = {int(s): float(w) for s, w in e["wall_s"][settings].items()}
+            entry = ZooEntry(e["preset"], e["env"], int(e["steps"]), settings, curves, {}, walls, "")
+            out.append((settings, entry))
+    return seeds, out
+
+
+def heldout_lines(
+    heldout: tuple[list[int], list[tuple[str, ZooEntry]]] | None, entries: list[ZooEntry]
+) -> list[str]:
+    """The entries picked on the table's seeds, re-run on others at the entry and at the preset."""
+    if not heldout:
+        return []
+    seeds, runs = heldout
+    table = {(e.preset, e.env): e for e in entries}
+    out = [
+        "### The sweeps' entries on other seeds",
+        "",
+        "The entries a sweep here picked on seeds 1-5 (the `dqn`, `qrdqn`, `dueling` and `noisy` "
+        "CartPole-v1 rows: the preset 256 wide, its rate annealed to 0) were picked on the seeds the "
+        "table measures them on, so the table's held column is measured where they were chosen. "
+        f"`zoo_runs.py heldout` re-runs each on seeds {seeds[0]}-{seeds[-1]} at the entry and at the "
+        "preset's own settings (`--no-tuned`), same budget and evaluations:",
+        "",
+        "| preset | env | settings | held, seeds 1-5 (the table) | held, seeds "
+        f"{seeds[0]}-{seeds[-1]} | steps to threshold | collapsed | second half at threshold |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    totals = {"tuned": [0, 0], "preset": [0, 0], "table": [0, 0]}
+    for settings, e in runs:
+        ss = sorted(e.curves)
+        reached = [e.reached(s) for s in ss]
+        held = sum(e.holds(s) for s in ss)
+        fell = sum(e.fell_back(s) for s in ss)
+        late = [v for s in ss for t, v in e.curves[s] if t > e.steps // 2]
+        ref = table.get((e.preset, e.env)) if settings == "tuned" else None
+        first = "—"
+        if ref is not None:
+            first = f"{sum(ref.holds(s) for s in ref.curves)}/{len(ref.curves)}"
+            totals["table"][0] += sum(ref.holds(s) for s in ref.curves)
+            totals["table"][1] += len(ref.curves)
+        totals[settings][0] += held
+        totals[settings][1] += len(ss)
+        out.append(
+            f"| `{e.preset}` | `{e.env}` | {'entry' if settings == 'tuned' else 'preset'} | {first} | "
+            f"{held}/{len(ss)} | {_steps_to(reached)} | {fell} | "
+            f"{sum(v >= e.threshold for v in late)}/{len(late)} |"
+        )
+    (th, tn), (ph, pn), (eh, en) = totals["tuned"], totals["preset"], totals["table"]
+    out += [
+        "",
+        f"Held on seeds {seeds[0]}-{seeds[-1]}: the entries **{th} of {tn}** runs, "
+        f"the presets **{ph} of {pn}** (on seeds 1-5 the entries held {eh} of {en}).",
+        "",
+    ]
+    return out
+
+
 def _interval(scores: list[float], reps: int = REPS) -> tuple[float, float, float]:
     from tritonrl.toolkit.scores import bootstrap_interval
 
@@ -260,7 +343,8 @@ def _published(table: dict[tuple[str, str], tuple[str, float, float, int]], e: Z
 
 def verdicts(e: ZooEntry) -> dict[str, Any]:
     """What the table says of an entry: its IQM and interval, the seeds that reached the threshold
-    and held it, the collapses (reached, then not held), and the comparison with the zoo."""
+    and held it, the collapses (`ZooEntry.fell_back`), the late (reached within the last evaluations,
+    then held) and the comparison with the zoo."""
     est, lo, hi = _interval(e.scores())
     seeds = sorted(e.curves)
     reached = [e.reached(s) for s in seeds]
@@ -269,19 +353,24 @@ def verdicts(e: ZooEntry) -> dict[str, Any]:
         "iqm": (est, lo, hi),
         "reached": reached,
         "held": sum(e.holds(s) for s in seeds),
-        "collapsed": [s for s, r in zip(seeds, reached, strict=True) if r is not None and not e.holds(s)],
+        "collapsed": [s for s in seeds if e.fell_back(s)],
+        "late": [s for s in seeds if e.reached(s) is not None and not e.holds(s) and not e.fell_back(s)],
         "zoo_met": None if zoo is None else bool(est >= zoo[1] and e.steps <= zoo[3]),
     }
 
 
 def section(
-    runs: tuple[dict[str, Any], list[ZooEntry]] | None, img: str, peers: list[ZooPeer] | None = None
+    runs: tuple[dict[str, Any], list[ZooEntry]] | None,
+    img: str,
+    peers: list[ZooPeer] | None = None,
+    heldout: tuple[list[int], list[tuple[str, ZooEntry]]] | None = None,
 ) -> list[str]:
-    """The section's markdown lines (none without stored runs); ``peers``: the SB3 re-runs."""
+    """The section's markdown lines (none without stored runs); ``peers``: the SB3 re-runs;
+    ``heldout``: the sweeps' entries on other seeds (`load_heldout`)."""
     if runs is None:
         return []
     meta, entries = runs
-    rows, met, published, collapses = [], 0, 0, []
+    rows, met, published, collapses, lates, runs_n, held_n = [], 0, 0, [], [], 0, 0
     for e in entries:
         v = verdicts(e)
         est, lo, hi = v["iqm"]
@@ -290,6 +379,8 @@ def section(
             published += 1
             met += v["zoo_met"]
         collapses += [f"`{e.preset}` on `{e.env}` seed {s}" for s in v["collapsed"]]
+        lates += [f"`{e.preset}` on `{e.env}` seed {s}" for s in v["late"]]
+        runs_n, held_n = runs_n + len(e.curves), held_n + v["held"]
         zoo = _published(ZOO, e)
         if v["zoo_met"] is not None:
             zoo += " **met**" if v["zoo_met"] else " not met"
@@ -321,8 +412,9 @@ def section(
         f"({REPS:,} replicates; with 5 runs the IQM is the mean of the middle three).",
         f"- **Steps to threshold**: the first greedy evaluation during training (10 episodes) at or "
         f"above the solved score ({thresholds}); the median over the seeds that reached it.",
-        f"- **Held**: seeds whose last {LAST} evaluations are all at or above the threshold. A seed that "
-        "reached it and did not hold it has *collapsed*.",
+        f"- **Held**: seeds whose last {LAST} evaluations are all at or above the threshold. A seed with "
+        f"one of its last {LAST} below the threshold after an evaluation at or above it has *collapsed*; "
+        "one that first reached it within them and stayed is *late*.",
         f"- **Zoo**: rl-baselines3-zoo's `benchmark.md` (commit `{ZOO_COMMIT}`): one agent per row, "
         "evaluated deterministically, mean ± std over its episodes, at its own budget; **met** when this "
         "entry's IQM is at or above that mean at the zoo's budget or less. "
@@ -338,12 +430,15 @@ def section(
         *rows,
         "",
         f"Entries whose IQM reaches the zoo's published mean at the zoo's budget or less: **{met} of "
-        f"{published}** that the zoo publishes. Collapses (a seed that reached the threshold and whose "
-        f"last {LAST} evaluations are not all above it): "
+        f"{published}** that the zoo publishes. Runs that held the threshold over their last {LAST} "
+        f"evaluations: **{held_n} of {runs_n}**. Collapses: "
         + (", ".join(collapses) if collapses else "**none**")
+        + ". Late: "
+        + (", ".join(lates) if lates else "none")
         + ".",
         "",
         *peer_lines(peers or [], entries),
+        *heldout_lines(heldout, entries),
         "Left out to fit the budget:",
         "",
         *(f"- {line}" for line in CUT),
