@@ -115,6 +115,17 @@ def _train(work: Path, entry: tuple[str, str, int, int], seed: int, tuned: bool 
     return f"{key(preset, env)} s{seed}: {wall:.0f} s"
 
 
+def _copy_curve(run: Path, dest: Path) -> None:
+    """Write the greedy evaluations of ``run/metrics.csv`` (step, mean return) to ``dest``."""
+    with (run / "metrics.csv").open() as f:
+        evals = [r for r in csv.DictReader(f) if r.get("eval/mean_return")]
+    rows = [(r["global_step"], r["eval/mean_return"]) for r in evals]
+    with dest.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["global_step", "eval/mean_return"])
+        w.writerows(rows)
+
+
 def _collect(work: Path, entries: list[tuple[str, str, int, int]], seeds: list[int]) -> dict[str, object]:
     """Evaluate every finished run and copy its evaluations into `DATA`; the stored entries."""
     import torch
@@ -133,16 +144,7 @@ def _collect(work: Path, entries: list[tuple[str, str, int, int]], seeds: list[i
             done = json.loads((d / "done.json").read_text())
             walls[seed] = round(done["wall_s"], 1)
             first = first or (done["first_line"][0] if done["first_line"] else "")
-            with (d / "metrics.csv").open() as f:
-                rows = [
-                    (r["global_step"], r["eval/mean_return"])
-                    for r in csv.DictReader(f)
-                    if r.get("eval/mean_return")
-                ]
-            with (DATA / f"{stem(preset, env, seed)}.csv").open("w", newline="") as f:
-                w = csv.writer(f)
-                w.writerow(["global_step", "eval/mean_return"])
-                w.writerows(rows)
+            _copy_curve(d, DATA / f"{stem(preset, env, seed)}.csv")
             result = evaluate_run(d, episodes=EPISODES, seed=EVAL_SEED)
             result.pop("run_dir")
             (DATA / f"{stem(preset, env, seed)}.eval.json").write_text(json.dumps(result) + "\n")
@@ -170,16 +172,7 @@ def _collect_heldout(work: Path, entries: list[tuple[str, str, int, int]]) -> di
             walls[settings] = {}
             for seed, d in runs:
                 walls[settings][seed] = round(json.loads((d / "done.json").read_text())["wall_s"], 1)
-                with (d / "metrics.csv").open() as f:
-                    rows = [
-                        (r["global_step"], r["eval/mean_return"])
-                        for r in csv.DictReader(f)
-                        if r.get("eval/mean_return")
-                    ]
-                with (out / f"{stem(preset, env, seed)}-{settings}.csv").open("w", newline="") as f:
-                    w = csv.writer(f)
-                    w.writerow(["global_step", "eval/mean_return"])
-                    w.writerows(rows)
+                _copy_curve(d, out / f"{stem(preset, env, seed)}-{settings}.csv")
         else:
             stored[key(preset, env)] = {"preset": preset, "env": env, "steps": steps, "wall_s": walls}
             print(f"{key(preset, env)}: stored {2 * len(HELDOUT_SEEDS)} held-out runs")
