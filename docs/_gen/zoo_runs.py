@@ -82,6 +82,14 @@ def stem(preset: str, env: str, seed: int) -> str:
     return f"{preset}-{env}-s{seed}"
 
 
+def run_dir(work: Path, preset: str, env: str, seed: int, settings: str | None = None) -> Path:
+    """A run's folder: ``work/preset/env/s<seed>``; a held-out run's (``settings`` ``"tuned"`` or
+    ``"preset"``) ``work/heldout/preset/env/<settings>/s<seed>``."""
+    if settings is None:
+        return work / preset / env / f"s{seed}"
+    return work / "heldout" / preset / env / settings / f"s{seed}"
+
+
 def command(
     preset: str, env: str, steps: int, eval_every: int, seed: int, run_dir: Path, tuned: bool = True
 ) -> list[str]:
@@ -93,16 +101,14 @@ def command(
     ]  # fmt: skip
 
 
-def _train(work: Path, entry: tuple[str, str, int, int], seed: int, tuned: bool | None = None) -> str:
-    """One run into ``work/preset/env/s<seed>`` (``tuned`` given: ``work/heldout/.../<settings>/``)."""
+def _train(work: Path, entry: tuple[str, str, int, int], seed: int, settings: str | None = None) -> str:
+    """One run into its `run_dir` (``settings="preset"``: with ``--no-tuned``)."""
     preset, env, steps, eval_every = entry
-    folder = work / preset / env / f"s{seed}"
-    if tuned is not None:
-        folder = work / "heldout" / preset / env / ("tuned" if tuned else "preset") / f"s{seed}"
+    folder = run_dir(work, preset, env, seed, settings)
     if (folder / "done.json").is_file():
         return f"{key(preset, env)} s{seed}: done before"
     folder.mkdir(parents=True, exist_ok=True)
-    cmd = command(preset, env, steps, eval_every, seed, folder, tuned is not False)
+    cmd = command(preset, env, steps, eval_every, seed, folder, tuned=settings != "preset")
     start = time.perf_counter()
     with open(folder / "train.log", "w") as log:
         env_vars = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -135,7 +141,7 @@ def _collect(work: Path, entries: list[tuple[str, str, int, int]], seeds: list[i
     DATA.mkdir(parents=True, exist_ok=True)
     stored: dict[str, object] = {}
     for preset, env, steps, eval_every in entries:
-        runs = [(s, work / preset / env / f"s{s}") for s in seeds]
+        runs = [(s, run_dir(work, preset, env, s)) for s in seeds]
         if not all((d / "done.json").is_file() for _, d in runs):
             print(f"{key(preset, env)}: not every seed has finished; left out")
             continue
@@ -165,7 +171,7 @@ def _collect_heldout(work: Path, entries: list[tuple[str, str, int, int]]) -> di
     for preset, env, steps, _ in entries:
         walls: dict[str, dict[int, float]] = {}
         for settings in ("tuned", "preset"):
-            runs = [(s, work / "heldout" / preset / env / settings / f"s{s}") for s in HELDOUT_SEEDS]
+            runs = [(s, run_dir(work, preset, env, s, settings)) for s in HELDOUT_SEEDS]
             if not all((d / "done.json").is_file() for _, d in runs):
                 print(f"{key(preset, env)} {settings}: not every held-out seed has finished; left out")
                 break
@@ -191,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         entries = [e for e in entries if (e[0], e[1]) in HELDOUT]
         print(f"held-out runs: {len(entries)} entries x {len(HELDOUT_SEEDS)} seeds x 2 settings")
         print("torch: one thread a run (--threads 1, OMP_NUM_THREADS=1)")
-        jobs = [(e, s, t) for e in entries for t in (True, False) for s in HELDOUT_SEEDS]
+        jobs = [(e, s, t) for e in entries for t in ("tuned", "preset") for s in HELDOUT_SEEDS]
         with ThreadPoolExecutor(args.jobs) as pool:
             for line in pool.map(lambda job: _train(args.work, *job), jobs):
                 print(line, flush=True)

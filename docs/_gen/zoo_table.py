@@ -118,6 +118,15 @@ class ZooEntry:
         """Whether the seed's last `LAST` evaluations are all at or above the threshold."""
         return all(v >= self.threshold for _, v in self.curves[seed][-LAST:])
 
+    def held(self) -> int:
+        """How many seeds hold the threshold (`holds`)."""
+        return sum(self.holds(s) for s in self.curves)
+
+    def second_half(self) -> tuple[int, int]:
+        """``(at or above the threshold, all)`` of every seed's evaluations after half the budget."""
+        after = [v for c in self.curves.values() for t, v in c if t > self.steps // 2]
+        return sum(v >= self.threshold for v in after), len(after)
+
     def fell_back(self, seed: int) -> bool:
         """Whether one of the seed's last `LAST` evaluations is below the threshold after an earlier
         one at or above it (a collapse; a seed that reaches it within them and stays: late)."""
@@ -125,6 +134,16 @@ class ZooEntry:
         return first is not None and any(
             step > first and v < self.threshold for step, v in self.curves[seed][-LAST:]
         )
+
+    def late(self, seed: int) -> bool:
+        """Whether the seed first reached the threshold within its last `LAST` evaluations and stayed."""
+        return self.reached(seed) is not None and not self.holds(seed) and not self.fell_back(seed)
+
+
+def _read_curve(path: Path) -> list[tuple[int, float]]:
+    """A stored curve CSV (``global_step``, ``eval/mean_return``) as ``(step, return)`` pairs."""
+    with path.open() as f:
+        return [(int(r["global_step"]), float(r["eval/mean_return"])) for r in csv.DictReader(f)]
 
 
 def load_zoo(data: Path) -> tuple[dict[str, Any], list[ZooEntry]] | None:
@@ -142,10 +161,7 @@ def load_zoo(data: Path) -> tuple[dict[str, Any], list[ZooEntry]] | None:
         curves, finals, walls = {}, {}, {}
         for seed in meta["seeds"]:
             stem = f"{e['preset']}-{e['env']}-s{seed}"
-            with (runs / f"{stem}.csv").open() as f:
-                curves[seed] = [
-                    (int(r["global_step"]), float(r["eval/mean_return"])) for r in csv.DictReader(f)
-                ]
+            curves[seed] = _read_curve(runs / f"{stem}.csv")
             finals[seed] = json.loads((runs / f"{stem}.eval.json").read_text())
             walls[seed] = float(e["wall_s"][str(seed)])
         entries.append(
@@ -224,12 +240,11 @@ def peer_lines(peers: list[ZooPeer], entries: list[ZooEntry]) -> list[str]:
         for name, e in sides:
             est, lo, hi = _interval(e.scores())
             seeds = sorted(e.curves)
-            late = [v for s in seeds for t, v in e.curves[s] if t > e.steps // 2]
+            at, evals = e.second_half()
             out.append(
                 f"| `{p.env}` | {name} | {_steps(e.steps)} | {est:.1f} ({lo:.1f} .. {hi:.1f}) | "
                 f"{', '.join(f'{v:.0f}' for v in e.scores())} | {_steps_to([e.reached(s) for s in seeds])} | "
-                f"{sum(e.holds(s) for s in seeds)}/{len(seeds)} | "
-                f"{sum(v >= e.threshold for v in late)}/{len(late)} |"
+                f"{e.held()}/{len(seeds)} | {at}/{evals} |"
             )
     table_seeds = max((len(e.curves) for e in entries), default=0)
     short = [
@@ -253,13 +268,8 @@ def load_heldout(data: Path) -> tuple[list[int], list[tuple[str, ZooEntry]]] | N
     out = []
     for e in held["entries"].values():
         for settings in ("tuned", "preset"):
-            curves = {}
-            for seed in seeds:
-                stem = f"{e['preset']}-{e['env']}-s{seed}-{settings}"
-                with (Path(data) / "zoo" / "heldout" / f"{stem}.csv").open() as f:
-                    curves[seed] = [
-                        (int(r["global_step"]), float(r["eval/mean_return"])) for r in csv.DictReader(f)
-                    ]
+            folder = Path(data) / "zoo" / "heldout"
+            curves = {s: _read_curve(folder / f"{e['preset']}-{e['env']}-s{s}-{settings}.csv") for s in seeds}
             walls = {int(s): float(w) for s, w in e["wall_s"][settings].items()}
             entry = ZooEntry(e["preset"], e["env"], int(e["steps"]), settings, curves, {}, walls, "")
             out.append((settings, entry))
@@ -291,21 +301,18 @@ def heldout_lines(
     for settings, e in runs:
         ss = sorted(e.curves)
         reached = [e.reached(s) for s in ss]
-        held = sum(e.holds(s) for s in ss)
-        fell = sum(e.fell_back(s) for s in ss)
-        late = [v for s in ss for t, v in e.curves[s] if t > e.steps // 2]
+        held, fell, (at, evals) = e.held(), sum(e.fell_back(s) for s in ss), e.second_half()
         ref = table.get((e.preset, e.env)) if settings == "tuned" else None
         first = "—"
         if ref is not None:
-            first = f"{sum(ref.holds(s) for s in ref.curves)}/{len(ref.curves)}"
-            totals["table"][0] += sum(ref.holds(s) for s in ref.curves)
+            first = f"{ref.held()}/{len(ref.curves)}"
+            totals["table"][0] += ref.held()
             totals["table"][1] += len(ref.curves)
         totals[settings][0] += held
         totals[settings][1] += len(ss)
         out.append(
             f"| `{e.preset}` | `{e.env}` | {'entry' if settings == 'tuned' else 'preset'} | {first} | "
-            f"{held}/{len(ss)} | {_steps_to(reached)} | {fell} | "
-            f"{sum(v >= e.threshold for v in late)}/{len(late)} |"
+            f"{held}/{len(ss)} | {_steps_to(reached)} | {fell} | {at}/{evals} |"
         )
     (th, tn), (ph, pn), (eh, en) = totals["tuned"], totals["preset"], totals["table"]
     out += [
@@ -352,9 +359,9 @@ def verdicts(e: ZooEntry) -> dict[str, Any]:
     return {
         "iqm": (est, lo, hi),
         "reached": reached,
-        "held": sum(e.holds(s) for s in seeds),
+        "held": e.held(),
         "collapsed": [s for s in seeds if e.fell_back(s)],
-        "late": [s for s in seeds if e.reached(s) is not None and not e.holds(s) and not e.fell_back(s)],
+        "late": [s for s in seeds if e.late(s)],
         "zoo_met": None if zoo is None else bool(est >= zoo[1] and e.steps <= zoo[3]),
     }
 
