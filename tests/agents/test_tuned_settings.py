@@ -52,7 +52,7 @@ def test_preset_with_env_returns_the_tuned_config(name: str) -> None:
 
 
 def test_no_entry_leaves_the_preset_unchanged() -> None:
-    assert dqn.preset("c51", env="CartPole-v1") == dqn.preset("c51") == dqn.PRESETS[4].config
+    assert dqn.preset("rainbow", env="CartPole-v1") == dqn.preset("rainbow") == dqn.PRESETS[6].config
     assert dqn.preset("c51", env="Acrobot-v1") == dqn.preset("c51")  # entries are per preset
     assert ppo.preset("ppo", env="Pendulum-v1") == ppo.preset("ppo")
     assert ppo.preset("ppo-continuous", env="Acrobot-v1") == ppo.preset("ppo-continuous")
