@@ -213,8 +213,8 @@ def peer_lines(peers: list[ZooPeer], entries: list[ZooEntry]) -> list[str]:
         "`docs/_gen/zoo_peer.py` trains Stable-Baselines3's own DQN at the zoo's settings on the same "
         "seeds, budgets and evaluation schedule as the table (its own venv, one torch thread), beside the "
         "`dqn` rows above, whose entries anneal the rate to 0 where the zoo holds it (on CartPole-v1 "
-        "the zoo's settings 256 wide on 4 environments, the rate from 1e-3 where the zoo holds 2.3e-3 on "
-        "one; on MountainCar-v0 the zoo's settings and rate otherwise). "
+        "the zoo's settings 256 wide on 4 environments with 3-step returns, the rate from 1e-3 where the "
+        "zoo holds 2.3e-3 on one; on MountainCar-v0 the zoo's settings and rate otherwise). "
         "The last column counts the evaluations in the second half of the runs at or "
         "above the threshold, over all seeds: how much of the time each side holds it, where the "
         "held column says only where the runs happened to end.",
@@ -284,14 +284,16 @@ def heldout_lines(
         return []
     seeds, runs = heldout
     table = {(e.preset, e.env): e for e in entries}
+    names = [f"`{e.preset}`" for settings, e in runs if settings == "tuned"]
     out = [
         "### The sweeps' entries on other seeds",
         "",
-        "The entries a sweep here picked on seeds 1-5 (the `dqn`, `qrdqn`, `dueling` and `noisy` "
-        "CartPole-v1 rows: the preset 256 wide, its rate annealed to 0) were picked on the seeds the "
-        "table measures them on, so the table's held column is measured where they were chosen. "
-        f"`zoo_runs.py heldout` re-runs each on seeds {seeds[0]}-{seeds[-1]} at the entry and at the "
-        "preset's own settings (`--no-tuned`), same budget and evaluations:",
+        f"The entries of {', '.join(names[:-1])} and {names[-1]} on CartPole-v1 (the preset 256 wide, "
+        "its rate annealed to 0, `dqn`'s, `double`'s, `dueling`'s and `c51`'s with 3-step returns) were "
+        "picked on the table's seeds 1-5 and on probes over seeds 6-10, so the table's held column is "
+        "measured where they were chosen. `zoo_runs.py heldout` re-runs each on seeds "
+        f"{seeds[0]}-{seeds[-1]} at the entry and at the preset's own settings (`--no-tuned`), same budget "
+        "and evaluations:",
         "",
         "| preset | env | settings | held, seeds 1-5 (the table) | held, seeds "
         f"{seeds[0]}-{seeds[-1]} | steps to threshold | collapsed | second half at threshold |",
