@@ -214,7 +214,7 @@ def peer_lines(peers: list[ZooPeer], entries: list[ZooEntry]) -> list[str]:
         "seeds, budgets and evaluation schedule as the table (its own venv, one torch thread), beside the "
         "`dqn` rows above, whose entries anneal the rate to 0 where the zoo holds it (on CartPole-v1 "
         "the zoo's settings 256 wide on 4 environments with 3-step returns, the rate from 1e-3 where the "
-        "zoo holds 2.3e-3 on one; on MountainCar-v0 the zoo's settings and rate otherwise). "
+        "zoo holds 2.3e-3 on one; on MountainCar-v0 the zoo's settings with 3-step returns). "
         "The last column counts the evaluations in the second half of the runs at or "
         "above the threshold, over all seeds: how much of the time each side holds it, where the "
         "held column says only where the runs happened to end.",
