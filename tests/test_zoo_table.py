@@ -3,6 +3,7 @@ the zoo's mean met) on hand-made curves, and that the section renders one row pe
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import sys
 from pathlib import Path
@@ -138,4 +139,9 @@ def test_held_out_seeds_render_the_entry_beside_the_preset(zoo, tmp_path: Path) 
     assert rows[1] == "| `dqn` | `CartPole-v1` | preset | — | 1/2 | 12.5k (1/2) | 0 | 2/4 |"
     summary = "the entries **1 of 2** runs, the presets **1 of 2** (on seeds 1-5 the entries held 1 of 2)"
     assert any(summary in line for line in lines)
+    assert not any("3-step" in line for line in lines)  # the table's entry names no n_step
+    three = dataclasses.replace(table, tuned="tuned settings for dqn on CartPole-v1 (x): lr=0.001, n_step=3")
+    assert any(
+        "annealed to 0, `dqn`'s with 3-step returns)" in line for line in zoo.heldout_lines(held, [three])
+    )
     assert zoo.load_heldout(tmp_path / "none") is None and zoo.heldout_lines(None, [table]) == []

@@ -115,7 +115,7 @@ _CARTPOLE_3STEP = Tuned(
 )
 """``dqn``, ``double``, ``dueling`` and ``c51`` on CartPole-v1. A hard target copy once a round (128
 updates) is one Bellman backup, so after k rounds the values see about k steps ahead: at `_CARTPOLE`
-the mean Q was still 70-88 of its 100 (1/(1 - gamma)) at 50k, and seeds 6-10 held 2, 3 and 3 of 5
+the mean Q was still 65-88 of its 100 (1/(1 - gamma)) at 50k, and seeds 6-10 held 2, 3 and 3 of 5
 (``c51``'s preset 2). 3-step returns see 3 steps a backup: 5, 5, 4 and 5 of 5 there. A target copied
 twice as often (``target_update_every=64``) sees as far, but ``dqn`` held 1 of 5 and its Q passed 100.
 ``dueling``'s one fall (seed 8) is Q diverging to 123; over 100k steps without 3-step returns

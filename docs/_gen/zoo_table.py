@@ -276,6 +276,11 @@ def load_heldout(data: Path) -> tuple[list[int], list[tuple[str, ZooEntry]]] | N
     return seeds, out
 
 
+def _and(items: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return " and ".join([", ".join(items[:-1]), items[-1]] if len(items) > 1 else items)
+
+
 def heldout_lines(
     heldout: tuple[list[int], list[tuple[str, ZooEntry]]] | None, entries: list[ZooEntry]
 ) -> list[str]:
@@ -284,13 +289,17 @@ def heldout_lines(
         return []
     seeds, runs = heldout
     table = {(e.preset, e.env): e for e in entries}
-    names = [f"`{e.preset}`" for settings, e in runs if settings == "tuned"]
+    tuned = [e for settings, e in runs if settings == "tuned"]
+    names = _and([f"`{e.preset}`" for e in tuned])
+    # the table's first line of an entry lists its overrides
+    three = [e for e in tuned if "n_step=3" in (getattr(table.get((e.preset, e.env)), "tuned", None) or "")]
+    owners = _and([f"`{e.preset}`'s" for e in three])
+    three_step = f", {owners} with 3-step returns" if three else ""
     out = [
         "### The sweeps' entries on other seeds",
         "",
-        f"The entries of {', '.join(names[:-1])} and {names[-1]} on CartPole-v1 (the preset 256 wide, "
-        "its rate annealed to 0, `dqn`'s, `double`'s, `dueling`'s and `c51`'s with 3-step returns) were "
-        "picked on the table's seeds 1-5 and on probes over seeds 6-10, so the table's held column is "
+        f"The entries of {names} on CartPole-v1 (the preset 256 wide, its rate annealed to 0{three_step}) "
+        "were picked on the table's seeds 1-5 and on probes over seeds 6-10, so the table's held column is "
         "measured where they were chosen. `zoo_runs.py heldout` re-runs each on seeds "
         f"{seeds[0]}-{seeds[-1]} at the entry and at the preset's own settings (`--no-tuned`), same budget "
         "and evaluations:",
