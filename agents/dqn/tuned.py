@@ -9,6 +9,7 @@ preset's 4 failed (MountainCar-v0). The presets' defaults are the zoo's CartPole
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 
 from tritonrl.toolkit.preset import Tuned
@@ -103,15 +104,10 @@ _CARTPOLE = Tuned(
 held 1 (its return still rising at 50k) and ``noisy`` 3. Over 100k steps (annealed over them) ``noisy``
 held 2 of 5 on seeds 6-10."""
 
-_CARTPOLE_3STEP = Tuned(
+_CARTPOLE_3STEP = dataclasses.replace(
+    _CARTPOLE,
     overrides={**_CARTPOLE.overrides, "n_step": 3},
-    source=(
-        "a sweep here (docs/pages/results.md, the zoo table): the preset (the zoo's CartPole-v1 "
-        "settings) 256 wide, 3-step returns, its rate 1e-3 annealed linearly to 0 over the 50k steps"
-    ),
-    steps=50_000,
-    budget=50_000,
-    note=_CARTPOLE.note,
+    source=_CARTPOLE.source.replace(" 256 wide,", " 256 wide, 3-step returns,"),
 )
 """``dqn``, ``double``, ``dueling`` and ``c51`` on CartPole-v1. A hard target copy once a round (128
 updates) is one Bellman backup, so after k rounds the values see about k steps ahead: at `_CARTPOLE`

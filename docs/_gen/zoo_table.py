@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -266,9 +267,9 @@ def load_heldout(data: Path) -> tuple[list[int], list[tuple[str, ZooEntry]]] | N
     held = json.loads(path.read_text())
     seeds = [int(s) for s in held["seeds"]]
     out = []
+    folder = Path(data) / "zoo" / "heldout"
     for e in held["entries"].values():
         for settings in ("tuned", "preset"):
-            folder = Path(data) / "zoo" / "heldout"
             curves = {s: _read_curve(folder / f"{e['preset']}-{e['env']}-s{s}-{settings}.csv") for s in seeds}
             walls = {int(s): float(w) for s, w in e["wall_s"][settings].items()}
             entry = ZooEntry(e["preset"], e["env"], int(e["steps"]), settings, curves, {}, walls, "")
@@ -291,8 +292,12 @@ def heldout_lines(
     table = {(e.preset, e.env): e for e in entries}
     tuned = [e for settings, e in runs if settings == "tuned"]
     names = _and([f"`{e.preset}`" for e in tuned])
-    # the table's first line of an entry lists its overrides
-    three = [e for e in tuned if "n_step=3" in (getattr(table.get((e.preset, e.env)), "tuned", None) or "")]
+    # the table's first line of an entry lists its overrides, ", "-separated
+    three = [
+        e
+        for e in tuned
+        if re.search(r"\bn_step=3\b", getattr(table.get((e.preset, e.env)), "tuned", None) or "")
+    ]
     owners = _and([f"`{e.preset}`'s" for e in three])
     three_step = f", {owners} with 3-step returns" if three else ""
     out = [
